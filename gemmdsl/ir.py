@@ -1,0 +1,230 @@
+"""The kernel spec as small frozen dataclasses.
+
+The parser builds these from a `.gemm` file; every later stage only reads them.
+Each node keeps the span of the section it came from and, in `key_spans`, the
+span of every key's value, so a pass can point at the exact text it objects to.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .source import Span
+
+
+class Operand(enum.Enum):
+    A = "a"
+    B = "b"
+    C = "c"
+
+
+class DType(enum.Enum):
+    F32 = "f32"
+
+    @property
+    def nbytes(self) -> int:
+        return 4
+
+
+class MatrixLayout(enum.Enum):
+    ROW = "row"
+    COL = "col"
+
+
+class Epilogue(enum.Enum):
+    STORE = "store"  # C = A*B
+    ALPHA_BETA = "alpha_beta"  # C = alpha*A*B + beta*C
+
+
+class LaneOrder(enum.Enum):
+    ROW = "row"  # lane = lane_m * lanes_n + lane_n
+    COL = "col"  # lane = lane_n * lanes_m + lane_m
+    ZIGZAG = "zigzag"  # maxas: lane bit 0 -> n, next bits -> m, the rest -> n
+
+
+class RepeatLevel(enum.Enum):
+    BLOCK = "block"  # the whole warp layout repeats across the block
+    WARP = "warp"  # each warp repeats its lane layout inside its own tile
+
+
+class RasterKind(enum.Enum):
+    ROW = "row"
+    COL = "col"
+    GROUP = "group"
+
+
+class SmemOrder(enum.Enum):
+    MK = "mk"  # A as [m][k]
+    KM = "km"  # A as [k][m] (transposed)
+    KN = "kn"  # B as [k][n]
+    NK = "nk"  # B as [n][k] (transposed)
+
+    @property
+    def k_major(self) -> bool:
+        """True when k is the outer (slow) index, so m or n is contiguous."""
+        return self in (SmemOrder.KM, SmemOrder.KN)
+
+
+class CopyMode(enum.Enum):
+    REGISTERS = "registers"  # global -> registers -> shared
+    CP_ASYNC = "cp_async"  # global -> shared with cp.async (sm_80+)
+
+
+class FragmentBuffering(enum.Enum):
+    SINGLE = "single"
+    DOUBLE = "double"
+
+
+class Bounds(enum.Enum):
+    EXACT = "exact"  # the launcher rejects shapes the block tile does not divide
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    span: Span
+    key_spans: tuple[tuple[str, Span], ...] = field(default=(), compare=False, repr=False)
+
+    def at(self, key: str) -> Span:
+        """Span of one key's value, falling back to the whole section."""
+        for name, span in self.key_spans:
+            if name == key:
+                return span
+        return self.span
+
+
+@dataclass(frozen=True)
+class Pair:
+    """An M x N pair (warps, lanes, micro tile, repeat)."""
+
+    m: int
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}"
+
+
+@dataclass(frozen=True)
+class MatrixType:
+    dtype: DType
+    layout: MatrixLayout
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem(Node):
+    a: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
+    b: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
+    c: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
+    epilogue: Epilogue = Epilogue.STORE
+    bounds: Bounds = Bounds.EXACT
+
+
+@dataclass(frozen=True)
+class Raster:
+    kind: RasterKind
+    group: int = 1  # rows of blocks per group, for RasterKind.GROUP
+
+    def __str__(self) -> str:
+        return f"group({self.group})" if self.kind is RasterKind.GROUP else self.kind.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockTile(Node):
+    m: int = 128
+    n: int = 128
+    k: int = 8
+    raster: Raster = Raster(RasterKind.ROW)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadLayout(Node):
+    warps: Pair = Pair(1, 1)
+    lanes: Pair = Pair(4, 8)
+    lane_order: LaneOrder = LaneOrder.ROW
+    micro: Pair = Pair(4, 4)
+    repeat: Pair = Pair(1, 1)
+    repeat_level: RepeatLevel = RepeatLevel.BLOCK
+
+    @property
+    def threads(self) -> int:
+        return self.warps.m * self.warps.n * 32
+
+    @property
+    def fragment(self) -> Pair:
+        """Rows and columns of C that one thread accumulates."""
+        return Pair(self.repeat.m * self.micro.m, self.repeat.n * self.micro.n)
+
+
+@dataclass(frozen=True)
+class Swizzle:
+    """CuTe's Swizzle<B, M, S> on element offsets: bits [M+S, M+S+B) are xor-ed into [M, M+B)."""
+
+    bits: int
+    base: int
+    shift: int
+
+    def __str__(self) -> str:
+        return f"xor({self.bits}, {self.base}, {self.shift})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmemLayout(Node):
+    operand: Operand = Operand.A
+    order: SmemOrder = SmemOrder.MK
+    pad: int = 0
+    swizzle: Swizzle | None = None
+    read_bits: int | None = None  # forced shared->register width; None = widest allowed
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalLoad(Node):
+    operand: Operand = Operand.A
+    vector: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline(Node):
+    stages: int = 1
+    copy: CopyMode = CopyMode.REGISTERS
+    fragments: FragmentBuffering = FragmentBuffering.SINGLE
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget(Node):
+    registers: int | None = None  # per thread
+    blocks_per_sm: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target(Node):
+    sm: int = 90
+
+    def __str__(self) -> str:
+        return f"sm_{self.sm}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelSpec(Node):
+    """One `gemm NAME { ... }` block: everything the compiler needs to know."""
+
+    name: str
+    problem: Problem
+    target: Target
+    block: BlockTile
+    threads: ThreadLayout
+    smem_a: SmemLayout
+    smem_b: SmemLayout
+    load_a: GlobalLoad
+    load_b: GlobalLoad
+    pipeline: Pipeline
+    budget: Budget
+
+    def smem(self, operand: Operand) -> SmemLayout:
+        return self.smem_a if operand is Operand.A else self.smem_b
+
+    def load(self, operand: Operand) -> GlobalLoad:
+        return self.load_a if operand is Operand.A else self.load_b
+
+    def with_target(self, sm: int) -> "KernelSpec":
+        from dataclasses import replace
+
+        return replace(self, target=replace(self.target, sm=sm))

@@ -1,0 +1,272 @@
+"""Lowering: the spec's declarative tiling -> the index expressions of the kernel.
+
+`KernelLayout` answers "which element does thread `tid` touch in instruction X"
+as `Expr`s. The emitter renders these expressions into CUDA; the analysis
+passes evaluate the very same expressions for every thread. Nothing here knows
+C syntax beyond what `Expr.render` prints.
+
+Coordinates: A is M x K, B is K x N, C is M x N, all row-major for now. Within a
+block, `m`/`n` index the BM x BN tile and `k` the BK slice of the current k-tile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from . import ir
+from .expr import Const, Expr, Func, Var
+from .targets import Arch, arch
+
+TID = Var("tid")
+KK = Var("kk")  # the k index inside a k-tile (an unrolled loop variable)
+WARP = 32
+MAX_VECTOR = 4  # 4 x f32 = 16 bytes, the widest load/store
+STAGE_ALIGN = 32  # elements; each stage starts on a 128-byte boundary
+
+
+def widest_dividing(n: int, limit: int = MAX_VECTOR) -> int:
+    return next(w for w in (4, 2, 1) if w <= limit and n % w == 0)
+
+
+@dataclass(frozen=True)
+class SmemGeometry:
+    """Where one operand's tile lives in shared memory."""
+
+    operand: ir.Operand
+    order: ir.SmemOrder
+    outer: int  # extent of the slow index
+    inner: int  # extent of the contiguous index
+    ld: int  # leading dimension in elements (inner + pad)
+    swizzle: ir.Swizzle | None
+    stage_elems: int  # elements per pipeline stage, padded to keep stages aligned
+    base_elems: int  # offset of this operand's region in the kernel's shared array
+
+    @property
+    def name(self) -> str:
+        return f"smem_{self.operand.value}_offset"
+
+    @cached_property
+    def offset_func(self) -> Func:
+        """(mn, k) -> element offset within a stage, swizzle applied."""
+        mn, k = Var("mn"), Var("k")
+        outer, inner = (k, mn) if self.order.k_major else (mn, k)
+        linear = outer * self.ld + inner
+        if self.swizzle is not None:
+            s = self.swizzle
+            mask = ((1 << s.bits) - 1) << s.base
+            linear = linear ^ ((linear >> s.shift) & mask)
+        return Func(f"{self.operand.value}_smem_offset", ("mn", "k"), linear)
+
+    def offset(self, mn: Expr | int, k: Expr | int) -> Expr:
+        return self.offset_func(mn, k)
+
+    def contiguous_run(self) -> int:
+        """Elements that stay adjacent after padding and swizzle, counted from an aligned start."""
+        run = widest_dividing(self.ld)
+        if self.swizzle is not None:
+            run = min(run, 1 << self.swizzle.base)
+        return run
+
+
+@dataclass(frozen=True)
+class GlobalChunk:
+    """One vector global load of a thread: tile coordinates of its first element."""
+
+    index: int
+    row: Expr  # m for A, k for B
+    col: Expr  # k for A, n for B
+
+
+@dataclass(frozen=True)
+class SmemAccess:
+    """One shared-memory instruction of one thread, as the analysis sees it."""
+
+    operand: ir.Operand
+    op: str  # "load" or "store"
+    width: int  # elements (1, 2 or 4 -> 32, 64, 128 bits)
+    offset: Expr  # element offset within the operand's stage
+    kk: int | None = None  # k index of a fragment load
+
+
+class KernelLayout:
+    """All index arithmetic of one spec. Construct only from a validated spec."""
+
+    def __init__(self, spec: ir.KernelSpec):
+        self.spec = spec
+        self.arch: Arch = arch(spec.target.sm)
+        t = spec.threads
+        self.bm, self.bn, self.bk = spec.block.m, spec.block.n, spec.block.k
+        self.threads = t.threads
+        self.frag_m = t.fragment.m
+        self.frag_n = t.fragment.n
+        self.stages = spec.pipeline.stages
+        a = self._geometry(spec.smem_a, base=0)
+        b = self._geometry(spec.smem_b, base=a.stage_elems * self.stages)
+        self.smem = {ir.Operand.A: a, ir.Operand.B: b}
+
+    # --- shared memory -----------------------------------------------------------------
+
+    def _geometry(self, layout: ir.SmemLayout, base: int) -> SmemGeometry:
+        mn_extent = self.bm if layout.operand is ir.Operand.A else self.bn
+        outer, inner = (self.bk, mn_extent) if layout.order.k_major else (mn_extent, self.bk)
+        ld = inner + layout.pad
+        align = STAGE_ALIGN
+        if layout.swizzle is not None:
+            align = max(align, 1 << (layout.swizzle.base + layout.swizzle.bits + layout.swizzle.shift))
+        stage = -(-outer * ld // align) * align
+        return SmemGeometry(layout.operand, layout.order, outer, inner, ld, layout.swizzle, stage, base)
+
+    @property
+    def smem_elems(self) -> int:
+        b = self.smem[ir.Operand.B]
+        return b.base_elems + b.stage_elems * self.stages
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.smem_elems * 4
+
+    # --- thread coordinates -------------------------------------------------------------
+
+    @cached_property
+    def coordinates(self) -> tuple[tuple[str, Expr], ...]:
+        """Named per-thread values, in definition order; the kernel declares each as a const int."""
+        t = self.spec.threads
+        lanes = t.lanes
+        warp_id, lane = Var("warp_id"), Var("lane")
+        if t.lane_order is ir.LaneOrder.ROW:
+            lane_m, lane_n = lane // lanes.n, lane % lanes.n
+        elif t.lane_order is ir.LaneOrder.COL:
+            lane_m, lane_n = lane % lanes.m, lane // lanes.m
+        else:  # zigzag (maxas): bit 0 of the lane picks n, the next bits m, the rest n again
+            lane_m = (lane // 2) % lanes.m
+            lane_n = (lane // (2 * lanes.m)) * 2 + lane % 2
+        warp_m = Var("warp_m")
+        warp_n = Var("warp_n")
+        thread_m = warp_m * self.warp_stride("m") + Var("lane_m") * t.micro.m
+        thread_n = warp_n * self.warp_stride("n") + Var("lane_n") * t.micro.n
+        return (
+            ("warp_id", TID // WARP),
+            ("lane", TID % WARP),
+            ("warp_m", warp_id // t.warps.n),
+            ("warp_n", warp_id % t.warps.n),
+            ("lane_m", lane_m),
+            ("lane_n", lane_n),
+            ("thread_m", thread_m),
+            ("thread_n", thread_n),
+        )
+
+    def thread_env(self) -> dict[str, object]:
+        """Every coordinate evaluated for all threads of a block (numpy arrays indexed by tid)."""
+        import numpy as np
+
+        env: dict[str, object] = {"tid": np.arange(self.threads)}
+        for name, value in self.coordinates:
+            env[name] = value.evaluate(env)
+        return env
+
+    def warp_stride(self, axis: str) -> int:
+        """Distance between neighbouring warps' tiles along m or n."""
+        t = self.spec.threads
+        lanes, micro, repeat = (t.lanes.m, t.micro.m, t.repeat.m) if axis == "m" else (t.lanes.n, t.micro.n, t.repeat.n)
+        span = lanes * micro
+        return span * repeat if t.repeat_level is ir.RepeatLevel.WARP else span
+
+    def repeat_stride(self, axis: str) -> int:
+        t = self.spec.threads
+        if t.repeat_level is ir.RepeatLevel.BLOCK:
+            return (self.bm // t.repeat.m) if axis == "m" else (self.bn // t.repeat.n)
+        return t.lanes.m * t.micro.m if axis == "m" else t.lanes.n * t.micro.n
+
+    def fragment_rows(self, axis: str) -> list[tuple[int, Expr]]:
+        """(fragment index, block coordinate) of each element of a thread's A (m) or B (n) fragment."""
+        t = self.spec.threads
+        micro, repeat = (t.micro.m, t.repeat.m) if axis == "m" else (t.micro.n, t.repeat.n)
+        base = Var("thread_m" if axis == "m" else "thread_n")
+        stride = self.repeat_stride(axis)
+        return [(r * micro + i, base + (r * stride + i)) for r in range(repeat) for i in range(micro)]
+
+    # --- global -> shared copies --------------------------------------------------------
+
+    def global_chunks(self, operand: ir.Operand) -> list[GlobalChunk]:
+        """The vector loads one thread issues per k-tile for an operand (row-major global tile)."""
+        vector = self.spec.load(operand).vector
+        rows, cols = (self.bm, self.bk) if operand is ir.Operand.A else (self.bk, self.bn)
+        per_row = cols // vector
+        count = rows * per_row // self.threads
+        chunks = []
+        for c in range(count):
+            if self.threads % per_row == 0:
+                row = TID // per_row + c * (self.threads // per_row)
+                col = (TID % per_row) * vector
+            else:
+                linear = TID + c * self.threads
+                row, col = linear // per_row, (linear % per_row) * vector
+            chunks.append(GlobalChunk(c, row, col))
+        return chunks
+
+    def chunk_tile_coords(self, operand: ir.Operand, chunk: GlobalChunk, element: int) -> tuple[Expr, Expr]:
+        """(mn, k) of element `element` of a chunk, as shared-memory coordinates."""
+        if operand is ir.Operand.A:
+            return chunk.row, chunk.col + element
+        return chunk.col + element, chunk.row
+
+    def store_width(self, operand: ir.Operand) -> int:
+        """Elements per shared-memory store (or cp.async) of one global chunk."""
+        geometry = self.smem[operand]
+        vector = self.spec.load(operand).vector
+        # A global row runs along k (A) or n (B); it stays contiguous in shared memory only
+        # when that is the layout's contiguous index.
+        contiguous = (not geometry.order.k_major) if operand is ir.Operand.A else geometry.order.k_major
+        if not contiguous:
+            return 1
+        return min(vector, geometry.contiguous_run())
+
+    # --- shared -> register fragments ---------------------------------------------------
+
+    def max_read_width(self, operand: ir.Operand) -> int:
+        """Widest fragment read the layout allows, in elements."""
+        geometry = self.smem[operand]
+        if not geometry.order.k_major:
+            return 1  # a thread's rows (or columns) are ld apart: one element per load
+        t = self.spec.threads
+        micro = t.micro.m if operand is ir.Operand.A else t.micro.n
+        return min(widest_dividing(micro), geometry.contiguous_run())
+
+    def read_width(self, operand: ir.Operand) -> int:
+        forced = self.spec.smem(operand).read_bits
+        return forced // 32 if forced is not None else self.max_read_width(operand)
+
+    def fragment_reads(self, operand: ir.Operand, kk: Expr | int = KK) -> list[tuple[int, int, Expr]]:
+        """(first fragment index, width, stage offset) of each fragment load at k index `kk`."""
+        axis = "m" if operand is ir.Operand.A else "n"
+        width = self.read_width(operand)
+        geometry = self.smem[operand]
+        return [(index, width, geometry.offset(coord, kk))
+                for index, coord in self.fragment_rows(axis) if index % width == 0]
+
+    # --- what the analysis walks ---------------------------------------------------------
+
+    def smem_accesses(self) -> list[SmemAccess]:
+        """Every shared-memory instruction one thread executes per k-tile, in program order."""
+        accesses = []
+        for operand in (ir.Operand.A, ir.Operand.B):
+            geometry = self.smem[operand]
+            width = self.store_width(operand)
+            vector = self.spec.load(operand).vector
+            for chunk in self.global_chunks(operand):
+                for element in range(0, vector, width):
+                    mn, k = self.chunk_tile_coords(operand, chunk, element)
+                    accesses.append(SmemAccess(operand, "store", width, geometry.offset(mn, k)))
+        for kk in range(self.bk):
+            for operand in (ir.Operand.A, ir.Operand.B):
+                for _, width, offset in self.fragment_reads(operand, kk):
+                    accesses.append(SmemAccess(operand, "load", width, offset, kk))
+        return accesses
+
+
+
+def fragment_width_c(spec: ir.KernelSpec) -> int:
+    """Elements per epilogue store: a thread's micro-tile columns are contiguous in C."""
+    return widest_dividing(spec.threads.micro.n)
+
+

@@ -1,0 +1,466 @@
+"""Parse stage: `.gemm` text -> KernelSpec (the IR), or a CompileError with every problem found.
+
+Lark (LALR) checks the shape of the text: sections of `key: value;` entries. This
+module then reads each section against a schema (which keys exist, what values
+they take), so mistakes are reported in the user's terms with a position, and
+all of them at once. Cross-field rules (tile products, limits) live in
+`validate.py`.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import lark
+from lark import Token, Tree
+
+from . import ir
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+
+GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
+MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
+
+# How Lark's terminal names read in a message.
+TERMINAL_WORDS = {
+    "SEMICOLON": "';'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "COLON": "':'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "NAME": "a name",
+    "INT": "a number",
+    "DIMS": "dimensions such as 128x128",
+    "GEMM": "'gemm'",
+    "$END": "end of file",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> lark.Lark:
+    return lark.Lark(GRAMMAR_PATH.read_text(), parser="lalr", propagate_positions=True,
+                     maybe_placeholders=False)
+
+
+def parse_file(path: str | Path) -> ir.KernelSpec:
+    return parse(SourceFile.read(path))
+
+
+def parse_text(text: str, path: str = "<string>.gemm") -> ir.KernelSpec:
+    return parse(SourceFile(path, text))
+
+
+def parse(source: SourceFile) -> ir.KernelSpec:
+    """Parse and read one spec; raises CompileError (carrying `source`) on any error."""
+    try:
+        tree = _lark().parse(source.text)
+    except lark.exceptions.UnexpectedInput as err:
+        raise CompileError([_syntax_error(err, source)], source) from None
+    except RecursionError:  # pragma: no cover - LALR does not recurse on nesting
+        raise CompileError([Diagnostic(Severity.ERROR, Span(source.path, 1, 1, 1, 2),
+                                       "input nests too deeply")], source) from None
+    reader = _SpecReader(source)
+    spec = reader.read(tree)
+    if reader.diagnostics:
+        raise CompileError(reader.diagnostics, source)
+    return spec
+
+
+# --- syntax errors --------------------------------------------------------------------------
+
+
+def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> Diagnostic:
+    line, col = max(err.line, 1), max(err.column, 1)
+    if isinstance(err, lark.exceptions.UnexpectedCharacters):
+        char = source.text[err.pos_in_stream] if err.pos_in_stream < len(source.text) else "?"
+        return Diagnostic(Severity.ERROR, Span(source.path, line, col, line, col + 1),
+                          f"unexpected character {char!r}",
+                          hint="names are letters, digits and '_'; comments start with // or #")
+    expected = sorted(getattr(err, "expected", None) or getattr(err, "accepts", None) or [])
+    words = [TERMINAL_WORDS.get(t, t.lower()) for t in expected]
+    want = " or ".join(words) if len(words) <= 3 else ", ".join(words[:-1]) + " or " + words[-1]
+    token = getattr(err, "token", None)
+    if token is None or token.type == "$END":
+        end_line = source.text.count("\n") + 1
+        end_col = len(source.text.rsplit("\n", 1)[-1]) + 1
+        span = Span(source.path, end_line, end_col, end_line, end_col + 1)
+        return Diagnostic(Severity.ERROR, span, f"unexpected end of file; expected {want}",
+                          hint="is a closing '}' missing?" if "RBRACE" in expected else None)
+    found = f"{token.value!r}"
+    if "SEMICOLON" in expected:
+        # The ';' belongs right after the previous token, which is where the user must type it.
+        prev = _previous_token_end(source.text, token.start_pos)
+        if prev is not None:
+            pl, pc = prev
+            return Diagnostic(Severity.ERROR, Span(source.path, pl, pc, pl, pc + 1),
+                              f"expected ';' after this value, found {found}",
+                              hint="every entry ends with ';', as in `tile: 128x128x8;`")
+    span = Span(source.path, token.line, token.column, token.end_line or token.line,
+                token.end_column or token.column + len(str(token.value)))
+    return Diagnostic(Severity.ERROR, span, f"expected {want}, found {found}")
+
+
+def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
+    """Line and column just after the last non-blank, non-comment character before `pos`."""
+    lines = text[:pos].split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        code = lines[index]
+        for marker in ("//", "#"):
+            if marker in code:
+                code = code[: code.index(marker)]
+        code = code.rstrip()
+        if code:
+            return index + 1, len(code) + 1
+    return None
+
+
+# --- reading sections against the schema -----------------------------------------------------
+
+
+class _Bad(Exception):
+    """A value that does not fit its key; carries the diagnostic to report."""
+
+    def __init__(self, span: Span, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.diagnostic = Diagnostic(Severity.ERROR, span, message, hint)
+
+
+@dataclass(frozen=True)
+class _Value:
+    """One entry's value: its atoms (tokens or call trees) and the span they cover."""
+
+    atoms: tuple[Any, ...]
+    span: Span
+
+
+Reader = Callable[["_SpecReader", _Value], Any]
+
+
+@dataclass(frozen=True)
+class _Key:
+    read: Reader
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class _Section:
+    keys: dict[str, _Key]
+    labels: tuple[str, ...] = ()  # allowed labels, e.g. `smem a`; empty = no label
+    required: bool = False
+    short: bool = False  # `target sm_90;` form
+
+
+class _SpecReader:
+    def __init__(self, source: SourceFile):
+        self.source = source
+        self.diagnostics: list[Diagnostic] = []
+
+    # spans
+    def span(self, item: Any) -> Span:
+        if isinstance(item, Token):
+            return Span(self.source.path, item.line, item.column, item.end_line, item.end_column)
+        meta = item.meta
+        return Span(self.source.path, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def error(self, span: Span, message: str, hint: str | None = None) -> None:
+        self.diagnostics.append(Diagnostic(Severity.ERROR, span, message, hint))
+
+    # value readers: each takes a _Value and returns a Python value or raises _Bad
+    def one(self, value: _Value, what: str) -> Any:
+        if len(value.atoms) != 1:
+            raise _Bad(value.span, f"expected {what}")
+        return value.atoms[0]
+
+    def name(self, value: _Value, choices: tuple[str, ...], what: str) -> str:
+        atom = self.one(value, what)
+        if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in choices):
+            raise _Bad(value.span, f"expected {what}, found {_text(atom)!r}",
+                       _did_you_mean(_text(atom), choices) or f"one of: {', '.join(choices)}")
+        return atom.value
+
+    def integer(self, atom: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:
+        if not (isinstance(atom, Token) and atom.type == "INT"):
+            raise _Bad(self.span(atom), f"expected {what}, found {_text(atom)!r}")
+        number = int(atom.value)
+        if not low <= number <= high:
+            raise _Bad(self.span(atom), f"{what} must be between {low} and {high}, found {atom.value}")
+        return number
+
+    def dims(self, atom: Any, count: int, what: str) -> tuple[int, ...]:
+        example = "x".join(["4", "8", "8"][:count])
+        if not (isinstance(atom, Token) and atom.type == "DIMS"):
+            raise _Bad(self.span(atom), f"expected {what} such as {example}, found {_text(atom)!r}")
+        parts = atom.value.split("x")
+        if len(parts) != count:
+            raise _Bad(self.span(atom), f"expected {count} sizes for {what} ({example}), found {len(parts)}")
+        numbers = tuple(int(p) for p in parts)
+        if any(not 1 <= n <= MAX_INT for n in numbers):
+            raise _Bad(self.span(atom), f"each size in {what} must be between 1 and {MAX_INT}")
+        return numbers
+
+    def call(self, atom: Any, fname: str, arity: int, what: str) -> tuple[int, ...]:
+        if not (isinstance(atom, Tree) and atom.data == "call" and atom.children[0].value == fname):
+            raise _Bad(self.span(atom), f"expected {what}, found {_text(atom)!r}")
+        args = atom.children[1:]
+        if len(args) != arity:
+            raise _Bad(self.span(atom), f"{fname}(...) takes {arity} numbers, found {len(args)}")
+        return tuple(self.integer(a, f"an argument of {fname}(...)") for a in args)
+
+    # the walk
+    def read(self, tree: Tree) -> ir.KernelSpec:
+        kernel = tree.children[0]
+        name_token = kernel.children[0]
+        seen: dict[str, Span] = {}
+        found: dict[str, tuple[dict[str, Any], ir.Node]] = {}
+        for section in kernel.children[1:]:
+            self._read_section(section, seen, found)
+        for key, schema in SECTIONS.items():
+            if schema.required and key not in found and key not in seen:
+                self.error(self.span(name_token), f"missing required section '{key}'",
+                           hint=f"add `{key} {{ ... }}`; see the language reference in README.md")
+        if self.diagnostics:
+            return None  # type: ignore[return-value]
+        return _build_spec(name_token.value, self.span(kernel), found)
+
+    def _read_section(self, section: Tree, seen: dict[str, Span], found: dict) -> None:
+        head = section.children[0]
+        kind = head.value
+        schema = SECTIONS.get(kind)
+        if schema is None:
+            self.error(self.span(head), f"unknown section '{kind}'",
+                       _did_you_mean(kind, tuple(s.split(" ")[0] for s in SECTIONS)) or
+                       "sections are: problem, target, block, threads, smem a|b, load a|b, pipeline, budget")
+            return
+        children = section.children[1:]
+        label = None
+        if section.data == "braced_section" and children and isinstance(children[0], Token):
+            label = children[0]
+            children = children[1:]
+        key = kind
+        if schema.labels:
+            if label is None or label.value not in schema.labels:
+                where = self.span(label) if label is not None else self.span(head)
+                self.error(where, f"section '{kind}' needs an operand label: {' or '.join(schema.labels)}",
+                           hint=f"write `{kind} {schema.labels[0]} {{ ... }}`")
+                return
+            key = f"{kind} {label.value}"
+        elif label is not None:
+            self.error(self.span(label), f"section '{kind}' takes no label")
+            return
+        if (section.data == "short_section") != schema.short:
+            form = f"`{kind} VALUE;`" if schema.short else f"`{kind} {{ key: value; ... }}`"
+            self.error(self.span(head), f"section '{kind}' is written as {form}")
+            return
+        if key in seen:
+            self.error(self.span(head), f"duplicate section '{key}'",
+                       hint=f"first defined at line {seen[key].line}")
+            return
+        seen[key] = self.span(head)
+        span = self.span(section)
+        if schema.short:
+            entries = [(head, _Value(tuple(children[0].children), self.span(children[0])))]
+            names = {kind: head}
+        else:
+            entries = []
+            names = {}
+            for entry in children:
+                key_token, value_tree = entry.children
+                if key_token.value not in schema.keys:
+                    self.error(self.span(key_token), f"unknown key '{key_token.value}' in section '{kind}'",
+                               _did_you_mean(key_token.value, tuple(schema.keys)) or
+                               f"keys of '{kind}': {', '.join(schema.keys)}")
+                    continue
+                if key_token.value in names:
+                    self.error(self.span(key_token), f"duplicate key '{key_token.value}' in section '{kind}'",
+                               hint=f"first set at line {names[key_token.value].line}")
+                    continue
+                names[key_token.value] = key_token
+                entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))
+        values: dict[str, Any] = {}
+        spans: list[tuple[str, Span]] = []
+        for key_token, value in entries:
+            try:
+                values[key_token.value] = schema.keys[key_token.value].read(self, value)
+                spans.append((key_token.value, value.span))
+            except _Bad as bad:
+                self.diagnostics.append(bad.diagnostic)
+        for name, spec_key in schema.keys.items():
+            if spec_key.required and name not in names:
+                self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
+        found[key] = (values, span, tuple(spans), label.value if label is not None else None)
+
+
+def _text(atom: Any) -> str:
+    if isinstance(atom, Token):
+        return atom.value
+    name = atom.children[0].value
+    return f"{name}(" + ", ".join(_text(a) for a in atom.children[1:]) + ")"
+
+
+def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+# --- the schema -----------------------------------------------------------------------------
+
+
+def _matrix(reader: _SpecReader, value: _Value) -> ir.MatrixType:
+    if len(value.atoms) != 2:
+        raise _Bad(value.span, "expected a type and a layout, as in `f32 row`")
+    dtype = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])), ("f32",), "an element type")
+    layout = reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), ("row", "col"), "a layout")
+    return ir.MatrixType(ir.DType(dtype), ir.MatrixLayout(layout))
+
+
+def _enum(enum_type: type, what: str) -> Reader:
+    choices = tuple(member.value for member in enum_type)
+    return lambda reader, value: enum_type(reader.name(value, choices, what))
+
+
+def _int(what: str, low: int = 0, high: int = MAX_INT) -> Reader:
+    return lambda reader, value: reader.integer(reader.one(value, what), what, low, high)
+
+
+def _pair_with_word(what: str, enum_type: type | None, default: Any = None) -> Reader:
+    def read(reader: _SpecReader, value: _Value) -> Any:
+        m, n = reader.dims(value.atoms[0], 2, what)
+        if enum_type is None:
+            if len(value.atoms) != 1:
+                raise _Bad(value.span, f"expected only {what} such as 4x8")
+            return ir.Pair(m, n)
+        if len(value.atoms) > 2:
+            raise _Bad(value.span, f"expected {what} and an optional order")
+        word = default
+        if len(value.atoms) == 2:
+            choices = tuple(member.value for member in enum_type)
+            word = enum_type(reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), choices,
+                                         f"one of {', '.join(choices)}"))
+        return ir.Pair(m, n), word
+
+    return read
+
+
+def _tile(reader: _SpecReader, value: _Value) -> tuple[int, int, int]:
+    if len(value.atoms) != 1:
+        raise _Bad(value.span, "expected a block tile such as 128x128x8")
+    return reader.dims(value.atoms[0], 3, "a block tile BMxBNxBK")
+
+
+def _raster(reader: _SpecReader, value: _Value) -> ir.Raster:
+    atom = reader.one(value, "a raster order")
+    if isinstance(atom, Tree):
+        (group,) = reader.call(atom, "group", 1, "row, col or group(G)")
+        return ir.Raster(ir.RasterKind.GROUP, group)
+    return ir.Raster(ir.RasterKind(reader.name(value, ("row", "col"), "row, col or group(G)")))
+
+
+def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle:
+    bits, base, shift = reader.call(reader.one(value, "xor(B, M, S)"), "xor", 3, "xor(B, M, S)")
+    return ir.Swizzle(bits, base, shift)
+
+
+def _read_width(reader: _SpecReader, value: _Value) -> int:
+    bits = reader.integer(reader.one(value, "a width in bits"), "a read width in bits", 32, 128)
+    if bits not in (32, 64, 128):
+        raise _Bad(value.span, f"read width must be 32, 64 or 128 bits, found {bits}")
+    return bits
+
+
+def _vector(reader: _SpecReader, value: _Value) -> int:
+    width = reader.integer(reader.one(value, "a vector width"), "a vector width", 1, MAX_INT)
+    if width not in (1, 2, 4):
+        raise _Bad(value.span, f"vector width must be 1, 2 or 4 elements, found {width}",
+                   hint="4 x f32 = 16 bytes is the widest global load")
+    return width
+
+
+def _target(reader: _SpecReader, value: _Value) -> int:
+    from .targets import ARCHS
+
+    names = tuple(f"sm_{sm}" for sm in ARCHS)
+    return int(reader.name(value, names, f"a target ({', '.join(names)})")[3:])
+
+
+SECTIONS: dict[str, _Section] = {
+    "problem": _Section({
+        "a": _Key(_matrix), "b": _Key(_matrix), "c": _Key(_matrix),
+        "epilogue": _Key(_enum(ir.Epilogue, "store or alpha_beta")),
+        "bounds": _Key(_enum(ir.Bounds, "exact")),
+    }, required=True),
+    "target": _Section({"target": _Key(_target)}, short=True),
+    "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster)}, required=True),
+    "threads": _Section({
+        "warps": _Key(_pair_with_word("a warp grid", None), required=True),
+        "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True),
+        "micro": _Key(_pair_with_word("a micro tile", None), required=True),
+        "repeat": _Key(_pair_with_word("a repeat", ir.RepeatLevel, ir.RepeatLevel.BLOCK)),
+    }, required=True),
+    "smem": _Section({
+        "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
+        "swizzle": _Key(_swizzle), "read": _Key(_read_width),
+    }, labels=("a", "b")),
+    "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
+    "pipeline": _Section({
+        "stages": _Key(_int("a stage count", 0, 64)),
+        "copy": _Key(_enum(ir.CopyMode, "registers or cp_async")),
+        "fragments": _Key(_enum(ir.FragmentBuffering, "single or double")),
+    }),
+    "budget": _Section({
+        "registers": _Key(_int("a register count", 1, 1 << 16)),
+        "blocks_per_sm": _Key(_int("a block count", 1, 1 << 10)),
+    }),
+}
+
+
+def _build_spec(name: str, span: Span, found: dict) -> ir.KernelSpec:
+    """Turn the checked section values into IR nodes, filling documented defaults."""
+
+    def section(key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        values, sec_span, spans, _ = found.get(key, ({}, span, (), None))
+        return values, {"span": sec_span, "key_spans": spans}
+
+    values, where = section("problem")
+    problem = ir.Problem(**where, **{k: v for k, v in values.items()})
+
+    values, where = section("target")
+    target = ir.Target(**where, sm=values.get("target", 90))
+
+    values, where = section("block")
+    bm, bn, bk = values["tile"]
+    block = ir.BlockTile(**where, m=bm, n=bn, k=bk, raster=values.get("raster", ir.Raster(ir.RasterKind.ROW)))
+
+    values, where = section("threads")
+    lanes, lane_order = values["lanes"]
+    repeat, repeat_level = values.get("repeat", (ir.Pair(1, 1), ir.RepeatLevel.BLOCK))
+    threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
+                              micro=values["micro"], repeat=repeat, repeat_level=repeat_level)
+
+    def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
+        values, where = section(f"smem {operand.value}")
+        return ir.SmemLayout(**where, operand=operand, order=values.get("order", default),
+                             pad=values.get("pad", 0), swizzle=values.get("swizzle"),
+                             read_bits=values.get("read"))
+
+    def load(operand: ir.Operand, extent: int) -> ir.GlobalLoad:
+        values, where = section(f"load {operand.value}")
+        # Default: the widest vector the contiguous extent of the tile allows.
+        default = next(w for w in (4, 2, 1) if extent % w == 0)
+        return ir.GlobalLoad(**where, operand=operand, vector=values.get("vector", default))
+
+    values, where = section("pipeline")
+    stages = values.get("stages", 1)
+    pipeline = ir.Pipeline(**where, stages=stages, copy=values.get("copy", ir.CopyMode.REGISTERS),
+                           fragments=values.get("fragments", ir.FragmentBuffering.SINGLE))
+
+    values, where = section("budget")
+    budget = ir.Budget(**where, registers=values.get("registers"), blocks_per_sm=values.get("blocks_per_sm"))
+
+    return ir.KernelSpec(span=span, name=name, problem=problem, target=target, block=block, threads=threads,
+                         smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
+                         load_a=load(ir.Operand.A, bk), load_b=load(ir.Operand.B, bn),
+                         pipeline=pipeline, budget=budget)

@@ -1,0 +1,98 @@
+"""Source text, spans and diagnostics rendered the way a C compiler prints them.
+
+    spec.gemm:12:5: error: message
+       12 |     threads  { warps: 9x1; ... }
+          |     ^~~~~~~
+    hint: ...
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based, end-exclusive range in a source file."""
+
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    text: str
+
+    @classmethod
+    def read(cls, path: str | Path) -> "SourceFile":
+        """Read a spec file; unreadable or non-.gemm paths raise CompileError."""
+        name = str(path)
+        where = Span(name, 1, 1, 1, 1)
+        if not name.endswith(".gemm"):
+            raise CompileError([Diagnostic(Severity.ERROR, where, "not a .gemm file",
+                                           hint="spec files end in .gemm")])
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise CompileError([Diagnostic(Severity.ERROR, where, f"cannot read file: {err.strerror or err}")]) from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+            raise CompileError([Diagnostic(Severity.ERROR, Span(name, line, col, line, col + 1),
+                                           "file is not valid UTF-8")]) from None
+        return cls(name, text)
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.splitlines()
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+class Severity(enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    span: Span
+    message: str
+    hint: str | None = None
+
+    def render(self, source: SourceFile | None = None) -> str:
+        out = [f"{self.span}: {self.severity.value}: {self.message}"]
+        text = source.line_text(self.span.line) if source is not None else ""
+        if text:
+            gutter = f"{self.span.line:>5}"
+            out.append(f"{gutter} | {text}")
+            start = max(self.span.column, 1)
+            end = self.span.end_column if self.span.end_line == self.span.line else len(text) + 1
+            width = max(1, min(end, len(text) + 1) - start)
+            pad = "".join("\t" if ch == "\t" else " " for ch in text[: start - 1])
+            out.append(f"{' ' * len(gutter)} | {pad}^{'~' * (width - 1)}")
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+
+class CompileError(Exception):
+    """One or more error diagnostics; the CLI prints them and exits with status 1."""
+
+    def __init__(self, diagnostics: list[Diagnostic], source: SourceFile | None = None):
+        super().__init__("\n".join(d.message for d in diagnostics))
+        self.diagnostics = diagnostics
+        self.source = source
+
+    def render(self) -> str:
+        return "\n".join(d.render(self.source) for d in self.diagnostics)
