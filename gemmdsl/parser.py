@@ -9,6 +9,7 @@ all of them at once. Cross-field rules (tile products, limits) live in
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +38,9 @@ TERMINAL_WORDS = {
     "DIMS": "dimensions such as 128x128",
     "GEMM": "'gemm'",
     "$END": "end of file",
+    "<END-OF-FILE>": "end of file",
 }
+MAX_SHOWN = 40  # longest piece of source quoted in a message
 
 
 @lru_cache(maxsize=1)
@@ -61,13 +64,24 @@ def parse(source: SourceFile) -> ir.KernelSpec:
     except lark.exceptions.UnexpectedInput as err:
         raise CompileError([_syntax_error(err, source)], source) from None
     except RecursionError:  # pragma: no cover - LALR does not recurse on nesting
-        raise CompileError([Diagnostic(Severity.ERROR, Span(source.path, 1, 1, 1, 2),
-                                       "input nests too deeply")], source) from None
+        raise CompileError([_too_deep(source)], source) from None
     reader = _SpecReader(source)
-    spec = reader.read(tree)
+    try:
+        spec = reader.read(tree)
+    except RecursionError:  # pragma: no cover - the reader does not recurse on nesting either
+        raise CompileError([_too_deep(source)], source) from None
     if reader.diagnostics:
-        raise CompileError(reader.diagnostics, source)
+        raise CompileError(sort_diagnostics(reader.diagnostics), source)
     return spec
+
+
+def sort_diagnostics(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Source order (line, then column); the sort is stable, so one position keeps its rule order."""
+    return sorted(diagnostics, key=lambda d: (d.span.line, d.span.column))
+
+
+def _too_deep(source: SourceFile) -> Diagnostic:
+    return Diagnostic(Severity.ERROR, Span(source.path, 1, 1, 1, 2), "input nests too deeply")
 
 
 # --- syntax errors --------------------------------------------------------------------------
@@ -76,43 +90,110 @@ def parse(source: SourceFile) -> ir.KernelSpec:
 def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> Diagnostic:
     line, col = max(err.line, 1), max(err.column, 1)
     if isinstance(err, lark.exceptions.UnexpectedCharacters):
-        char = source.text[err.pos_in_stream] if err.pos_in_stream < len(source.text) else "?"
+        char = source.text[err.pos_in_stream] if 0 <= err.pos_in_stream < len(source.text) else "?"
         return Diagnostic(Severity.ERROR, Span(source.path, line, col, line, col + 1),
                           f"unexpected character {char!r}",
                           hint="names are letters, digits and '_'; comments start with // or #")
-    expected = sorted(getattr(err, "expected", None) or getattr(err, "accepts", None) or [])
-    words = [TERMINAL_WORDS.get(t, t.lower()) for t in expected]
+    expected = sorted(getattr(err, "accepts", None) or getattr(err, "expected", None) or [])
+    words = sorted({TERMINAL_WORDS.get(t, t.lower()) for t in expected})
     want = " or ".join(words) if len(words) <= 3 else ", ".join(words[:-1]) + " or " + words[-1]
     token = getattr(err, "token", None)
     if token is None or token.type == "$END":
-        end_line = source.text.count("\n") + 1
-        end_col = len(source.text.rsplit("\n", 1)[-1]) + 1
-        span = Span(source.path, end_line, end_col, end_line, end_col + 1)
-        return Diagnostic(Severity.ERROR, span, f"unexpected end of file; expected {want}",
-                          hint="is a closing '}' missing?" if "RBRACE" in expected else None)
-    found = f"{token.value!r}"
+        if not source.text.strip() or _previous_token_end(source.text, len(source.text)) is None:
+            return Diagnostic(Severity.ERROR, Span(source.path, 1, 1, 1, 2), "the file holds no kernel",
+                              hint="a spec is one `gemm NAME { ... }` block; see specs/*.gemm")
+        # Point just after the last token, so the rendered line shows where the text stops.
+        pl, pc = _previous_token_end(source.text, len(source.text)) or (1, 1)
+        hint = None
+        if "RBRACE" in expected:
+            unclosed = _unclosed_brace(source.text)
+            hint = (f"is a closing '}}' missing? the '{{' at line {unclosed[0]}, column {unclosed[1]} "
+                    "is never closed") if unclosed else "is a closing '}' missing?"
+        return Diagnostic(Severity.ERROR, Span(source.path, pl, pc, pl, pc + 1),
+                          f"unexpected end of file; expected {want}", hint=hint)
+    found = _quote(str(token.value))
+    if expected in (["$END"], ["<END-OF-FILE>"]):
+        span = Span(source.path, token.line, token.column, token.line, token.column + 1)
+        return Diagnostic(Severity.ERROR, span, f"unexpected {found} after the end of the kernel",
+                          hint="a file holds exactly one `gemm NAME { ... }` block; is there an extra '}'?")
     if "SEMICOLON" in expected:
-        # The ';' belongs right after the previous token, which is where the user must type it.
-        prev = _previous_token_end(source.text, token.start_pos)
+        # The ';' belongs right after the previous token, which is where the user must type it;
+        # when a `{` follows, the words before it open the next section (`block {`, `smem a {`),
+        # so the ';' goes before them.
+        # Likewise a `:` follows the next entry's key (`tile: 8x8x8 raster: row;`).
+        pos = token.start_pos
+        words = _previous_words(source.text, pos, 3)
+        if token.type == "LBRACE":
+            for index in range(len(words) - 1, max(len(words) - 3, 0), -1):
+                if words[index][0] in SECTIONS and _is_name(words[index - 1][0]):
+                    pos = words[index][1]
+                    break
+        elif token.type == "COLON" and len(words) >= 2 and _is_name(words[-1][0]):
+            if words[-2][0] in SECTIONS or words[-2][0] == "{" or (
+                    len(words) == 3 and words[-3][0] in SECTIONS and words[-2][0] in ("a", "b")):
+                # `block tile: ...`: the section's `{` is what is missing.
+                span = Span(source.path, token.line, token.column, token.line, token.column + 1)
+                return Diagnostic(Severity.ERROR, span, f"expected '{{' to open the section, found {found}",
+                                  hint="a section's entries go inside braces: `block { tile: 128x128x8; }`")
+            pos = words[-1][1]
+        prev = _previous_token_end(source.text, pos)
         if prev is not None:
             pl, pc = prev
             return Diagnostic(Severity.ERROR, Span(source.path, pl, pc, pl, pc + 1),
                               f"expected ';' after this value, found {found}",
                               hint="every entry ends with ';', as in `tile: 128x128x8;`")
-    span = Span(source.path, token.line, token.column, token.end_line or token.line,
-                token.end_column or token.column + len(str(token.value)))
+    end_column = token.end_column if token.end_line == token.line and token.end_column else token.column + 1
+    span = Span(source.path, token.line, token.column, token.line, end_column)
     return Diagnostic(Severity.ERROR, span, f"expected {want}, found {found}")
+
+
+def _unclosed_brace(text: str) -> tuple[int, int] | None:
+    """Line and column of the innermost '{' that is still open at the end of the text."""
+    stack: list[tuple[int, int]] = []
+    for number, code in enumerate(text.split("\n"), start=1):
+        code = _strip_comment(code)
+        for index, char in enumerate(code):
+            if char == "{":
+                stack.append((number, index + 1))
+            elif char == "}" and stack:
+                stack.pop()
+    return stack[-1] if stack else None
+
+
+def _previous_words(text: str, pos: int, count: int) -> list[tuple[str, int]]:
+    """Up to `count` blank-separated words right before `pos` (nearest last), with their offsets.
+
+    Comments are skipped; `{`, `}`, `;` and `:` count as words of their own."""
+    found: list[tuple[str, int]] = []
+    offset = 0
+    for line in text[:pos].split("\n"):
+        code = _strip_comment(line)
+        found.extend((m.group(), offset + m.start()) for m in re.finditer(r"[{};:]|[^\s{};:]+", code))
+        offset += len(line) + 1
+    return found[-count:]
+
+
+def _is_name(word: str) -> bool:
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) is not None
+
+
+def _strip_comment(code: str) -> str:
+    cuts = [code.index(marker) for marker in ("//", "#") if marker in code]
+    return code[: min(cuts)] if cuts else code
+
+
+def _quote(text: str) -> str:
+    """repr() of a piece of source, shortened for a one-line message."""
+    if len(text) > MAX_SHOWN:
+        text = text[: MAX_SHOWN - 3] + "..."
+    return repr(text)
 
 
 def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
     """Line and column just after the last non-blank, non-comment character before `pos`."""
     lines = text[:pos].split("\n")
     for index in range(len(lines) - 1, -1, -1):
-        code = lines[index]
-        for marker in ("//", "#"):
-            if marker in code:
-                code = code[: code.index(marker)]
-        code = code.rstrip()
+        code = _strip_comment(lines[index]).rstrip()
         if code:
             return index + 1, len(code) + 1
     return None
@@ -166,6 +247,14 @@ class _SpecReader:
         meta = item.meta
         return Span(self.source.path, meta.line, meta.column, meta.end_line, meta.end_column)
 
+    def text(self, item: Any) -> str:
+        """The source text of a token or tree, quoted and shortened for a message."""
+        if isinstance(item, Token):
+            start, end = item.start_pos, item.end_pos
+        else:
+            start, end = item.meta.start_pos, item.meta.end_pos
+        return _quote(self.source.text[start:end])
+
     def error(self, span: Span, message: str, hint: str | None = None) -> None:
         self.diagnostics.append(Diagnostic(Severity.ERROR, span, message, hint))
 
@@ -178,37 +267,38 @@ class _SpecReader:
     def name(self, value: _Value, choices: tuple[str, ...], what: str) -> str:
         atom = self.one(value, what)
         if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in choices):
-            raise _Bad(value.span, f"expected {what}, found {_text(atom)!r}",
-                       _did_you_mean(_text(atom), choices) or f"one of: {', '.join(choices)}")
+            word = atom.value if isinstance(atom, Token) else ""
+            raise _Bad(value.span, f"expected {what}, found {self.text(atom)}",
+                       _did_you_mean(word, choices) or f"one of: {', '.join(choices)}")
         return atom.value
 
     def integer(self, atom: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:
         if not (isinstance(atom, Token) and atom.type == "INT"):
-            raise _Bad(self.span(atom), f"expected {what}, found {_text(atom)!r}")
-        number = int(atom.value)
-        if not low <= number <= high:
-            raise _Bad(self.span(atom), f"{what} must be between {low} and {high}, found {atom.value}")
+            raise _Bad(self.span(atom), f"expected {what}, found {self.text(atom)}")
+        number = _number(atom.value)
+        if number is None or not low <= number <= high:
+            raise _Bad(self.span(atom), f"{what} must be between {low} and {high}, found {self.text(atom)[1:-1]}")
         return number
 
     def dims(self, atom: Any, count: int, what: str) -> tuple[int, ...]:
         example = "x".join(["4", "8", "8"][:count])
         if not (isinstance(atom, Token) and atom.type == "DIMS"):
-            raise _Bad(self.span(atom), f"expected {what} such as {example}, found {_text(atom)!r}")
+            raise _Bad(self.span(atom), f"expected {what} such as {example}, found {self.text(atom)}")
         parts = atom.value.split("x")
         if len(parts) != count:
             raise _Bad(self.span(atom), f"expected {count} sizes for {what} ({example}), found {len(parts)}")
-        numbers = tuple(int(p) for p in parts)
-        if any(not 1 <= n <= MAX_INT for n in numbers):
+        numbers = tuple(_number(p) for p in parts)
+        if any(n is None or not 1 <= n <= MAX_INT for n in numbers):
             raise _Bad(self.span(atom), f"each size in {what} must be between 1 and {MAX_INT}")
         return numbers
 
     def call(self, atom: Any, fname: str, arity: int, what: str) -> tuple[int, ...]:
         if not (isinstance(atom, Tree) and atom.data == "call" and atom.children[0].value == fname):
-            raise _Bad(self.span(atom), f"expected {what}, found {_text(atom)!r}")
+            raise _Bad(self.span(atom), f"expected {what}, found {self.text(atom)}")
         args = atom.children[1:]
         if len(args) != arity:
             raise _Bad(self.span(atom), f"{fname}(...) takes {arity} numbers, found {len(args)}")
-        return tuple(self.integer(a, f"an argument of {fname}(...)") for a in args)
+        return tuple(self.integer(a, f"an argument of {fname}(...)") for a in args)  # type: ignore[misc]
 
     # the walk
     def read(self, tree: Tree) -> ir.KernelSpec:
@@ -216,23 +306,26 @@ class _SpecReader:
         name_token = kernel.children[0]
         seen: dict[str, Span] = {}
         found: dict[str, tuple[dict[str, Any], ir.Node]] = {}
+        self.typos: set[str] = set()  # sections an unknown name was probably meant to be
         for section in kernel.children[1:]:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
-            if schema.required and key not in found and key not in seen:
+            if schema.required and key not in found and key not in seen and key not in self.typos:
                 self.error(self.span(name_token), f"missing required section '{key}'",
                            hint=f"add `{key} {{ ... }}`; see the language reference in README.md")
         if self.diagnostics:
             return None  # type: ignore[return-value]
-        return _build_spec(name_token.value, self.span(kernel), found)
+        return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
 
     def _read_section(self, section: Tree, seen: dict[str, Span], found: dict) -> None:
         head = section.children[0]
         kind = head.value
         schema = SECTIONS.get(kind)
         if schema is None:
+            close = difflib.get_close_matches(kind, tuple(SECTIONS), n=1)
+            self.typos.update(close)
             self.error(self.span(head), f"unknown section '{kind}'",
-                       _did_you_mean(kind, tuple(s.split(" ")[0] for s in SECTIONS)) or
+                       _did_you_mean(kind, tuple(SECTIONS)) or
                        "sections are: problem, target, block, threads, smem a|b, load a|b, pipeline, budget")
             return
         children = section.children[1:]
@@ -267,9 +360,11 @@ class _SpecReader:
         else:
             entries = []
             names = {}
+            typos: set[str] = set()
             for entry in children:
                 key_token, value_tree = entry.children
                 if key_token.value not in schema.keys:
+                    typos.update(difflib.get_close_matches(key_token.value, tuple(schema.keys), n=1))
                     self.error(self.span(key_token), f"unknown key '{key_token.value}' in section '{kind}'",
                                _did_you_mean(key_token.value, tuple(schema.keys)) or
                                f"keys of '{kind}': {', '.join(schema.keys)}")
@@ -289,16 +384,15 @@ class _SpecReader:
             except _Bad as bad:
                 self.diagnostics.append(bad.diagnostic)
         for name, spec_key in schema.keys.items():
-            if spec_key.required and name not in names:
+            if spec_key.required and name not in names and (schema.short or name not in typos):
                 self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
         found[key] = (values, span, tuple(spans), label.value if label is not None else None)
 
 
-def _text(atom: Any) -> str:
-    if isinstance(atom, Token):
-        return atom.value
-    name = atom.children[0].value
-    return f"{name}(" + ", ".join(_text(a) for a in atom.children[1:]) + ")"
+def _number(digits: str) -> int | None:
+    """int(digits), or None when it is far beyond any limit (also avoids Python's 4300-digit cap)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else None
 
 
 def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
@@ -383,7 +477,11 @@ def _target(reader: _SpecReader, value: _Value) -> int:
     from .targets import ARCHS
 
     names = tuple(f"sm_{sm}" for sm in ARCHS)
-    return int(reader.name(value, names, f"a target ({', '.join(names)})")[3:])
+    atom = reader.one(value, "a target such as sm_90")
+    if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in names):
+        raise _Bad(value.span, f"unknown target {reader.text(atom)}",
+                   f"supported targets: {', '.join(names)}")
+    return int(atom.value[3:])
 
 
 SECTIONS: dict[str, _Section] = {
@@ -417,7 +515,7 @@ SECTIONS: dict[str, _Section] = {
 }
 
 
-def _build_spec(name: str, span: Span, found: dict) -> ir.KernelSpec:
+def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.KernelSpec:
     """Turn the checked section values into IR nodes, filling documented defaults."""
 
     def section(key: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -460,7 +558,7 @@ def _build_spec(name: str, span: Span, found: dict) -> ir.KernelSpec:
     values, where = section("budget")
     budget = ir.Budget(**where, registers=values.get("registers"), blocks_per_sm=values.get("blocks_per_sm"))
 
-    return ir.KernelSpec(span=span, name=name, problem=problem, target=target, block=block, threads=threads,
+    return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
                          load_a=load(ir.Operand.A, bk), load_b=load(ir.Operand.B, bn),
                          pipeline=pipeline, budget=budget)

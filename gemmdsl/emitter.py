@@ -1,0 +1,46 @@
+"""A line-oriented text emitter with indentation helpers, for generated C code."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class Emitter:
+    def __init__(self, indent: str = "    "):
+        self._lines: list[str] = []
+        self._depth = 0
+        self._indent = indent
+
+    def line(self, text: str = "") -> None:
+        self._lines.append(f"{self._indent * self._depth}{text}" if text else "")
+
+    def lines(self, text: str) -> None:
+        """Several lines at the current depth (a dedented block of text)."""
+        for row in text.strip("\n").split("\n"):
+            self.line(row)
+
+    def comment(self, text: str) -> None:
+        for row in text.split("\n"):
+            self.line(f"// {row}" if row else "//")
+
+    @contextmanager
+    def block(self, header: str, close: str = "}") -> Iterator[None]:
+        """`header {` ... `}` with the body indented one level."""
+        self.line(f"{header} {{" if header else "{")
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.line(close)
+
+    @contextmanager
+    def unrolled(self, var: str, stop: str, step: int = 1) -> Iterator[None]:
+        """A fully unrolled counted loop: its index must be a compile-time constant in each copy."""
+        self.line("#pragma unroll")
+        increment = f"++{var}" if step == 1 else f"{var} += {step}"
+        with self.block(f"for (int {var} = 0; {var} < {stop}; {increment})"):
+            yield
+
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"

@@ -1,0 +1,39 @@
+"""Front end: a `.gemm` file -> a checked KernelSpec, or a CompileError listing every problem.
+
+    spec, warnings = load_path("specs/sgemm_v3.gemm")
+
+Parsing stops at the first syntax error but reports every schema error (unknown
+keys, bad values); only a spec that parsed is validated, and then every semantic
+error and warning is reported, in source order.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import ir
+from .parser import parse
+from .source import CompileError, Diagnostic, Severity, SourceFile
+from .validate import validate
+
+
+def load(source: SourceFile) -> tuple[ir.KernelSpec, list[Diagnostic]]:
+    """Parse and validate; returns the spec and its warnings, or raises CompileError.
+
+    The CompileError carries the errors and any warnings of the same spec, in source order."""
+    spec = parse(source)
+    diagnostics = validate(spec)
+    if any(d.severity is Severity.ERROR for d in diagnostics):
+        raise CompileError(diagnostics, source)
+    return spec, diagnostics
+
+
+def load_path(path: str | Path) -> tuple[ir.KernelSpec, list[Diagnostic]]:
+    """`load` for a file; non-.gemm, unreadable and non-UTF-8 files raise CompileError too."""
+    return load(SourceFile.read(path))
+
+
+def load_spec(path_or_source: str | Path | SourceFile) -> ir.KernelSpec:
+    """The checked spec alone, from a path or a SourceFile (warnings are dropped)."""
+    if isinstance(path_or_source, SourceFile):
+        return load(path_or_source)[0]
+    return load_path(path_or_source)[0]

@@ -1,0 +1,159 @@
+"""Shared-memory bank conflicts of every shared-memory instruction the kernel executes.
+
+For each unrolled instruction (`KernelLayout.smem_accesses()`: the A and B tile
+stores and the fragment loads of one k-tile) this evaluates the very offset
+expression the emitter prints, for every thread of a block, and turns it into
+byte addresses (operand base, padding and swizzle included). Each warp's access
+is split into the phases the hardware serves one after another; within a phase
+every bank delivers one 4-byte word per wavefront, lanes reading the same word
+share it (broadcast), so the phase costs as many wavefronts as the most distinct
+words any one bank must deliver.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ir
+from ..layout import WARP, KernelLayout, SmemAccess
+from ..source import Diagnostic, Severity
+from .framework import Context, PassResult
+
+BANKS = 32
+BANK_BYTES = 4
+WAVEFRONT_BYTES = BANKS * BANK_BYTES  # what one wavefront can move without conflicts
+
+
+def phase_of_each_lane(width_bytes: int) -> np.ndarray:
+    """The phase (0, 1, ...) in which the hardware serves each of a warp's 32 lanes.
+
+    This is THE phase rule of the model; everything else follows from it. It is the
+    rule the seeds teach (000 §5.1, 002): a phase moves at most 128 bytes, so a
+    32-bit access is one phase of 32 lanes, a 64-bit access two half-warps and a
+    128-bit access four quarter-warps, each taken in lane order. Check it against
+    Nsight Compute's shared wavefront counters before trusting 64/128-bit figures.
+    """
+    lanes_per_phase = WAVEFRONT_BYTES // width_bytes
+    return np.arange(WARP) // lanes_per_phase
+
+
+def bank_demand(addresses: np.ndarray, width_bytes: int) -> np.ndarray:
+    """Distinct words each bank must deliver, per warp and phase: shape (warps, phases, BANKS).
+
+    `addresses` holds each lane's first byte, shape (warps, 32); a lane touches
+    width_bytes / 4 consecutive words.
+    """
+    warps = addresses.shape[0]
+    phase = phase_of_each_lane(width_bytes)
+    phases = int(phase.max()) + 1
+    words = addresses[:, :, None] // BANK_BYTES + np.arange(width_bytes // BANK_BYTES)
+    group = np.arange(warps)[:, None, None] * phases + phase[None, :, None]
+    # One integer key per (warp, phase, word), so np.unique drops broadcast duplicates at once.
+    stride = int(words.max()) + 1
+    group_of, word_of = np.divmod(np.unique(group * stride + words), stride)
+    demand = np.bincount(group_of * BANKS + word_of % BANKS, minlength=warps * phases * BANKS)
+    return demand.reshape(warps, phases, BANKS)
+
+
+def lanes_by_bank(addresses: np.ndarray, width_bytes: int, phase: int) -> dict[int, dict[int, list[int]]]:
+    """For one warp's lane addresses (32,) and one phase: bank -> word -> lanes that read it."""
+    banks: dict[int, dict[int, list[int]]] = {}
+    for lane in np.flatnonzero(phase_of_each_lane(width_bytes) == phase):
+        first = int(addresses[lane]) // BANK_BYTES
+        for word in range(first, first + width_bytes // BANK_BYTES):
+            banks.setdefault(word % BANKS, {}).setdefault(word, []).append(int(lane))
+    return dict(sorted(banks.items()))
+
+
+@dataclass(frozen=True)
+class AccessCost:
+    """One unrolled shared-memory instruction, costed over all warps of a block for one k-tile."""
+
+    access: SmemAccess
+    instructions: int  # warp-level instructions per block and k-tile: every warp issues it once
+    wavefronts: int  # summed over the block's warps
+    ideal_wavefronts: int  # what the same bytes would cost with no conflicts
+    max_ways: int  # worst n-way conflict in any warp and phase (1 = none)
+    worst_warp: int
+    worst_phase: int
+
+    @property
+    def width_bits(self) -> int:
+        return self.access.width * 32
+
+    @property
+    def excess_wavefronts(self) -> int:
+        return self.wavefronts - self.ideal_wavefronts
+
+
+def lane_byte_addresses(layout: KernelLayout, access: SmemAccess, env: dict) -> np.ndarray:
+    """Each lane's byte address in the kernel's shared array, shape (warps, 32).
+
+    Stage 0 stands for all stages: stages start on 128-byte boundaries, so they map to banks alike.
+    """
+    offsets = np.broadcast_to(access.offset.evaluate(env), (layout.threads,))
+    return (layout.smem[access.operand].base_elems + offsets).reshape(-1, WARP) * BANK_BYTES
+
+
+def cost_access(layout: KernelLayout, access: SmemAccess, env: dict) -> AccessCost:
+    width_bytes = access.width * BANK_BYTES
+    demand = bank_demand(lane_byte_addresses(layout, access, env), width_bytes)
+    wavefronts = demand.max(axis=2)  # (warps, phases)
+    ideal = -(-demand.sum(axis=2) // BANKS)
+    warp, phase = np.unravel_index(int(np.argmax(wavefronts - ideal)), wavefronts.shape)
+    return AccessCost(access, demand.shape[0], int(wavefronts.sum()), int(ideal.sum()),
+                      int(wavefronts.max()), int(warp), int(phase))
+
+
+def conflict_groups(costs: list[AccessCost]) -> dict[tuple[ir.Operand, str, int], list[AccessCost]]:
+    """Conflicting instructions grouped by (operand, load/store, width bits), in program order."""
+    groups: dict[tuple[ir.Operand, str, int], list[AccessCost]] = {}
+    for cost in costs:
+        if cost.excess_wavefronts:
+            groups.setdefault((cost.access.operand, cost.access.op, cost.width_bits), []).append(cost)
+    return groups
+
+
+FIX_HINTS = {
+    "store": "pad the leading dimension (`pad: 4`) or add a swizzle so a warp's stores spread over all banks",
+    "load": "try a squarer lane grid (4x8), a k-major order so fragments are read as float4, "
+            "or `repeat` to split the micro tile",
+}
+
+
+def conflict_warning(spec: ir.KernelSpec, key: tuple[ir.Operand, str, int], costs: list[AccessCost]) -> Diagnostic:
+    operand, op, bits = key
+    ways = max(c.max_ways for c in costs)
+    wavefronts = sum(c.wavefronts for c in costs)
+    ideal = sum(c.ideal_wavefronts for c in costs)
+    message = (f"{ways}-way bank conflict on {operand.name} {op}s ({bits}-bit, {len(costs)} per thread): "
+               f"{wavefronts} shared wavefronts per block and k-tile where {ideal} would do")
+    return Diagnostic(Severity.WARNING, spec.smem(operand).span, message, hint=FIX_HINTS[op])
+
+
+class BankConflictPass:
+    name = "bank_conflicts"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"smem_accesses"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = context.layout
+        env = layout.thread_env()
+        costs = [cost_access(layout, access, env) for access in layout.smem_accesses()]
+        groups = conflict_groups(costs)
+        warnings = tuple(conflict_warning(context.spec, key, group) for key, group in groups.items())
+        return PassResult({"smem_accesses": costs}, self._verdict(costs, groups), warnings)
+
+    @staticmethod
+    def _verdict(costs: list[AccessCost], groups: dict) -> str:
+        per_op = {}
+        for op in ("load", "store"):
+            chosen = [c for c in costs if c.access.op == op]
+            per_op[op] = (sum(c.wavefronts for c in chosen), sum(c.ideal_wavefronts for c in chosen))
+        totals = ", ".join(f"{op} {w} wavefronts (ideal {i})" for op, (w, i) in per_op.items())
+        if not groups:
+            return f"no bank conflicts; per block and k-tile: {totals}"
+        worst = "; ".join(f"{operand.name} {op} {bits}-bit {max(c.max_ways for c in group)}-way"
+                          for (operand, op, bits), group in groups.items())
+        return f"conflicts: {worst}; per block and k-tile: {totals}"

@@ -1,0 +1,398 @@
+"""Semantic checks: the cross-field rules of a parsed spec, reported all at once.
+
+The parser has already checked every value on its own (types, ranges, names);
+this module checks how they fit together and against the target's limits:
+tile products, thread counts, vector widths, shared memory, the pipeline and
+the register budget. `validate` never raises on a parsed spec; it returns every
+error and warning, in source order, each pointing at the value it objects to.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from . import ir
+from .layout import KernelLayout, widest_dividing
+from .source import Diagnostic, Severity, Span
+from .targets import ARCHS, Arch
+
+WARP = 32
+MAX_NAME = 64
+MIN_REGISTERS = 16
+MAX_SWIZZLE_BITS = 16  # B + M + S; larger swizzles span more than any stage
+
+# C and C++ keywords (C11 and C++20) and CUDA built-ins a kernel may not be named after.
+RESERVED_NAMES = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not
+    not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+    restrict return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq _Alignas _Alignof _Atomic _Bool _Complex _Generic
+    _Imaginary _Noreturn _Static_assert _Thread_local
+    main threadIdx blockIdx blockDim gridDim warpSize
+""".split())
+
+_ORDERS = {
+    ir.Operand.A: (ir.SmemOrder.MK, ir.SmemOrder.KM),
+    ir.Operand.B: (ir.SmemOrder.KN, ir.SmemOrder.NK),
+}
+_THREAD_KEYS = ("warps", "lanes", "micro", "repeat")
+
+
+def validate(spec: ir.KernelSpec) -> list[Diagnostic]:
+    """Every semantic error and warning of a parsed spec, sorted by position."""
+    checker = _Checker(spec)
+    checker.run()
+    return sorted(checker.diagnostics, key=lambda d: (d.span.line, d.span.column))
+
+
+def errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return [d for d in diagnostics if d.severity is Severity.ERROR]
+
+
+@dataclass
+class _Checker:
+    spec: ir.KernelSpec
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, span: Span, message: str, hint: str | None = None) -> None:
+        self.diagnostics.append(Diagnostic(Severity.ERROR, span, message, hint))
+
+    def warning(self, span: Span, message: str, hint: str | None = None) -> None:
+        self.diagnostics.append(Diagnostic(Severity.WARNING, span, message, hint))
+
+    @property
+    def arch(self) -> Arch | None:
+        return ARCHS.get(self.spec.target.sm)
+
+    def run(self) -> None:
+        self.check_name()
+        self.check_problem()
+        self.check_target()
+        block_ok = self.check_block()
+        threads_ok = self.check_threads() and block_ok
+        smem_ok = all([self.check_smem(ir.Operand.A), self.check_smem(ir.Operand.B)])
+        if threads_ok:
+            self.check_load(ir.Operand.A)
+            self.check_load(ir.Operand.B)
+        pipeline_ok = self.check_pipeline()
+        layout = None
+        if block_ok and smem_ok and pipeline_ok and self.arch is not None:
+            layout = KernelLayout(self.spec)
+            self.check_smem_size(layout)
+            if threads_ok:
+                self.check_widths(layout, ir.Operand.A)
+                self.check_widths(layout, ir.Operand.B)
+        self.check_budget(layout)
+
+    # --- name, problem, target -----------------------------------------------------------
+
+    def check_name(self) -> None:
+        name, span = self.spec.name, self.spec.at("name")
+        if name in RESERVED_NAMES:
+            self.error(span, f"kernel name '{name}' is a C/C++ keyword or CUDA built-in",
+                       hint=f"the name becomes a C++ function name; try '{name}_gemm'")
+        if len(name) > MAX_NAME:
+            self.error(span, f"kernel name is {len(name)} characters long; at most {MAX_NAME} are allowed",
+                       hint="the name is used for the kernel and its files; pick a shorter one")
+
+    def check_problem(self) -> None:
+        problem = self.spec.problem
+        for key in ("a", "b", "c"):
+            matrix: ir.MatrixType = getattr(problem, key)
+            if matrix.dtype is not ir.DType.F32:  # pragma: no cover - the parser admits only f32
+                self.error(problem.at(key), f"only f32 matrices are supported, found {matrix.dtype.value}")
+            if matrix.layout is not ir.MatrixLayout.ROW:
+                self.error(problem.at(key), "only row-major A, B and C are supported for now",
+                           hint=f"write `{key}: f32 row;` (column-major operands are not implemented yet)")
+
+    def check_target(self) -> None:
+        if self.arch is None:
+            names = ", ".join(f"sm_{sm}" for sm in ARCHS)
+            self.error(self.spec.target.at("target"), f"unknown target sm_{self.spec.target.sm}",
+                       hint=f"supported targets: {names}")
+
+    # --- block tile and thread layout ----------------------------------------------------
+
+    def check_block(self) -> bool:
+        block = self.spec.block
+        ok = True
+        if min(block.m, block.n, block.k) < 1:  # pragma: no cover - the parser requires >= 1
+            self.error(block.at("tile"), f"every size of the block tile must be at least 1, found "
+                                         f"{block.m}x{block.n}x{block.k}")
+            ok = False
+        if block.raster.kind is ir.RasterKind.GROUP and block.raster.group < 1:
+            self.error(block.at("raster"), f"group({block.raster.group}) needs at least one row of blocks per group",
+                       hint="write group(G) with G >= 1, e.g. group(8)")
+        return ok
+
+    def check_threads(self) -> bool:
+        t = self.spec.threads
+        ok = True
+        for key in _THREAD_KEYS:
+            pair: ir.Pair = getattr(t, key)
+            if min(pair.m, pair.n) < 1:  # pragma: no cover - the parser requires >= 1
+                self.error(t.at(key), f"{key} must be at least 1x1, found {pair}")
+                ok = False
+        if not ok:
+            return False
+        limit = self.arch.max_threads_per_block if self.arch else 1024
+        if t.threads > limit:
+            self.error(t.at("warps"), f"warps {t.warps} make {t.warps.m}*{t.warps.n}*32 = {t.threads} threads "
+                                      f"per block, more than the {limit} a block may have",
+                       hint=f"use at most {limit // WARP} warps and give each thread more work (micro, repeat)")
+            ok = False
+        if t.lanes.m * t.lanes.n != WARP:
+            self.error(t.at("lanes"), f"lanes {t.lanes} hold {t.lanes.m}*{t.lanes.n} = {t.lanes.m * t.lanes.n} "
+                                      f"threads, but a warp has {WARP}",
+                       hint="lanes.m * lanes.n must be 32, e.g. 4x8 or 8x4")
+            ok = False
+        elif t.lane_order is ir.LaneOrder.ZIGZAG and (t.lanes.n < 2 or t.lanes.n % 2):
+            self.error(t.at("lanes"), f"lane order zigzag needs an even lanes.n (at least 2), found {t.lanes}",
+                       hint="zigzag puts bit 0 of the lane on n; use e.g. `lanes: 4x8 zigzag;`")
+            ok = False
+        for axis in ("m", "n"):
+            ok = self.check_product(axis) and ok
+        accumulators = t.fragment.m * t.fragment.n
+        if accumulators > (self.arch.max_registers_per_thread if self.arch else 255):
+            self.warning(t.at("micro"), f"each thread accumulates {t.fragment.m}x{t.fragment.n} = {accumulators} "
+                                        f"values, more than the registers a thread can have; nvcc will spill",
+                         hint="use more threads or a smaller micro tile or repeat")
+        return ok
+
+    def check_product(self, axis: str) -> bool:
+        t, block = self.spec.threads, self.spec.block
+        factors = {key: getattr(getattr(t, key), axis) for key in _THREAD_KEYS}
+        product = prod(factors.values())
+        extent, extent_name = (block.m, "BM") if axis == "m" else (block.n, "BN")
+        if product == extent:
+            return True
+        formula = "*".join(str(v) for v in factors.values())
+        message = (f"warps x lanes x micro x repeat along {axis} is {formula} = {product}, "
+                   f"but the block tile's {extent_name} is {extent}")
+        # Blame the one factor whose change alone fixes the product: repeat (when written),
+        # then micro, then warps; the lanes are pinned by the 32 lanes of a warp.
+        written = {name for name, _ in t.key_spans}
+        blame, fix = "micro", None
+        for key in ("repeat", "micro", "warps"):
+            if key == "repeat" and key not in written:
+                continue
+            rest = product // factors[key]
+            if extent % rest == 0:
+                blame, fix = key, extent // rest
+                break
+        tile = (f"{product}x{block.n}x{block.k}" if axis == "m" else f"{block.m}x{product}x{block.k}")
+        if fix is not None:
+            pair: ir.Pair = getattr(t, blame)
+            new = ir.Pair(fix, pair.n) if axis == "m" else ir.Pair(pair.m, fix)
+            hint = f"use `{blame}: {new}` to cover {extent_name} = {extent}, or make the block tile {tile}"
+        else:
+            hint = f"make the block tile {tile}, or change the thread layout so its product along {axis} is {extent}"
+        self.error(t.at(blame), message, hint)
+        return False
+
+    # --- shared memory layouts -----------------------------------------------------------
+
+    def check_smem(self, operand: ir.Operand) -> bool:
+        smem = self.spec.smem(operand)
+        ok = True
+        allowed = _ORDERS[operand]
+        if smem.order not in allowed:
+            name = operand.value.upper()
+            self.error(smem.at("order"), f"order {smem.order.value} is not a layout of {name}; "
+                                         f"smem {operand.value} is stored as {' or '.join(o.value for o in allowed)}",
+                       hint=" and ".join(f"{o.value} keeps {o.value[1]} contiguous" for o in allowed))
+            ok = False
+        if smem.swizzle is not None:
+            s = smem.swizzle
+            problem = None
+            if s.bits < 1:
+                problem = "B (the number of bits xor-ed) must be at least 1"
+            elif s.shift < s.bits:
+                problem = f"S must be at least B ({s.shift} < {s.bits}), or the xor-ed bit ranges overlap"
+            elif s.bits + s.base + s.shift > MAX_SWIZZLE_BITS:
+                problem = f"B + M + S is {s.bits + s.base + s.shift}, more than {MAX_SWIZZLE_BITS}"
+            if problem is not None:
+                self.error(smem.at("swizzle"), f"invalid swizzle {s}: {problem}",
+                           hint="xor(B, M, S) xors bits [M+S, M+S+B) of an element offset into bits [M, M+B); "
+                                "e.g. xor(3, 2, 3)")
+                ok = False
+        return ok
+
+    # --- global loads --------------------------------------------------------------------
+
+    def check_load(self, operand: ir.Operand) -> None:
+        load, block, threads = self.spec.load(operand), self.spec.block, self.spec.threads.threads
+        name = operand.value.upper()
+        rows, cols = (block.m, block.k) if operand is ir.Operand.A else (block.k, block.n)
+        extent_name = "BK" if operand is ir.Operand.A else "BN"
+        written = any(key == "vector" for key, _ in load.key_spans)
+        span = load.at("vector") if written else self.spec.block.at("tile")
+        vector = load.vector
+        if cols % vector:
+            self.error(span, f"vector {vector} does not divide the contiguous extent of {name}'s tile "
+                             f"({extent_name} = {cols})",
+                       hint=f"{name} is row-major, so its {rows}x{cols} tile has rows of {cols} contiguous "
+                            f"elements; use `vector: {widest_dividing(cols)};`")
+            return
+        chunks = rows * cols // vector
+        if chunks % threads == 0:
+            return
+        why = "fewer than" if chunks < threads else "not a multiple of"
+        fits = [w for w in (4, 2, 1) if cols % w == 0 and (rows * cols // w) % threads == 0]
+        if fits:
+            hint = f"use `vector: {fits[0]};` in `load {operand.value}`, or fewer threads"
+        else:
+            hint = (f"the {rows}x{cols} tile of {name} has {rows * cols} elements for {threads} threads; "
+                    "use fewer threads (warps) or a larger block tile")
+        where = "" if written else f" (load {operand.value} defaults to vector {vector})"
+        self.error(span, f"{name}'s {rows}x{cols} tile is {chunks} loads of vector {vector}{where}, {why} "
+                         f"the {threads} threads; every thread must load the same number of vectors",
+                   hint=hint)
+
+    # --- shared memory size and access widths --------------------------------------------
+
+    def check_smem_size(self, layout: KernelLayout) -> None:
+        arch = self.arch
+        assert arch is not None
+        used, limit = layout.smem_bytes, arch.smem_per_block
+        if used <= limit:
+            return
+        block, stages = self.spec.block, self.spec.pipeline.stages
+        self.error(block.at("tile"),
+                   f"the tiles of A ({block.m}x{block.k}) and B ({block.k}x{block.n}) in {stages} stage(s) need "
+                   f"{used} bytes of shared memory ({used / 1024:.1f} KiB), more than the {limit} bytes "
+                   f"({limit // 1024} KiB) sm_{arch.sm} allows per block",
+                   hint="use fewer pipeline stages, a smaller BK or a smaller block tile")
+
+    def check_widths(self, layout: KernelLayout, operand: ir.Operand) -> None:
+        smem = self.spec.smem(operand)
+        geometry = layout.smem[operand]
+        micro = self.spec.threads.micro.m if operand is ir.Operand.A else self.spec.threads.micro.n
+        allowed = layout.max_read_width(operand)
+        forced = smem.read_bits
+        if forced is not None and forced > allowed * 32:
+            need = forced // 32
+            cause, hint = self._narrowing(operand, geometry, micro, need, "reads")
+            self.error(smem.at("read"), f"read: {forced} is wider than the layout allows ({allowed * 32} bits): "
+                                        f"{cause}", hint=hint)
+        elif forced is None and geometry.order.k_major:
+            best = widest_dividing(micro)
+            if allowed < best:
+                cause, hint = self._narrowing(operand, geometry, micro, best, "reads")
+                key = "swizzle" if geometry.swizzle is not None and (1 << geometry.swizzle.base) < best else "pad"
+                self.warning(smem.at(key), f"fragment reads of {operand.value.upper()} are {allowed * 32}-bit "
+                                           f"instead of {best * 32}-bit: {cause}", hint=hint)
+        # Vector stores of global chunks: only where the global rows stay contiguous in shared memory.
+        vector = self.spec.load(operand).vector
+        contiguous = (not geometry.order.k_major) if operand is ir.Operand.A else geometry.order.k_major
+        width = layout.store_width(operand)
+        if contiguous and width < vector:
+            cause, hint = self._narrowing(operand, geometry, micro, vector, "stores")
+            key = "swizzle" if geometry.swizzle is not None and (1 << geometry.swizzle.base) < vector else "pad"
+            self.warning(smem.at(key), f"shared-memory stores of {operand.value.upper()} are {width * 32}-bit "
+                                       f"instead of {vector * 32}-bit: {cause}", hint=hint)
+
+    def _narrowing(self, operand: ir.Operand, geometry, micro: int, need: int, what: str) -> tuple[str, str]:
+        """Why the layout cannot do `need`-element accesses, and what to change."""
+        bits = need * 32
+        order = geometry.order.value
+        axis = "m" if operand is ir.Operand.A else "n"
+        if what == "reads" and not geometry.order.k_major:
+            wide = "km" if operand is ir.Operand.A else "kn"
+            return (f"order {order} keeps k contiguous, so the {micro} elements of a thread's {axis} fragment "
+                    f"lie {geometry.ld} elements apart and are read one at a time",
+                    f"use `order: {wide};` ({axis} contiguous) for vector fragment reads, or drop `read:`")
+        if what == "reads" and widest_dividing(micro) < need:
+            return (f"the micro tile has {micro} elements along {axis}, which allows at most "
+                    f"{widest_dividing(micro) * 32}-bit reads",
+                    f"use a micro tile whose {axis} size is a multiple of {need}, or a narrower `read:`")
+        s = geometry.swizzle
+        if s is not None and (1 << s.base) < need:
+            return (f"the swizzle {s} moves elements in groups of 2^{s.base} = {1 << s.base}, "
+                    f"which breaks {bits}-bit {what}",
+                    f"use M >= {need.bit_length() - 1} (e.g. xor({s.bits}, {need.bit_length() - 1}, "
+                    f"{max(s.shift, s.bits)})) so {need} consecutive elements move together")
+        pad = geometry.ld - geometry.inner
+        return (f"pad {pad} makes each row {geometry.ld} elements long, which keeps rows aligned only to "
+                f"{widest_dividing(geometry.ld) * 32} bits",
+                f"use a pad that is a multiple of {need} ({bits // 8} bytes)")
+
+    # --- pipeline and budget -------------------------------------------------------------
+
+    def check_pipeline(self) -> bool:
+        p = self.spec.pipeline
+        ok = True
+        if p.stages < 1:
+            self.error(p.at("stages"), f"stages must be at least 1, found {p.stages}",
+                       hint="1 = load then compute; 2 = double buffering; more need `copy: cp_async`")
+            ok = False
+        if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
+            self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
+                       hint="use `copy: registers;`")
+        if p.copy is ir.CopyMode.REGISTERS and p.stages > 2:
+            self.error(p.at("stages"), "register-staged copies double-buffer: stages must be 1 or 2; "
+                                       "use copy: cp_async for deeper pipelines",
+                       hint="write `pipeline { stages: 2; copy: registers; }` or "
+                            f"`pipeline {{ stages: {p.stages}; copy: cp_async; }}`")
+        return ok
+
+    def check_budget(self, layout: KernelLayout | None) -> None:
+        budget, arch = self.spec.budget, self.arch
+        if arch is None or (budget.registers is None and budget.blocks_per_sm is None):
+            return
+        threads = self.spec.threads.threads
+        warps = -(-threads // WARP)
+        blocks = budget.blocks_per_sm or 1
+        blocks_ok = True
+        if budget.blocks_per_sm is not None:
+            if blocks > arch.max_blocks_per_sm:
+                self.error(budget.at("blocks_per_sm"), f"blocks_per_sm: {blocks} is more than the "
+                                                       f"{arch.max_blocks_per_sm} blocks an sm_{arch.sm} SM can hold")
+                blocks_ok = False
+            elif blocks * threads > arch.max_threads_per_sm:
+                self.error(budget.at("blocks_per_sm"),
+                           f"{blocks} blocks of {threads} threads are {blocks * threads} threads, more than the "
+                           f"{arch.max_threads_per_sm} an sm_{arch.sm} SM can hold",
+                           hint=f"use blocks_per_sm: {max(1, arch.max_threads_per_sm // threads)} or fewer warps")
+                blocks_ok = False
+            elif layout is not None:
+                smem = layout.smem_bytes + arch.smem_reserved_per_block
+                if blocks * smem > arch.smem_per_sm:
+                    self.warning(budget.at("blocks_per_sm"),
+                                 f"{blocks} blocks need {blocks * smem} bytes of shared memory, more than the "
+                                 f"{arch.smem_per_sm} an sm_{arch.sm} SM has; fewer blocks will be resident",
+                                 hint=f"at most {arch.smem_per_sm // smem} blocks fit")
+        regs = budget.registers
+        if regs is None:
+            return
+        if not MIN_REGISTERS <= regs <= arch.max_registers_per_thread:
+            self.error(budget.at("registers"), f"registers must be between {MIN_REGISTERS} and "
+                                               f"{arch.max_registers_per_thread}, found {regs}")
+            return
+        unit = arch.register_alloc_unit
+        per_warp = -(-regs * WARP // unit) * unit
+        total = per_warp * warps * blocks
+        if blocks_ok and total > arch.registers_per_sm:
+            self.error(budget.at("registers"),
+                       f"{regs} registers x {threads} threads x {blocks} block(s) per SM need {total} registers "
+                       f"(allocated {per_warp} per warp), more than the {arch.registers_per_sm} of an "
+                       f"sm_{arch.sm} SM",
+                       hint=f"use at most {self._max_registers(arch, warps * blocks)} registers, "
+                            "fewer blocks_per_sm or fewer warps")
+            return
+        t = self.spec.threads
+        live = t.fragment.m * t.fragment.n + t.fragment.m + t.fragment.n
+        if regs < live:
+            self.warning(budget.at("registers"),
+                         f"registers: {regs} cannot hold a thread's {t.fragment.m}x{t.fragment.n} accumulators "
+                         f"and fragments ({live} values); nvcc will spill to local memory",
+                         hint="raise the register budget or shrink the micro tile or repeat")
+
+    @staticmethod
+    def _max_registers(arch: Arch, warps: int) -> int:
+        per_warp = arch.registers_per_sm // max(warps, 1) // arch.register_alloc_unit * arch.register_alloc_unit
+        return min(arch.max_registers_per_thread, per_warp // WARP)
