@@ -38,7 +38,7 @@ class Context:
     spec: ir.KernelSpec
     layout: KernelLayout
     problem: ProblemSize = DEFAULT_PROBLEM
-    # {registers, spills_stores, spills_loads, stack, smem} from ptxas -v, or None when not compiled
+    # build.PtxasResources.as_dict(): {registers, spill_stores, spill_loads, stack, static_smem}; None = not compiled
     ptxas: dict | None = None
     facts: dict[str, object] = field(default_factory=dict)
 
@@ -96,8 +96,9 @@ class PassManager:
         if not nx.is_directed_acyclic_graph(graph):
             cycle = " -> ".join(edge[0] for edge in nx.find_cycle(graph))
             raise PassGraphError(f"passes need each other in a cycle: {cycle}")
-        # Ties broken by name, so the report and the .cu header list verdicts in a stable order.
-        return [self.passes[name] for name in nx.lexicographical_topological_sort(graph)]
+        # Ties keep the order the passes were given in, so verdicts come out in a stable, chosen order.
+        listed = {name: index for index, name in enumerate(self.passes)}
+        return [self.passes[name] for name in nx.lexicographical_topological_sort(graph, key=listed.__getitem__)]
 
     def run(self, context: Context) -> list[PassOutcome]:
         outcomes = []

@@ -1,10 +1,21 @@
 """Registers per thread: an estimate from the spec, beside ptxas's figure when the kernel was compiled.
 
-The estimate counts what the kernel must hold live in its inner loop: the
-accumulators, the A and B fragments (twice with double-buffered fragments), the
-next tile's global loads while the current one is computed (two stages copied
-through registers), and a fixed overhead for addresses, indices and loop state
-calibrated against ptxas (see the constants below).
+The estimate counts what the main loop keeps live, with constants fitted to
+ptxas -v (nvcc 13.0, sm_90) over the specs in specs/ and about forty variants
+of them (see the calibration table in tests/test_analysis.py):
+
+- the accumulators, frag_m x frag_n;
+- the A and B fragments twice over: the k loop is fully unrolled and ptxas loads
+  step kk+1's fragments while step kk multiplies, so two sets are live whether or
+  not the spec asks for double-buffered fragments (asking changes nothing);
+- with two or more stages copied through registers, the next tile's global loads
+  and the two 64-bit source pointers kept across the compute;
+- for an operand stored k-contiguous (A mk, B nk), a thread's row runs along k,
+  and nvcc merges the unrolled k steps of it into wide loads that bring several
+  k steps in at once;
+- for a swizzled operand, addresses are no longer base + immediate, so ptxas
+  keeps a table of precomputed addresses;
+- a fixed remainder for indices, the loop counter and the block's base pointers.
 """
 from __future__ import annotations
 
@@ -14,8 +25,11 @@ from .. import ir
 from ..source import Diagnostic, Severity
 from .framework import Context, PassResult
 
-# Addresses, indices and loop counters: fitted against ptxas -v (nvcc 13, sm_90) on the specs in specs/.
-OVERHEAD_REGISTERS = 30
+FRAGMENT_SETS = 2  # live fragment sets in ptxas's schedule of the unrolled k loop
+STAGING_POINTERS = 4  # two 64-bit global source pointers live across the compute
+MERGED_K_LOADS_PER_ROW = 5  # per fragment row of a k-contiguous operand
+SWIZZLE_ADDRESSES = 30  # per swizzled operand
+OVERHEAD_REGISTERS = 23  # indices, loop counter, base pointers
 
 
 @dataclass(frozen=True)
@@ -23,11 +37,14 @@ class RegisterEstimate:
     accumulators: int
     fragments: int
     staging: int
+    merged_k_loads: int
+    swizzle_addresses: int
     overhead: int
 
     @property
     def total(self) -> int:
-        return self.accumulators + self.fragments + self.staging + self.overhead
+        return (self.accumulators + self.fragments + self.staging + self.merged_k_loads
+                + self.swizzle_addresses + self.overhead)
 
 
 @dataclass(frozen=True)
@@ -48,17 +65,25 @@ class Registers:
         return bool(self.spill_store_bytes or self.spill_load_bytes)
 
 
+def staged_registers(spec: ir.KernelSpec) -> int:
+    pipeline = spec.pipeline
+    if pipeline.stages < 2 or pipeline.copy is not ir.CopyMode.REGISTERS:
+        return 0
+    block = spec.block
+    return (block.m + block.n) * block.k // spec.threads.threads + STAGING_POINTERS
+
+
 def estimate_registers(spec: ir.KernelSpec) -> RegisterEstimate:
     fragment = spec.threads.fragment
-    buffers = 2 if spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE else 1
-    staging = 0
-    if spec.pipeline.stages >= 2 and spec.pipeline.copy is ir.CopyMode.REGISTERS:
-        block = spec.block
-        staging = (block.m + block.n) * block.k // spec.threads.threads
+    rows = {ir.Operand.A: fragment.m, ir.Operand.B: fragment.n}
+    k_contiguous = [op for op in rows if not spec.smem(op).order.k_major]
+    swizzled = [op for op in rows if spec.smem(op).swizzle is not None]
     return RegisterEstimate(
         accumulators=fragment.m * fragment.n,
-        fragments=(fragment.m + fragment.n) * buffers,
-        staging=staging,
+        fragments=(fragment.m + fragment.n) * FRAGMENT_SETS,
+        staging=staged_registers(spec),
+        merged_k_loads=sum(rows[op] for op in k_contiguous) * MERGED_K_LOADS_PER_ROW,
+        swizzle_addresses=len(swizzled) * SWIZZLE_ADDRESSES,
         overhead=OVERHEAD_REGISTERS,
     )
 
@@ -71,7 +96,7 @@ def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagno
             Severity.WARNING, micro,
             f"estimated {registers.estimate.total} registers per thread exceed the limit of {registers.limit}; "
             "ptxas will spill to local memory",
-            hint="a smaller micro tile or repeat, or single-buffered fragments, needs fewer registers"))
+            hint="a smaller micro tile or repeat needs fewer registers"))
     if registers.spills:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,
@@ -97,8 +122,8 @@ class RegisterPass:
             estimate=estimate_registers(context.spec),
             limit=context.layout.arch.max_registers_per_thread,
             ptxas=ptxas.get("registers"),
-            spill_store_bytes=ptxas.get("spills_stores", 0),
-            spill_load_bytes=ptxas.get("spills_loads", 0),
+            spill_store_bytes=ptxas.get("spill_stores", 0),
+            spill_load_bytes=ptxas.get("spill_loads", 0),
         )
         return PassResult({"registers": registers}, self._verdict(registers),
                           register_warnings(context.spec, registers))
@@ -106,8 +131,12 @@ class RegisterPass:
     @staticmethod
     def _verdict(registers: Registers) -> str:
         e = registers.estimate
-        verdict = (f"estimate {e.total} registers per thread ({e.accumulators} accumulators, "
-                   f"{e.fragments} fragments, {e.staging} staging, {e.overhead} addresses and loop state)")
+        parts = [f"{e.accumulators} accumulators", f"{e.fragments} fragments"]
+        optional = [(e.staging, "staging"), (e.merged_k_loads, "merged k loads"),
+                    (e.swizzle_addresses, "swizzled addresses")]
+        parts += [f"{count} {what}" for count, what in optional if count]
+        parts.append(f"{e.overhead} indices and loop state")
+        verdict = f"estimate {e.total} registers per thread ({', '.join(parts)})"
         if registers.ptxas is not None:
             spills = "SPILLS" if registers.spills else "no spills"
             verdict += f"; ptxas {registers.ptxas}, {spills}"

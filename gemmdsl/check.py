@@ -1,0 +1,290 @@
+"""`gemmdsl check`: run the analysis passes on a spec and report what they found.
+
+    analysis = analyze(spec, problem=(4096, 4096, 4096), ptxas=None)
+    print(format_report(analysis))      # tables, verdicts, warnings, a bank map
+    to_json(analysis)                   # the same figures for tools
+    summary_lines(analysis)             # one line per pass, for the .cu header
+
+The passes themselves live in gemmdsl/passes/; this module only runs them and
+formats their facts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+
+from . import ir
+from .layout import KernelLayout
+from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
+from .source import CompileError, Diagnostic, SourceFile
+
+
+class ProblemSizeError(ValueError):
+    """The problem size is not a positive multiple of the spec's block tile."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    spec: ir.KernelSpec
+    layout: KernelLayout
+    problem: ProblemSize
+    ptxas: dict | None
+    facts: dict[str, object]
+    outcomes: list[PassOutcome]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [w for outcome in self.outcomes for w in outcome.warnings]
+
+
+def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
+            ptxas: dict | None = None) -> Analysis:
+    """Run every pass on a validated spec; `problem` must be a multiple of the block tile."""
+    size = ProblemSize(*problem)
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    if any(extent <= 0 or extent % step for extent, step in zip(size, tile)):
+        raise ProblemSizeError(f"problem {size} is not a positive multiple of the block tile "
+                         f"{'x'.join(map(str, tile))} (the kernel handles exact tiles only)")
+    context = Context(spec, KernelLayout(spec), size, ptxas)
+    outcomes = PassManager(ALL_PASSES).run(context)
+    return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
+
+
+def summary_lines(analysis: Analysis) -> list[str]:
+    """One verdict per pass, in pass order. Deterministic; call with ptxas=None for the .cu header."""
+    return [f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes]
+
+
+# --- the text report ---------------------------------------------------------------------------
+
+
+def format_report(analysis: Analysis) -> str:
+    sections = [
+        _header(analysis),
+        _spill_banner(analysis),
+        _access_table(analysis),
+        _launch_totals(analysis),
+        _verdicts(analysis),
+        _warnings(analysis),
+        _bank_map(analysis),
+    ]
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def _header(analysis: Analysis) -> str:
+    spec, layout = analysis.spec, analysis.layout
+    launch = analysis.facts["launch"]
+    return (f"{spec.name} ({spec.target}): {layout.threads} threads = {launch.warps_per_block} warps, "
+            f"block tile {layout.bm}x{layout.bn}x{layout.bk}, problem {analysis.problem}")
+
+
+def _spill_banner(analysis: Analysis) -> str:
+    registers = analysis.facts["registers"]
+    if not registers.spills:
+        return ""
+    return (f"!!! ptxas SPILLS registers to local memory: {registers.spill_store_bytes} bytes stored, "
+            f"{registers.spill_load_bytes} bytes loaded per thread !!!")
+
+
+def _merged_rows(costs: list[AccessCost]) -> list[list[AccessCost]]:
+    """Instructions of equal operand, op, width and cost, in order of first appearance."""
+    rows: dict[tuple, list[AccessCost]] = {}
+    for c in costs:
+        key = (c.access.operand, c.access.op, c.width_bits, c.wavefronts, c.ideal_wavefronts, c.max_ways)
+        rows.setdefault(key, []).append(c)
+    return list(rows.values())
+
+
+def _access_table(analysis: Analysis) -> str:
+    warps = analysis.facts["launch"].warps_per_block
+    lines = [f"Shared-memory instructions per k-tile, per block of {warps} warps "
+             "(equal rows merged; 'per thread' counts unrolled instructions)",
+             f"  {'operand':<8}{'op':<7}{'bits':>5}{'per thread':>12}{'warp instrs':>13}"
+             f"{'wavefronts':>12}{'ideal':>8}{'max ways':>10}"]
+    for row in _merged_rows(analysis.facts["smem_accesses"]):
+        first = row[0]
+        lines.append(f"  {first.access.operand.name:<8}{first.access.op:<7}{first.width_bits:>5}{len(row):>12}"
+                     f"{sum(c.instructions for c in row):>13}{sum(c.wavefronts for c in row):>12}"
+                     f"{sum(c.ideal_wavefronts for c in row):>8}{first.max_ways:>10}")
+    return "\n".join(lines)
+
+
+def _launch_totals(analysis: Analysis) -> str:
+    launch, traffic = analysis.facts["launch"], analysis.facts["smem_traffic"]
+    return "\n".join([
+        f"Per launch ({launch.blocks:,} blocks x {launch.k_tiles:,} k-tiles):",
+        f"  shared loads  {traffic.load_wavefronts:>16,} wavefronts, {traffic.load_conflicts:,} beyond ideal",
+        f"  shared stores {traffic.store_wavefronts:>16,} wavefronts, {traffic.store_conflicts:,} beyond ideal",
+    ])
+
+
+def _verdicts(analysis: Analysis) -> str:
+    width = max(len(outcome.name) for outcome in analysis.outcomes)
+    return "Verdicts\n" + "\n".join(f"  {o.name:<{width}}  {o.verdict}" for o in analysis.outcomes)
+
+
+def _warnings(analysis: Analysis) -> str:
+    if not analysis.warnings:
+        return ""
+    source = _source_of(analysis.spec)
+    return "Warnings\n" + "\n".join(w.render(source) for w in analysis.warnings)
+
+
+def _source_of(spec: ir.KernelSpec) -> SourceFile | None:
+    """The spec's text, so warnings can quote their line; None for specs not read from a file."""
+    try:
+        return SourceFile.read(spec.span.file)
+    except CompileError:
+        return None
+
+
+def worst_access(costs: list[AccessCost]) -> AccessCost:
+    """The instruction with the worst conflict, then the most excess wavefronts; the first such in program order."""
+    return max(costs, key=lambda c: (c.max_ways, c.excess_wavefronts))
+
+
+def _bank_map(analysis: Analysis) -> str:
+    cost = worst_access(analysis.facts["smem_accesses"])
+    access = cost.access
+    addresses = lane_byte_addresses(analysis.layout, access, analysis.layout.thread_env())[cost.worst_warp]
+    width_bytes = access.width * 4
+    lanes = [lane for lane, phase in enumerate(phase_of_each_lane(width_bytes)) if phase == cost.worst_phase]
+    where = f" at kk={access.kk}" if access.kk is not None else ""
+    conflict = f"{cost.max_ways}-way conflict" if cost.max_ways > 1 else "no conflict"
+    lines = [f"Bank map of the worst access: {access.operand.name} {access.op} {cost.width_bits}-bit{where} "
+             f"({access.offset}), warp {cost.worst_warp}, lanes {lanes[0]}-{lanes[-1]}: {conflict}"]
+    for bank, words in lanes_by_bank(addresses, width_bytes, cost.worst_phase).items():
+        cells = " | ".join(f"word {word}: lanes {','.join(map(str, word_lanes))}"
+                           for word, word_lanes in words.items())
+        lines.append(f"  bank {bank:>2}  {cells}")
+    return "\n".join(lines)
+
+
+# --- JSON --------------------------------------------------------------------------------------
+
+
+def to_json(analysis: Analysis) -> dict:
+    facts = analysis.facts
+    spec, layout = analysis.spec, analysis.layout
+    launch, traffic = facts["launch"], facts["smem_traffic"]
+    registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
+    return {
+        "kernel": spec.name,
+        "target": str(spec.target),
+        "threads": layout.threads,
+        "block_tile": [layout.bm, layout.bn, layout.bk],
+        "smem_bytes": layout.smem_bytes,
+        "registers": {
+            "estimate": registers.estimate.total,
+            "estimate_parts": {"accumulators": registers.estimate.accumulators,
+                               "fragments": registers.estimate.fragments,
+                               "staging": registers.estimate.staging,
+                               "overhead": registers.estimate.overhead},
+            "ptxas": registers.ptxas,
+            "spills": None if registers.ptxas is None else {"store_bytes": registers.spill_store_bytes,
+                                                            "load_bytes": registers.spill_load_bytes},
+        },
+        "occupancy": {
+            "blocks_per_sm": occupancy.blocks_per_sm,
+            "limited_by": occupancy.limited_by,
+            "limits": occupancy.limits,
+            "warps_per_sm": occupancy.warps_per_sm,
+            "registers_per_thread": occupancy.registers_per_thread,
+        },
+        "smem_accesses": [_access_json(cost) for cost in facts["smem_accesses"]],
+        "launch": {
+            "problem": list(analysis.problem),
+            "blocks": launch.blocks,
+            "k_tiles": launch.k_tiles,
+            "warps_per_block": launch.warps_per_block,
+            "smem_load_wavefronts": traffic.load_wavefronts,
+            "smem_store_wavefronts": traffic.store_wavefronts,
+            "smem_load_conflicts": traffic.load_conflicts,
+            "smem_store_conflicts": traffic.store_conflicts,
+        },
+        "intensity": {
+            "block_flops_per_byte": round(intensity.block_flops_per_byte, 3),
+            "warp_tile": [intensity.warp_tile.m, intensity.warp_tile.n],
+            "warp_flops_per_byte": round(intensity.warp_flops_per_byte, 3),
+            "launch_flops": intensity.flops,
+            "launch_global_bytes": intensity.global_bytes,
+            "launch_flops_per_byte": round(intensity.launch_flops_per_byte, 3),
+        },
+        "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
+        "warnings": [w.render() for w in analysis.warnings],
+    }
+
+
+def _access_json(cost: AccessCost) -> dict:
+    return {
+        "operand": cost.access.operand.value,
+        "op": cost.access.op,
+        "width_bits": cost.width_bits,
+        "kk": cost.access.kk,
+        "offset": cost.access.offset.render(),
+        "instructions": cost.instructions,  # warp instructions per block and k-tile
+        "wavefronts": cost.wavefronts,
+        "ideal_wavefronts": cost.ideal_wavefronts,
+        "max_ways": cost.max_ways,
+    }
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def parse_problem(text: str) -> ProblemSize:
+    """'MxNxK' -> ProblemSize, for argparse."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, such as 4096x4096x4096, not {text!r}")
+    return ProblemSize(*map(int, parts))
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to analyse")
+    parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
+                        help="problem size for per-launch figures (default 4096x4096x4096)")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON: one object for one spec, a list for several")
+
+
+def ptxas_resources(path: str) -> dict | None:
+    """ptxas's registers and spills for a spec's kernel, or None when nvcc is not on PATH."""
+    from .build import build, find_nvcc
+    from .compiler import compile_path
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    artifacts = compile_path(path)
+    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm, nvcc=nvcc).resources.as_dict()
+
+
+def check_main(args: argparse.Namespace) -> int:
+    """Analyse each spec; exit status 1 if any failed to load or build, or does not tile the problem."""
+    from .build import BuildError
+    from .frontend import load_path
+
+    status = 0
+    reports = []
+    for path in args.specs:
+        try:
+            spec, _ = load_path(path)
+            analysis = analyze(spec, args.problem, ptxas_resources(path))
+        except CompileError as err:
+            print(err.render(), file=sys.stderr)
+            status = 1
+            continue
+        except (BuildError, ProblemSizeError) as err:
+            print(f"{path}: error: {err}", file=sys.stderr)
+            status = 1
+            continue
+        reports.append(to_json(analysis) if args.json else format_report(analysis))
+    if args.json:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
+    else:
+        print("\n".join(reports), end="")
+    return status
