@@ -1,0 +1,309 @@
+"""Time generated kernels against FP32 cuBLAS and the GPU's measured FP32 FMA peak.
+
+Method, and why:
+- CUDA events around every launch; the median of `runs` timed launches (at
+  least 20) after `warmup` untimed ones, so one slow launch does not move it.
+- Events only measure GPU time if the GPU never idles waiting for the host
+  between them. A short spin kernel runs first and keeps the GPU busy while
+  the host enqueues every timed launch, so even a 50 microsecond kernel is
+  timed back to back.
+- When A, B and C would stay in L2 between launches (50 MB on an H100), the
+  launches rotate over enough copies of the inputs to exceed twice the L2, so
+  every launch reads A and B from DRAM as a real caller's would.
+- cuBLAS (cupy.matmul on float32, TF32 off) is timed the same way, in the
+  same process, on the same buffers.
+- The peak is measured, not taken from a datasheet: a kernel of independent
+  FMA chains in registers, timed at the clocks this GPU actually runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from functools import cache, partial
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+import numpy
+
+from .runtime import Kernel, Size, format_size, require_fp32_cublas, run_on_kernels
+from .verify import random_matrix
+
+DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
+MIN_RUNS = 20
+DEFAULT_WARMUP = 5
+L2_MULTIPLE = 2  # the rotated buffer sets together exceed this many L2 caches
+SPIN_NS_PER_RUN = 200_000  # GPU time bought per timed launch for the host to enqueue it; ~10x CuPy's overhead
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void gemmdsl_spin(unsigned long long nanoseconds) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < nanoseconds);
+}
+"""
+
+PEAK_CHAINS = 8  # independent accumulators per thread: enough to hide the FMA latency
+PEAK_UNROLL = 16
+PEAK_ITERATIONS = 4096
+PEAK_THREADS = 256
+PEAK_BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, a full SM
+PEAK_RUNS = 5
+PEAK_SOURCE = rf"""
+extern "C" __global__ void gemmdsl_fma_peak(float* sink, int iterations, float scale, float offset) {{
+    float acc[{PEAK_CHAINS}];
+    #pragma unroll
+    for (int j = 0; j < {PEAK_CHAINS}; ++j) acc[j] = threadIdx.x * 1e-3f + j;
+    for (int i = 0; i < iterations; ++i) {{
+        #pragma unroll
+        for (int r = 0; r < {PEAK_UNROLL}; ++r) {{
+            #pragma unroll
+            for (int j = 0; j < {PEAK_CHAINS}; ++j) acc[j] = fmaf(acc[j], scale, offset);
+        }}
+    }}
+    float sum = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < {PEAK_CHAINS}; ++j) sum += acc[j];
+    if (sum == -1.0f) sink[0] = sum;  // never true here, but the compiler cannot know: the FMAs stay
+}}
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One kernel (or cuBLAS) at one size; the figures are None when the kernel was skipped."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    buffer_sets: int
+    median_ms: float | None = None
+    tflops: float | None = None
+    pct_of_cublas: float | None = None
+    pct_of_peak: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    device: str
+    cupy_version: str
+    peak_tflops: float
+    runs: int
+    warmup: int
+    rows: list[Row]
+
+
+class Progress:
+    """A status line on stderr: redrawn in place on a terminal, one line per step in a log."""
+
+    def __init__(self, total: int, stream: TextIO | None = None):
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+
+    def start(self, label: str) -> None:
+        self.done += 1
+        text = f"[{self.done}/{self.total}] {label}"
+        self.stream.write(f"\r\033[K{text}" if self.live else f"{text}\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def check_runs(runs: int) -> None:
+    if runs < MIN_RUNS:
+        raise ValueError(f"runs={runs}: at least {MIN_RUNS} timed runs are needed for a stable median")
+
+
+def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup: int = DEFAULT_WARMUP,
+          seed: int = 0, progress: Progress | None = None) -> BenchReport:
+    """Time every kernel and cuBLAS at every size; see the module docstring for the method."""
+    import cupy
+
+    check_runs(runs)
+    require_fp32_cublas()
+    progress = progress or Progress(1 + len(sizes) * (1 + len(kernels)))
+    properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    progress.start("measuring the FP32 FMA peak")
+    peak = measure_fma_peak(properties["multiProcessorCount"])
+    rng = cupy.random.RandomState(seed)
+    rows = []
+    for size in sizes:
+        sets = [input_set(rng, size) for _ in range(buffer_sets(matrix_bytes(size), properties["l2CacheSize"]))]
+        rows += bench_size(kernels, size, sets, runs, warmup, peak, progress)
+    progress.finish()
+    name = properties["name"]
+    return BenchReport(device=name.decode() if isinstance(name, bytes) else name, cupy_version=cupy.__version__,
+                       peak_tflops=peak, runs=runs, warmup=warmup, rows=rows)
+
+
+def bench_size(kernels: list[Kernel], size: Size, sets: list[tuple], runs: int, warmup: int, peak: float,
+               progress: Progress) -> list[Row]:
+    """cuBLAS first (every kernel row is a percentage of it), then each kernel, on the same buffers."""
+    import cupy
+
+    progress.start(f"cuBLAS at {format_size(size)}")
+    cublas_ms = statistics.median(time_launches([partial(cupy.matmul, a, b, out=c) for a, b, c in sets],
+                                                runs, warmup))
+    rows = [measured_row("cuBLAS", size, len(sets), cublas_ms, cublas_ms, peak)]
+    for kernel in kernels:
+        progress.start(f"{kernel.name} at {format_size(size)}")
+        rows.append(kernel_row(kernel, size, sets, runs, warmup, cublas_ms, peak))
+    return rows
+
+
+def kernel_row(kernel: Kernel, size: Size, sets: list[tuple], runs: int, warmup: int, cublas_ms: float,
+               peak: float) -> Row:
+    try:
+        launches = [kernel.bind(a, b, c) for a, b, c in sets]
+    except ValueError as err:  # a size this exact-shape kernel cannot take
+        return Row(kernel.name, *size, buffer_sets=len(sets), note=f"skipped: {err}")
+    median_ms = statistics.median(time_launches(launches, runs, warmup))
+    return measured_row(kernel.name, size, len(sets), median_ms, cublas_ms, peak)
+
+
+def measured_row(name: str, size: Size, sets: int, median_ms: float, cublas_ms: float, peak: float) -> Row:
+    tflops = tflops_of(size, median_ms)
+    return Row(name, *size, buffer_sets=sets, median_ms=median_ms, tflops=tflops,
+               pct_of_cublas=100 * cublas_ms / median_ms, pct_of_peak=100 * tflops / peak)
+
+
+def tflops_of(size: Size, milliseconds: float) -> float:
+    m, n, k = size
+    return 2 * m * n * k / (milliseconds * 1e-3) / 1e12
+
+
+def matrix_bytes(size: Size) -> int:
+    """Bytes of A, B and C together (float32)."""
+    m, n, k = size
+    return 4 * (m * k + k * n + m * n)
+
+
+def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
+    """How many input sets to rotate over so that together they exceed L2_MULTIPLE x the L2."""
+    return max(1, math.ceil(L2_MULTIPLE * l2_bytes / set_bytes))
+
+
+def input_set(rng: Any, size: Size) -> tuple:
+    import cupy
+
+    m, n, k = size
+    return random_matrix(rng, m, k), random_matrix(rng, k, n), cupy.empty((m, n), dtype=cupy.float32)
+
+
+def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> list[float]:
+    """Milliseconds of each of `runs` launches, rotating over `launches`."""
+    import cupy
+
+    for i in range(warmup):
+        launches[i % len(launches)]()
+    spin(runs * SPIN_NS_PER_RUN)
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(runs)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        launches[i % len(launches)]()
+        end.record()
+    events[-1][1].synchronize()
+    return [cupy.cuda.get_elapsed_time(start, end) for start, end in events]
+
+
+def spin(nanoseconds: int) -> None:
+    """Occupy the GPU for a while so that the launches enqueued next queue up behind it."""
+    raw_kernel(SPIN_SOURCE, "gemmdsl_spin")((1,), (1,), (numpy.uint64(nanoseconds),))
+
+
+@cache
+def raw_kernel(source: str, name: str) -> Any:
+    """A helper kernel, compiled once per process."""
+    import cupy
+
+    return cupy.RawKernel(source, name)
+
+
+def measure_fma_peak(sm_count: int) -> float:
+    """FP32 TFLOP/s of dependent-free FMA chains on every SM; the best of a few runs."""
+    import cupy
+
+    kernel = raw_kernel(PEAK_SOURCE, "gemmdsl_fma_peak")
+    blocks = sm_count * PEAK_BLOCKS_PER_SM
+    args = (cupy.zeros(1, dtype=cupy.float32), numpy.int32(PEAK_ITERATIONS), numpy.float32(0.999),
+            numpy.float32(0.001))
+    best_ms = min(time_launches([partial(kernel, (blocks,), (PEAK_THREADS,), args)], PEAK_RUNS, warmup=1))
+    fmas = blocks * PEAK_THREADS * PEAK_ITERATIONS * PEAK_UNROLL * PEAK_CHAINS
+    return 2 * fmas / (best_ms * 1e-3) / 1e12
+
+
+def format_table(report: BenchReport) -> str:
+    """The report as a plain-text table, one row per kernel and size, cuBLAS first."""
+    width = max(len("kernel"), *(len(row.name) for row in report.rows))
+    lines = [
+        f"{report.device} | CuPy {report.cupy_version} | measured FP32 FMA peak {report.peak_tflops:.1f} TFLOP/s",
+        f"median of {report.runs} timed launches after {report.warmup} warm-up; inputs rotate over `sets` "
+        f"buffer sets exceeding {L2_MULTIPLE}x L2",
+        "",
+        f"{'size':<16} {'kernel':<{width}} {'ms':>9} {'TFLOP/s':>8} {'% cuBLAS':>8} {'% peak':>7} {'sets':>5}",
+    ]
+    lines += [format_row(row, width) for row in report.rows]
+    return "\n".join(lines)
+
+
+def format_row(row: Row, width: int) -> str:
+    head = f"{format_size((row.m, row.n, row.k)):<16} {row.name:<{width}}"
+    if row.median_ms is None:
+        return f"{head} {row.note}"
+    return (f"{head} {row.median_ms:>9.3f} {row.tflops:>8.2f} {row.pct_of_cublas:>8.1f} {row.pct_of_peak:>7.1f} "
+            f"{row.buffer_sets:>5}")
+
+
+def write_json(report: BenchReport, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(asdict(report), indent=2) + "\n")
+
+
+def runs_argument(text: str) -> int:
+    try:
+        runs = int(text)
+        check_runs(runs)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return runs
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to compile and time")
+    parser.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
+    parser.add_argument("--runs", type=runs_argument, default=MIN_RUNS,
+                        help=f"timed launches per kernel and size, median reported (default and minimum {MIN_RUNS})")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                        help=f"untimed launches first (default {DEFAULT_WARMUP})")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
+    parser.add_argument("--json", metavar="FILE", help="also write the report to FILE as JSON")
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """`gemmdsl bench`: prints the table; 1 on a compile error, 2 without a GPU.
+
+    runs and warmup fall back to their defaults for a Namespace built without add_bench_arguments.
+    """
+    work = partial(bench_and_report, runs=getattr(args, "runs", MIN_RUNS),
+                   warmup=getattr(args, "warmup", DEFAULT_WARMUP), seed=args.seed, json_path=args.json)
+    return run_on_kernels(args.specs, args.sizes or DEFAULT_SIZES, work)
+
+
+def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup: int, seed: int,
+                     json_path: str | None) -> int:
+    report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed)
+    print(format_table(report))
+    if json_path:
+        write_json(report, json_path)
+    return 0

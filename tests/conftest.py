@@ -1,0 +1,26 @@
+"""Make the package importable when pytest runs from a checkout that is not pip-installed."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip themselves when CuPy or a CUDA device is missing.
+
+    Done at collection rather than in a fixture so that it also covers module-scoped
+    fixtures, which would otherwise touch the GPU before a skip could happen.
+    """
+    import pytest
+
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    from gemmdsl.runtime import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))

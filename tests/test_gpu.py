@@ -1,0 +1,450 @@
+"""The runtime, verifier and benchmark.
+
+Tests marked `gpu` run the generated kernels through CuPy and skip themselves
+without a GPU (tests/conftest.py). The rest exercise the pure parts on the CPU:
+argument checks on fake arrays, the binary cache with a fake compiler, size
+parsing, pass/fail rules and the report formats.
+"""
+import argparse
+import io
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy
+import pytest
+
+from gemmdsl import runtime
+from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buffer_sets, check_runs, format_table,
+                           matrix_bytes, tflops_of)
+from gemmdsl.bench import write_json as write_bench_json
+from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, cache_key, check_call, check_device_runs,
+                             is_c_contiguous, parse_sizes)
+from gemmdsl.verify import Error, Result, add_verify_arguments, scalar_cases, verify_main
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+ALPHA_BETA = Requirements(kernel="sgemm_test", tile_m=128, tile_n=128, tile_k=8, alignment_bytes=16,
+                          epilogue="alpha_beta")
+STORE = replace(ALPHA_BETA, epilogue="store")
+M, N, K = 256, 384, 64
+
+
+def fake_matrix(rows, cols, dtype=numpy.float32, strides=None, ptr=0x7F0000000000):
+    """What check_call reads of a cupy.ndarray: shape, dtype, strides and data.ptr."""
+    itemsize = numpy.dtype(dtype).itemsize
+    return SimpleNamespace(shape=(rows, cols), dtype=numpy.dtype(dtype), strides=strides or (cols * itemsize, itemsize),
+                           data=SimpleNamespace(ptr=ptr))
+
+
+def operands(**changes):
+    """A valid A, B, C triple for ALPHA_BETA with some operands replaced."""
+    return {"a": fake_matrix(M, K), "b": fake_matrix(K, N), "c": fake_matrix(M, N)} | changes
+
+
+# ---------------------------------------------------------------------------
+# Argument checks (CPU)
+
+
+def test_valid_call_returns_problem_size():
+    assert check_call(ALPHA_BETA, **operands(), alpha=1.5, beta=-0.5) == (M, N, K)
+    assert check_call(STORE, **operands(c=None), alpha=1.0, beta=0.0) == (M, N, K)
+
+
+@pytest.mark.parametrize("operand", ["a", "b", "c"])
+def test_wrong_dtype_is_a_type_error_naming_the_operand(operand):
+    shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
+    bad = {operand: fake_matrix(*shapes[operand], dtype=numpy.float64)}
+    with pytest.raises(TypeError, match=f"{operand.upper()} must be float32, got float64"):
+        check_call(ALPHA_BETA, **operands(**bad), alpha=1.0, beta=0.0)
+
+
+def test_matrix_must_be_2d():
+    vector = SimpleNamespace(shape=(M * K,), dtype=numpy.dtype(numpy.float32), strides=(4,),
+                             data=SimpleNamespace(ptr=0))
+    with pytest.raises(ValueError, match="A must be a 2-D matrix"):
+        check_call(ALPHA_BETA, **operands(a=vector), alpha=1.0, beta=0.0)
+
+
+def test_transposed_view_is_not_row_major():
+    column_major_b = fake_matrix(K, N, strides=(4, K * 4))
+    with pytest.raises(ValueError, match="B must be C-contiguous"):
+        check_call(ALPHA_BETA, **operands(b=column_major_b), alpha=1.0, beta=0.0)
+
+
+def test_contiguity_ignores_the_stride_of_extent_one_axes():
+    assert is_c_contiguous((1, 8), (999, 4), 4)
+    assert is_c_contiguous((8, 1), (4, 999), 4)
+    assert not is_c_contiguous((8, 8), (64, 4), 4)  # a strided row view
+
+
+def test_inner_dimensions_must_agree():
+    with pytest.raises(ValueError, match=f"inner dimensions disagree: A is {M}x{K} .* B is {2 * K}x{N}"):
+        check_call(ALPHA_BETA, **operands(b=fake_matrix(2 * K, N)), alpha=1.0, beta=0.0)
+
+
+def test_c_must_be_m_by_n():
+    with pytest.raises(ValueError, match=f"C must be MxN = {M}x{N}, got {N}x{M}"):
+        check_call(ALPHA_BETA, **operands(c=fake_matrix(N, M)), alpha=1.0, beta=0.0)
+
+
+@pytest.mark.parametrize("m, n, k, message", [
+    (200, N, K, "M=200 is not a multiple of the block tile's BM=128"),
+    (M, 100, K, "N=100 is not a multiple of the block tile's BN=128"),
+    (M, N, 12, "K=12 is not a multiple of the block tile's BK=8"),
+    (0, N, K, "M=0: every dimension must be positive"),
+])
+def test_sizes_must_be_whole_tiles(m, n, k, message):
+    arrays = {"a": fake_matrix(m, k), "b": fake_matrix(k, n), "c": fake_matrix(m, n)}
+    with pytest.raises(ValueError, match=message):
+        check_call(ALPHA_BETA, **arrays, alpha=1.0, beta=0.0)
+
+
+@pytest.mark.parametrize("operand", ["a", "b", "c"])
+def test_pointers_must_be_16_byte_aligned(operand):
+    shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
+    bad = {operand: fake_matrix(*shapes[operand], ptr=0x7F0000000004)}
+    with pytest.raises(ValueError, match=f"{operand.upper()}'s data pointer 0x7f0000000004 is not 16-byte aligned"):
+        check_call(ALPHA_BETA, **operands(**bad), alpha=1.0, beta=0.0)
+
+
+@pytest.mark.parametrize("alpha, beta", [(2.0, 0.0), (1.0, 0.5)])
+def test_store_epilogue_takes_no_scalars(alpha, beta):
+    with pytest.raises(ValueError, match="'store' epilogue"):
+        check_call(STORE, **operands(), alpha=alpha, beta=beta)
+
+
+def test_nonzero_beta_needs_c():
+    with pytest.raises(ValueError, match="beta=0.5 reads C, but no C was passed"):
+        check_call(ALPHA_BETA, **operands(c=None), alpha=1.0, beta=0.5)
+
+
+def test_host_arrays_are_refused_by_name():
+    class DeviceArray:
+        pass
+
+    runtime.require_device_arrays(DeviceArray, A=DeviceArray(), B=DeviceArray(), C=None)
+    with pytest.raises(TypeError, match="B must be a cupy.ndarray in GPU memory, got numpy.ndarray"):
+        runtime.require_device_arrays(DeviceArray, A=DeviceArray(), B=numpy.zeros((2, 2)))
+
+
+def test_grid_has_one_block_per_c_tile():
+    assert runtime.grid_size(ALPHA_BETA, 1024, 512) == (8 * 4, 1, 1)
+
+
+@pytest.mark.parametrize("target, device", [("sm_90", "90"), ("sm_80", "86")])
+def test_cubin_runs_on_same_major_newer_minor(target, device):
+    check_device_runs(target, device)
+
+
+@pytest.mark.parametrize("target, device", [("sm_90", "100"), ("sm_86", "80"), ("sm_90", "89")])
+def test_cubin_for_another_architecture_is_refused(target, device):
+    with pytest.raises(GpuUnavailable, match=f"targets {target}, but this GPU is sm_{device}"):
+        check_device_runs(target, device)
+
+
+def test_requirements_come_from_the_compilers_metadata():
+    compiler = pytest.importorskip("gemmdsl.compiler")
+    metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
+    requirements = Requirements.from_metadata(metadata)
+    assert (requirements.tile_m, requirements.tile_n, requirements.tile_k) == tuple(metadata["block_tile"])
+    assert requirements.alignment_bytes == 16 and requirements.epilogue == metadata["epilogue"]
+
+
+def test_load_rejects_what_is_not_a_spec():
+    pytest.importorskip("gemmdsl.compiler")
+    with pytest.raises(TypeError, match="load\\(\\) takes a .gemm path"):
+        runtime.compile_spec(42)
+
+
+# ---------------------------------------------------------------------------
+# Binary cache (CPU, with a fake compiler)
+
+METADATA = {"kernel": "k", "spec_hash": "abc123", "gemmdsl_version": "0.1.0", "target": "sm_90"}
+
+
+def test_cache_key_is_stable_and_covers_every_input():
+    key = cache_key(METADATA, "source", "14.0.1")
+    assert key == cache_key(dict(METADATA), "source", "14.0.1")
+    variants = [cache_key(METADATA | {"spec_hash": "def456"}, "source", "14.0.1"),
+                cache_key(METADATA | {"target": "sm_80"}, "source", "14.0.1"),
+                cache_key(METADATA | {"gemmdsl_version": "0.2.0"}, "source", "14.0.1"),
+                cache_key(METADATA, "source changed", "14.0.1"),
+                cache_key(METADATA, "source", "13.6.0")]
+    assert key not in variants and len(set(variants)) == len(variants)
+
+
+def test_cache_builds_once_and_then_reads_the_disk(tmp_path):
+    builds = []
+
+    def build():
+        builds.append(1)
+        return b"\x7fELF cubin"
+
+    cache = BinaryCache(tmp_path / "cache")
+    first = cache.get_or_build("k.cubin", build)
+    second = BinaryCache(tmp_path / "cache").get_or_build("k.cubin", build)
+    assert first == second and first.read_bytes() == b"\x7fELF cubin"
+    assert len(builds) == 1
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["k.cubin"]  # no temporary files left
+
+
+def test_failed_build_leaves_no_cache_entry(tmp_path):
+    def build():
+        raise runtime.KernelBuildError("nvrtc said no")
+
+    with pytest.raises(runtime.KernelBuildError):
+        BinaryCache(tmp_path).get_or_build("k.cubin", build)
+    assert not any(tmp_path.iterdir())
+
+
+def test_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    assert runtime.cache_dir() == tmp_path
+    monkeypatch.delenv("GEMMDSL_CACHE")
+    assert runtime.cache_dir() == Path.home() / ".cache" / "gemmdsl"
+
+
+# ---------------------------------------------------------------------------
+# Environment and command line (CPU)
+
+
+def test_importing_the_gpu_modules_does_not_import_cupy():
+    code = "import sys, gemmdsl.runtime, gemmdsl.verify, gemmdsl.bench; print('cupy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_missing_cupy_is_reported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    assert "CuPy is not installed" in runtime.gpu_unavailable_reason()
+
+
+def test_tf32_baseline_is_refused(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "1")
+    with pytest.raises(GpuUnavailable, match="CUPY_TF32=1"):
+        runtime.require_fp32_cublas()
+
+
+def test_parse_sizes():
+    assert parse_sizes("1024x512x256, 64") == [(1024, 512, 256), (64, 64, 64)]
+    for bad in ("12x3", "axbxc", "0x8x8", ""):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
+
+
+def verify_args(*argv):
+    parser = argparse.ArgumentParser()
+    add_verify_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_verify_without_cupy_exits_2(monkeypatch, capsys):
+    pytest.importorskip("gemmdsl.compiler")
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    assert verify_main(verify_args(str(SPECS[0]))) == 2
+    assert capsys.readouterr().err.startswith("error: CuPy is not installed")
+
+
+def test_verify_reports_spec_errors_first(tmp_path, capsys):
+    pytest.importorskip("gemmdsl.compiler")
+    broken = tmp_path / "broken.gemm"
+    broken.write_text("gemm broken { block { tile: 128x128x8; } \n")
+    assert verify_main(verify_args(str(broken))) == 1
+    assert "broken.gemm:" in capsys.readouterr().err
+
+
+def test_verify_rejects_bad_sizes(capsys):
+    assert verify_main(verify_args("x.gemm", "--sizes", "1024x1024")) == 2
+    assert "bad size '1024x1024'" in capsys.readouterr().err
+
+
+def test_bench_needs_twenty_runs(capsys):
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    assert parser.parse_args(["s.gemm"]).runs == 20
+    with pytest.raises(SystemExit):
+        parser.parse_args(["s.gemm", "--runs", "5"])
+    assert "at least 20 timed runs" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        check_runs(19)
+
+
+# ---------------------------------------------------------------------------
+# Verification verdicts and benchmark reports (CPU)
+
+
+def result(**changes):
+    good = Error(relative=1e-7, max_abs=1e-5)
+    fields = dict(kernel="k", m=256, n=256, k=256, alpha=1.0, beta=0.0, nonfinite=0, wrote_outside_c=False,
+                  vs_cublas=good, vs_float64=good, cublas_vs_float64=good)
+    return Result(**fields | changes)
+
+
+def test_verdicts():
+    assert result().passed
+    assert result(vs_float64=None).passed  # large sizes: cuBLAS only
+    assert result(nonfinite=3).failures == ["3 non-finite outputs"]
+    assert result(wrote_outside_c=True).failures == ["wrote outside C"]
+    assert result(vs_float64=Error(2e-5, 1.0)).failures == ["error vs float64 2.00e-05 > 1e-05"]
+    assert not result(vs_cublas=Error(float("nan"), float("nan"))).passed
+
+
+def test_alpha_beta_kernels_are_also_checked_with_scalars():
+    assert scalar_cases("store") == [(1.0, 0.0)]
+    assert scalar_cases("alpha_beta") == [(1.0, 0.0), (1.5, -0.5)]
+
+
+def test_buffer_sets_exceed_twice_the_l2():
+    l2 = 50 * 1024 * 1024
+    assert buffer_sets(matrix_bytes((1024, 1024, 1024)), l2) == 9  # 12 MiB a set
+    assert buffer_sets(matrix_bytes((4096, 4096, 1024)), l2) == 2  # 96 MiB: still fits twice in 2 x L2
+    assert buffer_sets(matrix_bytes((8192, 8192, 8192)), l2) == 1
+
+
+def test_tflops():
+    assert tflops_of((4096, 4096, 4096), 2.0) == pytest.approx(2 * 4096 ** 3 / 2e-3 / 1e12)
+
+
+REPORT = BenchReport(device="NVIDIA H100 80GB HBM3", cupy_version="14.0.1", peak_tflops=59.5, runs=20, warmup=5,
+                     rows=[Row("cuBLAS", 4096, 4096, 4096, 1, 2.75, 49.98, 100.0, 84.0),
+                           Row("sgemm_v3", 4096, 4096, 4096, 1, 3.3, 41.65, 83.3, 70.0),
+                           Row("odd_tile", 4096, 4096, 4096, 1, note="skipped: N=4096 is not a multiple")])
+
+
+def test_table_has_a_row_per_kernel():
+    lines = format_table(REPORT).splitlines()
+    assert "measured FP32 FMA peak 59.5 TFLOP/s" in lines[0]
+    assert lines[3].split() == ["size", "kernel", "ms", "TFLOP/s", "%", "cuBLAS", "%", "peak", "sets"]
+    assert lines[5].split() == ["4096x4096x4096", "sgemm_v3", "3.300", "41.65", "83.3", "70.0", "1"]
+    assert lines[6].endswith("skipped: N=4096 is not a multiple")
+
+
+def test_bench_json_round_trips(tmp_path):
+    write_bench_json(REPORT, tmp_path / "bench.json")
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["peak_tflops"] == 59.5 and data["rows"][1]["name"] == "sgemm_v3"
+    assert data["rows"][2]["median_ms"] is None
+
+
+def test_progress_writes_lines_to_a_log():
+    log = io.StringIO()
+    progress = Progress(2, log)
+    progress.start("cuBLAS at 1024x1024x1024")
+    progress.start("sgemm_v1 at 1024x1024x1024")
+    progress.finish()
+    assert log.getvalue() == "[1/2] cuBLAS at 1024x1024x1024\n[2/2] sgemm_v1 at 1024x1024x1024\n"
+
+
+# ---------------------------------------------------------------------------
+# On the GPU
+
+
+@pytest.fixture(scope="module")
+def load_kernel(tmp_path_factory):
+    """Load each spec once for the module, caching cubins in a temporary directory."""
+    loaded = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.mktemp("cubins")))
+
+        def load(path):
+            if path not in loaded:
+                loaded[path] = runtime.load(path)
+            return loaded[path]
+
+        yield load
+
+
+@pytest.fixture
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+def store_spec():
+    return next(path for path in SPECS if "epilogue: store" in path.read_text())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_spec_matches_cublas_and_float64(spec, load_kernel):
+    from gemmdsl.verify import format_result, verify
+
+    results = verify(load_kernel(spec), [(1024, 1024, 1024), (2048, 1024, 512), (256, 256, 256)], seed=0)
+    assert all(r.vs_float64 is not None for r in results)
+    assert [format_result(r) for r in results if not r.passed] == []
+
+
+@pytest.mark.gpu
+def test_call_allocates_c(load_kernel, cupy):
+    kernel = load_kernel(store_spec())
+    a = cupy.random.uniform(-1, 1, (256, 128), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (128, 384), dtype=cupy.float32)
+    c = kernel(a, b)
+    assert c.shape == (256, 384) and c.dtype == cupy.float32
+    assert float(cupy.abs(c - a @ b).max()) < 1e-4
+
+
+@pytest.mark.gpu
+def test_call_runs_on_the_given_stream(load_kernel, cupy):
+    kernel = load_kernel(store_spec())
+    a = cupy.ones((256, 256), dtype=cupy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    c = kernel(a, a, stream=stream)
+    stream.synchronize()
+    assert bool((c == 256).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, error, message", [
+    ("float64", TypeError, "A must be float32"),
+    ("numpy", TypeError, "A must be a cupy.ndarray"),
+    ("column_major", ValueError, "B must be C-contiguous"),
+    ("inner_mismatch", ValueError, "inner dimensions disagree"),
+    ("not_whole_tiles", ValueError, "M=100 is not a multiple"),
+    ("misaligned", ValueError, "A's data pointer .* is not 16-byte aligned"),
+    ("store_with_beta", ValueError, "'store' epilogue"),
+])
+def test_bad_calls_are_refused(case, error, message, load_kernel, cupy):
+    kernel = load_kernel(store_spec())
+    a = cupy.zeros((256, 128), dtype=cupy.float32)
+    b = cupy.zeros((128, 256), dtype=cupy.float32)
+    c = cupy.zeros((256, 256), dtype=cupy.float32)
+    calls = {
+        "float64": lambda: kernel(a.astype(cupy.float64), b),
+        "numpy": lambda: kernel(cupy.asnumpy(a), b),
+        "column_major": lambda: kernel(a, cupy.asfortranarray(b)),
+        "inner_mismatch": lambda: kernel(a, cupy.zeros((64, 256), dtype=cupy.float32)),
+        "not_whole_tiles": lambda: kernel(cupy.zeros((100, 128), dtype=cupy.float32), b),
+        "misaligned": lambda: kernel(cupy.zeros(256 * 128 + 1, dtype=cupy.float32)[1:].reshape(256, 128), b),
+        "store_with_beta": lambda: kernel(a, b, c, beta=0.5),
+    }
+    with pytest.raises(error, match=message):
+        calls[case]()
+
+
+@pytest.mark.gpu
+def test_second_load_reads_the_disk_cache(tmp_path, monkeypatch, cupy):
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    compiled = []
+    real_compile = runtime.compile_cubin
+    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target: compiled.append(target)
+                        or real_compile(source, target))
+    runtime.load(store_spec())
+    kernel = runtime.load(store_spec())
+    assert len(compiled) == 1 and len(list(tmp_path.glob("*.cubin"))) == 1
+    a = cupy.ones((128, 128), dtype=cupy.float32)
+    assert bool((kernel(a, a) == 128).all())
+
+
+@pytest.mark.gpu
+def test_bench_times_kernels_beside_cublas(load_kernel):
+    from gemmdsl.bench import bench
+
+    report = bench([load_kernel(store_spec())], [(1024, 1024, 1024)], runs=20, warmup=2,
+                   progress=Progress(3, io.StringIO()))
+    assert report.peak_tflops > 1
+    assert [row.name for row in report.rows][0] == "cuBLAS"
+    assert all(row.median_ms > 0 and row.buffer_sets >= 1 for row in report.rows)
