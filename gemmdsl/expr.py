@@ -19,6 +19,7 @@ Value = Union[int, np.ndarray]
 # C precedence (higher binds tighter); Python orders these operators the same way.
 _PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": 12, ">>": 11, "<<": 11, "&": 8, "^": 7, "|": 6}
 _ASSOCIATIVE = {"*", "+", "&", "^", "|"}
+_BITWISE = {">>", "<<", "&", "^", "|"}
 
 
 class Expr:
@@ -105,13 +106,18 @@ class BinOp(Expr):
     def render(self) -> str:
         left = self.lhs.render()
         right = self.rhs.render()
-        if self.lhs.precedence < self.precedence:
+        if self.lhs.precedence < self.precedence or self._mixes_bitwise(self.lhs):
             left = f"({left})"
-        if self.rhs.precedence < self.precedence or (
+        if self.rhs.precedence < self.precedence or self._mixes_bitwise(self.rhs) or (
             self.rhs.precedence == self.precedence and self.op not in _ASSOCIATIVE
         ):
             right = f"({right})"
         return f"{left} {self.op} {right}"
+
+    def _mixes_bitwise(self, child: Expr) -> bool:
+        """Bitwise operators mixed with others get parentheses: C's precedence there surprises readers."""
+        return (isinstance(child, BinOp) and child.op != self.op
+                and (self.op in _BITWISE or child.op in _BITWISE))
 
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         a = self.lhs.evaluate(env)

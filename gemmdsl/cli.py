@@ -1,0 +1,124 @@
+"""Command line: `gemmdsl compile|check|verify|bench|profile ...`.
+
+Every command reports bad input as compiler diagnostics on stderr and exits 1;
+a Python traceback reaching the user is a bug.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from . import __version__
+from .build import BuildError, build, find_nvcc
+from .check import summary_lines
+from .compiler import Artifacts, compile_path, write_outputs
+from .source import CompileError
+
+EMIT_KINDS = ("cu", "ptx", "cubin")
+
+# Subcommands implemented in their own modules: (name, module, help).
+TOOLS = (
+    ("check", "gemmdsl.check", "print what the analysis passes found"),
+    ("verify", "gemmdsl.verify", "run kernels on the GPU and compare with cuBLAS"),
+    ("bench", "gemmdsl.bench", "time kernels on the GPU beside cuBLAS"),
+    ("profile", "gemmdsl.profile", "compare predictions with Nsight Compute counters"),
+)
+
+
+def parse_arch(text: str) -> int:
+    from .targets import ARCHS
+
+    if not text.startswith("sm_") or not text[3:].isdigit() or int(text[3:]) not in ARCHS:
+        known = ", ".join(f"sm_{sm}" for sm in ARCHS)
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (known: {known})")
+    return int(text[3:])
+
+
+def parse_emit(text: str) -> frozenset[str]:
+    kinds = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = kinds - set(EMIT_KINDS)
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"--emit takes a comma-separated list of {', '.join(EMIT_KINDS)}")
+    return kinds
+
+
+def compile_main(args: argparse.Namespace) -> int:
+    nvcc = None if args.no_nvcc else find_nvcc()
+    if not args.no_nvcc and nvcc is None:
+        print("gemmdsl: note: nvcc not found on PATH; writing CUDA source only (registers unknown)",
+              file=sys.stderr)
+    if nvcc is None and args.emit - {"cu"}:
+        print("gemmdsl: error: --emit ptx/cubin needs nvcc", file=sys.stderr)
+        return 1
+    failed = 0
+    for path in args.specs:
+        try:
+            artifacts = compile_path(path, args.arch)
+        except CompileError as err:
+            print(err.render(), file=sys.stderr)
+            failed += 1
+            continue
+        failed += not _build_and_write(artifacts, args, nvcc)
+    return 1 if failed else 0
+
+
+def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str | None) -> bool:
+    name = artifacts.name
+    for warning in artifacts.warnings:
+        print(warning.render(), file=sys.stderr)
+    files: dict[str, bytes] = {}
+    resources = None
+    if nvcc is not None:
+        try:
+            result = build(artifacts.cuda, name, artifacts.spec.target.sm, args.emit, nvcc)
+        except BuildError as err:
+            print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
+            return False
+        resources = result.resources
+        artifacts = artifacts.with_ptxas(resources)
+        files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
+    if "cu" in args.emit:
+        files[f"{name}.cu"] = artifacts.cuda.encode()
+    files[f"{name}.json"] = artifacts.metadata_json().encode()
+    written = write_outputs(Path(args.output), files)
+    print(f"{name}: wrote {', '.join(str(p) for p in written)}")
+    for line in summary_lines(artifacts.analysis):
+        print(f"  {line}")
+    if resources is not None:
+        spill_note = "  <-- SPILLS" if resources.spills else ""
+        print(f"  {resources}{spill_note}")
+    return True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gemmdsl", description="Compile .gemm tiling specs to CUDA C.")
+    parser.add_argument("--version", action="version", version=f"gemmdsl {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    compile_cmd = commands.add_parser("compile", help="emit <name>.cu and <name>.json for each spec")
+    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files")
+    compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
+    compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")
+    compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",
+                             help="comma-separated: cu, ptx, cubin (default: cu)")
+    compile_cmd.add_argument("--no-nvcc", action="store_true",
+                             help="do not run nvcc (no ptxas figures; what the golden files hold)")
+    compile_cmd.set_defaults(handler=compile_main)
+
+    for name, module_name, help_text in TOOLS:
+        module = importlib.import_module(module_name)
+        sub = commands.add_parser(name, help=help_text)
+        getattr(module, f"add_{name}_arguments")(sub)
+        sub.set_defaults(handler=getattr(module, f"{name}_main"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The compile command: outputs, determinism, atomic writes, and errors without tracebacks."""
+import subprocess
+import sys
+from pathlib import Path
+
+from gemmdsl.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+V3 = ROOT / "specs" / "sgemm_v3.gemm"
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gemmdsl.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_same_spec_gives_the_same_bytes(tmp_path):
+    first, second = tmp_path / "1", tmp_path / "2"
+    assert main(["compile", str(V3), "-o", str(first), "--no-nvcc"]) == 0
+    assert main(["compile", str(V3), "-o", str(second), "--no-nvcc"]) == 0
+    for name in ("sgemm_v3.cu", "sgemm_v3.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+
+
+def test_launcher_and_header_are_in_the_output(tmp_path):
+    assert main(["compile", str(V3), "-o", str(tmp_path), "--no-nvcc"]) == 0
+    cu = (tmp_path / "sgemm_v3.cu").read_text()
+    assert 'extern "C" cudaError_t sgemm_v3_launch(const float* A, const float* B, float* C, int M, int N, int K,' in cu
+    assert "//   pipeline { stages: 2; copy: registers; fragments: double; }" in cu
+    assert "#ifndef __CUDACC_RTC__" in cu
+
+
+def test_bad_spec_exits_1_with_a_diagnostic_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.gemm"
+    bad.write_text(V3.read_text().replace("warps: 4x2", "warps: 4x3"))
+    out = tmp_path / "out"
+    done = run_cli("compile", str(bad), "-o", str(out), "--no-nvcc")
+    assert done.returncode == 1
+    assert f"{bad}:6:" in done.stderr and "error:" in done.stderr and "^" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_one_bad_spec_does_not_stop_the_others(tmp_path):
+    bad = tmp_path / "bad.gemm"
+    bad.write_text("gemm bad {")
+    done = run_cli("compile", str(bad), str(V3), "-o", str(tmp_path / "out"), "--no-nvcc")
+    assert done.returncode == 1
+    assert (tmp_path / "out" / "sgemm_v3.cu").exists()
+
+
+def test_unknown_arch_and_emit_kind_are_usage_errors(tmp_path):
+    for args in (("--arch", "sm_75"), ("--emit", "cu,sass")):
+        done = run_cli("compile", str(V3), "-o", str(tmp_path), *args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_arch_override_changes_the_target(tmp_path):
+    assert main(["compile", str(V3), "-o", str(tmp_path), "--no-nvcc", "--arch", "sm_80"]) == 0
+    assert '"target": "sm_80"' in (tmp_path / "sgemm_v3.json").read_text()
