@@ -144,7 +144,14 @@ def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> D
                               hint="every entry ends with ';', as in `tile: 128x128x8;`")
     end_column = token.end_column if token.end_line == token.line and token.end_column else token.column + 1
     span = Span(source.path, token.line, token.column, token.line, end_column)
-    return Diagnostic(Severity.ERROR, span, f"expected {want}, found {found}")
+    hint = None
+    words = _previous_words(source.text, token.start_pos, 1)
+    if expected == ["COLON"] and words and words[0][0] in SECTIONS:
+        # `smem a {` read as an entry `smem: ...` of the section before it.
+        hint = f"'{words[0][0]}' starts a section; is the '}}' closing the section before it missing?"
+    elif token.type == "COLON" and "LBRACE" in expected:
+        hint = "`key: value;` entries go inside a section, as in `block { tile: 128x128x8; }`"
+    return Diagnostic(Severity.ERROR, span, f"expected {want}, found {found}", hint=hint)
 
 
 def _unclosed_brace(text: str) -> tuple[int, int] | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from . import ir
-from .layout import KernelLayout, widest_dividing
+from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .source import Diagnostic, Severity, Span
 from .targets import ARCHS, Arch
 
@@ -232,26 +232,27 @@ class _Checker:
         written = any(key == "vector" for key, _ in load.key_spans)
         span = load.at("vector") if written else self.spec.block.at("tile")
         vector = load.vector
+        # Vector widths that would work: they divide the rows and share out evenly over the threads.
+        fits = [w for w in (4, 2, 1) if cols % w == 0 and (rows * cols // w) % threads == 0]
+        if fits:
+            fix = f"use `vector: {fits[0]};` in `load {operand.value}`"
+        else:
+            fix = (f"no vector width fits: the {rows}x{cols} tile of {name} has {rows * cols} elements for "
+                   f"{threads} threads; use fewer threads (warps) or a larger block tile")
         if cols % vector:
             self.error(span, f"vector {vector} does not divide the contiguous extent of {name}'s tile "
                              f"({extent_name} = {cols})",
                        hint=f"{name} is row-major, so its {rows}x{cols} tile has rows of {cols} contiguous "
-                            f"elements; use `vector: {widest_dividing(cols)};`")
+                            f"elements; {fix}")
             return
         chunks = rows * cols // vector
         if chunks % threads == 0:
             return
         why = "fewer than" if chunks < threads else "not a multiple of"
-        fits = [w for w in (4, 2, 1) if cols % w == 0 and (rows * cols // w) % threads == 0]
-        if fits:
-            hint = f"use `vector: {fits[0]};` in `load {operand.value}`, or fewer threads"
-        else:
-            hint = (f"the {rows}x{cols} tile of {name} has {rows * cols} elements for {threads} threads; "
-                    "use fewer threads (warps) or a larger block tile")
         where = "" if written else f" (load {operand.value} defaults to vector {vector})"
         self.error(span, f"{name}'s {rows}x{cols} tile is {chunks} loads of vector {vector}{where}, {why} "
                          f"the {threads} threads; every thread must load the same number of vectors",
-                   hint=hint)
+                   hint=fix + (", or fewer threads" if fits else ""))
 
     # --- shared memory size and access widths --------------------------------------------
 
@@ -290,13 +291,15 @@ class _Checker:
         vector = self.spec.load(operand).vector
         contiguous = (not geometry.order.k_major) if operand is ir.Operand.A else geometry.order.k_major
         width = layout.store_width(operand)
-        if contiguous and width < vector:
+        extent = self.spec.block.k if operand is ir.Operand.A else self.spec.block.n
+        if contiguous and width < vector and extent % vector == 0:  # else check_load has reported it
             cause, hint = self._narrowing(operand, geometry, micro, vector, "stores")
             key = "swizzle" if geometry.swizzle is not None and (1 << geometry.swizzle.base) < vector else "pad"
             self.warning(smem.at(key), f"shared-memory stores of {operand.value.upper()} are {width * 32}-bit "
                                        f"instead of {vector * 32}-bit: {cause}", hint=hint)
 
-    def _narrowing(self, operand: ir.Operand, geometry, micro: int, need: int, what: str) -> tuple[str, str]:
+    def _narrowing(self, operand: ir.Operand, geometry: SmemGeometry, micro: int, need: int,
+                   what: str) -> tuple[str, str]:
         """Why the layout cannot do `need`-element accesses, and what to change."""
         bits = need * 32
         order = geometry.order.value
@@ -317,8 +320,12 @@ class _Checker:
                     f"use M >= {need.bit_length() - 1} (e.g. xor({s.bits}, {need.bit_length() - 1}, "
                     f"{max(s.shift, s.bits)})) so {need} consecutive elements move together")
         pad = geometry.ld - geometry.inner
+        aligned = widest_dividing(geometry.ld) * 32
+        if pad == 0:
+            return (f"rows of {geometry.ld} elements keep only {aligned}-bit alignment",
+                    f"add a pad so that the row length is a multiple of {need}")
         return (f"pad {pad} makes each row {geometry.ld} elements long, which keeps rows aligned only to "
-                f"{widest_dividing(geometry.ld) * 32} bits",
+                f"{aligned} bits",
                 f"use a pad that is a multiple of {need} ({bits // 8} bytes)")
 
     # --- pipeline and budget -------------------------------------------------------------

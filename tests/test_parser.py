@@ -1,0 +1,207 @@
+"""The parser: example specs -> the expected IR, comments, spans and documented defaults."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gemmdsl import ir, parser
+from gemmdsl.frontend import load, load_path, load_spec
+from gemmdsl.source import CompileError, SourceFile, Span
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "specs"
+
+# The smallest spec: only the required sections and keys; everything else is a default.
+MINIMAL = """\
+gemm minimal {
+    problem { }
+    block   { tile: 128x128x8; }
+    threads { warps: 4x2; lanes: 4x8; micro: 4x4; repeat: 2x2; }
+}
+"""
+
+
+def span_text(source: SourceFile, span: Span) -> str:
+    assert span.line == span.end_line, span
+    return source.line_text(span.line)[span.column - 1: span.end_column - 1]
+
+
+def test_sgemm_v1_ir():
+    spec = parser.parse_file(SPECS / "sgemm_v1.gemm")
+    assert spec.name == "sgemm_v1"
+    row = ir.MatrixType(ir.DType.F32, ir.MatrixLayout.ROW)
+    assert (spec.problem.a, spec.problem.b, spec.problem.c) == (row, row, row)
+    assert spec.problem.epilogue is ir.Epilogue.STORE
+    assert spec.problem.bounds is ir.Bounds.EXACT
+    assert spec.target.sm == 90
+    assert (spec.block.m, spec.block.n, spec.block.k) == (128, 128, 8)
+    assert spec.block.raster == ir.Raster(ir.RasterKind.ROW)
+    t = spec.threads
+    assert (t.warps, t.lanes, t.micro, t.repeat) == (ir.Pair(8, 1), ir.Pair(2, 16), ir.Pair(8, 8), ir.Pair(1, 1))
+    assert t.lane_order is ir.LaneOrder.ROW
+    assert t.repeat_level is ir.RepeatLevel.BLOCK
+    assert t.threads == 256
+    assert t.fragment == ir.Pair(8, 8)
+    assert spec.smem_a == ir.SmemLayout(span=spec.smem_a.span, operand=ir.Operand.A, order=ir.SmemOrder.MK)
+    assert spec.smem_b == ir.SmemLayout(span=spec.smem_b.span, operand=ir.Operand.B, order=ir.SmemOrder.KN)
+    assert (spec.load_a.operand, spec.load_a.vector) == (ir.Operand.A, 4)
+    assert (spec.load_b.operand, spec.load_b.vector) == (ir.Operand.B, 4)
+    assert (spec.pipeline.stages, spec.pipeline.copy, spec.pipeline.fragments) == (
+        1, ir.CopyMode.REGISTERS, ir.FragmentBuffering.SINGLE)
+    assert (spec.budget.registers, spec.budget.blocks_per_sm) == (None, None)
+
+
+def test_sgemm_v3_ir():
+    spec = parser.parse_file(SPECS / "sgemm_v3.gemm")
+    assert spec.name == "sgemm_v3"
+    assert spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+    assert spec.target.sm == 90
+    assert (spec.block.m, spec.block.n, spec.block.k) == (128, 128, 8)
+    t = spec.threads
+    assert (t.warps, t.lanes, t.micro, t.repeat) == (ir.Pair(4, 2), ir.Pair(4, 8), ir.Pair(4, 4), ir.Pair(2, 2))
+    assert t.repeat_level is ir.RepeatLevel.BLOCK
+    assert t.threads == 256
+    assert t.fragment == ir.Pair(8, 8)
+    assert (spec.smem_a.order, spec.smem_a.pad, spec.smem_a.swizzle, spec.smem_a.read_bits) == (
+        ir.SmemOrder.KM, 4, None, None)
+    assert (spec.smem_b.order, spec.smem_b.pad) == (ir.SmemOrder.KN, 0)
+    assert (spec.load_a.vector, spec.load_b.vector) == (4, 4)
+    assert (spec.pipeline.stages, spec.pipeline.copy, spec.pipeline.fragments) == (
+        2, ir.CopyMode.REGISTERS, ir.FragmentBuffering.DOUBLE)
+
+
+@pytest.mark.parametrize("name", ["sgemm_v1", "sgemm_v3"])
+def test_example_specs_validate_cleanly(name):
+    spec, warnings = load_path(SPECS / f"{name}.gemm")
+    assert spec.name == name
+    assert warnings == []
+
+
+def test_every_spec_in_specs_dir_loads():
+    for path in sorted(SPECS.glob("*.gemm")):
+        spec, _ = load_path(path)
+        assert spec.name == path.stem, path
+
+
+def test_spans_point_at_values():
+    source = SourceFile.read(SPECS / "sgemm_v3.gemm")
+    spec = parser.parse(source)
+    assert span_text(source, spec.at("name")) == "sgemm_v3"
+    assert span_text(source, spec.block.at("tile")) == "128x128x8"
+    assert span_text(source, spec.threads.at("warps")) == "4x2"
+    assert span_text(source, spec.threads.at("lanes")) == "4x8 row"
+    assert span_text(source, spec.threads.at("micro")) == "4x4"
+    assert span_text(source, spec.threads.at("repeat")) == "2x2 block"
+    assert span_text(source, spec.smem_a.at("pad")) == "4"
+    assert span_text(source, spec.pipeline.at("stages")) == "2"
+    assert span_text(source, spec.problem.at("epilogue")) == "alpha_beta"
+    assert span_text(source, spec.target.at("target")) == "sm_90"
+    assert spec.block.span.line == 5 and spec.block.span.column == 5
+    # a key that was not written falls back to its section
+    assert spec.smem_b.at("pad") == spec.smem_b.span
+
+
+def test_defaults():
+    spec = parser.parse_text(MINIMAL)
+    assert spec.target.sm == 90
+    assert spec.problem.epilogue is ir.Epilogue.STORE
+    row = ir.MatrixType(ir.DType.F32, ir.MatrixLayout.ROW)
+    assert (spec.problem.a, spec.problem.b, spec.problem.c) == (row, row, row)
+    assert spec.block.raster == ir.Raster(ir.RasterKind.ROW)
+    assert spec.threads.lane_order is ir.LaneOrder.ROW
+    assert spec.threads.repeat_level is ir.RepeatLevel.BLOCK
+    assert spec.smem_a.order is ir.SmemOrder.MK
+    assert spec.smem_b.order is ir.SmemOrder.KN
+    assert (spec.smem_a.pad, spec.smem_a.swizzle, spec.smem_a.read_bits) == (0, None, None)
+    assert (spec.load_a.vector, spec.load_b.vector) == (4, 4)
+    assert spec.pipeline.stages == 1
+    assert spec.pipeline.copy is ir.CopyMode.REGISTERS
+    assert spec.pipeline.fragments is ir.FragmentBuffering.SINGLE
+    assert (spec.budget.registers, spec.budget.blocks_per_sm) == (None, None)
+    assert load(SourceFile("minimal.gemm", MINIMAL))[1] == []
+
+
+def test_repeat_defaults_to_1x1():
+    spec = parser.parse_text(MINIMAL.replace(" repeat: 2x2;", "").replace("4x2;", "8x4;"))
+    assert spec.threads.repeat == ir.Pair(1, 1)
+
+
+@pytest.mark.parametrize("bk, bn, vector_a, vector_b", [(8, 128, 4, 4), (6, 128, 2, 4), (12, 64, 4, 4),
+                                                        (4, 66, 4, 2), (3, 127, 1, 1)])
+def test_default_load_vector_is_widest_dividing(bk, bn, vector_a, vector_b):
+    text = MINIMAL.replace("128x128x8", f"128x{bn}x{bk}")
+    spec = parser.parse_text(text)
+    assert (spec.load_a.vector, spec.load_b.vector) == (vector_a, vector_b)
+
+
+def test_comments_both_styles():
+    text = """\
+// a leading line comment
+# a leading hash comment
+gemm commented {  // after the name
+    problem { a: f32 row; # hash after an entry
+              b: f32 row; // slash after an entry
+    }
+    # block { tile: 1x1x1; }   (a commented-out section is ignored)
+    block   { tile: 128x128x8; }   # trailing
+    // threads { warps: 9x9; }
+    threads { warps: 4x2; lanes: 4x8; micro: 4x4; repeat: 2x2; }
+    target sm_80; // short section
+}
+// trailing comment without newline"""
+    spec = parser.parse_text(text)
+    assert spec.name == "commented"
+    assert spec.block.m == 128 and spec.threads.warps == ir.Pair(4, 2)
+    assert spec.target.sm == 80
+    assert spec.block.span.line == 8
+
+
+def test_every_key():
+    text = """\
+gemm everything {
+    problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
+    target   sm_80;
+    block    { tile: 128x128x16; raster: group(8); }
+    threads  { warps: 2x4; lanes: 8x4 zigzag; micro: 4x4; repeat: 2x2 warp; }
+    smem a   { order: km; pad: 4; read: 64; }
+    smem b   { order: kn; swizzle: xor(3, 2, 3); read: 128; }
+    load a   { vector: 2; }
+    load b   { vector: 1; }
+    pipeline { stages: 3; copy: cp_async; fragments: double; }
+    budget   { registers: 128; blocks_per_sm: 2; }
+}
+"""
+    spec = parser.parse_text(text)
+    assert spec.problem.bounds is ir.Bounds.EXACT
+    assert spec.target.sm == 80
+    assert spec.block.raster == ir.Raster(ir.RasterKind.GROUP, 8)
+    assert str(spec.block.raster) == "group(8)"
+    assert spec.threads.lane_order is ir.LaneOrder.ZIGZAG
+    assert spec.threads.repeat_level is ir.RepeatLevel.WARP
+    assert spec.smem_a.read_bits == 64
+    assert spec.smem_b.swizzle == ir.Swizzle(3, 2, 3)
+    assert spec.smem_b.read_bits == 128
+    assert (spec.load_a.vector, spec.load_b.vector) == (2, 1)
+    assert spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+    assert (spec.budget.registers, spec.budget.blocks_per_sm) == (128, 2)
+    _, warnings = load(SourceFile("everything.gemm", text))
+    assert warnings == []
+
+
+def test_sections_in_any_order_and_whitespace():
+    text = "gemm   tight{threads{micro:4x4;lanes:4x8;warps:4x2;repeat:2x2;}block{tile:128x128x8;}problem{}}"
+    spec = parser.parse_text(text)
+    assert spec.threads.micro == ir.Pair(4, 4)
+
+
+def test_parse_error_carries_source():
+    with pytest.raises(CompileError) as info:
+        parser.parse_text("gemm x { }", path="x.gemm")
+    assert info.value.source is not None and info.value.source.path == "x.gemm"
+
+
+def test_load_spec_accepts_path_and_source():
+    assert load_spec(SPECS / "sgemm_v1.gemm").name == "sgemm_v1"
+    assert load_spec(str(SPECS / "sgemm_v1.gemm")).name == "sgemm_v1"
+    assert load_spec(SourceFile("m.gemm", MINIMAL)).name == "minimal"
