@@ -83,9 +83,43 @@ class KernelEmitter:
             o.comment(f"{operand.value.upper()}: {note}")
             with o.block(f"static __device__ __forceinline__ int {func.name}(int mn, int k)"):
                 o.line(f"return {func.body.render()};")
+        o.line()
+        self._emit_shared_access_helpers()
         if self.cp_async:
             o.line()
             self._emit_cp_async_helpers()
+
+    def _shared_widths(self, op: str) -> list[int]:
+        """Vector widths (elements) of the shared-memory loads or stores this kernel issues."""
+        return sorted({a.width for a in self.layout.smem_accesses() if a.op == op})
+
+    def _emit_shared_access_helpers(self) -> None:
+        o = self.out
+        o.comment("Every shared-memory load and store goes through these PTX wrappers. nvcc and\n"
+                  "ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they\n"
+                  "leave as written, so the instructions the bank-conflict analysis counts are the\n"
+                  "ones that run. (`asm volatile` also keeps them in order around barriers.)")
+        with o.block("static __device__ __forceinline__ unsigned smem_address(const float* p)"):
+            o.line("return static_cast<unsigned>(__cvta_generic_to_shared(p));")
+        for width in self._shared_widths("load"):
+            vtype, bits = VECTOR_TYPES[width], 32 * width
+            regs = ", ".join(f"%{i}" for i in range(width))
+            outs = ", ".join(f'"=f"({component("v", width, e)})' for e in range(width))
+            vec = f".v{width}" if width > 1 else ""
+            regs = f"{{{regs}}}" if width > 1 else regs
+            with o.block(f"static __device__ __forceinline__ {vtype} lds{bits}(const float* p)"):
+                o.line(f"{vtype} v;")
+                o.line(f'asm volatile("ld.volatile.shared{vec}.f32 {regs}, [%{width}];" : {outs} : "r"(smem_address(p)));')
+                o.line("return v;")
+        if not self.cp_async:
+            for width in self._shared_widths("store"):
+                vtype, bits = VECTOR_TYPES[width], 32 * width
+                regs = ", ".join(f"%{i + 1}" for i in range(width))
+                ins = ", ".join(f'"f"({component("v", width, e)})' for e in range(width))
+                vec = f".v{width}" if width > 1 else ""
+                regs = f"{{{regs}}}" if width > 1 else regs
+                with o.block(f"static __device__ __forceinline__ void sts{bits}(float* p, {vtype} v)"):
+                    o.line(f'asm volatile("st.volatile.shared{vec}.f32 [%0], {regs};" :: "r"(smem_address(p)), {ins});')
 
     def _emit_cp_async_helpers(self) -> None:
         o = self.out
@@ -97,9 +131,8 @@ class KernelEmitter:
             cache = "cg" if size == 16 else "ca"
             with o.block(f"static __device__ __forceinline__ void cp_async_{size}(float* smem_dst, "
                          f"const float* gmem_src)"):
-                o.line("const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));")
                 o.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size};\\n" '
-                       f':: "r"(dst), "l"(gmem_src));')
+                       f':: "r"(smem_address(smem_dst)), "l"(gmem_src));')
         o.lines("""
 static __device__ __forceinline__ void cp_async_commit()
 {
@@ -151,8 +184,9 @@ static __device__ __forceinline__ void cp_async_wait()
             ("FRAG_M", layout.frag_m), ("FRAG_N", layout.frag_n),
             ("STAGES", layout.stages),
             ("A_STAGE", layout.smem[ir.Operand.A].stage_elems),
-            ("B_STAGE", layout.smem[ir.Operand.B].stage_elems),
         ]
+        if layout.stages > 1:  # with one stage nothing indexes past B's first tile
+            constants.append(("B_STAGE", layout.smem[ir.Operand.B].stage_elems))
         for name, value in constants:
             o.line(f"constexpr int {name} = {value};")
         o.line()
@@ -253,8 +287,8 @@ static __device__ __forceinline__ void cp_async_wait()
                 register = f"{self._stage_registers(operand)}[{chunk.index}]"
                 for element in range(0, vector, width):
                     mn, k = self.layout.chunk_tile_coords(operand, chunk, element)
-                    target = f"{operand.value}_dst[{geometry.offset(mn, k).render()}]"
-                    o.line(f"{as_vector(target, width)} = {vector_of(register, vector, element, width)};")
+                    target = f"{operand.value}_dst + {geometry.offset(mn, k).render()}"
+                    o.line(f"sts{32 * width}({target}, {vector_of(register, vector, element, width)});")
 
     def _emit_cp_async(self, tile: str, stage: str) -> None:
         """Global -> shared with cp.async for k-tile `tile` into stage `stage`."""
@@ -281,8 +315,8 @@ static __device__ __forceinline__ void cp_async_wait()
         for operand in OPERANDS:
             frag = f"{operand.value}_frag{buffer}"
             for index, width, offset in self.layout.fragment_reads(operand, Var(kk)):
-                source = f"{operand.value}_read[{offset.render()}]"
-                o.line(f"{as_vector(f'{frag}[{index}]', width)} = {as_vector(source, width, const=True)};")
+                source = f"{operand.value}_read + {offset.render()}"
+                o.line(f"{as_vector(f'{frag}[{index}]', width)} = lds{32 * width}({source});")
 
     def _emit_compute(self, stage: str) -> None:
         """The k-tile's outer products, reading shared-memory stage `stage`."""

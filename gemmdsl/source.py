@@ -53,7 +53,7 @@ class SourceFile:
         return cls(name, text)
 
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.text.split("\n")
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
 

@@ -25,7 +25,7 @@ def test_launcher_and_header_are_in_the_output(tmp_path):
     assert main(["compile", str(V3), "-o", str(tmp_path), "--no-nvcc"]) == 0
     cu = (tmp_path / "sgemm_v3.cu").read_text()
     assert 'extern "C" cudaError_t sgemm_v3_launch(const float* A, const float* B, float* C, int M, int N, int K,' in cu
-    assert "//   pipeline { stages: 2; copy: registers; fragments: double; }" in cu
+    assert "//       pipeline { stages: 2; copy: registers; fragments: double; }" in cu
     assert "#ifndef __CUDACC_RTC__" in cu
 
 
