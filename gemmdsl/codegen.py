@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from string import Template
+from typing import Callable
 
 from . import __version__, ir
 from .emitter import Emitter
@@ -310,19 +311,24 @@ static __device__ __forceinline__ void cp_async_wait()
 
     # --- shared -> registers -> FMA ------------------------------------------------------------
 
-    def _emit_fragment_loads(self, kk: str, buffer: str) -> None:
+    def _emit_fragment_loads(self, kk: str, buffer: str, source: str = "read") -> None:
+        """Fragments of slice `kk` from the stage that `a_<source>`/`b_<source>` point at."""
         o = self.out
         for operand in OPERANDS:
             frag = f"{operand.value}_frag{buffer}"
             for index, width, offset in self.layout.fragment_reads(operand, Var(kk)):
-                source = f"{operand.value}_read + {offset.render()}"
-                o.line(f"{as_vector(f'{frag}[{index}]', width)} = lds{32 * width}({source});")
+                address = f"{operand.value}_{source} + {offset.render()}"
+                o.line(f"{as_vector(f'{frag}[{index}]', width)} = lds{32 * width}({address});")
+
+    def _emit_stage_pointers(self, stage: str, name: str) -> None:
+        o = self.out
+        o.line(f"const float* const a_{name} = {stage_base(ir.Operand.A, stage)};")
+        o.line(f"const float* const b_{name} = {stage_base(ir.Operand.B, stage)};")
 
     def _emit_compute(self, stage: str) -> None:
         """The k-tile's outer products, reading shared-memory stage `stage`."""
         o = self.out
-        o.line(f"const float* const a_read = {stage_base(ir.Operand.A, stage)};")
-        o.line(f"const float* const b_read = {stage_base(ir.Operand.B, stage)};")
+        self._emit_stage_pointers(stage, "read")
         if self.double_fragments:
             o.comment("Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.")
             self._emit_fragment_loads("0", "[0]")
@@ -334,6 +340,25 @@ static __device__ __forceinline__ void cp_async_wait()
             with o.unrolled("kk", "BK"):
                 self._emit_fragment_loads("kk", "")
                 self._emit_outer_product("")
+
+    def _emit_compute_with_handoff(self, stage: str, next_stage: str, handoff: Callable[[], None]) -> None:
+        """The k-tile's outer products with fragments double-buffered across k-tiles (seed 004).
+
+        In the last slice, `handoff` makes the next k-tile's stage ready (and ends with the
+        k-tile's one barrier); the first fragments of that tile are then loaded before the
+        last outer product of this one, so their latency hides behind its FMAs.
+        """
+        o = self.out
+        self._emit_stage_pointers(stage, "read")
+        with o.unrolled("kk", "BK"):
+            with o.block("if (kk < BK - 1)"):
+                self._emit_fragment_loads("kk + 1", "[(kk + 1) % 2]")
+            with o.block("else"):
+                handoff()
+                with o.block("if (has_next)"):
+                    self._emit_stage_pointers(next_stage, "next")
+                    self._emit_fragment_loads("0", "[(kk + 1) % 2]", "next")
+            self._emit_outer_product("[kk % 2]")
 
     def _emit_outer_product(self, buffer: str) -> None:
         o = self.out
@@ -382,10 +407,15 @@ static __device__ __forceinline__ void cp_async_wait()
             o.line("const bool has_next = kt + 1 < k_tiles;")
             with o.block("if (has_next)"):
                 self._emit_global_loads("kt + 1")
+            # Measured on the H100 (README, Performance notes): carrying the fragment double
+            # buffer across k-tiles here, as the cp.async ring does, was 3% slower.
             self._emit_compute("stage")
-            with o.block("if (has_next)"):
-                self._emit_shared_stores("stage ^ 1")
-            o.line("__syncthreads();")
+            self._emit_register_handoff()
+
+    def _emit_register_handoff(self) -> None:
+        with self.out.block("if (has_next)"):
+            self._emit_shared_stores("stage ^ 1")
+        self.out.line("__syncthreads();")
 
     def _emit_cp_async_single(self) -> None:
         o = self.out
@@ -402,20 +432,33 @@ static __device__ __forceinline__ void cp_async_wait()
         o = self.out
         o.comment("cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is\n"
                   "multiplied. Every iteration commits one group (possibly empty) so that\n"
-                  "wait<STAGES-2> always means 'tile kt has landed'. One barrier per k-tile: it also\n"
-                  "tells every thread that tile kt-1, whose stage is refilled next, is done.")
+                  "wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:\n"
+                  "it also tells every thread that the stage refilled next is no longer read.")
         with o.unrolled("s", "STAGES - 1"):
             with o.block("if (s < k_tiles)"):
                 self._emit_cp_async("s", "s")
             o.line("cp_async_commit();")
-        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+        if self.double_fragments:
             o.line("cp_async_wait<STAGES - 2>();")
             o.line("__syncthreads();")
+            self._emit_stage_pointers("0", "first")
+            self._emit_fragment_loads("0", "[0]", "first")
+        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+            if not self.double_fragments:
+                self._emit_cp_async_handoff()
             o.line("const int next = kt + STAGES - 1;")
             with o.block("if (next < k_tiles)"):
                 self._emit_cp_async("next", "next % STAGES")
             o.line("cp_async_commit();")
-            self._emit_compute("kt % STAGES")
+            if self.double_fragments:
+                o.line("const bool has_next = kt + 1 < k_tiles;")
+                self._emit_compute_with_handoff("kt % STAGES", "(kt + 1) % STAGES", self._emit_cp_async_handoff)
+            else:
+                self._emit_compute("kt % STAGES")
+
+    def _emit_cp_async_handoff(self) -> None:
+        self.out.line("cp_async_wait<STAGES - 2>();")
+        self.out.line("__syncthreads();")
 
     # --- epilogue -------------------------------------------------------------------------------
 
