@@ -151,12 +151,13 @@ def _bank_map(analysis: Analysis) -> str:
     access = cost.access
     addresses = lane_byte_addresses(analysis.layout, access, analysis.layout.thread_env())[cost.worst_warp]
     width_bytes = access.width * 4
-    lanes = [lane for lane, phase in enumerate(phase_of_each_lane(width_bytes)) if phase == cost.worst_phase]
+    phases = phase_of_each_lane(access.op, width_bytes, addresses[None, :])[0]
+    lanes = [lane for lane, phase in enumerate(phases) if phase == cost.worst_phase]
     where = f" at kk={access.kk}" if access.kk is not None else ""
     conflict = f"{cost.max_ways}-way conflict" if cost.max_ways > 1 else "no conflict"
     lines = [f"Bank map of the worst access: {access.operand.name} {access.op} {cost.width_bits}-bit{where} "
              f"({access.offset}), warp {cost.worst_warp}, lanes {lanes[0]}-{lanes[-1]}: {conflict}"]
-    for bank, words in lanes_by_bank(addresses, width_bytes, cost.worst_phase).items():
+    for bank, words in lanes_by_bank(addresses, width_bytes, access.op, cost.worst_phase).items():
         cells = " | ".join(f"word {word}: lanes {','.join(map(str, word_lanes))}"
                            for word, word_lanes in words.items())
         lines.append(f"  bank {bank:>2}  {cells}")

@@ -22,33 +22,48 @@ from .framework import Context, PassResult
 
 BANKS = 32
 BANK_BYTES = 4
-WAVEFRONT_BYTES = BANKS * BANK_BYTES  # what one wavefront can move without conflicts
+WAVEFRONT_BYTES = BANKS * BANK_BYTES  # one word from every bank: what one wavefront moves
 
 
-def phase_of_each_lane(width_bytes: int) -> np.ndarray:
-    """The phase (0, 1, ...) in which the hardware serves each of a warp's 32 lanes.
+def phase_of_each_lane(op: str, width_bytes: int, addresses: np.ndarray) -> np.ndarray:
+    """The phase (0, 1, ...) in which the hardware serves each lane; same shape as `addresses` (warps, 32).
 
-    This is THE phase rule of the model; everything else follows from it. It is the
-    rule the seeds teach (000 §5.1, 002): a phase moves at most 128 bytes, so a
-    32-bit access is one phase of 32 lanes, a 64-bit access two half-warps and a
-    128-bit access four quarter-warps, each taken in lane order. Check it against
-    Nsight Compute's shared wavefront counters before trusting 64/128-bit figures.
+    This is THE phase rule of the model; everything else follows from it. Checked
+    with Nsight Compute on an H100 against 106 single-warp probes, all matched in
+    wavefronts and in bank conflicts (the telling ones are H100_PROBES in
+    tests/test_analysis.py):
+
+    - A phase returns at most 128 bytes of lane data, one register per lane, so a
+      32-bit access is one phase of 32 lanes, a 64-bit access two half-warps and a
+      128-bit access four quarter-warps, in lane order (seeds 000 §5.1 and 002).
+    - Loads (not stores) in which every lane n reads the same address as lane n^1,
+      or every lane the same as lane n^2, return one value to two lanes, so each
+      phase holds twice the lanes: 64-bit loads take one phase, 128-bit loads two
+      half-warps. 4x8 row lanes reading A, and the zigzag order reading A and B,
+      halve their float4 fragment loads this way; lanes that merely share 128
+      bytes across quarter-warps gain nothing.
     """
-    lanes_per_phase = WAVEFRONT_BYTES // width_bytes
-    return np.arange(WARP) // lanes_per_phase
+    lanes_per_phase = np.full(addresses.shape[0], WAVEFRONT_BYTES // width_bytes)
+    lane = np.arange(WARP)
+    if op == "load":
+        paired = (np.all(addresses == addresses[:, lane ^ 1], axis=1)
+                  | np.all(addresses == addresses[:, lane ^ 2], axis=1))
+        lanes_per_phase = np.where(paired, np.minimum(2 * lanes_per_phase, WARP), lanes_per_phase)
+    return lane[None, :] // lanes_per_phase[:, None]
 
 
-def bank_demand(addresses: np.ndarray, width_bytes: int) -> np.ndarray:
+def bank_demand(addresses: np.ndarray, width_bytes: int, op: str) -> np.ndarray:
     """Distinct words each bank must deliver, per warp and phase: shape (warps, phases, BANKS).
 
     `addresses` holds each lane's first byte, shape (warps, 32); a lane touches
-    width_bytes / 4 consecutive words.
+    width_bytes / 4 consecutive words. Warps with fewer phases than others have
+    all-zero rows for the phases they lack.
     """
     warps = addresses.shape[0]
-    phase = phase_of_each_lane(width_bytes)
+    phase = phase_of_each_lane(op, width_bytes, addresses)
     phases = int(phase.max()) + 1
     words = addresses[:, :, None] // BANK_BYTES + np.arange(width_bytes // BANK_BYTES)
-    group = np.arange(warps)[:, None, None] * phases + phase[None, :, None]
+    group = np.arange(warps)[:, None, None] * phases + phase[:, :, None]
     # One integer key per (warp, phase, word), so np.unique drops broadcast duplicates at once.
     stride = int(words.max()) + 1
     group_of, word_of = np.divmod(np.unique(group * stride + words), stride)
@@ -56,10 +71,19 @@ def bank_demand(addresses: np.ndarray, width_bytes: int) -> np.ndarray:
     return demand.reshape(warps, phases, BANKS)
 
 
-def lanes_by_bank(addresses: np.ndarray, width_bytes: int, phase: int) -> dict[int, dict[int, list[int]]]:
+def phase_costs(demand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Wavefronts and ideal wavefronts per (warp, phase) of a `bank_demand` array.
+
+    A phase takes as many wavefronts as its busiest bank has distinct words; with
+    no conflicts its words would need only ceil(words / 32). A phase a warp lacks costs 0.
+    """
+    return demand.max(axis=2), -(-demand.sum(axis=2) // BANKS)
+
+
+def lanes_by_bank(addresses: np.ndarray, width_bytes: int, op: str, phase: int) -> dict[int, dict[int, list[int]]]:
     """For one warp's lane addresses (32,) and one phase: bank -> word -> lanes that read it."""
     banks: dict[int, dict[int, list[int]]] = {}
-    for lane in np.flatnonzero(phase_of_each_lane(width_bytes) == phase):
+    for lane in np.flatnonzero(phase_of_each_lane(op, width_bytes, addresses[None, :])[0] == phase):
         first = int(addresses[lane]) // BANK_BYTES
         for word in range(first, first + width_bytes // BANK_BYTES):
             banks.setdefault(word % BANKS, {}).setdefault(word, []).append(int(lane))
@@ -98,9 +122,8 @@ def lane_byte_addresses(layout: KernelLayout, access: SmemAccess, env: dict) -> 
 
 def cost_access(layout: KernelLayout, access: SmemAccess, env: dict) -> AccessCost:
     width_bytes = access.width * BANK_BYTES
-    demand = bank_demand(lane_byte_addresses(layout, access, env), width_bytes)
-    wavefronts = demand.max(axis=2)  # (warps, phases)
-    ideal = -(-demand.sum(axis=2) // BANKS)
+    demand = bank_demand(lane_byte_addresses(layout, access, env), width_bytes, access.op)
+    wavefronts, ideal = phase_costs(demand)
     warp, phase = np.unravel_index(int(np.argmax(wavefronts - ideal)), wavefronts.shape)
     return AccessCost(access, demand.shape[0], int(wavefronts.sum()), int(ideal.sum()),
                       int(wavefronts.max()), int(warp), int(phase))
@@ -117,8 +140,8 @@ def conflict_groups(costs: list[AccessCost]) -> dict[tuple[ir.Operand, str, int]
 
 FIX_HINTS = {
     "store": "pad the leading dimension (`pad: 4`) or add a swizzle so a warp's stores spread over all banks",
-    "load": "try a squarer lane grid (4x8), a k-major order so fragments are read as float4, "
-            "or `repeat` to split the micro tile",
+    "load": "try a squarer lane grid (4x8), a lane order whose neighbours share a row (col, zigzag), "
+            "a k-major order so fragments are read as float4, or `repeat` to split the micro tile",
 }
 
 

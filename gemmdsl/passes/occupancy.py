@@ -10,12 +10,15 @@ shared-memory carveout (the default preference).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..layout import WARP
 from ..source import Diagnostic, Severity
 from ..targets import Arch
 from .framework import Context, PassResult
-from .registers import Registers
+
+if TYPE_CHECKING:  # registers.py uses occupancy_of to see where ptxas has registers to spare
+    from .registers import Registers
 
 SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
 

@@ -2,19 +2,22 @@
 
 The estimate counts what the main loop keeps live, with constants fitted to
 ptxas -v (nvcc 13.0, sm_90) over the specs in specs/ and about forty variants
-of them (see the calibration table in tests/test_analysis.py):
+of them, on kernels whose shared-memory accesses are volatile PTX (so ptxas
+keeps them as emitted):
 
 - the accumulators, frag_m x frag_n;
-- the A and B fragments twice over: the k loop is fully unrolled and ptxas loads
-  step kk+1's fragments while step kk multiplies, so two sets are live whether or
-  not the spec asks for double-buffered fragments (asking changes nothing);
-- with two or more stages copied through registers, the next tile's global loads
-  and the two 64-bit source pointers kept across the compute;
-- for an operand stored k-contiguous (A mk, B nk), a thread's row runs along k,
-  and nvcc merges the unrolled k steps of it into wide loads that bring several
-  k steps in at once;
-- for a swizzled operand, addresses are no longer base + immediate, so ptxas
-  keeps a table of precomputed addresses;
+- the A and B fragments, in as many sets as ptxas keeps live: it loads step
+  kk+1's fragments while step kk multiplies (two sets), whether or not the spec
+  asks for double-buffered fragments (asking changes nothing); when a third set
+  costs no resident block (the next occupancy cliff is far, as with 128
+  accumulators), it prefetches further still; and when A is read one float per
+  load it does not prefetch at all (measured: 102 registers for 8x8 tiles,
+  against 127 with float4 reads of A);
+- with two stages copied through registers, the next tile's global loads, held
+  while the current tile is multiplied;
+- for a swizzled operand, an address per unrolled fragment load (XOR-ed
+  addresses are not base + immediate, so ptxas precomputes each one outside the
+  k-tile loop) and a few registers for the XOR arithmetic;
 - a fixed remainder for indices, the loop counter and the block's base pointers.
 """
 from __future__ import annotations
@@ -22,29 +25,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
+from ..layout import KernelLayout
 from ..source import Diagnostic, Severity
 from .framework import Context, PassResult
+from .occupancy import occupancy_of
 
-FRAGMENT_SETS = 2  # live fragment sets in ptxas's schedule of the unrolled k loop
-STAGING_POINTERS = 4  # two 64-bit global source pointers live across the compute
-MERGED_K_LOADS_PER_ROW = 5  # per fragment row of a k-contiguous operand
-SWIZZLE_ADDRESSES = 30  # per swizzled operand
+SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
 OVERHEAD_REGISTERS = 23  # indices, loop counter, base pointers
 
 
 @dataclass(frozen=True)
 class RegisterEstimate:
     accumulators: int
+    fragment_sets: int
     fragments: int
     staging: int
-    merged_k_loads: int
     swizzle_addresses: int
     overhead: int
 
     @property
     def total(self) -> int:
-        return (self.accumulators + self.fragments + self.staging + self.merged_k_loads
-                + self.swizzle_addresses + self.overhead)
+        return self.accumulators + self.fragments + self.staging + self.swizzle_addresses + self.overhead
 
 
 @dataclass(frozen=True)
@@ -65,25 +66,48 @@ class Registers:
         return bool(self.spill_store_bytes or self.spill_load_bytes)
 
 
+def fragment_sets(layout: KernelLayout, others: int) -> int:
+    """Fragment sets live at once in ptxas's schedule; `others` counts every other register."""
+    if layout.read_width(ir.Operand.A) == 1:
+        return 1
+    fragment = layout.spec.threads.fragment
+    per_set = fragment.m + fragment.n
+
+    def blocks(registers: int) -> int:
+        return occupancy_of(layout.arch, registers, layout.threads, layout.smem_bytes).blocks_per_sm
+
+    two, three = others + 2 * per_set, others + 3 * per_set
+    return 3 if three <= layout.arch.max_registers_per_thread and blocks(three) == blocks(two) else 2
+
+
 def staged_registers(spec: ir.KernelSpec) -> int:
     pipeline = spec.pipeline
     if pipeline.stages < 2 or pipeline.copy is not ir.CopyMode.REGISTERS:
         return 0
     block = spec.block
-    return (block.m + block.n) * block.k // spec.threads.threads + STAGING_POINTERS
+    return (block.m + block.n) * block.k // spec.threads.threads
 
 
-def estimate_registers(spec: ir.KernelSpec) -> RegisterEstimate:
-    fragment = spec.threads.fragment
-    rows = {ir.Operand.A: fragment.m, ir.Operand.B: fragment.n}
-    k_contiguous = [op for op in rows if not spec.smem(op).order.k_major]
-    swizzled = [op for op in rows if spec.smem(op).swizzle is not None]
+def swizzle_address_registers(layout: KernelLayout) -> int:
+    total = 0
+    for operand in (ir.Operand.A, ir.Operand.B):
+        if layout.smem[operand].swizzle is not None:
+            total += SWIZZLE_ARITHMETIC + len(layout.fragment_reads(operand, 0)) * layout.bk
+    return total
+
+
+def estimate_registers(layout: KernelLayout) -> RegisterEstimate:
+    fragment = layout.spec.threads.fragment
+    accumulators = fragment.m * fragment.n
+    staging = staged_registers(layout.spec)
+    swizzle = swizzle_address_registers(layout)
+    sets = fragment_sets(layout, accumulators + staging + swizzle + OVERHEAD_REGISTERS)
     return RegisterEstimate(
-        accumulators=fragment.m * fragment.n,
-        fragments=(fragment.m + fragment.n) * FRAGMENT_SETS,
-        staging=staged_registers(spec),
-        merged_k_loads=sum(rows[op] for op in k_contiguous) * MERGED_K_LOADS_PER_ROW,
-        swizzle_addresses=len(swizzled) * SWIZZLE_ADDRESSES,
+        accumulators=accumulators,
+        fragment_sets=sets,
+        fragments=(fragment.m + fragment.n) * sets,
+        staging=staging,
+        swizzle_addresses=swizzle,
         overhead=OVERHEAD_REGISTERS,
     )
 
@@ -119,7 +143,7 @@ class RegisterPass:
     def run(self, context: Context) -> PassResult:
         ptxas = context.ptxas or {}
         registers = Registers(
-            estimate=estimate_registers(context.spec),
+            estimate=estimate_registers(context.layout),
             limit=context.layout.arch.max_registers_per_thread,
             ptxas=ptxas.get("registers"),
             spill_store_bytes=ptxas.get("spill_stores", 0),
@@ -131,9 +155,8 @@ class RegisterPass:
     @staticmethod
     def _verdict(registers: Registers) -> str:
         e = registers.estimate
-        parts = [f"{e.accumulators} accumulators", f"{e.fragments} fragments"]
-        optional = [(e.staging, "staging"), (e.merged_k_loads, "merged k loads"),
-                    (e.swizzle_addresses, "swizzled addresses")]
+        parts = [f"{e.accumulators} accumulators", f"{e.fragments} fragments ({e.fragment_sets} sets)"]
+        optional = [(e.staging, "staging"), (e.swizzle_addresses, "swizzled addresses")]
         parts += [f"{count} {what}" for count, what in optional if count]
         parts.append(f"{e.overhead} indices and loop state")
         verdict = f"estimate {e.total} registers per thread ({', '.join(parts)})"

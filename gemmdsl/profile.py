@@ -1,0 +1,246 @@
+"""`gemmdsl profile`: the analysis passes' predictions beside what Nsight Compute measures.
+
+For each spec, ncu runs a small driver (this module with `drive`) that loads the
+kernel through gemmdsl.runtime and launches it once on random inputs; ncu reads
+the shared-memory wavefront and bank-conflict counters and the launch's register
+and occupancy limits. Needs a GPU, CuPy and ncu on PATH.
+
+    gemmdsl profile specs/sgemm_v3.gemm --problem 4096x4096x4096 --json profile.json
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import ir
+from .build import BuildError
+from .check import Analysis, ProblemSizeError, analyze, parse_problem, ptxas_resources
+from .passes import DEFAULT_PROBLEM, ProblemSize
+from .source import CompileError
+
+NCU_TIMEOUT_S = 600
+# What a launch's shared-memory traffic and occupancy are compared on.
+LOAD_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
+STORE_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
+LOAD_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+STORE_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
+CP_ASYNC_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum"  # cp.async is LDGSTS, not STS
+REGISTERS = "launch__registers_per_thread"
+OCCUPANCY_LIMITS = {  # our limit names -> ncu's blocks-per-SM limit metrics
+    "registers": "launch__occupancy_limit_registers",
+    "shared memory": "launch__occupancy_limit_shared_mem",
+    "threads": "launch__occupancy_limit_warps",
+    "blocks": "launch__occupancy_limit_blocks",
+}
+NCU_METRICS = (LOAD_WAVEFRONTS, STORE_WAVEFRONTS, LOAD_CONFLICTS, STORE_CONFLICTS, CP_ASYNC_CONFLICTS, REGISTERS,
+               *OCCUPANCY_LIMITS.values())
+
+
+class ProfileError(RuntimeError):
+    """ncu is missing, failed, or reported nothing for the kernel."""
+
+
+# --- reading ncu --csv ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfiledLaunch:
+    launch_id: int
+    kernel: str
+    metrics: dict[str, float]
+
+
+def parse_metric_value(text: str) -> float | None:
+    """'1,048,576' -> 1048576.0; ncu writes 'n/a' (or nothing) for metrics it could not collect."""
+    cleaned = text.replace(",", "").strip()
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[ProfiledLaunch]:
+    """The launches in `ncu --csv` output (one row per metric), in profiling order.
+
+    Lines that are not quoted CSV (ncu's ==PROF== and ==WARNING== chatter) are skipped.
+    """
+    rows = csv.DictReader(line for line in text.splitlines() if line.startswith('"'))
+    launches: dict[int, ProfiledLaunch] = {}
+    for row in rows:
+        launch_id = int(row["ID"])
+        launch = launches.setdefault(launch_id, ProfiledLaunch(launch_id, row["Kernel Name"], {}))
+        value = parse_metric_value(row["Metric Value"])
+        if value is not None:
+            launch.metrics[row["Metric Name"]] = value
+    return list(launches.values())
+
+
+# --- running ncu ---------------------------------------------------------------------------
+
+
+def ncu_command(ncu: str, spec_path: str, kernel: str, problem: ProblemSize, log_file: str) -> list[str]:
+    return [
+        ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--log-file", log_file,
+        "--kernel-name", f"regex:^{kernel}_kernel$", "--launch-count", "1",
+        "--metrics", ",".join(NCU_METRICS),
+        sys.executable, "-m", "gemmdsl.profile", "drive", spec_path, str(problem),
+    ]
+
+
+def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict[str, float]:
+    """ncu's metrics for one launch of the spec's kernel at `problem`."""
+    with tempfile.TemporaryDirectory(prefix="gemmdsl-ncu-") as tmp:
+        log_file = str(Path(tmp) / "ncu.csv")
+        try:
+            done = subprocess.run(ncu_command(ncu, spec_path, kernel, problem, log_file), capture_output=True,
+                                  text=True, timeout=NCU_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ProfileError(f"ncu did not finish within {NCU_TIMEOUT_S} s") from None
+        report = Path(log_file).read_text() if Path(log_file).exists() else ""
+    launches = [launch for launch in parse_ncu_csv(report) if launch.kernel == f"{kernel}_kernel"]
+    if done.returncode != 0 or not launches:
+        raise ProfileError(f"ncu (exit {done.returncode}) reported no launch of {kernel}_kernel:\n"
+                           f"{(done.stdout + done.stderr + report).strip()}")
+    return launches[0].metrics
+
+
+def drive(spec_path: str, problem: ProblemSize) -> None:
+    """Launch the spec's kernel once on random inputs (what ncu profiles)."""
+    import cupy
+
+    from .runtime import load
+
+    kernel = load(spec_path)
+    a = cupy.random.rand(problem.m, problem.k, dtype=cupy.float32)
+    b = cupy.random.rand(problem.k, problem.n, dtype=cupy.float32)
+    kernel(a, b)
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+# --- predicted beside measured -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    predicted: float | str | None
+    measured: float | str | None
+
+
+def measured_blocks(metrics: dict[str, float]) -> dict[str, int]:
+    return {name: int(metrics[metric]) for name, metric in OCCUPANCY_LIMITS.items() if metric in metrics}
+
+
+def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
+    facts = analysis.facts
+    traffic, registers, occupancy = facts["smem_traffic"], facts["registers"], facts["occupancy"]
+    cp_async = analysis.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+    limits = measured_blocks(metrics)
+    rows = [
+        Row("shared load wavefronts", traffic.load_wavefronts, metrics.get(LOAD_WAVEFRONTS)),
+        Row("shared load conflicts", traffic.load_conflicts, metrics.get(LOAD_CONFLICTS)),
+    ]
+    if cp_async:
+        # ncu counts cp.async copies as LDGSTS, outside op_st, and has no LDGSTS wavefront counter.
+        rows.append(Row("cp.async conflicts (LDGSTS)", traffic.store_conflicts, metrics.get(CP_ASYNC_CONFLICTS)))
+    else:
+        rows += [Row("shared store wavefronts", traffic.store_wavefronts, metrics.get(STORE_WAVEFRONTS)),
+                 Row("shared store conflicts", traffic.store_conflicts, metrics.get(STORE_CONFLICTS))]
+    rows += [
+        Row("registers per thread (estimate)", registers.estimate.total, metrics.get(REGISTERS)),
+        Row("registers per thread (nvcc ptxas)", registers.ptxas, metrics.get(REGISTERS)),
+        Row("blocks per SM", occupancy.blocks_per_sm, min(limits.values()) if limits else None),
+    ]
+    rows += [Row(f"  limit by {name}", blocks, limits.get(name)) for name, blocks in occupancy.limits.items()]
+    return rows
+
+
+def _cell(value: float | str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    return f"{value:,.0f}"
+
+
+def _difference(row: Row) -> str:
+    if not isinstance(row.predicted, (int, float)) or not isinstance(row.measured, (int, float)) or not row.predicted:
+        return ""
+    return f"{100 * (row.measured - row.predicted) / row.predicted:+.1f}%"
+
+
+def format_comparison(analysis: Analysis, rows: list[Row]) -> str:
+    lines = [f"{analysis.spec.name} at {analysis.problem}",
+             f"  {'':<36}{'predicted':>16}{'measured':>16}{'':>9}"]
+    lines += [f"  {row.label:<36}{_cell(row.predicted):>16}{_cell(row.measured):>16}{_difference(row):>9}"
+              for row in rows]
+    lines.append("  (ncu's shared-memory limit reflects the carveout the driver chose for this launch, which can be "
+                 "smaller than the full one the prediction assumes)")
+    return "\n".join(lines)
+
+
+def comparison_json(analysis: Analysis, rows: list[Row], metrics: dict[str, float]) -> dict:
+    return {"kernel": analysis.spec.name, "problem": list(analysis.problem),
+            "rows": [{"label": row.label, "predicted": row.predicted, "measured": row.measured} for row in rows],
+            "ncu_metrics": metrics}
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to profile")
+    parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
+                        help="problem size of the profiled launch (default 4096x4096x4096)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON to FILE")
+
+
+def profile_main(args: argparse.Namespace) -> int:
+    """Exit status 1 if a spec fails to load or profile, 2 when ncu is not available."""
+    from .frontend import load_path
+
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("error: ncu (Nsight Compute) is not on PATH; profile needs it and a GPU", file=sys.stderr)
+        return 2
+    status = 0
+    results = []
+    for path in args.specs:
+        try:
+            spec, _ = load_path(path)
+            analysis = analyze(spec, args.problem, ptxas_resources(path))
+            metrics = measure(ncu, path, spec.name, args.problem)
+        except CompileError as err:
+            print(err.render(), file=sys.stderr)
+            status = 1
+            continue
+        except (BuildError, ProblemSizeError, ProfileError) as err:
+            print(f"{path}: error: {err}", file=sys.stderr)
+            status = 1
+            continue
+        rows = comparison_rows(analysis, metrics)
+        print(format_comparison(analysis, rows))
+        results.append(comparison_json(analysis, rows, metrics))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return status
+
+
+def _drive_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gemmdsl.profile", description="launch one kernel for ncu")
+    parser.add_argument("command", choices=["drive"])
+    parser.add_argument("spec")
+    parser.add_argument("problem", type=parse_problem)
+    args = parser.parse_args(argv)
+    drive(args.spec, args.problem)
+
+
+if __name__ == "__main__":
+    _drive_main(sys.argv[1:])

@@ -1,0 +1,553 @@
+"""The analysis passes: known answers from the seed articles, H100 measurements, properties.
+
+Specs are written as text and parsed, so the tests exercise the same lowering the
+compiler uses. Figures marked "measured" were read with Nsight Compute 2025.3 and
+cudaOccupancyMaxActiveBlocksPerMultiprocessor on an H100 80GB HBM3 (driver 580.159).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from gemmdsl import ir
+from gemmdsl.check import (ProblemSizeError, analyze, check_main, format_report, parse_problem, summary_lines,
+                           to_json, worst_access)
+from gemmdsl.frontend import load
+from gemmdsl.layout import KernelLayout
+from gemmdsl.parser import parse_text
+from gemmdsl.passes import ALL_PASSES, Context, PassGraphError, PassManager, PassResult
+from gemmdsl.passes.banks import bank_demand, phase_costs
+from gemmdsl.passes.occupancy import occupancy_of
+from gemmdsl.passes.registers import estimate_registers
+from gemmdsl.profile import OCCUPANCY_LIMITS, comparison_rows, ncu_command, parse_metric_value, parse_ncu_csv
+from gemmdsl.source import CompileError, Severity, SourceFile
+from gemmdsl.targets import arch
+
+SPECS = Path(__file__).resolve().parent.parent / "specs"
+L = np.arange(32)
+
+
+def spec_text(name: str = "t", tile: str = "128x128x8", warps: str = "4x2", lanes: str = "4x8 row",
+              micro: str = "4x4", repeat: str = "2x2 block", smem_a: str = "order: km; pad: 4;",
+              smem_b: str = "order: kn;", pipeline: str = "stages: 1;", epilogue: str = "store",
+              budget: str = "") -> str:
+    return f"""gemm {name} {{
+    problem  {{ a: f32 row; b: f32 row; c: f32 row; epilogue: {epilogue}; }}
+    target   sm_90;
+    block    {{ tile: {tile}; raster: row; }}
+    threads  {{ warps: {warps}; lanes: {lanes}; micro: {micro}; repeat: {repeat}; }}
+    smem a   {{ {smem_a} }}
+    smem b   {{ {smem_b} }}
+    load a   {{ vector: 4; }}
+    load b   {{ vector: 4; }}
+    pipeline {{ {pipeline} }}
+    {f"budget {{ {budget} }}" if budget else ""}
+}}
+"""
+
+
+def spec(**overrides: str) -> ir.KernelSpec:
+    return parse_text(spec_text(**overrides))
+
+
+def costs(analysis, operand: str, op: str):
+    return [c for c in analysis.facts["smem_accesses"]
+            if c.access.operand is ir.Operand(operand) and c.access.op == op]
+
+
+EIGHT_BY_EIGHT = dict(micro="8x8", repeat="1x1 block")  # seed 000 §5.2: 128x128x8 blocks, 8x8 per thread
+
+
+# --- known answers (seeds 000 §5, 002, 004) ----------------------------------------------------
+
+
+def test_lanes_2x16_reading_b_as_float4_conflict_two_ways():
+    # Seed 000 §5.2 (1): lanes 4 apart read float4s 32 floats apart, the same four banks.
+    analysis = analyze(spec(warps="8x1", lanes="2x16 row", **EIGHT_BY_EIGHT))
+    b_loads = costs(analysis, "b", "load")
+    assert {c.width_bits for c in b_loads} == {128}
+    assert {c.max_ways for c in b_loads} == {2}
+    assert {(c.wavefronts, c.ideal_wavefronts) for c in b_loads} == {(8 * 8, 4 * 8)}  # per warp 8 vs 4
+    assert {c.max_ways for c in costs(analysis, "a", "load")} == {1}
+
+
+def test_a_stored_mk_and_read_a_float_at_a_time_conflicts_two_ways():
+    # Seed 000 §5.2 (1): lanes 0-15 and 16-31 read rows 8 apart, 64 floats apart: one bank, two words.
+    analysis = analyze(spec(warps="8x1", lanes="2x16 row", smem_a="order: mk;", **EIGHT_BY_EIGHT))
+    a_loads = costs(analysis, "a", "load")
+    assert len(a_loads) == 8 * 8 and {c.width_bits for c in a_loads} == {32}
+    assert {c.max_ways for c in a_loads} == {2}
+
+
+def test_lanes_4x8_in_the_seeds_column_order_with_transposed_a_have_no_load_conflicts():
+    # Seed 000 §5.2 (2) and its warp_tile_gemm.cu: lane_m = lane & 3, lane_n = lane >> 2.
+    analysis = analyze(spec(warps="4x2", lanes="4x8 col", **EIGHT_BY_EIGHT))
+    loads = costs(analysis, "a", "load") + costs(analysis, "b", "load")
+    assert {c.max_ways for c in loads} == {1}
+    assert all(c.wavefronts == c.ideal_wavefronts for c in loads)
+
+
+def test_lanes_4x8_in_row_order_still_conflict_on_b_as_measured():
+    # Row order puts lanes 0-7 along n: 8x8 tiles make their float4s 32 bytes apart (2-way).
+    # Measured on the H100 (specs/lanes_4x8_km.gemm): 8 excess wavefronts per warp and k step.
+    analysis = analyze(spec(warps="4x2", lanes="4x8 row", **EIGHT_BY_EIGHT))
+    assert {c.max_ways for c in costs(analysis, "b", "load")} == {2}
+    assert {c.max_ways for c in costs(analysis, "a", "load")} == {1}
+
+
+def test_two_by_two_repeat_of_four_by_four_tiles_has_no_conflicts():
+    # Seed 000 §5.2 (3) and seed 004's sgemm_v3: a quarter-warp reads one 128-byte row of banks.
+    analysis = analyze(parse_text((SPECS / "sgemm_v3.gemm").read_text()))
+    assert all(c.max_ways == 1 and c.wavefronts == c.ideal_wavefronts for c in analysis.facts["smem_accesses"])
+    assert analysis.warnings == []
+
+
+def test_transposed_a_store_without_padding_conflicts_two_ways():
+    # Seed 002: the two threads that load one row of A (as two float4s along k) write k and k+4 of
+    # the same m, 4 rows of 128 floats apart: the same bank. Seed 002 calls it severe; it is 2-way,
+    # which the H100 confirms (probe tposeA_nopad: 2 wavefronts, 1 conflict per 32-bit store).
+    analysis = analyze(spec(smem_a="order: km;"))
+    a_stores = costs(analysis, "a", "store")
+    assert len(a_stores) == 4 and {c.width_bits for c in a_stores} == {32}
+    assert {(c.max_ways, c.wavefronts, c.ideal_wavefronts) for c in a_stores} == {(2, 2 * 8, 8)}
+    (warning,) = analysis.warnings
+    assert warning.severity is Severity.WARNING and "2-way" in warning.message
+    assert warning.span == analysis.spec.smem_a.span  # points at the `smem a` section
+
+
+@pytest.mark.parametrize("smem_a", ["order: km; pad: 4;", "order: km; swizzle: xor(1, 4, 5);"])
+def test_padding_or_swizzle_removes_the_transposed_store_conflict(smem_a):
+    analysis = analyze(spec(smem_a=smem_a))
+    assert {c.max_ways for c in costs(analysis, "a", "store")} == {1}
+    assert {c.max_ways for c in costs(analysis, "a", "load")} == {1}
+
+
+def test_zigzag_lanes_halve_the_fragment_load_wavefronts():
+    # Seed 002 found zigzag faster and could not say why: every lane pair (n, n^1) reads the same A
+    # and every (n, n^2) the same B, so each float4 load returns in two phases, not four.
+    row = analyze(spec(warps="4x2", lanes="4x8 row"))
+    zigzag = analyze(spec(warps="2x4", lanes="8x4 zigzag"))
+    loads = lambda a: sum(c.wavefronts for c in a.facts["smem_accesses"] if c.access.op == "load")
+    assert (loads(row), loads(zigzag)) == (768, 512)
+
+
+def test_bk16_tiles_need_more_than_pad_4_for_the_transposed_store():
+    # With BK=16 four threads share a row of A; k = 0, 4, 8, 12 rows of 132 floats put two of them
+    # in one bank (cp_async3/4 and large_128x256 in specs/ have this 2-way store conflict).
+    analysis = analyze(spec(tile="128x128x16"))
+    assert {c.max_ways for c in costs(analysis, "a", "store")} == {2}
+
+
+# --- the phase rule against the H100 -----------------------------------------------------------
+
+# (op, bits, word offset of each lane, wavefronts, bank conflicts) as ncu counted them for one warp.
+H100_PROBES = [
+    ("load", 32, L, 1, 0),
+    ("load", 32, 0 * L, 1, 0),
+    ("load", 32, L * 2, 2, 1),
+    ("load", 32, L * 32, 32, 31),
+    ("load", 32, (L // 16) * 64, 2, 1),  # seed 000 A reads
+    ("load", 32, (L % 2) * 512 + L // 2, 2, 1),  # transposed A, no pad
+    ("load", 64, L * 2, 2, 0),
+    ("load", 64, 0 * L, 1, 0),  # all lanes one address: n == n^1, one phase
+    ("load", 64, (L % 16) * 2, 2, 0),  # half-warps share addresses: no merging
+    ("load", 64, L * 8, 8, 6),
+    ("load", 64, (L // 2) * 2, 1, 0),
+    ("load", 64, (L & ~2) * 2, 2, 1),
+    ("load", 64, (L // 2) * 32, 16, 15),
+    ("load", 128, L * 4, 4, 0),
+    ("load", 128, 0 * L, 2, 0),
+    ("load", 128, (L % 8) * 4, 4, 0),  # quarter-warps reading the same 128 bytes are not merged
+    ("load", 128, (L % 16) * 8, 8, 4),  # seed 000 B reads with 2x16 lanes
+    ("load", 128, (L // 8) * 4, 2, 0),  # A reads with 4x8 row lanes
+    ("load", 128, (L % 8) * 4, 4, 0),  # B reads with 4x8 row lanes
+    ("load", 128, (L % 8) * 8, 8, 4),  # B reads with 4x8 row lanes and 8x8 tiles
+    ("load", 128, (L // 4) * 8, 2, 0),  # the seed's 4x8 column order, B
+    ("load", 128, (L % 4) * 8, 4, 0),  # the seed's 4x8 column order, A
+    ("load", 128, ((L // 2) % 8) * 4, 2, 0),  # zigzag A
+    ("load", 128, ((L // 16) * 2 + L % 2) * 4, 2, 0),  # zigzag B
+    ("load", 128, np.where(L % 2 == 0, 0, 32), 4, 2),  # pairs share, but two words per bank
+    ("load", 128, (L & ~2) * 4, 4, 2),
+    ("load", 128, (L & ~4) * 4, 4, 0),  # lanes n and n^4 sharing does not pair
+    ("load", 128, np.where(L < 16, (L // 2) * 4, 64 + L * 4), 4, 0),  # pairing in one half only
+    ("load", 128, np.where(L == 31, 64, 0), 5, 1),
+    ("load", 128, L * 32, 32, 28),
+    ("store", 32, (L % 2) * 512 + L // 2, 2, 1),
+    ("store", 32, (L % 2) * 528 + L // 2, 1, 0),  # padded to 132
+    ("store", 64, 0 * L, 2, 0),  # stores never pair
+    ("store", 64, L * 8, 8, 6),
+    ("store", 128, 0 * L, 4, 0),
+    ("store", 128, np.where(L % 2 == 0, 0, 32), 8, 4),
+    ("store", 128, (L % 16) * 8, 8, 4),
+    ("store", 128, L * 4, 4, 0),
+]
+
+
+@pytest.mark.parametrize("op, bits, words, wavefronts, conflicts", H100_PROBES)
+def test_phase_rule_matches_the_h100(op, bits, words, wavefronts, conflicts):
+    per_phase, ideal = phase_costs(bank_demand((np.asarray(words) * 4)[None, :], bits // 8, op))
+    assert (per_phase.sum(), per_phase.sum() - ideal.sum()) == (wavefronts, conflicts)
+
+
+# --- per launch --------------------------------------------------------------------------------
+
+
+def test_launch_totals_are_per_instruction_sums_times_k_tiles_and_blocks():
+    analysis = analyze(spec(warps="8x1", lanes="2x16 row", smem_a="order: mk;", **EIGHT_BY_EIGHT),
+                       problem=(512, 256, 64))
+    launch, traffic = analysis.facts["launch"], analysis.facts["smem_traffic"]
+    assert (launch.blocks, launch.k_tiles, launch.warps_per_block) == (8, 8, 8)
+    every = analysis.facts["smem_accesses"]
+    assert {c.instructions for c in every} == {8}  # one warp instruction per warp of the block
+    for op, total, excess in (("load", traffic.load_wavefronts, traffic.load_conflicts),
+                              ("store", traffic.store_wavefronts, traffic.store_conflicts)):
+        chosen = [c for c in every if c.access.op == op]
+        assert total == sum(c.wavefronts for c in chosen) * 8 * 8
+        assert excess == sum(c.wavefronts - c.ideal_wavefronts for c in chosen) * 8 * 8
+    assert traffic.load_conflicts == traffic.load_wavefronts // 2  # every load is 2-way
+
+
+def test_a_problem_the_tile_does_not_divide_is_refused():
+    with pytest.raises(ProblemSizeError, match="multiple of the block tile"):
+        analyze(spec(), problem=(1000, 128, 8))
+
+
+# --- registers, occupancy, intensity -----------------------------------------------------------
+
+
+def test_register_estimate_parts():
+    estimate = estimate_registers(KernelLayout(parse_text((SPECS / "sgemm_v3.gemm").read_text())))
+    assert (estimate.accumulators, estimate.fragment_sets, estimate.fragments, estimate.staging) == (64, 2, 32, 8)
+    assert estimate.total == 64 + 32 + 8 + estimate.overhead
+
+
+# ptxas -v, nvcc 13.0, -arch=sm_90, on the kernels the emitter wrote when the constants were fitted.
+PTXAS_REGISTERS = {
+    "cp_async3": 128, "cp_async4": 128, "fragment_double": 128, "lanes_2x16_km": 127, "lanes_4x8_km": 127,
+    "large_128x256": 225, "raster_group8": 128, "register_double": 125, "sgemm_v1": 102, "sgemm_v3": 128,
+    "swizzle_a": 151, "swizzle_b": 193, "transpose_nopad": 127, "transpose_pad": 127, "warp_repeat": 127,
+    "zigzag": 127,
+}
+
+
+@pytest.mark.parametrize("name, registers", sorted(PTXAS_REGISTERS.items()))
+def test_register_estimate_is_within_ten_percent_of_recorded_ptxas(name, registers):
+    estimate = estimate_registers(KernelLayout(parse_text((SPECS / f"{name}.gemm").read_text()))).total
+    assert abs(estimate - registers) <= 0.1 * registers
+
+
+@pytest.mark.nvcc
+def test_register_estimate_is_within_ten_percent_of_ptxas_today():
+    """Recompiles every spec: fails when the emitter changes enough that the constants need refitting."""
+    build = pytest.importorskip("gemmdsl.build")
+    if build.find_nvcc() is None:
+        pytest.skip("nvcc not on PATH")
+    from gemmdsl.compiler import compile_path
+
+    def registers(path: Path) -> tuple[str, int, int]:
+        artifacts = compile_path(path)
+        used = build.build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm).resources.registers
+        return artifacts.name, used, estimate_registers(artifacts.layout).total
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(registers, sorted(SPECS.glob("*.gemm"))))
+    off = [(name, used, estimate) for name, used, estimate in results if abs(estimate - used) > 0.1 * used]
+    assert off == [], "estimate more than 10% from ptxas (name, ptxas, estimate)"
+
+
+def test_registers_beside_ptxas_with_spills_and_budget():
+    ptxas = {"registers": 200, "spill_stores": 16, "spill_loads": 24, "stack": 40, "static_smem": 0}
+    analysis = analyze(spec(budget="registers: 128;"), ptxas=ptxas)
+    registers = analysis.facts["registers"]
+    assert (registers.ptxas, registers.spills, registers.per_thread) == (200, True, 200)
+    messages = [w.message for w in analysis.warnings]
+    assert any("spills" in m for m in messages) and any("over the budget of 128" in m for m in messages)
+    budget_warning = next(w for w in analysis.warnings if "budget" in w.message)
+    assert budget_warning.span == analysis.spec.budget.at("registers")
+    report = format_report(analysis)
+    assert "!!! ptxas SPILLS registers to local memory: 16 bytes stored, 24 bytes loaded" in report
+
+
+def test_an_estimate_over_255_is_flagged():
+    analysis = analyze(spec(warps="2x2", repeat="4x4 block"))  # 16x16 accumulators per thread
+    assert analysis.facts["registers"].estimate.total > 255
+    assert any("exceed the limit of 255" in w.message for w in analysis.warnings)
+    assert analysis.facts["occupancy"].registers_per_thread == 255
+
+
+def test_sgemm_v3_occupancy_on_sm_90_with_ptxas_registers():
+    text = (SPECS / "sgemm_v3.gemm").read_text()
+    analysis = analyze(parse_text(text), ptxas={"registers": 127, "spill_stores": 0, "spill_loads": 0})
+    occupancy = analysis.facts["occupancy"]
+    assert occupancy.smem_bytes == analysis.layout.smem_bytes == 16640
+    assert occupancy.limits == {"registers": 2, "shared memory": 13, "threads": 8, "blocks": 32}
+    assert (occupancy.blocks_per_sm, occupancy.limited_by, occupancy.warps_per_sm) == (2, ["registers"], 16)
+
+
+# (registers per thread, threads per block, dynamic shared bytes, blocks per SM) as
+# cudaOccupancyMaxActiveBlocksPerMultiprocessor returned them; 5632 such points all agree.
+H100_OCCUPANCY = [
+    (116, 32, 0, 16),  # 120 registers per warp slot: 4 warps per sub-partition, not 17 per SM
+    (116, 544, 0, 0),  # 17 warps round up to 20 for the per-block register check
+    (139, 224, 0, 1),
+    (194, 160, 0, 1),
+    (216, 96, 0, 2),
+    (127, 256, 16640, 2),
+    (119, 256, 8320, 2),
+    (149, 256, 8192, 1),
+    (116, 32, 16640, 13),
+    (116, 32, 100000, 2),
+    (116, 32, 232448, 1),
+]
+
+
+@pytest.mark.parametrize("registers, threads, smem, blocks", H100_OCCUPANCY)
+def test_occupancy_matches_the_cuda_occupancy_api(registers, threads, smem, blocks):
+    assert occupancy_of(arch(90), registers, threads, smem).blocks_per_sm == blocks
+
+
+def test_intensity_shows_why_4x8_lanes_and_bigger_blocks_help():
+    narrow = analyze(spec(warps="8x1", lanes="2x16 row", **EIGHT_BY_EIGHT)).facts["intensity"]
+    square = analyze(spec(warps="4x2", lanes="4x8 row", **EIGHT_BY_EIGHT)).facts["intensity"]
+    assert (narrow.warp_tile, square.warp_tile) == (ir.Pair(16, 128), ir.Pair(32, 64))
+    assert square.warp_flops_per_byte > narrow.warp_flops_per_byte  # 10.7 > 7.1
+    assert narrow.block_flops_per_byte == square.block_flops_per_byte == 2 * 128 * 128 * 8 / (256 * 8 * 4)
+    wide = analyze(spec(tile="128x256x8", repeat="2x4 block")).facts["intensity"]
+    assert wide.block_flops_per_byte > square.block_flops_per_byte
+    assert wide.global_bytes["a"] < square.global_bytes["a"]  # half as many column blocks re-read A
+
+
+# --- the pass framework ------------------------------------------------------------------------
+
+
+class FakePass:
+    def __init__(self, name: str, needs=(), provides=()):
+        self.name, self.needs, self.provides = name, frozenset(needs), frozenset(provides)
+
+    def run(self, context):
+        return PassResult({fact: self.name for fact in self.provides}, f"{self.name} ran")
+
+
+def test_passes_run_in_the_order_their_needs_impose():
+    passes = [FakePass("late", needs={"x"}, provides={"y"}), FakePass("early", provides={"x"}),
+              FakePass("last", needs={"x", "y"})]
+    assert [p.name for p in PassManager(passes).order] == ["early", "late", "last"]
+
+
+@pytest.mark.parametrize("passes, message", [
+    ([FakePass("a", needs={"nothing"})], "no pass provides"),
+    ([FakePass("a", needs={"y"}, provides={"x"}), FakePass("b", needs={"x"}, provides={"y"})], "cycle"),
+    ([FakePass("a", provides={"x"}), FakePass("b", provides={"x"})], "provided by both"),
+])
+def test_wiring_mistakes_raise(passes, message):
+    with pytest.raises(PassGraphError, match=message):
+        PassManager(passes)
+
+
+def test_a_pass_must_return_what_it_declares():
+    class Liar(FakePass):
+        def run(self, context):
+            return PassResult({}, "forgot")
+
+    s = spec()
+    with pytest.raises(PassGraphError, match="declared"):
+        PassManager([Liar("liar", provides={"x"})]).run(Context(s, KernelLayout(s)))
+
+
+def test_the_shipped_passes_are_ordered_by_what_they_need():
+    order = [p.name for p in PassManager(ALL_PASSES).order]
+    assert order.index("launch") < order.index("smem_traffic") > order.index("bank_conflicts")
+    assert order.index("registers") < order.index("occupancy")
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+def test_report_has_the_access_table_verdicts_and_a_bank_map():
+    report = format_report(analyze(spec(smem_a="order: km;")))
+    assert "operand op      bits  per thread  warp instrs  wavefronts   ideal  max ways" in report
+    assert "A       store     32           4           32          64      32         2" in report
+    assert "Bank map of the worst access: A store 32-bit" in report
+    assert "bank  0  word 0: lanes 0 | word 512: lanes 1" in report
+    for name in ("launch", "bank_conflicts", "smem_traffic", "registers", "occupancy", "intensity"):
+        assert f"\n  {name}" in report
+
+
+def test_json_has_the_documented_fields():
+    analysis = analyze(spec(smem_a="order: km;"), problem=(256, 256, 16))
+    data = json.loads(json.dumps(to_json(analysis)))
+    assert {"kernel", "target", "threads", "smem_bytes", "registers", "occupancy", "smem_accesses", "launch",
+            "intensity"} <= set(data)
+    assert data["registers"]["ptxas"] is None and data["registers"]["spills"] is None
+    assert set(data["occupancy"]) >= {"blocks_per_sm", "limited_by"}
+    assert set(data["smem_accesses"][0]) >= {"operand", "op", "width_bits", "instructions", "wavefronts",
+                                            "ideal_wavefronts", "max_ways"}
+    assert data["launch"]["problem"] == [256, 256, 16]
+    assert data["launch"]["smem_store_conflicts"] == 4 * 8 * 4 * 2  # 4 stores x 8 warps x 4 blocks x 2 k-tiles
+
+
+def test_summary_lines_are_deterministic_and_free_of_ptxas_figures():
+    text = (SPECS / "sgemm_v1.gemm").read_text()
+    first, second = (summary_lines(analyze(parse_text(text))) for _ in range(2))
+    assert first == second and len(first) == len(ALL_PASSES)
+    assert not any("ptxas" in line for line in first)
+    with_ptxas = summary_lines(analyze(parse_text(text), ptxas={"registers": 99}))
+    assert any("ptxas 99" in line for line in with_ptxas)
+
+
+def test_worst_access_prefers_the_widest_conflict():
+    analysis = analyze(spec(warps="8x1", lanes="2x16 row", smem_a="order: mk;", **EIGHT_BY_EIGHT))
+    worst = worst_access(analysis.facts["smem_accesses"])
+    assert worst.max_ways == 2 and worst.access.operand is ir.Operand.B  # 4 excess per warp beats A's 1
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_nvcc(monkeypatch):
+    monkeypatch.setattr("gemmdsl.check.ptxas_resources", lambda path: None)
+
+
+def check_args(*specs: str, problem: str = "4096x4096x4096", as_json: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(specs=list(specs), problem=parse_problem(problem), json=as_json)
+
+
+def test_check_prints_a_report(no_nvcc, capsys):
+    assert check_main(check_args(str(SPECS / "sgemm_v3.gemm"))) == 0
+    assert "sgemm_v3 (sm_90): 256 threads = 8 warps" in capsys.readouterr().out
+
+
+def test_check_prints_json(no_nvcc, capsys):
+    assert check_main(check_args(str(SPECS / "zigzag.gemm"), problem="1024x1024x1024", as_json=True)) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kernel"] == "zigzag" and data["launch"]["blocks"] == 64
+
+
+def test_check_reports_a_bad_spec_and_a_bad_problem(no_nvcc, capsys, tmp_path):
+    missing = tmp_path / "missing.gemm"
+    assert check_main(check_args(str(missing))) == 1
+    assert "cannot read file" in capsys.readouterr().err
+    assert check_main(check_args(str(SPECS / "sgemm_v3.gemm"), problem="100x128x8")) == 1
+    assert "not a positive multiple" in capsys.readouterr().err
+
+
+def test_problem_sizes_parse():
+    assert parse_problem("512x256x64") == (512, 256, 64)
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_problem("512x256")
+
+
+# --- gemmdsl profile: reading ncu --csv (no GPU needed) ----------------------------------------
+
+NCU_CSV = """==WARNING== Note: Running with unmodified GPU clocks. If not controlled otherwise, profiling results may be inconsistent.
+==PROF== Connected to process 4242 (/usr/bin/python3)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","","0"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum","","156"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum","","393,216"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum","","32,924"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","launch__occupancy_limit_blocks","block","32"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","launch__occupancy_limit_registers","block","2"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","launch__occupancy_limit_shared_mem","block","5"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","launch__occupancy_limit_warps","block","8"
+"0","4242","python3","127.0.0.1","sgemm_v3_kernel","1","7","(256, 1, 1)","(16, 1, 1)","0","9.0","Command line profiler metrics","launch__registers_per_thread","register/thread","127"
+"1","4242","python3","127.0.0.1","other_kernel","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","launch__registers_per_thread","register/thread","n/a"
+==PROF== Disconnected from process 4242
+"""
+
+
+def test_ncu_csv_is_read_per_launch_with_thousands_separators():
+    first, second = parse_ncu_csv(NCU_CSV)
+    assert (first.launch_id, first.kernel, second.kernel) == (0, "sgemm_v3_kernel", "other_kernel")
+    assert first.metrics["l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"] == 393216
+    assert first.metrics["launch__registers_per_thread"] == 127
+    assert second.metrics == {}  # n/a is dropped
+    assert parse_metric_value("1,048,576") == 1048576 and parse_metric_value("") is None
+
+
+def test_profile_puts_measured_figures_beside_predictions():
+    analysis = analyze(parse_text((SPECS / "sgemm_v3.gemm").read_text()), problem=(512, 512, 256))
+    rows = {row.label: row for row in comparison_rows(analysis, parse_ncu_csv(NCU_CSV)[0].metrics)}
+    assert (rows["shared load wavefronts"].predicted, rows["shared load wavefronts"].measured) == (393216, 393216)
+    assert rows["blocks per SM"].measured == 2
+    assert rows["  limit by shared memory"].measured == 5
+    assert set(OCCUPANCY_LIMITS) == set(analysis.facts["occupancy"].limits)
+
+
+def test_ncu_command_profiles_one_launch_of_the_kernel():
+    command = ncu_command("ncu", "specs/sgemm_v3.gemm", "sgemm_v3", parse_problem("512x512x256"), "/tmp/x.csv")
+    assert command[:3] == ["ncu", "--clock-control", "none"]
+    assert "regex:^sgemm_v3_kernel$" in command and "--csv" in command
+    assert command[-4:] == ["gemmdsl.profile", "drive", "specs/sgemm_v3.gemm", "512x512x256"]
+
+
+# --- properties over valid specs ---------------------------------------------------------------
+
+PAIRS = [(1, 1), (1, 2), (2, 1), (2, 2), (4, 2), (2, 4), (4, 4), (8, 1), (1, 8)]
+LANES = [(1, 32), (2, 16), (4, 8), (8, 4), (16, 2), (32, 1)]
+
+
+@st.composite
+def valid_specs(draw) -> ir.KernelSpec:
+    warps, lanes, micro, repeat = (draw(st.sampled_from(PAIRS[:6])), draw(st.sampled_from(LANES)),
+                                   draw(st.sampled_from(PAIRS)), draw(st.sampled_from(PAIRS[:4])))
+    bm, bn = (warps[i] * lanes[i] * micro[i] * repeat[i] for i in (0, 1))
+    text = spec_text(
+        tile=f"{bm}x{bn}x{draw(st.sampled_from([4, 8, 16]))}", warps="%dx%d" % warps,
+        lanes="%dx%d %s" % (*lanes, draw(st.sampled_from(["row", "col", "zigzag"]))),
+        micro="%dx%d" % micro, repeat="%dx%d %s" % (*repeat, draw(st.sampled_from(["block", "warp"]))),
+        smem_a=f"order: {draw(st.sampled_from(['mk', 'km']))}; pad: {draw(st.sampled_from([0, 1, 4]))};",
+        smem_b=draw(st.sampled_from(["order: kn;", "order: nk; pad: 4;", "order: kn; swizzle: xor(2, 2, 5);"])),
+        pipeline=draw(st.sampled_from(["stages: 1;", "stages: 2; fragments: double;"])),
+    )
+    try:
+        spec, _ = load(SourceFile("<hypothesis>.gemm", text))
+    except CompileError:
+        assume(False)
+    return spec
+
+
+SLOW_OK = settings(max_examples=40, deadline=None,
+                   suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+
+
+@SLOW_OK
+@given(valid_specs())
+def test_every_access_costs_at_least_its_ideal(s):
+    analysis = analyze(s, problem=(s.block.m * 2, s.block.n, s.block.k * 3))
+    for c in analysis.facts["smem_accesses"]:
+        assert c.wavefronts >= c.ideal_wavefronts >= c.instructions >= 1
+        assert (c.max_ways == 1) == (c.wavefronts == c.ideal_wavefronts)
+    traffic = analysis.facts["smem_traffic"]
+    per_k_tile = sum(c.wavefronts for c in analysis.facts["smem_accesses"] if c.access.op == "load")
+    assert traffic.load_wavefronts == per_k_tile * 3 * 2
+    occupancy = analysis.facts["occupancy"]
+    assert occupancy.blocks_per_sm == min(occupancy.limits.values()) and occupancy.limited_by
+    assert json.dumps(to_json(analysis))
+    assert summary_lines(analysis) == summary_lines(analyze(s, problem=analysis.problem))
+
+
+@given(st.sampled_from(["load", "store"]), st.sampled_from([4, 8, 16]), st.integers(0, 4095),
+       st.integers(1, 4))
+def test_a_broadcast_only_access_has_no_conflict(op, width_bytes, word, warps):
+    address = word * 4 // width_bytes * width_bytes
+    per_phase, ideal = phase_costs(bank_demand(np.full((warps, 32), address), width_bytes, op))
+    assert per_phase.max() == 1 and (per_phase == ideal).all()
+
+
+@given(st.sampled_from(["load", "store"]), st.sampled_from([4, 8, 16]),
+       st.lists(st.integers(0, 255), min_size=32, max_size=32), st.integers(0, 7))
+def test_wavefronts_ignore_a_whole_row_shift_and_never_beat_the_ideal(op, width_bytes, chunks, rows):
+    addresses = np.array([chunks]) * width_bytes
+    per_phase, ideal = phase_costs(bank_demand(addresses, width_bytes, op))
+    shifted, _ = phase_costs(bank_demand(addresses + rows * 128, width_bytes, op))
+    assert (per_phase >= ideal).all() and per_phase.sum() == shifted.sum()
+    assert per_phase.max() <= 32
