@@ -76,7 +76,13 @@ class FragmentBuffering(enum.Enum):
 
 
 class Bounds(enum.Enum):
+    CHECKED = "checked"  # any M, N, K >= 1: edge tiles load predicated and store guarded
     EXACT = "exact"  # the launcher rejects shapes the block tile does not divide
+
+
+class Batch(enum.Enum):
+    NONE = "none"  # one GEMM per launch
+    STRIDED = "strided"  # gridDim.z GEMMs whose operands lie a fixed stride apart
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,13 +115,33 @@ class MatrixType:
     layout: MatrixLayout
 
 
+def k_contiguous(operand: Operand, layout: MatrixLayout) -> bool:
+    """Whether k is the contiguous index of A (M x K) or B (K x N) in global memory.
+
+    Row-major A and column-major B keep k contiguous; column-major A keeps m, row-major B n.
+    """
+    return (operand is Operand.A) == (layout is MatrixLayout.ROW)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem(Node):
     a: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
     b: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
     c: MatrixType = MatrixType(DType.F32, MatrixLayout.ROW)
     epilogue: Epilogue = Epilogue.STORE
-    bounds: Bounds = Bounds.EXACT
+    bounds: Bounds = Bounds.CHECKED
+    batch: Batch = Batch.NONE
+
+    def matrix(self, operand: Operand) -> MatrixType:
+        return {Operand.A: self.a, Operand.B: self.b, Operand.C: self.c}[operand]
+
+    @property
+    def checked(self) -> bool:
+        return self.bounds is Bounds.CHECKED
+
+    @property
+    def batched(self) -> bool:
+        return self.batch is Batch.STRIDED
 
 
 @dataclass(frozen=True)
@@ -133,6 +159,11 @@ class BlockTile(Node):
     n: int = 128
     k: int = 8
     raster: Raster = Raster(RasterKind.ROW)
+
+    def global_tile(self, operand: Operand, layout: MatrixLayout) -> tuple[int, int]:
+        """(strided extent, contiguous extent) of A's BM x BK or B's BK x N tile in global memory."""
+        mn = self.m if operand is Operand.A else self.n
+        return (mn, self.k) if k_contiguous(operand, layout) else (self.k, mn)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,6 +254,13 @@ class KernelSpec(Node):
 
     def load(self, operand: Operand) -> GlobalLoad:
         return self.load_a if operand is Operand.A else self.load_b
+
+    def k_contiguous(self, operand: Operand) -> bool:
+        return k_contiguous(operand, self.problem.matrix(operand).layout)
+
+    def global_tile(self, operand: Operand) -> tuple[int, int]:
+        """(strided extent, contiguous extent) of A's or B's block tile in global memory."""
+        return self.block.global_tile(operand, self.problem.matrix(operand).layout)
 
     def with_target(self, sm: int) -> "KernelSpec":
         from dataclasses import replace

@@ -5,7 +5,7 @@ as `Expr`s. The emitter renders these expressions into CUDA; the analysis
 passes evaluate the very same expressions for every thread. Nothing here knows
 C syntax beyond what `Expr.render` prints.
 
-Coordinates: A is M x K, B is K x N, C is M x N, all row-major for now. Within a
+Coordinates: A is M x K, B is K x N, C is M x N, each row- or column-major. Within a
 block, `m`/`n` index the BM x BN tile and `k` the BK slice of the current k-tile.
 """
 from __future__ import annotations
@@ -91,8 +91,11 @@ class SmemAccess:
 class KernelLayout:
     """All index arithmetic of one spec. Construct only from a validated spec."""
 
-    def __init__(self, spec: ir.KernelSpec):
+    def __init__(self, spec: ir.KernelSpec, max_global_vector: int = MAX_VECTOR):
         self.spec = spec
+        # 1 lowers the scalar variant of a checked kernel: the same tiling with every global
+        # load and store one element wide, for operands whose alignment the launcher cannot prove.
+        self.max_global_vector = max_global_vector
         self.arch: Arch = arch(spec.target.sm)
         t = spec.threads
         self.bm, self.bn, self.bk = spec.block.m, spec.block.n, spec.block.k
@@ -187,10 +190,19 @@ class KernelLayout:
 
     # --- global -> shared copies --------------------------------------------------------
 
+    def load_vector(self, operand: ir.Operand) -> int:
+        """Elements per global load of A or B: the spec's vector, capped by `max_global_vector`."""
+        return min(self.spec.load(operand).vector, self.max_global_vector)
+
     def global_chunks(self, operand: ir.Operand) -> list[GlobalChunk]:
-        """The vector loads one thread issues per k-tile for an operand (row-major global tile)."""
-        vector = self.spec.load(operand).vector
-        rows, cols = (self.bm, self.bk) if operand is ir.Operand.A else (self.bk, self.bn)
+        """The vector loads one thread issues per k-tile for an operand.
+
+        Rows and columns are those of the tile as it lies in global memory: a row is a run
+        of contiguous elements (along k for row-major A and column-major B, along m or n
+        otherwise), so a vector never crosses rows.
+        """
+        vector = self.load_vector(operand)
+        rows, cols = self.spec.global_tile(operand)
         per_row = cols // vector
         count = rows * per_row // self.threads
         chunks = []
@@ -206,20 +218,34 @@ class KernelLayout:
 
     def chunk_tile_coords(self, operand: ir.Operand, chunk: GlobalChunk, element: int) -> tuple[Expr, Expr]:
         """(mn, k) of element `element` of a chunk, as shared-memory coordinates."""
-        if operand is ir.Operand.A:
+        if self.spec.k_contiguous(operand):
             return chunk.row, chunk.col + element
         return chunk.col + element, chunk.row
 
+    def stays_contiguous(self, operand: ir.Operand) -> bool:
+        """Whether a global row of the tile is also contiguous in shared memory.
+
+        Global rows run along k (row-major A, column-major B) or along m / n; k-major
+        shared layouts (km, kn) keep m / n contiguous, the others k.
+        """
+        return self.spec.k_contiguous(operand) != self.smem[operand].order.k_major
+
     def store_width(self, operand: ir.Operand) -> int:
         """Elements per shared-memory store (or cp.async) of one global chunk."""
-        geometry = self.smem[operand]
-        vector = self.spec.load(operand).vector
-        # A global row runs along k (A) or n (B); it stays contiguous in shared memory only
-        # when that is the layout's contiguous index.
-        contiguous = (not geometry.order.k_major) if operand is ir.Operand.A else geometry.order.k_major
-        if not contiguous:
+        if not self.stays_contiguous(operand):
             return 1
-        return min(vector, geometry.contiguous_run())
+        return min(self.load_vector(operand), self.smem[operand].contiguous_run())
+
+    def c_store_width(self) -> int:
+        """Elements per epilogue store: a thread's micro tile is contiguous along C's contiguous index."""
+        t = self.spec.threads
+        micro = t.micro.n if self.spec.problem.c.layout is ir.MatrixLayout.ROW else t.micro.m
+        return widest_dividing(micro, self.max_global_vector)
+
+    def global_vector(self, operand: ir.Operand) -> int:
+        """Widest global access to A, B or C in elements: the multiple of elements its pointer,
+        leading dimension and batch stride must be for that access to be aligned."""
+        return self.c_store_width() if operand is ir.Operand.C else self.load_vector(operand)
 
     # --- shared -> register fragments ---------------------------------------------------
 
@@ -252,7 +278,7 @@ class KernelLayout:
         for operand in (ir.Operand.A, ir.Operand.B):
             geometry = self.smem[operand]
             width = self.store_width(operand)
-            vector = self.spec.load(operand).vector
+            vector = self.load_vector(operand)
             for chunk in self.global_chunks(operand):
                 for element in range(0, vector, width):
                     mn, k = self.chunk_tile_coords(operand, chunk, element)
@@ -262,11 +288,3 @@ class KernelLayout:
                 for _, width, offset in self.fragment_reads(operand, kk):
                     accesses.append(SmemAccess(operand, "load", width, offset, kk))
         return accesses
-
-
-
-def fragment_width_c(spec: ir.KernelSpec) -> int:
-    """Elements per epilogue store: a thread's micro-tile columns are contiguous in C."""
-    return widest_dividing(spec.threads.micro.n)
-
-

@@ -495,7 +495,8 @@ SECTIONS: dict[str, _Section] = {
     "problem": _Section({
         "a": _Key(_matrix), "b": _Key(_matrix), "c": _Key(_matrix),
         "epilogue": _Key(_enum(ir.Epilogue, "store or alpha_beta")),
-        "bounds": _Key(_enum(ir.Bounds, "exact")),
+        "bounds": _Key(_enum(ir.Bounds, "checked or exact")),
+        "batch": _Key(_enum(ir.Batch, "none or strided")),
     }, required=True),
     "target": _Section({"target": _Key(_target)}, short=True),
     "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster)}, required=True),
@@ -551,9 +552,10 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
                              pad=values.get("pad", 0), swizzle=values.get("swizzle"),
                              read_bits=values.get("read"))
 
-    def load(operand: ir.Operand, extent: int) -> ir.GlobalLoad:
+    def load(operand: ir.Operand) -> ir.GlobalLoad:
         values, where = section(f"load {operand.value}")
-        # Default: the widest vector the contiguous extent of the tile allows.
+        # Default: the widest vector the contiguous extent of the global tile allows.
+        _, extent = block.global_tile(operand, problem.matrix(operand).layout)
         default = next(w for w in (4, 2, 1) if extent % w == 0)
         return ir.GlobalLoad(**where, operand=operand, vector=values.get("vector", default))
 
@@ -567,5 +569,5 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
 
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
-                         load_a=load(ir.Operand.A, bk), load_b=load(ir.Operand.B, bn),
+                         load_a=load(ir.Operand.A), load_b=load(ir.Operand.B),
                          pipeline=pipeline, budget=budget)

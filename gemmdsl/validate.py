@@ -105,9 +105,6 @@ class _Checker:
             matrix: ir.MatrixType = getattr(problem, key)
             if matrix.dtype is not ir.DType.F32:  # pragma: no cover - the parser admits only f32
                 self.error(problem.at(key), f"only f32 matrices are supported, found {matrix.dtype.value}")
-            if matrix.layout is not ir.MatrixLayout.ROW:
-                self.error(problem.at(key), "only row-major A, B and C are supported for now",
-                           hint=f"write `{key}: f32 row;` (column-major operands are not implemented yet)")
 
     def check_target(self) -> None:
         if self.arch is None:
@@ -227,8 +224,9 @@ class _Checker:
     def check_load(self, operand: ir.Operand) -> None:
         load, block, threads = self.spec.load(operand), self.spec.block, self.spec.threads.threads
         name = operand.value.upper()
-        rows, cols = (block.m, block.k) if operand is ir.Operand.A else (block.k, block.n)
-        extent_name = "BK" if operand is ir.Operand.A else "BN"
+        rows, cols = self.spec.global_tile(operand)
+        extent_name = "BK" if self.spec.k_contiguous(operand) else ("BM" if operand is ir.Operand.A else "BN")
+        major = self.spec.problem.matrix(operand).layout.value
         written = any(key == "vector" for key, _ in load.key_spans)
         span = load.at("vector") if written else self.spec.block.at("tile")
         vector = load.vector
@@ -242,8 +240,8 @@ class _Checker:
         if cols % vector:
             self.error(span, f"vector {vector} does not divide the contiguous extent of {name}'s tile "
                              f"({extent_name} = {cols})",
-                       hint=f"{name} is row-major, so its {rows}x{cols} tile has rows of {cols} contiguous "
-                            f"elements; {fix}")
+                       hint=f"{name} is {major}-major, so its tile is {rows} runs of {cols} contiguous "
+                            f"elements in global memory; {fix}")
             return
         chunks = rows * cols // vector
         if chunks % threads == 0:
@@ -289,10 +287,9 @@ class _Checker:
                                            f"instead of {best * 32}-bit: {cause}", hint=hint)
         # Vector stores of global chunks: only where the global rows stay contiguous in shared memory.
         vector = self.spec.load(operand).vector
-        contiguous = (not geometry.order.k_major) if operand is ir.Operand.A else geometry.order.k_major
         width = layout.store_width(operand)
-        extent = self.spec.block.k if operand is ir.Operand.A else self.spec.block.n
-        if contiguous and width < vector and extent % vector == 0:  # else check_load has reported it
+        _, extent = self.spec.global_tile(operand)
+        if layout.stays_contiguous(operand) and width < vector and extent % vector == 0:  # else check_load reported it
             cause, hint = self._narrowing(operand, geometry, micro, vector, "stores")
             key = "swizzle" if geometry.swizzle is not None and (1 << geometry.swizzle.base) < vector else "pad"
             self.warning(smem.at(key), f"shared-memory stores of {operand.value.upper()} are {width * 32}-bit "

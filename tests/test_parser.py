@@ -106,6 +106,7 @@ def test_defaults():
     spec = parser.parse_text(MINIMAL)
     assert spec.target.sm == 90
     assert spec.problem.epilogue is ir.Epilogue.STORE
+    assert spec.problem.bounds is ir.Bounds.CHECKED and spec.problem.batch is ir.Batch.NONE
     row = ir.MatrixType(ir.DType.F32, ir.MatrixLayout.ROW)
     assert (spec.problem.a, spec.problem.b, spec.problem.c) == (row, row, row)
     assert spec.block.raster == ir.Raster(ir.RasterKind.ROW)
@@ -133,6 +134,25 @@ def test_default_load_vector_is_widest_dividing(bk, bn, vector_a, vector_b):
     text = MINIMAL.replace("128x128x8", f"128x{bn}x{bk}")
     spec = parser.parse_text(text)
     assert (spec.load_a.vector, spec.load_b.vector) == (vector_a, vector_b)
+
+
+@pytest.mark.parametrize("a, b, vector_a, vector_b", [("col", "row", 4, 2), ("row", "col", 2, 2),
+                                                      ("col", "col", 4, 2)])
+def test_default_load_vector_follows_the_global_layout(a, b, vector_a, vector_b):
+    # Tile 128x66x6: k-contiguous tiles (row-major A, column-major B) have runs of 6, the
+    # others runs of BM = 128 (A) or BN = 66 (B).
+    text = MINIMAL.replace("128x128x8", "128x66x6").replace("problem {", f"problem {{ a: f32 {a}; b: f32 {b};")
+    spec = parser.parse_text(text)
+    assert (spec.load_a.vector, spec.load_b.vector) == (vector_a, vector_b)
+
+
+def test_layouts_bounds_and_batch():
+    text = MINIMAL.replace("problem {", "problem { a: f32 col; b: f32 col; c: f32 col; bounds: exact; batch: strided;")
+    problem = parser.parse_text(text).problem
+    col = ir.MatrixType(ir.DType.F32, ir.MatrixLayout.COL)
+    assert (problem.a, problem.b, problem.c) == (col, col, col)
+    assert problem.bounds is ir.Bounds.EXACT and not problem.checked
+    assert problem.batch is ir.Batch.STRIDED and problem.batched
 
 
 def test_comments_both_styles():
