@@ -166,7 +166,7 @@ def bench_size(kernels: list[Kernel], size: Size, sets: list[tuple], runs: int, 
 def kernel_row(kernel: Kernel, size: Size, sets: list[tuple], runs: int, warmup: int, cublas_ms: float,
                peak: float) -> Row:
     try:
-        launches = [kernel.bind(a, b, c) for a, b, c in sets]
+        launches = [kernel.bind(*in_layouts(kernel, operands)) for operands in sets]
     except ValueError as err:  # a size this exact-shape kernel cannot take
         return Row(kernel.name, *size, buffer_sets=len(sets), note=f"skipped: {err}")
     median_ms = statistics.median(time_launches(launches, runs, warmup))
@@ -200,6 +200,15 @@ def input_set(rng: Any, size: Size) -> tuple:
 
     m, n, k = size
     return random_matrix(rng, m, k), random_matrix(rng, k, n), cupy.empty((m, n), dtype=cupy.float32)
+
+
+def in_layouts(kernel: Kernel, operands: tuple) -> tuple:
+    """A row-major input set in the kernel's layouts: column-major operands become copies in
+    Fortran order, so every kernel (and cuBLAS) reads the same values."""
+    import cupy
+
+    layouts = [kernel.requirements.layouts[name] for name in ("A", "B", "C")]
+    return tuple(x if layout == "row" else cupy.asfortranarray(x) for x, layout in zip(operands, layouts))
 
 
 def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> list[float]:

@@ -2,23 +2,31 @@
 
 The kernel body is emitted by walking the spec once, section by section; every
 index comes from `KernelLayout` as an `Expr` and is rendered here, so what the
-analysis passes evaluate is exactly what the kernel computes. The host launcher
-never changes shape, so it is a template with named placeholders.
+analysis passes evaluate is exactly what the kernel computes.
+
+A file holds one kernel, or two for `bounds: checked`: `NAME_kernel` with the
+spec's vector global accesses, and `NAME_kernel_scalar`, the same tiling lowered
+with one-element global accesses (`KernelLayout(spec, max_global_vector=1)`),
+which the launcher runs when a pointer, leading dimension or batch stride would
+misalign a vector access. Then come the host launchers.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from string import Template
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import __version__, ir
 from .emitter import Emitter
 from .expr import Expr, Var
-from .layout import KernelLayout, widest_dividing
+from .layout import GlobalChunk, KernelLayout
 
 VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
 COMPONENTS = ("x", "y", "z", "w")
 OPERANDS = (ir.Operand.A, ir.Operand.B)
+MAX_BATCH = 65535  # gridDim.z
+MAX_INT = 2147483647
 
 
 def component(var: str, width: int, element: int) -> str:
@@ -55,27 +63,88 @@ def as_vector(address: str, width: int, const: bool = False) -> str:
     return f"*reinterpret_cast<{qualifier}{VECTOR_TYPES[width]}*>(&{address})"
 
 
-class KernelEmitter:
-    """Emits the `__global__` kernel of one spec."""
+def make_vector(width: int, values: list[str]) -> str:
+    return values[0] if width == 1 else f"make_{VECTOR_TYPES[width]}({', '.join(values)})"
 
-    def __init__(self, spec: ir.KernelSpec, layout: KernelLayout):
+
+# --- what the file declares: kernels, their parameters, launchers -----------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One `__global__` kernel of the file and the lowering it is emitted from."""
+
+    entry: str
+    layout: KernelLayout
+
+
+def kernel_variants(spec: ir.KernelSpec, layout: KernelLayout) -> list[Variant]:
+    """The vector kernel, and for checked bounds the scalar one the launcher falls back to.
+
+    The scalar kernel exists only where the vector kernel has a global access wider than one
+    element, since otherwise the two would be the same code.
+    """
+    variants = [Variant(f"{spec.name}_kernel", layout)]
+    if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
+        variants.append(Variant(f"{spec.name}_kernel_scalar", KernelLayout(spec, max_global_vector=1)))
+    return variants
+
+
+def kernel_parameters(spec: ir.KernelSpec) -> list[tuple[str, str]]:
+    """(C type, name) of every kernel parameter, in order."""
+    parameters = [("const float*", "A"), ("const float*", "B"), ("float*", "C"),
+                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
+                  ("float", "alpha"), ("float", "beta")]
+    if spec.problem.batched:
+        parameters += [("long long", "stride_a"), ("long long", "stride_b"), ("long long", "stride_c")]
+    return parameters
+
+
+def leading_name(operand: ir.Operand) -> str:
+    return f"ld{operand.value}"
+
+
+def contiguous_extent(spec: ir.KernelSpec, operand: ir.Operand) -> str:
+    """The dimension that runs contiguously in an operand's global matrix: its smallest leading dimension."""
+    rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[operand]
+    return cols if spec.problem.matrix(operand).layout is ir.MatrixLayout.ROW else rows
+
+
+def leading_dimension_limit(spec: ir.KernelSpec, operand: ir.Operand) -> int:
+    """Largest leading dimension the kernel takes: offsets inside a tile of A or B (row * ld + col)
+    are ints; C's rows are addressed in 64 bits."""
+    if operand is ir.Operand.C:
+        return MAX_INT
+    return MAX_INT // spec.global_tile(operand)[0]
+
+
+def launcher_names(spec: ir.KernelSpec) -> dict[str, str | None]:
+    return {"launcher": f"{spec.name}_launch", "launcher_ld": f"{spec.name}_launch_ld",
+            "launcher_batched": f"{spec.name}_launch_batched" if spec.problem.batched else None}
+
+
+def tile_count(spec: ir.KernelSpec, extent: str, tile: str) -> str:
+    """C expression for the number of tiles along a dimension: exact kernels divide, checked round up."""
+    return f"({extent} + {tile} - 1) / {tile}" if spec.problem.checked else f"{extent} / {tile}"
+
+
+# --- helpers emitted before the kernels ---------------------------------------------------------
+
+
+class HelperEmitter:
+    """The shared-memory layout functions and the PTX wrappers every kernel of the file uses."""
+
+    def __init__(self, spec: ir.KernelSpec, layouts: list[KernelLayout], out: Emitter):
         self.spec = spec
-        self.layout = layout
-        self.out = Emitter()
-        self.double_fragments = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
+        self.layouts = layouts
+        self.out = out
         self.cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
 
-    @property
-    def entry(self) -> str:
-        return f"{self.spec.name}_kernel"
-
-    # --- helpers emitted before the kernel ------------------------------------------------
-
-    def emit_helpers(self) -> None:
+    def emit(self) -> None:
         o = self.out
         o.comment("Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.")
         for operand in OPERANDS:
-            geometry = self.layout.smem[operand]
+            geometry = self.layouts[0].smem[operand]  # the variants share their shared-memory layout
             func = geometry.offset_func
             layout = self.spec.smem(operand)
             note = f"order {layout.order.value}, leading dimension {geometry.ld}"
@@ -91,8 +160,8 @@ class KernelEmitter:
             self._emit_cp_async_helpers()
 
     def _shared_widths(self, op: str) -> list[int]:
-        """Vector widths (elements) of the shared-memory loads or stores this kernel issues."""
-        return sorted({a.width for a in self.layout.smem_accesses() if a.op == op})
+        """Vector widths (elements) of the shared-memory loads or stores the kernels issue."""
+        return sorted({a.width for layout in self.layouts for a in layout.smem_accesses() if a.op == op})
 
     def _emit_shared_access_helpers(self) -> None:
         o = self.out
@@ -126,7 +195,7 @@ class KernelEmitter:
         o = self.out
         o.comment("cp.async (sm_80+): copy global -> shared without staging in registers.\n"
                   "16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.")
-        widths = sorted({self.layout.store_width(op) for op in OPERANDS})
+        widths = sorted({layout.store_width(op) for layout in self.layouts for op in OPERANDS})
         for width in widths:
             size = 4 * width
             cache = "cg" if size == 16 else "ca"
@@ -134,6 +203,8 @@ class KernelEmitter:
                          f"const float* gmem_src)"):
                 o.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size};\\n" '
                        f':: "r"(smem_address(smem_dst)), "l"(gmem_src));')
+        if self.spec.problem.checked:
+            self._emit_zero_fill_helpers(widths)
         o.lines("""
 static __device__ __forceinline__ void cp_async_commit()
 {
@@ -146,7 +217,41 @@ static __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\\n" :: "n"(PENDING));
 }""")
 
-    # --- the kernel -------------------------------------------------------------------------
+    def _emit_zero_fill_helpers(self, widths: list[int]) -> None:
+        o = self.out
+        o.comment("Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and\n"
+                  "zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,\n"
+                  "the tile's first element, which always lies in the matrix (a block or k-tile exists\n"
+                  "only where it starts inside).")
+        for width in widths:
+            size = 4 * width
+            cache = "cg" if size == 16 else "ca"
+            with o.block(f"static __device__ __forceinline__ void cp_async_{size}_zfill(float* smem_dst, "
+                         f"const float* gmem_src, int src_bytes, const float* inside)"):
+                o.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size}, %2;\\n" '
+                       f':: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), '
+                       f'"r"(src_bytes));')
+        o.comment("Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,\n"
+                  "given the rows and the contiguous elements the matrix has left from the tile's origin.")
+        with o.block("static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, "
+                     "int width)"):
+            o.line("return row < rows ? 4 * max(0, min(width, cols - col)) : 0;")
+
+
+# --- the kernel ---------------------------------------------------------------------------------
+
+
+class KernelEmitter:
+    """Emits one `__global__` kernel of a spec from one lowering (the vector or the scalar variant)."""
+
+    def __init__(self, spec: ir.KernelSpec, variant: Variant, out: Emitter):
+        self.spec = spec
+        self.layout = variant.layout
+        self.entry = variant.entry
+        self.out = out
+        self.double_fragments = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
+        self.cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+        self.checked = spec.problem.checked
 
     def emit_kernel(self) -> None:
         o = self.out
@@ -155,12 +260,17 @@ static __device__ __forceinline__ void cp_async_wait()
         min_blocks = launch_min_blocks(spec)
         if min_blocks:
             bounds += f", {min_blocks}"
+        parameters = [f"{ctype} __restrict__ {name}" if ctype.endswith("*") else f"{ctype} {name}"
+                      for ctype, name in kernel_parameters(spec)]
         o.line(f'extern "C" __global__ void __launch_bounds__({bounds}) {self.entry}(')
-        o.line("    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,")
-        o.line("    int M, int N, int K, float alpha, float beta)")
+        o.line(f"    {', '.join(parameters[:3])},")
+        o.line(f"    {', '.join(parameters[3:])})")
         with o.block(""):
             self._emit_constants()
             o.line()
+            if spec.problem.batched:
+                self._emit_batch_offsets()
+                o.line()
             self._emit_raster()
             o.line()
             self._emit_coordinates()
@@ -177,6 +287,9 @@ static __device__ __forceinline__ void cp_async_wait()
         o.comment(f"Block tile {spec.block.m}x{spec.block.n}x{spec.block.k}; {layout.threads} threads "
                   f"({t.warps} warps of {t.lanes} {t.lane_order.value} lanes); "
                   f"each thread owns {t.fragment} of C.")
+        if layout.max_global_vector == 1:
+            o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
+                      "whose pointer, leading dimension or batch stride is not vector-aligned.")
         constants = [
             ("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk),
             ("MICRO_M", t.micro.m), ("MICRO_N", t.micro.n),
@@ -196,23 +309,30 @@ static __device__ __forceinline__ void cp_async_wait()
         o.line("float* const smem_a = smem;")
         o.line("float* const smem_b = smem + STAGES * A_STAGE;")
 
-    def _emit_raster(self) -> None:
+    def _emit_batch_offsets(self) -> None:
         o = self.out
-        raster = self.spec.block.raster
+        o.comment("Strided batch: blockIdx.z picks the GEMM; its A, B and C start stride_a, stride_b\n"
+                  "and stride_c elements after those of the GEMM before it.")
+        for operand, stride in (("A", "stride_a"), ("B", "stride_b"), ("C", "stride_c")):
+            o.line(f"{operand} += blockIdx.z * {stride};")
+
+    def _emit_raster(self) -> None:
+        o, spec = self.out, self.spec
+        raster = spec.block.raster
         o.comment(f"Rasterization ({raster}): which C tile this block computes.")
         if raster.kind is ir.RasterKind.ROW:
-            o.line("const int tiles_n = N / BN;")
+            o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
             o.line("const int tile_m = blockIdx.x / tiles_n;")
             o.line("const int tile_n = blockIdx.x % tiles_n;")
         elif raster.kind is ir.RasterKind.COL:
-            o.line("const int tiles_m = M / BM;")
+            o.line(f"const int tiles_m = {tile_count(spec, 'M', 'BM')};")
             o.line("const int tile_m = blockIdx.x % tiles_m;")
             o.line("const int tile_n = blockIdx.x / tiles_m;")
         else:
             o.comment(f"Groups of {raster.group} tile rows are walked column by column, so blocks that\n"
                       "run together share rows of A and columns of B in L2.")
-            o.line("const int tiles_m = M / BM;")
-            o.line("const int tiles_n = N / BN;")
+            o.line(f"const int tiles_m = {tile_count(spec, 'M', 'BM')};")
+            o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
             o.line(f"const int group_size = {raster.group};")
             o.line("const int blocks_per_group = group_size * tiles_n;")
             o.line("const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;")
@@ -221,6 +341,12 @@ static __device__ __forceinline__ void cp_async_wait()
             o.line("const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;")
         o.line("const int block_m = tile_m * BM;")
         o.line("const int block_n = tile_n * BN;")
+        if self.checked:
+            o.comment("Bounds (checked): a block whose tile lies inside C runs the unguarded code for every\n"
+                      "full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and\n"
+                      "store only inside C. Both tests are the same for the whole block.")
+            o.line("const bool block_inside = block_m + BM <= M && block_n + BN <= N;")
+            o.line("const int full_k_tiles = K / BK;")
 
     def _emit_coordinates(self) -> None:
         o, t = self.out, self.spec.threads
@@ -245,43 +371,98 @@ static __device__ __forceinline__ void cp_async_wait()
 
     # --- global -> shared ------------------------------------------------------------------
 
-    def _source_pointer(self, operand: ir.Operand, tile: str) -> str:
-        """Start of k-tile `tile`'s slice of A or B in global memory (row-major)."""
-        if operand is ir.Operand.A:
-            return f"A + (size_t)block_m * K + (size_t){paren(tile)} * BK"
-        return f"B + (size_t){paren(tile)} * BK * N + block_n"
+    def _tile_origin(self, operand: ir.Operand, tile: str) -> tuple[str, str, str, str]:
+        """(row origin, column origin, row bound, column bound) of k-tile `tile` of A or B in global memory.
+
+        Rows and columns are those of the tile as it lies in memory (see KernelLayout.global_chunks);
+        a bound is the matrix dimension that limits the index.
+        """
+        mn_origin, mn_bound = ("block_m", "M") if operand is ir.Operand.A else ("block_n", "N")
+        k_origin = "0" if tile == "0" else f"{paren(tile)} * BK"
+        if self.spec.k_contiguous(operand):
+            return mn_origin, k_origin, mn_bound, "K"
+        return k_origin, mn_origin, "K", mn_bound
+
+    def _emit_source_pointer(self, operand: ir.Operand, tile: str) -> str:
+        """Declare `a_src` / `b_src`, the start of k-tile `tile` of A or B in global memory."""
+        row, col, _, _ = self._tile_origin(operand, tile)
+        src = f"{operand.value}_src"
+        terms = [operand.value.upper()]
+        if row != "0":
+            terms.append(f"(size_t){paren(row)} * {leading_name(operand)}")
+        if col != "0":
+            terms.append(col)
+        self.out.line(f"const float* {src} = {' + '.join(terms)};")
+        return src
+
+    def _emit_tile_limits(self, operand: ir.Operand, tile: str) -> None:
+        """Declare `a_rows` / `a_cols`: how many of the tile's rows and columns lie inside the matrix."""
+        row, col, row_bound, col_bound = self._tile_origin(operand, tile)
+        for name, origin, bound in (("rows", row, row_bound), ("cols", col, col_bound)):
+            left = bound if origin == "0" else f"{bound} - {origin}"
+            self.out.line(f"const int {operand.value}_{name} = {left};")
 
     def _global_offset(self, operand: ir.Operand, row: Expr, col: Expr) -> str:
-        leading = Var("K") if operand is ir.Operand.A else Var("N")
-        return (row * leading + col).render()
+        return (row * Var(leading_name(operand)) + col).render()
+
+    def _for_tile(self, tile: str, emit: Callable[[bool], None]) -> None:
+        """`emit(guarded)` for k-tile `tile`: unguarded for exact bounds; for checked bounds behind a
+        branch that is uniform across the block, so interior tiles run exactly the exact code."""
+        if not self.checked:
+            emit(False)
+            return
+        with self.out.block(f"if (block_inside && {tile} < full_k_tiles)"):
+            emit(False)
+        with self.out.block("else"):
+            emit(True)
 
     def _stage_registers(self, operand: ir.Operand) -> str:
         return f"{operand.value}_stage"
 
     def _declare_stage_registers(self) -> None:
         for operand in OPERANDS:
-            vector = self.spec.load(operand).vector
+            vector = self.layout.load_vector(operand)
             count = len(self.layout.global_chunks(operand))
             self.out.line(f"{VECTOR_TYPES[vector]} {self._stage_registers(operand)}[{count}];")
 
     def _emit_global_loads(self, tile: str) -> None:
         """Global -> registers for k-tile `tile`."""
+        self._for_tile(tile, lambda guarded: self._emit_register_loads(tile, guarded))
+
+    def _emit_register_loads(self, tile: str, guarded: bool) -> None:
         o = self.out
         for operand in OPERANDS:
-            vector = self.spec.load(operand).vector
-            chunks = self.layout.global_chunks(operand)
-            src = f"{operand.value}_src"
-            o.line(f"const float* {src} = {self._source_pointer(operand, tile)};")
-            for chunk in chunks:
-                address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
-                o.line(f"{self._stage_registers(operand)}[{chunk.index}] = {as_vector(address, vector, const=True)};")
+            vector = self.layout.load_vector(operand)
+            src = self._emit_source_pointer(operand, tile)
+            if guarded:
+                self._emit_tile_limits(operand, tile)
+            for chunk in self.layout.global_chunks(operand):
+                register = f"{self._stage_registers(operand)}[{chunk.index}]"
+                if not guarded:
+                    address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
+                    o.line(f"{register} = {as_vector(address, vector, const=True)};")
+                    continue
+                with self._chunk_block(chunk):
+                    for element in range(vector):
+                        col = Var("col") + element
+                        inside = f"row < {operand.value}_rows && {col.render()} < {operand.value}_cols"
+                        address = f"{src}[{self._global_offset(operand, Var('row'), col)}]"
+                        o.line(f"{component(register, vector, element)} = {inside} ? {address} : 0.0f;")
+
+    @contextmanager
+    def _chunk_block(self, chunk: GlobalChunk) -> Iterator[None]:
+        """A scope declaring `row` and `col`, a chunk's first element in its global tile (guarded copies)."""
+        with self.out.block(""):
+            self.out.line(f"const int row = {chunk.row.render()};")
+            self.out.line(f"const int col = {chunk.col.render()};")
+            yield
 
     def _emit_shared_stores(self, stage: str) -> None:
         """Registers -> shared memory stage `stage`."""
         o = self.out
         for operand in OPERANDS:
             geometry = self.layout.smem[operand]
-            vector = self.spec.load(operand).vector
+            vector = self.layout.load_vector(operand)
             width = self.layout.store_width(operand)
             o.line(f"float* const {operand.value}_dst = {stage_base(operand, stage)};")
             for chunk in self.layout.global_chunks(operand):
@@ -293,21 +474,34 @@ static __device__ __forceinline__ void cp_async_wait()
 
     def _emit_cp_async(self, tile: str, stage: str) -> None:
         """Global -> shared with cp.async for k-tile `tile` into stage `stage`."""
+        self._for_tile(tile, lambda guarded: self._emit_async_copies(tile, stage, guarded))
+
+    def _emit_async_copies(self, tile: str, stage: str, guarded: bool) -> None:
         o = self.out
         for operand in OPERANDS:
             geometry = self.layout.smem[operand]
-            vector = self.spec.load(operand).vector
+            vector = self.layout.load_vector(operand)
             width = self.layout.store_width(operand)
-            src = f"{operand.value}_src"
+            size = 4 * width
+            src = self._emit_source_pointer(operand, tile)
             dst = f"{operand.value}_dst"
-            o.line(f"const float* {src} = {self._source_pointer(operand, tile)};")
             o.line(f"float* const {dst} = {stage_base(operand, stage)};")
+            if guarded:
+                self._emit_tile_limits(operand, tile)
             for chunk in self.layout.global_chunks(operand):
-                for element in range(0, vector, width):
-                    mn, k = self.layout.chunk_tile_coords(operand, chunk, element)
-                    col = chunk.col + element
-                    source = f"{src} + {self._global_offset(operand, chunk.row, col)}"
-                    o.line(f"cp_async_{4 * width}({dst} + {geometry.offset(mn, k).render()}, {source});")
+                with self._chunk_block(chunk) if guarded else nullcontext():
+                    row, first = (Var("row"), Var("col")) if guarded else (chunk.row, chunk.col)
+                    for element in range(0, vector, width):
+                        mn, k = self.layout.chunk_tile_coords(operand, chunk, element)
+                        target = f"{dst} + {geometry.offset(mn, k).render()}"
+                        col = first + element
+                        source = f"{src} + {self._global_offset(operand, row, col)}"
+                        if not guarded:
+                            o.line(f"cp_async_{size}({target}, {source});")
+                            continue
+                        p = operand.value
+                        inside = f"bytes_inside(row, {p}_rows, {col.render()}, {p}_cols, {width})"
+                        o.line(f"cp_async_{size}_zfill({target}, {source}, {inside}, {src});")
 
     # --- shared -> registers -> FMA ------------------------------------------------------------
 
@@ -371,7 +565,7 @@ static __device__ __forceinline__ void cp_async_wait()
     def _emit_main_loop(self) -> None:
         o = self.out
         pipeline = self.spec.pipeline
-        o.line("const int k_tiles = K / BK;")
+        o.line(f"const int k_tiles = {tile_count(self.spec, 'K', 'BK')};")
         if self.cp_async:
             if pipeline.stages == 1:
                 self._emit_cp_async_single()
@@ -464,34 +658,72 @@ static __device__ __forceinline__ void cp_async_wait()
 
     def _emit_epilogue(self) -> None:
         o = self.out
-        width = widest_dividing(self.spec.threads.micro.n)
+        width = self.layout.c_store_width()
         alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
         what = "C = alpha * acc + beta * C (C is not read when beta == 0)" if alpha_beta else "C = acc"
-        o.comment(f"Epilogue: {what}, {width} floats per store.")
-        vtype = VECTOR_TYPES[width]
-        with o.unrolled("rm", "REPEAT_M"):
-            with o.unrolled("i", "MICRO_M"):
-                o.line("const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;")
-                o.line("float* const c_row = C + (size_t)row * N + block_n + thread_n;")
-                o.line("const float* const acc_row = acc[rm * MICRO_M + i];")
-                with o.unrolled("rn", "REPEAT_N"):
-                    with o.unrolled("j", "MICRO_N", width):
-                        o.line("const int col = rn * REPEAT_STRIDE_N + j;")
-                        o.line("const int f = rn * MICRO_N + j;")
-                        values = [f"acc_row[f + {e}]" if e else "acc_row[f]" for e in range(width)]
-                        if alpha_beta:
-                            values = [f"alpha * {v}" for v in values]
-                        o.line(f"{vtype} out = {self._make_vector(width, values)};")
-                        if alpha_beta:
-                            with o.block("if (beta != 0.0f)"):
-                                o.line(f"const {vtype} old = {as_vector('c_row[col]', width, const=True)};")
-                                for e in range(width):
-                                    o.line(f"{component('out', width, e)} += beta * {component('old', width, e)};")
-                        o.line(f"{as_vector('c_row[col]', width)} = out;")
+        major = self.spec.problem.c.layout.value
+        o.comment(f"Epilogue: {what}; C is {major}-major, {width} float(s) per store along each "
+                  f"{'row' if major == 'row' else 'column'} of C.")
+        if not self.checked:
+            self._emit_c_stores(guarded=False)
+            return
+        with o.block("if (block_inside)"):
+            self._emit_c_stores(guarded=False)
+        with o.block("else"):
+            o.comment("Edge block: one element at a time, only inside C.")
+            self._emit_c_stores(guarded=True)
 
-    @staticmethod
-    def _make_vector(width: int, values: list[str]) -> str:
-        return values[0] if width == 1 else f"make_{VECTOR_TYPES[width]}({', '.join(values)})"
+    def _emit_c_stores(self, guarded: bool) -> None:
+        """Store the accumulators, walking each of a thread's lines of C (rows of row-major C,
+        columns of column-major C) and storing along the line, where C is contiguous."""
+        o = self.out
+        width = 1 if guarded else self.layout.c_store_width()
+        line_axis, along = ("m", "n") if self.spec.problem.c.layout is ir.MatrixLayout.ROW else ("n", "m")
+        line_index, line_loops = _epilogue_axis(line_axis)
+        _, along_loops = _epilogue_axis(along)
+        repeat, micro = line_loops
+        with o.unrolled(repeat, f"REPEAT_{line_axis.upper()}"):
+            with o.unrolled(micro, f"MICRO_{line_axis.upper()}"):
+                o.line(f"const int {line_index} = block_{line_axis} + thread_{line_axis} + {repeat} * "
+                       f"REPEAT_STRIDE_{line_axis.upper()} + {micro};")
+                o.line(f"const int f{line_axis} = {repeat} * MICRO_{line_axis.upper()} + {micro};")
+                limit = f"if ({line_index} < {line_axis.upper()})" if guarded else None
+                with o.block(limit) if limit else nullcontext():
+                    o.line(f"float* const c_line = C + (size_t){line_index} * ldc + block_{along} + thread_{along};")
+                    self._emit_line_stores(along, along_loops, width, guarded)
+
+    def _emit_line_stores(self, axis: str, loops: tuple[str, str], width: int, guarded: bool) -> None:
+        o = self.out
+        repeat, micro = loops
+        alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        vtype = VECTOR_TYPES[width]
+        with o.unrolled(repeat, f"REPEAT_{axis.upper()}"):
+            with o.unrolled(micro, f"MICRO_{axis.upper()}", width):
+                o.line(f"const int offset = {repeat} * REPEAT_STRIDE_{axis.upper()} + {micro};")
+                o.line(f"const int f{axis} = {repeat} * MICRO_{axis.upper()} + {micro};")
+                limit = f"if (block_{axis} + thread_{axis} + offset < {axis.upper()})" if guarded else None
+                with o.block(limit) if limit else nullcontext():
+                    values = [_accumulator(axis, e) for e in range(width)]
+                    if alpha_beta:
+                        values = [f"alpha * {v}" for v in values]
+                    o.line(f"{vtype} out = {make_vector(width, values)};")
+                    if alpha_beta:
+                        with o.block("if (beta != 0.0f)"):
+                            o.line(f"const {vtype} old = {as_vector('c_line[offset]', width, const=True)};")
+                            for e in range(width):
+                                o.line(f"{component('out', width, e)} += beta * {component('old', width, e)};")
+                    o.line(f"{as_vector('c_line[offset]', width)} = out;")
+
+
+def _epilogue_axis(axis: str) -> tuple[str, tuple[str, str]]:
+    """(name of the global index, (repeat loop variable, micro loop variable)) along m or n."""
+    return ("row", ("rm", "i")) if axis == "m" else ("col", ("rn", "j"))
+
+
+def _accumulator(along: str, element: int) -> str:
+    """The accumulator of element `element` of a store that runs along `along` (m or n)."""
+    step = f" + {element}" if element else ""
+    return f"acc[fm{step}][fn]" if along == "m" else f"acc[fm][fn{step}]"
 
 
 def launch_min_blocks(spec: ir.KernelSpec) -> int | None:
@@ -509,37 +741,142 @@ def launch_min_blocks(spec: ir.KernelSpec) -> int | None:
     return None
 
 
-LAUNCHER = Template('''\
-#ifndef __CUDACC_RTC__
-// Host launcher: checks the shape and alignment this kernel needs, then launches it.
-// Returns cudaErrorInvalidValue (and launches nothing) for shapes it cannot handle:
-// M, N, K must be positive multiples of ${bm}, ${bn}, ${bk}; A, B, C must be 16-byte aligned.
-extern "C" cudaError_t ${name}_launch(const float* A, const float* B, float* C, int M, int N, int K,
-                                      float alpha, float beta, cudaStream_t stream)
-{
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
-    if (M % ${bm} != 0 || N % ${bn} != 0 || K % ${bk} != 0) return cudaErrorInvalidValue;
-    if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) % 16 != 0)
-        return cudaErrorInvalidValue;
-    const long long blocks = (long long)(M / ${bm}) * (N / ${bn});
-    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const size_t smem_bytes = ${smem_bytes};
-    if (smem_bytes > 48 * 1024) {
-        const cudaError_t err = cudaFuncSetAttribute(${name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem_bytes);
-        if (err != cudaSuccess) return err;
-    }
-    ${name}_kernel<<<dim3((unsigned)blocks), dim3(${threads}), smem_bytes, stream>>>(A, B, C, M, N, K, alpha, beta);
-    return cudaGetLastError();
-}
-#endif
-''')
+# --- host launchers -----------------------------------------------------------------------------
+
+
+class LauncherEmitter:
+    """The host launchers: one that checks everything and launches, and thin wrappers around it.
+
+    Batched specs: `NAME_launch_batched` checks and launches; `NAME_launch_ld` is one GEMM of it.
+    Others: `NAME_launch_ld` checks and launches. `NAME_launch` passes the leading dimensions of
+    contiguous operands.
+    """
+
+    def __init__(self, spec: ir.KernelSpec, variants: list[Variant], out: Emitter):
+        self.spec = spec
+        self.variants = variants
+        self.layout = variants[0].layout
+        self.out = out
+        self.names = launcher_names(spec)
+
+    def emit(self) -> None:
+        o = self.out
+        o.line("#ifndef __CUDACC_RTC__")
+        self._emit_contract()
+        self._emit_aligned_helper()
+        o.line()
+        self._emit_checked_launch()
+        o.line()
+        if self.spec.problem.batched:
+            self._emit_wrapper(self.names["launcher_ld"], self._ld_parameters(),
+                               "A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, beta, stream")
+            o.line()
+        natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
+                            for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
+        self._emit_wrapper(self.names["launcher"], "const float* A, const float* B, float* C, int M, int N, int K, "
+                           "float alpha, float beta, cudaStream_t stream",
+                           f"{natural}, M, N, K, alpha, beta, stream", target=self.names["launcher_ld"])
+        o.line("#endif")
+
+    def _emit_contract(self) -> None:
+        spec, layout = self.spec, self.layout
+        lines = ["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
+                 "the kernel cannot handle:"]
+        shape = "M, N, K >= 1"
+        if not spec.problem.checked:
+            shape = f"M, N, K positive multiples of {layout.bm}, {layout.bn}, {layout.bk} (bounds: exact)"
+        if spec.problem.batched:
+            shape += f"; 1 <= batch <= {MAX_BATCH}"
+        lines.append(f"- {shape};")
+        lines.append("- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
+                     + " (the leading dimensions of "
+                     + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);")
+        vectors = [op for op in ir.Operand if layout.global_vector(op) > 1]
+        if vectors:
+            parts = ", ".join(f"{op.value.upper()} {layout.global_vector(op)}" for op in vectors)
+            fallback = ("otherwise the scalar kernel runs" if len(self.variants) > 1
+                        else "otherwise the call is refused")
+            lines.append(f"- vector accesses need pointer, leading dimension{' and batch stride' if spec.problem.batched else ''}"
+                         f" aligned to ({parts}) elements; {fallback}.")
+        self.out.comment("\n".join(lines))
+
+    def _emit_aligned_helper(self) -> None:
+        with self.out.block(f"static bool {self.spec.name}_aligned(const void* p, long long ld, long long stride, "
+                            "int elements)"):
+            self.out.line("return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 "
+                          "&& stride % elements == 0;")
+
+    def _ld_parameters(self) -> str:
+        return ("const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, "
+                "float alpha, float beta, cudaStream_t stream")
+
+    def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
+        target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
+        with self.out.block(f'extern "C" cudaError_t {name}({parameters})'):
+            self.out.line(f"return {target}({arguments});")
+
+    def _emit_checked_launch(self) -> None:
+        o, spec, layout = self.out, self.spec, self.layout
+        batched = spec.problem.batched
+        if batched:
+            name = self.names["launcher_batched"]
+            parameters = ("const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, "
+                          "float* C, int ldc, long long stride_c, int M, int N, int K, int batch, "
+                          "float alpha, float beta, cudaStream_t stream")
+        else:
+            name = self.names["launcher_ld"]
+            parameters = self._ld_parameters()
+        with o.block(f'extern "C" cudaError_t {name}({parameters})'):
+            invalid = "return cudaErrorInvalidValue;"
+            o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            if batched:
+                o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
+            if not spec.problem.checked:
+                o.line(f"if (M % {layout.bm} != 0 || N % {layout.bn} != 0 || K % {layout.bk} != 0) {invalid}")
+            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
+            o.line(f"if ({bounds}) {invalid}")
+            o.comment("Offsets inside a tile (row * ld + col) are ints.")
+            fits = " || ".join(f"{leading_name(op)} > {leading_dimension_limit(spec, op)}" for op in OPERANDS)
+            o.line(f"if ({fits}) {invalid}")
+            tiles = f"(long long)({tile_count(spec, 'M', str(layout.bm))}) * ({tile_count(spec, 'N', str(layout.bn))})"
+            o.line(f"const long long blocks = {tiles};")
+            o.line(f"if (blocks > {MAX_INT}LL) {invalid}")
+            self._emit_kernel_choice()
+            o.line(f"const size_t smem_bytes = {layout.smem_bytes};")
+            with o.block("if (smem_bytes > 48 * 1024)"):
+                o.line("const cudaError_t err = cudaFuncSetAttribute(kernel, "
+                       "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+                o.line("if (err != cudaSuccess) return err;")
+            arguments = ", ".join(name for _, name in kernel_parameters(spec))
+            z = "(unsigned)batch" if batched else "1"
+            o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({layout.threads}), smem_bytes, stream>>>("
+                   f"{arguments});")
+            o.line("return cudaGetLastError();")
+
+    def _emit_kernel_choice(self) -> None:
+        """Pick the vector kernel when every vector access is aligned; else the scalar kernel or an error."""
+        o, spec, layout = self.out, self.spec, self.layout
+        stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
+        tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, {layout.global_vector(op)})"
+                 for op in ir.Operand if layout.global_vector(op) > 1]
+        vector, scalar = self.variants[0].entry, self.variants[-1].entry
+        if not tests:
+            o.line(f"const auto kernel = {vector};")
+            return
+        o.line(f"const bool vector_aligned = {' && '.join(tests)};")
+        if len(self.variants) > 1:
+            o.line(f"const auto kernel = vector_aligned ? {vector} : {scalar};")
+            return
+        o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
+        o.line(f"const auto kernel = {vector};")
+
+
+# --- the file -----------------------------------------------------------------------------------
 
 
 def emit_cuda(spec: ir.KernelSpec, layout: KernelLayout, source_text: str, summary: list[str]) -> str:
-    """The whole .cu file: header comment, helpers, kernel, launcher."""
-    kernel = KernelEmitter(spec, layout)
-    o = kernel.out
+    """The whole .cu file: header comment, helpers, kernels, launchers."""
+    o = Emitter()
     o.comment(f"Generated by gemmdsl {__version__} from {Path(spec.span.file).name}. Do not edit: change the spec and")
     o.comment("recompile. The file is self-contained; the host launcher needs only the CUDA runtime.")
     o.comment("")
@@ -558,10 +895,11 @@ def emit_cuda(spec: ir.KernelSpec, layout: KernelLayout, source_text: str, summa
 #include <cuda_runtime.h>
 #endif""")
     o.line()
-    kernel.emit_helpers()
+    variants = kernel_variants(spec, layout)
+    HelperEmitter(spec, [v.layout for v in variants], o).emit()
+    for variant in variants:
+        o.line()
+        KernelEmitter(spec, variant, o).emit_kernel()
     o.line()
-    kernel.emit_kernel()
-    o.line()
-    launcher = LAUNCHER.substitute(name=spec.name, bm=layout.bm, bn=layout.bn, bk=layout.bk,
-                                   smem_bytes=layout.smem_bytes, threads=layout.threads)
-    return o.text() + launcher
+    LauncherEmitter(spec, variants, o).emit()
+    return o.text()

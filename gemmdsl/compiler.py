@@ -17,7 +17,8 @@ from pathlib import Path
 from . import __version__, ir
 from .build import PtxasResources
 from .check import Analysis, analyze, summary_lines
-from .codegen import emit_cuda
+from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_names, leading_dimension_limit,
+                      tile_count)
 from .frontend import load
 from .layout import KernelLayout
 from .source import CompileError, Diagnostic, SourceFile
@@ -77,23 +78,35 @@ def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:
 
 def launch_metadata(spec: ir.KernelSpec, layout: KernelLayout, source: SourceFile) -> dict:
     """What a caller needs to launch the kernel without reading the .cu."""
+    checked = spec.problem.checked
+    variants = kernel_variants(spec, layout)
+    tiles = " * ".join(f"({tile_count(spec, extent, str(size))})" for extent, size in (("M", layout.bm), ("N", layout.bn)))
     return {
         "kernel": spec.name,
-        "entry": f"{spec.name}_kernel",
-        "launcher": f"{spec.name}_launch",
+        "entry": variants[0].entry,
+        # entries["scalar"]: the kernel with one-element global accesses, run when an operand
+        # is not vector-aligned (checked bounds only; null when the vector kernel is scalar already).
+        "entries": {"vector": variants[0].entry, "scalar": variants[1].entry if len(variants) > 1 else None},
+        **launcher_names(spec),
+        "arguments": [{"name": name, "type": ctype} for ctype, name in kernel_parameters(spec)],
         "gemmdsl_version": __version__,
         "spec_hash": spec_hash(source, spec),
         "target": str(spec.target),
         "threads": layout.threads,
         "block": [layout.threads, 1, 1],
-        "grid": [f"(M / {layout.bm}) * (N / {layout.bn})", 1, 1],
+        "grid": [tiles, 1, "batch" if spec.problem.batched else 1],
         "block_tile": [layout.bm, layout.bn, layout.bk],
         "dynamic_smem_bytes": layout.smem_bytes,
-        "requires": {"m_multiple": layout.bm, "n_multiple": layout.bn, "k_multiple": layout.bk,
-                     "alignment_bytes": 16},
+        "bounds": spec.problem.bounds.value,
+        "batch": spec.problem.batch.value,
+        # Shapes: multiples of 1 for checked kernels. vector_elements: what each operand's pointer
+        # (in floats), leading dimension and batch stride must be a multiple of for the vector kernel.
+        "requires": {"m_multiple": 1 if checked else layout.bm, "n_multiple": 1 if checked else layout.bn,
+                     "k_multiple": 1 if checked else layout.bk,
+                     "vector_elements": {op.value: layout.global_vector(op) for op in ir.Operand},
+                     "max_leading_dimension": {op.value: leading_dimension_limit(spec, op) for op in ir.Operand}},
         "epilogue": spec.problem.epilogue.value,
-        "layouts": {"a": spec.problem.a.layout.value, "b": spec.problem.b.layout.value,
-                    "c": spec.problem.c.layout.value},
+        "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
         "ptxas": None,
     }
 

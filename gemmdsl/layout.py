@@ -243,9 +243,17 @@ class KernelLayout:
         return widest_dividing(micro, self.max_global_vector)
 
     def global_vector(self, operand: ir.Operand) -> int:
-        """Widest global access to A, B or C in elements: the multiple of elements its pointer,
-        leading dimension and batch stride must be for that access to be aligned."""
-        return self.c_store_width() if operand is ir.Operand.C else self.load_vector(operand)
+        """Widest global access to A, B or C, in elements: the multiple of elements that the
+        operand's pointer, leading dimension and batch stride must be for it to be aligned.
+
+        Register-staged copies read whole load vectors; cp.async reads what it writes to shared
+        memory (a 4-byte copy per element where the tile is transposed on the way).
+        """
+        if operand is ir.Operand.C:
+            return self.c_store_width()
+        if self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC:
+            return self.store_width(operand)
+        return self.load_vector(operand)
 
     # --- shared -> register fragments ---------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Load a compiled spec onto the GPU and launch it from Python through CuPy.
 
     kernel = gemmdsl.load("specs/sgemm_v1.gemm")
-    c = kernel(a, b)                      # a, b: float32 cupy arrays, row-major
+    c = kernel(a, b)                      # a, b: float32 cupy arrays (or views) in the spec's layouts
 
 CuPy is imported inside the functions that need a GPU, so the compiler, the CLI
 and the CPU tests work on machines without it.
@@ -14,10 +14,13 @@ own cache rather than relying on CuPy's kernel cache because CuPy offers no
 public way to get the compiled binary back, and because a cache we own can be
 tested: `compile_cubin` is called only on a miss.
 
-Validation. The generated kernels are exact-shape and use 16-byte vector
-accesses, so a bad call would read out of bounds instead of failing. Every
-launch is checked first by `check_call`, a pure function over objects with
-`shape`, `dtype`, `strides` and `data.ptr` (tests use plain fakes).
+Validation. A kernel reads its operands through raw pointers, so a bad call would
+read out of bounds instead of failing. Every launch is checked first by
+`check_call`, a pure function over objects with `shape`, `dtype`, `strides` and
+`data.ptr` (tests use plain fakes): the layout each operand must have, the leading
+dimensions and batch strides its strides imply, whole tiles for `bounds: exact`,
+and the choice the host launcher makes between the vector kernel and the scalar
+one (`choose_entry`).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from typing import Any, Callable
 
 import numpy
 
+from .codegen import MAX_BATCH
 from .source import CompileError
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -56,94 +60,213 @@ class GpuUnavailable(RuntimeError):
 # ---------------------------------------------------------------------------
 # Launch requirements and argument checks (pure; no CuPy needed)
 
+OPERAND_NAMES = ("A", "B", "C")
+
 
 @dataclass(frozen=True)
 class Requirements:
     """What a generated kernel demands of its arguments, read from its metadata."""
 
     kernel: str
-    tile_m: int
-    tile_n: int
-    tile_k: int
-    alignment_bytes: int
+    block_tile: tuple[int, int, int]  # BM, BN, BK: the grid has one block per BM x BN tile of C
+    multiples: tuple[int, int, int]  # M, N, K must be multiples of these (all 1 for bounds: checked)
     epilogue: str  # "store": C = A@B; "alpha_beta": C = alpha*A@B + beta*C
+    layouts: dict[str, str]  # "A" -> "row" | "col"
+    vector_elements: dict[str, int]  # "A" -> what pointer (in floats), ld and batch stride must be multiples of
+    max_leading_dimension: dict[str, int]
+    vector_entry: str
+    scalar_entry: str | None  # run when an operand is not vector-aligned; None: such calls are refused
+    batched: bool
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
         requires = metadata["requires"]
-        return cls(kernel=metadata["kernel"], tile_m=requires["m_multiple"], tile_n=requires["n_multiple"],
-                   tile_k=requires["k_multiple"], alignment_bytes=requires["alignment_bytes"],
-                   epilogue=metadata["epilogue"])
+        per_operand = lambda table: {name: table[name.lower()] for name in OPERAND_NAMES}  # noqa: E731
+        return cls(kernel=metadata["kernel"], block_tile=tuple(metadata["block_tile"]),
+                   multiples=(requires["m_multiple"], requires["n_multiple"], requires["k_multiple"]),
+                   epilogue=metadata["epilogue"], layouts=per_operand(metadata["layouts"]),
+                   vector_elements=per_operand(requires["vector_elements"]),
+                   max_leading_dimension=per_operand(requires["max_leading_dimension"]),
+                   vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
+                   batched=metadata["batch"] == "strided")
 
 
-def check_call(req: Requirements, a: Any, b: Any, c: Any | None, alpha: float, beta: float) -> Size:
-    """Check one call's operands and scalars against `req`; return (M, N, K) or raise.
+@dataclass(frozen=True)
+class OperandView:
+    """One operand as the kernel addresses it, in elements: rows x cols of each matrix of a batch,
+    the leading dimension of its layout, the distance between batch matrices, its first address."""
 
-    Type problems raise TypeError, everything else ValueError; each message names
-    the operand or dimension at fault.
+    name: str
+    rows: int
+    cols: int
+    batch: int  # 1 for a 2-D array
+    ld: int
+    batch_stride: int  # 0 for a 2-D array: every GEMM of a batch uses the same matrix
+    pointer: int
+
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """A call that passed every check: the problem, the operands' views and the kernel to run."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    views: dict[str, OperandView]
+    entry: str
+
+    @property
+    def size(self) -> Size:
+        return self.m, self.n, self.k
+
+
+def check_call(req: Requirements, a: Any, b: Any, c: Any | None, alpha: float, beta: float) -> CheckedCall:
+    """Check one call's operands and scalars against `req`; what to launch, or an exception.
+
+    Type problems raise TypeError, everything else ValueError; each message names the
+    operand or dimension at fault.
     """
-    operands = {"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c}
-    for name, array in operands.items():
-        check_matrix(name, array)
-    m, n, k = problem_size(a, b, c)
+    arrays = {"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c}
+    for name, array in arrays.items():
+        check_matrix(req, name, array)
+    views = {name: operand_view(req, name, array) for name, array in arrays.items()}
+    m, n, k = problem_size(views)
     check_divisible(req, m, n, k)
-    for name, array in operands.items():
-        check_alignment(name, array, req.alignment_bytes)
+    batch = check_batch(req, views)
+    for view in views.values():
+        check_leading_dimension(req, view)
     check_scalars(req, alpha, beta, c_given=c is not None)
-    return m, n, k
+    return CheckedCall(m, n, k, batch, views, choose_entry(req, views))
 
 
-def check_matrix(name: str, array: Any) -> None:
-    """A float32, 2-D, row-major (C-contiguous) matrix."""
+def check_matrix(req: Requirements, name: str, array: Any) -> None:
+    """A float32 matrix: 2-D, or 3-D (a batch) for a batched kernel."""
     dtype = numpy.dtype(array.dtype)
     if dtype != numpy.float32:
         raise TypeError(f"{name} must be float32, got {dtype}")
-    if len(array.shape) != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(array.shape)}")
-    if not is_c_contiguous(array.shape, array.strides, dtype.itemsize):
-        raise ValueError(f"{name} must be C-contiguous (row-major), got strides {tuple(array.strides)} for shape "
-                         f"{tuple(array.shape)}; pass cupy.ascontiguousarray({name.lower()})")
+    if len(array.shape) == 3 and not req.batched:
+        raise ValueError(f"{name} is a batch of matrices (shape {tuple(array.shape)}), but {req.kernel} is not "
+                         f"batched; compile a spec with `batch: strided`")
+    if len(array.shape) not in (2, 3):
+        what = "a 2-D matrix or a 3-D batch" if req.batched else "a 2-D matrix"
+        raise ValueError(f"{name} must be {what}, got shape {tuple(array.shape)}")
+    if any(stride < 0 or stride % dtype.itemsize for stride in array.strides):
+        raise ValueError(f"{name} has strides {tuple(array.strides)}; the kernel needs non-negative whole-element "
+                         f"strides")
 
 
-def is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    """Row-major without gaps; like NumPy, the stride of an extent-1 axis does not matter."""
-    expected = itemsize
-    for extent, stride in zip(reversed(shape), reversed(strides)):
-        if extent != 1 and stride != expected:
-            return False
-        expected *= extent
-    return True
+def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], itemsize: int, layout: str) -> int | None:
+    """The leading dimension of a rows x cols matrix with these (byte) strides in a row- or
+    column-major layout, or None when the strides are not that layout.
+
+    A matrix of one row (row-major) or one column (column-major) never steps by its leading
+    dimension, so any value at least its length addresses it; a multiple of 4 keeps it vector-aligned.
+    """
+    (rows, cols), (row_stride, col_stride) = shape, strides
+    outer, inner, outer_stride, inner_stride = ((rows, cols, row_stride, col_stride) if layout == "row"
+                                                else (cols, rows, col_stride, row_stride))
+    if inner > 1 and inner_stride != itemsize:
+        return None
+    if outer == 1:
+        return -(-inner // 4) * 4
+    ld = outer_stride // itemsize
+    return ld if ld >= inner else None
 
 
-def problem_size(a: Any, b: Any, c: Any | None) -> Size:
+def operand_view(req: Requirements, name: str, array: Any) -> OperandView:
+    """How the kernel addresses `array`, which must be laid out as the spec says (views are fine)."""
+    itemsize = numpy.dtype(array.dtype).itemsize
+    shape, strides = tuple(array.shape), tuple(array.strides)
+    layout = req.layouts[name]
+    ld = leading_dimension(shape[-2:], strides[-2:], itemsize, layout)
+    if ld is None:
+        convert = "cupy.ascontiguousarray" if layout == "row" else "cupy.asfortranarray"
+        other = "a transposed (.T) view" if layout == "col" else "a row-major array"
+        raise ValueError(f"{name} must be {layout}-major: {req.kernel} was compiled with `{name.lower()}: f32 "
+                         f"{layout}`, but strides {strides} for shape {shape} are not {layout}-major with a "
+                         f"leading dimension of at least its {'columns' if layout == 'row' else 'rows'}; "
+                         f"pass {convert}({name.lower()}) or {other}")
+    batch = shape[0] if len(shape) == 3 else 1
+    batch_stride = strides[0] // itemsize if len(shape) == 3 and batch > 1 else 0
+    return OperandView(name, shape[-2], shape[-1], batch, ld, batch_stride, array.data.ptr)
+
+
+def problem_size(views: dict[str, OperandView]) -> Size:
     """(M, N, K) from A (MxK) and B (KxN), checking that B and C agree with A."""
-    m, k = a.shape
-    k_of_b, n = b.shape
-    if k_of_b != k:
-        raise ValueError(f"inner dimensions disagree: A is {m}x{k} (MxK) but B is {k_of_b}x{n} (KxN)")
-    if c is not None and tuple(c.shape) != (m, n):
-        raise ValueError(f"C must be MxN = {m}x{n}, got {'x'.join(map(str, c.shape))}")
+    a, b, c = views["A"], views["B"], views.get("C")
+    m, k, n = a.rows, a.cols, b.cols
+    if b.rows != k:
+        raise ValueError(f"inner dimensions disagree: A is {m}x{k} (MxK) but B is {b.rows}x{n} (KxN)")
+    if c is not None and (c.rows, c.cols) != (m, n):
+        raise ValueError(f"C must be MxN = {m}x{n}, got {c.rows}x{c.cols}")
     return m, n, k
 
 
+def check_batch(req: Requirements, views: dict[str, OperandView]) -> int:
+    """The batch count: every 3-D operand has it; a 2-D A or B is shared by all GEMMs, C may not be."""
+    counts = {view.batch for view in views.values() if view.batch > 1}
+    if len(counts) > 1:
+        sizes = ", ".join(f"{view.name} {view.batch}" for view in views.values())
+        raise ValueError(f"the operands' batch sizes disagree: {sizes}")
+    batch = counts.pop() if counts else 1
+    if batch > MAX_BATCH:
+        raise ValueError(f"batch {batch} is more than the {MAX_BATCH} the grid's z dimension holds")
+    c = views.get("C")
+    if c is not None and batch > 1 and c.batch_stride < footprint(c, req.layouts["C"]):
+        raise ValueError(f"C's {batch} matrices overlap (batch stride {c.batch_stride} elements, each matrix spans "
+                         f"{footprint(c, req.layouts['C'])}); every GEMM of a batch needs its own C")
+    return batch
+
+
+def footprint(view: OperandView, layout: str) -> int:
+    """Elements from the first element of one matrix to just past its last."""
+    outer, inner = (view.rows, view.cols) if layout == "row" else (view.cols, view.rows)
+    return (outer - 1) * view.ld + inner
+
+
 def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
-    """The kernels handle whole block tiles only (bounds: exact)."""
-    for dim, extent, tile, tile_name in (("M", m, req.tile_m, "BM"), ("N", n, req.tile_n, "BN"),
-                                         ("K", k, req.tile_k, "BK")):
+    """Every dimension positive; for bounds: exact, whole block tiles only."""
+    for dim, extent, multiple, tile_name in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK")):
         if extent <= 0:
             raise ValueError(f"{dim}={extent}: every dimension must be positive")
-        if extent % tile:
-            raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={tile}; "
-                             f"{req.kernel} only handles exact multiples of its "
-                             f"{req.tile_m}x{req.tile_n}x{req.tile_k} tile")
+        if extent % multiple:
+            bm, bn, bk = req.multiples
+            raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={multiple}; "
+                             f"{req.kernel} has bounds: exact and only handles exact multiples of its "
+                             f"{bm}x{bn}x{bk} tile")
 
 
-def check_alignment(name: str, array: Any, alignment: int) -> None:
-    """The kernels use 16-byte vector loads and stores, which fault on unaligned addresses."""
-    pointer = array.data.ptr
-    if pointer % alignment:
-        raise ValueError(f"{name}'s data pointer {pointer:#x} is not {alignment}-byte aligned "
-                         f"(an offset view into a larger array is the usual cause)")
+def check_leading_dimension(req: Requirements, view: OperandView) -> None:
+    limit = req.max_leading_dimension[view.name]
+    if view.ld > limit:
+        raise ValueError(f"{view.name}'s leading dimension {view.ld} is more than the {limit} that {req.kernel}'s "
+                         f"32-bit tile offsets allow")
+
+
+def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]:
+    """Why the vector kernel cannot take these operands (empty when it can)."""
+    reasons = []
+    for view in views.values():
+        elements = req.vector_elements[view.name]
+        if view.pointer % (4 * elements):
+            reasons.append(f"{view.name}'s data pointer {view.pointer:#x} is not {4 * elements}-byte aligned "
+                           f"(an offset view into a larger array is the usual cause)")
+        for what, value in (("leading dimension", view.ld), ("batch stride", view.batch_stride)):
+            if value % elements:
+                reasons.append(f"{view.name}'s {what} {value} is not a multiple of {elements}")
+    return reasons
+
+
+def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
+    """The kernel the launcher runs: the vector one when every vector access is aligned, else the
+    scalar one (checked kernels); exact kernels refuse the call, as their launcher does."""
+    reasons = misalignments(req, views)
+    if not reasons:
+        return req.vector_entry
+    if req.scalar_entry is not None:
+        return req.scalar_entry
+    raise ValueError("; ".join(reasons) + f"; {req.kernel} has bounds: exact and no scalar fallback")
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:
@@ -163,9 +286,31 @@ def require_device_arrays(device_array_type: type, **operands: Any) -> None:
                             f"{type(array).__qualname__}")
 
 
-def grid_size(req: Requirements, m: int, n: int) -> tuple[int, int, int]:
-    """One block per BMxBN tile of C, numbered along a 1-D grid (the kernel rasterises it)."""
-    return (m // req.tile_m) * (n // req.tile_n), 1, 1
+def grid_size(req: Requirements, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
+    """One block per BMxBN tile of C (edge tiles included), numbered along x (the kernel rasterises
+    it); the batch along z."""
+    bm, bn, _ = req.block_tile
+    return (-(-m // bm)) * (-(-n // bn)), 1, batch
+
+
+def kernel_arguments(call: CheckedCall, a: Any, b: Any, c: Any, alpha: float, beta: float,
+                     batched: bool) -> tuple:
+    """The kernel's parameters in order (codegen.kernel_parameters)."""
+    views = call.views
+    arguments = (a, b, c, numpy.int32(call.m), numpy.int32(call.n), numpy.int32(call.k),
+                 numpy.int32(views["A"].ld), numpy.int32(views["B"].ld), numpy.int32(views["C"].ld),
+                 numpy.float32(alpha), numpy.float32(beta))
+    if batched:
+        arguments += tuple(numpy.int64(views[name].batch_stride) for name in OPERAND_NAMES)
+    return arguments
+
+
+def empty_c(cupy: Any, req: Requirements, m: int, n: int, batch: int) -> Any:
+    """An uninitialised C in the spec's layout (a batch of them for a batched call)."""
+    leading = (batch,) if batch > 1 else ()
+    if req.layouts["C"] == "row":
+        return cupy.empty(leading + (m, n), dtype=cupy.float32)
+    return cupy.empty(leading + (n, m), dtype=cupy.float32).swapaxes(-1, -2)
 
 
 def check_device_runs(target: str, compute_capability: str) -> None:
@@ -284,6 +429,7 @@ class BoundLaunch:
     """One validated launch, ready to repeat without re-checking (what the benchmark times)."""
 
     function: Any  # cupy.RawKernel
+    entry: str  # its name: the vector kernel or the scalar one
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple
@@ -307,9 +453,11 @@ class Kernel:
         self.requirements = Requirements.from_metadata(self.metadata)
         check_device_runs(self.metadata["target"], cupy.cuda.Device().compute_capability)
         self._module = cupy.RawModule(path=str(self._cubin_path(cupy.__version__)))  # keeps the module loaded
-        self._function = self._module.get_function(self.metadata["entry"])
-        if self.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT:
-            self._function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
+        entries = filter(None, (self.requirements.vector_entry, self.requirements.scalar_entry))
+        self._functions = {entry: self._module.get_function(entry) for entry in entries}
+        for function in self._functions.values():
+            if self.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT:
+                function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
 
     @property
     def dynamic_smem_bytes(self) -> int:
@@ -328,18 +476,25 @@ class Kernel:
         """Validate the operands once and allocate C if needed; the result launches on call."""
         import cupy
 
+        req = self.requirements
         require_device_arrays(cupy.ndarray, A=a, B=b, C=c)
-        m, n, k = check_call(self.requirements, a, b, c, alpha, beta)
+        call = check_call(req, a, b, c, alpha, beta)
         if c is None:
-            c = cupy.empty((m, n), dtype=cupy.float32)
-        args = (a, b, c, numpy.int32(m), numpy.int32(n), numpy.int32(k), numpy.float32(alpha), numpy.float32(beta))
+            c = empty_c(cupy, req, call.m, call.n, call.batch)
+            call = check_call(req, a, b, c, alpha, beta)  # C's alignment takes part in choosing the kernel
+        args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
         block = (self.metadata["threads"], 1, 1)
-        return BoundLaunch(self._function, grid_size(self.requirements, m, n), block, args,
+        return BoundLaunch(self._functions[call.entry], call.entry, grid_size(req, call.m, call.n, call.batch), block, args,
                            self.dynamic_smem_bytes, c)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None) -> Any:
-        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), on `stream` or the current one; returns C."""
+        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), on `stream` or the current one; returns C.
+
+        A, B and C may be views (a transposed view is column-major; a slice of wider rows has a
+        leading dimension larger than its width) as long as each is laid out as the spec says.
+        Batched kernels take 3-D arrays (batch, rows, cols); a 2-D A or B is used by every GEMM.
+        """
         launch = self.bind(a, b, c, alpha, beta)
         with (stream if stream is not None else contextlib.nullcontext()):
             launch()
@@ -347,8 +502,10 @@ class Kernel:
 
     def __repr__(self) -> str:
         req = self.requirements
-        return (f"<gemmdsl.Kernel {self.name}: {req.tile_m}x{req.tile_n}x{req.tile_k} tile, "
-                f"{self.metadata['threads']} threads, {req.epilogue} epilogue, {self.metadata['target']}>")
+        layouts = "".join("N" if req.layouts[name] == "row" else "T" for name in ("A", "B"))
+        return (f"<gemmdsl.Kernel {self.name}: {'x'.join(map(str, req.block_tile))} tile, "
+                f"{self.metadata['threads']} threads, {layouts}, {self.metadata['bounds']} bounds, "
+                f"{req.epilogue} epilogue, {self.metadata['target']}>")
 
 
 def load(spec_or_path: Any, *, text: str | None = None) -> Kernel:

@@ -1,15 +1,25 @@
 """Check generated kernels against cuBLAS and a float64 reference on random inputs.
 
-Each case uses fresh inputs uniform in [-1, 1]. The output C is poisoned with
-NaN before the launch, so an element the kernel never writes (or a C it reads
-although beta is 0) shows up as a non-finite result, and it sits between two
-NaN guard regions, so a store outside C shows up as a changed guard.
+Each size runs a few cases, each one launch on fresh inputs uniform in [-1, 1]:
+
+- `contiguous`: operands packed in the spec's layouts (row-major: ld = columns,
+  column-major: ld = rows), alpha=1, beta=0. At odd sizes this makes unaligned
+  leading dimensions, so checked kernels run their scalar variant.
+- `padded`: every leading dimension rounded up to a multiple of 4 and 4 more, with
+  alpha=1.5, beta=-0.5 for alpha_beta kernels: strided views, the vector variant.
+- `batch 3` (batched kernels only): three GEMMs in 3-D arrays with padded rows.
+
+C is poisoned with NaN before the launch, so an element the kernel never writes
+(or a C it reads although beta is 0) shows up as a non-finite result; C's buffer
+(padding between its rows and batches included) sits between two NaN guard
+regions, and every float of it that is not an element of C must still be NaN.
 
 Tolerance: an FP32 SGEMM with K <= 8192 lands near 1e-6 relative (Frobenius)
 error against float64; 1e-5 leaves room for summation order, while a wrong
 index or a dropped k-tile is off by orders of magnitude. The float64
 reference (DGEMM on the GPU) is used for problems up to 2048 in every
-dimension; larger ones are compared with FP32 cuBLAS only.
+dimension; larger ones are compared with FP32 cuBLAS only. Sizes an exact
+kernel cannot take are reported as skipped.
 """
 from __future__ import annotations
 
@@ -18,7 +28,7 @@ import json
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .runtime import Kernel, Size, format_size, require_fp32_cublas, run_on_kernels
 
@@ -26,6 +36,8 @@ DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
 TOLERANCE = 1e-5
 FLOAT64_MAX_DIM = 2048
 GUARD_ELEMENTS = 1 << 16  # a multiple of 4 floats, so C stays 16-byte aligned inside its buffer
+PAD_ELEMENTS = 4  # added to each rounded-up leading dimension of a padded case
+BATCH = 3
 
 
 @dataclass(frozen=True)
@@ -46,10 +58,14 @@ class Result:
     beta: float
     nonfinite: int  # NaN or inf entries of C: poison left unwritten, or C read when it must not be
     wrote_outside_c: bool
-    vs_cublas: Error
+    vs_cublas: Error | None
     vs_float64: Error | None  # None above FLOAT64_MAX_DIM
     cublas_vs_float64: Error | None  # cuBLAS's own error, the yardstick for vs_float64
     tolerance: float = TOLERANCE
+    case: str = "contiguous"
+    batch: int = 1
+    entry: str = ""  # the kernel the call ran (the vector or the scalar variant)
+    skipped: str = ""  # why the kernel cannot take this size (bounds: exact); nothing ran
 
     @property
     def failures(self) -> list[str]:
@@ -70,19 +86,52 @@ class Result:
         return not self.failures
 
 
+@dataclass(frozen=True)
+class Case:
+    """How one launch lays out its operands."""
+
+    name: str
+    padded: bool  # leading dimensions rounded up to 4 and PAD_ELEMENTS more
+    batch: int  # 1: 2-D operands
+    scalars: bool  # alpha=1.5, beta=-0.5 (alpha_beta kernels) instead of 1, 0
+
+
+def cases(kernel: Kernel) -> list[Case]:
+    """Packed operands, padded ones with the scalars, and a batch for batched kernels."""
+    found = [Case("contiguous", padded=False, batch=1, scalars=False),
+             Case("padded", padded=True, batch=1, scalars=True)]
+    if kernel.requirements.batched:
+        found.append(Case(f"batch {BATCH}", padded=True, batch=BATCH, scalars=True))
+    return found
+
+
 def verify(kernel: Kernel, sizes: list[Size], seed: int = 0) -> list[Result]:
-    """Run `kernel` on every size (and, for alpha_beta kernels, with alpha=1.5, beta=-0.5 too)."""
+    """Run `kernel` on every size in every case of `cases(kernel)`."""
     import cupy
 
     require_fp32_cublas()
     rng = cupy.random.RandomState(seed)
     results = []
-    for m, n, k in sizes:
-        a, b = random_matrix(rng, m, k), random_matrix(rng, k, n)
-        for alpha, beta in scalar_cases(kernel.epilogue):
-            c_in = random_matrix(rng, m, n) if beta else None
-            results.append(check_case(kernel, a, b, c_in, alpha, beta))
+    for size in sizes:
+        why = size_refused(kernel, size)
+        if why:
+            results.append(skipped_result(kernel, size, why))
+            continue
+        results += [check_case(kernel, rng, size, case) for case in cases(kernel)]
     return results
+
+
+def size_refused(kernel: Kernel, size: Size) -> str:
+    """Why an exact kernel cannot take `size` ('' when it can)."""
+    multiples = kernel.requirements.multiples
+    if all(extent % multiple == 0 for extent, multiple in zip(size, multiples)):
+        return ""
+    return f"bounds: exact needs multiples of {'x'.join(map(str, multiples))}"
+
+
+def skipped_result(kernel: Kernel, size: Size, why: str) -> Result:
+    return Result(kernel=kernel.name, m=size[0], n=size[1], k=size[2], alpha=1.0, beta=0.0, nonfinite=0,
+                  wrote_outside_c=False, vs_cublas=None, vs_float64=None, cublas_vs_float64=None, skipped=why)
 
 
 def scalar_cases(epilogue: str) -> list[tuple[float, float]]:
@@ -96,25 +145,63 @@ def random_matrix(rng: Any, rows: int, cols: int) -> Any:
     return rng.uniform(-1.0, 1.0, (rows, cols), dtype=cupy.float32)
 
 
-def check_case(kernel: Kernel, a: Any, b: Any, c_in: Any | None, alpha: float, beta: float) -> Result:
+def leading_dimension(extent: int, padded: bool) -> int:
+    return -(-extent // 4) * 4 + PAD_ELEMENTS if padded else extent
+
+
+def operand_in(buffer: Any, layout: str, rows: int, cols: int, padded: bool, batch: int) -> Any:
+    """A (batch of) rows x cols matrix view of `buffer` in `layout`, with that case's leading dimension."""
+    outer, inner = (rows, cols) if layout == "row" else (cols, rows)
+    shape = (outer, leading_dimension(inner, padded))
+    if batch > 1:
+        shape = (batch,) + shape
+    view = buffer[:operand_elements(layout, rows, cols, padded, batch)].reshape(shape)[..., :inner]
+    return view if layout == "row" else view.swapaxes(-1, -2)
+
+
+def operand_elements(layout: str, rows: int, cols: int, padded: bool, batch: int) -> int:
+    outer, inner = (rows, cols) if layout == "row" else (cols, rows)
+    return batch * outer * leading_dimension(inner, padded)
+
+
+def random_operand(rng: Any, layout: str, rows: int, cols: int, padded: bool = False, batch: int = 1) -> Any:
+    """Random values in [-1, 1] laid out as the kernel wants them (padding random too)."""
     import cupy
 
-    (m, k), n = a.shape, b.shape[1]
-    buffer = cupy.full(m * n + 2 * GUARD_ELEMENTS, cupy.nan, dtype=cupy.float32)
-    c = buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + m * n].reshape(m, n)
+    elements = operand_elements(layout, rows, cols, padded, batch)
+    return operand_in(rng.uniform(-1.0, 1.0, elements, dtype=cupy.float32), layout, rows, cols, padded, batch)
+
+
+def check_case(kernel: Kernel, rng: Any, size: Size, case: Case) -> Result:
+    import cupy
+
+    m, n, k = size
+    layouts = kernel.requirements.layouts
+    alpha, beta = scalar_cases(kernel.epilogue)[-1] if case.scalars else (1.0, 0.0)
+    a = random_operand(rng, layouts["A"], m, k, case.padded, case.batch)
+    b = random_operand(rng, layouts["B"], k, n, case.padded, case.batch)
+    c_in = random_operand(rng, layouts["C"], m, n, case.padded, case.batch) if beta else None
+    elements = operand_elements(layouts["C"], m, n, case.padded, case.batch)
+    buffer = cupy.full(elements + 2 * GUARD_ELEMENTS, cupy.nan, dtype=cupy.float32)
+    c_of: Callable[[Any], Any] = lambda whole: operand_in(whole[GUARD_ELEMENTS:], layouts["C"], m, n,  # noqa: E731
+                                                          case.padded, case.batch)
+    c = c_of(buffer)
     if c_in is not None:
         c[...] = c_in
-    kernel(a, b, c, alpha, beta)
-    guards = cupy.concatenate((buffer[:GUARD_ELEMENTS], buffer[GUARD_ELEMENTS + m * n:]))
+    launch = kernel.bind(a, b, c, alpha, beta)
+    launch()
+    outside = buffer.copy()
+    c_of(outside)[...] = cupy.nan
     cublas = expected(a, b, c_in, alpha, beta)
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
         float64 = expected(a.astype(cupy.float64), b.astype(cupy.float64),
                            None if c_in is None else c_in.astype(cupy.float64), alpha, beta)
     return Result(kernel=kernel.name, m=m, n=n, k=k, alpha=alpha, beta=beta,
-                  nonfinite=int((~cupy.isfinite(c)).sum()), wrote_outside_c=not bool(cupy.isnan(guards).all()),
+                  nonfinite=int((~cupy.isfinite(c)).sum()), wrote_outside_c=not bool(cupy.isnan(outside).all()),
                   vs_cublas=error(c, cublas), vs_float64=None if float64 is None else error(c, float64),
-                  cublas_vs_float64=None if float64 is None else error(cublas, float64))
+                  cublas_vs_float64=None if float64 is None else error(cublas, float64),
+                  case=case.name, batch=case.batch, entry=launch.entry)
 
 
 def expected(a: Any, b: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
@@ -134,10 +221,14 @@ def error(actual: Any, reference: Any) -> Error:
 
 
 def format_result(result: Result) -> str:
-    """One line per case: verdict, shape, scalars, and the errors."""
-    verdict = "PASS" if result.passed else "FAIL"
+    """One line per case: verdict, shape, case, scalars, and the errors."""
     shape = format_size((result.m, result.n, result.k))
-    parts = [f"{verdict}  {result.kernel:<20} {shape:<16} alpha={result.alpha:g} beta={result.beta:g}"]
+    if result.skipped:
+        return f"SKIP  {result.kernel:<20} {shape:<16} {result.skipped}"
+    verdict = "PASS" if result.passed else "FAIL"
+    variant = " (scalar kernel)" if result.entry.endswith("_scalar") else ""
+    parts = [f"{verdict}  {result.kernel:<20} {shape:<16} {result.case + variant:<26} "
+             f"alpha={result.alpha:g} beta={result.beta:g}"]
     if result.vs_float64 is not None:
         parts.append(f"vs f64 {result.vs_float64.relative:.2e} (max {result.vs_float64.max_abs:.1e}, "
                      f"cuBLAS {result.cublas_vs_float64.relative:.2e})")
@@ -174,5 +265,7 @@ def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_
     if json_path:
         write_json(results, json_path)
     failed = sum(not result.passed for result in results)
-    print(f"{len(results) - failed}/{len(results)} cases passed")
+    skipped = sum(bool(result.skipped) for result in results)
+    ran = len(results) - skipped
+    print(f"{ran - failed}/{ran} cases passed" + (f", {skipped} sizes skipped" if skipped else ""))
     return 1 if failed else 0

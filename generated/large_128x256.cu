@@ -74,7 +74,7 @@ static __device__ __forceinline__ void cp_async_wait()
 
 extern "C" __global__ void __launch_bounds__(256, 1) large_128x256_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-    int M, int N, int K, float alpha, float beta)
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
     // Block tile 128x256x16; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x16 of C.
     constexpr int BM = 128;
@@ -141,22 +141,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) large_128x256_kernel(
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < k_tiles) {
-            const float* a_src = A + (size_t)block_m * K + (size_t)s * BK;
+            const float* a_src = A + (size_t)block_m * lda + s * BK;
             float* const a_dst = smem_a + s * A_STAGE;
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * K + tid % 4 * 4);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * K + tid % 4 * 4 + 1);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * K + tid % 4 * 4 + 2);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * K + tid % 4 * 4 + 3);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * K + tid % 4 * 4);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 1);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 2);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 3);
-            const float* b_src = B + (size_t)s * BK * N + block_n;
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * lda + tid % 4 * 4 + 3);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 3);
+            const float* b_src = B + (size_t)(s * BK) * ldb + block_n;
             float* const b_dst = smem_b + s * B_STAGE;
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_src + tid / 64 * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_src + (tid / 64 + 4) * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_src + (tid / 64 + 8) * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_src + (tid / 64 + 12) * N + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_src + tid / 64 * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_src + (tid / 64 + 4) * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_src + (tid / 64 + 8) * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_src + (tid / 64 + 12) * ldb + tid % 64 * 4);
         }
         cp_async_commit();
     }
@@ -173,22 +173,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) large_128x256_kernel(
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
-            const float* a_src = A + (size_t)block_m * K + (size_t)next * BK;
+            const float* a_src = A + (size_t)block_m * lda + next * BK;
             float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * K + tid % 4 * 4);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * K + tid % 4 * 4 + 1);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * K + tid % 4 * 4 + 2);
-            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * K + tid % 4 * 4 + 3);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * K + tid % 4 * 4);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 1);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 2);
-            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * K + tid % 4 * 4 + 3);
-            const float* b_src = B + (size_t)next * BK * N + block_n;
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * lda + tid % 4 * 4 + 3);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 3);
+            const float* b_src = B + (size_t)(next * BK) * ldb + block_n;
             float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_src + tid / 64 * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_src + (tid / 64 + 4) * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_src + (tid / 64 + 8) * N + tid % 64 * 4);
-            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_src + (tid / 64 + 12) * N + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_src + tid / 64 * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_src + (tid / 64 + 4) * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_src + (tid / 64 + 8) * ldb + tid % 64 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_src + (tid / 64 + 12) * ldb + tid % 64 * 4);
         }
         cp_async_commit();
         const bool has_next = kt + 1 < k_tiles;
@@ -228,29 +228,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) large_128x256_kernel(
         }
     }
 
-    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0), 4 floats per store.
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
     #pragma unroll
     for (int rm = 0; rm < REPEAT_M; ++rm) {
         #pragma unroll
         for (int i = 0; i < MICRO_M; ++i) {
             const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-            float* const c_row = C + (size_t)row * N + block_n + thread_n;
-            const float* const acc_row = acc[rm * MICRO_M + i];
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
             #pragma unroll
             for (int rn = 0; rn < REPEAT_N; ++rn) {
                 #pragma unroll
                 for (int j = 0; j < MICRO_N; j += 4) {
-                    const int col = rn * REPEAT_STRIDE_N + j;
-                    const int f = rn * MICRO_N + j;
-                    float4 out = make_float4(alpha * acc_row[f], alpha * acc_row[f + 1], alpha * acc_row[f + 2], alpha * acc_row[f + 3]);
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
                     if (beta != 0.0f) {
-                        const float4 old = *reinterpret_cast<const float4*>(&c_row[col]);
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
                         out.x += beta * old.x;
                         out.y += beta * old.y;
                         out.z += beta * old.z;
                         out.w += beta * old.w;
                     }
-                    *reinterpret_cast<float4*>(&c_row[col]) = out;
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                 }
             }
         }
@@ -258,25 +258,36 @@ extern "C" __global__ void __launch_bounds__(256, 1) large_128x256_kernel(
 }
 
 #ifndef __CUDACC_RTC__
-// Host launcher: checks the shape and alignment this kernel needs, then launches it.
-// Returns cudaErrorInvalidValue (and launches nothing) for shapes it cannot handle:
-// M, N, K must be positive multiples of 128, 256, 16; A, B, C must be 16-byte aligned.
-extern "C" cudaError_t large_128x256_launch(const float* A, const float* B, float* C, int M, int N, int K,
-                                      float alpha, float beta, cudaStream_t stream)
-{
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K positive multiples of 128, 256, 16 (bounds: exact);
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (B 4, C 4) elements; otherwise the call is refused.
+static bool large_128x256_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t large_128x256_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     if (M % 128 != 0 || N % 256 != 0 || K % 16 != 0) return cudaErrorInvalidValue;
-    if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) % 16 != 0)
-        return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 16777215 || ldb > 134217727) return cudaErrorInvalidValue;
     const long long blocks = (long long)(M / 128) * (N / 256);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = large_128x256_aligned(B, ldb, 0, 4) && large_128x256_aligned(C, ldc, 0, 4);
+    if (!vector_aligned) return cudaErrorInvalidValue;
+    const auto kernel = large_128x256_kernel;
     const size_t smem_bytes = 74496;
     if (smem_bytes > 48 * 1024) {
-        const cudaError_t err = cudaFuncSetAttribute(large_128x256_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem_bytes);
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    large_128x256_kernel<<<dim3((unsigned)blocks), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, alpha, beta);
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t large_128x256_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return large_128x256_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
 }
 #endif

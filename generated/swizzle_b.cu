@@ -62,7 +62,7 @@ static __device__ __forceinline__ void sts32(float* p, float v) {
 
 extern "C" __global__ void __launch_bounds__(256) swizzle_b_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-    int M, int N, int K, float alpha, float beta)
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
     // Block tile 128x128x8; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x8 of C.
     constexpr int BM = 128;
@@ -119,10 +119,10 @@ extern "C" __global__ void __launch_bounds__(256) swizzle_b_kernel(
     float4 a_stage[1];
     float4 b_stage[1];
     for (int kt = 0; kt < k_tiles; ++kt) {
-        const float* a_src = A + (size_t)block_m * K + (size_t)kt * BK;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * K + tid % 2 * 4]);
-        const float* b_src = B + (size_t)kt * BK * N + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * N + tid % 32 * 4]);
+        const float* a_src = A + (size_t)block_m * lda + kt * BK;
+        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+        const float* b_src = B + (size_t)(kt * BK) * ldb + block_n;
+        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
         float* const a_dst = smem_a;
         sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
         sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
@@ -159,22 +159,22 @@ extern "C" __global__ void __launch_bounds__(256) swizzle_b_kernel(
         __syncthreads();
     }
 
-    // Epilogue: C = acc, 4 floats per store.
+    // Epilogue: C = acc; C is row-major, 4 float(s) per store along each row of C.
     #pragma unroll
     for (int rm = 0; rm < REPEAT_M; ++rm) {
         #pragma unroll
         for (int i = 0; i < MICRO_M; ++i) {
             const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-            float* const c_row = C + (size_t)row * N + block_n + thread_n;
-            const float* const acc_row = acc[rm * MICRO_M + i];
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
             #pragma unroll
             for (int rn = 0; rn < REPEAT_N; ++rn) {
                 #pragma unroll
                 for (int j = 0; j < MICRO_N; j += 4) {
-                    const int col = rn * REPEAT_STRIDE_N + j;
-                    const int f = rn * MICRO_N + j;
-                    float4 out = make_float4(acc_row[f], acc_row[f + 1], acc_row[f + 2], acc_row[f + 3]);
-                    *reinterpret_cast<float4*>(&c_row[col]) = out;
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(acc[fm][fn], acc[fm][fn + 1], acc[fm][fn + 2], acc[fm][fn + 3]);
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                 }
             }
         }
@@ -182,25 +182,36 @@ extern "C" __global__ void __launch_bounds__(256) swizzle_b_kernel(
 }
 
 #ifndef __CUDACC_RTC__
-// Host launcher: checks the shape and alignment this kernel needs, then launches it.
-// Returns cudaErrorInvalidValue (and launches nothing) for shapes it cannot handle:
-// M, N, K must be positive multiples of 128, 128, 8; A, B, C must be 16-byte aligned.
-extern "C" cudaError_t swizzle_b_launch(const float* A, const float* B, float* C, int M, int N, int K,
-                                      float alpha, float beta, cudaStream_t stream)
-{
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K positive multiples of 128, 128, 8 (bounds: exact);
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the call is refused.
+static bool swizzle_b_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t swizzle_b_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
-    if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) % 16 != 0)
-        return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)(M / 128) * (N / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = swizzle_b_aligned(A, lda, 0, 4) && swizzle_b_aligned(B, ldb, 0, 4) && swizzle_b_aligned(C, ldc, 0, 4);
+    if (!vector_aligned) return cudaErrorInvalidValue;
+    const auto kernel = swizzle_b_kernel;
     const size_t smem_bytes = 8320;
     if (smem_bytes > 48 * 1024) {
-        const cudaError_t err = cudaFuncSetAttribute(swizzle_b_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem_bytes);
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    swizzle_b_kernel<<<dim3((unsigned)blocks), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, alpha, beta);
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t swizzle_b_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return swizzle_b_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
 }
 #endif

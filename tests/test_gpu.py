@@ -22,22 +22,36 @@ from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buff
                            matrix_bytes, tflops_of)
 from gemmdsl.bench import write_json as write_bench_json
 from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, cache_key, check_call, check_device_runs,
-                             is_c_contiguous, parse_sizes)
-from gemmdsl.verify import Error, Result, add_verify_arguments, scalar_cases, verify_main
+                             leading_dimension, parse_sizes)
+from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
-ALPHA_BETA = Requirements(kernel="sgemm_test", tile_m=128, tile_n=128, tile_k=8, alignment_bytes=16,
-                          epilogue="alpha_beta")
+ROWS = {"A": "row", "B": "row", "C": "row"}
+ALPHA_BETA = Requirements(kernel="sgemm_test", block_tile=(128, 128, 8), multiples=(128, 128, 8),
+                          epilogue="alpha_beta", layouts=ROWS, vector_elements={"A": 4, "B": 4, "C": 4},
+                          max_leading_dimension={"A": 2 ** 24 - 1, "B": 2 ** 28 - 1, "C": 2 ** 31 - 1},
+                          vector_entry="sgemm_test_kernel", scalar_entry=None, batched=False)
 STORE = replace(ALPHA_BETA, epilogue="store")
+CHECKED = replace(ALPHA_BETA, multiples=(1, 1, 1), scalar_entry="sgemm_test_kernel_scalar")
+BATCHED = replace(CHECKED, batched=True)
+TRANSPOSED_A = replace(CHECKED, layouts=ROWS | {"A": "col", "C": "col"})
 M, N, K = 256, 384, 64
+BASE = 0x7F0000000000
 
 
-def fake_matrix(rows, cols, dtype=numpy.float32, strides=None, ptr=0x7F0000000000):
-    """What check_call reads of a cupy.ndarray: shape, dtype, strides and data.ptr."""
+def fake_matrix(rows, cols, dtype=numpy.float32, strides=None, ptr=BASE, batch=None):
+    """What check_call reads of a cupy.ndarray: shape, dtype, strides and data.ptr (row-major by default)."""
     itemsize = numpy.dtype(dtype).itemsize
-    return SimpleNamespace(shape=(rows, cols), dtype=numpy.dtype(dtype), strides=strides or (cols * itemsize, itemsize),
+    shape = (rows, cols) if batch is None else (batch, rows, cols)
+    default = (cols * itemsize, itemsize) if batch is None else (rows * cols * itemsize, cols * itemsize, itemsize)
+    return SimpleNamespace(shape=shape, dtype=numpy.dtype(dtype), strides=strides or default,
                            data=SimpleNamespace(ptr=ptr))
+
+
+def column_major(rows, cols, ld=None, ptr=BASE):
+    """A transposed view: element (r, c) at c * ld + r."""
+    return fake_matrix(rows, cols, strides=(4, (ld or rows) * 4), ptr=ptr)
 
 
 def operands(**changes):
@@ -49,9 +63,11 @@ def operands(**changes):
 # Argument checks (CPU)
 
 
-def test_valid_call_returns_problem_size():
-    assert check_call(ALPHA_BETA, **operands(), alpha=1.5, beta=-0.5) == (M, N, K)
-    assert check_call(STORE, **operands(c=None), alpha=1.0, beta=0.0) == (M, N, K)
+def test_valid_call_returns_problem_size_and_kernel():
+    call = check_call(ALPHA_BETA, **operands(), alpha=1.5, beta=-0.5)
+    assert (call.size, call.batch, call.entry) == ((M, N, K), 1, "sgemm_test_kernel")
+    assert [call.views[name].ld for name in "ABC"] == [K, N, N]
+    assert check_call(STORE, **operands(c=None), alpha=1.0, beta=0.0).size == (M, N, K)
 
 
 @pytest.mark.parametrize("operand", ["a", "b", "c"])
@@ -69,16 +85,37 @@ def test_matrix_must_be_2d():
         check_call(ALPHA_BETA, **operands(a=vector), alpha=1.0, beta=0.0)
 
 
+def test_a_batch_needs_a_batched_kernel():
+    with pytest.raises(ValueError, match="A is a batch of matrices .* not batched; compile a spec with `batch: strided`"):
+        check_call(CHECKED, **operands(a=fake_matrix(M, K, batch=2)), alpha=1.0, beta=0.0)
+
+
 def test_transposed_view_is_not_row_major():
-    column_major_b = fake_matrix(K, N, strides=(4, K * 4))
-    with pytest.raises(ValueError, match="B must be C-contiguous"):
-        check_call(ALPHA_BETA, **operands(b=column_major_b), alpha=1.0, beta=0.0)
+    with pytest.raises(ValueError, match="B must be row-major: sgemm_test was compiled with `b: f32 row`"):
+        check_call(ALPHA_BETA, **operands(b=column_major(K, N)), alpha=1.0, beta=0.0)
 
 
-def test_contiguity_ignores_the_stride_of_extent_one_axes():
-    assert is_c_contiguous((1, 8), (999, 4), 4)
-    assert is_c_contiguous((8, 1), (4, 999), 4)
-    assert not is_c_contiguous((8, 8), (64, 4), 4)  # a strided row view
+def test_column_major_kernels_take_transposed_views_and_refuse_row_major_ones():
+    call = check_call(TRANSPOSED_A, a=column_major(M, K, ld=M + 4), b=fake_matrix(K, N), c=column_major(M, N),
+                      alpha=1.0, beta=0.0)
+    assert (call.views["A"].ld, call.views["C"].ld) == (M + 4, M)
+    with pytest.raises(ValueError, match="A must be col-major.*cupy.asfortranarray"):
+        check_call(TRANSPOSED_A, **operands(c=column_major(M, N)), alpha=1.0, beta=0.0)
+
+
+def test_row_pitch_wider_than_a_row_is_the_leading_dimension():
+    padded = fake_matrix(M, K, strides=((K + 8) * 4, 4))
+    assert check_call(ALPHA_BETA, **operands(a=padded), alpha=1.0, beta=0.0).views["A"].ld == K + 8
+
+
+def test_leading_dimension_from_strides():
+    assert leading_dimension((8, 8), (40, 4), 4, "row") == 10
+    assert leading_dimension((8, 8), (4, 40), 4, "col") == 10
+    assert leading_dimension((8, 8), (40, 4), 4, "col") is None
+    assert leading_dimension((8, 8), (16, 4), 4, "row") is None  # rows would overlap
+    assert leading_dimension((1, 7), (999, 4), 4, "row") == 8  # one row: any ld >= 7; 8 keeps vectors aligned
+    assert leading_dimension((9, 1), (4, 999), 4, "col") == 12
+    assert leading_dimension((9, 1), (4, 999), 4, "row") == 1  # a column vector is row-major with ld 1
 
 
 def test_inner_dimensions_must_agree():
@@ -97,18 +134,56 @@ def test_c_must_be_m_by_n():
     (M, N, 12, "K=12 is not a multiple of the block tile's BK=8"),
     (0, N, K, "M=0: every dimension must be positive"),
 ])
-def test_sizes_must_be_whole_tiles(m, n, k, message):
+def test_exact_kernels_take_whole_tiles_only(m, n, k, message):
     arrays = {"a": fake_matrix(m, k), "b": fake_matrix(k, n), "c": fake_matrix(m, n)}
     with pytest.raises(ValueError, match=message):
         check_call(ALPHA_BETA, **arrays, alpha=1.0, beta=0.0)
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (333, 517, 129)])
+def test_checked_kernels_take_any_shape(m, n, k):
+    arrays = {"a": fake_matrix(m, k), "b": fake_matrix(k, n), "c": fake_matrix(m, n)}
+    assert check_call(CHECKED, **arrays, alpha=1.0, beta=0.0).size == (m, n, k)
+
+
 @pytest.mark.parametrize("operand", ["a", "b", "c"])
-def test_pointers_must_be_16_byte_aligned(operand):
+def test_exact_kernels_refuse_misaligned_pointers(operand):
     shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
-    bad = {operand: fake_matrix(*shapes[operand], ptr=0x7F0000000004)}
+    bad = {operand: fake_matrix(*shapes[operand], ptr=BASE + 4)}
     with pytest.raises(ValueError, match=f"{operand.upper()}'s data pointer 0x7f0000000004 is not 16-byte aligned"):
         check_call(ALPHA_BETA, **operands(**bad), alpha=1.0, beta=0.0)
+
+
+def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
+    odd = {"a": fake_matrix(7, 5), "b": fake_matrix(5, 12), "c": fake_matrix(7, 12)}
+    assert check_call(CHECKED, **odd, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel_scalar"  # lda = 5
+    shifted = operands(c=fake_matrix(M, N, ptr=BASE + 8))
+    assert check_call(CHECKED, **shifted, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel_scalar"
+    assert check_call(CHECKED, **operands(), alpha=1.0, beta=0.0).entry == "sgemm_test_kernel"
+    with pytest.raises(ValueError, match="A's leading dimension 5 is not a multiple of 4; .* no scalar fallback"):
+        check_call(replace(ALPHA_BETA, multiples=(1, 1, 1)), **odd, alpha=1.0, beta=0.0)
+
+
+def test_leading_dimensions_beyond_32_bit_tile_offsets_are_refused():
+    wide = fake_matrix(M, K, strides=(2 ** 24 * 4, 4))
+    with pytest.raises(ValueError, match="A's leading dimension 16777216 is more than the 16777215"):
+        check_call(ALPHA_BETA, **operands(a=wide), alpha=1.0, beta=0.0)
+
+
+def test_batched_call():
+    batch = {"a": fake_matrix(M, K, batch=3), "b": fake_matrix(K, N), "c": fake_matrix(M, N, batch=3)}
+    call = check_call(BATCHED, **batch, alpha=1.0, beta=0.0)
+    assert call.batch == 3
+    assert [call.views[name].batch_stride for name in "ABC"] == [M * K, 0, M * N]  # B is shared
+    assert runtime.grid_size(BATCHED, M, N, call.batch) == (2 * 3, 1, 3)
+
+
+def test_batches_must_agree_and_not_overlap_in_c():
+    with pytest.raises(ValueError, match="batch sizes disagree: A 3, B 2"):
+        check_call(BATCHED, a=fake_matrix(M, K, batch=3), b=fake_matrix(K, N, batch=2), c=None, alpha=1.0, beta=0.0)
+    shared_c = fake_matrix(M, N, batch=3, strides=(0, N * 4, 4))
+    with pytest.raises(ValueError, match="C's 3 matrices overlap"):
+        check_call(BATCHED, a=fake_matrix(M, K, batch=3), b=fake_matrix(K, N), c=shared_c, alpha=1.0, beta=0.0)
 
 
 @pytest.mark.parametrize("alpha, beta", [(2.0, 0.0), (1.0, 0.5)])
@@ -131,8 +206,9 @@ def test_host_arrays_are_refused_by_name():
         runtime.require_device_arrays(DeviceArray, A=DeviceArray(), B=numpy.zeros((2, 2)))
 
 
-def test_grid_has_one_block_per_c_tile():
+def test_grid_has_one_block_per_c_tile_edges_included():
     assert runtime.grid_size(ALPHA_BETA, 1024, 512) == (8 * 4, 1, 1)
+    assert runtime.grid_size(CHECKED, 333, 517) == (3 * 5, 1, 1)
 
 
 @pytest.mark.parametrize("target, device", [("sm_90", "90"), ("sm_80", "86")])
@@ -150,8 +226,12 @@ def test_requirements_come_from_the_compilers_metadata():
     compiler = pytest.importorskip("gemmdsl.compiler")
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
     requirements = Requirements.from_metadata(metadata)
-    assert (requirements.tile_m, requirements.tile_n, requirements.tile_k) == tuple(metadata["block_tile"])
-    assert requirements.alignment_bytes == 16 and requirements.epilogue == metadata["epilogue"]
+    assert requirements.multiples == requirements.block_tile == tuple(metadata["block_tile"])
+    assert requirements.vector_elements == {"A": 4, "B": 4, "C": 4} and requirements.epilogue == metadata["epilogue"]
+    assert (requirements.scalar_entry, requirements.batched) == (None, False)
+    checked = Requirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
+    assert checked.multiples == (1, 1, 1) and checked.scalar_entry == "layouts_tn_kernel_scalar"
+    assert checked.layouts == {"A": "col", "B": "row", "C": "col"}
 
 
 def test_load_rejects_what_is_not_a_spec():
@@ -293,6 +373,13 @@ def test_verdicts():
     assert not result(vs_cublas=Error(float("nan"), float("nan"))).passed
 
 
+def test_result_lines_name_the_case_and_the_scalar_kernel():
+    line = format_result(result(case="contiguous", entry="k_kernel_scalar", m=7, n=13, k=5))
+    assert line.startswith("PASS  k") and "7x13x5" in line and "contiguous (scalar kernel)" in line
+    skipped = result(skipped="bounds: exact needs multiples of 128x128x8", vs_cublas=None, vs_float64=None)
+    assert format_result(skipped).startswith("SKIP  k") and skipped.passed
+
+
 def test_alpha_beta_kernels_are_also_checked_with_scalars():
     assert scalar_cases("store") == [(1.0, 0.0)]
     assert scalar_cases("alpha_beta") == [(1.0, 0.0), (1.5, -0.5)]
@@ -401,7 +488,7 @@ def test_call_runs_on_the_given_stream(load_kernel, cupy):
 @pytest.mark.parametrize("case, error, message", [
     ("float64", TypeError, "A must be float32"),
     ("numpy", TypeError, "A must be a cupy.ndarray"),
-    ("column_major", ValueError, "B must be C-contiguous"),
+    ("column_major", ValueError, "B must be row-major"),
     ("inner_mismatch", ValueError, "inner dimensions disagree"),
     ("not_whole_tiles", ValueError, "M=100 is not a multiple"),
     ("misaligned", ValueError, "A's data pointer .* is not 16-byte aligned"),

@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.nvcc, needs_nvcc]
 def test_spec_compiles_without_spills(spec):
     artifacts = compile_path(spec)
     result = build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm)
-    assert 0 < result.resources.registers <= 255
-    assert result.resources.spills == 0 and result.resources.stack == 0
+    entries = [entry for entry in artifacts.metadata["entries"].values() if entry is not None]
+    for resources in [result.resources] + [parse_ptxas(result.log, entry) for entry in entries[1:]]:
+        assert 0 < resources.registers <= 255
+        assert resources.spills == 0 and resources.stack == 0
 
 
 def test_compile_command_reports_ptxas_and_emits_ptx_and_cubin(tmp_path, capsys):

@@ -1,0 +1,129 @@
+// Runs one generated kernel on the emulated device (cuda_host.h) for one problem and checks it:
+// every element of C against a double-precision reference, and every float of C's buffer that
+// is not an element of C (leading-dimension padding, gaps between batches) still NaN.
+//
+//   runner M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry offset_a offset_b offset_c
+//
+// entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
+// many floats past a 16-byte-aligned allocation, to make misaligned pointers. Operands are
+// allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
+// Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
+#pragma once
+
+#include <cinttypes>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+struct Problem {
+    const float* A;
+    const float* B;
+    float* C;
+    int M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    long long stride_a, stride_b, stride_c;
+};
+
+struct Layout {
+    bool a_row, b_row, c_row;
+    int threads;
+    int tile_m, tile_n;
+};
+
+struct Matrix {
+    bool row_major;
+    int rows, cols, ld, batch;
+    long long stride;
+    int offset;
+    std::vector<float> storage;
+
+    Matrix(bool row_major, int rows, int cols, int ld, int batch, long long stride, int offset)
+        : row_major(row_major), rows(rows), cols(cols), ld(ld), batch(batch), stride(stride), offset(offset) {
+        const long long outer = row_major ? rows : cols, inner = row_major ? cols : rows;
+        storage.resize(offset + (batch - 1) * stride + (outer - 1) * ld + inner);
+    }
+    size_t index(int b, int r, int c) const {
+        return offset + b * stride + (row_major ? (long long)r * ld + c : (long long)c * ld + r);
+    }
+    float* first() { return storage.data() + offset; }
+};
+
+inline float uniform(uint64_t& state) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<float>((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry,
+                     const std::function<void(int, const Problem&)>& launch) {
+    const int tiles = ((p.M + layout.tile_m - 1) / layout.tile_m) * ((p.N + layout.tile_n - 1) / layout.tile_n);
+    gridDim = {static_cast<unsigned>(tiles), 1, static_cast<unsigned>(batch)};
+    blockDim = {static_cast<unsigned>(layout.threads), 1, 1};
+    for (int z = 0; z < batch; ++z) {
+        for (int x = 0; x < tiles; ++x) {
+            std::barrier<> barrier(layout.threads);
+            emulated_barrier = &barrier;
+            std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
+            std::vector<std::thread> threads;
+            for (int t = 0; t < layout.threads; ++t) {
+                threads.emplace_back([&, t] {
+                    reset_emulated_thread();
+                    threadIdx = {static_cast<unsigned>(t), 0, 0};
+                    blockIdx = {static_cast<unsigned>(x), 0, static_cast<unsigned>(z)};
+                    launch(entry, p);
+                });
+            }
+            for (std::thread& thread : threads) thread.join();
+        }
+    }
+}
+
+inline int emulate(int argc, char** argv, const Layout& layout, const std::function<void(int, const Problem&)>& launch) {
+    if (argc != 17) {
+        std::fprintf(stderr, "usage: M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry "
+                             "offset_a offset_b offset_c\n");
+        return 2;
+    }
+    auto arg = [&](int i) { return std::atoll(argv[i]); };
+    const int M = arg(1), N = arg(2), K = arg(3), batch = arg(7), entry = arg(13);
+    const float alpha = std::atof(argv[11]), beta = std::atof(argv[12]);
+    Matrix a(layout.a_row, M, K, arg(4), batch, arg(8), arg(14));
+    Matrix b(layout.b_row, K, N, arg(5), batch, arg(9), arg(15));
+    Matrix c(layout.c_row, M, N, arg(6), batch, arg(10), arg(16));
+    uint64_t state = 12345;
+    for (float& x : a.storage) x = uniform(state);
+    for (float& x : b.storage) x = uniform(state);
+    std::fill(c.storage.begin(), c.storage.end(), std::nanf(""));
+    std::vector<char> inside(c.storage.size(), 0);
+    for (int z = 0; z < batch; ++z)
+        for (int m = 0; m < M; ++m)
+            for (int n = 0; n < N; ++n) {
+                inside[c.index(z, m, n)] = 1;
+                if (beta != 0.0f) c.storage[c.index(z, m, n)] = uniform(state);
+            }
+    const std::vector<float> c_in = c.storage;
+
+    Problem p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
+              a.stride, b.stride, c.stride};
+    run_grid(layout, p, batch, entry, launch);
+
+    double error = 0.0, norm = 0.0;
+    long long wrong_outside = 0, nonfinite = 0;
+    for (size_t i = 0; i < c.storage.size(); ++i)
+        if (!inside[i] && !std::isnan(c.storage[i])) ++wrong_outside;
+    for (int z = 0; z < batch; ++z)
+        for (int m = 0; m < M; ++m)
+            for (int n = 0; n < N; ++n) {
+                double sum = 0.0;
+                for (int k = 0; k < K; ++k) sum += (double)a.storage[a.index(z, m, k)] * b.storage[b.index(z, k, n)];
+                const double expected = alpha * sum + (beta != 0.0f ? beta * (double)c_in[c.index(z, m, n)] : 0.0);
+                const float got = c.storage[c.index(z, m, n)];
+                if (!std::isfinite(got)) ++nonfinite;
+                error += (got - expected) * (got - expected);
+                norm += expected * expected;
+            }
+    const double relative = std::sqrt(error / (norm > 0 ? norm : 1.0));
+    const bool ok = wrong_outside == 0 && nonfinite == 0 && relative <= 1e-5;
+    std::printf("%s relative=%.3e nonfinite=%lld written_outside_c=%lld\n", ok ? "OK" : "FAIL", relative, nonfinite,
+                wrong_outside);
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,128 @@
+"""Run generated kernels on the CPU: the `.cu` file, compiled as C++ against tests/emulator/.
+
+There is no GPU in CI, but whether a checked kernel handles a 7x13x5 problem, a transposed
+operand or a batch is a question about its index arithmetic, which the CPU can answer. The
+PTX wrappers are replaced by plain C++ (tests/emulator/cuda_host.h), each thread of a block
+runs as a thread with a barrier for __syncthreads(), and AddressSanitizer and UBSan catch any
+access outside an operand or any misaligned vector access. The host launchers are not
+compiled (they use `<<<...>>>`); `runtime.choose_entry` makes their choice of kernel here.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+EMULATOR = Path(__file__).resolve().parent / "emulator"
+CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+             "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
+BUILD_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 600
+
+
+def find_cxx() -> str | None:
+    return shutil.which("g++")
+
+
+def host_source(cuda: str) -> str:
+    """The generated file without its inline-PTX helpers, which cuda_host.h provides instead."""
+    lines = cuda.split("\n")
+    kept: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.startswith("static __device__ __forceinline__"):
+            end = lines.index("}", index)
+            body = "\n".join(lines[index:end + 1])
+            if "asm volatile" in body:
+                if kept and kept[-1].startswith("template <"):
+                    kept.pop()
+                index = end + 1
+                continue
+        kept.append(line)
+        index += 1
+    return "\n".join(kept)
+
+
+def glue(metadata: dict) -> str:
+    """main.cpp: the kernels, the runner, and a switch that calls the chosen kernel for one thread."""
+    arguments = ", ".join(f"p.{argument['name']}" for argument in metadata["arguments"])
+    entries = [metadata["entries"]["vector"], metadata["entries"]["scalar"]]
+    cases = "\n".join(f"    case {index}: {entry}({arguments}); break;"
+                      for index, entry in enumerate(entries) if entry is not None)
+    rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
+    tile_m, tile_n, _ = metadata["block_tile"]
+    return f"""#include "cuda_host.h"
+#include "kernel.cu"
+#include "runner.h"
+
+static void launch(int entry, const Problem& p)
+{{
+    switch (entry) {{
+{cases}
+    default: std::fprintf(stderr, "no kernel %d\\n", entry); std::abort();
+    }}
+}}
+
+int main(int argc, char** argv)
+{{
+    return emulate(argc, argv, Layout{{{rows}, {metadata["threads"]}, {tile_m}, {tile_n}}}, launch);
+}}
+"""
+
+
+class EmulationBuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Call:
+    """One launch: shape, leading dimensions, batch, scalars, kernel and pointer offsets (in floats)."""
+
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+    alpha: float = 1.0
+    beta: float = 0.0
+    entry: int = 0  # 0: the vector kernel, 1: the scalar kernel
+    offset_a: int = 0
+    offset_b: int = 0
+    offset_c: int = 0
+
+    def argv(self) -> list[str]:
+        return [str(value) for value in (self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch,
+                                         self.stride_a, self.stride_b, self.stride_c, self.alpha, self.beta,
+                                         self.entry, self.offset_a, self.offset_b, self.offset_c)]
+
+
+def build(cuda: str, metadata: dict, directory: Path) -> Path:
+    """Compile the kernels of one generated file into a runner executable."""
+    (directory / "kernel.cu").write_text(host_source(cuda))
+    (directory / "main.cpp").write_text(glue(metadata))
+    binary = directory / "runner"
+    command = [find_cxx() or "g++", *CXX_FLAGS, f"-I{EMULATOR}", "main.cpp", "-o", str(binary)]
+    done = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+        raise EmulationBuildError(f"{' '.join(command)}\n{done.stdout}{done.stderr}")
+    return binary
+
+
+def run(binary: Path, call: Call) -> tuple[bool, str]:
+    """(passed, the runner's output) for one call; a sanitizer report fails the call."""
+    done = subprocess.run([str(binary), *call.argv()], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          env={"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"})
+    output = (done.stdout + done.stderr).strip()
+    return done.returncode == 0 and output.startswith("OK"), output
+
+
+def sanitizer_reported(output: str) -> bool:
+    return bool(re.search(r"AddressSanitizer|runtime error|EMULATION FAULT", output))

@@ -1,0 +1,142 @@
+"""Every spec's kernels, run on the CPU (tests/host_emulation.py) and checked element by element.
+
+Checked kernels get the shapes that break tile arithmetic (1x1x1, 7x13x5, edge blocks on both
+axes with a partial last k-tile), packed and padded leading dimensions, a shifted pointer, and
+batches; exact kernels a whole-tile shape. Which kernel a call runs (vector or scalar) is what
+`runtime.check_call` decides for the same operands, so this also tests that choice: a vector
+access it lets through misaligned would stop the run (UBSan), as would any access outside an
+operand (AddressSanitizer). Skipped without g++.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy
+import pytest
+
+import host_emulation
+from gemmdsl.compiler import compile_path
+from gemmdsl.runtime import Requirements, check_call
+from host_emulation import Call
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
+pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    """Every spec's runner, built in parallel: spec stem -> (binary, requirements)."""
+    root = tmp_path_factory.mktemp("emulated")
+
+    def build(path: Path):
+        artifacts = compile_path(path)
+        directory = root / path.stem
+        directory.mkdir()
+        binary = host_emulation.build(artifacts.cuda, artifacts.metadata, directory)
+        return path.stem, (binary, Requirements.from_metadata(artifacts.metadata))
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(pool.map(build, SPECS))
+
+
+def fake_operand(layout: str, rows: int, cols: int, ld: int, batch: int, stride: int, offset: int):
+    """What runtime.check_call reads of an array laid out as the emulator lays it out."""
+    inner = (ld * 4, 4) if layout == "row" else (4, ld * 4)
+    shape, strides = ((rows, cols), inner) if batch == 1 else ((batch, rows, cols), (stride * 4,) + inner)
+    return SimpleNamespace(shape=shape, strides=strides, dtype=numpy.dtype(numpy.float32),
+                           data=SimpleNamespace(ptr=BASE + 4 * offset))
+
+
+def entry_index(req: Requirements, call: Call) -> int:
+    """The kernel check_call picks for these operands: 0 = vector, 1 = scalar."""
+    operands = {}
+    for name, rows, cols in (("A", call.m, call.k), ("B", call.k, call.n), ("C", call.m, call.n)):
+        p = name.lower()
+        stride = getattr(call, f"stride_{p}")
+        batch = call.batch if stride or name == "C" else 1  # a zero stride: one matrix for the whole batch
+        operands[p] = fake_operand(req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
+                                   getattr(call, f"offset_{p}"))
+    entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
+    return 0 if entry == req.vector_entry else 1
+
+
+def natural(req: Requirements, m: int, n: int, k: int, pad: int = 0) -> dict[str, int]:
+    """Leading dimensions of packed operands in the kernel's layouts, plus `pad` (then rounded to 4)."""
+    extents = {"A": (m, k), "B": (k, n), "C": (m, n)}
+    lds = {}
+    for name, (rows, cols) in extents.items():
+        ld = cols if req.layouts[name] == "row" else rows
+        lds[f"ld{name.lower()}"] = -(-ld // 4) * 4 + pad if pad else ld
+    return lds
+
+
+def footprint(req: Requirements, name: str, rows: int, cols: int, ld: int) -> int:
+    outer, inner = (rows, cols) if req.layouts[name] == "row" else (cols, rows)
+    return (outer - 1) * ld + inner
+
+
+def scalars(req: Requirements) -> dict[str, float]:
+    return {"alpha": 1.5, "beta": -0.5} if req.epilogue == "alpha_beta" else {}
+
+
+def checked_calls(req: Requirements) -> list[Call]:
+    odd = (133, 261, 37)  # edge blocks along m and n, interior blocks too, a partial last k-tile
+    bm, bn, bk = req.block_tile
+    whole = (2 * bm, bn, 3 * bk)
+    calls = [Call(1, 1, 1, **natural(req, 1, 1, 1)),
+             Call(7, 13, 5, **natural(req, 7, 13, 5), **scalars(req)),
+             Call(*odd, **natural(req, *odd)),
+             Call(*odd, **natural(req, *odd, pad=4), **scalars(req)),
+             Call(*odd, **natural(req, *odd, pad=4), offset_a=1),
+             Call(*whole, **natural(req, *whole), **scalars(req))]
+    if req.batched:
+        m, n, k = odd
+        lds = natural(req, m, n, k, pad=4)
+        strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
+                   "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
+        calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
+    return calls
+
+
+def exact_calls(req: Requirements) -> list[Call]:
+    bm, bn, bk = req.block_tile
+    size = (2 * bm, 2 * bn, 3 * bk)
+    return [Call(*size, **natural(req, *size, pad=4), **scalars(req))]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
+    binary, req = runners[spec.stem]
+    calls = checked_calls(req) if req.multiples == (1, 1, 1) else exact_calls(req)
+    failures = []
+    entries = set()
+    for call in calls:
+        call = replace(call, entry=entry_index(req, call))
+        entries.add(call.entry)
+        passed, output = host_emulation.run(binary, call)
+        if not passed:
+            failures.append(f"{call}: {output[:2000]}")
+    assert failures == []
+    if req.scalar_entry is not None:
+        assert entries == {0, 1}, "both the vector and the scalar kernel ran"
+
+
+def test_the_emulator_catches_a_misaligned_vector_load(runners):
+    binary, req = runners["checked_v3"]
+    size = (256, 128, 16)
+    lds = natural(req, *size) | {"lda": 17}  # the launcher would pick the scalar kernel here
+    passed, output = host_emulation.run(binary, Call(*size, **lds, entry=0))
+    assert not passed and host_emulation.sanitizer_reported(output)
+
+
+def test_inline_ptx_helpers_are_replaced():
+    source = compile_path(ROOT / "specs" / "cp_async3.gemm").cuda
+    host = host_emulation.host_source(source)
+    assert "asm volatile(" in source and "asm volatile(" not in host
+    assert "template <int PENDING>" not in host and "cp_async3_kernel(" in host
