@@ -23,7 +23,7 @@ from .source import CompileError, Diagnostic, SourceFile
 
 
 class ProblemSizeError(ValueError):
-    """The problem size is not a positive multiple of the spec's block tile."""
+    """The problem size is below 1, or not a multiple of the block tile of a `bounds: exact` spec."""
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,14 @@ class Analysis:
 
 def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
             ptxas: dict | None = None) -> Analysis:
-    """Run every pass on a validated spec; `problem` must be a multiple of the block tile."""
+    """Run every pass on a validated spec; with `bounds: exact`, `problem` must be a multiple of the tile."""
     size = ProblemSize(*problem)
     tile = (spec.block.m, spec.block.n, spec.block.k)
-    if any(extent <= 0 or extent % step for extent, step in zip(size, tile)):
-        raise ProblemSizeError(f"problem {size} is not a positive multiple of the block tile "
-                         f"{'x'.join(map(str, tile))} (the kernel handles exact tiles only)")
+    if any(extent <= 0 for extent in size):
+        raise ProblemSizeError(f"problem {size} has a size below 1")
+    if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
+        raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
+                               f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
     context = Context(spec, KernelLayout(spec), size, ptxas)
     outcomes = PassManager(ALL_PASSES).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)

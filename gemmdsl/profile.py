@@ -112,15 +112,19 @@ def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict
 
 
 def drive(spec_path: str, problem: ProblemSize) -> None:
-    """Launch the spec's kernel once on random inputs (what ncu profiles)."""
+    """Launch the spec's kernel once on random inputs in the spec's layouts (what ncu profiles)."""
     import cupy
 
     from .runtime import load
 
     kernel = load(spec_path)
-    a = cupy.random.rand(problem.m, problem.k, dtype=cupy.float32)
-    b = cupy.random.rand(problem.k, problem.n, dtype=cupy.float32)
-    kernel(a, b)
+
+    def matrix(rows: int, cols: int, layout: ir.MatrixLayout):
+        values = cupy.random.rand(rows, cols, dtype=cupy.float32)
+        return cupy.asfortranarray(values) if layout is ir.MatrixLayout.COL else values
+
+    kinds = kernel.spec.problem
+    kernel(matrix(problem.m, problem.k, kinds.a.layout), matrix(problem.k, problem.n, kinds.b.layout))
     cupy.cuda.runtime.deviceSynchronize()
 
 

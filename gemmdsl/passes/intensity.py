@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from .framework import Context, PassResult
+from .launch import tiles
 
 F32_BYTES = 4
 
@@ -36,11 +37,11 @@ def tile_intensity(rows: int, cols: int) -> float:
 
 
 def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
-    """Each block reads its BM x K strip of A and K x BN strip of B; C is written once (and read for beta)."""
+    """Each column of blocks reads all of A and each row all of B; C is written once (and read for beta)."""
     c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     return {
-        "a": m * k * (n // spec.block.n) * F32_BYTES,
-        "b": k * n * (m // spec.block.m) * F32_BYTES,
+        "a": m * k * tiles(n, spec.block.n) * F32_BYTES,
+        "b": k * n * tiles(m, spec.block.m) * F32_BYTES,
         "c": m * n * c_passes * F32_BYTES,
     }
 

@@ -13,9 +13,14 @@ from .framework import Context, PassResult, ProblemSize
 @dataclass(frozen=True)
 class LaunchShape:
     problem: ProblemSize
-    blocks: int  # (M / BM) * (N / BN)
-    k_tiles: int  # K / BK, iterations of the main loop
+    blocks: int  # ceil(M / BM) * ceil(N / BN), for one GEMM of a batch
+    k_tiles: int  # ceil(K / BK), iterations of the main loop
     warps_per_block: int
+
+
+def tiles(extent: int, tile: int) -> int:
+    """Tiles covering `extent`; a partial edge tile counts (bounds: checked), and exact specs have none."""
+    return -(-extent // tile)
 
 
 class LaunchPass:
@@ -26,9 +31,8 @@ class LaunchPass:
     def run(self, context: Context) -> PassResult:
         block = context.spec.block
         m, n, k = context.problem
-        # bounds: exact — the launcher rejects sizes the tile does not divide, and check.analyze
-        # refuses them before any pass runs, so these divisions are exact.
-        shape = LaunchShape(context.problem, (m // block.m) * (n // block.n), k // block.k,
+        # Edge tiles are costed as whole ones: their predicated accesses issue the same instructions.
+        shape = LaunchShape(context.problem, tiles(m, block.m) * tiles(n, block.n), tiles(k, block.k),
                             context.layout.threads // WARP)
         verdict = (f"{shape.blocks} blocks of {shape.warps_per_block} warps, "
                    f"{shape.k_tiles} k-tiles each, for {context.problem}")
