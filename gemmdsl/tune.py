@@ -1,0 +1,977 @@
+"""`gemmdsl tune TEMPLATE`: search a space of specs, prune it with the analysis passes, time the rest.
+
+    candidates = expand(template_text, path)       # every combination of the choice groups
+    report = screen(candidates, sizes)             # front end + analysis passes, no GPU
+    ranked = rank(report.survivors, sizes)         # best predicted first
+    kept, dropped = select(ranked, budget)         # the top N, after ptxas's spill check
+    timing = time_candidates(kept, sizes)          # bench.bench on the GPU
+    write_winner(path, winner, timing, ...)        # a plain .gemm with the figures in its header
+
+Templates
+---------
+A template is a `.gemm` file in which any value, or part of one, may be a choice
+group `{a,b,c}`: `tile: {128x128,256x128}x{8,16}`, `lanes: {4x8 row,8x4 col}`,
+`raster: {row,group(8)}`. The candidates are every combination of the groups, in
+source order with the last group varying fastest, numbered t0, t1, ...; each
+candidate is the template's text with every group replaced by one alternative and
+the kernel name NAME replaced by NAME_tI.
+
+A `{` opens a choice group when, reading on from it, a top-level `,` or the
+closing `}` comes before any `{`, `;`, `:`, comment or line end, with text before
+it (a comma inside parentheses, as in `xor(2, 2, 3)`, is not top-level). Section
+braces never qualify: in a valid spec a `{` is followed by nothing, by an entry's
+`key:` or by a section header, so a plain spec expands to itself. Comments are
+never expanded. A group must close on its own line; it holds no `{ } ; :`, no
+comment and no other group; its alternatives are trimmed, substituted verbatim,
+non-empty and distinct.
+
+Screening and the cost model
+----------------------------
+Every candidate goes through the real front end; those it rejects are counted by
+their first error. The valid ones are analysed at the first problem size and pruned,
+each for the first rule it breaks, in this order:
+
+  tile        the block tile does not divide every requested size (`bounds: exact` kernels;
+              checked kernels are analysed at the first size rounded up to whole tiles)
+  conflicts   the bank-conflict pass predicts wavefronts beyond the ideal (loads or stores);
+              --conflict-tolerance PCT keeps those whose excess is under PCT% of all wavefronts
+              (measured on an H100: pad-0 twins with 3-8% excess store wavefronts can be the
+              faster ones, so this rule is the one to relax when --exhaustive shows a gap)
+  registers   the register estimate exceeds the per-thread cap: the architecture's 255,
+              `budget { registers }`, or what `__launch_bounds__(threads, blocks_per_sm)`
+              leaves (65536 / (blocks_per_sm * threads), rounded down to 8) -- a predicted spill
+  occupancy   fewer than --min-warps resident warps per SM (default 8)
+
+The survivors are ranked by predicted efficiency, the product of
+  - the bottleneck pipe: 1 / max(issue, shared memory, global memory), where, per
+    warp-level FFMA (4 issue per SM per clock): `issue` counts the FFMAs, the
+    shared-memory instructions and a fixed KTILE_OVERHEAD instructions per warp and
+    k-tile; `shared memory` is the predicted wavefronts (1 per SM per clock);
+    `global memory` is the requested bytes at L2_BYTES_PER_CLOCK per SM;
+  - wave quantization of the grid over SMS x blocks_per_sm slots (geomean over sizes);
+  - a mild latency term, (warps_per_sm / 8) ** 0.25 below 8 warps per SM (only
+    reachable with a lower --min-warps: measured on an H100, 8-warp 128x256 kernels
+    with 128 accumulators a thread were the fastest of sgemm_space.tgemm);
+equal scores go to the candidate with fewer shared-memory wavefronts per FFMA,
+then to the earlier one. The model sees the tiling, not the pipeline: variants
+that differ only in stages, copy mode, raster or launch bounds tie, and timing
+decides between them. The top --budget candidates are kept; with nvcc
+on PATH each is built first and one that ptxas makes spill, or whose real register
+count drops it under --min-warps, is replaced by the next in rank.
+
+Timing uses bench.bench (cuBLAS beside, same buffers) and picks the lowest geometric
+mean of the median times over the sizes. --exhaustive times every valid candidate
+in the same run and reports whether the pruned search found the same winner.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import itertools
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import ir
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+
+DEFAULT_SIZES = "4096x4096x4096"
+DEFAULT_BUDGET = 8
+DEFAULT_MAX_CANDIDATES = 5000
+DEFAULT_MIN_WARPS = 8
+DEFAULT_SMS = 132  # H100 SXM; only the wave-quantization term of the ranking uses it
+
+# The cost model's constants (see the module docstring).
+FFMA_PER_CLOCK = 4  # warp-level FFMAs an SM issues per clock (four sub-partitions)
+ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock
+SMEM_WAVEFRONTS_PER_CLOCK = 1
+L2_BYTES_PER_CLOCK = 32  # per SM
+KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
+LATENCY_WARPS = 8  # below this many resident warps per SM the ranking assumes latency shows
+
+REASONS = ("tile", "conflicts", "registers", "occupancy")
+REASON_WORDS = {
+    "tile": "block tile does not divide the sizes",
+    "conflicts": "predicted bank conflicts",
+    "registers": "register estimate over the cap (predicted spills)",
+    "occupancy": "too few warps per SM",
+    "ptxas spills": "ptxas spills registers",
+    "ptxas occupancy": "too few warps per SM with ptxas's registers",
+    "build": "nvcc failed",
+}
+
+Size = tuple[int, int, int]
+
+
+# ---------------------------------------------------------------------------
+# Templates
+
+
+@dataclass(frozen=True)
+class ChoiceGroup:
+    start: int  # offset of the '{'
+    end: int  # offset just past the '}'
+    alternatives: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One concrete spec of a template."""
+
+    index: int
+    name: str  # the kernel name, NAME_tI
+    text: str
+    choices: tuple[str, ...]  # the alternative taken from each group, in source order
+    name_start: int  # offset of the kernel name in `text`
+    body_start: int  # offset of the `gemm` keyword in `text` (what precedes it is the leading comment)
+    summary: str = ""  # the entries that hold choices, concrete: `tile: 128x128x8; stages: 2`
+
+    def describe(self) -> str:
+        return self.summary or "(no choices)"
+
+
+def template_error(path: str, text: str, offset: int, message: str, hint: str | None = None,
+                   length: int = 1) -> CompileError:
+    line, column = line_column(text, offset)
+    span = Span(path, line, column, line, column + max(1, length))
+    return CompileError([Diagnostic(Severity.ERROR, span, message, hint)], SourceFile(path, text))
+
+
+def line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def mask_comments(text: str) -> str:
+    """The text with every `//` and `#` comment blanked out (same length, newlines kept)."""
+    return re.sub(r"(//|#)[^\n]*", lambda match: " " * len(match.group()), text)
+
+
+GROUP_HINT = "a choice group `{a,b,c}` closes on its own line and holds no '{', ';', ':' or comment"
+
+
+def find_choice_groups(text: str, path: str = "<template>") -> list[ChoiceGroup]:
+    """Every choice group of a template, in source order; malformed ones raise CompileError."""
+    masked = mask_comments(text)
+    groups = []
+    position = 0
+    while (start := masked.find("{", position)) >= 0:
+        group = _read_group(text, masked, start, path)
+        if group is None:  # a section brace
+            position = start + 1
+        else:
+            groups.append(group)
+            position = group.end
+    return groups
+
+
+def _read_group(text: str, masked: str, start: int, path: str) -> ChoiceGroup | None:
+    """The choice group opened by the '{' at `start`, or None when that brace opens a section."""
+    depth = 0
+    commas: list[int] = []
+    stop = start + 1
+    while stop < len(masked):
+        char = masked[stop]
+        if char in "{};:\n" or (char == " " and text[stop] != " "):  # a structural character, or a comment
+            break
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            commas.append(stop)
+        stop += 1
+    closer = masked[stop] if stop < len(masked) else ""
+    content = text[start + 1:stop]
+    if closer == "{" and (commas or not content.strip()):
+        raise template_error(path, text, stop, "a choice group cannot contain another choice group", GROUP_HINT)
+    if closer != "}" or not content.strip():
+        if commas:
+            raise template_error(path, text, start, "this choice group is not closed", GROUP_HINT)
+        return None  # a section brace: `block {`, `problem { a: ...`, `gemm k { target sm_90; ...`, `{ }`
+    pieces = [start, *commas, stop]
+    alternatives = []
+    for left, right in zip(pieces, pieces[1:]):
+        alternative = text[left + 1:right].strip()
+        if not alternative:
+            raise template_error(path, text, left, "empty alternative in a choice group",
+                                 "write alternatives as `{a,b}`; drop the extra ','")
+        if alternative.count("(") != alternative.count(")"):
+            raise template_error(path, text, left + 1, f"unbalanced parentheses in alternative {alternative!r}",
+                                 GROUP_HINT)
+        if alternative in alternatives:
+            raise template_error(path, text, left + 1, f"alternative {alternative!r} appears twice in this group")
+        alternatives.append(alternative)
+    return ChoiceGroup(start, stop + 1, tuple(alternatives))
+
+
+_KERNEL = re.compile(r"\bgemm\s+([A-Za-z_][A-Za-z0-9_]*)\b")
+
+
+def kernel_name_span(text: str, path: str = "<template>") -> tuple[int, int, str]:
+    """(offset of `gemm`, offset of the name, the name) of a template's or spec's kernel."""
+    match = _KERNEL.search(mask_comments(text))
+    if match is None:
+        raise template_error(path, text, 0, "the template holds no `gemm NAME {` block",
+                             "a template is a .gemm spec whose values may be choice groups `{a,b}`")
+    return match.start(), match.start(1), match.group(1)
+
+
+def count_candidates(groups: Sequence[ChoiceGroup]) -> int:
+    return math.prod(len(group.alternatives) for group in groups)
+
+
+def expand(template_text: str, path: str = "<template>",
+           max_candidates: int = DEFAULT_MAX_CANDIDATES) -> list[Candidate]:
+    """Every concrete spec of a template, t0 first; raises CompileError on a malformed template."""
+    groups = find_choice_groups(template_text, path)
+    body_start, name_start, name = kernel_name_span(template_text, path)
+    if groups and groups[0].start < name_start + len(name):
+        raise template_error(path, template_text, groups[0].start,
+                             "choice groups belong in the values of the kernel's sections",
+                             "the kernel name cannot be a choice; --name sets the winner's name")
+    total = count_candidates(groups)
+    if total > max_candidates:
+        sizes = " x ".join(str(len(group.alternatives)) for group in groups)
+        raise template_error(path, template_text, groups[0].start,
+                             f"the template expands to {total:,} candidates ({sizes}), more than the "
+                             f"limit of {max_candidates:,}",
+                             "narrow some choice groups, or raise the limit with --max-candidates")
+    # The fixed text around the name and the groups, which all follow the name.
+    cuts = [(name_start, name_start + len(name))] + [(group.start, group.end) for group in groups]
+    pieces = [template_text[:name_start]]
+    pieces += [template_text[end:next_start] for (_, end), (next_start, _) in zip(cuts, cuts[1:] + [(None, None)])]
+    entries = choice_entries(template_text, groups)
+    candidates = []
+    for index, choices in enumerate(itertools.product(*(group.alternatives for group in groups))):
+        candidate_name = f"{name}_t{index}"
+        fills = [candidate_name, *choices, ""]
+        text = "".join(piece + fill for piece, fill in zip(pieces, fills))
+        summary = "; ".join(entry(choices) for entry in entries)
+        candidates.append(Candidate(index, candidate_name, text, tuple(choices), name_start, body_start, summary))
+    return candidates
+
+
+def choice_entries(text: str, groups: Sequence[ChoiceGroup]) -> list[Callable[[Sequence[str]], str]]:
+    """For each entry (`key: value;`) that holds choice groups, a function from the choices to its concrete text."""
+    masked = list(mask_comments(text))
+    for group in groups:
+        masked[group.start:group.end] = "x" * (group.end - group.start)
+    masked_text = "".join(masked)
+    spans: dict[tuple[int, int], list[int]] = {}
+    for number, group in enumerate(groups):
+        start = max(masked_text.rfind(char, 0, group.start) for char in ";{}") + 1
+        ends = [e for e in (masked_text.find(char, group.end) for char in ";}") if e >= 0]
+        spans.setdefault((start, min(ends, default=len(text))), []).append(number)
+
+    def entry(span: tuple[int, int], numbers: list[int]) -> Callable[[Sequence[str]], str]:
+        def render(choices: Sequence[str]) -> str:
+            out, position = [], span[0]
+            for number in numbers:
+                out += [text[position:groups[number].start], choices[number]]
+                position = groups[number].end
+            out.append(text[position:span[1]])
+            return " ".join("".join(out).split())
+        return render
+
+    return [entry(span, numbers) for span, numbers in spans.items()]
+
+
+def template_stem(path: str | Path) -> str:
+    """`dir/sgemm_space.tgemm` -> `sgemm_space`, made a valid C identifier."""
+    stem = Path(path).name.split(".")[0] or "tuned"
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+    return stem if not stem[0].isdigit() else f"k_{stem}"
+
+
+# ---------------------------------------------------------------------------
+# Screening
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the analysis passes say of one valid candidate, and the cost model's figures."""
+
+    registers: int  # per thread: the estimate, or ptxas's count once built
+    register_cap: int
+    blocks_per_sm: int
+    warps_per_sm: int
+    load_conflicts: int  # excess wavefronts per launch
+    store_conflicts: int
+    conflict_pct: float  # excess wavefronts as a percentage of all shared-memory wavefronts
+    smem_wavefronts_per_ffma: float  # per warp-level FFMA
+    issue_per_ffma: float  # warp instructions issued per warp-level FFMA
+    block_flops_per_byte: float
+    warp_flops_per_byte: float
+    launch_flops_per_byte: float
+    ptxas: dict | None = None
+    score: float = 0.0  # predicted efficiency, filled in by rank()
+
+    def summary(self) -> str:
+        source = "ptxas" if self.ptxas is not None else "est."
+        return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
+                f"{self.smem_wavefronts_per_ffma:.3f} smem wf/FFMA, {self.block_flops_per_byte:.0f} flop/B")
+
+
+@dataclass(frozen=True)
+class Survivor:
+    candidate: Candidate
+    spec: ir.KernelSpec
+    prediction: Prediction
+
+
+@dataclass
+class ScreenReport:
+    generated: int = 0
+    rejected: list[tuple[Candidate, Diagnostic]] = field(default_factory=list)
+    pruned: dict[str, list[tuple[Candidate, str]]] = field(default_factory=dict)  # reason -> (candidate, detail)
+    survivors: list[Survivor] = field(default_factory=list)
+    timeable: list[Survivor] = field(default_factory=list)  # every valid candidate that tiles the sizes
+
+    @property
+    def valid(self) -> int:
+        return self.generated - len(self.rejected)
+
+    @property
+    def pruned_count(self) -> int:
+        return sum(len(items) for items in self.pruned.values())
+
+    def rejected_by_reason(self) -> list[tuple[str, int, Diagnostic]]:
+        """(reason, count, first diagnostic), most frequent first. Messages that differ only in numbers and
+        quoted names are one reason, shown with those folded (N, '…'); a message that never varies is shown as is."""
+        groups: dict[str, list[Diagnostic]] = {}
+        for _, diagnostic in self.rejected:
+            groups.setdefault(message_shape(diagnostic.message), []).append(diagnostic)
+        reasons = []
+        for shape, items in groups.items():
+            same = all(d.message == items[0].message for d in items)
+            reasons.append((items[0].message if same else shape, len(items), items[0]))
+        return sorted(reasons, key=lambda item: (-item[1], item[0]))
+
+
+def message_shape(message: str) -> str:
+    """A diagnostic message with its numbers and quoted words folded, so like errors group together."""
+    shape = re.sub(r"'[^']*'|`[^`]*`", "'…'", message)
+    return re.sub(r"\d+", "N", shape)
+
+
+def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
+    """The most registers per thread ptxas may use for this spec without spilling."""
+    cap = arch_limit
+    if spec.budget.registers is not None:
+        cap = min(cap, spec.budget.registers)
+    if spec.budget.blocks_per_sm:
+        cap = min(cap, 65536 // (spec.budget.blocks_per_sm * threads) // 8 * 8)
+    return cap
+
+
+def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Prediction:
+    """Run the analysis passes on a valid spec and read off what screening and ranking use."""
+    from .check import analyze
+
+    analysis = analyze(spec, size, ptxas)
+    facts = analysis.facts
+    launch, traffic = facts["launch"], facts["smem_traffic"]
+    registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
+    warp_ffma = intensity.flops / 2 / 32
+    per_block_ktile = sum(cost.instructions for cost in facts["smem_accesses"])
+    smem_instructions = per_block_ktile * launch.blocks * launch.k_tiles
+    overhead = KTILE_OVERHEAD * launch.warps_per_block * launch.blocks * launch.k_tiles
+    return Prediction(
+        registers=registers.per_thread,
+        register_cap=register_cap(spec, analysis.layout.threads, registers.limit),
+        blocks_per_sm=occupancy.blocks_per_sm,
+        warps_per_sm=occupancy.warps_per_sm,
+        load_conflicts=traffic.load_conflicts,
+        store_conflicts=traffic.store_conflicts,
+        conflict_pct=100 * (traffic.load_conflicts + traffic.store_conflicts)
+        / max(1, traffic.load_wavefronts + traffic.store_wavefronts),
+        smem_wavefronts_per_ffma=(traffic.load_wavefronts + traffic.store_wavefronts) / warp_ffma,
+        issue_per_ffma=(warp_ffma + smem_instructions + overhead) / warp_ffma,
+        block_flops_per_byte=intensity.block_flops_per_byte,
+        warp_flops_per_byte=intensity.warp_flops_per_byte,
+        launch_flops_per_byte=intensity.launch_flops_per_byte,
+        ptxas=ptxas,
+    )
+
+
+def checked_bounds(spec: ir.KernelSpec) -> bool:
+    """Whether the kernel handles sizes that are not multiples of its tile (`bounds: checked`)."""
+    return bool(getattr(spec.problem, "checked", False))
+
+
+def tiles_all(spec: ir.KernelSpec, sizes: Sequence[Size]) -> bool:
+    """Whether the kernel can run every size: its tile divides them all, or its bounds are checked."""
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    return checked_bounds(spec) or all(not any(e % t for e, t in zip(size, tile)) for size in sizes)
+
+
+def analysis_size(spec: ir.KernelSpec, size: Size) -> Size:
+    """The size the passes analyse: `size` rounded up to whole tiles (they count whole tiles only)."""
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    return tuple(-(-extent // step) * step for extent, step in zip(size, tile))  # type: ignore[return-value]
+
+
+def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequence[Size],
+                 min_warps: int = DEFAULT_MIN_WARPS, conflict_pct: float = 0.0) -> tuple[str, str] | None:
+    """(rule, detail) of the first pruning rule the candidate breaks, or None."""
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    if not tiles_all(spec, sizes):
+        size = next(size for size in sizes if any(e % t for e, t in zip(size, tile)))
+        return "tile", (f"{'x'.join(map(str, tile))} does not divide {'x'.join(map(str, size))} "
+                        "(bounds: exact)")
+    assert prediction is not None
+    p = prediction
+    if (p.load_conflicts or p.store_conflicts) and p.conflict_pct >= conflict_pct:
+        return "conflicts", (f"{p.load_conflicts:,} load and {p.store_conflicts:,} store wavefronts beyond ideal "
+                             f"({p.conflict_pct:.1f}%)")
+    if p.registers > p.register_cap:
+        return "registers", f"estimate {p.registers} > cap {p.register_cap}"
+    if p.warps_per_sm < min_warps:
+        return "occupancy", f"{p.warps_per_sm} warps per SM < {min_warps}"
+    return None
+
+
+def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: int = DEFAULT_MIN_WARPS,
+           conflict_pct: float = 0.0, path: str = "<template>.gemm",
+           progress: Callable[[int, int], None] | None = None) -> ScreenReport:
+    """Front end, then the analysis-based pruning rules, for every candidate (no GPU, no nvcc)."""
+    from .frontend import load
+
+    report = ScreenReport(generated=len(candidates))
+    for done, candidate in enumerate(candidates, 1):
+        if progress is not None:
+            progress(done, len(candidates))
+        try:
+            spec, _ = load(SourceFile(candidate_path(path, candidate), candidate.text))
+        except CompileError as err:
+            errors = [d for d in err.diagnostics if d.severity is Severity.ERROR] or err.diagnostics
+            report.rejected.append((candidate, errors[0]))
+            continue
+        prediction = predict(spec, analysis_size(spec, sizes[0])) if tiles_all(spec, sizes) else None
+        reason = prune_reason(spec, prediction, sizes, min_warps, conflict_pct)
+        if prediction is not None:
+            report.timeable.append(Survivor(candidate, spec, prediction))
+        if reason is not None:
+            report.pruned.setdefault(reason[0], []).append((candidate, reason[1]))
+        else:
+            report.survivors.append(Survivor(candidate, spec, prediction))
+    return report
+
+
+def candidate_path(template_path: str, candidate: Candidate) -> str:
+    """The display name of a candidate in diagnostics: `template.tgemm[t12]`."""
+    return f"{template_path}[t{candidate.index}]"
+
+
+# ---------------------------------------------------------------------------
+# Ranking and selection
+
+
+def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: int) -> float:
+    """Useful fraction of the last wave: blocks / (waves * slots)."""
+    m, n, _ = size
+    blocks = math.ceil(m / spec.block.m) * math.ceil(n / spec.block.n)
+    slots = max(1, sms * max(1, blocks_per_sm))
+    return blocks / (math.ceil(blocks / slots) * slots)
+
+
+def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
+    p = survivor.prediction
+    global_per_ffma = (2 * 32 / p.launch_flops_per_byte) / L2_BYTES_PER_CLOCK  # clocks per warp FFMA
+    clocks = max(p.issue_per_ffma / ISSUE_PER_CLOCK, p.smem_wavefronts_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
+                 global_per_ffma)
+    pipe = (1 / FFMA_PER_CLOCK) / clocks
+    waves = math.prod(wave_efficiency(survivor.spec, p.blocks_per_sm, size, sms) for size in sizes)
+    waves **= 1 / len(sizes)
+    latency = min(1.0, p.warps_per_sm / LATENCY_WARPS) ** 0.25
+    return pipe * waves * latency
+
+
+def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> list[Survivor]:
+    """Survivors with their score set, best predicted first; equal scores go to fewer shared-memory wavefronts
+    per FFMA (less pressure on the shared-memory pipe), then to template order."""
+    scored = [Survivor(s.candidate, s.spec, _with_score(s.prediction, predicted_efficiency(s, sizes, sms)))
+              for s in survivors]
+    return sorted(scored, key=lambda s: (-round(s.prediction.score, 6), round(s.prediction.smem_wavefronts_per_ffma, 6),
+                                         s.candidate.index))
+
+
+def _with_score(prediction: Prediction, score: float) -> Prediction:
+    from dataclasses import replace
+
+    return replace(prediction, score=score)
+
+
+BuildFn = Callable[[Survivor], dict]  # -> PtxasResources.as_dict(); raises on failure
+
+
+def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm") -> dict:
+    """ptxas's figures for a candidate, through the real compiler and nvcc."""
+    from .build import build
+    from .compiler import compile_source
+
+    artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate), survivor.candidate.text))
+    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm).resources.as_dict()
+
+
+def select(ranked: Sequence[Survivor], budget: int, sizes: Sequence[Size], min_warps: int = DEFAULT_MIN_WARPS,
+           build_fn: BuildFn | None = None, jobs: int = 1,
+           progress: Callable[[str], None] | None = None) -> tuple[list[Survivor], dict[str, list[tuple[Candidate, str]]]]:
+    """The top `budget` of `ranked`; with `build_fn`, candidates ptxas makes spill (or whose real register
+    count breaks --min-warps) are dropped and the next in rank takes their place. Returns (kept, dropped)."""
+    if build_fn is None:
+        return list(ranked[:budget]), {}
+    kept: list[Survivor] = []
+    dropped: dict[str, list[tuple[Candidate, str]]] = {}
+    queue = list(ranked)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        while queue and len(kept) < budget:
+            batch, queue = queue[:max(budget - len(kept), jobs)], queue[max(budget - len(kept), jobs):]
+            if progress is not None:
+                progress(f"building {len(batch)} candidate(s) with nvcc: {', '.join(s.candidate.name for s in batch)}")
+            results = list(pool.map(lambda s: _try_build(build_fn, s), batch))
+            for survivor, (ptxas, error) in zip(batch, results):
+                if len(kept) == budget:
+                    break
+                if error is not None:
+                    dropped.setdefault("build", []).append((survivor.candidate, error))
+                    continue
+                spills = ptxas.get("spill_stores", 0) + ptxas.get("spill_loads", 0)
+                if spills:
+                    dropped.setdefault("ptxas spills", []).append(
+                        (survivor.candidate, f"{ptxas['registers']} registers, {spills} bytes of spills"))
+                    continue
+                prediction = predict(survivor.spec, analysis_size(survivor.spec, sizes[0]), ptxas)
+                if prediction.warps_per_sm < min_warps:
+                    dropped.setdefault("ptxas occupancy", []).append(
+                        (survivor.candidate, f"{ptxas['registers']} registers: {prediction.warps_per_sm} warps per SM"))
+                    continue
+                prediction = _with_score(prediction, survivor.prediction.score)
+                kept.append(Survivor(survivor.candidate, survivor.spec, prediction))
+    return kept, dropped
+
+
+def _try_build(build_fn: BuildFn, survivor: Survivor) -> tuple[dict | None, str | None]:
+    try:
+        return build_fn(survivor), None
+    except Exception as err:  # BuildError or CompileError: the candidate is dropped, with the reason
+        return None, str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+# ---------------------------------------------------------------------------
+# Timing
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate's timings: per size (ms, TFLOP/s, % of cuBLAS), and the geomean of the times."""
+
+    name: str
+    per_size: tuple[tuple[Size, float, float, float], ...]
+    geomean_ms: float
+
+    @property
+    def geomean_tflops(self) -> float:
+        return _geomean([tflops for _, _, tflops, _ in self.per_size])
+
+    @property
+    def geomean_pct_cublas(self) -> float:
+        return _geomean([pct for _, _, _, pct in self.per_size])
+
+
+@dataclass(frozen=True)
+class Timing:
+    device: str
+    cupy_version: str
+    peak_tflops: float
+    runs: int
+    sizes: tuple[Size, ...]
+    measurements: dict[str, Measurement]  # by kernel name; kernels that could not run are absent
+    cublas_ms: dict[Size, float]
+
+    def ranking(self, names: Iterable[str] | None = None) -> list[Measurement]:
+        """Measured candidates (all, or those in `names`), fastest first; ties by name for determinism."""
+        wanted = None if names is None else set(names)
+        chosen = [m for n, m in self.measurements.items() if wanted is None or n in wanted]
+        return sorted(chosen, key=lambda m: (m.geomean_ms, m.name))
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def timing_from_report(report, sizes: Sequence[Size]) -> Timing:
+    """bench.BenchReport -> Timing; a kernel skipped at any size is left out."""
+    per_name: dict[str, list] = {}
+    skipped: set[str] = set()
+    cublas: dict[Size, float] = {}
+    for row in report.rows:
+        size = (row.m, row.n, row.k)
+        if row.name == "cuBLAS":
+            cublas[size] = row.median_ms
+        elif row.median_ms is None:
+            skipped.add(row.name)
+        else:
+            per_name.setdefault(row.name, []).append((size, row.median_ms, row.tflops, row.pct_of_cublas))
+    measurements = {name: Measurement(name, tuple(rows), _geomean([ms for _, ms, _, _ in rows]))
+                    for name, rows in per_name.items() if name not in skipped and len(rows) == len(sizes)}
+    return Timing(report.device, report.cupy_version, report.peak_tflops, report.runs, tuple(sizes),
+                  measurements, cublas)
+
+
+def prebuild(survivors: Sequence[Survivor], jobs: int, template_path: str) -> None:
+    """Fill the runtime's cubin cache in parallel so that loading many candidates does not compile serially.
+
+    Best effort: anything unexpected leaves the cache as it is and Kernel() compiles on a miss."""
+    if jobs <= 1 or len(survivors) <= 1:
+        return
+    try:
+        import cupy
+
+        from .compiler import compile_source
+        from .runtime import BinaryCache, cache_dir, cache_key, compile_cubin, cubin_file_name
+
+        cache = BinaryCache(cache_dir())
+        work = []
+        for survivor in survivors:
+            artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate),
+                                                  survivor.candidate.text))
+            file_name = cubin_file_name(artifacts.metadata, cache_key(artifacts.metadata, artifacts.cuda,
+                                                                      cupy.__version__))
+            if not (cache.directory / file_name).is_file():
+                work.append((file_name, artifacts.cuda, artifacts.metadata["target"]))
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # the parent may already hold a CUDA context
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            binaries = list(pool.map(compile_cubin, [w[1] for w in work], [w[2] for w in work]))
+        for (file_name, _, _), binary in zip(work, binaries):
+            cache.get_or_build(file_name, lambda binary=binary: binary)
+    except Exception as err:  # pragma: no cover - depends on the GPU machine
+        print(f"note: parallel prebuild skipped ({err}); kernels compile one by one", file=sys.stderr)
+
+
+def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
+                    jobs: int = 1, template_path: str = "<template>.gemm") -> Timing:
+    """Compile, load and time the candidates on the GPU with bench.bench (cuBLAS beside them)."""
+    from .bench import bench
+    from .compiler import compile_source
+    from .runtime import Kernel
+
+    prebuild(survivors, jobs, template_path)
+    kernels = []
+    for number, survivor in enumerate(survivors, 1):
+        print(f"[load {number}/{len(survivors)}] {survivor.candidate.name}", file=sys.stderr, flush=True)
+        artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate),
+                                              survivor.candidate.text))
+        kernels.append(Kernel(artifacts))
+    return timing_from_report(bench(kernels, list(sizes), runs=runs, warmup=warmup), sizes)
+
+
+# ---------------------------------------------------------------------------
+# The winner
+
+
+def winner_text(candidate: Candidate, name: str, header: Sequence[str]) -> str:
+    """The candidate as a plain spec named `name`, its leading comment replaced by `header`."""
+    old = candidate.name
+    body = candidate.text[candidate.body_start:]
+    offset = candidate.name_start - candidate.body_start
+    assert body[offset:offset + len(old)] == old
+    body = body[:offset] + name + body[offset + len(old):]
+    return "".join(f"// {line}".rstrip() + "\n" for line in header) + body
+
+
+def winner_header(name: str, template_path: str, candidate: Candidate, measurement: Measurement, timing: Timing,
+                  search_lines: Sequence[str], date: str) -> list[str]:
+    lines = [f"{name}: tuned by `gemmdsl tune {template_path}` on {date}",
+             f"winner: candidate {candidate.name}, choices {candidate.describe()}",
+             f"device: {timing.device}, CuPy {timing.cupy_version}, measured FP32 FMA peak "
+             f"{timing.peak_tflops:.1f} TFLOP/s; median of {timing.runs} launches"]
+    for size, ms, tflops, pct in measurement.per_size:
+        lines.append(f"  {'x'.join(map(str, size))}: {ms:.3f} ms, {tflops:.2f} TFLOP/s, {pct:.1f}% of cuBLAS "
+                     f"({timing.cublas_ms[size]:.3f} ms)")
+    if len(measurement.per_size) > 1:
+        lines.append(f"  geomean: {measurement.geomean_ms:.3f} ms, {measurement.geomean_tflops:.2f} TFLOP/s, "
+                     f"{measurement.geomean_pct_cublas:.1f}% of cuBLAS")
+    lines += list(search_lines)
+    return lines
+
+
+def write_winner(output: str | Path, name: str, template_path: str, candidate: Candidate,
+                 measurement: Measurement, timing: Timing, search_lines: Sequence[str],
+                 date: str | None = None) -> str:
+    """Write the winning spec (checked by the front end first) and return its text."""
+    from .compiler import write_outputs
+    from .frontend import load
+
+    date = date or datetime.date.today().isoformat()
+    text = winner_text(candidate, name, winner_header(name, template_path, candidate, measurement, timing,
+                                                      search_lines, date))
+    load(SourceFile(str(output), text))  # a CompileError here would be a bug in the renaming
+    output = Path(output)
+    write_outputs(output.parent if str(output.parent) else Path("."), {output.name: text.encode()})
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Reports
+
+
+def screen_lines(report: ScreenReport, kept: Sequence[Survivor], dropped: dict[str, list],
+                 budget: int) -> list[str]:
+    """The pruning report: generated, rejected by reason, pruned by rule, kept."""
+    lines = [f"generated {report.generated:,} candidates: {len(report.rejected):,} rejected by the front end, "
+             f"{report.valid:,} valid"]
+    for shape, count, first in report.rejected_by_reason():
+        lines.append(f"  rejected {count:>5,}  {shape}")
+    lines.append(f"pruned {report.pruned_count:,} of the valid by the analysis, {len(report.survivors):,} left")
+    for reason in REASONS:
+        items = report.pruned.get(reason, [])
+        if items:
+            lines.append(f"  pruned   {len(items):>5,}  {REASON_WORDS[reason]} (e.g. {items[0][0].name}: {items[0][1]})")
+    for reason, items in dropped.items():
+        lines.append(f"  dropped  {len(items):>5,}  {REASON_WORDS[reason]} (e.g. {items[0][0].name}: {items[0][1]})")
+    lines.append(f"kept {len(kept)} for timing (budget {budget}), best predicted first")
+    return lines
+
+
+def kept_lines(kept: Sequence[Survivor]) -> list[str]:
+    width = max((len(s.candidate.name) for s in kept), default=4)
+    return [f"  {s.candidate.name:<{width}}  score {s.prediction.score:.3f}  {s.prediction.summary()}  "
+            f"[{s.candidate.describe()}]" for s in kept]
+
+
+def search_summary(report: ScreenReport, kept: Sequence[Survivor], dropped: dict[str, list],
+                   timed: int, exhaustive_line: str | None) -> list[str]:
+    """The one-paragraph account of the search that goes into the winner's header."""
+    pruned = ", ".join(f"{REASON_WORDS[r]} {len(report.pruned[r])}" for r in REASONS if report.pruned.get(r))
+    dropped_text = ", ".join(f"{REASON_WORDS[r]} {len(items)}" for r, items in dropped.items())
+    lines = [f"search: {report.generated} generated, {len(report.rejected)} rejected by the front end, "
+             f"{report.pruned_count} pruned by the analysis" + (f" ({pruned})" if pruned else ""),
+             f"  {len(kept)} kept" + (f" after nvcc ({dropped_text})" if dropped_text else "") + f", {timed} timed"]
+    if exhaustive_line:
+        lines.append(exhaustive_line)
+    return lines
+
+
+def exhaustive_comparison(timing: Timing, kept: Sequence[Survivor]) -> tuple[str, Measurement, Measurement]:
+    """(one line, best of the pruned search, best of all) from one timing of every valid candidate."""
+    best = timing.ranking()[0]
+    pruned_best = timing.ranking(s.candidate.name for s in kept)[0]
+    if pruned_best.name == best.name:
+        line = f"exhaustive: timing all {len(timing.measurements)} valid candidates found the same winner"
+    else:
+        gap = 100 * (pruned_best.geomean_ms / best.geomean_ms - 1)
+        line = (f"exhaustive: the best of all {len(timing.measurements)} valid candidates is {best.name} "
+                f"({best.geomean_ms:.3f} ms); the pruned search's {pruned_best.name} is {gap:.1f}% slower")
+    return line, pruned_best, best
+
+
+def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequence[Survivor],
+                 dropped: dict[str, list], sizes: Sequence[Size], timing: Timing | None = None) -> dict:
+    """Every candidate's fate, prediction and (when timed) measurement, for tools and later analysis."""
+    from dataclasses import asdict
+
+    status: dict[str, dict] = {}
+    for candidate, diagnostic in report.rejected:
+        status[candidate.name] = {"status": "rejected", "detail": diagnostic.message}
+    for reason, items in report.pruned.items():
+        for candidate, detail in items:
+            status[candidate.name] = {"status": "pruned", "reason": reason, "detail": detail}
+    for place, survivor in enumerate(ranked, 1):
+        status[survivor.candidate.name] = {"status": "survivor", "rank": place}
+    for reason, items in dropped.items():
+        for candidate, detail in items:
+            status[candidate.name].update(status="dropped", reason=reason, detail=detail)
+    predictions = {s.candidate.name: s.prediction for s in [*report.timeable, *ranked, *kept]}
+    for survivor in kept:
+        status[survivor.candidate.name]["status"] = "kept"
+    rows = []
+    for candidate in sorted({c for c, _ in report.rejected} | {s.candidate for s in report.timeable}
+                            | {c for items in report.pruned.values() for c, _ in items}, key=lambda c: c.index):
+        row = {"name": candidate.name, "choices": candidate.summary, **status[candidate.name]}
+        if candidate.name in predictions:
+            row["prediction"] = asdict(predictions[candidate.name])
+        if timing is not None and candidate.name in timing.measurements:
+            m = timing.measurements[candidate.name]
+            row["measured"] = {"geomean_ms": m.geomean_ms, "geomean_tflops": m.geomean_tflops,
+                               "geomean_pct_cublas": m.geomean_pct_cublas,
+                               "per_size": [{"size": list(size), "ms": ms, "tflops": tf, "pct_cublas": pct}
+                                            for size, ms, tf, pct in m.per_size]}
+        rows.append(row)
+    out = {"sizes": [list(size) for size in sizes], "generated": report.generated, "rejected": len(report.rejected),
+           "pruned": {reason: len(items) for reason, items in report.pruned.items()},
+           "survivors": len(report.survivors), "dropped": {reason: len(items) for reason, items in dropped.items()},
+           "kept": [s.candidate.name for s in kept], "candidates": rows}
+    if timing is not None:
+        out["device"] = {"name": timing.device, "cupy": timing.cupy_version, "peak_tflops": timing.peak_tflops,
+                         "runs": timing.runs,
+                         "cublas_ms": [{"size": list(size), "ms": ms} for size, ms in timing.cublas_ms.items()]}
+    return out
+
+
+def write_results_json(path: str | Path, data: dict) -> None:
+    import json
+
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# The command
+
+
+def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("template", metavar="TEMPLATE", help="a .gemm spec whose values may be choice groups {a,b}")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated MxNxK sizes (default {DEFAULT_SIZES})")
+    parser.add_argument("--budget", type=_positive, default=DEFAULT_BUDGET, metavar="N",
+                        help=f"candidates to time after pruning (default {DEFAULT_BUDGET})")
+    parser.add_argument("--max-candidates", type=_positive, default=DEFAULT_MAX_CANDIDATES, metavar="N",
+                        help=f"refuse templates that expand to more (default {DEFAULT_MAX_CANDIDATES})")
+    parser.add_argument("--min-warps", type=int, default=DEFAULT_MIN_WARPS, metavar="W",
+                        help=f"prune candidates with fewer resident warps per SM (default {DEFAULT_MIN_WARPS})")
+    parser.add_argument("--conflict-tolerance", type=float, default=0.0, metavar="PCT",
+                        help="keep candidates whose predicted bank-conflict wavefronts are under PCT%% of all "
+                             "shared-memory wavefronts (default 0: prune any conflict)")
+    parser.add_argument("--sms", type=_positive, default=DEFAULT_SMS,
+                        help=f"SM count for the ranking's wave-quantization term (default {DEFAULT_SMS})")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="also time every valid candidate and compare winners")
+    parser.add_argument("--screen-only", action="store_true", help="stop after the pruning report (exit 0)")
+    parser.add_argument("--no-nvcc", action="store_true", help="skip the ptxas spill check of the kept candidates")
+    parser.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
+                        help="parallel nvcc/NVRTC builds (default: the CPU count)")
+    from .bench import MIN_RUNS, runs_argument
+
+    parser.add_argument("--runs", type=runs_argument, default=MIN_RUNS,
+                        help=f"timed launches per kernel and size, median used (default and minimum {MIN_RUNS})")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed launches first (default 5)")
+    parser.add_argument("-o", "--output", metavar="FILE.gemm",
+                        help="where to write the winner (default: <template stem>_best.gemm)")
+    parser.add_argument("--name", help="kernel name of the winner (default: <template stem>_best)")
+    parser.add_argument("--json", metavar="FILE", help="also write every candidate's fate, prediction and timing")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def _screen_progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() and (done % 25 == 0 or done == total):
+        sys.stderr.write(f"\r\033[Kscreening {done}/{total}")
+        if done == total:
+            sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def tune_main(args: argparse.Namespace) -> int:
+    """1: a bad template or nothing survives; 2: bad sizes, or no GPU to time on (after the screening report)."""
+    from .build import find_nvcc
+    from .runtime import parse_sizes
+
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    path = args.template
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        print(f"{path}: error: cannot read the template: {err}", file=sys.stderr)
+        return 1
+    stem = template_stem(path)
+    name = args.name or f"{stem}_best"
+    output = args.output or f"{stem}_best.gemm"
+    try:
+        candidates = expand(text, path, args.max_candidates)
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+
+    report = screen(candidates, sizes, args.min_warps, args.conflict_tolerance, path, _screen_progress)
+    ranked = rank(report.survivors, sizes, args.sms)
+    nvcc = None if args.no_nvcc else find_nvcc()
+    build_fn = None if nvcc is None else (lambda survivor: ptxas_of(survivor, path))
+    kept, dropped = select(ranked, args.budget, sizes, args.min_warps, build_fn, args.jobs,
+                           lambda line: print(line, file=sys.stderr, flush=True))
+    print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
+    print("\n".join(screen_lines(report, kept, dropped, args.budget)))
+    print("\n".join(kept_lines(kept)))
+    if nvcc is None:
+        print("note: ptxas spill check skipped" + (" (--no-nvcc)" if args.no_nvcc else " (nvcc not on PATH)"))
+    if not kept:
+        print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
+        return 1
+    if args.json:
+        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes))
+    if args.screen_only:
+        return 0
+
+    from .runtime import GpuUnavailable, KernelBuildError, gpu_unavailable_reason, require_fp32_cublas
+
+    to_time = list(kept)
+    if args.exhaustive:  # the kept ones with their ptxas figures, then every other valid candidate, by rank
+        kept_names = {s.candidate.name for s in kept}
+        to_time += [s for s in rank(report.timeable, sizes, args.sms) if s.candidate.name not in kept_names]
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"error: timing needs a GPU ({reason}); the screening above ran without one. "
+              f"On a GPU machine: gemmdsl tune {path} --sizes {args.sizes} --budget {args.budget}"
+              + (" --exhaustive" if args.exhaustive else ""), file=sys.stderr)
+        return 2
+    try:
+        require_fp32_cublas()
+        timing = time_candidates(to_time, sizes, args.runs, args.warmup, args.jobs, path)
+    except (GpuUnavailable, KernelBuildError, CompileError, ValueError) as err:
+        message = err.render() if isinstance(err, CompileError) else str(err)
+        print(f"error: {message}", file=sys.stderr)
+        return 2 if isinstance(err, GpuUnavailable) else 1
+    if args.json:
+        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing))
+    return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+
+
+def report_and_write(args: argparse.Namespace, path: str, name: str, output: str, report: ScreenReport,
+                     kept: Sequence[Survivor], dropped: dict, timed: Sequence[Survivor], timing: Timing) -> int:
+    print(f"\n{timing.device} | measured FP32 FMA peak {timing.peak_tflops:.1f} TFLOP/s | "
+          f"median of {timing.runs} launches, geomean over sizes")
+    by_name = {s.candidate.name: s for s in timed}
+    kept_names = {s.candidate.name for s in kept}
+    ranking = timing.ranking()
+    if not ranking:
+        print("error: no candidate could be timed", file=sys.stderr)
+        return 1
+    shown = ranking if len(ranking) <= 20 else ranking[:10] + [m for m in ranking[10:] if m.name in kept_names]
+    for place, measurement in enumerate(ranking, 1):
+        if measurement not in shown:
+            continue
+        survivor = by_name[measurement.name]
+        mark = "*" if measurement.name in kept_names else " "
+        print(f"{place:>4} {mark} {measurement.name:<24} {measurement.geomean_ms:>8.3f} ms "
+              f"{measurement.geomean_tflops:>6.2f} TFLOP/s {measurement.geomean_pct_cublas:>6.1f}% cuBLAS  "
+              f"score {survivor.prediction.score:.3f}  [{survivor.candidate.describe()}]")
+    if args.exhaustive:
+        print("  (* = kept by the pruned search)")
+    exhaustive_line = None
+    winner = timing.ranking(kept_names)[0] if kept_names & set(timing.measurements) else ranking[0]
+    if args.exhaustive:  # the best of everything timed is the one to keep
+        exhaustive_line, _, winner = exhaustive_comparison(timing, kept)
+        print(exhaustive_line)
+    lines = search_summary(report, kept, dropped, len(timing.measurements), exhaustive_line)
+    write_winner(output, name, path, by_name[winner.name].candidate, winner, timing, lines)
+    print(f"winner {winner.name} ({winner.geomean_tflops:.2f} TFLOP/s, {winner.geomean_pct_cublas:.1f}% of cuBLAS) "
+          f"written to {output} as {name}")
+    return 0

@@ -1,0 +1,343 @@
+"""`gemmdsl tune`: template expansion, screening, ranking, the winner file and the command without a GPU."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gemmdsl import bench, tune
+from gemmdsl.cli import main
+from gemmdsl.frontend import load
+from gemmdsl.source import CompileError, SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+TEMPLATES = ROOT / "gemmdsl" / "templates"
+SIZE = (4096, 4096, 4096)
+
+# 8 candidates: 4x3 warps do not tile BN = 128 (4 rejected); of the 4 valid, pad 0 makes the transposed
+# A stores conflict (2 pruned), a 64-register budget is under the 127-register estimate (1 pruned), 1 is left.
+SMALL = """\
+// A small template for the tests.
+gemm small {
+    problem  { a: f32 row; b: f32 row; c: f32 row; bounds: exact; }
+    block    { tile: 128x128x8; }
+    threads  { warps: {4x2,4x3}; lanes: 4x8 row; micro: 4x4; repeat: 2x2 block; }
+    smem a   { order: km; pad: {0,4}; }
+    pipeline { stages: 2; copy: registers; fragments: double; }
+    budget   { registers: {64,128}; }
+}
+"""
+
+V3_BODY = """\
+    problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
+    block    { tile: 128x128x8; raster: %s; }
+    threads  { warps: 4x2; lanes: %s; micro: 4x4; repeat: 2x2 block; }
+    smem a   { order: km; pad: 4; }
+    pipeline { stages: %s; copy: %s; fragments: double; }
+"""
+
+
+def template(raster="row", lanes="4x8 row", stages="2", copy="registers", name="v3"):
+    return f"gemm {name} {{\n" + V3_BODY % (raster, lanes, stages, copy) + "}\n"
+
+
+def error_of(text, **kwargs):
+    with pytest.raises(CompileError) as info:
+        tune.expand(text, "t.tgemm", **kwargs)
+    (diagnostic,) = info.value.diagnostics
+    return diagnostic, info.value.render()
+
+
+# --- expansion ---------------------------------------------------------------------------------
+
+
+def test_choice_groups_expand_in_source_order_last_fastest():
+    text = "gemm k {\n    block { tile: {64,128}x128x{8,16}; }\n}\n"
+    candidates = tune.expand(text)
+    assert [c.name for c in candidates] == ["k_t0", "k_t1", "k_t2", "k_t3"]
+    assert [c.choices for c in candidates] == [("64", "8"), ("64", "16"), ("128", "8"), ("128", "16")]
+    assert candidates[1].text == "gemm k_t1 {\n    block { tile: 64x128x16; }\n}\n"
+    assert candidates[3].summary == "tile: 128x128x16"
+
+
+def test_alternatives_are_trimmed_words_and_may_hold_calls_with_commas():
+    text = template(raster="{row, group(8)}", lanes="{ 4x8 row , 8x4 col }", stages="{2,3}",
+                    copy="{registers,cp_async}")
+    text = text.replace("pad: 4;", "pad: 4; swizzle: {xor(2, 2, 3),xor(1,2,3)};")
+    candidates = tune.expand(text)
+    assert len(candidates) == 2 * 2 * 2 * 2 * 2
+    assert candidates[0].choices == ("row", "4x8 row", "xor(2, 2, 3)", "2", "registers")
+    assert "lanes: 8x4 col;" in candidates[-1].text and "raster: group(8);" in candidates[-1].text
+    assert "swizzle: xor(1,2,3);" in candidates[-1].text
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_a_plain_spec_is_one_candidate_with_its_section_braces_untouched(path):
+    text = path.read_text()
+    (candidate,) = tune.expand(text, str(path))
+    name = load(SourceFile(str(path), text))[0].name
+    assert candidate.text == text.replace(f"gemm {name} ", f"gemm {name}_t0 ", 1)
+
+
+def test_one_line_specs_and_empty_sections_are_not_choice_groups():
+    text = "gemm k { target sm_90; block { tile: 128x128x8; } smem b { } problem\n{ a: f32 row; } }"
+    (candidate,) = tune.expand(text)
+    assert candidate.text == text.replace("gemm k ", "gemm k_t0 ")
+
+
+def test_braces_in_comments_are_never_expanded():
+    text = ("// tile: {64,128}x128x8\n"
+            "gemm k {  # {a,b}\n"
+            "    block { tile: {64,128}x128x8; }  // {c,d,e}\n"
+            "}\n")
+    candidates = tune.expand(text)
+    assert len(candidates) == 2
+    assert candidates[0].text.startswith("// tile: {64,128}x128x8\ngemm k_t0 {  # {a,b}\n")
+    assert "// {c,d,e}" in candidates[1].text
+
+
+@pytest.mark.parametrize("text, message, line, column", [
+    ("gemm k {\n  block { tile: {64,{128,256}}x8; }\n}\n", "cannot contain another choice group", 2, 21),
+    ("gemm k {\n  block { tile: {{64,128}}x8; }\n}\n", "cannot contain another choice group", 2, 18),
+    ("gemm k {\n  block { tile: {64,128x8; }\n}\n", "is not closed", 2, 17),
+    ("gemm k {\n  block { tile: {64,128\n  x8}; }\n}\n", "is not closed", 2, 17),
+    ("gemm k {\n  block { tile: {64, // x\n }x8; }\n}\n", "is not closed", 2, 17),
+    ("gemm k {\n  block { tile: {64,,128}x8; }\n}\n", "empty alternative", 2, 20),
+    ("gemm k {\n  block { tile: {64,}x8; }\n}\n", "empty alternative", 2, 20),
+    ("gemm k {\n  block { tile: {64,128,64}x8; }\n}\n", "appears twice", 2, 25),
+    ("gemm k {\n  block { raster: {row,group(8}; }\n}\n", "unbalanced parentheses", 2, 24),
+    ("{a,b}\ngemm k {\n}\n", "belong in the values", 1, 1),
+    ("// gemm nothing {}\n", "holds no `gemm NAME {` block", 1, 1),
+])
+def test_malformed_choice_groups_are_diagnosed_with_a_position(text, message, line, column):
+    diagnostic, rendered = error_of(text)
+    assert message in diagnostic.message
+    assert (diagnostic.span.line, diagnostic.span.column) == (line, column)
+    assert rendered.startswith(f"t.tgemm:{line}:{column}: error: ")
+    assert "^" in rendered or line == 1
+
+
+def test_too_many_candidates_is_a_clear_error():
+    text = "gemm k {\n  block { tile: {64,128,256}x{64,128}x{8,16}; }\n}\n"
+    assert len(tune.expand(text, max_candidates=12)) == 12
+    diagnostic, _ = error_of(text, max_candidates=11)
+    assert "12 candidates (3 x 2 x 2), more than the limit of 11" in diagnostic.message
+    assert "--max-candidates" in diagnostic.hint
+
+
+def test_shipped_templates_expand_to_bounded_spaces():
+    space = tune.expand((TEMPLATES / "sgemm_space.tgemm").read_text())
+    assert len(space) == 3456 <= tune.DEFAULT_MAX_CANDIDATES
+    assert len(tune.expand((TEMPLATES / "sgemm_warp.tgemm").read_text())) == 216
+
+
+def test_template_stem():
+    assert tune.template_stem("a/sgemm_space.tgemm") == "sgemm_space"
+    assert tune.template_stem("x-y.gemm.tmpl") == "x_y"
+    assert tune.template_stem("9lives.tgemm") == "k_9lives"
+
+
+# --- screening and ranking ---------------------------------------------------------------------
+
+
+def test_screen_counts_rejected_and_pruned_by_reason():
+    report = tune.screen(tune.expand(SMALL, "small.tgemm"), [SIZE], path="small.tgemm")
+    assert report.generated == 8 and len(report.rejected) == 4 and report.valid == 4
+    ((reason, count, first),) = report.rejected_by_reason()
+    assert count == 4 and "along n is 3*8*4*2 = 192" in reason and first.span.file.startswith("small.tgemm[t")
+    assert {r: [c.name for c, _ in items] for r, items in report.pruned.items()} == {
+        "conflicts": ["small_t0", "small_t1"], "registers": ["small_t2"]}
+    assert "> cap 64" in report.pruned["registers"][0][1]
+    assert [s.candidate.name for s in report.survivors] == ["small_t3"]
+    assert report.pruned_count + len(report.survivors) + len(report.rejected) == report.generated
+
+
+def test_occupancy_tile_and_conflict_tolerance_rules():
+    candidates = tune.expand(SMALL)
+    by_warps = tune.screen(candidates, [SIZE], min_warps=17)
+    assert [c.name for c, _ in by_warps.pruned["occupancy"]] == ["small_t3"] and not by_warps.survivors
+    by_size = tune.screen(candidates, [SIZE, (4096, 4096, 4100)])
+    assert len(by_size.pruned["tile"]) == 4 and not by_size.timeable
+    checked = tune.screen(tune.expand(SMALL.replace(" bounds: exact;", "")), [(4000, 4000, 4000)])
+    assert "tile" not in checked.pruned and len(checked.timeable) == 4
+    assert checked.timeable[0].prediction.load_conflicts + checked.timeable[0].prediction.store_conflicts > 0
+    tolerant = tune.screen(candidates, [SIZE], conflict_pct=5.0)
+    assert "conflicts" not in tolerant.pruned
+    assert [s.candidate.name for s in tolerant.survivors] == ["small_t1", "small_t3"]
+
+
+def test_rejections_of_different_numbers_group_under_one_reason():
+    text = "gemm k {\n    problem { a: f32 row; b: f32 row; c: f32 row; }\n    block { tile: 128x128x8; }\n" \
+           "    threads { warps: {4x3,4x5}; lanes: 4x8 row; micro: 4x4; repeat: 2x2 block; }\n}\n"
+    report = tune.screen(tune.expand(text), [SIZE])
+    ((reason, count, _),) = report.rejected_by_reason()
+    assert count == 2 and "N*N*N*N = N" in reason
+
+
+def test_ranking_is_deterministic_and_prefers_the_better_tiling():
+    text = template(lanes="{4x8 row,4x8 zigzag}", stages="{2,3}", copy="{registers,cp_async}")
+    text = text.replace("tile: 128x128x8", "tile: 128x{128,256}x8").replace("repeat: 2x2", "repeat: 2x{2,4}")
+    first = tune.rank(tune.screen(tune.expand(text), [SIZE]).survivors, [SIZE])
+    second = tune.rank(tune.screen(tune.expand(text), [SIZE]).survivors, [SIZE])
+    assert [s.candidate.name for s in first] == [s.candidate.name for s in second]
+    keys = [(-round(s.prediction.score, 6), round(s.prediction.smem_wavefronts_per_ffma, 6), s.candidate.index)
+            for s in first]
+    assert keys == sorted(keys)
+    assert all(0 < s.prediction.score <= 1 for s in first)
+    assert first[0].spec.block.n == 256  # 8x16 accumulators a thread: fewer instructions per FFMA
+
+
+def _survivors(text=SMALL.replace("registers: {64,128}", "registers: {128,255}")):
+    return tune.rank(tune.screen(tune.expand(text), [SIZE], min_warps=0, conflict_pct=100).survivors, [SIZE])
+
+
+def test_select_drops_spilling_and_failing_builds_and_takes_the_next_in_rank():
+    ranked = _survivors()
+    assert len(ranked) == 4
+
+    def fake_build(survivor):
+        if survivor is ranked[0]:
+            return {"registers": 128, "spill_stores": 16, "spill_loads": 8, "stack": 0, "static_smem": 0}
+        if survivor is ranked[1]:
+            raise RuntimeError("nvcc failed (exit 1): oops\nmore")
+        return {"registers": 96, "spill_stores": 0, "spill_loads": 0, "stack": 0, "static_smem": 0}
+
+    kept, dropped = tune.select(ranked, 1, [SIZE], min_warps=8, build_fn=fake_build, jobs=2)
+    assert [s.candidate.name for s in kept] == [ranked[2].candidate.name]
+    assert kept[0].prediction.registers == 96 and kept[0].prediction.ptxas["registers"] == 96
+    assert [c.name for c, _ in dropped["ptxas spills"]] == [ranked[0].candidate.name]
+    assert dropped["build"][0][1] == "nvcc failed (exit 1): oops"
+    assert tune.select(ranked, 2, [SIZE]) == (ranked[:2], {})
+
+
+# --- timing results and the winner -------------------------------------------------------------
+
+
+def fake_report(times, sizes=((4096, 4096, 4096), (2048, 2048, 2048)), skipped=()):
+    rows = []
+    for size in sizes:
+        cublas_ms = 2.0 * size[0] / 4096
+        rows.append(bench.measured_row("cuBLAS", size, 1, cublas_ms, cublas_ms, 60.0))
+        for name, ms in times.items():
+            if name in skipped and size == sizes[-1]:
+                rows.append(bench.Row(name, *size, buffer_sets=1, note="skipped: not a multiple"))
+            else:
+                rows.append(bench.measured_row(name, size, 1, ms * size[0] / 4096, cublas_ms, 60.0))
+    return bench.BenchReport("Fake H100", "14.0", 60.0, 20, 5, rows), list(sizes)
+
+
+def test_timing_from_a_bench_report_ranks_by_geomean_and_drops_skipped_kernels():
+    report, sizes = fake_report({"k_t2": 2.5, "k_t1": 2.2, "k_t0": 2.2, "k_t3": 1.0}, skipped={"k_t3"})
+    timing = tune.timing_from_report(report, sizes)
+    assert set(timing.measurements) == {"k_t0", "k_t1", "k_t2"}
+    assert [m.name for m in timing.ranking()] == ["k_t0", "k_t1", "k_t2"]
+    assert [m.name for m in timing.ranking(["k_t2", "k_t1"])] == ["k_t1", "k_t2"]
+    best = timing.measurements["k_t0"]
+    assert best.geomean_pct_cublas == pytest.approx(100 * 2.0 / 2.2)
+    assert timing.cublas_ms[(4096, 4096, 4096)] == 2.0
+
+
+def test_exhaustive_comparison_states_the_gap():
+    ranked = _survivors()
+    names = [s.candidate.name for s in ranked]
+    report, sizes = fake_report({names[0]: 2.2, names[1]: 2.0, names[2]: 2.4})
+    timing = tune.timing_from_report(report, sizes)
+    line, pruned_best, best = tune.exhaustive_comparison(timing, ranked[:1])
+    assert (pruned_best.name, best.name) == (names[0], names[1])
+    assert "is 10.0% slower" in line
+    line, pruned_best, best = tune.exhaustive_comparison(timing, ranked[:2])
+    assert pruned_best == best and "found the same winner" in line
+
+
+def test_write_winner_writes_a_plain_spec_with_the_figures_in_its_header(tmp_path):
+    candidates = tune.expand(SMALL, "small.tgemm")
+    winner = candidates[3]
+    report, sizes = fake_report({winner.name: 2.5})
+    timing = tune.timing_from_report(report, sizes)
+    output = tmp_path / "small_best.gemm"
+    text = tune.write_winner(output, "small_best", "small.tgemm", winner, timing.measurements[winner.name], timing,
+                             ["search: 8 generated, 4 rejected", "  1 kept, 1 timed"], date="2026-01-02")
+    assert output.read_text() == text
+    spec, _ = load(SourceFile(str(output), text))
+    assert spec.name == "small_best" and spec.smem_a.pad == 4 and spec.budget.registers == 128
+    header = text[:text.index("gemm small_best {")]
+    assert all(line.startswith("//") for line in header.splitlines())
+    assert "A small template for the tests" not in text and "{" not in header.replace("{a,b}", "")
+    assert "small_best: tuned by `gemmdsl tune small.tgemm` on 2026-01-02" in header
+    assert "device: Fake H100" in header
+    assert "4096x4096x4096: 2.500 ms, 54.98 TFLOP/s, 80.0% of cuBLAS (2.000 ms)" in header
+    assert "geomean:" in header and "search: 8 generated, 4 rejected" in header
+    assert "choices warps: 4x2; pad: 4; registers: 128" in header
+    assert text.endswith(winner.text[winner.body_start:].replace("small_t3", "small_best"))
+
+
+def test_results_json_records_every_candidate():
+    candidates = tune.expand(SMALL)
+    report = tune.screen(candidates, [SIZE])
+    ranked = tune.rank(report.survivors, [SIZE])
+    data = tune.results_json(report, ranked, ranked[:1], {}, [SIZE])
+    assert [c["status"] for c in data["candidates"]] == ["pruned", "pruned", "pruned", "kept"] + ["rejected"] * 4
+    assert data["generated"] == 8 and data["pruned"] == {"conflicts": 2, "registers": 1}
+    assert data["candidates"][3]["prediction"]["registers"] == 127
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    import gemmdsl.runtime
+
+    monkeypatch.setattr(gemmdsl.runtime, "gpu_unavailable_reason", lambda: "no GPU in this test")
+
+
+def test_tune_without_a_gpu_screens_reports_and_exits_2(tmp_path, capsys, no_gpu, monkeypatch):
+    path = tmp_path / "small.tgemm"
+    path.write_text(SMALL)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", str(path), "--no-nvcc", "--json", "r.json"]) == 2
+    out, err = capsys.readouterr()
+    assert "generated 8 candidates: 4 rejected by the front end, 4 valid" in out
+    assert "pruned 3 of the valid by the analysis, 1 left" in out
+    assert "pruned       2  predicted bank conflicts" in out
+    assert "pruned       1  register estimate over the cap" in out
+    assert "kept 1 for timing (budget 8)" in out and "small_t3" in out
+    assert "timing needs a GPU (no GPU in this test)" in err
+    assert (tmp_path / "r.json").exists() and not (tmp_path / "small_best.gemm").exists()
+
+
+def test_screen_only_exits_0_and_a_bad_template_exits_1(tmp_path, capsys, no_gpu):
+    path = tmp_path / "small.tgemm"
+    path.write_text(SMALL)
+    assert main(["tune", str(path), "--no-nvcc", "--screen-only", "--budget", "1"]) == 0
+    bad = tmp_path / "bad.tgemm"
+    bad.write_text(SMALL.replace("pad: {0,4}", "pad: {0,{4,8}}"))
+    assert main(["tune", str(bad)]) == 1
+    assert f"{bad}:6:" in capsys.readouterr().err
+    assert main(["tune", str(path), "--sizes", "4096x0"]) == 2
+    assert main(["tune", str(path), "--max-candidates", "7"]) == 1
+    assert main(["tune", str(tmp_path / "missing.tgemm")]) == 1
+
+
+def test_nothing_surviving_exits_1(tmp_path, capsys, no_gpu):
+    path = tmp_path / "small.tgemm"
+    path.write_text(SMALL)
+    assert main(["tune", str(path), "--no-nvcc", "--min-warps", "64"]) == 1
+    assert "no candidate survived" in capsys.readouterr().err
+
+
+def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
+    from gemmdsl.runtime import gpu_unavailable_reason
+
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is present: the command would time the candidates")
+    path = tmp_path / "small.tgemm"
+    path.write_text(SMALL)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "gemmdsl.cli", "tune", str(path), "--no-nvcc"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "timing needs a GPU" in done.stderr and "Traceback" not in done.stderr
+    assert "generated 8 candidates" in done.stdout
