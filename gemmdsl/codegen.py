@@ -796,8 +796,8 @@ class LauncherEmitter:
             parts = ", ".join(f"{op.value.upper()} {layout.global_vector(op)}" for op in vectors)
             fallback = ("otherwise the scalar kernel runs" if len(self.variants) > 1
                         else "otherwise the call is refused")
-            lines.append(f"- vector accesses need pointer, leading dimension{' and batch stride' if spec.problem.batched else ''}"
-                         f" aligned to ({parts}) elements; {fallback}.")
+            what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
+            lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
         self.out.comment("\n".join(lines))
 
     def _emit_aligned_helper(self) -> None:
@@ -857,8 +857,8 @@ class LauncherEmitter:
         """Pick the vector kernel when every vector access is aligned; else the scalar kernel or an error."""
         o, spec, layout = self.out, self.spec, self.layout
         stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
-        tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, {layout.global_vector(op)})"
-                 for op in ir.Operand if layout.global_vector(op) > 1]
+        tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
+                 f"{layout.global_vector(op)})" for op in ir.Operand if layout.global_vector(op) > 1]
         vector, scalar = self.variants[0].entry, self.variants[-1].entry
         if not tests:
             o.line(f"const auto kernel = {vector};")

@@ -80,7 +80,8 @@ def launch_metadata(spec: ir.KernelSpec, layout: KernelLayout, source: SourceFil
     """What a caller needs to launch the kernel without reading the .cu."""
     checked = spec.problem.checked
     variants = kernel_variants(spec, layout)
-    tiles = " * ".join(f"({tile_count(spec, extent, str(size))})" for extent, size in (("M", layout.bm), ("N", layout.bn)))
+    tiles = " * ".join(f"({tile_count(spec, extent, str(size))})"
+                       for extent, size in (("M", layout.bm), ("N", layout.bn)))
     return {
         "kernel": spec.name,
         "entry": variants[0].entry,

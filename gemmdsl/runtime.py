@@ -379,16 +379,19 @@ class BinaryCache:
 
 
 def compile_cubin(source: str, target: str) -> bytes:
-    """NVRTC first (no toolkit needed beyond CuPy's); nvcc only if NVRTC fails."""
+    """nvcc when it is on PATH, NVRTC (through CuPy) otherwise.
+
+    nvcc first: it is the compiler `gemmdsl compile` reports registers for, and on the
+    H100 (CUDA 13.0) NVRTC's build of the same source took more registers (149 vs 127
+    for sgemm_v3), halving occupancy, so benchmarks would not describe the kernel the
+    analysis and the .cu describe.
+    """
+    if shutil.which("nvcc") is not None:
+        return compile_with_nvcc(source, target)
     try:
         return compile_with_nvrtc(source, target)
     except Exception as nvrtc_error:  # CuPy's CompileException, or its private API having moved
-        if shutil.which("nvcc") is None:
-            raise KernelBuildError(f"NVRTC failed and nvcc is not on PATH:\n{nvrtc_error}") from nvrtc_error
-        try:
-            return compile_with_nvcc(source, target)
-        except KernelBuildError as nvcc_error:
-            raise KernelBuildError(f"NVRTC failed:\n{nvrtc_error}\n{nvcc_error}") from nvcc_error
+        raise KernelBuildError(f"NVRTC failed and nvcc is not on PATH:\n{nvrtc_error}") from nvrtc_error
 
 
 def compile_with_nvrtc(source: str, target: str) -> bytes:
@@ -484,8 +487,8 @@ class Kernel:
             call = check_call(req, a, b, c, alpha, beta)  # C's alignment takes part in choosing the kernel
         args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
         block = (self.metadata["threads"], 1, 1)
-        return BoundLaunch(self._functions[call.entry], call.entry, grid_size(req, call.m, call.n, call.batch), block, args,
-                           self.dynamic_smem_bytes, c)
+        grid = grid_size(req, call.m, call.n, call.batch)
+        return BoundLaunch(self._functions[call.entry], call.entry, grid, block, args, self.dynamic_smem_bytes, c)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None) -> Any:
@@ -549,6 +552,20 @@ def require_gpu() -> None:
     reason = gpu_unavailable_reason()
     if reason is not None:
         raise GpuUnavailable(reason)
+    bypass_memory_pool_if_asked()
+
+
+def bypass_memory_pool_if_asked() -> None:
+    """With GEMMDSL_NO_MEMORY_POOL=1, every CuPy array gets its own cudaMalloc.
+
+    CuPy's memory pool carves arrays out of larger blocks, so an access just past an
+    operand lands in memory compute-sanitizer's memcheck considers allocated;
+    scripts/sanitize.sh sets this so that memcheck sees each operand's own bounds.
+    """
+    if os.environ.get("GEMMDSL_NO_MEMORY_POOL", "") not in ("", "0"):
+        import cupy
+
+        cupy.cuda.set_allocator(None)
 
 
 def require_fp32_cublas() -> None:

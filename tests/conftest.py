@@ -1,6 +1,9 @@
-"""Make the package importable when pytest runs from a checkout that is not pip-installed."""
+"""Make the package importable when pytest runs from a checkout that is not pip-installed;
+skip GPU tests without a GPU; fixtures the GPU test modules share."""
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -13,8 +16,6 @@ def pytest_collection_modifyitems(config, items):
     Done at collection rather than in a fixture so that it also covers module-scoped
     fixtures, which would otherwise touch the GPU before a skip could happen.
     """
-    import pytest
-
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -24,3 +25,25 @@ def pytest_collection_modifyitems(config, items):
     if reason is not None:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="module")
+def load_kernel(tmp_path_factory):
+    """Load each spec once for the module, caching cubins in a temporary directory."""
+    from gemmdsl import runtime
+
+    loaded = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.mktemp("cubins")))
+
+        def load(path):
+            if path not in loaded:
+                loaded[path] = runtime.load(path)
+            return loaded[path]
+
+        yield load
+
+
+@pytest.fixture
+def cupy():
+    return pytest.importorskip("cupy")

@@ -38,11 +38,14 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     fragments = draw(st.sampled_from(("single", "double")))
     raster = draw(st.sampled_from(("row", "col", "group(2)", "group(8)")))
     epilogue = draw(st.sampled_from(("store", "alpha_beta")))
+    a, b, c = (draw(st.sampled_from(("row", "col"))) for _ in range(3))
+    bounds = draw(st.sampled_from(("checked", "exact")))
+    batch = draw(st.sampled_from(("none", "strided")))
     swizzle_a = ""
     if draw(st.booleans()) and a_order == "km":
         swizzle_a = " swizzle: xor(1, 4, 5);"
     text = f"""gemm {name} {{
-    problem  {{ a: f32 row; b: f32 row; c: f32 row; epilogue: {epilogue}; }}
+    problem  {{ a: f32 {a}; b: f32 {b}; c: f32 {c}; epilogue: {epilogue}; bounds: {bounds}; batch: {batch}; }}
     target   sm_90;
     block    {{ tile: {bm}x{bn}x{bk}; raster: {raster}; }}
     threads  {{ warps: {warps[0]}x{warps[1]}; lanes: {lanes[0]}x{lanes[1]} {order}; micro: {micro[0]}x{micro[1]}; repeat: {repeat[0]}x{repeat[1]} {level}; }}

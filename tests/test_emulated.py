@@ -17,11 +17,14 @@ from types import SimpleNamespace
 
 import numpy
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import host_emulation
-from gemmdsl.compiler import compile_path
+from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.runtime import Requirements, check_call
 from host_emulation import Call
+from spec_strategies import spec_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -114,17 +117,49 @@ def exact_calls(req: Requirements) -> list[Call]:
 def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     binary, req = runners[spec.stem]
     calls = checked_calls(req) if req.multiples == (1, 1, 1) else exact_calls(req)
+    assert run_all(binary, req, calls) == []
+    if req.scalar_entry is not None:
+        assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
+
+
+def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:
+    """Run each call on the kernel check_call picks for it; the failures' outputs."""
     failures = []
-    entries = set()
     for call in calls:
         call = replace(call, entry=entry_index(req, call))
-        entries.add(call.entry)
         passed, output = host_emulation.run(binary, call)
         if not passed:
             failures.append(f"{call}: {output[:2000]}")
-    assert failures == []
-    if req.scalar_entry is not None:
-        assert entries == {0, 1}, "both the vector and the scalar kernel ran"
+    return failures
+
+
+@st.composite
+def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
+    """A shape the kernel takes (any, or whole tiles for exact bounds), packed or padded, maybe batched."""
+    bm, bn, bk = req.block_tile
+    if req.multiples == (1, 1, 1):
+        m, n, k = draw(st.integers(1, 2 * bm + 3)), draw(st.integers(1, 2 * bn + 3)), draw(st.integers(1, 3 * bk + 3))
+    else:
+        m, n, k = (tile * draw(st.integers(1, 2)) for tile in req.block_tile)
+    lds = natural(req, m, n, k, pad=draw(st.sampled_from((0, 4))))
+    call = Call(m, n, k, **lds, **(scalars(req) if draw(st.booleans()) else {}))
+    if req.batched and draw(st.booleans()):
+        strides = {f"stride_{p}": -(-footprint(req, p.upper(), rows, cols, lds[f"ld{p}"]) // 4) * 4
+                   for p, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n))}
+        call = replace(call, batch=draw(st.integers(2, 3)), **strides)
+    return call
+
+
+@settings(max_examples=3, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(text=spec_texts(name="fuzzed"), data=st.data())
+def test_random_specs_compute_the_product(text, data, tmp_path_factory):
+    """A few random valid specs per run, each at two random shapes."""
+    artifacts = compile_text(text, "fuzzed.gemm")
+    binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path_factory.mktemp("fuzzed"))
+    req = Requirements.from_metadata(artifacts.metadata)
+    calls = [data.draw(random_calls(req)) for _ in range(2)]
+    assert run_all(binary, req, calls) == [], text
 
 
 def test_the_emulator_catches_a_misaligned_vector_load(runners):

@@ -35,15 +35,43 @@ def test_every_c_element_has_exactly_one_owner(text):
 def test_global_chunks_cover_each_tile_once(text):
     layout = layout_of(text)
     env = layout.thread_env()
-    for operand, shape in ((ir.Operand.A, (layout.bm, layout.bk)), (ir.Operand.B, (layout.bk, layout.bn))):
-        vector = layout.spec.load(operand).vector
-        hits = np.zeros(shape, dtype=int)
+    for operand in (ir.Operand.A, ir.Operand.B):
+        vector = layout.load_vector(operand)
+        hits = np.zeros(layout.spec.global_tile(operand), dtype=int)
         for chunk in layout.global_chunks(operand):
             rows = np.broadcast_to(chunk.row.evaluate(env), (layout.threads,))
             cols = np.broadcast_to(chunk.col.evaluate(env), (layout.threads,))
             for element in range(vector):
                 np.add.at(hits, (rows, cols + element), 1)
         assert (hits == 1).all(), operand
+
+
+@PROPERTY
+@given(spec_texts())
+def test_chunks_fill_each_shared_tile_element_once_in_both_variants(text):
+    # The scalar variant of a checked kernel re-lowers the copies with one-element vectors.
+    for layout in (layout_of(text), KernelLayout(parse_text(text), max_global_vector=1)):
+        env = layout.thread_env()
+        for operand, extent in ((ir.Operand.A, layout.bm), (ir.Operand.B, layout.bn)):
+            hits = np.zeros((extent, layout.bk), dtype=int)
+            for chunk in layout.global_chunks(operand):
+                for element in range(layout.load_vector(operand)):
+                    mn, k = layout.chunk_tile_coords(operand, chunk, element)
+                    np.add.at(hits, tuple(np.broadcast_to(e.evaluate(env), (layout.threads,)) for e in (mn, k)), 1)
+            assert (hits == 1).all(), operand
+
+
+def test_global_tiles_follow_the_layouts():
+    text = open("specs/layouts_tn.gemm").read()
+    layout = layout_of(text)
+    # A is column-major: its 128x8 tile lies in memory as 8 runs of 128 m-contiguous elements, which
+    # km keeps contiguous, so the copies store float4; row-major B likewise into kn.
+    assert layout.spec.global_tile(ir.Operand.A) == (8, 128)
+    assert layout.store_width(ir.Operand.A) == layout.store_width(ir.Operand.B) == 4
+    assert layout.c_store_width() == 4  # column-major C: along m, the micro tile's 4 rows
+    nt = layout_of(open("specs/layouts_nt.gemm").read())
+    assert nt.spec.global_tile(ir.Operand.B) == (128, 16) and nt.store_width(ir.Operand.B) == 1
+    assert nt.global_vector(ir.Operand.B) == 1  # cp.async reads what it stores: 4 bytes per element
 
 
 @PROPERTY

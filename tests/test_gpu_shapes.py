@@ -1,0 +1,221 @@
+"""On the GPU: any shape, any layout, batches, random specs, and the host launchers.
+
+- Checked kernels of the NN, TN, NT and TT specs and the batched one at 1x1x1, 7x13x5,
+  333x517x129, 1000x1000x1000 and 4096x4096x4096, each through `verify`: packed operands
+  (the scalar kernel where leading dimensions are odd), padded leading dimensions with
+  alpha/beta (the vector kernel), and for the batched spec a batch of 3; against float64
+  (up to 2048) and cuBLAS, C's padding and guards untouched.
+- Views without copies: transposed and sliced CuPy arrays; a batch sharing one B.
+- RANDOM_SPECS random valid specs (tests/spec_strategies.py) at random shapes vs float64.
+- The C launchers (NAME_launch, _launch_ld, _launch_batched) through ctypes: right answers
+  for what they take, cudaErrorInvalidValue for what they must refuse (needs nvcc).
+
+All marked `gpu`: they skip themselves without CuPy and a GPU (tests/conftest.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import numpy
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gemmdsl import runtime
+from gemmdsl.build import find_nvcc
+from gemmdsl.compiler import compile_path, compile_text
+from gemmdsl.runtime import format_size
+from gemmdsl.verify import Case, check_case, format_result, random_operand, verify
+from spec_strategies import spec_texts
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+SHAPES = [(1, 1, 1), (7, 13, 5), (333, 517, 129), (1000, 1000, 1000), (4096, 4096, 4096)]
+CHECKED_SPECS = ["checked_v3", "layouts_tn", "layouts_nt", "layouts_tt", "batched_v3"]  # NN, TN, NT, TT, batched
+RANDOM_SPECS = 30
+TOLERANCE = 1e-5
+CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
+
+pytestmark = pytest.mark.gpu
+
+
+def relative_error(actual, reference) -> float:
+    import cupy
+
+    actual, reference = actual.astype(cupy.float64), reference.astype(cupy.float64)
+    return float(cupy.linalg.norm(actual - reference) / max(float(cupy.linalg.norm(reference)), 1e-30))
+
+
+def product64(a, b):
+    import cupy
+
+    return cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
+
+
+@pytest.mark.parametrize("size", SHAPES, ids=format_size)
+@pytest.mark.parametrize("name", CHECKED_SPECS)
+def test_checked_kernels_at_every_shape_and_layout(name, size, load_kernel):
+    kernel = load_kernel(SPECS / f"{name}.gemm")
+    results = verify(kernel, [size], seed=sum(size))
+    assert [format_result(r) for r in results if not r.passed] == []
+    assert {r.case for r in results} >= {"contiguous", "padded"}
+    if size in ((7, 13, 5), (333, 517, 129)):  # packed operands have odd leading dimensions
+        assert [r.entry.endswith("_scalar") for r in results if r.case == "contiguous"] == [True]
+
+
+def test_transposed_and_sliced_views_run_without_copies(load_kernel, cupy):
+    kernel = load_kernel(SPECS / "layouts_tn.gemm")  # A and C column-major
+    m, n, k = 300, 200, 70
+    a_storage = cupy.random.uniform(-1, 1, (k, m + 6), dtype=cupy.float32)
+    a = a_storage[:, :m].T  # column-major M x K, lda = m + 6, a view
+    b = cupy.random.uniform(-1, 1, (k + 1, n + 4), dtype=cupy.float32)[1:, 2:n + 2]  # row-major, ldb = n + 4
+    c = kernel(a, b)
+    assert c.flags.f_contiguous and c.shape == (m, n)
+    assert relative_error(c, product64(a, b)) < TOLERANCE
+    with pytest.raises(ValueError, match="A must be col-major"):
+        kernel(cupy.ascontiguousarray(a), b)
+
+
+def test_a_batch_sharing_one_b(load_kernel, cupy):
+    kernel = load_kernel(SPECS / "batched_v3.gemm")
+    batch, m, n, k = 4, 129, 65, 33
+    a = cupy.random.uniform(-1, 1, (batch, m, k), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (k, n), dtype=cupy.float32)  # one B for every GEMM (batch stride 0)
+    c_storage = cupy.full((batch, m + 3, n + 8), cupy.nan, dtype=cupy.float32)
+    c = c_storage[:, :m, :n]
+    c_in = cupy.random.uniform(-1, 1, c.shape, dtype=cupy.float32)
+    c[...] = c_in
+    kernel(a, b, c, alpha=2.0, beta=0.5)
+    expected = 2.0 * product64(a, b) + 0.5 * c_in.astype(cupy.float64)
+    assert relative_error(c, expected) < TOLERANCE
+    assert bool(cupy.isnan(c_storage[:, m:, :]).all()) and bool(cupy.isnan(c_storage[:, :, n:]).all())
+
+
+@st.composite
+def random_cases(draw: st.DrawFn, req: runtime.Requirements):
+    """A size the kernel takes and how to lay the operands out."""
+    if req.multiples == (1, 1, 1):
+        size = tuple(draw(st.integers(1, 3 * tile + 5)) for tile in req.block_tile)
+    else:
+        size = tuple(tile * draw(st.integers(1, 3)) for tile in req.block_tile)
+    batch = draw(st.integers(2, 3)) if req.batched and draw(st.booleans()) else 1
+    case = Case("random", padded=draw(st.booleans()), batch=batch, scalars=draw(st.booleans()))
+    return size, case
+
+
+@settings(max_examples=RANDOM_SPECS, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
+                                 HealthCheck.function_scoped_fixture])
+@given(text=spec_texts(name="fuzzed"), data=st.data())
+def test_random_specs_at_random_shapes(text, data, tmp_path_factory, monkeypatch):
+    import cupy
+
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.getbasetemp() / "fuzzed-cubins"))
+    kernel = runtime.load("fuzzed.gemm", text=text)
+    size, case = data.draw(random_cases(kernel.requirements))
+    result = check_case(kernel, cupy.random.RandomState(0), size, case)
+    assert result.passed, f"{format_result(result)}\n{text}"
+
+
+# --- the C launchers, through ctypes --------------------------------------------------------------
+
+LAUNCH = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2 + [ctypes.c_void_p]
+LAUNCH_LD = ([ctypes.c_void_p, ctypes.c_int] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2
+             + [ctypes.c_void_p])
+LAUNCH_BATCHED = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong] * 3 + [ctypes.c_int] * 4
+                  + [ctypes.c_float] * 2 + [ctypes.c_void_p])
+
+
+@pytest.fixture(scope="module")
+def launchers(tmp_path_factory):
+    """spec name -> the spec's .cu built as a shared library (kernels and launchers)."""
+    if find_nvcc() is None:
+        pytest.skip("nvcc not on PATH: the launchers are host code")
+    libraries = {}
+
+    def load(name: str) -> ctypes.CDLL:
+        if name not in libraries:
+            artifacts = compile_path(SPECS / f"{name}.gemm")
+            directory = tmp_path_factory.mktemp(name)
+            (directory / f"{name}.cu").write_text(artifacts.cuda)
+            subprocess.run([find_nvcc(), f"-arch={artifacts.spec.target}", "-shared", "-Xcompiler", "-fPIC",
+                            "-o", f"lib{name}.so", f"{name}.cu"], cwd=directory, check=True, capture_output=True)
+            library = ctypes.CDLL(str(directory / f"lib{name}.so"))
+            for suffix, argtypes in (("launch", LAUNCH), ("launch_ld", LAUNCH_LD), ("launch_batched", LAUNCH_BATCHED)):
+                if hasattr(library, f"{name}_{suffix}"):
+                    function = getattr(library, f"{name}_{suffix}")
+                    function.argtypes, function.restype = argtypes, ctypes.c_int
+            libraries[name] = library
+        return libraries[name]
+
+    return load
+
+
+def run(function, *arguments) -> int:
+    import cupy
+
+    pointers = [a.data.ptr if isinstance(a, cupy.ndarray) else a for a in arguments]
+    status = function(*pointers, None)
+    cupy.cuda.runtime.deviceSynchronize()
+    return status
+
+
+def test_launch_takes_any_shape_of_a_checked_kernel(launchers, cupy):
+    library = launchers("checked_v3")
+    m, n, k = 333, 517, 129
+    a = cupy.random.uniform(-1, 1, (m, k), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (k, n), dtype=cupy.float32)
+    c = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    assert run(library.checked_v3_launch, a, b, c, m, n, k, 1.0, 0.0) == CUDA_SUCCESS  # lda = 129: scalar kernel
+    assert relative_error(c, product64(a, b)) < TOLERANCE
+    wide = cupy.full((m, n + 7), cupy.nan, dtype=cupy.float32)
+    assert run(library.checked_v3_launch_ld, a, k, b, n, wide, n + 7, m, n, k, 1.0, 0.0) == CUDA_SUCCESS
+    assert relative_error(wide[:, :n], product64(a, b)) < TOLERANCE and bool(cupy.isnan(wide[:, n:]).all())
+    assert run(library.checked_v3_launch_ld, a, k - 1, b, n, c, n, m, n, k, 1.0, 0.0) == CUDA_ERROR_INVALID_VALUE
+
+
+def test_exact_launchers_refuse_what_they_cannot_take(launchers, cupy):
+    library = launchers("sgemm_v3")
+    a = cupy.random.uniform(-1, 1, (256, 16), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (16, 128), dtype=cupy.float32)
+    c = cupy.zeros((256, 128), dtype=cupy.float32)
+    assert run(library.sgemm_v3_launch, a, b, c, 256, 128, 16, 1.0, 0.0) == CUDA_SUCCESS
+    assert relative_error(c, product64(a, b)) < TOLERANCE
+    assert run(library.sgemm_v3_launch, a, b, c, 200, 128, 16, 1.0, 0.0) == CUDA_ERROR_INVALID_VALUE  # not whole tiles
+    padded = cupy.zeros((256, 17), dtype=cupy.float32)
+    assert run(library.sgemm_v3_launch_ld, padded, 17, b, 128, c, 128, 256, 128, 16, 1.0, 0.0) \
+        == CUDA_ERROR_INVALID_VALUE  # lda 17: float4 loads would be misaligned
+    offset = cupy.zeros(256 * 16 + 1, dtype=cupy.float32)[1:]
+    assert run(library.sgemm_v3_launch, offset, b, c, 256, 128, 16, 1.0, 0.0) == CUDA_ERROR_INVALID_VALUE
+
+
+def test_batched_launcher(launchers, cupy):
+    library = launchers("batched_v3")
+    batch, m, n, k = 3, 70, 90, 21
+    a = cupy.random.uniform(-1, 1, (batch, m, k), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (batch, k, n), dtype=cupy.float32)
+    c = cupy.full((batch, m, n), cupy.nan, dtype=cupy.float32)
+    status = run(library.batched_v3_launch_batched, a, k, m * k, b, n, k * n, c, n, m * n, m, n, k, batch, 1.0, 0.0)
+    assert status == CUDA_SUCCESS
+    assert relative_error(c, product64(a, b)) < TOLERANCE
+    assert run(library.batched_v3_launch_batched, a, k, m * k, b, n, k * n, c, n, m * n, m, n, k, 0, 1.0, 0.0) \
+        == CUDA_ERROR_INVALID_VALUE
+
+
+def test_column_major_launch_passes_natural_leading_dimensions(launchers, cupy):
+    library = launchers("layouts_tt")  # A, B, C column-major: lda = M, ldb = K, ldc = M
+    m, n, k = 77, 45, 19
+    a = cupy.asfortranarray(cupy.random.uniform(-1, 1, (m, k), dtype=cupy.float32))
+    b = cupy.asfortranarray(cupy.random.uniform(-1, 1, (k, n), dtype=cupy.float32))
+    c = cupy.asfortranarray(cupy.full((m, n), cupy.nan, dtype=cupy.float32))
+    assert run(library.layouts_tt_launch, a, b, c, m, n, k, 1.0, 0.0) == CUDA_SUCCESS
+    assert relative_error(c, product64(a, b)) < TOLERANCE
+
+
+def test_random_operands_are_laid_out_as_asked(cupy):
+    rng = cupy.random.RandomState(1)
+    column = random_operand(rng, "col", 5, 3, padded=True, batch=2)
+    assert column.shape == (2, 5, 3) and column.strides[-2:] == (4, 4 * 12)
+    assert numpy.isfinite(cupy.asnumpy(column)).all()
