@@ -829,6 +829,9 @@ class LauncherEmitter:
         with o.block(f'extern "C" cudaError_t {name}({parameters})'):
             invalid = "return cudaErrorInvalidValue;"
             o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
+            o.line(f"if (M > {MAX_INT - layout.bm} || N > {MAX_INT - layout.bn} || K > {MAX_INT - layout.bk}) "
+                   f"{invalid}")
             if batched:
                 o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
             if not spec.problem.checked:

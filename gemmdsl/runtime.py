@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy
 
-from .codegen import MAX_BATCH
+from .codegen import MAX_BATCH, MAX_INT
 from .source import CompileError
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -227,9 +227,13 @@ def footprint(view: OperandView, layout: str) -> int:
 
 def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
     """Every dimension positive; for bounds: exact, whole block tiles only."""
-    for dim, extent, multiple, tile_name in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK")):
+    for dim, extent, multiple, tile_name, tile in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK"),
+                                                      req.block_tile):
         if extent <= 0:
             raise ValueError(f"{dim}={extent}: every dimension must be positive")
+        if extent > MAX_INT - tile:
+            raise ValueError(f"{dim}={extent} is too large: the kernel's tile coordinates (up to {dim} + {tile_name}) "
+                             f"are 32-bit")
         if extent % multiple:
             bm, bn, bk = req.multiples
             raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={multiple}; "

@@ -806,6 +806,8 @@ static bool batched_v3_aligned(const void* p, long long ld, long long stride, in
 
 extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, float* C, int ldc, long long stride_c, int M, int N, int K, int batch, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483519 || K > 2147483631) return cudaErrorInvalidValue;
     if (batch <= 0 || batch > 65535) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.

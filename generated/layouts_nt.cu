@@ -798,6 +798,8 @@ static bool layouts_nt_aligned(const void* p, long long ld, long long stride, in
 
 extern "C" cudaError_t layouts_nt_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483519 || K > 2147483631) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 16777215) return cudaErrorInvalidValue;

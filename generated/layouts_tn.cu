@@ -596,6 +596,8 @@ static bool layouts_tn_aligned(const void* p, long long ld, long long stride, in
 
 extern "C" cudaError_t layouts_tn_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
     if (lda < M || ldb < N || ldc < M) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 268435455 || ldb > 268435455) return cudaErrorInvalidValue;

@@ -193,6 +193,8 @@ static bool swizzle_b_aligned(const void* p, long long ld, long long stride, int
 
 extern "C" cudaError_t swizzle_b_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.

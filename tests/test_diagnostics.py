@@ -376,6 +376,18 @@ def test_swizzle_warning_for_narrowed_reads():
     assert (warning.span.line, warning.span.column) == locate(text, "swizzle: |xor")
 
 
+def test_column_major_a_runs_along_m_so_km_takes_vector_stores():
+    # Row-major A reaches km transposed, one element per store, so a pad cannot narrow its stores;
+    # column-major A arrives along m, which km keeps contiguous, so the stores are float4 unless a
+    # pad breaks their alignment.
+    narrowing = "shared-memory stores of A are 64-bit instead of 128-bit: pad 2"
+    row = BASE.replace(SMEM_A, "smem a   { order: km; pad: 2; }")
+    col = row.replace("a: f32 row", "a: f32 col")
+    assert not any(w.message.startswith(narrowing) for w in load(SourceFile(FILE, row))[1])
+    (warning,) = [w for w in load(SourceFile(FILE, col))[1] if w.message.startswith(narrowing)]
+    assert (warning.span.line, warning.span.column) == locate(col, "pad: |2")
+
+
 def test_register_budget_warning():
     text = BASE.replace(PIPELINE, PIPELINE + "\n    budget { registers: 64; }")
     _, warnings = load(SourceFile(FILE, text))

@@ -164,6 +164,12 @@ def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
         check_call(replace(ALPHA_BETA, multiples=(1, 1, 1)), **odd, alpha=1.0, beta=0.0)
 
 
+def test_dimensions_whose_tile_coordinates_overflow_are_refused():
+    big = 2 ** 31 - 100
+    with pytest.raises(ValueError, match=f"M={big} is too large: the kernel's tile coordinates"):
+        check_call(CHECKED, a=fake_matrix(big, 1), b=fake_matrix(1, 1), c=None, alpha=1.0, beta=0.0)
+
+
 def test_leading_dimensions_beyond_32_bit_tile_offsets_are_refused():
     wide = fake_matrix(M, K, strides=(2 ** 24 * 4, 4))
     with pytest.raises(ValueError, match="A's leading dimension 16777216 is more than the 16777215"):
