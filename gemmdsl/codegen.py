@@ -197,14 +197,15 @@ class HelperEmitter:
                   "16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.")
         widths = sorted({layout.store_width(op) for layout in self.layouts for op in OPERANDS})
         for width in widths:
-            size = 4 * width
-            cache = "cg" if size == 16 else "ca"
-            with o.block(f"static __device__ __forceinline__ void cp_async_{size}(float* smem_dst, "
-                         f"const float* gmem_src)"):
-                o.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size};\\n" '
-                       f':: "r"(smem_address(smem_dst)), "l"(gmem_src));')
+            self._emit_cp_async_copy(width, zero_fill=False)
         if self.spec.problem.checked:
-            self._emit_zero_fill_helpers(widths)
+            o.comment("Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and\n"
+                      "zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,\n"
+                      "the tile's first element, which always lies in the matrix (a block or k-tile exists\n"
+                      "only where it starts inside).")
+            for width in widths:
+                self._emit_cp_async_copy(width, zero_fill=True)
+            self._emit_bytes_inside()
         o.lines("""
 static __device__ __forceinline__ void cp_async_commit()
 {
@@ -217,20 +218,21 @@ static __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\\n" :: "n"(PENDING));
 }""")
 
-    def _emit_zero_fill_helpers(self, widths: list[int]) -> None:
+    def _emit_cp_async_copy(self, width: int, zero_fill: bool) -> None:
+        """`cp_async_<bytes>(dst, src)`, or with `zero_fill` `cp_async_<bytes>_zfill(dst, src, src_bytes, inside)`."""
+        size = 4 * width
+        cache = "cg" if size == 16 else "ca"
+        name, parameters = f"cp_async_{size}", "float* smem_dst, const float* gmem_src"
+        operands, source = f"{size}", "gmem_src"
+        if zero_fill:
+            name, parameters = f"{name}_zfill", f"{parameters}, int src_bytes, const float* inside"
+            operands, source = f"{size}, %2", "src_bytes > 0 ? gmem_src : inside"
+        inputs = f'"r"(smem_address(smem_dst)), "l"({source})' + (', "r"(src_bytes)' if zero_fill else "")
+        with self.out.block(f"static __device__ __forceinline__ void {name}({parameters})"):
+            self.out.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {operands};\\n" :: {inputs});')
+
+    def _emit_bytes_inside(self) -> None:
         o = self.out
-        o.comment("Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and\n"
-                  "zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,\n"
-                  "the tile's first element, which always lies in the matrix (a block or k-tile exists\n"
-                  "only where it starts inside).")
-        for width in widths:
-            size = 4 * width
-            cache = "cg" if size == 16 else "ca"
-            with o.block(f"static __device__ __forceinline__ void cp_async_{size}_zfill(float* smem_dst, "
-                         f"const float* gmem_src, int src_bytes, const float* inside)"):
-                o.line(f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {size}, %2;\\n" '
-                       f':: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), '
-                       f'"r"(src_bytes));')
         o.comment("Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,\n"
                   "given the rows and the contiguous elements the matrix has left from the tile's origin.")
         with o.block("static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, "
