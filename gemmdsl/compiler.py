@@ -21,8 +21,7 @@ from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_na
                       tile_count)
 from .frontend import load
 from .layout import KernelLayout
-from .source import CompileError, Diagnostic, SourceFile
-from .validate import validate
+from .source import Diagnostic, SourceFile
 
 
 @dataclass
@@ -56,13 +55,7 @@ def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) 
 
 def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
-    spec, warnings = load(source)
-    if sm is not None and sm != spec.target.sm:
-        spec = spec.with_target(sm)
-        problems = validate(spec)
-        errors = [d for d in problems if d.severity.value == "error"]
-        if errors:
-            raise CompileError(errors, source)
+    spec, warnings = load(source, sm)
     layout = KernelLayout(spec)
     analysis = analyze(spec)
     warnings = warnings + analysis.warnings

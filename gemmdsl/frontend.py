@@ -16,11 +16,15 @@ from .source import CompileError, Diagnostic, Severity, SourceFile
 from .validate import validate
 
 
-def load(source: SourceFile) -> tuple[ir.KernelSpec, list[Diagnostic]]:
+def load(source: SourceFile, sm: int | None = None) -> tuple[ir.KernelSpec, list[Diagnostic]]:
     """Parse and validate; returns the spec and its warnings, or raises CompileError.
 
-    The CompileError carries the errors and any warnings of the same spec, in source order."""
+    `sm` overrides the spec's target before validation, so the new architecture's limits
+    apply. The CompileError carries the errors and any warnings of the same spec, in source
+    order."""
     spec = parse(source)
+    if sm is not None:
+        spec = spec.with_target(sm)
     diagnostics = validate(spec)
     if any(d.severity is Severity.ERROR for d in diagnostics):
         raise CompileError(diagnostics, source)

@@ -7,7 +7,7 @@ span of every key's value, so a pass can point at the exact text it objects to.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .source import Span
 
@@ -263,6 +263,4 @@ class KernelSpec(Node):
         return self.block.global_tile(operand, self.problem.matrix(operand).layout)
 
     def with_target(self, sm: int) -> "KernelSpec":
-        from dataclasses import replace
-
         return replace(self, target=replace(self.target, sm=sm))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from . import ir
-from .expr import Const, Expr, Func, Var
+from .expr import Expr, Func, Var
 from .targets import Arch, arch
 
 TID = Var("tid")

@@ -222,7 +222,7 @@ class _Checker:
     # --- global loads --------------------------------------------------------------------
 
     def check_load(self, operand: ir.Operand) -> None:
-        load, block, threads = self.spec.load(operand), self.spec.block, self.spec.threads.threads
+        load, threads = self.spec.load(operand), self.spec.threads.threads
         name = operand.value.upper()
         rows, cols = self.spec.global_tile(operand)
         extent_name = "BK" if self.spec.k_contiguous(operand) else ("BM" if operand is ir.Operand.A else "BN")

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from gemmdsl import runtime
 from gemmdsl.build import find_nvcc
-from gemmdsl.compiler import compile_path, compile_text
+from gemmdsl.compiler import compile_path
 from gemmdsl.runtime import format_size
 from gemmdsl.verify import Case, check_case, format_result, random_operand, verify
 from spec_strategies import spec_texts
