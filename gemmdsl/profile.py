@@ -207,24 +207,28 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def profile_main(args: argparse.Namespace) -> int:
-    """Exit status 1 if a spec fails to load or profile, 2 when ncu is not available."""
+    """Exit status 1 if a spec fails to load or profile, 2 when ncu is not available.
+
+    Specs are read first, so bad input gets its diagnostics on any machine."""
     from .frontend import load_path
 
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        print("error: ncu (Nsight Compute) is not on PATH; profile needs it and a GPU", file=sys.stderr)
-        return 2
     status = 0
-    results = []
+    specs = []
     for path in args.specs:
         try:
-            spec, _ = load_path(path)
-            analysis = analyze(spec, args.problem, ptxas_resources(path))
-            metrics = measure(ncu, path, spec.name, args.problem)
+            specs.append((path, load_path(path)[0]))
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
-            continue
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("error: ncu (Nsight Compute) is not on PATH; profile needs it and a GPU", file=sys.stderr)
+        return status or 2
+    results = []
+    for path, spec in specs:
+        try:
+            analysis = analyze(spec, args.problem, ptxas_resources(path))
+            metrics = measure(ncu, path, spec.name, args.problem)
         except (BuildError, ProblemSizeError, ProfileError) as err:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1

@@ -57,3 +57,13 @@ def test_unknown_arch_and_emit_kind_are_usage_errors(tmp_path):
 def test_arch_override_changes_the_target(tmp_path):
     assert main(["compile", str(V3), "-o", str(tmp_path), "--no-nvcc", "--arch", "sm_80"]) == 0
     assert '"target": "sm_80"' in (tmp_path / "sgemm_v3.json").read_text()
+
+
+def test_every_tool_reports_bad_input_as_diagnostics_with_status_1(tmp_path):
+    bad = tmp_path / "bad.gemm"
+    bad.write_text("gemm bad {\n  block { tile: 128x128x8 }\n}\n")
+    for tool in ("check", "verify", "bench", "profile"):
+        done = run_cli(tool, str(bad))
+        assert done.returncode == 1, tool
+        assert f"{bad}:2:26: error: expected ';'" in done.stderr, tool
+        assert "Traceback" not in done.stderr, tool
