@@ -21,10 +21,6 @@ class Operand(enum.Enum):
 class DType(enum.Enum):
     F32 = "f32"
 
-    @property
-    def nbytes(self) -> int:
-        return 4
-
 
 class MatrixLayout(enum.Enum):
     ROW = "row"
