@@ -19,6 +19,7 @@ from . import ir
 from .layout import KernelLayout
 from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
+from .passes.waves import Waves
 from .source import CompileError, Diagnostic, SourceFile
 
 
@@ -208,6 +209,7 @@ def to_json(analysis: Analysis) -> dict:
             "smem_load_conflicts": traffic.load_conflicts,
             "smem_store_conflicts": traffic.store_conflicts,
         },
+        "waves": _waves_json(facts["waves"]),
         "intensity": {
             "block_flops_per_byte": round(intensity.block_flops_per_byte, 3),
             "warp_tile": [intensity.warp_tile.m, intensity.warp_tile.n],
@@ -219,6 +221,13 @@ def to_json(analysis: Analysis) -> dict:
         "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
         "warnings": [w.render() for w in analysis.warnings],
     }
+
+
+def _waves_json(waves: Waves) -> dict:
+    split = waves.split
+    return {"slots": waves.slots, "tiles": waves.tiles, "waves": round(waves.waves, 4),
+            "last_wave_fill": round(waves.last_wave_fill, 4),
+            "stream_k": None if split is None else {"sk_tiles": split.sk_tiles, "sk_blocks": split.sk_blocks}}
 
 
 def _access_json(cost: AccessCost) -> dict:

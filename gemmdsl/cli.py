@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .build import BuildError, build, find_nvcc
+from .build import BuildError, build, find_nvcc, parse_ptxas
 from .check import summary_lines
 from .compiler import Artifacts, compile_path, write_outputs
 from .source import CompileError
@@ -78,6 +78,8 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
             print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
             return False
         resources = result.resources
+        others = [(entry, parse_ptxas(result.log, entry)) for entry in artifacts.metadata["entries"].values()
+                  if entry not in (None, artifacts.metadata["entry"])]
         artifacts = artifacts.with_ptxas(resources)
         files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
     if "cu" in args.emit:
@@ -90,6 +92,8 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
     if resources is not None:
         spill_note = "  <-- SPILLS" if resources.spills else ""
         print(f"  {resources}{spill_note}")
+        for entry, other in others:  # the scalar and stream-K kernels, prepare_c
+            print(f"  {entry}: {other}{'  <-- SPILLS' if other.spills else ''}")
     return True
 
 

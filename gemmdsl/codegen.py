@@ -12,7 +12,7 @@ misalign a vector access. Then come the host launchers.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -21,6 +21,7 @@ from . import __version__, ir
 from .emitter import Emitter
 from .expr import Expr, Var
 from .layout import GlobalChunk, KernelLayout
+from .schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
 
 VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
 COMPONENTS = ("x", "y", "z", "w")
@@ -76,28 +77,53 @@ class Variant:
 
     entry: str
     layout: KernelLayout
+    stream_k: bool = False  # shares the k-tiles of the last sk_tiles tiles (schedule: stream_k)
 
 
 def kernel_variants(spec: ir.KernelSpec, layout: KernelLayout) -> list[Variant]:
     """The vector kernel, and for checked bounds the scalar one the launcher falls back to.
 
     The scalar kernel exists only where the vector kernel has a global access wider than one
-    element, since otherwise the two would be the same code.
+    element, since otherwise the two would be the same code. `schedule: stream_k` adds the
+    kernel that shares the last wave's tiles (the vector kernel computes all the others).
     """
     variants = [Variant(f"{spec.name}_kernel", layout)]
     if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
         variants.append(Variant(f"{spec.name}_kernel_scalar", KernelLayout(spec, max_global_vector=1)))
+    if spec.block.stream_k:
+        variants.append(Variant(stream_k_entry(spec), layout, stream_k=True))
     return variants
 
 
-def kernel_parameters(spec: ir.KernelSpec) -> list[tuple[str, str]]:
-    """(C type, name) of every kernel parameter, in order."""
+def stream_k_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_stream_k"
+
+
+def scalar_entry(variants: list[Variant]) -> str | None:
+    """The kernel the launcher runs for operands that are not vector-aligned, if there is one."""
+    scalar = [v.entry for v in variants[1:] if not v.stream_k]
+    return scalar[0] if scalar else None
+
+
+def kernel_parameters(spec: ir.KernelSpec, stream_k: bool = False) -> list[tuple[str, str]]:
+    """(C type, name) of every parameter of the spec's kernel, or of its stream-K kernel, in order."""
     parameters = [("const float*", "A"), ("const float*", "B"), ("float*", "C"),
                   ("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
                   ("float", "alpha"), ("float", "beta")]
     if spec.problem.batched:
         parameters += [("long long", "stride_a"), ("long long", "stride_b"), ("long long", "stride_c")]
+    if stream_k:
+        parameters.append(("int", "sk_tiles"))
     return parameters
+
+
+PREPARE_PARAMETERS = [("float*", "C"), ("int", "M"), ("int", "N"), ("int", "ldc"), ("float", "beta"),
+                      ("int", "sk_tiles")]
+
+
+def prepare_entry(spec: ir.KernelSpec) -> str | None:
+    """The kernel that sets the stream-K tiles of C to beta * C before the GEMM adds into them."""
+    return f"{spec.name}_prepare_c" if spec.block.stream_k else None
 
 
 def leading_name(operand: ir.Operand) -> str:
@@ -254,6 +280,8 @@ class KernelEmitter:
         self.double_fragments = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
         self.cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
         self.checked = spec.problem.checked
+        self.stream_k = variant.stream_k
+        self.segmented = False  # emitting a stream-K segment: k-tiles kt_begin.. of a tile, added into C
 
     def emit_kernel(self) -> None:
         o = self.out
@@ -263,7 +291,7 @@ class KernelEmitter:
         if min_blocks:
             bounds += f", {min_blocks}"
         parameters = [f"{ctype} __restrict__ {name}" if ctype.endswith("*") else f"{ctype} {name}"
-                      for ctype, name in kernel_parameters(spec)]
+                      for ctype, name in kernel_parameters(spec, self.stream_k)]
         o.line(f'extern "C" __global__ void __launch_bounds__({bounds}) {self.entry}(')
         o.line(f"    {', '.join(parameters[:3])},")
         o.line(f"    {', '.join(parameters[3:])})")
@@ -273,15 +301,78 @@ class KernelEmitter:
             if spec.problem.batched:
                 self._emit_batch_offsets()
                 o.line()
-            self._emit_raster()
-            o.line()
+            if not self.stream_k:
+                self._emit_raster("blockIdx.x")
+                o.line()
             self._emit_coordinates()
             o.line()
-            self._emit_accumulators()
-            o.line()
-            self._emit_main_loop()
-            o.line()
-            self._emit_epilogue()
+            if not self.stream_k:
+                self._emit_tile_body("blockIdx.x")
+                return
+            o.comment("Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;\n"
+                      "the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this\n"
+                      "kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on\n"
+                      "in the next.")
+            o.line(f"const int first_tile = {paren(tile_count(spec, 'M', 'BM'))} * "
+                   f"{paren(tile_count(spec, 'N', 'BN'))} - sk_tiles;")
+            self._emit_stream_k_work()
+            o.comment("Segments are taken from the end of the range: the first then starts at k = 0 of its\n"
+                      "tile and the last ends at k = K, so all blocks stream through the same k-tiles of A\n"
+                      "and B at about the same time, as plain blocks do, and L2 serves them.")
+            with o.block("for (int work = work_end; work > work_begin;)"):
+                self._emit_stream_k_segment()
+                o.line()
+                self.segmented = True
+                self._emit_raster("tile")
+                o.line()
+                self._emit_tile_body("tile")
+                self.segmented = False
+
+    def emit_prepare_kernel(self) -> None:
+        """Stream-K tiles receive atomic adds, so they must hold beta * C (0 for epilogue: store) first."""
+        o, spec = self.out, self.spec
+        parameters = ", ".join(f"{ctype} {name}" for ctype, name in PREPARE_PARAMETERS)
+        o.comment("Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),\n"
+                  "one block per tile.")
+        o.line(f'extern "C" __global__ void __launch_bounds__({self.layout.threads}) '
+               f"{prepare_entry(spec)}({parameters})")
+        with o.block(""):
+            o.line(f"constexpr int BM = {self.layout.bm};")
+            o.line(f"constexpr int BN = {self.layout.bn};")
+            o.line(f"const int tile = {paren(tile_count(spec, 'M', 'BM'))} * {paren(tile_count(spec, 'N', 'BN'))} - sk_tiles "
+                   "+ blockIdx.x;")
+            self._emit_raster("tile")
+            # Consecutive threads walk C's contiguous dimension, so the accesses coalesce.
+            inner, outer = ("n", "m") if spec.problem.c.layout is ir.MatrixLayout.ROW else ("m", "n")
+            with o.block(f"for (int e = threadIdx.x; e < BM * BN; e += {self.layout.threads})"):
+                o.line(f"const int {outer} = e / B{inner.upper()};")
+                o.line(f"const int {inner} = e % B{inner.upper()};")
+                o.line(f"float* const c = C + (size_t)(block_{outer} + {outer}) * ldc + block_{inner} + {inner};")
+                o.line("*c = beta == 0.0f ? 0.0f : beta * *c;")
+
+    def _emit_tile_body(self, tile: str) -> None:
+        """Accumulate one C tile (in a stream-K segment: one k-range of it) and store it."""
+        o = self.out
+        self._emit_accumulators()
+        o.line()
+        self._emit_main_loop()
+        o.line()
+        self._emit_epilogue()
+
+    def _emit_stream_k_work(self) -> None:
+        o = self.out
+        o.line("const int k_tiles_total = K / BK;")
+        o.line("const long long sk_work = (long long)sk_tiles * k_tiles_total;")
+        o.line("const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);")
+        o.line("const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);")
+
+    def _emit_stream_k_segment(self) -> None:
+        o = self.out
+        o.comment("This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.")
+        o.line("const int tile = first_tile + (work - 1) / k_tiles_total;")
+        o.line("const int kt_end = (work - 1) % k_tiles_total + 1;")
+        o.line("const int kt_begin = max(0, kt_end - (work - work_begin));")
+        o.line("work -= kt_end - kt_begin;")
 
     def _emit_constants(self) -> None:
         o, spec, layout = self.out, self.spec, self.layout
@@ -318,18 +409,20 @@ class KernelEmitter:
         for operand, stride in (("A", "stride_a"), ("B", "stride_b"), ("C", "stride_c")):
             o.line(f"{operand} += blockIdx.z * {stride};")
 
-    def _emit_raster(self) -> None:
+    def _emit_raster(self, tile: str) -> None:
+        """block_m and block_n of C tile number `tile` (the block index, or a stream-K segment's tile)."""
         o, spec = self.out, self.spec
         raster = spec.block.raster
-        o.comment(f"Rasterization ({raster}): which C tile this block computes.")
+        what = "which C tile this block computes" if tile == "blockIdx.x" else f"where C tile `{tile}` lies"
+        o.comment(f"Rasterization ({raster}): {what}.")
         if raster.kind is ir.RasterKind.ROW:
             o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
-            o.line("const int tile_m = blockIdx.x / tiles_n;")
-            o.line("const int tile_n = blockIdx.x % tiles_n;")
+            o.line(f"const int tile_m = {tile} / tiles_n;")
+            o.line(f"const int tile_n = {tile} % tiles_n;")
         elif raster.kind is ir.RasterKind.COL:
             o.line(f"const int tiles_m = {tile_count(spec, 'M', 'BM')};")
-            o.line("const int tile_m = blockIdx.x % tiles_m;")
-            o.line("const int tile_n = blockIdx.x / tiles_m;")
+            o.line(f"const int tile_m = {tile} % tiles_m;")
+            o.line(f"const int tile_n = {tile} / tiles_m;")
         else:
             o.comment(f"Groups of {raster.group} tile rows are walked column by column, so blocks that\n"
                       "run together share rows of A and columns of B in L2.")
@@ -337,10 +430,10 @@ class KernelEmitter:
             o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
             o.line(f"const int group_size = {raster.group};")
             o.line("const int blocks_per_group = group_size * tiles_n;")
-            o.line("const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;")
+            o.line(f"const int first_tile_m = ({tile} / blocks_per_group) * group_size;")
             o.line("const int group_rows = min(tiles_m - first_tile_m, group_size);")
-            o.line("const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;")
-            o.line("const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;")
+            o.line(f"const int tile_m = first_tile_m + ({tile} % blocks_per_group) % group_rows;")
+            o.line(f"const int tile_n = ({tile} % blocks_per_group) / group_rows;")
         o.line("const int block_m = tile_m * BM;")
         o.line("const int block_n = tile_n * BN;")
         if self.checked:
@@ -380,6 +473,8 @@ class KernelEmitter:
         a bound is the matrix dimension that limits the index.
         """
         mn_origin, mn_bound = ("block_m", "M") if operand is ir.Operand.A else ("block_n", "N")
+        if self.segmented:  # k-tiles count from the segment's first
+            tile = "kt_begin" if tile == "0" else f"kt_begin + {tile}"
         k_origin = "0" if tile == "0" else f"{paren(tile)} * BK"
         if self.spec.k_contiguous(operand):
             return mn_origin, k_origin, mn_bound, "K"
@@ -558,16 +653,29 @@ class KernelEmitter:
 
     def _emit_outer_product(self, buffer: str) -> None:
         o = self.out
+        fma = f"acc[i][j] = fmaf(a_frag{buffer}[i], b_frag{buffer}[j], acc[i][j]);"
+        order = self.spec.threads.fma_order
+        if order is ir.FmaOrder.COL:
+            with o.unrolled("j", "FRAG_N"), o.unrolled("i", "FRAG_M"):
+                o.line(fma)
+            return
         with o.unrolled("i", "FRAG_M"):
-            with o.unrolled("j", "FRAG_N"):
-                o.line(f"acc[i][j] = fmaf(a_frag{buffer}[i], b_frag{buffer}[j], acc[i][j]);")
+            if order is ir.FmaOrder.ROW:
+                with o.unrolled("j", "FRAG_N"):
+                    o.line(fma)
+                return
+            o.comment("fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.")
+            with o.unrolled("step", "FRAG_N"):
+                o.line("const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;")
+                o.line(fma)
 
     # --- pipelines ------------------------------------------------------------------------------
 
     def _emit_main_loop(self) -> None:
         o = self.out
         pipeline = self.spec.pipeline
-        o.line(f"const int k_tiles = {tile_count(self.spec, 'K', 'BK')};")
+        k_tiles = "kt_end - kt_begin" if self.segmented else tile_count(self.spec, 'K', 'BK')
+        o.line(f"const int k_tiles = {k_tiles};")
         if self.cp_async:
             if pipeline.stages == 1:
                 self._emit_cp_async_single()
@@ -578,12 +686,18 @@ class KernelEmitter:
         else:
             self._emit_register_double()
 
+    def _k_tile_loop(self) -> AbstractContextManager[None]:
+        unroll = self.spec.pipeline.unroll
+        if unroll > 1:
+            self.out.line(f"#pragma unroll {unroll}  // pipeline unroll: k-tiles per loop iteration")
+        return self.out.block("for (int kt = 0; kt < k_tiles; ++kt)")
+
     def _emit_register_single(self) -> None:
         o = self.out
         o.comment("Single buffer: load a k-tile, wait for all threads, multiply, wait again before\n"
                   "the next tile overwrites shared memory (two barriers per k-tile).")
         self._declare_stage_registers()
-        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+        with self._k_tile_loop():
             self._emit_global_loads("kt")
             self._emit_shared_stores("0")
             o.line("__syncthreads();")
@@ -598,7 +712,7 @@ class KernelEmitter:
         self._emit_global_loads("0")
         self._emit_shared_stores("0")
         o.line("__syncthreads();")
-        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+        with self._k_tile_loop():
             o.line("const int stage = kt % 2;")
             o.line("const bool has_next = kt + 1 < k_tiles;")
             with o.block("if (has_next)"):
@@ -616,7 +730,7 @@ class KernelEmitter:
     def _emit_cp_async_single(self) -> None:
         o = self.out
         o.comment("Single buffer filled by cp.async: copy, wait, multiply, wait (two barriers per k-tile).")
-        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+        with self._k_tile_loop():
             self._emit_cp_async("kt", "0")
             o.line("cp_async_commit();")
             o.line("cp_async_wait<0>();")
@@ -639,7 +753,7 @@ class KernelEmitter:
             o.line("__syncthreads();")
             self._emit_stage_pointers("0", "first")
             self._emit_fragment_loads("0", "[0]", "first")
-        with o.block("for (int kt = 0; kt < k_tiles; ++kt)"):
+        with self._k_tile_loop():
             if not self.double_fragments:
                 self._emit_cp_async_handoff()
             o.line("const int next = kt + STAGES - 1;")
@@ -666,6 +780,11 @@ class KernelEmitter:
         major = self.spec.problem.c.layout.value
         o.comment(f"Epilogue: {what}; C is {major}-major, {width} float(s) per store along each "
                   f"{'row' if major == 'row' else 'column'} of C.")
+        if self.segmented:
+            o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
+                      "(0 for epilogue: store) before this kernel started.")
+            self._emit_c_stores(guarded=False, atomic=True)
+            return
         if not self.checked:
             self._emit_c_stores(guarded=False)
             return
@@ -675,7 +794,7 @@ class KernelEmitter:
             o.comment("Edge block: one element at a time, only inside C.")
             self._emit_c_stores(guarded=True)
 
-    def _emit_c_stores(self, guarded: bool) -> None:
+    def _emit_c_stores(self, guarded: bool, atomic: bool = False) -> None:
         """Store the accumulators, walking each of a thread's lines of C (rows of row-major C,
         columns of column-major C) and storing along the line, where C is contiguous."""
         o = self.out
@@ -692,9 +811,10 @@ class KernelEmitter:
                 limit = f"if ({line_index} < {line_axis.upper()})" if guarded else None
                 with o.block(limit) if limit else nullcontext():
                     o.line(f"float* const c_line = C + (size_t){line_index} * ldc + block_{along} + thread_{along};")
-                    self._emit_line_stores(along, along_loops, width, guarded)
+                    self._emit_line_stores(along, along_loops, width, guarded, atomic)
 
-    def _emit_line_stores(self, axis: str, loops: tuple[str, str], width: int, guarded: bool) -> None:
+    def _emit_line_stores(self, axis: str, loops: tuple[str, str], width: int, guarded: bool,
+                          atomic: bool) -> None:
         o = self.out
         repeat, micro = loops
         alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
@@ -709,12 +829,31 @@ class KernelEmitter:
                     if alpha_beta:
                         values = [f"alpha * {v}" for v in values]
                     o.line(f"{vtype} out = {make_vector(width, values)};")
-                    if alpha_beta:
-                        with o.block("if (beta != 0.0f)"):
-                            o.line(f"const {vtype} old = {as_vector('c_line[offset]', width, const=True)};")
-                            for e in range(width):
-                                o.line(f"{component('out', width, e)} += beta * {component('old', width, e)};")
-                    o.line(f"{as_vector('c_line[offset]', width)} = out;")
+                    if atomic:
+                        self._emit_atomic_add(width)
+                    else:
+                        self._emit_store(width, alpha_beta)
+
+    def _emit_store(self, width: int, alpha_beta: bool) -> None:
+        """c_line[offset] = out (+ beta * the old value)."""
+        o, vtype = self.out, VECTOR_TYPES[width]
+        if alpha_beta:
+            with o.block("if (beta != 0.0f)"):
+                o.line(f"const {vtype} old = {as_vector('c_line[offset]', width, const=True)};")
+                for e in range(width):
+                    o.line(f"{component('out', width, e)} += beta * {component('old', width, e)};")
+        o.line(f"{as_vector('c_line[offset]', width)} = out;")
+
+    def _emit_atomic_add(self, width: int) -> None:
+        """c_line[offset] += out: one vector reduction where the target has it (sm_90 adds float2 and
+        float4 in one instruction), one per element otherwise."""
+        o = self.out
+        if width > 1 and self.spec.target.sm >= 90:
+            o.line(f"atomicAdd(reinterpret_cast<{VECTOR_TYPES[width]}*>(&c_line[offset]), out);")
+            return
+        for e in range(width):
+            target = "c_line[offset]" if e == 0 else f"c_line[offset + {e}]"
+            o.line(f"atomicAdd(&{target}, {component('out', width, e)});")
 
 
 def _epilogue_axis(axis: str) -> tuple[str, tuple[str, str]]:
@@ -767,6 +906,9 @@ class LauncherEmitter:
         self._emit_contract()
         self._emit_aligned_helper()
         o.line()
+        if self.spec.block.stream_k:
+            self._emit_stream_k_split()
+            o.line()
         self._emit_checked_launch()
         o.line()
         if self.spec.problem.batched:
@@ -796,7 +938,7 @@ class LauncherEmitter:
         vectors = [op for op in ir.Operand if layout.global_vector(op) > 1]
         if vectors:
             parts = ", ".join(f"{op.value.upper()} {layout.global_vector(op)}" for op in vectors)
-            fallback = ("otherwise the scalar kernel runs" if len(self.variants) > 1
+            fallback = ("otherwise the scalar kernel runs" if scalar_entry(self.variants)
                         else "otherwise the call is refused")
             what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
             lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
@@ -807,6 +949,59 @@ class LauncherEmitter:
                             "int elements)"):
             self.out.line("return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 "
                           "&& stride % elements == 0;")
+
+    def _emit_stream_k_split(self) -> None:
+        o = self.out
+        o.comment("gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K\n"
+                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten the launch.")
+        with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, long long slots, "
+                     "int* sk_tiles, int* sk_blocks)"):
+            o.line("const long long shared = tiles % slots;")
+            o.line("const long long work = shared * k_tiles;")
+            o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
+            o.line("if (blocks > slots) blocks = slots;")
+            o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
+            o.line(f"const bool worth_it = blocks > shared && work <= {MAX_WORK}LL && idle_enough;")
+            o.line("*sk_tiles = worth_it ? (int)shared : 0;")
+            o.line("*sk_blocks = worth_it ? (int)blocks : 0;")
+
+    def _emit_stream_k_launch(self, arguments: str) -> None:
+        """Size the launch from the device (SMs x resident blocks); when stream-K pays, set C's shared
+        tiles to beta * C and launch the stream-K kernel, else the plain one."""
+        o, spec, layout = self.out, self.spec, self.layout
+        o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
+        o.line("int device = 0, sms = 0, per_sm = 0;")
+        o.line("cudaError_t status = cudaGetDevice(&device);")
+        o.line("if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+        o.line("if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, "
+               f"{layout.threads}, smem_bytes);")
+        o.line("if (status != cudaSuccess) return status;")
+        o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
+        o.line("int sk_tiles = 0, sk_blocks = 0;")
+        o.line(f"{spec.name}_stream_k_split(blocks, K / {layout.bk}, (long long)sms * per_sm, &sk_tiles, &sk_blocks);")
+        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
+        beta = "beta" if alpha_beta else "0.0f"
+        with o.block("if (sk_tiles == 0)"):
+            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({layout.threads}), smem_bytes, stream>>>({arguments});")
+            o.line("return cudaGetLastError();")
+        o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
+                  "finish together, and the ragged end of the launch is the plain kernel's, as without.")
+        with o.block(f"if ({condition})"):
+            o.line(f"{prepare_entry(spec)}<<<dim3((unsigned)sk_tiles), dim3({layout.threads}), 0, stream>>>"
+                   f"(C, M, N, ldc, {beta}, sk_tiles);")
+            o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
+        o.line(f"const auto stream_k_kernel = {stream_k_entry(spec)};")
+        with o.block("if (smem_bytes > 48 * 1024)"):
+            o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                   "(int)smem_bytes);")
+            o.line("if (status != cudaSuccess) return status;")
+        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks), dim3({layout.threads}), smem_bytes, stream>>>("
+               f"{arguments}, sk_tiles);")
+        o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
+        with o.block("if (blocks > sk_tiles)"):
+            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3({layout.threads}), smem_bytes, "
+                   f"stream>>>({arguments});")
 
     def _ld_parameters(self) -> str:
         return ("const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, "
@@ -853,9 +1048,12 @@ class LauncherEmitter:
                        "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
                 o.line("if (err != cudaSuccess) return err;")
             arguments = ", ".join(name for _, name in kernel_parameters(spec))
-            z = "(unsigned)batch" if batched else "1"
-            o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({layout.threads}), smem_bytes, stream>>>("
-                   f"{arguments});")
+            if spec.block.stream_k:
+                self._emit_stream_k_launch(arguments)
+            else:
+                z = "(unsigned)batch" if batched else "1"
+                o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({layout.threads}), smem_bytes, stream>>>("
+                       f"{arguments});")
             o.line("return cudaGetLastError();")
 
     def _emit_kernel_choice(self) -> None:
@@ -864,12 +1062,12 @@ class LauncherEmitter:
         stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
         tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
                  f"{layout.global_vector(op)})" for op in ir.Operand if layout.global_vector(op) > 1]
-        vector, scalar = self.variants[0].entry, self.variants[-1].entry
+        vector, scalar = self.variants[0].entry, scalar_entry(self.variants)
         if not tests:
             o.line(f"const auto kernel = {vector};")
             return
         o.line(f"const bool vector_aligned = {' && '.join(tests)};")
-        if len(self.variants) > 1:
+        if scalar is not None:
             o.line(f"const auto kernel = vector_aligned ? {vector} : {scalar};")
             return
         o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
@@ -905,6 +1103,9 @@ def emit_cuda(spec: ir.KernelSpec, layout: KernelLayout, source_text: str, summa
     for variant in variants:
         o.line()
         KernelEmitter(spec, variant, o).emit_kernel()
+    if spec.block.stream_k:
+        o.line()
+        KernelEmitter(spec, variants[0], o).emit_prepare_kernel()
     o.line()
     LauncherEmitter(spec, variants, o).emit()
     return o.text()

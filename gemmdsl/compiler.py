@@ -18,7 +18,7 @@ from . import __version__, ir
 from .build import PtxasResources
 from .check import Analysis, analyze, summary_lines
 from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_names, leading_dimension_limit,
-                      tile_count)
+                      prepare_entry, scalar_entry, stream_k_entry, tile_count)
 from .frontend import load
 from .layout import KernelLayout
 from .source import Diagnostic, SourceFile
@@ -80,7 +80,13 @@ def launch_metadata(spec: ir.KernelSpec, layout: KernelLayout, source: SourceFil
         "entry": variants[0].entry,
         # entries["scalar"]: the kernel with one-element global accesses, run when an operand
         # is not vector-aligned (checked bounds only; null when the vector kernel is scalar already).
-        "entries": {"vector": variants[0].entry, "scalar": variants[1].entry if len(variants) > 1 else None},
+        # entries["stream_k"] and ["prepare"]: schedule: stream_k's kernel for the last wave's tiles and the
+        # one that sets those tiles to beta * C first (null otherwise).
+        "entries": {"vector": variants[0].entry, "scalar": scalar_entry(variants),
+                    "stream_k": stream_k_entry(spec) if spec.block.stream_k else None,
+                    "prepare": prepare_entry(spec)},
+        # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
+        "schedule": spec.block.schedule.value,
         **launcher_names(spec),
         "arguments": [{"name": name, "type": ctype} for ctype, name in kernel_parameters(spec)],
         "gemmdsl_version": __version__,

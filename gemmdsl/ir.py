@@ -49,6 +49,20 @@ class RasterKind(enum.Enum):
     GROUP = "group"
 
 
+class Schedule(enum.Enum):
+    TILES = "tiles"  # one block per C tile
+    STREAM_K = "stream_k"  # the last, partial wave's k-tiles are shared evenly by one wave of blocks
+
+
+class FmaOrder(enum.Enum):
+    """The order of a thread's FMAs in one k-step's outer product (ptxas keeps much of it, and it
+    decides which operands the register reuse caches can serve)."""
+
+    ROW = "row"  # for i: for j
+    COL = "col"  # for j: for i
+    SNAKE = "snake"  # for i: for j, every other row walked backwards, so neighbours share an operand
+
+
 class SmemOrder(enum.Enum):
     MK = "mk"  # A as [m][k]
     KM = "km"  # A as [k][m] (transposed)
@@ -155,6 +169,11 @@ class BlockTile(Node):
     n: int = 128
     k: int = 8
     raster: Raster = Raster(RasterKind.ROW)
+    schedule: Schedule = Schedule.TILES
+
+    @property
+    def stream_k(self) -> bool:
+        return self.schedule is Schedule.STREAM_K
 
     def global_tile(self, operand: Operand, layout: MatrixLayout) -> tuple[int, int]:
         """(strided extent, contiguous extent) of A's BM x BK or B's BK x N tile in global memory."""
@@ -170,6 +189,7 @@ class ThreadLayout(Node):
     micro: Pair = Pair(4, 4)
     repeat: Pair = Pair(1, 1)
     repeat_level: RepeatLevel = RepeatLevel.BLOCK
+    fma_order: FmaOrder = FmaOrder.ROW
 
     @property
     def threads(self) -> int:
@@ -213,6 +233,7 @@ class Pipeline(Node):
     stages: int = 1
     copy: CopyMode = CopyMode.REGISTERS
     fragments: FragmentBuffering = FragmentBuffering.SINGLE
+    unroll: int = 1  # k-tiles per iteration of the main loop (`#pragma unroll`)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
+MAX_UNROLL = 16  # k-tiles per main-loop iteration; more only grows the code
 
 # How Lark's terminal names read in a message.
 TERMINAL_WORDS = {
@@ -499,12 +500,14 @@ SECTIONS: dict[str, _Section] = {
         "batch": _Key(_enum(ir.Batch, "none or strided")),
     }, required=True),
     "target": _Section({"target": _Key(_target)}, short=True),
-    "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster)}, required=True),
+    "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster),
+                       "schedule": _Key(_enum(ir.Schedule, "tiles or stream_k"))}, required=True),
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True),
         "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True),
         "micro": _Key(_pair_with_word("a micro tile", None), required=True),
         "repeat": _Key(_pair_with_word("a repeat", ir.RepeatLevel, ir.RepeatLevel.BLOCK)),
+        "fma_order": _Key(_enum(ir.FmaOrder, "row, col or snake")),
     }, required=True),
     "smem": _Section({
         "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
@@ -515,6 +518,7 @@ SECTIONS: dict[str, _Section] = {
         "stages": _Key(_int("a stage count", 0, 64)),
         "copy": _Key(_enum(ir.CopyMode, "registers or cp_async")),
         "fragments": _Key(_enum(ir.FragmentBuffering, "single or double")),
+        "unroll": _Key(_int("an unroll factor", 1, MAX_UNROLL)),
     }),
     "budget": _Section({
         "registers": _Key(_int("a register count", 1, 1 << 16)),
@@ -538,13 +542,15 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
 
     values, where = section("block")
     bm, bn, bk = values["tile"]
-    block = ir.BlockTile(**where, m=bm, n=bn, k=bk, raster=values.get("raster", ir.Raster(ir.RasterKind.ROW)))
+    block = ir.BlockTile(**where, m=bm, n=bn, k=bk, raster=values.get("raster", ir.Raster(ir.RasterKind.ROW)),
+                         schedule=values.get("schedule", ir.Schedule.TILES))
 
     values, where = section("threads")
     lanes, lane_order = values["lanes"]
     repeat, repeat_level = values.get("repeat", (ir.Pair(1, 1), ir.RepeatLevel.BLOCK))
     threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
-                              micro=values["micro"], repeat=repeat, repeat_level=repeat_level)
+                              micro=values["micro"], repeat=repeat, repeat_level=repeat_level,
+                              fma_order=values.get("fma_order", ir.FmaOrder.ROW))
 
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
@@ -562,7 +568,8 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     values, where = section("pipeline")
     stages = values.get("stages", 1)
     pipeline = ir.Pipeline(**where, stages=stages, copy=values.get("copy", ir.CopyMode.REGISTERS),
-                           fragments=values.get("fragments", ir.FragmentBuffering.SINGLE))
+                           fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),
+                           unroll=values.get("unroll", 1))
 
     values, where = section("budget")
     budget = ir.Budget(**where, registers=values.get("registers"), blocks_per_sm=values.get("blocks_per_sm"))

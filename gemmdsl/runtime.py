@@ -6,8 +6,9 @@
 CuPy is imported inside the functions that need a GPU, so the compiler, the CLI
 and the CPU tests work on machines without it.
 
-Binaries. NVRTC (through CuPy) turns the kernel part of the `.cu` into a cubin
-for the spec's target; `nvcc -cubin` is tried only when NVRTC fails. The cubin
+Binaries. `nvcc -cubin` turns the kernel part of the `.cu` into a cubin for the
+spec's target when nvcc is on PATH (it is what `gemmdsl compile` reports registers
+for); NVRTC, through CuPy, otherwise (see `compile_cubin`). The cubin
 is kept on disk under `$GEMMDSL_CACHE` (default `~/.cache/gemmdsl`) and loaded
 with `cupy.RawModule(path=...)`, which only needs public CuPy API. We keep our
 own cache rather than relying on CuPy's kernel cache because CuPy offers no
@@ -40,6 +41,9 @@ from typing import Any, Callable
 import numpy
 
 from .codegen import MAX_BATCH, MAX_INT
+from .passes.occupancy import occupancy_of
+from .schedule import StreamKSplit, stream_k_split
+from .targets import arch
 from .source import CompileError
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -77,6 +81,8 @@ class Requirements:
     vector_entry: str
     scalar_entry: str | None  # run when an operand is not vector-aligned; None: such calls are refused
     batched: bool
+    stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
+    prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
@@ -88,7 +94,8 @@ class Requirements:
                    vector_elements=per_operand(requires["vector_elements"]),
                    max_leading_dimension=per_operand(requires["max_leading_dimension"]),
                    vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
-                   batched=metadata["batch"] == "strided")
+                   batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
+                   prepare_entry=metadata["entries"]["prepare"])
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,12 @@ def kernel_arguments(call: CheckedCall, a: Any, b: Any, c: Any, alpha: float, be
     return arguments
 
 
+def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
+    """The split the emitted launcher makes for this call on a GPU with `sms` SMs."""
+    bm, bn, bk = req.block_tile
+    return stream_k_split((call.m // bm) * (call.n // bn), call.k // bk, sms * blocks_per_sm)
+
+
 def empty_c(cupy: Any, req: Requirements, m: int, n: int, batch: int) -> Any:
     """An uninitialised C in the spec's layout (a batch of them for a batched call)."""
     leading = (batch,) if batch > 1 else ()
@@ -432,19 +445,30 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class BoundLaunch:
-    """One validated launch, ready to repeat without re-checking (what the benchmark times)."""
-
-    function: Any  # cupy.RawKernel
-    entry: str  # its name: the vector kernel or the scalar one
+class KernelLaunch:
+    function: Any  # a loaded kernel (cupy Function)
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple
     shared_mem: int
-    c: Any  # the output matrix
 
     def __call__(self) -> None:
         self.function(self.grid, self.block, self.args, shared_mem=self.shared_mem)
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    """One validated call, ready to repeat without re-checking (what the benchmark times): one
+    kernel launch, or for stream-K up to three (set the shared tiles of C to beta * C, the stream-K
+    kernel on them, the plain kernel on the other tiles)."""
+
+    entry: str  # the GEMM kernel the call runs: the vector kernel or the scalar one
+    launches: tuple[KernelLaunch, ...]
+    c: Any  # the output matrix
+
+    def __call__(self) -> None:
+        for launch in self.launches:
+            launch()
 
 
 class Kernel:
@@ -460,7 +484,8 @@ class Kernel:
         self.requirements = Requirements.from_metadata(self.metadata)
         check_device_runs(self.metadata["target"], cupy.cuda.Device().compute_capability)
         self._module = cupy.RawModule(path=str(self._cubin_path(cupy.__version__)))  # keeps the module loaded
-        entries = filter(None, (self.requirements.vector_entry, self.requirements.scalar_entry))
+        req = self.requirements
+        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry))
         self._functions = {entry: self._module.get_function(entry) for entry in entries}
         for function in self._functions.values():
             if self.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT:
@@ -489,10 +514,36 @@ class Kernel:
         if c is None:
             c = empty_c(cupy, req, call.m, call.n, call.batch)
             call = check_call(req, a, b, c, alpha, beta)  # C's alignment takes part in choosing the kernel
-        args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
         block = (self.metadata["threads"], 1, 1)
-        grid = grid_size(req, call.m, call.n, call.batch)
-        return BoundLaunch(self._functions[call.entry], call.entry, grid, block, args, self.dynamic_smem_bytes, c)
+        function = self._functions[call.entry]
+        args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
+        smem = self.dynamic_smem_bytes
+        if req.stream_k_entry is None:
+            grid = grid_size(req, call.m, call.n, call.batch)
+            return BoundLaunch(call.entry, (KernelLaunch(function, grid, block, args, smem),), c)
+        # The launcher's steps (codegen.LauncherEmitter._emit_stream_k_launch), in the same order.
+        split = stream_k_launch(req, call, cupy.cuda.Device().attributes["MultiProcessorCount"],
+                                self._blocks_per_sm(function))
+        if not split.sk_tiles:
+            return BoundLaunch(call.entry, (KernelLaunch(function, (split.tiles, 1, 1), block, args, smem),), c)
+        launches = []
+        if not (req.epilogue == "alpha_beta" and beta == 1.0):
+            beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
+            prepare_args = (c, numpy.int32(call.m), numpy.int32(call.n), numpy.int32(call.views["C"].ld),
+                            beta_first, numpy.int32(split.sk_tiles))
+            launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, 1), block,
+                                         prepare_args, 0))
+        launches.append(KernelLaunch(self._functions[req.stream_k_entry], (split.sk_blocks, 1, 1), block,
+                                     args + (numpy.int32(split.sk_tiles),), smem))
+        if split.dp_tiles:
+            launches.append(KernelLaunch(function, (split.dp_tiles, 1, 1), block, args, smem))
+        return BoundLaunch(call.entry, tuple(launches), c)
+
+    def _blocks_per_sm(self, function: Any) -> int:
+        """Resident blocks per SM of the loaded binary (what cudaOccupancyMaxActiveBlocksPerMultiprocessor says)."""
+        sm = int(self.metadata["target"].removeprefix("sm_"))
+        return max(1, occupancy_of(arch(sm), function.num_regs, self.metadata["threads"],
+                                   self.dynamic_smem_bytes).blocks_per_sm)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None) -> Any:

@@ -22,17 +22,20 @@ class Arch:
     max_threads_per_block: int = 1024
     has_cp_async: bool = True
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
+    # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
+    reference_gpu: str = ""
+    reference_sms: int = 0
 
 
 ARCHS: dict[int, Arch] = {
     80: Arch(80, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=2048, max_blocks_per_sm=32),
+             max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="A100", reference_sms=108),
     86: Arch(86, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=16),
+             max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82),
     89: Arch(89, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=24),
+             max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128),
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=2048, max_blocks_per_sm=32),
+             max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="H100 SXM", reference_sms=132),
 }
 
 

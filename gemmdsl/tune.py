@@ -46,16 +46,17 @@ The survivors are ranked by predicted efficiency, the product of
   - the bottleneck pipe: 1 / max(issue, shared memory, global memory), where, per
     warp-level FFMA (4 issue per SM per clock): `issue` counts the FFMAs, the
     shared-memory instructions and a fixed KTILE_OVERHEAD instructions per warp and
-    k-tile; `shared memory` is the predicted wavefronts (1 per SM per clock);
+    k-tile (KTILE_OVERHEAD_UNROLLED with `pipeline { unroll }` above 1); `shared memory` is the predicted wavefronts (1 per SM per clock);
     `global memory` is the requested bytes at L2_BYTES_PER_CLOCK per SM;
-  - wave quantization of the grid over SMS x blocks_per_sm slots (geomean over sizes);
+  - wave quantization of the grid over SMS x blocks_per_sm slots (geomean over sizes;
+    `schedule: stream_k` fills the last wave, schedule.py, its atomics unpriced);
   - a mild latency term, (warps_per_sm / 8) ** 0.25 below 8 warps per SM (only
     reachable with a lower --min-warps: measured on an H100, 8-warp 128x256 kernels
     with 128 accumulators a thread were the fastest of sgemm_space.tgemm);
 equal scores go to the candidate with fewer shared-memory wavefronts per FFMA,
 then to the earlier one. The model sees the tiling, not the pipeline: variants
-that differ only in stages, copy mode, raster or launch bounds tie, and timing
-decides between them. The top --budget candidates are kept; with nvcc
+that differ only in stages, copy mode, raster, launch bounds or FMA order tie, and
+timing decides between them. The top --budget candidates are kept; with nvcc
 on PATH each is built first and one that ptxas makes spill, or whose real register
 count drops it under --min-warps, is replaced by the next in rank.
 
@@ -78,6 +79,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import ir
+from .schedule import stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 DEFAULT_SIZES = "4096x4096x4096"
@@ -92,6 +94,9 @@ ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock
 SMEM_WAVEFRONTS_PER_CLOCK = 1
 L2_BYTES_PER_CLOCK = 32  # per SM
 KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
+# ... with `pipeline { unroll: 2 or more }`, where stage indices and loop tests fold into constants
+# (ptxas 13.0, sgemm_v3's tiling: 39 such instructions per k-tile, 19 unrolled twice, 17 four times)
+KTILE_OVERHEAD_UNROLLED = 18
 LATENCY_WARPS = 8  # below this many resident warps per SM the ranking assumes latency shows
 
 REASONS = ("tile", "conflicts", "registers", "occupancy")
@@ -381,7 +386,8 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     warp_ffma = intensity.flops / 2 / 32
     per_block_ktile = sum(cost.instructions for cost in facts["smem_accesses"])
     smem_instructions = per_block_ktile * launch.blocks * launch.k_tiles
-    overhead = KTILE_OVERHEAD * launch.warps_per_block * launch.blocks * launch.k_tiles
+    per_ktile = KTILE_OVERHEAD if spec.pipeline.unroll == 1 else KTILE_OVERHEAD_UNROLLED
+    overhead = per_ktile * launch.warps_per_block * launch.blocks * launch.k_tiles
     return Prediction(
         registers=registers.per_thread,
         register_cap=register_cap(spec, analysis.layout.threads, registers.limit),
@@ -474,10 +480,15 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 
 
 def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: int) -> float:
-    """Useful fraction of the last wave: blocks / (waves * slots)."""
-    m, n, _ = size
+    """Useful fraction of the launch's slot time: blocks / (waves * slots). With stream-K the last
+    wave's tiles are spread over a whole wave (schedule.py); its atomics are not modelled."""
+    m, n, k = size
     blocks = math.ceil(m / spec.block.m) * math.ceil(n / spec.block.n)
     slots = max(1, sms * max(1, blocks_per_sm))
+    if spec.block.stream_k:
+        split = stream_k_split(blocks, math.ceil(k / spec.block.k), slots)
+        if split.sk_tiles:
+            return (blocks / slots) / (split.dp_tiles / slots + split.sk_tiles / split.sk_blocks)
     return blocks / (math.ceil(blocks / slots) * slots)
 
 

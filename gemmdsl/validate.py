@@ -124,6 +124,15 @@ class _Checker:
         if block.raster.kind is ir.RasterKind.GROUP and block.raster.group < 1:
             self.error(block.at("raster"), f"group({block.raster.group}) needs at least one row of blocks per group",
                        hint="write group(G) with G >= 1, e.g. group(8)")
+        if block.stream_k:
+            problem = self.spec.problem
+            if problem.checked:
+                self.error(block.at("schedule"), "schedule: stream_k needs `bounds: exact` in the problem section",
+                           hint="stream-K splits whole k-tiles between blocks; use `schedule: tiles;` for "
+                                "checked bounds")
+            if problem.batched:
+                self.error(block.at("schedule"), "schedule: stream_k does not take batched problems",
+                           hint="a batch already gives every SM work; use `schedule: tiles;`")
         return ok
 
     def check_threads(self) -> bool:

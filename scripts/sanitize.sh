@@ -8,7 +8,7 @@
 # on packed operands (the scalar kernel where leading dimensions are odd), one on padded
 # operands (the vector kernel) and, for batched specs, one on a batch of 3; exact specs skip
 # the odd size, which their launcher refuses. Only the spec's own kernels are instrumented
-# (--kernel-name kns=NAME_kernel matches NAME_kernel and NAME_kernel_scalar), so cuBLAS and
+# (--kernel-name kns=NAME_ matches NAME_kernel, NAME_kernel_scalar and stream-K's NAME_prepare_c), so cuBLAS and
 # CuPy's helper kernels run at full speed, and GEMMDSL_NO_MEMORY_POOL=1 gives every array
 # its own allocation so that memcheck knows each operand's bounds. verify's own checks (NaN
 # poison and guards, the float64 reference) run as usual.
@@ -29,7 +29,7 @@ for spec in "${specs[@]}"; do
         || { echo "$spec: does not compile"; status=1; continue; }
     for tool in memcheck racecheck synccheck; do
         log="$LOGS/$kernel.$tool.log"
-        compute-sanitizer --tool "$tool" --kernel-name "kns=${kernel}_kernel" --error-exitcode 99 \
+        compute-sanitizer --tool "$tool" --kernel-name "kns=${kernel}_" --error-exitcode 99 \
             "$PYTHON" -m gemmdsl.cli verify "$spec" --sizes "$SIZES" >"$log" 2>&1
         code=$?
         case $code in

@@ -49,11 +49,16 @@ def host_source(cuda: str) -> str:
 def glue(metadata: dict) -> str:
     """main.cpp: the kernels, the runner, and a switch that calls the chosen kernel for one thread."""
     arguments = ", ".join(f"p.{argument['name']}" for argument in metadata["arguments"])
-    entries = [metadata["entries"]["vector"], metadata["entries"]["scalar"]]
-    cases = "\n".join(f"    case {index}: {entry}({arguments}); break;"
-                      for index, entry in enumerate(entries) if entry is not None)
+    entries = metadata["entries"]
+    beta_first = "p.beta" if metadata["epilogue"] == "alpha_beta" else "0.0f"
+    calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
+             (entries["stream_k"], f"{arguments}, p.sk_tiles"),
+             (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}, p.sk_tiles")]
+    cases = "\n".join(f"    case {index}: {entry}({args}); break;"
+                      for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
     tile_m, tile_n, _ = metadata["block_tile"]
+    alpha_beta = "true" if metadata["epilogue"] == "alpha_beta" else "false"
     return f"""#include "cuda_host.h"
 #include "kernel.cu"
 #include "runner.h"
@@ -68,7 +73,7 @@ static void launch(int entry, const Problem& p)
 
 int main(int argc, char** argv)
 {{
-    return emulate(argc, argv, Layout{{{rows}, {metadata["threads"]}, {tile_m}, {tile_n}}}, launch);
+    return emulate(argc, argv, Layout{{{rows}, {metadata["threads"]}, {tile_m}, {tile_n}, {alpha_beta}}}, launch);
 }}
 """
 
@@ -97,11 +102,14 @@ class Call:
     offset_a: int = 0
     offset_b: int = 0
     offset_c: int = 0
+    sk_tiles: int = 0  # stream-K: tiles shared by sk_blocks blocks (schedule.StreamKSplit); 0: none
+    sk_blocks: int = 0
 
     def argv(self) -> list[str]:
         return [str(value) for value in (self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch,
                                          self.stride_a, self.stride_b, self.stride_c, self.alpha, self.beta,
-                                         self.entry, self.offset_a, self.offset_b, self.offset_c)]
+                                         self.entry, self.offset_a, self.offset_b, self.offset_c,
+                                         self.sk_tiles, self.sk_blocks)]
 
 
 def build(cuda: str, metadata: dict, directory: Path) -> Path:

@@ -41,19 +41,23 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     a, b, c = (draw(st.sampled_from(("row", "col"))) for _ in range(3))
     bounds = draw(st.sampled_from(("checked", "exact")))
     batch = draw(st.sampled_from(("none", "strided")))
+    fma_order = draw(st.sampled_from(("row", "col", "snake")))
+    unroll = draw(st.sampled_from((1, 2, 4)))
+    # stream_k takes exact, unbatched problems only; drawing it elsewhere would just be rejected
+    schedule = draw(st.sampled_from(("tiles", "stream_k"))) if (bounds, batch) == ("exact", "none") else "tiles"
     swizzle_a = ""
     if draw(st.booleans()) and a_order == "km":
         swizzle_a = " swizzle: xor(1, 4, 5);"
     text = f"""gemm {name} {{
     problem  {{ a: f32 {a}; b: f32 {b}; c: f32 {c}; epilogue: {epilogue}; bounds: {bounds}; batch: {batch}; }}
     target   sm_90;
-    block    {{ tile: {bm}x{bn}x{bk}; raster: {raster}; }}
-    threads  {{ warps: {warps[0]}x{warps[1]}; lanes: {lanes[0]}x{lanes[1]} {order}; micro: {micro[0]}x{micro[1]}; repeat: {repeat[0]}x{repeat[1]} {level}; }}
+    block    {{ tile: {bm}x{bn}x{bk}; raster: {raster}; schedule: {schedule}; }}
+    threads  {{ warps: {warps[0]}x{warps[1]}; lanes: {lanes[0]}x{lanes[1]} {order}; micro: {micro[0]}x{micro[1]}; repeat: {repeat[0]}x{repeat[1]} {level}; fma_order: {fma_order}; }}
     smem a   {{ order: {a_order}; pad: {pad_a};{swizzle_a} }}
     smem b   {{ order: {b_order}; pad: {pad_b}; }}
     load a   {{ vector: {vec_a}; }}
     load b   {{ vector: {vec_b}; }}
-    pipeline {{ stages: {stages}; copy: {copy}; fragments: {fragments}; }}
+    pipeline {{ stages: {stages}; copy: {copy}; fragments: {fragments}; unroll: {unroll}; }}
 }}
 """
     try:

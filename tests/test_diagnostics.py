@@ -284,6 +284,18 @@ CASES = [
          [("gemm |threadIdx", "kernel name 'threadIdx' is a C/C++ keyword")]),
     Case("long_name", [m("gemm sgemm_v3", "gemm " + "k" * 65)],
          [("gemm |kkk", "kernel name is 65 characters long; at most 64 are allowed")]),
+    # --- stream-K, FMA order, unroll -------------------------------------------------------------
+    Case("stream_k_needs_exact_bounds", [m("raster: row;", "raster: row; schedule: stream_k;")],
+         [("schedule: |stream_k", "schedule: stream_k needs `bounds: exact`")], ["use `schedule: tiles;`"]),
+    Case("stream_k_not_batched", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; bounds: exact; batch: strided;"),
+                                  m("raster: row;", "raster: row; schedule: stream_k;")],
+         [("schedule: |stream_k", "schedule: stream_k does not take batched problems")]),
+    Case("unknown_schedule", [m("raster: row;", "raster: row; schedule: streamk;")],
+         [("schedule: |streamk", "expected tiles or stream_k")], ["did you mean 'stream_k'?"]),
+    Case("unknown_fma_order", [m("repeat: 2x2 block;", "repeat: 2x2 block; fma_order: zigzag;")],
+         [("fma_order: |zigzag", "expected row, col or snake")]),
+    Case("unroll_out_of_range", [m("fragments: double;", "fragments: double; unroll: 0;")],
+         [("unroll: |0", "an unroll factor must be between 1 and 16")]),
     # --- several errors in one file ------------------------------------------------------------
     Case("several_schema_errors", [m("tile: 128x128x8", "tiles: 128x128x8"), m("sm_90", "sm_70"),
                                    m("load b   { vector: 4; }", "load b   { vector: 5; }"),

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import host_emulation
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.runtime import Requirements, check_call
+from gemmdsl.schedule import stream_k_split
 from host_emulation import Call
 from spec_strategies import spec_texts
 
@@ -113,10 +114,29 @@ def exact_calls(req: Requirements) -> list[Call]:
     return [Call(*size, **natural(req, *size, pad=4), **scalars(req))]
 
 
+def stream_k_calls(req: Requirements) -> list[Call]:
+    """4 tiles of 16 k-tiles as GPUs of 3, 5 and 7 slots split them: 3 blocks share the last tile;
+    5 or 7 blocks share all four, their ranges crossing tile boundaries. Then alpha_beta's beta = 1,
+    which leaves C as it is instead of preparing it."""
+    bm, bn, bk = req.block_tile
+    size = (2 * bm, 2 * bn, 16 * bk)
+    calls = []
+    for slots in (3, 5, 7):
+        split = stream_k_split(4, 16, slots)
+        assert split.sk_tiles, slots
+        calls.append(Call(*size, **natural(req, *size, pad=4), **scalars(req), sk_tiles=split.sk_tiles,
+                          sk_blocks=split.sk_blocks))
+    if req.epilogue == "alpha_beta":
+        calls.append(replace(calls[-1], beta=1.0))
+    return calls
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     binary, req = runners[spec.stem]
     calls = checked_calls(req) if req.multiples == (1, 1, 1) else exact_calls(req)
+    if req.stream_k_entry is not None:
+        calls += stream_k_calls(req)
     assert run_all(binary, req, calls) == []
     if req.scalar_entry is not None:
         assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
@@ -140,13 +160,17 @@ def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
     if req.multiples == (1, 1, 1):
         m, n, k = draw(st.integers(1, 2 * bm + 3)), draw(st.integers(1, 2 * bn + 3)), draw(st.integers(1, 3 * bk + 3))
     else:
-        m, n, k = (tile * draw(st.integers(1, 2)) for tile in req.block_tile)
+        m, n = (tile * draw(st.integers(1, 2)) for tile in req.block_tile[:2])
+        k = bk * draw(st.integers(1, 16 if req.stream_k_entry else 2))
     lds = natural(req, m, n, k, pad=draw(st.sampled_from((0, 4))))
     call = Call(m, n, k, **lds, **(scalars(req) if draw(st.booleans()) else {}))
     if req.batched and draw(st.booleans()):
         strides = {f"stride_{p}": -(-footprint(req, p.upper(), rows, cols, lds[f"ld{p}"]) // 4) * 4
                    for p, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n))}
         call = replace(call, batch=draw(st.integers(2, 3)), **strides)
+    if req.stream_k_entry is not None:  # as a GPU of a few slots would split it (often: not at all)
+        split = stream_k_split((m // bm) * (n // bn), k // bk, draw(st.integers(1, 7)))
+        call = replace(call, sk_tiles=split.sk_tiles, sk_blocks=split.sk_blocks)
     return call
 
 

@@ -7,6 +7,9 @@
   (up to 2048) and cuBLAS, C's padding and guards untouched.
 - Views without copies: transposed and sliced CuPy arrays; a batch sharing one B.
 - RANDOM_SPECS random valid specs (tests/spec_strategies.py) at random shapes vs float64.
+- Stream-K (sgemm_h100) at shapes that split: all tiles shared, a long K over three tiles,
+  ranges crossing tile boundaries, a last partial wave behind whole waves; beta = 1, which
+  skips preparing C; and its C launcher.
 - The C launchers (NAME_launch, _launch_ld, _launch_batched) through ctypes: right answers
   for what they take, cudaErrorInvalidValue for what they must refuse (needs nvcc).
 
@@ -91,6 +94,35 @@ def test_a_batch_sharing_one_b(load_kernel, cupy):
     expected = 2.0 * product64(a, b) + 0.5 * c_in.astype(cupy.float64)
     assert relative_error(c, expected) < TOLERANCE
     assert bool(cupy.isnan(c_storage[:, m:, :]).all()) and bool(cupy.isnan(c_storage[:, :, n:]).all())
+
+
+# Each splits on an H100 (132 SMs, 2 blocks each): 4 tiles of 32 k-tiles over 32 blocks; 81 tiles of 8
+# over 162; 3 tiles of 1000 over 264; 64 tiles of 128 over 264; 792 whole tiles then 232 shared.
+STREAM_K_SHAPES = [(256, 256, 256), (1152, 1152, 64), (384, 128, 8000), (1024, 1024, 1024), (4096, 4096, 1024)]
+
+
+@pytest.mark.parametrize("size", STREAM_K_SHAPES, ids=format_size)
+def test_stream_k_at_shapes_that_split(size, load_kernel, cupy):
+    kernel = load_kernel(SPECS / "sgemm_h100.gemm")
+    m, n, k = size
+    a = cupy.ones((m, k), dtype=cupy.float32)
+    b = cupy.ones((k, n), dtype=cupy.float32)
+    assert len(kernel.bind(a, b).launches) >= 2, "prepare C, the stream-K kernel (then the plain one)"
+    results = verify(kernel, [size], seed=sum(size))
+    assert [format_result(r) for r in results if not r.passed] == []
+
+
+def test_stream_k_with_beta_one_adds_into_c(load_kernel, cupy):
+    kernel = load_kernel(SPECS / "sgemm_h100.gemm")
+    m, n, k = 1024, 1024, 1024
+    a = cupy.random.uniform(-1, 1, (m, k), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (k, n), dtype=cupy.float32)
+    c_in = cupy.random.uniform(-1, 1, (m, n), dtype=cupy.float32)
+    c = c_in.copy()
+    launch = kernel.bind(a, b, c, alpha=-2.0, beta=1.0)
+    assert len(launch.launches) == 1, "beta = 1: C already holds beta * C, nothing to prepare"
+    launch()
+    assert relative_error(c, -2.0 * product64(a, b) + c_in.astype(cupy.float64)) < TOLERANCE
 
 
 @st.composite
@@ -189,6 +221,19 @@ def test_exact_launchers_refuse_what_they_cannot_take(launchers, cupy):
         == CUDA_ERROR_INVALID_VALUE  # lda 17: float4 loads would be misaligned
     offset = cupy.zeros(256 * 16 + 1, dtype=cupy.float32)[1:]
     assert run(library.sgemm_v3_launch, offset, b, c, 256, 128, 16, 1.0, 0.0) == CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, -0.5])
+def test_stream_k_launcher(launchers, cupy, beta):
+    library = launchers("sgemm_h100")
+    m, n, k = 1152, 1152, 64  # 81 tiles shared by 162 blocks on an H100
+    a = cupy.random.uniform(-1, 1, (m, k), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (k, n), dtype=cupy.float32)
+    c_in = cupy.random.uniform(-1, 1, (m, n), dtype=cupy.float32)
+    c = c_in.copy()
+    assert run(library.sgemm_h100_launch, a, b, c, m, n, k, 1.5, beta) == CUDA_SUCCESS
+    assert relative_error(c, 1.5 * product64(a, b) + beta * c_in.astype(cupy.float64)) < TOLERANCE
+    assert run(library.sgemm_h100_launch, a, b, c, m, n, 60, 1.5, beta) == CUDA_ERROR_INVALID_VALUE
 
 
 def test_batched_launcher(launchers, cupy):

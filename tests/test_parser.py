@@ -119,6 +119,9 @@ def test_defaults():
     assert spec.pipeline.stages == 1
     assert spec.pipeline.copy is ir.CopyMode.REGISTERS
     assert spec.pipeline.fragments is ir.FragmentBuffering.SINGLE
+    assert spec.pipeline.unroll == 1
+    assert spec.threads.fma_order is ir.FmaOrder.ROW
+    assert spec.block.schedule is ir.Schedule.TILES and not spec.block.stream_k
     assert (spec.budget.registers, spec.budget.blocks_per_sm) == (None, None)
     assert load(SourceFile("minimal.gemm", MINIMAL))[1] == []
 
@@ -182,17 +185,20 @@ def test_every_key():
 gemm everything {
     problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
     target   sm_80;
-    block    { tile: 128x128x16; raster: group(8); }
-    threads  { warps: 2x4; lanes: 8x4 zigzag; micro: 4x4; repeat: 2x2 warp; }
+    block    { tile: 128x128x16; raster: group(8); schedule: stream_k; }
+    threads  { warps: 2x4; lanes: 8x4 zigzag; micro: 4x4; repeat: 2x2 warp; fma_order: snake; }
     smem a   { order: km; pad: 4; read: 64; }
     smem b   { order: kn; swizzle: xor(3, 2, 3); read: 128; }
     load a   { vector: 2; }
     load b   { vector: 1; }
-    pipeline { stages: 3; copy: cp_async; fragments: double; }
+    pipeline { stages: 3; copy: cp_async; fragments: double; unroll: 2; }
     budget   { registers: 128; blocks_per_sm: 2; }
 }
 """
     spec = parser.parse_text(text)
+    assert spec.block.schedule is ir.Schedule.STREAM_K and spec.block.stream_k
+    assert spec.threads.fma_order is ir.FmaOrder.SNAKE
+    assert spec.pipeline.unroll == 2
     assert spec.problem.bounds is ir.Bounds.EXACT
     assert spec.target.sm == 80
     assert spec.block.raster == ir.Raster(ir.RasterKind.GROUP, 8)

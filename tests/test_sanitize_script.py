@@ -35,6 +35,6 @@ def test_one_line_per_spec_and_tool_and_only_the_specs_kernels_checked(tmp_path)
     assert "2 launches" in lines[0] and "RACECHECK SUMMARY: 1 hazard" in lines[1]
     assert done.returncode == 1
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0].startswith("--tool memcheck --kernel-name kns=checked_v3_kernel --error-exitcode 99 ")
+    assert calls[0].startswith("--tool memcheck --kernel-name kns=checked_v3_ --error-exitcode 99 ")
     assert calls[0].endswith("-m gemmdsl.cli verify specs/checked_v3.gemm --sizes 333x517x129,256x256x256")
     assert (tmp_path / "out" / "sanitize" / "checked_v3.racecheck.log").is_file()

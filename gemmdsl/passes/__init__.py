@@ -1,4 +1,4 @@
-"""Analysis passes over a kernel spec: bank conflicts, registers, occupancy, intensity.
+"""Analysis passes over a kernel spec: bank conflicts, registers, occupancy, waves, intensity.
 
 Each pass lives in its own module and declares the facts it needs and provides;
 `PassManager` orders them (see framework.py). `ALL_PASSES` is the set the
@@ -12,9 +12,11 @@ from .launch import LaunchPass
 from .occupancy import OccupancyPass
 from .registers import RegisterPass
 from .smem_traffic import SmemTrafficPass
+from .waves import WavesPass
 
 ALL_PASSES: tuple[Pass, ...] = (
-    LaunchPass(), BankConflictPass(), SmemTrafficPass(), RegisterPass(), OccupancyPass(), IntensityPass(),
+    LaunchPass(), BankConflictPass(), SmemTrafficPass(), RegisterPass(), OccupancyPass(), WavesPass(),
+    IntensityPass(),
 )
 
 __all__ = [

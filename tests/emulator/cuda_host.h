@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <math.h>
+#include <mutex>
 #include <vector>
 
 #define __CUDACC_RTC__ 1  // skips the generated file's includes and host launchers
@@ -80,6 +81,29 @@ inline float4 lds128(const float* p) { require_shared(p, 16); return *reinterpre
 inline void sts32(float* p, float v) { require_shared(p, 4); *p = v; }
 inline void sts64(float* p, float2 v) { require_shared(p, 8); *reinterpret_cast<float2*>(p) = v; }
 inline void sts128(float* p, float4 v) { require_shared(p, 16); *reinterpret_cast<float4*>(p) = v; }
+
+// Global-memory atomics (stream-K epilogues): one lock for all, which is all they need here.
+inline std::mutex emulated_atomics;
+inline float atomicAdd(float* p, float v) {
+    std::lock_guard<std::mutex> lock(emulated_atomics);
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
+inline float2 atomicAdd(float2* p, float2 v) {
+    require_alignment(p, 8, "misaligned float2 atomicAdd");
+    std::lock_guard<std::mutex> lock(emulated_atomics);
+    const float2 old = *p;
+    *p = {old.x + v.x, old.y + v.y};
+    return old;
+}
+inline float4 atomicAdd(float4* p, float4 v) {
+    require_alignment(p, 16, "misaligned float4 atomicAdd");
+    std::lock_guard<std::mutex> lock(emulated_atomics);
+    const float4 old = *p;
+    *p = {old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w};
+    return old;
+}
 
 struct AsyncCopy {
     float* dst;

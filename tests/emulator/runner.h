@@ -3,9 +3,13 @@
 // is not an element of C (leading-dimension padding, gaps between batches) still NaN.
 //
 //   runner M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry offset_a offset_b offset_c
+//          sk_tiles sk_blocks
 //
 // entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
-// many floats past a 16-byte-aligned allocation, to make misaligned pointers. Operands are
+// many floats past a 16-byte-aligned allocation, to make misaligned pointers. sk_tiles > 0 runs a
+// stream-K call as the launcher makes it: the prepare kernel (entry 3) on the last sk_tiles tiles,
+// the stream-K kernel (entry 2) on sk_blocks blocks, then the vector kernel on the other tiles.
+// Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
 // Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
 #pragma once
@@ -22,12 +26,14 @@ struct Problem {
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
     long long stride_a, stride_b, stride_c;
+    int sk_tiles;
 };
 
 struct Layout {
     bool a_row, b_row, c_row;
     int threads;
     int tile_m, tile_n;
+    bool alpha_beta;  // epilogue: alpha_beta (stream-K then skips preparing C when beta == 1)
 };
 
 struct Matrix {
@@ -53,13 +59,12 @@ inline float uniform(uint64_t& state) {
     return static_cast<float>((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry,
-                     const std::function<void(int, const Problem&)>& launch) {
-    const int tiles = ((p.M + layout.tile_m - 1) / layout.tile_m) * ((p.N + layout.tile_n - 1) / layout.tile_n);
-    gridDim = {static_cast<unsigned>(tiles), 1, static_cast<unsigned>(batch)};
+inline void run_blocks(const Layout& layout, const Problem& p, int blocks, int batch, int entry,
+                       const std::function<void(int, const Problem&)>& launch) {
+    gridDim = {static_cast<unsigned>(blocks), 1, static_cast<unsigned>(batch)};
     blockDim = {static_cast<unsigned>(layout.threads), 1, 1};
     for (int z = 0; z < batch; ++z) {
-        for (int x = 0; x < tiles; ++x) {
+        for (int x = 0; x < blocks; ++x) {
             std::barrier<> barrier(layout.threads);
             emulated_barrier = &barrier;
             std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
@@ -77,10 +82,22 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
     }
 }
 
+inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry, int sk_blocks,
+                     const std::function<void(int, const Problem&)>& launch) {
+    const int tiles = ((p.M + layout.tile_m - 1) / layout.tile_m) * ((p.N + layout.tile_n - 1) / layout.tile_n);
+    if (p.sk_tiles == 0) {
+        run_blocks(layout, p, tiles, batch, entry, launch);
+        return;
+    }
+    if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, 1, 3, launch);
+    run_blocks(layout, p, sk_blocks, 1, 2, launch);
+    if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, 1, entry, launch);
+}
+
 inline int emulate(int argc, char** argv, const Layout& layout, const std::function<void(int, const Problem&)>& launch) {
-    if (argc != 17) {
+    if (argc != 19) {
         std::fprintf(stderr, "usage: M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry "
-                             "offset_a offset_b offset_c\n");
+                             "offset_a offset_b offset_c sk_tiles sk_blocks\n");
         return 2;
     }
     auto arg = [&](int i) { return std::atoll(argv[i]); };
@@ -103,8 +120,8 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
     const std::vector<float> c_in = c.storage;
 
     Problem p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
-              a.stride, b.stride, c.stride};
-    run_grid(layout, p, batch, entry, launch);
+              a.stride, b.stride, c.stride, (int)arg(17)};
+    run_grid(layout, p, batch, entry, (int)arg(18), launch);
 
     double error = 0.0, norm = 0.0;
     long long wrong_outside = 0, nonfinite = 0;

@@ -1,0 +1,74 @@
+"""How a `schedule: stream_k` launch divides its work, stated once.
+
+A launch of T tiles on a GPU that holds S blocks at a time (SMs x blocks per SM) runs
+in ceil(T / S) waves; when T % S tiles are left for the last wave, the rest of that
+wave's slots idle (4096^3 in 128x128 tiles on a 132-SM H100 at 2 blocks per SM: 1024
+tiles, 3.88 waves, 3% of the launch lost; 1024^3: 64 tiles, 76% of the only wave idle).
+
+Stream-K gives those last T % S tiles' k-tiles to one whole wave of blocks in equal,
+contiguous ranges. A range may cover the end of one tile and the start of the next;
+the blocks add their partial sums into C with atomics, so those tiles of C are first set
+to beta * C by a small kernel. The stream-K blocks run first, then the plain kernel
+computes the other tiles, one block each, in whole waves.
+
+The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
+analysis all follow this module; `stream_k_split` is the rule, and the launcher's copy
+of it is tested against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A stream-K block's range must be long enough to pay for its prologue, epilogue and
+# atomics; with fewer k-tiles of work than this per block, fewer blocks share it.
+MIN_K_TILES_PER_BLOCK = 4
+# Stream-K costs atomics and a pass over the shared tiles of C: it is used only when at
+# least this percentage of the last wave's slots would otherwise idle. Measured on the
+# H100 (README, Performance notes): at 3% idle (2048^3) it did not pay, at 12% it did.
+MIN_IDLE_PERCENT = 10
+MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
+
+
+@dataclass(frozen=True)
+class StreamKSplit:
+    tiles: int  # C tiles of the launch
+    k_tiles: int  # k-tiles per C tile
+    slots: int  # blocks the GPU holds at once
+    sk_tiles: int  # the last tiles, whose k-tiles the stream-K blocks share (0: no stream-K)
+    sk_blocks: int  # blocks of the stream-K kernel
+
+    @property
+    def dp_tiles(self) -> int:
+        """Tiles the plain kernel computes, one block each."""
+        return self.tiles - self.sk_tiles
+
+    @property
+    def first_sk_tile(self) -> int:
+        return self.tiles - self.sk_tiles
+
+    def segments(self, block: int) -> list[tuple[int, int, int]]:
+        """(tile, first k-tile, end k-tile) of each piece of work stream-K block `block` does, in the
+        order it does them: the kernel's loop, written out. The range is walked from its end, so the
+        first piece starts at k-tile 0 of its tile and the last ends at the tile's last k-tile."""
+        work = self.sk_tiles * self.k_tiles
+        begin, end = work * block // self.sk_blocks, work * (block + 1) // self.sk_blocks
+        pieces = []
+        while end > begin:
+            tile, last = divmod(end - 1, self.k_tiles)
+            first = max(0, last + 1 - (end - begin))
+            pieces.append((self.first_sk_tile + tile, first, last + 1))
+            end -= last + 1 - first
+        return pieces
+
+
+def stream_k_split(tiles: int, k_tiles: int, slots: int) -> StreamKSplit:
+    """The split the launcher makes: the last wave's T % S tiles go to stream-K blocks, unless
+    stream-K would not shorten the launch (a whole tile of work per block or more, or too few
+    idle slots to pay for it)."""
+    shared = tiles % slots
+    work = shared * k_tiles
+    blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
+    idle_enough = (slots - shared) * 100 >= MIN_IDLE_PERCENT * slots
+    if blocks <= shared or work > MAX_WORK or not idle_enough:
+        shared = blocks = 0
+    return StreamKSplit(tiles, k_tiles, slots, shared, blocks)

@@ -1,0 +1,95 @@
+"""Stream-K's work split (gemmdsl/schedule.py), and the launcher's C++ copy of the rule."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmdsl.compiler import compile_path
+from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, stream_k_split
+
+ROOT = Path(__file__).resolve().parent.parent
+H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 600), slots=st.integers(1, 600))
+def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots):
+    split = stream_k_split(tiles, k_tiles, slots)
+    assert split.dp_tiles + split.sk_tiles == tiles
+    if not split.sk_tiles:
+        assert split.sk_blocks == 0
+        return
+    assert split.sk_tiles == tiles % slots and split.sk_tiles < split.sk_blocks <= slots
+    assert (slots - split.sk_tiles) * 100 >= MIN_IDLE_PERCENT * slots
+    covered = []
+    lengths = []
+    for block in range(split.sk_blocks):
+        pieces = split.segments(block)
+        lengths.append(sum(end - first for _, first, end in pieces))
+        for index, (tile, first, end) in enumerate(pieces):
+            assert split.first_sk_tile <= tile < tiles and 0 <= first < end <= k_tiles
+            # walked from the range's end: the first piece starts a tile unless it is the only one,
+            # every later piece ends one
+            if index > 0:
+                assert end == k_tiles
+            if len(pieces) > 1 and index == 0:
+                assert first == 0
+            covered += [(tile, k) for k in range(first, end)]
+    assert sorted(covered) == [(t, k) for t in range(split.first_sk_tile, tiles) for k in range(k_tiles)]
+    assert max(lengths) - min(lengths) <= 1  # equal shares
+    assert min(lengths) >= min(MIN_K_TILES_PER_BLOCK - 1, split.sk_tiles * k_tiles // split.sk_blocks)
+
+
+@pytest.mark.parametrize("size, shared", [((1024, 1024, 1024), 64), ((2048, 2048, 2048), 0),
+                                          ((4096, 4096, 4096), 232), ((8192, 8192, 8192), 136),
+                                          ((4096, 4096, 1024), 232)])
+def test_the_benchmarked_sizes_on_the_h100(size, shared):
+    """What the Performance section's sgemm_h100 figures ran: 2048^3 (256 tiles, 3% of the wave
+    idle) runs tiles only; the others share their last wave with a full wave of blocks."""
+    m, n, k = size
+    split = stream_k_split((m // 128) * (n // 128), k // 8, H100_SLOTS)
+    assert split.sk_tiles == shared
+    assert split.sk_blocks == (H100_SLOTS if shared else 0)
+
+
+def test_small_problems_do_not_split():
+    assert stream_k_split(1, 1, 264).sk_tiles == 0  # one k-tile: nothing to share
+    assert stream_k_split(4, 2, 264).sk_tiles == 0  # 8 k-tiles: two blocks of 4 for four tiles
+    assert stream_k_split(4, 3, 264).sk_tiles == 0
+    split = stream_k_split(4, 32, 264)
+    assert (split.sk_tiles, split.sk_blocks) == (4, 32)
+
+
+LAUNCHER_TEST = r"""
+#include <cstdio>
+%s
+int main() {
+    long long tiles, k_tiles, slots;
+    while (std::scanf("%%lld %%lld %%lld", &tiles, &k_tiles, &slots) == 3) {
+        int sk_tiles, sk_blocks;
+        %s_stream_k_split(tiles, k_tiles, slots, &sk_tiles, &sk_blocks);
+        std::printf("%%d %%d\n", sk_tiles, sk_blocks);
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+def test_the_launcher_splits_as_schedule_py_does(tmp_path):
+    cuda = compile_path(ROOT / "specs" / "sgemm_h100.gemm").cuda
+    function = re.search(r"^static void sgemm_h100_stream_k_split\(.*?^}\n", cuda, re.M | re.S).group(0)
+    (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, "sgemm_h100"))
+    subprocess.run(["g++", "-O1", "-o", "split", "split.cpp"], cwd=tmp_path, check=True)
+    cases = [(t, k, s) for t in (1, 3, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
+             for k in (1, 2, 3, 4, 5, 128, 512, 2**20, 2**23) for s in (1, 7, 132, 264, 528)]
+    stdin = "".join(f"{t} {k} {s}\n" for t, k, s in cases)
+    done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
+    expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]
+    assert got == expected
