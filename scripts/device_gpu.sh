@@ -11,6 +11,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 
 status=0
 python3 -m pytest -m gpu -q 2>&1 | tee "$OUT/pytest.log" || status=1
+python3 scripts/prebuild_cubins.py specs/*.gemm > "$OUT/prebuild.log" 2>&1 || status=1
 python3 -m gemmdsl.cli verify specs/*.gemm --json "$OUT/verify.json" 2>&1 | tee "$OUT/verify.log" || status=1
 python3 -m gemmdsl.cli bench specs/*.gemm --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1
 exit $status

@@ -1,0 +1,27 @@
+"""Build the cubins of the given specs into gemmdsl's cache in parallel (nvcc), so the GPU steps that
+follow (pytest -m gpu, verify, bench) load them instead of compiling one at a time.
+
+    python3 scripts/prebuild_cubins.py specs/*.gemm
+"""
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import cupy
+
+from gemmdsl.compiler import compile_path
+from gemmdsl.runtime import BinaryCache, cache_dir, cache_key, compile_cubin, cubin_file_name
+
+
+def prebuild(path: str) -> str:
+    artifacts = compile_path(path)
+    key = cache_key(artifacts.metadata, artifacts.cuda, cupy.__version__)
+    BinaryCache(cache_dir()).get_or_build(cubin_file_name(artifacts.metadata, key),
+                                          lambda: compile_cubin(artifacts.cuda, artifacts.metadata["target"]))
+    return path
+
+
+if __name__ == "__main__":
+    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        for path in pool.map(prebuild, sys.argv[1:]):
+            print("built", path, flush=True)
