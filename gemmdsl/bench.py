@@ -11,7 +11,11 @@ Method, and why:
   launches rotate over enough copies of the inputs to exceed twice the L2, so
   every launch reads A and B from DRAM as a real caller's would.
 - cuBLAS (cupy.matmul on float32, TF32 off) is timed the same way, in the
-  same process, on the same buffers.
+  same process, on the same buffers: once alone (its own row), and again
+  beside every kernel, launch for launch (cuBLAS, kernel, cuBLAS, kernel, ...),
+  so that each kernel's percentage of cuBLAS compares launches made under the
+  same clocks. An H100 under a long FMA-bound run moves its clocks by a few
+  percent, enough to decide a comparison between near-equal kernels.
 - The peak is measured, not taken from a datasheet: a kernel of independent
   FMA chains in registers, timed at the clocks this GPU actually runs.
 """
@@ -88,6 +92,7 @@ class Row:
     pct_of_cublas: float | None = None
     pct_of_peak: float | None = None
     note: str = ""
+    cublas_ms: float | None = None  # median of the cuBLAS launches interleaved with this kernel's
 
 
 @dataclass(frozen=True)
@@ -150,33 +155,34 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
 
 def bench_size(kernels: list[Kernel], size: Size, sets: list[tuple], runs: int, warmup: int, peak: float,
                progress: Progress) -> list[Row]:
-    """cuBLAS first (every kernel row is a percentage of it), then each kernel, on the same buffers."""
+    """cuBLAS alone first, then each kernel interleaved with cuBLAS, on the same buffers."""
     import cupy
 
     progress.start(f"cuBLAS at {format_size(size)}")
-    cublas_ms = statistics.median(time_launches([partial(cupy.matmul, a, b, out=c) for a, b, c in sets],
-                                                runs, warmup))
+    cublas = [partial(cupy.matmul, a, b, out=c) for a, b, c in sets]
+    cublas_ms = statistics.median(time_launches(cublas, runs, warmup))
     rows = [measured_row("cuBLAS", size, len(sets), cublas_ms, cublas_ms, peak)]
     for kernel in kernels:
         progress.start(f"{kernel.name} at {format_size(size)}")
-        rows.append(kernel_row(kernel, size, sets, runs, warmup, cublas_ms, peak))
+        rows.append(kernel_row(kernel, size, sets, runs, warmup, cublas, peak))
     return rows
 
 
-def kernel_row(kernel: Kernel, size: Size, sets: list[tuple], runs: int, warmup: int, cublas_ms: float,
-               peak: float) -> Row:
+def kernel_row(kernel: Kernel, size: Size, sets: list[tuple], runs: int, warmup: int,
+               cublas: list[Callable[[], Any]], peak: float) -> Row:
     try:
         launches = [kernel.bind(*in_layouts(kernel, operands)) for operands in sets]
     except ValueError as err:  # a size this exact-shape kernel cannot take
         return Row(kernel.name, *size, buffer_sets=len(sets), note=f"skipped: {err}")
-    median_ms = statistics.median(time_launches(launches, runs, warmup))
-    return measured_row(kernel.name, size, len(sets), median_ms, cublas_ms, peak)
+    cublas_times, times = time_interleaved([cublas, launches], runs, warmup)
+    return measured_row(kernel.name, size, len(sets), statistics.median(times), statistics.median(cublas_times),
+                        peak)
 
 
 def measured_row(name: str, size: Size, sets: int, median_ms: float, cublas_ms: float, peak: float) -> Row:
     tflops = tflops_of(size, median_ms)
     return Row(name, *size, buffer_sets=sets, median_ms=median_ms, tflops=tflops,
-               pct_of_cublas=100 * cublas_ms / median_ms, pct_of_peak=100 * tflops / peak)
+               pct_of_cublas=100 * cublas_ms / median_ms, pct_of_peak=100 * tflops / peak, cublas_ms=cublas_ms)
 
 
 def tflops_of(size: Size, milliseconds: float) -> float:
@@ -213,18 +219,26 @@ def in_layouts(kernel: Kernel, operands: tuple) -> tuple:
 
 def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> list[float]:
     """Milliseconds of each of `runs` launches, rotating over `launches`."""
+    return time_interleaved([launches], runs, warmup)[0]
+
+
+def time_interleaved(groups: list[list[Callable[[], Any]]], runs: int, warmup: int) -> list[list[float]]:
+    """Milliseconds of `runs` launches of each group, the groups taking turns launch by launch
+    (each group rotating over its launches), so that every group runs under the same clocks."""
     import cupy
 
     for i in range(warmup):
-        launches[i % len(launches)]()
-    spin(runs * SPIN_NS_PER_RUN)
-    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(runs)]
-    for i, (start, end) in enumerate(events):
-        start.record()
-        launches[i % len(launches)]()
-        end.record()
-    events[-1][1].synchronize()
-    return [cupy.cuda.get_elapsed_time(start, end) for start, end in events]
+        for launches in groups:
+            launches[i % len(launches)]()
+    spin(runs * len(groups) * SPIN_NS_PER_RUN)
+    events = [[(cupy.cuda.Event(), cupy.cuda.Event()) for _ in groups] for _ in range(runs)]
+    for i, round_events in enumerate(events):
+        for launches, (start, end) in zip(groups, round_events):
+            start.record()
+            launches[i % len(launches)]()
+            end.record()
+    events[-1][-1][1].synchronize()
+    return [[cupy.cuda.get_elapsed_time(*events[i][g]) for i in range(runs)] for g in range(len(groups))]
 
 
 def spin(nanoseconds: int) -> None:
@@ -259,9 +273,11 @@ def format_table(report: BenchReport) -> str:
     lines = [
         f"{report.device} | CuPy {report.cupy_version} | measured FP32 FMA peak {report.peak_tflops:.1f} TFLOP/s",
         f"median of {report.runs} timed launches after {report.warmup} warm-up; inputs rotate over `sets` "
-        f"buffer sets exceeding {L2_MULTIPLE}x L2",
+        f"buffer sets exceeding {L2_MULTIPLE}x L2;",
+        "% cuBLAS against the cuBLAS launches interleaved with the kernel's (their median: cuBLAS ms)",
         "",
-        f"{'size':<16} {'kernel':<{width}} {'ms':>9} {'TFLOP/s':>8} {'% cuBLAS':>8} {'% peak':>7} {'sets':>5}",
+        f"{'size':<16} {'kernel':<{width}} {'ms':>9} {'TFLOP/s':>8} {'% cuBLAS':>8} {'cuBLAS ms':>9} {'% peak':>7} "
+        f"{'sets':>5}",
     ]
     lines += [format_row(row, width) for row in report.rows]
     return "\n".join(lines)
@@ -271,8 +287,8 @@ def format_row(row: Row, width: int) -> str:
     head = f"{format_size((row.m, row.n, row.k)):<16} {row.name:<{width}}"
     if row.median_ms is None:
         return f"{head} {row.note}"
-    return (f"{head} {row.median_ms:>9.3f} {row.tflops:>8.2f} {row.pct_of_cublas:>8.1f} {row.pct_of_peak:>7.1f} "
-            f"{row.buffer_sets:>5}")
+    return (f"{head} {row.median_ms:>9.3f} {row.tflops:>8.2f} {row.pct_of_cublas:>8.1f} {row.cublas_ms:>9.3f} "
+            f"{row.pct_of_peak:>7.1f} {row.buffer_sets:>5}")
 
 
 def write_json(report: BenchReport, path: str | Path) -> None:

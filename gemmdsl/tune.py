@@ -607,10 +607,13 @@ class Timing:
     cublas_ms: dict[Size, float]
 
     def ranking(self, names: Iterable[str] | None = None) -> list[Measurement]:
-        """Measured candidates (all, or those in `names`), fastest first; ties by name for determinism."""
+        """Measured candidates (all, or those in `names`), fastest first; ties by name for determinism.
+
+        Fastest relative to the cuBLAS launches timed beside each candidate (bench interleaves
+        them), so that candidates timed minutes apart are not ranked by how the clocks drifted."""
         wanted = None if names is None else set(names)
         chosen = [m for n, m in self.measurements.items() if wanted is None or n in wanted]
-        return sorted(chosen, key=lambda m: (m.geomean_ms, m.name))
+        return sorted(chosen, key=lambda m: (-m.geomean_pct_cublas, m.name))
 
 
 def _geomean(values: Sequence[float]) -> float:
@@ -779,9 +782,10 @@ def exhaustive_comparison(timing: Timing, kept: Sequence[Survivor]) -> tuple[str
     if pruned_best.name == best.name:
         line = f"exhaustive: timing all {len(timing.measurements)} valid candidates found the same winner"
     else:
-        gap = 100 * (pruned_best.geomean_ms / best.geomean_ms - 1)
+        gap = 100 * (best.geomean_pct_cublas / pruned_best.geomean_pct_cublas - 1)
         line = (f"exhaustive: the best of all {len(timing.measurements)} valid candidates is {best.name} "
-                f"({best.geomean_ms:.3f} ms); the pruned search's {pruned_best.name} is {gap:.1f}% slower")
+                f"({best.geomean_pct_cublas:.1f}% of cuBLAS); the pruned search's {pruned_best.name} "
+                f"({pruned_best.geomean_pct_cublas:.1f}%) is {gap:.1f}% slower")
     return line, pruned_best, best
 
 

@@ -239,6 +239,15 @@ def test_timing_from_a_bench_report_ranks_by_geomean_and_drops_skipped_kernels()
     assert timing.cublas_ms[(4096, 4096, 4096)] == 2.0
 
 
+def test_ranking_compares_each_candidate_with_the_cublas_launches_beside_it():
+    size = (4096, 4096, 4096)
+    rows = [bench.measured_row("cuBLAS", size, 1, 2.0, 2.0, 60.0),
+            bench.measured_row("k_t0", size, 1, 2.1, 1.9, 60.0),  # faster in ms, but its clocks were higher
+            bench.measured_row("k_t1", size, 1, 2.2, 2.2, 60.0)]  # as fast as the cuBLAS beside it
+    timing = tune.timing_from_report(bench.BenchReport("Fake H100", "14.0", 60.0, 20, 5, rows), [size])
+    assert [m.name for m in timing.ranking()] == ["k_t1", "k_t0"]
+
+
 def test_exhaustive_comparison_states_the_gap():
     ranked = _survivors()
     names = [s.candidate.name for s in ranked]
