@@ -223,19 +223,27 @@ def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> 
 
 
 def time_interleaved(groups: list[list[Callable[[], Any]]], runs: int, warmup: int) -> list[list[float]]:
-    """Milliseconds of `runs` launches of each group, the groups taking turns launch by launch
-    (each group rotating over its launches), so that every group runs under the same clocks."""
+    """Milliseconds of `runs` launches of each group, the groups taking turns launch by launch, so
+    that every group runs under the same clocks.
+
+    Each group rotates over its launches (one per buffer set), group g starting g/len(groups) of
+    the way round: a launch never reads the set the launch just before it read, which would find
+    its inputs in L2."""
     import cupy
 
+    def launch(g: int, i: int) -> None:
+        launches = groups[g]
+        launches[(i + g * len(launches) // len(groups)) % len(launches)]()
+
     for i in range(warmup):
-        for launches in groups:
-            launches[i % len(launches)]()
+        for g in range(len(groups)):
+            launch(g, i)
     spin(runs * len(groups) * SPIN_NS_PER_RUN)
     events = [[(cupy.cuda.Event(), cupy.cuda.Event()) for _ in groups] for _ in range(runs)]
     for i, round_events in enumerate(events):
-        for launches, (start, end) in zip(groups, round_events):
+        for g, (start, end) in enumerate(round_events):
             start.record()
-            launches[i % len(launches)]()
+            launch(g, i)
             end.record()
     events[-1][-1][1].synchronize()
     return [[cupy.cuda.get_elapsed_time(*events[i][g]) for i in range(runs)] for g in range(len(groups))]
