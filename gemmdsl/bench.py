@@ -226,14 +226,14 @@ def time_interleaved(groups: list[list[Callable[[], Any]]], runs: int, warmup: i
     """Milliseconds of `runs` launches of each group, the groups taking turns launch by launch, so
     that every group runs under the same clocks.
 
-    Each group rotates over its launches (one per buffer set), group g starting g/len(groups) of
-    the way round: a launch never reads the set the launch just before it read, which would find
-    its inputs in L2."""
+    A group's launches are one per buffer set, and the sequence of launches as a whole walks the
+    sets in turn: a set is read again only after every other set has been, whichever group reads
+    it, so no launch finds the inputs of the launch before it in L2."""
     import cupy
 
     def launch(g: int, i: int) -> None:
         launches = groups[g]
-        launches[(i + g * len(launches) // len(groups)) % len(launches)]()
+        launches[(i * len(groups) + g) % len(launches)]()
 
     for i in range(warmup):
         for g in range(len(groups)):
