@@ -276,7 +276,7 @@ def test_write_winner_writes_a_plain_spec_with_the_figures_in_its_header(tmp_pat
     assert "A small template for the tests" not in text and "{" not in header.replace("{a,b}", "")
     assert "small_best: tuned by `gemmdsl tune small.tgemm` on 2026-01-02" in header
     assert "device: Fake H100" in header
-    assert "4096x4096x4096: 2.500 ms, 54.98 TFLOP/s, 80.0% of cuBLAS (2.000 ms)" in header
+    assert "4096x4096x4096: 2.500 ms, 54.98 TFLOP/s, 80.0% of cuBLAS timed beside it (2.000 ms)" in header
     assert "geomean:" in header and "search: 8 generated, 4 rejected" in header
     assert "choices warps: 4x2; pad: 4; registers: 128" in header
     assert text.endswith(winner.text[winner.body_start:].replace("small_t3", "small_best"))
