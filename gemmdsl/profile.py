@@ -112,7 +112,9 @@ def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict
 
 
 def drive(spec_path: str, problem: ProblemSize) -> None:
-    """Launch the spec's kernel once on random inputs in the spec's layouts (what ncu profiles)."""
+    """Launch the spec's kernel once on random inputs in the spec's layouts (what ncu profiles).
+
+    A stream-K spec runs its plain kernel on every tile, the launch the analysis describes."""
     import cupy
 
     from .runtime import load
@@ -124,7 +126,8 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
         return cupy.asfortranarray(values) if layout is ir.MatrixLayout.COL else values
 
     kinds = kernel.spec.problem
-    kernel(matrix(problem.m, problem.k, kinds.a.layout), matrix(problem.k, problem.n, kinds.b.layout))
+    kernel(matrix(problem.m, problem.k, kinds.a.layout), matrix(problem.k, problem.n, kinds.b.layout),
+           stream_k=False)
     cupy.cuda.runtime.deviceSynchronize()
 
 

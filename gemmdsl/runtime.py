@@ -504,8 +504,12 @@ class Kernel:
         return BinaryCache(cache_dir()).get_or_build(
             cubin_file_name(self.metadata, key), lambda: compile_cubin(self.source, self.metadata["target"]))
 
-    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0) -> BoundLaunch:
-        """Validate the operands once and allocate C if needed; the result launches on call."""
+    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+             stream_k: bool = True) -> BoundLaunch:
+        """Validate the operands once and allocate C if needed; the result launches on call.
+
+        stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
+        so bitwise-repeatable results (and the launch the analysis passes describe)."""
         import cupy
 
         req = self.requirements
@@ -518,7 +522,7 @@ class Kernel:
         function = self._functions[call.entry]
         args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
-        if req.stream_k_entry is None:
+        if req.stream_k_entry is None or not stream_k:
             grid = grid_size(req, call.m, call.n, call.batch)
             return BoundLaunch(call.entry, (KernelLaunch(function, grid, block, args, smem),), c)
         # The launcher's steps (codegen.LauncherEmitter._emit_stream_k_launch), in the same order.
@@ -546,14 +550,15 @@ class Kernel:
                                    self.dynamic_smem_bytes).blocks_per_sm)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 stream: Any = None) -> Any:
+                 stream: Any = None, stream_k: bool = True) -> Any:
         """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), on `stream` or the current one; returns C.
 
         A, B and C may be views (a transposed view is column-major; a slice of wider rows has a
         leading dimension larger than its width) as long as each is laid out as the spec says.
         Batched kernels take 3-D arrays (batch, rows, cols); a 2-D A or B is used by every GEMM.
+        stream_k=False: see `bind`.
         """
-        launch = self.bind(a, b, c, alpha, beta)
+        launch = self.bind(a, b, c, alpha, beta, stream_k)
         with (stream if stream is not None else contextlib.nullcontext()):
             launch()
         return launch.c

@@ -112,6 +112,19 @@ def test_stream_k_at_shapes_that_split(size, load_kernel, cupy):
     assert [format_result(r) for r in results if not r.passed] == []
 
 
+def test_stream_k_can_be_turned_off_for_repeatable_results(load_kernel, cupy):
+    kernel = load_kernel(SPECS / "sgemm_h100.gemm")
+    a = cupy.random.uniform(-1, 1, (1024, 1024), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (1024, 1024), dtype=cupy.float32)
+    launch = kernel.bind(a, b, stream_k=False)
+    assert len(launch.launches) == 1 and launch.launches[0].grid == (64, 1, 1)
+    launch()
+    first = launch.c.copy()
+    launch()
+    assert bool((launch.c == first).all())
+    assert relative_error(first, product64(a, b)) < TOLERANCE
+
+
 def test_stream_k_with_beta_one_adds_into_c(load_kernel, cupy):
     kernel = load_kernel(SPECS / "sgemm_h100.gemm")
     m, n, k = 1024, 1024, 1024
