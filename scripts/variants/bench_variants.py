@@ -5,8 +5,9 @@
 
 Each argument is SPEC or SPEC:NAME[+NAME...] with names from transforms.py. Every variant is
 built with nvcc (in parallel), checked once against float64 at 1024^3, then timed by
-gemmdsl.bench exactly as `gemmdsl bench` times specs. SK_OFF=1 turns stream-K off and
-SK_IDLE=PCT / SK_MIN=K change schedule.py's thresholds, for measuring stream-K's rule.
+gemmdsl.bench exactly as `gemmdsl bench` times specs. SK_OFF=1 turns stream-K off,
+SK_WAVES=W gives it W whole waves more than the partial one, and SK_IDLE=PCT / SK_MIN=K
+change schedule.py's thresholds, for measuring stream-K's rule.
 """
 import dataclasses
 import os
@@ -63,6 +64,16 @@ def main() -> None:
         list(pool.map(prebuild, [artifacts for _, artifacts in variants]))
     if os.environ.get("SK_OFF"):
         runtime.stream_k_split = lambda tiles, k_tiles, slots: schedule.StreamKSplit(tiles, k_tiles, slots, 0, 0)
+    if os.environ.get("SK_WAVES"):  # stream-K takes this many whole waves more than the partial one
+        extra, plain = int(os.environ["SK_WAVES"]), schedule.stream_k_split
+
+        def wider(tiles, k_tiles, slots):
+            split = plain(tiles, k_tiles, slots)
+            shared = split.sk_tiles + extra * slots
+            if not split.sk_tiles or shared > tiles:
+                return split
+            return schedule.StreamKSplit(tiles, k_tiles, slots, shared, slots)
+        runtime.stream_k_split = wider
     if os.environ.get("SK_IDLE"):
         schedule.MIN_IDLE_PERCENT = int(os.environ["SK_IDLE"])
     if os.environ.get("SK_MIN"):
