@@ -307,14 +307,13 @@ class KernelEmitter:
             self._emit_coordinates()
             o.line()
             if not self.stream_k:
-                self._emit_tile_body("blockIdx.x")
+                self._emit_tile_body()
                 return
             o.comment("Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;\n"
                       "the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this\n"
                       "kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on\n"
                       "in the next.")
-            o.line(f"const int first_tile = {paren(tile_count(spec, 'M', 'BM'))} * "
-                   f"{paren(tile_count(spec, 'N', 'BN'))} - sk_tiles;")
+            o.line(f"const int first_tile = {self._tiles()} - sk_tiles;")
             self._emit_stream_k_work()
             o.comment("Segments are taken from the end of the range: the first then starts at k = 0 of its\n"
                       "tile and the last ends at k = K, so all blocks stream through the same k-tiles of A\n"
@@ -325,7 +324,7 @@ class KernelEmitter:
                 self.segmented = True
                 self._emit_raster("tile")
                 o.line()
-                self._emit_tile_body("tile")
+                self._emit_tile_body()
                 self.segmented = False
 
     def emit_prepare_kernel(self) -> None:
@@ -339,8 +338,7 @@ class KernelEmitter:
         with o.block(""):
             o.line(f"constexpr int BM = {self.layout.bm};")
             o.line(f"constexpr int BN = {self.layout.bn};")
-            o.line(f"const int tile = {paren(tile_count(spec, 'M', 'BM'))} * {paren(tile_count(spec, 'N', 'BN'))} - sk_tiles "
-                   "+ blockIdx.x;")
+            o.line(f"const int tile = {self._tiles()} - sk_tiles + blockIdx.x;")
             self._emit_raster("tile")
             # Consecutive threads walk C's contiguous dimension, so the accesses coalesce.
             inner, outer = ("n", "m") if spec.problem.c.layout is ir.MatrixLayout.ROW else ("m", "n")
@@ -350,7 +348,11 @@ class KernelEmitter:
                 o.line(f"float* const c = C + (size_t)(block_{outer} + {outer}) * ldc + block_{inner} + {inner};")
                 o.line("*c = beta == 0.0f ? 0.0f : beta * *c;")
 
-    def _emit_tile_body(self, tile: str) -> None:
+    def _tiles(self) -> str:
+        """The number of C tiles of the launch, as C."""
+        return f"{paren(tile_count(self.spec, 'M', 'BM'))} * {paren(tile_count(self.spec, 'N', 'BN'))}"
+
+    def _emit_tile_body(self) -> None:
         """Accumulate one C tile (in a stream-K segment: one k-range of it) and store it."""
         o = self.out
         self._emit_accumulators()
@@ -953,9 +955,10 @@ class LauncherEmitter:
     def _emit_stream_k_split(self) -> None:
         o = self.out
         o.comment("gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K\n"
-                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten the launch.")
-        with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, long long slots, "
-                     "int* sk_tiles, int* sk_blocks)"):
+                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten "
+                  "the launch.")
+        with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, "
+                     "long long slots, int* sk_tiles, int* sk_blocks)"):
             o.line("const long long shared = tiles % slots;")
             o.line("const long long work = shared * k_tiles;")
             o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
@@ -966,13 +969,15 @@ class LauncherEmitter:
             o.line("*sk_blocks = worth_it ? (int)blocks : 0;")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
-        """Size the launch from the device (SMs x resident blocks); when stream-K pays, set C's shared
-        tiles to beta * C and launch the stream-K kernel, else the plain one."""
+        """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
+        tiles to beta * C, launch the stream-K kernel on them, then the plain kernel on the other
+        tiles; otherwise the plain kernel on all."""
         o, spec, layout = self.out, self.spec, self.layout
         o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
         o.line("int device = 0, sms = 0, per_sm = 0;")
         o.line("cudaError_t status = cudaGetDevice(&device);")
-        o.line("if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+        o.line("if (status == cudaSuccess) "
+               "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
         o.line("if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, "
                f"{layout.threads}, smem_bytes);")
         o.line("if (status != cudaSuccess) return status;")
