@@ -522,14 +522,14 @@ class Kernel:
         function = self._functions[call.entry]
         args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
-        if req.stream_k_entry is None or not stream_k:
+        split = None
+        if req.stream_k_entry is not None and stream_k:
+            split = stream_k_launch(req, call, cupy.cuda.Device().attributes["MultiProcessorCount"],
+                                    self._blocks_per_sm(function))
+        if split is None or not split.sk_tiles:
             grid = grid_size(req, call.m, call.n, call.batch)
             return BoundLaunch(call.entry, (KernelLaunch(function, grid, block, args, smem),), c)
         # The launcher's steps (codegen.LauncherEmitter._emit_stream_k_launch), in the same order.
-        split = stream_k_launch(req, call, cupy.cuda.Device().attributes["MultiProcessorCount"],
-                                self._blocks_per_sm(function))
-        if not split.sk_tiles:
-            return BoundLaunch(call.entry, (KernelLaunch(function, (split.tiles, 1, 1), block, args, smem),), c)
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
             beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
