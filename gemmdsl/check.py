@@ -1,11 +1,10 @@
-"""`gemmdsl check`: run the analysis passes on a spec and report what they found.
+"""`gemmdsl check`: report what the analysis passes found about a spec.
 
-    analysis = analyze(spec, problem=(4096, 4096, 4096), ptxas=None)
+    analysis = analyze(spec, problem=(4096, 4096, 4096), ptxas=None)   # gemmdsl/analysis.py
     print(format_report(analysis))      # tables, verdicts, warnings, a bank map
     to_json(analysis)                   # the same figures for tools
-    summary_lines(analysis)             # one line per pass, for the .cu header
 
-The passes themselves live in gemmdsl/passes/; this module only runs them and
+The passes live in gemmdsl/passes/ and analysis.py runs them; this module only
 formats their facts.
 """
 from __future__ import annotations
@@ -13,52 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 
 from . import ir
-from .layout import KernelLayout
-from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .analysis import Analysis, ProblemSizeError, analyze
+from .compiler import ptxas_resources
+from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
 from .source import CompileError, Diagnostic, SourceFile
-
-
-class ProblemSizeError(ValueError):
-    """The problem size is below 1, or not a multiple of the block tile of a `bounds: exact` spec."""
-
-
-@dataclass(frozen=True)
-class Analysis:
-    spec: ir.KernelSpec
-    layout: KernelLayout
-    problem: ProblemSize
-    ptxas: dict | None
-    facts: dict[str, object]
-    outcomes: list[PassOutcome]
-
-    @property
-    def warnings(self) -> list[Diagnostic]:
-        return [w for outcome in self.outcomes for w in outcome.warnings]
-
-
-def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
-            ptxas: dict | None = None) -> Analysis:
-    """Run every pass on a validated spec; with `bounds: exact`, `problem` must be a multiple of the tile."""
-    size = ProblemSize(*problem)
-    tile = (spec.block.m, spec.block.n, spec.block.k)
-    if any(extent <= 0 for extent in size):
-        raise ProblemSizeError(f"problem {size} has a size below 1")
-    if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
-        raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
-                               f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
-    context = Context(spec, KernelLayout(spec), size, ptxas)
-    outcomes = PassManager(ALL_PASSES).run(context)
-    return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
-
-
-def summary_lines(analysis: Analysis) -> list[str]:
-    """One verdict per pass, in pass order. Deterministic; call with ptxas=None for the .cu header."""
-    return [f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes]
 
 
 # --- the text report ---------------------------------------------------------------------------
@@ -261,18 +222,6 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON: one object for one spec, a list for several")
-
-
-def ptxas_resources(path: str) -> dict | None:
-    """ptxas's registers and spills for a spec's kernel, or None when nvcc is not on PATH."""
-    from .build import build, find_nvcc
-    from .compiler import compile_path
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return None
-    artifacts = compile_path(path)
-    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm, nvcc=nvcc).resources.as_dict()
 
 
 def check_main(args: argparse.Namespace) -> int:

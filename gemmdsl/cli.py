@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .build import BuildError, build, find_nvcc, parse_ptxas
-from .check import summary_lines
+from .analysis import summary_lines
 from .compiler import Artifacts, compile_path, write_outputs
 from .source import CompileError
 

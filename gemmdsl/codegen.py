@@ -21,6 +21,7 @@ from . import __version__, ir
 from .emitter import Emitter
 from .expr import Expr, Var
 from .layout import GlobalChunk, KernelLayout
+from .targets import arch, blocks_for_registers
 from .schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
 
 VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
@@ -879,8 +880,7 @@ def launch_min_blocks(spec: ir.KernelSpec) -> int | None:
     if budget.blocks_per_sm:
         return budget.blocks_per_sm
     if budget.registers:
-        per_block = -(-budget.registers // 8) * 8 * spec.threads.threads
-        return max(1, 65536 // per_block)
+        return max(1, blocks_for_registers(arch(spec.target.sm), budget.registers, spec.threads.threads))
     return None
 
 

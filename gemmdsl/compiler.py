@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, ir
-from .build import PtxasResources
-from .check import Analysis, analyze, summary_lines
+from .build import PtxasResources, build, find_nvcc
+from .analysis import Analysis, analyze, summary_lines
 from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_names, leading_dimension_limit,
                       prepare_entry, scalar_entry, stream_k_entry, tile_count)
 from .frontend import load
@@ -61,6 +61,15 @@ def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     warnings = warnings + analysis.warnings
     cuda = emit_cuda(spec, layout, source.text, summary_lines(analysis))
     return Artifacts(spec, layout, analysis, cuda, launch_metadata(spec, layout, source), warnings)
+
+
+def ptxas_resources(path: str) -> dict | None:
+    """ptxas's registers and spills for a spec's kernel, or None when nvcc is not on PATH."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    artifacts = compile_path(path)
+    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm, nvcc=nvcc).resources.as_dict()
 
 
 def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:

@@ -15,11 +15,10 @@ from functools import cached_property
 
 from . import ir
 from .expr import Expr, Func, Var
-from .targets import Arch, arch
+from .targets import WARP, Arch, arch
 
 TID = Var("tid")
 KK = Var("kk")  # the k index inside a k-tile (an unrolled loop variable)
-WARP = 32
 MAX_VECTOR = 4  # 4 x f32 = 16 bytes, the widest load/store
 STAGE_ALIGN = 32  # elements; each stage starts on a 128-byte boundary
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from . import ir
 from .build import BuildError
-from .check import Analysis, ProblemSizeError, analyze, parse_problem, ptxas_resources
+from .analysis import Analysis, ProblemSizeError, analyze
+from .check import parse_problem
+from .compiler import ptxas_resources
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .source import CompileError
 

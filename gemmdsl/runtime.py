@@ -41,9 +41,8 @@ from typing import Any, Callable
 import numpy
 
 from .codegen import MAX_BATCH, MAX_INT
-from .passes.occupancy import occupancy_of
 from .schedule import StreamKSplit, stream_k_split
-from .targets import arch
+from .targets import arch, occupancy_of
 from .source import CompileError
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory

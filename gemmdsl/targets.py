@@ -1,10 +1,22 @@
 """Per-architecture limits, stated once; every pass and the emitter read them from here.
 
-Figures are from the CUDA C Programming Guide's table of compute capabilities.
+Figures are from the CUDA C Programming Guide's table of compute capabilities. The
+occupancy arithmetic lives beside them: it is what the limits mean for a launch.
+
+Occupancy follows CUDA's cuda_occupancy.h: registers go to warps in units of
+`register_alloc_unit` (so per-thread counts round up to a multiple of 8), and each
+of the SM's four sub-partitions holds a quarter of the register file, so warps are
+counted per sub-partition; shared memory per block is the kernel's bytes plus the
+runtime's per-block reserve, rounded up to `smem_alloc_unit`, against the SM's full
+shared-memory carveout (the default preference).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+WARP = 32
+SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
+REGISTER_GRANULE = 8  # per-thread register counts round up to a multiple of this
 
 
 @dataclass(frozen=True)
@@ -41,3 +53,77 @@ ARCHS: dict[int, Arch] = {
 
 def arch(sm: int) -> Arch:
     return ARCHS[sm]
+
+
+def round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+# --- registers as a budget: the spec's `budget` and ptxas's cap ----------------------------------
+
+
+def blocks_for_registers(arch: Arch, registers_per_thread: int, threads: int) -> int:
+    """Blocks of `threads` threads the register file holds at `registers_per_thread` each (0 if none):
+    what `__launch_bounds__` asks of ptxas for a register budget."""
+    return arch.registers_per_sm // (round_up(registers_per_thread, REGISTER_GRANULE) * threads)
+
+
+def registers_for_blocks(arch: Arch, blocks: int, threads: int) -> int:
+    """The most registers per thread that let `blocks` blocks of `threads` threads share the register file."""
+    return arch.registers_per_sm // (blocks * threads) // REGISTER_GRANULE * REGISTER_GRANULE
+
+
+# --- occupancy: resident blocks per SM, as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them
+
+
+def register_limit(arch: Arch, registers_per_thread: int, warps_per_block: int) -> int:
+    per_warp = round_up(registers_per_thread * WARP, arch.register_alloc_unit)
+    # The hardware checks a block's registers as if its warps filled all sub-partitions evenly.
+    if per_warp * round_up(warps_per_block, SUBPARTITIONS_PER_SM) > arch.registers_per_sm:
+        return 0
+    warps_per_subpartition = arch.registers_per_sm // SUBPARTITIONS_PER_SM // per_warp
+    return warps_per_subpartition * SUBPARTITIONS_PER_SM // warps_per_block
+
+
+def smem_limit(arch: Arch, smem_bytes: int) -> int:
+    if smem_bytes > arch.smem_per_block:
+        return 0
+    per_block = round_up(smem_bytes + arch.smem_reserved_per_block, arch.smem_alloc_unit)
+    return arch.smem_per_sm // per_block
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    smem_bytes: int  # per block, pads and stages included
+    registers_per_thread: int  # the figure the register limit used
+    limits: dict[str, int]  # blocks per SM each resource allows
+    warps_per_block: int
+    max_warps_per_sm: int
+
+    @property
+    def blocks_per_sm(self) -> int:
+        return min(self.limits.values())
+
+    @property
+    def limited_by(self) -> list[str]:
+        return [name for name, blocks in self.limits.items() if blocks == self.blocks_per_sm]
+
+    @property
+    def warps_per_sm(self) -> int:
+        return self.blocks_per_sm * self.warps_per_block
+
+    @property
+    def fraction(self) -> float:
+        return self.warps_per_sm / self.max_warps_per_sm
+
+
+def occupancy_of(arch: Arch, registers_per_thread: int, threads: int, smem_bytes: int) -> Occupancy:
+    warps = threads // WARP
+    max_warps = arch.max_threads_per_sm // WARP
+    limits = {
+        "registers": register_limit(arch, registers_per_thread, warps),
+        "shared memory": smem_limit(arch, smem_bytes),
+        "threads": max_warps // warps,
+        "blocks": arch.max_blocks_per_sm,
+    }
+    return Occupancy(smem_bytes, registers_per_thread, limits, warps, max_warps)

@@ -81,6 +81,7 @@ from typing import Callable, Iterable, Sequence
 from . import ir
 from .schedule import stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .targets import arch, registers_for_blocks
 
 DEFAULT_SIZES = "4096x4096x4096"
 DEFAULT_BUDGET = 8
@@ -371,13 +372,13 @@ def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
     if spec.budget.registers is not None:
         cap = min(cap, spec.budget.registers)
     if spec.budget.blocks_per_sm:
-        cap = min(cap, 65536 // (spec.budget.blocks_per_sm * threads) // 8 * 8)
+        cap = min(cap, registers_for_blocks(arch(spec.target.sm), spec.budget.blocks_per_sm, threads))
     return cap
 
 
 def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Prediction:
     """Run the analysis passes on a valid spec and read off what screening and ranking use."""
-    from .check import analyze
+    from .analysis import analyze
 
     analysis = analyze(spec, size, ptxas)
     facts = analysis.facts

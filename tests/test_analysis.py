@@ -17,18 +17,17 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl import ir
-from gemmdsl.check import (ProblemSizeError, analyze, check_main, format_report, parse_problem, summary_lines,
-                           to_json, worst_access)
+from gemmdsl.analysis import ProblemSizeError, analyze, summary_lines
+from gemmdsl.check import check_main, format_report, parse_problem, to_json, worst_access
 from gemmdsl.frontend import load
 from gemmdsl.layout import KernelLayout
 from gemmdsl.parser import parse_text
 from gemmdsl.passes import ALL_PASSES, Context, PassGraphError, PassManager, PassResult
 from gemmdsl.passes.banks import bank_demand, phase_costs
-from gemmdsl.passes.occupancy import occupancy_of
 from gemmdsl.passes.registers import estimate_registers
 from gemmdsl.profile import OCCUPANCY_LIMITS, comparison_rows, ncu_command, parse_metric_value, parse_ncu_csv
 from gemmdsl.source import CompileError, Severity, SourceFile
-from gemmdsl.targets import arch
+from gemmdsl.targets import arch, occupancy_of
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 L = np.arange(32)

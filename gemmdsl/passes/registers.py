@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from .. import ir
 from ..layout import KernelLayout
 from ..source import Diagnostic, Severity
+from ..targets import occupancy_of
 from .framework import Context, PassResult
-from .occupancy import occupancy_of
 
 SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
 OVERHEAD_REGISTERS = 23  # indices, loop counter, base pointers

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule import StreamKSplit, stream_k_split
+from ..targets import Occupancy
 from .framework import Context, PassResult
 from .launch import LaunchShape
-from .occupancy import Occupancy
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,53 @@
+"""Analysis: run every pass on a spec's lowered plan and collect their facts and verdicts.
+
+    analysis = analyze(spec, problem=(4096, 4096, 4096), ptxas=None)
+    summary_lines(analysis)             # one line per pass, for the .cu header
+
+`gemmdsl check` (check.py) formats what this returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+from .layout import KernelLayout
+from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .source import Diagnostic
+
+
+class ProblemSizeError(ValueError):
+    """The problem size is below 1, or not a multiple of the block tile of a `bounds: exact` spec."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    spec: ir.KernelSpec
+    layout: KernelLayout
+    problem: ProblemSize
+    ptxas: dict | None
+    facts: dict[str, object]
+    outcomes: list[PassOutcome]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [w for outcome in self.outcomes for w in outcome.warnings]
+
+
+def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
+            ptxas: dict | None = None) -> Analysis:
+    """Run every pass on a validated spec; with `bounds: exact`, `problem` must be a multiple of the tile."""
+    size = ProblemSize(*problem)
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    if any(extent <= 0 for extent in size):
+        raise ProblemSizeError(f"problem {size} has a size below 1")
+    if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
+        raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
+                               f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
+    context = Context(spec, KernelLayout(spec), size, ptxas)
+    outcomes = PassManager(ALL_PASSES).run(context)
+    return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
+
+
+def summary_lines(analysis: Analysis) -> list[str]:
+    """One verdict per pass, in pass order. Deterministic; call with ptxas=None for the .cu header."""
+    return [f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes]
