@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from . import ir
 from .layout import KernelLayout
 from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic
 
 
@@ -34,8 +35,9 @@ class Analysis:
 
 
 def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
-            ptxas: dict | None = None) -> Analysis:
-    """Run every pass on a validated spec; with `bounds: exact`, `problem` must be a multiple of the tile."""
+            ptxas: dict | None = None, plan: KernelPlan | None = None) -> Analysis:
+    """Run every pass on a validated spec (lowered to `plan` unless given); with `bounds: exact`,
+    `problem` must be a multiple of the tile."""
     size = ProblemSize(*problem)
     tile = (spec.block.m, spec.block.n, spec.block.k)
     if any(extent <= 0 for extent in size):
@@ -43,7 +45,7 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
     if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
-    context = Context(spec, KernelLayout(spec), size, ptxas)
+    context = Context(plan or plan_kernel(spec), size, ptxas)
     outcomes = PassManager(ALL_PASSES).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
 

@@ -19,7 +19,7 @@ from .compiler import ptxas_resources
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
-from .source import CompileError, Diagnostic, SourceFile
+from .source import CompileError, SourceFile
 
 
 # --- the text report ---------------------------------------------------------------------------

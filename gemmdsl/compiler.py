@@ -1,4 +1,4 @@
-"""The pipeline in one place: source -> parse -> IR -> passes -> codegen (-> build).
+"""The pipeline in one place: source -> parse -> IR -> validate -> plan -> analysis -> emit (-> build).
 
 `compile_source` does everything that depends only on gemmdsl, so its output is
 deterministic and is what the golden files hold. `build.build` adds what the
@@ -17,17 +17,17 @@ from pathlib import Path
 from . import __version__, ir
 from .build import PtxasResources, build, find_nvcc
 from .analysis import Analysis, analyze, summary_lines
-from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_names, leading_dimension_limit,
-                      prepare_entry, scalar_entry, stream_k_entry, tile_count)
+from .emit import emit_cuda
 from .frontend import load
 from .layout import KernelLayout
+from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
 
 
 @dataclass
 class Artifacts:
     spec: ir.KernelSpec
-    layout: KernelLayout
+    plan: KernelPlan
     analysis: Analysis
     cuda: str
     metadata: dict
@@ -36,6 +36,10 @@ class Artifacts:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def layout(self) -> KernelLayout:
+        return self.plan.layout
 
     def metadata_json(self) -> str:
         return json.dumps(self.metadata, indent=2, sort_keys=True) + "\n"
@@ -56,11 +60,11 @@ def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) 
 def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
     spec, warnings = load(source, sm)
-    layout = KernelLayout(spec)
-    analysis = analyze(spec)
+    plan = plan_kernel(spec)
+    analysis = analyze(spec, plan=plan)
     warnings = warnings + analysis.warnings
-    cuda = emit_cuda(spec, layout, source.text, summary_lines(analysis))
-    return Artifacts(spec, layout, analysis, cuda, launch_metadata(spec, layout, source), warnings)
+    cuda = emit_cuda(plan, source.text, summary_lines(analysis))
+    return Artifacts(spec, plan, analysis, cuda, launch_metadata(plan, source), warnings)
 
 
 def ptxas_resources(path: str) -> dict | None:
@@ -78,42 +82,38 @@ def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:
     return digest.hexdigest()[:16]
 
 
-def launch_metadata(spec: ir.KernelSpec, layout: KernelLayout, source: SourceFile) -> dict:
+def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
     """What a caller needs to launch the kernel without reading the .cu."""
-    checked = spec.problem.checked
-    variants = kernel_variants(spec, layout)
-    tiles = " * ".join(f"({tile_count(spec, extent, str(size))})"
-                       for extent, size in (("M", layout.bm), ("N", layout.bn)))
+    spec, launch = plan.spec, plan.launch
+    entries, requirements = launch.entries, launch.requirements
     return {
         "kernel": spec.name,
-        "entry": variants[0].entry,
+        "entry": entries.vector,
         # entries["scalar"]: the kernel with one-element global accesses, run when an operand
         # is not vector-aligned (checked bounds only; null when the vector kernel is scalar already).
         # entries["stream_k"] and ["prepare"]: schedule: stream_k's kernel for the last wave's tiles and the
         # one that sets those tiles to beta * C first (null otherwise).
-        "entries": {"vector": variants[0].entry, "scalar": scalar_entry(variants),
-                    "stream_k": stream_k_entry(spec) if spec.block.stream_k else None,
-                    "prepare": prepare_entry(spec)},
+        "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
+                    "prepare": entries.prepare},
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
-        **launcher_names(spec),
-        "arguments": [{"name": name, "type": ctype} for ctype, name in kernel_parameters(spec)],
+        **launch.launchers,
+        "arguments": [{"name": name, "type": ctype} for ctype, name in launch.parameters],
         "gemmdsl_version": __version__,
         "spec_hash": spec_hash(source, spec),
         "target": str(spec.target),
-        "threads": layout.threads,
-        "block": [layout.threads, 1, 1],
-        "grid": [tiles, 1, "batch" if spec.problem.batched else 1],
-        "block_tile": [layout.bm, layout.bn, layout.bk],
-        "dynamic_smem_bytes": layout.smem_bytes,
+        "threads": launch.threads,
+        "block": [launch.threads, 1, 1],
+        "grid": list(launch.grid),
+        "block_tile": list(launch.block_tile),
+        "dynamic_smem_bytes": launch.smem_bytes,
         "bounds": spec.problem.bounds.value,
         "batch": spec.problem.batch.value,
         # Shapes: multiples of 1 for checked kernels. vector_elements: what each operand's pointer
         # (in floats), leading dimension and batch stride must be a multiple of for the vector kernel.
-        "requires": {"m_multiple": 1 if checked else layout.bm, "n_multiple": 1 if checked else layout.bn,
-                     "k_multiple": 1 if checked else layout.bk,
-                     "vector_elements": {op.value: layout.global_vector(op) for op in ir.Operand},
-                     "max_leading_dimension": {op.value: leading_dimension_limit(spec, op) for op in ir.Operand}},
+        "requires": {"m_multiple": requirements.m_multiple, "n_multiple": requirements.n_multiple,
+                     "k_multiple": requirements.k_multiple, "vector_elements": requirements.vector_elements,
+                     "max_leading_dimension": requirements.max_leading_dimension},
         "epilogue": spec.problem.epilogue.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
         "ptxas": None,

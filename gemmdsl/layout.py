@@ -77,6 +77,30 @@ class GlobalChunk:
 
 
 @dataclass(frozen=True)
+class CopyStore:
+    """One shared-memory store (or cp.async) of one thread per k-tile: `width` elements of a global
+    chunk from element `element` on, landing at (mn, k) of the operand's stage."""
+
+    operand: ir.Operand
+    chunk: GlobalChunk
+    element: int
+    width: int
+    mn: Expr
+    k: Expr
+    offset: Expr  # element offset within the operand's stage
+
+
+@dataclass(frozen=True)
+class FragmentLoad:
+    """One shared-memory load of one thread at one k index: fragment elements index.. index + width - 1."""
+
+    operand: ir.Operand
+    index: int
+    width: int
+    offset: Expr  # element offset within the operand's stage
+
+
+@dataclass(frozen=True)
 class SmemAccess:
     """One shared-memory instruction of one thread, as the analysis sees it."""
 
@@ -221,6 +245,18 @@ class KernelLayout:
             return chunk.row, chunk.col + element
         return chunk.col + element, chunk.row
 
+    def copy_stores(self, operand: ir.Operand) -> tuple[CopyStore, ...]:
+        """The shared-memory stores of one k-tile of an operand, chunk by chunk: what the copy emitters
+        print and what the analysis counts."""
+        geometry = self.smem[operand]
+        width = self.store_width(operand)
+        stores = []
+        for chunk in self.global_chunks(operand):
+            for element in range(0, self.load_vector(operand), width):
+                mn, k = self.chunk_tile_coords(operand, chunk, element)
+                stores.append(CopyStore(operand, chunk, element, width, mn, k, geometry.offset(mn, k)))
+        return tuple(stores)
+
     def stays_contiguous(self, operand: ir.Operand) -> bool:
         """Whether a global row of the tile is also contiguous in shared memory.
 
@@ -269,29 +305,24 @@ class KernelLayout:
         forced = self.spec.smem(operand).read_bits
         return forced // 32 if forced is not None else self.max_read_width(operand)
 
-    def fragment_reads(self, operand: ir.Operand, kk: Expr | int = KK) -> list[tuple[int, int, Expr]]:
-        """(first fragment index, width, stage offset) of each fragment load at k index `kk`."""
+    def fragment_loads(self, operand: ir.Operand, kk: Expr | int = KK) -> tuple[FragmentLoad, ...]:
+        """The shared-memory loads of a thread's A or B fragment at k index `kk`."""
         axis = "m" if operand is ir.Operand.A else "n"
         width = self.read_width(operand)
         geometry = self.smem[operand]
-        return [(index, width, geometry.offset(coord, kk))
-                for index, coord in self.fragment_rows(axis) if index % width == 0]
+        return tuple(FragmentLoad(operand, index, width, geometry.offset(coord, kk))
+                     for index, coord in self.fragment_rows(axis) if index % width == 0)
+
+    def fragment_reads(self, operand: ir.Operand, kk: Expr | int = KK) -> list[tuple[int, int, Expr]]:
+        """(first fragment index, width, stage offset) of each fragment load at k index `kk`."""
+        return [(load.index, load.width, load.offset) for load in self.fragment_loads(operand, kk)]
 
     # --- what the analysis walks ---------------------------------------------------------
 
     def smem_accesses(self) -> list[SmemAccess]:
         """Every shared-memory instruction one thread executes per k-tile, in program order."""
-        accesses = []
-        for operand in (ir.Operand.A, ir.Operand.B):
-            geometry = self.smem[operand]
-            width = self.store_width(operand)
-            vector = self.load_vector(operand)
-            for chunk in self.global_chunks(operand):
-                for element in range(0, vector, width):
-                    mn, k = self.chunk_tile_coords(operand, chunk, element)
-                    accesses.append(SmemAccess(operand, "store", width, geometry.offset(mn, k)))
-        for kk in range(self.bk):
-            for operand in (ir.Operand.A, ir.Operand.B):
-                for _, width, offset in self.fragment_reads(operand, kk):
-                    accesses.append(SmemAccess(operand, "load", width, offset, kk))
-        return accesses
+        operands = (ir.Operand.A, ir.Operand.B)
+        stores = [SmemAccess(s.operand, "store", s.width, s.offset) for op in operands for s in self.copy_stores(op)]
+        loads = [SmemAccess(f.operand, "load", f.width, f.offset, kk)
+                 for kk in range(self.bk) for op in operands for f in self.fragment_loads(op, kk)]
+        return stores + loads

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy
 
-from .codegen import MAX_BATCH, MAX_INT
+from .abi import MAX_BATCH, MAX_INT
 from .schedule import StreamKSplit, stream_k_split
 from .targets import arch, occupancy_of
 from .source import CompileError

@@ -34,6 +34,7 @@ class Arch:
     max_threads_per_block: int = 1024
     has_cp_async: bool = True
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
+    has_vector_atomic_add: bool = False  # atomicAdd on float2 / float4 in one instruction
     # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
     reference_gpu: str = ""
     reference_sms: int = 0
@@ -47,7 +48,8 @@ ARCHS: dict[int, Arch] = {
     89: Arch(89, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128),
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="H100 SXM", reference_sms=132),
+             max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True, reference_gpu="H100 SXM",
+             reference_sms=132),
 }
 
 

@@ -8,9 +8,9 @@ import cupy as cp
 import numpy as np
 
 sys.path.insert(0, os.getcwd())
-from gemmdsl.codegen import emit_cuda  # noqa: E402
-from gemmdsl.layout import KernelLayout  # noqa: E402
+from gemmdsl.emit import emit_cuda  # noqa: E402
 from gemmdsl.parser import parse  # noqa: E402
+from gemmdsl.plan import plan_kernel  # noqa: E402
 from gemmdsl.source import SourceFile  # noqa: E402
 
 
@@ -28,16 +28,16 @@ def bench(fn, reps=20):
 paths = sys.argv[1:] or sorted(glob.glob("specs/*.gemm"))
 SIZES = [tuple(map(int, s.split("x"))) for s in os.environ.get("SIZES", "1024x1024x1024,2048x1024x512,4096x4096x4096").split(",")]
 for path in paths:
-    src = SourceFile.read(path); spec = parse(src); lay = KernelLayout(spec)
+    src = SourceFile.read(path); spec = parse(src); plan = plan_kernel(spec); lay = plan.layout
     if "col" in (spec.problem.a.layout.value, spec.problem.b.layout.value, spec.problem.c.layout.value):
         print(spec.name, "skipped: column-major operands (use gemmdsl verify)"); continue
     d = f"/tmp/build/{spec.name}"; os.makedirs(d, exist_ok=True)
-    open(f"{d}/k.cu", "w").write(emit_cuda(spec, lay, src.text, []))
+    open(f"{d}/k.cu", "w").write(emit_cuda(plan, src.text, []))
     r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", f"{d}/k.cubin", f"{d}/k.cu"], capture_output=True, text=True)
     if r.returncode:
         print(spec.name, "BUILD FAIL", r.stderr[:2000]); continue
     fn = cp.RawModule(path=f"{d}/k.cubin").get_function(f"{spec.name}_kernel")
-    if lay.smem_bytes > 48 * 1024:
+    if lay.smem_bytes > lay.arch.default_smem_per_block:
         fn.max_dynamic_shared_size_bytes = lay.smem_bytes
     res = [f"{spec.name:16s}"]
     for (M, N, K) in SIZES:

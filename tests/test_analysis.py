@@ -25,6 +25,7 @@ from gemmdsl.parser import parse_text
 from gemmdsl.passes import ALL_PASSES, Context, PassGraphError, PassManager, PassResult
 from gemmdsl.passes.banks import bank_demand, phase_costs
 from gemmdsl.passes.registers import estimate_registers
+from gemmdsl.plan import plan_kernel
 from gemmdsl.profile import OCCUPANCY_LIMITS, comparison_rows, ncu_command, parse_metric_value, parse_ncu_csv
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.targets import arch, occupancy_of
@@ -365,7 +366,7 @@ def test_a_pass_must_return_what_it_declares():
 
     s = spec()
     with pytest.raises(PassGraphError, match="declared"):
-        PassManager([Liar("liar", provides={"x"})]).run(Context(s, KernelLayout(s)))
+        PassManager([Liar("liar", provides={"x"})]).run(Context(plan_kernel(s)))
 
 
 def test_the_shipped_passes_are_ordered_by_what_they_need():

@@ -16,6 +16,7 @@ import networkx as nx
 
 from .. import ir
 from ..layout import KernelLayout
+from ..plan import KernelPlan
 from ..source import Diagnostic
 
 
@@ -33,14 +34,22 @@ DEFAULT_PROBLEM = ProblemSize(4096, 4096, 4096)
 
 @dataclass
 class Context:
-    """What every pass may read: the spec, its lowering, the launch size, ptxas's figures, earlier facts."""
+    """What every pass may read: the lowered plan, the launch size, ptxas's figures, earlier facts."""
 
-    spec: ir.KernelSpec
-    layout: KernelLayout
+    plan: KernelPlan
     problem: ProblemSize = DEFAULT_PROBLEM
     # build.PtxasResources.as_dict(): {registers, spill_stores, spill_loads, stack, static_smem}; None = not compiled
     ptxas: dict | None = None
     facts: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ir.KernelSpec:
+        return self.plan.spec
+
+    @property
+    def layout(self) -> KernelLayout:
+        """The vector kernel's lowering, which the passes analyse."""
+        return self.plan.layout
 
     def fact(self, name: str) -> object:
         return self.facts[name]

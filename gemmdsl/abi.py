@@ -1,0 +1,73 @@
+"""The kernel file's interface: entry and launcher names, kernel parameters, limits on arguments.
+
+What the compiler's metadata, the C launcher, the C kernels and the Python runtime must agree on,
+stated once. It depends only on the spec, so the plan (plan.py) reads it before anything is emitted.
+"""
+from __future__ import annotations
+
+from . import ir
+
+MAX_BATCH = 65535  # gridDim.z
+MAX_INT = 2147483647
+
+Parameter = tuple[str, str]  # (C type, name)
+
+PREPARE_PARAMETERS: tuple[Parameter, ...] = (("float*", "C"), ("int", "M"), ("int", "N"), ("int", "ldc"),
+                                             ("float", "beta"), ("int", "sk_tiles"))
+
+
+def vector_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel"
+
+
+def scalar_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_scalar"
+
+
+def stream_k_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_stream_k"
+
+
+def prepare_entry(spec: ir.KernelSpec) -> str | None:
+    """The kernel that sets the stream-K tiles of C to beta * C before the GEMM adds into them."""
+    return f"{spec.name}_prepare_c" if spec.block.stream_k else None
+
+
+def kernel_parameters(spec: ir.KernelSpec, stream_k: bool = False) -> tuple[Parameter, ...]:
+    """(C type, name) of every parameter of the spec's kernel, or of its stream-K kernel, in order."""
+    parameters = [("const float*", "A"), ("const float*", "B"), ("float*", "C"),
+                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
+                  ("float", "alpha"), ("float", "beta")]
+    if spec.problem.batched:
+        parameters += [("long long", "stride_a"), ("long long", "stride_b"), ("long long", "stride_c")]
+    if stream_k:
+        parameters.append(("int", "sk_tiles"))
+    return tuple(parameters)
+
+
+def launcher_names(spec: ir.KernelSpec) -> dict[str, str | None]:
+    return {"launcher": f"{spec.name}_launch", "launcher_ld": f"{spec.name}_launch_ld",
+            "launcher_batched": f"{spec.name}_launch_batched" if spec.problem.batched else None}
+
+
+def leading_name(operand: ir.Operand) -> str:
+    return f"ld{operand.value}"
+
+
+def contiguous_extent(spec: ir.KernelSpec, operand: ir.Operand) -> str:
+    """The dimension that runs contiguously in an operand's global matrix: its smallest leading dimension."""
+    rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[operand]
+    return cols if spec.problem.matrix(operand).layout is ir.MatrixLayout.ROW else rows
+
+
+def leading_dimension_limit(spec: ir.KernelSpec, operand: ir.Operand) -> int:
+    """Largest leading dimension the kernel takes: offsets inside a tile of A or B (row * ld + col)
+    are ints; C's rows are addressed in 64 bits."""
+    if operand is ir.Operand.C:
+        return MAX_INT
+    return MAX_INT // spec.global_tile(operand)[0]
+
+
+def tile_count(spec: ir.KernelSpec, extent: str, tile: str) -> str:
+    """C expression for the number of tiles along a dimension: exact kernels divide, checked round up."""
+    return f"({extent} + {tile} - 1) / {tile}" if spec.problem.checked else f"{extent} / {tile}"

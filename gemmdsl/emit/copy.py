@@ -1,0 +1,187 @@
+"""Global -> shared copies of one k-tile of A and B into a pipeline stage.
+
+Two engines behind one interface: `declare()` (once, before the k-loop), `fetch(work, tile, stage)`
+(start copying k-tile `tile` of the work tile's range into stage `stage`) and `land(stage)` (make
+what was fetched visible in `stage` to this thread; a barrier then makes it visible to all).
+`RegisterCopy` stages through registers (fetch: global loads; land: shared stores); `AsyncCopy`
+uses cp.async (fetch: the copies; land: commit and wait), and also offers `commit` and `wait` to
+pipelines that keep several k-tiles in flight.
+
+Every shared-memory store comes from `KernelLayout.copy_stores`, the list the analysis counts.
+For checked bounds a fetch is guarded unless the block and the k-tile lie inside the matrices.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from itertools import groupby
+from typing import Callable, Iterator
+
+from .. import ir
+from ..abi import leading_name
+from ..emitter import Emitter
+from ..expr import Expr, Var
+from ..layout import GlobalChunk, KernelLayout
+from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, paren, stage_base, vector_of
+from .scheduler import WorkTile
+
+
+class GlobalTileCopy:
+    """What both engines share: where a k-tile starts in global memory, its limits, the guards."""
+
+    def __init__(self, spec: ir.KernelSpec, layout: KernelLayout, out: Emitter):
+        self.spec = spec
+        self.layout = layout
+        self.out = out
+
+    def _tile_origin(self, operand: ir.Operand, k_tile: str) -> tuple[str, str, str, str]:
+        """(row origin, column origin, row bound, column bound) of k-tile `k_tile` of A or B in global memory.
+
+        Rows and columns are those of the tile as it lies in memory (see KernelLayout.global_chunks);
+        a bound is the matrix dimension that limits the index.
+        """
+        mn_origin, mn_bound = ("block_m", "M") if operand is ir.Operand.A else ("block_n", "N")
+        k_origin = "0" if k_tile == "0" else f"{paren(k_tile)} * BK"
+        if self.spec.k_contiguous(operand):
+            return mn_origin, k_origin, mn_bound, "K"
+        return k_origin, mn_origin, "K", mn_bound
+
+    def _emit_source_pointer(self, operand: ir.Operand, k_tile: str) -> str:
+        """Declare `a_src` / `b_src`, the start of k-tile `k_tile` of A or B in global memory."""
+        row, col, _, _ = self._tile_origin(operand, k_tile)
+        src = f"{operand.value}_src"
+        terms = [operand.value.upper()]
+        if row != "0":
+            terms.append(f"(size_t){paren(row)} * {leading_name(operand)}")
+        if col != "0":
+            terms.append(col)
+        self.out.line(f"const float* {src} = {' + '.join(terms)};")
+        return src
+
+    def _emit_tile_limits(self, operand: ir.Operand, k_tile: str) -> None:
+        """Declare `a_rows` / `a_cols`: how many of the tile's rows and columns lie inside the matrix."""
+        row, col, row_bound, col_bound = self._tile_origin(operand, k_tile)
+        for name, origin, bound in (("rows", row, row_bound), ("cols", col, col_bound)):
+            left = bound if origin == "0" else f"{bound} - {origin}"
+            self.out.line(f"const int {operand.value}_{name} = {left};")
+
+    @staticmethod
+    def _global_offset(operand: ir.Operand, row: Expr, col: Expr) -> str:
+        return (row * Var(leading_name(operand)) + col).render()
+
+    def _guarded(self, tile: str, emit: Callable[[bool], None]) -> None:
+        """`emit(guarded)` for k-tile `tile`: unguarded for exact bounds; for checked bounds behind a
+        branch that is uniform across the block, so interior tiles run exactly the exact code."""
+        if not self.spec.problem.checked:
+            emit(False)
+            return
+        with self.out.block(f"if (block_inside && {tile} < full_k_tiles)"):
+            emit(False)
+        with self.out.block("else"):
+            emit(True)
+
+    @contextmanager
+    def _chunk_block(self, chunk: GlobalChunk) -> Iterator[None]:
+        """A scope declaring `row` and `col`, a chunk's first element in its global tile (guarded copies)."""
+        with self.out.block(""):
+            self.out.line(f"const int row = {chunk.row.render()};")
+            self.out.line(f"const int col = {chunk.col.render()};")
+            yield
+
+
+class RegisterCopy(GlobalTileCopy):
+    """Global -> registers (`fetch`), registers -> shared memory (`land`)."""
+
+    single_stage_note = ("Single buffer: load a k-tile, wait for all threads, multiply, wait again before\n"
+                         "the next tile overwrites shared memory (two barriers per k-tile).")
+
+    def declare(self) -> None:
+        for operand in OPERANDS:
+            vector = self.layout.load_vector(operand)
+            count = len(self.layout.global_chunks(operand))
+            self.out.line(f"{VECTOR_TYPES[vector]} {self._registers(operand)}[{count}];")
+
+    def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
+        """Global -> registers for k-tile `tile` (the stage is chosen when it lands)."""
+        self._guarded(tile, lambda guarded: self._emit_loads(work.k_tile(tile), guarded))
+
+    def land(self, stage: str) -> None:
+        """Registers -> shared memory stage `stage`."""
+        o = self.out
+        for operand in OPERANDS:
+            vector = self.layout.load_vector(operand)
+            o.line(f"float* const {operand.value}_dst = {stage_base(operand, stage)};")
+            for store in self.layout.copy_stores(operand):
+                register = f"{self._registers(operand)}[{store.chunk.index}]"
+                target = f"{operand.value}_dst + {store.offset.render()}"
+                o.line(f"sts{32 * store.width}({target}, {vector_of(register, vector, store.element, store.width)});")
+
+    @staticmethod
+    def _registers(operand: ir.Operand) -> str:
+        return f"{operand.value}_stage"
+
+    def _emit_loads(self, k_tile: str, guarded: bool) -> None:
+        o = self.out
+        for operand in OPERANDS:
+            vector = self.layout.load_vector(operand)
+            src = self._emit_source_pointer(operand, k_tile)
+            if guarded:
+                self._emit_tile_limits(operand, k_tile)
+            for chunk in self.layout.global_chunks(operand):
+                register = f"{self._registers(operand)}[{chunk.index}]"
+                if not guarded:
+                    address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
+                    o.line(f"{register} = {as_vector(address, vector, const=True)};")
+                    continue
+                with self._chunk_block(chunk):
+                    for element in range(vector):
+                        col = Var("col") + element
+                        inside = f"row < {operand.value}_rows && {col.render()} < {operand.value}_cols"
+                        address = f"{src}[{self._global_offset(operand, Var('row'), col)}]"
+                        o.line(f"{component(register, vector, element)} = {inside} ? {address} : 0.0f;")
+
+
+class AsyncCopy(GlobalTileCopy):
+    """cp.async global -> shared memory (`fetch`), committed and awaited as groups."""
+
+    single_stage_note = "Single buffer filled by cp.async: copy, wait, multiply, wait (two barriers per k-tile)."
+
+    def declare(self) -> None:
+        """cp.async needs no registers."""
+
+    def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
+        """cp.async for k-tile `tile` into stage `stage`."""
+        self._guarded(tile, lambda guarded: self._emit_copies(work.k_tile(tile), stage, guarded))
+
+    def land(self, stage: str) -> None:
+        self.commit()
+        self.wait("0")
+
+    def commit(self) -> None:
+        self.out.line("cp_async_commit();")
+
+    def wait(self, pending: str) -> None:
+        """Wait until at most `pending` committed groups are still in flight."""
+        self.out.line(f"cp_async_wait<{pending}>();")
+
+    def _emit_copies(self, k_tile: str, stage: str, guarded: bool) -> None:
+        o = self.out
+        for operand in OPERANDS:
+            src = self._emit_source_pointer(operand, k_tile)
+            dst = f"{operand.value}_dst"
+            o.line(f"float* const {dst} = {stage_base(operand, stage)};")
+            if guarded:
+                self._emit_tile_limits(operand, k_tile)
+            for chunk, stores in groupby(self.layout.copy_stores(operand), key=lambda store: store.chunk):
+                with self._chunk_block(chunk) if guarded else nullcontext():
+                    row, first = (Var("row"), Var("col")) if guarded else (chunk.row, chunk.col)
+                    for store in stores:
+                        size = 4 * store.width
+                        target = f"{dst} + {store.offset.render()}"
+                        col = first + store.element
+                        source = f"{src} + {self._global_offset(operand, row, col)}"
+                        if not guarded:
+                            o.line(f"cp_async_{size}({target}, {source});")
+                            continue
+                        p = operand.value
+                        inside = f"bytes_inside(row, {p}_rows, {col.render()}, {p}_cols, {store.width})"
+                        o.line(f"cp_async_{size}_zfill({target}, {source}, {inside}, {src});")

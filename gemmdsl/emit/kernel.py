@@ -1,0 +1,126 @@
+"""One `__global__` kernel, wired from the parts chosen for the plan.
+
+Like CUTLASS 3's kernel = mainloop + epilogue + scheduler: `choose_parts` is the one place that
+reads the plan to pick each part (tile or stream-K scheduler, register or cp.async copy, lds
+fragments, FMA math, the pipeline that composes them, the epilogue); `emit_kernel` only declares
+what every kernel has (its signature, constants, thread coordinates) and calls the parts in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..abi import kernel_parameters
+from ..emitter import Emitter
+from ..plan import KernelPlan, Variant
+from .copy import AsyncCopy, RegisterCopy
+from .epilogue import Epilogue
+from .fragments import SharedLoads
+from .math import FmaOuterProduct
+from .pipeline import AsyncRing, KLoop, RegisterDoubleBuffer, SingleStage
+from .scheduler import StreamKScheduler, TileScheduler, WorkTile
+
+
+@dataclass(frozen=True)
+class KernelParts:
+    scheduler: TileScheduler | StreamKScheduler
+    math: FmaOuterProduct
+    fragments: SharedLoads
+    pipeline: KLoop
+    epilogue: Epilogue
+
+
+def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelParts:
+    """The parts of one kernel variant; new copy engines, fragment loads or math instructions are chosen here."""
+    spec, layout = plan.spec, variant.layout
+    scheduler = StreamKScheduler(spec, out) if variant.stream_k else TileScheduler(spec, out)
+    cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+    copy = AsyncCopy(spec, layout, out) if cp_async else RegisterCopy(spec, layout, out)
+    fragments = SharedLoads(layout, out, double=spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE)
+    math = FmaOuterProduct(spec, out)
+    if spec.pipeline.stages == 1:
+        loop: type[KLoop] = SingleStage
+    else:
+        loop = AsyncRing if cp_async else RegisterDoubleBuffer
+    return KernelParts(scheduler, math, fragments, loop(spec, out, copy, fragments, math),
+                       Epilogue(spec, layout, out))
+
+
+def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
+    o, spec = out, plan.spec
+    parts = choose_parts(plan, variant, out)
+    bounds = f"{plan.launch.threads}"
+    if plan.launch.min_blocks_per_sm:
+        bounds += f", {plan.launch.min_blocks_per_sm}"
+    parameters = [f"{ctype} __restrict__ {name}" if ctype.endswith("*") else f"{ctype} {name}"
+                  for ctype, name in kernel_parameters(spec, variant.stream_k)]
+    o.line(f'extern "C" __global__ void __launch_bounds__({bounds}) {variant.entry}(')
+    o.line(f"    {', '.join(parameters[:3])},")
+    o.line(f"    {', '.join(parameters[3:])})")
+    with o.block(""):
+        _emit_constants(spec, variant, o)
+        o.line()
+        if spec.problem.batched:
+            _emit_batch_offsets(o)
+            o.line()
+        parts.scheduler.emit_block_tile()
+        _emit_coordinates(spec, variant, o)
+        o.line()
+        parts.scheduler.emit_work(lambda work: _emit_work_tile(parts, work, o))
+
+
+def _emit_work_tile(parts: KernelParts, work: WorkTile, out: Emitter) -> None:
+    """Accumulate one work tile (a C tile, or a k-range of one) and hand it to the epilogue."""
+    parts.math.declare()
+    parts.fragments.declare()
+    out.line()
+    parts.pipeline.emit(work)
+    out.line()
+    parts.epilogue.emit(work)
+
+
+def _emit_constants(spec: ir.KernelSpec, variant: Variant, o: Emitter) -> None:
+    layout, t = variant.layout, spec.threads
+    o.comment(f"Block tile {spec.block.m}x{spec.block.n}x{spec.block.k}; {layout.threads} threads "
+              f"({t.warps} warps of {t.lanes} {t.lane_order.value} lanes); "
+              f"each thread owns {t.fragment} of C.")
+    if layout.max_global_vector == 1:
+        o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
+                  "whose pointer, leading dimension or batch stride is not vector-aligned.")
+    constants = [
+        ("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk),
+        ("MICRO_M", t.micro.m), ("MICRO_N", t.micro.n),
+        ("REPEAT_M", t.repeat.m), ("REPEAT_N", t.repeat.n),
+        ("REPEAT_STRIDE_M", layout.repeat_stride("m")), ("REPEAT_STRIDE_N", layout.repeat_stride("n")),
+        ("FRAG_M", layout.frag_m), ("FRAG_N", layout.frag_n),
+        ("STAGES", layout.stages),
+        ("A_STAGE", layout.smem[ir.Operand.A].stage_elems),
+    ]
+    if layout.stages > 1:  # with one stage nothing indexes past B's first tile
+        constants.append(("B_STAGE", layout.smem[ir.Operand.B].stage_elems))
+    for name, value in constants:
+        o.line(f"constexpr int {name} = {value};")
+    o.line()
+    o.comment("One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.")
+    o.line("extern __shared__ __align__(16) float smem[];")
+    o.line("float* const smem_a = smem;")
+    o.line("float* const smem_b = smem + STAGES * A_STAGE;")
+
+
+def _emit_batch_offsets(o: Emitter) -> None:
+    o.comment("Strided batch: blockIdx.z picks the GEMM; its A, B and C start stride_a, stride_b\n"
+              "and stride_c elements after those of the GEMM before it.")
+    for operand, stride in (("A", "stride_a"), ("B", "stride_b"), ("C", "stride_c")):
+        o.line(f"{operand} += blockIdx.z * {stride};")
+
+
+def _emit_coordinates(spec: ir.KernelSpec, variant: Variant, o: Emitter) -> None:
+    t = spec.threads
+    repeat = ""
+    if t.repeat != ir.Pair(1, 1):
+        repeat = f", repeated {t.repeat} at {t.repeat_level.value} level"
+    o.comment(f"Thread coordinates: warps {t.warps}, lanes {t.lanes} ({t.lane_order.value}), "
+              f"micro tile {t.micro}{repeat}.")
+    o.line("const int tid = threadIdx.x;")
+    for name, value in variant.layout.coordinates:
+        o.line(f"const int {name} = {value.render()};")

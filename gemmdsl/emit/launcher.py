@@ -1,0 +1,212 @@
+"""The host launchers: the plan's LaunchPlan as C.
+
+They check every argument the kernels cannot handle, choose the vector or the scalar kernel,
+opt in to more dynamic shared memory where needed and launch (for stream-K: two kernels after
+preparing C). The Python runtime (runtime.py) makes the same decisions from the same plan metadata.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, leading_name
+from ..emitter import Emitter
+from ..plan import KernelPlan
+from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
+from .ctext import OPERANDS
+
+
+class LauncherEmitter:
+    """The host launchers: one that checks everything and launches, and thin wrappers around it.
+
+    Batched specs: `NAME_launch_batched` checks and launches; `NAME_launch_ld` is one GEMM of it.
+    Others: `NAME_launch_ld` checks and launches. `NAME_launch` passes the leading dimensions of
+    contiguous operands.
+    """
+
+    def __init__(self, plan: KernelPlan, out: Emitter):
+        self.spec = plan.spec
+        self.launch = plan.launch
+        self.out = out
+        self.names = plan.launch.launchers
+        # Launchers opt in to more dynamic shared memory above the default; printed as N * 1024.
+        self.default_smem = f"{plan.arch.default_smem_per_block // 1024} * 1024"
+
+    def emit(self) -> None:
+        o = self.out
+        o.line("#ifndef __CUDACC_RTC__")
+        self._emit_contract()
+        self._emit_aligned_helper()
+        o.line()
+        if self.spec.block.stream_k:
+            self._emit_stream_k_split()
+            o.line()
+        self._emit_checked_launch()
+        o.line()
+        if self.spec.problem.batched:
+            self._emit_wrapper(self.names["launcher_ld"], self._ld_parameters(),
+                               "A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, beta, stream")
+            o.line()
+        natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
+                            for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
+        self._emit_wrapper(self.names["launcher"], "const float* A, const float* B, float* C, int M, int N, int K, "
+                           "float alpha, float beta, cudaStream_t stream",
+                           f"{natural}, M, N, K, alpha, beta, stream", target=self.names["launcher_ld"])
+        o.line("#endif")
+
+    def _emit_contract(self) -> None:
+        spec, launch = self.spec, self.launch
+        bm, bn, bk = launch.block_tile
+        vector = launch.requirements.vector_elements
+        lines = ["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
+                 "the kernel cannot handle:"]
+        shape = "M, N, K >= 1"
+        if not spec.problem.checked:
+            shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
+        if spec.problem.batched:
+            shape += f"; 1 <= batch <= {MAX_BATCH}"
+        lines.append(f"- {shape};")
+        lines.append("- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
+                     + " (the leading dimensions of "
+                     + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);")
+        vectors = [op for op in ir.Operand if vector[op.value] > 1]
+        if vectors:
+            parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
+            fallback = ("otherwise the scalar kernel runs" if launch.entries.scalar
+                        else "otherwise the call is refused")
+            what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
+            lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
+        self.out.comment("\n".join(lines))
+
+    def _emit_aligned_helper(self) -> None:
+        with self.out.block(f"static bool {self.spec.name}_aligned(const void* p, long long ld, long long stride, "
+                            "int elements)"):
+            self.out.line("return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 "
+                          "&& stride % elements == 0;")
+
+    def _emit_stream_k_split(self) -> None:
+        o = self.out
+        o.comment("gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K\n"
+                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten "
+                  "the launch.")
+        with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, "
+                     "long long slots, int* sk_tiles, int* sk_blocks)"):
+            o.line("const long long shared = tiles % slots;")
+            o.line("const long long work = shared * k_tiles;")
+            o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
+            o.line("if (blocks > slots) blocks = slots;")
+            o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
+            o.line(f"const bool worth_it = blocks > shared && work <= {MAX_WORK}LL && idle_enough;")
+            o.line("*sk_tiles = worth_it ? (int)shared : 0;")
+            o.line("*sk_blocks = worth_it ? (int)blocks : 0;")
+
+    def _emit_stream_k_launch(self, arguments: str) -> None:
+        """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
+        tiles to beta * C, launch the stream-K kernel on them, then the plain kernel on the other
+        tiles; otherwise the plain kernel on all."""
+        o, spec, launch = self.out, self.spec, self.launch
+        threads, entries = launch.threads, launch.entries
+        o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
+        o.line("int device = 0, sms = 0, per_sm = 0;")
+        o.line("cudaError_t status = cudaGetDevice(&device);")
+        o.line("if (status == cudaSuccess) "
+               "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+        o.line("if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, "
+               f"{threads}, smem_bytes);")
+        o.line("if (status != cudaSuccess) return status;")
+        o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
+        o.line("int sk_tiles = 0, sk_blocks = 0;")
+        o.line(f"{spec.name}_stream_k_split(blocks, K / {launch.block_tile[2]}, (long long)sms * per_sm, &sk_tiles, &sk_blocks);")
+        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
+        beta = "beta" if alpha_beta else "0.0f"
+        with o.block("if (sk_tiles == 0)"):
+            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({threads}), smem_bytes, stream>>>({arguments});")
+            o.line("return cudaGetLastError();")
+        o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
+                  "finish together, and the ragged end of the launch is the plain kernel's, as without.")
+        with o.block(f"if ({condition})"):
+            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles), dim3({threads}), 0, stream>>>"
+                   f"(C, M, N, ldc, {beta}, sk_tiles);")
+            o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
+        o.line(f"const auto stream_k_kernel = {entries.stream_k};")
+        with o.block(f"if (smem_bytes > {self.default_smem})"):
+            o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                   "(int)smem_bytes);")
+            o.line("if (status != cudaSuccess) return status;")
+        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks), dim3({threads}), smem_bytes, stream>>>("
+               f"{arguments}, sk_tiles);")
+        o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
+        with o.block("if (blocks > sk_tiles)"):
+            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3({threads}), smem_bytes, "
+                   f"stream>>>({arguments});")
+
+    def _ld_parameters(self) -> str:
+        return ("const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, "
+                "float alpha, float beta, cudaStream_t stream")
+
+    def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
+        target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
+        with self.out.block(f'extern "C" cudaError_t {name}({parameters})'):
+            self.out.line(f"return {target}({arguments});")
+
+    def _emit_checked_launch(self) -> None:
+        o, spec, launch = self.out, self.spec, self.launch
+        bm, bn, bk = launch.block_tile
+        batched = spec.problem.batched
+        if batched:
+            name = self.names["launcher_batched"]
+            parameters = ("const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, "
+                          "float* C, int ldc, long long stride_c, int M, int N, int K, int batch, "
+                          "float alpha, float beta, cudaStream_t stream")
+        else:
+            name = self.names["launcher_ld"]
+            parameters = self._ld_parameters()
+        with o.block(f'extern "C" cudaError_t {name}({parameters})'):
+            invalid = "return cudaErrorInvalidValue;"
+            o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
+            o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) "
+                   f"{invalid}")
+            if batched:
+                o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
+            if not spec.problem.checked:
+                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
+            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
+            o.line(f"if ({bounds}) {invalid}")
+            o.comment("Offsets inside a tile (row * ld + col) are ints.")
+            limits = launch.requirements.max_leading_dimension
+            fits = " || ".join(f"{leading_name(op)} > {limits[op.value]}" for op in OPERANDS)
+            o.line(f"if ({fits}) {invalid}")
+            o.line(f"const long long blocks = (long long){launch.grid[0]};")
+            o.line(f"if (blocks > {MAX_INT}LL) {invalid}")
+            self._emit_kernel_choice()
+            o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
+            with o.block(f"if (smem_bytes > {self.default_smem})"):
+                o.line("const cudaError_t err = cudaFuncSetAttribute(kernel, "
+                       "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+                o.line("if (err != cudaSuccess) return err;")
+            arguments = ", ".join(name for _, name in launch.parameters)
+            if spec.block.stream_k:
+                self._emit_stream_k_launch(arguments)
+            else:
+                z = "(unsigned)batch" if batched else "1"
+                o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({launch.threads}), smem_bytes, stream>>>("
+                       f"{arguments});")
+            o.line("return cudaGetLastError();")
+
+    def _emit_kernel_choice(self) -> None:
+        """Pick the vector kernel when every vector access is aligned; else the scalar kernel or an error."""
+        o, spec = self.out, self.spec
+        elements = self.launch.requirements.vector_elements
+        stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
+        tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
+                 f"{elements[op.value]})" for op in ir.Operand if elements[op.value] > 1]
+        vector, scalar = self.launch.entries.vector, self.launch.entries.scalar
+        if not tests:
+            o.line(f"const auto kernel = {vector};")
+            return
+        o.line(f"const bool vector_aligned = {' && '.join(tests)};")
+        if scalar is not None:
+            o.line(f"const auto kernel = vector_aligned ? {vector} : {scalar};")
+            return
+        o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
+        o.line(f"const auto kernel = {vector};")

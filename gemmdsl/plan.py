@@ -1,0 +1,127 @@
+"""The lowered plan of one compile: the file's kernels, each with the lowering it is emitted from,
+and how they are launched. Built once per compile (`plan_kernel`), read by the analysis passes,
+the emitters and the compiler's launch metadata.
+
+A file holds one kernel, or more: for `bounds: checked`, `NAME_kernel_scalar`, the same tiling
+lowered with one-element global accesses, which the launcher runs when a pointer, leading
+dimension or batch stride would misalign a vector access; for `schedule: stream_k`,
+`NAME_kernel_stream_k`, which shares the last wave's tiles (the vector kernel computes the others).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from . import abi, ir
+from .layout import KernelLayout
+from .targets import Arch, blocks_for_registers
+
+
+class Role(enum.Enum):
+    VECTOR = "vector"  # the spec's global accesses; every tile not shared by stream-K
+    SCALAR = "scalar"  # one-element global accesses, for operands that are not vector-aligned
+    STREAM_K = "stream_k"  # k-ranges of the last wave's tiles, added into C
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One `__global__` kernel of the file and the lowering it is emitted from."""
+
+    entry: str
+    role: Role
+    layout: KernelLayout
+
+    @property
+    def stream_k(self) -> bool:
+        return self.role is Role.STREAM_K
+
+
+@dataclass(frozen=True)
+class Entries:
+    vector: str
+    scalar: str | None  # None: the vector kernel is scalar already, or bounds are exact
+    stream_k: str | None
+    prepare: str | None  # sets the stream-K tiles of C to beta * C first
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a call must satisfy: shape multiples, and per operand (a, b, c) the vector alignment of the
+    vector kernel (elements) and the largest leading dimension."""
+
+    m_multiple: int
+    n_multiple: int
+    k_multiple: int
+    vector_elements: dict[str, int]
+    max_leading_dimension: dict[str, int]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How the file's kernels are launched: what the C launchers do and the metadata describes."""
+
+    entries: Entries
+    parameters: tuple[abi.Parameter, ...]
+    launchers: dict[str, str | None]
+    threads: int
+    smem_bytes: int
+    block_tile: tuple[int, int, int]
+    grid: tuple[str, int, str | int]  # x: the tile count as C; z: the batch
+    requirements: Requirements
+    min_blocks_per_sm: int | None  # `__launch_bounds__`' second argument, from the spec's budget
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    spec: ir.KernelSpec
+    arch: Arch
+    variants: tuple[Variant, ...]
+    launch: LaunchPlan
+
+    @property
+    def layout(self) -> KernelLayout:
+        """The vector kernel's lowering; the variants share their shared-memory layout and threads."""
+        return self.variants[0].layout
+
+
+def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
+    """Lower a validated spec: each kernel variant's layout, built once, and the launch."""
+    layout = KernelLayout(spec)
+    variants = [Variant(abi.vector_entry(spec), Role.VECTOR, layout)]
+    if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
+        variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, KernelLayout(spec, max_global_vector=1)))
+    if spec.block.stream_k:
+        variants.append(Variant(abi.stream_k_entry(spec), Role.STREAM_K, layout))
+    return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants))
+
+
+def _launch_plan(spec: ir.KernelSpec, layout: KernelLayout, variants: list[Variant]) -> LaunchPlan:
+    by_role = {v.role: v.entry for v in variants}
+    entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
+                      abi.prepare_entry(spec))
+    tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
+                       for extent, size in (("M", layout.bm), ("N", layout.bn)))
+    checked = spec.problem.checked
+    requirements = Requirements(
+        m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,
+        k_multiple=1 if checked else layout.bk,
+        vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
+        max_leading_dimension={op.value: abi.leading_dimension_limit(spec, op) for op in ir.Operand})
+    return LaunchPlan(entries, abi.kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
+                      layout.smem_bytes, (layout.bm, layout.bn, layout.bk),
+                      (tiles, 1, "batch" if spec.problem.batched else 1), requirements,
+                      _min_blocks_per_sm(spec, layout.arch))
+
+
+def _min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:
+    """`__launch_bounds__`' second argument from the spec's budget, if any.
+
+    A register budget R alone becomes the number of blocks that fit when each thread
+    holds R registers, which makes ptxas cap registers at about R.
+    """
+    budget = spec.budget
+    if budget.blocks_per_sm:
+        return budget.blocks_per_sm
+    if budget.registers:
+        return max(1, blocks_for_registers(target, budget.registers, spec.threads.threads))
+    return None
