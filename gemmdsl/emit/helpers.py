@@ -13,6 +13,7 @@ class HelperEmitter:
 
     def __init__(self, plan: KernelPlan, out: Emitter):
         self.spec = plan.spec
+        self.smem = plan.layout.smem  # the variants share their shared-memory layout
         self.layouts = [variant.layout for variant in plan.variants]
         self.out = out
         self.cp_async = self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
@@ -21,7 +22,7 @@ class HelperEmitter:
         o = self.out
         o.comment("Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.")
         for operand in OPERANDS:
-            geometry = self.layouts[0].smem[operand]  # the variants share their shared-memory layout
+            geometry = self.smem[operand]
             func = geometry.offset_func
             layout = self.spec.smem(operand)
             note = f"order {layout.order.value}, leading dimension {geometry.ld}"
