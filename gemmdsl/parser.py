@@ -337,7 +337,8 @@ class _SpecReader:
         self.typos: set[str] = set()  # sections an unknown name was probably meant to be
         # The problem section first: the element types decide which values other keys take.
         sections = sorted(kernel.children[1:], key=lambda section: section.children[0].value != "problem")
-        self.has_mma = any(section.children[0].value == "mma" for section in sections)
+        # A misspelt `mma` section still makes an mma spec, so its threads are not asked for lanes.
+        self.has_mma = any(_section_meant(section.children[0].value) == "mma" for section in sections)
         for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
@@ -353,8 +354,7 @@ class _SpecReader:
         kind = head.value
         schema = SECTIONS.get(kind)
         if schema is None:
-            close = difflib.get_close_matches(kind, tuple(SECTIONS), n=1)
-            self.typos.update(close)
+            self.typos.update(filter(None, [_section_meant(kind)]))
             self.error(self.span(head), f"unknown section '{kind}'",
                        _did_you_mean(kind, tuple(SECTIONS)) or
                        "sections are: problem, target, block, threads, mma, smem a|b, load a|b, pipeline, budget")
@@ -435,6 +435,11 @@ def _number(digits: str) -> int | None:
     """int(digits), or None when it is far beyond any limit (also avoids Python's 4300-digit cap)."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else None
+
+
+def _section_meant(word: str) -> str | None:
+    """The section a section name is, or most likely was meant to be."""
+    return word if word in SECTIONS else next(iter(difflib.get_close_matches(word, tuple(SECTIONS), n=1)), None)
 
 
 def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
