@@ -19,7 +19,7 @@ from .build import PtxasResources
 from .check import Analysis, analyze, summary_lines
 from .codegen import (emit_cuda, kernel_parameters, kernel_variants, launcher_names, leading_dimension_limit,
                       prepare_entry, scalar_entry, stream_k_entry, tile_count)
-from .frontend import load
+from .frontend import load, require_fma
 from .layout import KernelLayout
 from .source import Diagnostic, SourceFile
 
@@ -56,6 +56,7 @@ def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) 
 def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
     spec, warnings = load(source, sm)
+    require_fma(spec, source)
     layout = KernelLayout(spec)
     analysis = analyze(spec)
     warnings = warnings + analysis.warnings
