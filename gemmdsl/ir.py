@@ -332,7 +332,9 @@ class KernelSpec(Node):
     load_b: GlobalLoad
     pipeline: Pipeline
     budget: Budget
-    mma: MmaTile | None = None  # None: the FMA path (threads' lanes, micro, repeat)
+    # None: the FMA path (threads' lanes, micro, repeat). With mma, only threads.warps is the spec's;
+    # the other ThreadLayout fields keep their defaults and mean nothing.
+    mma: MmaTile | None = None
 
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b

@@ -3,8 +3,9 @@
 Lark (LALR) checks the shape of the text: sections of `key: value;` entries. This
 module then reads each section against a schema (which keys exist, what values
 they take), so mistakes are reported in the user's terms with a position, and
-all of them at once. Cross-field rules (tile products, limits) live in
-`validate.py`.
+all of them at once. What a key takes may depend on the operand's element type
+(read first, from `problem`) and on whether the spec has an `mma` section.
+Cross-field rules (tile products, limits) live in `validate.py`.
 """
 from __future__ import annotations
 
@@ -521,7 +522,7 @@ def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
             raise _Bad(value.span, "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their "
                                    "fragments with 32-bit loads", hint=f"use {mma_choices} (the default for f32)")
         return ir.SmemRead.LDMATRIX
-    bits = reader.integer(atom, "a read width in bits", 1, MAX_INT)
+    bits = reader.integer(atom, "a read width in bits", *((1, MAX_INT) if reader.has_mma else (32, 128)))
     if reader.has_mma:
         if bits != 32:
             raise _Bad(value.span, f"read: {bits} does not apply to an mma spec; its fragments are read with "

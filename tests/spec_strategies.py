@@ -9,8 +9,10 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from gemmdsl import ir
 from gemmdsl.frontend import load
 from gemmdsl.source import CompileError, SourceFile
+from gemmdsl.targets import ARCHS
 
 POW2 = (1, 2, 4, 8)
 
@@ -67,8 +69,8 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     return text
 
 
-# Shared memory per block on the smallest target (sm_86, sm_89); stages are drawn to fit it.
-SMALLEST_SMEM = 99 * 1024
+# Shared memory per block on the smallest target; stages are drawn to fit it.
+SMALLEST_SMEM = min(arch.smem_per_block for arch in ARCHS.values())
 
 
 @st.composite
@@ -79,7 +81,7 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     instruction's k, global vectors divide their runs and share out over the threads, pads and
     swizzles keep each lane's fragment read in one piece, and the stages fit in shared memory."""
     dtype = draw(st.sampled_from(("f16", "bf16", "f32")))
-    size = 4 if dtype == "f32" else 2
+    size = ir.DType(dtype).bytes
     shape = "m16n8k8" if dtype == "f32" else draw(st.sampled_from(("m16n8k16", "m16n8k8")))
     k = int(shape.rsplit("k", 1)[1])
     precision = f" precision: {draw(st.sampled_from(('tf32', '3xtf32')))};" if dtype == "f32" else ""
@@ -90,14 +92,14 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     layouts = {key: draw(st.sampled_from(("row", "col"))) for key in "abc"}
     extent = {"a": bm, "b": bn}
     k_contiguous = {"a": layouts["a"] == "row", "b": layouts["b"] == "col"}  # in global memory
-    widths = tuple(w for w in (1, 2, 4, 8) if w * size <= 16)
 
     def vectors(operand: str, bk: int) -> list[int]:
         rows, cols = (extent[operand], bk) if k_contiguous[operand] else (bk, extent[operand])
-        return [w for w in widths if cols % w == 0 and (rows * cols // w) % threads == 0]
+        return [w for w in ir.DType(dtype).vector_widths if cols % w == 0 and (rows * cols // w) % threads == 0]
 
-    bk = draw(st.sampled_from([b for b in (k, 2 * k, 4 * k) if vectors("a", b) and vectors("b", b)] or [4 * k]))
-    assume(vectors("a", bk) and vectors("b", bk))
+    bks = [b for b in (k, 2 * k, 4 * k) if vectors("a", b) and vectors("b", b)]
+    assume(bks)
+    bk = draw(st.sampled_from(bks))
     c = draw(st.sampled_from(("f32", "f16", "bf16")))
     bounds = draw(st.sampled_from(("checked", "exact")))
     batch = draw(st.sampled_from(("none", "strided")))
@@ -129,7 +131,7 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     schedule = "stream_k" if stream_k else "tiles"
     return f"""gemm {name} {{
     problem  {{ a: {dtype} {layouts['a']}; b: {dtype} {layouts['b']}; c: {c} {layouts['c']}; bounds: {bounds}; batch: {batch}; }}
-    target   {draw(st.sampled_from(("sm_80", "sm_86", "sm_89", "sm_90")))};
+    target   sm_{draw(st.sampled_from(sorted(ARCHS)))};
     block    {{ tile: {bm}x{bn}x{bk}; raster: {draw(st.sampled_from(("row", "col", "group(8)")))}; schedule: {schedule}; }}
     threads  {{ warps: {warps[0]}x{warps[1]}; }}
     mma      {{ shape: {shape}; repeat: {repeat[0]}x{repeat[1]};{precision} }}
