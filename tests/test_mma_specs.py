@@ -1,8 +1,11 @@
-"""Random valid tensor-core specs (tests/spec_strategies.py): the front end accepts every one, and
-breaking the tile hierarchy of one gives exactly the tile-product error, at the mma repeat."""
+"""Tensor-core specs in the front end: random valid ones (tests/spec_strategies.py) are accepted,
+breaking the tile hierarchy of one gives exactly the tile-product error at the mma repeat, and the
+shared-memory size that validate checks agrees with the layout's rounding."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -10,9 +13,10 @@ from hypothesis import strategies as st
 from spec_strategies import mma_spec_texts
 
 from gemmdsl import ir
-from gemmdsl.frontend import load
+from gemmdsl.frontend import load, load_spec
 from gemmdsl.source import CompileError, Severity, SourceFile
 
+ROOT = Path(__file__).resolve().parents[1]
 FILE = "random_mma.gemm"
 REPEAT = re.compile(r"(mma +\{ shape: \w+; repeat: )(\d+)x(\d+)")
 
@@ -47,3 +51,16 @@ def test_a_broken_tile_product_is_reported_at_the_repeat(text, axis):
     column = match.start(2) - text.rfind("\n", 0, match.start(2))
     assert (error.span.line, error.span.column) == (line, column)
     assert error.hint.startswith(f"use `repeat: {repeat}` to cover")
+
+
+def test_mma_shared_memory_size():
+    from gemmdsl.layout import KernelLayout
+    from gemmdsl.validate import mma_smem_bytes
+
+    fixtures = ROOT / "tests" / "fixtures"
+    # bf16: A 128x32 and B 32x128, 8 KiB each per stage (whole swizzle periods), 4 stages
+    assert mma_smem_bytes(load_spec(fixtures / "hgemm_mma.gemm")) == 4 * (8192 + 8192)
+    # f32: the same figure as the FMA path's layout, which rounds stages the same way
+    tf32 = load_spec(fixtures / "sgemm_3xtf32.gemm")
+    for spec in (tf32, replace(tf32, smem_a=replace(tf32.smem_a, pad=0, swizzle=ir.Swizzle(3, 2, 5)))):
+        assert mma_smem_bytes(spec) == KernelLayout(spec).smem_bytes
