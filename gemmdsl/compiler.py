@@ -18,7 +18,7 @@ from . import __version__, ir
 from .build import PtxasResources, build, find_nvcc
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
-from .frontend import load
+from .frontend import load, require_fma
 from .layout import KernelLayout
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
@@ -60,6 +60,7 @@ def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) 
 def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
     spec, warnings = load(source, sm)
+    require_fma(spec, source)
     plan = plan_kernel(spec)
     analysis = analyze(spec, plan=plan)
     warnings = warnings + analysis.warnings

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from .source import Span
 
+MAX_VECTOR_BYTES = 16  # the widest global load and store
+
 
 class Operand(enum.Enum):
     A = "a"
@@ -20,6 +22,22 @@ class Operand(enum.Enum):
 
 class DType(enum.Enum):
     F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+
+    @property
+    def bytes(self) -> int:
+        return 4 if self is DType.F32 else 2
+
+    @property
+    def vector_widths(self) -> tuple[int, ...]:
+        """Global vector widths in elements, narrowest first: powers of two up to 16 bytes."""
+        return tuple(w for w in (1, 2, 4, 8) if w * self.bytes <= MAX_VECTOR_BYTES)
+
+    @property
+    def c_type(self) -> str:
+        """The element's type in CUDA C (cuda_fp16.h, cuda_bf16.h)."""
+        return {DType.F32: "float", DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[self]
 
 
 class MatrixLayout(enum.Enum):
@@ -73,6 +91,40 @@ class SmemOrder(enum.Enum):
     def k_major(self) -> bool:
         """True when k is the outer (slow) index, so m or n is contiguous."""
         return self in (SmemOrder.KM, SmemOrder.KN)
+
+
+class MmaShape(enum.Enum):
+    """The m x n x k of one mma.sync instruction (one warp multiplies m x k by k x n)."""
+
+    M16N8K16 = "m16n8k16"
+    M16N8K8 = "m16n8k8"
+
+    @property
+    def m(self) -> int:
+        return 16
+
+    @property
+    def n(self) -> int:
+        return 8
+
+    @property
+    def k(self) -> int:
+        return 16 if self is MmaShape.M16N8K16 else 8
+
+
+class Precision(enum.Enum):
+    """What the tensor cores multiply; the accumulators are FP32 in every case."""
+
+    NATIVE = "native"  # f16 or bf16 operands as they are (not written in a spec: the default)
+    TF32 = "tf32"  # f32 operands rounded to TF32 (10-bit mantissa), one mma per product
+    TF32X3 = "3xtf32"  # f32 split into a TF32 big and small part, three mma: about FP32 accuracy
+
+
+class SmemRead(enum.Enum):
+    """How an mma spec loads its fragments from shared memory."""
+
+    LDMATRIX = "ldmatrix"  # ldmatrix: 8x8 tiles of 16-bit elements, one 16-byte row per lane address
+    LDS32 = "32"  # one 32-bit shared load per fragment register
 
 
 class CopyMode(enum.Enum):
@@ -219,13 +271,28 @@ class SmemLayout(Node):
     order: SmemOrder = SmemOrder.MK
     pad: int = 0
     swizzle: Swizzle | None = None
-    read_bits: int | None = None  # forced shared->register width; None = widest allowed
+    read_bits: int | None = None  # FMA specs: forced shared->register width; None = widest allowed
+    read: SmemRead | None = None  # mma specs: how fragments are read (always set); None for FMA specs
 
 
 @dataclass(frozen=True, kw_only=True)
 class GlobalLoad(Node):
     operand: Operand = Operand.A
     vector: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class MmaTile(Node):
+    """A warp's tile on tensor cores: `repeat` copies of one mma.sync `shape`."""
+
+    shape: MmaShape = MmaShape.M16N8K16
+    repeat: Pair = Pair(1, 1)
+    precision: Precision = Precision.NATIVE
+
+    @property
+    def warp_tile(self) -> Pair:
+        """Rows and columns of C that one warp accumulates."""
+        return Pair(self.repeat.m * self.shape.m, self.repeat.n * self.shape.n)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +332,9 @@ class KernelSpec(Node):
     load_b: GlobalLoad
     pipeline: Pipeline
     budget: Budget
+    # None: the FMA path (threads' lanes, micro, repeat). With mma, only threads.warps is the spec's;
+    # the other ThreadLayout fields keep their defaults and mean nothing.
+    mma: MmaTile | None = None
 
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b

@@ -3,12 +3,14 @@
 Lark (LALR) checks the shape of the text: sections of `key: value;` entries. This
 module then reads each section against a schema (which keys exist, what values
 they take), so mistakes are reported in the user's terms with a position, and
-all of them at once. Cross-field rules (tile products, limits) live in
-`validate.py`.
+all of them at once. What a key takes may depend on the operand's element type
+(read first, from `problem`) and on whether the spec has an `mma` section.
+Cross-field rules (tile products, limits) live in `validate.py`.
 """
 from __future__ import annotations
 
 import difflib
+import enum
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +21,7 @@ import lark
 from lark import Token, Tree
 
 from . import ir
-from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span, word_list
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
@@ -35,6 +37,7 @@ TERMINAL_WORDS = {
     "RPAR": "')'",
     "COMMA": "','",
     "NAME": "a name",
+    "COUNTED_NAME": "a name",
     "INT": "a number",
     "DIMS": "dimensions such as 128x128",
     "GEMM": "'gemm'",
@@ -42,6 +45,7 @@ TERMINAL_WORDS = {
     "<END-OF-FILE>": "end of file",
 }
 MAX_SHOWN = 40  # longest piece of source quoted in a message
+WORD_TERMINALS = ("NAME", "COUNTED_NAME")  # tokens a named value may be (`row`, `3xtf32`)
 
 
 @lru_cache(maxsize=1)
@@ -233,6 +237,9 @@ Reader = Callable[["_SpecReader", _Value], Any]
 class _Key:
     read: Reader
     required: bool = False
+    # Keys of the FMA path only: in a spec with an `mma` section they are an error, and this
+    # says why; a required one is required only without `mma`.
+    fma_only: str | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,20 @@ class _SpecReader:
     def __init__(self, source: SourceFile):
         self.source = source
         self.diagnostics: list[Diagnostic] = []
+        # What the value readers may depend on: whether the spec has an `mma` section, the
+        # element types of the problem section (read before the others), and the operand
+        # label of the section being read.
+        self.has_mma = False
+        self.found: dict[str, tuple] = {}
+        self.rejected: set[tuple[str, str]] = set()  # (section, key) of values reported as errors
+        self.operand: str | None = None
+
+    def element_type(self, operand: str | None) -> ir.DType | None:
+        """The element type of operand 'a', 'b' or 'c' (default f32); None when its value is in error."""
+        values = self.found.get("problem", ({},))[0]
+        if operand in values:
+            return values[operand].dtype
+        return None if operand is None or ("problem", operand) in self.rejected else ir.DType.F32
 
     # spans
     def span(self, item: Any) -> Span:
@@ -274,7 +295,7 @@ class _SpecReader:
 
     def name(self, value: _Value, choices: tuple[str, ...], what: str) -> str:
         atom = self.one(value, what)
-        if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in choices):
+        if not (isinstance(atom, Token) and atom.type in WORD_TERMINALS and atom.value in choices):
             word = atom.value if isinstance(atom, Token) else ""
             raise _Bad(value.span, f"expected {what}, found {self.text(atom)}",
                        _did_you_mean(word, choices) or f"one of: {', '.join(choices)}")
@@ -313,9 +334,13 @@ class _SpecReader:
         kernel = tree.children[0]
         name_token = kernel.children[0]
         seen: dict[str, Span] = {}
-        found: dict[str, tuple[dict[str, Any], ir.Node]] = {}
+        found = self.found
         self.typos: set[str] = set()  # sections an unknown name was probably meant to be
-        for section in kernel.children[1:]:
+        # The problem section first: the element types decide which values other keys take.
+        sections = sorted(kernel.children[1:], key=lambda section: section.children[0].value != "problem")
+        # A misspelt `mma` section still makes an mma spec, so its threads are not asked for lanes.
+        self.has_mma = any(_section_meant(section.children[0].value) == "mma" for section in sections)
+        for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
             if schema.required and key not in found and key not in seen and key not in self.typos:
@@ -330,11 +355,10 @@ class _SpecReader:
         kind = head.value
         schema = SECTIONS.get(kind)
         if schema is None:
-            close = difflib.get_close_matches(kind, tuple(SECTIONS), n=1)
-            self.typos.update(close)
+            self.typos.update(filter(None, [_section_meant(kind)]))
             self.error(self.span(head), f"unknown section '{kind}'",
                        _did_you_mean(kind, tuple(SECTIONS)) or
-                       "sections are: problem, target, block, threads, smem a|b, load a|b, pipeline, budget")
+                       "sections are: problem, target, block, threads, mma, smem a|b, load a|b, pipeline, budget")
             return
         children = section.children[1:]
         label = None
@@ -362,6 +386,7 @@ class _SpecReader:
             return
         seen[key] = self.span(head)
         span = self.span(section)
+        self.operand = label.value if label is not None else None
         if schema.short:
             entries = [(head, _Value(tuple(children[0].children), self.span(children[0])))]
             names = {kind: head}
@@ -381,6 +406,13 @@ class _SpecReader:
                     self.error(self.span(key_token), f"duplicate key '{key_token.value}' in section '{kind}'",
                                hint=f"first set at line {names[key_token.value].line}")
                     continue
+                reason = schema.keys[key_token.value].fma_only
+                if reason and self.has_mma:
+                    self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
+                               hint=f"remove it; in an mma spec '{kind}' holds only "
+                                    f"{', '.join(k for k, v in schema.keys.items() if not v.fma_only)}, and "
+                                    "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
+                    continue
                 names[key_token.value] = key_token
                 entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))
         values: dict[str, Any] = {}
@@ -391,7 +423,10 @@ class _SpecReader:
                 spans.append((key_token.value, value.span))
             except _Bad as bad:
                 self.diagnostics.append(bad.diagnostic)
+                self.rejected.add((key, key_token.value))
         for name, spec_key in schema.keys.items():
+            if spec_key.fma_only and self.has_mma:
+                continue
             if spec_key.required and name not in names and (schema.short or name not in typos):
                 self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
         found[key] = (values, span, tuple(spans), label.value if label is not None else None)
@@ -401,6 +436,11 @@ def _number(digits: str) -> int | None:
     """int(digits), or None when it is far beyond any limit (also avoids Python's 4300-digit cap)."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else None
+
+
+def _section_meant(word: str) -> str | None:
+    """The section a section name is, or most likely was meant to be."""
+    return word if word in SECTIONS else next(iter(difflib.get_close_matches(word, tuple(SECTIONS), n=1)), None)
 
 
 def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
@@ -414,13 +454,15 @@ def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
 def _matrix(reader: _SpecReader, value: _Value) -> ir.MatrixType:
     if len(value.atoms) != 2:
         raise _Bad(value.span, "expected a type and a layout, as in `f32 row`")
-    dtype = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])), ("f32",), "an element type")
+    dtype = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])),
+                        tuple(t.value for t in ir.DType), "an element type")
     layout = reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), ("row", "col"), "a layout")
     return ir.MatrixType(ir.DType(dtype), ir.MatrixLayout(layout))
 
 
-def _enum(enum_type: type, what: str) -> Reader:
-    choices = tuple(member.value for member in enum_type)
+def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = None) -> Reader:
+    """A value naming one of `members` (default: every member of the enum)."""
+    choices = tuple(member.value for member in (members or enum_type))
     return lambda reader, value: enum_type(reader.name(value, choices, what))
 
 
@@ -466,8 +508,26 @@ def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle:
     return ir.Swizzle(bits, base, shift)
 
 
-def _read_width(reader: _SpecReader, value: _Value) -> int:
-    bits = reader.integer(reader.one(value, "a width in bits"), "a read width in bits", 32, 128)
+def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
+    """FMA specs: a width in bits (32, 64, 128); mma specs: `ldmatrix` or `32` (an ir.SmemRead)."""
+    atom = reader.one(value, "a read width")
+    dtype = reader.element_type(reader.operand)
+    mma_choices = "`read: 32;`" if dtype is ir.DType.F32 else "`read: ldmatrix;` or `read: 32;`"
+    if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
+        reader.name(value, (ir.SmemRead.LDMATRIX.value,), "ldmatrix or a width in bits")
+        if not reader.has_mma:
+            raise _Bad(value.span, "read: ldmatrix needs an `mma` section; the FMA path reads fragments with "
+                                   "32-, 64- or 128-bit loads", hint="use `read: 32;`, `read: 64;` or `read: 128;`")
+        if dtype is ir.DType.F32:
+            raise _Bad(value.span, "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their "
+                                   "fragments with 32-bit loads", hint=f"use {mma_choices} (the default for f32)")
+        return ir.SmemRead.LDMATRIX
+    bits = reader.integer(atom, "a read width in bits", *((1, MAX_INT) if reader.has_mma else (32, 128)))
+    if reader.has_mma:
+        if bits != 32:
+            raise _Bad(value.span, f"read: {bits} does not apply to an mma spec; its fragments are read with "
+                                   "ldmatrix or 32-bit loads", hint=f"use {mma_choices}")
+        return ir.SmemRead.LDS32
     if bits not in (32, 64, 128):
         raise _Bad(value.span, f"read width must be 32, 64 or 128 bits, found {bits}")
     return bits
@@ -475,9 +535,12 @@ def _read_width(reader: _SpecReader, value: _Value) -> int:
 
 def _vector(reader: _SpecReader, value: _Value) -> int:
     width = reader.integer(reader.one(value, "a vector width"), "a vector width", 1, MAX_INT)
-    if width not in (1, 2, 4):
-        raise _Bad(value.span, f"vector width must be 1, 2 or 4 elements, found {width}",
-                   hint="4 x f32 = 16 bytes is the widest global load")
+    dtype = reader.element_type(reader.operand)
+    widths = (dtype or ir.DType.F16).vector_widths  # an operand in error: the widest any type allows
+    if width not in widths:
+        of = f" x {dtype.value}" if dtype else " elements"
+        raise _Bad(value.span, f"vector width must be {word_list(widths)} elements, found {width}",
+                   hint=f"{widths[-1]}{of} = {ir.MAX_VECTOR_BYTES} bytes is the widest global load")
     return width
 
 
@@ -504,14 +567,23 @@ SECTIONS: dict[str, _Section] = {
                        "schedule": _Key(_enum(ir.Schedule, "tiles or stream_k"))}, required=True),
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True),
-        "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True),
-        "micro": _Key(_pair_with_word("a micro tile", None), required=True),
-        "repeat": _Key(_pair_with_word("a repeat", ir.RepeatLevel, ir.RepeatLevel.BLOCK)),
-        "fma_order": _Key(_enum(ir.FmaOrder, "row, col or snake")),
+        "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True,
+                      fma_only="the mma instruction fixes which lane holds which element"),
+        "micro": _Key(_pair_with_word("a micro tile", None), required=True,
+                      fma_only="each warp's tile is the mma shape times the mma section's `repeat`"),
+        "repeat": _Key(_pair_with_word("a repeat", ir.RepeatLevel, ir.RepeatLevel.BLOCK),
+                       fma_only="the mma section's `repeat` says how often each warp repeats the instruction"),
+        "fma_order": _Key(_enum(ir.FmaOrder, "row, col or snake"),
+                          fma_only="tensor-core instructions multiply, not FMAs"),
     }, required=True),
+    "mma": _Section({
+        "shape": _Key(_enum(ir.MmaShape, "m16n8k16 or m16n8k8"), required=True),
+        "repeat": _Key(_pair_with_word("an mma repeat", None)),
+        "precision": _Key(_enum(ir.Precision, "tf32 or 3xtf32", (ir.Precision.TF32, ir.Precision.TF32X3))),
+    }),
     "smem": _Section({
         "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
-        "swizzle": _Key(_swizzle), "read": _Key(_read_width),
+        "swizzle": _Key(_swizzle), "read": _Key(_smem_read),
     }, labels=("a", "b")),
     "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
     "pipeline": _Section({
@@ -545,29 +617,44 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     block = ir.BlockTile(**where, m=bm, n=bn, k=bk, raster=values.get("raster", ir.Raster(ir.RasterKind.ROW)),
                          schedule=values.get("schedule", ir.Schedule.TILES))
 
+    mma = None
+    if "mma" in found:
+        values, where = section("mma")
+        mma = ir.MmaTile(**where, shape=values["shape"], repeat=values.get("repeat", ir.Pair(1, 1)),
+                         precision=values.get("precision", ir.Precision.NATIVE))
+
     values, where = section("threads")
-    lanes, lane_order = values["lanes"]
-    repeat, repeat_level = values.get("repeat", (ir.Pair(1, 1), ir.RepeatLevel.BLOCK))
-    threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
-                              micro=values["micro"], repeat=repeat, repeat_level=repeat_level,
-                              fma_order=values.get("fma_order", ir.FmaOrder.ROW))
+    if mma is None:
+        lanes, lane_order = values["lanes"]
+        repeat, repeat_level = values.get("repeat", (ir.Pair(1, 1), ir.RepeatLevel.BLOCK))
+        threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
+                                  micro=values["micro"], repeat=repeat, repeat_level=repeat_level,
+                                  fma_order=values.get("fma_order", ir.FmaOrder.ROW))
+    else:  # the mma instruction fixes the rest of the thread layout
+        threads = ir.ThreadLayout(**where, warps=values["warps"])
 
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
-        return ir.SmemLayout(**where, operand=operand, order=values.get("order", default),
-                             pad=values.get("pad", 0), swizzle=values.get("swizzle"),
-                             read_bits=values.get("read"))
+        layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
+                      swizzle=values.get("swizzle"))
+        if mma is None:
+            return ir.SmemLayout(**layout, read_bits=values.get("read"))
+        # ldmatrix moves 16-bit elements only; TF32 fragments are 32-bit words.
+        f32 = problem.matrix(operand).dtype is ir.DType.F32
+        return ir.SmemLayout(**layout, read=values.get("read", ir.SmemRead.LDS32 if f32 else ir.SmemRead.LDMATRIX))
 
     def load(operand: ir.Operand) -> ir.GlobalLoad:
         values, where = section(f"load {operand.value}")
         # Default: the widest vector the contiguous extent of the global tile allows.
         _, extent = block.global_tile(operand, problem.matrix(operand).layout)
-        default = next(w for w in (4, 2, 1) if extent % w == 0)
+        default = next(w for w in reversed(problem.matrix(operand).dtype.vector_widths) if extent % w == 0)
         return ir.GlobalLoad(**where, operand=operand, vector=values.get("vector", default))
 
     values, where = section("pipeline")
     stages = values.get("stages", 1)
-    pipeline = ir.Pipeline(**where, stages=stages, copy=values.get("copy", ir.CopyMode.REGISTERS),
+    # mma specs are generated for cp.async only (so far); validate rejects `copy: registers` there.
+    copy = values.get("copy", ir.CopyMode.REGISTERS if mma is None else ir.CopyMode.CP_ASYNC)
+    pipeline = ir.Pipeline(**where, stages=stages, copy=copy,
                            fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),
                            unroll=values.get("unroll", 1))
 
@@ -577,4 +664,4 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
                          load_a=load(ir.Operand.A), load_b=load(ir.Operand.B),
-                         pipeline=pipeline, budget=budget)
+                         pipeline=pipeline, budget=budget, mma=mma)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,12 @@ class Diagnostic:
         if self.hint:
             out.append(f"  hint: {self.hint}")
         return "\n".join(out)
+
+
+def word_list(words: Iterable[object], last: str = "or") -> str:
+    """Words as a message lists them: `1, 2 or 4`, `A and B`."""
+    words = [str(w) for w in words]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
 class CompileError(Exception):

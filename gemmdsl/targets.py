@@ -33,6 +33,7 @@ class Arch:
     smem_alloc_unit: int = 128
     max_threads_per_block: int = 1024
     has_cp_async: bool = True
+    has_mma_sync: bool = True  # mma.sync with f16, bf16 and tf32 operands (sm_80+)
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
     has_vector_atomic_add: bool = False  # atomicAdd on float2 / float4 in one instruction
     # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).

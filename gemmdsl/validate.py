@@ -13,7 +13,7 @@ from math import prod
 
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
-from .source import Diagnostic, Severity, Span
+from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, Arch
 
 WARP = 32
@@ -40,6 +40,8 @@ _ORDERS = {
     ir.Operand.B: (ir.SmemOrder.KN, ir.SmemOrder.NK),
 }
 _THREAD_KEYS = ("warps", "lanes", "micro", "repeat")
+STAGE_ALIGN_BYTES = 128  # each shared-memory stage starts on a 128-byte boundary (as layout.py does)
+SMEM_READ_BYTES = {ir.SmemRead.LDMATRIX: 16, ir.SmemRead.LDS32: 4}  # bytes one lane reads at once
 
 
 def validate(spec: ir.KernelSpec) -> list[Diagnostic]:
@@ -73,20 +75,28 @@ class _Checker:
         self.check_problem()
         self.check_target()
         block_ok = self.check_block()
-        threads_ok = self.check_threads() and block_ok
+        mma = self.spec.mma
+        threads_ok = (self.check_threads() if mma is None else self.check_mma(mma)) and block_ok
         smem_ok = all([self.check_smem(ir.Operand.A), self.check_smem(ir.Operand.B)])
         if threads_ok:
             self.check_load(ir.Operand.A)
             self.check_load(ir.Operand.B)
         pipeline_ok = self.check_pipeline()
-        layout = None
+        smem_bytes = None
         if block_ok and smem_ok and pipeline_ok and self.arch is not None:
-            layout = KernelLayout(self.spec)
-            self.check_smem_size(layout)
-            if threads_ok:
-                self.check_widths(layout, ir.Operand.A)
-                self.check_widths(layout, ir.Operand.B)
-        self.check_budget(layout)
+            if mma is None:
+                layout = KernelLayout(self.spec)
+                smem_bytes = layout.smem_bytes
+                self.check_smem_size(smem_bytes)
+                if threads_ok:
+                    self.check_widths(layout, ir.Operand.A)
+                    self.check_widths(layout, ir.Operand.B)
+            else:  # KernelLayout lowers the FMA path only; an mma layout will replace mma_smem_bytes
+                smem_bytes = mma_smem_bytes(self.spec)
+                self.check_mma_smem_size(smem_bytes)
+                self.check_mma_reads(ir.Operand.A)
+                self.check_mma_reads(ir.Operand.B)
+        self.check_budget(smem_bytes)
 
     # --- name, problem, target -----------------------------------------------------------
 
@@ -101,10 +111,21 @@ class _Checker:
 
     def check_problem(self) -> None:
         problem = self.spec.problem
-        for key in ("a", "b", "c"):
-            matrix: ir.MatrixType = getattr(problem, key)
-            if matrix.dtype is not ir.DType.F32:  # pragma: no cover - the parser admits only f32
-                self.error(problem.at(key), f"only f32 matrices are supported, found {matrix.dtype.value}")
+        a, b = problem.a.dtype, problem.b.dtype
+        if a is not b:
+            self.error(problem.at("b"), f"B is {b.value} but A is {a.value}; A and B must have the same element type",
+                       hint=f"write `b: {a.value} {problem.b.layout.value};`")
+        if self.spec.mma is not None:
+            return
+        narrow = [key for key in ("a", "b", "c") if problem.matrix(ir.Operand(key)).dtype is not ir.DType.F32]
+        if narrow:
+            key = narrow[0]
+            names = word_list([k.upper() for k in narrow], "and")
+            dtype = problem.matrix(ir.Operand(key)).dtype.value
+            self.error(problem.at(key), f"{names} {'is' if len(narrow) == 1 else 'are'} {dtype}, but without an "
+                                        "`mma` section the kernel multiplies with f32 FMAs only",
+                       hint="add tensor cores, e.g. `mma { shape: m16n8k16; repeat: 4x8; }` with "
+                            "`threads { warps: 2x2; }` for a 128x128 block tile")
 
     def check_target(self) -> None:
         if self.arch is None:
@@ -133,6 +154,10 @@ class _Checker:
             if problem.batched:
                 self.error(block.at("schedule"), "schedule: stream_k does not take batched problems",
                            hint="a batch already gives every SM work; use `schedule: tiles;`")
+            if self.spec.mma is not None and problem.c.dtype is not ir.DType.F32:
+                self.error(block.at("schedule"), f"schedule: stream_k adds partial sums into C with f32 atomics, "
+                                                 f"but C is {problem.c.dtype.value}",
+                           hint=f"use `c: f32 {problem.c.layout.value};` or `schedule: tiles;`")
         return ok
 
     def check_threads(self) -> bool:
@@ -145,12 +170,7 @@ class _Checker:
                 ok = False
         if not ok:
             return False
-        limit = self.arch.max_threads_per_block if self.arch else 1024
-        if t.threads > limit:
-            self.error(t.at("warps"), f"warps {t.warps} make {t.warps.m}*{t.warps.n}*32 = {t.threads} threads "
-                                      f"per block, more than the {limit} a block may have",
-                       hint=f"use at most {limit // WARP} warps and give each thread more work (micro, repeat)")
-            ok = False
+        ok = self.check_thread_count("micro, repeat")
         if t.lanes.m * t.lanes.n != WARP:
             self.error(t.at("lanes"), f"lanes {t.lanes} hold {t.lanes.m}*{t.lanes.n} = {t.lanes.m * t.lanes.n} "
                                       f"threads, but a warp has {WARP}",
@@ -160,8 +180,12 @@ class _Checker:
             self.error(t.at("lanes"), f"lane order zigzag needs an even lanes.n (at least 2), found {t.lanes}",
                        hint="zigzag puts bit 0 of the lane on n; use e.g. `lanes: 4x8 zigzag;`")
             ok = False
+        factors = {key: getattr(t, key) for key in _THREAD_KEYS}
+        # Blame the one factor whose change alone fixes the product: repeat (when written), then
+        # micro, then warps; the lanes are pinned by the 32 lanes of a warp.
+        blame = (("repeat", t), ("micro", t), ("warps", t))
         for axis in ("m", "n"):
-            ok = self.check_product(axis) and ok
+            ok = self.check_product(axis, factors, blame, fallback=("micro", t)) and ok
         accumulators = t.fragment.m * t.fragment.n
         if accumulators > (self.arch.max_registers_per_thread if self.arch else 255):
             self.warning(t.at("micro"), f"each thread accumulates {t.fragment.m}x{t.fragment.n} = {accumulators} "
@@ -169,36 +193,127 @@ class _Checker:
                          hint="use more threads or a smaller micro tile or repeat")
         return ok
 
-    def check_product(self, axis: str) -> bool:
-        t, block = self.spec.threads, self.spec.block
-        factors = {key: getattr(getattr(t, key), axis) for key in _THREAD_KEYS}
-        product = prod(factors.values())
+    def check_thread_count(self, more_work: str) -> bool:
+        t = self.spec.threads
+        limit = self.arch.max_threads_per_block if self.arch else 1024
+        if t.threads <= limit:
+            return True
+        self.error(t.at("warps"), f"warps {t.warps} make {t.warps.m}*{t.warps.n}*32 = {t.threads} threads "
+                                  f"per block, more than the {limit} a block may have",
+                   hint=f"use at most {limit // WARP} warps and give each thread more work ({more_work})")
+        return False
+
+    def check_product(self, axis: str, factors: dict[str, ir.Pair], blame: tuple[tuple[str, ir.Node], ...],
+                      fallback: tuple[str, ir.Node]) -> bool:
+        """The tile hierarchy's product of `factors` (key -> pair) along `axis` must be BM or BN.
+
+        The error points at the first written key of `blame` (key, node that holds it) whose change
+        alone fixes the product, else at `fallback`."""
+        block = self.spec.block
+        sizes = {key: getattr(pair, axis) for key, pair in factors.items()}
+        product = prod(sizes.values())
         extent, extent_name = (block.m, "BM") if axis == "m" else (block.n, "BN")
         if product == extent:
             return True
-        formula = "*".join(str(v) for v in factors.values())
-        message = (f"warps x lanes x micro x repeat along {axis} is {formula} = {product}, "
+        formula = "*".join(str(v) for v in sizes.values())
+        message = (f"{' x '.join(sizes)} along {axis} is {formula} = {product}, "
                    f"but the block tile's {extent_name} is {extent}")
-        # Blame the one factor whose change alone fixes the product: repeat (when written),
-        # then micro, then warps; the lanes are pinned by the 32 lanes of a warp.
-        written = {name for name, _ in t.key_spans}
-        blame, fix = "micro", None
-        for key in ("repeat", "micro", "warps"):
-            if key == "repeat" and key not in written:
+        (key, node), fix = fallback, None
+        for candidate, owner in blame:
+            if candidate not in {name for name, _ in owner.key_spans}:
                 continue
-            rest = product // factors[key]
+            rest = product // sizes[candidate]
             if extent % rest == 0:
-                blame, fix = key, extent // rest
+                (key, node), fix = (candidate, owner), extent // rest
                 break
         tile = (f"{product}x{block.n}x{block.k}" if axis == "m" else f"{block.m}x{product}x{block.k}")
         if fix is not None:
-            pair: ir.Pair = getattr(t, blame)
+            pair: ir.Pair = getattr(node, key)
             new = ir.Pair(fix, pair.n) if axis == "m" else ir.Pair(pair.m, fix)
-            hint = f"use `{blame}: {new}` to cover {extent_name} = {extent}, or make the block tile {tile}"
+            hint = f"use `{key}: {new}` to cover {extent_name} = {extent}, or make the block tile {tile}"
         else:
             hint = f"make the block tile {tile}, or change the thread layout so its product along {axis} is {extent}"
-        self.error(t.at(blame), message, hint)
+        self.error(node.at(key), message, hint)
         return False
+
+    # --- tensor cores --------------------------------------------------------------------
+
+    def check_mma(self, mma: ir.MmaTile) -> bool:
+        """The mma section against the operands, the target and the block tile."""
+        t, block, arch = self.spec.threads, self.spec.block, self.arch
+        dtype = self.spec.problem.a.dtype
+        if arch is not None and not arch.has_mma_sync:
+            self.error(mma.span, f"mma needs sm_80 or newer; sm_{arch.sm} has no mma.sync for these types",
+                       hint="use `target sm_80;` or newer")
+        if dtype is ir.DType.F32:
+            if mma.precision is ir.Precision.NATIVE:
+                self.error(mma.span, "f32 operands on tensor cores need a precision: tf32 or 3xtf32",
+                           hint="add `precision: tf32;` (one product, 10-bit mantissa) or `precision: 3xtf32;` "
+                                "(three products, about FP32 accuracy)")
+            if mma.shape is not ir.MmaShape.M16N8K8:
+                self.error(mma.at("shape"), f"shape {mma.shape.value} takes 16-bit operands; TF32 mma is m16n8k8",
+                           hint="use `shape: m16n8k8;`")
+        elif mma.precision is not ir.Precision.NATIVE:
+            self.error(mma.at("precision"), f"precision: {mma.precision.value} applies to f32 operands; "
+                                            f"{dtype.value} operands are multiplied as {dtype.value}",
+                       hint="remove `precision`")
+        ok = self.check_thread_count("mma repeat")
+        shape = ir.Pair(mma.shape.m, mma.shape.n)
+        factors = {"warps": t.warps, "repeat": mma.repeat, "shape": shape}
+        for axis in ("m", "n"):
+            ok = self.check_product(axis, factors, (("repeat", mma), ("warps", t)), fallback=("warps", t)) and ok
+        if block.k % mma.shape.k:
+            fix = "" if dtype is ir.DType.F32 or mma.shape.k == 8 else " or `shape: m16n8k8;`"
+            self.error(block.at("tile"), f"BK = {block.k} is not a multiple of the k of {mma.shape.value} "
+                                         f"({mma.shape.k})",
+                       hint=f"use a BK that is a multiple of {mma.shape.k}, e.g. "
+                            f"{block.m}x{block.n}x{-(-block.k // mma.shape.k) * mma.shape.k}{fix}")
+            ok = False
+        accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
+        if accumulators > (arch.max_registers_per_thread if arch else 255):
+            self.warning(mma.at("repeat"), f"each thread accumulates {accumulators} values of its warp's "
+                                           f"{mma.warp_tile} tile, more than the registers a thread can have; "
+                                           "nvcc will spill", hint="use more warps or a smaller repeat")
+        return ok
+
+    def check_mma_reads(self, operand: ir.Operand) -> None:
+        """The swizzle and the padding must keep each lane's fragment read in one piece."""
+        smem = self.spec.smem(operand)
+        assert smem.read is not None  # the parser sets it for every mma spec
+        dtype = self.spec.problem.matrix(operand).dtype
+        group = SMEM_READ_BYTES[smem.read] // dtype.bytes  # elements one lane reads at once
+        if group == 1:
+            return
+        how = (f"ldmatrix reads rows of 16 bytes ({group} {dtype.value})" if smem.read is ir.SmemRead.LDMATRIX
+               else f"32-bit reads take {group} {dtype.value} at once")
+        s, need = smem.swizzle, group.bit_length() - 1
+        if s is not None and s.base < need:
+            self.error(smem.at("swizzle"), f"the swizzle {s} moves elements in groups of 2^{s.base} = "
+                                           f"{1 << s.base}, but {how}",
+                       hint=f"use M >= {need}, e.g. xor({s.bits}, {need}, {max(s.shift, s.bits)})")
+        mn = self.spec.block.m if operand is ir.Operand.A else self.spec.block.n
+        ld = (mn if smem.order.k_major else self.spec.block.k) + smem.pad
+        if ld % group:
+            self.error(smem.at("pad"), f"rows of {ld} {dtype.value} ({ld * dtype.bytes} bytes) break the "
+                                       f"alignment of the reads: {how}",
+                       hint=f"use a pad that keeps rows a multiple of {group} elements "
+                            f"({group * dtype.bytes} bytes)")
+
+    def check_mma_smem_size(self, used: int) -> None:
+        arch, p = self.arch, self.spec.pipeline
+        assert arch is not None
+        limit = arch.smem_per_block
+        if used <= limit:
+            return
+        block, a, b = self.spec.block, self.spec.problem.a.dtype, self.spec.problem.b.dtype
+        per_stage = used // p.stages
+        fit = limit // per_stage
+        hint = (f"use `stages: {fit};`, the most that fit, a smaller BK or a smaller block tile" if fit
+                else "one stage alone is too large; use a smaller BK or a smaller block tile")
+        self.error(p.at("stages"),
+                   f"the tiles of A ({block.m}x{block.k} {a.value}) and B ({block.k}x{block.n} {b.value}) in "
+                   f"{p.stages} stage(s) need {used} bytes of shared memory ({used / 1024:.1f} KiB), more than the "
+                   f"{limit} bytes ({limit // 1024} KiB) sm_{arch.sm} allows per block", hint=hint)
 
     # --- shared memory layouts -----------------------------------------------------------
 
@@ -263,10 +378,10 @@ class _Checker:
 
     # --- shared memory size and access widths --------------------------------------------
 
-    def check_smem_size(self, layout: KernelLayout) -> None:
+    def check_smem_size(self, used: int) -> None:
         arch = self.arch
         assert arch is not None
-        used, limit = layout.smem_bytes, arch.smem_per_block
+        limit = arch.smem_per_block
         if used <= limit:
             return
         block, stages = self.spec.block, self.spec.pipeline.stages
@@ -346,14 +461,18 @@ class _Checker:
         if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
             self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
                        hint="use `copy: registers;`")
-        if p.copy is ir.CopyMode.REGISTERS and p.stages > 2:
+        if self.spec.mma is not None and p.copy is ir.CopyMode.REGISTERS:
+            self.error(p.at("copy"), "copy: registers is not supported for mma specs yet; their code generation "
+                                     "copies tiles with cp.async only",
+                       hint="use `copy: cp_async;` (the default for mma specs)")
+        elif p.copy is ir.CopyMode.REGISTERS and p.stages > 2:
             self.error(p.at("stages"), "register-staged copies double-buffer: stages must be 1 or 2; "
                                        "use copy: cp_async for deeper pipelines",
                        hint="write `pipeline { stages: 2; copy: registers; }` or "
                             f"`pipeline {{ stages: {p.stages}; copy: cp_async; }}`")
         return ok
 
-    def check_budget(self, layout: KernelLayout | None) -> None:
+    def check_budget(self, smem_bytes: int | None) -> None:
         budget, arch = self.spec.budget, self.arch
         if arch is None or (budget.registers is None and budget.blocks_per_sm is None):
             return
@@ -372,8 +491,8 @@ class _Checker:
                            f"{arch.max_threads_per_sm} an sm_{arch.sm} SM can hold",
                            hint=f"use blocks_per_sm: {max(1, arch.max_threads_per_sm // threads)} or fewer warps")
                 blocks_ok = False
-            elif layout is not None:
-                smem = layout.smem_bytes + arch.smem_reserved_per_block
+            elif smem_bytes is not None:
+                smem = smem_bytes + arch.smem_reserved_per_block
                 if blocks * smem > arch.smem_per_sm:
                     self.warning(budget.at("blocks_per_sm"),
                                  f"{blocks} blocks need {blocks * smem} bytes of shared memory, more than the "
@@ -397,15 +516,50 @@ class _Checker:
                        hint=f"use at most {self._max_registers(arch, warps * blocks)} registers, "
                             "fewer blocks_per_sm or fewer warps")
             return
-        t = self.spec.threads
-        live = t.fragment.m * t.fragment.n + t.fragment.m + t.fragment.n
+        accumulators, live = self.live_registers()
         if regs < live:
+            shrink = "the micro tile or repeat" if self.spec.mma is None else "the mma repeat"
             self.warning(budget.at("registers"),
-                         f"registers: {regs} cannot hold a thread's {t.fragment.m}x{t.fragment.n} accumulators "
+                         f"registers: {regs} cannot hold a thread's {accumulators} accumulators "
                          f"and fragments ({live} values); nvcc will spill to local memory",
-                         hint="raise the register budget or shrink the micro tile or repeat")
+                         hint=f"raise the register budget or shrink {shrink}")
+
+    def live_registers(self) -> tuple[str, int]:
+        """A thread's accumulators (as words) and the 32-bit registers they and one k-step's fragments hold."""
+        mma = self.spec.mma
+        if mma is None:
+            f = self.spec.threads.fragment
+            return f"{f.m}x{f.n}", f.m * f.n + f.m + f.n
+        accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
+        dtype = self.spec.problem.a.dtype
+        # One instruction's A and B fragments, spread over the warp's 32 lanes in 32-bit registers;
+        # 3xTF32 keeps a big and a small part of each.
+        parts = 2 if mma.precision is ir.Precision.TF32X3 else 1
+        shape = mma.shape
+        a = mma.repeat.m * shape.m * shape.k * dtype.bytes // (4 * WARP)
+        b = mma.repeat.n * shape.n * shape.k * dtype.bytes // (4 * WARP)
+        return f"{accumulators}", accumulators + parts * (a + b)
 
     @staticmethod
     def _max_registers(arch: Arch, warps: int) -> int:
         per_warp = arch.registers_per_sm // max(warps, 1) // arch.register_alloc_unit * arch.register_alloc_unit
         return min(arch.max_registers_per_thread, per_warp // WARP)
+
+
+def mma_smem_bytes(spec: ir.KernelSpec) -> int:
+    """Shared memory of an mma spec's A and B stages, with element sizes (the FMA path's is KernelLayout's).
+
+    A stage is outer x (inner + pad) elements, rounded up to 128 bytes or to the swizzle's period,
+    as layout.py rounds the FMA path's stages; a later layout for mma specs replaces this."""
+    block, total = spec.block, 0
+    for operand in (ir.Operand.A, ir.Operand.B):
+        smem, dtype = spec.smem(operand), spec.problem.matrix(operand).dtype
+        mn = block.m if operand is ir.Operand.A else block.n
+        outer, inner = (block.k, mn) if smem.order.k_major else (mn, block.k)
+        align = STAGE_ALIGN_BYTES // dtype.bytes
+        if smem.swizzle is not None:
+            s = smem.swizzle
+            align = max(align, 1 << (s.bits + s.base + s.shift))
+        stage = -(-outer * (inner + smem.pad) // align) * align
+        total += stage * spec.pipeline.stages * dtype.bytes
+    return total

@@ -9,8 +9,10 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from gemmdsl import ir
 from gemmdsl.frontend import load
 from gemmdsl.source import CompileError, SourceFile
+from gemmdsl.targets import ARCHS
 
 POW2 = (1, 2, 4, 8)
 
@@ -65,3 +67,75 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     except CompileError:
         assume(False)
     return text
+
+
+# Shared memory per block on the smallest target; stages are drawn to fit it.
+SMALLEST_SMEM = min(arch.smem_per_block for arch in ARCHS.values())
+
+
+@st.composite
+def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
+    """Valid tensor-core specs, built by the language's rules (not filtered through the front end).
+
+    The hierarchy covers the block (warps x repeat x instruction), BK is a multiple of the
+    instruction's k, global vectors divide their runs and share out over the threads, pads and
+    swizzles keep each lane's fragment read in one piece, and the stages fit in shared memory."""
+    dtype = draw(st.sampled_from(("f16", "bf16", "f32")))
+    size = ir.DType(dtype).bytes
+    shape = "m16n8k8" if dtype == "f32" else draw(st.sampled_from(("m16n8k16", "m16n8k8")))
+    k = int(shape.rsplit("k", 1)[1])
+    precision = f" precision: {draw(st.sampled_from(('tf32', '3xtf32')))};" if dtype == "f32" else ""
+    warps = (draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4))))
+    repeat = (draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4, 8))))
+    bm, bn = warps[0] * repeat[0] * 16, warps[1] * repeat[1] * 8
+    threads = warps[0] * warps[1] * 32
+    layouts = {key: draw(st.sampled_from(("row", "col"))) for key in "abc"}
+    extent = {"a": bm, "b": bn}
+    k_contiguous = {"a": layouts["a"] == "row", "b": layouts["b"] == "col"}  # in global memory
+
+    def vectors(operand: str, bk: int) -> list[int]:
+        rows, cols = (extent[operand], bk) if k_contiguous[operand] else (bk, extent[operand])
+        return [w for w in ir.DType(dtype).vector_widths if cols % w == 0 and (rows * cols // w) % threads == 0]
+
+    bks = [b for b in (k, 2 * k, 4 * k) if vectors("a", b) and vectors("b", b)]
+    assume(bks)
+    bk = draw(st.sampled_from(bks))
+    c = draw(st.sampled_from(("f32", "f16", "bf16")))
+    bounds = draw(st.sampled_from(("checked", "exact")))
+    batch = draw(st.sampled_from(("none", "strided")))
+    stream_k = (bounds, batch, c) == ("exact", "none", "f32") and draw(st.booleans())
+    sections, stage_bytes = [], 0
+    for operand, orders in (("a", ("mk", "km")), ("b", ("kn", "nk"))):
+        order = draw(st.sampled_from(orders))
+        read = draw(st.sampled_from(("", "32") if dtype == "f32" else ("", "32", "ldmatrix")))
+        group = 1 if dtype == "f32" else 2 if read == "32" else 8  # elements one lane reads at once
+        pad = draw(st.sampled_from((0, group, 4 * group)))
+        entries = [f"order: {order};", f"pad: {pad};"]
+        period = 0
+        if draw(st.booleans()):
+            bits = draw(st.integers(1, 3))
+            base = draw(st.integers(group.bit_length() - 1, group.bit_length()))
+            shift = draw(st.integers(bits, bits + 2))
+            entries.append(f"swizzle: xor({bits}, {base}, {shift});")
+            period = 1 << (bits + base + shift)
+        if read:
+            entries.append(f"read: {read};")
+        sections.append(f"    smem {operand}   {{ {' '.join(entries)} }}")
+        sections.append(f"    load {operand}   {{ vector: {draw(st.sampled_from(vectors(operand, bk)))}; }}")
+        # an upper bound of the stage: the tile with its pad, plus the rounding to 128 bytes or the period
+        stage_bytes += (max(extent[operand], bk) * (min(extent[operand], bk) + pad)
+                        + max(period, 128 // size)) * size
+    stages = draw(st.integers(1, max(1, min(4, SMALLEST_SMEM // stage_bytes))))
+    assume(stages * stage_bytes <= SMALLEST_SMEM)
+    copy = draw(st.sampled_from(("", " copy: cp_async;")))
+    schedule = "stream_k" if stream_k else "tiles"
+    return f"""gemm {name} {{
+    problem  {{ a: {dtype} {layouts['a']}; b: {dtype} {layouts['b']}; c: {c} {layouts['c']}; bounds: {bounds}; batch: {batch}; }}
+    target   sm_{draw(st.sampled_from(sorted(ARCHS)))};
+    block    {{ tile: {bm}x{bn}x{bk}; raster: {draw(st.sampled_from(("row", "col", "group(8)")))}; schedule: {schedule}; }}
+    threads  {{ warps: {warps[0]}x{warps[1]}; }}
+    mma      {{ shape: {shape}; repeat: {repeat[0]}x{repeat[1]};{precision} }}
+{chr(10).join(sections)}
+    pipeline {{ stages: {stages};{copy} fragments: {draw(st.sampled_from(("single", "double")))}; }}
+}}
+"""

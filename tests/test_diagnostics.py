@@ -37,9 +37,14 @@ gemm sgemm_v3 {
     pipeline { stages: 2; copy: registers; fragments: double; }
 }
 """
+# The tensor-core specs of the issue (tests/fixtures/): BF16 with ldmatrix, and FP32 through 3xTF32.
+MMA = (ROOT / "tests" / "fixtures" / "hgemm_mma.gemm").read_text()
+TF32 = (ROOT / "tests" / "fixtures" / "sgemm_3xtf32.gemm").read_text()
+MMA_SECTION = "mma      { shape: m16n8k16; repeat: 4x8; }"
 THREADS = "threads  { warps: 4x2; lanes: 4x8 row; micro: 4x4; repeat: 2x2 block; }"
 SMEM_A = "smem a   { order: km; pad: 4; }"
 PIPELINE = "pipeline { stages: 2; copy: registers; fragments: double; }"
+PIPELINE_MMA = "pipeline { stages: 4; copy: cp_async; fragments: double; }"
 
 @dataclass
 class Case:
@@ -49,11 +54,12 @@ class Case:
     hints: list[str] = field(default_factory=list)  # substrings of the rendered output
     text: str | None = None  # the whole text instead of edits of BASE
     absent: list[str] = field(default_factory=list)  # substrings the messages must not contain
+    base: str = BASE  # the spec the edits apply to
 
     def source(self) -> str:
         if self.text is not None:
             return self.text
-        text = BASE
+        text = self.base
         for old, new in self.edits:
             assert text.count(old) == 1, f"{self.id}: {old!r} occurs {text.count(old)} times"
             text = text.replace(old, new)
@@ -156,7 +162,8 @@ CASES = [
     Case("bad_enum_value", [m("epilogue: alpha_beta", "epilogue: alpha_bta")],
          [("epilogue: |alpha_bta", "expected store or alpha_beta, found 'alpha_bta'")],
          ["did you mean 'alpha_beta'?"]),
-    Case("bad_dtype", [m("a: f32 row", "a: f16 row")], [("a: |f16", "expected an element type, found 'f16'")]),
+    Case("bad_dtype", [m("a: f32 row", "a: fp32 row")], [("a: |fp32", "expected an element type, found 'fp32'")],
+         ["did you mean 'f32'?"]),
     Case("vector_width_3", [m("load a   { vector: 4; }", "load a   { vector: 3; }")],
          [("vector: |3", "vector width must be 1, 2 or 4 elements, found 3")]),
     Case("vector_width_8", [m("load b   { vector: 4; }", "load b   { vector: 8; }")],
@@ -296,6 +303,101 @@ CASES = [
          [("fma_order: |zigzag", "expected row, col or snake")]),
     Case("unroll_out_of_range", [m("fragments: double;", "fragments: double; unroll: 0;")],
          [("unroll: |0", "an unroll factor must be between 1 and 16")]),
+    # --- tensor cores: the mma section and what it changes ---------------------------------------
+    Case("mma_section_typo", [m("mma      {", "mmma     {")],
+         [("|mmma", "unknown section 'mmma'")], ["did you mean 'mma'?"], base=MMA),
+    Case("mma_unknown_key", [m("shape: m16n8k16", "shap: m16n8k16")],
+         [("|shap:", "unknown key 'shap' in section 'mma'")], ["did you mean 'shape'?"],
+         absent=["missing required key"], base=MMA),
+    Case("mma_missing_shape", [m(MMA_SECTION, "mma      { repeat: 4x8; }")],
+         [("|mma      {", "section 'mma' is missing required key 'shape'")], base=MMA),
+    Case("mma_shape_typo", [m("shape: m16n8k16", "shape: m16n8k6")],
+         [("shape: |m16n8k6", "expected m16n8k16 or m16n8k8, found 'm16n8k6'")], ["did you mean 'm16n8k16'?"],
+         base=MMA),
+    Case("mma_precision_typo", [m("precision: 3xtf32", "precision: 3xtf23")],
+         [("precision: |3xtf23", "expected tf32 or 3xtf32, found '3xtf23'")], ["did you mean '3xtf32'?"],
+         base=TF32),
+    Case("mma_precision_native_is_not_written", [m("precision: 3xtf32", "precision: native")],
+         [("precision: |native", "expected tf32 or 3xtf32, found 'native'")], base=TF32),
+    Case("mma_fma_keys_in_threads",
+         [m("threads  { warps: 2x2; }",
+            "threads  { warps: 2x2; lanes: 4x8; micro: 4x4; repeat: 2x2; fma_order: snake; }")],
+         [("2x2; |lanes", "'lanes' does not apply to an mma spec: the mma instruction fixes which lane holds "
+                          "which element"),
+          ("|micro", "'micro' does not apply to an mma spec: each warp's tile is the mma shape times the mma "
+                     "section's `repeat`"),
+          ("4x4; |repeat", "'repeat' does not apply to an mma spec: the mma section's `repeat` says how often"),
+          ("|fma_order", "'fma_order' does not apply to an mma spec: tensor-core instructions multiply")],
+         ["hint: remove it; in an mma spec 'threads' holds only warps, and `mma { shape: ...; repeat: ...; }` "
+          "sets each warp's tile"], base=MMA),
+    Case("mma_missing_warps", [m("threads  { warps: 2x2; }", "threads  { }")],
+         [("|threads  {", "section 'threads' is missing required key 'warps'")],
+         absent=["'lanes'", "'micro'"], base=MMA),
+    Case("fma_spec_with_bf16", [m("a: f32 row; b: f32 row;", "a: bf16 row; b: bf16 row;")],
+         [("a: |bf16", "A and B are bf16, but without an `mma` section the kernel multiplies with f32 FMAs only")],
+         ["hint: add tensor cores, e.g. `mma { shape: m16n8k16; repeat: 4x8; }` with `threads { warps: 2x2; }`"]),
+    Case("fma_spec_with_f16_c", [m("c: f32 row", "c: f16 row")],
+         [("c: |f16", "C is f16, but without an `mma` section the kernel multiplies with f32 FMAs only")]),
+    Case("mma_operand_types_differ", [m("b: bf16 row", "b: f16 row")],
+         [("b: |f16", "B is f16 but A is bf16; A and B must have the same element type")],
+         ["write `b: bf16 row;`"], base=MMA),
+    Case("mma_precision_on_16_bit", [m(MMA_SECTION, "mma      { shape: m16n8k16; repeat: 4x8; precision: tf32; }")],
+         [("precision: |tf32", "precision: tf32 applies to f32 operands; bf16 operands are multiplied as bf16")],
+         ["remove `precision`"], base=MMA),
+    Case("mma_f32_without_precision", [m(" precision: 3xtf32;", "")],
+         [("|mma      {", "f32 operands on tensor cores need a precision: tf32 or 3xtf32")],
+         ["add `precision: tf32;` (one product, 10-bit mantissa) or `precision: 3xtf32;`"], base=TF32),
+    Case("mma_f32_shape_k16", [m("shape: m16n8k8", "shape: m16n8k16")],
+         [("shape: |m16n8k16", "shape m16n8k16 takes 16-bit operands; TF32 mma is m16n8k8")],
+         ["use `shape: m16n8k8;`"], base=TF32),
+    Case("mma_tile_product_m", [m("tile: 128x128x32", "tile: 64x128x32")],
+         [("repeat: |4x8", "warps x repeat x shape along m is 2*4*16 = 128, but the block tile's BM is 64")],
+         ["use `repeat: 2x8` to cover BM = 64, or make the block tile 128x128x32"], base=MMA),
+    Case("mma_tile_product_n", [m("tile: 128x128x32", "tile: 128x96x32")],
+         [("repeat: |4x8", "warps x repeat x shape along n is 2*8*8 = 128, but the block tile's BN is 96")],
+         ["use `repeat: 4x6` to cover BN = 96"], base=MMA),
+    Case("mma_tile_product_blames_warps_without_repeat", [m(MMA_SECTION, "mma      { shape: m16n8k16; }"),
+                                                          m("tile: 128x128x32", "tile: 64x16x32")],
+         [("warps: |2x2", "warps x repeat x shape along m is 2*1*16 = 32, but the block tile's BM is 64")],
+         ["use `warps: 4x2` to cover BM = 64"], base=MMA),
+    Case("mma_bk_not_a_multiple_of_k", [m("tile: 128x128x32", "tile: 128x128x24")],
+         [("tile: |128x128x24", "BK = 24 is not a multiple of the k of m16n8k16 (16)")],
+         ["e.g. 128x128x32 or `shape: m16n8k8;`"], base=MMA),
+    Case("mma_read_ldmatrix_on_f32", [m("smem a   { order: mk; pad: 4; }", "smem a   { order: mk; pad: 4; read: ldmatrix; }")],
+         [("read: |ldmatrix", "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their fragments "
+                              "with 32-bit loads")], ["use `read: 32;`"], base=TF32),
+    Case("mma_read_64", [m("swizzle: xor(2,3,3); }", "swizzle: xor(2,3,3); read: 64; }")],
+         [("read: |64", "read: 64 does not apply to an mma spec; its fragments are read with ldmatrix or 32-bit "
+                        "loads")], ["use `read: ldmatrix;` or `read: 32;`"], base=MMA),
+    Case("mma_read_typo", [m("swizzle: xor(2,3,3); }", "swizzle: xor(2,3,3); read: ldmatrx; }")],
+         [("read: |ldmatrx", "expected ldmatrix or a width in bits, found 'ldmatrx'")], ["did you mean 'ldmatrix'?"],
+         base=MMA),
+    Case("fma_read_ldmatrix", [m(SMEM_A, "smem a   { order: km; pad: 4; read: ldmatrix; }")],
+         [("read: |ldmatrix", "read: ldmatrix needs an `mma` section; the FMA path reads fragments with 32-, 64- "
+                              "or 128-bit loads")]),
+    Case("mma_vector_over_16_bytes", [m("load a   { vector: 8; }", "load a   { vector: 16; }")],
+         [("vector: |16", "vector width must be 1, 2, 4 or 8 elements, found 16")],
+         ["hint: 8 x bf16 = 16 bytes is the widest global load"], base=MMA),
+    Case("mma_vector_8_of_f32", [m("pipeline {", "load a   { vector: 8; }\n    pipeline {")],
+         [("vector: |8", "vector width must be 1, 2 or 4 elements, found 8")],
+         ["hint: 4 x f32 = 16 bytes is the widest global load"], base=TF32),
+    Case("mma_swizzle_breaks_ldmatrix_rows", [m("xor(2,3,3)", "xor(2,2,3)")],
+         [("swizzle: |xor(2,2,3)", "the swizzle xor(2, 2, 3) moves elements in groups of 2^2 = 4, but ldmatrix "
+                                   "reads rows of 16 bytes (8 bf16)")], ["use M >= 3, e.g. xor(2, 3, 3)"], base=MMA),
+    Case("mma_pad_breaks_ldmatrix_rows", [m("swizzle: xor(2,3,3);", "pad: 4;")],
+         [("pad: |4", "rows of 36 bf16 (72 bytes) break the alignment of the reads: ldmatrix reads rows of 16 "
+                      "bytes (8 bf16)")], ["use a pad that keeps rows a multiple of 8 elements (16 bytes)"], base=MMA),
+    Case("mma_copy_registers", [m("copy: cp_async", "copy: registers")],
+         [("copy: |registers", "copy: registers is not supported for mma specs yet")],
+         ["use `copy: cp_async;` (the default for mma specs)"], base=MMA),
+    Case("mma_stream_k_needs_f32_c", [m("c: f32 row", "c: bf16 row"), m("bounds: checked", "bounds: exact"),
+                                      m("raster: group(8);", "raster: group(8); schedule: stream_k;")],
+         [("schedule: |stream_k", "schedule: stream_k adds partial sums into C with f32 atomics, but C is bf16")],
+         ["use `c: f32 row;` or `schedule: tiles;`"], base=MMA),
+    Case("mma_shared_memory_over_limit", [m("tile: 128x128x32", "tile: 128x128x64"), m("stages: 4", "stages: 8")],
+         [("stages: |8", "the tiles of A (128x64 bf16) and B (64x128 bf16) in 8 stage(s) need 262144 bytes of "
+                         "shared memory (256.0 KiB), more than the 166912 bytes (163 KiB) sm_80 allows per block")],
+         ["use `stages: 5;`, the most that fit"], base=MMA),
     # --- several errors in one file ------------------------------------------------------------
     Case("several_schema_errors", [m("tile: 128x128x8", "tiles: 128x128x8"), m("sm_90", "sm_70"),
                                    m("load b   { vector: 4; }", "load b   { vector: 5; }"),
@@ -345,6 +447,30 @@ def test_diagnostic(case: Case):
     # every diagnostic in source order
     positions = [(d.span.line, d.span.column) for d in error.diagnostics]
     assert positions == sorted(positions)
+
+
+@pytest.mark.parametrize("text", [MMA, TF32], ids=["hgemm_mma", "sgemm_3xtf32"])
+def test_mma_fixtures_are_clean(text):
+    _, diagnostics = load(SourceFile(FILE, text))
+    assert diagnostics == []
+
+
+def test_mma_needs_an_arch_that_has_it(monkeypatch):
+    monkeypatch.setitem(targets.ARCHS, 80, dataclasses.replace(targets.ARCHS[80], has_mma_sync=False))
+    error, _ = _errors(Case("mma_sync", [], [], text=MMA))
+    (diagnostic,) = error.diagnostics
+    line, column = locate(MMA, "|mma      {")
+    assert diagnostic.render(error.source).startswith(f"{FILE}:{line}:{column}: error: mma needs sm_80 or newer")
+    check_rendering(diagnostic, error.source, line, column)
+
+
+def test_mma_register_budget_warning():
+    text = MMA.replace(PIPELINE_MMA, PIPELINE_MMA + "\n    budget { registers: 64; }")
+    _, warnings = load(SourceFile(FILE, text))
+    (warning,) = warnings
+    # a warp's 64x64 tile: 128 accumulators per thread, and 4x4 + 8x2 fragment registers
+    assert "registers: 64 cannot hold a thread's 128 accumulators and fragments (160 values)" in warning.message
+    assert (warning.span.line, warning.span.column) == locate(text, "registers: |64")
 
 
 def test_base_spec_is_clean():

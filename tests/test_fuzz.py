@@ -17,7 +17,8 @@ from gemmdsl.frontend import load
 from gemmdsl.source import CompileError, Severity, SourceFile
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = {name: (ROOT / "specs" / f"{name}.gemm").read_text() for name in ("sgemm_v1", "sgemm_v3")}
+EXAMPLES = {path.stem: path.read_text() for path in (ROOT / "specs" / "sgemm_v1.gemm", ROOT / "specs" / "sgemm_v3.gemm",
+                                                     ROOT / "tests" / "fixtures" / "hgemm_mma.gemm")}
 FUZZ = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 
 # Lexical pieces of the language, to build inputs that get past the lexer more often than noise.
@@ -26,7 +27,8 @@ WORDS = ["gemm", "problem", "target", "block", "threads", "smem", "load", "pipel
          "tile", "raster", "warps", "lanes", "micro", "repeat", "order", "pad", "swizzle", "read", "vector",
          "stages", "copy", "fragments", "registers", "blocks_per_sm", "f32", "row", "col", "mk", "km", "kn",
          "nk", "xor", "group", "zigzag", "block", "warp", "cp_async", "single", "double", "sm_80", "sm_90",
-         "{", "}", ";", ":", "(", ")", ",", "0", "1", "4", "128x128x8", "4x8", " ", "\n", "//", "#"]
+         "{", "}", ";", ":", "(", ")", ",", "0", "1", "4", "128x128x8", "4x8", " ", "\n", "//", "#",
+         "mma", "shape", "precision", "m16n8k16", "m16n8k8", "tf32", "3xtf32", "ldmatrix", "f16", "bf16"]
 
 
 def check(text: str, path: str = "fuzz.gemm") -> ir.KernelSpec | CompileError:

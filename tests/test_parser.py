@@ -231,3 +231,111 @@ def test_load_spec_accepts_path_and_source():
     assert load_spec(SPECS / "sgemm_v1.gemm").name == "sgemm_v1"
     assert load_spec(str(SPECS / "sgemm_v1.gemm")).name == "sgemm_v1"
     assert load_spec(SourceFile("m.gemm", MINIMAL)).name == "minimal"
+
+
+# --- tensor cores ----------------------------------------------------------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+# The smallest mma spec: one warp, one m16n8k16, a 16x8 block tile.
+MINIMAL_MMA = """\
+gemm minimal_mma {
+    problem { a: f16 row; b: f16 row; }
+    block   { tile: 16x8x32; }
+    threads { warps: 1x1; }
+    mma     { shape: m16n8k16; }
+}
+"""
+
+
+def test_dtypes():
+    assert [(t.bytes, t.c_type, t.vector_widths) for t in ir.DType] == [
+        (4, "float", (1, 2, 4)), (2, "__half", (1, 2, 4, 8)), (2, "__nv_bfloat16", (1, 2, 4, 8))]
+
+
+def test_mma_shapes():
+    assert [(s.m, s.n, s.k) for s in ir.MmaShape] == [(16, 8, 16), (16, 8, 8)]
+
+
+def test_hgemm_mma_ir():
+    spec, warnings = load_path(FIXTURES / "hgemm_mma.gemm")
+    assert warnings == []
+    bf16 = ir.MatrixType(ir.DType.BF16, ir.MatrixLayout.ROW)
+    assert (spec.problem.a, spec.problem.b) == (bf16, bf16)
+    assert spec.problem.c == ir.MatrixType(ir.DType.F32, ir.MatrixLayout.ROW)
+    assert spec.mma == ir.MmaTile(span=spec.mma.span, shape=ir.MmaShape.M16N8K16, repeat=ir.Pair(4, 8),
+                                  precision=ir.Precision.NATIVE)
+    assert spec.mma.warp_tile == ir.Pair(64, 64)
+    assert spec.threads.warps == ir.Pair(2, 2) and spec.threads.threads == 128
+    assert (spec.smem_a.swizzle, spec.smem_b.swizzle) == (ir.Swizzle(2, 3, 3), ir.Swizzle(3, 3, 4))
+    assert (spec.smem_a.read, spec.smem_b.read) == (ir.SmemRead.LDMATRIX, ir.SmemRead.LDMATRIX)
+    assert (spec.smem_a.read_bits, spec.smem_b.read_bits) == (None, None)
+    assert (spec.load_a.vector, spec.load_b.vector) == (8, 8)
+    assert (spec.pipeline.stages, spec.pipeline.copy, spec.pipeline.fragments) == (
+        4, ir.CopyMode.CP_ASYNC, ir.FragmentBuffering.DOUBLE)
+
+
+def test_sgemm_3xtf32_ir():
+    source = SourceFile.read(FIXTURES / "sgemm_3xtf32.gemm")
+    spec, warnings = load(source)
+    assert warnings == []
+    assert spec.problem.a.dtype is ir.DType.F32
+    assert (spec.mma.shape, spec.mma.repeat, spec.mma.precision) == (
+        ir.MmaShape.M16N8K8, ir.Pair(4, 8), ir.Precision.TF32X3)
+    assert span_text(source, spec.mma.at("precision")) == "3xtf32"
+    assert span_text(source, spec.mma.at("shape")) == "m16n8k8"
+    # f32 fragments are TF32 words: 32-bit shared loads; global loads default to 16 bytes
+    assert (spec.smem_a.read, spec.smem_b.read) == (ir.SmemRead.LDS32, ir.SmemRead.LDS32)
+    assert (spec.smem_a.pad, spec.smem_b.pad) == (4, 8)
+    assert (spec.load_a.vector, spec.load_b.vector) == (4, 4)
+    assert spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+
+
+def test_mma_defaults():
+    spec, warnings = load(SourceFile("m.gemm", MINIMAL_MMA))
+    assert warnings == []
+    assert (spec.mma.repeat, spec.mma.precision) == (ir.Pair(1, 1), ir.Precision.NATIVE)
+    assert spec.problem.c.dtype is ir.DType.F32
+    assert (spec.smem_a.read, spec.smem_b.read) == (ir.SmemRead.LDMATRIX, ir.SmemRead.LDMATRIX)
+    assert (spec.load_a.vector, spec.load_b.vector) == (8, 8)  # 16 bytes of f16
+    assert (spec.pipeline.stages, spec.pipeline.copy) == (1, ir.CopyMode.CP_ASYNC)
+
+
+def test_mma_read_32_on_16_bit():
+    text = MINIMAL_MMA.replace("}\n}", "}\n    smem b  { read: 32; }\n}")
+    spec = parser.parse_text(text)
+    assert (spec.smem_a.read, spec.smem_b.read) == (ir.SmemRead.LDMATRIX, ir.SmemRead.LDS32)
+
+
+@pytest.mark.parametrize("bk, vector", [(16, 8), (12, 4), (6, 2), (3, 1)])
+def test_default_load_vector_of_16_bit_types_is_widest_dividing(bk, vector):
+    # Only the default's width matters here: a parse, without the rule that BK is a multiple of k.
+    spec = parser.parse_text(MINIMAL_MMA.replace("16x8x32", f"16x8x{bk}"))
+    assert spec.load_a.vector == vector
+
+
+def test_fma_specs_have_no_mma():
+    spec = parser.parse_text(MINIMAL)
+    assert spec.mma is None
+    assert (spec.smem_a.read, spec.smem_b.read) == (None, None)
+
+
+def test_counted_name_is_one_value():
+    # `3xtf32` starts with a digit: the lexer reads it as one word, not as `3` and `xtf32`.
+    text = MINIMAL.replace("problem { }", "problem { }\n    mma { shape: m16n8k8; precision: 3xtf32; }")
+    spec = parser.parse_text(text.replace(" lanes: 4x8; micro: 4x4; repeat: 2x2;", ""))
+    assert spec.mma.precision is ir.Precision.TF32X3
+
+
+@pytest.mark.parametrize("name", ["hgemm_mma", "sgemm_3xtf32"])
+def test_mma_specs_are_not_lowered_as_fma_kernels(name):
+    # Until code generation for mma specs exists, compiling or analysing one is an error at its mma section.
+    from gemmdsl.check import analyze
+    from gemmdsl.compiler import compile_path
+
+    for run in (lambda: compile_path(FIXTURES / f"{name}.gemm"), lambda: analyze(load_spec(FIXTURES / f"{name}.gemm"))):
+        with pytest.raises(CompileError) as info:
+            run()
+        (diagnostic,) = info.value.diagnostics
+        assert diagnostic.message.startswith("code generation and analysis for mma specs are in progress")
+        assert (diagnostic.span.line, diagnostic.span.column) == (7, 5)

@@ -1,0 +1,66 @@
+"""Tensor-core specs in the front end: random valid ones (tests/spec_strategies.py) are accepted,
+breaking the tile hierarchy of one gives exactly the tile-product error at the mma repeat, and the
+shared-memory size that validate checks agrees with the layout's rounding."""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spec_strategies import mma_spec_texts
+
+from gemmdsl import ir
+from gemmdsl.frontend import load, load_spec
+from gemmdsl.source import CompileError, Severity, SourceFile
+
+ROOT = Path(__file__).resolve().parents[1]
+FILE = "random_mma.gemm"
+REPEAT = re.compile(r"(mma +\{ shape: \w+; repeat: )(\d+)x(\d+)")
+
+
+@settings(deadline=None, max_examples=200)
+@given(mma_spec_texts())
+def test_every_drawn_mma_spec_validates(text):
+    spec, diagnostics = load(SourceFile(FILE, text))
+    assert spec.mma is not None
+    assert not [d for d in diagnostics if d.severity is Severity.ERROR]
+    for operand in (ir.Operand.A, ir.Operand.B):
+        assert spec.smem(operand).read is not None and spec.smem(operand).read_bits is None
+
+
+@settings(deadline=None, max_examples=100)
+@given(mma_spec_texts(), st.sampled_from(("m", "n")))
+def test_a_broken_tile_product_is_reported_at_the_repeat(text, axis):
+    spec, _ = load(SourceFile(FILE, text))
+    match = REPEAT.search(text)
+    repeat = ir.Pair(int(match.group(2)), int(match.group(3)))
+    broken = ir.Pair(repeat.m + 1, repeat.n) if axis == "m" else ir.Pair(repeat.m, repeat.n + 1)
+    text = text[:match.start(2)] + str(broken) + text[match.end(3):]
+    with pytest.raises(CompileError) as info:
+        load(SourceFile(FILE, text))
+    (error,) = [d for d in info.value.diagnostics if d.severity is Severity.ERROR]
+    warps, shape = getattr(spec.threads.warps, axis), getattr(spec.mma.shape, axis)
+    extent = spec.block.m if axis == "m" else spec.block.n
+    product = warps * getattr(broken, axis) * shape
+    assert error.message == (f"warps x repeat x shape along {axis} is {warps}*{getattr(broken, axis)}*{shape} = "
+                             f"{product}, but the block tile's {'BM' if axis == 'm' else 'BN'} is {extent}")
+    line = text.count("\n", 0, match.start(2)) + 1
+    column = match.start(2) - text.rfind("\n", 0, match.start(2))
+    assert (error.span.line, error.span.column) == (line, column)
+    assert error.hint.startswith(f"use `repeat: {repeat}` to cover")
+
+
+def test_mma_shared_memory_size():
+    from gemmdsl.layout import KernelLayout
+    from gemmdsl.validate import mma_smem_bytes
+
+    fixtures = ROOT / "tests" / "fixtures"
+    # bf16: A 128x32 and B 32x128, 8 KiB each per stage (whole swizzle periods), 4 stages
+    assert mma_smem_bytes(load_spec(fixtures / "hgemm_mma.gemm")) == 4 * (8192 + 8192)
+    # f32: the same figure as the FMA path's layout, which rounds stages the same way
+    tf32 = load_spec(fixtures / "sgemm_3xtf32.gemm")
+    for spec in (tf32, replace(tf32, smem_a=replace(tf32.smem_a, pad=0, swizzle=ir.Swizzle(3, 2, 5)))):
+        assert mma_smem_bytes(spec) == KernelLayout(spec).smem_bytes
