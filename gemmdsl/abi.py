@@ -33,16 +33,36 @@ def prepare_entry(spec: ir.KernelSpec) -> str | None:
     return f"{spec.name}_prepare_c" if spec.block.stream_k else None
 
 
+def pointer_type(spec: ir.KernelSpec, operand: ir.Operand) -> str:
+    """`const float*`, `const __nv_bfloat16*`, ... for A and B; C's pointer is writable."""
+    element = spec.problem.matrix(operand).dtype.c_type
+    return f"{element}*" if operand is ir.Operand.C else f"const {element}*"
+
+
 def kernel_parameters(spec: ir.KernelSpec, stream_k: bool = False) -> tuple[Parameter, ...]:
     """(C type, name) of every parameter of the spec's kernel, or of its stream-K kernel, in order."""
-    parameters = [("const float*", "A"), ("const float*", "B"), ("float*", "C"),
-                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
-                  ("float", "alpha"), ("float", "beta")]
+    parameters = [(pointer_type(spec, op), op.value.upper()) for op in ir.Operand]
+    parameters += [("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
+                   ("float", "alpha"), ("float", "beta")]
     if spec.problem.batched:
         parameters += [("long long", "stride_a"), ("long long", "stride_b"), ("long long", "stride_c")]
     if stream_k:
         parameters.append(("int", "sk_tiles"))
     return tuple(parameters)
+
+
+def launcher_parameters(spec: ir.KernelSpec) -> dict[str, str]:
+    """The parameter list of each launcher the file defines, keyed like `launcher_names`: what the
+    launchers are defined with and what a C header declares."""
+    a, b, c = (pointer_type(spec, op) for op in ir.Operand)
+    scalars = "float alpha, float beta, cudaStream_t stream"
+    parameters = {"launcher": f"{a} A, {b} B, {c} C, int M, int N, int K, {scalars}",
+                  "launcher_ld": f"{a} A, int lda, {b} B, int ldb, {c} C, int ldc, int M, int N, int K, {scalars}"}
+    if spec.problem.batched:
+        parameters["launcher_batched"] = (f"{a} A, int lda, long long stride_a, {b} B, int ldb, long long stride_b, "
+                                          f"{c} C, int ldc, long long stride_c, int M, int N, int K, int batch, "
+                                          f"{scalars}")
+    return parameters
 
 
 def launcher_names(spec: ir.KernelSpec) -> dict[str, str | None]:

@@ -7,7 +7,7 @@ preparing C). The Python runtime (runtime.py) makes the same decisions from the 
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, leading_name
+from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
@@ -27,6 +27,7 @@ class LauncherEmitter:
         self.launch = plan.launch
         self.out = out
         self.names = plan.launch.launchers
+        self.parameters = launcher_parameters(plan.spec)
         # Launchers opt in to more dynamic shared memory above the default; printed as N * 1024.
         self.default_smem = f"{plan.arch.default_smem_per_block // 1024} * 1024"
 
@@ -42,13 +43,12 @@ class LauncherEmitter:
         self._emit_checked_launch()
         o.line()
         if self.spec.problem.batched:
-            self._emit_wrapper(self.names["launcher_ld"], self._ld_parameters(),
+            self._emit_wrapper(self.names["launcher_ld"], self.parameters["launcher_ld"],
                                "A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, beta, stream")
             o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
                             for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
-        self._emit_wrapper(self.names["launcher"], "const float* A, const float* B, float* C, int M, int N, int K, "
-                           "float alpha, float beta, cudaStream_t stream",
+        self._emit_wrapper(self.names["launcher"], self.parameters["launcher"],
                            f"{natural}, M, N, K, alpha, beta, stream", target=self.names["launcher_ld"])
         o.line("#endif")
 
@@ -139,10 +139,6 @@ class LauncherEmitter:
             o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3({threads}), smem_bytes, "
                    f"stream>>>({arguments});")
 
-    def _ld_parameters(self) -> str:
-        return ("const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, "
-                "float alpha, float beta, cudaStream_t stream")
-
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
         target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
         with self.out.block(f'extern "C" cudaError_t {name}({parameters})'):
@@ -152,15 +148,9 @@ class LauncherEmitter:
         o, spec, launch = self.out, self.spec, self.launch
         bm, bn, bk = launch.block_tile
         batched = spec.problem.batched
-        if batched:
-            name = self.names["launcher_batched"]
-            parameters = ("const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, "
-                          "float* C, int ldc, long long stride_c, int M, int N, int K, int batch, "
-                          "float alpha, float beta, cudaStream_t stream")
-        else:
-            name = self.names["launcher_ld"]
-            parameters = self._ld_parameters()
-        with o.block(f'extern "C" cudaError_t {name}({parameters})'):
+        name = self.names["launcher_batched"] if batched else self.names["launcher_ld"]
+        key = "launcher_batched" if batched else "launcher_ld"
+        with o.block(f'extern "C" cudaError_t {name}({self.parameters[key]})'):
             invalid = "return cudaErrorInvalidValue;"
             o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
             o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
