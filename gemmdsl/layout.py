@@ -1,7 +1,9 @@
 """Lowering: the spec's declarative tiling -> the index expressions of the kernel.
 
-`KernelLayout` answers "which element does thread `tid` touch in instruction X"
-as `Expr`s. The emitter renders these expressions into CUDA; the analysis
+`TileLayout` holds what every kernel shares: the block tile, the shared-memory stages and the
+global -> shared copies. `KernelLayout` (here) lowers the FMA path's per-thread tiling;
+`MmaLayout` (mma_layout.py) the tensor-core path. Each answers "which element does thread
+`tid` touch in instruction X" as `Expr`s. The emitter renders these expressions into CUDA; the analysis
 passes evaluate the very same expressions for every thread. Nothing here knows
 C syntax beyond what `Expr.render` prints.
 
@@ -15,16 +17,17 @@ from functools import cached_property
 
 from . import ir
 from .expr import Expr, Func, Var
+from .ir import MAX_VECTOR_BYTES
 from .targets import WARP, Arch, arch
 
 TID = Var("tid")
 KK = Var("kk")  # the k index inside a k-tile (an unrolled loop variable)
-MAX_VECTOR = 4  # 4 x f32 = 16 bytes, the widest load/store
-STAGE_ALIGN = 32  # elements; each stage starts on a 128-byte boundary
+MAX_VECTOR = MAX_VECTOR_BYTES // 4  # the widest load/store in f32 elements
+STAGE_ALIGN_BYTES = 128  # each stage starts on a 128-byte boundary
 
 
 def widest_dividing(n: int, limit: int = MAX_VECTOR) -> int:
-    return next(w for w in (4, 2, 1) if w <= limit and n % w == 0)
+    return next(w for w in (8, 4, 2, 1) if w <= limit and n % w == 0)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class SmemGeometry:
     swizzle: ir.Swizzle | None
     stage_elems: int  # elements per pipeline stage, padded to keep stages aligned
     base_elems: int  # offset of this operand's region in the kernel's shared array
+    element_bytes: int = 4
 
     @property
     def name(self) -> str:
@@ -61,7 +65,7 @@ class SmemGeometry:
 
     def contiguous_run(self) -> int:
         """Elements that stay adjacent after padding and swizzle, counted from an aligned start."""
-        run = widest_dividing(self.ld)
+        run = widest_dividing(self.ld, MAX_VECTOR_BYTES // self.element_bytes)
         if self.swizzle is not None:
             run = min(run, 1 << self.swizzle.base)
         return run
@@ -105,26 +109,31 @@ class SmemAccess:
     """One shared-memory instruction of one thread, as the analysis sees it."""
 
     operand: ir.Operand
-    op: str  # "load" or "store"
-    width: int  # elements (1, 2 or 4 -> 32, 64, 128 bits)
+    op: str  # "load", "store", or "ldmatrix" (each lane supplies one 16-byte row address)
+    width: int  # elements per lane (16 bytes at most)
     offset: Expr  # element offset within the operand's stage
-    kk: int | None = None  # k index of a fragment load
+    kk: int | None = None  # k index (mma: k-step) of a fragment load
+    element_bytes: int = 4
+    lanes: int = WARP  # lanes whose addresses the instruction uses (ldmatrix x1: 8, x2: 16)
+
+    @property
+    def width_bytes(self) -> int:
+        return self.width * self.element_bytes
 
 
-class KernelLayout:
-    """All index arithmetic of one spec. Construct only from a validated spec."""
+class TileLayout:
+    """What the lowering of every kernel shares: the block tile and its threads, the shared-memory
+    stages, and the global -> shared copies of A and B. Construct only from a validated spec."""
 
-    def __init__(self, spec: ir.KernelSpec, max_global_vector: int = MAX_VECTOR):
+    def __init__(self, spec: ir.KernelSpec, max_global_vector: int | None = None):
         self.spec = spec
+        self.element_bytes = spec.problem.a.dtype.bytes
         # 1 lowers the scalar variant of a checked kernel: the same tiling with every global
         # load and store one element wide, for operands whose alignment the launcher cannot prove.
-        self.max_global_vector = max_global_vector
+        self.max_global_vector = max_global_vector or MAX_VECTOR_BYTES // self.element_bytes
         self.arch: Arch = arch(spec.target.sm)
-        t = spec.threads
         self.bm, self.bn, self.bk = spec.block.m, spec.block.n, spec.block.k
-        self.threads = t.threads
-        self.frag_m = t.fragment.m
-        self.frag_n = t.fragment.n
+        self.threads = spec.threads.threads
         self.stages = spec.pipeline.stages
         a = self._geometry(spec.smem_a, base=0)
         b = self._geometry(spec.smem_b, base=a.stage_elems * self.stages)
@@ -136,11 +145,12 @@ class KernelLayout:
         mn_extent = self.bm if layout.operand is ir.Operand.A else self.bn
         outer, inner = (self.bk, mn_extent) if layout.order.k_major else (mn_extent, self.bk)
         ld = inner + layout.pad
-        align = STAGE_ALIGN
+        align = STAGE_ALIGN_BYTES // self.element_bytes
         if layout.swizzle is not None:
             align = max(align, 1 << (layout.swizzle.base + layout.swizzle.bits + layout.swizzle.shift))
         stage = -(-outer * ld // align) * align
-        return SmemGeometry(layout.operand, layout.order, outer, inner, ld, layout.swizzle, stage, base)
+        return SmemGeometry(layout.operand, layout.order, outer, inner, ld, layout.swizzle, stage, base,
+                            self.element_bytes)
 
     @property
     def smem_elems(self) -> int:
@@ -149,37 +159,12 @@ class KernelLayout:
 
     @property
     def smem_bytes(self) -> int:
-        return self.smem_elems * 4
+        return self.smem_elems * self.element_bytes
 
-    # --- thread coordinates -------------------------------------------------------------
-
-    @cached_property
+    @property
     def coordinates(self) -> tuple[tuple[str, Expr], ...]:
         """Named per-thread values, in definition order; the kernel declares each as a const int."""
-        t = self.spec.threads
-        lanes = t.lanes
-        warp_id, lane = Var("warp_id"), Var("lane")
-        if t.lane_order is ir.LaneOrder.ROW:
-            lane_m, lane_n = lane // lanes.n, lane % lanes.n
-        elif t.lane_order is ir.LaneOrder.COL:
-            lane_m, lane_n = lane % lanes.m, lane // lanes.m
-        else:  # zigzag (maxas): bit 0 of the lane picks n, the next bits m, the rest n again
-            lane_m = (lane // 2) % lanes.m
-            lane_n = (lane // (2 * lanes.m)) * 2 + lane % 2
-        warp_m = Var("warp_m")
-        warp_n = Var("warp_n")
-        thread_m = warp_m * self.warp_stride("m") + Var("lane_m") * t.micro.m
-        thread_n = warp_n * self.warp_stride("n") + Var("lane_n") * t.micro.n
-        return (
-            ("warp_id", TID // WARP),
-            ("lane", TID % WARP),
-            ("warp_m", warp_id // t.warps.n),
-            ("warp_n", warp_id % t.warps.n),
-            ("lane_m", lane_m),
-            ("lane_n", lane_n),
-            ("thread_m", thread_m),
-            ("thread_n", thread_n),
-        )
+        raise NotImplementedError
 
     def thread_env(self) -> dict[str, object]:
         """Every coordinate evaluated for all threads of a block (numpy arrays indexed by tid)."""
@@ -189,27 +174,6 @@ class KernelLayout:
         for name, value in self.coordinates:
             env[name] = value.evaluate(env)
         return env
-
-    def warp_stride(self, axis: str) -> int:
-        """Distance between neighbouring warps' tiles along m or n."""
-        t = self.spec.threads
-        lanes, micro, repeat = (t.lanes.m, t.micro.m, t.repeat.m) if axis == "m" else (t.lanes.n, t.micro.n, t.repeat.n)
-        span = lanes * micro
-        return span * repeat if t.repeat_level is ir.RepeatLevel.WARP else span
-
-    def repeat_stride(self, axis: str) -> int:
-        t = self.spec.threads
-        if t.repeat_level is ir.RepeatLevel.BLOCK:
-            return (self.bm // t.repeat.m) if axis == "m" else (self.bn // t.repeat.n)
-        return t.lanes.m * t.micro.m if axis == "m" else t.lanes.n * t.micro.n
-
-    def fragment_rows(self, axis: str) -> list[tuple[int, Expr]]:
-        """(fragment index, block coordinate) of each element of a thread's A (m) or B (n) fragment."""
-        t = self.spec.threads
-        micro, repeat = (t.micro.m, t.repeat.m) if axis == "m" else (t.micro.n, t.repeat.n)
-        base = Var("thread_m" if axis == "m" else "thread_n")
-        stride = self.repeat_stride(axis)
-        return [(r * micro + i, base + (r * stride + i)) for r in range(repeat) for i in range(micro)]
 
     # --- global -> shared copies --------------------------------------------------------
 
@@ -271,12 +235,6 @@ class KernelLayout:
             return 1
         return min(self.load_vector(operand), self.smem[operand].contiguous_run())
 
-    def c_store_width(self) -> int:
-        """Elements per epilogue store: a thread's micro tile is contiguous along C's contiguous index."""
-        t = self.spec.threads
-        micro = t.micro.n if self.spec.problem.c.layout is ir.MatrixLayout.ROW else t.micro.m
-        return widest_dividing(micro, self.max_global_vector)
-
     def global_vector(self, operand: ir.Operand) -> int:
         """Widest global access to A, B or C, in elements: the multiple of elements that the
         operand's pointer, leading dimension and batch stride must be for it to be aligned.
@@ -289,6 +247,81 @@ class KernelLayout:
         if self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC:
             return self.store_width(operand)
         return self.load_vector(operand)
+
+    def c_store_width(self) -> int:
+        """Elements per epilogue store along C's contiguous index."""
+        raise NotImplementedError
+
+    def smem_accesses(self) -> list[SmemAccess]:
+        """Every shared-memory instruction one thread executes per k-tile, in program order."""
+        raise NotImplementedError
+
+
+class KernelLayout(TileLayout):
+    """The FMA path: each thread accumulates a (repeat x micro) register tile of C from fragments
+    it loads itself (warps x lanes x micro x repeat cover the block tile)."""
+
+    def __init__(self, spec: ir.KernelSpec, max_global_vector: int | None = None):
+        super().__init__(spec, max_global_vector)
+        self.frag_m = spec.threads.fragment.m
+        self.frag_n = spec.threads.fragment.n
+
+    # --- thread coordinates -------------------------------------------------------------
+
+    @cached_property
+    def coordinates(self) -> tuple[tuple[str, Expr], ...]:
+        """Named per-thread values, in definition order; the kernel declares each as a const int."""
+        t = self.spec.threads
+        lanes = t.lanes
+        warp_id, lane = Var("warp_id"), Var("lane")
+        if t.lane_order is ir.LaneOrder.ROW:
+            lane_m, lane_n = lane // lanes.n, lane % lanes.n
+        elif t.lane_order is ir.LaneOrder.COL:
+            lane_m, lane_n = lane % lanes.m, lane // lanes.m
+        else:  # zigzag (maxas): bit 0 of the lane picks n, the next bits m, the rest n again
+            lane_m = (lane // 2) % lanes.m
+            lane_n = (lane // (2 * lanes.m)) * 2 + lane % 2
+        warp_m = Var("warp_m")
+        warp_n = Var("warp_n")
+        thread_m = warp_m * self.warp_stride("m") + Var("lane_m") * t.micro.m
+        thread_n = warp_n * self.warp_stride("n") + Var("lane_n") * t.micro.n
+        return (
+            ("warp_id", TID // WARP),
+            ("lane", TID % WARP),
+            ("warp_m", warp_id // t.warps.n),
+            ("warp_n", warp_id % t.warps.n),
+            ("lane_m", lane_m),
+            ("lane_n", lane_n),
+            ("thread_m", thread_m),
+            ("thread_n", thread_n),
+        )
+
+    def warp_stride(self, axis: str) -> int:
+        """Distance between neighbouring warps' tiles along m or n."""
+        t = self.spec.threads
+        lanes, micro, repeat = (t.lanes.m, t.micro.m, t.repeat.m) if axis == "m" else (t.lanes.n, t.micro.n, t.repeat.n)
+        span = lanes * micro
+        return span * repeat if t.repeat_level is ir.RepeatLevel.WARP else span
+
+    def repeat_stride(self, axis: str) -> int:
+        t = self.spec.threads
+        if t.repeat_level is ir.RepeatLevel.BLOCK:
+            return (self.bm // t.repeat.m) if axis == "m" else (self.bn // t.repeat.n)
+        return t.lanes.m * t.micro.m if axis == "m" else t.lanes.n * t.micro.n
+
+    def fragment_rows(self, axis: str) -> list[tuple[int, Expr]]:
+        """(fragment index, block coordinate) of each element of a thread's A (m) or B (n) fragment."""
+        t = self.spec.threads
+        micro, repeat = (t.micro.m, t.repeat.m) if axis == "m" else (t.micro.n, t.repeat.n)
+        base = Var("thread_m" if axis == "m" else "thread_n")
+        stride = self.repeat_stride(axis)
+        return [(r * micro + i, base + (r * stride + i)) for r in range(repeat) for i in range(micro)]
+
+    def c_store_width(self) -> int:
+        """A thread's micro tile is contiguous along C's contiguous index."""
+        t = self.spec.threads
+        micro = t.micro.n if self.spec.problem.c.layout is ir.MatrixLayout.ROW else t.micro.m
+        return widest_dividing(micro, self.max_global_vector)
 
     # --- shared -> register fragments ---------------------------------------------------
 

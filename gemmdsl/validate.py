@@ -284,6 +284,13 @@ class _Checker:
         group = SMEM_READ_BYTES[smem.read] // dtype.bytes  # elements one lane reads at once
         if group == 1:
             return
+        if smem.read is ir.SmemRead.LDS32 and smem.order.k_major:
+            contiguous = "m" if operand is ir.Operand.A else "n"
+            k_first = "mk" if operand is ir.Operand.A else "nk"
+            self.error(smem.at("read"), f"read: 32 loads {group} {dtype.value} that lie along k, but order "
+                                        f"{smem.order.value} keeps {contiguous} contiguous",
+                       hint=f"use `read: ldmatrix;` (it transposes), or `order: {k_first};`")
+            return
         how = (f"ldmatrix reads rows of 16 bytes ({group} {dtype.value})" if smem.read is ir.SmemRead.LDMATRIX
                else f"32-bit reads take {group} {dtype.value} at once")
         s, need = smem.swizzle, group.bit_length() - 1

@@ -107,7 +107,9 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     sections, stage_bytes = [], 0
     for operand, orders in (("a", ("mk", "km")), ("b", ("kn", "nk"))):
         order = draw(st.sampled_from(orders))
-        read = draw(st.sampled_from(("", "32") if dtype == "f32" else ("", "32", "ldmatrix")))
+        k_major = order in ("km", "kn")  # m or n contiguous: a lane's 16-bit pair along k is not adjacent
+        reads = ("", "32") if dtype == "f32" else ("", "ldmatrix") if k_major else ("", "32", "ldmatrix")
+        read = draw(st.sampled_from(reads))
         group = 1 if dtype == "f32" else 2 if read == "32" else 8  # elements one lane reads at once
         pad = draw(st.sampled_from((0, group, 4 * group)))
         entries = [f"order: {order};", f"pad: {pad};"]

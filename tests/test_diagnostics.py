@@ -366,6 +366,10 @@ CASES = [
     Case("mma_read_ldmatrix_on_f32", [m("smem a   { order: mk; pad: 4; }", "smem a   { order: mk; pad: 4; read: ldmatrix; }")],
          [("read: |ldmatrix", "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their fragments "
                               "with 32-bit loads")], ["use `read: 32;`"], base=TF32),
+    Case("mma_read_32_across_k", [m("smem b   { order: kn; swizzle: xor(3,3,4); }",
+                                     "smem b   { order: kn; swizzle: xor(3,3,4); read: 32; }")],
+         [("read: |32", "read: 32 loads 2 bf16 that lie along k, but order kn keeps n contiguous")],
+         ["use `read: ldmatrix;` (it transposes), or `order: nk;`"], base=MMA),
     Case("mma_read_64", [m("swizzle: xor(2,3,3); }", "swizzle: xor(2,3,3); read: 64; }")],
          [("read: |64", "read: 64 does not apply to an mma spec; its fragments are read with ldmatrix or 32-bit "
                         "loads")], ["use `read: ldmatrix;` or `read: 32;`"], base=MMA),
