@@ -359,6 +359,104 @@ def test_load_rejects_what_is_not_a_spec():
 
 
 # ---------------------------------------------------------------------------
+# Kernel objects over a fake CuPy (CPU): what the launch is given, without a GPU
+
+
+class FakeStream:
+    """What launches and cupy.cuda.Stream.from_external deal in: a handle."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    @classmethod
+    def from_external(cls, obj):
+        return cls(obj.__cuda_stream__()[1])
+
+
+class FakeDevice:
+    def __init__(self, compute_capability):
+        self.id, self.compute_capability, self.attributes = 0, compute_capability, {"MultiProcessorCount": 132}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_cupy(launches, compute_capability="90", current_stream=0x77):
+    """A CuPy whose kernels record their launches and whose arrays are __cuda_array_interface__ fakes."""
+    device = FakeDevice(compute_capability)
+
+    class Function:
+        num_regs, max_dynamic_shared_size_bytes = 128, 0
+
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            launches.append(SimpleNamespace(entry=self.name, grid=grid, args=args, stream=stream.ptr))
+
+    cuda = SimpleNamespace(Device=lambda *_: device, Stream=FakeStream,
+                           get_current_stream=lambda: FakeStream(current_stream),
+                           runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0)))
+    return SimpleNamespace(__version__="14.2.0", cuda=cuda,
+                           RawModule=lambda path: SimpleNamespace(get_function=Function),
+                           empty=lambda shape, dtype: cuda_array(shape, numpy.dtype(dtype).str, ptr=next(REGIONS)))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    """Install a fake CuPy for compute capability 9.0 and a compiler that returns bytes; the launches list."""
+    pytest.importorskip("gemmdsl.compiler")
+    launches = []
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches))
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
+    return launches
+
+
+def test_kernel_launches_on_the_callers_pointers_and_stream(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b, c = (cuda_array(shape, ptr=next(REGIONS)) for shape in ((300, 70), (70, 200), (300, 200)))
+    assert kernel(a, b, c, alpha=2.0, beta=-1.0) is c
+    (launch,) = fake_gpu
+    pointers = [x.__cuda_array_interface__["data"][0] for x in (a, b, c)]
+    assert [int(arg) for arg in launch.args[:9]] == pointers + [300, 200, 70, 70, 200, 200]
+    assert launch.stream == 0x77 and launch.entry == "checked_v3_kernel_scalar"  # ld 70: the scalar kernel
+    made = kernel.bind(a, b)
+    assert int(made.launches[0].args[2]) == made.c.__cuda_array_interface__["data"][0]
+    made(stream=0x99)
+    assert fake_gpu[-1].stream == 0x99
+
+
+def test_stream_k_launches_prepare_c_at_cs_pointer(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "sgemm_h100.gemm")
+    a, b = cuda_array((256, 256), ptr=next(REGIONS)), cuda_array((256, 256), ptr=next(REGIONS))
+    launch = kernel.bind(a, b)
+    c_pointer = launch.c.__cuda_array_interface__["data"][0]
+    assert [int(x.args[0]) for x in launch.launches[:2]] == [c_pointer, a.__cuda_array_interface__["data"][0]]
+    assert launch.launches[0].function.name == "sgemm_h100_prepare_c"
+
+
+def test_kernel_for_an_older_target_is_built_for_this_gpu(fake_gpu, tmp_path, capsys):
+    from gemmdsl.compiler import compile_path
+
+    kernel = runtime.load(compile_path(ROOT / "specs" / "checked_v3.gemm", 80))
+    assert capsys.readouterr().err == "note: checked_v3 targets sm_80; built for this GPU's sm_90\n"
+    assert kernel.built_for == "sm_90" and "built for sm_90" in repr(kernel)
+    (cubin,) = tmp_path.glob("*.cubin")
+    assert cubin.name.startswith("checked_v3-sm_90-") and cubin.read_bytes() == b"cubin sm_90"
+
+
+def test_kernel_refuses_c_that_is_read_only(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b = cuda_array((64, 64), ptr=next(REGIONS)), cuda_array((64, 64), ptr=next(REGIONS))
+    with pytest.raises(TypeError, match="C is read-only"):
+        kernel(a, b, cuda_array((64, 64), ptr=next(REGIONS), readonly=True))
+
+
+# ---------------------------------------------------------------------------
 # Binary cache (CPU, with a fake compiler)
 
 METADATA = {"kernel": "k", "spec_hash": "abc123", "gemmdsl_version": "0.1.0", "target": "sm_90"}
