@@ -61,6 +61,7 @@ DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynami
 # and, for NVRTC >= 12.8, --pch, none of which changes the code.
 COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 COMPILERS = ("nvcc", "nvrtc")
+FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
 NVCC_TIMEOUT_S = 600
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 
@@ -555,12 +556,13 @@ class BinaryCache:
 def chosen_compiler() -> str:
     """GEMMDSL_COMPILER=nvcc|nvrtc, or by default nvcc when it is on PATH and NVRTC otherwise.
 
-    nvcc first: it is the compiler `gemmdsl compile` reports registers for. NVRTC's build of
-    the same source, with the same options, takes more registers (CUDA 13.0, sm_90: 149 vs
-    127 for sgemm_v3, 223 vs 128 for cp_async3), and not because of options or ptxas: its
-    PTX already differs (shared-memory addresses computed in 64 bits, then truncated, where
-    nvcc's are 32-bit), and finishing that PTX with the toolkit's ptxas gives the same
-    count. scripts/nvrtc_vs_nvcc.py measures both paths on the GPU.
+    nvcc first: it is the compiler `gemmdsl compile` reports registers for. With the same
+    options, NVRTC 13.1 and later build every shipped spec with the registers nvcc 13.0
+    does; NVRTC 13.0 does not (sm_90: 149 vs 127 for sgemm_v3, 223 vs 128 for cp_async3),
+    and not because of options or ptxas: its PTX already differs (shared-memory addresses
+    computed in 64 bits, then truncated, where nvcc's are 32-bit), and finishing that PTX
+    with the toolkit's ptxas gives the same counts. scripts/nvrtc_vs_nvcc.py compares both
+    paths on the GPU.
     """
     choice = os.environ.get("GEMMDSL_COMPILER", "").strip().lower()
     if choice in COMPILERS:
@@ -588,8 +590,12 @@ def compile_with_nvrtc(source: str, target: str) -> bytes:
     (or PTX if CUPY_CUDA_COMPILE_WITH_PTX is set; cuModuleLoad accepts both).
     Older CuPy returns the binary, newer CuPy a (binary, name mapping) pair.
     """
-    from cupy.cuda import compiler
+    from cupy.cuda import compiler, nvrtc
 
+    if nvrtc.getVersion() < FIRST_GOOD_NVRTC:
+        version = ".".join(map(str, nvrtc.getVersion()))
+        print(f"note: NVRTC {version} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
+              f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
     compiled = compiler.compile_using_nvrtc(source, COMPILER_OPTIONS, arch=target.removeprefix("sm_"))
     binary = compiled[0] if isinstance(compiled, tuple) else compiled
     return binary.encode() if isinstance(binary, str) else bytes(binary)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,7 +55,9 @@ def main() -> None:
     sizes = runtime.parse_sizes(args.sizes)
     report = bench(kernels, sizes, runs=args.runs)
     timed = [row for row in report.rows if row.name != "cuBLAS"]  # per size, the kernels in order
-    print(f"{report.device} | CuPy {report.cupy_version} | median of {report.runs} launches")
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    nvrtc = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))
+    print(f"{report.device} | CuPy {report.cupy_version} | NVRTC {nvrtc} | {nvcc} | median of {report.runs} launches")
     print(f"{'spec':<20} {'size':<16} {'regs nvcc':>9} {'regs nvrtc':>10} {'ms nvcc':>8} {'ms nvrtc':>8} "
           f"{'nvrtc/nvcc':>10}")
     for size_index, size in enumerate(sizes):
