@@ -43,10 +43,10 @@ def variant(argument: str):
 
 
 def prebuild(artifacts) -> None:
-    key = runtime.cache_key(artifacts.metadata, artifacts.cuda, cupy.__version__)
+    built_for = runtime.build_target(artifacts.metadata["target"], cupy.cuda.Device().compute_capability)
     runtime.BinaryCache(runtime.cache_dir()).get_or_build(
-        runtime.cubin_file_name(artifacts.metadata, key),
-        lambda: runtime.compile_cubin(artifacts.cuda, artifacts.metadata["target"]))
+        runtime.cubin_cache_name(artifacts.metadata, artifacts.cuda, built_for),
+        lambda: runtime.compile_cubin(artifacts.cuda, built_for))
 
 
 def relative_error(kernel) -> float:
