@@ -93,14 +93,14 @@ def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:
     shape = tuple(int(extent) for extent in interface["shape"])
     byte_strides = interface.get("strides")
     if byte_strides is None:
-        return ArrayView(library, shape, contiguous_strides(shape), dtype.name, dtype.itemsize,
-                         int(interface["data"][0]), None, bool(interface["data"][1]))
-    if any(stride % dtype.itemsize for stride in byte_strides):
+        strides = contiguous_strides(shape)
+    elif any(stride % dtype.itemsize for stride in byte_strides):
         raise ValueError(f"{name} has strides {tuple(byte_strides)} bytes, which are not whole {dtype.name} "
                          f"elements; the kernel needs whole-element strides")
-    strides = tuple(int(stride) // dtype.itemsize for stride in byte_strides)
-    return ArrayView(library, shape, strides, dtype.name, dtype.itemsize, int(interface["data"][0]), None,
-                     bool(interface["data"][1]))
+    else:
+        strides = tuple(int(stride) // dtype.itemsize for stride in byte_strides)
+    pointer, readonly = interface["data"]
+    return ArrayView(library, shape, strides, dtype.name, dtype.itemsize, int(pointer), None, bool(readonly))
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
