@@ -106,6 +106,9 @@ def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict
         except subprocess.TimeoutExpired:
             raise ProfileError(f"ncu did not finish within {NCU_TIMEOUT_S} s") from None
         report = Path(log_file).read_text() if Path(log_file).exists() else ""
+    for line in done.stderr.splitlines():
+        if line.startswith("note: "):  # the driver's own, e.g. that it built the spec for a newer GPU
+            print(line, file=sys.stderr)
     launches = [launch for launch in parse_ncu_csv(report) if launch.kernel == f"{kernel}_kernel"]
     if done.returncode != 0 or not launches:
         raise ProfileError(f"ncu (exit {done.returncode}) reported no launch of {kernel}_kernel:\n"

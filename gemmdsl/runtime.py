@@ -1,15 +1,23 @@
 """Load a compiled spec onto the GPU and launch it from Python through CuPy.
 
     kernel = gemmdsl.load("specs/sgemm_v1.gemm")
-    c = kernel(a, b)                      # a, b: float32 cupy arrays (or views) in the spec's layouts
+    c = kernel(a, b)      # a, b: GPU arrays (PyTorch, CuPy, JAX, Numba) or views, in the spec's layouts
 
 CuPy is imported inside the functions that need a GPU, so the compiler, the CLI
 and the CPU tests work on machines without it.
 
-Binaries. `nvcc -cubin` turns the kernel part of the `.cu` into a cubin for the
-spec's target when nvcc is on PATH (it is what `gemmdsl compile` reports registers
-for); NVRTC, through CuPy, otherwise (see `compile_cubin`). The cubin
-is kept on disk under `$GEMMDSL_CACHE` (default `~/.cache/gemmdsl`) and loaded
+Operands. Any GPU array that speaks `__cuda_array_interface__` or DLPack is read
+without a copy (`arrays.array_view`), and the kernel gets raw device pointers, so
+nothing depends on CuPy knowing the dtype (bfloat16). The launch goes on the
+caller's current stream: PyTorch's for PyTorch operands, CuPy's otherwise, or
+`stream=`. A C the caller leaves out is made in A's library (JAX: made by CuPy and
+handed over through DLPack, since JAX arrays are immutable).
+
+Binaries. `nvcc -cubin` turns the kernel part of the `.cu` into a cubin when nvcc is
+on PATH (it is what `gemmdsl compile` reports registers for); NVRTC, through CuPy,
+otherwise; GEMMDSL_COMPILER=nvcc|nvrtc forces one (see `compile_cubin`). The cubin is
+built for the GPU's own architecture when that is newer than the spec's target (the
+source, and so the spec's limits, stay the target's), and is kept on disk under `$GEMMDSL_CACHE` (default `~/.cache/gemmdsl`) and loaded
 with `cupy.RawModule(path=...)`, which only needs public CuPy API. We keep our
 own cache rather than relying on CuPy's kernel cache because CuPy offers no
 public way to get the compiled binary back, and because a cache we own can be
@@ -17,15 +25,14 @@ tested: `compile_cubin` is called only on a miss.
 
 Validation. A kernel reads its operands through raw pointers, so a bad call would
 read out of bounds instead of failing. Every launch is checked first by
-`check_call`, a pure function over objects with `shape`, `dtype`, `strides` and
-`data.ptr` (tests use plain fakes): the layout each operand must have, the leading
-dimensions and batch strides its strides imply, whole tiles for `bounds: exact`,
-and the choice the host launcher makes between the vector kernel and the scalar
-one (`choose_entry`).
+`check_call`, a pure function over `arrays.ArrayView`s (tests build them from
+fakes): the dtype and layout each operand must have, the leading dimensions and
+batch strides its strides imply, whole tiles for `bounds: exact`, a C that overlaps
+A, B or itself, and the choice the host launcher makes between the vector kernel and
+the scalar one (`choose_entry`).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,20 +41,27 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
+from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
 from .schedule import StreamKSplit, stream_k_split
-from .targets import arch, occupancy_of
+from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
-DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
-NVRTC_OPTIONS = ("-std=c++17", "-lineinfo")  # -lineinfo lets ncu map stalls to source lines
+# What nvcc -cubin compiles device code with (-lineinfo lets ncu map stalls to source lines); NVRTC gets
+# the same. CuPy's compile_using_nvrtc adds -arch=sm_XX (a cubin), --device-as-default-execution-space
+# and, for NVRTC >= 12.8, --pch, none of which changes the code.
+COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
+COMPILERS = ("nvcc", "nvrtc")
+FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
 NVCC_TIMEOUT_S = 600
+MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 
 Size = tuple[int, int, int]  # (M, N, K)
 
@@ -75,11 +89,12 @@ class Requirements:
     multiples: tuple[int, int, int]  # M, N, K must be multiples of these (all 1 for bounds: checked)
     epilogue: str  # "store": C = A@B; "alpha_beta": C = alpha*A@B + beta*C
     layouts: dict[str, str]  # "A" -> "row" | "col"
-    vector_elements: dict[str, int]  # "A" -> what pointer (in floats), ld and batch stride must be multiples of
+    vector_elements: dict[str, int]  # "A" -> what pointer (in elements), ld and batch stride must be multiples of
     max_leading_dimension: dict[str, int]
     vector_entry: str
     scalar_entry: str | None  # run when an operand is not vector-aligned; None: such calls are refused
     batched: bool
+    dtypes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPERAND_NAMES, "float32"))
     stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
     prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
 
@@ -87,6 +102,7 @@ class Requirements:
     def from_metadata(cls, metadata: dict) -> "Requirements":
         requires = metadata["requires"]
         per_operand = lambda table: {name: table[name.lower()] for name in OPERAND_NAMES}  # noqa: E731
+        element_types = metadata.get("dtypes", dict.fromkeys("abc", "f32"))  # older metadata: all f32
         return cls(kernel=metadata["kernel"], block_tile=tuple(metadata["block_tile"]),
                    multiples=(requires["m_multiple"], requires["n_multiple"], requires["k_multiple"]),
                    epilogue=metadata["epilogue"], layouts=per_operand(metadata["layouts"]),
@@ -94,7 +110,8 @@ class Requirements:
                    max_leading_dimension=per_operand(requires["max_leading_dimension"]),
                    vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
                    batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
-                   prepare_entry=metadata["entries"]["prepare"])
+                   prepare_entry=metadata["entries"]["prepare"],
+                   dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES})
 
 
 @dataclass(frozen=True)
@@ -109,6 +126,7 @@ class OperandView:
     ld: int
     batch_stride: int  # 0 for a 2-D array: every GEMM of a batch uses the same matrix
     pointer: int
+    itemsize: int = 4
 
 
 @dataclass(frozen=True)
@@ -127,7 +145,8 @@ class CheckedCall:
         return self.m, self.n, self.k
 
 
-def check_call(req: Requirements, a: Any, b: Any, c: Any | None, alpha: float, beta: float) -> CheckedCall:
+def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | None, alpha: float,
+               beta: float) -> CheckedCall:
     """Check one call's operands and scalars against `req`; what to launch, or an exception.
 
     Type problems raise TypeError, everything else ValueError; each message names the
@@ -140,30 +159,29 @@ def check_call(req: Requirements, a: Any, b: Any, c: Any | None, alpha: float, b
     m, n, k = problem_size(views)
     check_divisible(req, m, n, k)
     batch = check_batch(req, views)
+    check_no_overlap(req, views)
     for view in views.values():
         check_leading_dimension(req, view)
     check_scalars(req, alpha, beta, c_given=c is not None)
     return CheckedCall(m, n, k, batch, views, choose_entry(req, views))
 
 
-def check_matrix(req: Requirements, name: str, array: Any) -> None:
-    """A float32 matrix: 2-D, or 3-D (a batch) for a batched kernel."""
-    dtype = numpy.dtype(array.dtype)
-    if dtype != numpy.float32:
-        raise TypeError(f"{name} must be float32, got {dtype}")
+def check_matrix(req: Requirements, name: str, array: ArrayView) -> None:
+    """A matrix of the spec's element type: 2-D, or 3-D (a batch) for a batched kernel."""
+    if array.dtype != req.dtypes[name]:
+        raise TypeError(f"{name} must be {req.dtypes[name]}, got {array.dtype}")
     if len(array.shape) == 3 and not req.batched:
         raise ValueError(f"{name} is a batch of matrices (shape {tuple(array.shape)}), but {req.kernel} is not "
                          f"batched; compile a spec with `batch: strided`")
     if len(array.shape) not in (2, 3):
         what = "a 2-D matrix or a 3-D batch" if req.batched else "a 2-D matrix"
         raise ValueError(f"{name} must be {what}, got shape {tuple(array.shape)}")
-    if any(stride < 0 or stride % dtype.itemsize for stride in array.strides):
-        raise ValueError(f"{name} has strides {tuple(array.strides)}; the kernel needs non-negative whole-element "
-                         f"strides")
+    if any(stride < 0 for stride in array.strides):
+        raise ValueError(f"{name} has strides {array.strides} (elements); the kernel needs non-negative strides")
 
 
-def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], itemsize: int, layout: str) -> int | None:
-    """The leading dimension of a rows x cols matrix with these (byte) strides in a row- or
+def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: str) -> int | None:
+    """The leading dimension of a rows x cols matrix with these (element) strides in a row- or
     column-major layout, or None when the strides are not that layout.
 
     A matrix of one row (row-major) or one column (column-major) never steps by its leading
@@ -172,30 +190,32 @@ def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], itemsize
     (rows, cols), (row_stride, col_stride) = shape, strides
     outer, inner, outer_stride, inner_stride = ((rows, cols, row_stride, col_stride) if layout == "row"
                                                 else (cols, rows, col_stride, row_stride))
-    if inner > 1 and inner_stride != itemsize:
+    if inner > 1 and inner_stride != 1:
         return None
     if outer == 1:
         return -(-inner // 4) * 4
-    ld = outer_stride // itemsize
-    return ld if ld >= inner else None
+    return outer_stride if outer_stride >= inner else None
 
 
-def operand_view(req: Requirements, name: str, array: Any) -> OperandView:
+# How to get an operand into each layout, for the error that says it is not.
+LAYOUT_REMEDIES = {"row": "a row-major copy (x.contiguous() in PyTorch, cupy.ascontiguousarray(x))",
+                   "col": "a transposed view (.T, or .mT for a batch) of a row-major array"}
+
+
+def operand_view(req: Requirements, name: str, array: ArrayView) -> OperandView:
     """How the kernel addresses `array`, which must be laid out as the spec says (views are fine)."""
-    itemsize = numpy.dtype(array.dtype).itemsize
-    shape, strides = tuple(array.shape), tuple(array.strides)
+    shape, strides = array.shape, array.strides
     layout = req.layouts[name]
-    ld = leading_dimension(shape[-2:], strides[-2:], itemsize, layout)
+    ld = leading_dimension(shape[-2:], strides[-2:], layout)
     if ld is None:
-        convert = "cupy.ascontiguousarray" if layout == "row" else "cupy.asfortranarray"
-        other = "a transposed (.T) view" if layout == "col" else "a row-major array"
-        raise ValueError(f"{name} must be {layout}-major: {req.kernel} was compiled with `{name.lower()}: f32 "
-                         f"{layout}`, but strides {strides} for shape {shape} are not {layout}-major with a "
-                         f"leading dimension of at least its {'columns' if layout == 'row' else 'rows'}; "
-                         f"pass {convert}({name.lower()}) or {other}")
+        element = next(short for short, long in DTYPE_NAMES.items() if long == req.dtypes[name])
+        raise ValueError(f"{name} must be {layout}-major: {req.kernel} was compiled with `{name.lower()}: {element} "
+                         f"{layout}`, but strides {strides} (elements) for shape {shape} are not {layout}-major "
+                         f"with a leading dimension of at least its {'columns' if layout == 'row' else 'rows'}; "
+                         f"pass {LAYOUT_REMEDIES[layout]}")
     batch = shape[0] if len(shape) == 3 else 1
-    batch_stride = strides[0] // itemsize if len(shape) == 3 and batch > 1 else 0
-    return OperandView(name, shape[-2], shape[-1], batch, ld, batch_stride, array.data.ptr)
+    batch_stride = strides[0] if len(shape) == 3 and batch > 1 else 0
+    return OperandView(name, shape[-2], shape[-1], batch, ld, batch_stride, array.pointer, array.itemsize)
 
 
 def problem_size(views: dict[str, OperandView]) -> Size:
@@ -218,10 +238,6 @@ def check_batch(req: Requirements, views: dict[str, OperandView]) -> int:
     batch = counts.pop() if counts else 1
     if batch > MAX_BATCH:
         raise ValueError(f"batch {batch} is more than the {MAX_BATCH} the grid's z dimension holds")
-    c = views.get("C")
-    if c is not None and batch > 1 and c.batch_stride < footprint(c, req.layouts["C"]):
-        raise ValueError(f"C's {batch} matrices overlap (batch stride {c.batch_stride} elements, each matrix spans "
-                         f"{footprint(c, req.layouts['C'])}); every GEMM of a batch needs its own C")
     return batch
 
 
@@ -229,6 +245,35 @@ def footprint(view: OperandView, layout: str) -> int:
     """Elements from the first element of one matrix to just past its last."""
     outer, inner = (view.rows, view.cols) if layout == "row" else (view.cols, view.rows)
     return (outer - 1) * view.ld + inner
+
+
+def byte_range(req: Requirements, view: OperandView) -> tuple[int, int]:
+    """[first, end) of the bytes the kernel addresses in this operand: its first element to just past
+    the last element of its last matrix."""
+    elements = (view.batch - 1) * view.batch_stride + footprint(view, req.layouts[view.name])
+    return view.pointer, view.pointer + elements * view.itemsize
+
+
+def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
+    """C may share no byte with A, B or (in a batch) itself: blocks write C while others still read
+    what they overlap. Reading twice is fine: A and B may overlap, a batch may share one A.
+
+    Address ranges, not elements: a C whose rows interleave with A's in one buffer is refused too.
+    """
+    c = views.get("C")
+    if c is None:
+        return
+    each = footprint(c, req.layouts["C"])
+    if c.batch > 1 and c.batch_stride < each:
+        raise ValueError(f"C's {c.batch} matrices overlap (batch stride {c.batch_stride} elements, each matrix "
+                         f"spans {each}); every GEMM of a batch needs its own C")
+    c_start, c_end = byte_range(req, c)
+    for name in ("A", "B"):
+        start, end = byte_range(req, views[name])
+        if start < c_end and c_start < end:
+            raise ValueError(f"C overlaps {name}: C spans bytes {c_start:#x}..{c_end:#x} and {name} {start:#x}.."
+                             f"{end:#x}; the kernel would read {name} where it has already written C. Pass a C "
+                             f"that shares no memory with A or B")
 
 
 def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
@@ -259,9 +304,9 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
     reasons = []
     for view in views.values():
         elements = req.vector_elements[view.name]
-        if view.pointer % (4 * elements):
-            reasons.append(f"{view.name}'s data pointer {view.pointer:#x} is not {4 * elements}-byte aligned "
-                           f"(an offset view into a larger array is the usual cause)")
+        if view.pointer % (view.itemsize * elements):
+            reasons.append(f"{view.name}'s data pointer {view.pointer:#x} is not {view.itemsize * elements}-byte "
+                           f"aligned (an offset view into a larger array is the usual cause)")
         for what, value in (("leading dimension", view.ld), ("batch stride", view.batch_stride)):
             if value % elements:
                 reasons.append(f"{view.name}'s {what} {value} is not a multiple of {elements}")
@@ -288,14 +333,6 @@ def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool
         raise ValueError(f"beta={beta} reads C, but no C was passed")
 
 
-def require_device_arrays(device_array_type: type, **operands: Any) -> None:
-    """Host arrays would hand the kernel host pointers; refuse them by name."""
-    for name, array in operands.items():
-        if array is not None and not isinstance(array, device_array_type):
-            raise TypeError(f"{name} must be a cupy.ndarray in GPU memory, got {type(array).__module__}."
-                            f"{type(array).__qualname__}")
-
-
 def grid_size(req: Requirements, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
     """One block per BMxBN tile of C (edge tiles included), numbered along x (the kernel rasterises
     it); the batch along z."""
@@ -303,13 +340,12 @@ def grid_size(req: Requirements, m: int, n: int, batch: int = 1) -> tuple[int, i
     return (-(-m // bm)) * (-(-n // bn)), 1, batch
 
 
-def kernel_arguments(call: CheckedCall, a: Any, b: Any, c: Any, alpha: float, beta: float,
-                     batched: bool) -> tuple:
-    """The kernel's parameters in order (codegen.kernel_parameters)."""
+def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool) -> tuple:
+    """The kernel's parameters in order (abi.kernel_parameters); pointers as raw 64-bit addresses."""
     views = call.views
-    arguments = (a, b, c, numpy.int32(call.m), numpy.int32(call.n), numpy.int32(call.k),
-                 numpy.int32(views["A"].ld), numpy.int32(views["B"].ld), numpy.int32(views["C"].ld),
-                 numpy.float32(alpha), numpy.float32(beta))
+    arguments = (*(numpy.uint64(views[name].pointer) for name in OPERAND_NAMES), numpy.int32(call.m),
+                 numpy.int32(call.n), numpy.int32(call.k), numpy.int32(views["A"].ld), numpy.int32(views["B"].ld),
+                 numpy.int32(views["C"].ld), numpy.float32(alpha), numpy.float32(beta))
     if batched:
         arguments += tuple(numpy.int64(views[name].batch_stride) for name in OPERAND_NAMES)
     return arguments
@@ -321,24 +357,134 @@ def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_s
     return stream_k_split((call.m // bm) * (call.n // bn), call.k // bk, sms * blocks_per_sm)
 
 
-def empty_c(cupy: Any, req: Requirements, m: int, n: int, batch: int) -> Any:
-    """An uninitialised C in the spec's layout (a batch of them for a batched call)."""
+def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
+    """The shape to allocate for an uninitialised C, and whether to transpose its last two axes
+    afterwards (a column-major C is the transpose of a row-major N x M array)."""
     leading = (batch,) if batch > 1 else ()
     if req.layouts["C"] == "row":
-        return cupy.empty(leading + (m, n), dtype=cupy.float32)
-    return cupy.empty(leading + (n, m), dtype=cupy.float32).swapaxes(-1, -2)
+        return leading + (m, n), False
+    return leading + (n, m), True
 
 
-def check_device_runs(target: str, compute_capability: str) -> None:
-    """A cubin for sm_XY runs on devices of major X with minor >= Y; say so before CUDA fails obscurely."""
-    match = re.fullmatch(r"sm_(\d+)(\d)", target)
+def empty_c(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Any:
+    """An uninitialised C in the spec's layout and element type, in the caller's library where it can
+    make one: PyTorch and CuPy their own, Numba a view of a CuPy array, anything else (JAX, whose
+    arrays are immutable) a CuPy array for `to_library` to hand over after the launch."""
+    shape, transpose = c_shape(req, m, n, batch)
+    dtype = req.dtypes["C"]
+    if library == "torch":
+        import torch
+
+        c = torch.empty(shape, dtype=getattr(torch, dtype), device=torch.device("cuda", device))
+        return c.transpose(-1, -2) if transpose else c
+    import cupy
+
+    with cupy.cuda.Device(device):
+        c = cupy.empty(shape, dtype="uint16" if dtype == "bfloat16" else dtype)  # CuPy has no bfloat16: its bits
+    c = c.swapaxes(-1, -2) if transpose else c
+    if library == "numba":
+        from numba import cuda
+
+        return cuda.as_cuda_array(c)
+    return c
+
+
+def to_library(c: Any, library: str, dtype: str, stream: Any) -> Any:
+    """C as the caller's library holds it, once the launch on `stream` has been queued: JAX takes the
+    CuPy array through DLPack, and CuPy orders JAX's stream after its current one, made `stream` here."""
+    if library != "jax":
+        return c
+    import jax.dlpack
+    import jax.numpy
+
+    with stream:
+        result = jax.dlpack.from_dlpack(c)
+    return jax.lax.bitcast_convert_type(result, jax.numpy.bfloat16) if dtype == "bfloat16" else result
+
+
+def check_writable(view: ArrayView) -> None:
+    """The kernel writes C in place; refuse what the caller cannot have written."""
+    if view.library == "jax":
+        raise TypeError("C is a JAX array, and JAX arrays are immutable: leave C out (beta must then be 0) and "
+                        "use the new array the call returns")
+    if view.readonly:
+        raise TypeError(f"C is read-only ({view.library} marked it so); pass a writable C")
+
+
+def check_same_device(name: str, device: int, kernel_device: int, kernel: str) -> None:
+    if device != kernel_device:
+        raise ValueError(f"{name} is on GPU {device}, but {kernel} was loaded on GPU {kernel_device}; load it "
+                         f"there (inside `with cupy.cuda.Device({device}):`) or move {name}")
+
+
+def stream_handle(stream: Any) -> int:
+    """The cudaStream_t of a CuPy stream (.ptr), a PyTorch one (.cuda_stream), any object with
+    __cuda_stream__, or a raw handle."""
+    if isinstance(stream, int):
+        return stream
+    for attribute in ("ptr", "cuda_stream"):
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream must be a CuPy or PyTorch stream, an object with __cuda_stream__, or a cudaStream_t "
+                    f"(int), got {type_name(stream)}")
+
+
+@dataclass(frozen=True)
+class StreamHandle:
+    """A raw cudaStream_t speaking the CUDA stream protocol, which cupy.cuda.Stream.from_external takes."""
+
+    handle: int
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.handle
+
+
+def launch_stream(handle: int) -> Any:
+    """A CuPy stream object for a cudaStream_t owned by someone else (the caller)."""
+    import cupy
+
+    return cupy.cuda.Stream.from_external(StreamHandle(handle))
+
+
+def callers_stream(library: str, device: int) -> int:
+    """The stream a caller of this library launches on now: PyTorch's current stream for PyTorch
+    operands, CuPy's current stream otherwise (JAX and Numba have no current stream to follow)."""
+    if library == "torch":
+        import torch
+
+        return torch.cuda.current_stream(device).cuda_stream
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
+def parse_target(target: str) -> tuple[int, bool]:
+    """'sm_90' -> (90, False); 'sm_90a' -> (90, True): arch-specific code, which runs only on that arch."""
+    match = re.fullmatch(r"sm_(\d+)(a?)", target)
     if match is None:
-        raise ValueError(f"unsupported target {target!r}; expected sm_<major><minor>, e.g. sm_90")
-    major, minor = int(match[1]), int(match[2])
-    device_major, device_minor = int(compute_capability[:-1]), int(compute_capability[-1])
-    if device_major != major or device_minor < minor:
-        raise GpuUnavailable(f"the kernel targets {target}, but this GPU is sm_{compute_capability}; "
-                             f"recompile the spec for sm_{compute_capability}")
+        raise ValueError(f"unsupported target {target!r}; expected sm_<major><minor>[a], e.g. sm_90")
+    return int(match[1]), bool(match[2])
+
+
+def build_target(target: str, compute_capability: str) -> str:
+    """The architecture to build a spec for `target` for, on a GPU of this compute capability ('90').
+
+    A cubin runs only on its own major version, so a spec for an older GPU is built for this one:
+    the source (and with it every limit the spec was checked against) stays the target's, only
+    the -arch changes. A GPU older than the target cannot take the spec's limits, and `a` targets
+    use features of exactly their architecture; both are refused.
+    """
+    sm, arch_specific = parse_target(target)
+    device = int(compute_capability)
+    if arch_specific and device != sm:
+        raise GpuUnavailable(f"the kernel targets {target}, whose arch-specific code runs only on sm_{sm} GPUs, but "
+                             f"this GPU is sm_{device}; compile the spec for sm_{device}")
+    if device < sm:
+        raise GpuUnavailable(f"the kernel targets {target}, but this GPU is sm_{device}, which is older; compile "
+                             f"the spec for sm_{device} (if it fits that GPU's limits)")
+    return target if device == sm else f"sm_{device}"
 
 
 # ---------------------------------------------------------------------------
@@ -349,20 +495,31 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GEMMDSL_CACHE") or Path.home() / ".cache" / "gemmdsl")
 
 
-def cache_key(metadata: dict, source: str, cupy_version: str) -> str:
+def cache_key(metadata: dict, source: str, cupy_version: str, built_for: str, compiler: str) -> str:
     """Everything that decides the cubin's bytes.
 
     spec_hash names the spec, target and compiler version; the source hash also
-    catches code generator changes that did not bump the version.
+    catches code generator changes that did not bump the version; `built_for` is the
+    architecture the cubin is for (the GPU's, for a spec of an older target), `compiler`
+    nvcc or nvrtc.
     """
     parts = {"spec_hash": metadata["spec_hash"], "gemmdsl": metadata["gemmdsl_version"],
-             "target": metadata["target"], "cupy": cupy_version, "options": NVRTC_OPTIONS,
-             "source": hashlib.sha256(source.encode()).hexdigest()}
+             "target": metadata["target"], "built_for": built_for, "compiler": compiler, "cupy": cupy_version,
+             "options": COMPILER_OPTIONS, "source": hashlib.sha256(source.encode()).hexdigest()}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def cubin_file_name(metadata: dict, key: str) -> str:
-    return f"{metadata['kernel']}-{metadata['target']}-{key[:32]}.cubin"
+def cubin_file_name(metadata: dict, built_for: str, key: str) -> str:
+    return f"{metadata['kernel']}-{built_for}-{key[:32]}.cubin"
+
+
+def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str | None = None) -> str:
+    """The cache file of this source built for `built_for` by `compiler` (default: the one chosen
+    now), with this CuPy."""
+    import cupy
+
+    key = cache_key(metadata, source, cupy.__version__, built_for, compiler or chosen_compiler())
+    return cubin_file_name(metadata, built_for, key)
 
 
 class BinaryCache:
@@ -394,20 +551,33 @@ class BinaryCache:
 # Compiling
 
 
-def compile_cubin(source: str, target: str) -> bytes:
-    """nvcc when it is on PATH, NVRTC (through CuPy) otherwise.
+def chosen_compiler() -> str:
+    """GEMMDSL_COMPILER=nvcc|nvrtc, or by default nvcc when it is on PATH and NVRTC otherwise.
 
-    nvcc first: it is the compiler `gemmdsl compile` reports registers for, and on the
-    H100 (CUDA 13.0) NVRTC's build of the same source took more registers (149 vs 127
-    for sgemm_v3), halving occupancy, so benchmarks would not describe the kernel the
-    analysis and the .cu describe.
+    nvcc first: it is the compiler `gemmdsl compile` reports registers for. With the same
+    options, NVRTC 13.1 and later build every shipped spec with the registers nvcc 13.0
+    does; NVRTC 13.0 does not (sm_90: 149 vs 127 for sgemm_v3, 223 vs 128 for cp_async3),
+    and not because of options or ptxas: its PTX already differs (shared-memory addresses
+    computed in 64 bits, then truncated, where nvcc's are 32-bit), and finishing that PTX
+    with the toolkit's ptxas gives the same counts. scripts/nvrtc_vs_nvcc.py compares both
+    paths on the GPU.
     """
-    if shutil.which("nvcc") is not None:
+    choice = os.environ.get("GEMMDSL_COMPILER", "").strip().lower()
+    if choice in COMPILERS:
+        return choice
+    if choice not in ("", "auto"):
+        raise KernelBuildError(f"GEMMDSL_COMPILER={choice!r}: expected nvcc, nvrtc or auto")
+    return "nvcc" if shutil.which("nvcc") is not None else "nvrtc"
+
+
+def compile_cubin(source: str, target: str, compiler: str | None = None) -> bytes:
+    """A cubin for `target` (sm_XX) from `compiler`, by default the one `chosen_compiler` names."""
+    if (compiler or chosen_compiler()) == "nvcc":
         return compile_with_nvcc(source, target)
     try:
         return compile_with_nvrtc(source, target)
     except Exception as nvrtc_error:  # CuPy's CompileException, or its private API having moved
-        raise KernelBuildError(f"NVRTC failed and nvcc is not on PATH:\n{nvrtc_error}") from nvrtc_error
+        raise KernelBuildError(f"NVRTC failed:\n{nvrtc_error}") from nvrtc_error
 
 
 def compile_with_nvrtc(source: str, target: str) -> bytes:
@@ -418,9 +588,13 @@ def compile_with_nvrtc(source: str, target: str) -> bytes:
     (or PTX if CUPY_CUDA_COMPILE_WITH_PTX is set; cuModuleLoad accepts both).
     Older CuPy returns the binary, newer CuPy a (binary, name mapping) pair.
     """
-    from cupy.cuda import compiler
+    from cupy.cuda import compiler, nvrtc
 
-    compiled = compiler.compile_using_nvrtc(source, NVRTC_OPTIONS, arch=target.removeprefix("sm_"))
+    if nvrtc.getVersion() < FIRST_GOOD_NVRTC:
+        version = ".".join(map(str, nvrtc.getVersion()))
+        print(f"note: NVRTC {version} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
+              f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
+    compiled = compiler.compile_using_nvrtc(source, COMPILER_OPTIONS, arch=target.removeprefix("sm_"))
     binary = compiled[0] if isinstance(compiled, tuple) else compiled
     return binary.encode() if isinstance(binary, str) else bytes(binary)
 
@@ -429,7 +603,7 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as directory:
         cu_path, cubin_path = Path(directory, "kernel.cu"), Path(directory, "kernel.cubin")
         cu_path.write_text(source)
-        command = ["nvcc", "-cubin", f"-arch={target}", *NVRTC_OPTIONS, "-o", str(cubin_path), str(cu_path)]
+        command = ["nvcc", "-cubin", f"-arch={target}", *COMPILER_OPTIONS, "-o", str(cubin_path), str(cu_path)]
         try:
             subprocess.run(command, capture_output=True, text=True, check=True, timeout=NVCC_TIMEOUT_S)
         except subprocess.CalledProcessError as err:
@@ -451,8 +625,8 @@ class KernelLaunch:
     args: tuple
     shared_mem: int
 
-    def __call__(self) -> None:
-        self.function(self.grid, self.block, self.args, shared_mem=self.shared_mem)
+    def __call__(self, stream: Any) -> None:
+        self.function(self.grid, self.block, self.args, shared_mem=self.shared_mem, stream=stream)
 
 
 @dataclass(frozen=True)
@@ -463,11 +637,19 @@ class BoundLaunch:
 
     entry: str  # the GEMM kernel the call runs: the vector kernel or the scalar one
     launches: tuple[KernelLaunch, ...]
-    c: Any  # the output matrix
+    c: Any  # the output matrix the kernel writes (for JAX callers, the CuPy array the call hands over)
+    operands: tuple  # A, B (and C): the kernels hold only their addresses, so this keeps them alive
+    library: str  # A's library, whose current stream a launch follows
+    device: int
 
-    def __call__(self) -> None:
+    def __call__(self, stream: Any = None) -> Any:
+        """Queue the launches on `stream` (any stream `stream_handle` takes), else on the caller's
+        current one; returns the CuPy stream object used."""
+        on = launch_stream(stream_handle(stream) if stream is not None else callers_stream(self.library,
+                                                                                             self.device))
         for launch in self.launches:
-            launch()
+            launch(on)
+        return on
 
 
 class Kernel:
@@ -481,13 +663,20 @@ class Kernel:
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
         self.requirements = Requirements.from_metadata(self.metadata)
-        check_device_runs(self.metadata["target"], cupy.cuda.Device().compute_capability)
-        self._module = cupy.RawModule(path=str(self._cubin_path(cupy.__version__)))  # keeps the module loaded
+        self.device: int = cupy.cuda.Device().id
+        target = self.metadata["target"]
+        self.built_for = build_target(target, cupy.cuda.Device().compute_capability)
+        if self.built_for != target:
+            print(f"note: {self.name} targets {target}; built for this GPU's {self.built_for}", file=sys.stderr)
+        cubin = BinaryCache(cache_dir()).get_or_build(cubin_cache_name(self.metadata, self.source, self.built_for),
+                                                      lambda: compile_cubin(self.source, self.built_for))
+        self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
         req = self.requirements
         entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry))
         self._functions = {entry: self._module.get_function(entry) for entry in entries}
+        default_smem = arch(parse_target(target)[0]).default_smem_per_block
         for function in self._functions.values():
-            if self.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT:
+            if self.dynamic_smem_bytes > default_smem:
                 function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
 
     @property
@@ -498,10 +687,26 @@ class Kernel:
     def epilogue(self) -> str:
         return self.requirements.epilogue
 
-    def _cubin_path(self, cupy_version: str) -> Path:
-        key = cache_key(self.metadata, self.source, cupy_version)
-        return BinaryCache(cache_dir()).get_or_build(
-            cubin_file_name(self.metadata, key), lambda: compile_cubin(self.source, self.metadata["target"]))
+    @property
+    def registers(self) -> dict[str, int]:
+        """Registers per thread of each kernel in the loaded cubin, by entry name."""
+        return {entry: function.num_regs for entry, function in self._functions.items()}
+
+    def _view(self, name: str, array: Any) -> ArrayView:
+        """`array` as the launch sees it, on this kernel's GPU (asking the driver where the array
+        interface does not say)."""
+        view = array_view(name, array)
+        device = view.device
+        if device is None:
+            import cupy
+
+            attributes = cupy.cuda.runtime.pointerGetAttributes(view.pointer)
+            if attributes.type not in (MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED):
+                raise TypeError(f"{name} must be in GPU memory, but its data pointer {view.pointer:#x} "
+                                f"({type_name(array)}) is host memory")
+            device = attributes.device
+        check_same_device(name, device, self.device, self.name)
+        return view
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True) -> BoundLaunch:
@@ -512,62 +717,76 @@ class Kernel:
         import cupy
 
         req = self.requirements
-        require_device_arrays(cupy.ndarray, A=a, B=b, C=c)
-        call = check_call(req, a, b, c, alpha, beta)
+        views = {"A": self._view("A", a), "B": self._view("B", b)}
+        if c is not None:
+            views["C"] = self._view("C", c)
+            check_writable(views["C"])
+        call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
+        library = views["A"].library
         if c is None:
-            c = empty_c(cupy, req, call.m, call.n, call.batch)
-            call = check_call(req, a, b, c, alpha, beta)  # C's alignment takes part in choosing the kernel
+            c = empty_c(req, library, call.m, call.n, call.batch, self.device)
+            views["C"] = array_view("C", c)
+            call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         block = (self.metadata["threads"], 1, 1)
         function = self._functions[call.entry]
-        args = kernel_arguments(call, a, b, c, alpha, beta, req.batched)
+        args = kernel_arguments(call, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
+        bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
         split = None
         if req.stream_k_entry is not None and stream_k:
-            split = stream_k_launch(req, call, cupy.cuda.Device().attributes["MultiProcessorCount"],
+            split = stream_k_launch(req, call, cupy.cuda.Device(self.device).attributes["MultiProcessorCount"],
                                     self._blocks_per_sm(function))
         if split is None or not split.sk_tiles:
             grid = grid_size(req, call.m, call.n, call.batch)
-            return BoundLaunch(call.entry, (KernelLaunch(function, grid, block, args, smem),), c)
-        # The launcher's steps (codegen.LauncherEmitter._emit_stream_k_launch), in the same order.
+            return bound((KernelLaunch(function, grid, block, args, smem),))
+        # The launcher's steps (emit/launcher.py's stream-K launch), in the same order.
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
             beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
-            prepare_args = (c, numpy.int32(call.m), numpy.int32(call.n), numpy.int32(call.views["C"].ld),
-                            beta_first, numpy.int32(split.sk_tiles))
+            prepare_args = (numpy.uint64(call.views["C"].pointer), numpy.int32(call.m), numpy.int32(call.n),
+                            numpy.int32(call.views["C"].ld), beta_first, numpy.int32(split.sk_tiles))
             launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, 1), block,
                                          prepare_args, 0))
         launches.append(KernelLaunch(self._functions[req.stream_k_entry], (split.sk_blocks, 1, 1), block,
                                      args + (numpy.int32(split.sk_tiles),), smem))
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, 1), block, args, smem))
-        return BoundLaunch(call.entry, tuple(launches), c)
+        return bound(tuple(launches))
 
     def _blocks_per_sm(self, function: Any) -> int:
-        """Resident blocks per SM of the loaded binary (what cudaOccupancyMaxActiveBlocksPerMultiprocessor says)."""
-        sm = int(self.metadata["target"].removeprefix("sm_"))
-        return max(1, occupancy_of(arch(sm), function.num_regs, self.metadata["threads"],
+        """Resident blocks per SM of the loaded binary (what cudaOccupancyMaxActiveBlocksPerMultiprocessor says),
+        with the limits of the architecture it was built for where they are known, else the target's."""
+        sm = parse_target(self.built_for)[0]
+        limits = arch(sm) if sm in ARCHS else arch(parse_target(self.metadata["target"])[0])
+        return max(1, occupancy_of(limits, function.num_regs, self.metadata["threads"],
                                    self.dynamic_smem_bytes).blocks_per_sm)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True) -> Any:
-        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), on `stream` or the current one; returns C.
+        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta); returns C.
 
-        A, B and C may be views (a transposed view is column-major; a slice of wider rows has a
-        leading dimension larger than its width) as long as each is laid out as the spec says.
-        Batched kernels take 3-D arrays (batch, rows, cols); a 2-D A or B is used by every GEMM.
-        stream_k=False: see `bind`.
+        A, B and C: GPU arrays of any library with `__cuda_array_interface__` or DLPack (PyTorch,
+        CuPy, JAX, Numba), read and written in place, never copied. They may be views (a transposed
+        view is column-major; a slice of wider rows has a leading dimension larger than its width)
+        as long as each is laid out as the spec says. Batched kernels take 3-D arrays (batch, rows,
+        cols); a 2-D A or B is used by every GEMM. C, when left out, is a new array of A's library
+        (always for JAX, whose arrays are immutable).
+
+        The launch goes on `stream` (CuPy or PyTorch stream, or a cudaStream_t), else on the current
+        stream of A's library: PyTorch's for tensors, CuPy's for the rest. stream_k=False: see `bind`.
         """
         launch = self.bind(a, b, c, alpha, beta, stream_k)
-        with (stream if stream is not None else contextlib.nullcontext()):
-            launch()
-        return launch.c
+        used = launch(stream)
+        return launch.c if c is not None else to_library(launch.c, launch.library, self.requirements.dtypes["C"],
+                                                         used)
 
     def __repr__(self) -> str:
         req = self.requirements
         layouts = "".join("N" if req.layouts[name] == "row" else "T" for name in ("A", "B"))
+        built = "" if self.built_for == self.metadata["target"] else f" built for {self.built_for}"
         return (f"<gemmdsl.Kernel {self.name}: {'x'.join(map(str, req.block_tile))} tile, "
                 f"{self.metadata['threads']} threads, {layouts}, {self.metadata['bounds']} bounds, "
-                f"{req.epilogue} epilogue, {self.metadata['target']}>")
+                f"{req.epilogue} epilogue, {self.metadata['target']}{built}>")
 
 
 def load(spec_or_path: Any, *, text: str | None = None) -> Kernel:
@@ -661,28 +880,36 @@ def format_size(size: Size) -> str:
 
 
 def run_on_kernels(spec_paths: list[str], sizes_text: str, work: Callable[[list[Kernel], list[Size]], int]) -> int:
-    """Compile and load every spec, then `work(kernels, sizes)`; each failure becomes its exit status.
+    """Compile and load every spec, then `work(kernels, sizes)` on those that loaded.
 
-    1: a spec or the generated CUDA does not compile. 2: bad sizes, or no GPU to
-    run on (specs are compiled first, so their errors show even without one).
+    A spec that cannot run (it or its CUDA does not compile, or the GPU is older than its
+    target) is reported and skipped, and makes the exit status 1 at the end. 2: bad sizes,
+    or no GPU to run on (specs are compiled first, so their errors show even without one).
     """
     try:
         sizes = parse_sizes(sizes_text)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    compiled, failed = [], 0
+    for path in spec_paths:
+        try:
+            compiled.append(compile_spec(path))
+        except CompileError as err:
+            print(err.render(), file=sys.stderr)
+            failed += 1
     try:
-        artifacts = [compile_spec(path) for path in spec_paths]
         require_gpu()
         require_fp32_cublas()
-        kernels = [Kernel(compiled) for compiled in artifacts]
-    except CompileError as err:
-        print(err.render(), file=sys.stderr)
-        return 1
-    except KernelBuildError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     except GpuUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
-    return work(kernels, sizes)
+        return 1 if failed else 2
+    kernels = []
+    for artifacts in compiled:
+        try:
+            kernels.append(Kernel(artifacts))
+        except (KernelBuildError, GpuUnavailable) as err:
+            print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
+            failed += 1
+    status = work(kernels, sizes) if kernels else 0
+    return max(status, 1 if failed else 0)

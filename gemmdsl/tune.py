@@ -651,17 +651,18 @@ def prebuild(survivors: Sequence[Survivor], jobs: int, template_path: str) -> No
         import cupy
 
         from .compiler import compile_source
-        from .runtime import BinaryCache, cache_dir, cache_key, compile_cubin, cubin_file_name
+        from .runtime import BinaryCache, build_target, cache_dir, compile_cubin, cubin_cache_name
 
         cache = BinaryCache(cache_dir())
+        compute_capability = cupy.cuda.Device().compute_capability
         work = []
         for survivor in survivors:
             artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate),
                                                   survivor.candidate.text))
-            file_name = cubin_file_name(artifacts.metadata, cache_key(artifacts.metadata, artifacts.cuda,
-                                                                      cupy.__version__))
+            built_for = build_target(artifacts.metadata["target"], compute_capability)
+            file_name = cubin_cache_name(artifacts.metadata, artifacts.cuda, built_for)
             if not (cache.directory / file_name).is_file():
-                work.append((file_name, artifacts.cuda, artifacts.metadata["target"]))
+                work.append((file_name, artifacts.cuda, built_for))
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")  # the parent may already hold a CUDA context

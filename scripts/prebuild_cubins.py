@@ -10,14 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 import cupy
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.runtime import BinaryCache, cache_dir, cache_key, compile_cubin, cubin_file_name
+from gemmdsl.runtime import BinaryCache, build_target, cache_dir, compile_cubin, cubin_cache_name
 
 
 def prebuild(path: str) -> str:
     artifacts = compile_path(path)
-    key = cache_key(artifacts.metadata, artifacts.cuda, cupy.__version__)
-    BinaryCache(cache_dir()).get_or_build(cubin_file_name(artifacts.metadata, key),
-                                          lambda: compile_cubin(artifacts.cuda, artifacts.metadata["target"]))
+    built_for = build_target(artifacts.metadata["target"], cupy.cuda.Device().compute_capability)
+    BinaryCache(cache_dir()).get_or_build(cubin_cache_name(artifacts.metadata, artifacts.cuda, built_for),
+                                          lambda: compile_cubin(artifacts.cuda, built_for))
     return path
 
 

@@ -13,15 +13,14 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
-import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import host_emulation
 from gemmdsl.compiler import compile_path, compile_text
+from gemmdsl.arrays import ArrayView
 from gemmdsl.runtime import Requirements, check_call
 from gemmdsl.schedule import stream_k_split
 from host_emulation import Call
@@ -30,6 +29,7 @@ from spec_strategies import spec_texts
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
 BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
+OPERAND_SPACING = 1 << 40  # A, B and C far apart: separate allocations never overlap
 pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")
 
 
@@ -49,12 +49,13 @@ def runners(tmp_path_factory):
         return dict(pool.map(build, SPECS))
 
 
-def fake_operand(layout: str, rows: int, cols: int, ld: int, batch: int, stride: int, offset: int):
-    """What runtime.check_call reads of an array laid out as the emulator lays it out."""
-    inner = (ld * 4, 4) if layout == "row" else (4, ld * 4)
-    shape, strides = ((rows, cols), inner) if batch == 1 else ((batch, rows, cols), (stride * 4,) + inner)
-    return SimpleNamespace(shape=shape, strides=strides, dtype=numpy.dtype(numpy.float32),
-                           data=SimpleNamespace(ptr=BASE + 4 * offset))
+def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: int, stride: int, offset: int):
+    """What runtime.check_call reads of an array laid out as the emulator lays it out (each operand in
+    an allocation of its own, as the emulator's are)."""
+    inner = (ld, 1) if layout == "row" else (1, ld)
+    shape, strides = ((rows, cols), inner) if batch == 1 else ((batch, rows, cols), (stride,) + inner)
+    return ArrayView("emulator", shape, strides, "float32", 4, BASE + OPERAND_SPACING * "ABC".index(name) + 4 * offset,
+                     0)
 
 
 def entry_index(req: Requirements, call: Call) -> int:
@@ -64,7 +65,7 @@ def entry_index(req: Requirements, call: Call) -> int:
         p = name.lower()
         stride = getattr(call, f"stride_{p}")
         batch = call.batch if stride or name == "C" else 1  # a zero stride: one matrix for the whole batch
-        operands[p] = fake_operand(req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
+        operands[p] = fake_operand(name, req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
                                    getattr(call, f"offset_{p}"))
     entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
     return 0 if entry == req.vector_entry else 1

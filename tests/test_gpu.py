@@ -7,6 +7,7 @@ parsing, pass/fail rules and the report formats.
 """
 import argparse
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -17,12 +18,15 @@ from types import SimpleNamespace
 import numpy
 import pytest
 
-from gemmdsl import runtime
+from gemmdsl import arrays, runtime
 from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buffer_sets, check_runs, format_table,
                            matrix_bytes, tflops_of)
 from gemmdsl.bench import write_json as write_bench_json
-from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, cache_key, check_call, check_device_runs,
-                             leading_dimension, parse_sizes)
+from gemmdsl.arrays import array_view
+from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
+                             check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target,
+                             stream_handle)
+from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,20 +42,19 @@ BATCHED = replace(CHECKED, batched=True)
 TRANSPOSED_A = replace(CHECKED, layouts=ROWS | {"A": "col", "C": "col"})
 M, N, K = 256, 384, 64
 BASE = 0x7F0000000000
+REGIONS = itertools.count(BASE, 1 << 36)  # each fake array its own allocation, so none overlap by accident
 
 
-def fake_matrix(rows, cols, dtype=numpy.float32, strides=None, ptr=BASE, batch=None):
-    """What check_call reads of a cupy.ndarray: shape, dtype, strides and data.ptr (row-major by default)."""
-    itemsize = numpy.dtype(dtype).itemsize
+def fake_matrix(rows, cols, dtype=numpy.float32, strides=None, batch=None, offset=0):
+    """The view check_call gets of a GPU array (row-major by default; byte strides as the array interface
+    gives them), in an allocation of its own, `offset` bytes in."""
     shape = (rows, cols) if batch is None else (batch, rows, cols)
-    default = (cols * itemsize, itemsize) if batch is None else (rows * cols * itemsize, cols * itemsize, itemsize)
-    return SimpleNamespace(shape=shape, dtype=numpy.dtype(dtype), strides=strides or default,
-                           data=SimpleNamespace(ptr=ptr))
+    return array_view("X", cuda_array(shape, numpy.dtype(dtype).str, strides, next(REGIONS) + offset))
 
 
-def column_major(rows, cols, ld=None, ptr=BASE):
+def column_major(rows, cols, ld=None):
     """A transposed view: element (r, c) at c * ld + r."""
-    return fake_matrix(rows, cols, strides=(4, (ld or rows) * 4), ptr=ptr)
+    return fake_matrix(rows, cols, strides=(4, (ld or rows) * 4))
 
 
 def operands(**changes):
@@ -79,8 +82,7 @@ def test_wrong_dtype_is_a_type_error_naming_the_operand(operand):
 
 
 def test_matrix_must_be_2d():
-    vector = SimpleNamespace(shape=(M * K,), dtype=numpy.dtype(numpy.float32), strides=(4,),
-                             data=SimpleNamespace(ptr=0))
+    vector = array_view("A", cuda_array((M * K,), ptr=BASE))
     with pytest.raises(ValueError, match="A must be a 2-D matrix"):
         check_call(ALPHA_BETA, **operands(a=vector), alpha=1.0, beta=0.0)
 
@@ -99,7 +101,7 @@ def test_column_major_kernels_take_transposed_views_and_refuse_row_major_ones():
     call = check_call(TRANSPOSED_A, a=column_major(M, K, ld=M + 4), b=fake_matrix(K, N), c=column_major(M, N),
                       alpha=1.0, beta=0.0)
     assert (call.views["A"].ld, call.views["C"].ld) == (M + 4, M)
-    with pytest.raises(ValueError, match="A must be col-major.*cupy.asfortranarray"):
+    with pytest.raises(ValueError, match="A must be col-major.*pass a transposed view"):
         check_call(TRANSPOSED_A, **operands(c=column_major(M, N)), alpha=1.0, beta=0.0)
 
 
@@ -109,13 +111,13 @@ def test_row_pitch_wider_than_a_row_is_the_leading_dimension():
 
 
 def test_leading_dimension_from_strides():
-    assert leading_dimension((8, 8), (40, 4), 4, "row") == 10
-    assert leading_dimension((8, 8), (4, 40), 4, "col") == 10
-    assert leading_dimension((8, 8), (40, 4), 4, "col") is None
-    assert leading_dimension((8, 8), (16, 4), 4, "row") is None  # rows would overlap
-    assert leading_dimension((1, 7), (999, 4), 4, "row") == 8  # one row: any ld >= 7; 8 keeps vectors aligned
-    assert leading_dimension((9, 1), (4, 999), 4, "col") == 12
-    assert leading_dimension((9, 1), (4, 999), 4, "row") == 1  # a column vector is row-major with ld 1
+    assert leading_dimension((8, 8), (10, 1), "row") == 10
+    assert leading_dimension((8, 8), (1, 10), "col") == 10
+    assert leading_dimension((8, 8), (10, 1), "col") is None
+    assert leading_dimension((8, 8), (4, 1), "row") is None  # rows would overlap
+    assert leading_dimension((1, 7), (999, 1), "row") == 8  # one row: any ld >= 7; 8 keeps vectors aligned
+    assert leading_dimension((9, 1), (1, 999), "col") == 12
+    assert leading_dimension((9, 1), (1, 999), "row") == 1  # a column vector is row-major with ld 1
 
 
 def test_inner_dimensions_must_agree():
@@ -149,15 +151,15 @@ def test_checked_kernels_take_any_shape(m, n, k):
 @pytest.mark.parametrize("operand", ["a", "b", "c"])
 def test_exact_kernels_refuse_misaligned_pointers(operand):
     shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
-    bad = {operand: fake_matrix(*shapes[operand], ptr=BASE + 4)}
-    with pytest.raises(ValueError, match=f"{operand.upper()}'s data pointer 0x7f0000000004 is not 16-byte aligned"):
+    bad = {operand: fake_matrix(*shapes[operand], offset=4)}
+    with pytest.raises(ValueError, match=f"{operand.upper()}'s data pointer 0x[0-9a-f]*4 is not 16-byte aligned"):
         check_call(ALPHA_BETA, **operands(**bad), alpha=1.0, beta=0.0)
 
 
 def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
     odd = {"a": fake_matrix(7, 5), "b": fake_matrix(5, 12), "c": fake_matrix(7, 12)}
     assert check_call(CHECKED, **odd, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel_scalar"  # lda = 5
-    shifted = operands(c=fake_matrix(M, N, ptr=BASE + 8))
+    shifted = operands(c=fake_matrix(M, N, offset=8))
     assert check_call(CHECKED, **shifted, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel_scalar"
     assert check_call(CHECKED, **operands(), alpha=1.0, beta=0.0).entry == "sgemm_test_kernel"
     with pytest.raises(ValueError, match="A's leading dimension 5 is not a multiple of 4; .* no scalar fallback"):
@@ -203,29 +205,139 @@ def test_nonzero_beta_needs_c():
         check_call(ALPHA_BETA, **operands(c=None), alpha=1.0, beta=0.5)
 
 
-def test_host_arrays_are_refused_by_name():
-    class DeviceArray:
-        pass
-
-    runtime.require_device_arrays(DeviceArray, A=DeviceArray(), B=DeviceArray(), C=None)
-    with pytest.raises(TypeError, match="B must be a cupy.ndarray in GPU memory, got numpy.ndarray"):
-        runtime.require_device_arrays(DeviceArray, A=DeviceArray(), B=numpy.zeros((2, 2)))
-
-
 def test_grid_has_one_block_per_c_tile_edges_included():
     assert runtime.grid_size(ALPHA_BETA, 1024, 512) == (8 * 4, 1, 1)
     assert runtime.grid_size(CHECKED, 333, 517) == (3 * 5, 1, 1)
 
 
-@pytest.mark.parametrize("target, device", [("sm_90", "90"), ("sm_80", "86")])
-def test_cubin_runs_on_same_major_newer_minor(target, device):
-    check_device_runs(target, device)
+def test_operands_have_the_element_type_the_metadata_names():
+    half_a = replace(ALPHA_BETA, dtypes={"A": "float16", "B": "bfloat16", "C": "float32"})
+    call = check_call(half_a, a=fake_matrix(M, K, dtype=numpy.float16), b=bf16_matrix(K, N), c=fake_matrix(M, N),
+                      alpha=1.0, beta=0.0)
+    assert (call.views["A"].itemsize, call.views["B"].itemsize, call.views["C"].itemsize) == (2, 2, 4)
+    with pytest.raises(TypeError, match="B must be bfloat16, got float16"):
+        check_call(half_a, a=fake_matrix(M, K, dtype=numpy.float16), b=fake_matrix(K, N, dtype=numpy.float16),
+                   c=None, alpha=1.0, beta=0.0)
 
 
-@pytest.mark.parametrize("target, device", [("sm_90", "100"), ("sm_86", "80"), ("sm_90", "89")])
-def test_cubin_for_another_architecture_is_refused(target, device):
-    with pytest.raises(GpuUnavailable, match=f"targets {target}, but this GPU is sm_{device}"):
-        check_device_runs(target, device)
+def test_half_precision_alignment_is_counted_in_bytes():
+    half = replace(ALPHA_BETA, dtypes=dict.fromkeys("ABC", "float16"), vector_elements=dict.fromkeys("ABC", 8))
+    halves = {"a": fake_matrix(M, K, dtype=numpy.float16), "b": fake_matrix(K, N, dtype=numpy.float16)}
+    assert check_call(half, **halves, c=None, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel"
+    with pytest.raises(ValueError, match="A's data pointer .* is not 16-byte aligned"):
+        check_call(half, **halves | {"a": fake_matrix(M, K, dtype=numpy.float16, offset=8)}, c=None, alpha=1.0,
+                   beta=0.0)
+
+
+def bf16_matrix(rows, cols):
+    """A bfloat16 matrix as DLPack describes it (the array interface has no bfloat16)."""
+    return array_view("B", FakeDLPack((rows, cols), arrays.DL_BFLOAT, 16, next(REGIONS)))
+
+
+def test_metadata_without_dtypes_means_float32():
+    metadata = {"kernel": "k", "block_tile": [64, 64, 8], "epilogue": "store", "batch": "none",
+                "layouts": dict.fromkeys("abc", "row"),
+                "requires": {"m_multiple": 1, "n_multiple": 1, "k_multiple": 1,
+                             "vector_elements": dict.fromkeys("abc", 4),
+                             "max_leading_dimension": dict.fromkeys("abc", 2 ** 31 - 1)},
+                "entries": {"vector": "k_kernel", "scalar": None, "stream_k": None, "prepare": None}}
+    assert Requirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
+    typed = Requirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
+    assert typed.dtypes == {"A": "bfloat16", "B": "bfloat16", "C": "float32"}
+
+
+# ---------------------------------------------------------------------------
+# C may not overlap A, B or itself (CPU)
+
+
+def views_at(a_ptr, b_ptr, c_ptr, batch=None, c_strides=None, a_strides=None):
+    """A, B, C views of ALPHA_BETA's shapes (or BATCHED's with `batch`) at these addresses."""
+    shape = lambda rows, cols: (rows, cols) if batch is None else (batch, rows, cols)  # noqa: E731
+    made = {name: array_view(name, cuda_array(shape(rows, cols), ptr=ptr, strides=strides))
+            for name, rows, cols, ptr, strides in (("A", M, K, a_ptr, a_strides), ("B", K, N, b_ptr, None),
+                                                   ("C", M, N, c_ptr, c_strides))}
+    req = ALPHA_BETA if batch is None else BATCHED
+    return req, {name: operand_view(req, name, view) for name, view in made.items()}
+
+
+def test_c_overlapping_a_or_b_is_refused():
+    for a_ptr, b_ptr, c_ptr, overlapped in ((BASE, BASE + 2 ** 30, BASE + 4 * M * K - 16, "A"),  # C's head in A's tail
+                                            (BASE, BASE + 2 ** 30, BASE + 2 ** 30, "B"),  # C is B
+                                            (BASE + 2 ** 30, BASE, BASE - 16, "B")):  # B's head in C's tail
+        req, views = views_at(a_ptr, b_ptr, c_ptr)
+        with pytest.raises(ValueError, match=f"C overlaps {overlapped}: C spans bytes"):
+            check_no_overlap(req, views)
+
+
+def test_adjacent_buffers_and_reads_that_overlap_are_accepted():
+    req, views = views_at(BASE, BASE + 4 * M * K, BASE + 4 * (M * K + K * N))  # A, B, C back to back
+    check_no_overlap(req, views)
+    req, views = views_at(BASE, BASE, BASE + 2 ** 30)  # A and B the same memory: read twice
+    check_no_overlap(req, views)
+    req, views = views_at(BASE, BASE + 2 ** 30, BASE + 2 ** 31, batch=3, a_strides=(0, K * 4, 4))  # one A for all
+    check_no_overlap(req, views)
+
+
+def test_batched_c_overlapping_itself_or_a_is_refused():
+    req, views = views_at(BASE, BASE + 2 ** 30, BASE + 2 ** 31, batch=3, c_strides=(N * 4 * (M - 1), N * 4, 4))
+    with pytest.raises(ValueError, match="C's 3 matrices overlap"):
+        check_no_overlap(req, views)
+    req, views = views_at(BASE, BASE + 2 ** 30, BASE + 4 * 2 * M * K, batch=3)  # C's start in A's third matrix
+    with pytest.raises(ValueError, match="C overlaps A"):
+        check_no_overlap(req, views)
+
+
+def test_check_call_refuses_c_that_is_a():
+    a = fake_matrix(M, M)
+    with pytest.raises(ValueError, match="C overlaps A"):
+        check_call(replace(CHECKED, epilogue="store"), a=a, b=fake_matrix(M, M), c=a, alpha=1.0, beta=0.0)
+
+
+# ---------------------------------------------------------------------------
+# Targets, streams, compilers (CPU)
+
+
+@pytest.mark.parametrize("target, device, built", [("sm_90", "90", "sm_90"), ("sm_80", "86", "sm_86"),
+                                                    ("sm_80", "90", "sm_90"), ("sm_86", "89", "sm_89"),
+                                                    ("sm_90", "100", "sm_100"), ("sm_90a", "90", "sm_90a")])
+def test_a_spec_is_built_for_a_gpu_as_new_as_its_target_or_newer(target, device, built):
+    assert build_target(target, device) == built
+
+
+@pytest.mark.parametrize("target, device", [("sm_86", "80"), ("sm_90", "89")])
+def test_a_gpu_older_than_the_target_is_refused(target, device):
+    with pytest.raises(GpuUnavailable, match=f"targets {target}, but this GPU is sm_{device}, which is older"):
+        build_target(target, device)
+
+
+def test_arch_specific_targets_run_only_on_their_arch():
+    assert parse_target("sm_90a") == (90, True) and parse_target("sm_80") == (80, False)
+    with pytest.raises(GpuUnavailable, match="sm_90a, whose arch-specific code runs only on sm_90 GPUs.*sm_100"):
+        build_target("sm_90a", "100")
+    with pytest.raises(ValueError, match="unsupported target 'compute_90'"):
+        parse_target("compute_90")
+
+
+def test_stream_handles_from_each_library():
+    assert stream_handle(0) == 0
+    assert stream_handle(SimpleNamespace(ptr=0x1234)) == 0x1234  # CuPy
+    assert stream_handle(SimpleNamespace(cuda_stream=0x5678)) == 0x5678  # PyTorch
+    assert stream_handle(runtime.StreamHandle(0x9ABC)) == 0x9ABC  # the CUDA stream protocol
+    with pytest.raises(TypeError, match="stream must be a CuPy or PyTorch stream.*got builtins.str"):
+        stream_handle("default")
+
+
+def test_compiler_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
+    assert runtime.chosen_compiler() == "nvrtc"
+    monkeypatch.setenv("GEMMDSL_COMPILER", "NVCC")
+    assert runtime.chosen_compiler() == "nvcc"
+    monkeypatch.setenv("GEMMDSL_COMPILER", "clang")
+    with pytest.raises(runtime.KernelBuildError, match="GEMMDSL_COMPILER='clang': expected nvcc, nvrtc or auto"):
+        runtime.chosen_compiler()
+    monkeypatch.setenv("GEMMDSL_COMPILER", "")
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    assert runtime.chosen_compiler() == "nvrtc"
 
 
 def test_requirements_come_from_the_compilers_metadata():
@@ -247,20 +359,119 @@ def test_load_rejects_what_is_not_a_spec():
 
 
 # ---------------------------------------------------------------------------
+# Kernel objects over a fake CuPy (CPU): what the launch is given, without a GPU
+
+
+class FakeStream:
+    """What launches and cupy.cuda.Stream.from_external deal in: a handle."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    @classmethod
+    def from_external(cls, obj):
+        return cls(obj.__cuda_stream__()[1])
+
+
+class FakeDevice:
+    def __init__(self, compute_capability):
+        self.id, self.compute_capability, self.attributes = 0, compute_capability, {"MultiProcessorCount": 132}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_cupy(launches, compute_capability="90", current_stream=0x77):
+    """A CuPy whose kernels record their launches and whose arrays are __cuda_array_interface__ fakes."""
+    device = FakeDevice(compute_capability)
+
+    class Function:
+        num_regs, max_dynamic_shared_size_bytes = 128, 0
+
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            launches.append(SimpleNamespace(entry=self.name, grid=grid, args=args, stream=stream.ptr))
+
+    cuda = SimpleNamespace(Device=lambda *_: device, Stream=FakeStream,
+                           get_current_stream=lambda: FakeStream(current_stream),
+                           runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0)))
+    return SimpleNamespace(__version__="14.2.0", cuda=cuda,
+                           RawModule=lambda path: SimpleNamespace(get_function=Function),
+                           empty=lambda shape, dtype: cuda_array(shape, numpy.dtype(dtype).str, ptr=next(REGIONS)))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    """Install a fake CuPy for compute capability 9.0 and a compiler that returns bytes; the launches list."""
+    pytest.importorskip("gemmdsl.compiler")
+    launches = []
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches))
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
+    return launches
+
+
+def test_kernel_launches_on_the_callers_pointers_and_stream(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b, c = (cuda_array(shape, ptr=next(REGIONS)) for shape in ((300, 70), (70, 200), (300, 200)))
+    assert kernel(a, b, c, alpha=2.0, beta=-1.0) is c
+    (launch,) = fake_gpu
+    pointers = [x.__cuda_array_interface__["data"][0] for x in (a, b, c)]
+    assert [int(arg) for arg in launch.args[:9]] == pointers + [300, 200, 70, 70, 200, 200]
+    assert launch.stream == 0x77 and launch.entry == "checked_v3_kernel_scalar"  # ld 70: the scalar kernel
+    made = kernel.bind(a, b)
+    assert int(made.launches[0].args[2]) == made.c.__cuda_array_interface__["data"][0]
+    made(stream=0x99)
+    assert fake_gpu[-1].stream == 0x99
+
+
+def test_stream_k_launches_prepare_c_at_cs_pointer(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "sgemm_h100.gemm")
+    a, b = cuda_array((256, 256), ptr=next(REGIONS)), cuda_array((256, 256), ptr=next(REGIONS))
+    launch = kernel.bind(a, b)
+    c_pointer = launch.c.__cuda_array_interface__["data"][0]
+    assert [int(x.args[0]) for x in launch.launches[:2]] == [c_pointer, a.__cuda_array_interface__["data"][0]]
+    assert launch.launches[0].function.name == "sgemm_h100_prepare_c"
+
+
+def test_kernel_for_an_older_target_is_built_for_this_gpu(fake_gpu, tmp_path, capsys):
+    from gemmdsl.compiler import compile_path
+
+    kernel = runtime.load(compile_path(ROOT / "specs" / "checked_v3.gemm", 80))
+    assert capsys.readouterr().err == "note: checked_v3 targets sm_80; built for this GPU's sm_90\n"
+    assert kernel.built_for == "sm_90" and "built for sm_90" in repr(kernel)
+    (cubin,) = tmp_path.glob("*.cubin")
+    assert cubin.name.startswith("checked_v3-sm_90-") and cubin.read_bytes() == b"cubin sm_90"
+
+
+def test_kernel_refuses_c_that_is_read_only(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b = cuda_array((64, 64), ptr=next(REGIONS)), cuda_array((64, 64), ptr=next(REGIONS))
+    with pytest.raises(TypeError, match="C is read-only"):
+        kernel(a, b, cuda_array((64, 64), ptr=next(REGIONS), readonly=True))
+
+
+# ---------------------------------------------------------------------------
 # Binary cache (CPU, with a fake compiler)
 
 METADATA = {"kernel": "k", "spec_hash": "abc123", "gemmdsl_version": "0.1.0", "target": "sm_90"}
 
 
 def test_cache_key_is_stable_and_covers_every_input():
-    key = cache_key(METADATA, "source", "14.0.1")
-    assert key == cache_key(dict(METADATA), "source", "14.0.1")
-    variants = [cache_key(METADATA | {"spec_hash": "def456"}, "source", "14.0.1"),
-                cache_key(METADATA | {"target": "sm_80"}, "source", "14.0.1"),
-                cache_key(METADATA | {"gemmdsl_version": "0.2.0"}, "source", "14.0.1"),
-                cache_key(METADATA, "source changed", "14.0.1"),
-                cache_key(METADATA, "source", "13.6.0")]
+    inputs = (METADATA, "source", "14.0.1", "sm_90", "nvcc")
+    key = cache_key(*inputs)
+    assert key == cache_key(dict(METADATA), *inputs[1:])
+    changes = [(METADATA | {"spec_hash": "def456"}, 0), (METADATA | {"target": "sm_80"}, 0),
+               (METADATA | {"gemmdsl_version": "0.2.0"}, 0), ("source changed", 1), ("13.6.0", 2), ("sm_100", 3),
+               ("nvrtc", 4)]
+    variants = [cache_key(*(inputs[:at] + (value,) + inputs[at + 1:])) for value, at in changes]
     assert key not in variants and len(set(variants)) == len(variants)
+    assert runtime.cubin_file_name(METADATA, "sm_100", key).startswith("k-sm_100-")
 
 
 def test_cache_builds_once_and_then_reads_the_disk(tmp_path):
@@ -341,6 +552,32 @@ def test_verify_reports_spec_errors_first(tmp_path, capsys):
     broken.write_text("gemm broken { block { tile: 128x128x8; } \n")
     assert verify_main(verify_args(str(broken))) == 1
     assert "broken.gemm:" in capsys.readouterr().err
+
+
+def test_several_specs_go_on_past_those_that_cannot_run(tmp_path, monkeypatch, capsys):
+    """A spec that does not compile, one whose build fails and one too new for the GPU are each
+    reported; the others still run, and the exit status says something failed."""
+    pytest.importorskip("gemmdsl.compiler")
+    broken = tmp_path / "broken.gemm"
+    broken.write_text("gemm broken { block { tile: 128x128x8; } \n")
+    good = [str(path) for path in SPECS[:3]]
+    refusals = {SPECS[1].stem: runtime.KernelBuildError("nvcc failed: out of memory"),
+                SPECS[2].stem: GpuUnavailable("the kernel targets sm_90, but this GPU is sm_80, which is older")}
+
+    def fake_kernel(artifacts):
+        if artifacts.name in refusals:
+            raise refusals[artifacts.name]
+        return SimpleNamespace(name=artifacts.name)
+
+    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime, "Kernel", fake_kernel)
+    ran = []
+    work = lambda kernels, sizes: ran.extend(kernel.name for kernel in kernels) or 0  # noqa: E731
+    assert runtime.run_on_kernels([str(broken), *good], "64", work) == 1
+    assert ran == [SPECS[0].stem]
+    err = capsys.readouterr().err
+    assert "broken.gemm:" in err and "nvcc failed: out of memory" in err and "which is older" in err
+    assert runtime.run_on_kernels(good[:1], "64", lambda kernels, sizes: 0) == 0
 
 
 def test_verify_rejects_bad_sizes(capsys):
@@ -473,7 +710,7 @@ def test_call_runs_on_the_given_stream(load_kernel, cupy):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case, error, message", [
     ("float64", TypeError, "A must be float32"),
-    ("numpy", TypeError, "A must be a cupy.ndarray"),
+    ("numpy", TypeError, "A must be in GPU memory, got a numpy.ndarray in host memory"),
     ("column_major", ValueError, "B must be row-major"),
     ("inner_mismatch", ValueError, "inner dimensions disagree"),
     ("not_whole_tiles", ValueError, "M=100 is not a multiple"),

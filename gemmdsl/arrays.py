@@ -1,0 +1,145 @@
+"""Operands from any CUDA array library, read without copies (pure: no CuPy, no PyTorch).
+
+`array_view(name, obj)` reads what a kernel launch needs of `obj` -- shape, strides,
+dtype, device pointer, device -- from the protocols the libraries share:
+
+- `__cuda_array_interface__` (CuPy, PyTorch, Numba): a dict; `strides: None` means
+  C-contiguous, strides are in bytes, `typestr` is NumPy's ('<f4').
+- DLPack (JAX; PyTorch's bfloat16, which its array interface gives as an opaque '<V2'):
+  `__dlpack_device__()` says where the data is, `__dlpack__()` returns a capsule
+  holding a DLTensor, read here through ctypes. The capsule is not consumed: its
+  destructor releases the exporter's reference, and the caller's own reference keeps
+  the memory alive.
+
+Nothing here depends on CuPy understanding the dtype: bfloat16 operands are only a name
+and an item size, and launches pass raw device pointers.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+
+# The compiler's element type names (metadata "dtypes") and the names errors use.
+DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+ITEM_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+# DLPack's device types and dtype codes (dlpack.h).
+DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
+DL_GPU_MEMORY = (DL_CUDA, DL_CUDA_MANAGED)
+DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT = 0, 1, 2, 4
+DL_TYPE_PREFIXES = {DL_INT: "int", DL_UINT: "uint", DL_FLOAT: "float", DL_BFLOAT: "bfloat"}
+
+PROTOCOLS = "__cuda_array_interface__ or __dlpack__: a PyTorch, CuPy, JAX or Numba GPU array"
+
+
+@dataclass(frozen=True)
+class ArrayView:
+    """One operand as the launch sees it, whichever library made it."""
+
+    library: str  # "torch", "cupy", "jax", "numba", ...: where a C allocated for the caller comes from
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: str  # "float32", "float16", "bfloat16", or what else it is ("float64", "int32", ...)
+    itemsize: int
+    pointer: int  # device address of element (0, 0[, 0])
+    device: int | None  # CUDA device ordinal; None where the protocol does not say (ask the driver)
+    readonly: bool = False
+
+
+def library_of(obj: Any) -> str:
+    """The top-level package of `obj`'s type, with JAX's and Numba's implementation packages folded in."""
+    root = type(obj).__module__.split(".")[0]
+    return {"jaxlib": "jax", "numba_cuda": "numba"}.get(root, root)
+
+
+def type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def array_view(name: str, obj: Any) -> ArrayView:
+    """The view of operand `name`; TypeError for what is not a GPU array, with what to pass instead."""
+    try:
+        interface = obj.__cuda_array_interface__
+    except AttributeError:  # not a CUDA array library's object, or (PyTorch) a CPU tensor
+        interface = None
+    except Exception as err:  # e.g. PyTorch's bfloat16 or requires_grad; DLPack may still describe it
+        if not hasattr(obj, "__dlpack__"):
+            raise TypeError(f"{name}: {err}") from err
+        interface = None
+    # An opaque typestr ('<V2': PyTorch's bfloat16, like ml_dtypes') names no element type; DLPack does.
+    opaque = interface is not None and numpy.dtype(interface["typestr"]).kind == "V"
+    if interface is not None and not (opaque and hasattr(obj, "__dlpack__")):
+        return view_of_interface(name, interface, library_of(obj))
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        device_type, device_id = obj.__dlpack_device__()
+        if device_type not in DL_GPU_MEMORY:
+            where = "host memory" if device_type in (DL_CPU, DL_CUDA_HOST) else f"DLPack device type {device_type}"
+            raise TypeError(f"{name} must be in GPU memory, got a {type_name(obj)} in {where}; move it to the GPU "
+                            f"first (e.g. tensor.cuda(), cupy.asarray(array), jax.device_put(array, gpu))")
+        try:
+            capsule = obj.__dlpack__()
+        except Exception as err:  # PyTorch refuses tensors that require grad, for one
+            raise TypeError(f"{name}: {err}") from err
+        return view_of_dlpack(name, capsule, library_of(obj), int(device_id))
+    raise TypeError(f"{name} must be a GPU array ({PROTOCOLS}), got {type_name(obj)}")
+
+
+def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:
+    """A view from a `__cuda_array_interface__` dict (byte strides; None: C-contiguous)."""
+    dtype = numpy.dtype(interface["typestr"])
+    shape = tuple(int(extent) for extent in interface["shape"])
+    byte_strides = interface.get("strides")
+    if byte_strides is None:
+        strides = contiguous_strides(shape)
+    elif any(stride % dtype.itemsize for stride in byte_strides):
+        raise ValueError(f"{name} has strides {tuple(byte_strides)} bytes, which are not whole {dtype.name} "
+                         f"elements; the kernel needs whole-element strides")
+    else:
+        strides = tuple(int(stride) // dtype.itemsize for stride in byte_strides)
+    pointer, readonly = interface["data"]
+    return ArrayView(library, shape, strides, dtype.name, dtype.itemsize, int(pointer), None, bool(readonly))
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous (row-major) array of this shape."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    """The head of DLManagedTensor, which the "dltensor" capsule points to."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+# Our own prototype, so that no global ctypes.pythonapi attribute is changed.
+capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def view_of_dlpack(name: str, capsule: Any, library: str, device: int) -> ArrayView:
+    """A view from an unconsumed "dltensor" capsule (element strides; NULL: C-contiguous)."""
+    tensor = ctypes.cast(capsule_pointer(capsule, b"dltensor"), ctypes.POINTER(DLTensor)).contents
+    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
+    dtype = f"{DL_TYPE_PREFIXES.get(code, f'dlpack-code-{code}-')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = (tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides
+               else contiguous_strides(shape))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    return ArrayView(library, shape, strides, dtype, max(1, bits * lanes // 8), pointer, device)

@@ -1,0 +1,98 @@
+"""gemmdsl.arrays: reading operands of any GPU library through __cuda_array_interface__ and DLPack,
+on the CPU with stand-ins (tests/fake_arrays.py); the real libraries are in tests/test_gpu_interop.py."""
+import numpy
+import pytest
+
+from fake_arrays import FakeDLPack, cuda_array
+from gemmdsl import arrays
+from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of
+
+PTR = 0x7F0000000000
+
+
+def test_array_interface_without_strides_is_c_contiguous():
+    view = array_view("A", cuda_array((3, 4, 5), ptr=PTR))
+    assert view == ArrayView(library="types", shape=(3, 4, 5), strides=(20, 5, 1), dtype="float32", itemsize=4,
+                             pointer=PTR, device=None)
+
+
+def test_array_interface_strides_are_bytes():
+    transposed = array_view("A", cuda_array((4, 6), "<f2", strides=(2, 16), ptr=PTR, readonly=True))
+    assert (transposed.strides, transposed.dtype, transposed.itemsize, transposed.readonly) == ((1, 8), "float16", 2,
+                                                                                                 True)
+
+
+def test_strides_between_elements_are_refused():
+    with pytest.raises(ValueError, match=r"B has strides \(6, 4\) bytes, which are not whole float32 elements"):
+        array_view("B", cuda_array((2, 2), strides=(6, 4), ptr=PTR))
+
+
+def test_dlpack_capsule_is_read_without_consuming_it():
+    array = FakeDLPack((2, 8, 16), arrays.DL_BFLOAT, 16, PTR, strides=(256, 1, 8), device=(arrays.DL_CUDA, 1),
+                       byte_offset=64)
+    view = array_view("A", array)
+    assert view == ArrayView(library="fake_arrays", shape=(2, 8, 16), strides=(256, 1, 8), dtype="bfloat16",
+                             itemsize=2, pointer=PTR + 64, device=1)
+    assert array_view("A", array) == view  # a fresh capsule each time; the first one was left as it was
+
+
+def test_dlpack_without_strides_is_c_contiguous_and_names_other_dtypes():
+    view = array_view("C", FakeDLPack((3, 5), arrays.DL_FLOAT, 64, PTR))
+    assert (view.strides, view.dtype, view.itemsize) == ((5, 1), "float64", 8)
+    assert array_view("C", FakeDLPack((3, 5), arrays.DL_INT, 32, PTR)).dtype == "int32"
+
+
+@pytest.mark.parametrize("device_type", [arrays.DL_CPU, arrays.DL_CUDA_HOST])
+def test_dlpack_arrays_in_host_memory_are_refused(device_type):
+    with pytest.raises(TypeError, match="A must be in GPU memory, got a fake_arrays.FakeDLPack in host memory"):
+        array_view("A", FakeDLPack((2, 2), arrays.DL_FLOAT, 32, PTR, device=(device_type, 0)))
+
+
+def test_numpy_arrays_and_other_objects_are_refused_by_name():
+    with pytest.raises(TypeError, match="B must be in GPU memory, got a numpy.ndarray in host memory"):
+        array_view("B", numpy.zeros((2, 2), dtype=numpy.float32))
+    with pytest.raises(TypeError, match="A must be a GPU array .*PyTorch, CuPy, JAX or Numba.*got builtins.list"):
+        array_view("A", [[1.0]])
+
+
+class RefusesInterface(FakeDLPack):
+    """Like a bfloat16 PyTorch tensor: the array interface raises, DLPack describes it."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError("dtype torch.bfloat16 is not supported by __cuda_array_interface__")
+
+
+class OpaqueInterface(FakeDLPack):
+    """Like a bfloat16 PyTorch tensor of recent versions: the array interface says only '<V2'."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (4, 4), "typestr": "<V2", "strides": None, "data": (PTR, False), "version": 3}
+
+
+def test_an_array_interface_that_raises_or_names_no_type_falls_back_to_dlpack():
+    assert array_view("A", RefusesInterface((4, 4), arrays.DL_BFLOAT, 16, PTR)).dtype == "bfloat16"
+    assert array_view("A", OpaqueInterface((4, 4), arrays.DL_BFLOAT, 16, PTR)).dtype == "bfloat16"
+
+
+def test_an_array_interface_that_raises_without_dlpack_says_why():
+    class NeedsDetach:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+    with pytest.raises(TypeError, match="C: Can't get __cuda_array_interface__ on Variable that requires grad"):
+        array_view("C", NeedsDetach())
+
+
+def test_library_is_the_top_level_package_of_the_type():
+    jax_array = type("ArrayImpl", (), {"__module__": "jaxlib.xla_extension"})()
+    numba_array = type("DeviceNDArray", (), {"__module__": "numba_cuda.numba.cuda.cudadrv.devicearray"})()
+    torch_tensor = type("Tensor", (), {"__module__": "torch"})()
+    assert [library_of(x) for x in (jax_array, numba_array, torch_tensor)] == ["jax", "numba", "torch"]
+
+
+def test_contiguous_strides():
+    assert contiguous_strides((2, 3, 4)) == (12, 4, 1)
+    assert contiguous_strides((0, 3)) == (3, 1)
