@@ -96,6 +96,8 @@ class _Checker:
                 self.check_mma_smem_size(smem_bytes)
                 self.check_mma_reads(ir.Operand.A)
                 self.check_mma_reads(ir.Operand.B)
+                self.check_mma_copy(ir.Operand.A)
+                self.check_mma_copy(ir.Operand.B)
         self.check_budget(smem_bytes)
 
     # --- name, problem, target -----------------------------------------------------------
@@ -305,6 +307,21 @@ class _Checker:
                                        f"alignment of the reads: {how}",
                        hint=f"use a pad that keeps rows a multiple of {group} elements "
                             f"({group * dtype.bytes} bytes)")
+
+    def check_mma_copy(self, operand: ir.Operand) -> None:
+        """cp.async copies 4, 8 or 16 bytes: a 16-bit tile transposed on its way to shared memory would
+        need one 2-byte copy per element."""
+        dtype = self.spec.problem.matrix(operand).dtype
+        smem = self.spec.smem(operand)
+        if dtype.bytes >= 4 or self.spec.k_contiguous(operand) != smem.order.k_major:
+            return
+        keep = {(ir.Operand.A, True): "mk", (ir.Operand.A, False): "km",
+                (ir.Operand.B, True): "nk", (ir.Operand.B, False): "kn"}[operand, self.spec.k_contiguous(operand)]
+        layout = self.spec.problem.matrix(operand).layout.value
+        self.error(smem.at("order"), f"order {smem.order.value} transposes the {layout}-major {dtype.value} tile of "
+                                     f"{operand.value.upper()} on its way to shared memory, which cp.async cannot "
+                                     "do for 2-byte elements",
+                   hint=f"use `order: {keep};` (ldmatrix transposes where the instruction needs it)")
 
     def check_mma_smem_size(self, used: int) -> None:
         arch, p = self.arch, self.spec.pipeline

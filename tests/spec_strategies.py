@@ -106,7 +106,9 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     stream_k = (bounds, batch, c) == ("exact", "none", "f32") and draw(st.booleans())
     sections, stage_bytes = [], 0
     for operand, orders in (("a", ("mk", "km")), ("b", ("kn", "nk"))):
-        order = draw(st.sampled_from(orders))
+        # 16-bit tiles keep their global contiguous index in shared memory (cp.async cannot transpose).
+        kept = {"a": "mk" if k_contiguous["a"] else "km", "b": "nk" if k_contiguous["b"] else "kn"}[operand]
+        order = draw(st.sampled_from(orders)) if dtype == "f32" else kept
         k_major = order in ("km", "kn")  # m or n contiguous: a lane's 16-bit pair along k is not adjacent
         reads = ("", "32") if dtype == "f32" else ("", "ldmatrix") if k_major else ("", "32", "ldmatrix")
         read = draw(st.sampled_from(reads))

@@ -370,6 +370,11 @@ CASES = [
                                      "smem b   { order: kn; swizzle: xor(3,3,4); read: 32; }")],
          [("read: |32", "read: 32 loads 2 bf16 that lie along k, but order kn keeps n contiguous")],
          ["use `read: ldmatrix;` (it transposes), or `order: nk;`"], base=MMA),
+    Case("mma_transposing_copy_of_bf16", [m("smem a   { order: mk; swizzle: xor(2,3,3); }",
+                                             "smem a   { order: km; }")],
+         [("order: |km", "order km transposes the row-major bf16 tile of A on its way to shared memory, which "
+                         "cp.async cannot do for 2-byte elements")],
+         ["use `order: mk;` (ldmatrix transposes where the instruction needs it)"], base=MMA),
     Case("mma_read_64", [m("swizzle: xor(2,3,3); }", "swizzle: xor(2,3,3); read: 64; }")],
          [("read: |64", "read: 64 does not apply to an mma spec; its fragments are read with ldmatrix or 32-bit "
                         "loads")], ["use `read: ldmatrix;` or `read: 32;`"], base=MMA),
