@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ir
-from .frontend import require_fma
-from .layout import KernelLayout
+from .layout import TileLayout
 from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic
@@ -24,7 +23,7 @@ class ProblemSizeError(ValueError):
 @dataclass(frozen=True)
 class Analysis:
     spec: ir.KernelSpec
-    layout: KernelLayout
+    layout: TileLayout
     problem: ProblemSize
     ptxas: dict | None
     facts: dict[str, object]
@@ -46,7 +45,6 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
     if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
-    require_fma(spec)
     context = Context(plan or plan_kernel(spec), size, ptxas)
     outcomes = PassManager(ALL_PASSES).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)

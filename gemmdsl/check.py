@@ -114,7 +114,7 @@ def _bank_map(analysis: Analysis) -> str:
     cost = worst_access(analysis.facts["smem_accesses"])
     access = cost.access
     addresses = lane_byte_addresses(analysis.layout, access, analysis.layout.thread_env())[cost.worst_warp]
-    width_bytes = access.width * 4
+    width_bytes = access.width_bytes
     phases = phase_of_each_lane(access.op, width_bytes, addresses[None, :])[0]
     lanes = [lane for lane, phase in enumerate(phases) if phase == cost.worst_phase]
     where = f" at kk={access.kk}" if access.kk is not None else ""

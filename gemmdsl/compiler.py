@@ -18,8 +18,8 @@ from . import __version__, ir
 from .build import PtxasResources, build, find_nvcc
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
-from .frontend import load, require_fma
-from .layout import KernelLayout
+from .frontend import load
+from .layout import TileLayout
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
 
@@ -38,7 +38,7 @@ class Artifacts:
         return self.spec.name
 
     @property
-    def layout(self) -> KernelLayout:
+    def layout(self) -> TileLayout:
         return self.plan.layout
 
     def metadata_json(self) -> str:
@@ -60,7 +60,6 @@ def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) 
 def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
     spec, warnings = load(source, sm)
-    require_fma(spec, source)
     plan = plan_kernel(spec)
     analysis = analyze(spec, plan=plan)
     warnings = warnings + analysis.warnings
@@ -117,6 +116,8 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
                      "max_leading_dimension": requirements.max_leading_dimension},
         "epilogue": spec.problem.epilogue.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
+        # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
+        "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,
     }
 

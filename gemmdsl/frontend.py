@@ -31,18 +31,6 @@ def load(source: SourceFile, sm: int | None = None) -> tuple[ir.KernelSpec, list
     return spec, diagnostics
 
 
-def require_fma(spec: ir.KernelSpec, source: SourceFile | None = None) -> None:
-    """Stop an mma spec before the FMA-only lowering (KernelLayout), which would read it as an FMA kernel.
-
-    The front end accepts tensor-core specs; their code generation and analysis are still to come."""
-    if spec.mma is not None:
-        raise CompileError([Diagnostic(Severity.ERROR, spec.mma.span,
-                                       "code generation and analysis for mma specs are in progress; the spec is "
-                                       "valid, but gemmdsl cannot compile or analyse it yet",
-                                       hint="`gemmdsl compile` and `check` take FMA specs (no `mma` section) for now")],
-                           source)
-
-
 def load_path(path: str | Path) -> tuple[ir.KernelSpec, list[Diagnostic]]:
     """`load` for a file; non-.gemm, unreadable and non-UTF-8 files raise CompileError too."""
     return load(SourceFile.read(path))

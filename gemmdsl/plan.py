@@ -13,7 +13,8 @@ import enum
 from dataclasses import dataclass
 
 from . import abi, ir
-from .layout import KernelLayout
+from .layout import KernelLayout, TileLayout
+from .mma_layout import MmaLayout
 from .targets import Arch, blocks_for_registers
 
 
@@ -29,7 +30,7 @@ class Variant:
 
     entry: str
     role: Role
-    layout: KernelLayout
+    layout: TileLayout  # KernelLayout (FMA) or MmaLayout (tensor cores)
 
     @property
     def stream_k(self) -> bool:
@@ -79,23 +80,24 @@ class KernelPlan:
     launch: LaunchPlan
 
     @property
-    def layout(self) -> KernelLayout:
+    def layout(self) -> TileLayout:
         """The vector kernel's lowering; the variants share their shared-memory layout and threads."""
         return self.variants[0].layout
 
 
 def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
     """Lower a validated spec: each kernel variant's layout, built once, and the launch."""
-    layout = KernelLayout(spec)
+    lowering = MmaLayout if spec.mma is not None else KernelLayout
+    layout = lowering(spec)
     variants = [Variant(abi.vector_entry(spec), Role.VECTOR, layout)]
     if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
-        variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, KernelLayout(spec, max_global_vector=1)))
+        variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, lowering(spec, max_global_vector=1)))
     if spec.block.stream_k:
         variants.append(Variant(abi.stream_k_entry(spec), Role.STREAM_K, layout))
     return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants))
 
 
-def _launch_plan(spec: ir.KernelSpec, layout: KernelLayout, variants: list[Variant]) -> LaunchPlan:
+def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
                       abi.prepare_entry(spec))

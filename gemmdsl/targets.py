@@ -54,6 +54,19 @@ ARCHS: dict[int, Arch] = {
 }
 
 
+# Dense peak rates of each target's reference GPU in TFLOP/s, by the unit a kernel multiplies on
+# (FP32 accumulation throughout), and its memory bandwidth in TB/s. Datasheet figures, except the
+# H100's, measured here (README, Performance): FMA 65.3, mma.sync 640 (bf16/f16) and 320 (tf32) in a
+# register-only loop, a device copy at 3.0 TB/s. 3xTF32 runs three TF32 products per multiply.
+PEAK_TFLOPS: dict[int, dict[str, float]] = {
+    80: {"fma": 19.5, "f16": 312.0, "bf16": 312.0, "tf32": 156.0},
+    86: {"fma": 35.6, "f16": 71.0, "bf16": 71.0, "tf32": 35.6},
+    89: {"fma": 82.6, "f16": 165.2, "bf16": 165.2, "tf32": 82.6},
+    90: {"fma": 65.3, "f16": 640.0, "bf16": 640.0, "tf32": 320.0},
+}
+MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
+
+
 def arch(sm: int) -> Arch:
     return ARCHS[sm]
 

@@ -448,7 +448,7 @@ def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: in
            conflict_pct: float = 0.0, path: str = "<template>.gemm",
            progress: Callable[[int, int], None] | None = None) -> ScreenReport:
     """Front end, then the analysis-based pruning rules, for every candidate (no GPU, no nvcc)."""
-    from .frontend import load, require_fma
+    from .frontend import load
 
     report = ScreenReport(generated=len(candidates))
     for done, candidate in enumerate(candidates, 1):
@@ -456,7 +456,6 @@ def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: in
             progress(done, len(candidates))
         try:
             spec, _ = load(SourceFile(candidate_path(path, candidate), candidate.text))
-            require_fma(spec)
         except CompileError as err:
             errors = [d for d in err.diagnostics if d.severity is Severity.ERROR] or err.diagnostics
             report.rejected.append((candidate, errors[0]))

@@ -77,10 +77,11 @@ def warp_fragments(layout: MmaLayout, operand: ir.Operand, stage: np.ndarray, en
     lanes = slice(warp * WARP, (warp + 1) * WARP)
     values = {}
     if layout.read[operand] is ir.SmemRead.LDMATRIX:
-        for load in layout.matrix_loads(operand, k_step):
-            addresses = np.broadcast_to(load.offset.evaluate(env), (layout.threads,))[lanes]
-            words = emulate_ldmatrix(stage, addresses, load.count, load.transpose, layout.element_bytes)
-            for q, matrix in enumerate(load.matrices):
+        for matrix_load in layout.matrix_loads(operand, k_step):
+            addresses = np.broadcast_to(matrix_load.offset.evaluate(env), (layout.threads,))[lanes]
+            words = emulate_ldmatrix(stage, addresses, matrix_load.count, matrix_load.transpose,
+                                     layout.element_bytes)
+            for q, matrix in enumerate(matrix_load.matrices):
                 values[matrix.block, matrix.register] = words[q]
         return values
     per_word = 4 // layout.element_bytes

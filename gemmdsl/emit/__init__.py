@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, ir
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
+
+
+HALF_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}  # their types and conversions
 
 
 def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
@@ -47,6 +50,10 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
 #include <cstdint>
 #include <cuda_runtime.h>
 #endif""")
+    headers = sorted({HALF_HEADERS[dtype] for dtype in (plan.spec.problem.matrix(op).dtype for op in ir.Operand)
+                      if dtype in HALF_HEADERS})
+    for header in headers:
+        o.line(f"#include <{header}>")
     o.line()
     HelperEmitter(plan, o).emit()
     for variant in plan.variants:

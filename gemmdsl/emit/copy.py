@@ -1,11 +1,13 @@
 """Global -> shared copies of one k-tile of A and B into a pipeline stage.
 
-Two engines behind one interface: `declare()` (once, before the k-loop), `fetch(work, tile, stage)`
+Three engines behind one interface: `declare()` (once, before the k-loop), `fetch(work, tile, stage)`
 (start copying k-tile `tile` of the work tile's range into stage `stage`) and `land(stage)` (make
 what was fetched visible in `stage` to this thread; a barrier then makes it visible to all).
 `RegisterCopy` stages through registers (fetch: global loads; land: shared stores); `AsyncCopy`
 uses cp.async (fetch: the copies; land: commit and wait), and also offers `commit` and `wait` to
-pipelines that keep several k-tiles in flight.
+pipelines that keep several k-tiles in flight. `DirectCopy` loads and stores each element in
+`fetch` (its commit and wait are empty, so it runs in the same rings): the scalar variant of 16-bit
+kernels, whose 2-byte elements cp.async (4 bytes at least) cannot move one by one.
 
 Every shared-memory store comes from `KernelLayout.copy_stores`, the list the analysis counts.
 For checked bounds a fetch is guarded unless the block and the k-tile lie inside the matrices.
@@ -20,7 +22,7 @@ from .. import ir
 from ..abi import leading_name
 from ..emitter import Emitter
 from ..expr import Expr, Var
-from ..layout import GlobalChunk, KernelLayout
+from ..layout import GlobalChunk, TileLayout
 from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, paren, stage_base, vector_of
 from .scheduler import WorkTile
 
@@ -28,10 +30,11 @@ from .scheduler import WorkTile
 class GlobalTileCopy:
     """What both engines share: where a k-tile starts in global memory, its limits, the guards."""
 
-    def __init__(self, spec: ir.KernelSpec, layout: KernelLayout, out: Emitter):
+    def __init__(self, spec: ir.KernelSpec, layout: TileLayout, out: Emitter):
         self.spec = spec
         self.layout = layout
         self.out = out
+        self.element = spec.problem.a.dtype.c_type
 
     def _tile_origin(self, operand: ir.Operand, k_tile: str) -> tuple[str, str, str, str]:
         """(row origin, column origin, row bound, column bound) of k-tile `k_tile` of A or B in global memory.
@@ -54,7 +57,7 @@ class GlobalTileCopy:
             terms.append(f"(size_t){paren(row)} * {leading_name(operand)}")
         if col != "0":
             terms.append(col)
-        self.out.line(f"const float* {src} = {' + '.join(terms)};")
+        self.out.line(f"const {self.element}* {src} = {' + '.join(terms)};")
         return src
 
     def _emit_tile_limits(self, operand: ir.Operand, k_tile: str) -> None:
@@ -109,7 +112,7 @@ class RegisterCopy(GlobalTileCopy):
         o = self.out
         for operand in OPERANDS:
             vector = self.layout.load_vector(operand)
-            o.line(f"float* const {operand.value}_dst = {stage_base(operand, stage)};")
+            o.line(f"{self.element}* const {operand.value}_dst = {stage_base(operand, stage)};")
             for store in self.layout.copy_stores(operand):
                 register = f"{self._registers(operand)}[{store.chunk.index}]"
                 target = f"{operand.value}_dst + {store.offset.render()}"
@@ -168,14 +171,14 @@ class AsyncCopy(GlobalTileCopy):
         for operand in OPERANDS:
             src = self._emit_source_pointer(operand, k_tile)
             dst = f"{operand.value}_dst"
-            o.line(f"float* const {dst} = {stage_base(operand, stage)};")
+            o.line(f"{self.element}* const {dst} = {stage_base(operand, stage)};")
             if guarded:
                 self._emit_tile_limits(operand, k_tile)
             for chunk, stores in groupby(self.layout.copy_stores(operand), key=lambda store: store.chunk):
                 with self._chunk_block(chunk) if guarded else nullcontext():
                     row, first = (Var("row"), Var("col")) if guarded else (chunk.row, chunk.col)
                     for store in stores:
-                        size = 4 * store.width
+                        size = self.layout.element_bytes * store.width
                         target = f"{dst} + {store.offset.render()}"
                         col = first + store.element
                         source = f"{src} + {self._global_offset(operand, row, col)}"
@@ -185,3 +188,33 @@ class AsyncCopy(GlobalTileCopy):
                         p = operand.value
                         inside = f"bytes_inside(row, {p}_rows, {col.render()}, {p}_cols, {store.width})"
                         o.line(f"cp_async_{size}_zfill({target}, {source}, {inside}, {src});")
+
+
+class DirectCopy(AsyncCopy):
+    """Each element loaded from global memory and stored to shared memory in `fetch`; zero outside
+    the matrix. The rings' commit and wait have nothing to wait for."""
+
+    single_stage_note = "Single buffer: load and store a k-tile, wait, multiply, wait (two barriers per k-tile)."
+
+    def commit(self) -> None:
+        """Nothing is in flight."""
+
+    def wait(self, pending: str) -> None:
+        """Nothing is in flight."""
+
+    def _emit_copies(self, k_tile: str, stage: str, guarded: bool) -> None:
+        o = self.out
+        zero = f"{self.element}(0.0f)"
+        for operand in OPERANDS:
+            p = operand.value
+            src = self._emit_source_pointer(operand, k_tile)
+            o.line(f"{self.element}* const {p}_dst = {stage_base(operand, stage)};")
+            if guarded:
+                self._emit_tile_limits(operand, k_tile)
+            for store in self.layout.copy_stores(operand):
+                assert store.width == 1, "the direct copy moves one element per store"
+                row, col = store.chunk.row, store.chunk.col + store.element
+                value = f"{src}[{self._global_offset(operand, row, col)}]"
+                if guarded:
+                    value = f"{row.render()} < {p}_rows && {col.render()} < {p}_cols ? {value} : {zero}"
+                o.line(f"{p}_dst[{store.offset.render()}] = {value};")

@@ -1,11 +1,15 @@
 """Helpers emitted before the kernels: the shared-memory layout functions and the PTX wrappers
-(lds/sts, cp.async) for exactly the widths the plan's shared-memory instructions use."""
+(lds/sts, cp.async; for tensor-core kernels ldmatrix, 32-bit fragment loads and mma.sync) for
+exactly the widths and forms the plan's instructions use."""
 from __future__ import annotations
 
 from .. import ir
 from ..emitter import Emitter
+from ..mma_layout import MmaLayout
 from ..plan import KernelPlan
 from .ctext import OPERANDS, VECTOR_TYPES, component
+from .ldmatrix import emit_fragment_load_helpers
+from .mma_sync import emit_mma_helpers
 
 
 class HelperEmitter:
@@ -17,6 +21,8 @@ class HelperEmitter:
         self.layouts = [variant.layout for variant in plan.variants]
         self.out = out
         self.cp_async = self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+        self.element = self.spec.problem.a.dtype
+        self.mma = plan.layout if isinstance(plan.layout, MmaLayout) else None
 
     def emit(self) -> None:
         o = self.out
@@ -36,6 +42,9 @@ class HelperEmitter:
         if self.cp_async:
             o.line()
             self._emit_cp_async_helpers()
+        if self.mma is not None:
+            o.line()
+            emit_mma_helpers(self.mma, o)
 
     def _shared_widths(self, op: str) -> list[int]:
         """Vector widths (elements) of the shared-memory loads or stores the kernels issue."""
@@ -47,8 +56,11 @@ class HelperEmitter:
                   "ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they\n"
                   "leave as written, so the instructions the bank-conflict analysis counts are the\n"
                   "ones that run. (`asm volatile` also keeps them in order around barriers.)")
-        with o.block("static __device__ __forceinline__ unsigned smem_address(const float* p)"):
+        with o.block(f"static __device__ __forceinline__ unsigned smem_address(const {self.element.c_type}* p)"):
             o.line("return static_cast<unsigned>(__cvta_generic_to_shared(p));")
+        if self.mma is not None:
+            emit_fragment_load_helpers(self.mma, o)
+            return
         for width in self._shared_widths("load"):
             vtype, bits = VECTOR_TYPES[width], 32 * width
             regs = ", ".join(f"%{i}" for i in range(width))
@@ -73,7 +85,9 @@ class HelperEmitter:
         o = self.out
         o.comment("cp.async (sm_80+): copy global -> shared without staging in registers.\n"
                   "16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.")
-        widths = sorted({layout.store_width(op) for layout in self.layouts for op in OPERANDS})
+        # Stores narrower than 4 bytes (16-bit scalar variants) are copied directly, not by cp.async.
+        widths = sorted({width for layout in self.layouts for op in OPERANDS
+                         if (width := layout.store_width(op)) * self.element.bytes >= 4})
         for width in widths:
             self._emit_cp_async_copy(width, zero_fill=False)
         if self.spec.problem.checked:
@@ -98,12 +112,12 @@ static __device__ __forceinline__ void cp_async_wait()
 
     def _emit_cp_async_copy(self, width: int, zero_fill: bool) -> None:
         """`cp_async_<bytes>(dst, src)`, or with `zero_fill` `cp_async_<bytes>_zfill(dst, src, src_bytes, inside)`."""
-        size = 4 * width
+        size, element = self.element.bytes * width, self.element.c_type
         cache = "cg" if size == 16 else "ca"
-        name, parameters = f"cp_async_{size}", "float* smem_dst, const float* gmem_src"
+        name, parameters = f"cp_async_{size}", f"{element}* smem_dst, const {element}* gmem_src"
         operands, source = f"{size}", "gmem_src"
         if zero_fill:
-            name, parameters = f"{name}_zfill", f"{parameters}, int src_bytes, const float* inside"
+            name, parameters = f"{name}_zfill", f"{parameters}, int src_bytes, const {element}* inside"
             operands, source = f"{size}, %2", "src_bytes > 0 ? gmem_src : inside"
         inputs = f'"r"(smem_address(smem_dst)), "l"({source})' + (', "r"(src_bytes)' if zero_fill else "")
         with self.out.block(f"static __device__ __forceinline__ void {name}({parameters})"):
@@ -115,4 +129,4 @@ static __device__ __forceinline__ void cp_async_wait()
                   "given the rows and the contiguous elements the matrix has left from the tile's origin.")
         with o.block("static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, "
                      "int width)"):
-            o.line("return row < rows ? 4 * max(0, min(width, cols - col)) : 0;")
+            o.line(f"return row < rows ? {self.element.bytes} * max(0, min(width, cols - col)) : 0;")

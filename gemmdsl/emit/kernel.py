@@ -12,11 +12,17 @@ from dataclasses import dataclass
 from .. import ir
 from ..abi import kernel_parameters
 from ..emitter import Emitter
+from ..layout import KernelLayout
+from ..mma_layout import MmaLayout
 from ..plan import KernelPlan, Variant
-from .copy import AsyncCopy, RegisterCopy
+from .copy import AsyncCopy, DirectCopy, RegisterCopy
+from .ctext import OPERANDS
 from .epilogue import Epilogue
+from .fragment_epilogue import FragmentEpilogue
 from .fragments import SharedLoads
+from .ldmatrix import MmaFragments
 from .math import FmaOuterProduct
+from .mma_sync import MmaSync
 from .pipeline import AsyncRing, KLoop, RegisterDoubleBuffer, SingleStage
 from .scheduler import StreamKScheduler, TileScheduler, WorkTile
 
@@ -24,10 +30,10 @@ from .scheduler import StreamKScheduler, TileScheduler, WorkTile
 @dataclass(frozen=True)
 class KernelParts:
     scheduler: TileScheduler | StreamKScheduler
-    math: FmaOuterProduct
-    fragments: SharedLoads
+    math: FmaOuterProduct | MmaSync
+    fragments: SharedLoads | MmaFragments
     pipeline: KLoop
-    epilogue: Epilogue
+    epilogue: Epilogue | FragmentEpilogue
 
 
 def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelParts:
@@ -35,15 +41,31 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
     spec, layout = plan.spec, variant.layout
     scheduler = StreamKScheduler(spec, out) if variant.stream_k else TileScheduler(spec, out)
     cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
-    copy = AsyncCopy(spec, layout, out) if cp_async else RegisterCopy(spec, layout, out)
-    fragments = SharedLoads(layout, out, double=spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE)
-    math = FmaOuterProduct(spec, out)
+    double = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
+    copy: RegisterCopy | AsyncCopy | DirectCopy
+    if not cp_async:
+        copy = RegisterCopy(spec, layout, out)
+    elif any(layout.store_width(op) * layout.element_bytes < 4 for op in OPERANDS):
+        copy = DirectCopy(spec, layout, out)  # cp.async copies 4 bytes at least (16-bit scalar variants)
+    else:
+        copy = AsyncCopy(spec, layout, out)
+    fragments: SharedLoads | MmaFragments
+    math: FmaOuterProduct | MmaSync
+    epilogue: Epilogue | FragmentEpilogue
+    if isinstance(layout, MmaLayout):
+        fragments = MmaFragments(layout, out, double)
+        math = MmaSync(layout, out)
+        epilogue = FragmentEpilogue(spec, layout, out)
+    else:
+        assert isinstance(layout, KernelLayout)
+        fragments = SharedLoads(layout, out, double)
+        math = FmaOuterProduct(spec, layout, out)
+        epilogue = Epilogue(spec, layout, out)
     if spec.pipeline.stages == 1:
         loop: type[KLoop] = SingleStage
     else:
         loop = AsyncRing if cp_async else RegisterDoubleBuffer
-    return KernelParts(scheduler, math, fragments, loop(spec, out, copy, fragments, math),
-                       Epilogue(spec, layout, out))
+    return KernelParts(scheduler, math, fragments, loop(spec, out, copy, fragments, math), epilogue)
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
@@ -58,13 +80,13 @@ def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
     o.line(f"    {', '.join(parameters[:3])},")
     o.line(f"    {', '.join(parameters[3:])})")
     with o.block(""):
-        _emit_constants(spec, variant, o)
+        _emit_constants(parts.math, variant, o)
         o.line()
         if spec.problem.batched:
             _emit_batch_offsets(o)
             o.line()
         parts.scheduler.emit_block_tile()
-        _emit_coordinates(spec, variant, o)
+        _emit_coordinates(parts.math, variant, o)
         o.line()
         parts.scheduler.emit_work(lambda work: _emit_work_tile(parts, work, o))
 
@@ -79,32 +101,24 @@ def _emit_work_tile(parts: KernelParts, work: WorkTile, out: Emitter) -> None:
     parts.epilogue.emit(work)
 
 
-def _emit_constants(spec: ir.KernelSpec, variant: Variant, o: Emitter) -> None:
-    layout, t = variant.layout, spec.threads
-    o.comment(f"Block tile {spec.block.m}x{spec.block.n}x{spec.block.k}; {layout.threads} threads "
-              f"({t.warps} warps of {t.lanes} {t.lane_order.value} lanes); "
-              f"each thread owns {t.fragment} of C.")
+def _emit_constants(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitter) -> None:
+    layout = variant.layout
+    o.comment(math.tiling_note())
     if layout.max_global_vector == 1:
         o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
                   "whose pointer, leading dimension or batch stride is not vector-aligned.")
-    constants = [
-        ("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk),
-        ("MICRO_M", t.micro.m), ("MICRO_N", t.micro.n),
-        ("REPEAT_M", t.repeat.m), ("REPEAT_N", t.repeat.n),
-        ("REPEAT_STRIDE_M", layout.repeat_stride("m")), ("REPEAT_STRIDE_N", layout.repeat_stride("n")),
-        ("FRAG_M", layout.frag_m), ("FRAG_N", layout.frag_n),
-        ("STAGES", layout.stages),
-        ("A_STAGE", layout.smem[ir.Operand.A].stage_elems),
-    ]
+    constants = [("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk), *math.constants(),
+                 ("STAGES", layout.stages), ("A_STAGE", layout.smem[ir.Operand.A].stage_elems)]
     if layout.stages > 1:  # with one stage nothing indexes past B's first tile
         constants.append(("B_STAGE", layout.smem[ir.Operand.B].stage_elems))
     for name, value in constants:
         o.line(f"constexpr int {name} = {value};")
     o.line()
+    element = layout.spec.problem.a.dtype.c_type
     o.comment("One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.")
-    o.line("extern __shared__ __align__(16) float smem[];")
-    o.line("float* const smem_a = smem;")
-    o.line("float* const smem_b = smem + STAGES * A_STAGE;")
+    o.line(f"extern __shared__ __align__(16) {element} smem[];")
+    o.line(f"{element}* const smem_a = smem;")
+    o.line(f"{element}* const smem_b = smem + STAGES * A_STAGE;")
 
 
 def _emit_batch_offsets(o: Emitter) -> None:
@@ -114,13 +128,8 @@ def _emit_batch_offsets(o: Emitter) -> None:
         o.line(f"{operand} += blockIdx.z * {stride};")
 
 
-def _emit_coordinates(spec: ir.KernelSpec, variant: Variant, o: Emitter) -> None:
-    t = spec.threads
-    repeat = ""
-    if t.repeat != ir.Pair(1, 1):
-        repeat = f", repeated {t.repeat} at {t.repeat_level.value} level"
-    o.comment(f"Thread coordinates: warps {t.warps}, lanes {t.lanes} ({t.lane_order.value}), "
-              f"micro tile {t.micro}{repeat}.")
+def _emit_coordinates(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitter) -> None:
+    o.comment(math.coordinates_note())
     o.line("const int tid = threadIdx.x;")
     for name, value in variant.layout.coordinates:
         o.line(f"const int {name} = {value.render()};")

@@ -76,10 +76,17 @@ class LauncherEmitter:
             lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
         self.out.comment("\n".join(lines))
 
+    @property
+    def _all_f32(self) -> bool:
+        return all(self.spec.problem.matrix(op).dtype is ir.DType.F32 for op in ir.Operand)
+
     def _emit_aligned_helper(self) -> None:
+        """Whether an operand's vector accesses are aligned; with operands of several element sizes the
+        call gives the operand's element size."""
+        size, parameter = ("4u", "") if self._all_f32 else ("element_bytes", ", unsigned element_bytes")
         with self.out.block(f"static bool {self.spec.name}_aligned(const void* p, long long ld, long long stride, "
-                            "int elements)"):
-            self.out.line("return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 "
+                            f"int elements{parameter})"):
+            self.out.line(f"return reinterpret_cast<uintptr_t>(p) % ({size} * elements) == 0 && ld % elements == 0 "
                           "&& stride % elements == 0;")
 
     def _emit_stream_k_split(self) -> None:
@@ -188,8 +195,9 @@ class LauncherEmitter:
         o, spec = self.out, self.spec
         elements = self.launch.requirements.vector_elements
         stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
+        size = {op: "" if self._all_f32 else f", {spec.problem.matrix(op).dtype.bytes}" for op in ir.Operand}
         tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
-                 f"{elements[op.value]})" for op in ir.Operand if elements[op.value] > 1]
+                 f"{elements[op.value]}{size[op]})" for op in ir.Operand if elements[op.value] > 1]
         vector, scalar = self.launch.entries.vector, self.launch.entries.scalar
         if not tests:
             o.line(f"const auto kernel = {vector};")

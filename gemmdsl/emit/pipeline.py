@@ -13,17 +13,19 @@ from typing import Callable
 from .. import ir
 from ..emitter import Emitter
 from ..layout import KK
-from .copy import AsyncCopy, RegisterCopy
+from .copy import AsyncCopy, DirectCopy, RegisterCopy
 from .fragments import SharedLoads
+from .ldmatrix import MmaFragments
 from .math import FmaOuterProduct
+from .mma_sync import MmaSync
 from .scheduler import WorkTile
 
 
 class KLoop:
     """What every pipeline shares: the loop header and the math of one k-tile."""
 
-    def __init__(self, spec: ir.KernelSpec, out: Emitter, copy: RegisterCopy | AsyncCopy,
-                 fragments: SharedLoads, math: FmaOuterProduct):
+    def __init__(self, spec: ir.KernelSpec, out: Emitter, copy: RegisterCopy | AsyncCopy | DirectCopy,
+                 fragments: SharedLoads | MmaFragments, math: FmaOuterProduct | MmaSync):
         self.spec = spec
         self.out = out
         self.copy = copy
@@ -45,17 +47,17 @@ class KLoop:
 
     def _emit_compute(self, stage: str) -> None:
         """The k-tile's math, reading shared-memory stage `stage`."""
-        o, fragments = self.out, self.fragments
+        o, fragments, steps = self.out, self.fragments, self.math.k_steps
         fragments.emit_stage_pointers(stage, "read")
         if fragments.double:
             o.comment("Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.")
             fragments.load(0, "[0]")
-            with o.unrolled("kk", "BK"):
-                with o.block("if (kk + 1 < BK)"):
+            with o.unrolled("kk", steps):
+                with o.block(f"if (kk + 1 < {steps})"):
                     fragments.load(KK + 1, "[(kk + 1) % 2]")
                 self.math.step("[kk % 2]")
         else:
-            with o.unrolled("kk", "BK"):
+            with o.unrolled("kk", steps):
                 fragments.load(KK, "")
                 self.math.step("")
 
@@ -66,10 +68,10 @@ class KLoop:
         k-tile's one barrier); the first fragments of that tile are then loaded before the
         last step of this one, so their latency hides behind its FMAs.
         """
-        o, fragments = self.out, self.fragments
+        o, fragments, steps = self.out, self.fragments, self.math.k_steps
         fragments.emit_stage_pointers(stage, "read")
-        with o.unrolled("kk", "BK"):
-            with o.block("if (kk < BK - 1)"):
+        with o.unrolled("kk", steps):
+            with o.block(f"if (kk < {steps} - 1)"):
                 fragments.load(KK + 1, "[(kk + 1) % 2]")
             with o.block("else"):
                 handoff()
@@ -119,7 +121,7 @@ class RegisterDoubleBuffer(KLoop):
 
 
 class AsyncRing(KLoop):
-    copy: AsyncCopy
+    copy: AsyncCopy | DirectCopy
 
     def _emit_loop(self, work: WorkTile) -> None:
         o, copy = self.out, self.copy

@@ -1,6 +1,6 @@
 """Shared-memory bank conflicts of every shared-memory instruction the kernel executes.
 
-For each unrolled instruction (`KernelLayout.smem_accesses()`: the A and B tile
+For each unrolled instruction (`TileLayout.smem_accesses()`: the A and B tile
 stores and the fragment loads of one k-tile) this evaluates the very offset
 expression the emitter prints, for every thread of a block, and turns it into
 byte addresses (operand base, padding and swizzle included). Each warp's access
@@ -11,12 +11,13 @@ words any one bank must deliver.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import ir
-from ..layout import WARP, KernelLayout, SmemAccess
+from ..layout import WARP, SmemAccess, TileLayout
+from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
 from .framework import Context, PassResult
 
@@ -42,9 +43,12 @@ def phase_of_each_lane(op: str, width_bytes: int, addresses: np.ndarray) -> np.n
       half-warps. 4x8 row lanes reading A, and the zigzag order reading A and B,
       halve their float4 fragment loads this way; lanes that merely share 128
       bytes across quarter-warps gain nothing.
+    - ldmatrix: each lane supplies the address of one 16-byte row, so a phase serves eight rows
+      (lanes 8q..8q+7 address matrix q); x1 and x2 use only the first 8 or 16 lanes, which is
+      all `addresses` holds for them.
     """
     lanes_per_phase = np.full(addresses.shape[0], WAVEFRONT_BYTES // width_bytes)
-    lane = np.arange(WARP)
+    lane = np.arange(addresses.shape[1])
     if op == "load":
         paired = (np.all(addresses == addresses[:, lane ^ 1], axis=1)
                   | np.all(addresses == addresses[:, lane ^ 2], axis=1))
@@ -104,24 +108,25 @@ class AccessCost:
 
     @property
     def width_bits(self) -> int:
-        return self.access.width * 32
+        return self.access.width_bytes * 8
 
     @property
     def excess_wavefronts(self) -> int:
         return self.wavefronts - self.ideal_wavefronts
 
 
-def lane_byte_addresses(layout: KernelLayout, access: SmemAccess, env: dict) -> np.ndarray:
-    """Each lane's byte address in the kernel's shared array, shape (warps, 32).
+def lane_byte_addresses(layout: TileLayout, access: SmemAccess, env: dict) -> np.ndarray:
+    """Each lane's byte address in the kernel's shared array, shape (warps, lanes the instruction uses).
 
     Stage 0 stands for all stages: stages start on 128-byte boundaries, so they map to banks alike.
     """
     offsets = np.broadcast_to(access.offset.evaluate(env), (layout.threads,))
-    return (layout.smem[access.operand].base_elems + offsets).reshape(-1, WARP) * BANK_BYTES
+    elements = (layout.smem[access.operand].base_elems + offsets).reshape(-1, WARP)[:, :access.lanes]
+    return elements * access.element_bytes
 
 
-def cost_access(layout: KernelLayout, access: SmemAccess, env: dict) -> AccessCost:
-    width_bytes = access.width * BANK_BYTES
+def cost_access(layout: TileLayout, access: SmemAccess, env: dict) -> AccessCost:
+    width_bytes = access.width_bytes
     demand = bank_demand(lane_byte_addresses(layout, access, env), width_bytes, access.op)
     wavefronts, ideal = phase_costs(demand)
     warp, phase = np.unravel_index(int(np.argmax(wavefronts - ideal)), wavefronts.shape)
@@ -142,17 +147,47 @@ FIX_HINTS = {
     "store": "pad the leading dimension (`pad: 4`) or add a swizzle so a warp's stores spread over all banks",
     "load": "try a squarer lane grid (4x8), a lane order whose neighbours share a row (col, zigzag), "
             "a k-major order so fragments are read as float4, or `repeat` to split the micro tile",
+    "ldmatrix": "swizzle the layout so the eight 16-byte rows of each ldmatrix phase fall in different banks",
 }
+# Swizzles tried for tensor-core tiles: xor(B, M, S) with M at the 16-byte unit and S >= B.
+SWIZZLE_BITS = (1, 2, 3)
+SWIZZLE_SHIFTS = range(1, 9)
 
 
-def conflict_warning(spec: ir.KernelSpec, key: tuple[ir.Operand, str, int], costs: list[AccessCost]) -> Diagnostic:
+def conflict_free_swizzle(layout: TileLayout, operand: ir.Operand) -> ir.Swizzle | None:
+    """The first swizzle (fewest bits, then the nearest shift) under which the operand's shared-memory
+    instructions of an mma kernel have no conflicts: what a warning can name."""
+    if not isinstance(layout, MmaLayout):
+        return None
+    spec, smem = layout.spec, layout.spec.smem(operand)
+    base = (16 // layout.element_bytes).bit_length() - 1
+    for bits in SWIZZLE_BITS:
+        for shift in SWIZZLE_SHIFTS:
+            if shift < bits:
+                continue
+            swizzle = ir.Swizzle(bits, base, shift)
+            changed = replace(smem, swizzle=swizzle, pad=0)
+            candidate = MmaLayout(replace(spec, smem_a=changed) if operand is ir.Operand.A
+                                  else replace(spec, smem_b=changed))
+            env = candidate.thread_env()
+            if not any(cost_access(candidate, a, env).excess_wavefronts for a in candidate.smem_accesses()
+                       if a.operand is operand):
+                return swizzle
+    return None
+
+
+def conflict_warning(layout: TileLayout, key: tuple[ir.Operand, str, int], costs: list[AccessCost]) -> Diagnostic:
     operand, op, bits = key
     ways = max(c.max_ways for c in costs)
     wavefronts = sum(c.wavefronts for c in costs)
     ideal = sum(c.ideal_wavefronts for c in costs)
     message = (f"{ways}-way bank conflict on {operand.name} {op}s ({bits}-bit, {len(costs)} per thread): "
                f"{wavefronts} shared wavefronts per block and k-tile where {ideal} would do")
-    return Diagnostic(Severity.WARNING, spec.smem(operand).span, message, hint=FIX_HINTS[op])
+    hint = FIX_HINTS[op]
+    swizzle = conflict_free_swizzle(layout, operand)
+    if swizzle is not None:
+        hint = f"`swizzle: {swizzle};` (pad 0) removes every conflict of {operand.name}'s shared-memory accesses"
+    return Diagnostic(Severity.WARNING, layout.spec.smem(operand).span, message, hint=hint)
 
 
 class BankConflictPass:
@@ -165,14 +200,16 @@ class BankConflictPass:
         env = layout.thread_env()
         costs = [cost_access(layout, access, env) for access in layout.smem_accesses()]
         groups = conflict_groups(costs)
-        warnings = tuple(conflict_warning(context.spec, key, group) for key, group in groups.items())
+        warnings = tuple(conflict_warning(layout, key, group) for key, group in groups.items())
         return PassResult({"smem_accesses": costs}, self._verdict(costs, groups), warnings)
 
     @staticmethod
     def _verdict(costs: list[AccessCost], groups: dict) -> str:
         per_op = {}
-        for op in ("load", "store"):
+        for op in ("load", "ldmatrix", "store"):
             chosen = [c for c in costs if c.access.op == op]
+            if op == "ldmatrix" and not chosen:
+                continue
             per_op[op] = (sum(c.wavefronts for c in chosen), sum(c.ideal_wavefronts for c in chosen))
         totals = ", ".join(f"{op} {w} wavefronts (ideal {i})" for op, (w, i) in per_op.items())
         if not groups:

@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol, Sequence
 import networkx as nx
 
 from .. import ir
-from ..layout import KernelLayout
+from ..layout import TileLayout
 from ..plan import KernelPlan
 from ..source import Diagnostic
 
@@ -47,7 +47,7 @@ class Context:
         return self.plan.spec
 
     @property
-    def layout(self) -> KernelLayout:
+    def layout(self) -> TileLayout:
         """The vector kernel's lowering, which the passes analyse."""
         return self.plan.layout
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
+from ..targets import MEMORY_TBPS, PEAK_TFLOPS
 from .framework import Context, PassResult
 from .launch import tiles
-
-F32_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -25,25 +24,48 @@ class Intensity:
     warp_flops_per_byte: float  # per k step, against the distinct shared bytes the warp reads
     flops: int  # per launch
     global_bytes: dict[str, int]  # per launch: a, b, c as requested by the blocks (no cache reuse)
+    unit: str  # what multiplies: fma, or the tensor cores' input type (bf16, f16, tf32, 3xtf32)
+    peak_tflops: float  # of that unit on the target's reference GPU
+    bound_tflops: float  # the lower of the peak and what the block intensity sustains from memory
 
     @property
     def launch_flops_per_byte(self) -> float:
         return self.flops / sum(self.global_bytes.values())
 
 
-def tile_intensity(rows: int, cols: int) -> float:
+def tile_intensity(rows: int, cols: int, element_bytes: int = 4) -> float:
     """Flops per byte of a rows x cols outer product per step of k."""
-    return 2 * rows * cols / ((rows + cols) * F32_BYTES)
+    return 2 * rows * cols / ((rows + cols) * element_bytes)
 
 
 def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
     """Each column of blocks reads all of A and each row all of B; C is written once (and read for beta)."""
     c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
+    size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
     return {
-        "a": m * k * tiles(n, spec.block.n) * F32_BYTES,
-        "b": k * n * tiles(m, spec.block.m) * F32_BYTES,
-        "c": m * n * c_passes * F32_BYTES,
+        "a": m * k * tiles(n, spec.block.n) * size[ir.Operand.A],
+        "b": k * n * tiles(m, spec.block.m) * size[ir.Operand.B],
+        "c": m * n * c_passes * size[ir.Operand.C],
     }
+
+
+def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
+    """What multiplies, and its peak on the target's reference GPU in TFLOP/s."""
+    peaks = PEAK_TFLOPS[spec.target.sm]
+    if spec.mma is None:
+        return "fma", peaks["fma"]
+    if spec.mma.precision is ir.Precision.TF32X3:
+        return "3xtf32", peaks["tf32"] / 3
+    if spec.mma.precision is ir.Precision.TF32:
+        return "tf32", peaks["tf32"]
+    return spec.problem.a.dtype.value, peaks[spec.problem.a.dtype.value]
+
+
+def warp_tile(spec: ir.KernelSpec) -> ir.Pair:
+    if spec.mma is not None:
+        return spec.mma.warp_tile
+    threads = spec.threads
+    return ir.Pair(threads.lanes.m * threads.fragment.m, threads.lanes.n * threads.fragment.n)
 
 
 class IntensityPass:
@@ -53,17 +75,25 @@ class IntensityPass:
 
     def run(self, context: Context) -> PassResult:
         spec = context.spec
-        threads = spec.threads
-        warp_tile = ir.Pair(threads.lanes.m * threads.fragment.m, threads.lanes.n * threads.fragment.n)
+        tile = warp_tile(spec)
+        element_bytes = spec.problem.a.dtype.bytes
         m, n, k = context.problem
+        unit, peak = math_unit(spec)
+        block_intensity = tile_intensity(spec.block.m, spec.block.n, element_bytes)
         intensity = Intensity(
-            block_flops_per_byte=tile_intensity(spec.block.m, spec.block.n),
-            warp_tile=warp_tile,
-            warp_flops_per_byte=tile_intensity(warp_tile.m, warp_tile.n),
+            block_flops_per_byte=block_intensity,
+            warp_tile=tile,
+            warp_flops_per_byte=tile_intensity(tile.m, tile.n, element_bytes),
             flops=2 * m * n * k,
             global_bytes=launch_global_bytes(spec, m, n, k),
+            unit=unit,
+            peak_tflops=peak,
+            bound_tflops=min(peak, block_intensity * MEMORY_TBPS[spec.target.sm]),
         )
+        arch = context.layout.arch
+        limit = "memory" if intensity.bound_tflops < peak else unit
         verdict = (f"{intensity.block_flops_per_byte:.1f} flop/B from global memory per block, "
-                   f"{intensity.warp_flops_per_byte:.1f} flop/B from shared memory per {warp_tile} warp tile; "
-                   f"{sum(intensity.global_bytes.values()) / 1e9:.2f} GB requested per launch")
+                   f"{intensity.warp_flops_per_byte:.1f} flop/B from shared memory per {tile} warp tile; "
+                   f"{sum(intensity.global_bytes.values()) / 1e9:.2f} GB requested per launch; {unit} peak "
+                   f"{peak:.0f} TFLOP/s on the {arch.reference_gpu}, bound {intensity.bound_tflops:.0f} ({limit})")
         return PassResult({"intensity": intensity}, verdict)

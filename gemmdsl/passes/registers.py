@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..layout import KernelLayout
+from ..layout import KernelLayout, TileLayout
+from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
 from ..targets import occupancy_of
 from .framework import Context, PassResult
@@ -96,7 +97,10 @@ def swizzle_address_registers(layout: KernelLayout) -> int:
     return total
 
 
-def estimate_registers(layout: KernelLayout) -> RegisterEstimate:
+def estimate_registers(layout: TileLayout) -> RegisterEstimate:
+    if isinstance(layout, MmaLayout):
+        return estimate_mma_registers(layout)
+    assert isinstance(layout, KernelLayout)
     fragment = layout.spec.threads.fragment
     accumulators = fragment.m * fragment.n
     staging = staged_registers(layout.spec)
@@ -112,15 +116,39 @@ def estimate_registers(layout: KernelLayout) -> RegisterEstimate:
     )
 
 
+# Tensor-core kernels (checked against ptxas -v, nvcc 13.0, sm_80 code, on the mma specs in specs/):
+# indices, pointers and loop state beside the accumulators, fragments and addresses.
+MMA_OVERHEAD_REGISTERS = 30
+
+
+def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
+    """Accumulators (4 per instruction block); fragment words in one set, or two when the spec
+    double-buffers them; TF32's rounded copies of one set (big, and for 3xtf32 small); and for a
+    swizzled operand read by ldmatrix an address per load of a k-tile (XOR-ed addresses are not
+    base + immediate, so ptxas precomputes each)."""
+    blocks = layout.blocks
+    accumulators = 4 * blocks[ir.Operand.A] * blocks[ir.Operand.B]
+    words = sum(blocks[op] * layout.registers[op] for op in blocks)
+    sets = 2 if layout.spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE else 1
+    rounded = {ir.Precision.NATIVE: 0, ir.Precision.TF32: 1, ir.Precision.TF32X3: 2}[layout.mma.precision]
+    addresses = sum(len(layout.matrix_loads(op, 0)) * layout.k_steps for op in blocks
+                    if layout.read[op] is ir.SmemRead.LDMATRIX and layout.smem[op].swizzle is not None)
+    return RegisterEstimate(accumulators=accumulators, fragment_sets=sets, fragments=(sets + rounded) * words,
+                            staging=0, swizzle_addresses=addresses, overhead=MMA_OVERHEAD_REGISTERS)
+
+
 def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagnostic, ...]:
     warnings = []
-    micro = spec.threads.at("micro")
+    if spec.mma is None:
+        micro, smaller = spec.threads.at("micro"), "a smaller micro tile or repeat needs fewer registers"
+    else:
+        micro, smaller = spec.mma.at("repeat"), "a smaller mma repeat (more warps for the same tile) needs fewer registers"
     if registers.estimate.total > registers.limit:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,
             f"estimated {registers.estimate.total} registers per thread exceed the limit of {registers.limit}; "
             "ptxas will spill to local memory",
-            hint="a smaller micro tile or repeat needs fewer registers"))
+            hint=smaller))
     if registers.spills:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,

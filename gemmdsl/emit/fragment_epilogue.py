@@ -1,0 +1,119 @@
+"""The epilogue of tensor-core kernels: the accumulators to C over the instruction's C fragment.
+
+Register pair (2h, 2h+1) of block (i, j) holds two neighbours along n (`MmaLayout.c_pair`).
+Row-major C stores the pair as one 2-element vector (float2, __nv_bfloat162, __half2); column-major
+C, edge blocks and the scalar variant store element by element. The value stored is converted to
+C's element type (round to nearest); accumulation is FP32 throughout. Forms as in epilogue.py:
+store, alpha_beta, and the stream-K atomic add (f32 C only, which validation requires).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..emitter import Emitter
+from ..expr import Var
+from ..mma_layout import MmaLayout
+from .scheduler import WorkTile
+
+
+@dataclass(frozen=True)
+class CElement:
+    """How C's element type is read and written from FP32 values, singly and in pairs."""
+
+    c_type: str
+    pair_type: str
+    to_float: str  # a C function, "" for none
+    from_float: str
+    pair_to_float2: str
+    pair_from_floats: str
+
+
+C_ELEMENTS = {
+    ir.DType.F32: CElement("float", "float2", "", "", "", "make_float2"),
+    ir.DType.BF16: CElement("__nv_bfloat16", "__nv_bfloat162", "__bfloat162float", "__float2bfloat16",
+                            "__bfloat1622float2", "__floats2bfloat162_rn"),
+    ir.DType.F16: CElement("__half", "__half2", "__half2float", "__float2half", "__half22float2",
+                           "__floats2half2_rn"),
+}
+
+
+def _call(function: str, argument: str) -> str:
+    return f"{function}({argument})" if function else argument
+
+
+class FragmentEpilogue:
+    def __init__(self, spec: ir.KernelSpec, layout: MmaLayout, out: Emitter):
+        self.spec = spec
+        self.layout = layout
+        self.out = out
+        self.c = C_ELEMENTS[spec.problem.c.dtype]
+        self.alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        self.row_major = spec.problem.c.layout is ir.MatrixLayout.ROW
+
+    def emit(self, work: WorkTile) -> None:
+        o = self.out
+        what = "C = alpha * acc + beta * C (C is not read when beta == 0)" if self.alpha_beta else "C = acc"
+        o.comment(f"Epilogue: {what}; C is {self.spec.problem.c.layout.value}-major {self.c.c_type}; "
+                  "each thread holds pairs of neighbours along n.")
+        if work.atomic:
+            o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
+                      "(0 for epilogue: store) before this kernel started.")
+            self._emit_pairs(lambda: self._emit_atomic_pair())
+            return
+        pairs = self.row_major and self.layout.c_store_width() == 2
+        if not self.spec.problem.checked:
+            self._emit_pairs(self._emit_pair if pairs else lambda: self._emit_elements(guarded=False))
+            return
+        with o.block("if (block_inside)"):
+            self._emit_pairs(self._emit_pair if pairs else lambda: self._emit_elements(guarded=False))
+        with o.block("else"):
+            o.comment("Edge block: one element at a time, only inside C.")
+            self._emit_pairs(lambda: self._emit_elements(guarded=True))
+
+    def _emit_pairs(self, store) -> None:
+        """For every accumulator pair: its row and first column in C, the scaled values, then `store`."""
+        o = self.out
+        m, n = self.layout.c_pair(Var("i"), Var("j"), Var("h"))
+        with o.unrolled("i", "BLOCKS_M"), o.unrolled("j", "BLOCKS_N"), o.unrolled("h", "2"):
+            o.line(f"const int row = block_m + {m.render()};")
+            o.line(f"const int col = block_n + {n.render()};")
+            scale = "alpha * " if self.alpha_beta else ""
+            o.line(f"float2 out = make_float2({scale}acc[i][j][2 * h], {scale}acc[i][j][2 * h + 1]);")
+            store()
+
+    def _address(self, column: str) -> str:
+        if self.row_major:
+            return f"C + (size_t)row * ldc + {column}"
+        return f"C + (size_t)({column}) * ldc + row"
+
+    def _emit_pair(self) -> None:
+        """Both values in one vector store (row-major C, pair inside C)."""
+        o, c = self.out, self.c
+        o.line(f"{c.pair_type}* const pair = reinterpret_cast<{c.pair_type}*>({self._address('col')});")
+        if self.alpha_beta:
+            with o.block("if (beta != 0.0f)"):
+                o.line(f"const float2 old = {_call(c.pair_to_float2, '*pair')};")
+                o.line("out.x += beta * old.x;")
+                o.line("out.y += beta * old.y;")
+        o.line(f"*pair = {c.pair_from_floats}(out.x, out.y);")
+
+    def _emit_elements(self, guarded: bool) -> None:
+        o, c = self.out, self.c
+        for e, (column, value) in enumerate((("col", "out.x"), ("col + 1", "out.y"))):
+            inside = f"if (row < M && {column} < N)" if guarded else ""
+            with o.block(inside):
+                o.line(f"{c.c_type}* const element = {self._address(column)};")
+                if self.alpha_beta:
+                    o.line(f"const float old = beta != 0.0f ? {_call(c.to_float, '*element')} : 0.0f;")
+                    value = f"{value} + beta * old"
+                o.line(f"*element = {_call(c.from_float, value)};")
+
+    def _emit_atomic_pair(self) -> None:
+        """Stream-K: add the pair into f32 C (exact bounds, so always inside C)."""
+        o = self.out
+        if self.row_major and self.layout.arch.has_vector_atomic_add:
+            o.line(f"atomicAdd(reinterpret_cast<float2*>({self._address('col')}), out);")
+            return
+        o.line(f"atomicAdd({self._address('col')}, out.x);")
+        o.line(f"atomicAdd({self._address('col + 1')}, out.y);")
