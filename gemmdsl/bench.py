@@ -1,4 +1,4 @@
-"""Time generated kernels against FP32 cuBLAS and the GPU's measured FP32 FMA peak.
+"""Time generated kernels against cuBLAS at their own precision, and against their unit's peak.
 
 Method, and why:
 - CUDA events around every launch; the median of `runs` timed launches (at
@@ -16,8 +16,15 @@ Method, and why:
   so that each kernel's percentage of cuBLAS compares launches made under the
   same clocks. An H100 under a long FMA-bound run moves its clocks by a few
   percent, enough to decide a comparison between near-equal kernels.
-- The peak is measured, not taken from a datasheet: a kernel of independent
-  FMA chains in registers, timed at the clocks this GPU actually runs.
+- The FMA peak is measured, not taken from a datasheet: a kernel of independent
+  FMA chains in registers, timed at the clocks this GPU actually runs. Tensor-core kernels
+  are rated against their unit's peak in gemmdsl/targets.py (PEAK_TFLOPS, for the H100 the
+  mma.sync rates measured in a register-only loop; 3xTF32 a third of TF32's).
+- Each kernel is compared with cuBLAS at its own precision (gemmdsl/precisions.py): FMA and
+  3xTF32 kernels with SGEMM (CuPy, TF32 off), bf16 and f16 kernels with cuBLAS on the same
+  16-bit inputs and TF32 kernels with cuBLAS in TF32 mode (both through PyTorch, whose
+  16-bit products come out in the inputs' type). Kernels are timed in groups of one
+  comparison, on inputs of their type; each group has its own cuBLAS row.
 """
 from __future__ import annotations
 
@@ -33,8 +40,10 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
-from .runtime import Kernel, Size, format_size, require_fp32_cublas, run_on_kernels
-from .verify import random_matrix
+from .precisions import Comparison, comparison
+from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas, run_on_kernels
+from .targets import PEAK_TFLOPS
+from .verify import CupyArrays, arrays_for, random_operand
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
 MIN_RUNS = 20
@@ -138,40 +147,56 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
 
     check_runs(runs)
     require_fp32_cublas()
-    progress = progress or Progress(1 + len(sizes) * (1 + len(kernels)))
+    groups: dict[Comparison, list[Kernel]] = {}
+    for kernel in kernels:
+        groups.setdefault(comparison(kernel.metadata), []).append(kernel)
+    progress = progress or Progress(1 + len(sizes) * (len(groups) + len(kernels)))
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     progress.start("measuring the FP32 FMA peak")
     peak = measure_fma_peak(properties["multiProcessorCount"])
-    rng = cupy.random.RandomState(seed)
+    sm = parse_target("sm_{}{}".format(*cupy.cuda.Device().compute_capability))[0]
     rows = []
     for size in sizes:
-        sets = [input_set(rng, size) for _ in range(buffer_sets(matrix_bytes(size), properties["l2CacheSize"]))]
-        rows += bench_size(kernels, size, sets, runs, warmup, peak, progress)
+        for compared, members in groups.items():
+            unit_peak = peak if compared.unit == "fma" else unit_peak_tflops(compared.unit, sm)
+            arrays = arrays_for(compared, seed)
+            count = buffer_sets(matrix_bytes(size, compared.input_dtype), properties["l2CacheSize"])
+            sets = [input_set(arrays, compared, size) for _ in range(count)]
+            rows += bench_size(members, compared, arrays, size, sets, runs, warmup, unit_peak, progress)
     progress.finish()
     name = properties["name"]
     return BenchReport(device=name.decode() if isinstance(name, bytes) else name, cupy_version=cupy.__version__,
                        peak_tflops=peak, runs=runs, warmup=warmup, rows=rows)
 
 
-def bench_size(kernels: list[Kernel], size: Size, sets: list[tuple], runs: int, warmup: int, peak: float,
-               progress: Progress) -> list[Row]:
-    """cuBLAS alone first, then each kernel interleaved with cuBLAS, on the same buffers."""
-    import cupy
+def unit_peak_tflops(unit: str, sm: int) -> float:
+    peaks = PEAK_TFLOPS[sm]
+    return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
 
-    progress.start(f"cuBLAS at {format_size(size)}")
-    cublas = [partial(cupy.matmul, a, b, out=c) for a, b, c in sets]
+
+def cublas_name(compared: Comparison) -> str:
+    """`cuBLAS` for SGEMM (the name earlier reports and the tuner use), else `cuBLAS <precision>`."""
+    return "cuBLAS" if compared.cublas == "SGEMM" else f"cuBLAS {compared.cublas}"
+
+
+def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, size: Size, sets: list[tuple],
+               runs: int, warmup: int, peak: float, progress: Progress) -> list[Row]:
+    """cuBLAS at the kernels' precision alone first, then each kernel interleaved with it, on the same inputs."""
+    name = cublas_name(compared)
+    progress.start(f"{name} at {format_size(size)}")
+    cublas = [partial(arrays.cublas_into, a, b, c) for a, b, c in sets]
     cublas_ms = statistics.median(time_launches(cublas, runs, warmup))
-    rows = [measured_row("cuBLAS", size, len(sets), cublas_ms, cublas_ms, peak)]
+    rows = [measured_row(name, size, len(sets), cublas_ms, cublas_ms, peak)]
     for kernel in kernels:
         progress.start(f"{kernel.name} at {format_size(size)}")
-        rows.append(kernel_row(kernel, size, sets, runs, warmup, cublas, peak))
+        rows.append(kernel_row(kernel, arrays, size, sets, runs, warmup, cublas, peak))
     return rows
 
 
-def kernel_row(kernel: Kernel, size: Size, sets: list[tuple], runs: int, warmup: int,
+def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, sets: list[tuple], runs: int, warmup: int,
                cublas: list[Callable[[], Any]], peak: float) -> Row:
     try:
-        launches = [kernel.bind(*in_layouts(kernel, operands)) for operands in sets]
+        launches = [kernel.bind(*in_layouts(kernel, arrays, operands)) for operands in sets]
     except ValueError as err:  # a size this exact-shape kernel cannot take
         return Row(kernel.name, *size, buffer_sets=len(sets), note=f"skipped: {err}")
     cublas_times, times = time_interleaved([cublas, launches], runs, warmup)
@@ -190,10 +215,10 @@ def tflops_of(size: Size, milliseconds: float) -> float:
     return 2 * m * n * k / (milliseconds * 1e-3) / 1e12
 
 
-def matrix_bytes(size: Size) -> int:
-    """Bytes of A, B and C together (float32)."""
+def matrix_bytes(size: Size, dtype: str = "f32") -> int:
+    """Bytes of A, B and C together (C taken as wide as A and B)."""
     m, n, k = size
-    return 4 * (m * k + k * n + m * n)
+    return (4 if dtype == "f32" else 2) * (m * k + k * n + m * n)
 
 
 def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
@@ -201,20 +226,22 @@ def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
     return max(1, math.ceil(L2_MULTIPLE * l2_bytes / set_bytes))
 
 
-def input_set(rng: Any, size: Size) -> tuple:
-    import cupy
-
+def input_set(arrays: CupyArrays, compared: Comparison, size: Size) -> tuple:
+    """Row-major A and B of the comparison's input type, and cuBLAS's C."""
     m, n, k = size
-    return random_matrix(rng, m, k), random_matrix(rng, k, n), cupy.empty((m, n), dtype=cupy.float32)
+    a = random_operand(arrays, compared.input_dtype, "row", m, k)
+    b = random_operand(arrays, compared.input_dtype, "row", k, n)
+    return a, b, arrays.cublas_out(m, n, compared.input_dtype)
 
 
-def in_layouts(kernel: Kernel, operands: tuple) -> tuple:
-    """A row-major input set in the kernel's layouts: column-major operands become copies in
-    Fortran order, so every kernel (and cuBLAS) reads the same values."""
-    import cupy
-
+def in_layouts(kernel: Kernel, arrays: CupyArrays, operands: tuple) -> tuple:
+    """A row-major input set in the kernel's layouts, and a C of the kernel's type: column-major
+    operands become copies in Fortran order, so every kernel (and cuBLAS) reads the same values."""
+    a, b, _ = operands
+    m, n = a.shape[0], b.shape[1]
+    c = arrays.poisoned(m * n, kernel.metadata.get("dtypes", {}).get("c", "f32"))
     layouts = [kernel.requirements.layouts[name] for name in ("A", "B", "C")]
-    return tuple(x if layout == "row" else cupy.asfortranarray(x) for x, layout in zip(operands, layouts))
+    return tuple(x if layout == "row" else arrays.column_major(x) for x, layout in zip((a, b, c.reshape(m, n)), layouts))
 
 
 def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> list[float]:

@@ -20,6 +20,7 @@ from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
 from .frontend import load
 from .layout import TileLayout
+from .passes.intensity import math_unit
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
 
@@ -116,6 +117,8 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
                      "max_leading_dimension": requirements.max_leading_dimension},
         "epilogue": spec.problem.epilogue.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
+        # What multiplies (fma | bf16 | f16 | tf32 | 3xtf32): verify and bench compare with cuBLAS at that precision.
+        "unit": math_unit(spec)[0],
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,

@@ -14,12 +14,14 @@ C is poisoned with NaN before the launch, so an element the kernel never writes
 (padding between its rows and batches included) sits between two NaN guard
 regions, and every float of it that is not an element of C must still be NaN.
 
-Tolerance: an FP32 SGEMM with K <= 8192 lands near 1e-6 relative (Frobenius)
-error against float64; 1e-5 leaves room for summation order, while a wrong
-index or a dropped k-tile is off by orders of magnitude. The float64
-reference (DGEMM on the GPU) is used for problems up to 2048 in every
-dimension; larger ones are compared with FP32 cuBLAS only. Sizes an exact
-kernel cannot take are reported as skipped.
+Precision: each kernel is compared with float64 (the exact product of the inputs it read) and
+with cuBLAS at its own precision, and held to the tolerance of its unit (gemmdsl/precisions.py:
+1e-5 for FP32 FMA kernels, FP32 accumulation plus C's rounding for 16-bit inputs, 2e-3 for TF32,
+and twice cuBLAS SGEMM's own error for 3xTF32, which also gets a `wide` case of values spread over
+2^-20..2^20). FP32 inputs and cuBLAS SGEMM come from CuPy; bf16, f16 and TF32 from PyTorch. The
+float64 reference (DGEMM on the GPU) is used for problems up to 2048 in every dimension; larger
+ones are compared with cuBLAS only (and 3xTF32 then with FP32 tolerance). Sizes an exact kernel
+cannot take are reported as skipped.
 """
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .runtime import Kernel, Size, format_size, require_fp32_cublas, run_on_kernels
 
 DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
-TOLERANCE = 1e-5
+TOLERANCE = FMA_TOLERANCE
+WIDE_EXPONENT = 20  # the wide case: magnitudes 2^-20..2^20
 FLOAT64_MAX_DIM = 2048
 GUARD_ELEMENTS = 1 << 16  # a multiple of 4 floats, so C stays 16-byte aligned inside its buffer
 PAD_ELEMENTS = 4  # added to each rounded-up leading dimension of a padded case
@@ -61,7 +65,10 @@ class Result:
     vs_cublas: Error | None
     vs_float64: Error | None  # None above FLOAT64_MAX_DIM
     cublas_vs_float64: Error | None  # cuBLAS's own error, the yardstick for vs_float64
-    tolerance: float = TOLERANCE
+    tolerance: float = TOLERANCE  # against float64
+    # against cuBLAS at the kernel's precision: held where that is FP32 (SGEMM); a 16-bit or TF32
+    # cuBLAS result is itself off by more than the kernel may be, so it is reported only
+    cublas_tolerance: float | None = TOLERANCE
     case: str = "contiguous"
     batch: int = 1
     entry: str = ""  # the kernel the call ran (the vector or the scalar variant)
@@ -76,9 +83,10 @@ class Result:
         if self.wrote_outside_c:
             reasons.append("wrote outside C")
         if not self.nonfinite:  # with NaNs in C every error is NaN, which says nothing more
-            for label, error in (("float64", self.vs_float64), ("cuBLAS", self.vs_cublas)):
-                if error is not None and not error.relative <= self.tolerance:
-                    reasons.append(f"error vs {label} {error.relative:.2e} > {self.tolerance:.0e}")
+            for label, error, tolerance in (("float64", self.vs_float64, self.tolerance),
+                                            ("cuBLAS", self.vs_cublas, self.cublas_tolerance)):
+                if error is not None and tolerance is not None and not error.relative <= tolerance:
+                    reasons.append(f"error vs {label} {error.relative:.2e} > {tolerance:.1e}")
         return reasons
 
     @property
@@ -94,30 +102,32 @@ class Case:
     padded: bool  # leading dimensions rounded up to 4 and PAD_ELEMENTS more
     batch: int  # 1: 2-D operands
     scalars: bool  # alpha=1.5, beta=-0.5 (alpha_beta kernels) instead of 1, 0
+    wide: bool = False  # A and B spread over 2^-20..2^20 in magnitude (3xTF32's accuracy rule)
 
 
 def cases(kernel: Kernel) -> list[Case]:
-    """Packed operands, padded ones with the scalars, and a batch for batched kernels."""
+    """Packed operands, padded ones with the scalars, a batch for batched kernels, wide-range data
+    for kernels whose accuracy is held to cuBLAS's."""
     found = [Case("contiguous", padded=False, batch=1, scalars=False),
              Case("padded", padded=True, batch=1, scalars=True)]
     if kernel.requirements.batched:
         found.append(Case(f"batch {BATCH}", padded=True, batch=BATCH, scalars=True))
+    if comparison(kernel.metadata).relative_to_cublas:
+        found.append(Case("wide", padded=True, batch=1, scalars=False, wide=True))
     return found
 
 
 def verify(kernel: Kernel, sizes: list[Size], seed: int = 0) -> list[Result]:
     """Run `kernel` on every size in every case of `cases(kernel)`."""
-    import cupy
-
     require_fp32_cublas()
-    rng = cupy.random.RandomState(seed)
+    arrays = arrays_for(comparison(kernel.metadata), seed)
     results = []
     for size in sizes:
         why = size_refused(kernel, size)
         if why:
             results.append(skipped_result(kernel, size, why))
             continue
-        results += [check_case(kernel, rng, size, case) for case in cases(kernel)]
+        results += [check_case(kernel, arrays, size, case) for case in cases(kernel)]
     return results
 
 
@@ -164,25 +174,135 @@ def operand_elements(layout: str, rows: int, cols: int, padded: bool, batch: int
     return batch * outer * leading_dimension(inner, padded)
 
 
-def random_operand(rng: Any, layout: str, rows: int, cols: int, padded: bool = False, batch: int = 1) -> Any:
-    """Random values in [-1, 1] laid out as the kernel wants them (padding random too)."""
-    import cupy
+class CupyArrays:
+    """FP32 inputs and cuBLAS SGEMM through CuPy."""
 
+    def __init__(self, seed: int):
+        import cupy
+
+        self.xp = cupy
+        self.rng = cupy.random.RandomState(seed)
+
+    def random(self, elements: int, dtype: str, wide: bool = False) -> Any:
+        values = self.rng.uniform(-1.0, 1.0, elements, dtype=self.xp.float32)
+        if wide:
+            magnitude = self.xp.exp2(self.rng.uniform(-WIDE_EXPONENT, WIDE_EXPONENT, elements)).astype(values.dtype)
+            values = self.xp.sign(values) * magnitude
+        return values
+
+    def poisoned(self, elements: int, dtype: str) -> Any:
+        return self.xp.full(elements, self.xp.nan, dtype=self.xp.float32)
+
+    def float64(self, x: Any) -> Any:
+        return x.astype(self.xp.float64)
+
+    def cublas(self, a: Any, b: Any) -> Any:
+        return self.xp.matmul(a, b)
+
+    def cublas_into(self, a: Any, b: Any, c: Any) -> None:
+        self.xp.matmul(a, b, out=c)
+
+    def cublas_out(self, rows: int, cols: int, dtype: str) -> Any:
+        """What cuBLAS writes: C of the inputs' type."""
+        return self.poisoned(rows * cols, dtype).reshape(rows, cols)
+
+    def column_major(self, x: Any) -> Any:
+        return self.xp.asfortranarray(x)
+
+    def count_nonfinite(self, x: Any) -> int:
+        return int((~self.xp.isfinite(x)).sum())
+
+    def all_nan(self, x: Any) -> bool:
+        return bool(self.xp.isnan(x).all())
+
+    def error(self, actual: Any, reference: Any) -> Error:
+        difference = self.float64(actual) - self.float64(reference)
+        relative = self.xp.linalg.norm(difference) / self.xp.linalg.norm(self.float64(reference))
+        return Error(relative=float(relative), max_abs=float(abs(difference).max()))
+
+
+class TorchArrays(CupyArrays):
+    """bf16, f16 and TF32 inputs and cuBLAS at that precision through PyTorch (CuPy has no bf16, and
+    asks cuBLAS for TF32 only process-wide)."""
+
+    DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+    def __init__(self, seed: int, tf32: bool):
+        import torch
+
+        self.xp = torch
+        self.tf32 = tf32
+        self.generator = torch.Generator(device="cuda").manual_seed(seed)
+
+    def _dtype(self, name: str) -> Any:
+        return getattr(self.xp, self.DTYPES[name])
+
+    def random(self, elements: int, dtype: str, wide: bool = False) -> Any:
+        values = self.xp.rand(elements, device="cuda", generator=self.generator) * 2 - 1
+        return values.to(self._dtype(dtype))
+
+    def poisoned(self, elements: int, dtype: str) -> Any:
+        return self.xp.full((elements,), float("nan"), device="cuda", dtype=self._dtype(dtype))
+
+    def float64(self, x: Any) -> Any:
+        return x.to(self.xp.float64)
+
+    def cublas(self, a: Any, b: Any) -> Any:
+        """The product at the kernel's precision: 16-bit inputs (FP32 accumulation, 16-bit result),
+        or f32 inputs with TF32 allowed."""
+        return self._tf32_matmul(a, b)
+
+    def _tf32_matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+        """allow_tf32 changes only f32 products; 16-bit ones are the same either way."""
+        matmul = self.xp.backends.cuda.matmul
+        allowed = matmul.allow_tf32
+        matmul.allow_tf32 = self.tf32
+        try:
+            return self.xp.matmul(a, b, out=out)
+        finally:
+            matmul.allow_tf32 = allowed
+
+    def cublas_into(self, a: Any, b: Any, c: Any) -> None:
+        self._tf32_matmul(a, b, out=c)
+
+    def column_major(self, x: Any) -> Any:
+        return x.t().contiguous().t()
+
+    def count_nonfinite(self, x: Any) -> int:
+        return int((~self.xp.isfinite(x)).sum())
+
+    def all_nan(self, x: Any) -> bool:
+        return bool(self.xp.isnan(x).all())
+
+    def error(self, actual: Any, reference: Any) -> Error:
+        difference = self.float64(actual) - self.float64(reference)
+        relative = self.xp.linalg.norm(difference) / self.xp.linalg.norm(self.float64(reference))
+        return Error(relative=float(relative), max_abs=float(difference.abs().max()))
+
+
+def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
+    if comparison.library == "torch":
+        return TorchArrays(seed, tf32=comparison.unit == "tf32")
+    return CupyArrays(seed)
+
+
+def random_operand(arrays: CupyArrays, dtype: str, layout: str, rows: int, cols: int, padded: bool = False,
+                   batch: int = 1, wide: bool = False) -> Any:
+    """Random values laid out as the kernel wants them (padding random too)."""
     elements = operand_elements(layout, rows, cols, padded, batch)
-    return operand_in(rng.uniform(-1.0, 1.0, elements, dtype=cupy.float32), layout, rows, cols, padded, batch)
+    return operand_in(arrays.random(elements, dtype, wide), layout, rows, cols, padded, batch)
 
 
-def check_case(kernel: Kernel, rng: Any, size: Size, case: Case) -> Result:
-    import cupy
-
+def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Result:
     m, n, k = size
     layouts = kernel.requirements.layouts
+    dtypes = kernel.metadata.get("dtypes", {"a": "f32", "b": "f32", "c": "f32"})
     alpha, beta = scalar_cases(kernel.epilogue)[-1] if case.scalars else (1.0, 0.0)
-    a = random_operand(rng, layouts["A"], m, k, case.padded, case.batch)
-    b = random_operand(rng, layouts["B"], k, n, case.padded, case.batch)
-    c_in = random_operand(rng, layouts["C"], m, n, case.padded, case.batch) if beta else None
+    a = random_operand(arrays, dtypes["a"], layouts["A"], m, k, case.padded, case.batch, case.wide)
+    b = random_operand(arrays, dtypes["b"], layouts["B"], k, n, case.padded, case.batch, case.wide)
+    c_in = random_operand(arrays, dtypes["c"], layouts["C"], m, n, case.padded, case.batch) if beta else None
     elements = operand_elements(layouts["C"], m, n, case.padded, case.batch)
-    buffer = cupy.full(elements + 2 * GUARD_ELEMENTS, cupy.nan, dtype=cupy.float32)
+    buffer = arrays.poisoned(elements + 2 * GUARD_ELEMENTS, dtypes["c"])
     c_of: Callable[[Any], Any] = lambda whole: operand_in(whole[GUARD_ELEMENTS:], layouts["C"], m, n,  # noqa: E731
                                                           case.padded, case.batch)
     c = c_of(buffer)
@@ -190,34 +310,27 @@ def check_case(kernel: Kernel, rng: Any, size: Size, case: Case) -> Result:
         c[...] = c_in
     launch = kernel.bind(a, b, c, alpha, beta)
     launch()
-    outside = buffer.copy()
-    c_of(outside)[...] = cupy.nan
-    cublas = expected(a, b, c_in, alpha, beta)
+    outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
+    c_of(outside)[...] = float("nan")
+    cublas = expected(arrays.cublas(a, b), c_in, alpha, beta)
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
-        float64 = expected(a.astype(cupy.float64), b.astype(cupy.float64),
-                           None if c_in is None else c_in.astype(cupy.float64), alpha, beta)
+        float64 = expected(arrays.float64(a) @ arrays.float64(b),
+                           None if c_in is None else arrays.float64(c_in), alpha, beta)
+    cublas_vs_float64 = None if float64 is None else arrays.error(cublas, float64)
+    tolerance = comparison(kernel.metadata).tolerance(dtypes["c"], cublas_vs_float64 and cublas_vs_float64.relative)
     return Result(kernel=kernel.name, m=m, n=n, k=k, alpha=alpha, beta=beta,
-                  nonfinite=int((~cupy.isfinite(c)).sum()), wrote_outside_c=not bool(cupy.isnan(outside).all()),
-                  vs_cublas=error(c, cublas), vs_float64=None if float64 is None else error(c, float64),
-                  cublas_vs_float64=None if float64 is None else error(cublas, float64),
+                  nonfinite=arrays.count_nonfinite(c), wrote_outside_c=not arrays.all_nan(outside),
+                  vs_cublas=arrays.error(c, cublas), vs_float64=None if float64 is None else arrays.error(c, float64),
+                  cublas_vs_float64=cublas_vs_float64, tolerance=tolerance or TOLERANCE,
+                  cublas_tolerance=TOLERANCE if comparison(kernel.metadata).cublas == "SGEMM" else None,
                   case=case.name, batch=case.batch, entry=launch.entry)
 
 
-def expected(a: Any, b: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
-    """alpha*A@B + beta*C through cuBLAS, in the precision of the inputs."""
-    import cupy
-
-    product = alpha * cupy.matmul(a, b)
+def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
+    """alpha * product + beta * C, in the wider of the two types."""
+    product = alpha * product
     return product if c_in is None else product + beta * c_in
-
-
-def error(actual: Any, reference: Any) -> Error:
-    import cupy
-
-    difference = actual.astype(cupy.float64) - reference.astype(cupy.float64, copy=False)
-    relative = cupy.linalg.norm(difference) / cupy.linalg.norm(reference.astype(cupy.float64, copy=False))
-    return Error(relative=float(relative), max_abs=float(cupy.abs(difference).max()))
 
 
 def format_result(result: Result) -> str:

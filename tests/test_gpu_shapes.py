@@ -30,7 +30,7 @@ from gemmdsl import runtime
 from gemmdsl.build import find_nvcc
 from gemmdsl.compiler import compile_path
 from gemmdsl.runtime import format_size
-from gemmdsl.verify import Case, check_case, format_result, random_operand, verify
+from gemmdsl.verify import Case, CupyArrays, check_case, format_result, random_operand, verify
 from spec_strategies import spec_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,12 +155,10 @@ def random_cases(draw: st.DrawFn, req: runtime.Requirements):
                                  HealthCheck.function_scoped_fixture])
 @given(text=spec_texts(name="fuzzed"), data=st.data())
 def test_random_specs_at_random_shapes(text, data, tmp_path_factory, monkeypatch):
-    import cupy
-
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.getbasetemp() / "fuzzed-cubins"))
     kernel = runtime.load("fuzzed.gemm", text=text)
     size, case = data.draw(random_cases(kernel.requirements))
-    result = check_case(kernel, cupy.random.RandomState(0), size, case)
+    result = check_case(kernel, CupyArrays(0), size, case)
     assert result.passed, f"{format_result(result)}\n{text}"
 
 
@@ -273,7 +271,6 @@ def test_column_major_launch_passes_natural_leading_dimensions(launchers, cupy):
 
 
 def test_random_operands_are_laid_out_as_asked(cupy):
-    rng = cupy.random.RandomState(1)
-    column = random_operand(rng, "col", 5, 3, padded=True, batch=2)
+    column = random_operand(CupyArrays(1), "f32", "col", 5, 3, padded=True, batch=2)
     assert column.shape == (2, 5, 3) and column.strides[-2:] == (4, 4 * 12)
     assert numpy.isfinite(cupy.asnumpy(column)).all()

@@ -1,0 +1,59 @@
+"""What a kernel is compared with, and how close it must be, by the unit it multiplies on.
+
+`verify` and `bench` read a kernel's `unit` from its metadata (fma, bf16, f16, tf32, 3xtf32) and
+take from here: which cuBLAS computation is the same precision (the baseline `bench` times and
+the second reference `verify` reports), which library makes the inputs and runs it (CuPy for
+FP32 inputs; PyTorch where CuPy lacks the type (bf16) or the mode (TF32)), and the tolerance
+against a float64 product of the very inputs the kernel read.
+
+Tolerances (relative Frobenius error against float64; K <= 8192):
+- fma: 1e-5. FP32 accumulation lands near 1e-6; a wrong index or a dropped k-tile is off by
+  orders of magnitude.
+- bf16 / f16 inputs: the reference multiplies the same 16-bit values exactly, so what is left is
+  FP32 accumulation (1e-5, as above) plus rounding C to its own type: the unit roundoff of C's
+  type (f32 0, f16 2^-11, bf16 2^-8) bounds that relative error element by element.
+- tf32: both inputs are rounded to TF32 (unit roundoff 2^-11) first, so a product is off by up
+  to 2 * 2^-11 ~ 1e-3 relative; 2e-3 leaves room for FP32 accumulation. Reported, not compared
+  with cuBLAS's TF32 error (the issue holds only 3xTF32 to that).
+- 3xtf32: as accurate as FP32: at most twice cuBLAS SGEMM's own error on the same inputs, on
+  uniform and on wide-range data (the `wide` case).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FMA_TOLERANCE = 1e-5
+TF32_TOLERANCE = 2e-3
+TF32X3_FACTOR = 2.0  # times cuBLAS SGEMM's error
+UNIT_ROUNDOFF = {"f32": 0.0, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    unit: str
+    cublas: str  # the cuBLAS computation at the same precision, as the reports name it
+    library: str  # "cupy" or "torch": makes the inputs and runs cuBLAS
+    input_dtype: str  # of A and B
+    relative_to_cublas: bool  # the tolerance is a factor of cuBLAS's own error vs float64
+
+    def tolerance(self, c_dtype: str, cublas_error: float | None) -> float:
+        """Largest relative error vs float64 that passes."""
+        if self.relative_to_cublas:
+            return TF32X3_FACTOR * (cublas_error or 0.0)
+        if self.unit == "tf32":
+            return TF32_TOLERANCE
+        return FMA_TOLERANCE + UNIT_ROUNDOFF[c_dtype]
+
+
+COMPARISONS = {
+    "fma": Comparison("fma", "SGEMM", "cupy", "f32", relative_to_cublas=False),
+    "3xtf32": Comparison("3xtf32", "SGEMM", "cupy", "f32", relative_to_cublas=True),
+    "tf32": Comparison("tf32", "TF32 GEMM", "torch", "f32", relative_to_cublas=False),
+    "bf16": Comparison("bf16", "BF16 GEMM", "torch", "bf16", relative_to_cublas=False),
+    "f16": Comparison("f16", "FP16 GEMM", "torch", "f16", relative_to_cublas=False),
+}
+
+
+def comparison(metadata: dict) -> Comparison:
+    """The comparison for a compiled kernel (metadata from before units were recorded: fma)."""
+    return COMPARISONS[metadata.get("unit", "fma")]
