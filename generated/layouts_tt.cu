@@ -21,7 +21,7 @@
 //   launch: 4096 blocks of 4 warps, 512 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 256 wavefronts (ideal 256), store 32 wavefronts (ideal 32)
 //   smem_traffic: per launch: 536,870,912 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
-//   registers: estimate 72 registers per thread (+-80%; demand 72: 32 accumulators, 12 fragments, 8 staging, 2 global addresses, 3 bound checks, 15 indices and loop state)
+//   registers: estimate 72 registers per thread (+-65%; demand 72: 32 accumulators, 12 fragments, 2 global addresses, 6 bound checks, 20 indices and loop state)
 //   occupancy: 7 blocks per SM (28 of 64 warps), limited by registers; 4,224 bytes of shared memory per block, 72 estimated registers per thread
 //   waves: 4,096 tiles in 4.43 waves of 924 blocks (132 SMs of an H100 SXM x 7); the last wave 43% full
 //   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8.66 GB requested per launch

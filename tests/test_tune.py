@@ -290,7 +290,7 @@ def test_results_json_records_every_candidate():
     data = tune.results_json(report, ranked, ranked[:1], {}, [SIZE])
     assert [c["status"] for c in data["candidates"]] == ["pruned", "pruned", "pruned", "kept"] + ["rejected"] * 4
     assert data["generated"] == 8 and data["pruned"] == {"conflicts": 2, "registers": 1}
-    assert data["candidates"][3]["prediction"]["registers"] == 125
+    assert data["candidates"][3]["prediction"]["registers"] == 128
 
 
 # --- the command -------------------------------------------------------------------------------
