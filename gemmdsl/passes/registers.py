@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from .. import ir
 from ..layout import KernelLayout
 from ..source import Diagnostic, Severity
-from .framework import Context, PassResult
 from ..targets import Arch
+from .framework import Context, PassResult
 
 try:  # occupancy_of is moving to targets.py
     from ..targets import occupancy_of  # type: ignore[attr-defined]
