@@ -37,9 +37,12 @@ each for the first rule it breaks, in this order:
               --conflict-tolerance PCT keeps those whose excess is under PCT% of all wavefronts
               (measured on an H100: pad-0 twins with 3-8% excess store wavefronts can be the
               faster ones, so this rule is the one to relax when --exhaustive shows a gap)
-  registers   the register estimate exceeds the per-thread cap: the architecture's 255,
-              `budget { registers }`, or what `__launch_bounds__(threads, blocks_per_sm)`
-              leaves (65536 / (blocks_per_sm * threads), rounded down to 8) -- a predicted spill
+  registers   the register estimate exceeds the per-thread cap even at the low edge of its measured
+              error band: max(accumulators + fragments, demand x (1 - ESTIMATE_BAND)) > cap
+              (gemmdsl/passes/registers.py; the band is what scripts/register_study.py measured
+              against ptxas): the cap is the architecture's 255,
+              `budget { registers }`, or what `__launch_bounds__(threads[, blocks_per_sm])` leaves
+              (65536 / (blocks_per_sm * threads), rounded down to 8) -- a predicted spill
   occupancy   fewer than --min-warps resident warps per SM (default 8)
 
 The survivors are ranked by predicted efficiency, the product of
@@ -79,6 +82,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import ir
+from .passes.registers import ESTIMATE_BAND
 from .schedule import stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import arch, registers_for_blocks
@@ -305,6 +309,7 @@ class Prediction:
 
     registers: int  # per thread: the estimate, or ptxas's count once built
     register_cap: int
+    register_low: int  # the fewest registers per thread the estimate's measured band allows, or ptxas's count
     blocks_per_sm: int
     warps_per_sm: int
     load_conflicts: int  # excess wavefronts per launch
@@ -368,7 +373,7 @@ def message_shape(message: str) -> str:
 
 def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
     """The most registers per thread ptxas may use for this spec without spilling."""
-    cap = arch_limit
+    cap = min(arch_limit, 65536 // (-(-threads // 32) * 32) // 8 * 8)  # __launch_bounds__(threads)
     if spec.budget.registers is not None:
         cap = min(cap, spec.budget.registers)
     if spec.budget.blocks_per_sm:
@@ -392,6 +397,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     return Prediction(
         registers=registers.per_thread,
         register_cap=register_cap(spec, analysis.layout.threads, registers.limit),
+        register_low=registers.ptxas if registers.ptxas is not None else registers.estimate.low,
         blocks_per_sm=occupancy.blocks_per_sm,
         warps_per_sm=occupancy.warps_per_sm,
         load_conflicts=traffic.load_conflicts,
@@ -437,8 +443,11 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
     if (p.load_conflicts or p.store_conflicts) and p.conflict_pct >= conflict_pct:
         return "conflicts", (f"{p.load_conflicts:,} load and {p.store_conflicts:,} store wavefronts beyond ideal "
                              f"({p.conflict_pct:.1f}%)")
-    if p.registers > p.register_cap:
-        return "registers", f"estimate {p.registers} > cap {p.register_cap}"
+    if p.ptxas is not None and p.registers > p.register_cap:
+        return "registers", f"ptxas {p.registers} > cap {p.register_cap}"
+    if p.ptxas is None and p.register_low > p.register_cap:
+        return "registers", (f"estimate at least {p.register_low} (its {100 * ESTIMATE_BAND:.0f}% band, "
+                             f"accumulators and fragments) > cap {p.register_cap}")
     if p.warps_per_sm < min_warps:
         return "occupancy", f"{p.warps_per_sm} warps per SM < {min_warps}"
     return None

@@ -20,8 +20,8 @@
 //   launch: 1024 blocks of 8 warps, 256 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: conflicts: A store 32-bit 2-way; per block and k-tile: load 1536 wavefronts (ideal 1536), store 192 wavefronts (ideal 128)
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 50,331,648 store (16,777,216 from conflicts)
-//   registers: estimate 119 registers per thread (64 accumulators, 32 fragments (2 sets), 23 indices and loop state)
-//   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 49,920 bytes of shared memory per block, 119 estimated registers per thread
+//   registers: estimate 128 registers per thread (+-65%; demand 102: 64 accumulators, 16 fragments, 2 global addresses, 20 indices and loop state)
+//   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 49,920 bytes of shared memory per block, 128 estimated registers per thread
 //   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
 //   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4.43 GB requested per launch; fma peak 65 TFLOP/s on the H100 SXM, bound 65 (fma)
 

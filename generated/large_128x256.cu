@@ -21,8 +21,8 @@
 //   launch: 512 blocks of 8 warps, 256 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: conflicts: A store 32-bit 2-way; per block and k-tile: load 2560 wavefronts (ideal 2560), store 256 wavefronts (ideal 192)
 //   smem_traffic: per launch: 335,544,320 shared load wavefronts (0 from conflicts), 33,554,432 store (8,388,608 from conflicts)
-//   registers: estimate 223 registers per thread (128 accumulators, 72 fragments (3 sets), 23 indices and loop state)
-//   occupancy: 1 block per SM (8 of 64 warps), limited by registers; 74,496 bytes of shared memory per block, 223 estimated registers per thread
+//   registers: estimate 228 registers per thread (+-65%; demand 175: 128 accumulators, 24 fragments, 3 global addresses, 20 indices and loop state)
+//   occupancy: 1 block per SM (8 of 64 warps), limited by registers; 74,496 bytes of shared memory per block, 228 estimated registers per thread
 //   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
 //   intensity: 42.7 flop/B from global memory per block, 12.8 flop/B from shared memory per 32x128 warp tile; 3.36 GB requested per launch; fma peak 65 TFLOP/s on the H100 SXM, bound 65 (fma)
 

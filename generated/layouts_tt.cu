@@ -21,9 +21,9 @@
 //   launch: 4096 blocks of 4 warps, 512 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 256 wavefronts (ideal 256), store 32 wavefronts (ideal 32)
 //   smem_traffic: per launch: 536,870,912 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
-//   registers: estimate 79 registers per thread (32 accumulators, 24 fragments (2 sets), 23 indices and loop state)
-//   occupancy: 6 blocks per SM (24 of 64 warps), limited by registers; 4,224 bytes of shared memory per block, 79 estimated registers per thread
-//   waves: 4,096 tiles in 5.17 waves of 792 blocks (132 SMs of an H100 SXM x 6); the last wave 17% full
+//   registers: estimate 72 registers per thread (+-65%; demand 72: 32 accumulators, 12 fragments, 2 global addresses, 6 bound checks, 20 indices and loop state)
+//   occupancy: 7 blocks per SM (28 of 64 warps), limited by registers; 4,224 bytes of shared memory per block, 72 estimated registers per thread
+//   waves: 4,096 tiles in 4.43 waves of 924 blocks (132 SMs of an H100 SXM x 7); the last wave 43% full
 //   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8.66 GB requested per launch; fma peak 65 TFLOP/s on the H100 SXM, bound 48 (memory)
 
 #ifndef __CUDACC_RTC__

@@ -19,8 +19,8 @@
 //   launch: 1024 blocks of 8 warps, 512 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: conflicts: A load 32-bit 2-way; B load 128-bit 2-way; per block and k-tile: load 2048 wavefronts (ideal 1024), store 64 wavefronts (ideal 64)
 //   smem_traffic: per launch: 1,073,741,824 shared load wavefronts (536,870,912 from conflicts), 33,554,432 store (0 from conflicts)
-//   registers: estimate 103 registers per thread (64 accumulators, 16 fragments (1 sets), 23 indices and loop state)
-//   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 8,192 bytes of shared memory per block, 103 estimated registers per thread
+//   registers: estimate 128 registers per thread (+-65%; demand 101: 64 accumulators, 16 fragments, 1 global addresses, 20 indices and loop state)
+//   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 8,192 bytes of shared memory per block, 128 estimated registers per thread
 //   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
 //   intensity: 32.0 flop/B from global memory per block, 7.1 flop/B from shared memory per 16x128 warp tile; 4.36 GB requested per launch; fma peak 65 TFLOP/s on the H100 SXM, bound 65 (fma)
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from gemmdsl import runtime
 from gemmdsl.frontend import load_spec
 from gemmdsl.verify import format_result, verify
 

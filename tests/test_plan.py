@@ -2,8 +2,9 @@
 
 For every spec and every kernel of its file: each copy site prints exactly the plan's copy stores
 (operand, width, offset as rendered), in order, and each fragment-load site prints exactly the
-plan's fragment loads of one k index (`0`, `kk` or `kk + 1`); the analysis counts the same
-stores once and the same loads once per k index of the k-tile.
+plan's fragment loads of one k index (`0`, `kk` or `kk + 1`; for tensor-core kernels the ldmatrix
+and 32-bit loads of one k-step); the analysis counts the same stores once and the same loads once
+per k index (k-step) of the k-tile.
 """
 import re
 from pathlib import Path
@@ -12,12 +13,16 @@ import pytest
 
 from gemmdsl import ir
 from gemmdsl.compiler import compile_path
-from gemmdsl.layout import KK, KernelLayout
+from gemmdsl.layout import KK, KernelLayout, TileLayout
+from gemmdsl.mma_layout import MmaLayout
 
 SPECS = sorted((Path(__file__).resolve().parent.parent / "specs").glob("*.gemm"))
 OPERANDS = (ir.Operand.A, ir.Operand.B)
-STORE = re.compile(r"\b(?:sts(?P<bits>\d+)|cp_async_(?P<bytes>\d+)(?:_zfill)?)\((?P<operand>[ab])_dst \+ ")
-LOAD = re.compile(r"\blds(?P<bits>\d+)\((?P<operand>[ab])_(?:read|next|first) \+ ")
+# Each instruction names its width: sts/lds bits, cp.async bytes, ldmatrix 16-byte rows, a 32-bit
+# word load; a direct copy (`a_dst[...] = `) stores one element.
+STORE = re.compile(r"\b(?:sts(?P<bits>\d+)\(|cp_async_(?P<bytes>\d+)(?:_zfill)?\(|)(?P<operand>[ab])_dst(?: \+ |\[)")
+LOAD = re.compile(r"\b(?:lds(?P<bits>\d+)\(|(?P<word>lds_word)\(|(?P<rows>ldmatrix)_x\d(?:_trans)?\([^;]*?)"
+                  r"(?P<operand>[ab])_(?:read|next|first) \+ ")
 
 
 def balanced(text: str, start: int) -> str:
@@ -30,14 +35,18 @@ def balanced(text: str, start: int) -> str:
             return text[start:i]
 
 
-def printed(pattern: re.Pattern, body: str) -> list[tuple[str, int, str]]:
+def width_bytes(groups: dict) -> int:
+    if groups.get("bits"):
+        return int(groups["bits"]) // 8
+    if groups.get("bytes"):
+        return int(groups["bytes"])
+    return 16 if groups.get("rows") else 4 if groups.get("word") else 0  # 0: one element
+
+
+def printed(pattern: re.Pattern, body: str, element_bytes: int) -> list[tuple[str, int, str]]:
     """(operand, width in elements, offset) of each matching instruction, in program order."""
-    found = []
-    for match in pattern.finditer(body):
-        groups = match.groupdict()
-        width = int(groups["bits"]) // 32 if groups["bits"] else int(groups["bytes"]) // 4
-        found.append((groups["operand"], width, balanced(body, match.end())))
-    return found
+    return [(match["operand"], max(1, width_bytes(match.groupdict()) // element_bytes),
+             balanced(body, match.end())) for match in pattern.finditer(body)]
 
 
 def kernel_bodies(cuda: str) -> dict[str, str]:
@@ -56,8 +65,20 @@ def split_into(sequence: list, blocks: list[list]) -> bool:
     return any(sequence[:len(b)] == b and split_into(sequence[len(b):], blocks) for b in blocks if b)
 
 
-def stores_of(layout: KernelLayout) -> list[tuple[str, int, str]]:
+def stores_of(layout: TileLayout) -> list[tuple[str, int, str]]:
     return as_rows(s for op in OPERANDS for s in layout.copy_stores(op))
+
+
+def loads_of(layout: TileLayout, kk) -> list[tuple[str, int, str]]:
+    """The fragment loads of one k index (FMA) or one k-step (tensor cores), as the emitters print them."""
+    if isinstance(layout, MmaLayout):
+        return as_rows(layout.fragment_accesses(kk))
+    assert isinstance(layout, KernelLayout)
+    return as_rows(f for op in OPERANDS for f in layout.fragment_loads(op, kk))
+
+
+def k_indices(layout: TileLayout) -> int:
+    return layout.k_steps if isinstance(layout, MmaLayout) else layout.bk
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
@@ -66,19 +87,18 @@ def test_printed_shared_memory_instructions_are_the_analysed_ones(path):
     bodies = kernel_bodies(artifacts.cuda)
     for variant in artifacts.plan.variants:
         layout, body = variant.layout, bodies[variant.entry]
-        stores = printed(STORE, body)
+        stores = printed(STORE, body, layout.element_bytes)
         expected = stores_of(layout)
         assert stores and len(stores) % len(expected) == 0
         assert all(stores[i:i + len(expected)] == expected for i in range(0, len(stores), len(expected)))
-        per_k = {str(kk): as_rows(f for op in OPERANDS for f in layout.fragment_loads(op, kk))
-                 for kk in (0, KK, KK + 1)}
-        loads = printed(LOAD, body)
+        per_k = {str(kk): loads_of(layout, kk) for kk in (0, KK, KK + 1)}
+        loads = printed(LOAD, body, layout.element_bytes)
         assert loads and split_into(loads, list(per_k.values()))
 
     analysed = artifacts.analysis.layout.smem_accesses()
     layout = artifacts.plan.layout
     assert as_rows(a for a in analysed if a.op == "store") == stores_of(layout)
-    analysed_loads = [a for a in analysed if a.op == "load"]
-    assert len(analysed_loads) == layout.bk * len(per_k["kk"])
-    assert all(as_rows(a for a in analysed_loads if a.kk == kk)
-               == as_rows(f for op in OPERANDS for f in layout.fragment_loads(op, kk)) for kk in range(layout.bk))
+    analysed_loads = [a for a in analysed if a.op in ("load", "ldmatrix")]
+    assert len(analysed_loads) == k_indices(layout) * len(per_k["kk"])
+    assert all(as_rows(a for a in analysed_loads if a.kk == kk) == loads_of(layout, kk)
+               for kk in range(k_indices(layout)))
