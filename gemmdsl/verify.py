@@ -5,7 +5,8 @@ Each size runs a few cases, each one launch on fresh inputs uniform in [-1, 1]:
 - `contiguous`: operands packed in the spec's layouts (row-major: ld = columns,
   column-major: ld = rows), alpha=1, beta=0. At odd sizes this makes unaligned
   leading dimensions, so checked kernels run their scalar variant.
-- `padded`: every leading dimension rounded up to a multiple of 4 and 4 more, with
+- `padded`: every leading dimension rounded up to a multiple of 8 and 8 more (16 bytes of 16-bit
+  elements: the vector kernel of every spec), with
   alpha=1.5, beta=-0.5 for alpha_beta kernels: strided views, the vector variant.
 - `batch 3` (batched kernels only): three GEMMs in 3-D arrays with padded rows.
 
@@ -39,8 +40,9 @@ DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
 TOLERANCE = FMA_TOLERANCE
 WIDE_EXPONENT = 20  # the wide case: magnitudes 2^-20..2^20
 FLOAT64_MAX_DIM = 2048
-GUARD_ELEMENTS = 1 << 16  # a multiple of 4 floats, so C stays 16-byte aligned inside its buffer
-PAD_ELEMENTS = 4  # added to each rounded-up leading dimension of a padded case
+GUARD_ELEMENTS = 1 << 16  # a multiple of 8 elements, so C stays 16-byte aligned inside its buffer
+PAD_ALIGN = 8  # elements: a padded leading dimension is a multiple of this (16 bytes of 16-bit ones)
+PAD_ELEMENTS = 8  # added to each rounded-up leading dimension of a padded case
 BATCH = 3
 
 
@@ -99,7 +101,7 @@ class Case:
     """How one launch lays out its operands."""
 
     name: str
-    padded: bool  # leading dimensions rounded up to 4 and PAD_ELEMENTS more
+    padded: bool  # leading dimensions rounded up to PAD_ALIGN and PAD_ELEMENTS more
     batch: int  # 1: 2-D operands
     scalars: bool  # alpha=1.5, beta=-0.5 (alpha_beta kernels) instead of 1, 0
     wide: bool = False  # A and B spread over 2^-20..2^20 in magnitude (3xTF32's accuracy rule)
@@ -156,7 +158,7 @@ def random_matrix(rng: Any, rows: int, cols: int) -> Any:
 
 
 def leading_dimension(extent: int, padded: bool) -> int:
-    return -(-extent // 4) * 4 + PAD_ELEMENTS if padded else extent
+    return -(-extent // PAD_ALIGN) * PAD_ALIGN + PAD_ELEMENTS if padded else extent
 
 
 def operand_in(buffer: Any, layout: str, rows: int, cols: int, padded: bool, batch: int) -> Any:

@@ -272,5 +272,5 @@ def test_column_major_launch_passes_natural_leading_dimensions(launchers, cupy):
 
 def test_random_operands_are_laid_out_as_asked(cupy):
     column = random_operand(CupyArrays(1), "f32", "col", 5, 3, padded=True, batch=2)
-    assert column.shape == (2, 5, 3) and column.strides[-2:] == (4, 4 * 12)
+    assert column.shape == (2, 5, 3) and column.strides[-2:] == (4, 4 * 16)
     assert numpy.isfinite(cupy.asnumpy(column)).all()
