@@ -21,7 +21,7 @@
 // Analysis (gemmdsl check):
 //   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 0 wavefronts (ideal 0), ldmatrix 512 wavefronts (ideal 512), store 192 wavefronts (ideal 192)
-//   smem_traffic: per launch: 0 shared load wavefronts (0 from conflicts), 12,582,912 store (0 from conflicts)
+//   smem_traffic: per launch: 33,554,432 shared load wavefronts (0 from conflicts), 12,582,912 store (0 from conflicts)
 //   registers: estimate 238 registers per thread (+-65%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 98,304 bytes of shared memory per block, 238 estimated registers per thread
 //   waves: 512 tiles in 4.74 waves of 108 blocks (108 SMs of an A100 x 1); the last wave 74% full

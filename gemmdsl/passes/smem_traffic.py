@@ -21,8 +21,12 @@ class SmemTraffic:
     store_conflicts: int
 
 
-def launch_total(costs: list[AccessCost], op: str, shape: LaunchShape, excess: bool = False) -> int:
-    per_k_tile = sum(c.excess_wavefronts if excess else c.wavefronts for c in costs if c.access.op == op)
+# What Nsight Compute counts as shared loads (op_ld): plain loads and ldmatrix.
+LOADS = ("load", "ldmatrix")
+
+
+def launch_total(costs: list[AccessCost], ops: tuple[str, ...], shape: LaunchShape, excess: bool = False) -> int:
+    per_k_tile = sum(c.excess_wavefronts if excess else c.wavefronts for c in costs if c.access.op in ops)
     return per_k_tile * shape.k_tiles * shape.blocks
 
 
@@ -35,10 +39,10 @@ class SmemTrafficPass:
         costs = context.fact("smem_accesses")
         shape = context.fact("launch")
         traffic = SmemTraffic(
-            load_wavefronts=launch_total(costs, "load", shape),
-            store_wavefronts=launch_total(costs, "store", shape),
-            load_conflicts=launch_total(costs, "load", shape, excess=True),
-            store_conflicts=launch_total(costs, "store", shape, excess=True),
+            load_wavefronts=launch_total(costs, LOADS, shape),
+            store_wavefronts=launch_total(costs, ("store",), shape),
+            load_conflicts=launch_total(costs, LOADS, shape, excess=True),
+            store_conflicts=launch_total(costs, ("store",), shape, excess=True),
         )
         verdict = (f"per launch: {traffic.load_wavefronts:,} shared load wavefronts "
                    f"({traffic.load_conflicts:,} from conflicts), {traffic.store_wavefronts:,} store "
