@@ -122,17 +122,16 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     A stream-K spec runs its plain kernel on every tile, the launch the analysis describes."""
     import cupy
 
+    from .precisions import comparison
     from .runtime import load
+    from .verify import arrays_for, random_operand
 
     kernel = load(spec_path)
-
-    def matrix(rows: int, cols: int, layout: ir.MatrixLayout):
-        values = cupy.random.rand(rows, cols, dtype=cupy.float32)
-        return cupy.asfortranarray(values) if layout is ir.MatrixLayout.COL else values
-
-    kinds = kernel.spec.problem
-    kernel(matrix(problem.m, problem.k, kinds.a.layout), matrix(problem.k, problem.n, kinds.b.layout),
-           stream_k=False)
+    arrays = arrays_for(comparison(kernel.metadata), seed=0)  # inputs of the kernel's own types
+    dtypes, layouts = kernel.metadata["dtypes"], kernel.requirements.layouts
+    a = random_operand(arrays, dtypes["a"], layouts["A"], problem.m, problem.k)
+    b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
+    kernel(a, b, stream_k=False)
     cupy.cuda.runtime.deviceSynchronize()
 
 
