@@ -3,27 +3,27 @@
 //
 // Spec:
 //   // BF16 on mma.sync, tiled for the H100 (sm_80 instructions; Hopper's own wgmma is another path):
-//   // 8 warps of 64x64 on a 128x256 block, a 4-stage cp.async ring, fragments double-buffered across
-//   // k-steps and k-tiles. The swizzles put the 8 rows of every ldmatrix phase in distinct banks
-//   // (B's rows are 512 bytes: k bits from bit 8 of the element offset). The hand-written prototype of
-//   // this tiling measured 305-310 TFLOP/s at 4096^3 and 8192^3 (README, Performance).
+//   // 8 warps of 64x64 on a 128x256x64 block, a 3-stage cp.async ring (144 KiB), fragments
+//   // double-buffered across k-steps and k-tiles. The swizzles put the 8 rows of every ldmatrix phase
+//   // in distinct banks (A's rows are 128 bytes, B's 512: k from bit 8 of the element offset).
+//   // The fastest of nine bf16 tilings timed on the H100 (README, Performance, tensor-core notes).
 //   gemm hgemm_h100_mma {
 //       problem  { a: bf16 row; b: bf16 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_80;
-//       block    { tile: 128x256x32; raster: group(8); }
+//       block    { tile: 128x256x64; raster: group(8); }
 //       threads  { warps: 2x4; }
 //       mma      { shape: m16n8k16; repeat: 4x8; }
-//       smem a   { order: mk; swizzle: xor(2,3,3); }
+//       smem a   { order: mk; swizzle: xor(3,3,3); }
 //       smem b   { order: kn; swizzle: xor(3,3,5); }
-//       pipeline { stages: 4; copy: cp_async; fragments: double; }
+//       pipeline { stages: 3; copy: cp_async; fragments: double; }
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
-//   bank_conflicts: no bank conflicts; per block and k-tile: load 0 wavefronts (ideal 0), ldmatrix 512 wavefronts (ideal 512), store 192 wavefronts (ideal 192)
+//   launch: 512 blocks of 8 warps, 64 k-tiles each, for 4096x4096x4096
+//   bank_conflicts: no bank conflicts; per block and k-tile: load 0 wavefronts (ideal 0), ldmatrix 1024 wavefronts (ideal 1024), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 33,554,432 shared load wavefronts (0 from conflicts), 12,582,912 store (0 from conflicts)
-//   registers: estimate 238 registers per thread (+-65%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
-//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 98,304 bytes of shared memory per block, 238 estimated registers per thread
+//   registers: estimate 254 registers per thread (+-65%; demand 254: 128 accumulators, 64 fragments, 32 swizzled addresses, 30 indices and loop state)
+//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 147,456 bytes of shared memory per block, 254 estimated registers per thread
 //   waves: 512 tiles in 4.74 waves of 108 blocks (108 SMs of an A100 x 1); the last wave 74% full
 //   intensity: 85.3 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 1.74 GB requested per launch; bf16 peak 312 TFLOP/s on the A100, bound 171 (memory)
 
@@ -34,9 +34,9 @@
 #include <cuda_bf16.h>
 
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
-// A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
+// A: order mk, leading dimension 64, swizzle xor(3, 3, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
-    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
+    return (mn * 64 + k) ^ (((mn * 64 + k) >> 3) & 56);
 }
 // B: order kn, leading dimension 256, swizzle xor(3, 3, 5)
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
@@ -97,18 +97,18 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
     const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 128x256x32; 256 threads (2x4 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
+    // Block tile 128x256x64; 256 threads (2x4 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
     constexpr int BM = 128;
     constexpr int BN = 256;
-    constexpr int BK = 32;
-    constexpr int K_STEPS = 2;
+    constexpr int BK = 64;
+    constexpr int K_STEPS = 4;
     constexpr int BLOCKS_M = 4;
     constexpr int BLOCKS_N = 8;
     constexpr int A_REGS = 4;
     constexpr int B_REGS = 2;
-    constexpr int STAGES = 4;
-    constexpr int A_STAGE = 4096;
-    constexpr int B_STAGE = 8192;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 8192;
+    constexpr int B_STAGE = 16384;
 
     // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
     extern __shared__ __align__(16) __nv_bfloat16 smem[];
@@ -169,14 +169,20 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
             if (block_inside && s < full_k_tiles) {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
                 __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
-                cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + tid / 4 * lda + tid % 4 * 8);
-                cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + (tid / 4 + 64) * lda + tid % 4 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 8), a_src + tid / 8 * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 8), a_src + (tid / 8 + 32) * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 8), a_src + (tid / 8 + 64) * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 8), a_src + (tid / 8 + 96) * lda + tid % 8 * 8);
                 const __nv_bfloat16* b_src = B + (size_t)(s * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 16), b_src + (tid / 32 + 16) * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 24), b_src + (tid / 32 + 24) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 32), b_src + (tid / 32 + 32) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 40), b_src + (tid / 32 + 40) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 48), b_src + (tid / 32 + 48) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 56), b_src + (tid / 32 + 56) * ldb + tid % 32 * 8);
             }
             else {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
@@ -184,14 +190,24 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
                 const int a_rows = M - block_m;
                 const int a_cols = K - s * BK;
                 {
-                    const int row = tid / 4;
-                    const int col = tid % 4 * 8;
-                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
                 }
                 {
-                    const int row = tid / 4 + 64;
-                    const int col = tid % 4 * 8;
-                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
                 }
                 const __nv_bfloat16* b_src = B + (size_t)(s * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
@@ -217,6 +233,26 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
                     const int col = tid % 32 * 8;
                     cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 24), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
                 }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 40), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 48), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 56), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
             }
         }
         cp_async_commit();
@@ -239,14 +275,20 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
             if (block_inside && next < full_k_tiles) {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
                 __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
-                cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + tid / 4 * lda + tid % 4 * 8);
-                cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + (tid / 4 + 64) * lda + tid % 4 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8, tid % 8 * 8), a_src + tid / 8 * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 8), a_src + (tid / 8 + 32) * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 8), a_src + (tid / 8 + 64) * lda + tid % 8 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 8), a_src + (tid / 8 + 96) * lda + tid % 8 * 8);
                 const __nv_bfloat16* b_src = B + (size_t)(next * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 16), b_src + (tid / 32 + 16) * ldb + tid % 32 * 8);
                 cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 24), b_src + (tid / 32 + 24) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 32), b_src + (tid / 32 + 32) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 40), b_src + (tid / 32 + 40) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 48), b_src + (tid / 32 + 48) * ldb + tid % 32 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 56), b_src + (tid / 32 + 56) * ldb + tid % 32 * 8);
             }
             else {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
@@ -254,14 +296,24 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
                 const int a_rows = M - block_m;
                 const int a_cols = K - next * BK;
                 {
-                    const int row = tid / 4;
-                    const int col = tid % 4 * 8;
-                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
                 }
                 {
-                    const int row = tid / 4 + 64;
-                    const int col = tid % 4 * 8;
-                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 8), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 8), a_src);
                 }
                 const __nv_bfloat16* b_src = B + (size_t)(next * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
@@ -286,6 +338,26 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
                     const int row = tid / 32 + 24;
                     const int col = tid % 32 * 8;
                     cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 24), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 32;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 32), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 40;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 40), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 48;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 48), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
+                }
+                {
+                    const int row = tid / 32 + 56;
+                    const int col = tid % 32 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 8, tid / 32 + 56), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 8), b_src);
                 }
             }
         }
@@ -384,20 +456,20 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
     const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 128x256x32; 256 threads (2x4 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
+    // Block tile 128x256x64; 256 threads (2x4 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
     // Scalar variant: every global load and store is one element wide, for operands
     // whose pointer, leading dimension or batch stride is not vector-aligned.
     constexpr int BM = 128;
     constexpr int BN = 256;
-    constexpr int BK = 32;
-    constexpr int K_STEPS = 2;
+    constexpr int BK = 64;
+    constexpr int K_STEPS = 4;
     constexpr int BLOCKS_M = 4;
     constexpr int BLOCKS_N = 8;
     constexpr int A_REGS = 4;
     constexpr int B_REGS = 2;
-    constexpr int STAGES = 4;
-    constexpr int A_STAGE = 4096;
-    constexpr int B_STAGE = 8192;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 8192;
+    constexpr int B_STAGE = 16384;
 
     // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
     extern __shared__ __align__(16) __nv_bfloat16 smem[];
@@ -458,22 +530,38 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
             if (block_inside && s < full_k_tiles) {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
                 __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
-                a_dst[a_smem_offset(tid / 32, tid % 32)] = a_src[tid / 32 * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 8, tid % 32)] = a_src[(tid / 32 + 8) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 16, tid % 32)] = a_src[(tid / 32 + 16) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 24, tid % 32)] = a_src[(tid / 32 + 24) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 32, tid % 32)] = a_src[(tid / 32 + 32) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 40, tid % 32)] = a_src[(tid / 32 + 40) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 48, tid % 32)] = a_src[(tid / 32 + 48) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 56, tid % 32)] = a_src[(tid / 32 + 56) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 64, tid % 32)] = a_src[(tid / 32 + 64) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 72, tid % 32)] = a_src[(tid / 32 + 72) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 80, tid % 32)] = a_src[(tid / 32 + 80) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 88, tid % 32)] = a_src[(tid / 32 + 88) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 96, tid % 32)] = a_src[(tid / 32 + 96) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 104, tid % 32)] = a_src[(tid / 32 + 104) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 112, tid % 32)] = a_src[(tid / 32 + 112) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 120, tid % 32)] = a_src[(tid / 32 + 120) * lda + tid % 32];
+                a_dst[a_smem_offset(tid / 64, tid % 64)] = a_src[tid / 64 * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 4, tid % 64)] = a_src[(tid / 64 + 4) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 8, tid % 64)] = a_src[(tid / 64 + 8) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 12, tid % 64)] = a_src[(tid / 64 + 12) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 16, tid % 64)] = a_src[(tid / 64 + 16) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 20, tid % 64)] = a_src[(tid / 64 + 20) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 24, tid % 64)] = a_src[(tid / 64 + 24) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 28, tid % 64)] = a_src[(tid / 64 + 28) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 32, tid % 64)] = a_src[(tid / 64 + 32) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 36, tid % 64)] = a_src[(tid / 64 + 36) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 40, tid % 64)] = a_src[(tid / 64 + 40) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 44, tid % 64)] = a_src[(tid / 64 + 44) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 48, tid % 64)] = a_src[(tid / 64 + 48) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 52, tid % 64)] = a_src[(tid / 64 + 52) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 56, tid % 64)] = a_src[(tid / 64 + 56) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 60, tid % 64)] = a_src[(tid / 64 + 60) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 64, tid % 64)] = a_src[(tid / 64 + 64) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 68, tid % 64)] = a_src[(tid / 64 + 68) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 72, tid % 64)] = a_src[(tid / 64 + 72) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 76, tid % 64)] = a_src[(tid / 64 + 76) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 80, tid % 64)] = a_src[(tid / 64 + 80) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 84, tid % 64)] = a_src[(tid / 64 + 84) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 88, tid % 64)] = a_src[(tid / 64 + 88) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 92, tid % 64)] = a_src[(tid / 64 + 92) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 96, tid % 64)] = a_src[(tid / 64 + 96) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 100, tid % 64)] = a_src[(tid / 64 + 100) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 104, tid % 64)] = a_src[(tid / 64 + 104) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 108, tid % 64)] = a_src[(tid / 64 + 108) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 112, tid % 64)] = a_src[(tid / 64 + 112) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 116, tid % 64)] = a_src[(tid / 64 + 116) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 120, tid % 64)] = a_src[(tid / 64 + 120) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 124, tid % 64)] = a_src[(tid / 64 + 124) * lda + tid % 64];
                 const __nv_bfloat16* b_src = B + (size_t)(s * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
                 b_dst[b_smem_offset(tid % 256, tid / 256)] = b_src[tid / 256 * ldb + tid % 256];
@@ -508,28 +596,76 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 29)] = b_src[(tid / 256 + 29) * ldb + tid % 256];
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 30)] = b_src[(tid / 256 + 30) * ldb + tid % 256];
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 31)] = b_src[(tid / 256 + 31) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 32)] = b_src[(tid / 256 + 32) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 33)] = b_src[(tid / 256 + 33) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 34)] = b_src[(tid / 256 + 34) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 35)] = b_src[(tid / 256 + 35) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 36)] = b_src[(tid / 256 + 36) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 37)] = b_src[(tid / 256 + 37) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 38)] = b_src[(tid / 256 + 38) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 39)] = b_src[(tid / 256 + 39) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 40)] = b_src[(tid / 256 + 40) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 41)] = b_src[(tid / 256 + 41) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 42)] = b_src[(tid / 256 + 42) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 43)] = b_src[(tid / 256 + 43) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 44)] = b_src[(tid / 256 + 44) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 45)] = b_src[(tid / 256 + 45) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 46)] = b_src[(tid / 256 + 46) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 47)] = b_src[(tid / 256 + 47) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 48)] = b_src[(tid / 256 + 48) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 49)] = b_src[(tid / 256 + 49) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 50)] = b_src[(tid / 256 + 50) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 51)] = b_src[(tid / 256 + 51) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 52)] = b_src[(tid / 256 + 52) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 53)] = b_src[(tid / 256 + 53) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 54)] = b_src[(tid / 256 + 54) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 55)] = b_src[(tid / 256 + 55) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 56)] = b_src[(tid / 256 + 56) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 57)] = b_src[(tid / 256 + 57) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 58)] = b_src[(tid / 256 + 58) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 59)] = b_src[(tid / 256 + 59) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 60)] = b_src[(tid / 256 + 60) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 61)] = b_src[(tid / 256 + 61) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 62)] = b_src[(tid / 256 + 62) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 63)] = b_src[(tid / 256 + 63) * ldb + tid % 256];
             }
             else {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
                 __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
                 const int a_rows = M - block_m;
                 const int a_cols = K - s * BK;
-                a_dst[a_smem_offset(tid / 32, tid % 32)] = tid / 32 < a_rows && tid % 32 < a_cols ? a_src[tid / 32 * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 8, tid % 32)] = tid / 32 + 8 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 8) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 16, tid % 32)] = tid / 32 + 16 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 16) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 24, tid % 32)] = tid / 32 + 24 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 24) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 32, tid % 32)] = tid / 32 + 32 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 32) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 40, tid % 32)] = tid / 32 + 40 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 40) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 48, tid % 32)] = tid / 32 + 48 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 48) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 56, tid % 32)] = tid / 32 + 56 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 56) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 64, tid % 32)] = tid / 32 + 64 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 64) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 72, tid % 32)] = tid / 32 + 72 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 72) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 80, tid % 32)] = tid / 32 + 80 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 80) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 88, tid % 32)] = tid / 32 + 88 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 88) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 96, tid % 32)] = tid / 32 + 96 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 96) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 104, tid % 32)] = tid / 32 + 104 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 104) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 112, tid % 32)] = tid / 32 + 112 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 112) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 120, tid % 32)] = tid / 32 + 120 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 120) * lda + tid % 32] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64, tid % 64)] = tid / 64 < a_rows && tid % 64 < a_cols ? a_src[tid / 64 * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 4, tid % 64)] = tid / 64 + 4 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 4) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 8, tid % 64)] = tid / 64 + 8 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 8) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 12, tid % 64)] = tid / 64 + 12 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 12) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 16, tid % 64)] = tid / 64 + 16 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 16) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 20, tid % 64)] = tid / 64 + 20 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 20) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 24, tid % 64)] = tid / 64 + 24 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 24) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 28, tid % 64)] = tid / 64 + 28 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 28) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 32, tid % 64)] = tid / 64 + 32 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 32) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 36, tid % 64)] = tid / 64 + 36 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 36) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 40, tid % 64)] = tid / 64 + 40 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 40) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 44, tid % 64)] = tid / 64 + 44 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 44) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 48, tid % 64)] = tid / 64 + 48 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 48) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 52, tid % 64)] = tid / 64 + 52 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 52) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 56, tid % 64)] = tid / 64 + 56 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 56) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 60, tid % 64)] = tid / 64 + 60 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 60) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 64, tid % 64)] = tid / 64 + 64 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 64) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 68, tid % 64)] = tid / 64 + 68 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 68) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 72, tid % 64)] = tid / 64 + 72 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 72) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 76, tid % 64)] = tid / 64 + 76 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 76) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 80, tid % 64)] = tid / 64 + 80 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 80) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 84, tid % 64)] = tid / 64 + 84 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 84) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 88, tid % 64)] = tid / 64 + 88 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 88) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 92, tid % 64)] = tid / 64 + 92 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 92) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 96, tid % 64)] = tid / 64 + 96 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 96) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 100, tid % 64)] = tid / 64 + 100 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 100) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 104, tid % 64)] = tid / 64 + 104 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 104) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 108, tid % 64)] = tid / 64 + 108 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 108) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 112, tid % 64)] = tid / 64 + 112 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 112) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 116, tid % 64)] = tid / 64 + 116 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 116) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 120, tid % 64)] = tid / 64 + 120 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 120) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 124, tid % 64)] = tid / 64 + 124 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 124) * lda + tid % 64] : __nv_bfloat16(0.0f);
                 const __nv_bfloat16* b_src = B + (size_t)(s * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
                 const int b_rows = K - s * BK;
@@ -566,6 +702,38 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 29)] = tid / 256 + 29 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : __nv_bfloat16(0.0f);
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 30)] = tid / 256 + 30 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : __nv_bfloat16(0.0f);
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 31)] = tid / 256 + 31 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 32)] = tid / 256 + 32 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 32) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 33)] = tid / 256 + 33 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 33) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 34)] = tid / 256 + 34 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 34) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 35)] = tid / 256 + 35 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 35) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 36)] = tid / 256 + 36 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 36) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 37)] = tid / 256 + 37 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 37) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 38)] = tid / 256 + 38 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 38) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 39)] = tid / 256 + 39 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 39) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 40)] = tid / 256 + 40 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 40) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 41)] = tid / 256 + 41 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 41) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 42)] = tid / 256 + 42 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 42) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 43)] = tid / 256 + 43 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 43) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 44)] = tid / 256 + 44 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 44) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 45)] = tid / 256 + 45 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 45) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 46)] = tid / 256 + 46 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 46) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 47)] = tid / 256 + 47 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 47) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 48)] = tid / 256 + 48 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 48) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 49)] = tid / 256 + 49 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 49) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 50)] = tid / 256 + 50 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 50) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 51)] = tid / 256 + 51 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 51) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 52)] = tid / 256 + 52 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 52) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 53)] = tid / 256 + 53 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 53) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 54)] = tid / 256 + 54 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 54) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 55)] = tid / 256 + 55 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 55) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 56)] = tid / 256 + 56 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 56) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 57)] = tid / 256 + 57 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 57) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 58)] = tid / 256 + 58 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 58) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 59)] = tid / 256 + 59 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 59) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 60)] = tid / 256 + 60 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 60) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 61)] = tid / 256 + 61 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 61) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 62)] = tid / 256 + 62 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 62) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 63)] = tid / 256 + 63 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 63) * ldb + tid % 256] : __nv_bfloat16(0.0f);
             }
         }
     }
@@ -586,22 +754,38 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
             if (block_inside && next < full_k_tiles) {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
                 __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
-                a_dst[a_smem_offset(tid / 32, tid % 32)] = a_src[tid / 32 * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 8, tid % 32)] = a_src[(tid / 32 + 8) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 16, tid % 32)] = a_src[(tid / 32 + 16) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 24, tid % 32)] = a_src[(tid / 32 + 24) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 32, tid % 32)] = a_src[(tid / 32 + 32) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 40, tid % 32)] = a_src[(tid / 32 + 40) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 48, tid % 32)] = a_src[(tid / 32 + 48) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 56, tid % 32)] = a_src[(tid / 32 + 56) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 64, tid % 32)] = a_src[(tid / 32 + 64) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 72, tid % 32)] = a_src[(tid / 32 + 72) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 80, tid % 32)] = a_src[(tid / 32 + 80) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 88, tid % 32)] = a_src[(tid / 32 + 88) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 96, tid % 32)] = a_src[(tid / 32 + 96) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 104, tid % 32)] = a_src[(tid / 32 + 104) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 112, tid % 32)] = a_src[(tid / 32 + 112) * lda + tid % 32];
-                a_dst[a_smem_offset(tid / 32 + 120, tid % 32)] = a_src[(tid / 32 + 120) * lda + tid % 32];
+                a_dst[a_smem_offset(tid / 64, tid % 64)] = a_src[tid / 64 * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 4, tid % 64)] = a_src[(tid / 64 + 4) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 8, tid % 64)] = a_src[(tid / 64 + 8) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 12, tid % 64)] = a_src[(tid / 64 + 12) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 16, tid % 64)] = a_src[(tid / 64 + 16) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 20, tid % 64)] = a_src[(tid / 64 + 20) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 24, tid % 64)] = a_src[(tid / 64 + 24) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 28, tid % 64)] = a_src[(tid / 64 + 28) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 32, tid % 64)] = a_src[(tid / 64 + 32) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 36, tid % 64)] = a_src[(tid / 64 + 36) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 40, tid % 64)] = a_src[(tid / 64 + 40) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 44, tid % 64)] = a_src[(tid / 64 + 44) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 48, tid % 64)] = a_src[(tid / 64 + 48) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 52, tid % 64)] = a_src[(tid / 64 + 52) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 56, tid % 64)] = a_src[(tid / 64 + 56) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 60, tid % 64)] = a_src[(tid / 64 + 60) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 64, tid % 64)] = a_src[(tid / 64 + 64) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 68, tid % 64)] = a_src[(tid / 64 + 68) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 72, tid % 64)] = a_src[(tid / 64 + 72) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 76, tid % 64)] = a_src[(tid / 64 + 76) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 80, tid % 64)] = a_src[(tid / 64 + 80) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 84, tid % 64)] = a_src[(tid / 64 + 84) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 88, tid % 64)] = a_src[(tid / 64 + 88) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 92, tid % 64)] = a_src[(tid / 64 + 92) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 96, tid % 64)] = a_src[(tid / 64 + 96) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 100, tid % 64)] = a_src[(tid / 64 + 100) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 104, tid % 64)] = a_src[(tid / 64 + 104) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 108, tid % 64)] = a_src[(tid / 64 + 108) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 112, tid % 64)] = a_src[(tid / 64 + 112) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 116, tid % 64)] = a_src[(tid / 64 + 116) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 120, tid % 64)] = a_src[(tid / 64 + 120) * lda + tid % 64];
+                a_dst[a_smem_offset(tid / 64 + 124, tid % 64)] = a_src[(tid / 64 + 124) * lda + tid % 64];
                 const __nv_bfloat16* b_src = B + (size_t)(next * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
                 b_dst[b_smem_offset(tid % 256, tid / 256)] = b_src[tid / 256 * ldb + tid % 256];
@@ -636,28 +820,76 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 29)] = b_src[(tid / 256 + 29) * ldb + tid % 256];
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 30)] = b_src[(tid / 256 + 30) * ldb + tid % 256];
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 31)] = b_src[(tid / 256 + 31) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 32)] = b_src[(tid / 256 + 32) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 33)] = b_src[(tid / 256 + 33) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 34)] = b_src[(tid / 256 + 34) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 35)] = b_src[(tid / 256 + 35) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 36)] = b_src[(tid / 256 + 36) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 37)] = b_src[(tid / 256 + 37) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 38)] = b_src[(tid / 256 + 38) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 39)] = b_src[(tid / 256 + 39) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 40)] = b_src[(tid / 256 + 40) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 41)] = b_src[(tid / 256 + 41) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 42)] = b_src[(tid / 256 + 42) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 43)] = b_src[(tid / 256 + 43) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 44)] = b_src[(tid / 256 + 44) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 45)] = b_src[(tid / 256 + 45) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 46)] = b_src[(tid / 256 + 46) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 47)] = b_src[(tid / 256 + 47) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 48)] = b_src[(tid / 256 + 48) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 49)] = b_src[(tid / 256 + 49) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 50)] = b_src[(tid / 256 + 50) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 51)] = b_src[(tid / 256 + 51) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 52)] = b_src[(tid / 256 + 52) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 53)] = b_src[(tid / 256 + 53) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 54)] = b_src[(tid / 256 + 54) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 55)] = b_src[(tid / 256 + 55) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 56)] = b_src[(tid / 256 + 56) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 57)] = b_src[(tid / 256 + 57) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 58)] = b_src[(tid / 256 + 58) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 59)] = b_src[(tid / 256 + 59) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 60)] = b_src[(tid / 256 + 60) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 61)] = b_src[(tid / 256 + 61) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 62)] = b_src[(tid / 256 + 62) * ldb + tid % 256];
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 63)] = b_src[(tid / 256 + 63) * ldb + tid % 256];
             }
             else {
                 const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
                 __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
                 const int a_rows = M - block_m;
                 const int a_cols = K - next * BK;
-                a_dst[a_smem_offset(tid / 32, tid % 32)] = tid / 32 < a_rows && tid % 32 < a_cols ? a_src[tid / 32 * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 8, tid % 32)] = tid / 32 + 8 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 8) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 16, tid % 32)] = tid / 32 + 16 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 16) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 24, tid % 32)] = tid / 32 + 24 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 24) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 32, tid % 32)] = tid / 32 + 32 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 32) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 40, tid % 32)] = tid / 32 + 40 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 40) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 48, tid % 32)] = tid / 32 + 48 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 48) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 56, tid % 32)] = tid / 32 + 56 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 56) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 64, tid % 32)] = tid / 32 + 64 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 64) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 72, tid % 32)] = tid / 32 + 72 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 72) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 80, tid % 32)] = tid / 32 + 80 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 80) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 88, tid % 32)] = tid / 32 + 88 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 88) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 96, tid % 32)] = tid / 32 + 96 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 96) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 104, tid % 32)] = tid / 32 + 104 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 104) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 112, tid % 32)] = tid / 32 + 112 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 112) * lda + tid % 32] : __nv_bfloat16(0.0f);
-                a_dst[a_smem_offset(tid / 32 + 120, tid % 32)] = tid / 32 + 120 < a_rows && tid % 32 < a_cols ? a_src[(tid / 32 + 120) * lda + tid % 32] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64, tid % 64)] = tid / 64 < a_rows && tid % 64 < a_cols ? a_src[tid / 64 * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 4, tid % 64)] = tid / 64 + 4 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 4) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 8, tid % 64)] = tid / 64 + 8 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 8) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 12, tid % 64)] = tid / 64 + 12 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 12) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 16, tid % 64)] = tid / 64 + 16 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 16) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 20, tid % 64)] = tid / 64 + 20 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 20) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 24, tid % 64)] = tid / 64 + 24 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 24) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 28, tid % 64)] = tid / 64 + 28 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 28) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 32, tid % 64)] = tid / 64 + 32 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 32) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 36, tid % 64)] = tid / 64 + 36 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 36) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 40, tid % 64)] = tid / 64 + 40 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 40) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 44, tid % 64)] = tid / 64 + 44 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 44) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 48, tid % 64)] = tid / 64 + 48 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 48) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 52, tid % 64)] = tid / 64 + 52 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 52) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 56, tid % 64)] = tid / 64 + 56 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 56) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 60, tid % 64)] = tid / 64 + 60 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 60) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 64, tid % 64)] = tid / 64 + 64 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 64) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 68, tid % 64)] = tid / 64 + 68 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 68) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 72, tid % 64)] = tid / 64 + 72 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 72) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 76, tid % 64)] = tid / 64 + 76 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 76) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 80, tid % 64)] = tid / 64 + 80 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 80) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 84, tid % 64)] = tid / 64 + 84 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 84) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 88, tid % 64)] = tid / 64 + 88 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 88) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 92, tid % 64)] = tid / 64 + 92 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 92) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 96, tid % 64)] = tid / 64 + 96 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 96) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 100, tid % 64)] = tid / 64 + 100 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 100) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 104, tid % 64)] = tid / 64 + 104 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 104) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 108, tid % 64)] = tid / 64 + 108 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 108) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 112, tid % 64)] = tid / 64 + 112 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 112) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 116, tid % 64)] = tid / 64 + 116 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 116) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 120, tid % 64)] = tid / 64 + 120 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 120) * lda + tid % 64] : __nv_bfloat16(0.0f);
+                a_dst[a_smem_offset(tid / 64 + 124, tid % 64)] = tid / 64 + 124 < a_rows && tid % 64 < a_cols ? a_src[(tid / 64 + 124) * lda + tid % 64] : __nv_bfloat16(0.0f);
                 const __nv_bfloat16* b_src = B + (size_t)(next * BK) * ldb + block_n;
                 __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
                 const int b_rows = K - next * BK;
@@ -694,6 +926,38 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 29)] = tid / 256 + 29 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : __nv_bfloat16(0.0f);
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 30)] = tid / 256 + 30 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : __nv_bfloat16(0.0f);
                 b_dst[b_smem_offset(tid % 256, tid / 256 + 31)] = tid / 256 + 31 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 32)] = tid / 256 + 32 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 32) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 33)] = tid / 256 + 33 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 33) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 34)] = tid / 256 + 34 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 34) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 35)] = tid / 256 + 35 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 35) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 36)] = tid / 256 + 36 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 36) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 37)] = tid / 256 + 37 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 37) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 38)] = tid / 256 + 38 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 38) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 39)] = tid / 256 + 39 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 39) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 40)] = tid / 256 + 40 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 40) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 41)] = tid / 256 + 41 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 41) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 42)] = tid / 256 + 42 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 42) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 43)] = tid / 256 + 43 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 43) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 44)] = tid / 256 + 44 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 44) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 45)] = tid / 256 + 45 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 45) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 46)] = tid / 256 + 46 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 46) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 47)] = tid / 256 + 47 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 47) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 48)] = tid / 256 + 48 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 48) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 49)] = tid / 256 + 49 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 49) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 50)] = tid / 256 + 50 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 50) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 51)] = tid / 256 + 51 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 51) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 52)] = tid / 256 + 52 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 52) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 53)] = tid / 256 + 53 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 53) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 54)] = tid / 256 + 54 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 54) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 55)] = tid / 256 + 55 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 55) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 56)] = tid / 256 + 56 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 56) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 57)] = tid / 256 + 57 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 57) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 58)] = tid / 256 + 58 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 58) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 59)] = tid / 256 + 59 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 59) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 60)] = tid / 256 + 60 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 60) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 61)] = tid / 256 + 61 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 61) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 62)] = tid / 256 + 62 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 62) * ldb + tid % 256] : __nv_bfloat16(0.0f);
+                b_dst[b_smem_offset(tid % 256, tid / 256 + 63)] = tid / 256 + 63 < b_rows && tid % 256 < b_cols ? b_src[(tid / 256 + 63) * ldb + tid % 256] : __nv_bfloat16(0.0f);
             }
         }
         const bool has_next = kt + 1 < k_tiles;
@@ -801,15 +1065,15 @@ static bool hgemm_h100_mma_aligned(const void* p, long long ld, long long stride
 extern "C" cudaError_t hgemm_h100_mma_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
-    if (M > 2147483519 || N > 2147483391 || K > 2147483615) return cudaErrorInvalidValue;
+    if (M > 2147483519 || N > 2147483391 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.
-    if (lda > 16777215 || ldb > 67108863) return cudaErrorInvalidValue;
+    if (lda > 16777215 || ldb > 33554431) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 256 - 1) / 256);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = hgemm_h100_mma_aligned(A, lda, 0, 8, 2) && hgemm_h100_mma_aligned(B, ldb, 0, 8, 2) && hgemm_h100_mma_aligned(C, ldc, 0, 2, 4);
     const auto kernel = vector_aligned ? hgemm_h100_mma_kernel : hgemm_h100_mma_kernel_scalar;
-    const size_t smem_bytes = 98304;
+    const size_t smem_bytes = 147456;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
