@@ -16,7 +16,7 @@ from .launcher import launch_contract
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
 
-# The headers that define each 16-bit element type, and the type they define.
+# The CUDA header that defines each 16-bit element type.
 ELEMENT_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}
 
 
