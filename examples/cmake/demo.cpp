@@ -53,10 +53,13 @@ static float* to_device(const Matrix& matrix) {
 }
 
 int main() {
-    // A few tiles in each direction; kernels with checked bounds also get partial edge tiles.
-    const int M = 2 * KERNEL(_BLOCK_M) + (KERNEL(_M_MULTIPLE) == 1 ? 5 : 0);
-    const int N = 3 * KERNEL(_BLOCK_N) + (KERNEL(_N_MULTIPLE) == 1 ? 7 : 0);
-    const int K = 8 * KERNEL(_BLOCK_K) + (KERNEL(_K_MULTIPLE) == 1 ? 3 : 0);
+    // A few tiles in each direction. Kernels with checked bounds also get partial edge tiles, 4
+    // elements deep so that the leading dimensions stay multiples of a float4 and the vector
+    // kernel, not the scalar one, runs.
+    const int edge = 4;
+    const int M = 2 * KERNEL(_BLOCK_M) + (KERNEL(_M_MULTIPLE) == 1 ? edge : 0);
+    const int N = 3 * KERNEL(_BLOCK_N) + (KERNEL(_N_MULTIPLE) == 1 ? edge : 0);
+    const int K = 8 * KERNEL(_BLOCK_K) + (KERNEL(_K_MULTIPLE) == 1 ? edge : 0);
     const float alpha = 1.5f, beta = 0.5f;
     const bool alpha_beta = KERNEL(_ALPHA_BETA);
 
