@@ -3,6 +3,7 @@ through the generated header. CI builds it (nvcc, no GPU); on a GPU the demo run
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from gemmdsl.build import find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "cmake"
-CMAKE = shutil.which("cmake")
+# PATH's cmake, or the one `pip install cmake` put beside this Python (a venv that is not activated).
+CMAKE = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
 # The example's default kernel, and two that differ from it in what the demo must get right:
 # checked bounds with partial edge tiles, and column-major operands with the store epilogue.
 KERNELS = ("sgemm_v3", "checked_v3", "layouts_tt")
