@@ -84,6 +84,7 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
         files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
     if "cu" in args.emit:
         files[f"{name}.cu"] = artifacts.cuda.encode()
+        files[f"{name}.h"] = artifacts.header.encode()
     files[f"{name}.json"] = artifacts.metadata_json().encode()
     written = write_outputs(Path(args.output), files)
     print(f"{name}: wrote {', '.join(str(p) for p in written)}")
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gemmdsl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    compile_cmd = commands.add_parser("compile", help="emit <name>.cu and <name>.json for each spec")
+    compile_cmd = commands.add_parser("compile", help="emit <name>.cu, <name>.h and <name>.json for each spec")
     compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
     compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")

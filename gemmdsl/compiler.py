@@ -18,6 +18,7 @@ from . import __version__, ir
 from .build import PtxasResources, build, find_nvcc
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
+from .emit.header import emit_header
 from .frontend import load
 from .layout import TileLayout
 from .passes.intensity import math_unit
@@ -41,6 +42,11 @@ class Artifacts:
     @property
     def layout(self) -> TileLayout:
         return self.plan.layout
+
+    @property
+    def header(self) -> str:
+        """NAME.h, declaring the launchers of `cuda`; made when written, not on every compile (tune)."""
+        return emit_header(self.plan)
 
     def metadata_json(self) -> str:
         return json.dumps(self.metadata, indent=2, sort_keys=True) + "\n"

@@ -17,7 +17,7 @@ def test_same_spec_gives_the_same_bytes(tmp_path):
     first, second = tmp_path / "1", tmp_path / "2"
     assert main(["compile", str(V3), "-o", str(first), "--no-nvcc"]) == 0
     assert main(["compile", str(V3), "-o", str(second), "--no-nvcc"]) == 0
-    for name in ("sgemm_v3.cu", "sgemm_v3.json"):
+    for name in ("sgemm_v3.cu", "sgemm_v3.h", "sgemm_v3.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
 
 

@@ -15,10 +15,11 @@ from gemmdsl.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
 GOLDEN = ROOT / "generated"
+GOLDEN_EXTENSIONS = (".cu", ".h", ".json")  # everything `compile --no-nvcc` writes
 
 
 def test_every_spec_has_golden_files_and_nothing_else_is_there():
-    expected = {f"{s.stem}{ext}" for s in SPECS for ext in (".cu", ".json")}
+    expected = {f"{s.stem}{ext}" for s in SPECS for ext in GOLDEN_EXTENSIONS}
     present = {p.name for p in GOLDEN.iterdir() if not p.name.startswith(".")}
     assert present == expected
 
@@ -26,7 +27,7 @@ def test_every_spec_has_golden_files_and_nothing_else_is_there():
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_output_matches_golden_byte_for_byte(spec, tmp_path):
     assert main(["compile", str(spec), "-o", str(tmp_path), "--no-nvcc"]) == 0
-    for ext in (".cu", ".json"):
+    for ext in GOLDEN_EXTENSIONS:
         produced = (tmp_path / f"{spec.stem}{ext}").read_bytes()
         golden = (GOLDEN / f"{spec.stem}{ext}").read_bytes()
         assert produced == golden, f"{spec.stem}{ext} differs from generated/; see tests/test_golden.py"

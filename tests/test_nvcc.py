@@ -40,7 +40,7 @@ def test_compile_command_reports_ptxas_and_emits_ptx_and_cubin(tmp_path, capsys)
     spec = ROOT / "specs" / "sgemm_v3.gemm"
     assert main(["compile", str(spec), "-o", str(tmp_path), "--emit", "cu,ptx,cubin"]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["sgemm_v3.cu", "sgemm_v3.cubin", "sgemm_v3.json", "sgemm_v3.ptx"]
+    assert names == ["sgemm_v3.cu", "sgemm_v3.cubin", "sgemm_v3.h", "sgemm_v3.json", "sgemm_v3.ptx"]
     metadata = json.loads((tmp_path / "sgemm_v3.json").read_text())
     assert metadata["ptxas"]["registers"] > 0
     assert "ptxas:" in capsys.readouterr().out

@@ -14,6 +14,30 @@ from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
 from .ctext import OPERANDS
 
 
+def launch_contract(plan: KernelPlan) -> list[str]:
+    """The calls the launchers refuse with cudaErrorInvalidValue, one `- ...` line per rule: for the
+    .cu's comment above the launchers and for the header's."""
+    spec, launch = plan.spec, plan.launch
+    bm, bn, bk = launch.block_tile
+    vector = launch.requirements.vector_elements
+    shape = "M, N, K >= 1"
+    if not spec.problem.checked:
+        shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
+    if spec.problem.batched:
+        shape += f"; 1 <= batch <= {MAX_BATCH}"
+    lines = [f"- {shape};",
+             "- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
+             + " (the leading dimensions of "
+             + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);"]
+    vectors = [op for op in ir.Operand if vector[op.value] > 1]
+    if vectors:
+        parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
+        fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"
+        what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
+        lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
+    return lines
+
+
 class LauncherEmitter:
     """The host launchers: one that checks everything and launches, and thin wrappers around it.
 
@@ -23,6 +47,7 @@ class LauncherEmitter:
     """
 
     def __init__(self, plan: KernelPlan, out: Emitter):
+        self.plan = plan
         self.spec = plan.spec
         self.launch = plan.launch
         self.out = out
@@ -53,28 +78,8 @@ class LauncherEmitter:
         o.line("#endif")
 
     def _emit_contract(self) -> None:
-        spec, launch = self.spec, self.launch
-        bm, bn, bk = launch.block_tile
-        vector = launch.requirements.vector_elements
-        lines = ["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
-                 "the kernel cannot handle:"]
-        shape = "M, N, K >= 1"
-        if not spec.problem.checked:
-            shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
-        if spec.problem.batched:
-            shape += f"; 1 <= batch <= {MAX_BATCH}"
-        lines.append(f"- {shape};")
-        lines.append("- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
-                     + " (the leading dimensions of "
-                     + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);")
-        vectors = [op for op in ir.Operand if vector[op.value] > 1]
-        if vectors:
-            parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
-            fallback = ("otherwise the scalar kernel runs" if launch.entries.scalar
-                        else "otherwise the call is refused")
-            what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
-            lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
-        self.out.comment("\n".join(lines))
+        self.out.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
+                                     "the kernel cannot handle:", *launch_contract(self.plan)]))
 
     @property
     def _all_f32(self) -> bool:
