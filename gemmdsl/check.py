@@ -106,8 +106,9 @@ def _source_of(spec: ir.KernelSpec) -> SourceFile | None:
 
 
 def worst_access(costs: list[AccessCost]) -> AccessCost:
-    """The instruction with the worst conflict, then the most excess wavefronts; the first such in program order."""
-    return max(costs, key=lambda c: (c.max_ways, c.excess_wavefronts))
+    """The instruction with the worst conflict, then the most excess wavefronts, then an ldmatrix (its phase
+    is the one a tensor-core layout is tuned for); the first such in program order."""
+    return max(costs, key=lambda c: (c.max_ways, c.excess_wavefronts, c.access.op == "ldmatrix"))
 
 
 def _bank_map(analysis: Analysis) -> str:

@@ -208,7 +208,7 @@ class BankConflictPass:
         per_op = {}
         for op in ("load", "ldmatrix", "store"):
             chosen = [c for c in costs if c.access.op == op]
-            if op == "ldmatrix" and not chosen:
+            if not chosen:
                 continue
             per_op[op] = (sum(c.wavefronts for c in chosen), sum(c.ideal_wavefronts for c in chosen))
         totals = ", ".join(f"{op} {w} wavefronts (ideal {i})" for op, (w, i) in per_op.items())
