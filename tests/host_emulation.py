@@ -51,9 +51,10 @@ def glue(metadata: dict) -> str:
     arguments = ", ".join(f"p.{argument['name']}" for argument in metadata["arguments"])
     entries = metadata["entries"]
     beta_first = "p.beta" if metadata["epilogue"] == "alpha_beta" else "0.0f"
+    stride_c = ", p.stride_c" if metadata["batch"] == "strided" else ""
     calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
              (entries["stream_k"], f"{arguments}, p.sk_tiles"),
-             (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}, p.sk_tiles")]
+             (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles")]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))

@@ -11,20 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, stream_k_split
+from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, call_split, stream_k_split
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
 
 
 @settings(max_examples=300, deadline=None)
-@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 600), slots=st.integers(1, 600))
-def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots):
-    split = stream_k_split(tiles, k_tiles, slots)
+@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 600), slots=st.integers(1, 600),
+       batch=st.sampled_from((1, 1, 2, 3, 7, 600)))
+def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots, batch):
+    split = stream_k_split(tiles, k_tiles, slots, batch)
     assert split.dp_tiles + split.sk_tiles == tiles
     if not split.sk_tiles:
         assert split.sk_blocks == 0
         return
+    slots //= batch  # per GEMM: the batch's stream-K blocks fit on the GPU together
     assert split.sk_tiles == tiles % slots and split.sk_tiles < split.sk_blocks <= slots
     assert (slots - split.sk_tiles) * 100 >= MIN_IDLE_PERCENT * slots
     covered = []
@@ -58,6 +60,27 @@ def test_the_benchmarked_sizes_on_the_h100(size, shared):
     assert split.sk_blocks == (H100_SLOTS if shared else 0)
 
 
+@pytest.mark.parametrize("size, tiles, blocks, k_tiles_per_block", [
+    ((256, 256, 65536), 4, 264, 124), ((16, 4096, 4096), 32, 264, 62), ((127, 4096, 4096), 32, 264, 62),
+    ((4096, 127, 4096), 32, 264, 62), ((1000, 1000, 1000), 64, 264, 30), ((6000, 6000, 6000), 97, 264, 275)])
+def test_shapes_that_cannot_fill_the_gpu_split_k_over_every_slot(size, tiles, blocks, k_tiles_per_block):
+    """The issue's shapes on an H100 in 128x128x8 tiles with checked bounds (edge tiles and a partial
+    last k-tile count whole): with fewer tiles than slots every tile is shared, split-K across
+    all 264 slots, each block a contiguous range of about k_tiles_per_block k-tiles."""
+    split = call_split((128, 128, 8), *size, H100_SLOTS)
+    assert (split.sk_tiles, split.sk_blocks) == (tiles, blocks)
+    assert split.sk_tiles * split.k_tiles // split.sk_blocks == k_tiles_per_block
+
+
+def test_a_batch_is_split_per_gemm():
+    assert stream_k_split(4, 8192, H100_SLOTS, batch=2) == stream_k_split(4, 8192, H100_SLOTS // 2)
+    assert stream_k_split(4, 8192, H100_SLOTS, batch=H100_SLOTS + 1).sk_tiles == 0  # the batch fills the GPU
+
+
+def test_calls_on_the_scalar_kernel_do_not_split():
+    assert call_split((128, 128, 8), 256, 256, 65536, H100_SLOTS, vector=False).sk_tiles == 0
+
+
 def test_small_problems_do_not_split():
     assert stream_k_split(1, 1, 264).sk_tiles == 0  # one k-tile: nothing to share
     assert stream_k_split(4, 2, 264).sk_tiles == 0  # 8 k-tiles: two blocks of 4 for four tiles
@@ -70,10 +93,10 @@ LAUNCHER_TEST = r"""
 #include <cstdio>
 %s
 int main() {
-    long long tiles, k_tiles, slots;
-    while (std::scanf("%%lld %%lld %%lld", &tiles, &k_tiles, &slots) == 3) {
+    long long tiles, k_tiles, slots, batch;
+    while (std::scanf("%%lld %%lld %%lld %%lld", &tiles, &k_tiles, &slots, &batch) == 4) {
         int sk_tiles, sk_blocks;
-        %s_stream_k_split(tiles, k_tiles, slots, &sk_tiles, &sk_blocks);
+        %s_stream_k_split(tiles, k_tiles, slots, batch, &sk_tiles, &sk_blocks);
         std::printf("%%d %%d\n", sk_tiles, sk_blocks);
     }
 }
@@ -86,9 +109,10 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path):
     function = re.search(r"^static void sgemm_h100_stream_k_split\(.*?^}\n", cuda, re.M | re.S).group(0)
     (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, "sgemm_h100"))
     subprocess.run(["g++", "-O1", "-o", "split", "split.cpp"], cwd=tmp_path, check=True)
-    cases = [(t, k, s) for t in (1, 3, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
-             for k in (1, 2, 3, 4, 5, 128, 512, 2**20, 2**23) for s in (1, 7, 132, 264, 528)]
-    stdin = "".join(f"{t} {k} {s}\n" for t, k, s in cases)
+    cases = [(t, k, s, b) for t in (1, 3, 4, 32, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
+             for k in (1, 2, 3, 4, 5, 128, 512, 8192, 2**20, 2**23) for s in (1, 7, 132, 264, 528)
+             for b in (1, 2, 3, 264, 65535)]
+    stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
     expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]

@@ -7,7 +7,7 @@ preparing C). The Python runtime (runtime.py) makes the same decisions from the 
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name
+from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
@@ -84,19 +84,22 @@ class LauncherEmitter:
 
     def _emit_stream_k_split(self) -> None:
         o = self.out
-        o.comment("gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K\n"
-                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten "
-                  "the launch.")
+        o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
+                  f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
+                  "k-tiles each,\nunless that would not shorten the launch.")
         with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, "
-                     "long long slots, int* sk_tiles, int* sk_blocks)"):
+                     "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
+            o.line("*sk_tiles = *sk_blocks = 0;")
+            o.line("slots /= batch;")
+            o.line("if (slots < 1) return;")
             o.line("const long long shared = tiles % slots;")
             o.line("const long long work = shared * k_tiles;")
             o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
             o.line("if (blocks > slots) blocks = slots;")
             o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-            o.line(f"const bool worth_it = blocks > shared && work <= {MAX_WORK}LL && idle_enough;")
-            o.line("*sk_tiles = worth_it ? (int)shared : 0;")
-            o.line("*sk_blocks = worth_it ? (int)blocks : 0;")
+            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
+            o.line("*sk_tiles = (int)shared;")
+            o.line("*sk_blocks = (int)blocks;")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
         """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
@@ -114,29 +117,38 @@ class LauncherEmitter:
         o.line("if (status != cudaSuccess) return status;")
         o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
         o.line("int sk_tiles = 0, sk_blocks = 0;")
-        o.line(f"{spec.name}_stream_k_split(blocks, K / {launch.block_tile[2]}, (long long)sms * per_sm, &sk_tiles, &sk_blocks);")
+        batch = "batch" if spec.problem.batched else "1"
+        k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
+        split = (f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
+                 "&sk_blocks);")
+        if entries.scalar is not None:
+            o.comment("The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.")
+            split = f"if (vector_aligned) {split}"
+        o.line(split)
+        z = "(unsigned)batch" if spec.problem.batched else "1"
+        stride_c = ", stride_c" if spec.problem.batched else ""
         alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
         condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({threads}), smem_bytes, stream>>>({arguments});")
+            o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>({arguments});")
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
         with o.block(f"if ({condition})"):
-            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles), dim3({threads}), 0, stream>>>"
-                   f"(C, M, N, ldc, {beta}, sk_tiles);")
+            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles, 1, {z}), dim3({threads}), 0, stream>>>"
+                   f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")
             o.line("if (status != cudaSuccess) return status;")
-        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks), dim3({threads}), smem_bytes, stream>>>("
+        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>("
                f"{arguments}, sk_tiles);")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         with o.block("if (blocks > sk_tiles)"):
-            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3({threads}), smem_bytes, "
+            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, {z}), dim3({threads}), smem_bytes, "
                    f"stream>>>({arguments});")
 
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:

@@ -8,7 +8,8 @@
 // entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
 // many floats past a 16-byte-aligned allocation, to make misaligned pointers. sk_tiles > 0 runs a
 // stream-K call as the launcher makes it: the prepare kernel (entry 3) on the last sk_tiles tiles,
-// the stream-K kernel (entry 2) on sk_blocks blocks, then the vector kernel on the other tiles.
+// the stream-K kernel (entry 2) on sk_blocks blocks, then the chosen kernel on the other tiles,
+// each launch over the whole batch (grid z).
 // Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
 // Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
@@ -89,9 +90,9 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
         run_blocks(layout, p, tiles, batch, entry, launch);
         return;
     }
-    if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, 1, 3, launch);
-    run_blocks(layout, p, sk_blocks, 1, 2, launch);
-    if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, 1, entry, launch);
+    if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, batch, 3, launch);
+    run_blocks(layout, p, sk_blocks, batch, 2, launch);
+    if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, batch, entry, launch);
 }
 
 inline int emulate(int argc, char** argv, const Layout& layout, const std::function<void(int, const Problem&)>& launch) {
