@@ -29,6 +29,10 @@ def scalar_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_scalar"
 
 
+def interior_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_interior"
+
+
 def stream_k_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_stream_k"
 

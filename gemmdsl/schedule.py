@@ -18,6 +18,12 @@ them. A strided batch is split per GEMM: each of its B GEMMs gets S // B slots a
 the same way (the grid's z stays the GEMM in every kernel, so a block's range never crosses
 GEMMs); a batch of S or more GEMMs fills the GPU by itself and is not split.
 
+Checked bounds without stream-K (`interior_launches`): when K is a multiple of BK, the tiles
+that lie wholly inside C run `NAME_kernel_interior`, compiled as for exact bounds, and the
+vector kernel runs the two edge strips as GEMMs of their own (operands offset to the strip).
+Carrying the guarded path beside the unguarded one in one kernel costs the interior blocks
+instruction scheduling, and ptxas allocates registers for the heavier path.
+
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
 analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
 call's shape), and the launcher's copy of it is tested against it.
@@ -98,3 +104,32 @@ def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: 
 
 def _ceil_div(extent: int, tile: int) -> int:
     return -(-extent // tile)
+
+
+@dataclass(frozen=True)
+class SubLaunch:
+    """One launch over the block of C at rows [row, row + m), columns [col, col + n), all of K: the
+    kernel gets M = m, N = n and A, B, C offset to that block (A by `row` rows, B by `col` columns)."""
+
+    interior: bool  # the interior kernel (exact-bounds code); else the vector kernel
+    row: int
+    col: int
+    m: int
+    n: int
+
+
+def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:
+    """How a checked spec's unsplit call on the vector kernel is launched: the tiles inside C on the
+    interior kernel, then the right strip (every row) and the bottom strip (the interior's columns)
+    on the vector kernel. A K that is not a multiple of BK makes every tile an edge in k, and a C
+    smaller than one tile has no interior: the vector kernel then runs the whole of C."""
+    bm, bn, bk = block_tile
+    inner_m, inner_n = m - m % bm, n - n % bn
+    if k % bk or not inner_m or not inner_n:
+        return (SubLaunch(False, 0, 0, m, n),)
+    launches = [SubLaunch(True, 0, 0, inner_m, inner_n)]
+    if n > inner_n:
+        launches.append(SubLaunch(False, 0, inner_n, m, n - inner_n))
+    if m > inner_m:
+        launches.append(SubLaunch(False, inner_m, 0, m - inner_m, inner_n))
+    return tuple(launches)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import host_emulation
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.runtime import Requirements, check_call
-from gemmdsl.schedule import call_split
+from gemmdsl.schedule import call_split, interior_launches
 from host_emulation import Call
 from spec_strategies import spec_texts
 
@@ -93,12 +93,14 @@ def checked_calls(req: Requirements) -> list[Call]:
     odd = (133, 261, 37)  # edge blocks along m and n, interior blocks too, a partial last k-tile
     bm, bn, bk = req.block_tile
     whole = (2 * bm, bn, 3 * bk)
+    strips = (2 * bm + 5, bn + 3, 4 * bk)  # whole k-tiles: the interior kernel and both edge strips
     calls = [Call(1, 1, 1, **natural(req, 1, 1, 1)),
              Call(7, 13, 5, **natural(req, 7, 13, 5), **scalars(req)),
              Call(*odd, **natural(req, *odd)),
              Call(*odd, **natural(req, *odd, pad=4), **scalars(req)),
              Call(*odd, **natural(req, *odd, pad=4), offset_a=1),
-             Call(*whole, **natural(req, *whole), **scalars(req))]
+             Call(*whole, **natural(req, *whole), **scalars(req)),
+             Call(*strips, **natural(req, *strips, pad=4), **scalars(req))]
     if req.batched:
         m, n, k = odd
         lds = natural(req, m, n, k, pad=4)
@@ -145,6 +147,9 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     assert run_all(binary, req, calls) == []
     if req.scalar_entry is not None:
         assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
+    if req.multiples == (1, 1, 1):
+        launched = [as_launched(req, call).sub_launches for call in calls]
+        assert [True, False, False] in [[interior for interior, *_ in launches] for launches in launched]
 
 
 def test_batched_stream_k_splits_each_gemm(tmp_path):
@@ -166,11 +171,21 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
     assert run_all(binary, req, [call, replace(call, beta=1.0)]) == []
 
 
+def as_launched(req: Requirements, call: Call) -> Call:
+    """The call on the kernel check_call picks for it, and for checked bounds on the vector kernel
+    without stream-K, split into the interior kernel and the edge strips as the launcher splits it."""
+    call = replace(call, entry=entry_index(req, call))
+    if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
+        return call
+    launches = interior_launches(req.block_tile, call.m, call.n, call.k)
+    return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n) for s in launches))
+
+
 def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:
-    """Run each call on the kernel check_call picks for it; the failures' outputs."""
+    """Run each call as the launcher would (as_launched); the failures' outputs."""
     failures = []
     for call in calls:
-        call = replace(call, entry=entry_index(req, call))
+        call = as_launched(req, call)
         passed, output = host_emulation.run(binary, call)
         if not passed:
             failures.append(f"{call}: {output[:2000]}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..abi import kernel_parameters
 from ..emitter import Emitter
-from ..plan import KernelPlan, Variant
+from ..plan import KernelPlan, Role, Variant
 from .copy import AsyncCopy, RegisterCopy
 from .epilogue import Epilogue
 from .fragments import SharedLoads
@@ -32,7 +32,7 @@ class KernelParts:
 
 def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelParts:
     """The parts of one kernel variant; new copy engines, fragment loads or math instructions are chosen here."""
-    spec, layout = plan.spec, variant.layout
+    spec, layout = variant.spec, variant.layout
     scheduler = StreamKScheduler(spec, out) if variant.stream_k else TileScheduler(spec, out)
     cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
     copy = AsyncCopy(spec, layout, out) if cp_async else RegisterCopy(spec, layout, out)
@@ -47,7 +47,7 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
-    o, spec = out, plan.spec
+    o, spec = out, variant.spec
     parts = choose_parts(plan, variant, out)
     bounds = f"{plan.launch.threads}"
     if plan.launch.min_blocks_per_sm:
@@ -84,6 +84,9 @@ def _emit_constants(spec: ir.KernelSpec, variant: Variant, o: Emitter) -> None:
     o.comment(f"Block tile {spec.block.m}x{spec.block.n}x{spec.block.k}; {layout.threads} threads "
               f"({t.warps} warps of {t.lanes} {t.lane_order.value} lanes); "
               f"each thread owns {t.fragment} of C.")
+    if variant.role is Role.INTERIOR:
+        o.comment("Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie\n"
+                  "inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).")
     if layout.max_global_vector == 1:
         o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
                   "whose pointer, leading dimension or batch stride is not vector-aligned.")

@@ -11,7 +11,7 @@ from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, le
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
-from .ctext import OPERANDS
+from .ctext import OPERANDS, paren
 
 
 class LauncherEmitter:
@@ -131,7 +131,7 @@ class LauncherEmitter:
         condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
-            o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>({arguments});")
+            self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
@@ -150,6 +150,61 @@ class LauncherEmitter:
         with o.block("if (blocks > sk_tiles)"):
             o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, {z}), dim3({threads}), smem_bytes, "
                    f"stream>>>({arguments});")
+
+    def _emit_tiles_launch(self) -> None:
+        """One block per tile: for checked bounds, when K is a multiple of BK, the tiles inside C on the
+        interior kernel and the edge strips on `kernel` (schedule.py's interior_launches); else
+        `kernel` on every tile."""
+        o, launch = self.out, self.launch
+        bm, bn, bk = launch.block_tile
+        interior = launch.entries.interior
+        if interior is not None:
+            o.comment("Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel\n"
+                      "(the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip\n"
+                      "(the interior's columns), each a GEMM of its own on operands offset to the strip.")
+            aligned = "vector_aligned && " if self._has_vector_test() else ""
+            with o.block(f"if ({aligned}K % {bk} == 0 && M >= {bm} && N >= {bn})"):
+                o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
+                with o.block(f"if (smem_bytes > {self.default_smem})"):
+                    o.line(f"const cudaError_t err = cudaFuncSetAttribute({interior}, "
+                           "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+                    o.line("if (err != cudaSuccess) return err;")
+                self._emit_launch(interior, f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
+                with o.block("if (N > inner_n)"):
+                    self._emit_launch("kernel", f"(long long){self._tiles('M', 'N - inner_n')}",
+                                      self._strip("0", "inner_n") | {"N": "N - inner_n"})
+                with o.block("if (M > inner_m)"):
+                    self._emit_launch("kernel", f"(long long){self._tiles('M - inner_m', 'inner_n')}",
+                                      self._strip("inner_m", "0") | {"M": "M - inner_m", "N": "inner_n"})
+                o.line("return cudaGetLastError();")
+        self._emit_launch("kernel", "blocks", {})
+
+    def _has_vector_test(self) -> bool:
+        return any(v > 1 for v in self.launch.requirements.vector_elements.values())
+
+    def _tiles(self, m: str, n: str) -> str:
+        bm, bn, _ = self.launch.block_tile
+        return f"({tile_count(self.spec, paren(m), str(bm))}) * ({tile_count(self.spec, paren(n), str(bn))})"
+
+    def _strip(self, row: str, col: str) -> dict[str, str]:
+        """A, B and C offset to the block of C whose first element is at (row, col)."""
+        offsets = {}
+        for operand, (r, c) in ((ir.Operand.A, (row, "0")), (ir.Operand.B, ("0", col)), (ir.Operand.C, (row, col))):
+            if (r, c) == ("0", "0"):
+                continue
+            if self.spec.problem.matrix(operand).layout is ir.MatrixLayout.COL:
+                r, c = c, r
+            name = operand.value.upper()
+            offset = c if r == "0" else f"(size_t){r} * {leading_name(operand)}" + ("" if c == "0" else f" + {c}")
+            offsets[name] = f"{name} + {offset}"
+        return offsets
+
+    def _emit_launch(self, kernel: str, blocks: str, overrides: dict[str, str]) -> None:
+        """kernel<<<blocks x batch>>> with the kernel's parameters, some replaced by `overrides`."""
+        z = "(unsigned)batch" if self.spec.problem.batched else "1"
+        arguments = ", ".join(overrides.get(name, name) for _, name in self.launch.parameters)
+        self.out.line(f"{kernel}<<<dim3((unsigned){paren(blocks)}, 1, {z}), dim3({self.launch.threads}), smem_bytes, "
+                      f"stream>>>({arguments});")
 
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
         target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
@@ -190,9 +245,7 @@ class LauncherEmitter:
             if spec.block.stream_k:
                 self._emit_stream_k_launch(arguments)
             else:
-                z = "(unsigned)batch" if batched else "1"
-                o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({launch.threads}), smem_bytes, stream>>>("
-                       f"{arguments});")
+                self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
 
     def _emit_kernel_choice(self) -> None:
