@@ -1,4 +1,5 @@
-"""Stream-K's work split (gemmdsl/schedule.py), and the launcher's C++ copy of the rule."""
+"""The launch rules of gemmdsl/schedule.py: stream-K's work split (and the launcher's C++ copy of it),
+checked bounds' interior and edge launches."""
 from __future__ import annotations
 
 import re
@@ -6,12 +7,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, call_split, stream_k_split
+from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, call_split, interior_launches, stream_k_split
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
@@ -117,3 +119,22 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path):
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
     expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]
     assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(tile=st.tuples(st.sampled_from((16, 64, 128, 256)), st.sampled_from((16, 64, 128, 256)),
+                      st.sampled_from((4, 8, 16))),
+       m=st.integers(1, 1000), n=st.integers(1, 1000), k=st.integers(1, 100))
+def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile, m, n, k):
+    """Each element of C in exactly one launch; the interior kernel (exact-bounds code) only gets
+    whole tiles and whole k-tiles; the checked kernel takes anything."""
+    bm, bn, bk = tile
+    launches = interior_launches(tile, m, n, k)
+    covered = numpy.zeros((m, n), dtype=int)
+    for launch in launches:
+        assert launch.m >= 1 and launch.n >= 1
+        covered[launch.row:launch.row + launch.m, launch.col:launch.col + launch.n] += 1
+        if launch.interior:
+            assert launch.m % bm == 0 and launch.n % bn == 0 and k % bk == 0
+    assert (covered == 1).all()
+    assert any(launch.interior for launch in launches) == (k % bk == 0 and m >= bm and n >= bn)
