@@ -102,11 +102,11 @@ def checked_calls(req: Requirements) -> list[Call]:
              Call(*whole, **natural(req, *whole), **scalars(req)),
              Call(*strips, **natural(req, *strips, pad=4), **scalars(req))]
     if req.batched:
-        m, n, k = odd
-        lds = natural(req, m, n, k, pad=4)
-        strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
-                   "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
-        calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
+        for m, n, k in (odd, strips):
+            lds = natural(req, m, n, k, pad=4)
+            strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
+                       "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
+            calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
     return calls
 
 
