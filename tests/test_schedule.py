@@ -138,3 +138,72 @@ def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile,
             assert launch.m % bm == 0 and launch.n % bn == 0 and k % bk == 0
     assert (covered == 1).all()
     assert any(launch.interior for launch in launches) == (k % bk == 0 and m >= bm and n >= bn)
+
+
+# The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
+# kernel, blocks, M, N and the offsets of A, B and C instead of launching.
+LAUNCHES_TEST = r"""
+#include <cstdint>
+#include <cstdio>
+using cudaError_t = int;
+using cudaStream_t = void*;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaFuncAttributeMaxDynamicSharedMemorySize = 0;
+struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
+template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+using Kernel = void (*)(const float*, const float*, float*, int, int, int, int, int, int, float, float);
+%(kernels)s
+alignas(16) static float operands[4];
+static void launched(Kernel kernel, dim3 grid, const float* A, const float* B, float* C, int M, int N) {
+    std::printf("%%d %%u %%d %%d %%td %%td %%td\n", kernel == %(interior)s, grid.x, M, N,
+                A - operands, B - operands, C - operands);
+}
+%(launcher)s
+int main() {
+    int m, n, k, lda, ldb, ldc;
+    while (std::scanf("%%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc) == 6) {
+        %(name)s_launch_ld(operands, lda, operands, ldb, operands, ldc, m, n, k, 1.0f, 0.0f, nullptr);
+        std::printf("end\n");
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+@pytest.mark.parametrize("name", ["checked_v3", "layouts_tt"])
+def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_path):
+    """Row-major and column-major operands: the launcher's strips and pointer offsets, against
+    interior_launches and the operands' layouts."""
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    cuda, entries, layouts = artifacts.cuda, artifacts.metadata["entries"], artifacts.metadata["layouts"]
+    launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
+    launcher = re.sub(r"(\w+)<<<(dim3\(.*?\)), dim3\(\d+\), smem_bytes, stream>>>\(([^;]*)\);",
+                      lambda match: f"launched({match[1]}, {match[2]}, {', '.join(match[3].split(', ')[:5])});",
+                      launcher)
+    kernels = "".join(f"void {entry}(const float*, const float*, float*, int, int, int, int, int, int, float, float) "
+                      "{}\n" for entry in (entries["vector"], entries["scalar"], entries["interior"]))
+    (tmp_path / "launches.cpp").write_text(LAUNCHES_TEST % {"kernels": kernels, "interior": entries["interior"],
+                                                            "launcher": launcher, "name": name})
+    subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
+    bm, bn, bk = artifacts.metadata["block_tile"]
+    shapes = [(m, n, k) for m in (1, bm, 2 * bm + 5) for n in (3, bn, 3 * bn + 1) for k in (bk, 3 * bk, 3 * bk + 1)]
+    def aligned(extent: int) -> int:  # vector-aligned leading dimensions: the vector kernel runs
+        return -(-extent // 4) * 4
+
+    lds = {(m, n, k): (aligned(k if layouts["a"] == "row" else m), aligned(n if layouts["b"] == "row" else k),
+                       aligned(n if layouts["c"] == "row" else m)) for m, n, k in shapes}
+    stdin = "".join(" ".join(map(str, (*shape, *lds[shape]))) + "\n" for shape in shapes)
+    done = subprocess.run([str(tmp_path / "launches")], input=stdin, capture_output=True, text=True, check=True)
+    got = [[tuple(map(int, line.split())) for line in call.strip().splitlines()]
+           for call in done.stdout.split("end\n")[:-1]]
+
+    def offset(operand: str, row: int, col: int, ld: int) -> int:
+        return row * ld + col if layouts[operand.lower()] == "row" else col * ld + row
+
+    expected = []
+    for (m, n, k) in shapes:
+        lda, ldb, ldc = lds[(m, n, k)]
+        expected.append([(int(s.interior), -(-s.m // bm) * -(-s.n // bn), s.m, s.n, offset("A", s.row, 0, lda),
+                          offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
+                         for s in interior_launches((bm, bn, bk), m, n, k)])
+    assert got == expected
