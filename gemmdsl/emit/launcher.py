@@ -148,8 +148,7 @@ class LauncherEmitter:
                f"{arguments}, sk_tiles);")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         with o.block("if (blocks > sk_tiles)"):
-            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, {z}), dim3({threads}), smem_bytes, "
-                   f"stream>>>({arguments});")
+            self._emit_launch("kernel", "blocks - sk_tiles", {})
 
     def _emit_tiles_launch(self) -> None:
         """One block per tile: for checked bounds, when K is a multiple of BK, the tiles inside C on the
