@@ -12,8 +12,13 @@ MAX_INT = 2147483647
 
 Parameter = tuple[str, str]  # (C type, name)
 
-PREPARE_PARAMETERS: tuple[Parameter, ...] = (("float*", "C"), ("int", "M"), ("int", "N"), ("int", "ldc"),
-                                             ("float", "beta"), ("int", "sk_tiles"))
+
+def prepare_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
+    """(C type, name) of the parameters of the kernel that sets the stream-K tiles of C to beta * C."""
+    parameters = [("float*", "C"), ("int", "M"), ("int", "N"), ("int", "ldc"), ("float", "beta")]
+    if spec.problem.batched:
+        parameters.append(("long long", "stride_c"))
+    return tuple(parameters + [("int", "sk_tiles")])
 
 
 def vector_entry(spec: ir.KernelSpec) -> str:
@@ -22,6 +27,10 @@ def vector_entry(spec: ir.KernelSpec) -> str:
 
 def scalar_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_scalar"
+
+
+def interior_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_interior"
 
 
 def stream_k_entry(spec: ir.KernelSpec) -> str:

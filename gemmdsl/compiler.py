@@ -99,9 +99,10 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # entries["scalar"]: the kernel with one-element global accesses, run when an operand
         # is not vector-aligned (checked bounds only; null when the vector kernel is scalar already).
         # entries["stream_k"] and ["prepare"]: schedule: stream_k's kernel for the last wave's tiles and the
-        # one that sets those tiles to beta * C first (null otherwise).
+        # one that sets those tiles to beta * C first (null otherwise). entries["interior"]: checked
+        # bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches).
         "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
-                    "prepare": entries.prepare},
+                    "prepare": entries.prepare, "interior": entries.interior},
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
         **launch.launchers,

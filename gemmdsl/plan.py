@@ -4,13 +4,16 @@ the emitters and the compiler's launch metadata.
 
 A file holds one kernel, or more: for `bounds: checked`, `NAME_kernel_scalar`, the same tiling
 lowered with one-element global accesses, which the launcher runs when a pointer, leading
-dimension or batch stride would misalign a vector access; for `schedule: stream_k`,
-`NAME_kernel_stream_k`, which shares the last wave's tiles (the vector kernel computes the others).
+dimension or batch stride would misalign a vector access, and `NAME_kernel_interior`, the same
+tiling compiled as for `bounds: exact`, which the launcher runs on the tiles that lie inside C
+when K is a multiple of BK (the vector kernel then computes only the edge strips); for
+`schedule: stream_k`, `NAME_kernel_stream_k`, which shares the last wave's tiles (the vector
+kernel computes the others).
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import abi, ir
 from .layout import KernelLayout, TileLayout
@@ -22,6 +25,7 @@ class Role(enum.Enum):
     VECTOR = "vector"  # the spec's global accesses; every tile not shared by stream-K
     SCALAR = "scalar"  # one-element global accesses, for operands that are not vector-aligned
     STREAM_K = "stream_k"  # k-ranges of the last wave's tiles, added into C
+    INTERIOR = "interior"  # checked bounds: the tiles inside C, compiled as for exact bounds
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class Variant:
     def stream_k(self) -> bool:
         return self.role is Role.STREAM_K
 
+    @property
+    def spec(self) -> ir.KernelSpec:
+        """The spec this kernel is compiled from (the interior kernel's has exact bounds)."""
+        return self.layout.spec
+
 
 @dataclass(frozen=True)
 class Entries:
@@ -43,6 +52,7 @@ class Entries:
     scalar: str | None  # None: the vector kernel is scalar already, or bounds are exact
     stream_k: str | None
     prepare: str | None  # sets the stream-K tiles of C to beta * C first
+    interior: str | None  # checked bounds: the exact-bounds code for the tiles inside C
 
 
 @dataclass(frozen=True)
@@ -94,13 +104,16 @@ def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
         variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, lowering(spec, max_global_vector=1)))
     if spec.block.stream_k:
         variants.append(Variant(abi.stream_k_entry(spec), Role.STREAM_K, layout))
+    if spec.problem.checked:
+        exact = replace(spec, problem=replace(spec.problem, bounds=ir.Bounds.EXACT))
+        variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, lowering(exact)))
     return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants))
 
 
 def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
-                      abi.prepare_entry(spec))
+                      abi.prepare_entry(spec), by_role.get(Role.INTERIOR))
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     checked = spec.problem.checked

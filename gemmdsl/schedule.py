@@ -6,14 +6,27 @@ wave's slots idle (4096^3 in 128x128 tiles on a 132-SM H100 at 2 blocks per SM: 
 tiles, 3.88 waves, 3% of the launch lost; 1024^3: 64 tiles, 76% of the only wave idle).
 
 Stream-K gives those last T % S tiles' k-tiles to one whole wave of blocks in equal,
-contiguous ranges. A range may cover the end of one tile and the start of the next;
+contiguous ranges. When T < S that is every tile, and stream-K is split-K with ranges that
+may cross tiles: 256x256x65536 (4 tiles of 8192 k-tiles) runs on all 264 slots, 124 k-tiles
+each, instead of on 4 blocks; 16x4096x4096 (32 tiles of 512) on 264 blocks of 62 k-tiles. A range may cover the end of one tile and the start of the next;
 the blocks add their partial sums into C with atomics, so those tiles of C are first set
 to beta * C by a small kernel. The stream-K blocks run first, then the plain kernel
 computes the other tiles, one block each, in whole waves.
 
+Edge tiles and a partial last k-tile (bounds: checked) count as whole ones: the kernels guard
+them. A strided batch is split per GEMM: each of its B GEMMs gets S // B slots and is split
+the same way (the grid's z stays the GEMM in every kernel, so a block's range never crosses
+GEMMs); a batch of S or more GEMMs fills the GPU by itself and is not split.
+
+Checked bounds without stream-K (`interior_launches`): when K is a multiple of BK, the tiles
+that lie wholly inside C run `NAME_kernel_interior`, compiled as for exact bounds, and the
+vector kernel runs the two edge strips as GEMMs of their own (operands offset to the strip).
+Carrying the guarded path beside the unguarded one in one kernel costs the interior blocks
+instruction scheduling, and ptxas allocates registers for the heavier path.
+
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
-analysis all follow this module; `stream_k_split` is the rule, and the launcher's copy
-of it is tested against it.
+analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
+call's shape), and the launcher's copy of it is tested against it.
 """
 from __future__ import annotations
 
@@ -31,11 +44,11 @@ MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
 
 @dataclass(frozen=True)
 class StreamKSplit:
-    tiles: int  # C tiles of the launch
+    tiles: int  # C tiles of the launch (of one GEMM of a batch)
     k_tiles: int  # k-tiles per C tile
-    slots: int  # blocks the GPU holds at once
+    slots: int  # blocks the GPU holds at once, per GEMM of a batch
     sk_tiles: int  # the last tiles, whose k-tiles the stream-K blocks share (0: no stream-K)
-    sk_blocks: int  # blocks of the stream-K kernel
+    sk_blocks: int  # blocks of the stream-K kernel (per GEMM: the grid's x; z is the GEMM)
 
     @property
     def dp_tiles(self) -> int:
@@ -61,10 +74,14 @@ class StreamKSplit:
         return pieces
 
 
-def stream_k_split(tiles: int, k_tiles: int, slots: int) -> StreamKSplit:
-    """The split the launcher makes: the last wave's T % S tiles go to stream-K blocks, unless
-    stream-K would not shorten the launch (a whole tile of work per block or more, or too few
-    idle slots to pay for it)."""
+def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1) -> StreamKSplit:
+    """The split the launcher makes for one GEMM of `batch`: the last wave's T % S tiles go to
+    stream-K blocks, unless stream-K would not shorten the launch (a whole tile of work per block
+    or more, or too few idle slots to pay for it). Blocks get at least MIN_K_TILES_PER_BLOCK
+    k-tiles, so a long K (or few tiles) takes every slot and a short one fewer."""
+    slots //= batch
+    if slots < 1:
+        return StreamKSplit(tiles, k_tiles, slots, 0, 0)
     shared = tiles % slots
     work = shared * k_tiles
     blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
@@ -72,3 +89,47 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int) -> StreamKSplit:
     if blocks <= shared or work > MAX_WORK or not idle_enough:
         shared = blocks = 0
     return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
+
+
+def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
+               vector: bool = True) -> StreamKSplit:
+    """The split of one call (M, N, K, batch) on a GPU of `slots` resident blocks, for a kernel of
+    `block_tile` (BM, BN, BK): edge tiles and a partial last k-tile count as whole ones. `vector`:
+    the call runs the vector kernel; the stream-K kernel makes the vector kernel's accesses, so a
+    call whose operands need the scalar kernel (checked bounds) is not split."""
+    bm, bn, bk = block_tile
+    tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
+    return stream_k_split(tiles, _ceil_div(k, bk), slots if vector else 0, batch)
+
+
+def _ceil_div(extent: int, tile: int) -> int:
+    return -(-extent // tile)
+
+
+@dataclass(frozen=True)
+class SubLaunch:
+    """One launch over the block of C at rows [row, row + m), columns [col, col + n), all of K: the
+    kernel gets M = m, N = n and A, B, C offset to that block (A by `row` rows, B by `col` columns)."""
+
+    interior: bool  # the interior kernel (exact-bounds code); else the vector kernel
+    row: int
+    col: int
+    m: int
+    n: int
+
+
+def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:
+    """How a checked spec's unsplit call on the vector kernel is launched: the tiles inside C on the
+    interior kernel, then the right strip (every row) and the bottom strip (the interior's columns)
+    on the vector kernel. A K that is not a multiple of BK makes every tile an edge in k, and a C
+    smaller than one tile has no interior: the vector kernel then runs the whole of C."""
+    bm, bn, bk = block_tile
+    inner_m, inner_n = m - m % bm, n - n % bn
+    if k % bk or not inner_m or not inner_n:
+        return (SubLaunch(False, 0, 0, m, n),)
+    launches = [SubLaunch(True, 0, 0, inner_m, inner_n)]
+    if n > inner_n:
+        launches.append(SubLaunch(False, 0, inner_n, m, n - inner_n))
+    if m > inner_m:
+        launches.append(SubLaunch(False, inner_m, 0, m - inner_m, inner_n))
+    return tuple(launches)

@@ -149,13 +149,6 @@ class _Checker:
                        hint="write group(G) with G >= 1, e.g. group(8)")
         if block.stream_k:
             problem = self.spec.problem
-            if problem.checked:
-                self.error(block.at("schedule"), "schedule: stream_k needs `bounds: exact` in the problem section",
-                           hint="stream-K splits whole k-tiles between blocks; use `schedule: tiles;` for "
-                                "checked bounds")
-            if problem.batched:
-                self.error(block.at("schedule"), "schedule: stream_k does not take batched problems",
-                           hint="a batch already gives every SM work; use `schedule: tiles;`")
             if self.spec.mma is not None and problem.c.dtype is not ir.DType.F32:
                 self.error(block.at("schedule"), f"schedule: stream_k adds partial sums into C with f32 atomics, "
                                                  f"but C is {problem.c.dtype.value}",

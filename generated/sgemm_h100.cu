@@ -406,17 +406,21 @@ static bool sgemm_h100_aligned(const void* p, long long ld, long long stride, in
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K
-// blocks with at least 4 k-tiles each, unless that would not shorten the launch.
-static void sgemm_h100_stream_k_split(long long tiles, long long k_tiles, long long slots, int* sk_tiles, int* sk_blocks) {
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void sgemm_h100_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
     const long long shared = tiles % slots;
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool worth_it = blocks > shared && work <= 2147483647LL && idle_enough;
-    *sk_tiles = worth_it ? (int)shared : 0;
-    *sk_blocks = worth_it ? (int)blocks : 0;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
 }
 
 extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -445,15 +449,15 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     int sk_tiles = 0, sk_blocks = 0;
-    sgemm_h100_stream_k_split(blocks, K / 8, (long long)sms * per_sm, &sk_tiles, &sk_blocks);
+    sgemm_h100_stream_k_split(blocks, K / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
     if (sk_tiles == 0) {
-        kernel<<<dim3((unsigned)blocks), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
         return cudaGetLastError();
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
     if (sk_tiles > 0 && beta != 1.0f) {
-        sgemm_h100_prepare_c<<<dim3((unsigned)sk_tiles), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        sgemm_h100_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
     const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
@@ -461,10 +465,10 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
-    stream_k_kernel<<<dim3((unsigned)sk_blocks), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
     if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }

@@ -20,6 +20,7 @@ CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize
              "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
 BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
+INTERIOR_ENTRY = 4  # the runner's number for NAME_kernel_interior (glue's cases)
 
 
 def find_cxx() -> str | None:
@@ -51,9 +52,11 @@ def glue(metadata: dict) -> str:
     arguments = ", ".join(f"p.{argument['name']}" for argument in metadata["arguments"])
     entries = metadata["entries"]
     beta_first = "p.beta" if metadata["epilogue"] == "alpha_beta" else "0.0f"
+    stride_c = ", p.stride_c" if metadata["batch"] == "strided" else ""
     calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
              (entries["stream_k"], f"{arguments}, p.sk_tiles"),
-             (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}, p.sk_tiles")]
+             (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles"),
+             (entries["interior"], arguments)]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
@@ -104,12 +107,17 @@ class Call:
     offset_c: int = 0
     sk_tiles: int = 0  # stream-K: tiles shared by sk_blocks blocks (schedule.StreamKSplit); 0: none
     sk_blocks: int = 0
+    # launches over blocks of C, each a GEMM of its own (schedule.SubLaunch: interior, row, col, m, n),
+    # instead of one over all of C; the others run `entry`, the interior ones INTERIOR_ENTRY
+    sub_launches: tuple[tuple[bool, int, int, int, int], ...] = ()
 
     def argv(self) -> list[str]:
-        return [str(value) for value in (self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch,
-                                         self.stride_a, self.stride_b, self.stride_c, self.alpha, self.beta,
-                                         self.entry, self.offset_a, self.offset_b, self.offset_c,
-                                         self.sk_tiles, self.sk_blocks)]
+        values = [self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch, self.stride_a, self.stride_b,
+                  self.stride_c, self.alpha, self.beta, self.entry, self.offset_a, self.offset_b, self.offset_c,
+                  self.sk_tiles, self.sk_blocks]
+        for interior, *block in self.sub_launches:
+            values += [INTERIOR_ENTRY if interior else self.entry, *block]
+        return [str(value) for value in values]
 
 
 def build(cuda: str, metadata: dict, directory: Path) -> Path:

@@ -45,8 +45,7 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     batch = draw(st.sampled_from(("none", "strided")))
     fma_order = draw(st.sampled_from(("row", "col", "snake")))
     unroll = draw(st.sampled_from((1, 2, 4)))
-    # stream_k takes exact, unbatched problems only; drawing it elsewhere would just be rejected
-    schedule = draw(st.sampled_from(("tiles", "stream_k"))) if (bounds, batch) == ("exact", "none") else "tiles"
+    schedule = draw(st.sampled_from(("tiles", "stream_k")))
     swizzle_a = ""
     if draw(st.booleans()) and a_order == "km":
         swizzle_a = " swizzle: xor(1, 4, 5);"

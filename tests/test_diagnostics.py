@@ -292,11 +292,6 @@ CASES = [
     Case("long_name", [m("gemm sgemm_v3", "gemm " + "k" * 65)],
          [("gemm |kkk", "kernel name is 65 characters long; at most 64 are allowed")]),
     # --- stream-K, FMA order, unroll -------------------------------------------------------------
-    Case("stream_k_needs_exact_bounds", [m("raster: row;", "raster: row; schedule: stream_k;")],
-         [("schedule: |stream_k", "schedule: stream_k needs `bounds: exact`")], ["use `schedule: tiles;`"]),
-    Case("stream_k_not_batched", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; bounds: exact; batch: strided;"),
-                                  m("raster: row;", "raster: row; schedule: stream_k;")],
-         [("schedule: |stream_k", "schedule: stream_k does not take batched problems")]),
     Case("unknown_schedule", [m("raster: row;", "raster: row; schedule: streamk;")],
          [("schedule: |streamk", "expected tiles or stream_k")], ["did you mean 'stream_k'?"]),
     Case("unknown_fma_order", [m("repeat: 2x2 block;", "repeat: 2x2 block; fma_order: zigzag;")],

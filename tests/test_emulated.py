@@ -22,7 +22,7 @@ import host_emulation
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.arrays import ArrayView
 from gemmdsl.runtime import Requirements, check_call
-from gemmdsl.schedule import stream_k_split
+from gemmdsl.schedule import call_split, interior_launches
 from host_emulation import Call
 from spec_strategies import spec_texts
 
@@ -94,18 +94,20 @@ def checked_calls(req: Requirements) -> list[Call]:
     odd = (133, 261, 37)  # edge blocks along m and n, interior blocks too, a partial last k-tile
     bm, bn, bk = req.block_tile
     whole = (2 * bm, bn, 3 * bk)
+    strips = (2 * bm + 5, bn + 3, 4 * bk)  # whole k-tiles: the interior kernel and both edge strips
     calls = [Call(1, 1, 1, **natural(req, 1, 1, 1)),
              Call(7, 13, 5, **natural(req, 7, 13, 5), **scalars(req)),
              Call(*odd, **natural(req, *odd)),
              Call(*odd, **natural(req, *odd, pad=4), **scalars(req)),
              Call(*odd, **natural(req, *odd, pad=4), offset_a=1),
-             Call(*whole, **natural(req, *whole), **scalars(req))]
+             Call(*whole, **natural(req, *whole), **scalars(req)),
+             Call(*strips, **natural(req, *strips, pad=4), **scalars(req))]
     if req.batched:
-        m, n, k = odd
-        lds = natural(req, m, n, k, pad=4)
-        strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
-                   "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
-        calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
+        for m, n, k in (odd, strips):
+            lds = natural(req, m, n, k, pad=4)
+            strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
+                       "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
+            calls.append(Call(m, n, k, **lds, batch=3, **strides, **scalars(req)))
     return calls
 
 
@@ -116,19 +118,24 @@ def exact_calls(req: Requirements) -> list[Call]:
 
 
 def stream_k_calls(req: Requirements) -> list[Call]:
-    """4 tiles of 16 k-tiles as GPUs of 3, 5 and 7 slots split them: 3 blocks share the last tile;
-    5 or 7 blocks share all four, their ranges crossing tile boundaries. Then alpha_beta's beta = 1,
-    which leaves C as it is instead of preparing it."""
+    """Stream-K as GPUs of a few slots split each shape (ranges crossing tile boundaries, a block
+    sharing one tile, ...). Exact kernels: 4 tiles of 16 k-tiles on 3, 5 and 7 slots, then
+    alpha_beta's beta = 1, which leaves C as it is instead of preparing it. Checked kernels also:
+    a tile smaller than the block tile, a partial last k-tile, edge tiles along m and n; where
+    the rule would not split a tiny shape, its one tile is split by 2 blocks anyway."""
     bm, bn, bk = req.block_tile
-    size = (2 * bm, 2 * bn, 16 * bk)
+    shapes = [((2 * bm, 2 * bn, 16 * bk), slots) for slots in (3, 5, 7)]
+    if req.multiples == (1, 1, 1):
+        shapes += [((7, 13, 5), 1), ((33, 33, 33), 1), ((16, 300, 1000), 5), ((bm + 5, 2 * bn + 3, 61), 7),
+                   ((2 * bm, 2 * bn, 4096), 7)]
     calls = []
-    for slots in (3, 5, 7):
-        split = stream_k_split(4, 16, slots)
-        assert split.sk_tiles, slots
-        calls.append(Call(*size, **natural(req, *size, pad=4), **scalars(req), sk_tiles=split.sk_tiles,
-                          sk_blocks=split.sk_blocks))
+    for (m, n, k), slots in shapes:
+        split = call_split(req.block_tile, m, n, k, slots)
+        sk_tiles, sk_blocks = (split.sk_tiles, split.sk_blocks) if split.sk_tiles else (split.tiles, 2)
+        calls.append(Call(m, n, k, **natural(req, m, n, k, pad=4), **scalars(req), sk_tiles=sk_tiles,
+                          sk_blocks=sk_blocks))
     if req.epilogue == "alpha_beta":
-        calls.append(replace(calls[-1], beta=1.0))
+        calls.append(replace(calls[2], beta=1.0))
     return calls
 
 
@@ -141,13 +148,45 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     assert run_all(binary, req, calls) == []
     if req.scalar_entry is not None:
         assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
+    if req.multiples == (1, 1, 1):
+        launched = [as_launched(req, call).sub_launches for call in calls]
+        assert [True, False, False] in [[interior for interior, *_ in launches] for launches in launched]
+
+
+def test_batched_stream_k_splits_each_gemm(tmp_path):
+    """batched_v3 with stream-K: each GEMM of a batch of 3 gets a third of 21 slots; its 6 edge-heavy
+    tiles of 7 k-tiles (the last partial) are shared by 7 blocks, per GEMM on the grid's z."""
+    text = (ROOT / "specs" / "batched_v3.gemm").read_text()
+    artifacts = compile_text(text.replace("raster: group(4);", "raster: group(4); schedule: stream_k;"),
+                             "batched_v3.gemm")
+    binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path)
+    req = Requirements.from_metadata(artifacts.metadata)
+    m, n, k = 133, 261, 100
+    split = call_split(req.block_tile, m, n, k, slots=21, batch=3)
+    assert (split.sk_tiles, split.sk_blocks) == (6, 7)
+    lds = natural(req, m, n, k, pad=4)
+    strides = {"stride_a": -(-footprint(req, "A", m, k, lds["lda"]) // 4) * 4 + 4, "stride_b": 0,
+               "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
+    call = Call(m, n, k, **lds, batch=3, **strides, **scalars(req), sk_tiles=split.sk_tiles,
+                sk_blocks=split.sk_blocks)
+    assert run_all(binary, req, [call, replace(call, beta=1.0)]) == []
+
+
+def as_launched(req: Requirements, call: Call) -> Call:
+    """The call on the kernel check_call picks for it, and for checked bounds on the vector kernel
+    without stream-K, split into the interior kernel and the edge strips as the launcher splits it."""
+    call = replace(call, entry=entry_index(req, call))
+    if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
+        return call
+    launches = interior_launches(req.block_tile, call.m, call.n, call.k)
+    return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n) for s in launches))
 
 
 def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:
-    """Run each call on the kernel check_call picks for it; the failures' outputs."""
+    """Run each call as the launcher would (as_launched); the failures' outputs."""
     failures = []
     for call in calls:
-        call = replace(call, entry=entry_index(req, call))
+        call = as_launched(req, call)
         passed, output = host_emulation.run(binary, call)
         if not passed:
             failures.append(f"{call}: {output[:2000]}")
@@ -170,7 +209,8 @@ def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
                    for p, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n))}
         call = replace(call, batch=draw(st.integers(2, 3)), **strides)
     if req.stream_k_entry is not None:  # as a GPU of a few slots would split it (often: not at all)
-        split = stream_k_split((m // bm) * (n // bn), k // bk, draw(st.integers(1, 7)))
+        split = call_split(req.block_tile, m, n, k, draw(st.integers(1, 7)) * call.batch, call.batch,
+                           vector=entry_index(req, call) == 0)
         call = replace(call, sk_tiles=split.sk_tiles, sk_blocks=split.sk_blocks)
     return call
 

@@ -1,4 +1,5 @@
-"""Stream-K's work split (gemmdsl/schedule.py), and the launcher's C++ copy of the rule."""
+"""The launch rules of gemmdsl/schedule.py: stream-K's work split (and the launcher's C++ copy of it),
+checked bounds' interior and edge launches."""
 from __future__ import annotations
 
 import re
@@ -6,25 +7,28 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, stream_k_split
+from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, call_split, interior_launches, stream_k_split
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
 
 
 @settings(max_examples=300, deadline=None)
-@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 600), slots=st.integers(1, 600))
-def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots):
-    split = stream_k_split(tiles, k_tiles, slots)
+@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 600), slots=st.integers(1, 600),
+       batch=st.sampled_from((1, 1, 2, 3, 7, 600)))
+def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots, batch):
+    split = stream_k_split(tiles, k_tiles, slots, batch)
     assert split.dp_tiles + split.sk_tiles == tiles
     if not split.sk_tiles:
         assert split.sk_blocks == 0
         return
+    slots //= batch  # per GEMM: the batch's stream-K blocks fit on the GPU together
     assert split.sk_tiles == tiles % slots and split.sk_tiles < split.sk_blocks <= slots
     assert (slots - split.sk_tiles) * 100 >= MIN_IDLE_PERCENT * slots
     covered = []
@@ -58,6 +62,27 @@ def test_the_benchmarked_sizes_on_the_h100(size, shared):
     assert split.sk_blocks == (H100_SLOTS if shared else 0)
 
 
+@pytest.mark.parametrize("size, tiles, blocks, k_tiles_per_block", [
+    ((256, 256, 65536), 4, 264, 124), ((16, 4096, 4096), 32, 264, 62), ((127, 4096, 4096), 32, 264, 62),
+    ((4096, 127, 4096), 32, 264, 62), ((1000, 1000, 1000), 64, 264, 30), ((6000, 6000, 6000), 97, 264, 275)])
+def test_shapes_that_cannot_fill_the_gpu_split_k_over_every_slot(size, tiles, blocks, k_tiles_per_block):
+    """The issue's shapes on an H100 in 128x128x8 tiles with checked bounds (edge tiles and a partial
+    last k-tile count whole): with fewer tiles than slots every tile is shared, split-K across
+    all 264 slots, each block a contiguous range of about k_tiles_per_block k-tiles."""
+    split = call_split((128, 128, 8), *size, H100_SLOTS)
+    assert (split.sk_tiles, split.sk_blocks) == (tiles, blocks)
+    assert split.sk_tiles * split.k_tiles // split.sk_blocks == k_tiles_per_block
+
+
+def test_a_batch_is_split_per_gemm():
+    assert stream_k_split(4, 8192, H100_SLOTS, batch=2) == stream_k_split(4, 8192, H100_SLOTS // 2)
+    assert stream_k_split(4, 8192, H100_SLOTS, batch=H100_SLOTS + 1).sk_tiles == 0  # the batch fills the GPU
+
+
+def test_calls_on_the_scalar_kernel_do_not_split():
+    assert call_split((128, 128, 8), 256, 256, 65536, H100_SLOTS, vector=False).sk_tiles == 0
+
+
 def test_small_problems_do_not_split():
     assert stream_k_split(1, 1, 264).sk_tiles == 0  # one k-tile: nothing to share
     assert stream_k_split(4, 2, 264).sk_tiles == 0  # 8 k-tiles: two blocks of 4 for four tiles
@@ -70,10 +95,10 @@ LAUNCHER_TEST = r"""
 #include <cstdio>
 %s
 int main() {
-    long long tiles, k_tiles, slots;
-    while (std::scanf("%%lld %%lld %%lld", &tiles, &k_tiles, &slots) == 3) {
+    long long tiles, k_tiles, slots, batch;
+    while (std::scanf("%%lld %%lld %%lld %%lld", &tiles, &k_tiles, &slots, &batch) == 4) {
         int sk_tiles, sk_blocks;
-        %s_stream_k_split(tiles, k_tiles, slots, &sk_tiles, &sk_blocks);
+        %s_stream_k_split(tiles, k_tiles, slots, batch, &sk_tiles, &sk_blocks);
         std::printf("%%d %%d\n", sk_tiles, sk_blocks);
     }
 }
@@ -86,10 +111,99 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path):
     function = re.search(r"^static void sgemm_h100_stream_k_split\(.*?^}\n", cuda, re.M | re.S).group(0)
     (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, "sgemm_h100"))
     subprocess.run(["g++", "-O1", "-o", "split", "split.cpp"], cwd=tmp_path, check=True)
-    cases = [(t, k, s) for t in (1, 3, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
-             for k in (1, 2, 3, 4, 5, 128, 512, 2**20, 2**23) for s in (1, 7, 132, 264, 528)]
-    stdin = "".join(f"{t} {k} {s}\n" for t, k, s in cases)
+    cases = [(t, k, s, b) for t in (1, 3, 4, 32, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
+             for k in (1, 2, 3, 4, 5, 128, 512, 8192, 2**20, 2**23) for s in (1, 7, 132, 264, 528)
+             for b in (1, 2, 3, 264, 65535)]
+    stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
     expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]
+    assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(tile=st.tuples(st.sampled_from((16, 64, 128, 256)), st.sampled_from((16, 64, 128, 256)),
+                      st.sampled_from((4, 8, 16))),
+       m=st.integers(1, 1000), n=st.integers(1, 1000), k=st.integers(1, 100))
+def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile, m, n, k):
+    """Each element of C in exactly one launch; the interior kernel (exact-bounds code) only gets
+    whole tiles and whole k-tiles; the checked kernel takes anything."""
+    bm, bn, bk = tile
+    launches = interior_launches(tile, m, n, k)
+    covered = numpy.zeros((m, n), dtype=int)
+    for launch in launches:
+        assert launch.m >= 1 and launch.n >= 1
+        covered[launch.row:launch.row + launch.m, launch.col:launch.col + launch.n] += 1
+        if launch.interior:
+            assert launch.m % bm == 0 and launch.n % bn == 0 and k % bk == 0
+    assert (covered == 1).all()
+    assert any(launch.interior for launch in launches) == (k % bk == 0 and m >= bm and n >= bn)
+
+
+# The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
+# kernel, blocks, M, N and the offsets of A, B and C instead of launching.
+LAUNCHES_TEST = r"""
+#include <cstdint>
+#include <cstdio>
+using cudaError_t = int;
+using cudaStream_t = void*;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaFuncAttributeMaxDynamicSharedMemorySize = 0;
+struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
+template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+using Kernel = void (*)(const float*, const float*, float*, int, int, int, int, int, int, float, float);
+%(kernels)s
+alignas(16) static float operands[4];
+static void launched(Kernel kernel, dim3 grid, const float* A, const float* B, float* C, int M, int N) {
+    std::printf("%%d %%u %%d %%d %%td %%td %%td\n", kernel == %(interior)s, grid.x, M, N,
+                A - operands, B - operands, C - operands);
+}
+%(launcher)s
+int main() {
+    int m, n, k, lda, ldb, ldc;
+    while (std::scanf("%%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc) == 6) {
+        %(name)s_launch_ld(operands, lda, operands, ldb, operands, ldc, m, n, k, 1.0f, 0.0f, nullptr);
+        std::printf("end\n");
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+@pytest.mark.parametrize("name", ["checked_v3", "layouts_tt"])
+def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_path):
+    """Row-major and column-major operands: the launcher's strips and pointer offsets, against
+    interior_launches and the operands' layouts."""
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    cuda, entries, layouts = artifacts.cuda, artifacts.metadata["entries"], artifacts.metadata["layouts"]
+    launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
+    launcher = re.sub(r"(\w+)<<<(dim3\(.*?\)), dim3\(\d+\), smem_bytes, stream>>>\(([^;]*)\);",
+                      lambda match: f"launched({match[1]}, {match[2]}, {', '.join(match[3].split(', ')[:5])});",
+                      launcher)
+    kernels = "".join(f"void {entry}(const float*, const float*, float*, int, int, int, int, int, int, float, float) "
+                      "{}\n" for entry in (entries["vector"], entries["scalar"], entries["interior"]))
+    (tmp_path / "launches.cpp").write_text(LAUNCHES_TEST % {"kernels": kernels, "interior": entries["interior"],
+                                                            "launcher": launcher, "name": name})
+    subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
+    bm, bn, bk = artifacts.metadata["block_tile"]
+    shapes = [(m, n, k) for m in (1, bm, 2 * bm + 5) for n in (3, bn, 3 * bn + 1) for k in (bk, 3 * bk, 3 * bk + 1)]
+    def aligned(extent: int) -> int:  # vector-aligned leading dimensions: the vector kernel runs
+        return -(-extent // 4) * 4
+
+    lds = {(m, n, k): (aligned(k if layouts["a"] == "row" else m), aligned(n if layouts["b"] == "row" else k),
+                       aligned(n if layouts["c"] == "row" else m)) for m, n, k in shapes}
+    stdin = "".join(" ".join(map(str, (*shape, *lds[shape]))) + "\n" for shape in shapes)
+    done = subprocess.run([str(tmp_path / "launches")], input=stdin, capture_output=True, text=True, check=True)
+    got = [[tuple(map(int, line.split())) for line in call.strip().splitlines()]
+           for call in done.stdout.split("end\n")[:-1]]
+
+    def offset(operand: str, row: int, col: int, ld: int) -> int:
+        return row * ld + col if layouts[operand.lower()] == "row" else col * ld + row
+
+    expected = []
+    for (m, n, k) in shapes:
+        lda, ldb, ldc = lds[(m, n, k)]
+        expected.append([(int(s.interior), -(-s.m // bm) * -(-s.n // bn), s.m, s.n, offset("A", s.row, 0, lda),
+                          offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
+                         for s in interior_launches((bm, bn, bk), m, n, k)])
     assert got == expected

@@ -71,13 +71,14 @@ class GlobalTileCopy:
     def _global_offset(operand: ir.Operand, row: Expr, col: Expr) -> str:
         return (row * Var(leading_name(operand)) + col).render()
 
-    def _guarded(self, tile: str, emit: Callable[[bool], None]) -> None:
-        """`emit(guarded)` for k-tile `tile`: unguarded for exact bounds; for checked bounds behind a
-        branch that is uniform across the block, so interior tiles run exactly the exact code."""
+    def _guarded(self, k_tile: str, emit: Callable[[bool], None]) -> None:
+        """`emit(guarded)` for k-tile `k_tile` of the matrices: unguarded for exact bounds; for checked
+        bounds behind a branch that is uniform across the block, so interior tiles run exactly the
+        exact code."""
         if not self.spec.problem.checked:
             emit(False)
             return
-        with self.out.block(f"if (block_inside && {tile} < full_k_tiles)"):
+        with self.out.block(f"if (block_inside && {k_tile} < full_k_tiles)"):
             emit(False)
         with self.out.block("else"):
             emit(True)
@@ -105,7 +106,7 @@ class RegisterCopy(GlobalTileCopy):
 
     def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
         """Global -> registers for k-tile `tile` (the stage is chosen when it lands)."""
-        self._guarded(tile, lambda guarded: self._emit_loads(work.k_tile(tile), guarded))
+        self._guarded(work.k_tile(tile), lambda guarded: self._emit_loads(work.k_tile(tile), guarded))
 
     def land(self, stage: str) -> None:
         """Registers -> shared memory stage `stage`."""
@@ -153,7 +154,7 @@ class AsyncCopy(GlobalTileCopy):
 
     def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
         """cp.async for k-tile `tile` into stage `stage`."""
-        self._guarded(tile, lambda guarded: self._emit_copies(work.k_tile(tile), stage, guarded))
+        self._guarded(work.k_tile(tile), lambda guarded: self._emit_copies(work.k_tile(tile), stage, guarded))
 
     def land(self, stage: str) -> None:
         self.commit()

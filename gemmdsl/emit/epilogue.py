@@ -32,18 +32,16 @@ class Epilogue:
         if work.atomic:
             o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
                       "(0 for epilogue: store) before this kernel started.")
-            self._emit_c_stores(guarded=False, atomic=True)
-            return
         if not self.spec.problem.checked:
-            self._emit_c_stores(guarded=False)
+            self._emit_c_stores(guarded=False, atomic=work.atomic)
             return
         with o.block("if (block_inside)"):
-            self._emit_c_stores(guarded=False)
+            self._emit_c_stores(guarded=False, atomic=work.atomic)
         with o.block("else"):
             o.comment("Edge block: one element at a time, only inside C.")
-            self._emit_c_stores(guarded=True)
+            self._emit_c_stores(guarded=True, atomic=work.atomic)
 
-    def _emit_c_stores(self, guarded: bool, atomic: bool = False) -> None:
+    def _emit_c_stores(self, guarded: bool, atomic: bool) -> None:
         """Store the accumulators, walking each of a thread's lines of C (rows of row-major C,
         columns of column-major C) and storing along the line, where C is contiguous."""
         o = self.out

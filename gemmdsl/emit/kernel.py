@@ -14,7 +14,7 @@ from ..abi import kernel_parameters
 from ..emitter import Emitter
 from ..layout import KernelLayout
 from ..mma_layout import MmaLayout
-from ..plan import KernelPlan, Variant
+from ..plan import KernelPlan, Role, Variant
 from .copy import AsyncCopy, DirectCopy, RegisterCopy
 from .ctext import OPERANDS
 from .epilogue import Epilogue
@@ -38,7 +38,7 @@ class KernelParts:
 
 def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelParts:
     """The parts of one kernel variant; new copy engines, fragment loads or math instructions are chosen here."""
-    spec, layout = plan.spec, variant.layout
+    spec, layout = variant.spec, variant.layout
     scheduler = StreamKScheduler(spec, out) if variant.stream_k else TileScheduler(spec, out)
     cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
     double = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
@@ -69,7 +69,7 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
-    o, spec = out, plan.spec
+    o, spec = out, variant.spec
     parts = choose_parts(plan, variant, out)
     bounds = f"{plan.launch.threads}"
     if plan.launch.min_blocks_per_sm:
@@ -104,6 +104,9 @@ def _emit_work_tile(parts: KernelParts, work: WorkTile, out: Emitter) -> None:
 def _emit_constants(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitter) -> None:
     layout = variant.layout
     o.comment(math.tiling_note())
+    if variant.role is Role.INTERIOR:
+        o.comment("Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie\n"
+                  "inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).")
     if layout.max_global_vector == 1:
         o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
                   "whose pointer, leading dimension or batch stride is not vector-aligned.")

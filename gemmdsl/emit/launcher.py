@@ -7,11 +7,11 @@ preparing C). The Python runtime (runtime.py) makes the same decisions from the 
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name
+from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
-from .ctext import OPERANDS
+from .ctext import OPERANDS, paren
 
 
 def launch_contract(plan: KernelPlan) -> list[str]:
@@ -96,19 +96,22 @@ class LauncherEmitter:
 
     def _emit_stream_k_split(self) -> None:
         o = self.out
-        o.comment("gemmdsl/schedule.py's stream_k_split: the last wave's tiles % slots tiles go to stream-K\n"
-                  f"blocks with at least {MIN_K_TILES_PER_BLOCK} k-tiles each, unless that would not shorten "
-                  "the launch.")
+        o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
+                  f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
+                  "k-tiles each,\nunless that would not shorten the launch.")
         with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, "
-                     "long long slots, int* sk_tiles, int* sk_blocks)"):
+                     "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
+            o.line("*sk_tiles = *sk_blocks = 0;")
+            o.line("slots /= batch;")
+            o.line("if (slots < 1) return;")
             o.line("const long long shared = tiles % slots;")
             o.line("const long long work = shared * k_tiles;")
             o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
             o.line("if (blocks > slots) blocks = slots;")
             o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-            o.line(f"const bool worth_it = blocks > shared && work <= {MAX_WORK}LL && idle_enough;")
-            o.line("*sk_tiles = worth_it ? (int)shared : 0;")
-            o.line("*sk_blocks = worth_it ? (int)blocks : 0;")
+            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
+            o.line("*sk_tiles = (int)shared;")
+            o.line("*sk_blocks = (int)blocks;")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
         """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
@@ -126,30 +129,93 @@ class LauncherEmitter:
         o.line("if (status != cudaSuccess) return status;")
         o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
         o.line("int sk_tiles = 0, sk_blocks = 0;")
-        o.line(f"{spec.name}_stream_k_split(blocks, K / {launch.block_tile[2]}, (long long)sms * per_sm, &sk_tiles, &sk_blocks);")
+        batch = "batch" if spec.problem.batched else "1"
+        k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
+        split = (f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
+                 "&sk_blocks);")
+        if entries.scalar is not None:
+            o.comment("The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.")
+            split = f"if (vector_aligned) {split}"
+        o.line(split)
+        z = "(unsigned)batch" if spec.problem.batched else "1"
+        stride_c = ", stride_c" if spec.problem.batched else ""
         alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
         condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({threads}), smem_bytes, stream>>>({arguments});")
+            self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
         with o.block(f"if ({condition})"):
-            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles), dim3({threads}), 0, stream>>>"
-                   f"(C, M, N, ldc, {beta}, sk_tiles);")
+            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles, 1, {z}), dim3({threads}), 0, stream>>>"
+                   f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")
             o.line("if (status != cudaSuccess) return status;")
-        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks), dim3({threads}), smem_bytes, stream>>>("
+        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>("
                f"{arguments}, sk_tiles);")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         with o.block("if (blocks > sk_tiles)"):
-            o.line(f"kernel<<<dim3((unsigned)(blocks - sk_tiles)), dim3({threads}), smem_bytes, "
-                   f"stream>>>({arguments});")
+            self._emit_launch("kernel", "blocks - sk_tiles", {})
+
+    def _emit_tiles_launch(self) -> None:
+        """One block per tile: for checked bounds, when K is a multiple of BK, the tiles inside C on the
+        interior kernel and the edge strips on `kernel` (schedule.py's interior_launches); else
+        `kernel` on every tile."""
+        o, launch = self.out, self.launch
+        bm, bn, bk = launch.block_tile
+        interior = launch.entries.interior
+        if interior is not None:
+            o.comment("Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel\n"
+                      "(the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip\n"
+                      "(the interior's columns), each a GEMM of its own on operands offset to the strip.")
+            aligned = "vector_aligned && " if self._has_vector_test() else ""
+            with o.block(f"if ({aligned}K % {bk} == 0 && M >= {bm} && N >= {bn})"):
+                o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
+                with o.block(f"if (smem_bytes > {self.default_smem})"):
+                    o.line(f"const cudaError_t err = cudaFuncSetAttribute({interior}, "
+                           "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+                    o.line("if (err != cudaSuccess) return err;")
+                self._emit_launch(interior, f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
+                with o.block("if (N > inner_n)"):
+                    self._emit_launch("kernel", f"(long long){self._tiles('M', 'N - inner_n')}",
+                                      self._strip("0", "inner_n") | {"N": "N - inner_n"})
+                with o.block("if (M > inner_m)"):
+                    self._emit_launch("kernel", f"(long long){self._tiles('M - inner_m', 'inner_n')}",
+                                      self._strip("inner_m", "0") | {"M": "M - inner_m", "N": "inner_n"})
+                o.line("return cudaGetLastError();")
+        self._emit_launch("kernel", "blocks", {})
+
+    def _has_vector_test(self) -> bool:
+        return any(v > 1 for v in self.launch.requirements.vector_elements.values())
+
+    def _tiles(self, m: str, n: str) -> str:
+        bm, bn, _ = self.launch.block_tile
+        return f"({tile_count(self.spec, paren(m), str(bm))}) * ({tile_count(self.spec, paren(n), str(bn))})"
+
+    def _strip(self, row: str, col: str) -> dict[str, str]:
+        """A, B and C offset to the block of C whose first element is at (row, col)."""
+        offsets = {}
+        for operand, (r, c) in ((ir.Operand.A, (row, "0")), (ir.Operand.B, ("0", col)), (ir.Operand.C, (row, col))):
+            if (r, c) == ("0", "0"):
+                continue
+            if self.spec.problem.matrix(operand).layout is ir.MatrixLayout.COL:
+                r, c = c, r
+            name = operand.value.upper()
+            offset = c if r == "0" else f"(size_t){r} * {leading_name(operand)}" + ("" if c == "0" else f" + {c}")
+            offsets[name] = f"{name} + {offset}"
+        return offsets
+
+    def _emit_launch(self, kernel: str, blocks: str, overrides: dict[str, str]) -> None:
+        """kernel<<<blocks x batch>>> with the kernel's parameters, some replaced by `overrides`."""
+        z = "(unsigned)batch" if self.spec.problem.batched else "1"
+        arguments = ", ".join(overrides.get(name, name) for _, name in self.launch.parameters)
+        self.out.line(f"{kernel}<<<dim3((unsigned){paren(blocks)}, 1, {z}), dim3({self.launch.threads}), smem_bytes, "
+                      f"stream>>>({arguments});")
 
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
         target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
@@ -190,9 +256,7 @@ class LauncherEmitter:
             if spec.block.stream_k:
                 self._emit_stream_k_launch(arguments)
             else:
-                z = "(unsigned)batch" if batched else "1"
-                o.line(f"kernel<<<dim3((unsigned)blocks, 1, {z}), dim3({launch.threads}), smem_bytes, stream>>>("
-                       f"{arguments});")
+                self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
 
     def _emit_kernel_choice(self) -> None:

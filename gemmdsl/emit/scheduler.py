@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
-from ..abi import PREPARE_PARAMETERS, tile_count
+from ..abi import prepare_parameters, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from .ctext import paren
@@ -64,6 +64,11 @@ def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str) -> None:
         o.line(f"const int tile_n = ({tile} % blocks_per_group) / group_rows;")
     o.line("const int block_m = tile_m * BM;")
     o.line("const int block_n = tile_n * BN;")
+
+
+def emit_bounds(spec: ir.KernelSpec, out: Emitter) -> None:
+    """block_inside and full_k_tiles, which the copies and the epilogue test (checked bounds)."""
+    o = out
     if spec.problem.checked:
         o.comment("Bounds (checked): a block whose tile lies inside C runs the unguarded code for every\n"
                   "full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and\n"
@@ -81,6 +86,7 @@ class TileScheduler:
 
     def emit_block_tile(self) -> None:
         emit_raster(self.spec, self.out, "blockIdx.x")
+        emit_bounds(self.spec, self.out)
         self.out.line()
 
     def emit_work(self, body: Callable[[WorkTile], None]) -> None:
@@ -104,7 +110,7 @@ class StreamKScheduler:
                   "kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on\n"
                   "in the next.")
         o.line(f"const int first_tile = {tiles(self.spec)} - sk_tiles;")
-        o.line("const int k_tiles_total = K / BK;")
+        o.line(f"const int k_tiles_total = {tile_count(self.spec, 'K', 'BK')};")
         o.line("const long long sk_work = (long long)sk_tiles * k_tiles_total;")
         o.line("const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);")
         o.line("const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);")
@@ -115,6 +121,7 @@ class StreamKScheduler:
             self._emit_segment()
             o.line()
             emit_raster(self.spec, o, "tile")
+            emit_bounds(self.spec, o)
             o.line()
             body(WorkTile("kt_begin", "kt_end - kt_begin", atomic=True))
 
@@ -130,13 +137,15 @@ class StreamKScheduler:
 def emit_prepare_kernel(plan: KernelPlan, out: Emitter) -> None:
     """Stream-K tiles receive atomic adds, so they must hold beta * C (0 for epilogue: store) first."""
     o, spec, launch = out, plan.spec, plan.launch
-    parameters = ", ".join(f"{ctype} {name}" for ctype, name in PREPARE_PARAMETERS)
+    parameters = ", ".join(f"{ctype} {name}" for ctype, name in prepare_parameters(spec))
     o.comment("Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),\n"
-              "one block per tile.")
+              "one block per tile" + (" of each GEMM of the batch (blockIdx.z)." if spec.problem.batched else "."))
     o.line(f'extern "C" __global__ void __launch_bounds__({launch.threads}) {launch.entries.prepare}({parameters})')
     with o.block(""):
         o.line(f"constexpr int BM = {plan.layout.bm};")
         o.line(f"constexpr int BN = {plan.layout.bn};")
+        if spec.problem.batched:
+            o.line("C += blockIdx.z * stride_c;")
         o.line(f"const int tile = {tiles(spec)} - sk_tiles + blockIdx.x;")
         emit_raster(spec, o, "tile")
         # Consecutive threads walk C's contiguous dimension, so the accesses coalesce.
@@ -144,5 +153,7 @@ def emit_prepare_kernel(plan: KernelPlan, out: Emitter) -> None:
         with o.block(f"for (int e = threadIdx.x; e < BM * BN; e += {launch.threads})"):
             o.line(f"const int {outer} = e / B{inner.upper()};")
             o.line(f"const int {inner} = e % B{inner.upper()};")
+            if spec.problem.checked:
+                o.line("if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C")
             o.line(f"float* const c = C + (size_t)(block_{outer} + {outer}) * ldc + block_{inner} + {inner};")
             o.line("*c = beta == 0.0f ? 0.0f : beta * *c;")

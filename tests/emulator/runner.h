@@ -3,12 +3,14 @@
 // is not an element of C (leading-dimension padding, gaps between batches) still NaN.
 //
 //   runner M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry offset_a offset_b offset_c
-//          sk_tiles sk_blocks
+//          sk_tiles sk_blocks [entry row col m n]...
 //
 // entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
 // many floats past a 16-byte-aligned allocation, to make misaligned pointers. sk_tiles > 0 runs a
 // stream-K call as the launcher makes it: the prepare kernel (entry 3) on the last sk_tiles tiles,
-// the stream-K kernel (entry 2) on sk_blocks blocks, then the vector kernel on the other tiles.
+// the stream-K kernel (entry 2) on sk_blocks blocks, then the chosen kernel on the other tiles,
+// each launch over the whole batch (grid z). Trailing groups of five run, instead, one launch
+// each over a block of C as a GEMM of its own (the interior kernel is entry 4).
 // Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
 // Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
@@ -82,22 +84,43 @@ inline void run_blocks(const Layout& layout, const Problem& p, int blocks, int b
     }
 }
 
+// One launch over the block of C at (row, col), m x n, with A, B and C offset to it
+// (schedule.SubLaunch); entry as on the command line.
+struct SubLaunch {
+    int entry, row, col, m, n;
+};
+
+inline int tiles_of(const Layout& layout, int m, int n) {
+    return ((m + layout.tile_m - 1) / layout.tile_m) * ((n + layout.tile_n - 1) / layout.tile_n);
+}
+
 inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry, int sk_blocks,
+                     const std::vector<SubLaunch>& sub_launches,
                      const std::function<void(int, const Problem&)>& launch) {
-    const int tiles = ((p.M + layout.tile_m - 1) / layout.tile_m) * ((p.N + layout.tile_n - 1) / layout.tile_n);
+    const int tiles = tiles_of(layout, p.M, p.N);
+    for (const SubLaunch& s : sub_launches) {
+        Problem q = p;
+        q.A = p.A + (layout.a_row ? (long long)s.row * p.lda : s.row);
+        q.B = p.B + (layout.b_row ? s.col : (long long)s.col * p.ldb);
+        q.C = p.C + (layout.c_row ? (long long)s.row * p.ldc + s.col : (long long)s.col * p.ldc + s.row);
+        q.M = s.m;
+        q.N = s.n;
+        run_blocks(layout, q, tiles_of(layout, s.m, s.n), batch, s.entry, launch);
+    }
+    if (!sub_launches.empty()) return;
     if (p.sk_tiles == 0) {
         run_blocks(layout, p, tiles, batch, entry, launch);
         return;
     }
-    if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, 1, 3, launch);
-    run_blocks(layout, p, sk_blocks, 1, 2, launch);
-    if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, 1, entry, launch);
+    if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, batch, 3, launch);
+    run_blocks(layout, p, sk_blocks, batch, 2, launch);
+    if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, batch, entry, launch);
 }
 
 inline int emulate(int argc, char** argv, const Layout& layout, const std::function<void(int, const Problem&)>& launch) {
-    if (argc != 19) {
+    if (argc < 19 || (argc - 19) % 5 != 0) {
         std::fprintf(stderr, "usage: M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry "
-                             "offset_a offset_b offset_c sk_tiles sk_blocks\n");
+                             "offset_a offset_b offset_c sk_tiles sk_blocks [entry row col m n]...\n");
         return 2;
     }
     auto arg = [&](int i) { return std::atoll(argv[i]); };
@@ -121,7 +144,10 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
 
     Problem p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
               a.stride, b.stride, c.stride, (int)arg(17)};
-    run_grid(layout, p, batch, entry, (int)arg(18), launch);
+    std::vector<SubLaunch> sub_launches;
+    for (int i = 19; i < argc; i += 5)
+        sub_launches.push_back({(int)arg(i), (int)arg(i + 1), (int)arg(i + 2), (int)arg(i + 3), (int)arg(i + 4)});
+    run_grid(layout, p, batch, entry, (int)arg(18), sub_launches, launch);
 
     double error = 0.0, norm = 0.0;
     long long wrong_outside = 0, nonfinite = 0;
