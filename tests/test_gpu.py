@@ -612,7 +612,7 @@ def test_verdicts():
     assert result(vs_float64=None).passed  # large sizes: cuBLAS only
     assert result(nonfinite=3).failures == ["3 non-finite outputs"]
     assert result(wrote_outside_c=True).failures == ["wrote outside C"]
-    assert result(vs_float64=Error(2e-5, 1.0)).failures == ["error vs float64 2.00e-05 > 1e-05"]
+    assert result(vs_float64=Error(2e-5, 1.0)).failures == ["error vs float64 2.00e-05 > 1.0e-05"]
     assert not result(vs_cublas=Error(float("nan"), float("nan"))).passed
 
 

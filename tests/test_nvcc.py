@@ -20,6 +20,12 @@ pytestmark = [pytest.mark.nvcc, needs_nvcc]
 # loop: 12 bytes. Measured on the H100 it is faster than the same kernel without the unroll
 # (and without the spill): 51.8 vs 49.6 TFLOP/s at 4096^3 (README, Performance notes).
 STREAM_K_SPILL_BYTES = 16
+# Tensor-core kernels run at 233-255 registers. Measured with nvcc 13.0 (README, tensor-core notes):
+# the sgemm_3xtf32, shipped as written, spills up to 72 bytes, hgemm_h100_mma's vector kernel
+# 8; the scalar variants of 16-bit specs (leading dimensions not multiples of 8 elements) copy element
+# by element and spill up to 448 bytes (hgemm_h100_mma). These bounds keep them from growing unseen.
+MMA_SPILL_BYTES = {"scalar": 512}
+MMA_OTHER_SPILL_BYTES = 80
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
@@ -32,7 +38,10 @@ def test_spec_compiles_without_spills(spec):
             continue
         resources = result.resources if entry == entries["vector"] else parse_ptxas(result.log, entry)
         assert 0 < resources.registers <= 255
-        allowed = STREAM_K_SPILL_BYTES if name == "stream_k" else 0
+        if artifacts.metadata["unit"] != "fma":
+            allowed = MMA_SPILL_BYTES.get(name, MMA_OTHER_SPILL_BYTES)
+        else:
+            allowed = STREAM_K_SPILL_BYTES if name == "stream_k" else 0
         assert max(resources.spill_stores, resources.spill_loads, resources.stack) <= allowed, (entry, resources)
 
 

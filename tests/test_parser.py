@@ -325,17 +325,3 @@ def test_counted_name_is_one_value():
     text = MINIMAL.replace("problem { }", "problem { }\n    mma { shape: m16n8k8; precision: 3xtf32; }")
     spec = parser.parse_text(text.replace(" lanes: 4x8; micro: 4x4; repeat: 2x2;", ""))
     assert spec.mma.precision is ir.Precision.TF32X3
-
-
-@pytest.mark.parametrize("name", ["hgemm_mma", "sgemm_3xtf32"])
-def test_mma_specs_are_not_lowered_as_fma_kernels(name):
-    # Until code generation for mma specs exists, compiling or analysing one is an error at its mma section.
-    from gemmdsl.check import analyze
-    from gemmdsl.compiler import compile_path
-
-    for run in (lambda: compile_path(FIXTURES / f"{name}.gemm"), lambda: analyze(load_spec(FIXTURES / f"{name}.gemm"))):
-        with pytest.raises(CompileError) as info:
-            run()
-        (diagnostic,) = info.value.diagnostics
-        assert diagnostic.message.startswith("code generation and analysis for mma specs are in progress")
-        assert (diagnostic.span.line, diagnostic.span.column) == (7, 5)
