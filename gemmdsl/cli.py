@@ -14,6 +14,7 @@ from . import __version__
 from .build import BuildError, build, find_nvcc, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, compile_path, write_outputs
+from .family import compile_family_path, is_family_path
 from .source import CompileError
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
@@ -55,6 +56,9 @@ def compile_main(args: argparse.Namespace) -> int:
         return 1
     failed = 0
     for path in args.specs:
+        if is_family_path(path):
+            failed += not _compile_family(path, args, nvcc)
+            continue
         try:
             artifacts = compile_path(path, args.arch)
         except CompileError as err:
@@ -97,13 +101,49 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
     return True
 
 
+def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
+    """A family's .cu and .json (and with nvcc its build, reporting each member's vector kernel)."""
+    try:
+        family = compile_family_path(path, args.arch)
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return False
+    for member in family.members:
+        for warning in member.artifacts.warnings:
+            print(warning.render(), file=sys.stderr)
+    files: dict[str, bytes] = {}
+    log = None
+    if nvcc is not None:
+        try:
+            result = build(family.cuda, family.name, family.spec.target.sm, args.emit, nvcc,
+                           entry=family.members[0].artifacts.metadata["entry"])
+        except BuildError as err:
+            print(f"{path}: error: {err}", file=sys.stderr)
+            return False
+        log = result.log
+        files.update({f"{family.name}.{kind}": data for kind, data in result.outputs.items()})
+    if "cu" in args.emit:
+        files[f"{family.name}.cu"] = family.cuda.encode()
+    files[f"{family.name}.json"] = family.metadata_json().encode()
+    written = write_outputs(Path(args.output), files)
+    print(f"{family.name}: wrote {', '.join(str(p) for p in written)}")
+    for member in family.members:
+        model = member.model
+        line = (f"  member {model.name} ({member.path}): {'x'.join(map(str, model.tile))} tile, "
+                f"{member.artifacts.metadata['bounds']} bounds, {model.blocks_per_sm} blocks per SM")
+        if log is not None:
+            line += f"; {parse_ptxas(log, member.artifacts.metadata['entry'])}"
+        print(line)
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gemmdsl", description="Compile .gemm tiling specs to CUDA C.")
     parser.add_argument("--version", action="version", version=f"gemmdsl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    compile_cmd = commands.add_parser("compile", help="emit <name>.cu and <name>.json for each spec")
-    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files")
+    compile_cmd = commands.add_parser("compile", help="emit <name>.cu and <name>.json for each spec or family")
+    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
     compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")
     compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",

@@ -1,8 +1,8 @@
-"""Golden tests: generated/ holds the reference output of every spec in specs/.
+"""Golden tests: generated/ holds the reference output of every spec and kernel family in specs/.
 
 After an intended change to the output, refresh them with
 
-    gemmdsl compile specs/*.gemm -o generated --no-nvcc
+    gemmdsl compile specs/*.gemm specs/*.gemmf -o generated --no-nvcc
 
 and review the diff of generated/ like code.
 """
@@ -13,7 +13,7 @@ import pytest
 from gemmdsl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+SPECS = sorted((ROOT / "specs").glob("*.gemm")) + sorted((ROOT / "specs").glob("*.gemmf"))
 GOLDEN = ROOT / "generated"
 
 

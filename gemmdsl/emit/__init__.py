@@ -25,6 +25,13 @@ from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
 
+# The host launchers need the runtime API; NVRTC compiles the kernels alone.
+INCLUDES = """
+#ifndef __CUDACC_RTC__
+#include <cstdint>
+#include <cuda_runtime.h>
+#endif"""
+
 
 def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
     """The whole .cu file: header comment, helpers, kernels, launchers."""
@@ -42,12 +49,15 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
         for row in summary:
             o.line(f"//   {row}")
     o.line()
-    o.lines("""
-#ifndef __CUDACC_RTC__
-#include <cstdint>
-#include <cuda_runtime.h>
-#endif""")
+    o.lines(INCLUDES)
     o.line()
+    emit_definitions(plan, o)
+    return o.text()
+
+
+def emit_definitions(plan: KernelPlan, o: Emitter) -> None:
+    """Everything the file defines after its includes: helpers, kernels, launchers. A kernel
+    family's file (emit/family.py) holds one such body per member."""
     HelperEmitter(plan, o).emit()
     for variant in plan.variants:
         o.line()
@@ -57,4 +67,3 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
         emit_prepare_kernel(plan, o)
     o.line()
     LauncherEmitter(plan, o).emit()
-    return o.text()
