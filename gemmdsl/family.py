@@ -423,11 +423,26 @@ def format_explanation(explanation: dict) -> str:
 
 
 def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
-    """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment."""
+    """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment. A bad line raises
+    ValueError naming the file and line."""
     from .runtime import parse_sizes
 
-    items = [line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines()]
-    return parse_sizes(",".join(item for item in items if item))
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the shape list: {err}") from None
+    shapes = []
+    for number, line in enumerate(lines, 1):
+        item = line.split("#", 1)[0].strip()
+        if not item:
+            continue
+        try:
+            shapes += parse_sizes(item)
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
+    if not shapes:
+        raise ValueError(f"{path}: no shapes in the file")
+    return shapes
 
 
 class FamilyKernel:
