@@ -281,3 +281,72 @@ def test_the_python_family_runs_what_the_launcher_runs(family):
     # the exact member refuses an unaligned A: the checked member the rule picks runs it
     fallback = family.models[choose(family.models, 4096, 4096, 4096, exact_allowed=False)].name
     assert loaded.bind(FakeArray(4096, 4096, aligned=False), FakeArray(4096, 4096)) == fallback
+
+
+# --- on the GPU: every member at every shape it takes, the Python family and the C launchers -------
+
+TOLERANCE = 1e-4  # float32 sums of up to 65,536 products against float64; a wrong index is off by O(1)
+CUDA_SUCCESS = 0
+
+
+@pytest.fixture(scope="module")
+def gpu_family(tmp_path_factory):
+    from gemmdsl.family import load_family
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.mktemp("cubins")))
+        yield load_family(FAMILY)
+
+
+def relative_error(cupy, actual, a, b) -> float:
+    reference = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
+    difference = cupy.linalg.norm(actual.astype(cupy.float64) - reference)
+    return float(difference / max(float(cupy.linalg.norm(reference)), 1e-30))
+
+
+def operands(cupy, m, n, k):
+    rng = cupy.random.RandomState(m + n + k)
+    return (rng.uniform(-1, 1, (m, k)).astype(cupy.float32), rng.uniform(-1, 1, (k, n)).astype(cupy.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ISSUE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_member_and_the_family_at_the_issue_shapes(gpu_family, cupy, shape):
+    a, b = operands(cupy, *shape)
+    for model, kernel in zip(gpu_family.models, gpu_family.kernels):
+        if model.accepts(*shape):
+            assert relative_error(cupy, kernel(a, b), a, b) < TOLERANCE, model.name
+    assert relative_error(cupy, gpu_family(a, b), a, b) < TOLERANCE
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_c_launchers_dispatch_and_fall_back(family, cupy, tmp_path):
+    import ctypes
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc not on PATH: the launchers are host code")
+    (tmp_path / "family.cu").write_text(family.cuda)
+    subprocess.run([find_nvcc(), f"-arch={family.spec.target}", "-shared", "-Xcompiler", "-fPIC", "-o",
+                    "libfamily.so", "family.cu"], cwd=tmp_path, check=True, capture_output=True)
+    library = ctypes.CDLL(str(tmp_path / "libfamily.so"))
+    launch, launch_ld = library.sgemm_family_launch, library.sgemm_family_launch_ld
+    launch.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2 + [ctypes.c_void_p]
+    launch_ld.argtypes = ([ctypes.c_void_p, ctypes.c_int] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2
+                          + [ctypes.c_void_p])
+    launch.restype = launch_ld.restype = ctypes.c_int
+    for m, n, k in [(33, 33, 33), (1000, 1000, 1000), (16, 4096, 4096), (1024, 1024, 1024), (2048, 2048, 77)]:
+        a, b = operands(cupy, m, n, k)
+        c = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+        assert launch(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, 1.0, 0.0, None) == CUDA_SUCCESS
+        cupy.cuda.runtime.deviceSynchronize()
+        assert relative_error(cupy, c, a, b) < TOLERANCE, (m, n, k)
+    # lda = 1025: the exact member refuses the misaligned rows, a checked member runs the call
+    m = n = k = 1024
+    wide = cupy.zeros((m, k + 1), dtype=cupy.float32)
+    wide[:, :k], b = operands(cupy, m, n, k)
+    c = cupy.zeros((m, n), dtype=cupy.float32)
+    assert launch_ld(wide.data.ptr, k + 1, b.data.ptr, n, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == CUDA_SUCCESS
+    cupy.cuda.runtime.deviceSynchronize()
+    assert relative_error(cupy, c, wide[:, :k], b) < TOLERANCE
+    assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, 0, n, k, 1.0, 0.0, None) == 1  # cudaErrorInvalidValue
