@@ -86,11 +86,7 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
                   if entry not in (None, artifacts.metadata["entry"])]
         artifacts = artifacts.with_ptxas(resources)
         files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
-    if "cu" in args.emit:
-        files[f"{name}.cu"] = artifacts.cuda.encode()
-    files[f"{name}.json"] = artifacts.metadata_json().encode()
-    written = write_outputs(Path(args.output), files)
-    print(f"{name}: wrote {', '.join(str(p) for p in written)}")
+    _write(name, artifacts.cuda, artifacts.metadata_json(), files, args)
     for line in summary_lines(artifacts.analysis):
         print(f"  {line}")
     if resources is not None:
@@ -99,6 +95,15 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
         for entry, other in others:  # the scalar and stream-K kernels, prepare_c
             print(f"  {entry}: {other}{'  <-- SPILLS' if other.spills else ''}")
     return True
+
+
+def _write(name: str, cuda: str, metadata_json: str, files: dict[str, bytes], args: argparse.Namespace) -> None:
+    """NAME.cu (when asked for), NAME.json and nvcc's `files`, all or none."""
+    if "cu" in args.emit:
+        files[f"{name}.cu"] = cuda.encode()
+    files[f"{name}.json"] = metadata_json.encode()
+    written = write_outputs(Path(args.output), files)
+    print(f"{name}: wrote {', '.join(str(p) for p in written)}")
 
 
 def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
@@ -122,11 +127,7 @@ def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bo
             return False
         log = result.log
         files.update({f"{family.name}.{kind}": data for kind, data in result.outputs.items()})
-    if "cu" in args.emit:
-        files[f"{family.name}.cu"] = family.cuda.encode()
-    files[f"{family.name}.json"] = family.metadata_json().encode()
-    written = write_outputs(Path(args.output), files)
-    print(f"{family.name}: wrote {', '.join(str(p) for p in written)}")
+    _write(family.name, family.cuda, family.metadata_json(), files, args)
     for member in family.members:
         model = member.model
         line = (f"  member {model.name} ({member.path}): {'x'.join(map(str, model.tile))} tile, "

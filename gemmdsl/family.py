@@ -39,6 +39,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +180,16 @@ class FamilyArtifacts:
     name: str
     source: SourceFile
     members: tuple[Member, ...]
-    cuda: str
-    metadata: dict
+
+    @cached_property
+    def cuda(self) -> str:
+        from .emit.family import emit_family  # which reads this module's CYCLE_CAP
+
+        return emit_family(self)
+
+    @cached_property
+    def metadata(self) -> dict:
+        return family_metadata(self)
 
     @property
     def spec(self) -> ir.KernelSpec:
@@ -285,8 +294,6 @@ def _describe(spec: ir.KernelSpec) -> str:
 def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts:
     """Parse a family file, compile its members (for `sm` instead of their target, if given) and emit
     the family's .cu and metadata."""
-    from .emit.family import emit_family
-
     name, name_span, paths = parse_family(source)
     directory = Path(source.path).parent
     members: list[Member] = []
@@ -319,9 +326,7 @@ def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts
     if errors:
         # A member's own diagnostics render against its own file.
         raise _FamilyError(errors, source)
-    family = FamilyArtifacts(name, source, tuple(members), "", {})
-    cuda = emit_family(family)
-    return FamilyArtifacts(name, source, tuple(members), cuda, family_metadata(family))
+    return FamilyArtifacts(name, source, tuple(members))
 
 
 class _FamilyError(CompileError):
