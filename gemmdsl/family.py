@@ -19,10 +19,12 @@ launcher (emit/family.py) computes it with the same integers, and a test checks 
 For each member that accepts the shape (`bounds: exact` members only the shapes they divide):
 
     tiles = ceil(M/BM) * ceil(N/BN), k_tiles = ceil(K/BK), slots = SMs x blocks per SM
-    cycles(r) = max(ceil(r * fma / min(issue, r * warps)) , r * wavefronts)
-        one k-tile of r blocks resident on one SM: `fma` warp FMA instructions and `wavefronts`
-        shared-memory wavefronts per block and k-tile (the bank pass's figure), an SM issuing
-        `issue` = FP32 lanes / 32 warp FMAs per clock and one shared wavefront per clock
+    cycles(r) = max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts)
+        one k-tile of r blocks resident on one SM: `fma` warp FMA instructions, `lds` warp
+        shared-memory instructions and `wavefronts` shared-memory wavefronts per block and k-tile
+        (the bank pass's figures); an SM issues `issue` = FP32 lanes / 32 warp instructions per
+        clock (the FMAs and the shared accesses share the schedulers: a smaller tile issues more
+        shared accesses per FMA) and serves one shared wavefront per clock
     tiles schedule:  full_waves * k_tiles * cycles(blocks per SM)
                      + k_tiles * cycles(ceil(last wave's tiles / SMs))
     stream-K, when schedule.py splits: the whole waves as above, plus one wave in which each block
@@ -76,8 +78,9 @@ class MemberModel:
     blocks_per_sm: int
     warps_per_block: int
     fma_per_k_tile: int  # warp FMA instructions per block and k-tile
+    smem_instructions_per_k_tile: int  # warp shared-memory loads and stores per block and k-tile
     wavefronts_per_k_tile: int  # shared-memory wavefronts per block and k-tile
-    fma_issue_per_clock: int  # warp FMA instructions an SM issues per clock
+    issue_per_clock: int  # warp instructions an SM issues per clock (FP32 lanes / 32)
 
     @property
     def slots(self) -> int:
@@ -88,9 +91,10 @@ class MemberModel:
         return not self.exact or (m % bm == 0 and n % bn == 0 and k % bk == 0)
 
     def k_tile_cycles(self, resident: int) -> int:
-        """SM cycles for one k-tile of `resident` blocks on one SM: FMA issue or shared wavefronts."""
-        issue = min(self.fma_issue_per_clock, resident * self.warps_per_block)
-        return max(-(-resident * self.fma_per_k_tile // issue), resident * self.wavefronts_per_k_tile)
+        """SM cycles for one k-tile of `resident` blocks on one SM: instruction issue or shared wavefronts."""
+        issue = min(self.issue_per_clock, resident * self.warps_per_block)
+        issued = resident * (self.fma_per_k_tile + self.smem_instructions_per_k_tile)
+        return max(-(-issued // issue), resident * self.wavefronts_per_k_tile)
 
 
 @dataclass(frozen=True)
@@ -160,8 +164,9 @@ def member_model(artifacts: Artifacts) -> MemberModel:
         name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
         sms=arch.reference_sms, blocks_per_sm=facts["occupancy"].blocks_per_sm,
         warps_per_block=facts["launch"].warps_per_block, fma_per_k_tile=bm * bn * bk // 32,
+        smem_instructions_per_k_tile=sum(cost.instructions for cost in facts["smem_accesses"]),
         wavefronts_per_k_tile=sum(cost.wavefronts for cost in facts["smem_accesses"]),
-        fma_issue_per_clock=arch.fp32_lanes_per_sm // 32)
+        issue_per_clock=arch.fp32_lanes_per_sm // 32)
 
 
 # --- the front end -----------------------------------------------------------------------------
@@ -362,8 +367,9 @@ def family_metadata(family: FamilyArtifacts) -> dict:
                      "rule": {"sms": member.model.sms, "blocks_per_sm": member.model.blocks_per_sm,
                               "warps_per_block": member.model.warps_per_block,
                               "fma_per_k_tile": member.model.fma_per_k_tile,
+                              "smem_instructions_per_k_tile": member.model.smem_instructions_per_k_tile,
                               "wavefronts_per_k_tile": member.model.wavefronts_per_k_tile,
-                              "fma_issue_per_clock": member.model.fma_issue_per_clock}}
+                              "issue_per_clock": member.model.issue_per_clock}}
                     for member in family.members],
         "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
         "requires": {"m_multiple": 1, "n_multiple": 1, "k_multiple": 1},
@@ -395,8 +401,10 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
     best = estimate(models[chosen], m, n, k).cycles
     runner_up = [row["cycles"] for index, row in enumerate(rows) if row["accepted"] and index != chosen]
     reason = f"{models[chosen].name}: the fewest predicted cycles ({best:,})"
-    if runner_up:
-        reason += f", {min(runner_up) / best:.2f}x fewer than the next member"
+    if runner_up and min(runner_up) == best:
+        reason += ", tied with the next member and listed first"
+    elif runner_up:
+        reason += f"; the next member predicts {min(runner_up) / best:.3f}x as many"
     rejected = [row["member"] for row in rows if not row["accepted"]]
     if rejected:
         reason += f"; {', '.join(rejected)} (bounds: exact) cannot take {m}x{n}x{k}"
@@ -419,8 +427,8 @@ def format_explanation(explanation: dict) -> str:
             continue
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
-    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's FMA issue or shared "
-              "wavefronts, whichever is more (gemmdsl/family.py)"]
+    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's instruction issue (FMA and "
+              "shared) or shared wavefronts, whichever is more (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"
 
 

@@ -2,26 +2,28 @@
 // recompile. The file is self-contained; the host launcher needs only the CUDA runtime.
 //
 // Spec:
-//   // The family's member for small and skinny problems (gemmdsl/family.py): checked_v3's tiling at a
-//   // quarter of the tile, 64x64 in 4 warps, so a problem of a few tiles still spreads over many SMs
-//   // and an edge tile wastes less: at 33x33x33 it launches 4,096 useless multiply-adds per k-tile
-//   // row where checked_v3 launches 16,384.
+//   // The family's member for small and skinny problems (README, Kernel families): checked_h100's
+//   // choices (zigzag lanes, snake FMAs, four k-tiles per iteration) on a 64x64 tile of 4 warps, so a
+//   // problem of a few tiles spreads over more SMs and an edge tile wastes less (at 33x33x33 it
+//   // launches a quarter of the multiply-adds of a 128x128 tile). 8x4 zigzag lanes read both
+//   // fragments as half-warp broadcasts: 192 shared load wavefronts per k-tile where 4x8 row lanes
+//   // take 256, which leaves the tile FMA-bound (256 cycles of FMA issue per k-tile).
 //   gemm checked_64x64 {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;
 //       block    { tile: 64x64x8; raster: row; }
-//       threads  { warps: 2x2; lanes: 4x8 row; micro: 4x4; repeat: 2x1 block; }
+//       threads  { warps: 2x2; lanes: 8x4 zigzag; micro: 4x4; repeat: 1x2 block; fma_order: snake; }
 //       smem a   { order: km; pad: 4; }
 //       smem b   { order: kn; }
 //       load a   { vector: 4; }
 //       load b   { vector: 4; }
-//       pipeline { stages: 2; copy: registers; fragments: double; }
+//       pipeline { stages: 2; copy: registers; fragments: double; unroll: 4; }
 //   }
 //
 // Analysis (gemmdsl check):
 //   launch: 4096 blocks of 4 warps, 512 k-tiles each, for 4096x4096x4096
-//   bank_conflicts: no bank conflicts; per block and k-tile: load 256 wavefronts (ideal 256), store 32 wavefronts (ideal 32)
-//   smem_traffic: per launch: 536,870,912 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
+//   bank_conflicts: no bank conflicts; per block and k-tile: load 192 wavefronts (ideal 192), store 32 wavefronts (ideal 32)
+//   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
 //   registers: estimate 87 registers per thread (32 accumulators, 24 fragments (2 sets), 8 staging, 23 indices and loop state)
 //   occupancy: 5 blocks per SM (20 of 64 warps), limited by registers; 8,448 bytes of shared memory per block, 87 estimated registers per thread
 //   waves: 4,096 tiles in 6.21 waves of 660 blocks (132 SMs of an H100 SXM x 5); the last wave 21% full
@@ -65,18 +67,18 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 64x64x8; 128 threads (2x2 warps of 4x8 row lanes); each thread owns 8x4 of C.
+    // Block tile 64x64x8; 128 threads (2x2 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
     constexpr int BM = 64;
     constexpr int BN = 64;
     constexpr int BK = 8;
     constexpr int MICRO_M = 4;
     constexpr int MICRO_N = 4;
-    constexpr int REPEAT_M = 2;
-    constexpr int REPEAT_N = 1;
-    constexpr int REPEAT_STRIDE_M = 32;
-    constexpr int REPEAT_STRIDE_N = 64;
-    constexpr int FRAG_M = 8;
-    constexpr int FRAG_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
     constexpr int STAGES = 2;
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
@@ -98,16 +100,16 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 2x2, lanes 4x8 (row), micro tile 4x4, repeated 2x1 at block level.
+    // Thread coordinates: warps 2x2, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
     const int warp_m = warp_id / 2;
     const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -163,6 +165,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     float* const b_dst = smem_b;
     sts128(b_dst + b_smem_offset(tid % 16 * 4, tid / 16), b_stage[0]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -202,19 +205,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
         const float* const b_read = smem_b + stage * B_STAGE;
         // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
         *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
-        *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 32, 0));
         *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 32, 0));
         #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {
                 *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
-                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 32, kk + 1));
                 *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 32, kk + 1));
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }
@@ -296,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 64x64x8; 128 threads (2x2 warps of 4x8 row lanes); each thread owns 8x4 of C.
+    // Block tile 64x64x8; 128 threads (2x2 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
     // Scalar variant: every global load and store is one element wide, for operands
     // whose pointer, leading dimension or batch stride is not vector-aligned.
     constexpr int BM = 64;
@@ -304,12 +309,12 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     constexpr int BK = 8;
     constexpr int MICRO_M = 4;
     constexpr int MICRO_N = 4;
-    constexpr int REPEAT_M = 2;
-    constexpr int REPEAT_N = 1;
-    constexpr int REPEAT_STRIDE_M = 32;
-    constexpr int REPEAT_STRIDE_N = 64;
-    constexpr int FRAG_M = 8;
-    constexpr int FRAG_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
     constexpr int STAGES = 2;
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
@@ -331,16 +336,16 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 2x2, lanes 4x8 (row), micro tile 4x4, repeated 2x1 at block level.
+    // Thread coordinates: warps 2x2, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
     const int warp_m = warp_id / 2;
     const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -429,6 +434,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     sts32(b_dst + b_smem_offset(tid % 64, tid / 64 + 4), b_stage[2]);
     sts32(b_dst + b_smem_offset(tid % 64, tid / 64 + 6), b_stage[3]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -498,19 +504,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
         const float* const b_read = smem_b + stage * B_STAGE;
         // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
         *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
-        *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 32, 0));
         *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 32, 0));
         #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {
                 *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
-                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 32, kk + 1));
                 *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 32, kk + 1));
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }

@@ -7,7 +7,7 @@
 //   // specs/sgemm_family.gemmf --problem MxNxK` says which and why).
 //   family sgemm_family {
 //       use sgemm_h100.gemm;      // bounds: exact, stream-K: the shapes its 128x128x8 tile divides
-//       use checked_v3.gemm;      // any shape, 128x128x8 tiles
+//       use checked_h100.gemm;    // any shape, sgemm_h100's 128x128x8 tiling without stream-K
 //       use checked_64x64.gemm;   // any shape, 64x64x8 tiles: small and skinny problems
 //   }
 
@@ -457,8 +457,8 @@ extern "C" cudaError_t sgemm_h100_launch(const float* A, const float* B, float* 
 #endif
 }  // namespace sgemm_h100
 
-// ---- member checked_v3, from checked_v3.gemm ----
-namespace checked_v3 {
+// ---- member checked_h100, from checked_h100.gemm ----
+namespace checked_h100 {
 
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
@@ -489,11 +489,11 @@ static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
-extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
+extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 128x128x8; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x8 of C.
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
     constexpr int BM = 128;
     constexpr int BN = 128;
     constexpr int BK = 8;
@@ -526,16 +526,16 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 4x2, lanes 4x8 (row), micro tile 4x4, repeated 2x2 at block level.
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
-    const int warp_m = warp_id / 2;
-    const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -591,6 +591,7 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
     float* const b_dst = smem_b;
     sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -643,8 +644,10 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }
@@ -722,11 +725,11 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
+extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 128x128x8; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x8 of C.
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
     // Scalar variant: every global load and store is one element wide, for operands
     // whose pointer, leading dimension or batch stride is not vector-aligned.
     constexpr int BM = 128;
@@ -761,16 +764,16 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 4x2, lanes 4x8 (row), micro tile 4x4, repeated 2x2 at block level.
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
-    const int warp_m = warp_id / 2;
-    const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -859,6 +862,7 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
     sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
     sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -941,8 +945,10 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }
@@ -1026,11 +1032,11 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
 // - M, N, K >= 1;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
-static bool checked_v3_aligned(const void* p, long long ld, long long stride, int elements) {
+static bool checked_h100_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-extern "C" cudaError_t checked_v3_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+extern "C" cudaError_t checked_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
@@ -1039,8 +1045,8 @@ extern "C" cudaError_t checked_v3_launch_ld(const float* A, int lda, const float
     if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = checked_v3_aligned(A, lda, 0, 4) && checked_v3_aligned(B, ldb, 0, 4) && checked_v3_aligned(C, ldc, 0, 4);
-    const auto kernel = vector_aligned ? checked_v3_kernel : checked_v3_kernel_scalar;
+    const bool vector_aligned = checked_h100_aligned(A, lda, 0, 4) && checked_h100_aligned(B, ldb, 0, 4) && checked_h100_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? checked_h100_kernel : checked_h100_kernel_scalar;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -1050,11 +1056,11 @@ extern "C" cudaError_t checked_v3_launch_ld(const float* A, int lda, const float
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t checked_v3_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    return checked_v3_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+extern "C" cudaError_t checked_h100_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return checked_h100_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
 }
 #endif
-}  // namespace checked_v3
+}  // namespace checked_h100
 
 // ---- member checked_64x64, from checked_64x64.gemm ----
 namespace checked_64x64 {
@@ -1092,18 +1098,18 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 64x64x8; 128 threads (2x2 warps of 4x8 row lanes); each thread owns 8x4 of C.
+    // Block tile 64x64x8; 128 threads (2x2 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
     constexpr int BM = 64;
     constexpr int BN = 64;
     constexpr int BK = 8;
     constexpr int MICRO_M = 4;
     constexpr int MICRO_N = 4;
-    constexpr int REPEAT_M = 2;
-    constexpr int REPEAT_N = 1;
-    constexpr int REPEAT_STRIDE_M = 32;
-    constexpr int REPEAT_STRIDE_N = 64;
-    constexpr int FRAG_M = 8;
-    constexpr int FRAG_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
     constexpr int STAGES = 2;
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
@@ -1125,16 +1131,16 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 2x2, lanes 4x8 (row), micro tile 4x4, repeated 2x1 at block level.
+    // Thread coordinates: warps 2x2, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
     const int warp_m = warp_id / 2;
     const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -1190,6 +1196,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     float* const b_dst = smem_b;
     sts128(b_dst + b_smem_offset(tid % 16 * 4, tid / 16), b_stage[0]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -1229,19 +1236,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
         const float* const b_read = smem_b + stage * B_STAGE;
         // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
         *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
-        *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 32, 0));
         *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 32, 0));
         #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {
                 *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
-                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 32, kk + 1));
                 *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 32, kk + 1));
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }
@@ -1323,7 +1332,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
-    // Block tile 64x64x8; 128 threads (2x2 warps of 4x8 row lanes); each thread owns 8x4 of C.
+    // Block tile 64x64x8; 128 threads (2x2 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
     // Scalar variant: every global load and store is one element wide, for operands
     // whose pointer, leading dimension or batch stride is not vector-aligned.
     constexpr int BM = 64;
@@ -1331,12 +1340,12 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     constexpr int BK = 8;
     constexpr int MICRO_M = 4;
     constexpr int MICRO_N = 4;
-    constexpr int REPEAT_M = 2;
-    constexpr int REPEAT_N = 1;
-    constexpr int REPEAT_STRIDE_M = 32;
-    constexpr int REPEAT_STRIDE_N = 64;
-    constexpr int FRAG_M = 8;
-    constexpr int FRAG_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
     constexpr int STAGES = 2;
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
@@ -1358,16 +1367,16 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     const bool block_inside = block_m + BM <= M && block_n + BN <= N;
     const int full_k_tiles = K / BK;
 
-    // Thread coordinates: warps 2x2, lanes 4x8 (row), micro tile 4x4, repeated 2x1 at block level.
+    // Thread coordinates: warps 2x2, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
     const int tid = threadIdx.x;
     const int warp_id = tid / 32;
     const int lane = tid % 32;
     const int warp_m = warp_id / 2;
     const int warp_n = warp_id % 2;
-    const int lane_m = lane / 8;
-    const int lane_n = lane % 8;
-    const int thread_m = warp_m * 16 + lane_m * 4;
-    const int thread_n = warp_n * 32 + lane_n * 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
 
     float acc[FRAG_M][FRAG_N];
     #pragma unroll
@@ -1456,6 +1465,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     sts32(b_dst + b_smem_offset(tid % 64, tid / 64 + 4), b_stage[2]);
     sts32(b_dst + b_smem_offset(tid % 64, tid / 64 + 6), b_stage[3]);
     __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
@@ -1525,19 +1535,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
         const float* const b_read = smem_b + stage * B_STAGE;
         // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
         *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
-        *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 32, 0));
         *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 32, 0));
         #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             if (kk + 1 < BK) {
                 *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
-                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 32, kk + 1));
                 *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 32, kk + 1));
             }
             #pragma unroll
             for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
                 #pragma unroll
-                for (int j = 0; j < FRAG_N; ++j) {
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
                     acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
             }
@@ -1660,12 +1672,12 @@ struct sgemm_family_member {
     bool exact;  // bounds: exact: only the shapes the tile divides
     void (*stream_k_split)(long long, long long, long long, int*, int*);  // null: tiles only
     long long sms, blocks_per_sm, warps_per_block;
-    long long fma_per_k_tile, wavefronts_per_k_tile, fma_issue_per_clock;
+    long long fma_per_k_tile, smem_instructions_per_k_tile, wavefronts_per_k_tile, issue_per_clock;
 };
 static const sgemm_family_member sgemm_family_members[3] = {
-    {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, 8, 4096, 576, 4},  // sgemm_h100
-    {128, 128, 8, false, nullptr, 132, 2, 8, 4096, 832, 4},  // checked_v3
-    {64, 64, 8, false, nullptr, 132, 5, 4, 1024, 288, 4},  // checked_64x64
+    {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_h100
+    {128, 128, 8, false, nullptr, 132, 2, 8, 4096, 296, 576, 4},  // checked_h100
+    {64, 64, 8, false, nullptr, 132, 5, 4, 1024, 116, 224, 4},  // checked_64x64
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1678,13 +1690,15 @@ static long long sgemm_family_sum(long long a, long long b) {
     return a + b > sgemm_family_CYCLE_CAP ? sgemm_family_CYCLE_CAP : a + b;
 }
 
-// One k-tile of `resident` blocks on one SM: FMA issue or shared-memory wavefronts, the slower.
+// One k-tile of `resident` blocks on one SM: instruction issue (FMA and shared accesses) or
+// shared-memory wavefronts, the slower.
 static long long sgemm_family_k_tile_cycles(const sgemm_family_member& m, long long resident) {
     const long long warps = resident * m.warps_per_block;
-    const long long issue = m.fma_issue_per_clock < warps ? m.fma_issue_per_clock : warps;
-    const long long fma = (resident * m.fma_per_k_tile + issue - 1) / issue;
+    const long long issue = m.issue_per_clock < warps ? m.issue_per_clock : warps;
+    const long long issued = resident * (m.fma_per_k_tile + m.smem_instructions_per_k_tile);
+    const long long issue_cycles = (issued + issue - 1) / issue;
     const long long smem = resident * m.wavefronts_per_k_tile;
-    return fma > smem ? fma : smem;
+    return issue_cycles > smem ? issue_cycles : smem;
 }
 
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
@@ -1728,7 +1742,7 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool exact
     return best;
 }
 
-static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, checked_v3::checked_v3_launch, checked_64x64::checked_64x64_launch};
+static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, checked_h100::checked_h100_launch, checked_64x64::checked_64x64_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);
@@ -1740,7 +1754,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     return status;
 }
 
-static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, checked_v3::checked_v3_launch_ld, checked_64x64::checked_64x64_launch_ld};
+static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, checked_h100::checked_h100_launch_ld, checked_64x64::checked_64x64_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);

@@ -59,14 +59,14 @@ def _emit_rule(family: "FamilyArtifacts", o: Emitter) -> None:
         o.line("bool exact;  // bounds: exact: only the shapes the tile divides")
         o.line("void (*stream_k_split)(long long, long long, long long, int*, int*);  // null: tiles only")
         o.line("long long sms, blocks_per_sm, warps_per_block;")
-        o.line("long long fma_per_k_tile, wavefronts_per_k_tile, fma_issue_per_clock;")
+        o.line("long long fma_per_k_tile, smem_instructions_per_k_tile, wavefronts_per_k_tile, issue_per_clock;")
     with o.block(f"static const {model} {name}_members[{len(family.members)}] =", close="};"):
         for member in family.members:
             m = member.model
             split = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, {split}, "
-                   f"{m.sms}, {m.blocks_per_sm}, {m.warps_per_block}, {m.fma_per_k_tile}, "
-                   f"{m.wavefronts_per_k_tile}, {m.fma_issue_per_clock}}},  // {m.name}")
+                   f"{m.sms}, {m.blocks_per_sm}, {m.warps_per_block}, {m.fma_per_k_tile}, {m.smem_instructions_per_k_tile}, "
+                   f"{m.wavefronts_per_k_tile}, {m.issue_per_clock}}},  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
@@ -76,13 +76,15 @@ def _emit_rule(family: "FamilyArtifacts", o: Emitter) -> None:
     with o.block(f"static long long {name}_sum(long long a, long long b)"):
         o.line(f"return a + b > {name}_CYCLE_CAP ? {name}_CYCLE_CAP : a + b;")
     o.line()
-    o.comment("One k-tile of `resident` blocks on one SM: FMA issue or shared-memory wavefronts, the slower.")
+    o.comment("One k-tile of `resident` blocks on one SM: instruction issue (FMA and shared accesses) or\n"
+              "shared-memory wavefronts, the slower.")
     with o.block(f"static long long {name}_k_tile_cycles(const {model}& m, long long resident)"):
         o.line("const long long warps = resident * m.warps_per_block;")
-        o.line("const long long issue = m.fma_issue_per_clock < warps ? m.fma_issue_per_clock : warps;")
-        o.line("const long long fma = (resident * m.fma_per_k_tile + issue - 1) / issue;")
+        o.line("const long long issue = m.issue_per_clock < warps ? m.issue_per_clock : warps;")
+        o.line("const long long issued = resident * (m.fma_per_k_tile + m.smem_instructions_per_k_tile);")
+        o.line("const long long issue_cycles = (issued + issue - 1) / issue;")
         o.line("const long long smem = resident * m.wavefronts_per_k_tile;")
-        o.line("return fma > smem ? fma : smem;")
+        o.line("return issue_cycles > smem ? issue_cycles : smem;")
     o.line()
     o.comment("Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.")
     with o.block(f"static long long {name}_cycles(const {model}& m, long long M, long long N, long long K)"):
