@@ -142,6 +142,18 @@ def test_the_file_holds_every_member_and_dispatching_launchers(family):
     assert [m["kernel"] for m in family.metadata["members"]] == ["sgemm_h100", "checked_h100", "checked_64x64"]
 
 
+def test_a_batched_family_dispatches_the_batched_launcher_too(tmp_path):
+    batched = (ROOT / "specs" / "batched_v3.gemm").read_text()
+    (tmp_path / "wide.gemm").write_text(batched.replace("gemm batched_v3", "gemm batched_wide"))
+    (tmp_path / "small.gemm").write_text(batched.replace("gemm batched_v3", "gemm batched_small"))
+    family = compile_family(SourceFile(str(tmp_path / "f.gemmf"), "family fb { use wide.gemm; use small.gemm; }"))
+    assert family.metadata["launcher_batched"] == "fb_launch_batched"
+    assert re.search(r'^extern "C" cudaError_t fb_launch_batched\(const float\* A, int lda, long long stride_a, '
+                     r'.*int batch, float alpha, float beta, cudaStream_t stream\) \{\n.*\n.*\n'
+                     r'.*fb_launch_batched_members\[member\]\(A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, '
+                     r'M, N, K, batch, alpha, beta, stream\);', family.cuda, re.M)
+
+
 @pytest.mark.nvcc
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
 def test_the_family_builds_with_nvcc(family):
