@@ -33,9 +33,8 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
-from .family import DEFAULT_SHAPES, FamilyKernel, compile_family_path, is_family_path, read_shapes
-from .runtime import Kernel, KernelBuildError, Size, format_size, require_fp32_cublas, run_on_kernels
-from .source import CompileError
+from .family import DEFAULT_SHAPES, read_shapes, run_on_specs_and_families
+from .runtime import Kernel, Size, format_size, require_fp32_cublas
 from .verify import random_matrix
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
@@ -359,24 +358,9 @@ def bench_main(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-    try:  # families compile before anything needs the GPU, as specs do
-        families = [compile_family_path(path) for path in args.specs if is_family_path(path)]
-    except CompileError as err:
-        print(err.render(), file=sys.stderr)
-        return 1
     work = partial(bench_and_report, runs=getattr(args, "runs", MIN_RUNS),
                    warmup=getattr(args, "warmup", DEFAULT_WARMUP), seed=args.seed, json_path=args.json)
-
-    def with_families(kernels: list[Kernel], sizes: list[Size]) -> int:
-        try:
-            loaded = [FamilyKernel(family) for family in families]
-        except KernelBuildError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        return work(kernels + loaded, sizes)
-
-    specs = [path for path in args.specs if not is_family_path(path)]
-    return run_on_kernels(specs, sizes_text, with_families)
+    return run_on_specs_and_families(args.specs, sizes_text, work)
 
 
 def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup: int, seed: int,

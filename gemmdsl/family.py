@@ -40,14 +40,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import __version__, ir
 from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source
+from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
 from .schedule import stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -438,8 +440,6 @@ def format_explanation(explanation: dict) -> str:
 def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
     """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment. A bad line raises
     ValueError naming the file and line."""
-    from .runtime import parse_sizes
-
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -462,8 +462,6 @@ class FamilyKernel:
     """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
 
     def __init__(self, family: FamilyArtifacts):
-        from .runtime import Kernel
-
         self.name = family.name
         self.models = family.models
         self.kernels = [Kernel(member.artifacts) for member in family.members]
@@ -488,6 +486,31 @@ class FamilyKernel:
         launch = self.bind(a, b, c, alpha, beta)
         launch()
         return launch.c
+
+
+def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[[list[Any], list[Size]], int],
+                              as_members: bool = False) -> int:
+    """runtime.run_on_kernels for `.gemm` specs and `.gemmf` families: `work` gets the specs' kernels,
+    then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
+    compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
+    try:
+        families = [compile_family_path(path) for path in paths if is_family_path(path)]
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+
+    def with_families(kernels: list[Any], sizes: list[Size]) -> int:
+        try:
+            if as_members:
+                loaded = [Kernel(member.artifacts) for family in families for member in family.members]
+            else:
+                loaded = [FamilyKernel(family) for family in families]
+        except KernelBuildError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return work(kernels + loaded, sizes)
+
+    return run_on_kernels([path for path in paths if not is_family_path(path)], sizes_text, with_families)
 
 
 def load_family(path: str | Path) -> FamilyKernel:

@@ -362,3 +362,16 @@ def test_the_c_launchers_dispatch_and_fall_back(family, cupy, tmp_path):
     cupy.cuda.runtime.deviceSynchronize()
     assert relative_error(cupy, c, wide[:, :k], b) < TOLERANCE
     assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, 0, n, k, 1.0, 0.0, None) == 1  # cudaErrorInvalidValue
+
+
+def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
+    from gemmdsl import family as family_module
+
+    monkeypatch.setattr(family_module, "run_on_kernels", lambda paths, sizes, work: work([], [(8, 8, 8)]))
+    monkeypatch.setattr(family_module, "Kernel", lambda artifacts: FakeKernel(artifacts.name, (1, 1, 1)))
+    seen = []
+    family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels),
+                                            as_members=True)
+    family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels))
+    assert [kernel.name for kernel in seen[0]] == ["sgemm_h100", "checked_h100", "checked_64x64"]
+    assert [(type(k).__name__, k.name) for k in seen[1]] == [("FamilyKernel", "sgemm_family")]
