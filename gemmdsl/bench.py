@@ -40,8 +40,9 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
+from .family import DEFAULT_SHAPES, read_shapes, run_on_specs_and_families
 from .precisions import Comparison, comparison
-from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas, run_on_kernels
+from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .targets import PEAK_TFLOPS
 from .verify import CupyArrays, arrays_for, random_operand
 
@@ -326,6 +327,23 @@ def format_row(row: Row, width: int) -> str:
             f"{row.pct_of_peak:>7.1f} {row.buffer_sets:>5}")
 
 
+def geomean_lines(report: BenchReport) -> list[str]:
+    """Per kernel: the geometric mean of its ratios to cuBLAS over the sizes it ran, and its lowest."""
+    lines = []
+    for name in dict.fromkeys(row.name for row in report.rows if row.name != "cuBLAS"):
+        measured = [row for row in report.rows if row.name == name and row.pct_of_cublas is not None]
+        skipped = sum(1 for row in report.rows if row.name == name) - len(measured)
+        if not measured:
+            lines.append(f"{name}: no size ran")
+            continue
+        ratios = [row.pct_of_cublas / 100 for row in measured]
+        lowest = min(measured, key=lambda row: row.pct_of_cublas)
+        line = (f"{name}: geometric mean {statistics.geometric_mean(ratios):.3f}x cuBLAS over {len(measured)} "
+                f"sizes, lowest {lowest.pct_of_cublas / 100:.3f}x at {format_size((lowest.m, lowest.n, lowest.k))}")
+        lines.append(line + (f" ({skipped} skipped)" if skipped else ""))
+    return lines
+
+
 def write_json(report: BenchReport, path: str | Path) -> None:
     Path(path).write_text(json.dumps(asdict(report), indent=2) + "\n")
 
@@ -340,8 +358,13 @@ def runs_argument(text: str) -> int:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to compile and time")
-    parser.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
+    parser.add_argument("specs", nargs="+", metavar="SPEC",
+                        help=".gemm specs and .gemmf kernel families to compile and time")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
+    sizes.add_argument("--shapes", nargs="?", const=str(DEFAULT_SHAPES), metavar="FILE",
+                       help="the sizes listed in FILE, one MxNxK per line (without FILE: "
+                            "gemmdsl/shapes/default.txt, the issue's shape list)")
     parser.add_argument("--runs", type=runs_argument, default=MIN_RUNS,
                         help=f"timed launches per kernel and size, median reported (default and minimum {MIN_RUNS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
@@ -351,19 +374,28 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench_main(args: argparse.Namespace) -> int:
-    """`gemmdsl bench`: prints the table; 1 on a compile error, 2 without a GPU.
+    """`gemmdsl bench`: prints the table; 1 on a compile error, 2 on bad sizes or without a GPU.
 
     runs and warmup fall back to their defaults for a Namespace built without add_bench_arguments.
     """
+    sizes_text = args.sizes or DEFAULT_SIZES
+    if getattr(args, "shapes", None):
+        try:
+            sizes_text = ",".join(map(format_size, read_shapes(args.shapes)))
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     work = partial(bench_and_report, runs=getattr(args, "runs", MIN_RUNS),
                    warmup=getattr(args, "warmup", DEFAULT_WARMUP), seed=args.seed, json_path=args.json)
-    return run_on_kernels(args.specs, args.sizes or DEFAULT_SIZES, work)
+    return run_on_specs_and_families(args.specs, sizes_text, work)
 
 
 def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup: int, seed: int,
                      json_path: str | None) -> int:
     report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed)
     print(format_table(report))
+    print()
+    print("\n".join(geomean_lines(report)))
     if json_path:
         write_json(report, json_path)
     return 0

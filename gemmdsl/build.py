@@ -84,14 +84,16 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return log
 
 
-def build(cuda: str, name: str, sm: int, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc") -> BuildResult:
-    """Compile `cuda` (host launcher included) for sm_XX; also produce any of 'ptx', 'cubin' in `emit`."""
+def build(cuda: str, name: str, sm: int, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc",
+          entry: str | None = None) -> BuildResult:
+    """Compile `cuda` (host launcher included) for sm_XX; also produce any of 'ptx', 'cubin' in `emit`.
+    The resources are those of `entry` (default NAME_kernel)."""
     arch = f"-arch=sm_{sm}"
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as tmp:
         work = Path(tmp)
         (work / f"{name}.cu").write_text(cuda)
         log = _run([nvcc, arch, "-std=c++17", "-c", "-Xptxas", "-v", "-o", f"{name}.o", f"{name}.cu"], work)
-        result = BuildResult(parse_ptxas(log, f"{name}_kernel"), log=log)
+        result = BuildResult(parse_ptxas(log, entry or f"{name}_kernel"), log=log)
         for kind in sorted(emit & {"ptx", "cubin"}):
             _run([nvcc, arch, "-std=c++17", f"-{kind}", "-o", f"{name}.{kind}", f"{name}.cu"], work)
             result.outputs[kind] = (work / f"{name}.{kind}").read_bytes()

@@ -16,6 +16,7 @@ import sys
 from . import ir
 from .analysis import Analysis, ProblemSizeError, analyze
 from .compiler import ptxas_resources
+from .family import compile_family_path, explain, format_explanation, is_family_path
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
@@ -218,7 +219,8 @@ def parse_problem(text: str) -> ProblemSize:
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to analyse")
+    parser.add_argument("specs", nargs="+", metavar="SPEC",
+                        help=".gemm files to analyse; for a .gemmf family, which member runs --problem and why")
     parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",
@@ -234,6 +236,10 @@ def check_main(args: argparse.Namespace) -> int:
     reports = []
     for path in args.specs:
         try:
+            if is_family_path(path):  # which member runs the problem, and why
+                explanation = explain(compile_family_path(path), args.problem)
+                reports.append(explanation if args.json else format_explanation(explanation))
+                continue
             spec, _ = load_path(path)
             analysis = analyze(spec, args.problem, ptxas_resources(path))
         except CompileError as err:

@@ -14,6 +14,7 @@ from . import __version__
 from .build import BuildError, build, find_nvcc, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, compile_path, write_outputs
+from .family import compile_family_path, is_family_path
 from .source import CompileError
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
@@ -55,6 +56,9 @@ def compile_main(args: argparse.Namespace) -> int:
         return 1
     failed = 0
     for path in args.specs:
+        if is_family_path(path):
+            failed += not _compile_family(path, args, nvcc)
+            continue
         try:
             artifacts = compile_path(path, args.arch)
         except CompileError as err:
@@ -82,12 +86,7 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
                   if entry not in (None, artifacts.metadata["entry"])]
         artifacts = artifacts.with_ptxas(resources)
         files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
-    if "cu" in args.emit:
-        files[f"{name}.cu"] = artifacts.cuda.encode()
-        files[f"{name}.h"] = artifacts.header.encode()
-    files[f"{name}.json"] = artifacts.metadata_json().encode()
-    written = write_outputs(Path(args.output), files)
-    print(f"{name}: wrote {', '.join(str(p) for p in written)}")
+    _write(name, artifacts.cuda, artifacts.header, artifacts.metadata_json(), files, args)
     for line in summary_lines(artifacts.analysis):
         print(f"  {line}")
     if resources is not None:
@@ -98,13 +97,59 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
     return True
 
 
+def _write(name: str, cuda: str, header: str | None, metadata_json: str, files: dict[str, bytes],
+           args: argparse.Namespace) -> None:
+    """NAME.cu and NAME.h (when asked for; a family has no header yet), NAME.json and nvcc's `files`,
+    all or none."""
+    if "cu" in args.emit:
+        files[f"{name}.cu"] = cuda.encode()
+        if header is not None:
+            files[f"{name}.h"] = header.encode()
+    files[f"{name}.json"] = metadata_json.encode()
+    written = write_outputs(Path(args.output), files)
+    print(f"{name}: wrote {', '.join(str(p) for p in written)}")
+
+
+def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
+    """A family's .cu and .json (and with nvcc its build, reporting each member's vector kernel)."""
+    try:
+        family = compile_family_path(path, args.arch)
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return False
+    for member in family.members:
+        for warning in member.artifacts.warnings:
+            print(warning.render(), file=sys.stderr)
+    files: dict[str, bytes] = {}
+    log = None
+    if nvcc is not None:
+        try:
+            result = build(family.cuda, family.name, family.spec.target.sm, args.emit, nvcc,
+                           entry=family.members[0].artifacts.metadata["entry"])
+        except BuildError as err:
+            print(f"{path}: error: {err}", file=sys.stderr)
+            return False
+        log = result.log
+        files.update({f"{family.name}.{kind}": data for kind, data in result.outputs.items()})
+    _write(family.name, family.cuda, None, family.metadata_json(), files, args)
+    for member in family.members:
+        model = member.model
+        line = (f"  member {model.name} ({member.path}): {'x'.join(map(str, model.tile))} tile, "
+                f"{member.artifacts.metadata['bounds']} bounds, {model.blocks_per_sm} blocks per SM")
+        if log is not None:
+            line += f"; {parse_ptxas(log, member.artifacts.metadata['entry'])}"
+        print(line)
+    return True
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gemmdsl", description="Compile .gemm tiling specs to CUDA C.")
     parser.add_argument("--version", action="version", version=f"gemmdsl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    compile_cmd = commands.add_parser("compile", help="emit <name>.cu, <name>.h and <name>.json for each spec")
-    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files")
+    compile_cmd = commands.add_parser("compile", help="emit <name>.cu, <name>.h and <name>.json for each spec "
+                                                      "(a family: <name>.cu and <name>.json)")
+    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
     compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")
     compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",

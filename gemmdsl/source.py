@@ -33,13 +33,14 @@ class SourceFile:
     text: str
 
     @classmethod
-    def read(cls, path: str | Path) -> "SourceFile":
-        """Read a spec file; unreadable or non-.gemm paths raise CompileError."""
+    def read(cls, path: str | Path, suffix: str = ".gemm", kind: str = "spec") -> "SourceFile":
+        """Read a spec file (or, with suffix=".gemmf", a family file); unreadable paths and paths
+        without the suffix raise CompileError."""
         name = str(path)
         where = Span(name, 1, 1, 1, 1)
-        if not name.endswith(".gemm"):
-            raise CompileError([Diagnostic(Severity.ERROR, where, "not a .gemm file",
-                                           hint="spec files end in .gemm")])
+        if not name.endswith(suffix):
+            raise CompileError([Diagnostic(Severity.ERROR, where, f"not a {suffix} file",
+                                           hint=f"{kind} files end in {suffix}")])
         try:
             data = Path(path).read_bytes()
         except OSError as err:

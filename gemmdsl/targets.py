@@ -39,11 +39,14 @@ class Arch:
     # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
     reference_gpu: str = ""
     reference_sms: int = 0
+    # FP32 FMA lanes per SM: an SM issues fp32_lanes_per_sm / 32 warp FMA instructions per clock.
+    fp32_lanes_per_sm: int = 128
 
 
 ARCHS: dict[int, Arch] = {
     80: Arch(80, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="A100", reference_sms=108),
+             max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="A100", reference_sms=108,
+             fp32_lanes_per_sm=64),
     86: Arch(86, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82),
     89: Arch(89, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,

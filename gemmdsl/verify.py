@@ -33,8 +33,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from .family import run_on_specs_and_families
 from .precisions import FMA_TOLERANCE, Comparison, comparison
-from .runtime import Kernel, Size, format_size, require_fp32_cublas, run_on_kernels
+from .runtime import Kernel, Size, format_size, require_fp32_cublas
 
 DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
 TOLERANCE = FMA_TOLERANCE
@@ -366,9 +367,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def verify_main(args: argparse.Namespace) -> int:
-    """`gemmdsl verify`: 0 when every case passes, 1 on a failure or compile error, 2 without a GPU."""
+    """`gemmdsl verify`: 0 when every case passes, 1 on a failure or compile error, 2 without a GPU.
+    A family is verified member by member, each at the sizes it takes."""
     work = partial(verify_and_report, seed=args.seed, json_path=args.json)
-    return run_on_kernels(args.specs, args.sizes or DEFAULT_SIZES, work)
+    return run_on_specs_and_families(args.specs, args.sizes or DEFAULT_SIZES, work, as_members=True)
 
 
 def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_path: str | None) -> int:

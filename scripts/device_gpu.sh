@@ -14,4 +14,6 @@ python3 -m pytest -m gpu -q 2>&1 | tee "$OUT/pytest.log" || status=1
 python3 scripts/prebuild_cubins.py specs/*.gemm > "$OUT/prebuild.log" 2>&1 || status=1
 python3 -m gemmdsl.cli verify specs/*.gemm --json "$OUT/verify.json" 2>&1 | tee "$OUT/verify.log" || status=1
 python3 -m gemmdsl.cli bench specs/*.gemm --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1
+python3 -m gemmdsl.cli bench specs/sgemm_family.gemmf specs/sgemm_h100.gemm --shapes --json "$OUT/bench_shapes.json" \
+    2>&1 | tee "$OUT/bench_shapes.log" || status=1
 exit $status

@@ -1,8 +1,8 @@
-"""Golden tests: generated/ holds the reference output of every spec in specs/.
+"""Golden tests: generated/ holds the reference output of every spec and kernel family in specs/.
 
 After an intended change to the output, refresh them with
 
-    gemmdsl compile specs/*.gemm -o generated --no-nvcc
+    gemmdsl compile specs/*.gemm specs/*.gemmf -o generated --no-nvcc
 
 and review the diff of generated/ like code.
 """
@@ -13,13 +13,17 @@ import pytest
 from gemmdsl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+SPECS = sorted((ROOT / "specs").glob("*.gemm")) + sorted((ROOT / "specs").glob("*.gemmf"))
 GOLDEN = ROOT / "generated"
-GOLDEN_EXTENSIONS = (".cu", ".h", ".json")  # everything `compile --no-nvcc` writes
+
+
+def golden_extensions(spec: Path) -> tuple[str, ...]:
+    """Everything `compile --no-nvcc` writes: a spec's .cu, .h and .json; a family's .cu and .json."""
+    return (".cu", ".json") if spec.suffix == ".gemmf" else (".cu", ".h", ".json")
 
 
 def test_every_spec_has_golden_files_and_nothing_else_is_there():
-    expected = {f"{s.stem}{ext}" for s in SPECS for ext in GOLDEN_EXTENSIONS}
+    expected = {f"{s.stem}{ext}" for s in SPECS for ext in golden_extensions(s)}
     present = {p.name for p in GOLDEN.iterdir() if not p.name.startswith(".")}
     assert present == expected
 
@@ -27,7 +31,7 @@ def test_every_spec_has_golden_files_and_nothing_else_is_there():
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_output_matches_golden_byte_for_byte(spec, tmp_path):
     assert main(["compile", str(spec), "-o", str(tmp_path), "--no-nvcc"]) == 0
-    for ext in GOLDEN_EXTENSIONS:
+    for ext in golden_extensions(spec):
         produced = (tmp_path / f"{spec.stem}{ext}").read_bytes()
         golden = (GOLDEN / f"{spec.stem}{ext}").read_bytes()
         assert produced == golden, f"{spec.stem}{ext} differs from generated/; see tests/test_golden.py"

@@ -25,8 +25,20 @@ from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
 
-
+# The host launchers need the runtime API; NVRTC compiles the kernels alone.
+INCLUDES = """
+#ifndef __CUDACC_RTC__
+#include <cstdint>
+#include <cuda_runtime.h>
+#endif"""
 HALF_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}  # their types and conversions
+
+
+def includes(spec: ir.KernelSpec) -> str:
+    """The file's #include lines: the runtime API for the launchers, and the 16-bit types it uses."""
+    headers = sorted({HALF_HEADERS[dtype] for dtype in (spec.problem.matrix(op).dtype for op in ir.Operand)
+                      if dtype in HALF_HEADERS})
+    return INCLUDES + "".join(f"\n#include <{header}>" for header in headers)
 
 
 def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
@@ -45,16 +57,15 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
         for row in summary:
             o.line(f"//   {row}")
     o.line()
-    o.lines("""
-#ifndef __CUDACC_RTC__
-#include <cstdint>
-#include <cuda_runtime.h>
-#endif""")
-    headers = sorted({HALF_HEADERS[dtype] for dtype in (plan.spec.problem.matrix(op).dtype for op in ir.Operand)
-                      if dtype in HALF_HEADERS})
-    for header in headers:
-        o.line(f"#include <{header}>")
+    o.lines(includes(plan.spec))
     o.line()
+    emit_definitions(plan, o)
+    return o.text()
+
+
+def emit_definitions(plan: KernelPlan, o: Emitter) -> None:
+    """Everything the file defines after its includes: helpers, kernels, launchers. A kernel
+    family's file (emit/family.py) holds one such body per member."""
     HelperEmitter(plan, o).emit()
     for variant in plan.variants:
         o.line()
@@ -64,4 +75,3 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
         emit_prepare_kernel(plan, o)
     o.line()
     LauncherEmitter(plan, o).emit()
-    return o.text()

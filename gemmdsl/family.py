@@ -1,0 +1,520 @@
+"""Kernel families: several tilings of one problem behind one launcher that picks a member per call.
+
+A family file (`NAME.gemmf`) names member specs, paths relative to the file:
+
+    // comment
+    family sgemm_family {
+        use sgemm_h100.gemm;      // exact, stream-K: the big shapes it divides
+        use checked_v3.gemm;      // any shape
+        use checked_64x64.gemm;   // small and skinny shapes
+    }
+
+The members must agree on what they compute (the `problem` section but `bounds`, and the target),
+so that any of them can serve a call; at least one must be `bounds: checked`, so that every shape
+has a member. `compile_family` compiles each member as a spec and emits one `.cu` with every
+member's kernels and launchers and `NAME_launch` (and `_ld`, `_batched`) dispatching to one.
+
+The rule (`choose`) is a pure function of the members' analysis and the problem size; the C
+launcher (emit/family.py) computes it with the same integers, and a test checks the two agree.
+For each member that accepts the shape (`bounds: exact` members only the shapes they divide):
+
+    tiles = ceil(M/BM) * ceil(N/BN), k_tiles = ceil(K/BK), slots = SMs x blocks per SM
+    cycles(r) = max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts)
+        one k-tile of r blocks resident on one SM: `fma` warp FMA instructions, `lds` warp
+        shared-memory instructions and `wavefronts` shared-memory wavefronts per block and k-tile
+        (the bank pass's figures); an SM issues `issue` = FP32 lanes / 32 warp instructions per
+        clock (the FMAs and the shared accesses share the schedulers: a smaller tile issues more
+        shared accesses per FMA) and serves one shared wavefront per clock
+    tiles schedule:  full_waves * k_tiles * cycles(blocks per SM)
+                     + k_tiles * cycles(ceil(last wave's tiles / SMs))
+    stream-K, when schedule.py splits: the whole waves as above, plus one wave in which each block
+                     does ceil(shared k-tiles / stream-K blocks) k-tiles at cycles(blocks per SM)
+
+and the member with the fewest predicted cycles runs (the first listed on a tie). A call an
+exact member refuses for its operands (misaligned pointers or leading dimensions) goes to the
+member the rule picks among the checked ones. The figures are SM clock cycles on the target's
+reference GPU: they rank members, they do not promise a time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, ir
+from .abi import launcher_names, launcher_parameters
+from .compiler import Artifacts, compile_source
+from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
+from .schedule import stream_k_split
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+
+FAMILY_SUFFIX = ".gemmf"
+SHAPES_DIR = Path(__file__).with_name("shapes")
+DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
+# Predicted cycles saturate here, so that the C launcher's copy of the rule stays inside long long
+# (twice this fits) at any shape it accepts; no shape that fits in memory comes near it.
+CYCLE_CAP = 2**61
+
+
+def is_family_path(path: str | Path) -> bool:
+    return str(path).endswith(FAMILY_SUFFIX)
+
+
+# --- the rule ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberModel:
+    """What the rule knows of a member: its tiling and the analysis' per-k-tile figures."""
+
+    name: str
+    tile: tuple[int, int, int]  # BM, BN, BK
+    exact: bool  # bounds: exact: only shapes that the tile divides
+    stream_k: bool
+    sms: int  # the target's reference GPU
+    blocks_per_sm: int
+    warps_per_block: int
+    fma_per_k_tile: int  # warp FMA instructions per block and k-tile
+    smem_instructions_per_k_tile: int  # warp shared-memory loads and stores per block and k-tile
+    wavefronts_per_k_tile: int  # shared-memory wavefronts per block and k-tile
+    issue_per_clock: int  # warp instructions an SM issues per clock (FP32 lanes / 32)
+
+    @property
+    def slots(self) -> int:
+        return self.sms * self.blocks_per_sm
+
+    def accepts(self, m: int, n: int, k: int) -> bool:
+        bm, bn, bk = self.tile
+        return not self.exact or (m % bm == 0 and n % bn == 0 and k % bk == 0)
+
+    def k_tile_cycles(self, resident: int) -> int:
+        """SM cycles for one k-tile of `resident` blocks on one SM: instruction issue or shared wavefronts."""
+        issue = min(self.issue_per_clock, resident * self.warps_per_block)
+        issued = resident * (self.fma_per_k_tile + self.smem_instructions_per_k_tile)
+        return max(-(-issued // issue), resident * self.wavefronts_per_k_tile)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The rule's figures for one member at one problem size."""
+
+    member: MemberModel
+    accepted: bool
+    tiles: int = 0
+    k_tiles: int = 0
+    waves: int = 0  # waves of plain tiles, the last one possibly partial
+    sk_tiles: int = 0  # tiles whose k-tiles stream-K blocks share (0: none)
+    useful: float = 0.0  # useful multiply-adds over launched ones (edge tiles waste the rest)
+    cycles: int = 0
+
+
+def _product(a: int, b: int) -> int:
+    return min(a * b, CYCLE_CAP)
+
+
+def _sum(a: int, b: int) -> int:
+    return min(a + b, CYCLE_CAP)
+
+
+def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
+    if not member.accepts(m, n, k):
+        return Estimate(member, accepted=False)
+    bm, bn, bk = member.tile
+    tiles = -(-m // bm) * -(-n // bn)
+    k_tiles = -(-k // bk)
+    useful = (m * n * k) / (tiles * bm * bn * k_tiles * bk)
+    full = member.k_tile_cycles(member.blocks_per_sm)
+    plain, sk_tiles, cycles = tiles, 0, 0
+    if member.stream_k:
+        split = stream_k_split(tiles, k_tiles, member.slots)
+        if split.sk_tiles:
+            plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
+            per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
+            cycles = _product(per_block, full)
+    full_waves, left = divmod(plain, member.slots)
+    cycles = _sum(cycles, _product(_product(full_waves, k_tiles), full))
+    if left:
+        cycles = _sum(cycles, _product(k_tiles, member.k_tile_cycles(-(-left // member.sms))))
+    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
+
+
+def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bool = True) -> int:
+    """Index of the member that runs M x N x K: the fewest predicted cycles among those that accept
+    the shape, the first listed on a tie. exact_allowed=False: among the checked members only (a call
+    that an exact member refused for its operands)."""
+    best = None
+    for index, member in enumerate(members):
+        if member.exact and not exact_allowed:
+            continue
+        figures = estimate(member, m, n, k)
+        if figures.accepted and (best is None or figures.cycles < best[1]):
+            best = (index, figures.cycles)
+    assert best is not None, "a family has a checked member, which accepts every shape"
+    return best[0]
+
+
+def member_model(artifacts: Artifacts) -> MemberModel:
+    spec, facts = artifacts.spec, artifacts.analysis.facts
+    arch = artifacts.plan.arch
+    bm, bn, bk = artifacts.plan.launch.block_tile
+    return MemberModel(
+        name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
+        sms=arch.reference_sms, blocks_per_sm=facts["occupancy"].blocks_per_sm,
+        warps_per_block=facts["launch"].warps_per_block, fma_per_k_tile=bm * bn * bk // 32,
+        smem_instructions_per_k_tile=sum(cost.instructions for cost in facts["smem_accesses"]),
+        wavefronts_per_k_tile=sum(cost.wavefronts for cost in facts["smem_accesses"]),
+        issue_per_clock=arch.fp32_lanes_per_sm // 32)
+
+
+# --- the front end -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str  # as the family file writes it, relative to the file
+    span: Span  # of the path in the family file
+    artifacts: Artifacts
+    model: MemberModel
+
+
+@dataclass(frozen=True)
+class FamilyArtifacts:
+    name: str
+    source: SourceFile
+    members: tuple[Member, ...]
+
+    @cached_property
+    def cuda(self) -> str:
+        from .emit.family import emit_family  # which reads this module's CYCLE_CAP
+
+        return emit_family(self)
+
+    @cached_property
+    def metadata(self) -> dict:
+        return family_metadata(self)
+
+    @property
+    def spec(self) -> ir.KernelSpec:
+        """The first member's spec: what every member computes (problem section, target)."""
+        return self.members[0].artifacts.spec
+
+    @property
+    def launcher_spec(self) -> ir.KernelSpec:
+        """The first member's spec under the family's name: the family's launchers' names and parameters."""
+        return dataclasses.replace(self.spec, name=self.name)
+
+    @property
+    def models(self) -> list[MemberModel]:
+        return [member.model for member in self.members]
+
+    def metadata_json(self) -> str:
+        return json.dumps(self.metadata, indent=2, sort_keys=True) + "\n"
+
+
+TOKEN = re.compile(r"\s+|//[^\n]*|#[^\n]*|(?P<punct>[{};])|(?P<word>[^\s{};#]+)")
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str
+    span: Span
+
+
+def _tokens(source: SourceFile) -> list[_Token]:
+    tokens = []
+    line, line_start = 1, 0
+    position = 0
+    text = source.text
+    while position < len(text):
+        match = TOKEN.match(text, position)  # every character starts some alternative
+        if match.lastgroup:
+            column = position - line_start + 1
+            tokens.append(_Token(match.group(), Span(source.path, line, column, line, column + len(match.group()))))
+        newlines = match.group().count("\n")
+        if newlines:
+            line += newlines
+            line_start = match.start() + match.group().rindex("\n") + 1
+        position = match.end()
+    return tokens
+
+
+def _error(span: Span, message: str, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(Severity.ERROR, span, message, hint)
+
+
+FAMILY_HINT = "a family file reads `family NAME { use member.gemm; use other.gemm; }`"
+
+
+def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token]]:
+    """The family's name, its span and the `use`d paths' tokens; syntax errors raise CompileError."""
+    tokens = _tokens(source)
+    end = Span(source.path, source.text.count("\n") + 1, 1, source.text.count("\n") + 1, 2)
+    position = 0
+
+    def expect(what: str, test) -> _Token:
+        nonlocal position
+        token = tokens[position] if position < len(tokens) else None
+        if token is None or not test(token.text):
+            found = f"'{token.text}'" if token else "the end of the file"
+            raise CompileError([_error(token.span if token else end, f"expected {what}, found {found}",
+                                       FAMILY_HINT)], source)
+        position += 1
+        return token
+
+    expect("'family'", lambda text: text == "family")
+    name = expect("the family's name", lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None)
+    expect("'{'", lambda text: text == "{")
+    paths = []
+    while position < len(tokens) and tokens[position].text == "use":
+        position += 1
+        paths.append(expect("a member's .gemm path", lambda text: text.endswith(".gemm")))
+        expect("';' after the path", lambda text: text == ";")
+    expect("'use' or '}'", lambda text: text == "}")
+    if position < len(tokens):
+        raise CompileError([_error(tokens[position].span, f"unexpected '{tokens[position].text}' after the family",
+                                   "a family file holds one family block")], source)
+    if not paths:
+        raise CompileError([_error(name.span, f"family {name.text} has no members",
+                                   FAMILY_HINT)], source)
+    return name.text, name.span, paths
+
+
+def _shared_problem(spec: ir.KernelSpec) -> tuple:
+    """What every member must agree on: what the launcher's callers see."""
+    problem = spec.problem
+    return (tuple(problem.matrix(op) for op in ir.Operand), problem.epilogue, problem.batch, spec.target.sm)
+
+
+def _describe(spec: ir.KernelSpec) -> str:
+    problem = spec.problem
+    matrices = ", ".join(f"{op.value} {problem.matrix(op).dtype.value} {problem.matrix(op).layout.value}"
+                         for op in ir.Operand)
+    return (f"{matrices}, epilogue {problem.epilogue.value}, batch {problem.batch.value}, "
+            f"target sm_{spec.target.sm}")
+
+
+def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts:
+    """Parse a family file, compile its members (for `sm` instead of their target, if given) and emit
+    the family's .cu and metadata."""
+    name, name_span, paths = parse_family(source)
+    directory = Path(source.path).parent
+    members: list[Member] = []
+    errors: list[Diagnostic] = []
+    for token in paths:
+        try:
+            artifacts = compile_source(SourceFile.read(directory / token.text), sm)
+        except CompileError as err:
+            errors.append(_error(token.span, f"member {token.text} does not compile",
+                                 "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
+            errors += [d for d in err.diagnostics if d.severity is Severity.ERROR]
+            continue
+        member = Member(token.text, token.span, artifacts, member_model(artifacts))
+        if members and _shared_problem(artifacts.spec) != _shared_problem(members[0].artifacts.spec):
+            errors.append(_error(token.span, f"member {artifacts.spec.name} computes "
+                                 f"{_describe(artifacts.spec)}, but {members[0].artifacts.spec.name} computes "
+                                 f"{_describe(members[0].artifacts.spec)}",
+                                 "members share the problem section (all but `bounds`) and the target, "
+                                 "so that any of them can serve a call"))
+        if any(other.artifacts.spec.name == artifacts.spec.name for other in members):
+            errors.append(_error(token.span, f"two members are named {artifacts.spec.name}",
+                                 "each member's kernels and launchers keep their spec's name"))
+        if artifacts.spec.name == name:
+            errors.append(_error(token.span, f"member {name} has the family's name",
+                                 "the family's launchers are NAME_launch...; rename the family or the spec"))
+        members.append(member)
+    if not errors and all(member.model.exact for member in members):
+        errors.append(_error(name_span, f"family {name} has no `bounds: checked` member",
+                             "add one, so that every shape has a member that accepts it"))
+    if errors:
+        # A member's own diagnostics render against its own file.
+        raise _FamilyError(errors, source)
+    return FamilyArtifacts(name, source, tuple(members))
+
+
+class _FamilyError(CompileError):
+    """Diagnostics in the family file and in its members' files: each renders against its own text."""
+
+    def render(self) -> str:
+        rendered = []
+        for diagnostic in self.diagnostics:
+            own = self.source if diagnostic.span.file == self.source.path else _read_or_none(diagnostic.span.file)
+            rendered.append(diagnostic.render(own))
+        return "\n".join(rendered)
+
+
+def _read_or_none(path: str) -> SourceFile | None:
+    try:
+        return SourceFile.read(path)
+    except CompileError:
+        return None
+
+
+def compile_family_path(path: str | Path, sm: int | None = None) -> FamilyArtifacts:
+    return compile_family(SourceFile.read(path, FAMILY_SUFFIX, "family"), sm)
+
+
+def family_metadata(family: FamilyArtifacts) -> dict:
+    spec = family.launcher_spec
+    return {
+        "family": family.name,
+        **launcher_names(spec),
+        "members": [{"spec": member.path, "kernel": member.artifacts.name, "bounds": member.artifacts.metadata["bounds"],
+                     "block_tile": list(member.model.tile), "schedule": member.artifacts.metadata["schedule"],
+                     "launcher": member.artifacts.metadata["launcher"], "entries": member.artifacts.metadata["entries"],
+                     "rule": {"sms": member.model.sms, "blocks_per_sm": member.model.blocks_per_sm,
+                              "warps_per_block": member.model.warps_per_block,
+                              "fma_per_k_tile": member.model.fma_per_k_tile,
+                              "smem_instructions_per_k_tile": member.model.smem_instructions_per_k_tile,
+                              "wavefronts_per_k_tile": member.model.wavefronts_per_k_tile,
+                              "issue_per_clock": member.model.issue_per_clock}}
+                    for member in family.members],
+        "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
+        "requires": {"m_multiple": 1, "n_multiple": 1, "k_multiple": 1},
+        "target": str(spec.target),
+        "epilogue": spec.problem.epilogue.value,
+        "batch": spec.problem.batch.value,
+        "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
+        "parameters": launcher_parameters(spec),
+        "gemmdsl_version": __version__,
+    }
+
+
+# --- gemmdsl check FAMILY --problem MxNxK --------------------------------------------------------
+
+
+def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
+    """Which member runs the problem and the rule's figures for every member."""
+    m, n, k = problem
+    models = family.models
+    chosen = choose(models, m, n, k)
+    rows = []
+    for model in models:
+        figures = estimate(model, m, n, k)
+        row = {"member": model.name, "tile": "x".join(map(str, model.tile)), "accepted": figures.accepted}
+        if figures.accepted:
+            row.update(tiles=figures.tiles, k_tiles=figures.k_tiles, slots=model.slots, waves=figures.waves,
+                       stream_k_tiles=figures.sk_tiles, useful=round(figures.useful, 4), cycles=figures.cycles)
+        rows.append(row)
+    best = estimate(models[chosen], m, n, k).cycles
+    runner_up = [row["cycles"] for index, row in enumerate(rows) if row["accepted"] and index != chosen]
+    reason = f"{models[chosen].name}: the fewest predicted cycles ({best:,})"
+    if runner_up and min(runner_up) == best:
+        reason += ", tied with the next member and listed first"
+    elif runner_up:
+        reason += f"; the next member predicts {min(runner_up) / best:.3f}x as many"
+    rejected = [row["member"] for row in rows if not row["accepted"]]
+    if rejected:
+        reason += f"; {', '.join(rejected)} (bounds: exact) cannot take {m}x{n}x{k}"
+    return {"family": family.name, "problem": [m, n, k], "member": models[chosen].name, "reason": reason,
+            "members": rows}
+
+
+def format_explanation(explanation: dict) -> str:
+    m, n, k = explanation["problem"]
+    lines = [f"{explanation['family']} (family) at {m}x{n}x{k}: {explanation['member']} runs",
+             f"  why: {explanation['reason']}",
+             "",
+             f"  {'member':<20}{'tile':>12}{'tiles':>9}{'k-tiles':>9}{'slots':>7}{'waves':>7}{'stream-K':>10}"
+             f"{'useful':>8}{'cycles':>16}"]
+    for row in explanation["members"]:
+        mark = "*" if row["member"] == explanation["member"] else " "
+        head = f"{mark} {row['member']:<20}{row['tile']:>12}"
+        if not row["accepted"]:
+            lines.append(f"{head}  does not divide the shape (bounds: exact)")
+            continue
+        lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
+                     f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
+    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's instruction issue (FMA and "
+              "shared) or shared wavefronts, whichever is more (gemmdsl/family.py)"]
+    return "\n".join(lines) + "\n"
+
+
+# --- the Python runtime --------------------------------------------------------------------------
+
+
+def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
+    """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment. A bad line raises
+    ValueError naming the file and line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the shape list: {err}") from None
+    shapes = []
+    for number, line in enumerate(lines, 1):
+        item = line.split("#", 1)[0].strip()
+        if not item:
+            continue
+        try:
+            shapes += parse_sizes(item)
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
+    if not shapes:
+        raise ValueError(f"{path}: no shapes in the file")
+    return shapes
+
+
+class FamilyKernel:
+    """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
+
+    def __init__(self, family: FamilyArtifacts):
+        self.name = family.name
+        self.models = family.models
+        self.kernels = [Kernel(member.artifacts) for member in family.members]
+        self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
+        # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
+        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
+
+    def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
+        return self.kernels[choose(self.models, m, n, k, exact_allowed)]
+
+    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        m, k = (a.shape[-2], a.shape[-1])
+        n = b.shape[-1]
+        kernel = self.member_for(m, n, k)
+        try:
+            return kernel.bind(a, b, c, alpha, beta)
+        except ValueError:
+            if kernel.requirements.multiples == (1, 1, 1):
+                raise
+            # An exact member refused these operands (alignment): the checked member the rule picks.
+            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta)
+
+    def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        launch = self.bind(a, b, c, alpha, beta)
+        launch()
+        return launch.c
+
+
+def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[[list[Any], list[Size]], int],
+                              as_members: bool = False) -> int:
+    """runtime.run_on_kernels for `.gemm` specs and `.gemmf` families: `work` gets the specs' kernels,
+    then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
+    compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
+    try:
+        families = [compile_family_path(path) for path in paths if is_family_path(path)]
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+
+    def with_families(kernels: list[Any], sizes: list[Size]) -> int:
+        try:
+            if as_members:
+                loaded = [Kernel(member.artifacts) for family in families for member in family.members]
+            else:
+                loaded = [FamilyKernel(family) for family in families]
+        except KernelBuildError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return work(kernels + loaded, sizes)
+
+    return run_on_kernels([path for path in paths if not is_family_path(path)], sizes_text, with_families)
+
+
+def load_family(path: str | Path) -> FamilyKernel:
+    """Compile a `.gemmf` family and load every member on the current device."""
+    return FamilyKernel(compile_family_path(path))

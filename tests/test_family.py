@@ -1,0 +1,377 @@
+"""Kernel families (gemmdsl/family.py, emit/family.py): the front end's diagnostics, the rule, the C
+launcher's copy of the rule, the family's .cu, `check --problem` and `bench --shapes`."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmdsl.bench import BenchReport, Row, geomean_lines
+from gemmdsl.build import build, find_nvcc
+from gemmdsl.family import (DEFAULT_SHAPES, CYCLE_CAP, FamilyKernel, choose, compile_family, compile_family_path,
+                            estimate, read_shapes)
+from gemmdsl.source import CompileError, SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILY = ROOT / "specs" / "sgemm_family.gemmf"
+ISSUE_SHAPES = [(1000, 1000, 1000), (3000, 5000, 700), (5000, 3000, 4000), (4095, 4097, 4096), (2048, 2048, 77),
+                (127, 4096, 4096), (4096, 127, 4096), (16, 4096, 4096), (256, 256, 65536), (8192, 8192, 128),
+                (6000, 6000, 6000), (33, 33, 33), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                (8192, 8192, 8192), (4096, 4096, 1024)]
+
+
+@pytest.fixture(scope="module")
+def family():
+    return compile_family_path(FAMILY)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gemmdsl.cli", *args], capture_output=True, text=True)
+
+
+# --- the rule ----------------------------------------------------------------------------------
+
+sizes = st.integers(1, 20000) | st.integers(1, 160).map(lambda t: 128 * t)
+
+
+@settings(max_examples=400, deadline=None)
+@given(m=sizes, n=sizes, k=sizes | st.integers(1, 2**20))
+def test_every_shape_goes_to_a_member_that_accepts_it_and_costs_least(family, m, n, k):
+    models = family.models
+    chosen = choose(models, m, n, k)
+    cycles = {i: estimate(model, m, n, k) for i, model in enumerate(models)}
+    assert cycles[chosen].accepted
+    assert all(cycles[chosen].cycles <= figures.cycles for figures in cycles.values() if figures.accepted)
+    bm, bn, bk = models[chosen].tile
+    if models[chosen].exact:
+        assert m % bm == 0 and n % bn == 0 and k % bk == 0
+    fallback = choose(models, m, n, k, exact_allowed=False)
+    assert not models[fallback].exact
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=sizes, n=sizes, k=sizes)
+def test_predicted_cycles_cover_the_launched_work(family, m, n, k):
+    """Every accepted member's prediction is at least its tiles' FMA issue spread over every SM,
+    and the useful fraction is the problem over what the tiles launch."""
+    for model in family.models:
+        figures = estimate(model, m, n, k)
+        if not figures.accepted:
+            continue
+        bm, bn, bk = model.tile
+        issue_cycles = figures.tiles * figures.k_tiles * model.fma_per_k_tile // model.issue_per_clock
+        assert figures.cycles * model.sms >= issue_cycles
+        assert figures.useful == pytest.approx(m * n * k / (figures.tiles * bm * bn * figures.k_tiles * bk))
+
+
+def test_the_issue_shapes_pick_as_the_analysis_says(family):
+    names = [model.name for model in family.models]
+    picked = {shape: names[choose(family.models, *shape)] for shape in ISSUE_SHAPES}
+    assert picked[(33, 33, 33)] == "checked_64x64"  # one tile either way; the small one wastes less
+    assert picked[(16, 4096, 4096)] == "checked_64x64"  # 64 tiles instead of 32 on 132 SMs
+    assert picked[(4096, 4096, 4096)] == "sgemm_h100"  # stream-K recovers the last wave
+    assert picked[(2048, 2048, 77)] == "checked_h100"  # K = 77 is not a multiple of 8: no exact member
+    assert picked[(4095, 4097, 4096)] != "sgemm_h100"
+
+
+def test_a_family_needs_a_checked_member(tmp_path):
+    (tmp_path / "f.gemmf").write_text("family f {\n    use h100.gemm;\n}\n")
+    (tmp_path / "h100.gemm").write_text((ROOT / "specs" / "sgemm_h100.gemm").read_text())
+    with pytest.raises(CompileError) as caught:
+        compile_family_path(tmp_path / "f.gemmf")
+    assert "f.gemmf:1:8: error: family f has no `bounds: checked` member" in caught.value.render()
+
+
+# --- the C launcher's copy of the rule -----------------------------------------------------------
+
+RULE_TEST = r"""
+#include <cstdio>
+%s
+int main() {
+    long long m, n, k;
+    while (std::scanf("%%lld %%lld %%lld", &m, &n, &k) == 3) {
+        std::printf("%%d %%d\n", %s_choose(m, n, k, true), %s_choose(m, n, k, false));
+    }
+}
+"""
+
+
+def rule_source(cuda: str, name: str) -> str:
+    """The rule's C text and what it calls: each stream-K member's split, in the member's namespace."""
+    splits = [f"namespace {match.group(1)} {{\n{match.group(0)}}}\n" for match in
+              re.finditer(r"^static void (\w+)_stream_k_split\(.*?^}\n", cuda, re.M | re.S)]
+    rule = re.search(rf"^struct {name}_member .*?^static int {name}_choose\(.*?^}}\n", cuda, re.M | re.S).group(0)
+    return "".join(splits) + rule
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+def test_the_launcher_chooses_as_family_py_does(family, tmp_path):
+    (tmp_path / "rule.cpp").write_text(RULE_TEST % (rule_source(family.cuda, family.name), family.name, family.name))
+    subprocess.run(["g++", "-O1", "-o", "rule", "rule.cpp"], cwd=tmp_path, check=True)
+    extents = [1, 2, 7, 16, 33, 64, 65, 127, 128, 129, 255, 256, 1000, 1024, 2048, 4095, 4096, 4097, 8192, 33792,
+               2**31 - 129]
+    cases = [(m, n, k) for m in extents for n in extents for k in (1, 8, 77, 128, 700, 4096, 65536, 2**31 - 9)]
+    cases += ISSUE_SHAPES
+    stdin = "".join(f"{m} {n} {k}\n" for m, n, k in cases)
+    done = subprocess.run([str(tmp_path / "rule")], input=stdin, capture_output=True, text=True, check=True)
+    got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
+    expected = [(choose(family.models, *case), choose(family.models, *case, exact_allowed=False)) for case in cases]
+    assert got == expected
+    assert any(estimate(model, *case).cycles == CYCLE_CAP for case in cases for model in family.models)
+
+
+# --- the family's .cu --------------------------------------------------------------------------
+
+
+def test_the_file_holds_every_member_and_dispatching_launchers(family):
+    cuda = family.cuda
+    for member in ("sgemm_h100", "checked_h100", "checked_64x64"):
+        assert f"namespace {member} {{" in cuda
+        assert re.search(rf'^extern "C" __global__ void (__launch_bounds__\(.*\) )?{member}_kernel\($', cuda, re.M)
+    assert 'extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, ' \
+           'int K, float alpha, float beta, cudaStream_t stream)' in cuda
+    assert 'extern "C" cudaError_t sgemm_family_launch_ld(' in cuda
+    assert "sgemm_family_launch_batched" not in cuda  # the members are not batched
+    assert [m["kernel"] for m in family.metadata["members"]] == ["sgemm_h100", "checked_h100", "checked_64x64"]
+
+
+def test_a_batched_family_dispatches_the_batched_launcher_too(tmp_path):
+    batched = (ROOT / "specs" / "batched_v3.gemm").read_text()
+    (tmp_path / "wide.gemm").write_text(batched.replace("gemm batched_v3", "gemm batched_wide"))
+    (tmp_path / "small.gemm").write_text(batched.replace("gemm batched_v3", "gemm batched_small"))
+    family = compile_family(SourceFile(str(tmp_path / "f.gemmf"), "family fb { use wide.gemm; use small.gemm; }"))
+    assert family.metadata["launcher_batched"] == "fb_launch_batched"
+    assert re.search(r'^extern "C" cudaError_t fb_launch_batched\(const float\* A, int lda, long long stride_a, '
+                     r'.*int batch, float alpha, float beta, cudaStream_t stream\) \{\n.*\n.*\n'
+                     r'.*fb_launch_batched_members\[member\]\(A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, '
+                     r'M, N, K, batch, alpha, beta, stream\);', family.cuda, re.M)
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
+def test_the_family_builds_with_nvcc(family):
+    result = build(family.cuda, family.name, family.spec.target.sm, entry="checked_64x64_kernel")
+    assert result.resources.registers > 0 and not result.resources.spills
+
+
+# --- diagnostics -------------------------------------------------------------------------------
+
+
+def family_error(tmp_path, text: str, members: dict[str, str] | None = None) -> str:
+    for name, spec in (members or {}).items():
+        (tmp_path / name).write_text(spec)
+    source = SourceFile(str(tmp_path / "f.gemmf"), text)
+    with pytest.raises(CompileError) as caught:
+        compile_family(source)
+    return caught.value.render()
+
+
+CHECKED = (ROOT / "specs" / "checked_v3.gemm").read_text()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("family f {\n    use a.gemm\n}\n", ["f.gemmf:3:1: error: expected ';' after the path, found '}'",
+                                         "    3 | }", "      | ^", "hint: a family file reads"]),
+    ("family f {\n    use a.txt;\n}\n", ["f.gemmf:2:9: error: expected a member's .gemm path, found 'a.txt'",
+                                         "      |         ^~~~~"]),
+    ("family f {\n}\n", ["f.gemmf:1:8: error: family f has no members"]),
+    ("gemm f {\n}\n", ["f.gemmf:1:1: error: expected 'family', found 'gemm'"]),
+    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use' or '}', found the end of the file"]),
+    ("family f { use a.gemm; }\nfamily g { }\n", ["f.gemmf:2:1: error: unexpected 'family' after the family"]),
+    ("family f {\n    use missing.gemm;\n}\n", ["f.gemmf:2:9: error: member missing.gemm does not compile",
+                                               "missing.gemm:1:1: error: cannot read file"]),
+])
+def test_syntax_and_missing_members_point_at_the_text(tmp_path, text, expected):
+    rendered = family_error(tmp_path, text, {"a.gemm": CHECKED})
+    for piece in expected:
+        assert piece in rendered
+
+
+def test_members_must_compute_the_same_problem(tmp_path):
+    text = "family f {\n    use a.gemm;\n    // the other layout\n    use b.gemm;\n}\n"
+    rendered = family_error(tmp_path, text, {"a.gemm": CHECKED,
+                                             "b.gemm": CHECKED.replace("checked_v3", "other")
+                                             .replace("a: f32 row", "a: f32 col")})
+    assert "f.gemmf:4:9: error: member other computes a f32 col, b f32 row, c f32 row" in rendered
+    assert "but checked_v3 computes a f32 row" in rendered
+    assert "    4 |     use b.gemm;\n      |         ^~~~~~" in rendered
+    assert "hint: members share the problem section" in rendered
+
+
+def test_member_names_must_differ_from_each_other_and_the_family(tmp_path):
+    rendered = family_error(tmp_path, "family checked_v3 {\n    use a.gemm;\n    use a.gemm;\n}\n", {"a.gemm": CHECKED})
+    assert "f.gemmf:3:9: error: two members are named checked_v3" in rendered
+    assert "f.gemmf:2:9: error: member checked_v3 has the family's name" in rendered
+
+
+def test_a_member_with_errors_reports_them_in_its_own_file(tmp_path):
+    rendered = family_error(tmp_path, "family f {\n    use a.gemm;\n}\n",
+                            {"a.gemm": CHECKED.replace("warps: 4x2", "warps: 4x3")})
+    assert "f.gemmf:2:9: error: member a.gemm does not compile" in rendered
+    assert re.search(r"a\.gemm:\d+:\d+: error: .*\n +\d+ \|.*warps: 4x3", rendered)
+
+
+def test_the_cli_reports_family_errors_without_a_traceback(tmp_path):
+    (tmp_path / "f.gemmf").write_text("family f {\n    use nothing.gemm;\n}\n")
+    for tool in ("compile", "check", "bench"):
+        done = run_cli(tool, str(tmp_path / "f.gemmf"))
+        assert done.returncode == 1, tool
+        assert "f.gemmf:2:9: error: member nothing.gemm does not compile" in done.stderr, tool
+        assert "Traceback" not in done.stderr, tool
+
+
+# --- check --problem ---------------------------------------------------------------------------
+
+
+def test_check_says_which_member_runs_and_why():
+    done = run_cli("check", str(FAMILY), "--problem", "33x33x33")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("sgemm_family (family) at 33x33x33: checked_64x64 runs\n")
+    assert "sgemm_h100 (bounds: exact) cannot take 33x33x33" in done.stdout
+    assert re.search(r"^\* checked_64x64 +64x64x8 +1 +5 +792 +1 +0 +21\.9% +1,425$", done.stdout, re.M)
+    done = run_cli("check", str(FAMILY), "--problem", "4096x4096x4096", "--json")
+    assert '"member": "sgemm_h100"' in done.stdout
+
+
+# --- bench --shapes ----------------------------------------------------------------------------
+
+
+def test_the_default_shape_list_is_the_issue_s(tmp_path):
+    assert read_shapes(DEFAULT_SHAPES) == ISSUE_SHAPES
+    bad = tmp_path / "shapes.txt"
+    bad.write_text("# fine\n128\n12x12\n")
+    with pytest.raises(ValueError, match=r"shapes\.txt:3: bad size '12x12'"):
+        read_shapes(bad)
+
+
+def test_bench_prints_the_geometric_mean_and_the_lowest_ratio():
+    def row(name, size, pct):
+        return Row(name, *size, buffer_sets=1, median_ms=1.0, tflops=1.0, pct_of_cublas=pct, pct_of_peak=1.0,
+                   cublas_ms=1.0)
+
+    rows = [row("cuBLAS", (8, 8, 8), 100.0), row("fam", (8, 8, 8), 200.0), row("cuBLAS", (9, 9, 9), 100.0),
+            row("fam", (9, 9, 9), 50.0), Row("exact", 9, 9, 9, buffer_sets=1, note="skipped: not whole tiles"),
+            row("exact", (8, 8, 8), 110.0)]
+    report = BenchReport("GPU", "14", 60.0, 20, 5, rows)
+    assert geomean_lines(report) == [
+        "fam: geometric mean 1.000x cuBLAS over 2 sizes, lowest 0.500x at 9x9x9",
+        "exact: geometric mean 1.100x cuBLAS over 1 sizes, lowest 1.100x at 8x8x8 (1 skipped)"]
+
+
+class FakeKernel:
+    """A member as the runtime's Kernel looks to FamilyKernel: exact ones refuse unaligned operands."""
+
+    def __init__(self, name, multiples):
+        self.name, self.calls = name, []
+        self.requirements = type("Requirements", (), {"multiples": multiples})
+        self.metadata = {"unit": "fma", "dtypes": {"a": "f32", "b": "f32", "c": "f32"}}
+
+    def bind(self, a, b, c, alpha, beta):
+        if self.requirements.multiples != (1, 1, 1) and a.aligned is False:
+            raise ValueError("A is not aligned to 4 elements")
+        self.calls.append(a.shape)
+        return self.name
+
+
+class FakeArray:
+    def __init__(self, *shape, aligned=True):
+        self.shape, self.aligned = shape, aligned
+
+
+def test_the_python_family_runs_what_the_launcher_runs(family):
+    kernels = [FakeKernel(model.name, (1, 1, 1) if not model.exact else model.tile) for model in family.models]
+    loaded = FamilyKernel.__new__(FamilyKernel)
+    loaded.models, loaded.kernels = family.models, kernels
+    assert loaded.bind(FakeArray(4096, 4096), FakeArray(4096, 4096)) == "sgemm_h100"
+    assert loaded.bind(FakeArray(33, 33), FakeArray(33, 33)) == "checked_64x64"
+    # the exact member refuses an unaligned A: the checked member the rule picks runs it
+    fallback = family.models[choose(family.models, 4096, 4096, 4096, exact_allowed=False)].name
+    assert loaded.bind(FakeArray(4096, 4096, aligned=False), FakeArray(4096, 4096)) == fallback
+
+
+# --- on the GPU: every member at every shape it takes, the Python family and the C launchers -------
+
+TOLERANCE = 1e-4  # float32 sums of up to 65,536 products against float64; a wrong index is off by O(1)
+CUDA_SUCCESS = 0
+
+
+@pytest.fixture(scope="module")
+def gpu_family(tmp_path_factory):
+    from gemmdsl.family import load_family
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.mktemp("cubins")))
+        yield load_family(FAMILY)
+
+
+def relative_error(cupy, actual, a, b) -> float:
+    reference = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
+    difference = cupy.linalg.norm(actual.astype(cupy.float64) - reference)
+    return float(difference / max(float(cupy.linalg.norm(reference)), 1e-30))
+
+
+def operands(cupy, m, n, k):
+    rng = cupy.random.RandomState(m + n + k)
+    return (rng.uniform(-1, 1, (m, k)).astype(cupy.float32), rng.uniform(-1, 1, (k, n)).astype(cupy.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ISSUE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_member_and_the_family_at_the_issue_shapes(gpu_family, cupy, shape):
+    a, b = operands(cupy, *shape)
+    for model, kernel in zip(gpu_family.models, gpu_family.kernels):
+        if model.accepts(*shape):
+            assert relative_error(cupy, kernel(a, b), a, b) < TOLERANCE, model.name
+    assert relative_error(cupy, gpu_family(a, b), a, b) < TOLERANCE
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_the_c_launchers_dispatch_and_fall_back(family, cupy, tmp_path):
+    import ctypes
+
+    if find_nvcc() is None:
+        pytest.skip("nvcc not on PATH: the launchers are host code")
+    (tmp_path / "family.cu").write_text(family.cuda)
+    subprocess.run([find_nvcc(), f"-arch={family.spec.target}", "-shared", "-Xcompiler", "-fPIC", "-o",
+                    "libfamily.so", "family.cu"], cwd=tmp_path, check=True, capture_output=True)
+    library = ctypes.CDLL(str(tmp_path / "libfamily.so"))
+    launch, launch_ld = library.sgemm_family_launch, library.sgemm_family_launch_ld
+    launch.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2 + [ctypes.c_void_p]
+    launch_ld.argtypes = ([ctypes.c_void_p, ctypes.c_int] * 3 + [ctypes.c_int] * 3 + [ctypes.c_float] * 2
+                          + [ctypes.c_void_p])
+    launch.restype = launch_ld.restype = ctypes.c_int
+    for m, n, k in [(33, 33, 33), (1000, 1000, 1000), (16, 4096, 4096), (1024, 1024, 1024), (2048, 2048, 77)]:
+        a, b = operands(cupy, m, n, k)
+        c = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+        assert launch(a.data.ptr, b.data.ptr, c.data.ptr, m, n, k, 1.0, 0.0, None) == CUDA_SUCCESS
+        cupy.cuda.runtime.deviceSynchronize()
+        assert relative_error(cupy, c, a, b) < TOLERANCE, (m, n, k)
+    # lda = 1025: the exact member refuses the misaligned rows, a checked member runs the call
+    m = n = k = 1024
+    wide = cupy.zeros((m, k + 1), dtype=cupy.float32)
+    wide[:, :k], b = operands(cupy, m, n, k)
+    c = cupy.zeros((m, n), dtype=cupy.float32)
+    assert launch_ld(wide.data.ptr, k + 1, b.data.ptr, n, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == CUDA_SUCCESS
+    cupy.cuda.runtime.deviceSynchronize()
+    assert relative_error(cupy, c, wide[:, :k], b) < TOLERANCE
+    assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, 0, n, k, 1.0, 0.0, None) == 1  # cudaErrorInvalidValue
+
+
+def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
+    from gemmdsl import family as family_module
+
+    monkeypatch.setattr(family_module, "run_on_kernels", lambda paths, sizes, work: work([], [(8, 8, 8)]))
+    monkeypatch.setattr(family_module, "Kernel", lambda artifacts: FakeKernel(artifacts.name, (1, 1, 1)))
+    seen = []
+    family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels),
+                                            as_members=True)
+    family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels))
+    assert [kernel.name for kernel in seen[0]] == ["sgemm_h100", "checked_h100", "checked_64x64"]
+    assert [(type(k).__name__, k.name) for k in seen[1]] == [("FamilyKernel", "sgemm_family")]
