@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -50,7 +50,7 @@ import numpy
 
 from .abi import MAX_BATCH, MAX_INT
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
-from .schedule import StreamKSplit, stream_k_split
+from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
@@ -97,6 +97,7 @@ class Requirements:
     dtypes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPERAND_NAMES, "float32"))
     stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
     prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
+    interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
@@ -111,6 +112,7 @@ class Requirements:
                    vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
                    batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
                    prepare_entry=metadata["entries"]["prepare"],
+                   interior_entry=metadata["entries"].get("interior"),
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES})
 
 
@@ -353,8 +355,21 @@ def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool
 
 def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
     """The split the emitted launcher makes for this call on a GPU with `sms` SMs."""
-    bm, bn, bk = req.block_tile
-    return stream_k_split((call.m // bm) * (call.n // bn), call.k // bk, sms * blocks_per_sm)
+    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch,
+                      vector=call.entry == req.vector_entry)
+
+
+def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
+    """The call restricted to one block of C (schedule.interior_launches): M, N of the block, and A, B,
+    C offset to it in each operand's layout (A by `row` rows, B by `col` columns, C by both)."""
+    def moved(view: OperandView, rows: int, cols: int) -> OperandView:
+        row_major = req.layouts[view.name] == "row"
+        elements = rows * view.ld + cols if row_major else cols * view.ld + rows
+        return replace(view, pointer=view.pointer + elements * view.itemsize)
+
+    views = {"A": moved(call.views["A"], launch.row, 0), "B": moved(call.views["B"], 0, launch.col),
+             "C": moved(call.views["C"], launch.row, launch.col)}
+    return replace(call, m=launch.m, n=launch.n, views=views)
 
 
 def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
@@ -672,7 +687,8 @@ class Kernel:
                                                       lambda: compile_cubin(self.source, self.built_for))
         self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
         req = self.requirements
-        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry))
+        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry,
+                                req.interior_entry))
         self._functions = {entry: self._module.get_function(entry) for entry in entries}
         default_smem = arch(parse_target(target)[0]).default_smem_per_block
         for function in self._functions.values():
@@ -737,21 +753,40 @@ class Kernel:
             split = stream_k_launch(req, call, cupy.cuda.Device(self.device).attributes["MultiProcessorCount"],
                                     self._blocks_per_sm(function))
         if split is None or not split.sk_tiles:
-            grid = grid_size(req, call.m, call.n, call.batch)
-            return bound((KernelLaunch(function, grid, block, args, smem),))
-        # The launcher's steps (emit/launcher.py's stream-K launch), in the same order.
+            return bound(self._tile_launches(call, alpha, beta, block, smem))
+        # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
             beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
-            prepare_args = (numpy.uint64(call.views["C"].pointer), numpy.int32(call.m), numpy.int32(call.n),
-                            numpy.int32(call.views["C"].ld), beta_first, numpy.int32(split.sk_tiles))
-            launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, 1), block,
-                                         prepare_args, 0))
-        launches.append(KernelLaunch(self._functions[req.stream_k_entry], (split.sk_blocks, 1, 1), block,
+            c_view = call.views["C"]
+            prepare_args = (numpy.uint64(c_view.pointer), numpy.int32(call.m), numpy.int32(call.n),
+                            numpy.int32(c_view.ld), beta_first)
+            if req.batched:
+                prepare_args += (numpy.int64(c_view.batch_stride),)
+            launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, call.batch),
+                                         block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
+        launches.append(KernelLaunch(self._functions[req.stream_k_entry], (split.sk_blocks, 1, call.batch), block,
                                      args + (numpy.int32(split.sk_tiles),), smem))
         if split.dp_tiles:
-            launches.append(KernelLaunch(function, (split.dp_tiles, 1, 1), block, args, smem))
+            launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
         return bound(tuple(launches))
+
+    def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
+                       smem: int) -> tuple[KernelLaunch, ...]:
+        """Every tile, one block each: on a checked spec's vector kernel, the tiles inside C on the
+        interior kernel and the edge strips on the vector one (schedule.interior_launches), as the
+        C launcher does; otherwise the chosen kernel on the whole of C."""
+        req = self.requirements
+        pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
+        if req.interior_entry is not None and call.entry == req.vector_entry:
+            pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
+        launches = []
+        for piece in pieces:
+            part = sub_call(req, call, piece)
+            function = self._functions[req.interior_entry if piece.interior else call.entry]
+            launches.append(KernelLaunch(function, grid_size(req, part.m, part.n, part.batch), block,
+                                         kernel_arguments(part, alpha, beta, req.batched), smem))
+        return tuple(launches)
 
     def _blocks_per_sm(self, function: Any) -> int:
         """Resident blocks per SM of the loaded binary (what cudaOccupancyMaxActiveBlocksPerMultiprocessor says),
