@@ -7,7 +7,7 @@
 //   // specs/sgemm_family.gemmf --problem MxNxK` says which and why).
 //   family sgemm_family {
 //       use sgemm_h100.gemm;      // bounds: exact, stream-K: the shapes its 128x128x8 tile divides
-//       use checked_h100.gemm;    // any shape, sgemm_h100's 128x128x8 tiling without stream-K
+//       use sgemm_any.gemm;       // any shape, sgemm_h100's 128x128x8 tiling, stream-K and split-K
 //       use checked_64x64.gemm;   // any shape, 64x64x8 tiles: small and skinny problems
 //   }
 
@@ -461,8 +461,8 @@ extern "C" cudaError_t sgemm_h100_launch(const float* A, const float* B, float* 
 #endif
 }  // namespace sgemm_h100
 
-// ---- member checked_h100, from checked_h100.gemm ----
-namespace checked_h100 {
+// ---- member sgemm_any, from sgemm_any.gemm ----
+namespace sgemm_any {
 
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
@@ -493,7 +493,7 @@ static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel(
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -729,7 +729,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_scalar(
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -1030,7 +1030,254 @@ extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_scalar(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_interior(
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float4 a_stage[1];
+        float4 b_stage[1];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 2;
+                const int col = tid % 2 * 4;
+                a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 32;
+                const int col = tid % 32 * 4;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+        float* const b_dst = smem_b;
+        sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 2;
+                        const int col = tid % 2 * 4;
+                        a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                        a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                        a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32 * 4;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 64, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -1179,17 +1426,56 @@ extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_interio
     }
 }
 
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(256) sgemm_any_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 256) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
 // - M, N, K >= 1;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
-static bool checked_h100_aligned(const void* p, long long ld, long long stride, int elements) {
+static bool sgemm_any_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-extern "C" cudaError_t checked_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void sgemm_any_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
+    const long long shared = tiles % slots;
+    const long long work = shared * k_tiles;
+    long long blocks = (work + 3) / 4;
+    if (blocks > slots) blocks = slots;
+    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
+}
+
+extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
@@ -1198,40 +1484,69 @@ extern "C" cudaError_t checked_h100_launch_ld(const float* A, int lda, const flo
     if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = checked_h100_aligned(A, lda, 0, 4) && checked_h100_aligned(B, ldb, 0, 4) && checked_h100_aligned(C, ldc, 0, 4);
-    const auto kernel = vector_aligned ? checked_h100_kernel : checked_h100_kernel_scalar;
+    const bool vector_aligned = sgemm_any_aligned(A, lda, 0, 4) && sgemm_any_aligned(B, ldb, 0, 4) && sgemm_any_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? sgemm_any_kernel : sgemm_any_kernel_scalar;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 8 == 0 && M >= 128 && N >= 128) {
-        const int inner_m = M - M % 128, inner_n = N - N % 128;
-        if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(checked_h100_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
-            if (err != cudaSuccess) return err;
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    int sk_tiles = 0, sk_blocks = 0;
+    // The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.
+    if (vector_aligned) sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    if (sk_tiles == 0) {
+        // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
+        // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
+        // (the interior's columns), each a GEMM of its own on operands offset to the strip.
+        if (vector_aligned && K % 8 == 0 && M >= 128 && N >= 128) {
+            const int inner_m = M - M % 128, inner_n = N - N % 128;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(sgemm_any_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            sgemm_any_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
         }
-        checked_h100_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-        if (N > inner_n) {
-            kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
-        }
-        if (M > inner_m) {
-            kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
         return cudaGetLastError();
     }
-    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (sk_tiles > 0 && beta != 1.0f) {
+        sgemm_any_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    const auto stream_k_kernel = sgemm_any_kernel_stream_k;
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (blocks > sk_tiles) {
+        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t checked_h100_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    return checked_h100_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+extern "C" cudaError_t sgemm_any_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_any_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
 }
 #endif
-}  // namespace checked_h100
+}  // namespace sgemm_any
 
 // ---- member checked_64x64, from checked_64x64.gemm ----
 namespace checked_64x64 {
@@ -2012,7 +2327,7 @@ struct sgemm_family_member {
 };
 static const sgemm_family_member sgemm_family_members[3] = {
     {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_h100
-    {128, 128, 8, false, nullptr, 132, 2, 8, 4096, 296, 576, 4},  // checked_h100
+    {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_any
     {64, 64, 8, false, nullptr, 132, 6, 4, 1024, 116, 224, 4},  // checked_64x64
 };
 
@@ -2078,7 +2393,7 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool exact
     return best;
 }
 
-static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, checked_h100::checked_h100_launch, checked_64x64::checked_64x64_launch};
+static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);
@@ -2090,7 +2405,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     return status;
 }
 
-static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, checked_h100::checked_h100_launch_ld, checked_64x64::checked_64x64_launch_ld};
+static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);
