@@ -946,5 +946,6 @@ def run_on_kernels(spec_paths: list[str], sizes_text: str, work: Callable[[list[
         except (KernelBuildError, GpuUnavailable) as err:
             print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
             failed += 1
-    status = work(kernels, sizes) if kernels else 0
+    # With no spec given, `work` still runs: it may bring kernels of its own (kernel families).
+    status = work(kernels, sizes) if kernels or not spec_paths else 0
     return max(status, 1 if failed else 0)

@@ -375,3 +375,15 @@ def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
     family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels))
     assert [kernel.name for kernel in seen[0]] == ["sgemm_h100", "sgemm_any", "checked_64x64"]
     assert [(type(k).__name__, k.name) for k in seen[1]] == [("FamilyKernel", "sgemm_family")]
+
+
+def test_a_family_alone_on_the_command_line_runs(monkeypatch):
+    """With no plain spec beside it, a family's kernels still reach `work` (they used not to)."""
+    from gemmdsl import family, runtime
+
+    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime, "require_fp32_cublas", lambda: None)
+    monkeypatch.setattr(family, "FamilyKernel", lambda compiled: compiled.name)
+    seen = []
+    status = family.run_on_specs_and_families([str(FAMILY)], "64x64x64", lambda kernels, sizes: seen.append(kernels) or 0)
+    assert status == 0 and seen == [["sgemm_family"]]
