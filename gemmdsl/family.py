@@ -50,15 +50,13 @@ from . import __version__, ir
 from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source
 from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
-from .schedule import stream_k_split
+from .emit.family import emit_family
+from .schedule import CYCLE_CAP, stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
 SHAPES_DIR = Path(__file__).with_name("shapes")
 DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
-# Predicted cycles saturate here, so that the C launcher's copy of the rule stays inside long long
-# (twice this fits) at any shape it accepts; no shape that fits in memory comes near it.
-CYCLE_CAP = 2**61
 
 
 def is_family_path(path: str | Path) -> bool:
@@ -190,8 +188,6 @@ class FamilyArtifacts:
 
     @cached_property
     def cuda(self) -> str:
-        from .emit.family import emit_family  # which reads this module's CYCLE_CAP
-
         return emit_family(self)
 
     @cached_property

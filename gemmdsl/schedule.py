@@ -40,6 +40,10 @@ MIN_K_TILES_PER_BLOCK = 4
 # H100 (README, Performance notes): at 3% idle (2048^3) it did not pay, at 12% it did.
 MIN_IDLE_PERCENT = 10
 MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
+# A kernel family's rule (family.py) predicts cycles that saturate here, so that the C launcher's copy of
+# the rule stays inside long long (twice this fits) at any shape it accepts; no shape that fits in memory
+# comes near it.
+CYCLE_CAP = 2**61
 
 
 @dataclass(frozen=True)
