@@ -226,7 +226,8 @@ class CupyArrays:
 
 class TorchArrays(CupyArrays):
     """bf16, f16 and TF32 inputs and cuBLAS at that precision through PyTorch (CuPy has no bf16, and
-    asks cuBLAS for TF32 only process-wide)."""
+    asks cuBLAS for TF32 only process-wide). The checks of the results (count_nonfinite, all_nan,
+    error) are CuPy's: torch has the same functions under the same names."""
 
     DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
@@ -270,17 +271,6 @@ class TorchArrays(CupyArrays):
 
     def column_major(self, x: Any) -> Any:
         return x.t().contiguous().t()
-
-    def count_nonfinite(self, x: Any) -> int:
-        return int((~self.xp.isfinite(x)).sum())
-
-    def all_nan(self, x: Any) -> bool:
-        return bool(self.xp.isnan(x).all())
-
-    def error(self, actual: Any, reference: Any) -> Error:
-        difference = self.float64(actual) - self.float64(reference)
-        relative = self.xp.linalg.norm(difference) / self.xp.linalg.norm(self.float64(reference))
-        return Error(relative=float(relative), max_abs=float(difference.abs().max()))
 
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
