@@ -125,10 +125,10 @@ def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant
     return LaunchPlan(entries, abi.kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
                       layout.smem_bytes, (layout.bm, layout.bn, layout.bk),
                       (tiles, 1, "batch" if spec.problem.batched else 1), requirements,
-                      _min_blocks_per_sm(spec, layout.arch))
+                      min_blocks_per_sm(spec, layout.arch))
 
 
-def _min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:
+def min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:
     """`__launch_bounds__`' second argument from the spec's budget, if any.
 
     A register budget R alone becomes the number of blocks that fit when each thread

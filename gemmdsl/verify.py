@@ -152,12 +152,6 @@ def scalar_cases(epilogue: str) -> list[tuple[float, float]]:
     return [(1.0, 0.0), (1.5, -0.5)] if epilogue == "alpha_beta" else [(1.0, 0.0)]
 
 
-def random_matrix(rng: Any, rows: int, cols: int) -> Any:
-    import cupy
-
-    return rng.uniform(-1.0, 1.0, (rows, cols), dtype=cupy.float32)
-
-
 def leading_dimension(extent: int, padded: bool) -> int:
     return -(-extent // PAD_ALIGN) * PAD_ALIGN + PAD_ELEMENTS if padded else extent
 

@@ -36,7 +36,8 @@ from .. import ir
 from ..layout import KernelLayout, TileLayout
 from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
-from ..targets import Arch, blocks_for_registers, occupancy_of, registers_for_blocks
+from ..plan import min_blocks_per_sm
+from ..targets import Arch, occupancy_of, registers_for_blocks
 from .framework import Context, PassResult
 
 SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
@@ -108,11 +109,9 @@ class Registers:
 
 
 def launch_bounds_cap(arch: Arch, spec: ir.KernelSpec, threads: int) -> int:
-    """The most registers per thread ptxas may use under `__launch_bounds__(threads, blocks)` (blocks from
-    the budget, as the plan derives it; 1 without one), at most the architecture's limit."""
-    budget = spec.budget
-    blocks = budget.blocks_per_sm or (max(1, blocks_for_registers(arch, budget.registers, threads))
-                                      if budget.registers else 1)
+    """The most registers per thread ptxas may use under `__launch_bounds__(threads, blocks)` (blocks as the
+    plan derives them from the budget; 1 without one), at most the architecture's limit."""
+    blocks = min_blocks_per_sm(spec, arch) or 1
     return min(arch.max_registers_per_thread, registers_for_blocks(arch, blocks, -(-threads // 32) * 32))
 
 
