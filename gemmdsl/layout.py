@@ -346,10 +346,6 @@ class KernelLayout(TileLayout):
         return tuple(FragmentLoad(operand, index, width, geometry.offset(coord, kk))
                      for index, coord in self.fragment_rows(axis) if index % width == 0)
 
-    def fragment_reads(self, operand: ir.Operand, kk: Expr | int = KK) -> list[tuple[int, int, Expr]]:
-        """(first fragment index, width, stage offset) of each fragment load at k index `kk`."""
-        return [(load.index, load.width, load.offset) for load in self.fragment_loads(operand, kk)]
-
     # --- what the analysis walks ---------------------------------------------------------
 
     def smem_accesses(self) -> list[SmemAccess]:

@@ -152,7 +152,7 @@ def swizzle_address_registers(layout: KernelLayout) -> int:
     total = 0
     for operand in (ir.Operand.A, ir.Operand.B):
         if layout.smem[operand].swizzle is not None:
-            total += SWIZZLE_ARITHMETIC + len(layout.fragment_reads(operand, 0)) * layout.bk
+            total += SWIZZLE_ARITHMETIC + len(layout.fragment_loads(operand, 0)) * layout.bk
     return total
 
 
