@@ -61,6 +61,7 @@ COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 COMPILERS = ("nvcc", "nvrtc")
 FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
 NVCC_TIMEOUT_S = 600
+DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where the CUDA installers put the toolkit
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 
 Size = tuple[int, int, int]  # (M, N, K)
@@ -609,9 +610,31 @@ def compile_with_nvrtc(source: str, target: str) -> bytes:
         version = ".".join(map(str, nvrtc.getVersion()))
         print(f"note: NVRTC {version} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
               f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
-    compiled = compiler.compile_using_nvrtc(source, COMPILER_OPTIONS, arch=target.removeprefix("sm_"))
+    options = (*COMPILER_OPTIONS, *(f"-I{directory}" for directory in cuda_include_dirs()))
+    compiled = compiler.compile_using_nvrtc(source, options, arch=target.removeprefix("sm_"))
     binary = compiled[0] if isinstance(compiled, tuple) else compiled
     return binary.encode() if isinstance(binary, str) else bytes(binary)
+
+
+def cuda_include_dirs() -> list[str]:
+    """Where NVRTC finds cuda_fp16.h and cuda_bf16.h, which the 16-bit kernels include.
+
+    NVRTC has no built-in copy of them and searches nothing by default, so the directory is
+    passed explicitly: the toolkit's (CUDA_PATH, CUDA_HOME, beside nvcc, /usr/local/cuda) or,
+    in a pip-only setup, the one the `nvidia-cuda-runtime` wheel installs. The first that holds
+    the headers is used; none is fine for FP32 kernels, which include neither.
+    """
+    candidates = [Path(os.environ[name], "include") for name in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(name)]
+    nvcc = shutil.which("nvcc")
+    if nvcc is not None:
+        candidates.append(Path(nvcc).resolve().parent.parent / "include")
+    candidates.append(DEFAULT_TOOLKIT / "include")
+    for entry in filter(None, sys.path):
+        candidates.extend(sorted(Path(entry, "nvidia").glob("*/include")))
+    for directory in candidates:
+        if (directory / "cuda_fp16.h").is_file() and (directory / "cuda_bf16.h").is_file():
+            return [str(directory)]
+    return []
 
 
 def compile_with_nvcc(source: str, target: str) -> bytes:

@@ -340,6 +340,24 @@ def test_compiler_follows_the_environment(monkeypatch):
     assert runtime.chosen_compiler() == "nvrtc"
 
 
+def test_nvrtc_is_given_the_directory_of_the_16_bit_headers(monkeypatch, tmp_path):
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "include").mkdir(parents=True)
+    monkeypatch.setenv("CUDA_PATH", str(toolkit))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    monkeypatch.setattr(runtime, "DEFAULT_TOOLKIT", tmp_path / "none")
+    monkeypatch.setattr(runtime.sys, "path", [str(tmp_path / "site")])
+    wheel = tmp_path / "site" / "nvidia" / "cu13" / "include"
+    wheel.mkdir(parents=True)
+    for header in ("cuda_fp16.h", "cuda_bf16.h"):
+        (wheel / header).write_text("")
+    assert runtime.cuda_include_dirs() == [str(wheel)]  # the toolkit lacks them: the pip wheel's
+    for header in ("cuda_fp16.h", "cuda_bf16.h"):
+        (toolkit / "include" / header).write_text("")
+    assert runtime.cuda_include_dirs() == [str(toolkit / "include")]  # CUDA_PATH first
+
+
 def test_requirements_come_from_the_compilers_metadata():
     compiler = pytest.importorskip("gemmdsl.compiler")
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata

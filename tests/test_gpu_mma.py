@@ -38,3 +38,15 @@ def test_bf16_kernel_takes_and_returns_torch_tensors(load_kernel):
     assert isinstance(c, torch.Tensor) and c.dtype == torch.float32 and c.shape == (256, 200)
     reference = a.double() @ b.double()
     assert ((c.double() - reference).norm() / reference.norm()).item() < 1e-5
+
+
+def test_nvrtc_builds_a_16_bit_kernel(monkeypatch, tmp_path):
+    """cuda_bf16.h is found for NVRTC too (it has no built-in copy and searches nothing by default)."""
+    from gemmdsl import runtime
+
+    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    kernel = runtime.load(ROOT / "specs" / "hgemm_mma.gemm")
+    results = verify(kernel, [(333, 517, 129)], seed=5)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
