@@ -148,9 +148,7 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
 
     check_runs(runs)
     require_fp32_cublas()
-    groups: dict[Comparison, list[Kernel]] = {}
-    for kernel in kernels:
-        groups.setdefault(comparison(kernel.metadata), []).append(kernel)
+    groups = comparison_groups(kernels)
     progress = progress or Progress(1 + len(sizes) * (len(groups) + len(kernels)))
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     progress.start("measuring the FP32 FMA peak")
@@ -168,6 +166,15 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
     name = properties["name"]
     return BenchReport(device=name.decode() if isinstance(name, bytes) else name, cupy_version=cupy.__version__,
                        peak_tflops=peak, runs=runs, warmup=warmup, rows=rows)
+
+
+def comparison_groups(kernels: list[Kernel]) -> dict[Comparison, list[Kernel]]:
+    """The kernels by the cuBLAS call they are compared with, in first-seen order: the order of
+    `bench`'s rows at each size is, per group, that cuBLAS row and then the group's kernels."""
+    groups: dict[Comparison, list[Kernel]] = {}
+    for kernel in kernels:
+        groups.setdefault(comparison(kernel.metadata), []).append(kernel)
+    return groups
 
 
 def unit_peak_tflops(unit: str, sm: int) -> float:

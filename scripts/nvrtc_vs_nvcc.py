@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gemmdsl import runtime
-from gemmdsl.bench import bench
+from gemmdsl.bench import bench, comparison_groups
 from gemmdsl.compiler import compile_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,17 +54,21 @@ def main() -> None:
     kernels = [load_with(compiler, artifacts) for artifacts in compiled for compiler in runtime.COMPILERS]
     sizes = runtime.parse_sizes(args.sizes)
     report = bench(kernels, sizes, runs=args.runs)
-    timed = [row for row in report.rows if row.name != "cuBLAS"]  # per size, the kernels in order
+    # Per size, bench's rows are each comparison group's cuBLAS row followed by its kernels.
+    in_row_order = [kernel for members in comparison_groups(kernels).values() for kernel in members]
+    per_size = len(in_row_order) + len(comparison_groups(kernels))
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     nvrtc = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))
     print(f"{report.device} | CuPy {report.cupy_version} | NVRTC {nvrtc} | {nvcc} | median of {report.runs} launches")
     print(f"{'spec':<20} {'size':<16} {'regs nvcc':>9} {'regs nvrtc':>10} {'ms nvcc':>8} {'ms nvrtc':>8} "
           f"{'nvrtc/nvcc':>10}")
     for size_index, size in enumerate(sizes):
-        rows = timed[size_index * len(kernels):(size_index + 1) * len(kernels)]
+        rows = report.rows[size_index * per_size:(size_index + 1) * per_size]
+        row_of = dict(zip(map(id, in_row_order), (row for row in rows if not row.name.startswith("cuBLAS"))))
         for pair in range(len(compiled)):
             nvcc, nvrtc = kernels[2 * pair], kernels[2 * pair + 1]
-            nvcc_row, nvrtc_row = rows[2 * pair], rows[2 * pair + 1]
+            nvcc_row, nvrtc_row = row_of[id(nvcc)], row_of[id(nvrtc)]
+            assert nvcc_row.name == nvcc.name and nvrtc_row.name == nvrtc.name
             entry = nvcc.requirements.vector_entry
             times = ([f"{nvcc_row.median_ms:8.3f}", f"{nvrtc_row.median_ms:8.3f}",
                       f"{100 * nvrtc_row.median_ms / nvcc_row.median_ms:9.1f}%"]
