@@ -119,7 +119,8 @@ def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict
 def drive(spec_path: str, problem: ProblemSize) -> None:
     """Launch the spec's kernel once on random inputs in the spec's layouts (what ncu profiles).
 
-    A stream-K spec runs its plain kernel on every tile, the launch the analysis describes."""
+    One launch of the plain kernel over every tile, the launch the analysis describes: no stream-K
+    split, and a checked spec's vector kernel on the inner tiles too (not its interior kernel)."""
     import cupy
 
     from .precisions import comparison
@@ -131,7 +132,7 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     dtypes, layouts = kernel.metadata["dtypes"], kernel.requirements.layouts
     a = random_operand(arrays, dtypes["a"], layouts["A"], problem.m, problem.k)
     b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
-    kernel(a, b, stream_k=False)
+    kernel(a, b, stream_k=False, interior=False)
     cupy.cuda.runtime.deviceSynchronize()
 
 

@@ -748,11 +748,13 @@ class Kernel:
         return view
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-             stream_k: bool = True) -> BoundLaunch:
+             stream_k: bool = True, interior: bool = True) -> BoundLaunch:
         """Validate the operands once and allocate C if needed; the result launches on call.
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
-        so bitwise-repeatable results (and the launch the analysis passes describe)."""
+        so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
+        tile, inner ones too, instead of the interior kernel and the edge strips. With both False a
+        call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
         import cupy
 
         req = self.requirements
@@ -776,7 +778,7 @@ class Kernel:
             split = stream_k_launch(req, call, cupy.cuda.Device(self.device).attributes["MultiProcessorCount"],
                                     self._blocks_per_sm(function))
         if split is None or not split.sk_tiles:
-            return bound(self._tile_launches(call, alpha, beta, block, smem))
+            return bound(self._tile_launches(call, alpha, beta, block, smem, interior))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
@@ -795,13 +797,13 @@ class Kernel:
         return bound(tuple(launches))
 
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
-                       smem: int) -> tuple[KernelLaunch, ...]:
+                       smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
         """Every tile, one block each: on a checked spec's vector kernel, the tiles inside C on the
         interior kernel and the edge strips on the vector one (schedule.interior_launches), as the
-        C launcher does; otherwise the chosen kernel on the whole of C."""
+        C launcher does; otherwise (or with interior=False) the chosen kernel on the whole of C."""
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
-        if req.interior_entry is not None and call.entry == req.vector_entry:
+        if interior and req.interior_entry is not None and call.entry == req.vector_entry:
             pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
         launches = []
         for piece in pieces:
@@ -820,7 +822,7 @@ class Kernel:
                                    self.dynamic_smem_bytes).blocks_per_sm)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 stream: Any = None, stream_k: bool = True) -> Any:
+                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
         """C = A@B (store) or alpha*A@B + beta*C (alpha_beta); returns C.
 
         A, B and C: GPU arrays of any library with `__cuda_array_interface__` or DLPack (PyTorch,
@@ -831,9 +833,10 @@ class Kernel:
         (always for JAX, whose arrays are immutable).
 
         The launch goes on `stream` (CuPy or PyTorch stream, or a cudaStream_t), else on the current
-        stream of A's library: PyTorch's for tensors, CuPy's for the rest. stream_k=False: see `bind`.
+        stream of A's library: PyTorch's for tensors, CuPy's for the rest. stream_k=False and
+        interior=False: see `bind`.
         """
-        launch = self.bind(a, b, c, alpha, beta, stream_k)
+        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
         used = launch(stream)
         return launch.c if c is not None else to_library(launch.c, launch.library, self.requirements.dtypes["C"],
                                                          used)

@@ -125,6 +125,18 @@ def test_stream_k_can_be_turned_off_for_repeatable_results(load_kernel, cupy):
     assert relative_error(first, product64(a, b)) < TOLERANCE
 
 
+def test_interior_split_can_be_turned_off_for_one_launch(load_kernel, cupy):
+    """What `profile` runs: a checked spec's vector kernel over every tile, in one launch."""
+    kernel = load_kernel(SPECS / "sgemm_any.gemm")
+    a = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
+    assert len(kernel.bind(a, b, stream_k=False).launches) == 3, "interior, right strip, bottom strip"
+    launch = kernel.bind(a, b, stream_k=False, interior=False)
+    assert len(launch.launches) == 1 and launch.launches[0].grid == (8 * 8, 1, 1)  # ceil(1000/128)^2 tiles
+    launch()
+    assert relative_error(launch.c, product64(a, b)) < TOLERANCE
+
+
 def test_stream_k_with_beta_one_adds_into_c(load_kernel, cupy):
     kernel = load_kernel(SPECS / "sgemm_h100.gemm")
     m, n, k = 1024, 1024, 1024
