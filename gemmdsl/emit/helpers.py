@@ -62,24 +62,10 @@ class HelperEmitter:
             emit_fragment_load_helpers(self.mma, o)
             return
         for width in self._shared_widths("load"):
-            vtype, bits = VECTOR_TYPES[width], 32 * width
-            regs = ", ".join(f"%{i}" for i in range(width))
-            outs = ", ".join(f'"=f"({component("v", width, e)})' for e in range(width))
-            vec = f".v{width}" if width > 1 else ""
-            regs = f"{{{regs}}}" if width > 1 else regs
-            with o.block(f"static __device__ __forceinline__ {vtype} lds{bits}(const float* p)"):
-                o.line(f"{vtype} v;")
-                o.line(f'asm volatile("ld.volatile.shared{vec}.f32 {regs}, [%{width}];" : {outs} : "r"(smem_address(p)));')
-                o.line("return v;")
+            emit_shared_access_wrapper(o, "load", width)
         if not self.cp_async:
             for width in self._shared_widths("store"):
-                vtype, bits = VECTOR_TYPES[width], 32 * width
-                regs = ", ".join(f"%{i + 1}" for i in range(width))
-                ins = ", ".join(f'"f"({component("v", width, e)})' for e in range(width))
-                vec = f".v{width}" if width > 1 else ""
-                regs = f"{{{regs}}}" if width > 1 else regs
-                with o.block(f"static __device__ __forceinline__ void sts{bits}(float* p, {vtype} v)"):
-                    o.line(f'asm volatile("st.volatile.shared{vec}.f32 [%0], {regs};" :: "r"(smem_address(p)), {ins});')
+                emit_shared_access_wrapper(o, "store", width)
 
     def _emit_cp_async_helpers(self) -> None:
         o = self.out
@@ -130,3 +116,23 @@ static __device__ __forceinline__ void cp_async_wait()
         with o.block("static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, "
                      "int width)"):
             o.line(f"return row < rows ? {self.element.bytes} * max(0, min(width, cols - col)) : 0;")
+
+
+def emit_shared_access_wrapper(o: Emitter, kind: str, width: int) -> None:
+    """`ldsN(p)` or `stsN(p, v)`: one volatile shared-memory load or store of `width` floats."""
+    vtype, bits = VECTOR_TYPES[width], 32 * width
+    first = 0 if kind == "load" else 1  # a store's operand %0 is the address
+    regs = ", ".join(f"%{first + i}" for i in range(width))
+    regs = f"{{{regs}}}" if width > 1 else regs
+    vec = f".v{width}" if width > 1 else ""
+    values = [f'"{"=f" if kind == "load" else "f"}"({component("v", width, e)})' for e in range(width)]
+    if kind == "load":
+        with o.block(f"static __device__ __forceinline__ {vtype} lds{bits}(const float* p)"):
+            o.line(f"{vtype} v;")
+            o.line(f'asm volatile("ld.volatile.shared{vec}.f32 {regs}, [%{width}];" : {", ".join(values)} '
+                   f': "r"(smem_address(p)));')
+            o.line("return v;")
+    else:
+        with o.block(f"static __device__ __forceinline__ void sts{bits}(float* p, {vtype} v)"):
+            o.line(f'asm volatile("st.volatile.shared{vec}.f32 [%0], {regs};" :: "r"(smem_address(p)), '
+                   f'{", ".join(values)});')
