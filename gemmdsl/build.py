@@ -84,9 +84,9 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return log
 
 
-def build(cuda: str, name: str, sm: int, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc",
+def build(cuda: str, name: str, sm: int | str, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc",
           entry: str | None = None) -> BuildResult:
-    """Compile `cuda` (host launcher included) for sm_XX; also produce any of 'ptx', 'cubin' in `emit`.
+    """Compile `cuda` (host launcher included) for sm_XX (`sm` 90, or '90a' for an arch-specific target); also produce any of 'ptx', 'cubin' in `emit`.
     The resources are those of `entry` (default NAME_kernel)."""
     arch = f"-arch=sm_{sm}"
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as tmp:
