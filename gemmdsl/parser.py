@@ -429,7 +429,7 @@ class _SpecReader:
                 if spec_key.not_wgmma and self.has_wgmma:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
                                                      f"{spec_key.not_wgmma}",
-                               hint="a wgmma spec's threads are `threads { warpgroups: 2; producer: 1; }`")
+                               hint="remove it; see the README's Hopper section for what a wgmma spec holds")
                     continue
                 names[key_token.value] = key_token
                 entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))
@@ -547,7 +547,7 @@ def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle | int:
     return ir.Swizzle(bits, base, shift)
 
 
-WGMMA_SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)")
+WGMMA_SHAPE = re.compile(r"m64n(\d+)k(\d+)")
 SWIZZLE_MODES = (32, 64, 128)  # bytes of one swizzle span: the modes TMA and the wgmma descriptor share
 
 
@@ -556,8 +556,8 @@ def _mma_shape(reader: _SpecReader, value: _Value) -> ir.MmaShape | ir.WgmmaShap
     atom = reader.one(value, "an mma shape")
     if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
         match = WGMMA_SHAPE.fullmatch(atom.value)
-        if match and match[1] == "64":
-            n, k = _number(match[2]), _number(match[3])
+        if match:
+            n, k = _number(match[1]), _number(match[2])
             if n is None or k is None or not 1 <= n <= MAX_INT or not 1 <= k <= MAX_INT:
                 raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
             return ir.WgmmaShape(n=n, k=k)

@@ -49,6 +49,7 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
+from .build import arch_flag
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
 from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches
 from .targets import ARCHS, arch, occupancy_of
@@ -640,7 +641,7 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as directory:
         cu_path, cubin_path = Path(directory, "kernel.cu"), Path(directory, "kernel.cubin")
         cu_path.write_text(source)
-        command = ["nvcc", "-cubin", f"-arch={target}", *COMPILER_OPTIONS, "-o", str(cubin_path), str(cu_path)]
+        command = ["nvcc", "-cubin", arch_flag(target), *COMPILER_OPTIONS, "-o", str(cubin_path), str(cu_path)]
         try:
             subprocess.run(command, capture_output=True, text=True, check=True, timeout=NVCC_TIMEOUT_S)
         except subprocess.CalledProcessError as err:
