@@ -417,7 +417,8 @@ class _SpecReader:
                 if reason and self.has_mma:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
                                hint=f"remove it; in an mma spec '{kind}' holds only "
-                                    f"{', '.join(k for k, v in schema.keys.items() if not v.fma_only)}, and "
+                                    f"{', '.join(k for k, v in schema.keys.items() if not (v.fma_only or v.wgmma_only))}, "
+                                    "and "
                                     "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
                     continue
                 spec_key = schema.keys[key_token.value]
