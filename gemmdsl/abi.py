@@ -60,6 +60,20 @@ def kernel_parameters(spec: ir.KernelSpec, stream_k: bool = False) -> tuple[Para
     return tuple(parameters)
 
 
+def tensor_map_type(spec: ir.KernelSpec) -> str:
+    """The kernel's by-value tensor-map parameter type: CUtensorMap's 128 bytes, 64-byte aligned, declared
+    in the .cu itself so that the kernel part compiles without the driver API's header (NVRTC)."""
+    return f"{spec.name}_tensor_map"
+
+
+def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
+    """(C type, name) of a wgmma kernel's parameters: A and B reach it as TMA tensor maps (which hold
+    their pointers and leading dimensions), C as a pointer."""
+    tensor_map = f"const __grid_constant__ {tensor_map_type(spec)}"
+    return ((tensor_map, "map_a"), (tensor_map, "map_b"), (pointer_type(spec, ir.Operand.C), "C"),
+            ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
+
+
 def launcher_parameters(spec: ir.KernelSpec) -> dict[str, str]:
     """The parameter list of each launcher the file defines, keyed like `launcher_names`: what the
     launchers are defined with and what a C header declares."""

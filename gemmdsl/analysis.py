@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from . import ir
 from .layout import TileLayout
 from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .passes.wgmma import WGMMA_PASSES
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic
 
@@ -46,7 +47,7 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
     context = Context(plan or plan_kernel(spec), size, ptxas)
-    outcomes = PassManager(ALL_PASSES).run(context)
+    outcomes = PassManager(WGMMA_PASSES if spec.wgmma else ALL_PASSES).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
 
 

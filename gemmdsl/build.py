@@ -71,6 +71,16 @@ def parse_ptxas(log: str, entry: str) -> PtxasResources:
                           static_smem=int(smem.group(1)) if smem else 0)
 
 
+def arch_flag(target: str) -> str:
+    """nvcc's flag for one target: -arch=sm_XX; for an arch-specific sm_XXa the explicit
+    -gencode=arch=compute_XXa,code=sm_XXa, since nvcc 13's -arch=sm_90a also embeds compute_90 PTX,
+    which ptxas then assembles and which has no wgmma or setmaxnreg."""
+    if target.endswith("a"):
+        code = target.removeprefix("sm_")
+        return f"-gencode=arch=compute_{code},code=sm_{code}"
+    return f"-arch={target}"
+
+
 def _run(cmd: list[str], cwd: Path) -> str:
     try:
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
@@ -84,11 +94,11 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return log
 
 
-def build(cuda: str, name: str, sm: int, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc",
+def build(cuda: str, name: str, sm: int | str, emit: frozenset[str] = frozenset(), nvcc: str = "nvcc",
           entry: str | None = None) -> BuildResult:
-    """Compile `cuda` (host launcher included) for sm_XX; also produce any of 'ptx', 'cubin' in `emit`.
+    """Compile `cuda` (host launcher included) for sm_XX (`sm` 90, or '90a' for an arch-specific target); also produce any of 'ptx', 'cubin' in `emit`.
     The resources are those of `entry` (default NAME_kernel)."""
-    arch = f"-arch=sm_{sm}"
+    arch = arch_flag(f"sm_{sm}")
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as tmp:
         work = Path(tmp)
         (work / f"{name}.cu").write_text(cuda)

@@ -27,6 +27,8 @@ from .source import CompileError, SourceFile
 
 
 def format_report(analysis: Analysis) -> str:
+    if analysis.spec.wgmma:
+        return _wgmma_report(analysis)
     sections = [
         _header(analysis),
         _spill_banner(analysis),
@@ -36,6 +38,22 @@ def format_report(analysis: Analysis) -> str:
         _warnings(analysis),
         _bank_map(analysis),
     ]
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def _wgmma_report(analysis: Analysis) -> str:
+    """Hopper's own path: its passes' verdicts (shared memory, registers after setmaxnreg, the ring, the
+    persistent grid's waves, the bound), ptxas's figures when nvcc ran, and the warnings."""
+    spec, layout = analysis.spec, analysis.layout
+    registers = analysis.facts["wgmma_registers"]
+    header = (f"{spec.name} ({spec.target}): {layout.threads} threads = {layout.consumers} consumer + "
+              f"{layout.producers} producer warpgroups, block tile {layout.bm}x{layout.bn}x{layout.bk}, "
+              f"wgmma {layout.shape}, problem {analysis.problem}")
+    sections = [header]
+    if registers.spills:
+        sections.append(f"!!! ptxas SPILLS registers to local memory: {registers.spills} bytes !!!")
+    sections.append("\n".join(f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes))
+    sections.append(_warnings(analysis))
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
@@ -135,6 +153,8 @@ def _bank_map(analysis: Analysis) -> str:
 
 def to_json(analysis: Analysis) -> dict:
     facts = analysis.facts
+    if analysis.spec.wgmma:
+        return _wgmma_json(analysis)
     spec, layout = analysis.spec, analysis.layout
     launch, traffic = facts["launch"], facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
@@ -181,6 +201,23 @@ def to_json(analysis: Analysis) -> dict:
             "launch_global_bytes": intensity.global_bytes,
             "launch_flops_per_byte": round(intensity.launch_flops_per_byte, 3),
         },
+        "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
+        "warnings": [w.render() for w in analysis.warnings],
+    }
+
+
+def _wgmma_json(analysis: Analysis) -> dict:
+    import dataclasses
+
+    spec, layout, facts = analysis.spec, analysis.layout, analysis.facts
+    return {
+        "kernel": spec.name,
+        "target": str(spec.target),
+        "threads": layout.threads,
+        "block_tile": [layout.bm, layout.bn, layout.bk],
+        "smem_bytes": layout.smem_bytes,
+        **{name: dataclasses.asdict(facts[f"wgmma_{name}"]) for name in ("smem", "registers", "pipeline", "waves",
+                                                                         "bound")},
         "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
         "warnings": [w.render() for w in analysis.warnings],
     }

@@ -77,7 +77,7 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
     resources = None
     if nvcc is not None:
         try:
-            result = build(artifacts.cuda, name, artifacts.spec.target.sm, args.emit, nvcc)
+            result = build(artifacts.cuda, name, artifacts.spec.target.code, args.emit, nvcc)
         except BuildError as err:
             print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
             return False
@@ -124,7 +124,7 @@ def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bo
     log = None
     if nvcc is not None:
         try:
-            result = build(family.cuda, family.name, family.spec.target.sm, args.emit, nvcc,
+            result = build(family.cuda, family.name, family.spec.target.code, args.emit, nvcc,
                            entry=family.members[0].artifacts.metadata["entry"])
         except BuildError as err:
             print(f"{path}: error: {err}", file=sys.stderr)

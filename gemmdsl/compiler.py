@@ -24,6 +24,7 @@ from .layout import TileLayout
 from .passes.intensity import math_unit
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
+from .wgmma_layout import WgmmaLayout
 
 
 @dataclass
@@ -80,12 +81,12 @@ def ptxas_resources(path: str) -> dict | None:
     if nvcc is None:
         return None
     artifacts = compile_path(path)
-    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm, nvcc=nvcc).resources.as_dict()
+    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.code, nvcc=nvcc).resources.as_dict()
 
 
 def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:
     digest = hashlib.sha256(source.text.encode())
-    digest.update(f"\0sm_{spec.target.sm}\0{__version__}".encode())
+    digest.update(f"\0{spec.target}\0{__version__}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -129,7 +130,23 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,
+        **_wgmma_metadata(plan),
     }
+
+
+def _wgmma_metadata(plan: KernelPlan) -> dict:
+    """What the Python runtime needs to launch a wgmma kernel (Hopper's own path) as its C launcher does:
+    the two tensor maps it encodes (a k-major 2-D view of A, M x K, and of B, N x K, with these boxes)."""
+    if not plan.spec.wgmma:
+        return {}
+    layout = plan.layout
+    assert isinstance(layout, WgmmaLayout)
+    maps = {op.value: {"rows": "M" if op is ir.Operand.A else "N", "box": [box.inner, box.outer],
+                       "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
+                       "dtype": plan.spec.problem.matrix(op).dtype.value}
+            for op, box in layout.boxes.items()}
+    return {"tensor_maps": maps, "persistent": layout.persistent,
+            "alignment_bytes": layout.global_alignment_bytes}
 
 
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:

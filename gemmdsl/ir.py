@@ -70,6 +70,7 @@ class RasterKind(enum.Enum):
 class Schedule(enum.Enum):
     TILES = "tiles"  # one block per C tile
     STREAM_K = "stream_k"  # the last, partial wave's k-tiles are shared evenly by one wave of blocks
+    PERSISTENT = "persistent"  # one wave of blocks (min(tiles, SMs)) walks the tiles (wgmma specs)
 
 
 class FmaOrder(enum.Enum):
@@ -112,6 +113,23 @@ class MmaShape(enum.Enum):
         return 16 if self is MmaShape.M16N8K16 else 8
 
 
+@dataclass(frozen=True)
+class WgmmaShape:
+    """The m x n x k of one wgmma.mma_async instruction: a warpgroup (4 warps) multiplies m64 x k by
+    k x n, reading both operands from shared memory through matrix descriptors (sm_90a)."""
+
+    n: int
+    k: int = 16
+    m: int = 64
+
+    @property
+    def value(self) -> str:
+        return f"m{self.m}n{self.n}k{self.k}"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Precision(enum.Enum):
     """What the tensor cores multiply; the accumulators are FP32 in every case."""
 
@@ -130,6 +148,7 @@ class SmemRead(enum.Enum):
 class CopyMode(enum.Enum):
     REGISTERS = "registers"  # global -> registers -> shared
     CP_ASYNC = "cp_async"  # global -> shared with cp.async (sm_80+)
+    TMA = "tma"  # global -> shared with bulk tensor copies completing on mbarriers (sm_90; wgmma specs)
 
 
 class FragmentBuffering(enum.Enum):
@@ -242,9 +261,14 @@ class ThreadLayout(Node):
     repeat: Pair = Pair(1, 1)
     repeat_level: RepeatLevel = RepeatLevel.BLOCK
     fma_order: FmaOrder = FmaOrder.ROW
+    # wgmma specs: consumer warpgroups (issuing wgmma) and producer warpgroups (issuing TMA); 0 otherwise.
+    warpgroups: int = 0
+    producers: int = 0
 
     @property
     def threads(self) -> int:
+        if self.warpgroups:
+            return (self.warpgroups + self.producers) * 128
         return self.warps.m * self.warps.n * 32
 
     @property
@@ -273,6 +297,9 @@ class SmemLayout(Node):
     swizzle: Swizzle | None = None
     read_bits: int | None = None  # FMA specs: forced shared->register width; None = widest allowed
     read: SmemRead | None = None  # mma specs: how fragments are read (always set); None for FMA specs
+    # wgmma specs: the swizzle mode TMA writes and the wgmma descriptor reads (bytes of one swizzle span:
+    # 32, 64 or 128); `swizzle: 128B` in the spec. None elsewhere.
+    swizzle_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,9 +310,10 @@ class GlobalLoad(Node):
 
 @dataclass(frozen=True, kw_only=True)
 class MmaTile(Node):
-    """A warp's tile on tensor cores: `repeat` copies of one mma.sync `shape`."""
+    """A warp's tile on tensor cores: `repeat` copies of one mma.sync `shape`; or, with a WgmmaShape,
+    the instruction each consumer warpgroup issues (its tile is BM / warpgroups rows by BN)."""
 
-    shape: MmaShape = MmaShape.M16N8K16
+    shape: MmaShape | WgmmaShape = MmaShape.M16N8K16
     repeat: Pair = Pair(1, 1)
     precision: Precision = Precision.NATIVE
 
@@ -293,6 +321,10 @@ class MmaTile(Node):
     def warp_tile(self) -> Pair:
         """Rows and columns of C that one warp accumulates."""
         return Pair(self.repeat.m * self.shape.m, self.repeat.n * self.shape.n)
+
+    @property
+    def wgmma(self) -> bool:
+        return isinstance(self.shape, WgmmaShape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,9 +344,15 @@ class Budget(Node):
 @dataclass(frozen=True, kw_only=True)
 class Target(Node):
     sm: int = 90
+    arch_specific: bool = False  # sm_90a: features of exactly this architecture (wgmma, setmaxnreg)
+
+    @property
+    def code(self) -> str:
+        """What follows `sm_` in nvcc's -arch: '90', or '90a' for an arch-specific target."""
+        return f"{self.sm}{'a' if self.arch_specific else ''}"
 
     def __str__(self) -> str:
-        return f"sm_{self.sm}"
+        return f"sm_{self.code}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,6 +373,11 @@ class KernelSpec(Node):
     # None: the FMA path (threads' lanes, micro, repeat). With mma, only threads.warps is the spec's;
     # the other ThreadLayout fields keep their defaults and mean nothing.
     mma: MmaTile | None = None
+
+    @property
+    def wgmma(self) -> bool:
+        """Hopper's own path: wgmma consumers fed by a TMA producer (gemmdsl/wgmma_layout.py)."""
+        return self.mma is not None and self.mma.wgmma
 
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b

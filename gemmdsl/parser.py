@@ -40,6 +40,7 @@ TERMINAL_WORDS = {
     "COUNTED_NAME": "a name",
     "INT": "a number",
     "DIMS": "dimensions such as 128x128",
+    "BYTES": "a size in bytes such as 128B",
     "GEMM": "'gemm'",
     "$END": "end of file",
     "<END-OF-FILE>": "end of file",
@@ -240,6 +241,10 @@ class _Key:
     # Keys of the FMA path only: in a spec with an `mma` section they are an error, and this
     # says why; a required one is required only without `mma`.
     fma_only: str | None = None
+    # Keys of one tensor-core path only: `wgmma_only` keys are an error without a wgmma shape (m64nNk16),
+    # `not_wgmma` keys with one; each says why. A required `not_wgmma` key is required only without.
+    wgmma_only: str | None = None
+    not_wgmma: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,7 @@ class _SpecReader:
         # element types of the problem section (read before the others), and the operand
         # label of the section being read.
         self.has_mma = False
+        self.has_wgmma = False  # the mma section's shape is a wgmma shape (m64nNk16): Hopper's own path
         self.found: dict[str, tuple] = {}
         self.rejected: set[tuple[str, str]] = set()  # (section, key) of values reported as errors
         self.operand: str | None = None
@@ -340,6 +346,7 @@ class _SpecReader:
         sections = sorted(kernel.children[1:], key=lambda section: section.children[0].value != "problem")
         # A misspelt `mma` section still makes an mma spec, so its threads are not asked for lanes.
         self.has_mma = any(_section_meant(section.children[0].value) == "mma" for section in sections)
+        self.has_wgmma = self.has_mma and any(_is_wgmma_section(section) for section in sections)
         for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
@@ -410,8 +417,20 @@ class _SpecReader:
                 if reason and self.has_mma:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
                                hint=f"remove it; in an mma spec '{kind}' holds only "
-                                    f"{', '.join(k for k, v in schema.keys.items() if not v.fma_only)}, and "
+                                    f"{', '.join(k for k, v in schema.keys.items() if not (v.fma_only or v.wgmma_only))}, "
+                                    "and "
                                     "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
+                    continue
+                spec_key = schema.keys[key_token.value]
+                if spec_key.wgmma_only and not self.has_wgmma:
+                    self.error(self.span(key_token), f"'{key_token.value}' applies to wgmma specs only: "
+                                                     f"{spec_key.wgmma_only}",
+                               hint="Hopper's own path takes `mma { shape: m64n256k16; }` with `target sm_90a;`")
+                    continue
+                if spec_key.not_wgmma and self.has_wgmma:
+                    self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
+                                                     f"{spec_key.not_wgmma}",
+                               hint="remove it; see the README's Hopper section for what a wgmma spec holds")
                     continue
                 names[key_token.value] = key_token
                 entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))
@@ -427,6 +446,8 @@ class _SpecReader:
         for name, spec_key in schema.keys.items():
             if spec_key.fma_only and self.has_mma:
                 continue
+            if (spec_key.not_wgmma and self.has_wgmma) or (spec_key.wgmma_only and not self.has_wgmma):
+                continue
             if spec_key.required and name not in names and (schema.short or name not in typos):
                 self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
         found[key] = (values, span, tuple(spans), label.value if label is not None else None)
@@ -436,6 +457,17 @@ def _number(digits: str) -> int | None:
     """int(digits), or None when it is far beyond any limit (also avoids Python's 4300-digit cap)."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else None
+
+
+def _is_wgmma_section(section: Tree) -> bool:
+    """Whether a section is `mma { shape: m64n...; }`: a wgmma shape, which makes the spec take Hopper's path."""
+    if section.children[0].value != "mma":
+        return False
+    for entry in section.children[1:]:
+        if isinstance(entry, Tree) and entry.data == "entry" and entry.children[0].value == "shape":
+            atoms = entry.children[1].children
+            return len(atoms) == 1 and isinstance(atoms[0], Token) and WGMMA_SHAPE.fullmatch(atoms[0].value) is not None
+    return False
 
 
 def _section_meant(word: str) -> str | None:
@@ -503,9 +535,35 @@ def _raster(reader: _SpecReader, value: _Value) -> ir.Raster:
     return ir.Raster(ir.RasterKind(reader.name(value, ("row", "col"), "row, col or group(G)")))
 
 
-def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle:
-    bits, base, shift = reader.call(reader.one(value, "xor(B, M, S)"), "xor", 3, "xor(B, M, S)")
+def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle | int:
+    """xor(B, M, S) (an ir.Swizzle), or a TMA/wgmma swizzle mode in bytes (`128B`, an int)."""
+    atom = reader.one(value, "xor(B, M, S) or a swizzle mode such as 128B")
+    if isinstance(atom, Token) and atom.type == "BYTES":
+        span = int(atom.value[:-1])
+        if span not in SWIZZLE_MODES:
+            raise _Bad(value.span, f"swizzle mode {atom.value} does not exist; TMA and wgmma swizzle 32B, 64B or 128B "
+                                   "spans", hint="use `swizzle: 128B;`")
+        return span
+    bits, base, shift = reader.call(atom, "xor", 3, "xor(B, M, S) or a swizzle mode such as 128B")
     return ir.Swizzle(bits, base, shift)
+
+
+WGMMA_SHAPE = re.compile(r"m64n(\d+)k(\d+)")
+SWIZZLE_MODES = (32, 64, 128)  # bytes of one swizzle span: the modes TMA and the wgmma descriptor share
+
+
+def _mma_shape(reader: _SpecReader, value: _Value) -> ir.MmaShape | ir.WgmmaShape:
+    """An mma.sync shape (m16n8k16, m16n8k8) or a wgmma shape m64nNk16 / m64nNk8 (validate checks N and k)."""
+    atom = reader.one(value, "an mma shape")
+    if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
+        match = WGMMA_SHAPE.fullmatch(atom.value)
+        if match:
+            n, k = _number(match[1]), _number(match[2])
+            if n is None or k is None or not 1 <= n <= MAX_INT or not 1 <= k <= MAX_INT:
+                raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
+            return ir.WgmmaShape(n=n, k=k)
+    choices = tuple(shape.value for shape in ir.MmaShape)
+    return ir.MmaShape(reader.name(value, choices, "m16n8k16, m16n8k8 or a wgmma shape m64nNk16"))
 
 
 def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
@@ -544,15 +602,16 @@ def _vector(reader: _SpecReader, value: _Value) -> int:
     return width
 
 
-def _target(reader: _SpecReader, value: _Value) -> int:
-    from .targets import ARCHS
+def _target(reader: _SpecReader, value: _Value) -> tuple[int, bool]:
+    """(sm, arch_specific): `sm_90` -> (90, False), `sm_90a` -> (90, True)."""
+    from .targets import ARCHS, ARCH_SPECIFIC
 
-    names = tuple(f"sm_{sm}" for sm in ARCHS)
+    names = tuple(f"sm_{sm}" for sm in ARCHS) + tuple(f"sm_{sm}a" for sm in ARCH_SPECIFIC)
     atom = reader.one(value, "a target such as sm_90")
     if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in names):
         raise _Bad(value.span, f"unknown target {reader.text(atom)}",
                    f"supported targets: {', '.join(names)}")
-    return int(atom.value[3:])
+    return int(atom.value[3:].rstrip("a")), atom.value.endswith("a")
 
 
 SECTIONS: dict[str, _Section] = {
@@ -564,9 +623,14 @@ SECTIONS: dict[str, _Section] = {
     }, required=True),
     "target": _Section({"target": _Key(_target)}, short=True),
     "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster),
-                       "schedule": _Key(_enum(ir.Schedule, "tiles or stream_k"))}, required=True),
+                       "schedule": _Key(_enum(ir.Schedule, "tiles, stream_k or persistent"))}, required=True),
     "threads": _Section({
-        "warps": _Key(_pair_with_word("a warp grid", None), required=True),
+        "warps": _Key(_pair_with_word("a warp grid", None), required=True,
+                      not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
+        "warpgroups": _Key(_int("a warpgroup count", 1, 64), required=True,
+                           wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
+        "producer": _Key(_int("a producer warpgroup count", 0, 64),
+                         wgmma_only="producer warpgroups issue TMA copies for the wgmma consumers"),
         "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True,
                       fma_only="the mma instruction fixes which lane holds which element"),
         "micro": _Key(_pair_with_word("a micro tile", None), required=True,
@@ -577,19 +641,22 @@ SECTIONS: dict[str, _Section] = {
                           fma_only="tensor-core instructions multiply, not FMAs"),
     }, required=True),
     "mma": _Section({
-        "shape": _Key(_enum(ir.MmaShape, "m16n8k16 or m16n8k8"), required=True),
-        "repeat": _Key(_pair_with_word("an mma repeat", None)),
+        "shape": _Key(_mma_shape, required=True),
+        "repeat": _Key(_pair_with_word("an mma repeat", None),
+                       not_wgmma="each consumer warpgroup's tile is BM / warpgroups rows by BN columns"),
         "precision": _Key(_enum(ir.Precision, "tf32 or 3xtf32", (ir.Precision.TF32, ir.Precision.TF32X3))),
     }),
     "smem": _Section({
         "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
-        "swizzle": _Key(_swizzle), "read": _Key(_smem_read),
+        "swizzle": _Key(_swizzle),
+        "read": _Key(_smem_read, not_wgmma="wgmma reads its operands from shared memory itself, through descriptors"),
     }, labels=("a", "b")),
     "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
     "pipeline": _Section({
         "stages": _Key(_int("a stage count", 0, 64)),
-        "copy": _Key(_enum(ir.CopyMode, "registers or cp_async")),
-        "fragments": _Key(_enum(ir.FragmentBuffering, "single or double")),
+        "copy": _Key(_enum(ir.CopyMode, "registers, cp_async or tma")),
+        "fragments": _Key(_enum(ir.FragmentBuffering, "single or double"),
+                          not_wgmma="wgmma reads shared memory directly: there are no register fragments"),
         "unroll": _Key(_int("an unroll factor", 1, MAX_UNROLL)),
     }),
     "budget": _Section({
@@ -610,7 +677,8 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     problem = ir.Problem(**where, **{k: v for k, v in values.items()})
 
     values, where = section("target")
-    target = ir.Target(**where, sm=values.get("target", 90))
+    sm, arch_specific = values.get("target", (90, False))
+    target = ir.Target(**where, sm=sm, arch_specific=arch_specific)
 
     values, where = section("block")
     bm, bn, bk = values["tile"]
@@ -630,13 +698,25 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
         threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
                                   micro=values["micro"], repeat=repeat, repeat_level=repeat_level,
                                   fma_order=values.get("fma_order", ir.FmaOrder.ROW))
+    elif mma.wgmma:  # consumers issue wgmma, producers TMA; the warp grid means nothing
+        threads = ir.ThreadLayout(**where, warpgroups=values["warpgroups"], producers=values.get("producer", 1))
     else:  # the mma instruction fixes the rest of the thread layout
         threads = ir.ThreadLayout(**where, warps=values["warps"])
 
+    wgmma = mma is not None and mma.wgmma
+
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
+        swizzle = values.get("swizzle")
+        if wgmma:  # k-major tiles (B as [n][k]) in the 128-byte swizzle, unless the spec says otherwise
+            default = ir.SmemOrder.MK if operand is ir.Operand.A else ir.SmemOrder.NK
+            swizzle = 128 if swizzle is None else swizzle
         layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
-                      swizzle=values.get("swizzle"))
+                      swizzle=None if isinstance(swizzle, int) else swizzle)
+        if isinstance(swizzle, int):
+            layout["swizzle_bytes"] = swizzle
+        if wgmma:
+            return ir.SmemLayout(**layout)
         if mma is None:
             return ir.SmemLayout(**layout, read_bits=values.get("read"))
         # ldmatrix moves 16-bit elements only; TF32 fragments are 32-bit words.
@@ -653,7 +733,8 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     values, where = section("pipeline")
     stages = values.get("stages", 1)
     # mma specs are generated for cp.async only (so far); validate rejects `copy: registers` there.
-    copy = values.get("copy", ir.CopyMode.REGISTERS if mma is None else ir.CopyMode.CP_ASYNC)
+    default_copy = ir.CopyMode.REGISTERS if mma is None else ir.CopyMode.TMA if wgmma else ir.CopyMode.CP_ASYNC
+    copy = values.get("copy", default_copy)
     pipeline = ir.Pipeline(**where, stages=stages, copy=copy,
                            fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),
                            unroll=values.get("unroll", 1))

@@ -19,6 +19,7 @@ from . import abi, ir
 from .layout import KernelLayout, TileLayout
 from .mma_layout import MmaLayout
 from .targets import Arch, blocks_for_registers
+from .wgmma_layout import WgmmaLayout
 
 
 class Role(enum.Enum):
@@ -34,7 +35,7 @@ class Variant:
 
     entry: str
     role: Role
-    layout: TileLayout  # KernelLayout (FMA) or MmaLayout (tensor cores)
+    layout: TileLayout  # KernelLayout (FMA), MmaLayout (tensor cores) or WgmmaLayout (Hopper's own path)
 
     @property
     def stream_k(self) -> bool:
@@ -97,6 +98,8 @@ class KernelPlan:
 
 def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
     """Lower a validated spec: each kernel variant's layout, built once, and the launch."""
+    if spec.wgmma:
+        return _wgmma_plan(spec)
     lowering = MmaLayout if spec.mma is not None else KernelLayout
     layout = lowering(spec)
     variants = [Variant(abi.vector_entry(spec), Role.VECTOR, layout)]
@@ -126,6 +129,27 @@ def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant
                       layout.smem_bytes, (layout.bm, layout.bn, layout.bk),
                       (tiles, 1, "batch" if spec.problem.batched else 1), requirements,
                       min_blocks_per_sm(spec, layout.arch))
+
+
+def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
+    """Hopper's own path: one kernel, whatever the bounds. TMA zero-fills the loads outside A and B, so
+    edge tiles need no other code, and the epilogue guards its stores; operands TMA cannot describe
+    (pointers or leading dimensions not multiples of 16 bytes) are refused, not run on a scalar kernel."""
+    layout = WgmmaLayout(spec)
+    variants = (Variant(abi.vector_entry(spec), Role.VECTOR, layout),)
+    entries = Entries(variants[0].entry, None, None, None, None)
+    tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
+                       for extent, size in (("M", layout.bm), ("N", layout.bn)))
+    grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
+    checked = spec.problem.checked
+    requirements = Requirements(
+        m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,
+        k_multiple=1 if checked else layout.bk,
+        vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
+        max_leading_dimension={op.value: abi.MAX_INT for op in ir.Operand})
+    launch = LaunchPlan(entries, abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
+                        layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1), requirements, 1)
+    return KernelPlan(spec, layout.arch, variants, launch)
 
 
 def min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:

@@ -49,6 +49,7 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
+from .build import arch_flag
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
 from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches
 from .targets import ARCHS, arch, occupancy_of
@@ -99,6 +100,10 @@ class Requirements:
     stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
     prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
     interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
+    # wgmma specs (Hopper's own path): A and B reach the kernel as TMA tensor maps (metadata['tensor_maps']);
+    # persistent: the launch is min(tiles, SMs) blocks.
+    tensor_maps: dict | None = None
+    persistent: bool = False
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
@@ -114,7 +119,8 @@ class Requirements:
                    batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
                    prepare_entry=metadata["entries"]["prepare"],
                    interior_entry=metadata["entries"].get("interior"),
-                   dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES})
+                   dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
+                   tensor_maps=metadata.get("tensor_maps"), persistent=metadata.get("persistent", False))
 
 
 @dataclass(frozen=True)
@@ -324,6 +330,9 @@ def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
         return req.vector_entry
     if req.scalar_entry is not None:
         return req.scalar_entry
+    if req.tensor_maps is not None:
+        raise ValueError("; ".join(reasons) + f"; {req.kernel} reads A and B with TMA, which needs 16-byte aligned "
+                                              "pointers and leading dimensions, and has no fallback kernel")
     raise ValueError("; ".join(reasons) + f"; {req.kernel} has bounds: exact and no scalar fallback")
 
 
@@ -352,6 +361,20 @@ def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool
     if batched:
         arguments += tuple(numpy.int64(views[name].batch_stride) for name in OPERAND_NAMES)
     return arguments
+
+
+def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float) -> tuple:
+    """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B
+    (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta."""
+    c = call.views["C"]
+    return (maps[0], maps[1], numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
+            numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
+
+
+def wgmma_grid(req: Requirements, m: int, n: int, sms: int) -> tuple[int, int, int]:
+    """One block per tile, or for schedule: persistent one wave of min(tiles, SMs), as the C launcher."""
+    tiles = grid_size(req, m, n)[0]
+    return (min(tiles, sms) if req.persistent else tiles), 1, 1
 
 
 def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
@@ -641,7 +664,7 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gemmdsl-") as directory:
         cu_path, cubin_path = Path(directory, "kernel.cu"), Path(directory, "kernel.cubin")
         cu_path.write_text(source)
-        command = ["nvcc", "-cubin", f"-arch={target}", *COMPILER_OPTIONS, "-o", str(cubin_path), str(cu_path)]
+        command = ["nvcc", "-cubin", arch_flag(target), *COMPILER_OPTIONS, "-o", str(cubin_path), str(cu_path)]
         try:
             subprocess.run(command, capture_output=True, text=True, check=True, timeout=NVCC_TIMEOUT_S)
         except subprocess.CalledProcessError as err:
@@ -709,6 +732,7 @@ class Kernel:
         cubin = BinaryCache(cache_dir()).get_or_build(cubin_cache_name(self.metadata, self.source, self.built_for),
                                                       lambda: compile_cubin(self.source, self.built_for))
         self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
+        self._tensor_maps: Any = None  # wgmma specs: the last call's tensor maps (tensor_maps.TensorMapCache)
         req = self.requirements
         entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry,
                                 req.interior_entry))
@@ -770,6 +794,9 @@ class Kernel:
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         block = (self.metadata["threads"], 1, 1)
         function = self._functions[call.entry]
+        if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
+            return partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library,
+                           device=self.device)((self._wgmma_launch(call, function, alpha, beta, block),))
         args = kernel_arguments(call, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
         bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
@@ -795,6 +822,21 @@ class Kernel:
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
         return bound(tuple(launches))
+
+    def _wgmma_launch(self, call: CheckedCall, function: Any, alpha: float, beta: float,
+                      block: tuple[int, int, int]) -> KernelLaunch:
+        import cupy
+
+        from .tensor_maps import TensorMapCache, driver_encoder
+
+        if self._tensor_maps is None:
+            self._tensor_maps = TensorMapCache(driver_encoder())
+        views = call.views
+        maps = self._tensor_maps.get(self.requirements.tensor_maps, {"a": views["A"].pointer, "b": views["B"].pointer},
+                                     call.m, call.n, call.k, {"a": views["A"].ld, "b": views["B"].ld})
+        sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
+        return KernelLaunch(function, wgmma_grid(self.requirements, call.m, call.n, sms), block,
+                            wgmma_kernel_arguments(call, maps, alpha, beta), self.dynamic_smem_bytes)
 
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
                        smem: int, interior: bool) -> tuple[KernelLaunch, ...]:

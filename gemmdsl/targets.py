@@ -12,7 +12,7 @@ shared-memory carveout (the default preference).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WARP = 32
 SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
@@ -34,6 +34,9 @@ class Arch:
     max_threads_per_block: int = 1024
     has_cp_async: bool = True
     has_mma_sync: bool = True  # mma.sync with f16, bf16 and tf32 operands (sm_80+)
+    # wgmma.mma_async, setmaxnreg and the TMA/mbarrier pipeline of Hopper's own path: arch-specific
+    # (sm_90a), so only the `a` target has them (ARCH_SPECIFIC).
+    has_wgmma: bool = False
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
     has_vector_atomic_add: bool = False  # atomicAdd on float2 / float4 in one instruction
     # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
@@ -56,6 +59,10 @@ ARCHS: dict[int, Arch] = {
              reference_sms=132),
 }
 
+# Arch-specific targets (`target sm_90a;`): the same limits as the plain target, plus the instructions
+# that exist on exactly that architecture. Code for them runs only there (runtime.build_target).
+ARCH_SPECIFIC: dict[int, Arch] = {90: replace(ARCHS[90], has_wgmma=True)}
+
 
 # Dense peak rates of each target's reference GPU in TFLOP/s, by the unit a kernel multiplies on
 # (FP32 accumulation throughout), and its memory bandwidth in TB/s. Datasheet figures, except the
@@ -67,11 +74,24 @@ PEAK_TFLOPS: dict[int, dict[str, float]] = {
     89: {"fma": 82.6, "f16": 165.2, "bf16": 165.2, "tf32": 82.6},
     90: {"fma": 65.3, "f16": 640.0, "bf16": 640.0, "tf32": 320.0},
 }
+# wgmma's dense peak, which Hopper's own path (sm_90a) multiplies on, by operand type. The H100 SXM
+# datasheet figure (989.4 TFLOP/s BF16/FP16 dense, at the 1830 MHz boost clock): no register-only
+# wgmma loop has been measured here yet, unlike mma.sync's 640 above. Under load the clock drops, so
+# the best measured GEMMs stay well below it: cuBLAS BF16 756-790 TFLOP/s at 8192^3, the hand
+# prototype of the wgmma path 761 (README, Hopper). The analysis compares against this figure and
+# prints the measured cuBLAS one beside it (WGMMA_MEASURED_TFLOPS).
+WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4}}
+WGMMA_MEASURED_TFLOPS: dict[int, float] = {90: 790.0}  # cuBLAS BF16 (f32 out) at 8192^3, 2026-11-23
 MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
 
 
 def arch(sm: int) -> Arch:
     return ARCHS[sm]
+
+
+def arch_of(sm: int, arch_specific: bool = False) -> Arch:
+    """The limits of a spec's target: `sm_90a` has those of sm_90 and wgmma."""
+    return ARCH_SPECIFIC[sm] if arch_specific else ARCHS[sm]
 
 
 def round_up(value: int, unit: int) -> int:

@@ -538,7 +538,7 @@ def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm") -> dict
     from .compiler import compile_source
 
     artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate), survivor.candidate.text))
-    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm).resources.as_dict()
+    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources.as_dict()
 
 
 def select(ranked: Sequence[Survivor], budget: int, sizes: Sequence[Size], min_warps: int = DEFAULT_MIN_WARPS,

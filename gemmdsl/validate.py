@@ -15,6 +15,7 @@ from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, Arch
+from .validate_wgmma import check_wgmma
 
 WARP = 32
 MAX_NAME = 64
@@ -73,6 +74,10 @@ class _Checker:
     def run(self) -> None:
         self.check_name()
         self.check_problem()
+        if self.spec.wgmma:  # Hopper's own path has rules of its own
+            check_wgmma(self.spec, self.error, self.warning)
+            return
+        self.check_hopper_only()
         self.check_target()
         block_ok = self.check_block()
         mma = self.spec.mma
@@ -128,6 +133,23 @@ class _Checker:
                                         "`mma` section the kernel multiplies with f32 FMAs only",
                        hint="add tensor cores, e.g. `mma { shape: m16n8k16; repeat: 4x8; }` with "
                             "`threads { warps: 2x2; }` for a 128x128 block tile")
+
+    def check_hopper_only(self) -> None:
+        """What only the wgmma path (an `mma` section with a wgmma shape) generates."""
+        hint = ("Hopper's own path: `target sm_90a;`, `mma { shape: m64n256k16; }`, "
+                "`threads { warpgroups: 2; producer: 1; }` (see README, Hopper)")
+        for operand in (ir.Operand.A, ir.Operand.B):
+            smem = self.spec.smem(operand)
+            if smem.swizzle_bytes is not None:
+                self.error(smem.at("swizzle"), f"swizzle: {smem.swizzle_bytes}B is the TMA/wgmma swizzle mode; "
+                                               "it needs a wgmma spec", hint="use xor(B, M, S) here, or " + hint)
+        p = self.spec.pipeline
+        if p.copy is ir.CopyMode.TMA:
+            self.error(p.at("copy"), "copy: tma feeds wgmma only; it needs a wgmma spec", hint=hint)
+        block = self.spec.block
+        if block.schedule is ir.Schedule.PERSISTENT:
+            self.error(block.at("schedule"), "schedule: persistent is generated for wgmma specs only (so far)",
+                       hint="use `schedule: tiles;` or `schedule: stream_k;`, or " + hint)
 
     def check_target(self) -> None:
         if self.arch is None:

@@ -130,8 +130,26 @@ def verify(kernel: Kernel, sizes: list[Size], seed: int = 0) -> list[Result]:
         if why:
             results.append(skipped_result(kernel, size, why))
             continue
-        results += [check_case(kernel, arrays, size, case) for case in cases(kernel)]
+        for case in cases(kernel):
+            why = case_refused(kernel, size, case)
+            results.append(skipped_result(kernel, size, f"{case.name}: {why}") if why
+                           else check_case(kernel, arrays, size, case))
     return results
+
+
+def case_refused(kernel: Kernel, size: Size, case: Case) -> str:
+    """Why a kernel reading A and B with TMA (wgmma specs) refuses a case ('' when it takes it): TMA
+    needs leading dimensions of 16 bytes, and a contiguous A (lda = K) or B (ldb = K or N) has the
+    problem's own. Padded cases round them up to PAD_ALIGN elements, which always fits."""
+    maps = kernel.requirements.tensor_maps
+    if maps is None or case.padded:
+        return ""
+    m, n, k = size
+    multiple = kernel.metadata.get("alignment_bytes", 16) // maps["a"]["element_bytes"]
+    lds = {"A": k if kernel.requirements.layouts["A"] == "row" else m,
+           "B": n if kernel.requirements.layouts["B"] == "row" else k}
+    bad = [f"ld{name.lower()} = {ld}" for name, ld in lds.items() if ld % multiple]
+    return f"TMA needs leading dimensions that are multiples of {multiple} elements ({', '.join(bad)})" if bad else ""
 
 
 def size_refused(kernel: Kernel, size: Size) -> str:

@@ -294,7 +294,9 @@ def test_register_estimate_is_within_its_band_of_ptxas_today():
         return artifacts.name, used, estimate_registers(artifacts.layout).total
 
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(registers, sorted(SPECS.glob("*.gemm"))))
+        # wgmma specs have their own register model (setmaxnreg), checked in tests/test_wgmma.py.
+        results = list(pool.map(registers, [path for path in sorted(SPECS.glob("*.gemm"))
+                                            if not compile_path(path).spec.wgmma]))
     off = [(name, used, estimate) for name, used, estimate in results if abs(estimate - used) > ESTIMATE_BAND * used]
     assert off == [], "estimate beyond its band of ptxas (name, ptxas, estimate)"
 

@@ -293,7 +293,7 @@ CASES = [
          [("gemm |kkk", "kernel name is 65 characters long; at most 64 are allowed")]),
     # --- stream-K, FMA order, unroll -------------------------------------------------------------
     Case("unknown_schedule", [m("raster: row;", "raster: row; schedule: streamk;")],
-         [("schedule: |streamk", "expected tiles or stream_k")], ["did you mean 'stream_k'?"]),
+         [("schedule: |streamk", "expected tiles, stream_k or persistent")], ["did you mean 'stream_k'?"]),
     Case("unknown_fma_order", [m("repeat: 2x2 block;", "repeat: 2x2 block; fma_order: zigzag;")],
          [("fma_order: |zigzag", "expected row, col or snake")]),
     Case("unroll_out_of_range", [m("fragments: double;", "fragments: double; unroll: 0;")],
@@ -307,7 +307,7 @@ CASES = [
     Case("mma_missing_shape", [m(MMA_SECTION, "mma      { repeat: 4x8; }")],
          [("|mma      {", "section 'mma' is missing required key 'shape'")], base=MMA),
     Case("mma_shape_typo", [m("shape: m16n8k16", "shape: m16n8k6")],
-         [("shape: |m16n8k6", "expected m16n8k16 or m16n8k8, found 'm16n8k6'")], ["did you mean 'm16n8k16'?"],
+         [("shape: |m16n8k6", "expected m16n8k16, m16n8k8 or a wgmma shape m64nNk16, found 'm16n8k6'")], ["did you mean 'm16n8k16'?"],
          base=MMA),
     Case("mma_precision_typo", [m("precision: 3xtf32", "precision: 3xtf23")],
          [("precision: |3xtf23", "expected tf32 or 3xtf32, found '3xtf23'")], ["did you mean '3xtf32'?"],

@@ -31,7 +31,7 @@ MMA_OTHER_SPILL_BYTES = 80
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_spec_compiles_without_spills(spec):
     artifacts = compile_path(spec)
-    result = build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm)
+    result = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code)
     entries = artifacts.metadata["entries"]
     for name, entry in entries.items():
         if entry is None:

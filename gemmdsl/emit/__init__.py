@@ -12,6 +12,15 @@ analysis passes evaluate is exactly what the kernels compute. One module per rol
     epilogue.py   accumulators -> C (store | alpha_beta | atomic add)
     kernel.py     one __global__ kernel wired from the parts chosen for the plan
     launcher.py   the host launchers
+
+Hopper's own path (wgmma specs, gemmdsl/wgmma_layout.py), wired by wgmma_kernel.py:
+
+    mbarrier.py        the stage ring and its full/empty mbarriers
+    tma.py             the producer: bulk tensor copies (TMA) of each k-tile
+    wgmma.py           the consumers' math: wgmma.mma_async through shared-memory descriptors
+    persistent.py      the tile loop (persistent or one tile per block) through the raster
+    wgmma_epilogue.py  accumulators -> C (alpha/beta, type conversion, guarded pair stores)
+    tensor_maps.py     the host launchers, which encode the TMA tensor maps
 """
 from __future__ import annotations
 
@@ -59,7 +68,12 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
     o.line()
     o.lines(includes(plan.spec))
     o.line()
-    emit_definitions(plan, o)
+    if plan.spec.wgmma:
+        from .wgmma_kernel import emit_wgmma_definitions
+
+        emit_wgmma_definitions(plan, o)
+    else:
+        emit_definitions(plan, o)
     return o.text()
 
 

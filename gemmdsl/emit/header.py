@@ -108,6 +108,10 @@ def _returns(plan: KernelPlan) -> list[str]:
     lines = ["Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at",
              "the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,",
              "for a call the kernel cannot handle:", *launch_contract(plan)]
+    if plan.spec.wgmma:
+        lines += ["They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and",
+                  "leading dimensions, per host thread) and, for schedule: persistent, read the current device's",
+                  "SM count; they return those calls' errors."]
     if plan.spec.block.stream_k:
         lines += ["Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the",
                   "kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no",

@@ -25,6 +25,12 @@ from .math import FmaOuterProduct
 from .mma_sync import MmaSync
 from .pipeline import AsyncRing, KLoop, RegisterDoubleBuffer, SingleStage
 from .scheduler import StreamKScheduler, TileScheduler, WorkTile
+from ..wgmma_layout import WgmmaLayout
+from .mbarrier import MbarrierRing
+from .persistent import PersistentScheduler
+from .tma import TmaProducer
+from .wgmma import WgmmaMath
+from .wgmma_epilogue import AccumulatorEpilogue
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,27 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
     else:
         loop = AsyncRing if cp_async else RegisterDoubleBuffer
     return KernelParts(scheduler, math, fragments, loop(spec, out, copy, fragments, math), epilogue)
+
+
+@dataclass(frozen=True)
+class WgmmaParts:
+    """The parts of a wgmma kernel (Hopper's own path: emit/wgmma_kernel.py wires them)."""
+
+    layout: WgmmaLayout
+    scheduler: PersistentScheduler
+    ring: MbarrierRing
+    copy: TmaProducer
+    math: WgmmaMath
+    epilogue: AccumulatorEpilogue
+
+
+def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
+    """The wgmma path has one part per role so far; other copy engines (TMA multicast), schedulers
+    (stream-K) or epilogues (through shared memory, TMA stores) would be chosen here."""
+    layout = plan.layout
+    assert isinstance(layout, WgmmaLayout)
+    return WgmmaParts(layout, PersistentScheduler(layout, out), MbarrierRing(layout, out), TmaProducer(layout, out),
+                      WgmmaMath(layout, out), AccumulatorEpilogue(layout, out))
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:

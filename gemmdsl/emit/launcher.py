@@ -30,7 +30,10 @@ def launch_contract(plan: KernelPlan) -> list[str]:
              + " (the leading dimensions of "
              + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);"]
     vectors = [op for op in ir.Operand if vector[op.value] > 1]
-    if vectors:
+    if spec.wgmma:
+        lines.append(f"- TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of {vector['a']} "
+                     "elements (16 bytes); there is no fallback kernel.")
+    elif vectors:
         parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
         fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"
         what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..targets import MEMORY_TBPS, PEAK_TFLOPS
+from ..targets import MEMORY_TBPS, PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 from .framework import Context, PassResult
 from .launch import tiles
 
@@ -52,6 +52,8 @@ def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
     """What multiplies, and its peak on the target's reference GPU in TFLOP/s."""
     peaks = PEAK_TFLOPS[spec.target.sm]
+    if spec.wgmma:
+        return spec.problem.a.dtype.value, WGMMA_PEAK_TFLOPS[spec.target.sm][spec.problem.a.dtype.value]
     if spec.mma is None:
         return "fma", peaks["fma"]
     if spec.mma.precision is ir.Precision.TF32X3:

@@ -1,0 +1,88 @@
+"""The stage ring of the wgmma path: shared-memory stages guarded by mbarriers.
+
+Each stage has two barriers. `full[s]` counts one arrival (the producer's, which also tells it how
+many bytes TMA will deliver) plus those bytes; it completes when stage s holds its k-tile. `empty[s]`
+counts one arrival per consumer warpgroup; it completes when every consumer is done reading stage s.
+Producer and consumers walk the same sequence of k-tiles (`it`, across tiles), so stage `it % STAGES`
+and phase `(it / STAGES) & 1` name the same use of the ring on both sides without any other
+communication. A fresh barrier is in phase 0, and waiting for the parity of the phase before it
+returns at once: so the producer's first pass, which waits on `empty` with parity 1, does not block.
+"""
+from __future__ import annotations
+
+from ..emitter import Emitter
+from ..wgmma_layout import WgmmaLayout
+
+HELPERS = r'''
+static __device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
+}
+
+// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
+static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
+}
+
+// Spin until the phase with this parity has completed.
+static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" :: "r"(barrier), "r"(parity) : "memory");
+}'''
+
+
+class MbarrierRing:
+    """Declares the ring (stages aligned to the swizzle's period, then the barriers), initialises the
+    barriers, and names a k-tile's stage and phase."""
+
+    def __init__(self, layout: WgmmaLayout, out: Emitter):
+        self.layout = layout
+        self.out = out
+
+    def emit_helpers(self) -> None:
+        self.out.comment("mbarriers (PTX ISA, \"Parallel synchronization and communication instructions: mbarrier\").")
+        self.out.lines(HELPERS)
+
+    def declare(self) -> None:
+        o = self.out
+        o.comment("The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle\n"
+                  "repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the\n"
+                  "pattern starts there); then a `full` and an `empty` barrier per stage.")
+        o.line("extern __shared__ __align__(1024) unsigned char smem_raw[];")
+        o.line("unsigned char* const smem = reinterpret_cast<unsigned char*>("
+               "(reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));")
+        o.line("unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);")
+        o.line("unsigned long long* const empty = full + STAGES;")
+
+    def emit_init(self) -> None:
+        o = self.out
+        o.comment("`full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.")
+        with o.block("if (threadIdx.x == 0)"):
+            with o.block("for (int s = 0; s < STAGES; ++s)"):
+                o.line("mbarrier_init(smem_u32(full + s), 1);")
+                o.line("mbarrier_init(smem_u32(empty + s), CONSUMERS);")
+            o.comment("Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.")
+            o.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
+        o.line("__syncthreads();")
+
+    def emit_stage(self) -> None:
+        """`stage` and `phase` of k-tile number `it` of this block's sequence."""
+        self.out.line("const int stage = it % STAGES;")
+        self.out.line("const unsigned phase = (it / STAGES) & 1;")

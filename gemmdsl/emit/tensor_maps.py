@@ -1,0 +1,175 @@
+"""The host launchers of the wgmma path: the same C signatures as every other spec's, plus what TMA
+needs on the host.
+
+`NAME_launch_ld` checks the call, encodes the two tensor maps (cuTensorMapEncodeTiled, looked up
+through the runtime's cudaGetDriverEntryPointByVersion, so nothing needs -lcuda), keeps them for the
+next call with the same pointers, shape and leading dimensions (one cache per host thread), opts in to
+the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persistent) or one per tile.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..abi import MAX_INT, contiguous_extent, launcher_parameters, leading_name, tensor_map_type, tile_count
+from ..emitter import Emitter
+from ..plan import KernelPlan
+from ..wgmma_layout import WgmmaLayout
+from .launcher import launch_contract
+
+TMA_TYPES = {ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+DRIVER_VERSION = 12000  # the cuTensorMapEncodeTiled ABI asked for (CUDA 12.0's)
+
+
+class TensorMapLauncher:
+    def __init__(self, plan: KernelPlan, out: Emitter):
+        self.plan = plan
+        self.spec = plan.spec
+        self.layout: WgmmaLayout = plan.layout  # type: ignore[assignment]
+        self.out = out
+        self.name = plan.spec.name
+        self.names = plan.launch.launchers
+        self.parameters = launcher_parameters(plan.spec)
+
+    def emit(self) -> None:
+        o = self.out
+        o.line("#ifndef __CUDACC_RTC__")
+        o.line("#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)")
+        o.line("#include <cstring>")
+        o.line()
+        o.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
+                             "the kernel cannot handle:", *launch_contract(self.plan)]))
+        self._emit_encoder()
+        o.line()
+        self._emit_map()
+        o.line()
+        self._emit_cache()
+        o.line()
+        self._emit_launch()
+        o.line()
+        natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
+                            for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
+        with o.block(f'extern "C" cudaError_t {self.names["launcher"]}({self.parameters["launcher"]})'):
+            o.line(f"return {self.names['launcher_ld']}({natural}, M, N, K, alpha, beta, stream);")
+        o.line("#endif")
+
+    def _emit_encoder(self) -> None:
+        o, name = self.out, self.name
+        o.comment("cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.")
+        o.line(f"typedef CUresult (*{name}_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, "
+               "const cuuint64_t*,")
+        o.line("    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,")
+        o.line("    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);")
+        o.line()
+        with o.block(f"static cudaError_t {name}_encoder({name}_encode_tiled* encode)"):
+            o.line(f"static {name}_encode_tiled found = nullptr;  // every thread finds the same function")
+            with o.block("if (found == nullptr)"):
+                o.line("void* function = nullptr;")
+                o.line("cudaDriverEntryPointQueryResult query;")
+                o.line('const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, '
+                       f"{DRIVER_VERSION},")
+                o.line("                                                            cudaEnableDefault, &query);")
+                o.line("if (err != cudaSuccess) return err;")
+                o.line("if (query != cudaDriverEntryPointSuccess || function == nullptr) return cudaErrorNotSupported;")
+                o.line(f"found = reinterpret_cast<{name}_encode_tiled>(function);")
+            o.line("*encode = found;")
+            o.line("return cudaSuccess;")
+
+    def _emit_map(self) -> None:
+        o, name, layout = self.out, self.name, self.layout
+        element = self.spec.problem.a.dtype
+        o.comment(f"A k-major operand (rows x k, k contiguous, rows `ld` elements apart) as a 2-D tensor map with a\n"
+                  f"{layout.bk} x box_rows box in the 128-byte swizzle; loads outside the matrix read zeros.")
+        with o.block(f"static cudaError_t {name}_tensor_map_of({tensor_map_type(self.spec)}* out, "
+                     f"{name}_encode_tiled encode, const void* base, int rows, int k, int ld, unsigned box_rows)"):
+            o.line(f"static_assert(sizeof(CUtensorMap) == sizeof({tensor_map_type(self.spec)}), "
+                   '"CUtensorMap is 128 bytes");')
+            o.line("CUtensorMap map;")
+            o.line("const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};")
+            o.line(f"const cuuint64_t strides[1] = {{(cuuint64_t)ld * {element.bytes}}};  // bytes; the inner stride "
+                   "is the element")
+            o.line(f"const cuuint32_t box[2] = {{{layout.bk}, box_rows}};")
+            o.line("const cuuint32_t steps[2] = {1, 1};")
+            o.line(f"const CUresult result = encode(&map, {TMA_TYPES[element]}, 2, const_cast<void*>(base), dims, "
+                   "strides, box, steps,")
+            o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
+            o.line("    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);")
+            o.line("if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;")
+            o.line("std::memcpy(out, &map, sizeof map);")
+            o.line("return cudaSuccess;")
+
+    def _emit_cache(self) -> None:
+        o, name = self.out, self.name
+        map_type = tensor_map_type(self.spec)
+        o.comment("The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark\n"
+                  "or a training loop calls with the same operands again and again.")
+        with o.block(f"struct {name}_map_cache", close="};"):
+            o.line("const void* a = nullptr;")
+            o.line("const void* b = nullptr;")
+            o.line("int m = 0, n = 0, k = 0, lda = 0, ldb = 0;")
+            o.line(f"{map_type} map_a, map_b;")
+        o.line()
+        with o.block(f"static cudaError_t {name}_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, "
+                     f"int N, int K, const {name}_map_cache** maps)"):
+            o.line(f"static thread_local {name}_map_cache cache;")
+            o.line("*maps = &cache;")
+            o.line("if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && "
+                   "cache.lda == lda && cache.ldb == ldb)")
+            o.line("    return cudaSuccess;")
+            o.line(f"{name}_encode_tiled encode;")
+            o.line(f"cudaError_t err = {name}_encoder(&encode);")
+            o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_a, encode, A, M, K, lda, "
+                   f"{self.layout.bm});")
+            o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_b, encode, B, N, K, ldb, "
+                   f"{self.layout.bn});")
+            with o.block("if (err != cudaSuccess)"):
+                o.line("cache.a = nullptr;  // nothing valid is cached")
+                o.line("return err;")
+            o.line("cache.a = A;")
+            o.line("cache.b = B;")
+            o.line("cache.m = M;")
+            o.line("cache.n = N;")
+            o.line("cache.k = K;")
+            o.line("cache.lda = lda;")
+            o.line("cache.ldb = ldb;")
+            o.line("return cudaSuccess;")
+
+    def _emit_launch(self) -> None:
+        o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
+        bm, bn, bk = launch.block_tile
+        invalid = "return cudaErrorInvalidValue;"
+        with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
+            o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
+            o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
+            if not spec.problem.checked:
+                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
+            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
+            o.line(f"if ({bounds}) {invalid}")
+            o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
+                      f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements).")
+            o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "
+                   f"reinterpret_cast<uintptr_t>(B) % {layout.global_alignment_bytes} != 0) {invalid}")
+            o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
+            tiles = " * ".join(f"(long long)({tile_count(spec, extent, str(size))})"
+                               for extent, size in (("M", bm), ("N", bn)))
+            o.line(f"const long long tiles = {tiles};")
+            o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
+            o.line("long long blocks = tiles;")
+            if layout.persistent:
+                o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
+                          "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
+                o.line("int device = 0, sms = 0;")
+                o.line("cudaError_t status = cudaGetDevice(&device);")
+                o.line("if (status == cudaSuccess) "
+                       "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+                o.line("if (status != cudaSuccess) return status;")
+                o.line("if (sms > 0 && blocks > sms) blocks = sms;")
+            o.line(f"const {self.name}_map_cache* maps = nullptr;")
+            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, B, ldb, M, N, K, &maps);")
+            o.line("if (err != cudaSuccess) return err;")
+            o.line(f"const auto kernel = {launch.entries.vector};")
+            o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
+            o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+            o.line("if (err != cudaSuccess) return err;")
+            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
+                   "maps->map_b, C, M, N, K, ldc, alpha, beta);")
+            o.line("return cudaGetLastError();")

@@ -1,0 +1,115 @@
+"""The math of the wgmma path: each consumer warpgroup's accumulators and the wgmma.mma_async
+instructions of one k-tile.
+
+A consumer warpgroup multiplies CONSUMER_ROWS rows of the block tile by all BN columns: M_REPEAT x
+N_REPEAT instructions of WGMMA_N columns per k16 step, BK / 16 steps per k-tile. Both operands stay in
+shared memory; the instruction reads them through 64-bit matrix descriptors (wgmma_layout.descriptor):
+k-major tiles in the 128-byte swizzle, 8-row groups 1024 bytes apart. Moving a descriptor along k by
+16 elements (32 bytes) adds 2 to its start field, inside the swizzled row, which the hardware
+swizzles the same way TMA did; moving by 64 rows of A adds 64 * 128 bytes >> 4.
+"""
+from __future__ import annotations
+
+from ..emitter import Emitter
+from ..wgmma_layout import DESCRIPTOR_LBO, DESCRIPTOR_SBO, DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
+
+REGISTERS_PER_ROW = 8  # accumulator operands per line of the asm's register list
+
+
+class WgmmaMath:
+    def __init__(self, layout: WgmmaLayout, out: Emitter):
+        self.layout = layout
+        self.out = out
+        self.shape = layout.shape
+        dtype = layout.spec.problem.a.dtype
+        self.instruction = (f"wgmma.mma_async.sync.aligned.{self.shape.value}.f32.{dtype.value}.{dtype.value}")
+        self.function = f"wgmma_{self.shape.value}"
+
+    def constants(self) -> list[tuple[str, int]]:
+        layout = self.layout
+        return [("WGMMA_N", self.shape.n), ("CONSUMER_ROWS", layout.consumer_rows), ("M_REPEAT", layout.m_repeat),
+                ("N_REPEAT", layout.n_repeat), ("ACCUMULATORS", layout.accumulators)]
+
+    def tiling_note(self) -> str:
+        layout = self.layout
+        return (f"Each of the {layout.consumers} consumer warpgroups multiplies {layout.consumer_rows} rows by {layout.bn} "
+                f"columns: {layout.m_repeat} x {layout.n_repeat} {self.shape} per k16 step, {layout.k_steps} steps "
+                f"per k-tile,\n{layout.accumulators} f32 accumulators per thread.")
+
+    def emit_helpers(self) -> None:
+        o = self.out
+        o.comment("wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4\n"
+                  f"(bits 0-13), leading byte offset >> 4 = {DESCRIPTOR_LBO} (unused by this mode, bits 16-29), stride "
+                  f"byte offset >> 4 = {DESCRIPTOR_SBO}\n(1024 bytes between 8-row groups, bits 32-45), "
+                  f"swizzle mode {DESCRIPTOR_SWIZZLE_128B} = 128B (bits 62-63).")
+        with o.block("static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address)"):
+            o.line(f"return (unsigned long long)((address & 0x3FFFF) >> 4) | ({DESCRIPTOR_LBO}ull << 16) | "
+                   f"({DESCRIPTOR_SBO}ull << 32) | ({DESCRIPTOR_SWIZZLE_128B}ull << 62);")
+        o.line()
+        o.lines(r'''
+// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
+static __device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most N committed groups of this warpgroup's wgmma are still running.
+template <int N>
+static __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}''')
+        o.line()
+        self._emit_instruction()
+
+    def _emit_instruction(self) -> None:
+        o, count = self.out, self.shape.n * WGMMA_M // 128
+        o.comment(f"d (the {count} accumulators of one {self.shape} per thread) += A (64 x 16, descriptor a) *\n"
+                  f"B (16 x {self.shape.n}, descriptor b). The immediates: scale-d 1 (accumulate), A and B "
+                  "scaled by 1, neither transposed\n(both k-major).")
+        with o.block(f"static __device__ __forceinline__ void {self.function}(float* d, unsigned long long a, "
+                     "unsigned long long b)"):
+            o.line("asm volatile(")
+            o.line('    "{\\n"')
+            o.line(f'    "{self.instruction}\\n"')
+            for first in range(0, count, REGISTERS_PER_ROW):
+                names = ", ".join(f"%{i}" for i in range(first, min(first + REGISTERS_PER_ROW, count)))
+                opening = "{" if first == 0 else " "
+                closing = "}," if first + REGISTERS_PER_ROW >= count else ","
+                o.line(f'    "{opening}{names}{closing}\\n"')
+            o.line(f'    " %{count}, %{count + 1}, 1, 1, 1, 0, 0;\\n"')
+            o.line('    "}\\n"')
+            for first in range(0, count, REGISTERS_PER_ROW):
+                names = ", ".join(f'"+f"(d[{i}])' for i in range(first, min(first + REGISTERS_PER_ROW, count)))
+                lead = ": " if first == 0 else "  "
+                o.line(f"    {lead}{names}{',' if first + REGISTERS_PER_ROW < count else ''}")
+            o.line('    : "l"(a), "l"(b));')
+
+    def declare(self) -> None:
+        o = self.out
+        o.line("float acc[ACCUMULATORS];")
+        with o.unrolled("i", "ACCUMULATORS"):
+            o.line("acc[i] = 0.0f;")
+
+    def emit_k_tile(self) -> None:
+        """Issue the k-tile in stage `stage` (its barrier has completed) as one wgmma group."""
+        o, layout = self.out, self.layout
+        o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
+        o.line("const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * "
+               f"{layout.element_bytes}));")
+        o.line("const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));")
+        o.line("wgmma_fence();")
+        k_step, m_step, n_step = (layout.descriptor_step(what) for what in ("k", "m", "n"))
+        o.comment(f"Descriptor steps: k16 = {k_step} (32 bytes), 64 rows of A = {m_step}, {self.shape.n} rows of B = "
+                  f"{n_step} (128-byte rows, >> 4).")
+        with o.unrolled("kk", "BK / 16"):
+            with o.unrolled("mr", "M_REPEAT"):
+                with o.unrolled("nr", "N_REPEAT"):
+                    o.line(f"{self.function}(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), "
+                           f"desc_a + {k_step} * kk + {m_step} * mr, desc_b + {k_step} * kk + {n_step} * nr);")
+        o.line("wgmma_commit();")

@@ -1,0 +1,101 @@
+"""The epilogue of the wgmma path: a consumer warpgroup's accumulators straight to C.
+
+wgmma's accumulator layout (PTX ISA, "Matrix fragments for wgmma .m64nNk16"): in each instruction's
+64 x N tile, warp w of the warpgroup holds rows 16w..16w+15; lane l holds, for every 8-column chunk j,
+d[4j], d[4j+1] at row l/4, columns 8j + 2(l%4) and + 1, and d[4j+2], d[4j+3] eight rows below. So
+each thread stores pairs of neighbouring columns: one 8-byte (f32) or 4-byte (16-bit) store when C's
+pointer and ldc keep the pair aligned, two element stores otherwise.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..emitter import Emitter
+from ..wgmma_layout import WgmmaLayout
+
+PAIR_TYPES = {ir.DType.F32: "float2", ir.DType.BF16: "__nv_bfloat162", ir.DType.F16: "__half2"}
+
+
+def _pair(dtype: ir.DType, x: str, y: str) -> str:
+    return {ir.DType.F32: f"make_float2({x}, {y})", ir.DType.BF16: f"__floats2bfloat162_rn({x}, {y})",
+            ir.DType.F16: f"__floats2half2_rn({x}, {y})"}[dtype]
+
+
+def _to_float(dtype: ir.DType, value: str) -> str:
+    return {ir.DType.F32: value, ir.DType.BF16: f"__bfloat162float({value})",
+            ir.DType.F16: f"__half2float({value})"}[dtype]
+
+
+def _from_float(dtype: ir.DType, value: str) -> str:
+    return {ir.DType.F32: value, ir.DType.BF16: f"__float2bfloat16_rn({value})",
+            ir.DType.F16: f"__float2half_rn({value})"}[dtype]
+
+
+class AccumulatorEpilogue:
+    def __init__(self, layout: WgmmaLayout, out: Emitter):
+        self.layout = layout
+        self.spec = layout.spec
+        self.out = out
+        self.c = self.spec.problem.c.dtype
+        self.alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        self.checked = self.spec.problem.checked
+
+    def emit_helpers(self) -> None:
+        o, c = self.out, self.c
+        element, pair = c.c_type, PAIR_TYPES[c]
+        what = "alpha * acc + beta * C (C is read only when beta is not 0)" if self.alpha_beta else "acc"
+        guard = ", inside C only (bounds: checked)" if self.checked else ""
+        o.comment(f"C(row, col) and C(row, col + 1) = {what}{guard}.\n"
+                  f"`pairs`: C's pointer and ldc keep every pair {2 * c.bytes}-byte aligned, so one {pair} store "
+                  "writes both.")
+        with o.block(f"static __device__ __forceinline__ void store_pair({element}* C, int ldc, int M, int N, int row, "
+                     "int col, float x, float y, float alpha, float beta, bool pairs)"):
+            if self.checked:
+                o.line("if (row >= M || col >= N) return;")
+            else:
+                o.line("(void)M;")
+            if self.alpha_beta:
+                o.line("x *= alpha;")
+                o.line("y *= alpha;")
+            else:
+                o.line("(void)alpha;")
+                o.line("(void)beta;")
+            o.line(f"{element}* const p = C + (size_t)row * ldc + col;")
+            with o.block("if (pairs && col + 1 < N)" if self.checked else "if (pairs)"):
+                if self.alpha_beta:
+                    with o.block("if (beta != 0.0f)"):
+                        o.line(f"const {pair} old = *reinterpret_cast<const {pair}*>(p);")
+                        if c is ir.DType.F32:
+                            o.line("x += beta * old.x;")
+                            o.line("y += beta * old.y;")
+                        else:
+                            o.line("x += beta * __low2float(old);")
+                            o.line("y += beta * __high2float(old);")
+                o.line(f"*reinterpret_cast<{pair}*>(p) = {_pair(c, 'x', 'y')};")
+                o.line("return;")
+            if self.alpha_beta:
+                o.line(f"if (beta != 0.0f) x += beta * {_to_float(c, 'p[0]')};")
+            o.line(f"p[0] = {_from_float(c, 'x')};")
+            with o.block("if (col + 1 < N)"):
+                if self.alpha_beta:
+                    o.line(f"if (beta != 0.0f) y += beta * {_to_float(c, 'p[1]')};")
+                o.line(f"p[1] = {_from_float(c, 'y')};")
+
+    def emit_pairs_flag(self) -> None:
+        c = self.c
+        self.out.line(f"const bool pairs = reinterpret_cast<size_t>(C) % {2 * c.bytes} == 0 && ldc % 2 == 0;")
+
+    def emit(self) -> None:
+        """This consumer's rows of the tile at (block_m, block_n)."""
+        o = self.out
+        o.comment("Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and\n"
+                  "l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.")
+        o.line("const int warp = tid / 32, lane = tid % 32;")
+        o.line("const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;")
+        o.line("const int col0 = block_n + lane % 4 * 2;")
+        with o.unrolled("mr", "M_REPEAT"):
+            with o.unrolled("nr", "N_REPEAT"):
+                with o.unrolled("j", "WGMMA_N / 8"):
+                    o.line("const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;")
+                    o.line("const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;")
+                    o.line("store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);")
+                    o.line("store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);")

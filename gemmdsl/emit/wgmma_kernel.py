@@ -1,0 +1,103 @@
+"""The `__global__` kernel of the wgmma path, wired from its parts (chosen in kernel.choose_wgmma_parts):
+a warp-specialized block in which warpgroup 0 produces (TMA into the ring) and warpgroups
+1..CONSUMERS consume (wgmma from the ring, then the epilogue), over the tiles the scheduler gives it.
+"""
+from __future__ import annotations
+
+from ..abi import tensor_map_type
+from ..ir import Operand
+from ..emitter import Emitter
+from ..plan import KernelPlan
+from .kernel import choose_wgmma_parts
+
+
+def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
+    """The file's body after its includes: the tensor-map type, device helpers, the kernel, the launchers."""
+    from .tensor_maps import TensorMapLauncher
+
+    parts = choose_wgmma_parts(plan, o)
+    name = tensor_map_type(plan.spec)
+    o.comment("A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a\n"
+              "__grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's\n"
+              "header (NVRTC); the launcher copies the CUtensorMap it encodes into it.")
+    o.line(f"struct alignas(64) {name} {{")
+    o.line("    unsigned long long opaque[16];")
+    o.line("};")
+    o.line()
+    parts.ring.emit_helpers()
+    o.line()
+    parts.copy.emit_helpers()
+    o.line()
+    parts.math.emit_helpers()
+    o.line()
+    parts.epilogue.emit_helpers()
+    o.line()
+    emit_wgmma_kernel(plan, o)
+    o.line()
+    TensorMapLauncher(plan, o).emit()
+
+
+def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
+    parts = choose_wgmma_parts(plan, o)
+    layout, launch = parts.layout, plan.launch
+    parameters = [f"{ctype} __restrict__ {name}" if ctype.endswith("*") else f"{ctype} {name}"
+                  for ctype, name in launch.parameters]
+    o.comment(f"Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to {layout.producer_registers} "
+              f"registers; one thread issues TMA),\nwarpgroups 1..{layout.consumers} the consumers (setmaxnreg.inc to "
+              f"{layout.consumer_registers}: the registers the producer gave up). One block per SM\n"
+              f"(__launch_bounds__({layout.threads}, 1)): the register split and the "
+              f"{layout.smem_bytes // 1024} KiB ring assume it.")
+    o.line(f'extern "C" __global__ void __launch_bounds__({layout.threads}, 1) {plan.launch.entries.vector}(')
+    o.line(f"    {', '.join(parameters[:2])},")
+    o.line(f"    {', '.join(parameters[2:])})")
+    with o.block(""):
+        o.comment(parts.math.tiling_note())
+        constants = [("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk), *parts.math.constants(),
+                     ("STAGES", layout.stages), ("CONSUMERS", layout.consumers),
+                     ("A_STAGE_BYTES", layout.stage_bytes_of(Operand.A)),
+                     ("STAGE_BYTES", layout.stage_bytes)]
+        for name, value in constants:
+            o.line(f"constexpr int {name} = {value};")
+        o.line()
+        parts.ring.declare()
+        o.line("const int warpgroup = threadIdx.x / 128;")
+        o.line("const int tid = threadIdx.x % 128;")
+        o.line()
+        parts.ring.emit_init()
+        o.line()
+        parts.scheduler.emit_counts()
+        o.line()
+        with o.block("if (warpgroup == 0)"):
+            o.comment("Producer.")
+            o.line(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {layout.producer_registers};");')
+            with o.block("if (tid == 0)"):
+                o.line("int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase")
+                parts.scheduler.emit_loop(lambda: _producer_tile(parts, o))
+        with o.block("else"):
+            o.comment("Consumers.")
+            o.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {layout.consumer_registers};");')
+            o.line("const int consumer = warpgroup - 1;")
+            parts.epilogue.emit_pairs_flag()
+            o.line("int it = 0;")
+            parts.scheduler.emit_loop(lambda: _consumer_tile(parts, o))
+
+
+def _producer_tile(parts, o: Emitter) -> None:
+    with o.block("for (int kt = 0; kt < k_tiles; ++kt, ++it)"):
+        parts.ring.emit_stage()
+        parts.copy.emit_k_tile()
+
+
+def _consumer_tile(parts, o: Emitter) -> None:
+    parts.math.declare()
+    with o.block("for (int kt = 0; kt < k_tiles; ++kt, ++it)"):
+        parts.ring.emit_stage()
+        o.line("mbarrier_wait(smem_u32(full + stage), phase);")
+        parts.math.emit_k_tile()
+        o.comment("Keep one group in flight: once the previous k-tile's group has finished, its stage is free.")
+        o.line("wgmma_wait<1>();")
+        o.line("if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
+    o.line("wgmma_wait<0>();")
+    o.line("if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
+    o.line()
+    parts.epilogue.emit()

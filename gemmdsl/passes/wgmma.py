@@ -1,0 +1,185 @@
+"""The analysis passes of the wgmma path (Hopper's own path), over its WgmmaLayout.
+
+Shared memory per stage and per block, the registers each warpgroup has after setmaxnreg against
+what a consumer needs, the barriers of the ring, the waves of the (persistent) grid, and the bound:
+wgmma's peak, the last wave's idle SMs and the memory traffic. `analysis.analyze` runs these instead
+of the mma.sync/FMA passes, whose lane-level models (bank maps, fragment registers) do not apply:
+wgmma reads shared memory itself, and the 128-byte swizzle that TMA writes is conflict-free by
+construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS, WGMMA_PEAK_TFLOPS
+from ..wgmma_layout import WgmmaLayout
+from .framework import Context, PassResult
+
+
+def _layout(context: Context) -> WgmmaLayout:
+    layout = context.layout
+    assert isinstance(layout, WgmmaLayout)
+    return layout
+
+
+@dataclass(frozen=True)
+class WgmmaSmem:
+    stage_bytes: dict[str, int]  # a, b: one k-tile each
+    stages: int
+    ring_bytes: int
+    barrier_bytes: int
+    block_bytes: int  # dynamic shared memory per block (ring, barriers, alignment slack)
+    limit: int
+
+
+class WgmmaSmemPass:
+    name = "smem"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"wgmma_smem"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = _layout(context)
+        smem = WgmmaSmem({op.value: layout.stage_bytes_of(op) for op in (ir.Operand.A, ir.Operand.B)},
+                         layout.stages, layout.ring_bytes, layout.mbarriers * 8, layout.smem_bytes,
+                         layout.arch.smem_per_block)
+        verdict = (f"{layout.stage_bytes} bytes per stage (A {smem.stage_bytes['a']} + B {smem.stage_bytes['b']}), "
+                   f"{smem.stages} stages = {smem.ring_bytes}; {smem.block_bytes} bytes per block with barriers and "
+                   f"1024-byte alignment, of {smem.limit} ({100 * smem.block_bytes / smem.limit:.0f}%): 1 block per SM")
+        return PassResult({"wgmma_smem": smem}, verdict)
+
+
+@dataclass(frozen=True)
+class WgmmaRegisters:
+    entry: int  # per thread at launch: the cap ptxas compiles under
+    producer: int  # after setmaxnreg.dec
+    consumer: int  # after setmaxnreg.inc
+    accumulators: int  # f32 per consumer thread
+    consumer_needed: int  # accumulators and the reserve
+    ptxas: int | None
+    spills: int | None  # bytes stored and loaded
+
+    @property
+    def fits(self) -> bool:
+        return self.consumer_needed <= self.consumer
+
+
+class WgmmaRegisterPass:
+    name = "registers"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"wgmma_registers"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = _layout(context)
+        ptxas = context.ptxas
+        registers = WgmmaRegisters(layout.entry_registers, layout.producer_registers, layout.consumer_registers,
+                                   layout.accumulators, layout.consumer_registers_needed,
+                                   None if ptxas is None else ptxas["registers"],
+                                   None if ptxas is None else ptxas["spill_stores"] + ptxas["spill_loads"])
+        verdict = (f"{layout.entry_registers} per thread at launch ({layout.threads} threads, 1 block); setmaxnreg: "
+                   f"producer {layout.producer_registers}, consumers {layout.consumer_registers}; a consumer needs "
+                   f"about {registers.consumer_needed} ({registers.accumulators} accumulators)")
+        if registers.ptxas is not None:
+            verdict += f"; ptxas {registers.ptxas}, {registers.spills} bytes spilled"
+        return PassResult({"wgmma_registers": registers}, verdict)
+
+
+@dataclass(frozen=True)
+class WgmmaPipeline:
+    stages: int
+    mbarriers: int
+    tma_copies_per_stage: int
+    bytes_per_stage: int
+    wgmma_per_k_tile: int  # per consumer warpgroup
+    groups_in_flight: int  # wgmma groups a consumer leaves running
+
+
+class WgmmaPipelinePass:
+    name = "pipeline"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"wgmma_pipeline"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = _layout(context)
+        pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, 2, layout.stage_bytes, layout.wgmma_per_k_tile, 1)
+        verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers (full + empty per stage); 2 TMA boxes "
+                   f"({layout.bk}x{layout.bm}, {layout.bk}x{layout.bn}) = {layout.stage_bytes} bytes per k-tile; "
+                   f"{layout.wgmma_per_k_tile} wgmma {layout.shape} per consumer per k-tile, 1 group in flight, "
+                   f"{layout.stages - 2} stages of lookahead for TMA")
+        return PassResult({"wgmma_pipeline": pipeline}, verdict)
+
+
+@dataclass(frozen=True)
+class WgmmaWaves:
+    sms: int
+    tiles: int
+    blocks: int
+    persistent: bool
+
+    @property
+    def waves(self) -> float:
+        return self.tiles / self.sms
+
+    @property
+    def efficiency(self) -> float:
+        """Busy fraction of the SMs over the launch: tiles over the SM-tile slots the rounds take."""
+        rounds = -(-self.tiles // self.sms)
+        return self.tiles / (rounds * self.sms)
+
+
+class WgmmaWavesPass:
+    name = "waves"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"wgmma_waves"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = _layout(context)
+        m, n, _ = context.problem
+        sms = layout.arch.reference_sms
+        waves = WgmmaWaves(sms, layout.tiles(m, n), layout.grid(m, n, sms), layout.persistent)
+        kind = "persistent: one wave of" if waves.persistent else "one block per tile:"
+        verdict = (f"{waves.tiles} tiles, {kind} {waves.blocks} blocks on the {layout.arch.reference_gpu}'s {sms} SMs: "
+                   f"{waves.waves:.2f} tiles per SM, {100 * waves.efficiency:.0f}% of SM time busy")
+        return PassResult({"wgmma_waves": waves}, verdict)
+
+
+@dataclass(frozen=True)
+class WgmmaBound:
+    peak_tflops: float  # wgmma's dense peak (datasheet)
+    measured_tflops: float  # the best measured GEMM on the reference GPU (cuBLAS)
+    flops: int
+    dram_bytes: int  # A, B read once, C written (and read for alpha_beta): perfect L2 reuse
+    memory_tflops: float
+    bound_tflops: float
+
+    @property
+    def limit(self) -> str:
+        return "memory" if self.memory_tflops < self.peak_tflops else "wgmma"
+
+
+class WgmmaBoundPass:
+    name = "bound"
+    needs = frozenset({"wgmma_waves"})
+    provides = frozenset({"wgmma_bound"})
+
+    def run(self, context: Context) -> PassResult:
+        layout, spec = _layout(context), context.spec
+        m, n, k = context.problem
+        waves = context.fact("wgmma_waves")
+        assert isinstance(waves, WgmmaWaves)
+        sm = spec.target.sm
+        peak = WGMMA_PEAK_TFLOPS[sm][spec.problem.a.dtype.value]
+        size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
+        c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
+        dram = m * k * size[ir.Operand.A] + k * n * size[ir.Operand.B] + m * n * size[ir.Operand.C] * c_passes
+        flops = 2 * m * n * k
+        memory = flops / dram * MEMORY_TBPS[sm]
+        bound = min(peak * waves.efficiency, memory)
+        result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm], flops, dram, memory, bound)
+        verdict = (f"wgmma {spec.problem.a.dtype.value} peak {peak:.0f} TFLOP/s (datasheet; cuBLAS measured "
+                   f"{result.measured_tflops:.0f}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
+                   f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves)")
+        return PassResult({"wgmma_bound": result}, verdict)
+
+
+WGMMA_PASSES = (WgmmaSmemPass(), WgmmaRegisterPass(), WgmmaPipelinePass(), WgmmaWavesPass(), WgmmaBoundPass())

@@ -1,0 +1,118 @@
+"""TMA tensor maps for the Python runtime: what the C launcher of a wgmma spec does on the host
+(emit/tensor_maps.py), from its metadata.
+
+A wgmma kernel takes A and B as two CUtensorMap parameters (128 bytes each, passed by value), so
+the runtime encodes them with the driver's cuTensorMapEncodeTiled (through ctypes: CuPy does not
+expose it) and hands each to CuPy as a numpy structured scalar of 128 bytes. CuPy passes a numpy
+scalar argument as a pointer to its bytes, and cuLaunchKernel copies each parameter's declared size
+(here 128) from that pointer to the parameter's offset, so the kernel sees the map byte for byte.
+The maps of the last call are kept (`TensorMapCache`), as the C launcher keeps them.
+
+Everything but `driver_encoder` runs without a GPU, so tests check the requests and the packing.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy
+
+TENSOR_MAP_BYTES = 128
+DATA_TYPES = {"f16": 6, "bf16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16 (cuda.h)
+SWIZZLES = {32: 1, 64: 2, 128: 3}  # CU_TENSOR_MAP_SWIZZLE_32B, _64B, _128B
+INTERLEAVE_NONE = 0
+L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+OOB_FILL_ZERO = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the tensor read as zero
+# The kernel's parameter type: `struct alignas(64) NAME_tensor_map { unsigned long long opaque[16]; }`.
+TENSOR_MAP_DTYPE = numpy.dtype({"names": ["opaque"], "formats": [("<u8", (16,))], "itemsize": TENSOR_MAP_BYTES},
+                               align=True)
+
+
+@dataclass(frozen=True)
+class TensorMapRequest:
+    """The arguments of one cuTensorMapEncodeTiled call: a rank-2 view whose dimension 0 is k (contiguous)."""
+
+    data_type: int
+    address: int
+    dims: tuple[int, int]  # (k, rows), elements
+    strides: tuple[int]  # bytes between rows (dimension 1); dimension 0's stride is the element
+    box: tuple[int, int]  # (k, rows) elements
+    swizzle: int
+
+
+def tensor_map_requests(maps: dict, pointers: dict[str, int], m: int, n: int, k: int,
+                        lds: dict[str, int]) -> dict[str, TensorMapRequest]:
+    """The two maps' requests for one call: metadata['tensor_maps'] (per operand a, b: rows 'M' or 'N', box
+    [k, rows], element_bytes, swizzle_bytes, dtype), the operands' pointers and leading dimensions."""
+    extents = {"M": m, "N": n}
+    requests = {}
+    for operand, entry in maps.items():
+        requests[operand] = TensorMapRequest(
+            data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand], dims=(k, extents[entry["rows"]]),
+            strides=(lds[operand] * entry["element_bytes"],), box=(entry["box"][0], entry["box"][1]),
+            swizzle=SWIZZLES[entry["swizzle_bytes"]])
+    return requests
+
+
+def pack(raw: bytes) -> numpy.void:
+    """128 bytes of CUtensorMap as the by-value kernel argument CuPy passes."""
+    if len(raw) != TENSOR_MAP_BYTES:
+        raise ValueError(f"a tensor map is {TENSOR_MAP_BYTES} bytes, got {len(raw)}")
+    holder = numpy.zeros((), dtype=TENSOR_MAP_DTYPE)
+    holder["opaque"] = numpy.frombuffer(raw, dtype="<u8")
+    return holder[()]
+
+
+Encoder = Callable[[TensorMapRequest], bytes]
+
+
+class TensorMapCache:
+    """The packed maps of the last call's key (pointers, M, N, K, leading dimensions), like the C launcher's."""
+
+    def __init__(self, encoder: Encoder):
+        self.encoder = encoder
+        self.key: tuple | None = None
+        self.maps: tuple[numpy.void, numpy.void] | None = None
+        self.encodes = 0  # how many maps were encoded (tests)
+
+    def get(self, metadata_maps: dict, pointers: dict[str, int], m: int, n: int, k: int,
+            lds: dict[str, int]) -> tuple[numpy.void, numpy.void]:
+        key = (pointers["a"], pointers["b"], m, n, k, lds["a"], lds["b"])
+        if key != self.key or self.maps is None:
+            requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds)
+            encoded = tuple(pack(self.encoder(requests[operand])) for operand in ("a", "b"))
+            self.encodes += 2
+            self.key, self.maps = key, encoded  # type: ignore[assignment]
+        return self.maps  # type: ignore[return-value]
+
+
+class TensorMapError(ValueError):
+    """cuTensorMapEncodeTiled refused a map (the operands break a TMA rule the checks did not catch)."""
+
+
+def driver_encoder() -> Encoder:
+    """An encoder calling libcuda's cuTensorMapEncodeTiled through ctypes (GPU machines only)."""
+    library = ctypes.CDLL("libcuda.so.1")
+    encode = library.cuTensorMapEncodeTiled
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    encode.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    encode.restype = ctypes.c_int
+
+    def run(request: TensorMapRequest) -> bytes:
+        out = (ctypes.c_uint64 * 16)()  # ctypes arrays of u64 are 8-byte aligned; the driver asks for 64
+        aligned = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 64)
+        address = (ctypes.addressof(aligned) + 63) // 64 * 64
+        dims = (ctypes.c_uint64 * 2)(*request.dims)
+        strides = (ctypes.c_uint64 * 1)(*request.strides)
+        box = (ctypes.c_uint32 * 2)(*request.box)
+        steps = (ctypes.c_uint32 * 2)(1, 1)
+        result = encode(address, request.data_type, 2, request.address, dims, strides, box, steps, INTERLEAVE_NONE,
+                        request.swizzle, L2_PROMOTION_256B, OOB_FILL_ZERO)
+        if result != 0:
+            raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {result}) for {request}")
+        ctypes.memmove(out, address, TENSOR_MAP_BYTES)
+        return bytes(out)
+
+    return run

@@ -1,0 +1,243 @@
+"""The cross-field rules of a wgmma spec (Hopper's own path), called from validate.py.
+
+What would give wrong answers is an error: a swizzle the wgmma descriptor cannot express, a stage
+ring over the shared-memory limit, a tile the TMA box cannot describe, accumulators that overflow
+the consumer's registers, a ring too shallow to make progress. What this first landing does not
+generate yet is an error that says so ("not supported yet"), so no spec silently gets other code.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from . import ir
+from .source import Span
+from .wgmma_layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M, WgmmaLayout
+from .targets import ARCH_SPECIFIC
+
+MAX_WGMMA_N = 256
+MAX_WARPGROUPS = 1024 // WARPGROUP  # threads per block
+
+Report = Callable[[Span, str, str | None], None]
+
+
+def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
+    """Every rule of the wgmma path; `error` and `warning` take (span, message, hint)."""
+    assert spec.mma is not None and isinstance(spec.mma.shape, ir.WgmmaShape)
+    ok = _check_target(spec, error)
+    ok = _check_problem(spec, error) and ok
+    ok = _check_shape(spec, error) and ok
+    ok = _check_threads(spec, error) and ok
+    ok = _check_smem(spec, error) and ok
+    ok = _check_pipeline(spec, error) and ok
+    _check_unused_sections(spec, error)
+    if not ok:
+        return
+    ok = _check_tile(spec, error)
+    if ok:
+        _check_fit(spec, error, warning)
+
+
+def _check_target(spec: ir.KernelSpec, error: Report) -> bool:
+    target = spec.target
+    if target.arch_specific and target.sm in ARCH_SPECIFIC:
+        return True
+    names = ", ".join(f"sm_{sm}a" for sm in ARCH_SPECIFIC)
+    error(target.at("target"),
+          f"wgmma ({spec.mma.shape}) needs an arch-specific target ({names}); {target} has no wgmma",
+          "write `target sm_90a;` (the code then runs on sm_90 GPUs only), or use an mma.sync shape "
+          "such as m16n8k16")
+    return False
+
+
+def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
+    problem, ok = spec.problem, True
+    a, b = problem.a, problem.b
+    if a.dtype is ir.DType.F32:
+        error(problem.at("a"), "f32 operands on wgmma (TF32, m64nNk8) are not supported yet; this landing "
+                               "multiplies bf16 and f16", "use `a: bf16 row; b: bf16 col;` or an mma.sync spec "
+                                                          "with `precision: tf32;`")
+        ok = False
+    elif a.dtype is not b.dtype:
+        ok = False  # validate.py's problem check reports it
+    if a.layout is not ir.MatrixLayout.ROW:
+        error(problem.at("a"), "a column-major A (m contiguous) needs the transposed (MN-major) wgmma descriptor, "
+                               "which is not supported yet", f"store A row-major: `a: {a.dtype.value} row;`")
+        ok = False
+    if b.layout is not ir.MatrixLayout.COL:
+        error(problem.at("b"), "a row-major B (n contiguous) needs the transposed (MN-major) wgmma descriptor, "
+                               "which is not supported yet",
+              f"store B column-major (N x K, k contiguous): `b: {b.dtype.value} col;`")
+        ok = False
+    if problem.c.layout is not ir.MatrixLayout.ROW:
+        error(problem.at("c"), "a column-major C is not supported yet on the wgmma path",
+              f"write `c: {problem.c.dtype.value} row;`")
+        ok = False
+    if problem.batched:
+        error(problem.at("batch"), "batch: strided is not supported yet on the wgmma path (the tensor maps would "
+                                   "need a third dimension)", "remove `batch`, or use an mma.sync spec")
+        ok = False
+    block = spec.block
+    if block.stream_k:
+        error(block.at("schedule"), "schedule: stream_k is not supported yet on the wgmma path",
+              "use `schedule: persistent;` (one wave of blocks walks the tiles) or `schedule: tiles;`")
+        ok = False
+    return ok
+
+
+def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:
+    mma = spec.mma
+    shape = mma.shape
+    ok = True
+    if shape.k != 16:
+        what = "TF32 (k8), not supported yet" if shape.k == 8 else f"k{shape.k}, which no wgmma has"
+        error(mma.at("shape"), f"wgmma {shape} multiplies {what}; 16-bit operands take k16",
+              f"use `shape: m64n{shape.n}k16;`")
+        ok = False
+    if shape.n % 8 or not 8 <= shape.n <= MAX_WGMMA_N:
+        near = min(MAX_WGMMA_N, max(8, shape.n // 8 * 8))
+        error(mma.at("shape"), f"wgmma has no N = {shape.n}: N is a multiple of 8 from 8 to {MAX_WGMMA_N}",
+              f"use `shape: m64n{near}k16;`")
+        ok = False
+    if mma.precision is not ir.Precision.NATIVE:
+        error(mma.at("precision"), f"precision: {mma.precision.value} is not supported on the wgmma path yet",
+              "remove `precision`")
+        ok = False
+    return ok
+
+
+def _check_threads(spec: ir.KernelSpec, error: Report) -> bool:
+    t = spec.threads
+    ok = True
+    if t.producers != 1:
+        error(t.at("producer"), f"producer: {t.producers}: the wgmma path has exactly one producer warpgroup "
+                                "(one thread of it issues every TMA copy)", "write `producer: 1;`")
+        ok = False
+    if t.warpgroups + t.producers > MAX_WARPGROUPS:
+        error(t.at("warpgroups"), f"{t.warpgroups} consumer and {t.producers} producer warpgroups are "
+                                  f"{t.threads} threads, more than the 1024 a block may have",
+              f"use at most {MAX_WARPGROUPS - max(t.producers, 1)} consumer warpgroups")
+        ok = False
+    return ok
+
+
+def _check_smem(spec: ir.KernelSpec, error: Report) -> bool:
+    ok = True
+    for operand, order in ((ir.Operand.A, ir.SmemOrder.MK), (ir.Operand.B, ir.SmemOrder.NK)):
+        smem = spec.smem(operand)
+        if smem.order is not order:
+            error(smem.at("order"), f"order {smem.order.value} keeps {smem.order.value[1]} contiguous: an MN-major "
+                                    "operand needs the transposed wgmma descriptor, which is not supported yet",
+                  f"write `order: {order.value};` (k contiguous, as TMA copies a k-contiguous operand)")
+            ok = False
+        if smem.pad:
+            error(smem.at("pad"), "TMA writes each box densely; a padded stage would put rows where the wgmma "
+                                  "descriptor does not look", "remove `pad`: the 128-byte swizzle already keeps "
+                                                              "wgmma's reads free of bank conflicts")
+            ok = False
+        if smem.swizzle is not None:
+            s = smem.swizzle
+            # On 16-bit elements xor(3, 3, 3) is the 128-byte mode itself: 16-byte chunks (2^3 elements),
+            # xor-ed with the row (2^3 chunks of 8 elements = 128 bytes per row), 8 rows.
+            if (s.bits, s.base, s.shift) == (3, 3, 3) and spec.problem.matrix(operand).dtype.bytes == 2:
+                error(smem.at("swizzle"), f"write the wgmma path's swizzle as a mode: {s} on 16-bit elements is "
+                                          "the 128-byte swizzle", "write `swizzle: 128B;`")
+            else:
+                error(smem.at("swizzle"), f"the wgmma descriptor cannot express {s}: TMA and wgmma swizzle only "
+                                          "32-, 64- or 128-byte spans (16-byte chunks xor-ed with the row)",
+                      "write `swizzle: 128B;`")
+            ok = False
+        elif smem.swizzle_bytes != SWIZZLE_SPAN:
+            error(smem.at("swizzle"), f"swizzle: {smem.swizzle_bytes}B is not supported yet; this landing "
+                                      f"emits the {SWIZZLE_SPAN}-byte mode, whose rows hold one k-tile row",
+                  "write `swizzle: 128B;`")
+            ok = False
+    return ok
+
+
+def _check_pipeline(spec: ir.KernelSpec, error: Report) -> bool:
+    p = spec.pipeline
+    ok = True
+    if p.copy is not ir.CopyMode.TMA:
+        error(p.at("copy"), f"copy: {p.copy.value} does not feed wgmma: its operands reach shared memory by TMA "
+                            "in the layout its descriptors read", "write `copy: tma;` (the default for wgmma specs)")
+        ok = False
+    if p.stages < 2:
+        error(p.at("stages"), f"stages: {p.stages}: a consumer releases a stage only once the next k-tile's "
+                              "wgmma is issued, so the ring needs at least 2 stages or it deadlocks",
+              "use `stages: 4;`")
+        ok = False
+    if p.unroll != 1:
+        error(p.at("unroll"), "unroll does not apply to the wgmma path: its k-loop waits on barriers",
+              "remove `unroll`")
+        ok = False
+    return ok
+
+
+def _check_unused_sections(spec: ir.KernelSpec, error: Report) -> None:
+    for operand in (ir.Operand.A, ir.Operand.B):
+        load = spec.load(operand)
+        if load.key_spans:
+            error(load.at("vector"), "TMA copies whole boxes; a wgmma spec has no `load` vector width",
+                  f"remove `load {operand.value} {{ ... }}`")
+    budget = spec.budget
+    if budget.registers is not None or budget.blocks_per_sm is not None:
+        key = "registers" if budget.registers is not None else "blocks_per_sm"
+        error(budget.at(key), "a wgmma spec's registers are set by setmaxnreg (one block per SM, registers "
+                              "moved from the producer to the consumers); a budget does not apply",
+              "remove the `budget` section")
+
+
+def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
+    """The block tile against the consumers, the wgmma shape, the swizzle span and the TMA box."""
+    block, t, shape = spec.block, spec.threads, spec.mma.shape
+    element = spec.problem.a.dtype.bytes
+    ok = True
+    rows = WGMMA_M * t.warpgroups
+    if block.m % rows:
+        error(block.at("tile"), f"BM = {block.m} does not split into {t.warpgroups} consumer warpgroups of "
+                                f"whole {WGMMA_M}-row wgmma tiles (a multiple of {rows})",
+              f"use BM = {max(rows, block.m // rows * rows)}, or {max(1, block.m // WGMMA_M)} warpgroups")
+        ok = False
+    if block.n % shape.n:
+        error(block.at("tile"), f"BN = {block.n} is not a multiple of the N of {shape} ({shape.n})",
+              f"use BN = {max(shape.n, block.n // shape.n * shape.n)} or a wgmma N that divides {block.n}")
+        ok = False
+    if block.k * element != SWIZZLE_SPAN:
+        bk = SWIZZLE_SPAN // element
+        error(block.at("tile"), f"BK = {block.k} makes a k-tile row {block.k * element} bytes; the TMA box's "
+                                f"inner extent must be the {SWIZZLE_SPAN}-byte swizzle span ({bk} elements)",
+              f"use {block.m}x{block.n}x{bk} (deeper k-tiles as several 128-byte panels are not supported yet)")
+        ok = False
+    for extent, name in ((block.m, "BM"), (block.n, "BN")):
+        if extent > MAX_BOX:
+            error(block.at("tile"), f"{name} = {extent}: a TMA box spans at most {MAX_BOX} rows, so one copy "
+                                    f"cannot bring the tile", f"use {name} <= {MAX_BOX}")
+            ok = False
+    return ok
+
+
+def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
+    """Shared memory and registers, from the lowering everything else reads."""
+    layout = WgmmaLayout(spec)
+    arch, p = layout.arch, spec.pipeline
+    if layout.smem_bytes > arch.smem_per_block:
+        room = arch.smem_per_block - layout.smem_bytes + layout.ring_bytes
+        most = room // (layout.stage_bytes + 16)
+        error(p.at("stages"), f"{layout.stages} stages of {layout.stage_bytes} bytes ({layout.stage_bytes // 1024} "
+                              f"KiB: A {layout.stage_bytes_of(ir.Operand.A)} + B {layout.stage_bytes_of(ir.Operand.B)}) "
+                              f"and the barriers need {layout.smem_bytes} bytes, more than the "
+                              f"{arch.smem_per_block} an sm_{arch.sm} block may have",
+              f"use at most stages: {most}, or a smaller block tile")
+    needed, have = layout.consumer_registers_needed, layout.consumer_registers
+    where = spec.mma.at("shape")
+    if needed > have:
+        error(where, f"each consumer thread holds {layout.accumulators} f32 accumulators ({layout.m_repeat} x "
+                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup) and needs about {CONSUMER_RESERVE} "
+                     f"registers more, {needed} in all, but setmaxnreg can give a consumer only {have}",
+              f"use more consumer warpgroups or a smaller block tile (at most "
+              f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
+    elif needed > layout.entry_registers:
+        warning(where, f"a consumer thread needs about {needed} registers ({layout.accumulators} accumulators); "
+                       f"ptxas compiles the kernel under the launch cap of {layout.entry_registers} "
+                       f"(setmaxnreg raises it to {have} only at run time), so it may spill",
+                "use a smaller block tile or more consumer warpgroups")

@@ -1,0 +1,76 @@
+"""Hopper's own path on the GPU (sm_90 only): `verify`'s cases at odd shapes against cuBLAS and float64,
+the refusal of operands TMA cannot describe, and the C launcher called from a shared library."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gemmdsl.compiler import compile_path
+from gemmdsl.frontend import load_spec
+from gemmdsl.verify import format_result, verify
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+WGMMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm")) if load_spec(path).wgmma]
+# K a multiple of 8 keeps a contiguous A and B 16-byte strided (TMA); verify's padded cases take any K.
+ODD_SHAPES = [(333, 517, 136), (1000, 1000, 1000), (64, 48, 40), (333, 517, 129), (4095, 4097, 256)]
+
+
+@pytest.fixture(autouse=True)
+def hopper_only(cupy):
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("wgmma specs target sm_90a and run on sm_90 GPUs only")
+
+
+@pytest.mark.parametrize("path", WGMMA_SPECS, ids=lambda path: path.stem)
+def test_wgmma_spec_is_correct_at_odd_shapes(path, load_kernel):
+    kernel = load_kernel(path)
+    results = verify(kernel, ODD_SHAPES, seed=3)
+    failed = [format_result(result) for result in results if not result.passed]
+    ran = [result for result in results if not result.skipped]
+    assert ran and not failed, "\n".join(failed)
+    # K = 129: the contiguous case is refused (lda = 129), the padded one ran.
+    assert any(result.skipped and result.k == 129 for result in results)
+
+
+def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
+    kernel = load_kernel(ROOT / "specs" / "hgemm_h100.gemm")
+    a = cupy.zeros((64, 130), dtype="uint16")[:, :129]  # bf16 bits; lda 130 elements = 260 bytes
+    b = cupy.zeros((100, 136), dtype="uint16")[:, :129].T
+    with pytest.raises((TypeError, ValueError)):
+        kernel(a, b)
+
+
+def test_c_launcher_from_a_shared_library(tmp_path, cupy):
+    """NAME_launch_ld through ctypes: the tensor maps, their cache and the persistent grid of the C side."""
+    artifacts = compile_path(ROOT / "specs" / "hgemm_h100.gemm")
+    source = tmp_path / "hgemm_h100.cu"
+    source.write_text(artifacts.cuda)
+    library = tmp_path / "libhgemm_h100.so"
+    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+                    "-o", str(library), str(source)], check=True, capture_output=True, text=True)
+    launch = ctypes.CDLL(str(library)).hgemm_h100_launch_ld
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
+    m, n, k = 333, 517, 136
+    rng = cupy.random.default_rng(1)
+    a32 = rng.standard_normal((m, k), dtype="float32")
+    b32 = rng.standard_normal((n, k), dtype="float32")  # B stored N x K (col-major K x N)
+    bits = lambda x: (x.view("uint32") >> 16).astype("uint16")  # noqa: E731 - truncate to bf16
+    a, b = bits(a32), bits(b32)
+    exact = lambda x: (x.astype("uint32") << 16).view("float32").astype("float64")  # noqa: E731
+    reference = exact(a) @ exact(b).T
+    c = cupy.full((m, n), float("nan"), dtype="float32")
+    for _ in range(2):  # the second call reuses the cached tensor maps
+        status = launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.0, 0.0, None)
+        assert status == 0
+        cupy.cuda.Device().synchronize()
+        error = float(cupy.linalg.norm(c - reference) / cupy.linalg.norm(reference))
+        assert error < 1e-5, error
+    # lda = 129 elements (258 bytes) is not a TMA stride: cudaErrorInvalidValue (1), nothing launched.
+    assert launch(a.data.ptr, 129, b.data.ptr, k, c.data.ptr, n, m, n, 129, 1.0, 0.0, None) == 1

@@ -1,0 +1,229 @@
+"""Hopper's own path (wgmma specs): the language, its diagnostics, the lowering every stage reads,
+the 128-byte swizzle and descriptor rules, the generated code's structure, the runtime's tensor maps
+(CPU), and nvcc for sm_90a where it is installed. GPU tests are in tests/test_gpu_wgmma.py."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy
+import pytest
+
+from gemmdsl import ir
+from gemmdsl.compiler import compile_path, compile_text
+from gemmdsl.frontend import load
+from gemmdsl.runtime import OperandView, Requirements, choose_entry, wgmma_grid
+from gemmdsl.source import CompileError, Severity, SourceFile
+from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
+from gemmdsl.wgmma_layout import WgmmaLayout, descriptor, swizzled_offset
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "specs" / "hgemm_h100.gemm"
+TEXT = "gemm hgemm_h100 {" + SPEC.read_text().split("gemm hgemm_h100 {", 1)[1]  # without the comment
+
+
+def spec_of(text: str = TEXT):
+    return load(SourceFile("case.gemm", text))[0]
+
+
+def errors_of(old: str, new: str) -> list:
+    assert TEXT.count(old) == 1, old
+    text = TEXT.replace(old, new)
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    return [(d, text) for d in caught.value.diagnostics if d.severity is Severity.ERROR]
+
+
+def test_the_prototype_spec_parses_into_the_wgmma_path():
+    spec = spec_of()
+    assert spec.wgmma and str(spec.target) == "sm_90a" and spec.target.arch_specific
+    assert spec.mma.shape == ir.WgmmaShape(n=256, k=16)
+    assert (spec.threads.warpgroups, spec.threads.producers, spec.threads.threads) == (2, 1, 384)
+    assert spec.block.schedule is ir.Schedule.PERSISTENT and spec.pipeline.copy is ir.CopyMode.TMA
+    assert spec.smem_a.swizzle_bytes == 128 and spec.smem_b.order is ir.SmemOrder.NK
+
+
+def test_layout_matches_the_measured_prototype():
+    layout = WgmmaLayout(spec_of())
+    assert (layout.stage_bytes_of(ir.Operand.A), layout.stage_bytes_of(ir.Operand.B)) == (16384, 32768)
+    assert layout.smem_bytes == 4 * 49152 + 1024 + 8 * 8
+    assert (layout.entry_registers, layout.producer_registers, layout.consumer_registers) == (168, 40, 232)
+    assert layout.accumulators == 128 and layout.mbarriers == 8 and layout.wgmma_per_k_tile == 4
+    assert [layout.descriptor_step(s) for s in "kmn"] == [2, 512, 2048]
+    assert layout.grid(4096, 4096, 132) == 132 and layout.grid(256, 256, 132) == 2
+
+
+# --- diagnostics: every rule points at the value it objects to ---------------------------------------
+
+CASES = [
+    ("target   sm_90a;", "target   sm_90;", "sm_90", "needs an arch-specific target"),
+    ("b: bf16 col", "b: bf16 row", "bf16 row", "transposed (MN-major) wgmma descriptor"),
+    ("a: bf16 row", "a: bf16 col", "bf16 col", "column-major A"),
+    ("a: bf16 row; b: bf16 col", "a: f32 row; b: f32 col", "f32 row", "not supported yet"),
+    ("m64n256k16", "m64n250k16", "m64n250k16", "no N = 250"),
+    ("m64n256k16", "m64n256k8", "m64n256k8", "TF32 (k8), not supported yet"),
+    ("128x256x64", "128x256x32", "128x256x32", "the 128-byte swizzle span"),
+    ("128x256x64", "128x512x64", "128x512x64", "TMA box spans at most 256"),
+    ("128x256x64", "192x256x64", "192x256x64", "whole 64-row wgmma tiles"),
+    ("stages: 4", "stages: 5", "5", "more than the 232448"),
+    ("stages: 4", "stages: 1", "1", "deadlocks"),
+    ("copy: tma", "copy: cp_async", "cp_async", "does not feed wgmma"),
+    ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: xor(2,3,3); }", "xor(2,3,3)",
+     "descriptor cannot express"),
+    ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: 64B; }", "64B", "not supported yet"),
+    ("smem b   { order: nk;", "smem b   { order: kn;", "kn", "transposed wgmma descriptor"),
+    ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
+    ("schedule: persistent", "schedule: stream_k", "stream_k", "not supported yet"),
+    ("producer: 1", "producer: 2", "2", "exactly one producer"),
+    ("warpgroups: 2", "warps: 2x2", "warps", "does not apply to a wgmma spec"),
+    ("bounds: checked;", "bounds: checked; batch: strided;", "strided", "batch: strided is not supported yet"),
+]
+
+
+@pytest.mark.parametrize("old, new, anchor, message", CASES, ids=[c[3][:30] + c[1][-12:] for c in CASES])
+def test_each_rule_reports_position_and_hint(old, new, anchor, message):
+    found = errors_of(old, new)
+    matching = [(d, text) for d, text in found if message in d.message]
+    assert matching, [d.message for d, _ in found]
+    diagnostic, text = matching[0]
+    line = text.splitlines()[diagnostic.span.line - 1]
+    assert line[diagnostic.span.column - 1:].startswith(anchor), (line, diagnostic.span)
+    assert diagnostic.hint
+    rendered = CompileError([diagnostic], SourceFile("case.gemm", text)).render()
+    assert f"case.gemm:{diagnostic.span.line}:{diagnostic.span.column}: error" in rendered and "^" in rendered
+
+
+def test_accumulators_over_the_consumer_registers_are_an_error():
+    found = errors_of("warpgroups: 2", "warpgroups: 1")  # 128 rows on one warpgroup: 256 accumulators
+    assert any("setmaxnreg can give a consumer only" in d.message for d, _ in found)
+
+
+def test_hopper_keys_outside_a_wgmma_spec_are_errors():
+    text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace("swizzle: xor(3,3,3)", "swizzle: 128B")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    assert any("needs a wgmma spec" in d.message for d in caught.value.diagnostics)
+    text = text.replace("swizzle: 128B", "swizzle: xor(3,3,3)").replace("warps: 2x4;", "warpgroups: 2;")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    assert any("applies to wgmma specs only" in d.message for d in caught.value.diagnostics)
+
+
+# --- the swizzle and the descriptor ---------------------------------------------------------------
+
+
+def test_128b_swizzle_is_the_chunk_xor_row_rule_and_cute_swizzle_3_4_3():
+    for row in range(16):
+        for byte in range(128):
+            linear = row * 128 + byte
+            assert swizzled_offset(row, byte) == linear ^ ((linear >> 3) & 0x70)  # Swizzle<3,4,3> on bytes
+            assert swizzled_offset(row, byte) // 16 % 8 == (byte // 16) ^ (row % 8)
+
+
+def test_128b_swizzle_is_a_permutation_and_spreads_a_column_over_all_banks():
+    offsets = {swizzled_offset(row, byte) for row in range(8) for byte in range(128)}
+    assert offsets == set(range(1024))
+    for chunk in range(8):  # 8 rows' same 16-byte chunk (one k16 step of 8 rows): 8 distinct bank groups
+        assert len({swizzled_offset(row, chunk * 16) % 128 // 16 for row in range(8)}) == 8
+
+
+def test_descriptor_matches_the_prototype_encoding():
+    for address in (0, 1024, 0x1C400, 0x3FC00):
+        assert descriptor(address) == ((address & 0x3FFFF) >> 4) | 1 << 16 | 64 << 32 | 1 << 62
+    assert descriptor(1024 + 32) - descriptor(1024) == 2  # one k16 step of 16-bit elements
+
+
+# --- the generated code ------------------------------------------------------------------------------
+
+
+def test_generated_kernel_has_the_warp_specialized_structure():
+    cuda = compile_path(SPEC).cuda
+    for piece in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 232",
+                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d",
+                  "mbarrier.try_wait.parity", "fence.mbarrier_init", "__launch_bounds__(384, 1)",
+                  "const __grid_constant__ hgemm_h100_tensor_map map_a", "CU_TENSOR_MAP_SWIZZLE_128B",
+                  "cudaGetDriverEntryPointByVersion", "static thread_local hgemm_h100_map_cache cache;",
+                  "if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;",
+                  "if (sms > 0 && blocks > sms) blocks = sms;"):
+        assert piece in cuda, piece
+    # The launcher keeps every spec's C signature.
+    assert re.search(r'extern "C" cudaError_t hgemm_h100_launch_ld\(const __nv_bfloat16\* A, int lda, '
+                     r'const __nv_bfloat16\* B, int ldb, float\* C, int ldc, int M, int N, int K, float alpha, '
+                     r'float beta, cudaStream_t stream\)', cuda)
+
+
+def test_metadata_describes_the_tensor_maps_and_the_persistent_grid():
+    artifacts = compile_path(SPEC)
+    metadata = artifacts.metadata
+    assert metadata["target"] == "sm_90a" and metadata["persistent"] and metadata["dynamic_smem_bytes"] == 197696
+    assert metadata["tensor_maps"]["a"] == {"rows": "M", "box": [64, 128], "element_bytes": 2,
+                                            "swizzle_bytes": 128, "dtype": "bf16"}
+    assert metadata["tensor_maps"]["b"]["box"] == [64, 256]
+    assert metadata["requires"]["vector_elements"] == {"a": 8, "b": 8, "c": 1}
+    assert metadata["unit"] == "bf16"
+
+
+def test_exact_bounds_and_tiles_schedule_and_f16_compile():
+    text = (TEXT.replace("bounds: checked", "bounds: exact").replace("schedule: persistent", "schedule: tiles")
+            .replace("bf16", "f16").replace("c: f32 row", "c: f16 row"))
+    cuda = compile_text(text, "case.gemm").cuda
+    assert ".f32.f16.f16" in cuda and "CU_TENSOR_MAP_DATA_TYPE_FLOAT16" in cuda
+    assert "if (M % 128 != 0 || N % 256 != 0 || K % 64 != 0) return cudaErrorInvalidValue;" in cuda
+    assert "blocks = sms" not in cuda
+    assert "__floats2half2_rn" in cuda
+
+
+# --- the runtime's tensor maps (no GPU needed) ------------------------------------------------------------
+
+
+def test_tensor_map_requests_follow_the_metadata():
+    maps = compile_path(SPEC).metadata["tensor_maps"]
+    requests = tensor_map_requests(maps, {"a": 0x1000, "b": 0x2000}, 333, 517, 136, {"a": 136, "b": 144})
+    a, b = requests["a"], requests["b"]
+    assert (a.data_type, a.address, a.dims, a.strides, a.box, a.swizzle) == (9, 0x1000, (136, 333), (272,), (64, 128), 3)
+    assert (b.dims, b.strides, b.box) == ((136, 517), (288,), (64, 256))
+
+
+def test_tensor_maps_are_packed_byte_for_byte_and_cached_per_call_shape():
+    raw = bytes(range(128))
+    packed = pack(raw)
+    assert packed.dtype.itemsize == TENSOR_MAP_BYTES and packed.tobytes() == raw
+    assert packed.dtype.alignment >= 8
+    with pytest.raises(ValueError):
+        pack(b"\0" * 64)
+    maps = compile_path(SPEC).metadata["tensor_maps"]
+    cache = TensorMapCache(lambda request: request.address.to_bytes(8, "little") * 16)
+    first = cache.get(maps, {"a": 16, "b": 32}, 64, 64, 64, {"a": 64, "b": 64})
+    again = cache.get(maps, {"a": 16, "b": 32}, 64, 64, 64, {"a": 64, "b": 64})
+    assert cache.encodes == 2 and first is again
+    cache.get(maps, {"a": 16, "b": 48}, 64, 64, 64, {"a": 64, "b": 64})
+    assert cache.encodes == 4
+    assert numpy.frombuffer(first[1].tobytes(), "<u8")[0] == 32
+
+
+def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid():
+    req = Requirements.from_metadata(compile_path(SPEC).metadata)
+    assert req.tensor_maps is not None and req.persistent and req.scalar_entry is None
+    views = {"A": OperandView("A", 333, 129, 1, 129, 0, 0x10000, 2), "B": OperandView("B", 129, 517, 1, 129, 0,
+                                                                                      0x20000, 2),
+             "C": OperandView("C", 333, 517, 1, 517, 0, 0x30004, 4)}
+    with pytest.raises(ValueError, match="TMA"):
+        choose_entry(req, views)
+    views["A"] = OperandView("A", 333, 136, 1, 136, 0, 0x10000, 2)
+    views["B"] = OperandView("B", 136, 517, 1, 136, 0, 0x20000, 2)
+    assert choose_entry(req, views) == "hgemm_h100_kernel"  # C's odd alignment is the kernel's business
+    assert wgmma_grid(req, 4096, 4096, 132) == (132, 1, 1) and wgmma_grid(req, 100, 100, 132) == (1, 1, 1)
+
+
+# --- nvcc ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c"])
+def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
+    from gemmdsl.build import build
+
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
+    assert resources.registers <= 168 and resources.spills == 0
