@@ -33,10 +33,10 @@ each for the first rule it breaks, in this order:
 
   tile        the block tile does not divide every requested size (`bounds: exact` kernels;
               checked kernels are analysed at the first size rounded up to whole tiles)
-  conflicts   the bank-conflict pass predicts wavefronts beyond the ideal (loads or stores);
-              --conflict-tolerance PCT keeps those whose excess is under PCT% of all wavefronts
-              (measured on an H100: pad-0 twins with 3-8% excess store wavefronts can be the
-              faster ones, so this rule is the one to relax when --exhaustive shows a gap)
+  conflicts   only with --conflict-tolerance PCT: the bank-conflict pass predicts wavefronts beyond
+              the ideal (loads or stores) of at least PCT% of all wavefronts. By default conflicts
+              are not pruned but priced: the cost model counts every wavefront (measured on an
+              H100, pad-0 twins with 3-8% excess store wavefronts were among the fastest)
   registers   the register estimate exceeds the per-thread cap even at the low edge of its measured
               error band: max(accumulators + fragments, demand x (1 - ESTIMATE_BAND)) > cap
               (gemmdsl/passes/registers.py; the band is what scripts/register_study.py measured
@@ -45,23 +45,16 @@ each for the first rule it breaks, in this order:
               (65536 / (blocks_per_sm * threads), rounded down to 8) -- a predicted spill
   occupancy   fewer than --min-warps resident warps per SM (default 8)
 
-The survivors are ranked by predicted efficiency, the product of
-  - the bottleneck pipe: 1 / max(issue, shared memory, global memory), where, per
-    warp-level FFMA (4 issue per SM per clock): `issue` counts the FFMAs, the
-    shared-memory instructions and a fixed KTILE_OVERHEAD instructions per warp and
-    k-tile (KTILE_OVERHEAD_UNROLLED with `pipeline { unroll }` above 1); `shared memory` is the predicted wavefronts (1 per SM per clock);
-    `global memory` is the requested bytes at L2_BYTES_PER_CLOCK per SM;
-  - wave quantization of the grid over SMS x blocks_per_sm slots (geomean over sizes;
-    `schedule: stream_k` fills the last wave, schedule.py, its atomics unpriced);
-  - a mild latency term, (warps_per_sm / 8) ** 0.25 below 8 warps per SM (only
-    reachable with a lower --min-warps: measured on an H100, 8-warp 128x256 kernels
-    with 128 accumulators a thread were the fastest of sgemm_space.tgemm);
-equal scores go to the candidate with fewer shared-memory wavefronts per FFMA,
-then to the earlier one. The model sees the tiling, not the pipeline: variants
-that differ only in stages, copy mode, raster, launch bounds or FMA order tie, and
-timing decides between them. The top --budget candidates are kept; with nvcc
-on PATH each is built first and one that ptxas makes spill, or whose real register
-count drops it under --min-warps, is replaced by the next in rank.
+The survivors are ranked by the cost model's predicted efficiency (gemmdsl/cost_model.py:
+the bottleneck of instruction issue, the L1 pipe that serves shared memory and global loads, and
+L2 bandwidth, per FFMA; fragment-load latency where the register cap leaves no room for double
+buffering; occupancy averaged over the register estimate's band; wave quantization over --sms SMs).
+Equal scores go to the candidate with fewer FFMAs that switch both operands (FMA order), then to
+more registers left under the cap, then to fewer L1 wavefronts per FFMA, then to the earlier one.
+The model sees neither raster nor pipeline depth: variants that differ only there tie on all of
+these, and timing decides between them. The top --budget candidates are kept; with nvcc
+on PATH each is built first and one that ptxas makes spill, or whose real register count drops it
+under --min-warps, is replaced by the next in rank.
 
 Timing uses bench.bench (cuBLAS beside, same buffers) and picks the lowest geometric
 mean of the median times over the sizes. --exhaustive times every valid candidate
@@ -82,8 +75,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import ir
+from .cost_model import cost_facts, efficiency
 from .passes.registers import ESTIMATE_BAND
-from .schedule import stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import arch, registers_for_blocks
 
@@ -92,17 +85,6 @@ DEFAULT_BUDGET = 8
 DEFAULT_MAX_CANDIDATES = 5000
 DEFAULT_MIN_WARPS = 8
 DEFAULT_SMS = 132  # H100 SXM; only the wave-quantization term of the ranking uses it
-
-# The cost model's constants (see the module docstring).
-FFMA_PER_CLOCK = 4  # warp-level FFMAs an SM issues per clock (four sub-partitions)
-ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock
-SMEM_WAVEFRONTS_PER_CLOCK = 1
-L2_BYTES_PER_CLOCK = 32  # per SM
-KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
-# ... with `pipeline { unroll: 2 or more }`, where stage indices and loop tests fold into constants
-# (ptxas 13.0, sgemm_v3's tiling: 39 such instructions per k-tile, 19 unrolled twice, 17 four times)
-KTILE_OVERHEAD_UNROLLED = 18
-LATENCY_WARPS = 8  # below this many resident warps per SM the ranking assumes latency shows
 
 REASONS = ("tile", "conflicts", "registers", "occupancy")
 REASON_WORDS = {
@@ -320,8 +302,34 @@ class Prediction:
     block_flops_per_byte: float
     warp_flops_per_byte: float
     launch_flops_per_byte: float
+    # The cost model's other inputs (cost_model.CostFacts), per warp-level FFMA unless said otherwise
+    global_wavefronts_per_ffma: float = 0.0  # L1 wavefronts of the global loads or cp.async copies
+    exposed_latency_per_ffma: float = 0.0  # clocks per block FFMA no warp of the block hides
+    register_demand: int = 0  # registers the main loop keeps live (the estimate's demand), or ptxas's count
+    fma_switches_per_ffma: float = 0.0  # FFMAs whose A and B operands both differ from the previous one's
+    threads: int = 0  # per block
+    smem_bytes: int = 0  # per block
     ptxas: dict | None = None
     score: float = 0.0  # predicted efficiency, filled in by rank()
+
+    @property
+    def lsu_per_ffma(self) -> float:
+        """L1 wavefronts (shared memory and global loads) per warp-level FFMA."""
+        return self.smem_wavefronts_per_ffma + self.global_wavefronts_per_ffma
+
+    @property
+    def spills(self) -> bool:
+        """Predicted (or, once built, ptxas-reported) register spills: the register pruning rule."""
+        if self.ptxas is not None:
+            return self.registers > self.register_cap or bool(self.ptxas.get("spill_stores", 0)
+                                                              or self.ptxas.get("spill_loads", 0))
+        return self.register_low > self.register_cap
+
+    def costs(self):
+        from .cost_model import CostFacts
+
+        return CostFacts(self.issue_per_ffma, self.smem_wavefronts_per_ffma, self.global_wavefronts_per_ffma,
+                         self.exposed_latency_per_ffma, self.register_demand, self.fma_switches_per_ffma)
 
     def summary(self) -> str:
         source = "ptxas" if self.ptxas is not None else "est."
@@ -387,16 +395,13 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
 
     analysis = analyze(spec, size, ptxas)
     facts = analysis.facts
-    launch, traffic = facts["launch"], facts["smem_traffic"]
+    traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
-    warp_ffma = intensity.flops / 2 / 32
-    per_block_ktile = sum(cost.instructions for cost in facts["smem_accesses"])
-    smem_instructions = per_block_ktile * launch.blocks * launch.k_tiles
-    per_ktile = KTILE_OVERHEAD if spec.pipeline.unroll == 1 else KTILE_OVERHEAD_UNROLLED
-    overhead = per_ktile * launch.warps_per_block * launch.blocks * launch.k_tiles
+    cap = register_cap(spec, analysis.layout.threads, registers.limit)
+    costs = cost_facts(spec, analysis, cap)
     return Prediction(
         registers=registers.per_thread,
-        register_cap=register_cap(spec, analysis.layout.threads, registers.limit),
+        register_cap=cap,
         register_low=registers.ptxas if registers.ptxas is not None else registers.estimate.low,
         blocks_per_sm=occupancy.blocks_per_sm,
         warps_per_sm=occupancy.warps_per_sm,
@@ -404,11 +409,17 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
         store_conflicts=traffic.store_conflicts,
         conflict_pct=100 * (traffic.load_conflicts + traffic.store_conflicts)
         / max(1, traffic.load_wavefronts + traffic.store_wavefronts),
-        smem_wavefronts_per_ffma=(traffic.load_wavefronts + traffic.store_wavefronts) / warp_ffma,
-        issue_per_ffma=(warp_ffma + smem_instructions + overhead) / warp_ffma,
+        smem_wavefronts_per_ffma=costs.smem_wavefronts_per_ffma,
+        issue_per_ffma=costs.issue_per_ffma,
         block_flops_per_byte=intensity.block_flops_per_byte,
         warp_flops_per_byte=intensity.warp_flops_per_byte,
         launch_flops_per_byte=intensity.launch_flops_per_byte,
+        global_wavefronts_per_ffma=costs.global_wavefronts_per_ffma,
+        exposed_latency_per_ffma=costs.exposed_latency_per_ffma,
+        register_demand=costs.register_demand,
+        fma_switches_per_ffma=costs.fma_switches_per_ffma,
+        threads=analysis.layout.threads,
+        smem_bytes=occupancy.smem_bytes,
         ptxas=ptxas,
     )
 
@@ -431,7 +442,7 @@ def analysis_size(spec: ir.KernelSpec, size: Size) -> Size:
 
 
 def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequence[Size],
-                 min_warps: int = DEFAULT_MIN_WARPS, conflict_pct: float = 0.0) -> tuple[str, str] | None:
+                 min_warps: int = DEFAULT_MIN_WARPS, conflict_pct: float | None = None) -> tuple[str, str] | None:
     """(rule, detail) of the first pruning rule the candidate breaks, or None."""
     tile = (spec.block.m, spec.block.n, spec.block.k)
     if not tiles_all(spec, sizes):
@@ -440,7 +451,7 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
                         "(bounds: exact)")
     assert prediction is not None
     p = prediction
-    if (p.load_conflicts or p.store_conflicts) and p.conflict_pct >= conflict_pct:
+    if conflict_pct is not None and (p.load_conflicts or p.store_conflicts) and p.conflict_pct >= conflict_pct:
         return "conflicts", (f"{p.load_conflicts:,} load and {p.store_conflicts:,} store wavefronts beyond ideal "
                              f"({p.conflict_pct:.1f}%)")
     if p.ptxas is not None and p.registers > p.register_cap:
@@ -454,7 +465,7 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
 
 
 def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: int = DEFAULT_MIN_WARPS,
-           conflict_pct: float = 0.0, path: str = "<template>.gemm",
+           conflict_pct: float | None = None, path: str = "<template>.gemm",
            progress: Callable[[int, int], None] | None = None) -> ScreenReport:
     """Front end, then the analysis-based pruning rules, for every candidate (no GPU, no nvcc)."""
     from .frontend import load
@@ -489,38 +500,30 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 # Ranking and selection
 
 
-def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: int) -> float:
-    """Useful fraction of the launch's slot time: blocks / (waves * slots). With stream-K the last
-    wave's tiles are spread over a whole wave (schedule.py); its atomics are not modelled."""
-    m, n, k = size
-    blocks = math.ceil(m / spec.block.m) * math.ceil(n / spec.block.n)
-    slots = max(1, sms * max(1, blocks_per_sm))
-    if spec.block.stream_k:
-        split = stream_k_split(blocks, math.ceil(k / spec.block.k), slots)
-        if split.sk_tiles:
-            return (blocks / slots) / (split.dp_tiles / slots + split.sk_tiles / split.sk_blocks)
-    return blocks / (math.ceil(blocks / slots) * slots)
-
-
 def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
+    """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill."""
     p = survivor.prediction
-    global_per_ffma = (2 * 32 / p.launch_flops_per_byte) / L2_BYTES_PER_CLOCK  # clocks per warp FFMA
-    clocks = max(p.issue_per_ffma / ISSUE_PER_CLOCK, p.smem_wavefronts_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
-                 global_per_ffma)
-    pipe = (1 / FFMA_PER_CLOCK) / clocks
-    waves = math.prod(wave_efficiency(survivor.spec, p.blocks_per_sm, size, sms) for size in sizes)
-    waves **= 1 / len(sizes)
-    latency = min(1.0, p.warps_per_sm / LATENCY_WARPS) ** 0.25
-    return pipe * waves * latency
+    return efficiency(p.costs(), survivor.spec, threads=p.threads, smem_bytes=p.smem_bytes, cap=p.register_cap,
+                      blocks_per_sm=p.blocks_per_sm, known_registers=p.ptxas is not None, spills=p.spills,
+                      launch_flops_per_byte=p.launch_flops_per_byte, sizes=sizes, sms=sms)
+
+
+def rank_key(survivor: Survivor) -> tuple:
+    """Best predicted first; equal scores go to what the score does not see but the H100 rewards: fewer
+    FFMAs that switch both operands (FMA order, README note 11), more registers left under the cap (room
+    for ptxas to schedule: register-staged copies of big tiles, which hold the next tile in registers,
+    measured 8% slower than their cp.async twins), fewer L1 wavefronts per FFMA (slack on the pipe
+    shared memory and global loads share), then template order."""
+    p = survivor.prediction
+    return (-round(p.score, 6), round(p.fma_switches_per_ffma, 6), p.register_demand - p.register_cap,
+            round(p.lsu_per_ffma, 6), survivor.candidate.index)
 
 
 def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> list[Survivor]:
-    """Survivors with their score set, best predicted first; equal scores go to fewer shared-memory wavefronts
-    per FFMA (less pressure on the shared-memory pipe), then to template order."""
+    """Survivors with their score set, in rank_key order."""
     scored = [Survivor(s.candidate, s.spec, _with_score(s.prediction, predicted_efficiency(s, sizes, sms)))
               for s in survivors]
-    return sorted(scored, key=lambda s: (-round(s.prediction.score, 6), round(s.prediction.smem_wavefronts_per_ffma, 6),
-                                         s.candidate.index))
+    return sorted(scored, key=rank_key)
 
 
 def _with_score(prediction: Prediction, score: float) -> Prediction:
@@ -801,8 +804,11 @@ def exhaustive_comparison(timing: Timing, kept: Sequence[Survivor]) -> tuple[str
 
 
 def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequence[Survivor],
-                 dropped: dict[str, list], sizes: Sequence[Size], timing: Timing | None = None) -> dict:
-    """Every candidate's fate, prediction and (when timed) measurement, for tools and later analysis."""
+                 dropped: dict[str, list], sizes: Sequence[Size], timing: Timing | None = None,
+                 template: str | None = None, scored: Sequence[Survivor] = ()) -> dict:
+    """Every candidate's fate, prediction and (when timed) measurement, for tools and later analysis
+    (scripts/tune_ranking.py). `scored`: every timeable candidate ranked, so that pruned ones carry
+    their score too."""
     from dataclasses import asdict
 
     status: dict[str, dict] = {}
@@ -816,7 +822,7 @@ def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequenc
     for reason, items in dropped.items():
         for candidate, detail in items:
             status[candidate.name].update(status="dropped", reason=reason, detail=detail)
-    predictions = {s.candidate.name: s.prediction for s in [*report.timeable, *ranked, *kept]}
+    predictions = {s.candidate.name: s.prediction for s in [*report.timeable, *scored, *ranked, *kept]}
     for survivor in kept:
         status[survivor.candidate.name]["status"] = "kept"
     rows = []
@@ -832,7 +838,7 @@ def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequenc
                                "per_size": [{"size": list(size), "ms": ms, "tflops": tf, "pct_cublas": pct}
                                             for size, ms, tf, pct in m.per_size]}
         rows.append(row)
-    out = {"sizes": [list(size) for size in sizes], "generated": report.generated, "rejected": len(report.rejected),
+    out = {"template": template, "sizes": [list(size) for size in sizes], "generated": report.generated, "rejected": len(report.rejected),
            "pruned": {reason: len(items) for reason, items in report.pruned.items()},
            "survivors": len(report.survivors), "dropped": {reason: len(items) for reason, items in dropped.items()},
            "kept": [s.candidate.name for s in kept], "candidates": rows}
@@ -862,9 +868,9 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"refuse templates that expand to more (default {DEFAULT_MAX_CANDIDATES})")
     parser.add_argument("--min-warps", type=int, default=DEFAULT_MIN_WARPS, metavar="W",
                         help=f"prune candidates with fewer resident warps per SM (default {DEFAULT_MIN_WARPS})")
-    parser.add_argument("--conflict-tolerance", type=float, default=0.0, metavar="PCT",
-                        help="keep candidates whose predicted bank-conflict wavefronts are under PCT%% of all "
-                             "shared-memory wavefronts (default 0: prune any conflict)")
+    parser.add_argument("--conflict-tolerance", type=float, default=None, metavar="PCT",
+                        help="prune candidates whose predicted bank-conflict wavefronts are PCT%% or more of all "
+                             "shared-memory wavefronts (default: prune none; the cost model prices them)")
     parser.add_argument("--sms", type=_positive, default=DEFAULT_SMS,
                         help=f"SM count for the ranking's wave-quantization term (default {DEFAULT_SMS})")
     parser.add_argument("--exhaustive", action="store_true",
@@ -942,7 +948,9 @@ def tune_main(args: argparse.Namespace) -> int:
         print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
         return 1
     if args.json:
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes))
+        scored = rank(report.timeable, sizes, args.sms)
+        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, template=path,
+                                                   scored=scored))
     if args.screen_only:
         return 0
 
@@ -966,7 +974,8 @@ def tune_main(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2 if isinstance(err, GpuUnavailable) else 1
     if args.json:
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing))
+        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing, template=path,
+                                                   scored=rank(report.timeable, sizes, args.sms)))
     return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
 
 

@@ -1,0 +1,187 @@
+"""The tuner's cost model: predicted efficiency (fraction of the FMA peak) of a candidate from its analysis.
+
+    facts = cost_facts(analysis)               # per-FFMA figures the model reads, from the passes
+    score = efficiency(facts, spec, sizes)     # 0 for a predicted spill
+
+Per warp-level FFMA of one block (all figures are per k-tile of the block, divided by its FFMAs):
+
+  issue      FFMAs, shared-memory instructions and KTILE_OVERHEAD (or KTILE_OVERHEAD_UNROLLED)
+             warp instructions per warp and k-tile, at ISSUE_PER_CLOCK per SM;
+  LSU        the shared-memory wavefronts the bank-conflict pass counts (conflicts included) plus
+             GLOBAL_LINE_WAVEFRONTS per 128-byte line each global load or cp.async of a warp touches:
+             L1 serves shared memory and global accesses on one pipe, one wavefront per clock. A
+             transposing cp.async copies 4 bytes a lane, so it touches as many lines as a float4
+             load with a quarter of the bytes (what makes `copy: cp_async` slow with `order: km` A);
+  global     the bytes the blocks request, at L2_BYTES_PER_CLOCK per SM.
+
+The slowest of the three is the pipe's time. On top of it, latency the warps cannot hide: with
+`fragments: double` a warp loads step kk+1's fragments while step kk multiplies, which needs a second
+fragment set in registers beside the demand the registers pass counts; where the register cap leaves
+less room than that, every k step waits for its fragment loads, SMEM_LATENCY clocks per block and k
+step, shared by the blocks resident on the SM (another block issues while one waits).
+
+Occupancy comes from the register estimate. Without a launch-bounds cap, ptxas lands anywhere from the
+demand to HEADROOM above it (passes/registers.py), so where that band crosses an occupancy cliff the
+model averages its efficiency over the band (a candidate that may lose a block per SM is expected to
+lose it in proportion). With ptxas's figure the occupancy is that figure's. The wave quantization of
+the grid over SMS x blocks-per-SM slots multiplies the result (geomean over the sizes; stream-K fills
+the last wave, schedule.py). A predicted spill (the register rule of tune.py) scores 0: measured on an
+H100, such kernels ran about 10x slower than their twins, below every kernel that does not spill.
+
+What the model does not see, and the ranking's tie-breaks take up (tune.rank): FMA order (ptxas keeps
+much of it; an FFMA whose A and B operands both differ from the previous one's cannot take either from
+the register reuse caches), and the slack left on the LSU pipe and in the register file.
+
+Constants: the clock rates are the SM's (targets.py, the CUDA guide); SMEM_LATENCY is the H100's
+shared-memory load latency (microbenchmarks put it at 29-33 clocks on Hopper); GLOBAL_LINE_WAVEFRONTS
+is the one constant chosen on the measurements (1 or 2; 2 ranks every template better, and
+leave-one-template-out picks 2 each time): scripts/tune_ranking.py and the README's Tuning section
+give the study.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import ir
+from .passes.registers import HEADROOM
+from .schedule import stream_k_split
+from .targets import WARP, arch, occupancy_of
+
+ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock (four schedulers)
+FFMA_PER_CLOCK = 4  # warp-level FFMAs an SM executes per clock (128 FP32 lanes)
+SMEM_WAVEFRONTS_PER_CLOCK = 1  # L1's data pipe: one wavefront of 128 bytes per clock
+L2_BYTES_PER_CLOCK = 32  # per SM
+KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
+# ... with `pipeline { unroll: 2 or more }`, where stage indices and loop tests fold into constants
+# (ptxas 13.0, sgemm_v3's tiling: 39 such instructions per k-tile, 19 unrolled twice, 17 four times)
+KTILE_OVERHEAD_UNROLLED = 18
+GLOBAL_LINE_WAVEFRONTS = 2  # L1 wavefronts per 128-byte line a warp's global load or cp.async touches
+LINE_BYTES = 128
+SMEM_LATENCY = 33  # clocks from a shared-memory load to its use (H100)
+
+
+Size = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class CostFacts:
+    """What the cost model reads from one analysis, per warp-level FFMA unless said otherwise."""
+
+    issue_per_ffma: float  # warp instructions issued
+    smem_wavefronts_per_ffma: float
+    global_wavefronts_per_ffma: float  # L1 wavefronts of the global loads / cp.async (GLOBAL_LINE_WAVEFRONTS a line)
+    exposed_latency_per_ffma: float  # clocks per block FFMA that no warp of the block can hide (0 when none)
+    register_demand: int  # what the main loop keeps live (passes/registers.py), or ptxas's count
+    fma_switches_per_ffma: float  # FFMAs whose A and B operands both differ from the previous FFMA's
+
+    @property
+    def lsu_per_ffma(self) -> float:
+        return self.smem_wavefronts_per_ffma + self.global_wavefronts_per_ffma
+
+
+def global_lines(layout, spec: ir.KernelSpec) -> int:
+    """128-byte lines the global loads (or cp.async copies) of one block and k-tile touch, warp by warp.
+
+    Rows of a tile in global memory are taken to lie in different lines (leading dimensions of at least
+    32 floats); within a row, a line is LINE_BYTES of it."""
+    env = layout.thread_env()
+    cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
+    element_bytes = layout.element_bytes
+    total = 0
+    for operand in (ir.Operand.A, ir.Operand.B):
+        width = layout.store_width(operand) if cp_async else layout.load_vector(operand)
+        for chunk in layout.global_chunks(operand):
+            rows = np.broadcast_to(chunk.row.evaluate(env), (layout.threads,))
+            cols = np.broadcast_to(chunk.col.evaluate(env), (layout.threads,))
+            for element in range(0, layout.load_vector(operand), width):
+                line = (cols + element) * element_bytes // LINE_BYTES
+                keys = (rows.astype(np.int64) << 32) + line
+                total += sum(len(np.unique(warp)) for warp in keys.reshape(-1, WARP))
+    return total
+
+
+def fma_switches(spec: ir.KernelSpec) -> float:
+    """Share of a k step's FFMAs whose A and B operands both differ from the previous FFMA's."""
+    if spec.mma is not None:
+        return 0.0
+    threads = spec.threads
+    rows, cols = threads.fragment.m, threads.fragment.n
+    order = threads.fma_order
+    switches = {ir.FmaOrder.ROW: rows - 1, ir.FmaOrder.COL: cols - 1}.get(order, 0)
+    return switches / (rows * cols)
+
+
+def cost_facts(spec: ir.KernelSpec, analysis, cap: int) -> CostFacts:
+    """The model's inputs from an analysis.Analysis of `spec` (facts of the launch, bank-conflict,
+    smem-traffic and registers passes); `cap` is the most registers per thread ptxas may use."""
+    facts = analysis.facts
+    launch, traffic, registers = facts["launch"], facts["smem_traffic"], facts["registers"]
+    block_ffma = spec.block.m * spec.block.n * spec.block.k / WARP  # warp FFMAs per block and k-tile
+    launch_ffma = block_ffma * launch.blocks * launch.k_tiles
+    smem_instructions = sum(cost.instructions for cost in facts["smem_accesses"])
+    per_ktile = KTILE_OVERHEAD if spec.pipeline.unroll == 1 else KTILE_OVERHEAD_UNROLLED
+    issue = (block_ffma + smem_instructions + per_ktile * launch.warps_per_block) / block_ffma
+    estimate = registers.estimate
+    one_set = estimate.fragments // max(1, estimate.fragment_sets)
+    demand = registers.ptxas if registers.ptxas is not None else estimate.demand
+    double = spec.pipeline.fragments is ir.FragmentBuffering.DOUBLE
+    waits = double and registers.ptxas is None and cap - demand < one_set
+    return CostFacts(
+        issue_per_ffma=issue,
+        smem_wavefronts_per_ffma=(traffic.load_wavefronts + traffic.store_wavefronts) / launch_ffma,
+        global_wavefronts_per_ffma=GLOBAL_LINE_WAVEFRONTS * global_lines(analysis.layout, spec) / block_ffma,
+        exposed_latency_per_ffma=SMEM_LATENCY * spec.block.k / block_ffma if waits else 0.0,
+        register_demand=demand,
+        fma_switches_per_ffma=fma_switches(spec),
+    )
+
+
+def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: int) -> float:
+    """Useful fraction of the launch's slot time: blocks / (waves * slots). With stream-K the last
+    wave's tiles are spread over a whole wave (schedule.py); its atomics are not modelled."""
+    m, n, k = size
+    blocks = math.ceil(m / spec.block.m) * math.ceil(n / spec.block.n)
+    slots = max(1, sms * max(1, blocks_per_sm))
+    if spec.block.stream_k:
+        split = stream_k_split(blocks, math.ceil(k / spec.block.k), slots)
+        if split.sk_tiles:
+            return (blocks / slots) / (split.dp_tiles / slots + split.sk_tiles / split.sk_blocks)
+    return blocks / (math.ceil(blocks / slots) * slots)
+
+
+def efficiency_at(facts: CostFacts, spec: ir.KernelSpec, blocks_per_sm: int, launch_flops_per_byte: float,
+                  sizes: Sequence[Size], sms: int) -> float:
+    """Predicted fraction of the FMA peak with `blocks_per_sm` blocks resident."""
+    if blocks_per_sm < 1:
+        return 0.0
+    global_clocks = (2 * WARP / launch_flops_per_byte) / L2_BYTES_PER_CLOCK
+    pipe = max(facts.issue_per_ffma / ISSUE_PER_CLOCK, facts.lsu_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
+               global_clocks)
+    clocks = pipe + facts.exposed_latency_per_ffma / blocks_per_sm
+    waves = math.prod(wave_efficiency(spec, blocks_per_sm, size, sms) for size in sizes) ** (1 / len(sizes))
+    return (1 / FFMA_PER_CLOCK) / clocks * waves
+
+
+def register_band(demand: int, cap: int) -> range:
+    """The register counts ptxas may land on: from the demand to HEADROOM above it, at most the cap."""
+    high = max(demand, min(cap, math.ceil(demand * (1 + HEADROOM))))
+    return range(min(demand, cap), high + 1)
+
+
+def efficiency(facts: CostFacts, spec: ir.KernelSpec, *, threads: int, smem_bytes: int, cap: int,
+               blocks_per_sm: int, known_registers: bool, spills: bool, launch_flops_per_byte: float,
+               sizes: Sequence[Size], sms: int) -> float:
+    """The score: predicted efficiency, averaged over the register band where ptxas's count is not known."""
+    if spills:
+        return 0.0
+    if known_registers:
+        return efficiency_at(facts, spec, blocks_per_sm, launch_flops_per_byte, sizes, sms)
+    target = arch(spec.target.sm)
+    band = register_band(facts.register_demand, cap)
+    blocks = [occupancy_of(target, count, threads, smem_bytes).blocks_per_sm for count in band]
+    by_blocks = {b: efficiency_at(facts, spec, b, launch_flops_per_byte, sizes, sms) for b in set(blocks)}
+    return sum(by_blocks[b] for b in blocks) / len(blocks)

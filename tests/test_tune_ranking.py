@@ -1,0 +1,75 @@
+"""The tuner's ranking against H100 measurements (tests/fixtures/tune_h100), and the study tool's pieces."""
+import importlib.util
+import json
+import sys
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "tune_h100"
+
+spec = importlib.util.spec_from_file_location("tune_ranking", ROOT / "scripts" / "tune_ranking.py")
+tune_ranking = importlib.util.module_from_spec(spec)
+sys.modules["tune_ranking"] = tune_ranking  # dataclasses look their module up
+spec.loader.exec_module(tune_ranking)
+
+# What the README's Tuning section reports for the shipped model (in-sample Spearman, gap of the best of the
+# top 8 to the best measured, in percent). A model change that ranks worse fails here; one that ranks better
+# should raise these figures and the README's together.
+REPORTED = {
+    "sgemm_warp": (0.72, 0.0),
+    "sgemm_h100": (0.72, 0.0),
+    "sgemm_space": (0.83, 6.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPORTED))
+def test_the_shipped_model_ranks_the_h100_measurements_as_reported(name):
+    data = json.loads((FIXTURES / f"tune_{name}.json").read_text())
+    result = tune_ranking.study(data)
+    rho, gap = REPORTED[name]
+    assert len(result.points) == {"sgemm_warp": 28, "sgemm_h100": 96, "sgemm_space": 512}[name]
+    assert result.rho >= rho
+    assert result.gap_pct <= gap + 0.05
+    assert sum(p.top for p in result.points) == tune_ranking.TOP
+
+
+def test_spearman_uses_average_ranks_for_ties():
+    assert tune_ranking.average_ranks([3, 1, 3, 2]) == [3.5, 1.0, 3.5, 2.0]
+    assert tune_ranking.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert tune_ranking.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # ranks (1, 2.5, 2.5, 4) against (1, 3, 2, 4): 4.5 / sqrt(4.5 * 5)
+    assert tune_ranking.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert math.isnan(tune_ranking.spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(ValueError):
+        tune_ranking.spearman([1, 2], [1])
+
+
+def test_svg_scatter_draws_one_marker_per_point_and_labels_the_axes():
+    points = [(0.5, 40.0, False), (0.8, 52.5, True), (0.6, 45.0, False)]
+    svg = tune_ranking.svg_scatter(points, "t <1>", "predicted score", "measured TFLOP/s", note="n")
+    root = ET.fromstring(svg)  # well-formed, the title escaped
+    ns = "{http://www.w3.org/2000/svg}"
+    circles = root.findall(f"{ns}circle")
+    assert len(circles) == len(points) + 2  # and the two legend markers
+    assert sum(c.get("fill") == "#e67e22" for c in circles) == 1 + 1
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert "t <1>" in texts and "predicted score" in texts and "measured TFLOP/s" in texts
+    # higher measurements are drawn higher up, larger scores further right
+    data = [(float(c.get("cx")), float(c.get("cy"))) for c in circles[:3]]
+    by_x = sorted(data)
+    assert by_x[0][1] > by_x[1][1] > by_x[2][1]
+    assert tune_ranking.nice_ticks(0.52, 0.87) == [0.5, 0.6, 0.7, 0.8, 0.9]
+
+
+def test_strip_keeps_the_timed_candidates_and_what_a_study_reads():
+    data = {"template": "t.tgemm", "sizes": [[4096, 4096, 4096]], "candidates": [
+        {"name": "k_t0", "status": "rejected", "detail": "no"},
+        {"name": "k_t1", "status": "kept", "rank": 1, "prediction": {"score": 0.5}, "choices": "x",
+         "measured": {"geomean_ms": 2.0, "geomean_tflops": 60.0, "geomean_pct_cublas": 90.0, "per_size": []}}]}
+    stripped = tune_ranking.strip(data)
+    assert [row["name"] for row in stripped["candidates"]] == ["k_t1"]
+    assert "per_size" not in stripped["candidates"][0]["measured"] and stripped["template"] == "t.tgemm"
