@@ -141,7 +141,7 @@ class Precision(enum.Enum):
 class SmemRead(enum.Enum):
     """How an mma spec loads its fragments from shared memory."""
 
-    LDMATRIX = "ldmatrix"  # ldmatrix: 8x8 tiles of 16-bit elements, one 16-byte row per lane address
+    LDMATRIX = "ldmatrix"  # ldmatrix: 8 rows of 16 bytes (8 16-bit or 4 f32 elements), one row address per lane
     LDS32 = "32"  # one 32-bit shared load per fragment register
 
 

@@ -10,8 +10,11 @@ In every fragment register a lane holds elements that run along k: lane l holds 
 m or n index within the matrix) and k = 2*(l%4), 2*(l%4)+1 (16-bit) or k = l%4 (TF32).
 `ldmatrix` gives exactly this from a matrix stored with k contiguous, and `ldmatrix.trans`
 from one stored with m or n contiguous: so the instruction is chosen by the shared-memory
-order, and each lane supplies the address of one stored row. TF32 fragments, and 16-bit ones
-with `read: 32`, are loaded with one 32-bit load per register.
+order, and each lane supplies the address of one stored row. ldmatrix sees only 32-bit words
+(lane l receives word l%4 of row l/4), so it serves TF32 too: a 16-byte row is 4 f32 along k,
+which is the TF32 layout. `.trans` swaps 16-bit halves and has no 32-bit form, so TF32 reads
+by ldmatrix need k contiguous (validate.py). TF32 fragments by default, and 16-bit ones with
+`read: 32`, are loaded with one 32-bit load per register.
 
 The C fragment: register e of block (i, j) holds C row i*16 + l/4 + 8*(e/2), column
 j*8 + 2*(l%4) + e%2 of the warp tile.
@@ -135,12 +138,15 @@ class MmaLayout(TileLayout):
         return {op: self.spec.smem(op).read for op in (ir.Operand.A, ir.Operand.B)}
 
     def transposed(self, operand: ir.Operand) -> bool:
-        """ldmatrix.trans where m or n (not k) is contiguous in shared memory."""
-        return self.smem[operand].order.k_major
+        """ldmatrix.trans where m or n (not k) is contiguous in shared memory (16-bit elements only)."""
+        transposed = self.smem[operand].order.k_major
+        assert not (transposed and self.element_bytes == 4), "ldmatrix.trans has no 32-bit form"
+        return transposed
 
     def matrix_loads(self, operand: ir.Operand, k_step: Expr | int) -> list[MatrixLoad]:
         """The ldmatrix instructions of one k-step: the operand's matrices four at a time
-        (a remainder of three goes as x2 + x1)."""
+        (a remainder of three goes as x2 + x1). An A block is four matrices (one x4), a B block
+        two, for 16-bit and TF32 alike: a matrix is 8 rows of 16 bytes either way."""
         matrices = self.fragment_matrices(operand)
         sizes = [4] * (len(matrices) // 4) + {0: [], 1: [1], 2: [2], 3: [2, 1]}[len(matrices) % 4]
         loads, first = [], 0

@@ -569,17 +569,13 @@ def _mma_shape(reader: _SpecReader, value: _Value) -> ir.MmaShape | ir.WgmmaShap
 def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
     """FMA specs: a width in bits (32, 64, 128); mma specs: `ldmatrix` or `32` (an ir.SmemRead)."""
     atom = reader.one(value, "a read width")
-    dtype = reader.element_type(reader.operand)
-    mma_choices = "`read: 32;`" if dtype is ir.DType.F32 else "`read: ldmatrix;` or `read: 32;`"
+    mma_choices = "`read: ldmatrix;` or `read: 32;`"
     if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
         reader.name(value, (ir.SmemRead.LDMATRIX.value,), "ldmatrix or a width in bits")
         if not reader.has_mma:
             raise _Bad(value.span, "read: ldmatrix needs an `mma` section; the FMA path reads fragments with "
                                    "32-, 64- or 128-bit loads", hint="use `read: 32;`, `read: 64;` or `read: 128;`")
-        if dtype is ir.DType.F32:
-            raise _Bad(value.span, "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their "
-                                   "fragments with 32-bit loads", hint=f"use {mma_choices} (the default for f32)")
-        return ir.SmemRead.LDMATRIX
+        return ir.SmemRead.LDMATRIX  # f32 (TF32) operands: validate requires k contiguous
     bits = reader.integer(atom, "a read width in bits", *((1, MAX_INT) if reader.has_mma else (32, 128)))
     if reader.has_mma:
         if bits != 32:
@@ -719,7 +715,7 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
             return ir.SmemLayout(**layout)
         if mma is None:
             return ir.SmemLayout(**layout, read_bits=values.get("read"))
-        # ldmatrix moves 16-bit elements only; TF32 fragments are 32-bit words.
+        # TF32 fragments default to 32-bit loads (ldmatrix serves them only where k is contiguous).
         f32 = problem.matrix(operand).dtype is ir.DType.F32
         return ir.SmemLayout(**layout, read=values.get("read", ir.SmemRead.LDS32 if f32 else ir.SmemRead.LDMATRIX))
 

@@ -301,6 +301,15 @@ class _Checker:
         group = SMEM_READ_BYTES[smem.read] // dtype.bytes  # elements one lane reads at once
         if group == 1:
             return
+        if smem.read is ir.SmemRead.LDMATRIX and dtype.bytes == 4 and smem.order.k_major:
+            contiguous = "m" if operand is ir.Operand.A else "n"
+            k_first = "mk" if operand is ir.Operand.A else "nk"
+            self.error(smem.at("read"), f"read: ldmatrix gives f32 (TF32) fragments only from rows that run along k, "
+                                        f"but order {smem.order.value} keeps {contiguous} contiguous; "
+                                        "ldmatrix.trans moves 16-bit elements only",
+                       hint=f"use `order: {k_first};` (k contiguous), or `read: 32;` (one 32-bit load per "
+                            "fragment register)")
+            return
         if smem.read is ir.SmemRead.LDS32 and smem.order.k_major:
             contiguous = "m" if operand is ir.Operand.A else "n"
             k_first = "mk" if operand is ir.Operand.A else "nk"

@@ -73,13 +73,16 @@ SMALLEST_SMEM = min(arch.smem_per_block for arch in ARCHS.values())
 
 
 @st.composite
-def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
+def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma", dtypes: tuple[str, ...] = ("f16", "bf16", "f32"),
+                   reads: tuple[str, ...] = ("", "32", "ldmatrix")) -> str:
     """Valid tensor-core specs, built by the language's rules (not filtered through the front end).
 
     The hierarchy covers the block (warps x repeat x instruction), BK is a multiple of the
     instruction's k, global vectors divide their runs and share out over the threads, pads and
-    swizzles keep each lane's fragment read in one piece, and the stages fit in shared memory."""
-    dtype = draw(st.sampled_from(("f16", "bf16", "f32")))
+    swizzles keep each lane's fragment read in one piece, and the stages fit in shared memory.
+    `dtypes` and `reads` narrow the draw (a `read:` value outside `reads` is not written; an
+    order that allows none of them is not drawn)."""
+    dtype = draw(st.sampled_from(dtypes))
     size = ir.DType(dtype).bytes
     shape = "m16n8k8" if dtype == "f32" else draw(st.sampled_from(("m16n8k16", "m16n8k8")))
     k = int(shape.rsplit("k", 1)[1])
@@ -103,15 +106,26 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma") -> str:
     bounds = draw(st.sampled_from(("checked", "exact")))
     batch = draw(st.sampled_from(("none", "strided")))
     stream_k = (bounds, batch, c) == ("exact", "none", "f32") and draw(st.booleans())
+
+    def allowed(order: str) -> tuple[str, ...]:
+        """The reads drawn for a shared-memory order: where m or n is contiguous, a 16-bit pair along
+        k needs ldmatrix.trans, which has no 32-bit form for f32."""
+        if order in ("km", "kn"):
+            choices = ("", "32") if dtype == "f32" else ("", "ldmatrix")
+        else:
+            choices = ("", "32", "ldmatrix")
+        return tuple(r for r in choices if r in reads)
+
     sections, stage_bytes = [], 0
     for operand, orders in (("a", ("mk", "km")), ("b", ("kn", "nk"))):
         # 16-bit tiles keep their global contiguous index in shared memory (cp.async cannot transpose).
         kept = {"a": "mk" if k_contiguous["a"] else "km", "b": "nk" if k_contiguous["b"] else "kn"}[operand]
-        order = draw(st.sampled_from(orders)) if dtype == "f32" else kept
-        k_major = order in ("km", "kn")  # m or n contiguous: a lane's 16-bit pair along k is not adjacent
-        reads = ("", "32") if dtype == "f32" else ("", "ldmatrix") if k_major else ("", "32", "ldmatrix")
-        read = draw(st.sampled_from(reads))
-        group = 1 if dtype == "f32" else 2 if read == "32" else 8  # elements one lane reads at once
+        candidates = [o for o in (orders if dtype == "f32" else (kept,)) if allowed(o)]
+        assume(candidates)
+        order = draw(st.sampled_from(candidates))
+        read = draw(st.sampled_from(allowed(order)))
+        default = "32" if dtype == "f32" else "ldmatrix"
+        group = {"32": 4, "ldmatrix": 16}[read or default] // size  # elements one lane reads at once
         pad = draw(st.sampled_from((0, group, 4 * group)))
         entries = [f"order: {order};", f"pad: {pad};"]
         period = 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmdsl import targets
+from gemmdsl import ir, targets
 from gemmdsl.frontend import load, load_path
 from gemmdsl.source import CompileError, Diagnostic, Severity, SourceFile
 
@@ -358,9 +358,23 @@ CASES = [
     Case("mma_bk_not_a_multiple_of_k", [m("tile: 128x128x32", "tile: 128x128x24")],
          [("tile: |128x128x24", "BK = 24 is not a multiple of the k of m16n8k16 (16)")],
          ["e.g. 128x128x32 or `shape: m16n8k8;`"], base=MMA),
-    Case("mma_read_ldmatrix_on_f32", [m("smem a   { order: mk; pad: 4; }", "smem a   { order: mk; pad: 4; read: ldmatrix; }")],
-         [("read: |ldmatrix", "read: ldmatrix moves 16-bit elements; f32 (TF32) operands read their fragments "
-                              "with 32-bit loads")], ["use `read: 32;`"], base=TF32),
+    Case("mma_read_ldmatrix_on_f32_across_k", [m("smem a   { order: mk; pad: 4; }",
+                                                  "smem a   { order: km; pad: 4; read: ldmatrix; }")],
+         [("read: |ldmatrix", "read: ldmatrix gives f32 (TF32) fragments only from rows that run along k, but "
+                              "order km keeps m contiguous; ldmatrix.trans moves 16-bit elements only")],
+         ["use `order: mk;` (k contiguous), or `read: 32;` (one 32-bit load per fragment register)"], base=TF32),
+    Case("mma_read_ldmatrix_on_f32_b_across_k", [m("smem b   { order: kn; pad: 8; }",
+                                                    "smem b   { order: kn; pad: 8; read: ldmatrix; }")],
+         [("read: |ldmatrix", "read: ldmatrix gives f32 (TF32) fragments only from rows that run along k, but "
+                              "order kn keeps n contiguous")], ["use `order: nk;` (k contiguous)"], base=TF32),
+    Case("mma_pad_breaks_f32_ldmatrix_rows", [m("smem a   { order: mk; pad: 4; }",
+                                                 "smem a   { order: mk; pad: 2; read: ldmatrix; }")],
+         [("pad: |2", "rows of 18 f32 (72 bytes) break the alignment of the reads: ldmatrix reads rows of 16 "
+                      "bytes (4 f32)")], ["use a pad that keeps rows a multiple of 4 elements (16 bytes)"], base=TF32),
+    Case("mma_swizzle_breaks_f32_ldmatrix_rows", [m("smem a   { order: mk; pad: 4; }",
+                                                     "smem a   { order: mk; swizzle: xor(2,1,3); read: ldmatrix; }")],
+         [("swizzle: |xor(2,1,3)", "the swizzle xor(2, 1, 3) moves elements in groups of 2^1 = 2, but ldmatrix "
+                                   "reads rows of 16 bytes (4 f32)")], ["use M >= 2, e.g. xor(2, 2, 3)"], base=TF32),
     Case("mma_read_32_across_k", [m("smem b   { order: kn; swizzle: xor(3,3,4); }",
                                      "smem b   { order: kn; swizzle: xor(3,3,4); read: 32; }")],
          [("read: |32", "read: 32 loads 2 bf16 that lie along k, but order kn keeps n contiguous")],
@@ -457,6 +471,17 @@ def test_diagnostic(case: Case):
 def test_mma_fixtures_are_clean(text):
     _, diagnostics = load(SourceFile(FILE, text))
     assert diagnostics == []
+
+
+def test_f32_ldmatrix_with_k_contiguous_is_accepted():
+    """ldmatrix serves TF32 where k is contiguous (A mk; B nk, here through a transposing 4-byte copy);
+    without `read:` f32 fragments keep their 32-bit loads."""
+    text = TF32.replace("smem a   { order: mk; pad: 4; }", "smem a   { order: mk; pad: 4; read: ldmatrix; }")
+    text = text.replace("smem b   { order: kn; pad: 8; }", "smem b   { order: nk; pad: 4; read: ldmatrix; }")
+    spec, diagnostics = load(SourceFile(FILE, text))
+    assert not [d for d in diagnostics if d.severity is Severity.ERROR]
+    assert spec.smem_a.read is spec.smem_b.read is ir.SmemRead.LDMATRIX
+    assert load(SourceFile(FILE, TF32))[0].smem_a.read is ir.SmemRead.LDS32
 
 
 def test_mma_needs_an_arch_that_has_it(monkeypatch):

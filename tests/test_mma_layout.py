@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from spec_strategies import mma_spec_texts
 
@@ -44,7 +45,10 @@ def emulate_ldmatrix(smem: np.ndarray, row_addresses: np.ndarray, count: int, tr
                      element_bytes: int) -> np.ndarray:
     """Registers (count, 32 lanes, elements per register) of one ldmatrix, from the 32 lanes' row
     addresses (element offsets). Matrix q's rows are those of lanes 8q..8q+7; each row is 16 bytes.
-    Plain: lane l gets row l/4, elements 2(l%4), +1. Trans: row 2(l%4) (+1), element l/4."""
+    The instruction moves 32-bit words: lane l gets word l%4 of row l/4, which is elements 2(l%4),
+    +1 of 16-bit rows and element l%4 of f32 rows (4 per row). Trans (16-bit only): row 2(l%4) (+1),
+    element l/4."""
+    assert not (transpose and element_bytes == 4), "ldmatrix.trans swaps 16-bit halves; it has no 32-bit form"
     per_row = 16 // element_bytes
     words = np.zeros((count, WARP, 2 if element_bytes == 2 else 1))
     for q in range(count):
@@ -146,7 +150,53 @@ def test_the_issue_specs_compute_a_times_b():
         check_layout(lowered(text), rng)
 
 
+def f32_ldmatrix_spec(b_layout: str, b_order: str, b_read: str, a_smem: str = "swizzle: xor(3,2,3);",
+                      precision: str = "tf32") -> str:
+    return f"""gemm f32_ldmatrix {{
+    problem  {{ a: f32 row; b: f32 {b_layout}; c: f32 row; }}
+    target   sm_90;
+    block    {{ tile: 128x128x32; }}
+    threads  {{ warps: 2x2; }}
+    mma      {{ shape: m16n8k8; repeat: 4x8; precision: {precision}; }}
+    smem a   {{ order: mk; {a_smem} read: ldmatrix; }}
+    smem b   {{ order: {b_order}; pad: 4; read: {b_read}; }}
+    pipeline {{ stages: 2; copy: cp_async; }}
+}}
+"""
+
+
+@pytest.mark.parametrize("b_layout, b_order, b_read, a_smem, precision", [
+    ("col", "nk", "ldmatrix", "swizzle: xor(3,2,3);", "tf32"),  # both by ldmatrix, no transposing copy
+    ("row", "nk", "ldmatrix", "pad: 4;", "3xtf32"),  # B transposed on its way to shared memory
+    ("row", "kn", "32", "pad: 12;", "tf32"),  # A by ldmatrix, B (n contiguous) by 32-bit loads
+])
+def test_f32_ldmatrix_computes_a_times_b(b_layout, b_order, b_read, a_smem, precision):
+    layout = lowered(f32_ldmatrix_spec(b_layout, b_order, b_read, a_smem, precision))
+    assert layout.read[ir.Operand.A] is ir.SmemRead.LDMATRIX and not layout.transposed(ir.Operand.A)
+    check_layout(layout, np.random.default_rng(2))
+
+
+def test_f32_ldmatrix_groups_matrices_four_at_a_time():
+    """A 64x64 warp tile per k-step: each A block (16 rows x 8 k) is one x4 (rows 0-7 and 8-15, k 0-3
+    and 4-7), each x4 of B covers two n blocks; 8 instructions instead of 32 32-bit loads."""
+    layout = lowered(f32_ldmatrix_spec("col", "nk", "ldmatrix"))
+    a, b = layout.matrix_loads(ir.Operand.A, 0), layout.matrix_loads(ir.Operand.B, 0)
+    assert [load.count for load in a + b] == [4] * 8
+    assert [(m.block, m.register, m.mn, m.k) for m in a[1].matrices] == [
+        (1, 0, 16, 0), (1, 1, 24, 0), (1, 2, 16, 4), (1, 3, 24, 4)]
+    assert [(m.block, m.register, m.mn, m.k) for m in b[1].matrices] == [
+        (2, 0, 16, 0), (2, 1, 16, 4), (3, 0, 24, 0), (3, 1, 24, 4)]
+    accesses = layout.fragment_accesses(0)
+    assert len(accesses) == 8 and {(a.op, a.width_bytes, a.lanes) for a in accesses} == {("ldmatrix", 16, WARP)}
+
+
 @settings(deadline=None, max_examples=60)
 @given(mma_spec_texts())
 def test_every_drawn_mma_spec_computes_a_times_b(text):
     check_layout(lowered(text), np.random.default_rng(1))
+
+
+@settings(deadline=None, max_examples=30)
+@given(mma_spec_texts(dtypes=("f32",), reads=("ldmatrix",)))
+def test_every_drawn_f32_ldmatrix_spec_computes_a_times_b(text):
+    check_layout(lowered(text), np.random.default_rng(4))
