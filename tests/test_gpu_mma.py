@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
              if load_spec(path).mma is not None and not load_spec(path).wgmma]
 ODD_SHAPES = [(333, 517, 129), (1000, 1000, 1000), (64, 48, 40)]
+# TF32 and 3xTF32 with fragments from ldmatrix (k contiguous in shared memory: A mk, column-major B nk).
+F32_LDMATRIX_SPECS = ["tf32_ldmatrix", "tf32_ldmatrix_nt", "sgemm_3xtf32_ldmatrix", "sgemm_3xtf32_ldmatrix_nt"]
 
 
 @pytest.mark.parametrize("path", MMA_SPECS, ids=lambda path: path.stem)
@@ -29,6 +31,20 @@ def test_mma_spec_is_correct_at_odd_shapes(path, load_kernel):
     assert results and not failed, "\n".join(failed)
     # Odd leading dimensions run the scalar variant; padded ones the vector kernel: both ran.
     assert {result.entry for result in results} == {kernel.requirements.vector_entry, kernel.requirements.scalar_entry}
+
+
+def test_the_f32_ldmatrix_specs_are_among_those_verified():
+    assert set(F32_LDMATRIX_SPECS) <= {path.stem for path in MMA_SPECS}
+
+
+@pytest.mark.parametrize("name", F32_LDMATRIX_SPECS)
+def test_f32_ldmatrix_spec_is_correct_on_whole_tiles(name, load_kernel):
+    """512x512x512 is whole block tiles and k-tiles of every one of them: the interior kernel, its
+    fragments all from the ldmatrix and 32-bit loads the emulation in test_mma_layout.py checks."""
+    kernel = load_kernel(ROOT / "specs" / f"{name}.gemm")
+    results = verify(kernel, [(512, 512, 512)], seed=5)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
 
 
 def test_bf16_kernel_takes_and_returns_torch_tensors(load_kernel):

@@ -14,6 +14,7 @@ from spec_strategies import mma_spec_texts
 
 from gemmdsl import ir
 from gemmdsl.frontend import load, load_spec
+from gemmdsl.mma_layout import MmaLayout
 from gemmdsl.source import CompileError, Severity, SourceFile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,3 +65,21 @@ def test_mma_shared_memory_size():
     tf32 = load_spec(fixtures / "sgemm_3xtf32.gemm")
     for spec in (tf32, replace(tf32, smem_a=replace(tf32.smem_a, pad=0, swizzle=ir.Swizzle(3, 2, 5)))):
         assert mma_smem_bytes(spec) == KernelLayout(spec).smem_bytes
+
+
+@pytest.mark.parametrize("name, ldmatrix, words", [
+    ("tf32_ldmatrix", 4, 16), ("tf32_ldmatrix_nt", 8, 0),
+    ("sgemm_3xtf32_ldmatrix", 4, 16), ("sgemm_3xtf32_ldmatrix_nt", 8, 0),
+])
+def test_f32_ldmatrix_specs_load_fragments_in_fewer_instructions(name, ldmatrix, words):
+    """Per k-step of a 64x64 warp tile: 32 32-bit loads (tf32_mma); A by ldmatrix takes 4 x4 for its
+    16 words; B by ldmatrix (k contiguous: column-major B stored nk) 4 more for its 16."""
+    spec = load_spec(ROOT / "specs" / f"{name}.gemm")
+    assert spec.problem.a.dtype is ir.DType.F32 and spec.smem_a.read is ir.SmemRead.LDMATRIX
+    layout = MmaLayout(spec)
+    accesses = layout.fragment_accesses(0)
+    assert [a.op for a in accesses].count("ldmatrix") == ldmatrix
+    assert [a.op for a in accesses].count("load") == words
+    by_ldmatrix = [op for op in (ir.Operand.A, ir.Operand.B) if layout.read[op] is ir.SmemRead.LDMATRIX]
+    assert not any(layout.transposed(op) for op in by_ldmatrix)
+    assert all(a.width_bytes == 16 for a in accesses if a.op == "ldmatrix")

@@ -26,6 +26,16 @@ STREAM_K_SPILL_BYTES = 16
 # by element and spill up to 448 bytes (hgemm_h100_mma). These bounds keep them from growing unseen.
 MMA_SPILL_BYTES = {"scalar": 512}
 MMA_OTHER_SPILL_BYTES = 80
+# The f32 ldmatrix specs, measured with nvcc 13.0 for their sm_90 target (the build the H100 runs):
+# the TF32 ones hold everything in registers (204-254); the 3xTF32 ones run at 255, where
+# sgemm_3xtf32_ldmatrix's vector kernel keeps 20 bytes in local memory and the _nt spec's vector
+# and interior kernels 40 (pointers and loop values: 6 local accesses per k-tile of 192 mma).
+SPEC_SPILL_BYTES = {
+    "tf32_ldmatrix": {"vector": 0, "interior": 0, "scalar": 0},
+    "tf32_ldmatrix_nt": {"vector": 0, "interior": 0, "scalar": 0},
+    "sgemm_3xtf32_ldmatrix": {"vector": 20, "interior": 0, "scalar": 0},
+    "sgemm_3xtf32_ldmatrix_nt": {"vector": 40, "interior": 40, "scalar": 0},
+}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
@@ -38,7 +48,9 @@ def test_spec_compiles_without_spills(spec):
             continue
         resources = result.resources if entry == entries["vector"] else parse_ptxas(result.log, entry)
         assert 0 < resources.registers <= 255
-        if artifacts.metadata["unit"] != "fma":
+        if spec.stem in SPEC_SPILL_BYTES:
+            allowed = SPEC_SPILL_BYTES[spec.stem][name]
+        elif artifacts.metadata["unit"] != "fma":
             allowed = MMA_SPILL_BYTES.get(name, MMA_OTHER_SPILL_BYTES)
         else:
             allowed = STREAM_K_SPILL_BYTES if name == "stream_k" else 0
