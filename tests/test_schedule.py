@@ -79,10 +79,6 @@ def test_a_batch_is_split_per_gemm():
     assert stream_k_split(4, 8192, H100_SLOTS, batch=H100_SLOTS + 1).sk_tiles == 0  # the batch fills the GPU
 
 
-def test_calls_on_the_scalar_kernel_do_not_split():
-    assert call_split((128, 128, 8), 256, 256, 65536, H100_SLOTS, vector=False).sk_tiles == 0
-
-
 def test_small_problems_do_not_split():
     assert stream_k_split(1, 1, 264).sk_tiles == 0  # one k-tile: nothing to share
     assert stream_k_split(4, 2, 264).sk_tiles == 0  # 8 k-tiles: two blocks of 4 for four tiles
@@ -207,3 +203,85 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
                           offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
                          for s in interior_launches((bm, bn, bk), m, n, k)])
     assert got == expected
+
+
+# A stream-K launcher, compiled for the host on a GPU of `sms` SMs holding `per_sm` blocks each: every
+# launch prints its kernel and its grid's x instead of launching.
+STREAM_K_LAUNCHES_TEST = r"""
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+using cudaError_t = int;
+using cudaStream_t = void*;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9;
+constexpr int cudaFuncAttributeMaxDynamicSharedMemorySize = 0, cudaDevAttrMultiProcessorCount = 0;
+struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
+static int sms, per_sm;
+template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* value, int, int) { *value = sms; return cudaSuccess; }
+template <typename F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F, int, size_t) {
+    *blocks = per_sm;
+    return cudaSuccess;
+}
+%(kernels)s
+static void launched(void (*kernel)(...), dim3 grid) { std::printf("%%s %%u\n", name_of(kernel), grid.x); }
+%(launcher)s
+alignas(16) static float operands[1 << 20];
+int main() {
+    int m, n, k, lda, ldb, ldc, offset_b;
+    while (std::scanf("%%d %%d %%d %%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc, &offset_b, &sms, &per_sm) == 9) {
+        %(name)s_launch_ld(operands, lda, operands + offset_b, ldb, operands, ldc, m, n, k, 1.0f, 0.0f, nullptr);
+        std::printf("end\n");
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path):
+    """sgemm_any's launcher: a call whose B is not vector-aligned (an odd ldb, a shifted pointer) is
+    split as schedule.py splits it, its shared tiles on the scalar stream-K kernel and the others on
+    the scalar kernel; an aligned call on the vector kernels, or on the interior kernel and the edge
+    strips when nothing is shared."""
+    name = "sgemm_any"
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    cuda, entries = artifacts.cuda, artifacts.metadata["entries"]
+    launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
+    launcher = re.sub(r"(\w+)<<<(dim3\(.*?\)), dim3\(\d+\), \w+, stream>>>\([^;]*\);",
+                      lambda match: f"launched({match[1]}, {match[2]});", launcher)
+    kernels = [entry for entry in entries.values() if entry is not None]
+    names = "".join(f'    if (kernel == {entry}) return "{entry}";\n' for entry in kernels)
+    declarations = "".join(f"void {entry}(...) {{}}\n" for entry in kernels)
+    declarations += f"static const char* name_of(void (*kernel)(...)) {{\n{names}    return \"?\";\n}}\n"
+    (tmp_path / "launches.cpp").write_text(STREAM_K_LAUNCHES_TEST % {"kernels": declarations, "launcher": launcher,
+                                                                     "name": name})
+    subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
+    bm, bn, bk = artifacts.metadata["block_tile"]
+    calls = []  # m, n, k, lda, ldb, ldc, offset_b, sms, per_sm
+    for m, n, k in [(4096, 127, 4096), (127, 4096, 4096), (2048, 2048, 77), (300, 260, 1000), (256, 256, 256)]:
+        for ldb, offset_b in ((-(-n // 4) * 4, 0), (n, 0), (-(-n // 4) * 4, 1)):
+            for sms, per_sm in ((132, 2), (7, 1)):
+                calls.append((m, n, k, k, ldb, ldb, offset_b, sms, per_sm))
+    stdin = "".join(" ".join(map(str, call)) + "\n" for call in calls)
+    done = subprocess.run([str(tmp_path / "launches")], input=stdin, capture_output=True, text=True, check=True)
+    got = [[tuple(line.split()) for line in call.strip().splitlines()] for call in done.stdout.split("end\n")[:-1]]
+
+    expected = []
+    for m, n, k, lda, ldb, ldc, offset_b, sms, per_sm in calls:
+        aligned = all(value % 4 == 0 for value in (lda, ldb, ldc, offset_b))
+        kernel = entries["vector"] if aligned else entries["scalar"]
+        split = call_split((bm, bn, bk), m, n, k, sms * per_sm)
+        if split.sk_tiles:
+            launches = [(entries["prepare"], split.sk_tiles),
+                        (entries["stream_k"] if aligned else entries["stream_k_scalar"], split.sk_blocks)]
+            launches += [(kernel, split.dp_tiles)] if split.dp_tiles else []
+        elif aligned:
+            launches = [(entries["interior"] if s.interior else kernel, -(-s.m // bm) * -(-s.n // bn))
+                        for s in interior_launches((bm, bn, bk), m, n, k)]
+        else:
+            launches = [(kernel, split.tiles)]
+        expected.append([(entry, str(blocks)) for entry, blocks in launches])
+    assert got == expected
+    assert any(launch[0] == entries["stream_k_scalar"] for call in got for launch in call)
