@@ -50,6 +50,45 @@ def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots
     assert min(lengths) >= min(MIN_K_TILES_PER_BLOCK - 1, split.sk_tiles * k_tiles // split.sk_blocks)
 
 
+def launched_work(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int,
+                  interior_kernel: bool) -> list[tuple[int, int]]:
+    """(C tile, k-tile) of every piece of work one GEMM of a call launches, as the launcher launches it:
+    split (vector or scalar call alike), the plain tiles whole and the stream-K blocks' segments; else,
+    when the call runs the interior kernel (checked bounds, vector-aligned), its launches' tiles, each
+    strip's tiles numbered on C's grid; else every tile whole."""
+    bm, bn, bk = block_tile
+    split = call_split(block_tile, m, n, k, slots, batch)
+    tiles_n = -(-n // bn)
+    whole = lambda tile: [(tile, kt) for kt in range(split.k_tiles)]  # noqa: E731
+    if split.sk_tiles:
+        work = [piece for tile in range(split.dp_tiles) for piece in whole(tile)]
+        for block in range(split.sk_blocks):
+            work += [(tile, kt) for tile, first, end in split.segments(block) for kt in range(first, end)]
+        return work
+    if not interior_kernel:
+        return [piece for tile in range(split.tiles) for piece in whole(tile)]
+    work = []
+    for launch in interior_launches(block_tile, m, n, k):
+        assert launch.row % bm == 0 and launch.col % bn == 0  # the strips lie on C's tile grid
+        for i in range(-(-launch.m // bm)):
+            for j in range(-(-launch.n // bn)):
+                work += whole((launch.row // bm + i) * tiles_n + launch.col // bn + j)
+    return work
+
+
+@settings(max_examples=300, deadline=None)
+@given(tile=st.sampled_from(((128, 128, 8), (64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 64, 16))),
+       m=st.integers(1, 700), n=st.integers(1, 700), k=st.integers(1, 400), slots=st.integers(1, 300),
+       batch=st.sampled_from((1, 1, 2, 5)), aligned=st.booleans())
+def test_every_tile_and_k_tile_of_a_call_is_launched_exactly_once(tile, m, n, k, slots, batch, aligned):
+    """On the vector kernel (with the interior kernel beside it) or the scalar one, split or not: each
+    (C tile, k-tile) of each GEMM is computed by exactly one block."""
+    bm, bn, bk = tile
+    work = launched_work(tile, m, n, k, slots, batch, interior_kernel=aligned)
+    tiles, k_tiles = -(-m // bm) * -(-n // bn), -(-k // bk)
+    assert sorted(work) == [(t, kt) for t in range(tiles) for kt in range(k_tiles)]
+
+
 @pytest.mark.parametrize("size, shared", [((1024, 1024, 1024), 64), ((2048, 2048, 2048), 0),
                                           ((4096, 4096, 4096), 232), ((8192, 8192, 8192), 136),
                                           ((4096, 4096, 1024), 232)])
