@@ -56,10 +56,13 @@ def launched_work(block_tile: tuple[int, int, int], m: int, n: int, k: int, slot
     split (vector or scalar call alike), the plain tiles whole and the stream-K blocks' segments; else,
     when the call runs the interior kernel (checked bounds, vector-aligned), its launches' tiles, each
     strip's tiles numbered on C's grid; else every tile whole."""
-    bm, bn, bk = block_tile
+    bm, bn, _ = block_tile
     split = call_split(block_tile, m, n, k, slots, batch)
     tiles_n = -(-n // bn)
-    whole = lambda tile: [(tile, kt) for kt in range(split.k_tiles)]  # noqa: E731
+
+    def whole(tile: int) -> list[tuple[int, int]]:
+        return [(tile, kt) for kt in range(split.k_tiles)]
+
     if split.sk_tiles:
         work = [piece for tile in range(split.dp_tiles) for piece in whole(tile)]
         for block in range(split.sk_blocks):
