@@ -37,6 +37,10 @@ def stream_k_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_stream_k"
 
 
+def stream_k_scalar_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_stream_k_scalar"
+
+
 def prepare_entry(spec: ir.KernelSpec) -> str | None:
     """The kernel that sets the stream-K tiles of C to beta * C before the GEMM adds into them."""
     return f"{spec.name}_prepare_c" if spec.block.stream_k else None

@@ -100,10 +100,12 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # entries["scalar"]: the kernel with one-element global accesses, run when an operand
         # is not vector-aligned (checked bounds only; null when the vector kernel is scalar already).
         # entries["stream_k"] and ["prepare"]: schedule: stream_k's kernel for the last wave's tiles and the
-        # one that sets those tiles to beta * C first (null otherwise). entries["interior"]: checked
-        # bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches).
+        # one that sets those tiles to beta * C first (null otherwise); entries["stream_k_scalar"]: the
+        # stream-K kernel of calls on the scalar kernel (null without a scalar kernel). entries["interior"]:
+        # checked bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches).
         "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
-                    "prepare": entries.prepare, "interior": entries.interior},
+                    "stream_k_scalar": entries.stream_k_scalar, "prepare": entries.prepare,
+                    "interior": entries.interior},
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
         **launch.launchers,

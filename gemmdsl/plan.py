@@ -8,7 +8,8 @@ dimension or batch stride would misalign a vector access, and `NAME_kernel_inter
 tiling compiled as for `bounds: exact`, which the launcher runs on the tiles that lie inside C
 when K is a multiple of BK (the vector kernel then computes only the edge strips); for
 `schedule: stream_k`, `NAME_kernel_stream_k`, which shares the last wave's tiles (the vector
-kernel computes the others).
+kernel computes the others), and with a scalar kernel also `NAME_kernel_stream_k_scalar`, the
+same with one-element global accesses, so that calls on the scalar kernel are split alike.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class Role(enum.Enum):
     VECTOR = "vector"  # the spec's global accesses; every tile not shared by stream-K
     SCALAR = "scalar"  # one-element global accesses, for operands that are not vector-aligned
     STREAM_K = "stream_k"  # k-ranges of the last wave's tiles, added into C
+    STREAM_K_SCALAR = "stream_k_scalar"  # the same with one-element global accesses (calls on the scalar kernel)
     INTERIOR = "interior"  # checked bounds: the tiles inside C, compiled as for exact bounds
 
 
@@ -39,7 +41,7 @@ class Variant:
 
     @property
     def stream_k(self) -> bool:
-        return self.role is Role.STREAM_K
+        return self.role in (Role.STREAM_K, Role.STREAM_K_SCALAR)
 
     @property
     def spec(self) -> ir.KernelSpec:
@@ -52,6 +54,7 @@ class Entries:
     vector: str
     scalar: str | None  # None: the vector kernel is scalar already, or bounds are exact
     stream_k: str | None
+    stream_k_scalar: str | None  # stream-K for the calls that run the scalar kernel
     prepare: str | None  # sets the stream-K tiles of C to beta * C first
     interior: str | None  # checked bounds: the exact-bounds code for the tiles inside C
 
@@ -103,10 +106,14 @@ def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
     lowering = MmaLayout if spec.mma is not None else KernelLayout
     layout = lowering(spec)
     variants = [Variant(abi.vector_entry(spec), Role.VECTOR, layout)]
+    scalar = None
     if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
-        variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, lowering(spec, max_global_vector=1)))
+        scalar = lowering(spec, max_global_vector=1)
+        variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, scalar))
     if spec.block.stream_k:
         variants.append(Variant(abi.stream_k_entry(spec), Role.STREAM_K, layout))
+        if scalar is not None:
+            variants.append(Variant(abi.stream_k_scalar_entry(spec), Role.STREAM_K_SCALAR, scalar))
     if spec.problem.checked:
         exact = replace(spec, problem=replace(spec.problem, bounds=ir.Bounds.EXACT))
         variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, lowering(exact)))
@@ -116,7 +123,7 @@ def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
 def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
-                      abi.prepare_entry(spec), by_role.get(Role.INTERIOR))
+                      by_role.get(Role.STREAM_K_SCALAR), abi.prepare_entry(spec), by_role.get(Role.INTERIOR))
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     checked = spec.problem.checked

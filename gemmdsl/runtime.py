@@ -98,6 +98,7 @@ class Requirements:
     batched: bool
     dtypes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPERAND_NAMES, "float32"))
     stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
+    stream_k_scalar_entry: str | None = None  # ... for calls on the scalar kernel
     prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
     interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
     # wgmma specs (Hopper's own path): A and B reach the kernel as TMA tensor maps (metadata['tensor_maps']);
@@ -117,6 +118,7 @@ class Requirements:
                    max_leading_dimension=per_operand(requires["max_leading_dimension"]),
                    vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
                    batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
+                   stream_k_scalar_entry=metadata["entries"].get("stream_k_scalar"),
                    prepare_entry=metadata["entries"]["prepare"],
                    interior_entry=metadata["entries"].get("interior"),
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
@@ -379,8 +381,12 @@ def wgmma_grid(req: Requirements, m: int, n: int, sms: int) -> tuple[int, int, i
 
 def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
     """The split the emitted launcher makes for this call on a GPU with `sms` SMs."""
-    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch,
-                      vector=call.entry == req.vector_entry)
+    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch)
+
+
+def stream_k_entry(req: Requirements, call: CheckedCall) -> str:
+    """The stream-K kernel that shares a split call's tiles: the scalar one for calls on the scalar kernel."""
+    return req.stream_k_scalar_entry if call.entry == req.scalar_entry else req.stream_k_entry
 
 
 def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
@@ -734,8 +740,8 @@ class Kernel:
         self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
         self._tensor_maps: Any = None  # wgmma specs: the last call's tensor maps (tensor_maps.TensorMapCache)
         req = self.requirements
-        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.prepare_entry,
-                                req.interior_entry))
+        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.stream_k_scalar_entry,
+                                req.prepare_entry, req.interior_entry))
         self._functions = {entry: self._module.get_function(entry) for entry in entries}
         default_smem = arch(parse_target(target)[0]).default_smem_per_block
         for function in self._functions.values():
@@ -817,8 +823,8 @@ class Kernel:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
             launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, call.batch),
                                          block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
-        launches.append(KernelLaunch(self._functions[req.stream_k_entry], (split.sk_blocks, 1, call.batch), block,
-                                     args + (numpy.int32(split.sk_tiles),), smem))
+        launches.append(KernelLaunch(self._functions[stream_k_entry(req, call)], (split.sk_blocks, 1, call.batch),
+                                     block, args + (numpy.int32(split.sk_tiles),), smem))
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
         return bound(tuple(launches))

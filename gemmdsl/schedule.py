@@ -14,7 +14,8 @@ to beta * C by a small kernel. The stream-K blocks run first, then the plain ker
 computes the other tiles, one block each, in whole waves.
 
 Edge tiles and a partial last k-tile (bounds: checked) count as whole ones: the kernels guard
-them. A strided batch is split per GEMM: each of its B GEMMs gets S // B slots and is split
+them. A call whose operands need the scalar kernel (a pointer or leading dimension that breaks
+vector alignment) is split the same way, its shared tiles on `NAME_kernel_stream_k_scalar`. A strided batch is split per GEMM: each of its B GEMMs gets S // B slots and is split
 the same way (the grid's z stays the GEMM in every kernel, so a block's range never crosses
 GEMMs); a batch of S or more GEMMs fills the GPU by itself and is not split.
 
@@ -95,15 +96,13 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1) -> Stre
     return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
 
 
-def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
-               vector: bool = True) -> StreamKSplit:
+def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> StreamKSplit:
     """The split of one call (M, N, K, batch) on a GPU of `slots` resident blocks, for a kernel of
-    `block_tile` (BM, BN, BK): edge tiles and a partial last k-tile count as whole ones. `vector`:
-    the call runs the vector kernel; the stream-K kernel makes the vector kernel's accesses, so a
-    call whose operands need the scalar kernel (checked bounds) is not split."""
+    `block_tile` (BM, BN, BK): edge tiles and a partial last k-tile count as whole ones. Calls on the
+    scalar kernel split alike, on the scalar stream-K kernel."""
     bm, bn, bk = block_tile
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
-    return stream_k_split(tiles, _ceil_div(k, bk), slots if vector else 0, batch)
+    return stream_k_split(tiles, _ceil_div(k, bk), slots, batch)
 
 
 def _ceil_div(extent: int, tile: int) -> int:

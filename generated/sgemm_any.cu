@@ -845,6 +845,321 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[4];
+        float b_stage[4];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+            a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
+            a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
+            a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+            b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+            b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+            b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 32;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 64;
+                const int col = tid % 8;
+                a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 96;
+                const int col = tid % 8;
+                a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 128;
+                const int col = tid % 128;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 2;
+                const int col = tid % 128;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 4;
+                const int col = tid % 128;
+                b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 6;
+                const int col = tid % 128;
+                b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[2]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[3]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                    a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
+                    a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
+                    a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+                    b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+                    b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+                    b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8;
+                        a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8;
+                        a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 128;
+                        const int col = tid % 128;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 2;
+                        const int col = tid % 128;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 4;
+                        const int col = tid % 128;
+                        b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 6;
+                        const int col = tid % 128;
+                        b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 64, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[2]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[3]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            atomicAdd(&c_line[offset], out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -1067,8 +1382,7 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     int sk_tiles = 0, sk_blocks = 0;
-    // The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.
-    if (vector_aligned) sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
     if (sk_tiles == 0) {
         // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
         // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
@@ -1097,7 +1411,8 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
         sgemm_any_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_any_kernel_stream_k;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;

@@ -8,7 +8,9 @@
 //   family sgemm_family {
 //       use sgemm_h100.gemm;      // bounds: exact, stream-K: the shapes its 128x128x8 tile divides
 //       use sgemm_any.gemm;       // any shape, sgemm_h100's 128x128x8 tiling, stream-K and split-K
-//       use checked_64x64.gemm;   // any shape, 64x64x8 tiles: small and skinny problems
+//       use checked_64x64.gemm;   // any shape, 64x64x8 tiles: small problems
+//       use checked_32x128.gemm;  // any shape, 32x128x8 tiles, stream-K and split-K: few rows (16x4096x4096)
+//       use checked_128x32.gemm;  // any shape, 128x32x8 tiles, stream-K and split-K: few columns (4096x16x4096)
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -1277,6 +1279,321 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[4];
+        float b_stage[4];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+            a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
+            a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
+            a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+            b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+            b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+            b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 32;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 64;
+                const int col = tid % 8;
+                a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 96;
+                const int col = tid % 8;
+                a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 128;
+                const int col = tid % 128;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 2;
+                const int col = tid % 128;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 4;
+                const int col = tid % 128;
+                b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 6;
+                const int col = tid % 128;
+                b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[2]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[3]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                    a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
+                    a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
+                    a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+                    b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+                    b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+                    b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8;
+                        a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8;
+                        a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 128;
+                        const int col = tid % 128;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 2;
+                        const int col = tid % 128;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 4;
+                        const int col = tid % 128;
+                        b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 6;
+                        const int col = tid % 128;
+                        b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 64, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[2]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[3]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            atomicAdd(&c_line[offset], out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -1499,8 +1816,7 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
     int sk_tiles = 0, sk_blocks = 0;
-    // The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.
-    if (vector_aligned) sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
     if (sk_tiles == 0) {
         // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
         // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
@@ -1529,7 +1845,8 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
         sgemm_any_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_any_kernel_stream_k;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
@@ -2314,6 +2631,2980 @@ extern "C" cudaError_t checked_64x64_launch(const float* A, const float* B, floa
 #endif
 }  // namespace checked_64x64
 
+// ---- member checked_32x128, from checked_32x128.gemm ----
+namespace checked_32x128 {
+
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 36
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 36 + mn;
+}
+// B: order kn, leading dimension 128
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 128 + mn;
+}
+
+// Every shared-memory load and store goes through these PTX wrappers. nvcc and
+// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
+// leave as written, so the instructions the bank-conflict analysis counts are the
+// ones that run. (`asm volatile` also keeps them in order around barriers.)
+static __device__ __forceinline__ unsigned smem_address(const float* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+static __device__ __forceinline__ float4 lds128(const float* p) {
+    float4 v;
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
+    return v;
+}
+static __device__ __forceinline__ void sts32(float* p, float v) {
+    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
+}
+static __device__ __forceinline__ void sts128(float* p, float4 v) {
+    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[2];
+    if (block_inside && 0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+        const float* b_src = B + block_n;
+        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 4;
+            const int col = tid % 4 * 2;
+            a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 32;
+            const int col = tid % 32 * 4;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 32 + 4;
+            const int col = tid % 32 * 4;
+            b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (block_inside && kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 2;
+                    a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32 * 4;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32 * 4;
+                    b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; j += 4) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                        if (beta != 0.0f) {
+                            const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                            out.x += beta * old.x;
+                            out.y += beta * old.y;
+                            out.z += beta * old.z;
+                            out.w += beta * old.w;
+                        }
+                        *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[2];
+    float b_stage[8];
+    if (block_inside && 0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+        const float* b_src = B + block_n;
+        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+        b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
+        b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+        b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
+        b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+        b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
+        b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 128;
+            const int col = tid % 128;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 1;
+            const int col = tid % 128;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 2;
+            const int col = tid % 128;
+            b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 3;
+            const int col = tid % 128;
+            b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 4;
+            const int col = tid % 128;
+            b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 5;
+            const int col = tid % 128;
+            b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 6;
+            const int col = tid % 128;
+            b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 7;
+            const int col = tid % 128;
+            b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 1), b_stage[1]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[2]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 3), b_stage[3]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[4]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 5), b_stage[5]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[6]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 7), b_stage[7]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (block_inside && kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+                b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
+                b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+                b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
+                b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+                b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
+                b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 128;
+                    const int col = tid % 128;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 1;
+                    const int col = tid % 128;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 2;
+                    const int col = tid % 128;
+                    b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 3;
+                    const int col = tid % 128;
+                    b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 4;
+                    const int col = tid % 128;
+                    b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 5;
+                    const int col = tid % 128;
+                    b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 6;
+                    const int col = tid % 128;
+                    b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 7;
+                    const int col = tid % 128;
+                    b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 1), b_stage[1]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[2]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 3), b_stage[3]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[4]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 5), b_stage[5]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[6]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 7), b_stage[7]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float2 a_stage[1];
+        float4 b_stage[2];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 4;
+                const int col = tid % 4 * 2;
+                a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 32;
+                const int col = tid % 32 * 4;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 32 + 4;
+                const int col = tid % 32 * 4;
+                b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+        sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+        float* const b_dst = smem_b;
+        sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 4;
+                        const int col = tid % 4 * 2;
+                        a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32 * 4;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32 * 4;
+                        b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+                sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+                sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[2];
+        float b_stage[8];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+            b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
+            b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+            b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
+            b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+            b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
+            b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+            b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 128;
+                const int col = tid % 128;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 1;
+                const int col = tid % 128;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 2;
+                const int col = tid % 128;
+                b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 3;
+                const int col = tid % 128;
+                b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 4;
+                const int col = tid % 128;
+                b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 5;
+                const int col = tid % 128;
+                b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 6;
+                const int col = tid % 128;
+                b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 128 + 7;
+                const int col = tid % 128;
+                b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 1), b_stage[1]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[2]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 3), b_stage[3]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[4]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 5), b_stage[5]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[6]);
+        sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 7), b_stage[7]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
+                    b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
+                    b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
+                    b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
+                    b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
+                    b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
+                    b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                    b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 128;
+                        const int col = tid % 128;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 1;
+                        const int col = tid % 128;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 2;
+                        const int col = tid % 128;
+                        b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 3;
+                        const int col = tid % 128;
+                        b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 4;
+                        const int col = tid % 128;
+                        b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 5;
+                        const int col = tid % 128;
+                        b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 6;
+                        const int col = tid % 128;
+                        b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 128 + 7;
+                        const int col = tid % 128;
+                        b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 1), b_stage[1]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[2]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 3), b_stage[3]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[4]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 5), b_stage[5]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[6]);
+                sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 7), b_stage[7]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            atomicAdd(&c_line[offset], out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[2];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+    const float* b_src = B + block_n;
+    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_stage[1]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) checked_32x128_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 1;
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 2, B 4, C 4) elements; otherwise the scalar kernel runs.
+static bool checked_32x128_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void checked_32x128_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
+    const long long shared = tiles % slots;
+    const long long work = shared * k_tiles;
+    long long blocks = (work + 3) / 4;
+    if (blocks > slots) blocks = slots;
+    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
+}
+
+extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483615 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 67108863 || ldb > 268435455) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 32 - 1) / 32) * ((N + 128 - 1) / 128);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = checked_32x128_aligned(A, lda, 0, 2) && checked_32x128_aligned(B, ldb, 0, 4) && checked_32x128_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? checked_32x128_kernel : checked_32x128_kernel_scalar;
+    const size_t smem_bytes = 10496;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    int sk_tiles = 0, sk_blocks = 0;
+    checked_32x128_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    if (sk_tiles == 0) {
+        // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
+        // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
+        // (the interior's columns), each a GEMM of its own on operands offset to the strip.
+        if (vector_aligned && K % 8 == 0 && M >= 32 && N >= 128) {
+            const int inner_m = M - M % 32, inner_n = N - N % 128;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(checked_32x128_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            checked_32x128_kernel_interior<<<dim3((unsigned)((inner_m / 32) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 32 - 1) / 32) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 32 - 1) / 32) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (sk_tiles > 0 && beta != 1.0f) {
+        checked_32x128_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (blocks > sk_tiles) {
+        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t checked_32x128_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return checked_32x128_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace checked_32x128
+
+// ---- member checked_128x32, from checked_128x32.gemm ----
+namespace checked_128x32 {
+
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 132
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+// B: order kn, leading dimension 32
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 32 + mn;
+}
+
+// Every shared-memory load and store goes through these PTX wrappers. nvcc and
+// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
+// leave as written, so the instructions the bank-conflict analysis counts are the
+// ones that run. (`asm volatile` also keeps them in order around barriers.)
+static __device__ __forceinline__ unsigned smem_address(const float* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+static __device__ __forceinline__ float4 lds128(const float* p) {
+    float4 v;
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
+    return v;
+}
+static __device__ __forceinline__ void sts32(float* p, float v) {
+    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
+}
+static __device__ __forceinline__ void sts64(float* p, float2 v) {
+    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 256;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[2];
+    float2 b_stage[1];
+    if (block_inside && 0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+        a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+        const float* b_src = B + block_n;
+        b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 2;
+            const int col = tid % 2 * 4;
+            a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+            a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 2 + 64;
+            const int col = tid % 2 * 4;
+            a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+            a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 16;
+            const int col = tid % 16 * 2;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+    float* const b_dst = smem_b;
+    sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (block_inside && kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 2;
+                    const int col = tid % 2 * 4;
+                    a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                    a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 2 + 64;
+                    const int col = tid % 2 * 4;
+                    a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                    a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; j += 4) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                        if (beta != 0.0f) {
+                            const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                            out.x += beta * old.x;
+                            out.y += beta * old.y;
+                            out.z += beta * old.z;
+                            out.w += beta * old.w;
+                        }
+                        *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 256;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[8];
+    float b_stage[2];
+    if (block_inside && 0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+        a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
+        a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+        a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
+        a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
+        a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
+        a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+        const float* b_src = B + block_n;
+        b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
+        b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 48;
+            const int col = tid % 8;
+            a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 64;
+            const int col = tid % 8;
+            a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 80;
+            const int col = tid % 8;
+            a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 96;
+            const int col = tid % 8;
+            a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 112;
+            const int col = tid % 8;
+            a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 32;
+            const int col = tid % 32;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 32 + 4;
+            const int col = tid % 32;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid % 32, tid / 32), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid % 32, tid / 32 + 4), b_stage[1]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (block_inside && kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
+                a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+                a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
+                a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
+                a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
+                b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8;
+                    a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8;
+                    a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8;
+                    a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8;
+                    a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8;
+                    a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid % 32, tid / 32), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid % 32, tid / 32 + 4), b_stage[1]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 256;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float4 a_stage[2];
+        float2 b_stage[1];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 2;
+                const int col = tid % 2 * 4;
+                a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 2 + 64;
+                const int col = tid % 2 * 4;
+                a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 16;
+                const int col = tid % 16 * 2;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+        float* const b_dst = smem_b;
+        sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                    a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 2;
+                        const int col = tid % 2 * 4;
+                        a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                        a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                        a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 2 + 64;
+                        const int col = tid % 2 * 4;
+                        a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                        a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                        a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 16;
+                        const int col = tid % 16 * 2;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 256;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[8];
+        float b_stage[2];
+        if (block_inside && kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+            a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
+            a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+            a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
+            a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
+            a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
+            a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
+            b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 32;
+                const int col = tid % 8;
+                a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 48;
+                const int col = tid % 8;
+                a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 64;
+                const int col = tid % 8;
+                a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 80;
+                const int col = tid % 8;
+                a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 96;
+                const int col = tid % 8;
+                a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 112;
+                const int col = tid % 8;
+                a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 32;
+                const int col = tid % 32;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 32 + 4;
+                const int col = tid % 32;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid % 32, tid / 32), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid % 32, tid / 32 + 4), b_stage[1]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
+                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                    a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
+                    a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+                    a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
+                    a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
+                    a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                    a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
+                    b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8;
+                        a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8;
+                        a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8;
+                        a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8;
+                        a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8;
+                        a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8;
+                        a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 32 + 4;
+                        const int col = tid % 32;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid % 32, tid / 32), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid % 32, tid / 32 + 4), b_stage[1]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            atomicAdd(&c_line[offset], out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: one element at a time, only inside C.
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    atomicAdd(&c_line[offset], out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 256;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[2];
+    float2 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+    a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+    const float* b_src = B + block_n;
+    b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+    float* const b_dst = smem_b;
+    sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts64(b_dst + b_smem_offset(tid % 16 * 2, tid / 16), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) checked_128x32_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 1;
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 2, C 4) elements; otherwise the scalar kernel runs.
+static bool checked_128x32_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void checked_128x32_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
+    const long long shared = tiles % slots;
+    const long long work = shared * k_tiles;
+    long long blocks = (work + 3) / 4;
+    if (blocks > slots) blocks = slots;
+    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
+}
+
+extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483615 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 32 - 1) / 32);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = checked_128x32_aligned(A, lda, 0, 4) && checked_128x32_aligned(B, ldb, 0, 2) && checked_128x32_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? checked_128x32_kernel : checked_128x32_kernel_scalar;
+    const size_t smem_bytes = 10496;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    int sk_tiles = 0, sk_blocks = 0;
+    checked_128x32_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    if (sk_tiles == 0) {
+        // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
+        // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
+        // (the interior's columns), each a GEMM of its own on operands offset to the strip.
+        if (vector_aligned && K % 8 == 0 && M >= 128 && N >= 32) {
+            const int inner_m = M - M % 128, inner_n = N - N % 32;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(checked_128x32_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            checked_128x32_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (sk_tiles > 0 && beta != 1.0f) {
+        checked_128x32_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (blocks > sk_tiles) {
+        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t checked_128x32_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return checked_128x32_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace checked_128x32
+
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
 // Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first
@@ -2325,10 +5616,12 @@ struct sgemm_family_member {
     long long sms, blocks_per_sm, warps_per_block;
     long long fma_per_k_tile, smem_instructions_per_k_tile, wavefronts_per_k_tile, issue_per_clock;
 };
-static const sgemm_family_member sgemm_family_members[3] = {
+static const sgemm_family_member sgemm_family_members[5] = {
     {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_h100
     {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_any
     {64, 64, 8, false, nullptr, 132, 6, 4, 1024, 116, 224, 4},  // checked_64x64
+    {32, 128, 8, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, 4, 1024, 112, 232, 4},  // checked_32x128
+    {128, 32, 8, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, 4, 1024, 132, 232, 4},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2382,7 +5675,7 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
 static int sgemm_family_choose(long long M, long long N, long long K, bool exact_allowed) {
     int best = -1;
     long long best_cycles = 0;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 5; ++i) {
         if (sgemm_family_members[i].exact && !exact_allowed) continue;
         const long long cycles = sgemm_family_cycles(sgemm_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
@@ -2393,7 +5686,7 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool exact
     return best;
 }
 
-static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch};
+static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);
@@ -2405,7 +5698,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     return status;
 }
 
-static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld};
+static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_family_choose(M, N, K, true);

@@ -20,7 +20,7 @@ CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize
              "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
 BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
-INTERIOR_ENTRY = 4  # the runner's number for NAME_kernel_interior (glue's cases)
+INTERIOR_ENTRY = 4  # the runner's number for NAME_kernel_interior (glue's cases); 5: NAME_kernel_stream_k_scalar
 
 
 def find_cxx() -> str | None:
@@ -56,7 +56,7 @@ def glue(metadata: dict) -> str:
     calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
              (entries["stream_k"], f"{arguments}, p.sk_tiles"),
              (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles"),
-             (entries["interior"], arguments)]
+             (entries["interior"], arguments), (entries.get("stream_k_scalar"), f"{arguments}, p.sk_tiles")]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))

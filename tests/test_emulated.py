@@ -125,18 +125,21 @@ def stream_k_calls(req: Requirements) -> list[Call]:
     sharing one tile, ...). Exact kernels: 4 tiles of 16 k-tiles on 3, 5 and 7 slots, then
     alpha_beta's beta = 1, which leaves C as it is instead of preparing it. Checked kernels also:
     a tile smaller than the block tile, a partial last k-tile, edge tiles along m and n; where
-    the rule would not split a tiny shape, its one tile is split by 2 blocks anyway."""
+    the rule would not split a tiny shape, its one tile is split by 2 blocks anyway; and the
+    calls on the scalar kernel (packed odd leading dimensions, a shifted pointer), which split alike."""
     bm, bn, bk = req.block_tile
-    shapes = [((2 * bm, 2 * bn, 16 * bk), slots) for slots in (3, 5, 7)]
+    shapes = [((2 * bm, 2 * bn, 16 * bk), slots, 4, 0) for slots in (3, 5, 7)]  # (size, slots, pad, offset_b)
     if req.multiples == (1, 1, 1):
-        shapes += [((7, 13, 5), 1), ((33, 33, 33), 1), ((16, 300, 1000), 5), ((bm + 5, 2 * bn + 3, 61), 7),
-                   ((2 * bm, 2 * bn, 4096), 7)]
+        shapes += [((7, 13, 5), 1, 4, 0), ((33, 33, 33), 1, 4, 0), ((16, 300, 1000), 5, 4, 0),
+                   ((bm + 5, 2 * bn + 3, 61), 7, 4, 0), ((2 * bm, 2 * bn, 4096), 7, 4, 0),
+                   ((bm + 5, 2 * bn + 3, 61), 7, 0, 0), ((16, 2 * bn + 1, 999), 5, 0, 0),
+                   ((2 * bm, 2 * bn, 16 * bk), 5, 4, 1)]
     calls = []
-    for (m, n, k), slots in shapes:
+    for (m, n, k), slots, pad, offset_b in shapes:
         split = call_split(req.block_tile, m, n, k, slots)
         sk_tiles, sk_blocks = (split.sk_tiles, split.sk_blocks) if split.sk_tiles else (split.tiles, 2)
-        calls.append(Call(m, n, k, **natural(req, m, n, k, pad=4), **scalars(req), sk_tiles=sk_tiles,
-                          sk_blocks=sk_blocks))
+        calls.append(Call(m, n, k, **natural(req, m, n, k, pad=pad), **scalars(req), offset_b=offset_b,
+                          sk_tiles=sk_tiles, sk_blocks=sk_blocks))
     if req.epilogue == "alpha_beta":
         calls.append(replace(calls[2], beta=1.0))
     return calls
@@ -151,6 +154,8 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     assert run_all(binary, req, calls) == []
     if req.scalar_entry is not None:
         assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
+    if req.stream_k_scalar_entry is not None:
+        assert any(call.sk_tiles and entry_index(req, call) == 1 for call in calls), "a scalar call was split"
     if req.multiples == (1, 1, 1):
         launched = [as_launched(req, call).sub_launches for call in calls]
         assert [True, False, False] in [[interior for interior, *_ in launches] for launches in launched]
@@ -212,8 +217,7 @@ def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
                    for p, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n))}
         call = replace(call, batch=draw(st.integers(2, 3)), **strides)
     if req.stream_k_entry is not None:  # as a GPU of a few slots would split it (often: not at all)
-        split = call_split(req.block_tile, m, n, k, draw(st.integers(1, 7)) * call.batch, call.batch,
-                           vector=entry_index(req, call) == 0)
+        split = call_split(req.block_tile, m, n, k, draw(st.integers(1, 7)) * call.batch, call.batch)
         call = replace(call, sk_tiles=split.sk_tiles, sk_blocks=split.sk_blocks)
     return call
 

@@ -20,6 +20,7 @@ from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = ROOT / "specs" / "sgemm_family.gemmf"
+MEMBERS = ["sgemm_h100", "sgemm_any", "checked_64x64", "checked_32x128", "checked_128x32"]
 ISSUE_SHAPES = [(1000, 1000, 1000), (3000, 5000, 700), (5000, 3000, 4000), (4095, 4097, 4096), (2048, 2048, 77),
                 (127, 4096, 4096), (4096, 127, 4096), (16, 4096, 4096), (256, 256, 65536), (8192, 8192, 128),
                 (6000, 6000, 6000), (33, 33, 33), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -74,7 +75,10 @@ def test_the_issue_shapes_pick_as_the_analysis_says(family):
     names = [model.name for model in family.models]
     picked = {shape: names[choose(family.models, *shape)] for shape in ISSUE_SHAPES}
     assert picked[(33, 33, 33)] == "checked_64x64"  # one tile either way; the small one wastes less
-    assert picked[(16, 4096, 4096)] == "sgemm_any"  # split-K: 32 tiles' k-range over 264 blocks
+    # 16 rows: a 128-row tile computes 8 times the useful work, a 32-row one twice; split-K either way
+    assert picked[(16, 4096, 4096)] == "checked_32x128"
+    assert names[choose(family.models, 4096, 16, 4096)] == "checked_128x32"  # the same on its side
+    assert picked[(127, 4096, 4096)] == "sgemm_any"  # 127 of 128 rows: the big tile's efficiency wins
     assert picked[(4096, 4096, 4096)] == "sgemm_h100"  # stream-K recovers the last wave
     assert picked[(2048, 2048, 77)] == "sgemm_any"  # K = 77 is not a multiple of 8: no exact member
     assert picked[(4095, 4097, 4096)] != "sgemm_h100"
@@ -131,14 +135,14 @@ def test_the_launcher_chooses_as_family_py_does(family, tmp_path):
 
 def test_the_file_holds_every_member_and_dispatching_launchers(family):
     cuda = family.cuda
-    for member in ("sgemm_h100", "sgemm_any", "checked_64x64"):
+    for member in MEMBERS:
         assert f"namespace {member} {{" in cuda
         assert re.search(rf'^extern "C" __global__ void (__launch_bounds__\(.*\) )?{member}_kernel\($', cuda, re.M)
     assert 'extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, ' \
            'int K, float alpha, float beta, cudaStream_t stream)' in cuda
     assert 'extern "C" cudaError_t sgemm_family_launch_ld(' in cuda
     assert "sgemm_family_launch_batched" not in cuda  # the members are not batched
-    assert [m["kernel"] for m in family.metadata["members"]] == ["sgemm_h100", "sgemm_any", "checked_64x64"]
+    assert [m["kernel"] for m in family.metadata["members"]] == MEMBERS
 
 
 def test_a_batched_family_dispatches_the_batched_launcher_too(tmp_path):
@@ -373,7 +377,7 @@ def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
     family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels),
                                             as_members=True)
     family_module.run_on_specs_and_families([str(FAMILY)], "8", lambda kernels, sizes: seen.append(kernels))
-    assert [kernel.name for kernel in seen[0]] == ["sgemm_h100", "sgemm_any", "checked_64x64"]
+    assert [kernel.name for kernel in seen[0]] == MEMBERS
     assert [(type(k).__name__, k.name) for k in seen[1]] == [("FamilyKernel", "sgemm_family")]
 
 

@@ -457,6 +457,15 @@ def test_stream_k_launches_prepare_c_at_cs_pointer(fake_gpu):
     assert launch.launches[0].function.name == "sgemm_h100_prepare_c"
 
 
+def test_stream_k_splits_calls_on_the_scalar_kernel_on_its_scalar_twin(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "sgemm_any.gemm")
+    a, b = cuda_array((300, 70), ptr=next(REGIONS)), cuda_array((70, 201), ptr=next(REGIONS))  # ldb 201: scalar
+    launch = kernel.bind(a, b)
+    assert launch.entry == "sgemm_any_kernel_scalar"
+    # 6 tiles of 9 k-tiles, fewer than the GPU's slots: every tile is shared
+    assert [x.function.name for x in launch.launches] == ["sgemm_any_prepare_c", "sgemm_any_kernel_stream_k_scalar"]
+
+
 def test_kernel_for_an_older_target_is_built_for_this_gpu(fake_gpu, tmp_path, capsys):
     from gemmdsl.compiler import compile_path
 

@@ -50,6 +50,48 @@ def test_stream_k_blocks_share_the_last_tiles_exactly_once(tiles, k_tiles, slots
     assert min(lengths) >= min(MIN_K_TILES_PER_BLOCK - 1, split.sk_tiles * k_tiles // split.sk_blocks)
 
 
+def launched_work(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int,
+                  interior_kernel: bool) -> list[tuple[int, int]]:
+    """(C tile, k-tile) of every piece of work one GEMM of a call launches, as the launcher launches it:
+    split (vector or scalar call alike), the plain tiles whole and the stream-K blocks' segments; else,
+    when the call runs the interior kernel (checked bounds, vector-aligned), its launches' tiles, each
+    strip's tiles numbered on C's grid; else every tile whole."""
+    bm, bn, _ = block_tile
+    split = call_split(block_tile, m, n, k, slots, batch)
+    tiles_n = -(-n // bn)
+
+    def whole(tile: int) -> list[tuple[int, int]]:
+        return [(tile, kt) for kt in range(split.k_tiles)]
+
+    if split.sk_tiles:
+        work = [piece for tile in range(split.dp_tiles) for piece in whole(tile)]
+        for block in range(split.sk_blocks):
+            work += [(tile, kt) for tile, first, end in split.segments(block) for kt in range(first, end)]
+        return work
+    if not interior_kernel:
+        return [piece for tile in range(split.tiles) for piece in whole(tile)]
+    work = []
+    for launch in interior_launches(block_tile, m, n, k):
+        assert launch.row % bm == 0 and launch.col % bn == 0  # the strips lie on C's tile grid
+        for i in range(-(-launch.m // bm)):
+            for j in range(-(-launch.n // bn)):
+                work += whole((launch.row // bm + i) * tiles_n + launch.col // bn + j)
+    return work
+
+
+@settings(max_examples=300, deadline=None)
+@given(tile=st.sampled_from(((128, 128, 8), (64, 64, 8), (32, 128, 8), (128, 32, 8), (16, 64, 16))),
+       m=st.integers(1, 700), n=st.integers(1, 700), k=st.integers(1, 400), slots=st.integers(1, 300),
+       batch=st.sampled_from((1, 1, 2, 5)), aligned=st.booleans())
+def test_every_tile_and_k_tile_of_a_call_is_launched_exactly_once(tile, m, n, k, slots, batch, aligned):
+    """On the vector kernel (with the interior kernel beside it) or the scalar one, split or not: each
+    (C tile, k-tile) of each GEMM is computed by exactly one block."""
+    bm, bn, bk = tile
+    work = launched_work(tile, m, n, k, slots, batch, interior_kernel=aligned)
+    tiles, k_tiles = -(-m // bm) * -(-n // bn), -(-k // bk)
+    assert sorted(work) == [(t, kt) for t in range(tiles) for kt in range(k_tiles)]
+
+
 @pytest.mark.parametrize("size, shared", [((1024, 1024, 1024), 64), ((2048, 2048, 2048), 0),
                                           ((4096, 4096, 4096), 232), ((8192, 8192, 8192), 136),
                                           ((4096, 4096, 1024), 232)])
@@ -77,10 +119,6 @@ def test_shapes_that_cannot_fill_the_gpu_split_k_over_every_slot(size, tiles, bl
 def test_a_batch_is_split_per_gemm():
     assert stream_k_split(4, 8192, H100_SLOTS, batch=2) == stream_k_split(4, 8192, H100_SLOTS // 2)
     assert stream_k_split(4, 8192, H100_SLOTS, batch=H100_SLOTS + 1).sk_tiles == 0  # the batch fills the GPU
-
-
-def test_calls_on_the_scalar_kernel_do_not_split():
-    assert call_split((128, 128, 8), 256, 256, 65536, H100_SLOTS, vector=False).sk_tiles == 0
 
 
 def test_small_problems_do_not_split():
@@ -207,3 +245,85 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
                           offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
                          for s in interior_launches((bm, bn, bk), m, n, k)])
     assert got == expected
+
+
+# A stream-K launcher, compiled for the host on a GPU of `sms` SMs holding `per_sm` blocks each: every
+# launch prints its kernel and its grid's x instead of launching.
+STREAM_K_LAUNCHES_TEST = r"""
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+using cudaError_t = int;
+using cudaStream_t = void*;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9;
+constexpr int cudaFuncAttributeMaxDynamicSharedMemorySize = 0, cudaDevAttrMultiProcessorCount = 0;
+struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
+static int sms, per_sm;
+template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* value, int, int) { *value = sms; return cudaSuccess; }
+template <typename F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F, int, size_t) {
+    *blocks = per_sm;
+    return cudaSuccess;
+}
+%(kernels)s
+static void launched(void (*kernel)(...), dim3 grid) { std::printf("%%s %%u\n", name_of(kernel), grid.x); }
+%(launcher)s
+alignas(16) static float operands[1 << 20];
+int main() {
+    int m, n, k, lda, ldb, ldc, offset_b;
+    while (std::scanf("%%d %%d %%d %%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc, &offset_b, &sms, &per_sm) == 9) {
+        %(name)s_launch_ld(operands, lda, operands + offset_b, ldb, operands, ldc, m, n, k, 1.0f, 0.0f, nullptr);
+        std::printf("end\n");
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path):
+    """sgemm_any's launcher: a call whose B is not vector-aligned (an odd ldb, a shifted pointer) is
+    split as schedule.py splits it, its shared tiles on the scalar stream-K kernel and the others on
+    the scalar kernel; an aligned call on the vector kernels, or on the interior kernel and the edge
+    strips when nothing is shared."""
+    name = "sgemm_any"
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    cuda, entries = artifacts.cuda, artifacts.metadata["entries"]
+    launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
+    launcher = re.sub(r"(\w+)<<<(dim3\(.*?\)), dim3\(\d+\), \w+, stream>>>\([^;]*\);",
+                      lambda match: f"launched({match[1]}, {match[2]});", launcher)
+    kernels = [entry for entry in entries.values() if entry is not None]
+    names = "".join(f'    if (kernel == {entry}) return "{entry}";\n' for entry in kernels)
+    declarations = "".join(f"void {entry}(...) {{}}\n" for entry in kernels)
+    declarations += f"static const char* name_of(void (*kernel)(...)) {{\n{names}    return \"?\";\n}}\n"
+    (tmp_path / "launches.cpp").write_text(STREAM_K_LAUNCHES_TEST % {"kernels": declarations, "launcher": launcher,
+                                                                     "name": name})
+    subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
+    bm, bn, bk = artifacts.metadata["block_tile"]
+    calls = []  # m, n, k, lda, ldb, ldc, offset_b, sms, per_sm
+    for m, n, k in [(4096, 127, 4096), (127, 4096, 4096), (2048, 2048, 77), (300, 260, 1000), (256, 256, 256)]:
+        for ldb, offset_b in ((-(-n // 4) * 4, 0), (n, 0), (-(-n // 4) * 4, 1)):
+            for sms, per_sm in ((132, 2), (7, 1)):
+                calls.append((m, n, k, k, ldb, ldb, offset_b, sms, per_sm))
+    stdin = "".join(" ".join(map(str, call)) + "\n" for call in calls)
+    done = subprocess.run([str(tmp_path / "launches")], input=stdin, capture_output=True, text=True, check=True)
+    got = [[tuple(line.split()) for line in call.strip().splitlines()] for call in done.stdout.split("end\n")[:-1]]
+
+    expected = []
+    for m, n, k, lda, ldb, ldc, offset_b, sms, per_sm in calls:
+        aligned = all(value % 4 == 0 for value in (lda, ldb, ldc, offset_b))
+        kernel = entries["vector"] if aligned else entries["scalar"]
+        split = call_split((bm, bn, bk), m, n, k, sms * per_sm)
+        if split.sk_tiles:
+            launches = [(entries["prepare"], split.sk_tiles),
+                        (entries["stream_k"] if aligned else entries["stream_k_scalar"], split.sk_blocks)]
+            launches += [(kernel, split.dp_tiles)] if split.dp_tiles else []
+        elif aligned:
+            launches = [(entries["interior"] if s.interior else kernel, -(-s.m // bm) * -(-s.n // bn))
+                        for s in interior_launches((bm, bn, bk), m, n, k)]
+        else:
+            launches = [(kernel, split.tiles)]
+        expected.append([(entry, str(blocks)) for entry, blocks in launches])
+    assert got == expected
+    assert any(launch[0] == entries["stream_k_scalar"] for call in got for launch in call)

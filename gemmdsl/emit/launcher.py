@@ -134,12 +134,8 @@ class LauncherEmitter:
         o.line("int sk_tiles = 0, sk_blocks = 0;")
         batch = "batch" if spec.problem.batched else "1"
         k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
-        split = (f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
-                 "&sk_blocks);")
-        if entries.scalar is not None:
-            o.comment("The stream-K kernel makes the vector kernel's accesses: the scalar kernel takes every tile.")
-            split = f"if (vector_aligned) {split}"
-        o.line(split)
+        o.line(f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
+               "&sk_blocks);")
         z = "(unsigned)batch" if spec.problem.batched else "1"
         stride_c = ", stride_c" if spec.problem.batched else ""
         alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
@@ -154,7 +150,11 @@ class LauncherEmitter:
             o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles, 1, {z}), dim3({threads}), 0, stream>>>"
                    f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
-        o.line(f"const auto stream_k_kernel = {entries.stream_k};")
+        if entries.stream_k_scalar is not None:
+            o.comment("Calls on the scalar kernel share their tiles through its stream-K twin.")
+            o.line(f"const auto stream_k_kernel = vector_aligned ? {entries.stream_k} : {entries.stream_k_scalar};")
+        else:
+            o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")

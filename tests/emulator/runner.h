@@ -8,8 +8,9 @@
 // entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
 // many floats past a 16-byte-aligned allocation, to make misaligned pointers. sk_tiles > 0 runs a
 // stream-K call as the launcher makes it: the prepare kernel (entry 3) on the last sk_tiles tiles,
-// the stream-K kernel (entry 2) on sk_blocks blocks, then the chosen kernel on the other tiles,
-// each launch over the whole batch (grid z). Trailing groups of five run, instead, one launch
+// the stream-K kernel (entry 2; entry 5, its scalar twin, when entry is the scalar kernel) on
+// sk_blocks blocks, then the chosen kernel on the other tiles, each launch over the whole batch
+// (grid z). Trailing groups of five run, instead, one launch
 // each over a block of C as a GEMM of its own (the interior kernel is entry 4).
 // Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
@@ -113,7 +114,7 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
         return;
     }
     if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, batch, 3, launch);
-    run_blocks(layout, p, sk_blocks, batch, 2, launch);
+    run_blocks(layout, p, sk_blocks, batch, entry == 1 ? 5 : 2, launch);
     if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, batch, entry, launch);
 }
 
