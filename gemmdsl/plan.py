@@ -52,11 +52,11 @@ class Variant:
 @dataclass(frozen=True)
 class Entries:
     vector: str
-    scalar: str | None  # None: the vector kernel is scalar already, or bounds are exact
-    stream_k: str | None
-    stream_k_scalar: str | None  # stream-K for the calls that run the scalar kernel
-    prepare: str | None  # sets the stream-K tiles of C to beta * C first
-    interior: str | None  # checked bounds: the exact-bounds code for the tiles inside C
+    scalar: str | None = None  # None: the vector kernel is scalar already, or bounds are exact
+    stream_k: str | None = None
+    stream_k_scalar: str | None = None  # stream-K for the calls that run the scalar kernel
+    prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
+    interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
     (pointers or leading dimensions not multiples of 16 bytes) are refused, not run on a scalar kernel."""
     layout = WgmmaLayout(spec)
     variants = (Variant(abi.vector_entry(spec), Role.VECTOR, layout),)
-    entries = Entries(variants[0].entry, None, None, None, None)
+    entries = Entries(variants[0].entry)
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
