@@ -18,8 +18,10 @@ Method, and why:
   percent, enough to decide a comparison between near-equal kernels.
 - The FMA peak is measured, not taken from a datasheet: a kernel of independent
   FMA chains in registers, timed at the clocks this GPU actually runs. Tensor-core kernels
-  are rated against their unit's peak in gemmdsl/targets.py (PEAK_TFLOPS, for the H100 the
-  mma.sync rates measured in a register-only loop; 3xTF32 a third of TF32's).
+  are rated against their instruction's peak in gemmdsl/targets.py (PEAK_TFLOPS, for the H100 the
+  mma.sync rates measured in a register-only loop, 3xTF32 a third of TF32's; WGMMA_PEAK_TFLOPS,
+  the datasheet's wgmma rate, for Hopper's own path). A cuBLAS row is rated against the
+  mma.sync rate of its group.
 - Each kernel is compared with cuBLAS at its own precision (gemmdsl/precisions.py): FMA and
   3xTF32 kernels with SGEMM (CuPy, TF32 off), bf16 and f16 kernels with cuBLAS on the same
   16-bit inputs and TF32 kernels with cuBLAS in TF32 mode (both through PyTorch, whose
@@ -43,7 +45,7 @@ import numpy
 from .family import DEFAULT_SHAPES, read_shapes, run_on_specs_and_families
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
-from .targets import PEAK_TFLOPS
+from .targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 from .verify import CupyArrays, arrays_for, random_operand
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
@@ -161,7 +163,8 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
             arrays = arrays_for(compared, seed)
             count = buffer_sets(matrix_bytes(size, compared.input_dtype), properties["l2CacheSize"])
             sets = [input_set(arrays, compared, size) for _ in range(count)]
-            rows += bench_size(members, compared, arrays, size, sets, runs, warmup, unit_peak, progress)
+            peaks = [instruction_peak(kernel, compared.unit, sm, unit_peak) for kernel in members]
+            rows += bench_size(members, compared, arrays, size, sets, runs, warmup, unit_peak, peaks, progress)
     progress.finish()
     name = properties["name"]
     return BenchReport(device=name.decode() if isinstance(name, bytes) else name, cupy_version=cupy.__version__,
@@ -182,22 +185,30 @@ def unit_peak_tflops(unit: str, sm: int) -> float:
     return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
 
 
+def instruction_peak(kernel: Kernel, unit: str, sm: int, unit_peak: float) -> float:
+    """wgmma's peak for a kernel on Hopper's own path, else its unit's (`unit_peak`)."""
+    spec = getattr(kernel, "spec", None)  # a family's kernel has members, not one spec
+    if spec is not None and spec.wgmma and unit in WGMMA_PEAK_TFLOPS.get(sm, {}):
+        return WGMMA_PEAK_TFLOPS[sm][unit]
+    return unit_peak
+
+
 def cublas_name(compared: Comparison) -> str:
     """`cuBLAS` for SGEMM (the name earlier reports and the tuner use), else `cuBLAS <precision>`."""
     return "cuBLAS" if compared.cublas == "SGEMM" else f"cuBLAS {compared.cublas}"
 
 
 def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, size: Size, sets: list[tuple],
-               runs: int, warmup: int, peak: float, progress: Progress) -> list[Row]:
+               runs: int, warmup: int, peak: float, kernel_peaks: list[float], progress: Progress) -> list[Row]:
     """cuBLAS at the kernels' precision alone first, then each kernel interleaved with it, on the same inputs."""
     name = cublas_name(compared)
     progress.start(f"{name} at {format_size(size)}")
     cublas = [partial(arrays.cublas_into, a, b, c) for a, b, c in sets]
     cublas_ms = statistics.median(time_launches(cublas, runs, warmup))
     rows = [measured_row(name, size, len(sets), cublas_ms, cublas_ms, peak)]
-    for kernel in kernels:
+    for kernel, kernel_peak in zip(kernels, kernel_peaks):
         progress.start(f"{kernel.name} at {format_size(size)}")
-        rows.append(kernel_row(kernel, arrays, size, sets, runs, warmup, cublas, peak))
+        rows.append(kernel_row(kernel, arrays, size, sets, runs, warmup, cublas, kernel_peak))
     return rows
 
 

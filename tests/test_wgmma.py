@@ -6,17 +6,20 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy
 import pytest
 
 from gemmdsl import ir
+from gemmdsl.bench import instruction_peak
 from gemmdsl.compiler import compile_path, compile_text
-from gemmdsl.frontend import load
+from gemmdsl.frontend import load, load_spec
 from gemmdsl.runtime import OperandView, Requirements, choose_entry, wgmma_grid
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
 from gemmdsl.wgmma_layout import WgmmaLayout, descriptor, swizzled_offset
+from gemmdsl.targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "hgemm_h100.gemm"
@@ -227,3 +230,12 @@ def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
     assert resources.registers <= 168 and resources.spills == 0
+
+
+def test_bench_rates_a_wgmma_kernel_against_wgmmas_peak():
+    mma_sync_peak = PEAK_TFLOPS[90]["bf16"]
+    hopper = SimpleNamespace(spec=load_spec(SPEC))
+    ampere = SimpleNamespace(spec=load_spec(ROOT / "specs" / "hgemm_mma.gemm"))
+    assert instruction_peak(hopper, "bf16", 90, mma_sync_peak) == WGMMA_PEAK_TFLOPS[90]["bf16"]
+    assert instruction_peak(ampere, "bf16", 90, mma_sync_peak) == mma_sync_peak
+    assert instruction_peak(SimpleNamespace(), "bf16", 90, mma_sync_peak) == mma_sync_peak  # a family
