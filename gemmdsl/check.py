@@ -10,6 +10,7 @@ formats their facts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -152,18 +153,26 @@ def _bank_map(analysis: Analysis) -> str:
 
 
 def to_json(analysis: Analysis) -> dict:
-    facts = analysis.facts
-    if analysis.spec.wgmma:
-        return _wgmma_json(analysis)
     spec, layout = analysis.spec, analysis.layout
-    launch, traffic = facts["launch"], facts["smem_traffic"]
-    registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
+    facts = _wgmma_facts(analysis) if spec.wgmma else _tile_facts(analysis)
     return {
         "kernel": spec.name,
         "target": str(spec.target),
         "threads": layout.threads,
         "block_tile": [layout.bm, layout.bn, layout.bk],
         "smem_bytes": layout.smem_bytes,
+        **facts,
+        "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
+        "warnings": [w.render() for w in analysis.warnings],
+    }
+
+
+def _tile_facts(analysis: Analysis) -> dict:
+    """The FMA and mma.sync paths' figures."""
+    facts = analysis.facts
+    launch, traffic = facts["launch"], facts["smem_traffic"]
+    registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
+    return {
         "registers": {
             "estimate": registers.estimate.total,
             "estimate_parts": {"accumulators": registers.estimate.accumulators,
@@ -201,26 +210,13 @@ def to_json(analysis: Analysis) -> dict:
             "launch_global_bytes": intensity.global_bytes,
             "launch_flops_per_byte": round(intensity.launch_flops_per_byte, 3),
         },
-        "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
-        "warnings": [w.render() for w in analysis.warnings],
     }
 
 
-def _wgmma_json(analysis: Analysis) -> dict:
-    import dataclasses
-
-    spec, layout, facts = analysis.spec, analysis.layout, analysis.facts
-    return {
-        "kernel": spec.name,
-        "target": str(spec.target),
-        "threads": layout.threads,
-        "block_tile": [layout.bm, layout.bn, layout.bk],
-        "smem_bytes": layout.smem_bytes,
-        **{name: dataclasses.asdict(facts[f"wgmma_{name}"]) for name in ("smem", "registers", "pipeline", "waves",
-                                                                         "bound")},
-        "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
-        "warnings": [w.render() for w in analysis.warnings],
-    }
+def _wgmma_facts(analysis: Analysis) -> dict:
+    """Hopper's path: shared memory, registers after setmaxnreg, the ring, waves and bound."""
+    return {name: dataclasses.asdict(analysis.facts[f"wgmma_{name}"])
+            for name in ("smem", "registers", "pipeline", "waves", "bound")}
 
 
 def _waves_json(waves: Waves) -> dict:
