@@ -1,4 +1,5 @@
 """The compile command: outputs, determinism, atomic writes, and errors without tracebacks."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,16 @@ def test_every_tool_reports_bad_input_as_diagnostics_with_status_1(tmp_path):
         assert done.returncode == 1, tool
         assert f"{bad}:2:26: error: expected ';'" in done.stderr, tool
         assert "Traceback" not in done.stderr, tool
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`gemmdsl check ... | head`: the closed pipe ends the command quietly, with a shell's SIGPIPE status."""
+    specs = [str(ROOT / "specs" / f"{name}.gemm") for name in ("sgemm_v1", "sgemm_v3", "sgemm_h100", "hgemm_mma",
+                                                                 "large_128x256")]  # 90 KB of JSON: over a pipe's buffer
+    process = subprocess.Popen([sys.executable, "-m", "gemmdsl.cli", "check", *specs, "--json"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PATH": ""})  # no nvcc: no ptxas runs, a quick check
+    assert process.stdout.read(10)
+    process.stdout.close()  # like `head` exiting
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141 and "Traceback" not in stderr, stderr
