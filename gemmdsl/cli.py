@@ -98,21 +98,19 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
     return True
 
 
-def _write(name: str, cuda: str, header: str | None, metadata_json: str, files: dict[str, bytes],
+def _write(name: str, cuda: str, header: str, metadata_json: str, files: dict[str, bytes],
            args: argparse.Namespace) -> None:
-    """NAME.cu and NAME.h (when asked for; a family has no header yet), NAME.json and nvcc's `files`,
-    all or none."""
+    """NAME.cu and NAME.h (when asked for), NAME.json and nvcc's `files`, all or none."""
     if "cu" in args.emit:
         files[f"{name}.cu"] = cuda.encode()
-        if header is not None:
-            files[f"{name}.h"] = header.encode()
+        files[f"{name}.h"] = header.encode()
     files[f"{name}.json"] = metadata_json.encode()
     written = write_outputs(Path(args.output), files)
     print(f"{name}: wrote {', '.join(str(p) for p in written)}")
 
 
 def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
-    """A family's .cu and .json (and with nvcc its build, reporting each member's vector kernel)."""
+    """A family's .cu, .h and .json (and with nvcc its build, reporting each member's vector kernel)."""
     try:
         family = compile_family_path(path, args.arch)
     except CompileError as err:
@@ -132,7 +130,7 @@ def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bo
             return False
         log = result.log
         files.update({f"{family.name}.{kind}": data for kind, data in result.outputs.items()})
-    _write(family.name, family.cuda, None, family.metadata_json(), files, args)
+    _write(family.name, family.cuda, family.header, family.metadata_json(), files, args)
     for member in family.members:
         model = member.model
         line = (f"  member {model.name} ({member.path}): {'x'.join(map(str, model.tile))} tile, "
@@ -149,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     compile_cmd = commands.add_parser("compile", help="emit <name>.cu, <name>.h and <name>.json for each spec "
-                                                      "(a family: <name>.cu and <name>.json)")
+                                                      "and kernel family")
     compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
     compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")

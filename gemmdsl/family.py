@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source
 from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
 from .emit.family import emit_family
+from .emit.header import emit_family_header
+from .plan import Requirements
 from .schedule import CYCLE_CAP, stream_k_split
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -169,6 +172,20 @@ def member_model(artifacts: Artifacts) -> MemberModel:
         issue_per_clock=arch.fp32_lanes_per_sm // 32)
 
 
+def family_requirements(members: tuple[Member, ...]) -> Requirements:
+    """What any call of the family's launchers may rely on, whichever member the rule picks: any shape
+    (a bounds: checked member takes every one); the alignment at which every member runs its vector
+    kernel; and the leading dimensions every checked member takes, since a call that an exact member
+    refuses goes to a checked one."""
+    everyone = [member.artifacts.plan.launch.requirements for member in members]
+    checked = [member.artifacts.plan.launch.requirements for member in members if not member.model.exact]
+    operands = [op.value for op in ir.Operand]
+    return Requirements(
+        m_multiple=1, n_multiple=1, k_multiple=1,
+        vector_elements={op: math.lcm(*(each.vector_elements[op] for each in everyone)) for op in operands},
+        max_leading_dimension={op: min(each.max_leading_dimension[op] for each in checked) for op in operands})
+
+
 # --- the front end -----------------------------------------------------------------------------
 
 
@@ -193,6 +210,15 @@ class FamilyArtifacts:
     @cached_property
     def metadata(self) -> dict:
         return family_metadata(self)
+
+    @property
+    def header(self) -> str:
+        """NAME.h, declaring the launchers of `cuda`; made when written, as a spec's is."""
+        return emit_family_header(self)
+
+    @cached_property
+    def requirements(self) -> Requirements:
+        return family_requirements(self.members)
 
     @property
     def spec(self) -> ir.KernelSpec:
@@ -370,7 +396,8 @@ def family_metadata(family: FamilyArtifacts) -> dict:
                               "issue_per_clock": member.model.issue_per_clock}}
                     for member in family.members],
         "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
-        "requires": {"m_multiple": 1, "n_multiple": 1, "k_multiple": 1},
+        "requires": {"m_multiple": family.requirements.m_multiple, "n_multiple": family.requirements.n_multiple,
+                     "k_multiple": family.requirements.k_multiple},
         "target": str(spec.target),
         "epilogue": spec.problem.epilogue.value,
         "batch": spec.problem.batch.value,

@@ -17,13 +17,12 @@ SPECS = sorted((ROOT / "specs").glob("*.gemm")) + sorted((ROOT / "specs").glob("
 GOLDEN = ROOT / "generated"
 
 
-def golden_extensions(spec: Path) -> tuple[str, ...]:
-    """Everything `compile --no-nvcc` writes: a spec's .cu, .h and .json; a family's .cu and .json."""
-    return (".cu", ".json") if spec.suffix == ".gemmf" else (".cu", ".h", ".json")
+# Everything `compile --no-nvcc` writes for a spec or a family.
+GOLDEN_EXTENSIONS = (".cu", ".h", ".json")
 
 
 def test_every_spec_has_golden_files_and_nothing_else_is_there():
-    expected = {f"{s.stem}{ext}" for s in SPECS for ext in golden_extensions(s)}
+    expected = {f"{s.stem}{ext}" for s in SPECS for ext in GOLDEN_EXTENSIONS}
     present = {p.name for p in GOLDEN.iterdir() if not p.name.startswith(".")}
     assert present == expected
 
@@ -31,7 +30,7 @@ def test_every_spec_has_golden_files_and_nothing_else_is_there():
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_output_matches_golden_byte_for_byte(spec, tmp_path):
     assert main(["compile", str(spec), "-o", str(tmp_path), "--no-nvcc"]) == 0
-    for ext in golden_extensions(spec):
+    for ext in GOLDEN_EXTENSIONS:
         produced = (tmp_path / f"{spec.stem}{ext}").read_bytes()
         golden = (GOLDEN / f"{spec.stem}{ext}").read_bytes()
         assert produced == golden, f"{spec.stem}{ext} differs from generated/; see tests/test_golden.py"

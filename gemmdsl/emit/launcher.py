@@ -18,17 +18,8 @@ def launch_contract(plan: KernelPlan) -> list[str]:
     """The calls the launchers refuse with cudaErrorInvalidValue, one `- ...` line per rule: for the
     .cu's comment above the launchers and for the header's."""
     spec, launch = plan.spec, plan.launch
-    bm, bn, bk = launch.block_tile
     vector = launch.requirements.vector_elements
-    shape = "M, N, K >= 1"
-    if not spec.problem.checked:
-        shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
-    if spec.problem.batched:
-        shape += f"; 1 <= batch <= {MAX_BATCH}"
-    lines = [f"- {shape};",
-             "- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
-             + " (the leading dimensions of "
-             + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);"]
+    lines = [shape_rule(spec, None if spec.problem.checked else launch.block_tile), leading_dimension_rule(spec)]
     vectors = [op for op in ir.Operand if vector[op.value] > 1]
     if spec.wgmma:
         lines.append(f"- TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of {vector['a']} "
@@ -39,6 +30,32 @@ def launch_contract(plan: KernelPlan) -> list[str]:
         what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
         lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
     return lines
+
+
+def refuses_misaligned(plan: KernelPlan) -> bool:
+    """Whether the launchers refuse operands misaligned for the vector accesses: no kernel with
+    one-element accesses to run instead (bounds: exact, wgmma)."""
+    vector = plan.launch.requirements.vector_elements
+    return plan.launch.entries.scalar is None and any(elements > 1 for elements in vector.values())
+
+
+def shape_rule(spec: ir.KernelSpec, exact_tile: tuple[int, int, int] | None) -> str:
+    """The contract's line on M, N, K (and the batch): multiples of `exact_tile`, or with None (checked
+    bounds, a kernel family) any shape."""
+    shape = "M, N, K >= 1"
+    if exact_tile is not None:
+        bm, bn, bk = exact_tile
+        shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
+    if spec.problem.batched:
+        shape += f"; 1 <= batch <= {MAX_BATCH}"
+    return f"- {shape};"
+
+
+def leading_dimension_rule(spec: ir.KernelSpec) -> str:
+    """The contract's line on the smallest leading dimensions."""
+    return ("- " + ", ".join(f"{leading_name(op)} >= {contiguous_extent(spec, op)}" for op in ir.Operand)
+            + " (the leading dimensions of "
+            + "/".join(spec.problem.matrix(op).layout.value for op in ir.Operand) + "-major A/B/C);")
 
 
 class LauncherEmitter:
