@@ -333,11 +333,20 @@ class _Checker:
                             f"({group * dtype.bytes} bytes)")
 
     def check_mma_copy(self, operand: ir.Operand) -> None:
-        """cp.async copies 4, 8 or 16 bytes: a 16-bit tile transposed on its way to shared memory would
-        need one 2-byte copy per element."""
+        """cp.async copies 4, 8 or 16 bytes: a 16-bit tile read one element per global load, or transposed
+        on its way to shared memory, would need one 2-byte copy per element."""
         dtype = self.spec.problem.matrix(operand).dtype
-        smem = self.spec.smem(operand)
-        if dtype.bytes >= 4 or self.spec.k_contiguous(operand) != smem.order.k_major:
+        smem, load = self.spec.smem(operand), self.spec.load(operand)
+        if dtype.bytes >= 4:
+            return
+        if load.vector * dtype.bytes < 4:
+            written = any(key == "vector" for key, _ in load.key_spans)
+            self.error(load.at("vector") if written else self.spec.block.at("tile"),
+                       f"vector {load.vector} copies {load.vector * dtype.bytes}-byte pieces of {dtype.value}, "
+                       "but cp.async copies 4, 8 or 16 bytes",
+                       hint=f"use `vector: {4 // dtype.bytes};` or wider in `load {operand.value}`")
+            return
+        if self.spec.k_contiguous(operand) != smem.order.k_major:
             return
         keep = {(ir.Operand.A, True): "mk", (ir.Operand.A, False): "km",
                 (ir.Operand.B, True): "nk", (ir.Operand.B, False): "kn"}[operand, self.spec.k_contiguous(operand)]

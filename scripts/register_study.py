@@ -80,8 +80,27 @@ def fp32_specs(n: int, seed: int) -> list[str]:
     return hypothesis_texts(spec_texts(name="study"), n, seed)
 
 
+def mma_specs(n: int, seed: int) -> list[str]:
+    """Tensor-core specs (tests/spec_strategies.py), kept only where the front end accepts them."""
+    from spec_strategies import mma_spec_texts
+
+    return hypothesis_texts(mma_spec_texts(name="study").filter(valid), n, seed)
+
+
+def valid(text: str) -> bool:
+    from gemmdsl.frontend import load
+    from gemmdsl.source import CompileError, SourceFile
+
+    try:
+        load(SourceFile("study.gemm", text))
+    except CompileError:
+        return False
+    return True
+
+
 GENERATORS: dict[str, Callable[[int, int], list[str]]] = {
     "fp32": fp32_specs,
+    "mma": mma_specs,
 }
 
 

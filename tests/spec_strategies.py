@@ -78,10 +78,10 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma", dtypes: tuple[str,
     """Valid tensor-core specs, built by the language's rules (not filtered through the front end).
 
     The hierarchy covers the block (warps x repeat x instruction), BK is a multiple of the
-    instruction's k, global vectors divide their runs and share out over the threads, pads and
-    swizzles keep each lane's fragment read in one piece, and the stages fit in shared memory.
-    `dtypes` and `reads` narrow the draw (a `read:` value outside `reads` is not written; an
-    order that allows none of them is not drawn)."""
+    instruction's k, global vectors of 4 bytes or more (what cp.async copies) divide their runs and
+    share out over the threads, pads and swizzles keep each lane's fragment read in one piece, and
+    the stages fit in shared memory. `dtypes` and `reads` narrow the draw (a `read:` value outside
+    `reads` is not written; an order that allows none of them is not drawn)."""
     dtype = draw(st.sampled_from(dtypes))
     size = ir.DType(dtype).bytes
     shape = "m16n8k8" if dtype == "f32" else draw(st.sampled_from(("m16n8k16", "m16n8k8")))
@@ -97,7 +97,8 @@ def mma_spec_texts(draw: st.DrawFn, name: str = "random_mma", dtypes: tuple[str,
 
     def vectors(operand: str, bk: int) -> list[int]:
         rows, cols = (extent[operand], bk) if k_contiguous[operand] else (bk, extent[operand])
-        return [w for w in ir.DType(dtype).vector_widths if cols % w == 0 and (rows * cols // w) % threads == 0]
+        return [w for w in ir.DType(dtype).vector_widths
+                if w * size >= 4 and cols % w == 0 and (rows * cols // w) % threads == 0]  # cp.async: 4 bytes or more
 
     bks = [b for b in (k, 2 * k, 4 * k) if vectors("a", b) and vectors("b", b)]
     assume(bks)

@@ -384,6 +384,9 @@ CASES = [
          [("order: |km", "order km transposes the row-major bf16 tile of A on its way to shared memory, which "
                          "cp.async cannot do for 2-byte elements")],
          ["use `order: mk;` (ldmatrix transposes where the instruction needs it)"], base=MMA),
+    Case("mma_two_byte_copies", [m("load a   { vector: 8; }", "load a   { vector: 1; }")],
+         [("vector: |1", "vector 1 copies 2-byte pieces of bf16, but cp.async copies 4, 8 or 16 bytes")],
+         ["use `vector: 2;` or wider in `load a`"], base=MMA),
     Case("mma_read_64", [m("swizzle: xor(2,3,3); }", "swizzle: xor(2,3,3); read: 64; }")],
          [("read: |64", "read: 64 does not apply to an mma spec; its fragments are read with ldmatrix or 32-bit "
                         "loads")], ["use `read: ldmatrix;` or `read: 32;`"], base=MMA),
