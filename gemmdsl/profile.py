@@ -224,10 +224,17 @@ def profile_main(args: argparse.Namespace) -> int:
     specs = []
     for path in args.specs:
         try:
-            specs.append((path, load_path(path)[0]))
+            spec = load_path(path)[0]
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
+            continue
+        if spec.wgmma:  # its analysis has no per-instruction shared-memory model for ncu to check
+            print(f"{path}: error: profile does not compare Hopper's wgmma path with ncu yet; "
+                  f"`gemmdsl check {path}` prints its analysis", file=sys.stderr)
+            status = 1
+            continue
+        specs.append((path, spec))
     ncu = shutil.which("ncu")
     if ncu is None:
         print("error: ncu (Nsight Compute) is not on PATH; profile needs it and a GPU", file=sys.stderr)

@@ -480,6 +480,11 @@ def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: in
             errors = [d for d in err.diagnostics if d.severity is Severity.ERROR] or err.diagnostics
             report.rejected.append((candidate, errors[0]))
             continue
+        if spec.wgmma:  # the cost model prices the FMA and mma.sync k-step, not a warp-specialized ring
+            report.rejected.append((candidate, Diagnostic(
+                Severity.ERROR, spec.mma.at("shape"), "gemmdsl tune does not search Hopper's wgmma path yet",
+                "time the candidates with `gemmdsl bench` and compare")))
+            continue
         prediction = predict(spec, analysis_size(spec, sizes[0])) if tiles_all(spec, sizes) else None
         reason = prune_reason(spec, prediction, sizes, min_warps, conflict_pct)
         if prediction is not None:

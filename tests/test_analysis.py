@@ -590,3 +590,10 @@ def test_wavefronts_ignore_a_whole_row_shift_and_never_beat_the_ideal(op, width_
     shifted, _ = phase_costs(bank_demand(addresses + rows * 128, width_bytes, op))
     assert (per_phase >= ideal).all() and per_phase.sum() == shifted.sum()
     assert per_phase.max() <= 32
+
+
+def test_profile_refuses_a_wgmma_spec_with_a_message(capsys):
+    from gemmdsl.cli import main
+
+    assert main(["profile", str(SPECS / "hgemm_h100.gemm")]) in (1, 2)
+    assert "profile does not compare Hopper's wgmma path with ncu yet" in capsys.readouterr().err

@@ -364,3 +364,11 @@ def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "timing needs a GPU" in done.stderr and "Traceback" not in done.stderr
     assert "generated 8 candidates" in done.stdout
+
+
+def test_a_wgmma_template_is_refused_with_a_diagnostic_not_a_traceback():
+    text = (ROOT / "specs" / "hgemm_h100.gemm").read_text().replace("stages: 4;", "stages: {3,4};")
+    candidates = tune.expand(text, "hopper.tgemm")
+    report = tune.screen(candidates, [(4096, 4096, 4096)])
+    assert len(report.rejected) == 2 and not report.survivors
+    assert all("does not search Hopper's wgmma path yet" in d.message for _, d in report.rejected)
