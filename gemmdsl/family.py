@@ -335,6 +335,10 @@ def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts
                                  "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
             errors += [d for d in err.diagnostics if d.severity is Severity.ERROR]
             continue
+        if artifacts.spec.wgmma:  # the choosing rule's cycle model is the FMA and mma.sync paths'
+            errors.append(_error(token.span, f"member {artifacts.spec.name} is a wgmma spec (Hopper's own path), "
+                                 "which families cannot hold yet", "launch it on its own"))
+            continue
         member = Member(token.text, token.span, artifacts, member_model(artifacts))
         if members and _shared_problem(artifacts.spec) != _shared_problem(members[0].artifacts.spec):
             errors.append(_error(token.span, f"member {artifacts.spec.name} computes "

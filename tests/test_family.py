@@ -391,3 +391,10 @@ def test_a_family_alone_on_the_command_line_runs(monkeypatch):
     seen = []
     status = family.run_on_specs_and_families([str(FAMILY)], "64x64x64", lambda kernels, sizes: seen.append(kernels) or 0)
     assert status == 0 and seen == [["sgemm_family"]]
+
+
+def test_a_wgmma_member_is_refused_at_its_use_line(tmp_path):
+    hopper = (ROOT / "specs" / "hgemm_h100.gemm").read_text()
+    rendered = family_error(tmp_path, "family f {\n    use h.gemm;\n}\n", {"h.gemm": hopper})
+    assert "f.gemmf:2:9: error: member hgemm_h100 is a wgmma spec (Hopper's own path), which families cannot hold" \
+        in rendered
