@@ -55,8 +55,9 @@ def main() -> None:
     sizes = runtime.parse_sizes(args.sizes)
     report = bench(kernels, sizes, runs=args.runs)
     # Per size, bench's rows are each comparison group's cuBLAS row followed by its kernels.
-    in_row_order = [kernel for members in comparison_groups(kernels).values() for kernel in members]
-    per_size = len(in_row_order) + len(comparison_groups(kernels))
+    groups = comparison_groups(kernels)
+    in_row_order = [kernel for members in groups.values() for kernel in members]
+    per_size = len(in_row_order) + len(groups)
     nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     nvrtc = ".".join(map(str, cupy.cuda.nvrtc.getVersion()))
     print(f"{report.device} | CuPy {report.cupy_version} | NVRTC {nvrtc} | {nvcc} | median of {report.runs} launches")
