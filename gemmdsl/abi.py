@@ -33,6 +33,10 @@ def interior_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_interior"
 
 
+def interior_partial_k_entry(spec: ir.KernelSpec) -> str:
+    return f"{spec.name}_kernel_interior_partial_k"
+
+
 def stream_k_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_stream_k"
 

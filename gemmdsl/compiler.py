@@ -102,10 +102,11 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # entries["stream_k"] and ["prepare"]: schedule: stream_k's kernel for the last wave's tiles and the
         # one that sets those tiles to beta * C first (null otherwise); entries["stream_k_scalar"]: the
         # stream-K kernel of calls on the scalar kernel (null without a scalar kernel). entries["interior"]:
-        # checked bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches).
+        # checked bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches);
+        # entries["interior_partial_k"]: the same for K % BK != 0, with a partial last k-tile.
         "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
                     "stream_k_scalar": entries.stream_k_scalar, "prepare": entries.prepare,
-                    "interior": entries.interior},
+                    "interior": entries.interior, "interior_partial_k": entries.interior_partial_k},
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
         **launch.launchers,

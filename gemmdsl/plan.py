@@ -6,7 +6,10 @@ A file holds one kernel, or more: for `bounds: checked`, `NAME_kernel_scalar`, t
 lowered with one-element global accesses, which the launcher runs when a pointer, leading
 dimension or batch stride would misalign a vector access, and `NAME_kernel_interior`, the same
 tiling compiled as for `bounds: exact`, which the launcher runs on the tiles that lie inside C
-when K is a multiple of BK (the vector kernel then computes only the edge strips); for
+when K is a multiple of BK (the vector kernel then computes only the edge strips), and
+`NAME_kernel_interior_partial_k`, the same with a partial last k-tile, zero-filled past K, which
+it runs there when K is not (a kernel of its own, so that the first keeps the exact kernel's code
+and registers); for
 `schedule: stream_k`, `NAME_kernel_stream_k`, which shares the last wave's tiles (the vector
 kernel computes the others), and with a scalar kernel also `NAME_kernel_stream_k_scalar`, the
 same with one-element global accesses, so that calls on the scalar kernel are split alike.
@@ -29,6 +32,7 @@ class Role(enum.Enum):
     STREAM_K = "stream_k"  # k-ranges of the last wave's tiles, added into C
     STREAM_K_SCALAR = "stream_k_scalar"  # the same with one-element global accesses (calls on the scalar kernel)
     INTERIOR = "interior"  # checked bounds: the tiles inside C, compiled as for exact bounds
+    INTERIOR_PARTIAL_K = "interior_partial_k"  # the same when K % BK != 0: a partial last k-tile too
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Entries:
     stream_k_scalar: str | None = None  # stream-K for the calls that run the scalar kernel
     prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
     interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
+    interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
 
 
 @dataclass(frozen=True)
@@ -116,14 +121,17 @@ def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
             variants.append(Variant(abi.stream_k_scalar_entry(spec), Role.STREAM_K_SCALAR, scalar))
     if spec.problem.checked:
         exact = replace(spec, problem=replace(spec.problem, bounds=ir.Bounds.EXACT))
-        variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, lowering(exact)))
+        interior = lowering(exact)
+        variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, interior))
+        variants.append(Variant(abi.interior_partial_k_entry(spec), Role.INTERIOR_PARTIAL_K, interior))
     return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants))
 
 
 def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
-                      by_role.get(Role.STREAM_K_SCALAR), abi.prepare_entry(spec), by_role.get(Role.INTERIOR))
+                      by_role.get(Role.STREAM_K_SCALAR), abi.prepare_entry(spec), by_role.get(Role.INTERIOR),
+                      by_role.get(Role.INTERIOR_PARTIAL_K))
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     checked = spec.problem.checked

@@ -101,6 +101,7 @@ class Requirements:
     stream_k_scalar_entry: str | None = None  # ... for calls on the scalar kernel
     prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
     interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
+    interior_partial_k_entry: str | None = None  # ... the same with a partial last k-tile, for K % BK != 0
     # wgmma specs (Hopper's own path): A and B reach the kernel as TMA tensor maps (metadata['tensor_maps']);
     # persistent: the launch is min(tiles, SMs) blocks.
     tensor_maps: dict | None = None
@@ -121,6 +122,7 @@ class Requirements:
                    stream_k_scalar_entry=metadata["entries"].get("stream_k_scalar"),
                    prepare_entry=metadata["entries"]["prepare"],
                    interior_entry=metadata["entries"].get("interior"),
+                   interior_partial_k_entry=metadata["entries"].get("interior_partial_k"),
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
                    tensor_maps=metadata.get("tensor_maps"), persistent=metadata.get("persistent", False))
 
@@ -741,7 +743,7 @@ class Kernel:
         self._tensor_maps: Any = None  # wgmma specs: the last call's tensor maps (tensor_maps.TensorMapCache)
         req = self.requirements
         entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.stream_k_scalar_entry,
-                                req.prepare_entry, req.interior_entry))
+                                req.prepare_entry, req.interior_entry, req.interior_partial_k_entry))
         self._functions = {entry: self._module.get_function(entry) for entry in entries}
         default_smem = arch(parse_target(target)[0]).default_smem_per_block
         for function in self._functions.values():
@@ -847,8 +849,9 @@ class Kernel:
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
                        smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
         """Every tile, one block each: on a checked spec's vector kernel, the tiles inside C on the
-        interior kernel and the edge strips on the vector one (schedule.interior_launches), as the
-        C launcher does; otherwise (or with interior=False) the chosen kernel on the whole of C."""
+        interior kernel (the partial-k one when K % BK != 0) and the edge strips on the vector one
+        (schedule.interior_launches), as the C launcher does; otherwise (or with interior=False) the
+        chosen kernel on the whole of C."""
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
         if interior and req.interior_entry is not None and call.entry == req.vector_entry:
@@ -856,7 +859,10 @@ class Kernel:
         launches = []
         for piece in pieces:
             part = sub_call(req, call, piece)
-            function = self._functions[req.interior_entry if piece.interior else call.entry]
+            entry = call.entry
+            if piece.interior:
+                entry = req.interior_partial_k_entry if piece.partial_k else req.interior_entry
+            function = self._functions[entry]
             launches.append(KernelLaunch(function, grid_size(req, part.m, part.n, part.batch), block,
                                          kernel_arguments(part, alpha, beta, req.batched), smem))
         return tuple(launches)

@@ -19,11 +19,13 @@ vector alignment) is split the same way, its shared tiles on `NAME_kernel_stream
 the same way (the grid's z stays the GEMM in every kernel, so a block's range never crosses
 GEMMs); a batch of S or more GEMMs fills the GPU by itself and is not split.
 
-Checked bounds without stream-K (`interior_launches`): when K is a multiple of BK, the tiles
-that lie wholly inside C run `NAME_kernel_interior`, compiled as for exact bounds, and the
-vector kernel runs the two edge strips as GEMMs of their own (operands offset to the strip).
-Carrying the guarded path beside the unguarded one in one kernel costs the interior blocks
-instruction scheduling, and ptxas allocates registers for the heavier path.
+Checked bounds without stream-K (`interior_launches`): the tiles that lie wholly inside C run
+`NAME_kernel_interior`, compiled as for exact bounds, and the vector kernel runs the two edge
+strips as GEMMs of their own (operands offset to the strip). When K is not a multiple of BK the
+tiles inside C run `NAME_kernel_interior_partial_k` instead: the same code, plus the partial last
+k-tile, zero-filled past K (a kernel of its own, so that the interior kernel keeps the exact
+kernel's code and registers). Carrying the guarded path beside the unguarded one in one kernel costs the
+interior blocks instruction scheduling, and ptxas allocates registers for the heavier path.
 
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
 analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
@@ -119,18 +121,20 @@ class SubLaunch:
     col: int
     m: int
     n: int
+    partial_k: bool = False  # an interior launch whose K is not a multiple of BK: the partial-k interior kernel
 
 
 def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:
     """How a checked spec's unsplit call on the vector kernel is launched: the tiles inside C on the
-    interior kernel, then the right strip (every row) and the bottom strip (the interior's columns)
-    on the vector kernel. A K that is not a multiple of BK makes every tile an edge in k, and a C
-    smaller than one tile has no interior: the vector kernel then runs the whole of C."""
+    interior kernel (when K is not a multiple of BK, the partial-k one), then the right strip (every
+    row) and the bottom strip (the interior's columns) on the vector kernel. Without a whole tile
+    along M or N, or a whole k-tile (K < BK), there is no interior: the vector kernel then runs the
+    whole of C."""
     bm, bn, bk = block_tile
     inner_m, inner_n = m - m % bm, n - n % bn
-    if k % bk or not inner_m or not inner_n:
+    if k < bk or not inner_m or not inner_n:
         return (SubLaunch(False, 0, 0, m, n),)
-    launches = [SubLaunch(True, 0, 0, inner_m, inner_n)]
+    launches = [SubLaunch(True, 0, 0, inner_m, inner_n, partial_k=k % bk != 0)]
     if n > inner_n:
         launches.append(SubLaunch(False, 0, inner_n, m, n - inner_n))
     if m > inner_m:

@@ -978,6 +978,229 @@ extern "C" __global__ void __launch_bounds__(256) batched_v3_kernel_interior(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256) batched_v3_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, long long stride_a, long long stride_b, long long stride_c)
+{
+    // Block tile 128x128x16; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x8 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 16;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 4;
+    constexpr int A_STAGE = 2112;
+    constexpr int B_STAGE = 2048;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Strided batch: blockIdx.z picks the GEMM; its A, B and C start stride_a, stride_b
+    // and stride_c elements after those of the GEMM before it.
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
+
+    // Rasterization (group(4)): which C tile this block computes.
+    // Groups of 4 tile rows are walked column by column, so blocks that
+    // run together share rows of A and columns of B in L2.
+    const int tiles_m = M / BM;
+    const int tiles_n = N / BN;
+    const int group_size = 4;
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
+    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 4x2, lanes 4x8 (row), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int lane_m = lane / 8;
+    const int lane_n = lane % 8;
+    const int thread_m = warp_m * 16 + lane_m * 4;
+    const int thread_n = warp_n * 32 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 4;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(1, a_cols - col)), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + row * lda + col + 1, 4 * max(0, min(1, a_cols - (col + 1))), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + row * lda + col + 2, 4 * max(0, min(1, a_cols - (col + 2))), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + row * lda + col + 3, 4 * max(0, min(1, a_cols - (col + 3))), a_src);
+                }
+                {
+                    const int row = tid / 4 + 64;
+                    const int col = tid % 4 * 4;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(1, a_cols - col)), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + row * lda + col + 1, 4 * max(0, min(1, a_cols - (col + 1))), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + row * lda + col + 2, 4 * max(0, min(1, a_cols - (col + 2))), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + row * lda + col + 3, 4 * max(0, min(1, a_cols - (col + 3))), a_src);
+                }
+                const float* b_src = B + (size_t)((K / BK) * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = K - (K / BK) * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+                cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * lda + tid % 4 * 4 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * lda + tid % 4 * 4 + 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * lda + tid % 4 * 4 + 3);
+                cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+                cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 3);
+                const float* b_src = B + (size_t)((s - 1) * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 4);
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_first + a_smem_offset(thread_m, 0));
+    *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_first + a_smem_offset(thread_m + 64, 0));
+    *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_first + b_smem_offset(thread_n, 0));
+    *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_first + b_smem_offset(thread_n + 64, 0));
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 1), a_src + tid / 4 * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 2), a_src + tid / 4 * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4, tid % 4 * 4 + 3), a_src + tid / 4 * lda + tid % 4 * 4 + 3);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 1), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 1);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 2), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 2);
+            cp_async_4(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4 + 3), a_src + (tid / 4 + 64) * lda + tid % 4 * 4 + 3);
+            const float* b_src = B + (size_t)((next - 1) * BK) * ldb + block_n;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 4);
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk < BK - 1) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_next + a_smem_offset(thread_m, 0));
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_next + a_smem_offset(thread_m + 64, 0));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_next + b_smem_offset(thread_n, 0));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_next + b_smem_offset(thread_n + 64, 0));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -1005,16 +1228,18 @@ extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long l
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 16 == 0 && M >= 128 && N >= 128) {
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip.
+    if (vector_aligned && M >= 128 && N >= 128 && K >= 16) {
         const int inner_m = M - M % 128, inner_n = N - N % 128;
+        const auto interior = K % 16 == 0 ? batched_v3_kernel_interior : batched_v3_kernel_interior_partial_k;
         if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(batched_v3_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
             if (err != cudaSuccess) return err;
         }
-        batched_v3_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, (unsigned)batch), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta, stride_a, stride_b, stride_c);
+        interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, (unsigned)batch), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta, stride_a, stride_b, stride_c);
         if (N > inner_n) {
             kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, (unsigned)batch), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta, stride_a, stride_b, stride_c);
         }

@@ -747,6 +747,175 @@ extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_interio
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256, 2) checked_h100_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x8; 256 threads (2x4 warps of 8x4 zigzag lanes); each thread owns 8x8 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 1024;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 2x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[1];
+    float4 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 2;
+        const int col = tid % 2 * 4;
+        a_stage[0].x = col < a_cols ? a_src[row * lda + col] : 0.0f;
+        a_stage[0].y = col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        a_stage[0].z = col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+        a_stage[0].w = col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+    }
+    const float* b_src = B + (size_t)((K / BK) * BK) * ldb + block_n;
+    const int b_rows = K - (K / BK) * BK;
+    {
+        const int row = tid / 32;
+        const int col = tid % 32 * 4;
+        b_stage[0].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[0].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[0].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[0].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)((kt + 1 - 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_read + a_smem_offset(thread_m + 64, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -773,16 +942,18 @@ extern "C" cudaError_t checked_h100_launch_ld(const float* A, int lda, const flo
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 8 == 0 && M >= 128 && N >= 128) {
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip.
+    if (vector_aligned && M >= 128 && N >= 128 && K >= 8) {
         const int inner_m = M - M % 128, inner_n = N - N % 128;
+        const auto interior = K % 8 == 0 ? checked_h100_kernel_interior : checked_h100_kernel_interior_partial_k;
         if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(checked_h100_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
             if (err != cudaSuccess) return err;
         }
-        checked_h100_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+        interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
         if (N > inner_n) {
             kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
         }

@@ -1047,6 +1047,237 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior_partial_k(
+    const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x32; 128 threads (2x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 2;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 4;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) __half smem[];
+    __half* const smem_a = smem;
+    __half* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (group(8)): which C tile this block computes.
+    // Groups of 8 tile rows are walked column by column, so blocks that
+    // run together share rows of A and columns of B in L2.
+    const int tiles_m = M / BM;
+    const int tiles_n = N / BN;
+    const int group_size = 8;
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
+    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const __half* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                __half* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + row * lda + col, 2 * max(0, min(8, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 32;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 8), a_src + row * lda + col, 2 * max(0, min(8, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 64;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + row * lda + col, 2 * max(0, min(8, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 96;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 8), a_src + row * lda + col, 2 * max(0, min(8, a_cols - col)), a_src);
+                }
+                const __half* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+                __half* const b_dst = smem_b + s * B_STAGE;
+                const int b_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 4, tid % 4 * 8), b_src + row * ldb + col, 2 * max(0, min(8, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 4 + 32;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 4 + 32, tid % 4 * 8), b_src + row * ldb + col, 2 * max(0, min(8, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 4 + 64;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 4 + 64, tid % 4 * 8), b_src + row * ldb + col, 2 * max(0, min(8, b_cols - col)), b_src);
+                }
+                {
+                    const int row = tid / 4 + 96;
+                    const int col = tid % 4 * 8;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid / 4 + 96, tid % 4 * 8), b_src + row * ldb + col, 2 * max(0, min(8, b_cols - col)), b_src);
+                }
+            }
+            else {
+                const __half* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                __half* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + tid / 4 * lda + tid % 4 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 8), a_src + (tid / 4 + 32) * lda + tid % 4 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + (tid / 4 + 64) * lda + tid % 4 * 8);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 8), a_src + (tid / 4 + 96) * lda + tid % 4 * 8);
+                const __half* b_src = B + (size_t)block_n * ldb + (s - 1) * BK;
+                __half* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid / 4, tid % 4 * 8), b_src + tid / 4 * ldb + tid % 4 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid / 4 + 32, tid % 4 * 8), b_src + (tid / 4 + 32) * ldb + tid % 4 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid / 4 + 64, tid % 4 * 8), b_src + (tid / 4 + 64) * ldb + tid % 4 * 8);
+                cp_async_16(b_dst + b_smem_offset(tid / 4 + 96, tid % 4 * 8), b_src + (tid / 4 + 96) * ldb + tid % 4 * 8);
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const __half* const a_first = smem_a;
+    const __half* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const __half* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            __half* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 8), a_src + tid / 4 * lda + tid % 4 * 8);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 8), a_src + (tid / 4 + 32) * lda + tid % 4 * 8);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 8), a_src + (tid / 4 + 64) * lda + tid % 4 * 8);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 8), a_src + (tid / 4 + 96) * lda + tid % 4 * 8);
+            const __half* b_src = B + (size_t)block_n * ldb + (next - 1) * BK;
+            __half* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid / 4, tid % 4 * 8), b_src + tid / 4 * ldb + tid % 4 * 8);
+            cp_async_16(b_dst + b_smem_offset(tid / 4 + 32, tid % 4 * 8), b_src + (tid / 4 + 32) * ldb + tid % 4 * 8);
+            cp_async_16(b_dst + b_smem_offset(tid / 4 + 64, tid % 4 * 8), b_src + (tid / 4 + 64) * ldb + tid % 4 * 8);
+            cp_async_16(b_dst + b_smem_offset(tid / 4 + 96, tid % 4 * 8), b_src + (tid / 4 + 96) * ldb + tid % 4 * 8);
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const __half* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const __half* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const __half* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const __half* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k16_f16(acc[i][j], a_frag[kk % 2][i], b_frag[kk % 2][j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major __half; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                __half2* const pair = reinterpret_cast<__half2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = __half22float2(*pair);
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = __floats2half2_rn(out.x, out.y);
+            }
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -1073,16 +1304,18 @@ extern "C" cudaError_t hgemm_f16_nt_launch_ld(const __half* A, int lda, const __
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 32 == 0 && M >= 128 && N >= 128) {
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip.
+    if (vector_aligned && M >= 128 && N >= 128 && K >= 32) {
         const int inner_m = M - M % 128, inner_n = N - N % 128;
+        const auto interior = K % 32 == 0 ? hgemm_f16_nt_kernel_interior : hgemm_f16_nt_kernel_interior_partial_k;
         if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(hgemm_f16_nt_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
             if (err != cudaSuccess) return err;
         }
-        hgemm_f16_nt_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+        interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
         if (N > inner_n) {
             kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
         }

@@ -554,6 +554,151 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_interior(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x64x8; 128 threads (2x2 warps of 4x8 row lanes); each thread owns 8x4 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 64;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 16;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 1;
+    constexpr int A_STAGE = 512;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (col): which C tile this block computes.
+    const int tiles_m = M / BM;
+    const int tile_m = blockIdx.x % tiles_m;
+    const int tile_n = blockIdx.x / tiles_m;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 2x2, lanes 4x8 (row), micro tile 4x4, repeated 2x1 at warp level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int lane_m = lane / 8;
+    const int lane_n = lane % 8;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 32 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the full k-tiles are fetched
+    // unguarded, the partial last one, K / BK, zero-filled past K.
+    const int k_tiles = K / BK + 1;
+    // Single buffer: load a k-tile, wait for all threads, multiply, wait again before
+    // the next tile overwrites shared memory (two barriers per k-tile).
+    float4 a_stage[1];
+    float2 b_stage[2];
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        if (kt + 1 < k_tiles) {
+            const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 16 * lda + tid % 16 * 4]);
+            const float* b_src = B + (size_t)block_n * ldb + kt * BK;
+            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]);
+            b_stage[1] = *reinterpret_cast<const float2*>(&b_src[(tid / 4 + 32) * ldb + tid % 4 * 2]);
+        }
+        else {
+            const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
+            const int a_rows = K - kt * BK;
+            {
+                const int row = tid / 16;
+                const int col = tid % 16 * 4;
+                a_stage[0].x = row < a_rows ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[0].z = row < a_rows ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[0].w = row < a_rows ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            const float* b_src = B + (size_t)block_n * ldb + kt * BK;
+            const int b_cols = K - kt * BK;
+            {
+                const int row = tid / 4;
+                const int col = tid % 4 * 2;
+                b_stage[0].x = col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            }
+            {
+                const int row = tid / 4 + 32;
+                const int col = tid % 4 * 2;
+                b_stage[1].x = col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[1].y = col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts128(a_dst + a_smem_offset(tid % 16 * 4, tid / 16), a_stage[0]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+        sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+        sts32(b_dst + b_smem_offset(tid / 4 + 32, tid % 4 * 2), b_stage[1].x);
+        sts32(b_dst + b_smem_offset(tid / 4 + 32, tid % 4 * 2 + 1), b_stage[1].y);
+        __syncthreads();
+        const float* const a_read = smem_a;
+        const float* const b_read = smem_b;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 16, kk));
+            *reinterpret_cast<float4*>(&b_frag[0]) = lds128(b_read + b_smem_offset(thread_n, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = acc; C is col-major, 4 float(s) per store along each column of C.
+    #pragma unroll
+    for (int rn = 0; rn < REPEAT_N; ++rn) {
+        #pragma unroll
+        for (int j = 0; j < MICRO_N; ++j) {
+            const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+            const int fn = rn * MICRO_N + j;
+            float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; i += 4) {
+                    const int offset = rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float4 out = make_float4(acc[fm][fn], acc[fm + 1][fn], acc[fm + 2][fn], acc[fm + 3][fn]);
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -580,16 +725,18 @@ extern "C" cudaError_t layouts_tt_launch_ld(const float* A, int lda, const float
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 8 == 0 && M >= 64 && N >= 64) {
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip.
+    if (vector_aligned && M >= 64 && N >= 64 && K >= 8) {
         const int inner_m = M - M % 64, inner_n = N - N % 64;
+        const auto interior = K % 8 == 0 ? layouts_tt_kernel_interior : layouts_tt_kernel_interior_partial_k;
         if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(layouts_tt_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
             if (err != cudaSuccess) return err;
         }
-        layouts_tt_kernel_interior<<<dim3((unsigned)((inner_m / 64) * (inner_n / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+        interior<<<dim3((unsigned)((inner_m / 64) * (inner_n / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
         if (N > inner_n) {
             kernel<<<dim3((unsigned)((long long)((M + 64 - 1) / 64) * (((N - inner_n) + 64 - 1) / 64)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + (size_t)inner_n * ldc, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
         }

@@ -1236,6 +1236,252 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x16; 128 threads (2x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k8 (3xtf32) per k-step.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 16;
+    constexpr int K_STEPS = 2;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2560;
+    constexpr int B_STAGE = 2176;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (s == 0) {
+                const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_cols = K - (K / BK) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 32;
+                    const int col = tid % 4 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 64;
+                    const int col = tid % 4 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                {
+                    const int row = tid / 4 + 96;
+                    const int col = tid % 4 * 4;
+                    cp_async_16_zfill(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 4), a_src + row * lda + col, 4 * max(0, min(4, a_cols - col)), a_src);
+                }
+                const float* b_src = B + (size_t)((K / BK) * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = K - (K / BK) * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+                {
+                    const int row = tid / 32 + 4;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+                {
+                    const int row = tid / 32 + 8;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+                {
+                    const int row = tid / 32 + 12;
+                    const int col = tid % 32 * 4;
+                    cp_async_16_zfill(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 12), b_src + row * ldb + col, row < b_rows ? 16 : 0, b_src);
+                }
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (s - 1) * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 4), a_src + (tid / 4 + 32) * lda + tid % 4 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+                cp_async_16(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 4), a_src + (tid / 4 + 96) * lda + tid % 4 * 4);
+                const float* b_src = B + (size_t)((s - 1) * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_src + (tid / 32 + 4) * ldb + tid % 32 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 4);
+                cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 12), b_src + (tid / 32 + 12) * ldb + tid % 32 * 4);
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
+            float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+            cp_async_16(a_dst + a_smem_offset(tid / 4, tid % 4 * 4), a_src + tid / 4 * lda + tid % 4 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 32, tid % 4 * 4), a_src + (tid / 4 + 32) * lda + tid % 4 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 64, tid % 4 * 4), a_src + (tid / 4 + 64) * lda + tid % 4 * 4);
+            cp_async_16(a_dst + a_smem_offset(tid / 4 + 96, tid % 4 * 4), a_src + (tid / 4 + 96) * lda + tid % 4 * 4);
+            const float* b_src = B + (size_t)((next - 1) * BK) * ldb + block_n;
+            float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_src + tid / 32 * ldb + tid % 32 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 4), b_src + (tid / 32 + 4) * ldb + tid % 32 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 8), b_src + (tid / 32 + 8) * ldb + tid % 32 * 4);
+            cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 12), b_src + (tid / 32 + 12) * ldb + tid % 32 * 4);
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            a_frag[0][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + group_id, kk * 8 + thread_in_group));
+            a_frag[0][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 8 + group_id, kk * 8 + thread_in_group));
+            a_frag[0][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[0][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[1][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 16 + group_id, kk * 8 + thread_in_group));
+            a_frag[1][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 24 + group_id, kk * 8 + thread_in_group));
+            a_frag[1][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[1][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[2][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 32 + group_id, kk * 8 + thread_in_group));
+            a_frag[2][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 40 + group_id, kk * 8 + thread_in_group));
+            a_frag[2][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[2][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[3][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 48 + group_id, kk * 8 + thread_in_group));
+            a_frag[3][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 56 + group_id, kk * 8 + thread_in_group));
+            a_frag[3][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[3][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
+            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
+            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
+            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
+            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
+            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
+            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
+            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
+            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            unsigned a_small[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            unsigned b_small[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_m16n8k8_tf32(d, a_small[i], b_big[j]);
+                    mma_m16n8k8_tf32(d, a_big[i], b_small[j]);
+                    mma_m16n8k8_tf32(d, a_big[i], b_big[j]);
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        acc[i][j][e] += d[e];
+                    }
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                if (beta != 0.0f) {
+                    const float2 old = *pair;
+                    out.x += beta * old.x;
+                    out.y += beta * old.y;
+                }
+                *pair = make_float2(out.x, out.y);
+            }
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -1262,16 +1508,18 @@ extern "C" cudaError_t sgemm_3xtf32_launch_ld(const float* A, int lda, const flo
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (err != cudaSuccess) return err;
     }
-    // Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel
-    // (the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip
-    // (the interior's columns), each a GEMM of its own on operands offset to the strip.
-    if (vector_aligned && K % 16 == 0 && M >= 128 && N >= 128) {
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip.
+    if (vector_aligned && M >= 128 && N >= 128 && K >= 16) {
         const int inner_m = M - M % 128, inner_n = N - N % 128;
+        const auto interior = K % 16 == 0 ? sgemm_3xtf32_kernel_interior : sgemm_3xtf32_kernel_interior_partial_k;
         if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(sgemm_3xtf32_kernel_interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
             if (err != cudaSuccess) return err;
         }
-        sgemm_3xtf32_kernel_interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+        interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
         if (N > inner_n) {
             kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
         }

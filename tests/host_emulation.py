@@ -20,7 +20,10 @@ CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize
              "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
 BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600
-INTERIOR_ENTRY = 4  # the runner's number for NAME_kernel_interior (glue's cases); 5: NAME_kernel_stream_k_scalar
+# The runner's numbers (glue's cases) for NAME_kernel_interior and NAME_kernel_interior_partial_k; 5 is
+# NAME_kernel_stream_k_scalar.
+INTERIOR_ENTRY = 4
+INTERIOR_PARTIAL_K_ENTRY = 6
 
 
 def find_cxx() -> str | None:
@@ -56,7 +59,8 @@ def glue(metadata: dict) -> str:
     calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
              (entries["stream_k"], f"{arguments}, p.sk_tiles"),
              (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles"),
-             (entries["interior"], arguments), (entries.get("stream_k_scalar"), f"{arguments}, p.sk_tiles")]
+             (entries["interior"], arguments), (entries.get("stream_k_scalar"), f"{arguments}, p.sk_tiles"),
+             (entries.get("interior_partial_k"), arguments)]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
@@ -107,16 +111,18 @@ class Call:
     offset_c: int = 0
     sk_tiles: int = 0  # stream-K: tiles shared by sk_blocks blocks (schedule.StreamKSplit); 0: none
     sk_blocks: int = 0
-    # launches over blocks of C, each a GEMM of its own (schedule.SubLaunch: interior, row, col, m, n),
-    # instead of one over all of C; the others run `entry`, the interior ones INTERIOR_ENTRY
-    sub_launches: tuple[tuple[bool, int, int, int, int], ...] = ()
+    # launches over blocks of C, each a GEMM of its own (schedule.SubLaunch: interior, row, col, m, n,
+    # partial_k), instead of one over all of C; the others run `entry`, the interior ones INTERIOR_ENTRY
+    # or, with partial_k, INTERIOR_PARTIAL_K_ENTRY
+    sub_launches: tuple[tuple[bool, int, int, int, int, bool], ...] = ()
 
     def argv(self) -> list[str]:
         values = [self.m, self.n, self.k, self.lda, self.ldb, self.ldc, self.batch, self.stride_a, self.stride_b,
                   self.stride_c, self.alpha, self.beta, self.entry, self.offset_a, self.offset_b, self.offset_c,
                   self.sk_tiles, self.sk_blocks]
-        for interior, *block in self.sub_launches:
-            values += [INTERIOR_ENTRY if interior else self.entry, *block]
+        for interior, row, col, m, n, partial_k in self.sub_launches:
+            entry = (INTERIOR_PARTIAL_K_ENTRY if partial_k else INTERIOR_ENTRY) if interior else self.entry
+            values += [entry, row, col, m, n]
         return [str(value) for value in values]
 
 

@@ -98,13 +98,16 @@ def checked_calls(req: Requirements) -> list[Call]:
     bm, bn, bk = req.block_tile
     whole = (2 * bm, bn, 3 * bk)
     strips = (2 * bm + 5, bn + 3, 4 * bk)  # whole k-tiles: the interior kernel and both edge strips
+    # 5 full k-tiles and a partial one (more than any ring's stages): the partial-k interior kernel, both strips
+    strips_partial_k = (2 * bm + 5, bn + 3, 5 * bk + 3)
     calls = [Call(1, 1, 1, **natural(req, 1, 1, 1)),
              Call(7, 13, 5, **natural(req, 7, 13, 5), **scalars(req)),
              Call(*odd, **natural(req, *odd)),
              Call(*odd, **natural(req, *odd, pad=4), **scalars(req)),
              Call(*odd, **natural(req, *odd, pad=4), offset_a=1),
              Call(*whole, **natural(req, *whole), **scalars(req)),
-             Call(*strips, **natural(req, *strips, pad=4), **scalars(req))]
+             Call(*strips, **natural(req, *strips, pad=4), **scalars(req)),
+             Call(*strips_partial_k, **natural(req, *strips_partial_k, pad=4), **scalars(req))]
     if req.batched:
         for m, n, k in (odd, strips):
             lds = natural(req, m, n, k, pad=4)
@@ -158,7 +161,9 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
         assert any(call.sk_tiles and entry_index(req, call) == 1 for call in calls), "a scalar call was split"
     if req.multiples == (1, 1, 1):
         launched = [as_launched(req, call).sub_launches for call in calls]
-        assert [True, False, False] in [[interior for interior, *_ in launches] for launches in launched]
+        kernels = [[(interior, partial_k) for interior, *_, partial_k in launches] for launches in launched]
+        for partial_k in (False, True):  # each interior kernel with both strips
+            assert [(True, partial_k), (False, False), (False, False)] in kernels
 
 
 def test_batched_stream_k_splits_each_gemm(tmp_path):
@@ -187,7 +192,7 @@ def as_launched(req: Requirements, call: Call) -> Call:
     if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
         return call
     launches = interior_launches(req.block_tile, call.m, call.n, call.k)
-    return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n) for s in launches))
+    return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n, s.partial_k) for s in launches))
 
 
 def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:

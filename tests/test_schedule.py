@@ -164,8 +164,9 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path):
                       st.sampled_from((4, 8, 16))),
        m=st.integers(1, 1000), n=st.integers(1, 1000), k=st.integers(1, 100))
 def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile, m, n, k):
-    """Each element of C in exactly one launch; the interior kernel (exact-bounds code) only gets
-    whole tiles and whole k-tiles; the checked kernel takes anything."""
+    """Each element of C in exactly one launch; the interior kernels (exact-bounds code) only get
+    whole tiles and at least one whole k-tile, the plain one whole k-tiles only and the partial-k one
+    a partial last k-tile; the checked kernel takes anything."""
     bm, bn, bk = tile
     launches = interior_launches(tile, m, n, k)
     covered = numpy.zeros((m, n), dtype=int)
@@ -173,9 +174,12 @@ def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile,
         assert launch.m >= 1 and launch.n >= 1
         covered[launch.row:launch.row + launch.m, launch.col:launch.col + launch.n] += 1
         if launch.interior:
-            assert launch.m % bm == 0 and launch.n % bn == 0 and k % bk == 0
+            assert launch.m % bm == 0 and launch.n % bn == 0 and k >= bk
+            assert launch.partial_k == (k % bk != 0)
+        else:
+            assert not launch.partial_k
     assert (covered == 1).all()
-    assert any(launch.interior for launch in launches) == (k % bk == 0 and m >= bm and n >= bn)
+    assert any(launch.interior for launch in launches) == (k >= bk and m >= bm and n >= bn)
 
 
 # The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
@@ -193,8 +197,8 @@ using Kernel = void (*)(const float*, const float*, float*, int, int, int, int, 
 %(kernels)s
 alignas(16) static float operands[4];
 static void launched(Kernel kernel, dim3 grid, const float* A, const float* B, float* C, int M, int N) {
-    std::printf("%%d %%u %%d %%d %%td %%td %%td\n", kernel == %(interior)s, grid.x, M, N,
-                A - operands, B - operands, C - operands);
+    const int which = kernel == %(interior)s ? 1 : kernel == %(interior_partial_k)s ? 2 : 0;
+    std::printf("%%d %%u %%d %%d %%td %%td %%td\n", which, grid.x, M, N, A - operands, B - operands, C - operands);
 }
 %(launcher)s
 int main() {
@@ -210,8 +214,8 @@ int main() {
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
 @pytest.mark.parametrize("name", ["checked_v3", "layouts_tt"])
 def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_path):
-    """Row-major and column-major operands: the launcher's strips and pointer offsets, against
-    interior_launches and the operands' layouts."""
+    """Row-major and column-major operands: the launcher's kernels (vector, interior, partial-k interior),
+    strips and pointer offsets, against interior_launches and the operands' layouts."""
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     cuda, entries, layouts = artifacts.cuda, artifacts.metadata["entries"], artifacts.metadata["layouts"]
     launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
@@ -219,12 +223,15 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
                       lambda match: f"launched({match[1]}, {match[2]}, {', '.join(match[3].split(', ')[:5])});",
                       launcher)
     kernels = "".join(f"void {entry}(const float*, const float*, float*, int, int, int, int, int, int, float, float) "
-                      "{}\n" for entry in (entries["vector"], entries["scalar"], entries["interior"]))
+                      "{}\n" for entry in (entries["vector"], entries["scalar"], entries["interior"],
+                                            entries["interior_partial_k"]))
     (tmp_path / "launches.cpp").write_text(LAUNCHES_TEST % {"kernels": kernels, "interior": entries["interior"],
+                                                            "interior_partial_k": entries["interior_partial_k"],
                                                             "launcher": launcher, "name": name})
     subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
     bm, bn, bk = artifacts.metadata["block_tile"]
-    shapes = [(m, n, k) for m in (1, bm, 2 * bm + 5) for n in (3, bn, 3 * bn + 1) for k in (bk, 3 * bk, 3 * bk + 1)]
+    shapes = [(m, n, k) for m in (1, bm, 2 * bm + 5) for n in (3, bn, 3 * bn + 1)
+              for k in (1, bk - 1, bk, bk + 1, 3 * bk, 3 * bk + 1)]
     def aligned(extent: int) -> int:  # vector-aligned leading dimensions: the vector kernel runs
         return -(-extent // 4) * 4
 
@@ -241,7 +248,8 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
     expected = []
     for (m, n, k) in shapes:
         lda, ldb, ldc = lds[(m, n, k)]
-        expected.append([(int(s.interior), -(-s.m // bm) * -(-s.n // bn), s.m, s.n, offset("A", s.row, 0, lda),
+        expected.append([(2 if s.partial_k else int(s.interior), -(-s.m // bm) * -(-s.n // bn), s.m, s.n,
+                          offset("A", s.row, 0, lda),
                           offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
                          for s in interior_launches((bm, bn, bk), m, n, k)])
     assert got == expected
@@ -285,8 +293,8 @@ int main() {
 def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path):
     """sgemm_any's launcher: a call whose B is not vector-aligned (an odd ldb, a shifted pointer) is
     split as schedule.py splits it, its shared tiles on the scalar stream-K kernel and the others on
-    the scalar kernel; an aligned call on the vector kernels, or on the interior kernel and the edge
-    strips when nothing is shared."""
+    the scalar kernel; an aligned call on the vector kernels, or on the interior kernel (the partial-k
+    one for 2048x2048x77) and the edge strips when nothing is shared."""
     name = "sgemm_any"
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     cuda, entries = artifacts.cuda, artifacts.metadata["entries"]
@@ -320,7 +328,8 @@ def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path
                         (entries["stream_k"] if aligned else entries["stream_k_scalar"], split.sk_blocks)]
             launches += [(kernel, split.dp_tiles)] if split.dp_tiles else []
         elif aligned:
-            launches = [(entries["interior"] if s.interior else kernel, -(-s.m // bm) * -(-s.n // bn))
+            interior = {False: entries["interior"], True: entries["interior_partial_k"]}
+            launches = [(interior[s.partial_k] if s.interior else kernel, -(-s.m // bm) * -(-s.n // bn))
                         for s in interior_launches((bm, bn, bk), m, n, k)]
         else:
             launches = [(kernel, split.tiles)]

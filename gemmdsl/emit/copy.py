@@ -10,13 +10,16 @@ pipelines that keep several k-tiles in flight. `DirectCopy` loads and stores eac
 kernels, whose 2-byte elements cp.async (4 bytes at least) cannot move one by one.
 
 Every shared-memory store comes from `KernelLayout.copy_stores`, the list the analysis counts.
-For checked bounds a fetch is guarded unless the block and the k-tile lie inside the matrices.
+For checked bounds a fetch is guarded unless the block and the k-tile lie inside the matrices
+(`Guard.EDGES`). The partial-k interior kernel's partial k-tile (`fetch_partial_k`) is guarded in
+k only (`Guard.K`): its rows and columns lie inside C by construction.
 """
 from __future__ import annotations
 
+import enum
 from contextlib import contextmanager, nullcontext
 from itertools import groupby
-from typing import Callable, Iterator
+from typing import Iterator
 
 from .. import ir
 from ..abi import leading_name
@@ -25,6 +28,15 @@ from ..expr import Expr, Var
 from ..layout import GlobalChunk, TileLayout
 from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, paren, stage_base, vector_of
 from .scheduler import WorkTile
+
+
+class Guard(enum.Enum):
+    """Which bounds a fetch tests: none (a tile and k-tile inside the matrices), every one (checked
+    bounds' edge blocks and partial k-tile), or only K (the partial-k interior kernel's partial k-tile)."""
+
+    NONE = "none"
+    EDGES = "edges"
+    K = "k"
 
 
 class GlobalTileCopy:
@@ -60,28 +72,58 @@ class GlobalTileCopy:
         self.out.line(f"const {self.element}* {src} = {' + '.join(terms)};")
         return src
 
-    def _emit_tile_limits(self, operand: ir.Operand, k_tile: str) -> None:
-        """Declare `a_rows` / `a_cols`: how many of the tile's rows and columns lie inside the matrix."""
+    def _emit_tile_limits(self, operand: ir.Operand, k_tile: str, guard: Guard) -> None:
+        """Declare `a_rows` / `a_cols`: how many of the tile's rows and columns lie inside the matrix
+        (with `Guard.K`, only the one along k)."""
         row, col, row_bound, col_bound = self._tile_origin(operand, k_tile)
         for name, origin, bound in (("rows", row, row_bound), ("cols", col, col_bound)):
+            if guard is Guard.K and bound != "K":
+                continue
             left = bound if origin == "0" else f"{bound} - {origin}"
             self.out.line(f"const int {operand.value}_{name} = {left};")
+
+    def _inside(self, operand: ir.Operand, row: str, col: str, guard: Guard) -> str:
+        """C test that element (row, col) of the tile lies inside the matrix (the dimensions `guard` tests)."""
+        p = operand.value
+        tests = {"rows": f"{row} < {p}_rows", "cols": f"{col} < {p}_cols"}
+        if guard is Guard.K:
+            del tests["rows" if self.spec.k_contiguous(operand) else "cols"]
+        return " && ".join(tests.values())
+
+    def _bytes_inside(self, operand: ir.Operand, row: str, col: str, width: int, guard: Guard) -> str:
+        """C expression: the bytes of a `width`-element copy at (row, col) of the tile inside the matrix."""
+        p = operand.value
+        if guard is Guard.EDGES:
+            return f"bytes_inside(row, {p}_rows, {col}, {p}_cols, {width})"
+        size = self.layout.element_bytes
+        if self.spec.k_contiguous(operand):  # k runs along the copy: part of it may lie past K
+            return f"{size} * max(0, min({width}, {p}_cols - {paren(col)}))"
+        return f"{row} < {p}_rows ? {size * width} : 0"
 
     @staticmethod
     def _global_offset(operand: ir.Operand, row: Expr, col: Expr) -> str:
         return (row * Var(leading_name(operand)) + col).render()
 
-    def _guarded(self, k_tile: str, emit: Callable[[bool], None]) -> None:
-        """`emit(guarded)` for k-tile `k_tile` of the matrices: unguarded for exact bounds; for checked
-        bounds behind a branch that is uniform across the block, so interior tiles run exactly the
-        exact code."""
+    def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
+        """Start copying k-tile `tile` of the work tile's range into stage `stage`: unguarded for exact
+        bounds; for checked bounds behind a branch that is uniform across the block, so tiles inside C
+        run exactly the exact code for their full k-tiles."""
+        k_tile = work.k_tile(tile)
         if not self.spec.problem.checked:
-            emit(False)
+            self._emit_fetch(k_tile, stage, Guard.NONE)
             return
         with self.out.block(f"if (block_inside && {k_tile} < full_k_tiles)"):
-            emit(False)
+            self._emit_fetch(k_tile, stage, Guard.NONE)
         with self.out.block("else"):
-            emit(True)
+            self._emit_fetch(k_tile, stage, Guard.EDGES)
+
+    def fetch_partial_k(self, k_tile: str, stage: str) -> None:
+        """Start copying k-tile `k_tile` of the matrices, the last and partial one, into stage `stage` for a
+        tile that lies inside C: only the k bound is tested, and the copy is zero past K."""
+        self._emit_fetch(k_tile, stage, Guard.K)
+
+    def _emit_fetch(self, k_tile: str, stage: str, guard: Guard) -> None:
+        raise NotImplementedError
 
     @contextmanager
     def _chunk_block(self, chunk: GlobalChunk) -> Iterator[None]:
@@ -104,10 +146,6 @@ class RegisterCopy(GlobalTileCopy):
             count = len(self.layout.global_chunks(operand))
             self.out.line(f"{VECTOR_TYPES[vector]} {self._registers(operand)}[{count}];")
 
-    def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
-        """Global -> registers for k-tile `tile` (the stage is chosen when it lands)."""
-        self._guarded(work.k_tile(tile), lambda guarded: self._emit_loads(work.k_tile(tile), guarded))
-
     def land(self, stage: str) -> None:
         """Registers -> shared memory stage `stage`."""
         o = self.out
@@ -123,23 +161,24 @@ class RegisterCopy(GlobalTileCopy):
     def _registers(operand: ir.Operand) -> str:
         return f"{operand.value}_stage"
 
-    def _emit_loads(self, k_tile: str, guarded: bool) -> None:
+    def _emit_fetch(self, k_tile: str, stage: str, guard: Guard) -> None:
+        """Global -> registers for k-tile `k_tile` (the stage is chosen when it lands)."""
         o = self.out
         for operand in OPERANDS:
             vector = self.layout.load_vector(operand)
             src = self._emit_source_pointer(operand, k_tile)
-            if guarded:
-                self._emit_tile_limits(operand, k_tile)
+            if guard is not Guard.NONE:
+                self._emit_tile_limits(operand, k_tile, guard)
             for chunk in self.layout.global_chunks(operand):
                 register = f"{self._registers(operand)}[{chunk.index}]"
-                if not guarded:
+                if guard is Guard.NONE:
                     address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
                     o.line(f"{register} = {as_vector(address, vector, const=True)};")
                     continue
                 with self._chunk_block(chunk):
                     for element in range(vector):
                         col = Var("col") + element
-                        inside = f"row < {operand.value}_rows && {col.render()} < {operand.value}_cols"
+                        inside = self._inside(operand, "row", col.render(), guard)
                         address = f"{src}[{self._global_offset(operand, Var('row'), col)}]"
                         o.line(f"{component(register, vector, element)} = {inside} ? {address} : 0.0f;")
 
@@ -152,10 +191,6 @@ class AsyncCopy(GlobalTileCopy):
     def declare(self) -> None:
         """cp.async needs no registers."""
 
-    def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
-        """cp.async for k-tile `tile` into stage `stage`."""
-        self._guarded(work.k_tile(tile), lambda guarded: self._emit_copies(work.k_tile(tile), stage, guarded))
-
     def land(self, stage: str) -> None:
         self.commit()
         self.wait("0")
@@ -167,14 +202,16 @@ class AsyncCopy(GlobalTileCopy):
         """Wait until at most `pending` committed groups are still in flight."""
         self.out.line(f"cp_async_wait<{pending}>();")
 
-    def _emit_copies(self, k_tile: str, stage: str, guarded: bool) -> None:
+    def _emit_fetch(self, k_tile: str, stage: str, guard: Guard) -> None:
+        """cp.async for k-tile `k_tile` into stage `stage`."""
         o = self.out
+        guarded = guard is not Guard.NONE
         for operand in OPERANDS:
             src = self._emit_source_pointer(operand, k_tile)
             dst = f"{operand.value}_dst"
             o.line(f"{self.element}* const {dst} = {stage_base(operand, stage)};")
             if guarded:
-                self._emit_tile_limits(operand, k_tile)
+                self._emit_tile_limits(operand, k_tile, guard)
             for chunk, stores in groupby(self.layout.copy_stores(operand), key=lambda store: store.chunk):
                 with self._chunk_block(chunk) if guarded else nullcontext():
                     row, first = (Var("row"), Var("col")) if guarded else (chunk.row, chunk.col)
@@ -186,8 +223,7 @@ class AsyncCopy(GlobalTileCopy):
                         if not guarded:
                             o.line(f"cp_async_{size}({target}, {source});")
                             continue
-                        p = operand.value
-                        inside = f"bytes_inside(row, {p}_rows, {col.render()}, {p}_cols, {store.width})"
+                        inside = self._bytes_inside(operand, "row", col.render(), store.width, guard)
                         o.line(f"cp_async_{size}_zfill({target}, {source}, {inside}, {src});")
 
 
@@ -203,19 +239,19 @@ class DirectCopy(AsyncCopy):
     def wait(self, pending: str) -> None:
         """Nothing is in flight."""
 
-    def _emit_copies(self, k_tile: str, stage: str, guarded: bool) -> None:
+    def _emit_fetch(self, k_tile: str, stage: str, guard: Guard) -> None:
         o = self.out
         zero = f"{self.element}(0.0f)"
         for operand in OPERANDS:
             p = operand.value
             src = self._emit_source_pointer(operand, k_tile)
             o.line(f"{self.element}* const {p}_dst = {stage_base(operand, stage)};")
-            if guarded:
-                self._emit_tile_limits(operand, k_tile)
+            if guard is not Guard.NONE:
+                self._emit_tile_limits(operand, k_tile, guard)
             for store in self.layout.copy_stores(operand):
                 assert store.width == 1, "the direct copy moves one element per store"
                 row, col = store.chunk.row, store.chunk.col + store.element
                 value = f"{src}[{self._global_offset(operand, row, col)}]"
-                if guarded:
-                    value = f"{row.render()} < {p}_rows && {col.render()} < {p}_cols ? {value} : {zero}"
+                if guard is not Guard.NONE:
+                    value = f"{self._inside(operand, row.render(), col.render(), guard)} ? {value} : {zero}"
                 o.line(f"{p}_dst[{store.offset.render()}] = {value};")

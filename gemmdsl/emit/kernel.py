@@ -71,7 +71,8 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
         loop: type[KLoop] = SingleStage
     else:
         loop = AsyncRing if cp_async else RegisterDoubleBuffer
-    return KernelParts(scheduler, math, fragments, loop(spec, out, copy, fragments, math), epilogue)
+    pipeline = loop(spec, out, copy, fragments, math, partial_k=variant.role is Role.INTERIOR_PARTIAL_K)
+    return KernelParts(scheduler, math, fragments, pipeline, epilogue)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,10 @@ def _emit_constants(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitte
     if variant.role is Role.INTERIOR:
         o.comment("Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie\n"
                   "inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).")
+    if variant.role is Role.INTERIOR_PARTIAL_K:
+        o.comment("Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The\n"
+                  "launcher runs it on the tiles that lie inside C when K is not a multiple of BK\n"
+                  "(gemmdsl/schedule.py, interior_launches).")
     if layout.max_global_vector == 1:
         o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
                   "whose pointer, leading dimension or batch stride is not vector-aligned.")

@@ -183,24 +183,26 @@ class LauncherEmitter:
             self._emit_launch("kernel", "blocks - sk_tiles", {})
 
     def _emit_tiles_launch(self) -> None:
-        """One block per tile: for checked bounds, when K is a multiple of BK, the tiles inside C on the
-        interior kernel and the edge strips on `kernel` (schedule.py's interior_launches); else
-        `kernel` on every tile."""
+        """One block per tile: for checked bounds, when C has a whole tile and K a whole k-tile, the tiles
+        inside C on the interior kernel (the partial-k one when K % BK != 0) and the edge strips on
+        `kernel` (schedule.py's interior_launches); else `kernel` on every tile."""
         o, launch = self.out, self.launch
         bm, bn, bk = launch.block_tile
-        interior = launch.entries.interior
-        if interior is not None:
-            o.comment("Bounds (checked): with K a multiple of BK, the tiles inside C run the interior kernel\n"
-                      "(the exact-bounds code) and `kernel` the right strip (every row) and the bottom strip\n"
-                      "(the interior's columns), each a GEMM of its own on operands offset to the strip.")
+        entries = launch.entries
+        if entries.interior is not None:
+            o.comment("Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when\n"
+                      "K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right\n"
+                      "strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own\n"
+                      "on operands offset to the strip.")
             aligned = "vector_aligned && " if self._has_vector_test() else ""
-            with o.block(f"if ({aligned}K % {bk} == 0 && M >= {bm} && N >= {bn})"):
+            with o.block(f"if ({aligned}M >= {bm} && N >= {bn} && K >= {bk})"):
                 o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
+                o.line(f"const auto interior = K % {bk} == 0 ? {entries.interior} : {entries.interior_partial_k};")
                 with o.block(f"if (smem_bytes > {self.default_smem})"):
-                    o.line(f"const cudaError_t err = cudaFuncSetAttribute({interior}, "
+                    o.line("const cudaError_t err = cudaFuncSetAttribute(interior, "
                            "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
                     o.line("if (err != cudaSuccess) return err;")
-                self._emit_launch(interior, f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
+                self._emit_launch("interior", f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
                 with o.block("if (N > inner_n)"):
                     self._emit_launch("kernel", f"(long long){self._tiles('M', 'N - inner_n')}",
                                       self._strip("0", "inner_n") | {"N": "N - inner_n"})

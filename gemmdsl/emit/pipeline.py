@@ -4,10 +4,18 @@ A pipeline is given a copy engine (copy.py), a fragment engine (fragments.py) an
 (math.py) and emits the loop over a work tile's k-tiles: when each k-tile is fetched and lands,
 where the barriers go, and how fragment loads interleave with the math. `SingleStage` works with
 either copy engine; `RegisterDoubleBuffer` and `AsyncRing` are the two multi-stage schedules.
+
+The partial-k interior kernel of checked bounds (`partial_k`) runs on tiles inside C when K is not
+a multiple of BK: only its partial last k-tile crosses a bound. The two multi-stage pipelines
+multiply that k-tile first: their prologue fetches it, zero-filled past K (only the k bound is
+tested), and their loop then runs the exact kernel's code on the full k-tiles, shifted by one
+(`WorkTile.k_shift`). `SingleStage` fetches every k-tile in its loop; there the fetch tests whether
+the k-tile is the partial one, last. Neither adds a second copy of a k-tile's math.
 """
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Callable
 
 from .. import ir
@@ -25,16 +33,47 @@ class KLoop:
     """What every pipeline shares: the loop header and the math of one k-tile."""
 
     def __init__(self, spec: ir.KernelSpec, out: Emitter, copy: RegisterCopy | AsyncCopy | DirectCopy,
-                 fragments: SharedLoads | MmaFragments, math: FmaOuterProduct | MmaSync):
+                 fragments: SharedLoads | MmaFragments, math: FmaOuterProduct | MmaSync, partial_k: bool = False):
         self.spec = spec
         self.out = out
         self.copy = copy
         self.fragments = fragments
         self.math = math
+        self.partial_k = partial_k  # the partial-k interior kernel: K % BK != 0, tiles inside C
+
+    # Whether the partial-k kernel multiplies its partial k-tile first (fetched in the prologue).
+    partial_k_first = True
 
     def emit(self, work: WorkTile) -> None:
-        self.out.line(f"const int k_tiles = {work.k_tiles};")
+        o = self.out
+        if not self.partial_k:
+            o.line(f"const int k_tiles = {work.k_tiles};")
+            self._emit_loop(work)
+            return
+        if self.partial_k_first:
+            o.comment("K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,\n"
+                      "is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:\n"
+                      "tile kt of the loop is k-tile kt - 1.")
+            work = replace(work, k_shift="1")
+        else:
+            o.comment("K % BK != 0 (the launcher runs this kernel only then): the full k-tiles are fetched\n"
+                      "unguarded, the partial last one, K / BK, zero-filled past K.")
+        o.line(f"const int k_tiles = {work.k_tiles} + 1;")
         self._emit_loop(work)
+
+    def _fetch_first(self, work: WorkTile, tile: str, stage: str) -> None:
+        """Fetch tile `tile` of the range, which may be its first: in the partial-k kernel the first is the
+        partial k-tile (its copy tests the k bound only), the others full k-tiles."""
+        if not self.partial_k:
+            self.copy.fetch(work, tile, stage)
+            return
+        if tile == "0":
+            self.copy.fetch_partial_k("K / BK", stage)
+            return
+        with self.out.block(f"if ({tile} == 0)"):
+            self.copy.fetch_partial_k("K / BK", stage)
+        with self.out.block("else"):
+            self.copy.fetch(work, tile, stage)
 
     def _emit_loop(self, work: WorkTile) -> None:
         raise NotImplementedError
@@ -84,12 +123,20 @@ class KLoop:
 class SingleStage(KLoop):
     """One shared buffer: fetch, land, barrier, multiply, barrier."""
 
+    partial_k_first = False  # every k-tile is fetched in the loop: the fetch tests for the last one
+
     def _emit_loop(self, work: WorkTile) -> None:
         o = self.out
         o.comment(self.copy.single_stage_note)
         self.copy.declare()
         with self._k_tile_loop():
-            self.copy.fetch(work, "kt", "0")
+            if self.partial_k:
+                with o.block("if (kt + 1 < k_tiles)"):
+                    self.copy.fetch(work, "kt", "0")
+                with o.block("else"):
+                    self.copy.fetch_partial_k("kt", "0")
+            else:
+                self.copy.fetch(work, "kt", "0")
             self.copy.land("0")
             o.line("__syncthreads();")
             self._emit_compute("0")
@@ -104,7 +151,7 @@ class RegisterDoubleBuffer(KLoop):
         o.comment("Register-staged double buffer: tile kt+1 travels global -> registers while tile kt\n"
                   "is multiplied, then registers -> the other shared stage; one barrier per k-tile.")
         self.copy.declare()
-        self.copy.fetch(work, "0", "0")
+        self._fetch_first(work, "0", "0")
         self.copy.land("0")
         o.line("__syncthreads();")
         with self._k_tile_loop():
@@ -131,7 +178,7 @@ class AsyncRing(KLoop):
                   "it also tells every thread that the stage refilled next is no longer read.")
         with o.unrolled("s", "STAGES - 1"):
             with o.block("if (s < k_tiles)"):
-                copy.fetch(work, "s", "s")
+                self._fetch_first(work, "s", "s")
             copy.commit()
         double = self.fragments.double
         if double:

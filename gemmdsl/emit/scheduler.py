@@ -24,9 +24,14 @@ class WorkTile:
     first_k_tile: str  # "0", or the name of the range's first k-tile
     k_tiles: str  # how many k-tiles the range holds
     atomic: bool  # the result is added into C (which holds beta * C), not stored
+    # The partial-k interior kernel (pipeline.py): its partial k-tile comes first, and k-tile `tile` of
+    # the range, after the first, is k-tile tile - k_shift of the matrices.
+    k_shift: str | None = None
 
     def k_tile(self, tile: str) -> str:
         """The k-tile of the matrix that is k-tile `tile` of this range."""
+        if self.k_shift is not None:
+            return f"{tile} - {self.k_shift}"
         if self.first_k_tile == "0":
             return tile
         return self.first_k_tile if tile == "0" else f"{self.first_k_tile} + {tile}"

@@ -11,7 +11,7 @@
 // the stream-K kernel (entry 2; entry 5, its scalar twin, when entry is the scalar kernel) on
 // sk_blocks blocks, then the chosen kernel on the other tiles, each launch over the whole batch
 // (grid z). Trailing groups of five run, instead, one launch
-// each over a block of C as a GEMM of its own (the interior kernel is entry 4).
+// each over a block of C as a GEMM of its own (the interior kernel is entry 4, its partial-k twin 6).
 // Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
 // Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
