@@ -317,11 +317,13 @@ class KernelLayout(TileLayout):
         stride = self.repeat_stride(axis)
         return [(r * micro + i, base + (r * stride + i)) for r in range(repeat) for i in range(micro)]
 
-    def c_store_width(self) -> int:
-        """A thread's micro tile is contiguous along C's contiguous index."""
+    def c_store_width(self, aligned_c: bool = False) -> int:
+        """A thread's micro tile is contiguous along C's contiguous index. `aligned_c`: the width
+        when C itself is vector-aligned, whatever this kernel's cap on global accesses (the scalar
+        kernel serves calls where only A or B is not)."""
         t = self.spec.threads
         micro = t.micro.n if self.spec.problem.c.layout is ir.MatrixLayout.ROW else t.micro.m
-        return widest_dividing(micro, self.max_global_vector)
+        return widest_dividing(micro, MAX_VECTOR_BYTES // self.element_bytes if aligned_c else self.max_global_vector)
 
     # --- shared -> register fragments ---------------------------------------------------
 

@@ -123,12 +123,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[2];
     float2 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 2 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-        a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -177,12 +179,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 2 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-                a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -284,28 +288,62 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -381,19 +419,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[8];
     float b_stage[2];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-        a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-        a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-        a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-        a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-        a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-        a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+        a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+        a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+        a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+        a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-        b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+        b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -471,19 +511,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-                a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-                a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-                a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-                a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-                b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+                b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -586,39 +628,41 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -626,13 +670,75 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -725,12 +831,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float4 a_stage[2];
         float2 b_stage[1];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles && (block_inside || N % 2 == 0)) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -779,12 +887,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 2 == 0)) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-                    a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -881,24 +991,51 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             }
         }
         else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                        #pragma unroll
-                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                             #pragma unroll
-                            for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
-                                const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -994,19 +1131,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float a_stage[8];
         float b_stage[2];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-            a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-            a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-            a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-            a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-            a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-            a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+            a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+            a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+            a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+            a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+            a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+            a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-            b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+            b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -1084,19 +1223,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-                    a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                    a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-                    a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                    a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-                    a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-                    a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                    a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                    a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                    a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                    a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                    a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                    a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-                    b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+                    b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -1201,35 +1342,34 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // A share of a stream-K tile: add it to C, which the launcher set to beta * C
         // (0 for epilogue: store) before this kernel started.
         if (block_inside) {
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            float out = alpha * acc[fm][fn];
-                            atomicAdd(&c_line[offset], out);
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
                         }
                     }
                 }
             }
-        }
-        else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            else {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
                         float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -1237,9 +1377,60 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
                             for (int j = 0; j < MICRO_N; ++j) {
                                 const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                                float out = alpha * acc[fm][fn];
+                                atomicAdd(&c_line[offset], out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }

@@ -6,7 +6,8 @@
 //   // with checked bounds and stream-K. At 16x4096x4096 a 128-row tile computes 8 times the useful
 //   // multiply-adds and this one twice; stream-K turns its 32 tiles into split-K over every slot.
 //   // checked_64x64's choices otherwise (8x4 zigzag lanes: fragment reads are half-warp broadcasts,
-//   // no bank conflicts; snake FMAs; four k-tiles per loop iteration).
+//   // no bank conflicts; snake FMAs; four k-tiles per loop iteration). The budget keeps 5 blocks per SM:
+//   // unbounded, ptxas gave the stream-K kernel 116 registers (4 blocks) once edge blocks load whole vectors.
 //   gemm checked_32x128 {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;
@@ -17,6 +18,7 @@
 //       load a   { vector: 2; }
 //       load b   { vector: 4; }
 //       pipeline { stages: 2; copy: registers; fragments: double; unroll: 4; }
+//       budget   { blocks_per_sm: 5; }
 //   }
 //
 // Analysis (gemmdsl check):
@@ -62,7 +64,7 @@ static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -126,12 +128,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float2 a_stage[1];
     float4 b_stage[2];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-        b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -175,12 +179,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-                b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -277,28 +283,62 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -308,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -374,19 +414,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[2];
     float b_stage[8];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-        b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-        b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-        b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-        b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-        b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-        b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-        b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+        b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+        b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+        b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -464,19 +506,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-                b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-                b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-                b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-                b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+                b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+                b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+                b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -579,39 +623,41 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -619,13 +665,75 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -635,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_stream_k(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
 {
@@ -718,12 +826,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float2 a_stage[1];
         float4 b_stage[2];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles && (block_inside || N % 4 == 0)) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -767,12 +877,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-                    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -864,24 +976,51 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             }
         }
         else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                        #pragma unroll
-                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                             #pragma unroll
-                            for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
-                                const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -892,7 +1031,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k_scalar(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_stream_k_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
 {
@@ -977,19 +1116,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float a_stage[2];
         float b_stage[8];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-            b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-            b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-            b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-            b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-            b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-            b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-            b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+            b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+            b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+            b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+            b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+            b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+            b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+            b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -1067,19 +1208,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                    b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-                    b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                    b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-                    b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                    b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-                    b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-                    b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                    b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+                    b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                    b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+                    b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                    b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+                    b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+                    b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -1184,35 +1327,34 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // A share of a stream-K tile: add it to C, which the launcher set to beta * C
         // (0 for epilogue: store) before this kernel started.
         if (block_inside) {
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            float out = alpha * acc[fm][fn];
-                            atomicAdd(&c_line[offset], out);
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
                         }
                     }
                 }
             }
-        }
-        else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            else {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
                         float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -1220,9 +1362,60 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
                             for (int j = 0; j < MICRO_N; ++j) {
                                 const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                                float out = alpha * acc[fm][fn];
+                                atomicAdd(&c_line[offset], out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -1233,7 +1426,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -1380,7 +1573,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior_partial_k(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_interior_partial_k(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {

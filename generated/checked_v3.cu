@@ -124,11 +124,13 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[1];
     float4 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -166,11 +168,13 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -262,28 +266,62 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -359,17 +397,19 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[4];
     float b_stage[4];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-        a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-        a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-        b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-        b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-        b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -434,17 +474,19 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -535,39 +577,41 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -575,13 +619,75 @@ extern "C" __global__ void __launch_bounds__(256) checked_v3_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }

@@ -356,28 +356,62 @@ extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -731,39 +765,41 @@ extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -771,13 +807,75 @@ extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }

@@ -124,11 +124,13 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[1];
     float4 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || M % 4 == 0 && N % 4 == 0)) {
         const float* a_src = A + block_m;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 32 * lda + tid % 32 * 4]);
+        const int a_cols = M - block_m;
+        a_stage[0] = tid % 32 * 4 < a_cols ? *reinterpret_cast<const float4*>(&a_src[tid / 32 * lda + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + block_m;
@@ -163,11 +165,13 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || M % 4 == 0 && N % 4 == 0)) {
                 const float* a_src = A + (size_t)((kt + 1) * BK) * lda + block_m;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 32 * lda + tid % 32 * 4]);
+                const int a_cols = M - block_m;
+                a_stage[0] = tid % 32 * 4 < a_cols ? *reinterpret_cast<const float4*>(&a_src[tid / 32 * lda + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)((kt + 1) * BK) * lda + block_m;
@@ -256,28 +260,62 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (M % 4 == 0) {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                if (col < N) {
-                    float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
-                    #pragma unroll
-                    for (int rm = 0; rm < REPEAT_M; ++rm) {
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                         #pragma unroll
-                        for (int i = 0; i < MICRO_M; ++i) {
-                            const int offset = rm * REPEAT_STRIDE_M + i;
-                            const int fm = rm * MICRO_M + i;
-                            if (block_m + thread_m + offset < M) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; i += 4) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm + 1][fn], alpha * acc[fm + 2][fn], alpha * acc[fm + 3][fn]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; ++i) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -353,17 +391,19 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[4];
     float b_stage[4];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + block_m;
-        a_stage[0] = a_src[tid / 128 * lda + tid % 128];
-        a_stage[1] = a_src[(tid / 128 + 2) * lda + tid % 128];
-        a_stage[2] = a_src[(tid / 128 + 4) * lda + tid % 128];
-        a_stage[3] = a_src[(tid / 128 + 6) * lda + tid % 128];
+        const int a_cols = M - block_m;
+        a_stage[0] = tid % 128 < a_cols ? a_src[tid / 128 * lda + tid % 128] : 0.0f;
+        a_stage[1] = tid % 128 < a_cols ? a_src[(tid / 128 + 2) * lda + tid % 128] : 0.0f;
+        a_stage[2] = tid % 128 < a_cols ? a_src[(tid / 128 + 4) * lda + tid % 128] : 0.0f;
+        a_stage[3] = tid % 128 < a_cols ? a_src[(tid / 128 + 6) * lda + tid % 128] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-        b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-        b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-        b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
     }
     else {
         const float* a_src = A + block_m;
@@ -428,17 +468,19 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)((kt + 1) * BK) * lda + block_m;
-                a_stage[0] = a_src[tid / 128 * lda + tid % 128];
-                a_stage[1] = a_src[(tid / 128 + 2) * lda + tid % 128];
-                a_stage[2] = a_src[(tid / 128 + 4) * lda + tid % 128];
-                a_stage[3] = a_src[(tid / 128 + 6) * lda + tid % 128];
+                const int a_cols = M - block_m;
+                a_stage[0] = tid % 128 < a_cols ? a_src[tid / 128 * lda + tid % 128] : 0.0f;
+                a_stage[1] = tid % 128 < a_cols ? a_src[(tid / 128 + 2) * lda + tid % 128] : 0.0f;
+                a_stage[2] = tid % 128 < a_cols ? a_src[(tid / 128 + 4) * lda + tid % 128] : 0.0f;
+                a_stage[3] = tid % 128 < a_cols ? a_src[(tid / 128 + 6) * lda + tid % 128] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)((kt + 1) * BK) * lda + block_m;
@@ -529,39 +571,41 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is col-major, 1 float(s) per store along each column of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
                 #pragma unroll
-                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                     #pragma unroll
-                    for (int i = 0; i < MICRO_M; ++i) {
-                        const int offset = rm * REPEAT_STRIDE_M + i;
-                        const int fm = rm * MICRO_M + i;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rm = 0; rm < REPEAT_M; ++rm) {
+                        #pragma unroll
+                        for (int i = 0; i < MICRO_M; i += 4) {
+                            const int offset = rm * REPEAT_STRIDE_M + i;
+                            const int fm = rm * MICRO_M + i;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm + 1][fn], alpha * acc[fm + 2][fn], alpha * acc[fm + 3][fn]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        else {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                if (col < N) {
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
                     float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                     #pragma unroll
                     for (int rm = 0; rm < REPEAT_M; ++rm) {
@@ -569,13 +613,75 @@ extern "C" __global__ void __launch_bounds__(256) layouts_tn_kernel_scalar(
                         for (int i = 0; i < MICRO_M; ++i) {
                             const int offset = rm * REPEAT_STRIDE_M + i;
                             const int fm = rm * MICRO_M + i;
-                            if (block_m + thread_m + offset < M) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && M % 4 == 0) {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; i += 4) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm + 1][fn], alpha * acc[fm + 2][fn], alpha * acc[fm + 3][fn]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; ++i) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }

@@ -124,12 +124,14 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel(
     float4 a_stage[1];
     float2 b_stage[2];
     for (int kt = 0; kt < k_tiles; ++kt) {
-        if (block_inside && kt < full_k_tiles) {
+        if (kt < full_k_tiles && (block_inside || M % 4 == 0)) {
             const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
-            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 16 * lda + tid % 16 * 4]);
+            const int a_cols = M - block_m;
+            a_stage[0] = tid % 16 * 4 < a_cols ? *reinterpret_cast<const float4*>(&a_src[tid / 16 * lda + tid % 16 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float* b_src = B + (size_t)block_n * ldb + kt * BK;
-            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]);
-            b_stage[1] = *reinterpret_cast<const float2*>(&b_src[(tid / 4 + 32) * ldb + tid % 4 * 2]);
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 4 < b_rows ? *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+            b_stage[1] = tid / 4 + 32 < b_rows ? *reinterpret_cast<const float2*>(&b_src[(tid / 4 + 32) * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
@@ -208,24 +210,51 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (M % 4 == 0) {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                if (col < N) {
-                    float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
-                    #pragma unroll
-                    for (int rm = 0; rm < REPEAT_M; ++rm) {
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                         #pragma unroll
-                        for (int i = 0; i < MICRO_M; ++i) {
-                            const int offset = rm * REPEAT_STRIDE_M + i;
-                            const int fm = rm * MICRO_M + i;
-                            if (block_m + thread_m + offset < M) {
-                                float out = acc[fm][fn];
-                                c_line[offset] = out;
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; i += 4) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float4 out = make_float4(acc[fm][fn], acc[fm + 1][fn], acc[fm + 2][fn], acc[fm + 3][fn]);
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; ++i) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float out = acc[fm][fn];
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -301,17 +330,19 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_scalar(
     float a_stage[4];
     float b_stage[4];
     for (int kt = 0; kt < k_tiles; ++kt) {
-        if (block_inside && kt < full_k_tiles) {
+        if (kt < full_k_tiles) {
             const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
-            a_stage[0] = a_src[tid / 64 * lda + tid % 64];
-            a_stage[1] = a_src[(tid / 64 + 2) * lda + tid % 64];
-            a_stage[2] = a_src[(tid / 64 + 4) * lda + tid % 64];
-            a_stage[3] = a_src[(tid / 64 + 6) * lda + tid % 64];
+            const int a_cols = M - block_m;
+            a_stage[0] = tid % 64 < a_cols ? a_src[tid / 64 * lda + tid % 64] : 0.0f;
+            a_stage[1] = tid % 64 < a_cols ? a_src[(tid / 64 + 2) * lda + tid % 64] : 0.0f;
+            a_stage[2] = tid % 64 < a_cols ? a_src[(tid / 64 + 4) * lda + tid % 64] : 0.0f;
+            a_stage[3] = tid % 64 < a_cols ? a_src[(tid / 64 + 6) * lda + tid % 64] : 0.0f;
             const float* b_src = B + (size_t)block_n * ldb + kt * BK;
-            b_stage[0] = b_src[tid / 8 * ldb + tid % 8];
-            b_stage[1] = b_src[(tid / 8 + 16) * ldb + tid % 8];
-            b_stage[2] = b_src[(tid / 8 + 32) * ldb + tid % 8];
-            b_stage[3] = b_src[(tid / 8 + 48) * ldb + tid % 8];
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+            b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+            b_stage[2] = tid / 8 + 32 < b_rows ? b_src[(tid / 8 + 32) * ldb + tid % 8] : 0.0f;
+            b_stage[3] = tid / 8 + 48 < b_rows ? b_src[(tid / 8 + 48) * ldb + tid % 8] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)(kt * BK) * lda + block_m;
@@ -392,35 +423,34 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_scalar(
 
     // Epilogue: C = acc; C is col-major, 1 float(s) per store along each column of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
                 #pragma unroll
-                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                     #pragma unroll
-                    for (int i = 0; i < MICRO_M; ++i) {
-                        const int offset = rm * REPEAT_STRIDE_M + i;
-                        const int fm = rm * MICRO_M + i;
-                        float out = acc[fm][fn];
-                        c_line[offset] = out;
+                    for (int rm = 0; rm < REPEAT_M; ++rm) {
+                        #pragma unroll
+                        for (int i = 0; i < MICRO_M; i += 4) {
+                            const int offset = rm * REPEAT_STRIDE_M + i;
+                            const int fm = rm * MICRO_M + i;
+                            float4 out = make_float4(acc[fm][fn], acc[fm + 1][fn], acc[fm + 2][fn], acc[fm + 3][fn]);
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                        }
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rn = 0; rn < REPEAT_N; ++rn) {
+        else {
             #pragma unroll
-            for (int j = 0; j < MICRO_N; ++j) {
-                const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
-                const int fn = rn * MICRO_N + j;
-                if (col < N) {
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
                     float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
                     #pragma unroll
                     for (int rm = 0; rm < REPEAT_M; ++rm) {
@@ -428,9 +458,60 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_scalar(
                         for (int i = 0; i < MICRO_M; ++i) {
                             const int offset = rm * REPEAT_STRIDE_M + i;
                             const int fm = rm * MICRO_M + i;
-                            if (block_m + thread_m + offset < M) {
-                                float out = acc[fm][fn];
-                                c_line[offset] = out;
+                            float out = acc[fm][fn];
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && M % 4 == 0) {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; i += 4) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float4 out = make_float4(acc[fm][fn], acc[fm + 1][fn], acc[fm + 2][fn], acc[fm + 3][fn]);
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int col = block_n + thread_n + rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    if (col < N) {
+                        float* const c_line = C + (size_t)col * ldc + block_m + thread_m;
+                        #pragma unroll
+                        for (int rm = 0; rm < REPEAT_M; ++rm) {
+                            #pragma unroll
+                            for (int i = 0; i < MICRO_M; ++i) {
+                                const int offset = rm * REPEAT_STRIDE_M + i;
+                                const int fm = rm * MICRO_M + i;
+                                if (block_m + thread_m + offset < M) {
+                                    float out = acc[fm][fn];
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }

@@ -559,11 +559,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[1];
     float4 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -602,11 +604,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -700,28 +704,62 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -797,17 +835,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[4];
     float b_stage[4];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-        a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-        a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-        b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-        b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-        b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -873,17 +913,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -976,39 +1018,41 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -1016,13 +1060,75 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -1115,11 +1221,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float4 a_stage[1];
         float4 b_stage[1];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles && (block_inside || N % 4 == 0)) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -1158,11 +1266,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -1251,24 +1361,51 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
             }
         }
         else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                        #pragma unroll
-                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                             #pragma unroll
-                            for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
-                                const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -1364,17 +1501,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float a_stage[4];
         float b_stage[4];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-            a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-            a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-            a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+            a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+            a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-            b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-            b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-            b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+            b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+            b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+            b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -1440,17 +1579,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                    a_stage[1] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                    a_stage[2] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                    a_stage[3] = a_src[(tid / 8 + 96) * lda + tid % 8];
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                    a_stage[2] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                    a_stage[3] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                    b_stage[1] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                    b_stage[2] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                    b_stage[3] = b_src[(tid / 128 + 6) * ldb + tid % 128];
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                    b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                    b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                    b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -1545,35 +1686,34 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
         // A share of a stream-K tile: add it to C, which the launcher set to beta * C
         // (0 for epilogue: store) before this kernel started.
         if (block_inside) {
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            float out = alpha * acc[fm][fn];
-                            atomicAdd(&c_line[offset], out);
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
                         }
                     }
                 }
             }
-        }
-        else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            else {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
                         float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -1581,9 +1721,60 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
                             for (int j = 0; j < MICRO_N; ++j) {
                                 const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                                float out = alpha * acc[fm][fn];
+                                atomicAdd(&c_line[offset], out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -2132,11 +2323,13 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[1];
     float4 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 16 * ldb + tid % 16 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 16 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 16 * ldb + tid % 16 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -2175,11 +2368,13 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 16 * ldb + tid % 16 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 16 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 16 * ldb + tid % 16 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -2271,28 +2466,62 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -2368,17 +2597,19 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[4];
     float b_stage[4];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-        a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-        a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 64 * ldb + tid % 64];
-        b_stage[1] = b_src[(tid / 64 + 2) * ldb + tid % 64];
-        b_stage[2] = b_src[(tid / 64 + 4) * ldb + tid % 64];
-        b_stage[3] = b_src[(tid / 64 + 6) * ldb + tid % 64];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 64 < b_cols ? b_src[tid / 64 * ldb + tid % 64] : 0.0f;
+        b_stage[1] = tid % 64 < b_cols ? b_src[(tid / 64 + 2) * ldb + tid % 64] : 0.0f;
+        b_stage[2] = tid % 64 < b_cols ? b_src[(tid / 64 + 4) * ldb + tid % 64] : 0.0f;
+        b_stage[3] = tid % 64 < b_cols ? b_src[(tid / 64 + 6) * ldb + tid % 64] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -2444,17 +2675,19 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-                a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 64 * ldb + tid % 64];
-                b_stage[1] = b_src[(tid / 64 + 2) * ldb + tid % 64];
-                b_stage[2] = b_src[(tid / 64 + 4) * ldb + tid % 64];
-                b_stage[3] = b_src[(tid / 64 + 6) * ldb + tid % 64];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 64 < b_cols ? b_src[tid / 64 * ldb + tid % 64] : 0.0f;
+                b_stage[1] = tid % 64 < b_cols ? b_src[(tid / 64 + 2) * ldb + tid % 64] : 0.0f;
+                b_stage[2] = tid % 64 < b_cols ? b_src[(tid / 64 + 4) * ldb + tid % 64] : 0.0f;
+                b_stage[3] = tid % 64 < b_cols ? b_src[(tid / 64 + 6) * ldb + tid % 64] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -2545,39 +2778,41 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -2585,13 +2820,75 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -3003,7 +3300,7 @@ static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -3067,12 +3364,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float2 a_stage[1];
     float4 b_stage[2];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-        b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -3116,12 +3415,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-                b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -3218,28 +3519,62 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -3249,7 +3584,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -3315,19 +3650,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[2];
     float b_stage[8];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-        b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-        b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-        b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-        b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-        b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-        b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-        b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+        b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+        b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+        b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -3405,19 +3742,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-                b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-                b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-                b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-                b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+                b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+                b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+                b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -3520,39 +3859,41 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -3560,13 +3901,75 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -3576,7 +3979,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_scalar(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_stream_k(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
 {
@@ -3659,12 +4062,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float2 a_stage[1];
         float4 b_stage[2];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles && (block_inside || N % 4 == 0)) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -3708,12 +4113,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
-                    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]);
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[1] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 32 + 4) * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -3805,24 +4212,51 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             }
         }
         else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                        #pragma unroll
-                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                             #pragma unroll
-                            for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
-                                const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -3833,7 +4267,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k_scalar(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_stream_k_scalar(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
 {
@@ -3918,19 +4352,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float a_stage[2];
         float b_stage[8];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-            b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-            b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-            b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-            b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-            b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-            b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-            b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+            b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+            b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+            b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+            b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+            b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+            b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+            b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -4008,19 +4444,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = b_src[tid / 128 * ldb + tid % 128];
-                    b_stage[1] = b_src[(tid / 128 + 1) * ldb + tid % 128];
-                    b_stage[2] = b_src[(tid / 128 + 2) * ldb + tid % 128];
-                    b_stage[3] = b_src[(tid / 128 + 3) * ldb + tid % 128];
-                    b_stage[4] = b_src[(tid / 128 + 4) * ldb + tid % 128];
-                    b_stage[5] = b_src[(tid / 128 + 5) * ldb + tid % 128];
-                    b_stage[6] = b_src[(tid / 128 + 6) * ldb + tid % 128];
-                    b_stage[7] = b_src[(tid / 128 + 7) * ldb + tid % 128];
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                    b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 1) * ldb + tid % 128] : 0.0f;
+                    b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                    b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 3) * ldb + tid % 128] : 0.0f;
+                    b_stage[4] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                    b_stage[5] = tid % 128 < b_cols ? b_src[(tid / 128 + 5) * ldb + tid % 128] : 0.0f;
+                    b_stage[6] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+                    b_stage[7] = tid % 128 < b_cols ? b_src[(tid / 128 + 7) * ldb + tid % 128] : 0.0f;
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -4125,35 +4563,34 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
         // A share of a stream-K tile: add it to C, which the launcher set to beta * C
         // (0 for epilogue: store) before this kernel started.
         if (block_inside) {
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            float out = alpha * acc[fm][fn];
-                            atomicAdd(&c_line[offset], out);
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
                         }
                     }
                 }
             }
-        }
-        else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            else {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
                         float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -4161,9 +4598,60 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
                             for (int j = 0; j < MICRO_N; ++j) {
                                 const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                                float out = alpha * acc[fm][fn];
+                                atomicAdd(&c_line[offset], out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -4174,7 +4662,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_stream_k
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -4321,7 +4809,7 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) checked_32x128_kernel_interior_partial_k(
+extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_interior_partial_k(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
 {
@@ -4713,12 +5201,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float4 a_stage[2];
     float2 b_stage[1];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles && (block_inside || N % 2 == 0)) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-        a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float* b_src = B + block_n;
-        b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -4767,12 +5257,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 2 == 0)) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-                a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -4874,28 +5366,62 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
         }
     }
     else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                    #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -4971,19 +5497,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
     // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
     float a_stage[8];
     float b_stage[2];
-    if (block_inside && 0 < full_k_tiles) {
+    if (0 < full_k_tiles) {
         const float* a_src = A + (size_t)block_m * lda;
-        a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-        a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-        a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-        a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-        a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-        a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-        a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-        a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+        a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+        a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+        a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+        a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
         const float* b_src = B + block_n;
-        b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-        b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+        b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
     }
     else {
         const float* a_src = A + (size_t)block_m * lda;
@@ -5061,19 +5589,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
         const int stage = kt % 2;
         const bool has_next = kt + 1 < k_tiles;
         if (has_next) {
-            if (block_inside && kt + 1 < full_k_tiles) {
+            if (kt + 1 < full_k_tiles) {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
-                a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-                a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-                a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-                a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-                a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
                 const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
-                b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-                b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+                b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
             }
             else {
                 const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
@@ -5176,39 +5706,41 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
 
     // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
     if (block_inside) {
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
                 #pragma unroll
-                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
-                    for (int j = 0; j < MICRO_N; ++j) {
-                        const int offset = rn * REPEAT_STRIDE_N + j;
-                        const int fn = rn * MICRO_N + j;
-                        float out = alpha * acc[fm][fn];
-                        if (beta != 0.0f) {
-                            const float old = c_line[offset];
-                            out += beta * old;
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
                         }
-                        c_line[offset] = out;
                     }
                 }
             }
         }
-    }
-    else {
-        // Edge block: one element at a time, only inside C.
-        #pragma unroll
-        for (int rm = 0; rm < REPEAT_M; ++rm) {
+        else {
             #pragma unroll
-            for (int i = 0; i < MICRO_M; ++i) {
-                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                const int fm = rm * MICRO_M + i;
-                if (row < M) {
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
                     float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                     #pragma unroll
                     for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -5216,13 +5748,75 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
                         for (int j = 0; j < MICRO_N; ++j) {
                             const int offset = rn * REPEAT_STRIDE_N + j;
                             const int fn = rn * MICRO_N + j;
-                            if (block_n + thread_n + offset < N) {
-                                float out = alpha * acc[fm][fn];
-                                if (beta != 0.0f) {
-                                    const float old = c_line[offset];
-                                    out += beta * old;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
                                 }
-                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
                             }
                         }
                     }
@@ -5315,12 +5909,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float4 a_stage[2];
         float2 b_stage[1];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles && (block_inside || N % 2 == 0)) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -5369,12 +5965,14 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 2 == 0)) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
-                    a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]);
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 16 * 2 < b_cols ? *reinterpret_cast<const float2*>(&b_src[tid / 16 * ldb + tid % 16 * 2]) : make_float2(0.0f, 0.0f);
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -5471,24 +6069,51 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             }
         }
         else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
-                        #pragma unroll
-                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                             #pragma unroll
-                            for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
-                                const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }
@@ -5584,19 +6209,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
         float a_stage[8];
         float b_stage[2];
-        if (block_inside && kt_begin < full_k_tiles) {
+        if (kt_begin < full_k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
-            a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-            a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-            a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-            a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-            a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-            a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-            a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-            a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+            a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+            a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+            a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+            a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+            a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+            a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
             const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
-            b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-            b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+            b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
         }
         else {
             const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
@@ -5674,19 +6301,21 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
             const int stage = kt % 2;
             const bool has_next = kt + 1 < k_tiles;
             if (has_next) {
-                if (block_inside && kt_begin + kt + 1 < full_k_tiles) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
-                    a_stage[0] = a_src[tid / 8 * lda + tid % 8];
-                    a_stage[1] = a_src[(tid / 8 + 16) * lda + tid % 8];
-                    a_stage[2] = a_src[(tid / 8 + 32) * lda + tid % 8];
-                    a_stage[3] = a_src[(tid / 8 + 48) * lda + tid % 8];
-                    a_stage[4] = a_src[(tid / 8 + 64) * lda + tid % 8];
-                    a_stage[5] = a_src[(tid / 8 + 80) * lda + tid % 8];
-                    a_stage[6] = a_src[(tid / 8 + 96) * lda + tid % 8];
-                    a_stage[7] = a_src[(tid / 8 + 112) * lda + tid % 8];
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                    a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                    a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                    a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                    a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                    a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                    a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
                     const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
-                    b_stage[0] = b_src[tid / 32 * ldb + tid % 32];
-                    b_stage[1] = b_src[(tid / 32 + 4) * ldb + tid % 32];
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 32 < b_cols ? b_src[tid / 32 * ldb + tid % 32] : 0.0f;
+                    b_stage[1] = tid % 32 < b_cols ? b_src[(tid / 32 + 4) * ldb + tid % 32] : 0.0f;
                 }
                 else {
                     const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
@@ -5791,35 +6420,34 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
         // A share of a stream-K tile: add it to C, which the launcher set to beta * C
         // (0 for epilogue: store) before this kernel started.
         if (block_inside) {
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
-                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
-                        for (int j = 0; j < MICRO_N; ++j) {
-                            const int offset = rn * REPEAT_STRIDE_N + j;
-                            const int fn = rn * MICRO_N + j;
-                            float out = alpha * acc[fm][fn];
-                            atomicAdd(&c_line[offset], out);
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
                         }
                     }
                 }
             }
-        }
-        else {
-            // Edge block: one element at a time, only inside C.
-            #pragma unroll
-            for (int rm = 0; rm < REPEAT_M; ++rm) {
+            else {
                 #pragma unroll
-                for (int i = 0; i < MICRO_M; ++i) {
-                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
-                    const int fm = rm * MICRO_M + i;
-                    if (row < M) {
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
                         float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
@@ -5827,9 +6455,60 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
                             for (int j = 0; j < MICRO_N; ++j) {
                                 const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                if (block_n + thread_n + offset < N) {
-                                    float out = alpha * acc[fm][fn];
-                                    atomicAdd(&c_line[offset], out);
+                                float out = alpha * acc[fm][fn];
+                                atomicAdd(&c_line[offset], out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; ++j) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float out = alpha * acc[fm][fn];
+                                        atomicAdd(&c_line[offset], out);
+                                    }
                                 }
                             }
                         }

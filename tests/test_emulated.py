@@ -100,6 +100,9 @@ def checked_calls(req: Requirements) -> list[Call]:
     strips = (2 * bm + 5, bn + 3, 4 * bk)  # whole k-tiles: the interior kernel and both edge strips
     # 5 full k-tiles and a partial one (more than any ring's stages): the partial-k interior kernel, both strips
     strips_partial_k = (2 * bm + 5, bn + 3, 5 * bk + 3)
+    # N a multiple of 4 with edge tiles on both axes: edge blocks load and store whole vectors (on the
+    # scalar kernel too, where only A is shifted and C stays aligned)
+    whole_vectors = (2 * bm + 5, 2 * bn + 4, 5 * bk + 3)
     calls = [Call(1, 1, 1, **natural(req, 1, 1, 1)),
              Call(7, 13, 5, **natural(req, 7, 13, 5), **scalars(req)),
              Call(*odd, **natural(req, *odd)),
@@ -107,7 +110,9 @@ def checked_calls(req: Requirements) -> list[Call]:
              Call(*odd, **natural(req, *odd, pad=4), offset_a=1),
              Call(*whole, **natural(req, *whole), **scalars(req)),
              Call(*strips, **natural(req, *strips, pad=4), **scalars(req)),
-             Call(*strips_partial_k, **natural(req, *strips_partial_k, pad=4), **scalars(req))]
+             Call(*strips_partial_k, **natural(req, *strips_partial_k, pad=4), **scalars(req)),
+             Call(*whole_vectors, **natural(req, *whole_vectors, pad=4), **scalars(req)),
+             Call(*whole_vectors, **natural(req, *whole_vectors, pad=4), **scalars(req), offset_a=1)]
     if req.batched:
         for m, n, k in (odd, strips):
             lds = natural(req, m, n, k, pad=4)

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # mma.sync specs; the wgmma ones (Hopper's own path, no scalar variant) are in tests/test_gpu_wgmma.py.
 MMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
              if load_spec(path).mma is not None and not load_spec(path).wgmma]
-ODD_SHAPES = [(333, 517, 129), (1000, 1000, 1000), (64, 48, 40)]
+# (333, 520, 136): N a multiple of 8 with edges on both axes, so edge blocks copy whole vectors.
+ODD_SHAPES = [(333, 517, 129), (333, 520, 136), (1000, 1000, 1000), (64, 48, 40)]
 # TF32 and 3xTF32 with fragments from ldmatrix (k contiguous in shared memory: A mk, column-major B nk).
 F32_LDMATRIX_SPECS = ["tf32_ldmatrix", "tf32_ldmatrix_nt", "sgemm_3xtf32_ldmatrix", "sgemm_3xtf32_ldmatrix_nt"]
 

@@ -10,9 +10,16 @@ pipelines that keep several k-tiles in flight. `DirectCopy` loads and stores eac
 kernels, whose 2-byte elements cp.async (4 bytes at least) cannot move one by one.
 
 Every shared-memory store comes from `KernelLayout.copy_stores`, the list the analysis counts.
-For checked bounds a fetch is guarded unless the block and the k-tile lie inside the matrices
-(`Guard.EDGES`). The partial-k interior kernel's partial k-tile (`fetch_partial_k`) is guarded in
-k only (`Guard.K`): its rows and columns lie inside C by construction.
+For checked bounds a fetch is unguarded when the block and the k-tile lie inside the matrices, and
+guarded (`Guard.EDGES`, zero outside the matrices) otherwise. The register copy, whose guarded loads
+go one element at a time, fetches an edge block's full k-tiles testing each vector once, against M or
+N only (`Guard.MN`): the test does not change along k, so the loads keep the interior's width and
+addressing (an edge block runs at an interior block's speed). Vectors that run along M or N take
+that path only when M or N is a multiple of the vector width (one would straddle the edge
+otherwise). cp.async's guarded copies test a whole 16-byte copy at once already, and the
+tensor-core kernels that use them run at the register ceiling, where the extra path spilled.
+The partial-k interior kernel's partial k-tile (`fetch_partial_k`) is guarded in k only
+(`Guard.K`): its rows and columns lie inside C by construction.
 """
 from __future__ import annotations
 
@@ -26,21 +33,27 @@ from ..abi import leading_name
 from ..emitter import Emitter
 from ..expr import Expr, Var
 from ..layout import GlobalChunk, TileLayout
-from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, paren, stage_base, vector_of
+from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, make_vector, paren, stage_base, vector_of
 from .scheduler import WorkTile
 
 
 class Guard(enum.Enum):
-    """Which bounds a fetch tests: none (a tile and k-tile inside the matrices), every one (checked
-    bounds' edge blocks and partial k-tile), or only K (the partial-k interior kernel's partial k-tile)."""
+    """Which bounds a fetch tests: none (a tile and k-tile inside the matrices), M or N once per
+    vector (the register copy's full k-tiles of checked bounds), every one element by element (edge vectors and partial
+    k-tiles), or only K (the partial-k interior kernel's partial k-tile)."""
 
     NONE = "none"
+    MN = "mn"
     EDGES = "edges"
     K = "k"
 
 
 class GlobalTileCopy:
     """What both engines share: where a k-tile starts in global memory, its limits, the guards."""
+
+    # How an edge block's full k-tiles are fetched: every bound tested, or (`Guard.MN`) each
+    # vector once against M or N, which `_emit_fetch` must then implement.
+    edge_full_k_tiles = Guard.EDGES
 
     def __init__(self, spec: ir.KernelSpec, layout: TileLayout, out: Emitter):
         self.spec = spec
@@ -74,10 +87,10 @@ class GlobalTileCopy:
 
     def _emit_tile_limits(self, operand: ir.Operand, k_tile: str, guard: Guard) -> None:
         """Declare `a_rows` / `a_cols`: how many of the tile's rows and columns lie inside the matrix
-        (with `Guard.K`, only the one along k)."""
+        (with `Guard.K`, only the one along k; with `Guard.MN`, only the one along M or N)."""
         row, col, row_bound, col_bound = self._tile_origin(operand, k_tile)
         for name, origin, bound in (("rows", row, row_bound), ("cols", col, col_bound)):
-            if guard is Guard.K and bound != "K":
+            if (guard is Guard.K and bound != "K") or (guard is Guard.MN and bound == "K"):
                 continue
             left = bound if origin == "0" else f"{bound} - {origin}"
             self.out.line(f"const int {operand.value}_{name} = {left};")
@@ -86,8 +99,11 @@ class GlobalTileCopy:
         """C test that element (row, col) of the tile lies inside the matrix (the dimensions `guard` tests)."""
         p = operand.value
         tests = {"rows": f"{row} < {p}_rows", "cols": f"{col} < {p}_cols"}
+        along_k = "cols" if self.spec.k_contiguous(operand) else "rows"
         if guard is Guard.K:
-            del tests["rows" if self.spec.k_contiguous(operand) else "cols"]
+            tests = {along_k: tests[along_k]}
+        elif guard is Guard.MN:
+            del tests[along_k]
         return " && ".join(tests.values())
 
     def _bytes_inside(self, operand: ir.Operand, row: str, col: str, width: int, guard: Guard) -> str:
@@ -104,16 +120,31 @@ class GlobalTileCopy:
     def _global_offset(operand: ir.Operand, row: Expr, col: Expr) -> str:
         return (row * Var(leading_name(operand)) + col).render()
 
+    def _mn_test(self) -> str:
+        """C test (block-uniform) that no vector along M or N straddles the edge (M or N a multiple of
+        its width), as `Guard.MN` needs; empty when nothing needs testing."""
+        tests = []
+        for operand in OPERANDS:
+            vector = self.layout.load_vector(operand)
+            if vector > 1 and not self.spec.k_contiguous(operand):
+                tests.append(f"{'M' if operand is ir.Operand.A else 'N'} % {vector} == 0")
+        return f" && (block_inside || {' && '.join(tests)})" if tests else ""
+
     def fetch(self, work: WorkTile, tile: str, stage: str) -> None:
         """Start copying k-tile `tile` of the work tile's range into stage `stage`: unguarded for exact
         bounds; for checked bounds behind a branch that is uniform across the block, so tiles inside C
-        run exactly the exact code for their full k-tiles."""
+        run the exact code for their full k-tiles (the register copy: with a test per vector that
+        does not change along k, shared with edge blocks)."""
         k_tile = work.k_tile(tile)
         if not self.spec.problem.checked:
             self._emit_fetch(k_tile, stage, Guard.NONE)
             return
-        with self.out.block(f"if (block_inside && {k_tile} < full_k_tiles)"):
-            self._emit_fetch(k_tile, stage, Guard.NONE)
+        if self.edge_full_k_tiles is Guard.MN:
+            with self.out.block(f"if ({k_tile} < full_k_tiles{self._mn_test()})"):
+                self._emit_fetch(k_tile, stage, Guard.MN)
+        else:
+            with self.out.block(f"if (block_inside && {k_tile} < full_k_tiles)"):
+                self._emit_fetch(k_tile, stage, Guard.NONE)
         with self.out.block("else"):
             self._emit_fetch(k_tile, stage, Guard.EDGES)
 
@@ -136,6 +167,8 @@ class GlobalTileCopy:
 
 class RegisterCopy(GlobalTileCopy):
     """Global -> registers (`fetch`), registers -> shared memory (`land`)."""
+
+    edge_full_k_tiles = Guard.MN
 
     single_stage_note = ("Single buffer: load a k-tile, wait for all threads, multiply, wait again before\n"
                          "the next tile overwrites shared memory (two barriers per k-tile).")
@@ -174,6 +207,12 @@ class RegisterCopy(GlobalTileCopy):
                 if guard is Guard.NONE:
                     address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
                     o.line(f"{register} = {as_vector(address, vector, const=True)};")
+                    continue
+                if guard is Guard.MN:
+                    inside = self._inside(operand, chunk.row.render(), chunk.col.render(), guard)
+                    address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
+                    zero = make_vector(vector, ["0.0f"] * vector)
+                    o.line(f"{register} = {inside} ? {as_vector(address, vector, const=True)} : {zero};")
                     continue
                 with self._chunk_block(chunk):
                     for element in range(vector):

@@ -2,7 +2,12 @@
 
 Three forms: store (C = acc), alpha_beta (C = alpha * acc + beta * C) and, for a work tile that
 holds only a k-range of its C tile (stream-K), an atomic add into C. Checked bounds add an edge
-path that stores one element at a time, only inside C.
+path that stores only inside C: whole vectors when C's edge cannot split one (N, or M for
+column-major C, a multiple of the width), one element at a time otherwise. The scalar kernel (A or B
+not vector-aligned) still stores vectors where C is aligned. One-element stores of a thread's micro
+tile leave most of each 32-byte sector unwritten, and stream-K's one-element atomic adds cost four
+times the vector ones: in a short-K call (2048x2048x77) or a call of edge tiles only (127x4096x4096)
+that was most of the time.
 """
 from __future__ import annotations
 
@@ -33,19 +38,33 @@ class Epilogue:
             o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
                       "(0 for epilogue: store) before this kernel started.")
         if not self.spec.problem.checked:
-            self._emit_c_stores(guarded=False, atomic=work.atomic)
+            self._emit_c_stores(width, guarded=False, atomic=work.atomic)
             return
+        aligned_width = self.layout.c_store_width(aligned_c=True)
+        aligned = (f"reinterpret_cast<size_t>(C) % {aligned_width * 4} == 0 && ldc % {aligned_width} == 0"
+                   if aligned_width > width else "")
         with o.block("if (block_inside)"):
-            self._emit_c_stores(guarded=False, atomic=work.atomic)
+            self._emit_either(aligned, aligned_width, width, guarded=False, atomic=work.atomic)
         with o.block("else"):
-            o.comment("Edge block: one element at a time, only inside C.")
-            self._emit_c_stores(guarded=True, atomic=work.atomic)
+            o.comment("Edge block: only inside C; whole vectors where C's edge cannot split one.")
+            extent = "N" if major == "row" else "M"
+            wholly = " && ".join(filter(None, (aligned, f"{extent} % {aligned_width} == 0")))
+            self._emit_either(wholly if aligned_width > 1 else "", aligned_width, 1, guarded=True, atomic=work.atomic)
 
-    def _emit_c_stores(self, guarded: bool, atomic: bool) -> None:
-        """Store the accumulators, walking each of a thread's lines of C (rows of row-major C,
-        columns of column-major C) and storing along the line, where C is contiguous."""
+    def _emit_either(self, test: str, wide: int, narrow: int, guarded: bool, atomic: bool) -> None:
+        """Stores `wide` at a time where the run-time `test` holds, `narrow` at a time otherwise."""
+        if not test:
+            self._emit_c_stores(narrow, guarded, atomic)
+            return
+        with self.out.block(f"if ({test})"):
+            self._emit_c_stores(wide, guarded, atomic)
+        with self.out.block("else"):
+            self._emit_c_stores(narrow, guarded, atomic)
+
+    def _emit_c_stores(self, width: int, guarded: bool, atomic: bool) -> None:
+        """Store the accumulators `width` at a time, walking each of a thread's lines of C (rows of
+        row-major C, columns of column-major C) and storing along the line, where C is contiguous."""
         o = self.out
-        width = 1 if guarded else self.layout.c_store_width()
         line_axis, along = ("m", "n") if self.spec.problem.c.layout is ir.MatrixLayout.ROW else ("n", "m")
         line_index, line_loops = _epilogue_axis(line_axis)
         _, along_loops = _epilogue_axis(along)
