@@ -19,6 +19,8 @@ from ..layout import KernelLayout
 from .ctext import VECTOR_TYPES, as_vector, component, make_vector
 from .scheduler import WorkTile
 
+FLOAT_BYTES = 4  # C is float on the FMA path
+
 
 class Epilogue:
     def __init__(self, spec: ir.KernelSpec, layout: KernelLayout, out: Emitter):
@@ -41,7 +43,7 @@ class Epilogue:
             self._emit_c_stores(width, guarded=False, atomic=work.atomic)
             return
         aligned_width = self.layout.c_store_width(aligned_c=True)
-        aligned = (f"reinterpret_cast<size_t>(C) % {aligned_width * 4} == 0 && ldc % {aligned_width} == 0"
+        aligned = (f"reinterpret_cast<size_t>(C) % {aligned_width * FLOAT_BYTES} == 0 && ldc % {aligned_width} == 0"
                    if aligned_width > width else "")
         with o.block("if (block_inside)"):
             self._emit_either(aligned, aligned_width, width, guarded=False, atomic=work.atomic)
