@@ -954,31 +954,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
                 }
             }
             else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
                 #pragma unroll
                 for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
                     for (int i = 0; i < MICRO_M; ++i) {
-                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
                         const int fm = rm * MICRO_M + i;
-                        if (row < M) {
-                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
                             #pragma unroll
-                            for (int rn = 0; rn < REPEAT_N; ++rn) {
-                                #pragma unroll
-                                for (int j = 0; j < MICRO_N; ++j) {
-                                    const int offset = rn * REPEAT_STRIDE_N + j;
-                                    const int fn = rn * MICRO_N + j;
-                                    if (block_n + thread_n + offset < N) {
-                                        float out = alpha * acc[fm][fn];
-                                        atomicAdd(&c_line[offset], out);
-                                    }
-                                }
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
                             }
                         }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 16 * BN; e += 256) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
                     }
                 }
             }
         }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
     }
 }
 
@@ -1274,23 +1281,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
                 }
             }
             else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
                 #pragma unroll
                 for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
                     for (int i = 0; i < MICRO_M; ++i) {
-                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
                         const int fm = rm * MICRO_M + i;
-                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
                         #pragma unroll
                         for (int rn = 0; rn < REPEAT_N; ++rn) {
                             #pragma unroll
                             for (int j = 0; j < MICRO_N; ++j) {
-                                const int offset = rn * REPEAT_STRIDE_N + j;
                                 const int fn = rn * MICRO_N + j;
-                                float out = alpha * acc[fm][fn];
-                                atomicAdd(&c_line[offset], out);
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
                             }
                         }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 16 * BN; e += 256) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                        }
+                        __syncthreads();
                     }
                 }
             }
@@ -1323,31 +1338,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
                 }
             }
             else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
                 #pragma unroll
                 for (int rm = 0; rm < REPEAT_M; ++rm) {
                     #pragma unroll
                     for (int i = 0; i < MICRO_M; ++i) {
-                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
                         const int fm = rm * MICRO_M + i;
-                        if (row < M) {
-                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
                             #pragma unroll
-                            for (int rn = 0; rn < REPEAT_N; ++rn) {
-                                #pragma unroll
-                                for (int j = 0; j < MICRO_N; ++j) {
-                                    const int offset = rn * REPEAT_STRIDE_N + j;
-                                    const int fn = rn * MICRO_N + j;
-                                    if (block_n + thread_n + offset < N) {
-                                        float out = alpha * acc[fm][fn];
-                                        atomicAdd(&c_line[offset], out);
-                                    }
-                                }
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
                             }
                         }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 16 * BN; e += 256) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
                     }
                 }
             }
         }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
     }
 }
 

@@ -372,6 +372,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_kernel_stream_k(
                 }
             }
         }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
     }
 }
 

@@ -373,6 +373,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_tuned_kernel_str
                 }
             }
         }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
     }
 }
 

@@ -1,12 +1,14 @@
 """Properties of the lowering that must hold for every valid spec: each C element has
 exactly one owner, each tile element is copied exactly once, and shared-memory offsets
 never collide or leave their stage."""
+import re
 from collections import Counter
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from gemmdsl import ir
+from gemmdsl.emit.epilogue import StagedAdds, staged_adds
 from gemmdsl.layout import KernelLayout
 from gemmdsl.parser import parse_text
 from spec_strategies import spec_texts
@@ -104,3 +106,41 @@ def test_sgemm_v3_thread_zero_owns_the_seed_rows():
     assert rows == [0, 1, 2, 3, 64, 65, 66, 67]
     counts = Counter(a.op for a in layout.smem_accesses())
     assert counts == {"store": 4 + 1, "load": 8 * 4}
+
+
+@PROPERTY
+@given(spec_texts())
+def test_staged_atomic_adds_fill_each_buffer_cell_once_with_the_row_they_are_added_to(text):
+    # A stream-K share's one-element adds go through shared memory (emit/epilogue.py, StagedAdds): per
+    # step along C's lines each thread writes its line to slot thread_line / MICRO, and the block adds
+    # slot s to line s * MICRO + the step. That is only right if every cell is written exactly once
+    # and each writer's line is its slot's, and the buffer fits in the pipeline's shared memory.
+    layout = layout_of(text)
+    staged = staged_adds(layout.spec, layout)
+    if staged is None:
+        return
+    env = layout.thread_env()
+    micro = {"m": layout.spec.threads.micro.m, "n": layout.spec.threads.micro.n}
+    repeat = {"m": layout.spec.threads.repeat.m, "n": layout.spec.threads.repeat.n}
+    extent = layout.bn if staged.along == "n" else layout.bm
+    lines = np.asarray(env[f"thread_{staged.line}"])
+    starts = np.asarray(env[f"thread_{staged.along}"])
+    slots = lines // micro[staged.line]
+    assert (slots * micro[staged.line] == lines).all()
+    hits = np.zeros((staged.slots, extent), dtype=int)
+    for r in range(repeat[staged.along]):
+        for e in range(micro[staged.along]):
+            np.add.at(hits, (slots, starts + r * layout.repeat_stride(staged.along) + e), 1)
+    assert (hits == 1).all()
+    assert staged.pitch >= extent and staged.slots * staged.pitch <= layout.smem_elems
+
+
+def test_sgemm_any_stages_its_one_element_adds_and_only_there():
+    layout = KernelLayout(parse_text(open("specs/sgemm_any.gemm").read()))
+    assert staged_adds(layout.spec, layout) == StagedAdds("m", 16, 132)
+    pieces = re.split(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\(',
+                      open("generated/sgemm_any.cu").read())
+    bodies = dict(zip(pieces[1::2], pieces[2::2]))
+    staged = "smem[slot * 132 + e % BN]"
+    assert staged not in bodies["sgemm_any_kernel"] and staged not in bodies["sgemm_any_kernel_scalar"]
+    assert staged in bodies["sgemm_any_kernel_stream_k"] and staged in bodies["sgemm_any_kernel_stream_k_scalar"]

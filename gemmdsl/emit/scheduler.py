@@ -129,6 +129,7 @@ class StreamKScheduler:
             emit_bounds(self.spec, o)
             o.line()
             body(WorkTile("kt_begin", "kt_end - kt_begin", atomic=True))
+            o.line("__syncthreads();  // the next segment's prologue refills stages this one may still read")
 
     def _emit_segment(self) -> None:
         o = self.out
