@@ -47,8 +47,8 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const __half* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_address(p)));
+static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
 
 // cp.async (sm_80+): copy global -> shared without staging in registers.
@@ -229,16 +229,16 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel(
     }
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const __half* const a_first = smem_a;
-    const __half* const b_first = smem_b;
-    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
@@ -309,34 +309,34 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel(
         }
         cp_async_commit();
         const bool has_next = kt + 1 < k_tiles;
-        const __half* const a_read = smem_a + (kt % STAGES) * A_STAGE;
-        const __half* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
             if (kk < K_STEPS - 1) {
-                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
             }
             else {
                 cp_async_wait<STAGES - 2>();
                 __syncthreads();
                 if (has_next) {
-                    const __half* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
-                    const __half* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
                 }
             }
             #pragma unroll
@@ -620,16 +620,16 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_scalar(
         }
     }
     __syncthreads();
-    const __half* const a_first = smem_a;
-    const __half* const b_first = smem_b;
-    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
@@ -779,33 +779,33 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_scalar(
             }
         }
         const bool has_next = kt + 1 < k_tiles;
-        const __half* const a_read = smem_a + (kt % STAGES) * A_STAGE;
-        const __half* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
             if (kk < K_STEPS - 1) {
-                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
             }
             else {
                 __syncthreads();
                 if (has_next) {
-                    const __half* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
-                    const __half* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
                 }
             }
             #pragma unroll
@@ -957,16 +957,16 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior(
     }
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const __half* const a_first = smem_a;
-    const __half* const b_first = smem_b;
-    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
@@ -985,34 +985,34 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior(
         }
         cp_async_commit();
         const bool has_next = kt + 1 < k_tiles;
-        const __half* const a_read = smem_a + (kt % STAGES) * A_STAGE;
-        const __half* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
             if (kk < K_STEPS - 1) {
-                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
             }
             else {
                 cp_async_wait<STAGES - 2>();
                 __syncthreads();
                 if (has_next) {
-                    const __half* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
-                    const __half* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
                 }
             }
             #pragma unroll
@@ -1188,16 +1188,16 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior_p
     }
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const __half* const a_first = smem_a;
-    const __half* const b_first = smem_b;
-    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
     for (int kt = 0; kt < k_tiles; ++kt) {
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
@@ -1216,34 +1216,34 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior_p
         }
         cp_async_commit();
         const bool has_next = kt + 1 < k_tiles;
-        const __half* const a_read = smem_a + (kt % STAGES) * A_STAGE;
-        const __half* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
             if (kk < K_STEPS - 1) {
-                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
-                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
             }
             else {
                 cp_async_wait<STAGES - 2>();
                 __syncthreads();
                 if (has_next) {
-                    const __half* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
-                    const __half* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
-                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8));
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
                 }
             }
             #pragma unroll
