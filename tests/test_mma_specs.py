@@ -83,3 +83,19 @@ def test_f32_ldmatrix_specs_load_fragments_in_fewer_instructions(name, ldmatrix,
     by_ldmatrix = [op for op in (ir.Operand.A, ir.Operand.B) if layout.read[op] is ir.SmemRead.LDMATRIX]
     assert not any(layout.transposed(op) for op in by_ldmatrix)
     assert all(a.width_bytes == 16 for a in accesses if a.op == "ldmatrix")
+
+
+@pytest.mark.parametrize("name, addressed", [("hgemm_h100_mma", True), ("hgemm_f16_nt", True),
+                                              ("tf32_ldmatrix", False), ("sgemm_3xtf32_ldmatrix_nt", False)])
+def test_16_bit_ldmatrix_reads_from_shared_addresses_and_f32_from_pointers(name, addressed):
+    # README, tensor-core note T9: 16-bit ldmatrix from a 32-bit stage address plus a byte offset ran
+    # 10% faster; f32 (TF32) ldmatrix keeps the pointer, where the address form only added spills.
+    from gemmdsl.compiler import compile_path
+
+    cuda = compile_path(ROOT / "specs" / f"{name}.gemm").cuda
+    helper = re.search(r"void ldmatrix_x4\(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, ([^)]*)\)", cuda)
+    assert helper and (helper.group(1) == "unsigned address") == addressed
+    assert ("const unsigned a_read = smem_address(smem_a + " in cuda) == addressed
+    element_bytes = 2 if addressed else 4
+    offsets = re.findall(r"ldmatrix_x4(?:_trans)?\([^;]*a_read \+ a_smem_offset\((?:[^()]|\([^()]*\))*\)( \* \d+)?\);", cuda)
+    assert offsets and all(o == (f" * {element_bytes}" if addressed else "") for o in offsets)
