@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 
 from .. import ir
 from ..emitter import Emitter
@@ -60,20 +61,18 @@ def staged_adds(spec: ir.KernelSpec, layout: KernelLayout) -> StagedAdds | None:
         return None
     line = "m" if spec.problem.c.layout is ir.MatrixLayout.ROW else "n"
     along = "n" if line == "m" else "m"
-    micro = {"m": spec.threads.micro.m, "n": spec.threads.micro.n}
-    repeat = {"m": spec.threads.repeat.m, "n": spec.threads.repeat.n}
-    extent = {"m": layout.bm, "n": layout.bn}
+    micro = spec.threads.micro.m if line == "m" else spec.threads.micro.n
+    extent = layout.bn if along == "n" else layout.bm
     env = layout.thread_env()
-    lines, starts = np.asarray(env[f"thread_{line}"]), np.asarray(env[f"thread_{along}"])
-    if np.any(lines % micro[line]):
+    lines = np.asarray(env[f"thread_{line}"])
+    if np.any(lines % micro):
         return None
-    slots = lines // micro[line]
+    slots = lines // micro
     count = int(slots.max()) + 1
-    covered = np.zeros((count, extent[along]), dtype=bool)
-    for r in range(repeat[along]):
-        for e in range(micro[along]):
-            covered[slots, starts + r * layout.repeat_stride(along) + e] = True
-    pitch = extent[along] + STAGING_PAD
+    covered = np.zeros((count, extent), dtype=bool)
+    for _, coordinate in layout.fragment_rows(along):  # every element a thread holds along the line
+        covered[slots, coordinate.evaluate(env)] = True
+    pitch = extent + STAGING_PAD
     if not covered.all() or count * pitch > layout.smem_elems:
         return None
     return StagedAdds(line, count, pitch)
@@ -84,7 +83,11 @@ class Epilogue:
         self.spec = spec
         self.layout = layout
         self.out = out
-        self.staged = staged_adds(spec, layout)
+
+    @cached_property
+    def staged(self) -> StagedAdds | None:
+        """Only kernels with one-element atomic adds ask (stream-K shares)."""
+        return staged_adds(self.spec, self.layout)
 
     def emit(self, work: WorkTile) -> None:
         o = self.out
