@@ -74,14 +74,14 @@ PEAK_TFLOPS: dict[int, dict[str, float]] = {
     89: {"fma": 82.6, "f16": 165.2, "bf16": 165.2, "tf32": 82.6},
     90: {"fma": 65.3, "f16": 640.0, "bf16": 640.0, "tf32": 320.0},
 }
-# wgmma's dense peak, which Hopper's own path (sm_90a) multiplies on, by operand type. The H100 SXM
-# datasheet figure (989.4 TFLOP/s BF16/FP16 dense, at the 1830 MHz boost clock): no register-only
-# wgmma loop has been measured here yet, unlike mma.sync's 640 above. Under load the clock drops, so
-# the best measured GEMMs stay well below it: cuBLAS BF16 756-790 TFLOP/s at 8192^3, the hand
-# prototype of the wgmma path 761 (README, Hopper). The analysis compares against this figure and
-# prints the measured cuBLAS one beside it (WGMMA_MEASURED_TFLOPS).
-WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4}}
-WGMMA_MEASURED_TFLOPS: dict[int, float] = {90: 790.0}  # cuBLAS BF16 (f32 out) at 8192^3, 2026-11-23
+# wgmma's dense peak, which Hopper's own path (sm_90a) multiplies on, by unit. The H100 SXM datasheet
+# figures (989.4 TFLOP/s BF16/FP16 and 494.7 TF32 dense, at the 1830 MHz boost clock): no register-only
+# wgmma loop has been measured here yet, unlike mma.sync's rates above. Under load the clock drops, so
+# the best measured GEMMs stay well below them: cuBLAS BF16 756-790 TFLOP/s at 8192^3 and TF32 404 at
+# 4096^3 (README, Performance). The analysis compares against the datasheet figure and prints the
+# measured cuBLAS one beside it where there is one (WGMMA_MEASURED_TFLOPS).
+WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7}}
+WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
 MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
 
 

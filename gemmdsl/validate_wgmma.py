@@ -52,12 +52,7 @@ def _check_target(spec: ir.KernelSpec, error: Report) -> bool:
 def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
     problem, ok = spec.problem, True
     a, b = problem.a, problem.b
-    if a.dtype is ir.DType.F32:
-        error(problem.at("a"), "f32 operands on wgmma (TF32, m64nNk8) are not supported yet; this landing "
-                               "multiplies bf16 and f16", "use `a: bf16 row; b: bf16 col;` or an mma.sync spec "
-                                                          "with `precision: tf32;`")
-        ok = False
-    elif a.dtype is not b.dtype:
+    if a.dtype is not b.dtype:
         ok = False  # validate.py's problem check reports it
     if a.layout is not ir.MatrixLayout.ROW:
         error(problem.at("a"), "a column-major A (m contiguous) needs the transposed (MN-major) wgmma descriptor, "
@@ -88,19 +83,30 @@ def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:
     mma = spec.mma
     shape = mma.shape
     ok = True
-    if shape.k != 16:
-        what = "TF32 (k8), not supported yet" if shape.k == 8 else f"k{shape.k}, which no wgmma has"
-        error(mma.at("shape"), f"wgmma {shape} multiplies {what}; 16-bit operands take k16",
-              f"use `shape: m64n{shape.n}k16;`")
+    f32 = spec.problem.a.dtype is ir.DType.F32
+    k = 8 if f32 else 16  # wgmma's k is 32 bytes of the operand type
+    if shape.k != k:
+        what = f"{spec.problem.a.dtype.value} operands" + (" (as TF32)" if f32 else "")
+        error(mma.at("shape"), f"wgmma {shape} has k{shape.k}; {what} take m64nNk{k}",
+              f"use `shape: m64n{shape.n}k{k};`")
         ok = False
     if shape.n % 8 or not 8 <= shape.n <= MAX_WGMMA_N:
         near = min(MAX_WGMMA_N, max(8, shape.n // 8 * 8))
         error(mma.at("shape"), f"wgmma has no N = {shape.n}: N is a multiple of 8 from 8 to {MAX_WGMMA_N}",
-              f"use `shape: m64n{near}k16;`")
+              f"use `shape: m64n{near}k{k};`")
         ok = False
-    if mma.precision is not ir.Precision.NATIVE:
-        error(mma.at("precision"), f"precision: {mma.precision.value} is not supported on the wgmma path yet",
-              "remove `precision`")
+    if f32 and mma.precision is ir.Precision.NATIVE:
+        error(mma.span, "f32 operands on tensor cores need a precision; the wgmma path multiplies them as TF32",
+              "add `precision: tf32;` (one product, 10-bit mantissa)")
+        ok = False
+    elif mma.precision is ir.Precision.TF32X3:
+        error(mma.at("precision"), "precision: 3xtf32 is not supported on the wgmma path yet",
+              "write `precision: tf32;`, or use an mma.sync spec (`target sm_80;`, `shape: m16n8k8;`) for 3xTF32")
+        ok = False
+    elif not f32 and mma.precision is not ir.Precision.NATIVE:
+        dtype = spec.problem.a.dtype.value
+        error(mma.at("precision"), f"precision: {mma.precision.value} applies to f32 operands; {dtype} operands "
+                                   f"are multiplied as {dtype}", "remove `precision`")
         ok = False
     return ok
 

@@ -9,15 +9,15 @@ The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
   descriptors; every stage has a `full` mbarrier (TMA's bytes arrived) and an `empty` one (every
   consumer warpgroup is done with it);
 - one producer thread issues the two bulk tensor copies of each k-tile; each consumer warpgroup
-  multiplies its BM / warpgroups rows by all BN columns with wgmma m64nNk16, m_repeat x n_repeat
-  instructions per k16 step;
+  multiplies its BM / warpgroups rows by all BN columns with wgmma m64nNk16 (m64nNk8 for TF32),
+  m_repeat x n_repeat instructions per 32-byte k-step;
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster.
 
-Scope of this first landing (validate.py's wgmma rules reject the rest with a diagnostic):
-16-bit A and B with k contiguous in global and shared memory (`a: T row`, `b: T col`), the 128-byte
-swizzle with BK * element bytes = 128, C in f32, bf16 or f16, row-major.
+Scope (validate_wgmma.py rejects the rest with a diagnostic): bf16 or f16 A and B, or f32 A and B
+multiplied as TF32, with k contiguous in global and shared memory (`a: T row`, `b: T col`), the
+128-byte swizzle with BK * element bytes = 128, C in f32, bf16 or f16, row-major.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .targets import Arch, arch_of
 
 WARPGROUP = 128  # threads: 4 warps issue one wgmma together
 WGMMA_M = 64  # rows of C one wgmma produces
-SWIZZLE_SPAN = 128  # bytes: the 128-byte swizzle's row, one k-tile row of a 16-bit operand at BK = 64
+SWIZZLE_SPAN = 128  # bytes: the 128-byte swizzle's row, one k-tile row (BK = 64 16-bit or 32 f32 elements)
 SWIZZLE_ATOM = 1024  # bytes: 8 rows of 128 bytes, the pattern's period; stages start on this boundary
 CHUNK = 16  # bytes: the unit the swizzle permutes
 MAX_BOX = 256  # elements: the most a TMA box may span in any dimension
@@ -205,7 +205,7 @@ class WgmmaLayout:
     # --- descriptors ---------------------------------------------------------------------------
 
     def descriptor_step(self, what: str) -> int:
-        """What to add to a descriptor (start address >> 4) to move by one k16 step, one 64-row
+        """What to add to a descriptor (start address >> 4) to move by one k-step (32 bytes), one 64-row
         m block of A, or one N-column n block of B."""
         rows = {"m": WGMMA_M, "n": self.shape.n}
         if what == "k":

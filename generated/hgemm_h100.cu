@@ -182,12 +182,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
     const __grid_constant__ hgemm_h100_tensor_map map_a, const __grid_constant__ hgemm_h100_tensor_map map_b,
     float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta)
 {
-    // Each of the 2 consumer warpgroups multiplies 64 rows by 256 columns: 1 x 1 m64n256k16 per k16 step, 4 steps per k-tile,
+    // Each of the 2 consumer warpgroups multiplies 64 rows by 256 columns: 1 x 1 m64n256k16 per k-step, 4 steps per k-tile,
     // 128 f32 accumulators per thread.
     constexpr int BM = 128;
     constexpr int BN = 256;
     constexpr int BK = 64;
     constexpr int WGMMA_N = 256;
+    constexpr int WGMMA_K = 16;
     constexpr int CONSUMER_ROWS = 64;
     constexpr int M_REPEAT = 1;
     constexpr int N_REPEAT = 1;
@@ -288,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
                 wgmma_fence();
                 // Descriptor steps: k16 = 2 (32 bytes), 64 rows of A = 512, 256 rows of B = 2048 (128-byte rows, >> 4).
                 #pragma unroll
-                for (int kk = 0; kk < BK / 16; ++kk) {
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
                     #pragma unroll
                     for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll

@@ -63,9 +63,9 @@ CASES = [
     ("target   sm_90a;", "target   sm_90;", "sm_90", "needs an arch-specific target"),
     ("b: bf16 col", "b: bf16 row", "bf16 row", "transposed (MN-major) wgmma descriptor"),
     ("a: bf16 row", "a: bf16 col", "bf16 col", "column-major A"),
-    ("a: bf16 row; b: bf16 col", "a: f32 row; b: f32 col", "f32 row", "not supported yet"),
     ("m64n256k16", "m64n250k16", "m64n250k16", "no N = 250"),
-    ("m64n256k16", "m64n256k8", "m64n256k8", "TF32 (k8), not supported yet"),
+    ("m64n256k16", "m64n256k8", "m64n256k8", "bf16 operands take m64nNk16"),
+    ("m64n256k16;", "m64n256k16; precision: tf32;", "tf32", "applies to f32 operands"),
     ("128x256x64", "128x256x32", "128x256x32", "the 128-byte swizzle span"),
     ("128x256x64", "128x512x64", "128x512x64", "TMA box spans at most 256"),
     ("128x256x64", "192x256x64", "192x256x64", "whole 64-row wgmma tiles"),
@@ -177,6 +177,42 @@ def test_exact_bounds_and_tiles_schedule_and_f16_compile():
     assert "__floats2half2_rn" in cuda
 
 
+TF32_SPEC = ROOT / "specs" / "tf32_h100.gemm"
+TF32_TEXT = "gemm tf32_h100 {" + TF32_SPEC.read_text().split("gemm tf32_h100 {", 1)[1]
+
+
+def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
+    layout = WgmmaLayout(load_spec(TF32_SPEC))
+    bf16 = WgmmaLayout(spec_of())
+    assert layout.shape == ir.WgmmaShape(n=256, k=8) and layout.bk == 32 and layout.element_bytes == 4
+    # A k-step is 32 bytes of either operand type, so the descriptors move as for bf16.
+    assert [layout.descriptor_step(s) for s in "kmn"] == [bf16.descriptor_step(s) for s in "kmn"] == [2, 512, 2048]
+    assert layout.stage_bytes == bf16.stage_bytes and layout.k_steps == bf16.k_steps == 4
+    artifacts = compile_path(TF32_SPEC)
+    cuda, metadata = artifacts.cuda, artifacts.metadata
+    assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in cuda
+    assert '" %128, %129, 1, 1, 1;\\n"' in cuda  # TF32 takes no transpose immediates
+    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cuda and "if (lda % 4 != 0 || ldb % 4 != 0)" in cuda
+    assert metadata["unit"] == "tf32" and metadata["tensor_maps"]["a"]["dtype"] == "f32"
+    assert metadata["tensor_maps"]["a"]["box"] == [32, 128]
+    request = tensor_map_requests(metadata["tensor_maps"], {"a": 0, "b": 0}, 64, 64, 64, {"a": 64, "b": 64})["a"]
+    assert request.data_type == 7 and request.strides == (256,)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("precision: tf32; ", "", "need a precision"),
+    ("m64n256k8;", "m64n256k16;", "f32 operands (as TF32) take m64nNk8"),
+    ("precision: tf32;", "precision: 3xtf32;", "3xtf32 is not supported on the wgmma path yet"),
+    ("128x256x32", "128x256x64", "the 128-byte swizzle span (32 elements)"),
+])
+def test_tf32_rules_report_position_and_hint(old, new, message):
+    assert TF32_TEXT.count(old) == 1, old
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", TF32_TEXT.replace(old, new)))
+    errors = [d for d in caught.value.diagnostics if d.severity is Severity.ERROR]
+    assert any(message in d.message and d.hint for d in errors), [d.message for d in errors]
+
+
 # --- the runtime's tensor maps (no GPU needed) ------------------------------------------------------------
 
 
@@ -223,7 +259,7 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c"])
+@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "tf32_h100"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     from gemmdsl.build import build
 

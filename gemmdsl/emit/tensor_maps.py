@@ -15,7 +15,9 @@ from ..plan import KernelPlan
 from ..wgmma_layout import WgmmaLayout
 from .launcher import launch_contract
 
-TMA_TYPES = {ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"}
+# f32 operands are copied as they are: wgmma's TF32 reads the top 19 bits of each word (truncation).
+TMA_TYPES = {ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+             ir.DType.F32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
 DRIVER_VERSION = 12000  # the cuTensorMapEncodeTiled ABI asked for (CUDA 12.0's)
 
 

@@ -2,14 +2,17 @@
 instructions of one k-tile.
 
 A consumer warpgroup multiplies CONSUMER_ROWS rows of the block tile by all BN columns: M_REPEAT x
-N_REPEAT instructions of WGMMA_N columns per k16 step, BK / 16 steps per k-tile. Both operands stay in
-shared memory; the instruction reads them through 64-bit matrix descriptors (wgmma_layout.descriptor):
-k-major tiles in the 128-byte swizzle, 8-row groups 1024 bytes apart. Moving a descriptor along k by
-16 elements (32 bytes) adds 2 to its start field, inside the swizzled row, which the hardware
-swizzles the same way TMA did; moving by 64 rows of A adds 64 * 128 bytes >> 4.
+N_REPEAT instructions of WGMMA_N columns per k-step, BK / WGMMA_K steps per k-tile. A k-step is 32
+bytes of the operands: 16 bf16/f16 elements (m64nNk16), or 8 f32 elements read as TF32 (m64nNk8; the
+instruction uses each word's top 19 bits). Both operands stay in shared memory; the instruction reads
+them through 64-bit matrix descriptors (wgmma_layout.descriptor): k-major tiles in the 128-byte
+swizzle, 8-row groups 1024 bytes apart. Moving a descriptor along k by one step (32 bytes) adds 2 to
+its start field, inside the swizzled row, which the hardware swizzles the same way TMA did; moving by
+64 rows of A adds 64 * 128 bytes >> 4.
 """
 from __future__ import annotations
 
+from .. import ir
 from ..emitter import Emitter
 from ..wgmma_layout import DESCRIPTOR_LBO, DESCRIPTOR_SBO, DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
 
@@ -22,18 +25,20 @@ class WgmmaMath:
         self.out = out
         self.shape = layout.shape
         dtype = layout.spec.problem.a.dtype
-        self.instruction = (f"wgmma.mma_async.sync.aligned.{self.shape.value}.f32.{dtype.value}.{dtype.value}")
+        self.tf32 = dtype is ir.DType.F32
+        kind = "tf32" if self.tf32 else dtype.value
+        self.instruction = f"wgmma.mma_async.sync.aligned.{self.shape.value}.f32.{kind}.{kind}"
         self.function = f"wgmma_{self.shape.value}"
 
     def constants(self) -> list[tuple[str, int]]:
         layout = self.layout
-        return [("WGMMA_N", self.shape.n), ("CONSUMER_ROWS", layout.consumer_rows), ("M_REPEAT", layout.m_repeat),
-                ("N_REPEAT", layout.n_repeat), ("ACCUMULATORS", layout.accumulators)]
+        return [("WGMMA_N", self.shape.n), ("WGMMA_K", self.shape.k), ("CONSUMER_ROWS", layout.consumer_rows),
+                ("M_REPEAT", layout.m_repeat), ("N_REPEAT", layout.n_repeat), ("ACCUMULATORS", layout.accumulators)]
 
     def tiling_note(self) -> str:
         layout = self.layout
         return (f"Each of the {layout.consumers} consumer warpgroups multiplies {layout.consumer_rows} rows by {layout.bn} "
-                f"columns: {layout.m_repeat} x {layout.n_repeat} {self.shape} per k16 step, {layout.k_steps} steps "
+                f"columns: {layout.m_repeat} x {layout.n_repeat} {self.shape} per k-step, {layout.k_steps} steps "
                 f"per k-tile,\n{layout.accumulators} f32 accumulators per thread.")
 
     def emit_helpers(self) -> None:
@@ -69,9 +74,12 @@ static __device__ __forceinline__ void wgmma_wait()
 
     def _emit_instruction(self) -> None:
         o, count = self.out, self.shape.n * WGMMA_M // 128
-        o.comment(f"d (the {count} accumulators of one {self.shape} per thread) += A (64 x 16, descriptor a) *\n"
-                  f"B (16 x {self.shape.n}, descriptor b). The immediates: scale-d 1 (accumulate), A and B "
-                  "scaled by 1, neither transposed\n(both k-major).")
+        # TF32 has no transpose immediates: both operands are k-major, which is all this path emits.
+        immediates = "1, 1, 1" if self.tf32 else "1, 1, 1, 0, 0"
+        transposes = "" if self.tf32 else ", neither transposed\n(both k-major)"
+        o.comment(f"d (the {count} accumulators of one {self.shape} per thread) += A (64 x {self.shape.k}, descriptor "
+                  f"a) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d 1 (accumulate), A and B "
+                  f"scaled by 1{transposes}.")
         with o.block(f"static __device__ __forceinline__ void {self.function}(float* d, unsigned long long a, "
                      "unsigned long long b)"):
             o.line("asm volatile(")
@@ -82,7 +90,7 @@ static __device__ __forceinline__ void wgmma_wait()
                 opening = "{" if first == 0 else " "
                 closing = "}," if first + REGISTERS_PER_ROW >= count else ","
                 o.line(f'    "{opening}{names}{closing}\\n"')
-            o.line(f'    " %{count}, %{count + 1}, 1, 1, 1, 0, 0;\\n"')
+            o.line(f'    " %{count}, %{count + 1}, {immediates};\\n"')
             o.line('    "}\\n"')
             for first in range(0, count, REGISTERS_PER_ROW):
                 names = ", ".join(f'"+f"(d[{i}])' for i in range(first, min(first + REGISTERS_PER_ROW, count)))
@@ -105,9 +113,9 @@ static __device__ __forceinline__ void wgmma_wait()
         o.line("const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));")
         o.line("wgmma_fence();")
         k_step, m_step, n_step = (layout.descriptor_step(what) for what in ("k", "m", "n"))
-        o.comment(f"Descriptor steps: k16 = {k_step} (32 bytes), 64 rows of A = {m_step}, {self.shape.n} rows of B = "
+        o.comment(f"Descriptor steps: k{self.shape.k} = {k_step} (32 bytes), 64 rows of A = {m_step}, {self.shape.n} rows of B = "
                   f"{n_step} (128-byte rows, >> 4).")
-        with o.unrolled("kk", "BK / 16"):
+        with o.unrolled("kk", "BK / WGMMA_K"):
             with o.unrolled("mr", "M_REPEAT"):
                 with o.unrolled("nr", "N_REPEAT"):
                     o.line(f"{self.function}(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), "

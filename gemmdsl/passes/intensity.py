@@ -50,17 +50,18 @@ def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str
 
 
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
-    """What multiplies, and its peak on the target's reference GPU in TFLOP/s."""
-    peaks = PEAK_TFLOPS[spec.target.sm]
-    if spec.wgmma:
-        return spec.problem.a.dtype.value, WGMMA_PEAK_TFLOPS[spec.target.sm][spec.problem.a.dtype.value]
+    """What multiplies (fma, bf16, f16, tf32, 3xtf32), and its peak on the target's reference GPU in
+    TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
+    peaks = (WGMMA_PEAK_TFLOPS if spec.wgmma else PEAK_TFLOPS)[spec.target.sm]
     if spec.mma is None:
-        return "fma", peaks["fma"]
-    if spec.mma.precision is ir.Precision.TF32X3:
+        unit = "fma"
+    elif spec.mma.precision is ir.Precision.TF32X3:
         return "3xtf32", peaks["tf32"] / 3
-    if spec.mma.precision is ir.Precision.TF32:
-        return "tf32", peaks["tf32"]
-    return spec.problem.a.dtype.value, peaks[spec.problem.a.dtype.value]
+    elif spec.mma.precision is ir.Precision.TF32:
+        unit = "tf32"
+    else:
+        unit = spec.problem.a.dtype.value
+    return unit, peaks[unit]
 
 
 def warp_tile(spec: ir.KernelSpec) -> ir.Pair:

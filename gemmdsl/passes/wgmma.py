@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS, WGMMA_PEAK_TFLOPS
+from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from ..wgmma_layout import WgmmaLayout
 from .framework import Context, PassResult
+from .intensity import math_unit
 
 
 def _layout(context: Context) -> WgmmaLayout:
@@ -146,7 +147,7 @@ class WgmmaWavesPass:
 @dataclass(frozen=True)
 class WgmmaBound:
     peak_tflops: float  # wgmma's dense peak (datasheet)
-    measured_tflops: float  # the best measured GEMM on the reference GPU (cuBLAS)
+    measured_tflops: float | None  # the best measured GEMM of the unit on the reference GPU (cuBLAS)
     flops: int
     dram_bytes: int  # A, B read once, C written (and read for alpha_beta): perfect L2 reuse
     memory_tflops: float
@@ -168,16 +169,16 @@ class WgmmaBoundPass:
         waves = context.fact("wgmma_waves")
         assert isinstance(waves, WgmmaWaves)
         sm = spec.target.sm
-        peak = WGMMA_PEAK_TFLOPS[sm][spec.problem.a.dtype.value]
+        unit, peak = math_unit(spec)
         size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
         c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
         dram = m * k * size[ir.Operand.A] + k * n * size[ir.Operand.B] + m * n * size[ir.Operand.C] * c_passes
         flops = 2 * m * n * k
         memory = flops / dram * MEMORY_TBPS[sm]
         bound = min(peak * waves.efficiency, memory)
-        result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm], flops, dram, memory, bound)
-        verdict = (f"wgmma {spec.problem.a.dtype.value} peak {peak:.0f} TFLOP/s (datasheet; cuBLAS measured "
-                   f"{result.measured_tflops:.0f}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
+        result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm].get(unit), flops, dram, memory, bound)
+        measured = "" if result.measured_tflops is None else f"; cuBLAS measured {result.measured_tflops:.0f}"
+        verdict = (f"wgmma {unit} peak {peak:.0f} TFLOP/s (datasheet{measured}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
                    f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves)")
         return PassResult({"wgmma_bound": result}, verdict)
 
