@@ -139,12 +139,12 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
 
 def _wgmma_metadata(plan: KernelPlan) -> dict:
     """What the Python runtime needs to launch a wgmma kernel (Hopper's own path) as its C launcher does:
-    the two tensor maps it encodes (a k-major 2-D view of A, M x K, and of B, N x K, with these boxes)."""
+    the two tensor maps it encodes (2-D views of A and B, dimension 0 contiguous, and their boxes)."""
     if not plan.spec.wgmma:
         return {}
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
-    maps = {op.value: {"rows": "M" if op is ir.Operand.A else "N", "box": [box.inner, box.outer],
+    maps = {op.value: {"dims": list(box.dims), "box": [box.inner, box.outer], "boxes": box.count,
                        "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
                        "dtype": plan.spec.problem.matrix(op).dtype.value}
             for op, box in layout.boxes.items()}

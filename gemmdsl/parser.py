@@ -704,8 +704,12 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
         swizzle = values.get("swizzle")
-        if wgmma:  # k-major tiles (B as [n][k]) in the 128-byte swizzle, unless the spec says otherwise
-            default = ir.SmemOrder.MK if operand is ir.Operand.A else ir.SmemOrder.NK
+        if wgmma:  # TMA lands a box as it lies in global memory, in the 128-byte swizzle unless said otherwise
+            row = problem.matrix(operand).layout is ir.MatrixLayout.ROW
+            if operand is ir.Operand.A:
+                default = ir.SmemOrder.MK if row else ir.SmemOrder.KM
+            else:
+                default = ir.SmemOrder.KN if row else ir.SmemOrder.NK
             swizzle = 128 if swizzle is None else swizzle
         layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
                       swizzle=None if isinstance(swizzle, int) else swizzle)

@@ -31,25 +31,27 @@ TENSOR_MAP_DTYPE = numpy.dtype({"names": ["opaque"], "formats": [("<u8", (16,))]
 
 @dataclass(frozen=True)
 class TensorMapRequest:
-    """The arguments of one cuTensorMapEncodeTiled call: a rank-2 view whose dimension 0 is k (contiguous)."""
+    """The arguments of one cuTensorMapEncodeTiled call: a rank-2 view whose dimension 0 is contiguous."""
 
     data_type: int
     address: int
-    dims: tuple[int, int]  # (k, rows), elements
+    dims: tuple[int, int]  # elements along dimension 0 (k, or m / n for an MN-major operand) and 1
     strides: tuple[int]  # bytes between rows (dimension 1); dimension 0's stride is the element
-    box: tuple[int, int]  # (k, rows) elements
+    box: tuple[int, int]  # elements along dimension 0 and 1
     swizzle: int
 
 
 def tensor_map_requests(maps: dict, pointers: dict[str, int], m: int, n: int, k: int,
                         lds: dict[str, int]) -> dict[str, TensorMapRequest]:
-    """The two maps' requests for one call: metadata['tensor_maps'] (per operand a, b: rows 'M' or 'N', box
-    [k, rows], element_bytes, swizzle_bytes, dtype), the operands' pointers and leading dimensions."""
-    extents = {"M": m, "N": n}
+    """The two maps' requests for one call: metadata['tensor_maps'] (per operand a, b: the names of its
+    dims, 'K' then 'M' or 'N' when k is contiguous, else the other way round; box [dim 0, dim 1],
+    element_bytes, swizzle_bytes, dtype), the operands' pointers and leading dimensions."""
+    extents = {"M": m, "N": n, "K": k}
     requests = {}
     for operand, entry in maps.items():
+        inner, outer = entry["dims"]
         requests[operand] = TensorMapRequest(
-            data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand], dims=(k, extents[entry["rows"]]),
+            data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand], dims=(extents[inner], extents[outer]),
             strides=(lds[operand] * entry["element_bytes"],), box=(entry["box"][0], entry["box"][1]),
             swizzle=SWIZZLES[entry["swizzle_bytes"]])
     return requests

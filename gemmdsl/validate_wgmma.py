@@ -54,15 +54,13 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
     a, b = problem.a, problem.b
     if a.dtype is not b.dtype:
         ok = False  # validate.py's problem check reports it
-    if a.layout is not ir.MatrixLayout.ROW:
-        error(problem.at("a"), "a column-major A (m contiguous) needs the transposed (MN-major) wgmma descriptor, "
-                               "which is not supported yet", f"store A row-major: `a: {a.dtype.value} row;`")
-        ok = False
-    if b.layout is not ir.MatrixLayout.COL:
-        error(problem.at("b"), "a row-major B (n contiguous) needs the transposed (MN-major) wgmma descriptor, "
-                               "which is not supported yet",
-              f"store B column-major (N x K, k contiguous): `b: {b.dtype.value} col;`")
-        ok = False
+    if a.dtype is ir.DType.F32:  # TF32 wgmma has no transpose: both operands must be k-major
+        for operand, matrix, k_major in ((ir.Operand.A, a, ir.MatrixLayout.ROW), (ir.Operand.B, b, ir.MatrixLayout.COL)):
+            if matrix.layout is not k_major:
+                error(problem.at(operand.value), f"TF32 wgmma reads k-major operands only (it has no transpose); a "
+                                                 f"{matrix.layout.value}-major {operand.value.upper()} is MN-major",
+                      f"store {operand.value.upper()} with k contiguous: `{operand.value}: f32 {k_major.value};`")
+                ok = False
     if problem.c.layout is not ir.MatrixLayout.ROW:
         error(problem.at("c"), "a column-major C is not supported yet on the wgmma path",
               f"write `c: {problem.c.dtype.value} row;`")
@@ -128,12 +126,14 @@ def _check_threads(spec: ir.KernelSpec, error: Report) -> bool:
 
 def _check_smem(spec: ir.KernelSpec, error: Report) -> bool:
     ok = True
-    for operand, order in ((ir.Operand.A, ir.SmemOrder.MK), (ir.Operand.B, ir.SmemOrder.NK)):
-        smem = spec.smem(operand)
+    for operand in (ir.Operand.A, ir.Operand.B):
+        smem, matrix = spec.smem(operand), spec.problem.matrix(operand)
+        order = _landing_order(operand, matrix.layout)
         if smem.order is not order:
-            error(smem.at("order"), f"order {smem.order.value} keeps {smem.order.value[1]} contiguous: an MN-major "
-                                    "operand needs the transposed wgmma descriptor, which is not supported yet",
-                  f"write `order: {order.value};` (k contiguous, as TMA copies a k-contiguous operand)")
+            error(smem.at("order"), f"TMA lands a box as it lies in global memory: a {matrix.layout.value}-major "
+                                    f"{operand.value.upper()} arrives {order.value[1]}-contiguous, not "
+                                    f"{smem.order.value[1]}-contiguous",
+                  f"write `order: {order.value};`, or store {operand.value.upper()} the other way in global memory")
             ok = False
         if smem.pad:
             error(smem.at("pad"), "TMA writes each box densely; a padded stage would put rows where the wgmma "
@@ -158,6 +158,14 @@ def _check_smem(spec: ir.KernelSpec, error: Report) -> bool:
                   "write `swizzle: 128B;`")
             ok = False
     return ok
+
+
+def _landing_order(operand: ir.Operand, layout: ir.MatrixLayout) -> ir.SmemOrder:
+    """The shared-memory order in which TMA delivers an operand stored with `layout`."""
+    row = layout is ir.MatrixLayout.ROW
+    if operand is ir.Operand.A:
+        return ir.SmemOrder.MK if row else ir.SmemOrder.KM
+    return ir.SmemOrder.KN if row else ir.SmemOrder.NK
 
 
 def _check_pipeline(spec: ir.KernelSpec, error: Report) -> bool:
@@ -208,11 +216,28 @@ def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
         error(block.at("tile"), f"BN = {block.n} is not a multiple of the N of {shape} ({shape.n})",
               f"use BN = {max(shape.n, block.n // shape.n * shape.n)} or a wgmma N that divides {block.n}")
         ok = False
-    if block.k * element != SWIZZLE_SPAN:
+    k_major = {op: spec.smem(op).order in (ir.SmemOrder.MK, ir.SmemOrder.NK) for op in (ir.Operand.A, ir.Operand.B)}
+    panel = SWIZZLE_SPAN // element  # elements of m or n in one 128-byte row of an MN-major operand
+    if any(k_major.values()) and block.k * element != SWIZZLE_SPAN:
         bk = SWIZZLE_SPAN // element
         error(block.at("tile"), f"BK = {block.k} makes a k-tile row {block.k * element} bytes; the TMA box's "
                                 f"inner extent must be the {SWIZZLE_SPAN}-byte swizzle span ({bk} elements)",
               f"use {block.m}x{block.n}x{bk} (deeper k-tiles as several 128-byte panels are not supported yet)")
+        ok = False
+    if not any(k_major.values()) and (block.k % shape.k or block.k > MAX_BOX):
+        error(block.at("tile"), f"BK = {block.k}: MN-major operands come in boxes of BK rows of k, a multiple "
+                                f"of the wgmma k ({shape.k}) and at most {MAX_BOX}",
+              f"use {block.m}x{block.n}x{SWIZZLE_SPAN // element}")
+        ok = False
+    for operand, extent, name in ((ir.Operand.A, block.m, "BM"), (ir.Operand.B, block.n, "BN")):
+        if not k_major[operand] and extent % panel:
+            error(block.at("tile"), f"{name} = {extent}: an MN-major {operand.value.upper()} comes in {panel}-wide "
+                                    f"panels (128 bytes of {spec.problem.a.dtype.value})",
+                  f"use a {name} that is a multiple of {panel}")
+            ok = False
+    if not k_major[ir.Operand.B] and shape.n % panel:
+        error(spec.mma.at("shape"), f"an MN-major B is read in whole {panel}-column panels, and {shape} covers "
+                                    f"{shape.n} columns", f"use a wgmma N that is a multiple of {panel}")
         ok = False
     for extent, name in ((block.m, "BM"), (block.n, "BN")):
         if extent > MAX_BOX:

@@ -4,20 +4,24 @@ the analysis passes, the emitters and the launch metadata all read, so they cann
 The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
 
 - a block of `warpgroups` consumer warpgroups and `producers` producer warpgroups (128 threads each);
-- a ring of `stages` shared-memory stages, each one k-tile of A (BM x BK) and of B (BN x BK), both
-  k-major (k contiguous), written by TMA in the 128-byte swizzle and read by wgmma through matrix
-  descriptors; every stage has a `full` mbarrier (TMA's bytes arrived) and an `empty` one (every
-  consumer warpgroup is done with it);
-- one producer thread issues the two bulk tensor copies of each k-tile; each consumer warpgroup
+- a ring of `stages` shared-memory stages, each one k-tile of A (BM x BK) and of B (BN x BK), written
+  by TMA in the 128-byte swizzle as they lie in global memory and read by wgmma through matrix
+  descriptors: a k-major operand (A row-major, B column-major) as rows of BK elements (128 bytes), an
+  MN-major one (A column-major, B row-major) as 64-wide panels of m or n, BK rows of k each, read
+  through the transposed descriptor; every stage has a `full` mbarrier (TMA's bytes arrived) and an
+  `empty` one (every consumer warpgroup is done with it);
+- one producer thread issues the bulk tensor copies of each k-tile (one box per k-major operand, one
+  per panel of an MN-major one); each consumer warpgroup
   multiplies its BM / warpgroups rows by all BN columns with wgmma m64nNk16 (m64nNk8 for TF32),
   m_repeat x n_repeat instructions per 32-byte k-step;
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster.
 
-Scope (validate_wgmma.py rejects the rest with a diagnostic): bf16 or f16 A and B, or f32 A and B
-multiplied as TF32, with k contiguous in global and shared memory (`a: T row`, `b: T col`), the
-128-byte swizzle with BK * element bytes = 128, C in f32, bf16 or f16, row-major.
+Scope (validate_wgmma.py rejects the rest with a diagnostic): bf16 or f16 A and B in any of the four
+layouts, or f32 A and B multiplied as TF32 with k contiguous (`a: f32 row; b: f32 col`: TF32 wgmma
+has no transpose); the 128-byte swizzle; BK * element bytes = 128 when an operand is k-major; C in
+f32, bf16 or f16, row-major.
 """
 from __future__ import annotations
 
@@ -42,15 +46,19 @@ MAX_SETMAXNREG = 240  # the most setmaxnreg.inc asks for (it takes multiples of 
 CONSUMER_RESERVE = 32
 # wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in
 # bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45,
-# the swizzle mode in 62-63 (1 = 128-byte swizzle). K-major with the 128-byte swizzle: the leading
-# offset is unused (1 by convention), the stride offset is one 8-row atom, 1024 bytes.
-DESCRIPTOR_LBO = 1
-DESCRIPTOR_SBO = SWIZZLE_ATOM >> 4
+# the swizzle mode in 62-63 (1 = 128-byte swizzle). In the 128-byte swizzle a k-major operand's rows
+# are k-tile rows of 128 bytes: the leading offset is unused (1 by convention) and the stride offset is
+# one 8-row atom, 1024 bytes. An MN-major operand's rows are k, each 64 elements of m or n (128 bytes)
+# wide: the stride offset is again 1024 bytes (8 k rows), the leading offset the distance between two
+# such 64-wide column panels (one TMA box each). The hand prototype of an MN-major B (README, Hopper)
+# checked this assignment against cuBLAS; swapped, the results were wrong.
+K_MAJOR_LBO = 1
+ATOM_SBO = SWIZZLE_ATOM >> 4
 DESCRIPTOR_SWIZZLE_128B = 1
 
 
 def swizzled_offset(row: int, byte: int) -> int:
-    """Where TMA's 128-byte swizzle puts byte `byte` (< 128) of row `row` of a k-major tile whose rows
+    """Where TMA's 128-byte swizzle puts byte `byte` (< 128) of row `row` of a tile whose rows
     are 128 bytes, relative to a 1024-byte aligned start: the 16-byte chunk index within the row is
     xor-ed with row % 8. This is CuTe's Swizzle<3, 4, 3> on byte offsets, and what the descriptor's
     128B mode reads back."""
@@ -59,10 +67,10 @@ def swizzled_offset(row: int, byte: int) -> int:
     return row * SWIZZLE_SPAN + chunk * CHUNK + byte % CHUNK
 
 
-def descriptor(address: int) -> int:
-    """The 64-bit wgmma descriptor of a k-major, 128B-swizzled tile starting at shared address `address`."""
-    return (((address & 0x3FFFF) >> 4) | DESCRIPTOR_LBO << 16 | DESCRIPTOR_SBO << 32
-            | DESCRIPTOR_SWIZZLE_128B << 62)
+def descriptor(address: int, leading: int = K_MAJOR_LBO, stride: int = ATOM_SBO) -> int:
+    """The 64-bit wgmma descriptor of a 128B-swizzled tile at shared address `address`; `leading` and
+    `stride` are the byte offsets >> 4 (a k-major tile's by default)."""
+    return (((address & 0x3FFFF) >> 4) | leading << 16 | stride << 32 | DESCRIPTOR_SWIZZLE_128B << 62)
 
 
 def registers_at_entry(arch: Arch, threads: int) -> int:
@@ -73,20 +81,28 @@ def registers_at_entry(arch: Arch, threads: int) -> int:
 
 @dataclass(frozen=True)
 class TmaBox:
-    """One operand's tensor map: a 2-D view (inner = k, contiguous; outer = m or n rows) and its box."""
+    """One operand's tensor map: a 2-D view of the operand as it lies in global memory (dimension 0
+    contiguous) and the box one copy brings. A k-major operand (A row-major, B column-major) is one box
+    per stage, BK x rows; an MN-major one (A column-major, B row-major) is `count` boxes of 64 elements
+    of m or n (the 128-byte span) by BK rows of k, side by side in the stage."""
 
     operand: ir.Operand
-    inner: int  # box elements along k
-    outer: int  # box rows
+    k_major: bool
+    inner: int  # box elements along dimension 0 (k, or m / n)
+    outer: int  # box elements along dimension 1
+    count: int  # boxes per stage
     element_bytes: int
     swizzle_bytes: int
 
     @property
-    def inner_bytes(self) -> int:
-        return self.inner * self.element_bytes
+    def dims(self) -> tuple[str, str]:
+        """The global extents of dimension 0 and 1, by name."""
+        rows = "M" if self.operand is ir.Operand.A else "N"
+        return ("K", rows) if self.k_major else (rows, "K")
 
     @property
     def bytes(self) -> int:
+        """Of one box; a stage holds `count` of them."""
         return self.inner * self.outer * self.element_bytes
 
 
@@ -165,10 +181,21 @@ class WgmmaLayout:
 
     # --- TMA -----------------------------------------------------------------------------------
 
+    def k_major(self, operand: ir.Operand) -> bool:
+        """k contiguous in shared memory (and, as validated, in global memory)."""
+        return self.spec.smem(operand).order in (ir.SmemOrder.MK, ir.SmemOrder.NK)
+
     @cached_property
     def boxes(self) -> dict[ir.Operand, TmaBox]:
-        return {op: TmaBox(op, self.bk, self.bm if op is ir.Operand.A else self.bn, self.element_bytes,
-                           self.swizzle_bytes) for op in (ir.Operand.A, ir.Operand.B)}
+        boxes = {}
+        for op in (ir.Operand.A, ir.Operand.B):
+            rows = self.bm if op is ir.Operand.A else self.bn
+            if self.k_major(op):
+                boxes[op] = TmaBox(op, True, self.bk, rows, 1, self.element_bytes, self.swizzle_bytes)
+            else:
+                wide = self.swizzle_bytes // self.element_bytes
+                boxes[op] = TmaBox(op, False, wide, self.bk, rows // wide, self.element_bytes, self.swizzle_bytes)
+        return boxes
 
     @property
     def global_alignment_bytes(self) -> int:
@@ -204,13 +231,25 @@ class WgmmaLayout:
 
     # --- descriptors ---------------------------------------------------------------------------
 
-    def descriptor_step(self, what: str) -> int:
-        """What to add to a descriptor (start address >> 4) to move by one k-step (32 bytes), one 64-row
-        m block of A, or one N-column n block of B."""
-        rows = {"m": WGMMA_M, "n": self.shape.n}
-        if what == "k":
+    def descriptor_offsets(self, operand: ir.Operand) -> tuple[int, int]:
+        """(leading, stride) byte offsets >> 4 of the operand's descriptors."""
+        if self.k_major(operand):
+            return K_MAJOR_LBO, ATOM_SBO
+        return self.boxes[operand].bytes >> 4, ATOM_SBO
+
+    def k_step(self, operand: ir.Operand) -> int:
+        """What to add to a descriptor (start address >> 4) to move by one k-step: 32 bytes along a
+        k-major row, or shape.k rows of 128 bytes down an MN-major panel."""
+        if self.k_major(operand):
             return self.shape.k * self.element_bytes >> 4
-        return rows[what] * SWIZZLE_SPAN >> 4
+        return self.shape.k * SWIZZLE_SPAN >> 4
+
+    def row_step(self, operand: ir.Operand) -> int:
+        """What to add to a descriptor to move to the next instruction's rows: 64 rows of A or N of B.
+        Either way these rows take rows x BK elements of the stage (whole rows of a k-major tile, whole
+        64-wide panels of an MN-major one)."""
+        rows = WGMMA_M if operand is ir.Operand.A else self.shape.n
+        return rows * self.bk * self.element_bytes >> 4
 
     # --- the launch ----------------------------------------------------------------------------
 

@@ -105,8 +105,8 @@ static __device__ __forceinline__ void wgmma_wait()
 }
 
 // d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, neither transposed
-// (both k-major).
+// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
 static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n"
@@ -284,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_kernel(
                 const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * 2));
                 const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
                 wgmma_fence();
-                // Descriptor steps: k16 = 2 (32 bytes), 64 rows of A = 512, 256 rows of B = 2048 (128-byte rows, >> 4).
+                // Descriptor steps (>> 4): k16 = 2 (32 bytes), 64 rows of A = 512, 256 rows of B = 2048.
                 #pragma unroll
                 for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
                     #pragma unroll
@@ -354,14 +354,14 @@ static cudaError_t hgemm_h100_bf16c_encoder(hgemm_h100_bf16c_encode_tiled* encod
     return cudaSuccess;
 }
 
-// A k-major operand (rows x k, k contiguous, rows `ld` elements apart) as a 2-D tensor map with a
-// 64 x box_rows box in the 128-byte swizzle; loads outside the matrix read zeros.
-static cudaError_t hgemm_h100_bf16c_tensor_map_of(hgemm_h100_bf16c_tensor_map* out, hgemm_h100_bf16c_encode_tiled encode, const void* base, int rows, int k, int ld, unsigned box_rows) {
+// An operand as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros.
+static cudaError_t hgemm_h100_bf16c_tensor_map_of(hgemm_h100_bf16c_tensor_map* out, hgemm_h100_bf16c_encode_tiled encode, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
     static_assert(sizeof(CUtensorMap) == sizeof(hgemm_h100_bf16c_tensor_map), "CUtensorMap is 128 bytes");
     CUtensorMap map;
-    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
     const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};  // bytes; the inner stride is the element
-    const cuuint32_t box[2] = {64, box_rows};
+    const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
     const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -387,8 +387,8 @@ static cudaError_t hgemm_h100_bf16c_tensor_maps(const void* A, int lda, const vo
         return cudaSuccess;
     hgemm_h100_bf16c_encode_tiled encode;
     cudaError_t err = hgemm_h100_bf16c_encoder(&encode);
-    if (err == cudaSuccess) err = hgemm_h100_bf16c_tensor_map_of(&cache.map_a, encode, A, M, K, lda, 128);
-    if (err == cudaSuccess) err = hgemm_h100_bf16c_tensor_map_of(&cache.map_b, encode, B, N, K, ldb, 256);
+    if (err == cudaSuccess) err = hgemm_h100_bf16c_tensor_map_of(&cache.map_a, encode, A, K, M, lda, 64, 128);
+    if (err == cudaSuccess) err = hgemm_h100_bf16c_tensor_map_of(&cache.map_b, encode, B, K, N, ldb, 64, 256);
     if (err != cudaSuccess) {
         cache.a = nullptr;  // nothing valid is cached
         return err;

@@ -53,7 +53,8 @@ def test_layout_matches_the_measured_prototype():
     assert layout.smem_bytes == 4 * 49152 + 1024 + 8 * 8
     assert (layout.entry_registers, layout.producer_registers, layout.consumer_registers) == (168, 40, 232)
     assert layout.accumulators == 128 and layout.mbarriers == 8 and layout.wgmma_per_k_tile == 4
-    assert [layout.descriptor_step(s) for s in "kmn"] == [2, 512, 2048]
+    a, b = ir.Operand.A, ir.Operand.B
+    assert [layout.k_step(a), layout.row_step(a), layout.row_step(b)] == [2, 512, 2048]
     assert layout.grid(4096, 4096, 132) == 132 and layout.grid(256, 256, 132) == 2
 
 
@@ -61,8 +62,8 @@ def test_layout_matches_the_measured_prototype():
 
 CASES = [
     ("target   sm_90a;", "target   sm_90;", "sm_90", "needs an arch-specific target"),
-    ("b: bf16 col", "b: bf16 row", "bf16 row", "transposed (MN-major) wgmma descriptor"),
-    ("a: bf16 row", "a: bf16 col", "bf16 col", "column-major A"),
+    ("smem b   { order: nk;", "smem b   { order: kn;", "kn", "a col-major B arrives k-contiguous"),
+    ("smem a   { order: mk;", "smem a   { order: km;", "km", "a row-major A arrives k-contiguous"),
     ("m64n256k16", "m64n250k16", "m64n250k16", "no N = 250"),
     ("m64n256k16", "m64n256k8", "m64n256k8", "bf16 operands take m64nNk16"),
     ("m64n256k16;", "m64n256k16; precision: tf32;", "tf32", "applies to f32 operands"),
@@ -75,7 +76,6 @@ CASES = [
     ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: xor(2,3,3); }", "xor(2,3,3)",
      "descriptor cannot express"),
     ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: 64B; }", "64B", "not supported yet"),
-    ("smem b   { order: nk;", "smem b   { order: kn;", "kn", "transposed wgmma descriptor"),
     ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
     ("schedule: persistent", "schedule: stream_k", "stream_k", "not supported yet"),
     ("producer: 1", "producer: 2", "2", "exactly one producer"),
@@ -160,7 +160,7 @@ def test_metadata_describes_the_tensor_maps_and_the_persistent_grid():
     artifacts = compile_path(SPEC)
     metadata = artifacts.metadata
     assert metadata["target"] == "sm_90a" and metadata["persistent"] and metadata["dynamic_smem_bytes"] == 197696
-    assert metadata["tensor_maps"]["a"] == {"rows": "M", "box": [64, 128], "element_bytes": 2,
+    assert metadata["tensor_maps"]["a"] == {"dims": ["K", "M"], "box": [64, 128], "boxes": 1, "element_bytes": 2,
                                             "swizzle_bytes": 128, "dtype": "bf16"}
     assert metadata["tensor_maps"]["b"]["box"] == [64, 256]
     assert metadata["requires"]["vector_elements"] == {"a": 8, "b": 8, "c": 1}
@@ -186,7 +186,9 @@ def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
     bf16 = WgmmaLayout(spec_of())
     assert layout.shape == ir.WgmmaShape(n=256, k=8) and layout.bk == 32 and layout.element_bytes == 4
     # A k-step is 32 bytes of either operand type, so the descriptors move as for bf16.
-    assert [layout.descriptor_step(s) for s in "kmn"] == [bf16.descriptor_step(s) for s in "kmn"] == [2, 512, 2048]
+    steps = [(x.k_step(ir.Operand.A), x.k_step(ir.Operand.B), x.row_step(ir.Operand.A), x.row_step(ir.Operand.B))
+             for x in (layout, bf16)]
+    assert steps[0] == steps[1] == (2, 2, 512, 2048)
     assert layout.stage_bytes == bf16.stage_bytes and layout.k_steps == bf16.k_steps == 4
     artifacts = compile_path(TF32_SPEC)
     cuda, metadata = artifacts.cuda, artifacts.metadata
@@ -203,6 +205,7 @@ def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
     ("precision: tf32; ", "", "need a precision"),
     ("m64n256k8;", "m64n256k16;", "f32 operands (as TF32) take m64nNk8"),
     ("precision: tf32;", "precision: 3xtf32;", "3xtf32 is not supported on the wgmma path yet"),
+    ("b: f32 col", "b: f32 row", "TF32 wgmma reads k-major operands only"),
     ("128x256x32", "128x256x64", "the 128-byte swizzle span (32 elements)"),
 ])
 def test_tf32_rules_report_position_and_hint(old, new, message):
@@ -211,6 +214,54 @@ def test_tf32_rules_report_position_and_hint(old, new, message):
         load(SourceFile("case.gemm", TF32_TEXT.replace(old, new)))
     errors = [d for d in caught.value.diagnostics if d.severity is Severity.ERROR]
     assert any(message in d.message and d.hint for d in errors), [d.message for d in errors]
+
+
+NN_SPEC = ROOT / "specs" / "hgemm_h100_nn.gemm"
+
+
+def test_mn_major_b_comes_in_64_column_panels_read_through_the_transposed_descriptor():
+    layout = WgmmaLayout(load_spec(NN_SPEC))
+    a, b = ir.Operand.A, ir.Operand.B
+    assert layout.k_major(a) and not layout.k_major(b)
+    box = layout.boxes[b]
+    assert (box.dims, box.inner, box.outer, box.count, box.bytes) == (("N", "K"), 64, 64, 4, 8192)
+    assert box.count * box.bytes == layout.stage_bytes_of(b)
+    # The prototype's measured descriptor: 8192 bytes between panels (leading), 1024 between 8 k rows
+    # (stride), a k16 step 16 rows of 128 bytes down the panel.
+    assert layout.descriptor_offsets(b) == (8192 >> 4, 1024 >> 4) and layout.descriptor_offsets(a) == (1, 64)
+    assert (layout.k_step(a), layout.k_step(b)) == (2, 2048 >> 4)
+    cuda = compile_path(NN_SPEC).cuda
+    assert '" %128, %129, 1, 1, 1, 0, 1;\\n"' in cuda  # B transposed, A not
+    assert "desc_a + 2 * kk + 512 * mr, desc_b + 128 * kk + 2048 * nr" in cuda
+    for panel in range(4):
+        offset = f" + {panel * 8192}" if panel else ""
+        column = f" + {panel * 64}" if panel else ""
+        assert f"tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES{offset}), &map_b, block_n{column}, kt * BK, barrier);" in cuda
+    assert "tensor_map_of(&cache.map_b, encode, B, N, K, ldb, 64, 64);" in cuda
+    requests = tensor_map_requests(compile_path(NN_SPEC).metadata["tensor_maps"], {"a": 0, "b": 0}, 333, 517, 136,
+                                   {"a": 136, "b": 520})
+    assert (requests["b"].dims, requests["b"].strides, requests["b"].box) == ((517, 136), (1040,), (64, 64))
+
+
+@pytest.mark.parametrize("a, b", [("row", "col"), ("row", "row"), ("col", "col"), ("col", "row")])
+def test_every_16_bit_layout_compiles_with_the_orders_tma_lands(a, b):
+    text = TEXT.replace("a: bf16 row; b: bf16 col", f"a: bf16 {a}; b: bf16 {b}")
+    text = text.replace("smem a   { order: mk; swizzle: 128B; }\n", "").replace(
+        "smem b   { order: nk; swizzle: 128B; }\n", "")  # the default orders follow the layouts
+    spec = load(SourceFile("case.gemm", text))[0]
+    layout = WgmmaLayout(spec)
+    assert layout.k_major(ir.Operand.A) == (a == "row") and layout.k_major(ir.Operand.B) == (b == "col")
+    boxes = sum(box.count * box.bytes for box in layout.boxes.values())
+    assert boxes == layout.stage_bytes  # what the full barrier expects is what the copies bring
+    cuda = compile_text(text, "case.gemm").cuda
+    assert f"1, 1, 1, {int(a == 'col')}, {int(b == 'row')};" in cuda
+
+
+def test_mn_major_tiles_must_be_whole_panels():
+    text = TEXT.replace("b: bf16 col", "b: bf16 row").replace("order: nk", "order: kn")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text.replace("m64n256k16", "m64n32k16")))
+    assert any("whole 64-column panels" in d.message for d in caught.value.diagnostics)
 
 
 # --- the runtime's tensor maps (no GPU needed) ------------------------------------------------------------
@@ -259,7 +310,7 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "tf32_h100"])
+@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     from gemmdsl.build import build
 

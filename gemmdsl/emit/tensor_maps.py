@@ -78,17 +78,19 @@ class TensorMapLauncher:
     def _emit_map(self) -> None:
         o, name, layout = self.out, self.name, self.layout
         element = self.spec.problem.a.dtype
-        o.comment(f"A k-major operand (rows x k, k contiguous, rows `ld` elements apart) as a 2-D tensor map with a\n"
-                  f"{layout.bk} x box_rows box in the 128-byte swizzle; loads outside the matrix read zeros.")
+        o.comment("An operand as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D\n"
+                  "tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read "
+                  "zeros.")
         with o.block(f"static cudaError_t {name}_tensor_map_of({tensor_map_type(self.spec)}* out, "
-                     f"{name}_encode_tiled encode, const void* base, int rows, int k, int ld, unsigned box_rows)"):
+                     f"{name}_encode_tiled encode, const void* base, int inner, int outer, int ld, unsigned box_inner, "
+                     "unsigned box_outer)"):
             o.line(f"static_assert(sizeof(CUtensorMap) == sizeof({tensor_map_type(self.spec)}), "
                    '"CUtensorMap is 128 bytes");')
             o.line("CUtensorMap map;")
-            o.line("const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};")
+            o.line("const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};")
             o.line(f"const cuuint64_t strides[1] = {{(cuuint64_t)ld * {element.bytes}}};  // bytes; the inner stride "
                    "is the element")
-            o.line(f"const cuuint32_t box[2] = {{{layout.bk}, box_rows}};")
+            o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
             o.line("const cuuint32_t steps[2] = {1, 1};")
             o.line(f"const CUresult result = encode(&map, {TMA_TYPES[element]}, 2, const_cast<void*>(base), dims, "
                    "strides, box, steps,")
@@ -118,10 +120,10 @@ class TensorMapLauncher:
             o.line("    return cudaSuccess;")
             o.line(f"{name}_encode_tiled encode;")
             o.line(f"cudaError_t err = {name}_encoder(&encode);")
-            o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_a, encode, A, M, K, lda, "
-                   f"{self.layout.bm});")
-            o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_b, encode, B, N, K, ldb, "
-                   f"{self.layout.bn});")
+            for operand, pointer in ((ir.Operand.A, "A"), (ir.Operand.B, "B")):
+                box = self.layout.boxes[operand]
+                o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_{operand.value}, encode, "
+                       f"{pointer}, {', '.join(box.dims)}, ld{operand.value}, {box.inner}, {box.outer});")
             with o.block("if (err != cudaSuccess)"):
                 o.line("cache.a = nullptr;  // nothing valid is cached")
                 o.line("return err;")

@@ -1,14 +1,17 @@
 """The producer of the wgmma path: one thread issues a bulk tensor copy (TMA) of A's and B's k-tile
 into each free stage.
 
-The copies are described by tensor maps the launcher builds on the host (emit/tensor_maps.py):
-k-major 2-D views of A (M x K) and B (N x K) with a BK x BM and a BK x BN box in the 128-byte
-swizzle. TMA fills the parts of a box outside the matrix with zeros, so the edge tiles of checked
+The copies are described by tensor maps the launcher builds on the host (emit/tensor_maps.py), 2-D
+views of A and B as they lie in global memory, in the 128-byte swizzle: a k-major operand (A
+row-major, B column-major) comes in one BK x rows box per k-tile; an MN-major one (A column-major, B
+row-major) in rows / 64 boxes of 64 columns of m or n by BK rows of k, placed one after the other
+(wgmma_layout.TmaBox). TMA fills the parts of a box outside the matrix with zeros, so the edge tiles of checked
 bounds (and a K that is not a multiple of BK) need no code of their own; the bytes it delivers are
 always the whole box, which is what `full` expects.
 """
 from __future__ import annotations
 
+from .. import ir
 from ..emitter import Emitter
 from ..wgmma_layout import WgmmaLayout
 
@@ -39,5 +42,13 @@ class TmaProducer:
         o.line("const unsigned barrier = smem_u32(full + stage);")
         o.line("mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);")
         o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
-        o.line("tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);")
-        o.line("tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);")
+        for operand, base, start in ((ir.Operand.A, "tile_a", "block_m"), (ir.Operand.B, "tile_a + A_STAGE_BYTES",
+                                                                          "block_n")):
+            box, name = self.layout.boxes[operand], f"&map_{operand.value}"
+            if box.k_major:
+                o.line(f"tma_load_2d(smem_u32({base}), {name}, kt * BK, {start}, barrier);")
+                continue
+            for panel in range(box.count):  # 64-wide panels of m or n, each BK rows of k
+                offset = f" + {panel * box.bytes}" if panel else ""
+                column = f" + {panel * box.inner}" if panel else ""
+                o.line(f"tma_load_2d(smem_u32({base}{offset}), {name}, {start}{column}, kt * BK, barrier);")

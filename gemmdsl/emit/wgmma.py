@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..emitter import Emitter
-from ..wgmma_layout import DESCRIPTOR_LBO, DESCRIPTOR_SBO, DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
+from ..wgmma_layout import DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
 
 REGISTERS_PER_ROW = 8  # accumulator operands per line of the asm's register list
 
@@ -41,16 +41,32 @@ class WgmmaMath:
                 f"columns: {layout.m_repeat} x {layout.n_repeat} {self.shape} per k-step, {layout.k_steps} steps "
                 f"per k-tile,\n{layout.accumulators} f32 accumulators per thread.")
 
+    def descriptor_function(self, operand: ir.Operand) -> str:
+        return "wgmma_descriptor" if self.layout.k_major(operand) else "wgmma_descriptor_mn"
+
     def emit_helpers(self) -> None:
-        o = self.out
-        o.comment("wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4\n"
-                  f"(bits 0-13), leading byte offset >> 4 = {DESCRIPTOR_LBO} (unused by this mode, bits 16-29), stride "
-                  f"byte offset >> 4 = {DESCRIPTOR_SBO}\n(1024 bytes between 8-row groups, bits 32-45), "
-                  f"swizzle mode {DESCRIPTOR_SWIZZLE_128B} = 128B (bits 62-63).")
-        with o.block("static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address)"):
-            o.line(f"return (unsigned long long)((address & 0x3FFFF) >> 4) | ({DESCRIPTOR_LBO}ull << 16) | "
-                   f"({DESCRIPTOR_SBO}ull << 32) | ({DESCRIPTOR_SWIZZLE_128B}ull << 62);")
-        o.line()
+        o, layout = self.out, self.layout
+        written = set()
+        for operand in (ir.Operand.A, ir.Operand.B):
+            function = self.descriptor_function(operand)
+            if function in written:
+                continue
+            written.add(function)
+            leading, stride = layout.descriptor_offsets(operand)
+            if layout.k_major(operand):
+                o.comment("wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address "
+                          f">> 4\n(bits 0-13), leading byte offset >> 4 = {leading} (unused by this mode, bits 16-29), "
+                          f"stride byte offset >> 4 = {stride}\n(1024 bytes between 8-row groups, bits 32-45), "
+                          f"swizzle mode {DESCRIPTOR_SWIZZLE_128B} = 128B (bits 62-63).")
+            else:
+                o.comment("wgmma descriptor of an MN-major tile in the 128-byte swizzle (rows of k, 64 elements of m or n "
+                          f"each):\nleading byte offset >> 4 = {leading} ({leading << 4} bytes from one 64-wide panel to the "
+                          f"next), stride byte\noffset >> 4 = {stride} (1024 bytes between groups of 8 k rows), swizzle "
+                          f"mode {DESCRIPTOR_SWIZZLE_128B} = 128B.")
+            with o.block(f"static __device__ __forceinline__ unsigned long long {function}(unsigned address)"):
+                o.line(f"return (unsigned long long)((address & 0x3FFFF) >> 4) | ({leading}ull << 16) | "
+                       f"({stride}ull << 32) | ({DESCRIPTOR_SWIZZLE_128B}ull << 62);")
+            o.line()
         o.lines(r'''
 // Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
 static __device__ __forceinline__ void wgmma_fence()
@@ -74,9 +90,12 @@ static __device__ __forceinline__ void wgmma_wait()
 
     def _emit_instruction(self) -> None:
         o, count = self.out, self.shape.n * WGMMA_M // 128
-        # TF32 has no transpose immediates: both operands are k-major, which is all this path emits.
-        immediates = "1, 1, 1" if self.tf32 else "1, 1, 1, 0, 0"
-        transposes = "" if self.tf32 else ", neither transposed\n(both k-major)"
+        # The transpose immediates say which operands are MN-major; TF32 has none (k-major only).
+        transposed = [int(not self.layout.k_major(op)) for op in (ir.Operand.A, ir.Operand.B)]
+        immediates = "1, 1, 1" if self.tf32 else f"1, 1, 1, {transposed[0]}, {transposed[1]}"
+        majors = " and ".join(f"{op.value.upper()} {'k' if self.layout.k_major(op) else 'MN'}-major"
+                              for op in (ir.Operand.A, ir.Operand.B))
+        transposes = "" if self.tf32 else f", transposes {transposed[0]} and {transposed[1]}\n({majors})"
         o.comment(f"d (the {count} accumulators of one {self.shape} per thread) += A (64 x {self.shape.k}, descriptor "
                   f"a) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d 1 (accumulate), A and B "
                   f"scaled by 1{transposes}.")
@@ -108,16 +127,21 @@ static __device__ __forceinline__ void wgmma_wait()
         """Issue the k-tile in stage `stage` (its barrier has completed) as one wgmma group."""
         o, layout = self.out, self.layout
         o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
-        o.line("const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * "
-               f"{layout.element_bytes}));")
-        o.line("const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));")
+        a, b = ir.Operand.A, ir.Operand.B
+        o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32(tile_a + consumer * "
+               f"CONSUMER_ROWS * BK * {layout.element_bytes}));")
+        o.line(f"const unsigned long long desc_b = {self.descriptor_function(b)}(smem_u32(tile_a + A_STAGE_BYTES));")
         o.line("wgmma_fence();")
-        k_step, m_step, n_step = (layout.descriptor_step(what) for what in ("k", "m", "n"))
-        o.comment(f"Descriptor steps: k{self.shape.k} = {k_step} (32 bytes), 64 rows of A = {m_step}, {self.shape.n} rows of B = "
-                  f"{n_step} (128-byte rows, >> 4).")
+        a_k, b_k, m_step, n_step = layout.k_step(a), layout.k_step(b), layout.row_step(a), layout.row_step(b)
+        if a_k == b_k:
+            k_steps = f"k{self.shape.k} = {a_k} ({a_k << 4} bytes)"
+        else:
+            k_steps = f"k{self.shape.k} = {a_k} on A, {b_k} on B ({a_k << 4} and {b_k << 4} bytes)"
+        o.comment(f"Descriptor steps (>> 4): {k_steps}, 64 rows of A = {m_step}, {self.shape.n} rows of B = "
+                  f"{n_step}.")
         with o.unrolled("kk", "BK / WGMMA_K"):
             with o.unrolled("mr", "M_REPEAT"):
                 with o.unrolled("nr", "N_REPEAT"):
                     o.line(f"{self.function}(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), "
-                           f"desc_a + {k_step} * kk + {m_step} * mr, desc_b + {k_step} * kk + {n_step} * nr);")
+                           f"desc_a + {a_k} * kk + {m_step} * mr, desc_b + {b_k} * kk + {n_step} * nr);")
         o.line("wgmma_commit();")

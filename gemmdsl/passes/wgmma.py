@@ -102,9 +102,12 @@ class WgmmaPipelinePass:
 
     def run(self, context: Context) -> PassResult:
         layout = _layout(context)
-        pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, 2, layout.stage_bytes, layout.wgmma_per_k_tile, 1)
-        verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers (full + empty per stage); 2 TMA boxes "
-                   f"({layout.bk}x{layout.bm}, {layout.bk}x{layout.bn}) = {layout.stage_bytes} bytes per k-tile; "
+        boxes = layout.boxes.values()
+        count = sum(box.count for box in boxes)
+        pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, count, layout.stage_bytes, layout.wgmma_per_k_tile, 1)
+        shapes = ", ".join(f"{box.count} x " * (box.count > 1) + f"{box.inner}x{box.outer}" for box in boxes)
+        verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers (full + empty per stage); {count} TMA boxes "
+                   f"({shapes}) = {layout.stage_bytes} bytes per k-tile; "
                    f"{layout.wgmma_per_k_tile} wgmma {layout.shape} per consumer per k-tile, 1 group in flight, "
                    f"{layout.stages - 2} stages of lookahead for TMA")
         return PassResult({"wgmma_pipeline": pipeline}, verdict)
