@@ -1,5 +1,16 @@
 #!/usr/bin/env bash
 # Hopper's own path (wgmma specs) on the H100, from the repository root; installs nothing.
+#
+#     OUT=out bash scripts/hopper_device.sh [STEP...]   # STEP: build tests verify bench variants triton sanitize
+#
+#   build     nvcc for sm_90a (registers, spills) and `check` of every wgmma spec;
+#   tests     the CPU and GPU tests of the path (odd shapes, the four 16-bit layouts, refusals, the C launcher);
+#   verify    every wgmma spec at verify's default sizes and at 333x517x129, 1000^3 and 4095x4097x4096;
+#   bench     every wgmma spec against cuBLAS at its own precision over the issue's five sizes;
+#   variants  hgemm_h100 with other rasters, schedules and tiles (written to $OUT/variants), at 4096^3 and 8192^3;
+#   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
+#   sanitize  compute-sanitizer on the TF32 and the MN-major specs.
+#
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
 set -uo pipefail
@@ -10,20 +21,55 @@ if ! python3 -c "import lark" 2>/dev/null; then
     for wheel in .whl/*.whl; do [ -e "$wheel" ] && PYTHONPATH=$PWD/$wheel:$PYTHONPATH; done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-SPECS="specs/hgemm_h100.gemm specs/hgemm_h100_bf16c.gemm"
+SPECS=$(python3 -c 'import glob; from gemmdsl.frontend import load_spec
+print(" ".join(p for p in sorted(glob.glob("specs/*.gemm")) if load_spec(p).wgmma))')
+SIZES=1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024
+STEPS=${*:-build tests verify bench variants triton sanitize}
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
 status=0
-# 1. The kernels as nvcc builds them for sm_90a (registers, spills), and what the analysis predicts.
-python3 -m gemmdsl.cli compile $SPECS -o "$OUT/generated" 2>&1 | tee "$OUT/compile.log" || status=1
-python3 -m gemmdsl.cli check specs/hgemm_h100.gemm 2>&1 | tee "$OUT/check.log" || status=1
-# 2. CPU tests of the path, then the GPU tests: odd shapes vs cuBLAS/float64, refusals, the C launcher.
-python3 -m pytest -q tests/test_wgmma.py 2>&1 | tee "$OUT/pytest_cpu.log" || status=1
-python3 -m pytest -m gpu -q tests/test_gpu_wgmma.py -rs 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
-# 3. verify (default sizes, and the issue's odd ones) and bench against cuBLAS BF16.
-python3 -m gemmdsl.cli verify $SPECS --json "$OUT/verify.json" 2>&1 | tee "$OUT/verify.log" || status=1
-python3 -m gemmdsl.cli verify specs/hgemm_h100.gemm --sizes 333x517x136,1000x1000x1000,4095x4097x4096 \
-    --json "$OUT/verify_odd.json" 2>&1 | tee "$OUT/verify_odd.log" || status=1
-python3 -m gemmdsl.cli bench specs/hgemm_h100.gemm --sizes 4096x4096x4096,8192x8192x8192,2048x2048x2048 \
-    --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1
-python3 -m gemmdsl.cli bench specs/hgemm_h100_bf16c.gemm --sizes 4096x4096x4096,8192x8192x8192 \
-    --json "$OUT/bench_bf16c.json" 2>&1 | tee "$OUT/bench_bf16c.log" || status=1
+python3 scripts/prebuild_cubins.py $SPECS > "$OUT/prebuild.log" 2>&1 || status=1
+if wants build; then
+    python3 -m gemmdsl.cli compile $SPECS -o "$OUT/generated" > "$OUT/compile.log" 2>&1 || status=1
+    grep -E 'wrote|ptxas' "$OUT/compile.log"
+    for spec in $SPECS; do python3 -m gemmdsl.cli check "$spec"; done > "$OUT/check.log" 2>&1 || status=1
+fi
+if wants tests; then
+    python3 -m pytest -q tests/test_wgmma.py > "$OUT/pytest_cpu.log" 2>&1 || status=1
+    python3 -m pytest -m gpu -q -rs tests/test_gpu_wgmma.py > "$OUT/pytest_gpu.log" 2>&1 || status=1
+    tail -n 3 "$OUT/pytest_cpu.log"; tail -n 15 "$OUT/pytest_gpu.log"
+fi
+if wants verify; then
+    python3 -m gemmdsl.cli verify $SPECS --json "$OUT/verify.json" > "$OUT/verify.log" 2>&1 || status=1
+    python3 -m gemmdsl.cli verify $SPECS --sizes 333x517x129,1000x1000x1000,4095x4097x4096 \
+        --json "$OUT/verify_odd.json" > "$OUT/verify_odd.log" 2>&1 || status=1
+    cat "$OUT/verify.log" "$OUT/verify_odd.log" | grep -cE '^PASS ' | sed 's/^/verify: PASS lines /'
+    cat "$OUT/verify.log" "$OUT/verify_odd.log" | grep -E '^(FAIL|ERROR) ' | head -20
+fi
+if wants bench; then
+    python3 -m gemmdsl.cli bench $SPECS --sizes "$SIZES" --json "$OUT/bench.json" 2>&1 | grep -v '^\[' \
+        | tee "$OUT/bench.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if wants variants; then
+    mkdir -p "$OUT/variants"
+    base=specs/hgemm_h100.gemm
+    variant() { sed "$2; s/gemm hgemm_h100 {/gemm $1 {/" "$base" > "$OUT/variants/$1.gemm"; }
+    variant h100_tiles 's/schedule: persistent/schedule: tiles/'
+    variant h100_group4 's/group(8)/group(4)/'
+    variant h100_group16 's/group(8)/group(16)/'
+    variant h100_256x128 's/128x256x64/256x128x64/; s/m64n256k16/m64n128k16/'
+    python3 -m gemmdsl.cli bench $base "$OUT"/variants/*.gemm --sizes 4096x4096x4096,8192x8192x8192 \
+        --json "$OUT/bench_variants.json" 2>&1 | grep -v '^\[' | tee "$OUT/bench_variants.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if wants triton; then
+    python3 scripts/triton_baseline.py --sizes "$SIZES" --json "$OUT/triton.json" 2> "$OUT/triton.err" \
+        | tee "$OUT/triton.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || { status=1; tail -n 20 "$OUT/triton.err"; }
+fi
+if wants sanitize; then
+    SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/hgemm_h100_nn.gemm 2>&1 \
+        | tee "$OUT/sanitize.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
 exit $status

@@ -37,6 +37,21 @@ def test_wgmma_spec_is_correct_at_odd_shapes(path, load_kernel):
     assert any(result.skipped and result.k == 129 for result in results)
 
 
+@pytest.mark.parametrize("a, b", [("row", "row"), ("col", "col"), ("col", "row")])
+def test_every_16_bit_layout_is_correct_at_odd_shapes(a, b, load_kernel, tmp_path):
+    """hgemm_h100 with A and B in the other three layouts (MN-major operands through the transposed
+    descriptor); the shared-memory orders follow the layouts by default."""
+    text = (ROOT / "specs" / "hgemm_h100.gemm").read_text()
+    text = text.replace("a: bf16 row; b: bf16 col", f"a: bf16 {a}; b: bf16 {b}").replace("gemm hgemm_h100 {",
+                                                                                      f"gemm hgemm_{a}_{b} {{")
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("smem "))
+    path = tmp_path / f"hgemm_{a}_{b}.gemm"
+    path.write_text(text)
+    results = verify(load_kernel(path), ODD_SHAPES, seed=5)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert [result for result in results if not result.skipped] and not failed, "\n".join(failed)
+
+
 def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
     kernel = load_kernel(ROOT / "specs" / "hgemm_h100.gemm")
     a = cupy.zeros((64, 130), dtype="uint16")[:, :129]  # bf16 bits; lda 130 elements = 260 bytes
