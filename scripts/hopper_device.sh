@@ -7,7 +7,7 @@
 #   tests     the CPU and GPU tests of the path (odd shapes, the four 16-bit layouts, refusals, the C launcher);
 #   verify    every wgmma spec at verify's default sizes and at 333x517x129, 1000^3 and 4095x4097x4096;
 #   bench     every wgmma spec against cuBLAS at its own precision over the issue's five sizes;
-#   variants  hgemm_h100 with other rasters, schedules and tiles (written to $OUT/variants), at 4096^3 and 8192^3;
+#   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
 #   sanitize  compute-sanitizer on the TF32 and the MN-major specs.
 #
@@ -52,13 +52,20 @@ if wants bench; then
 fi
 if wants variants; then
     mkdir -p "$OUT/variants"
-    base=specs/hgemm_h100.gemm
-    variant() { sed "$2; s/gemm hgemm_h100 {/gemm $1 {/" "$base" > "$OUT/variants/$1.gemm"; }
-    variant h100_tiles 's/schedule: persistent/schedule: tiles/'
-    variant h100_group4 's/group(8)/group(4)/'
-    variant h100_group16 's/group(8)/group(16)/'
-    variant h100_256x128 's/128x256x64/256x128x64/; s/m64n256k16/m64n128k16/'
-    python3 -m gemmdsl.cli bench $base "$OUT"/variants/*.gemm --sizes 4096x4096x4096,8192x8192x8192 \
+    variant() {  # NAME BASE SED: BASE's spec under NAME, edited by SED
+        sed "$3; s/gemm $(basename "$2" .gemm) {/gemm $1 {/" "$2" > "$OUT/variants/$1.gemm"
+    }
+    bf16=specs/hgemm_h100.gemm tf32=specs/tf32_h100.gemm
+    variant h100_tiles $bf16 's/schedule: persistent/schedule: tiles/'
+    variant h100_group4 $bf16 's/group(8)/group(4)/'
+    variant h100_group16 $bf16 's/group(8)/group(16)/'
+    variant h100_256x128 $bf16 's/128x256x64/256x128x64/; s/m64n256k16/m64n128k16/'
+    variant h100_128x128 $bf16 's/128x256x64/128x128x64/; s/m64n256k16/m64n128k16/; s/stages: 4/stages: 6/'
+    variant tf32_group16 $tf32 's/group(8)/group(16)/'
+    variant tf32_256x128 $tf32 's/128x256x32/256x128x32/; s/m64n256k8/m64n128k8/'
+    variant tf32_128x192 $tf32 's/128x256x32/128x192x32/; s/m64n256k8/m64n192k8/; s/stages: 4/stages: 5/'
+    python3 scripts/prebuild_cubins.py "$OUT"/variants/*.gemm > "$OUT/prebuild_variants.log" 2>&1 || status=1
+    python3 -m gemmdsl.cli bench $bf16 $tf32 "$OUT"/variants/*.gemm --sizes "$SIZES" \
         --json "$OUT/bench_variants.json" 2>&1 | grep -v '^\[' | tee "$OUT/bench_variants.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
