@@ -4,7 +4,7 @@
 // Spec:
 //   // TF32 on Hopper's own path (sm_90a): hgemm_h100's tiling with f32 operands. A k-tile row is still the
 //   // 128-byte swizzle span, which holds 32 f32 elements, so BK = 32; each k-step is wgmma m64n256k8, which
-//   // reads the f32 words TMA copied and multiplies their top 19 bits (TF32: 10-bit mantissa, truncated).
+//   // reads f32 words that TMA rounded to TF32 (10-bit mantissa) on their way into shared memory.
 //   // One producer warpgroup fills a 4-stage ring (192 KiB), two consumer warpgroups multiply 64 x 256 each.
 //   gemm tf32_h100 {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
@@ -363,7 +363,7 @@ static cudaError_t tf32_h100_tensor_map_of(tf32_h100_tensor_map* out, tf32_h100_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * 4};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
-    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(base), dims, strides, box, steps,
+    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 2, const_cast<void*>(base), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;

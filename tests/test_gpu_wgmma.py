@@ -52,6 +52,15 @@ def test_every_16_bit_layout_is_correct_at_odd_shapes(a, b, load_kernel, tmp_pat
     assert [result for result in results if not result.skipped] and not failed, "\n".join(failed)
 
 
+def test_tf32_operands_are_rounded_as_cublas_rounds_them(load_kernel):
+    """TMA's TFLOAT32 maps round each f32 word to TF32: the error against float64 is cuBLAS TF32's (the
+    H100 gave bit-identical results); FLOAT32 maps, which leave wgmma to truncate, measured 2.6x it."""
+    results = verify(load_kernel(ROOT / "specs" / "tf32_h100.gemm"), [(1000, 1000, 1000)], seed=7)
+    for result in results:
+        assert result.passed, format_result(result)
+        assert result.vs_float64.relative <= 1.1 * result.cublas_vs_float64.relative, format_result(result)
+
+
 def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
     kernel = load_kernel(ROOT / "specs" / "hgemm_h100.gemm")
     a = cupy.zeros((64, 130), dtype="uint16")[:, :129]  # bf16 bits; lda 130 elements = 260 bytes

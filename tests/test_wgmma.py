@@ -194,11 +194,11 @@ def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
     cuda, metadata = artifacts.cuda, artifacts.metadata
     assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in cuda
     assert '" %128, %129, 1, 1, 1;\\n"' in cuda  # TF32 takes no transpose immediates
-    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cuda and "if (lda % 4 != 0 || ldb % 4 != 0)" in cuda
+    assert "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32" in cuda and "if (lda % 4 != 0 || ldb % 4 != 0)" in cuda
     assert metadata["unit"] == "tf32" and metadata["tensor_maps"]["a"]["dtype"] == "f32"
     assert metadata["tensor_maps"]["a"]["box"] == [32, 128]
     request = tensor_map_requests(metadata["tensor_maps"], {"a": 0, "b": 0}, 64, 64, 64, {"a": 64, "b": 64})["a"]
-    assert request.data_type == 7 and request.strides == (256,)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+    assert request.data_type == 11 and request.strides == (256,)  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: rounds
 
 
 @pytest.mark.parametrize("old, new, message", [
