@@ -214,9 +214,9 @@ def _tile_facts(analysis: Analysis) -> dict:
 
 
 def _wgmma_facts(analysis: Analysis) -> dict:
-    """Hopper's path: shared memory, registers after setmaxnreg, the ring, waves and bound."""
+    """Hopper's path: shared memory, registers after setmaxnreg, the ring, a launch's traffic, waves and bound."""
     return {name: dataclasses.asdict(analysis.facts[f"wgmma_{name}"])
-            for name in ("smem", "registers", "pipeline", "waves", "bound")}
+            for name in ("smem", "registers", "pipeline", "traffic", "waves", "bound")}
 
 
 def _waves_json(waves: Waves) -> dict:

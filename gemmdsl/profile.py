@@ -3,7 +3,10 @@
 For each spec, ncu runs a small driver (this module with `drive`) that loads the
 kernel through gemmdsl.runtime and launches it once on random inputs; ncu reads
 the shared-memory wavefront and bank-conflict counters and the launch's register
-and occupancy limits. Needs a GPU, CuPy and ncu on PATH.
+and occupancy limits. For Hopper's wgmma path, whose shared-memory reads are
+wgmma's own (GMMA) and whose copies are TMA's, it reads those counters instead,
+with the instructions issued and the launch's grid and shared memory. Needs a GPU,
+CuPy and ncu on PATH.
 
     gemmdsl profile specs/sgemm_v3.gemm --problem 4096x4096x4096 --json profile.json
 """
@@ -43,6 +46,16 @@ OCCUPANCY_LIMITS = {  # our limit names -> ncu's blocks-per-SM limit metrics
 }
 NCU_METRICS = (LOAD_WAVEFRONTS, STORE_WAVEFRONTS, LOAD_CONFLICTS, STORE_CONFLICTS, CP_ASYNC_CONFLICTS, REGISTERS,
                *OCCUPANCY_LIMITS.values())
+# The wgmma path's counters (listed by `ncu --query-metrics --chip gh100`).
+GMMA_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum"
+GMMA_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_gmma.sum"
+GMMA_INSTRUCTIONS = "sm__inst_executed_pipe_tensor_op_gmma.sum"
+TMA_REQUESTS = "l1tex__tmain_requests.sum"
+TMA_BYTES = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+GRID_SIZE = "launch__grid_size"
+DYNAMIC_SMEM = "launch__shared_mem_per_block_dynamic"
+WGMMA_NCU_METRICS = (GMMA_WAVEFRONTS, GMMA_CONFLICTS, GMMA_INSTRUCTIONS, TMA_REQUESTS, TMA_BYTES, GRID_SIZE,
+                     DYNAMIC_SMEM, REGISTERS, *OCCUPANCY_LIMITS.values())
 
 
 class ProfileError(RuntimeError):
@@ -87,22 +100,24 @@ def parse_ncu_csv(text: str) -> list[ProfiledLaunch]:
 # --- running ncu ---------------------------------------------------------------------------
 
 
-def ncu_command(ncu: str, spec_path: str, kernel: str, problem: ProblemSize, log_file: str) -> list[str]:
+def ncu_command(ncu: str, spec_path: str, kernel: str, problem: ProblemSize, log_file: str,
+                metrics: tuple[str, ...] = NCU_METRICS) -> list[str]:
     return [
         ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--log-file", log_file,
         "--kernel-name", f"regex:^{kernel}_kernel$", "--launch-count", "1",
-        "--metrics", ",".join(NCU_METRICS),
+        "--metrics", ",".join(metrics),
         sys.executable, "-m", "gemmdsl.profile", "drive", spec_path, str(problem),
     ]
 
 
-def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize) -> dict[str, float]:
-    """ncu's metrics for one launch of the spec's kernel at `problem`."""
+def measure(ncu: str, spec_path: str, kernel: str, problem: ProblemSize,
+            metrics: tuple[str, ...] = NCU_METRICS) -> dict[str, float]:
+    """ncu's `metrics` for one launch of the spec's kernel at `problem`."""
     with tempfile.TemporaryDirectory(prefix="gemmdsl-ncu-") as tmp:
         log_file = str(Path(tmp) / "ncu.csv")
         try:
-            done = subprocess.run(ncu_command(ncu, spec_path, kernel, problem, log_file), capture_output=True,
-                                  text=True, timeout=NCU_TIMEOUT_S)
+            done = subprocess.run(ncu_command(ncu, spec_path, kernel, problem, log_file, metrics),
+                                  capture_output=True, text=True, timeout=NCU_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise ProfileError(f"ncu did not finish within {NCU_TIMEOUT_S} s") from None
         report = Path(log_file).read_text() if Path(log_file).exists() else ""
@@ -151,6 +166,8 @@ def measured_blocks(metrics: dict[str, float]) -> dict[str, int]:
 
 
 def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
+    if analysis.spec.wgmma:
+        return wgmma_comparison_rows(analysis, metrics)
     facts = analysis.facts
     traffic, registers, occupancy = facts["smem_traffic"], facts["registers"], facts["occupancy"]
     cp_async = analysis.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
@@ -172,6 +189,26 @@ def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
     ]
     rows += [Row(f"  limit by {name}", blocks, limits.get(name)) for name, blocks in occupancy.limits.items()]
     return rows
+
+
+def wgmma_comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
+    """Hopper's path: wgmma's shared-memory reads and their conflicts, the instructions and copies the
+    lowering issues, and the launch (registers before setmaxnreg, grid, shared memory, blocks per SM)."""
+    facts = analysis.facts
+    traffic, registers, smem, waves = (facts[f"wgmma_{name}"] for name in ("traffic", "registers", "smem", "waves"))
+    limits = measured_blocks(metrics)
+    return [
+        Row("wgmma shared wavefronts (GMMA)", traffic.smem_wavefronts, metrics.get(GMMA_WAVEFRONTS)),
+        Row("wgmma bank conflicts (GMMA)", traffic.bank_conflicts, metrics.get(GMMA_CONFLICTS)),
+        Row("wgmma warp instructions", traffic.wgmma_warp_instructions, metrics.get(GMMA_INSTRUCTIONS)),
+        Row("TMA copies", traffic.tma_copies, metrics.get(TMA_REQUESTS)),
+        Row("TMA bytes from L2", traffic.tma_bytes, metrics.get(TMA_BYTES)),
+        Row("registers per thread at launch", registers.entry, metrics.get(REGISTERS)),
+        Row("registers per thread (nvcc ptxas)", registers.ptxas, metrics.get(REGISTERS)),
+        Row("dynamic shared memory per block", smem.block_bytes, metrics.get(DYNAMIC_SMEM)),
+        Row("blocks in the grid", waves.blocks, metrics.get(GRID_SIZE)),
+        Row("blocks per SM", 1, min(limits.values()) if limits else None),
+    ]
 
 
 def _cell(value: float | str | None) -> str:
@@ -229,11 +266,6 @@ def profile_main(args: argparse.Namespace) -> int:
             print(err.render(), file=sys.stderr)
             status = 1
             continue
-        if spec.wgmma:  # its analysis has no per-instruction shared-memory model for ncu to check
-            print(f"{path}: error: profile does not compare Hopper's wgmma path with ncu yet; "
-                  f"`gemmdsl check {path}` prints its analysis", file=sys.stderr)
-            status = 1
-            continue
         specs.append((path, spec))
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -243,7 +275,7 @@ def profile_main(args: argparse.Namespace) -> int:
     for path, spec in specs:
         try:
             analysis = analyze(spec, args.problem, ptxas_resources(path))
-            metrics = measure(ncu, path, spec.name, args.problem)
+            metrics = measure(ncu, path, spec.name, args.problem, WGMMA_NCU_METRICS if spec.wgmma else NCU_METRICS)
         except (BuildError, ProblemSizeError, ProfileError) as err:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1

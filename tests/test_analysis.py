@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gemmdsl import ir
 from gemmdsl.analysis import ProblemSizeError, analyze, summary_lines
 from gemmdsl.check import check_main, format_report, parse_problem, to_json, worst_access
-from gemmdsl.frontend import load
+from gemmdsl.frontend import load, load_spec
 from gemmdsl.layout import KernelLayout
 from gemmdsl.parser import parse_text
 from gemmdsl.passes import ALL_PASSES, Context, PassGraphError, PassManager, PassResult
@@ -592,8 +592,30 @@ def test_wavefronts_ignore_a_whole_row_shift_and_never_beat_the_ideal(op, width_
     assert per_phase.max() <= 32
 
 
-def test_profile_refuses_a_wgmma_spec_with_a_message(capsys):
-    from gemmdsl.cli import main
+def test_wgmma_traffic_counts_what_the_lowering_issues_and_profile_puts_ncu_beside_it():
+    analysis = analyze(load_spec(SPECS / "hgemm_h100.gemm"), problem=(4096, 4096, 4096))
+    traffic = analysis.facts["wgmma_traffic"]
+    # 32 x 16 tiles of 128x256, 64 k-tiles each; 2 consumers x 4 m64n256k16 per k-tile, 4 warps each.
+    assert (traffic.tiles, traffic.k_tiles) == (512, 64)
+    assert traffic.wgmma_warp_instructions == 512 * 64 * 2 * 4 * 4
+    assert traffic.tma_copies == 512 * 64 * 2 and traffic.tma_bytes == 512 * 64 * 49152
+    # Each instruction reads A's 64 x 16 and B's 256 x 16 bf16 elements.
+    assert traffic.smem_read_bytes == 512 * 64 * 2 * 4 * (64 + 256) * 32 and traffic.bank_conflicts == 0
+    metrics = {"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum": float(traffic.smem_wavefronts),
+               "sm__inst_executed_pipe_tensor_op_gmma.sum": 1048576.0, "launch__grid_size": 132.0,
+               "launch__registers_per_thread": 168.0, "launch__occupancy_limit_shared_mem": 1.0,
+               "launch__occupancy_limit_registers": 1.0}
+    rows = {row.label: row for row in comparison_rows(analysis, metrics)}
+    assert rows["wgmma warp instructions"].predicted == rows["wgmma warp instructions"].measured
+    assert (rows["blocks in the grid"].predicted, rows["registers per thread at launch"].predicted) == (132, 168)
+    assert rows["blocks per SM"].measured == 1 and rows["TMA copies"].measured is None
+    nn = analyze(load_spec(SPECS / "hgemm_h100_nn.gemm"), problem=(4096, 4096, 4096)).facts["wgmma_traffic"]
+    assert nn.tma_copies == 512 * 64 * 5  # A's box and B's four 64-column panels per k-tile
 
-    assert main(["profile", str(SPECS / "hgemm_h100.gemm")]) in (1, 2)
-    assert "profile does not compare Hopper's wgmma path with ncu yet" in capsys.readouterr().err
+
+def test_profile_asks_ncu_for_the_wgmma_counters():
+    from gemmdsl.profile import GMMA_WAVEFRONTS, WGMMA_NCU_METRICS
+
+    command = ncu_command("ncu", "specs/hgemm_h100.gemm", "hgemm_h100", parse_problem("4096x4096x4096"), "/tmp/x",
+                          WGMMA_NCU_METRICS)
+    assert GMMA_WAVEFRONTS in command[command.index("--metrics") + 1].split(",")

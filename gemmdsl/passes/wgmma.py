@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
-from ..wgmma_layout import WgmmaLayout
+from ..wgmma_layout import WARPGROUP, WGMMA_M, WgmmaLayout
 from .framework import Context, PassResult
 from .intensity import math_unit
 
@@ -147,6 +147,49 @@ class WgmmaWavesPass:
         return PassResult({"wgmma_waves": waves}, verdict)
 
 
+# ncu counts shared-memory traffic in wavefronts; a wavefront serves one 128-byte line (32 banks x 4 bytes).
+WAVEFRONT_BYTES = 128
+
+
+@dataclass(frozen=True)
+class WgmmaTraffic:
+    """What one launch over the problem issues and moves, counted from the lowering: the figures
+    `gemmdsl profile` puts beside ncu's counters."""
+
+    tiles: int
+    k_tiles: int  # per tile
+    wgmma_warp_instructions: int  # each wgmma.mma_async is one instruction in each of a warpgroup's 4 warps
+    tma_copies: int  # bulk tensor copies (boxes)
+    tma_bytes: int  # what the boxes bring from L2 (whole boxes: an edge box's zero fill counts too)
+    smem_read_bytes: int  # what wgmma reads from shared memory: A's and B's tile of every instruction
+    bank_conflicts: int  # of wgmma's reads: none, in the 128-byte swizzle TMA writes
+
+    @property
+    def smem_wavefronts(self) -> int:
+        return self.smem_read_bytes // WAVEFRONT_BYTES
+
+
+class WgmmaTrafficPass:
+    name = "traffic"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"wgmma_traffic"})
+
+    def run(self, context: Context) -> PassResult:
+        layout = _layout(context)
+        m, n, k = context.problem
+        tiles, k_tiles = layout.tiles(m, n), -(-k // layout.bk)
+        instructions = tiles * k_tiles * layout.consumers * layout.wgmma_per_k_tile
+        step = layout.shape.k * layout.element_bytes  # bytes of k one instruction multiplies
+        read = instructions * (WGMMA_M + layout.shape.n) * step
+        copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())
+        traffic = WgmmaTraffic(tiles, k_tiles, instructions * WARPGROUP // 32, copies,
+                               tiles * k_tiles * layout.stage_bytes, read, 0)
+        verdict = (f"{traffic.wgmma_warp_instructions:,} wgmma warp instructions; {copies:,} TMA copies bring "
+                   f"{traffic.tma_bytes / 1e6:,.0f} MB from L2; wgmma reads {read / 1e6:,.0f} MB of shared memory "
+                   f"({traffic.smem_wavefronts:,} wavefronts of {WAVEFRONT_BYTES} bytes, no bank conflicts)")
+        return PassResult({"wgmma_traffic": traffic}, verdict)
+
+
 @dataclass(frozen=True)
 class WgmmaBound:
     peak_tflops: float  # wgmma's dense peak (datasheet)
@@ -186,4 +229,5 @@ class WgmmaBoundPass:
         return PassResult({"wgmma_bound": result}, verdict)
 
 
-WGMMA_PASSES = (WgmmaSmemPass(), WgmmaRegisterPass(), WgmmaPipelinePass(), WgmmaWavesPass(), WgmmaBoundPass())
+WGMMA_PASSES = (WgmmaSmemPass(), WgmmaRegisterPass(), WgmmaPipelinePass(), WgmmaTrafficPass(), WgmmaWavesPass(),
+                WgmmaBoundPass())
