@@ -311,6 +311,7 @@ class Prediction:
     smem_bytes: int = 0  # per block
     ptxas: dict | None = None
     score: float = 0.0  # predicted efficiency, filled in by rank()
+    wgmma: bool = False  # Hopper's path: the per-FFMA figures do not apply (zero), the score is wgmma_efficiency
 
     @property
     def lsu_per_ffma(self) -> float:
@@ -333,6 +334,9 @@ class Prediction:
 
     def summary(self) -> str:
         source = "ptxas" if self.ptxas is not None else "est."
+        if self.wgmma:
+            return (f"{self.registers:>3} regs at launch ({source}), {self.warps_per_sm:>2} warps/SM, "
+                    f"{self.smem_bytes // 1024} KiB smem, {self.block_flops_per_byte:.0f} flop/B")
         return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
                 f"{self.smem_wavefronts_per_ffma:.3f} smem wf/FFMA, {self.block_flops_per_byte:.0f} flop/B")
 
@@ -394,6 +398,8 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     from .analysis import analyze
 
     analysis = analyze(spec, size, ptxas)
+    if spec.wgmma:
+        return _predict_wgmma(analysis, ptxas)
     facts = analysis.facts
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
@@ -422,6 +428,32 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
         smem_bytes=occupancy.smem_bytes,
         ptxas=ptxas,
     )
+
+
+def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
+    """Hopper's path: validation has already refused what does not fit (the ring, the consumers'
+    accumulators), so screening sees the launch's registers and warps, the block's intensity per
+    stage and, through `wgmma_efficiency`, the waves and the memory bound."""
+    layout, bound = analysis.layout, analysis.facts["wgmma_bound"]
+    registers = ptxas["registers"] if ptxas is not None else layout.entry_registers
+    flops_per_byte = 2 * layout.bm * layout.bn * layout.bk / layout.stage_bytes
+    return Prediction(
+        registers=registers, register_cap=layout.entry_registers, register_low=registers, blocks_per_sm=1,
+        warps_per_sm=layout.threads // 32, load_conflicts=0, store_conflicts=0, conflict_pct=0.0,
+        smem_wavefronts_per_ffma=0.0, issue_per_ffma=0.0, block_flops_per_byte=flops_per_byte,
+        warp_flops_per_byte=flops_per_byte, launch_flops_per_byte=bound.flops / bound.dram_bytes,
+        threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas, wgmma=True)
+
+
+def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size]) -> float:
+    """The wgmma analysis's bound over wgmma's peak, geometric mean over the sizes: the busy share of the
+    SMs of the target's reference GPU over the (persistent) grid's rounds, and the memory bound. It sees
+    neither the pipeline depth nor the instruction shape, so candidates that differ only there tie, and
+    timing decides."""
+    from .analysis import analyze
+
+    bounds = [analyze(spec, analysis_size(spec, size)).facts["wgmma_bound"] for size in sizes]
+    return _geomean([bound.bound_tflops / bound.peak_tflops for bound in bounds])
 
 
 def checked_bounds(spec: ir.KernelSpec) -> bool:
@@ -480,11 +512,6 @@ def screen(candidates: Sequence[Candidate], sizes: Sequence[Size], min_warps: in
             errors = [d for d in err.diagnostics if d.severity is Severity.ERROR] or err.diagnostics
             report.rejected.append((candidate, errors[0]))
             continue
-        if spec.wgmma:  # the cost model prices the FMA and mma.sync k-step, not a warp-specialized ring
-            report.rejected.append((candidate, Diagnostic(
-                Severity.ERROR, spec.mma.at("shape"), "gemmdsl tune does not search Hopper's wgmma path yet",
-                "time the candidates with `gemmdsl bench` and compare")))
-            continue
         prediction = predict(spec, analysis_size(spec, sizes[0])) if tiles_all(spec, sizes) else None
         reason = prune_reason(spec, prediction, sizes, min_warps, conflict_pct)
         if prediction is not None:
@@ -506,8 +533,11 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 
 
 def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
-    """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill."""
+    """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill;
+    for Hopper's path, `wgmma_efficiency`."""
     p = survivor.prediction
+    if p.wgmma:
+        return wgmma_efficiency(survivor.spec, sizes)
     return efficiency(p.costs(), survivor.spec, threads=p.threads, smem_bytes=p.smem_bytes, cap=p.register_cap,
                       blocks_per_sm=p.blocks_per_sm, known_registers=p.ptxas is not None, spills=p.spills,
                       launch_flops_per_byte=p.launch_flops_per_byte, sizes=sizes, sms=sms)
@@ -518,10 +548,13 @@ def rank_key(survivor: Survivor) -> tuple:
     FFMAs that switch both operands (FMA order, README note 11), more registers left under the cap (room
     for ptxas to schedule: register-staged copies of big tiles, which hold the next tile in registers,
     measured 8% slower than their cp.async twins), fewer L1 wavefronts per FFMA (slack on the pipe
-    shared memory and global loads share), then template order."""
+    shared memory and global loads share), then template order. On Hopper's path, whose other figures
+    are zero, the block's flops per byte of a stage come before template order: fewer bytes from L2 per
+    flop."""
     p = survivor.prediction
     return (-round(p.score, 6), round(p.fma_switches_per_ffma, 6), p.register_demand - p.register_cap,
-            round(p.lsu_per_ffma, 6), survivor.candidate.index)
+            round(p.lsu_per_ffma, 6), -round(p.block_flops_per_byte, 3) if p.wgmma else 0.0,
+            survivor.candidate.index)
 
 
 def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> list[Survivor]:

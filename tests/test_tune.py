@@ -366,9 +366,20 @@ def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
     assert "generated 8 candidates" in done.stdout
 
 
-def test_a_wgmma_template_is_refused_with_a_diagnostic_not_a_traceback():
-    text = (ROOT / "specs" / "hgemm_h100.gemm").read_text().replace("stages: 4;", "stages: {3,4};")
-    candidates = tune.expand(text, "hopper.tgemm")
-    report = tune.screen(candidates, [(4096, 4096, 4096)])
-    assert len(report.rejected) == 2 and not report.survivors
-    assert all("does not search Hopper's wgmma path yet" in d.message for _, d in report.rejected)
+def test_the_hopper_template_is_screened_and_ranked_by_the_wgmma_analysis():
+    text = (ROOT / "gemmdsl" / "templates" / "hgemm_h100.tgemm").read_text()
+    candidates = tune.expand(text, "hgemm_h100.tgemm")
+    report = tune.screen(candidates, [(4096, 4096, 4096), (1024, 1024, 1024)])
+    assert (report.generated, len(report.rejected), len(report.survivors)) == (48, 16, 32)
+    assert all("is not a multiple of the N of m64n256k16" in d.message for _, d in report.rejected)
+    # At 4096^3 every tile keeps the 132 SMs 97% busy: the bigger tiles, fewer bytes per flop, come first.
+    ranked = tune.rank(report.survivors, [(4096, 4096, 4096)])
+    best = ranked[0]
+    assert best.prediction.wgmma and best.prediction.block_flops_per_byte == pytest.approx(2 * 128 * 256 * 64 / 49152)
+    assert best.prediction.score == pytest.approx(tune.wgmma_efficiency(best.spec, [(4096, 4096, 4096)]))
+    # At 1024^3, 128x256 tiles give 32 tiles for 132 SMs and 128x128 ones 64: the smaller tile ranks first.
+    sizes = [(4096, 4096, 4096), (1024, 1024, 1024)]
+    ranked = tune.rank(report.survivors, sizes)
+    assert (ranked[0].spec.block.m, ranked[0].spec.block.n) == (128, 128)
+    big = next(s for s in ranked if s.spec.block.n == 256)
+    assert ranked[0].prediction.score == pytest.approx(big.prediction.score * (64 / 32) ** 0.5, rel=0.02)
