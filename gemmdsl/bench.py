@@ -193,6 +193,11 @@ def instruction_peak(kernel: Kernel, unit: str, sm: int, unit_peak: float) -> fl
     return unit_peak
 
 
+def is_cublas_row(name: str) -> bool:
+    """Whether a report row is a cuBLAS baseline (`cublas_name`), not a kernel."""
+    return name == "cuBLAS" or name.startswith("cuBLAS ")
+
+
 def cublas_name(compared: Comparison) -> str:
     """`cuBLAS` for SGEMM (the name earlier reports and the tuner use), else `cuBLAS <precision>`."""
     return "cuBLAS" if compared.cublas == "SGEMM" else f"cuBLAS {compared.cublas}"
@@ -348,7 +353,7 @@ def format_row(row: Row, width: int) -> str:
 def geomean_lines(report: BenchReport) -> list[str]:
     """Per kernel: the geometric mean of its ratios to cuBLAS over the sizes it ran, and its lowest."""
     lines = []
-    for name in dict.fromkeys(row.name for row in report.rows if row.name != "cuBLAS"):
+    for name in dict.fromkeys(row.name for row in report.rows if not is_cublas_row(row.name)):
         measured = [row for row in report.rows if row.name == name and row.pct_of_cublas is not None]
         skipped = sum(1 for row in report.rows if row.name == name) - len(measured)
         if not measured:

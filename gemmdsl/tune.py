@@ -676,9 +676,11 @@ def timing_from_report(report, sizes: Sequence[Size]) -> Timing:
     per_name: dict[str, list] = {}
     skipped: set[str] = set()
     cublas: dict[Size, float] = {}
+    from .bench import is_cublas_row
+
     for row in report.rows:
         size = (row.m, row.n, row.k)
-        if row.name == "cuBLAS":
+        if is_cublas_row(row.name):  # "cuBLAS" (SGEMM) or "cuBLAS BF16 GEMM" and the like
             cublas[size] = row.median_ms
         elif row.median_ms is None:
             skipped.add(row.name)

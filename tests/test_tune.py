@@ -259,6 +259,14 @@ def test_ranking_compares_each_candidate_with_the_cublas_launches_beside_it():
     assert [m.name for m in timing.ranking()] == ["k_t1", "k_t0"]
 
 
+def test_a_tensor_core_baseline_row_is_cublas_not_a_candidate():
+    size = (4096, 4096, 4096)
+    rows = [bench.measured_row("cuBLAS BF16 GEMM", size, 1, 0.17, 0.17, 989.0),
+            bench.measured_row("hgemm_h100_t0", size, 1, 0.19, 0.17, 989.0)]
+    timing = tune.timing_from_report(bench.BenchReport("Fake H100", "14.0", 60.0, 20, 5, rows), [size])
+    assert set(timing.measurements) == {"hgemm_h100_t0"} and timing.cublas_ms[size] == 0.17
+
+
 def test_exhaustive_comparison_states_the_gap():
     ranked = _survivors()
     names = [s.candidate.name for s in ranked]
