@@ -146,7 +146,7 @@ def _wgmma_metadata(plan: KernelPlan) -> dict:
     assert isinstance(layout, WgmmaLayout)
     maps = {op.value: {"dims": list(box.dims), "box": [box.inner, box.outer], "boxes": box.count,
                        "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
-                       "dtype": plan.spec.problem.matrix(op).dtype.value}
+                       "dtype": box.data_type}
             for op, box in layout.boxes.items()}
     return {"tensor_maps": maps, "persistent": layout.persistent,
             "alignment_bytes": layout.global_alignment_bytes}

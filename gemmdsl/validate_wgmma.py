@@ -95,11 +95,8 @@ def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:
         ok = False
     if f32 and mma.precision is ir.Precision.NATIVE:
         error(mma.span, "f32 operands on tensor cores need a precision; the wgmma path multiplies them as TF32",
-              "add `precision: tf32;` (one product, 10-bit mantissa)")
-        ok = False
-    elif mma.precision is ir.Precision.TF32X3:
-        error(mma.at("precision"), "precision: 3xtf32 is not supported on the wgmma path yet",
-              "write `precision: tf32;`, or use an mma.sync spec (`target sm_80;`, `shape: m16n8k8;`) for 3xTF32")
+              "add `precision: tf32;` (one product, 10-bit mantissa) or `precision: 3xtf32;` (three products, "
+              "about FP32 accuracy)")
         ok = False
     elif not f32 and mma.precision is not ir.Precision.NATIVE:
         dtype = spec.problem.a.dtype.value
@@ -256,19 +253,22 @@ def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
         most = room // (layout.stage_bytes + 16)
         error(p.at("stages"), f"{layout.stages} stages of {layout.stage_bytes} bytes ({layout.stage_bytes // 1024} "
                               f"KiB: A {layout.stage_bytes_of(ir.Operand.A)} + B {layout.stage_bytes_of(ir.Operand.B)}) "
-                              f"and the barriers need {layout.smem_bytes} bytes, more than the "
+                              + (f", the {layout.split_bytes}-byte split buffer (3xTF32)" if layout.split else "")
+                              + f" and the barriers need {layout.smem_bytes} bytes, more than the "
                               f"{arch.smem_per_block} an sm_{arch.sm} block may have",
               f"use at most stages: {most}, or a smaller block tile")
     needed, have = layout.consumer_registers_needed, layout.consumer_registers
     where = spec.mma.at("shape")
+    held = needed - CONSUMER_RESERVE
+    sets = " (two sets: 3xTF32 sums each k-tile's products apart)" if layout.split else ""
     if needed > have:
-        error(where, f"each consumer thread holds {layout.accumulators} f32 accumulators ({layout.m_repeat} x "
-                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup) and needs about {CONSUMER_RESERVE} "
+        error(where, f"each consumer thread holds {held} f32 accumulators ({layout.m_repeat} x "
+                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup{sets}) and needs about {CONSUMER_RESERVE} "
                      f"registers more, {needed} in all, but setmaxnreg can give a consumer only {have}",
               f"use more consumer warpgroups or a smaller block tile (at most "
               f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
     elif needed > layout.entry_registers:
-        warning(where, f"a consumer thread needs about {needed} registers ({layout.accumulators} accumulators); "
+        warning(where, f"a consumer thread needs about {needed} registers ({held} accumulators{sets}); "
                        f"ptxas compiles the kernel under the launch cap of {layout.entry_registers} "
                        f"(setmaxnreg raises it to {have} only at run time), so it may spill",
                 "use a smaller block tile or more consumer warpgroups")

@@ -93,6 +93,7 @@ class TmaBox:
     count: int  # boxes per stage
     element_bytes: int
     swizzle_bytes: int
+    data_type: str  # what TMA reads the elements as: bf16, f16, f32 (as they are) or tf32 (rounded to TF32)
 
     @property
     def dims(self) -> tuple[str, str]:
@@ -123,6 +124,10 @@ class WgmmaLayout:
         self.swizzle_bytes = spec.smem_a.swizzle_bytes or SWIZZLE_SPAN
         # Stream-K, batches and scalar variants do not exist on this path (validate rejects them).
         self.max_global_vector = 0
+        # 3xTF32: every f32 is split into a TF32 big part and a TF32 small part, and three products
+        # (big x big, big x small, small x big) are summed (emit/wgmma_split.py).
+        self.split = spec.mma.precision is ir.Precision.TF32X3
+        self.products = 3 if self.split else 1
 
     # --- the consumers' tiles ------------------------------------------------------------------
 
@@ -151,7 +156,7 @@ class WgmmaLayout:
 
     @property
     def wgmma_per_k_tile(self) -> int:
-        return self.m_repeat * self.n_repeat * self.k_steps
+        return self.m_repeat * self.n_repeat * self.k_steps * self.products
 
     # --- shared memory ------------------------------------------------------------------------
 
@@ -175,9 +180,17 @@ class WgmmaLayout:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory per block: the ring, the barriers, and the slack that lets the kernel
-        align the ring to the swizzle's 1024-byte period (the runtime guarantees only 16 bytes)."""
-        return self.ring_bytes + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM
+        """Dynamic shared memory per block: the ring, the split buffer (3xTF32), the barriers, and the
+        slack that lets the kernel align the ring to the swizzle's 1024-byte period (the runtime
+        guarantees only 16 bytes)."""
+        return self.ring_bytes + self.split_bytes + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM
+
+    @property
+    def split_bytes(self) -> int:
+        """3xTF32: two stages' worth of small parts, in a stage's own layout (the split is elementwise).
+        Two, so that a k-tile's split never overwrites the small parts the previous k-tile's wgmma may
+        still be reading in the other consumer warpgroup."""
+        return 2 * self.stage_bytes if self.split else 0
 
     # --- TMA -----------------------------------------------------------------------------------
 
@@ -185,16 +198,27 @@ class WgmmaLayout:
         """k contiguous in shared memory (and, as validated, in global memory)."""
         return self.spec.smem(operand).order in (ir.SmemOrder.MK, ir.SmemOrder.NK)
 
+    @property
+    def tma_data_type(self) -> str:
+        """f32 operands reach shared memory rounded to TF32 by TMA itself (one TF32 product), or as they
+        are for 3xTF32, which splits each word into two TF32 parts (emit/wgmma_split.py)."""
+        dtype = self.spec.problem.a.dtype
+        if dtype is ir.DType.F32:
+            return "f32" if self.split else "tf32"
+        return dtype.value
+
     @cached_property
     def boxes(self) -> dict[ir.Operand, TmaBox]:
         boxes = {}
         for op in (ir.Operand.A, ir.Operand.B):
             rows = self.bm if op is ir.Operand.A else self.bn
             if self.k_major(op):
-                boxes[op] = TmaBox(op, True, self.bk, rows, 1, self.element_bytes, self.swizzle_bytes)
+                boxes[op] = TmaBox(op, True, self.bk, rows, 1, self.element_bytes, self.swizzle_bytes,
+                                   self.tma_data_type)
             else:
                 wide = self.swizzle_bytes // self.element_bytes
-                boxes[op] = TmaBox(op, False, wide, self.bk, rows // wide, self.element_bytes, self.swizzle_bytes)
+                boxes[op] = TmaBox(op, False, wide, self.bk, rows // wide, self.element_bytes, self.swizzle_bytes,
+                                   self.tma_data_type)
         return boxes
 
     @property
@@ -227,7 +251,9 @@ class WgmmaLayout:
 
     @property
     def consumer_registers_needed(self) -> int:
-        return self.accumulators + CONSUMER_RESERVE
+        """The accumulators (twice over for 3xTF32, whose k-tile sums its products in a second set
+        before adding them to the first in FP32), and the reserve."""
+        return self.accumulators * (2 if self.split else 1) + CONSUMER_RESERVE
 
     # --- descriptors ---------------------------------------------------------------------------
 

@@ -195,7 +195,7 @@ def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
     assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in cuda
     assert '" %128, %129, 1, 1, 1;\\n"' in cuda  # TF32 takes no transpose immediates
     assert "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32" in cuda and "if (lda % 4 != 0 || ldb % 4 != 0)" in cuda
-    assert metadata["unit"] == "tf32" and metadata["tensor_maps"]["a"]["dtype"] == "f32"
+    assert metadata["unit"] == "tf32" and metadata["tensor_maps"]["a"]["dtype"] == "tf32"  # TMA rounds
     assert metadata["tensor_maps"]["a"]["box"] == [32, 128]
     request = tensor_map_requests(metadata["tensor_maps"], {"a": 0, "b": 0}, 64, 64, 64, {"a": 64, "b": 64})["a"]
     assert request.data_type == 11 and request.strides == (256,)  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: rounds
@@ -204,7 +204,6 @@ def test_tf32_spec_is_k8_on_f32_words_with_the_same_ring_as_bf16():
 @pytest.mark.parametrize("old, new, message", [
     ("precision: tf32; ", "", "need a precision"),
     ("m64n256k8;", "m64n256k16;", "f32 operands (as TF32) take m64nNk8"),
-    ("precision: tf32;", "precision: 3xtf32;", "3xtf32 is not supported on the wgmma path yet"),
     ("b: f32 col", "b: f32 row", "TF32 wgmma reads k-major operands only"),
     ("128x256x32", "128x256x64", "the 128-byte swizzle span (32 elements)"),
 ])
@@ -214,6 +213,39 @@ def test_tf32_rules_report_position_and_hint(old, new, message):
         load(SourceFile("case.gemm", TF32_TEXT.replace(old, new)))
     errors = [d for d in caught.value.diagnostics if d.severity is Severity.ERROR]
     assert any(message in d.message and d.hint for d in errors), [d.message for d in errors]
+
+
+X3_SPEC = ROOT / "specs" / "sgemm_3xtf32_h100.gemm"
+
+
+def test_3xtf32_splits_the_raw_stage_and_sums_three_products_per_k_tile_apart():
+    layout = WgmmaLayout(load_spec(X3_SPEC))
+    assert layout.split and layout.products == 3 and layout.wgmma_per_k_tile == 4 * 3
+    assert layout.split_bytes == 2 * layout.stage_bytes == 65536  # two k-tiles' small parts
+    assert layout.smem_bytes == 4 * 32768 + 65536 + 8 * 8 + 1024
+    assert layout.consumer_registers_needed == 2 * 64 + 32  # acc and part
+    assert layout.tma_data_type == "f32"  # the words as they are: the kernel splits them
+    artifacts = compile_path(X3_SPEC)
+    cuda, metadata = artifacts.cuda, artifacts.metadata
+    assert metadata["unit"] == "3xtf32" and metadata["tensor_maps"]["b"]["dtype"] == "f32"
+    assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cuda and "TFLOAT32" not in cuda
+    for piece in ("cvt.rna.tf32.f32", "fence.proxy.async.shared::cta;", 'asm volatile("bar.sync 1, %0;"',
+                  "constexpr int CONSUMER_THREADS = 256;", '" %64, %65, 0, 1, 1;\\n"', '" %64, %65, 1, 1, 1;\\n"',
+                  "unsigned char* const small = split + (it & 1) * STAGE_BYTES;",
+                  "(smem + STAGES * STAGE_BYTES + SPLIT_BYTES)", "acc[i] += part[i];",
+                  "if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));"):
+        assert piece in cuda, piece
+    # Per k-step: small x big (overwriting `part` at kk = 0), big x small, big x big.
+    body = cuda[cuda.index("if (kk == 0) wgmma_m64n128k8_set("):]
+    order = [body.index(f"{a}_a + 2 * kk") for a in ("small", "big")]
+    assert order[0] < order[1] and "wgmma_wait<1>" not in cuda.split("// Consumers.")[1]
+
+
+def test_3xtf32_accumulator_sets_must_fit_the_consumer_registers():
+    text = X3_SPEC.read_text().replace("128x128x32", "128x256x32").replace("m64n128k8", "m64n256k8")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    assert any("two sets" in d.message and "288 in all" in d.message for d in caught.value.diagnostics)
 
 
 NN_SPEC = ROOT / "specs" / "hgemm_h100_nn.gemm"
@@ -310,7 +342,8 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100"])
+@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
+                                  "sgemm_3xtf32_h100"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     from gemmdsl.build import build
 

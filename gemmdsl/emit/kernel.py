@@ -30,6 +30,7 @@ from .mbarrier import MbarrierRing
 from .persistent import PersistentScheduler
 from .tma import TmaProducer
 from .wgmma import WgmmaMath
+from .wgmma_split import SplitWgmmaMath
 from .wgmma_epilogue import AccumulatorEpilogue
 
 
@@ -92,8 +93,9 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     (stream-K) or epilogues (through shared memory, TMA stores) would be chosen here."""
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
+    math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
     return WgmmaParts(layout, PersistentScheduler(layout, out), MbarrierRing(layout, out), TmaProducer(layout, out),
-                      WgmmaMath(layout, out), AccumulatorEpilogue(layout, out))
+                      math, AccumulatorEpilogue(layout, out))
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:

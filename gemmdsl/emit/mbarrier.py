@@ -68,7 +68,12 @@ class MbarrierRing:
         o.line("extern __shared__ __align__(1024) unsigned char smem_raw[];")
         o.line("unsigned char* const smem = reinterpret_cast<unsigned char*>("
                "(reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));")
-        o.line("unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);")
+        barriers = "STAGES * STAGE_BYTES"
+        if self.layout.split:
+            o.comment("3xTF32's split buffer follows the ring (emit/wgmma_split.py).")
+            o.line("unsigned char* const split = smem + STAGES * STAGE_BYTES;")
+            barriers += " + SPLIT_BYTES"
+        o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")
         o.line("unsigned long long* const empty = full + STAGES;")
 
     def emit_init(self) -> None:

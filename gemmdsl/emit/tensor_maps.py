@@ -15,11 +15,12 @@ from ..plan import KernelPlan
 from ..wgmma_layout import WgmmaLayout
 from .launcher import launch_contract
 
-# f32 operands travel as TFLOAT32: TMA rounds each word to TF32 (to nearest) on its way into shared memory.
-# As FLOAT32 they would arrive as they are and wgmma would use their top 19 bits (truncation): 2.6x the
-# error of cuBLAS TF32, where rounding gives cuBLAS's results bit for bit (README, Hopper: TF32).
-TMA_TYPES = {ir.DType.BF16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", ir.DType.F16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-             ir.DType.F32: "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32"}
+# By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
+# TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
+# use their top 19 bits (truncation): 2.6x the error of cuBLAS TF32, where rounding gives cuBLAS's results
+# bit for bit (README, Hopper). 3xTF32 needs the words as they are (FLOAT32) to split them.
+TMA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+             "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "tf32": "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32"}
 DRIVER_VERSION = 12000  # the cuTensorMapEncodeTiled ABI asked for (CUDA 12.0's)
 
 
@@ -94,7 +95,8 @@ class TensorMapLauncher:
                    "is the element")
             o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
             o.line("const cuuint32_t steps[2] = {1, 1};")
-            o.line(f"const CUresult result = encode(&map, {TMA_TYPES[element]}, 2, const_cast<void*>(base), dims, "
+            data_type = TMA_TYPES[layout.tma_data_type]
+            o.line(f"const CUresult result = encode(&map, {data_type}, 2, const_cast<void*>(base), dims, "
                    "strides, box, steps,")
             o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
             o.line("    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);")

@@ -86,20 +86,23 @@ static __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }''')
         o.line()
-        self._emit_instruction()
+        self._emit_instruction(self.function, accumulate=True)
 
-    def _emit_instruction(self) -> None:
+    def _emit_instruction(self, function: str, accumulate: bool) -> None:
         o, count = self.out, self.shape.n * WGMMA_M // 128
         # The transpose immediates say which operands are MN-major; TF32 has none (k-major only).
         transposed = [int(not self.layout.k_major(op)) for op in (ir.Operand.A, ir.Operand.B)]
-        immediates = "1, 1, 1" if self.tf32 else f"1, 1, 1, {transposed[0]}, {transposed[1]}"
+        scale_d = int(accumulate)
+        immediates = f"{scale_d}, 1, 1" if self.tf32 else f"{scale_d}, 1, 1, {transposed[0]}, {transposed[1]}"
         majors = " and ".join(f"{op.value.upper()} {'k' if self.layout.k_major(op) else 'MN'}-major"
                               for op in (ir.Operand.A, ir.Operand.B))
         transposes = "" if self.tf32 else f", transposes {transposed[0]} and {transposed[1]}\n({majors})"
-        o.comment(f"d (the {count} accumulators of one {self.shape} per thread) += A (64 x {self.shape.k}, descriptor "
-                  f"a) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d 1 (accumulate), A and B "
-                  f"scaled by 1{transposes}.")
-        with o.block(f"static __device__ __forceinline__ void {self.function}(float* d, unsigned long long a, "
+        what = "+=" if accumulate else "="
+        scale = "1 (accumulate)" if accumulate else "0 (overwrite)"
+        o.comment(f"d (the {count} accumulators of one {self.shape} per thread) {what} A (64 x {self.shape.k}, "
+                  f"descriptor a) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d "
+                  f"{scale}, A and B scaled by 1{transposes}.")
+        with o.block(f"static __device__ __forceinline__ void {function}(float* d, unsigned long long a, "
                      "unsigned long long b)"):
             o.line("asm volatile(")
             o.line('    "{\\n"')
@@ -122,6 +125,18 @@ static __device__ __forceinline__ void wgmma_wait()
         o.line("float acc[ACCUMULATORS];")
         with o.unrolled("i", "ACCUMULATORS"):
             o.line("acc[i] = 0.0f;")
+
+    def emit_release(self) -> None:
+        """After a k-tile's group is issued: free the stage of the k-tile before it."""
+        o = self.out
+        o.comment("Keep one group in flight: once the previous k-tile's group has finished, its stage is free.")
+        o.line("wgmma_wait<1>();")
+        o.line("if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
+
+    def emit_drain(self) -> None:
+        """After a tile's last k-tile: wait for its group and free its stage."""
+        self.out.line("wgmma_wait<0>();")
+        self.out.line("if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
 
     def emit_k_tile(self) -> None:
         """Issue the k-tile in stage `stage` (its barrier has completed) as one wgmma group."""

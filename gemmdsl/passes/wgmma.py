@@ -44,8 +44,9 @@ class WgmmaSmemPass:
         smem = WgmmaSmem({op.value: layout.stage_bytes_of(op) for op in (ir.Operand.A, ir.Operand.B)},
                          layout.stages, layout.ring_bytes, layout.mbarriers * 8, layout.smem_bytes,
                          layout.arch.smem_per_block)
+        split = f" + a {layout.split_bytes}-byte split buffer (3xTF32)" if layout.split else ""
         verdict = (f"{layout.stage_bytes} bytes per stage (A {smem.stage_bytes['a']} + B {smem.stage_bytes['b']}), "
-                   f"{smem.stages} stages = {smem.ring_bytes}; {smem.block_bytes} bytes per block with barriers and "
+                   f"{smem.stages} stages = {smem.ring_bytes}{split}; {smem.block_bytes} bytes per block with barriers and "
                    f"1024-byte alignment, of {smem.limit} ({100 * smem.block_bytes / smem.limit:.0f}%): 1 block per SM")
         return PassResult({"wgmma_smem": smem}, verdict)
 
@@ -79,7 +80,8 @@ class WgmmaRegisterPass:
                                    None if ptxas is None else ptxas["spill_stores"] + ptxas["spill_loads"])
         verdict = (f"{layout.entry_registers} per thread at launch ({layout.threads} threads, 1 block); setmaxnreg: "
                    f"producer {layout.producer_registers}, consumers {layout.consumer_registers}; a consumer needs "
-                   f"about {registers.consumer_needed} ({registers.accumulators} accumulators)")
+                   f"about {registers.consumer_needed} ({'2 x ' if layout.split else ''}{registers.accumulators} "
+                   "accumulators)")
         if registers.ptxas is not None:
             verdict += f"; ptxas {registers.ptxas}, {registers.spills} bytes spilled"
         return PassResult({"wgmma_registers": registers}, verdict)
@@ -104,12 +106,16 @@ class WgmmaPipelinePass:
         layout = _layout(context)
         boxes = layout.boxes.values()
         count = sum(box.count for box in boxes)
-        pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, count, layout.stage_bytes, layout.wgmma_per_k_tile, 1)
+        # A k-tile's group stays in flight while the next is issued, and its stage is released then; 3xTF32
+        # waits for each k-tile's group (its products are added to the FP32 accumulators) and releases at once.
+        in_flight = 0 if layout.split else 1
+        pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, count, layout.stage_bytes, layout.wgmma_per_k_tile,
+                                 in_flight)
         shapes = ", ".join(f"{box.count} x " * (box.count > 1) + f"{box.inner}x{box.outer}" for box in boxes)
         verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers (full + empty per stage); {count} TMA boxes "
                    f"({shapes}) = {layout.stage_bytes} bytes per k-tile; "
-                   f"{layout.wgmma_per_k_tile} wgmma {layout.shape} per consumer per k-tile, 1 group in flight, "
-                   f"{layout.stages - 2} stages of lookahead for TMA")
+                   f"{layout.wgmma_per_k_tile} wgmma {layout.shape} per consumer per k-tile, {in_flight} "
+                   f"group{'s' * (in_flight != 1)} in flight, {layout.stages - 1 - in_flight} stages of lookahead for TMA")
         return PassResult({"wgmma_pipeline": pipeline}, verdict)
 
 
