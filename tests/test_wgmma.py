@@ -235,10 +235,11 @@ def test_3xtf32_splits_the_raw_stage_and_sums_three_products_per_k_tile_apart():
                   "(smem + STAGES * STAGE_BYTES + SPLIT_BYTES)", "acc[i] += part[i];",
                   "if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));"):
         assert piece in cuda, piece
-    # Per k-step: small x big (overwriting `part` at kk = 0), big x small, big x big.
+    # small x big (overwriting `part` at kk = 0) and big x small for every k-step, then big x big for every one.
     body = cuda[cuda.index("if (kk == 0) wgmma_m64n128k8_set("):]
-    order = [body.index(f"{a}_a + 2 * kk") for a in ("small", "big")]
-    assert order[0] < order[1] and "wgmma_wait<1>" not in cuda.split("// Consumers.")[1]
+    small_terms, big_terms = body.index("big_a + 2 * kk + 512 * mr, small_b"), body.index("big_a + 2 * kk + 512 * mr, big_b")
+    assert small_terms < body.index("for (int kk = 0", 1) < big_terms
+    assert "wgmma_wait<1>" not in cuda.split("// Consumers.")[1]
 
 
 def test_3xtf32_accumulator_sets_must_fit_the_consumer_registers():

@@ -5,12 +5,13 @@ consumer warpgroups split it together, word by word: the big part, the word roun
 (cvt.rna), replaces the word in place; the small part, the rest rounded to TF32, goes to the same
 offset of a split buffer, so both keep the 128-byte swizzle TMA wrote and the same descriptors read
 them. A proxy fence makes these ordinary stores visible to wgmma, and a named barrier waits for both
-consumer warpgroups. Each k-step then issues small x big, big x small and big x big (the small x
-small term is below FP32's rounding) into a second set of accumulators, `part`, which the k-tile
-starts from zero (scale-d 0); once the group is done, `part` is added to `acc` in FP32. Summing
-only one k-tile's products in the tensor cores, whose additions truncate, and the rest with FP32
-adds is what keeps the error at FP32's level (README, tensor-core note T2: chaining every product
-into one set measured 17.7x cuBLAS SGEMM's error on mma.sync).
+consumer warpgroups. The k-tile then issues small x big and big x small for every k-step, then big
+x big for every k-step (the small x small term is below FP32's rounding), into a second set of
+accumulators, `part`, which the k-tile starts from zero (scale-d 0); once the group is done, `part`
+is added to `acc` in FP32. Summing only one k-tile's products in the tensor cores, whose additions
+truncate, the big terms last, and the rest with FP32 adds is what keeps the error at FP32's level
+(README, tensor-core note T2: chaining every product into one set measured 17.7x cuBLAS SGEMM's
+error on mma.sync).
 
 The split buffer holds two stages' small parts, used by alternate k-tiles: the barrier of k-tile t+1
 comes after both warpgroups waited for k-tile t's group, so k-tile t+2 may overwrite t's small parts.
@@ -53,7 +54,7 @@ class SplitWgmmaMath(WgmmaMath):
 
     def tiling_note(self) -> str:
         return (super().tiling_note() + "\n3xTF32: three products (small x big, big x small, big x big) per k-step, "
-                "summed per k-tile in `part`\nand added to `acc` in FP32.")
+                "summed per k-tile in `part`\n(the big ones last) and added to `acc` in FP32.")
 
     def emit_helpers(self) -> None:
         super().emit_helpers()
@@ -99,16 +100,22 @@ class SplitWgmmaMath(WgmmaMath):
         o.line("wgmma_fence();")
         k_step, m_step, n_step = layout.k_step(a), layout.row_step(a), layout.row_step(b)
         o.comment(f"Descriptor steps (>> 4): k{self.shape.k} = {k_step} ({k_step << 4} bytes), 64 rows of A = "
-                  f"{m_step}, {self.shape.n} rows of B = {n_step}. The k-tile's first product overwrites `part`.")
-        with o.unrolled("kk", "BK / WGMMA_K"):
-            with o.unrolled("mr", "M_REPEAT"):
-                with o.unrolled("nr", "N_REPEAT"):
-                    d = "part + (mr * N_REPEAT + nr) * (WGMMA_N / 2)"
-                    a_at, b_at = f"{k_step} * kk + {m_step} * mr", f"{k_step} * kk + {n_step} * nr"
-                    o.line(f"if (kk == 0) {self.overwrite}({d}, small_a + {a_at}, big_b + {b_at});")
-                    o.line(f"else {self.function}({d}, small_a + {a_at}, big_b + {b_at});")
-                    o.line(f"{self.function}({d}, big_a + {a_at}, small_b + {b_at});")
-                    o.line(f"{self.function}({d}, big_a + {a_at}, big_b + {b_at});")
+                  f"{m_step}, {self.shape.n} rows of B = {n_step}. The small products of every k-step first (the\n"
+                  "first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big\n"
+                  "terms added last make BK / WGMMA_K truncations at the size of the result instead of three times "
+                  "as many.")
+        d = "part + (mr * N_REPEAT + nr) * (WGMMA_N / 2)"
+        a_at, b_at = f"{k_step} * kk + {m_step} * mr", f"{k_step} * kk + {n_step} * nr"
+        for first, big in ((True, False), (False, True)):
+            with o.unrolled("kk", "BK / WGMMA_K"):
+                with o.unrolled("mr", "M_REPEAT"):
+                    with o.unrolled("nr", "N_REPEAT"):
+                        if big:
+                            o.line(f"{self.function}({d}, big_a + {a_at}, big_b + {b_at});")
+                            continue
+                        o.line(f"if (kk == 0) {self.overwrite}({d}, small_a + {a_at}, big_b + {b_at});")
+                        o.line(f"else {self.function}({d}, small_a + {a_at}, big_b + {b_at});")
+                        o.line(f"{self.function}({d}, big_a + {a_at}, small_b + {b_at});")
         o.line("wgmma_commit();")
         o.line("wgmma_wait<0>();")
         with o.unrolled("i", "ACCUMULATORS"):
