@@ -9,7 +9,7 @@
 #   bench     every wgmma spec against cuBLAS at its own precision over the five sizes;
 #   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
-#   sanitize  compute-sanitizer on the TF32 and the MN-major specs.
+#   sanitize  compute-sanitizer on the TF32, 3xTF32 and MN-major specs.
 #
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
@@ -75,7 +75,8 @@ if wants triton; then
     [ "${PIPESTATUS[0]}" = 0 ] || { status=1; tail -n 20 "$OUT/triton.err"; }
 fi
 if wants sanitize; then
-    SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/hgemm_h100_nn.gemm 2>&1 \
+    SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/sgemm_3xtf32_h100.gemm \
+        specs/hgemm_h100_nn.gemm 2>&1 \
         | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

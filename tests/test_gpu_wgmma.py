@@ -40,7 +40,8 @@ def test_wgmma_spec_is_correct_at_odd_shapes(path, load_kernel):
     failed = [result for result in results if not result.passed]
     ran = [result for result in results if not result.skipped]
     split = kernel.metadata["unit"] == "3xtf32"
-    if split and failed and all(result.k < SPLIT_FLOOR_K and result.nonfinite == 0 for result in failed):
+    if split and failed and all(result.k < SPLIT_FLOOR_K and result.nonfinite == 0 and not result.wrote_outside_c
+                                for result in failed):
         pytest.xfail("3xTF32 error floor at tiny K: " + "; ".join(format_result(result) for result in failed))
     assert ran and not failed, "\n".join(format_result(result) for result in failed)
     # K = 129: the contiguous case is refused (lda = 129), the padded one ran.
