@@ -78,7 +78,10 @@ def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     """(C type, name) of a wgmma kernel's parameters: A and B reach it as TMA tensor maps (which hold
     their pointers and leading dimensions), C as a pointer."""
     tensor_map = f"const __grid_constant__ {tensor_map_type(spec)}"
-    return ((tensor_map, "map_a"), (tensor_map, "map_b"), (pointer_type(spec, ir.Operand.C), "C"),
+    maps = ((tensor_map, "map_a"), (tensor_map, "map_b"))
+    if spec.pipeline.store is ir.StoreMode.TMA:  # C's too, for the staged epilogue's bulk stores
+        maps += ((tensor_map, "map_c"),)
+    return (*maps, (pointer_type(spec, ir.Operand.C), "C"),
             ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
 
 

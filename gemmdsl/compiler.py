@@ -139,15 +139,17 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
 
 def _wgmma_metadata(plan: KernelPlan) -> dict:
     """What the Python runtime needs to launch a wgmma kernel (Hopper's own path) as its C launcher does:
-    the two tensor maps it encodes (2-D views of A and B, dimension 0 contiguous, and their boxes)."""
+    the tensor maps it encodes (2-D views of A and B, and of C for `store: tma`, dimension 0 contiguous,
+    and their boxes)."""
     if not plan.spec.wgmma:
         return {}
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
+    boxes = {**layout.boxes, **({ir.Operand.C: layout.c_box} if layout.c_box is not None else {})}
     maps = {op.value: {"dims": list(box.dims), "box": [box.inner, box.outer], "boxes": box.count,
                        "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
                        "dtype": box.data_type}
-            for op, box in layout.boxes.items()}
+            for op, box in boxes.items()}
     return {"tensor_maps": maps, "persistent": layout.persistent,
             "alignment_bytes": layout.global_alignment_bytes}
 

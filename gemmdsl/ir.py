@@ -151,6 +151,13 @@ class CopyMode(enum.Enum):
     TMA = "tma"  # global -> shared with bulk tensor copies completing on mbarriers (sm_90; wgmma specs)
 
 
+class StoreMode(enum.Enum):
+    """How the epilogue writes C."""
+
+    DIRECT = "direct"  # straight from the accumulators with st.global
+    TMA = "tma"  # through shared memory with bulk tensor stores that run on while the next tile starts (wgmma)
+
+
 class FragmentBuffering(enum.Enum):
     SINGLE = "single"
     DOUBLE = "double"
@@ -333,6 +340,7 @@ class Pipeline(Node):
     copy: CopyMode = CopyMode.REGISTERS
     fragments: FragmentBuffering = FragmentBuffering.SINGLE
     unroll: int = 1  # k-tiles per iteration of the main loop (`#pragma unroll`)
+    store: StoreMode = StoreMode.DIRECT
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -654,6 +654,8 @@ SECTIONS: dict[str, _Section] = {
         "fragments": _Key(_enum(ir.FragmentBuffering, "single or double"),
                           not_wgmma="wgmma reads shared memory directly: there are no register fragments"),
         "unroll": _Key(_int("an unroll factor", 1, MAX_UNROLL)),
+        "store": _Key(_enum(ir.StoreMode, "direct or tma"),
+                      wgmma_only="C goes through shared memory and TMA on Hopper's own path"),
     }),
     "budget": _Section({
         "registers": _Key(_int("a register count", 1, 1 << 16)),
@@ -737,7 +739,7 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     copy = values.get("copy", default_copy)
     pipeline = ir.Pipeline(**where, stages=stages, copy=copy,
                            fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),
-                           unroll=values.get("unroll", 1))
+                           unroll=values.get("unroll", 1), store=values.get("store", ir.StoreMode.DIRECT))
 
     values, where = section("budget")
     budget = ir.Budget(**where, registers=values.get("registers"), blocks_per_sm=values.get("blocks_per_sm"))

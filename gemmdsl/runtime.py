@@ -368,10 +368,10 @@ def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool
 
 
 def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float) -> tuple:
-    """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B
-    (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta."""
+    """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B,
+    and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta."""
     c = call.views["C"]
-    return (maps[0], maps[1], numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
+    return (*maps, numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
             numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
 
 
@@ -840,8 +840,16 @@ class Kernel:
         if self._tensor_maps is None:
             self._tensor_maps = TensorMapCache(driver_encoder())
         views = call.views
-        maps = self._tensor_maps.get(self.requirements.tensor_maps, {"a": views["A"].pointer, "b": views["B"].pointer},
-                                     call.m, call.n, call.k, {"a": views["A"].ld, "b": views["B"].ld})
+        pointers: dict[str, int | None] = {"a": views["A"].pointer, "b": views["B"].pointer}
+        lds = {"a": views["A"].ld, "b": views["B"].ld, "c": views["C"].ld}
+        c_map = self.requirements.tensor_maps.get("c")
+        if c_map is not None:  # store: tma, where TMA can store C (the kernel tests the same condition)
+            c = views["C"]
+            alignment = self.metadata["alignment_bytes"]
+            size = c_map["element_bytes"]
+            staged = c.pointer % alignment == 0 and c.ld * size % alignment == 0 and call.n * size % alignment == 0
+            pointers["c"] = c.pointer if staged else None
+        maps = self._tensor_maps.get(self.requirements.tensor_maps, pointers, call.m, call.n, call.k, lds)
         sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
         return KernelLaunch(function, wgmma_grid(self.requirements, call.m, call.n, sms), block,
                             wgmma_kernel_arguments(call, maps, alpha, beta), self.dynamic_smem_bytes)

@@ -51,6 +51,8 @@ def tensor_map_requests(maps: dict, pointers: dict[str, int], m: int, n: int, k:
     extents = {"M": m, "N": n, "K": k}
     requests = {}
     for operand, entry in maps.items():
+        if pointers.get(operand) is None:  # C where TMA cannot store it: the kernel stores directly
+            continue
         inner, outer = entry["dims"]
         requests[operand] = TensorMapRequest(
             data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand], dims=(extents[inner], extents[outer]),
@@ -77,16 +79,20 @@ class TensorMapCache:
     def __init__(self, encoder: Encoder):
         self.encoder = encoder
         self.key: tuple | None = None
-        self.maps: tuple[numpy.void, numpy.void] | None = None
+        self.maps: tuple[numpy.void, ...] | None = None
         self.encodes = 0  # how many maps were encoded (tests)
 
-    def get(self, metadata_maps: dict, pointers: dict[str, int], m: int, n: int, k: int,
-            lds: dict[str, int]) -> tuple[numpy.void, numpy.void]:
-        key = (pointers["a"], pointers["b"], m, n, k, lds["a"], lds["b"])
+    def get(self, metadata_maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
+            lds: dict[str, int]) -> tuple[numpy.void, ...]:
+        """The packed maps in operand order (a, b, and c where the metadata has one). A None pointer (C
+        that TMA cannot store) gets an all-zero map, which the kernel does not use."""
+        operands = [operand for operand in ("a", "b", "c") if operand in metadata_maps]
+        key = (m, n, k, *((pointers.get(operand), lds.get(operand)) for operand in operands))
         if key != self.key or self.maps is None:
             requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds)
-            encoded = tuple(pack(self.encoder(requests[operand])) for operand in ("a", "b"))
-            self.encodes += 2
+            encoded = tuple(pack(self.encoder(requests[operand])) if operand in requests
+                            else pack(bytes(TENSOR_MAP_BYTES)) for operand in operands)
+            self.encodes += len(requests)
             self.key, self.maps = key, encoded  # type: ignore[assignment]
         return self.maps  # type: ignore[return-value]
 

@@ -232,6 +232,12 @@ def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
                                     f"panels (128 bytes of {spec.problem.a.dtype.value})",
                   f"use a {name} that is a multiple of {panel}")
             ok = False
+    c_span = SWIZZLE_SPAN // spec.problem.c.dtype.bytes
+    if spec.pipeline.store is ir.StoreMode.TMA and block.n % c_span:
+        error(spec.pipeline.at("store"), f"store: tma writes C in boxes of {c_span} columns (128 bytes of "
+                                         f"{spec.problem.c.dtype.value}), and BN = {block.n} is not a multiple",
+              f"use a BN that is a multiple of {c_span}, or `store: direct;`")
+        ok = False
     if not k_major[ir.Operand.B] and shape.n % panel:
         error(spec.mma.at("shape"), f"an MN-major B is read in whole {panel}-column panels, and {shape} covers "
                                     f"{shape.n} columns", f"use a wgmma N that is a multiple of {panel}")
@@ -254,6 +260,8 @@ def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
         error(p.at("stages"), f"{layout.stages} stages of {layout.stage_bytes} bytes ({layout.stage_bytes // 1024} "
                               f"KiB: A {layout.stage_bytes_of(ir.Operand.A)} + B {layout.stage_bytes_of(ir.Operand.B)}) "
                               + (f", the {layout.split_bytes}-byte split buffer (3xTF32)" if layout.split else "")
+                              + (f", {layout.staging_bytes} bytes of C staging (store: tma)" if layout.tma_store
+                                 else "")
                               + f" and the barriers need {layout.smem_bytes} bytes, more than the "
                               f"{arch.smem_per_block} an sm_{arch.sm} block may have",
               f"use at most stages: {most}, or a smaller block tile")

@@ -36,6 +36,7 @@ WGMMA_M = 64  # rows of C one wgmma produces
 SWIZZLE_SPAN = 128  # bytes: the 128-byte swizzle's row, one k-tile row (BK = 64 16-bit or 32 f32 elements)
 SWIZZLE_ATOM = 1024  # bytes: 8 rows of 128 bytes, the pattern's period; stages start on this boundary
 CHUNK = 16  # bytes: the unit the swizzle permutes
+STORE_BUFFERS = 2  # staged C boxes per consumer warpgroup (`store: tma`): one filling while the other is stored
 MAX_BOX = 256  # elements: the most a TMA box may span in any dimension
 MBARRIER_BYTES = 8
 PRODUCER_REGISTERS = 40  # setmaxnreg.dec: the producer keeps a loop, two coordinates and a barrier address
@@ -98,6 +99,8 @@ class TmaBox:
     @property
     def dims(self) -> tuple[str, str]:
         """The global extents of dimension 0 and 1, by name."""
+        if self.operand is ir.Operand.C:  # row-major M x N
+            return "N", "M"
         rows = "M" if self.operand is ir.Operand.A else "N"
         return ("K", rows) if self.k_major else (rows, "K")
 
@@ -128,6 +131,7 @@ class WgmmaLayout:
         # (big x big, big x small, small x big) are summed (emit/wgmma_split.py).
         self.split = spec.mma.precision is ir.Precision.TF32X3
         self.products = 3 if self.split else 1
+        self.tma_store = spec.pipeline.store is ir.StoreMode.TMA
 
     # --- the consumers' tiles ------------------------------------------------------------------
 
@@ -183,7 +187,12 @@ class WgmmaLayout:
         """Dynamic shared memory per block: the ring, the split buffer (3xTF32), the barriers, and the
         slack that lets the kernel align the ring to the swizzle's 1024-byte period (the runtime
         guarantees only 16 bytes)."""
-        return self.ring_bytes + self.split_bytes + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM
+        return self.ring_bytes + self.split_bytes + self.staging_bytes + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM
+
+    @property
+    def staging_bytes(self) -> int:
+        """`store: tma`: STORE_BUFFERS boxes of C per consumer warpgroup (emit/wgmma_store.py)."""
+        return self.consumers * STORE_BUFFERS * self.c_box.bytes if self.c_box is not None else 0
 
     @property
     def split_bytes(self) -> int:
@@ -220,6 +229,17 @@ class WgmmaLayout:
                 boxes[op] = TmaBox(op, False, wide, self.bk, rows // wide, self.element_bytes, self.swizzle_bytes,
                                    self.tma_data_type)
         return boxes
+
+    @cached_property
+    def c_box(self) -> TmaBox | None:
+        """`store: tma`: the box one bulk tensor store writes, 64 rows (a wgmma tile's) by one 128-byte
+        swizzle span of C; `count` boxes cover a consumer's rows. None for direct stores."""
+        if not self.tma_store:
+            return None
+        c = self.spec.problem.c.dtype
+        wide = SWIZZLE_SPAN // c.bytes
+        return TmaBox(ir.Operand.C, False, wide, WGMMA_M, self.m_repeat * self.bn // wide, c.bytes, SWIZZLE_SPAN,
+                      c.value)
 
     @property
     def global_alignment_bytes(self) -> int:

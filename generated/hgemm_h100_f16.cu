@@ -13,11 +13,11 @@
 //       mma      { shape: m64n256k16; }
 //       smem a   { order: mk; swizzle: 128B; }
 //       smem b   { order: nk; swizzle: 128B; }
-//       pipeline { stages: 4; copy: tma; }
+//       pipeline { stages: 4; copy: tma; store: tma; }
 //   }
 //
 // Analysis (gemmdsl check):
-//   smem: 49152 bytes per stage (A 16384 + B 32768), 4 stages = 196608; 197696 bytes per block with barriers and 1024-byte alignment, of 232448 (85%): 1 block per SM
+//   smem: 49152 bytes per stage (A 16384 + B 32768), 4 stages = 196608; 230464 bytes per block with barriers and 1024-byte alignment, of 232448 (99%): 1 block per SM
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 160 (128 accumulators)
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x256) = 49152 bytes per k-tile; 4 wgmma m64n256k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 1,048,576 wgmma warp instructions; 65,536 TMA copies bring 1,611 MB from L2; wgmma reads 2,684 MB of shared memory (20,971,520 wavefronts of 128 bytes, no bank conflicts)
@@ -57,6 +57,12 @@ static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrie
 static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
+}
+
+// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // Spin until the phase with this parity has completed.
@@ -174,12 +180,57 @@ static __device__ __forceinline__ void store_pair(__half* C, int ldc, int M, int
     }
 }
 
+// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
+static __device__ __forceinline__ float2 c_pair(const __half* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
+    x *= alpha;
+    y *= alpha;
+    if (beta != 0.0f && row < M) {
+        const __half* const p = C + (size_t)row * ldc + col;
+        if (col < N) x += beta * __half2float(p[0]);
+        if (col + 1 < N) y += beta * __half2float(p[1]);
+    }
+    return make_float2(x, y);
+}
+// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
+static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Wait until this thread's bulk groups have completed (their writes are done).
+static __device__ __forceinline__ void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
-// (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
+// (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
 extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
     const __grid_constant__ hgemm_h100_f16_tensor_map map_a, const __grid_constant__ hgemm_h100_f16_tensor_map map_b,
-    __half* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta)
+    const __grid_constant__ hgemm_h100_f16_tensor_map map_c, __half* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta)
 {
     // Each of the 2 consumer warpgroups multiplies 64 rows by 256 columns: 1 x 1 m64n256k16 per k-step, 4 steps per k-tile,
     // 128 f32 accumulators per thread.
@@ -192,6 +243,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
     constexpr int M_REPEAT = 1;
     constexpr int N_REPEAT = 1;
     constexpr int ACCUMULATORS = 128;
+    constexpr int C_BOX_COLS = 64;
+    constexpr int C_BOX_BYTES = 8192;
+    constexpr int C_BOXES = 4;
+    constexpr int STORE_BUFFERS = 2;
+    constexpr int STAGING_BYTES = 32768;
     constexpr int STAGES = 4;
     constexpr int CONSUMERS = 2;
     constexpr int A_STAGE_BYTES = 16384;
@@ -202,7 +258,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
     // pattern starts there); then a `full` and an `empty` barrier per stage.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
-    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
+    // The staged boxes of C (store: tma, emit/wgmma_store.py).
+    unsigned char* const staging = smem + STAGES * STAGE_BYTES;
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
     unsigned long long* const empty = full + STAGES;
     const int warpgroup = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
@@ -258,6 +316,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int consumer = warpgroup - 1;
         const bool pairs = reinterpret_cast<size_t>(C) % 4 == 0 && ldc % 2 == 0;
+        const bool staged = reinterpret_cast<size_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0;  // TMA can store C (the launcher agrees)
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
@@ -305,25 +364,57 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
             wgmma_wait<0>();
             if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
 
-            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-            const int warp = tid / 32, lane = tid % 32;
-            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-            const int col0 = block_n + lane % 4 * 2;
-            #pragma unroll
-            for (int mr = 0; mr < M_REPEAT; ++mr) {
+            if (staged) {
+                // 4 boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through STORE_BUFFERS buffers.
+                const int warp = tid / 32, lane = tid % 32;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
+                    warpgroup_sync(consumer);
                     #pragma unroll
-                    for (int j = 0; j < WGMMA_N / 8; ++j) {
-                        const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                        store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                        store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 2;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<__half2*>(buffer + swizzled_128b(r, byte)) = __floats2half2_rn(top.x, top.y);
+                        *reinterpret_cast<__half2*>(buffer + swizzled_128b(r + 8, byte)) = __floats2half2_rn(bottom.x, bottom.y);
+                    }
+                    fence_proxy_async();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64);
+                }
+            }
+            else {
+                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                const int warp = tid / 32, lane = tid % 32;
+                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                const int col0 = block_n + lane % 4 * 2;
+                #pragma unroll
+                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    #pragma unroll
+                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        #pragma unroll
+                        for (int j = 0; j < WGMMA_N / 8; ++j) {
+                            const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        }
                     }
                 }
             }
         }
+        if (staged && tid == 0) bulk_wait_all();
     }
 }
 
@@ -356,16 +447,17 @@ static cudaError_t hgemm_h100_f16_encoder(hgemm_h100_f16_encode_tiled* encode) {
     return cudaSuccess;
 }
 
-// An operand as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
-// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros.
-static cudaError_t hgemm_h100_f16_tensor_map_of(hgemm_h100_f16_tensor_map* out, hgemm_h100_f16_encode_tiled encode, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+// A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
+// stores outside it are dropped.
+static cudaError_t hgemm_h100_f16_tensor_map_of(hgemm_h100_f16_tensor_map* out, hgemm_h100_f16_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
     static_assert(sizeof(CUtensorMap) == sizeof(hgemm_h100_f16_tensor_map), "CUtensorMap is 128 bytes");
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};  // bytes; the inner stride is the element
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
-    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base), dims, strides, box, steps,
+    const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
@@ -378,30 +470,37 @@ static cudaError_t hgemm_h100_f16_tensor_map_of(hgemm_h100_f16_tensor_map* out, 
 struct hgemm_h100_f16_map_cache {
     const void* a = nullptr;
     const void* b = nullptr;
-    int m = 0, n = 0, k = 0, lda = 0, ldb = 0;
-    hgemm_h100_f16_tensor_map map_a, map_b;
+    const void* c = nullptr;
+    int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    hgemm_h100_f16_tensor_map map_a, map_b, map_c;
 };
 
-static cudaError_t hgemm_h100_f16_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, int N, int K, const hgemm_h100_f16_map_cache** maps) {
+static cudaError_t hgemm_h100_f16_tensor_maps(const void* A, int lda, const void* B, int ldb, const void* C, int ldc, int M, int N, int K, const hgemm_h100_f16_map_cache** maps) {
     static thread_local hgemm_h100_f16_map_cache cache;
     *maps = &cache;
-    if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb)
+    if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb && cache.c == C && cache.ldc == ldc)
         return cudaSuccess;
     hgemm_h100_f16_encode_tiled encode;
     cudaError_t err = hgemm_h100_f16_encoder(&encode);
-    if (err == cudaSuccess) err = hgemm_h100_f16_tensor_map_of(&cache.map_a, encode, A, K, M, lda, 64, 128);
-    if (err == cudaSuccess) err = hgemm_h100_f16_tensor_map_of(&cache.map_b, encode, B, K, N, ldb, 64, 256);
+    if (err == cudaSuccess) err = hgemm_h100_f16_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, A, K, M, lda, 64, 128);
+    if (err == cudaSuccess) err = hgemm_h100_f16_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, B, K, N, ldb, 64, 256);
+    // C's map only where TMA can store C; the kernel tests the same condition and stores directly otherwise.
+    const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0;
+    if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);
+    if (err == cudaSuccess && staged) err = hgemm_h100_f16_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, C, N, M, ldc, 64, 64);
     if (err != cudaSuccess) {
         cache.a = nullptr;  // nothing valid is cached
         return err;
     }
     cache.a = A;
     cache.b = B;
+    cache.c = C;
     cache.m = M;
     cache.n = N;
     cache.k = K;
     cache.lda = lda;
     cache.ldb = ldb;
+    cache.ldc = ldc;
     return cudaSuccess;
 }
 
@@ -424,13 +523,13 @@ extern "C" cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const 
     if (status != cudaSuccess) return status;
     if (sms > 0 && blocks > sms) blocks = sms;
     const hgemm_h100_f16_map_cache* maps = nullptr;
-    cudaError_t err = hgemm_h100_f16_tensor_maps(A, lda, B, ldb, M, N, K, &maps);
+    cudaError_t err = hgemm_h100_f16_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
     const auto kernel = hgemm_h100_f16_kernel;
-    const size_t smem_bytes = 197696;
+    const size_t smem_bytes = 230464;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
     if (err != cudaSuccess) return err;
-    kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, C, M, N, K, ldc, alpha, beta);
+    kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, maps->map_c, C, M, N, K, ldc, alpha, beta);
     return cudaGetLastError();
 }
 

@@ -60,6 +60,12 @@ static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
 }
 
+// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // Spin until the phase with this parity has completed.
 static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
 {
@@ -170,12 +176,6 @@ static __device__ __forceinline__ float tf32_round(float x)
     return __uint_as_float(bits);
 }
 
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // The consumer warpgroups only (named barrier 1; the producer never waits on it).
 static __device__ __forceinline__ void consumers_sync()
 {
@@ -216,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
     // Each of the 2 consumer warpgroups multiplies 64 rows by 128 columns: 1 x 1 m64n128k8 per k-step, 4 steps per k-tile,
     // 64 f32 accumulators per thread.
     // 3xTF32: three products (small x big, big x small, big x big) per k-step, summed per k-tile in `part`
-    // and added to `acc` in FP32.
+    // (the big ones last) and added to `acc` in FP32.
     constexpr int BM = 128;
     constexpr int BN = 128;
     constexpr int BK = 32;
@@ -343,7 +343,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                 const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
                 const unsigned long long small_b = wgmma_descriptor(smem_u32(small + A_STAGE_BYTES));
                 wgmma_fence();
-                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 128 rows of B = 1024. The k-tile's first product overwrites `part`.
+                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 128 rows of B = 1024. The small products of every k-step first (the
+                // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
+                // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
                 #pragma unroll
                 for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
                     #pragma unroll
@@ -353,6 +355,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                             if (kk == 0) wgmma_m64n128k8_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), small_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
                             else wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), small_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
                             wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), big_a + 2 * kk + 512 * mr, small_b + 2 * kk + 1024 * nr);
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
                             wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), big_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
                         }
                     }
@@ -417,16 +428,17 @@ static cudaError_t sgemm_3xtf32_h100_encoder(sgemm_3xtf32_h100_encode_tiled* enc
     return cudaSuccess;
 }
 
-// An operand as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
-// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros.
-static cudaError_t sgemm_3xtf32_h100_tensor_map_of(sgemm_3xtf32_h100_tensor_map* out, sgemm_3xtf32_h100_encode_tiled encode, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+// A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
+// stores outside it are dropped.
+static cudaError_t sgemm_3xtf32_h100_tensor_map_of(sgemm_3xtf32_h100_tensor_map* out, sgemm_3xtf32_h100_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
     static_assert(sizeof(CUtensorMap) == sizeof(sgemm_3xtf32_h100_tensor_map), "CUtensorMap is 128 bytes");
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)ld * 4};  // bytes; the inner stride is the element
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
-    const CUresult result = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(base), dims, strides, box, steps,
+    const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
@@ -450,8 +462,8 @@ static cudaError_t sgemm_3xtf32_h100_tensor_maps(const void* A, int lda, const v
         return cudaSuccess;
     sgemm_3xtf32_h100_encode_tiled encode;
     cudaError_t err = sgemm_3xtf32_h100_encoder(&encode);
-    if (err == cudaSuccess) err = sgemm_3xtf32_h100_tensor_map_of(&cache.map_a, encode, A, K, M, lda, 32, 128);
-    if (err == cudaSuccess) err = sgemm_3xtf32_h100_tensor_map_of(&cache.map_b, encode, B, K, N, ldb, 32, 128);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, A, K, M, lda, 32, 128);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, K, N, ldb, 32, 128);
     if (err != cudaSuccess) {
         cache.a = nullptr;  // nothing valid is cached
         return err;

@@ -109,3 +109,10 @@ def test_c_launcher_from_a_shared_library(tmp_path, cupy):
         assert error < 1e-5, error
     # lda = 129 elements (258 bytes) is not a TMA stride: cudaErrorInvalidValue (1), nothing launched.
     assert launch(a.data.ptr, 129, b.data.ptr, k, c.data.ptr, n, m, n, 129, 1.0, 0.0, None) == 1
+    # N = 517 f32 columns is not a whole number of 16-byte units: C was stored directly. N = 512 inside a
+    # C with 520-column rows takes the staged TMA stores, which must leave the padding alone.
+    wide = cupy.full((m, 520), float("nan"), dtype="float32")
+    assert launch(a.data.ptr, k, b.data.ptr, k, wide.data.ptr, 520, m, 512, k, 1.0, 0.0, None) == 0
+    cupy.cuda.Device().synchronize()
+    error = float(cupy.linalg.norm(wide[:, :512] - reference[:, :512]) / cupy.linalg.norm(reference[:, :512]))
+    assert error < 1e-5 and bool(cupy.isnan(wide[:, 512:]).all()), error

@@ -50,7 +50,7 @@ def test_the_prototype_spec_parses_into_the_wgmma_path():
 def test_layout_matches_the_measured_prototype():
     layout = WgmmaLayout(spec_of())
     assert (layout.stage_bytes_of(ir.Operand.A), layout.stage_bytes_of(ir.Operand.B)) == (16384, 32768)
-    assert layout.smem_bytes == 4 * 49152 + 1024 + 8 * 8
+    assert layout.smem_bytes == 4 * 49152 + 2 * 2 * 8192 + 1024 + 8 * 8  # ring, staged C boxes, alignment, barriers
     assert (layout.entry_registers, layout.producer_registers, layout.consumer_registers) == (168, 40, 232)
     assert layout.accumulators == 128 and layout.mbarriers == 8 and layout.wgmma_per_k_tile == 4
     a, b = ir.Operand.A, ir.Operand.B
@@ -159,7 +159,9 @@ def test_generated_kernel_has_the_warp_specialized_structure():
 def test_metadata_describes_the_tensor_maps_and_the_persistent_grid():
     artifacts = compile_path(SPEC)
     metadata = artifacts.metadata
-    assert metadata["target"] == "sm_90a" and metadata["persistent"] and metadata["dynamic_smem_bytes"] == 197696
+    assert metadata["target"] == "sm_90a" and metadata["persistent"] and metadata["dynamic_smem_bytes"] == 230464
+    assert metadata["tensor_maps"]["c"] == {"dims": ["N", "M"], "box": [32, 64], "boxes": 8, "element_bytes": 4,
+                                            "swizzle_bytes": 128, "dtype": "f32"}
     assert metadata["tensor_maps"]["a"] == {"dims": ["K", "M"], "box": [64, 128], "boxes": 1, "element_bytes": 2,
                                             "swizzle_bytes": 128, "dtype": "bf16"}
     assert metadata["tensor_maps"]["b"]["box"] == [64, 256]
@@ -213,6 +215,47 @@ def test_tf32_rules_report_position_and_hint(old, new, message):
         load(SourceFile("case.gemm", TF32_TEXT.replace(old, new)))
     errors = [d for d in caught.value.diagnostics if d.severity is Severity.ERROR]
     assert any(message in d.message and d.hint for d in errors), [d.message for d in errors]
+
+
+def test_store_tma_stages_c_in_swizzled_boxes_and_stores_them_with_tma():
+    layout = WgmmaLayout(spec_of())
+    box = layout.c_box
+    assert layout.tma_store and (box.inner, box.outer, box.count, box.bytes) == (32, 64, 8, 8192)
+    assert layout.staging_bytes == 2 * 2 * 8192 and box.data_type == "f32"  # C as it is, never TF32
+    cuda = compile_path(SPEC).cuda
+    for piece in ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group", "cp.async.bulk.wait_group.read %0;",
+                  "const __grid_constant__ hgemm_h100_tensor_map map_c", "maps->map_c, C, M, N, K",
+                  "(smem + STAGES * STAGE_BYTES + STAGING_BYTES)", "if (staged && tid == 0) bulk_wait_all();",
+                  "CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, C, N, M, ldc, 32, 64);",
+                  "(long long)N * 4 % 16 == 0"):
+        assert piece in cuda, piece
+    # The kernel and the launcher test the same condition for staging (C, ldc and N in 16-byte units).
+    assert cuda.count("% 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0") == 2
+    bf16c = WgmmaLayout(load_spec(ROOT / "specs" / "hgemm_h100_bf16c.gemm")).c_box
+    assert (bf16c.inner, bf16c.count, bf16c.data_type) == (64, 4, "bf16")
+
+
+def test_store_tma_rules():
+    with pytest.raises(CompileError) as caught:  # only Hopper's path stages C through TMA
+        load(SourceFile("case.gemm", (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace(
+            "fragments: double;", "fragments: double; store: tma;")))
+    assert any("applies to wgmma specs only" in d.message for d in caught.value.diagnostics)
+    text = TEXT.replace("128x256x64", "128x200x64").replace("m64n256k16", "m64n200k16")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    assert any("boxes of 32 columns" in d.message and d.hint for d in caught.value.diagnostics)
+    direct = spec_of(TEXT.replace("store: tma;", "store: direct;"))
+    assert WgmmaLayout(direct).c_box is None and "tensor_map map_c" not in compile_text(
+        TEXT.replace("store: tma;", "store: direct;"), "case.gemm").cuda
+
+
+def test_runtime_passes_a_zero_map_for_a_c_tma_cannot_store():
+    maps = compile_path(SPEC).metadata["tensor_maps"]
+    cache = TensorMapCache(lambda request: request.address.to_bytes(8, "little") * 16)
+    packed = cache.get(maps, {"a": 16, "b": 32, "c": None}, 64, 64, 64, {"a": 64, "b": 64, "c": 65})
+    assert len(packed) == 3 and cache.encodes == 2 and packed[2].tobytes() == bytes(128)
+    packed = cache.get(maps, {"a": 16, "b": 32, "c": 48}, 64, 64, 64, {"a": 64, "b": 64, "c": 64})
+    assert cache.encodes == 5 and numpy.frombuffer(packed[2].tobytes(), "<u8")[0] == 48
 
 
 X3_SPEC = ROOT / "specs" / "sgemm_3xtf32_h100.gemm"
@@ -270,7 +313,7 @@ def test_mn_major_b_comes_in_64_column_panels_read_through_the_transposed_descri
         offset = f" + {panel * 8192}" if panel else ""
         column = f" + {panel * 64}" if panel else ""
         assert f"tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES{offset}), &map_b, block_n{column}, kt * BK, barrier);" in cuda
-    assert "tensor_map_of(&cache.map_b, encode, B, N, K, ldb, 64, 64);" in cuda
+    assert "tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, ldb, 64, 64);" in cuda
     requests = tensor_map_requests(compile_path(NN_SPEC).metadata["tensor_maps"], {"a": 0, "b": 0}, 333, 517, 136,
                                    {"a": 136, "b": 520})
     assert (requests["b"].dims, requests["b"].strides, requests["b"].box) == ((517, 136), (1040,), (64, 64))

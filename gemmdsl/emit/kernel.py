@@ -32,6 +32,7 @@ from .tma import TmaProducer
 from .wgmma import WgmmaMath
 from .wgmma_split import SplitWgmmaMath
 from .wgmma_epilogue import AccumulatorEpilogue
+from .wgmma_store import StagedEpilogue
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,9 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
     math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
+    epilogue = StagedEpilogue(layout, out) if layout.tma_store else AccumulatorEpilogue(layout, out)
     return WgmmaParts(layout, PersistentScheduler(layout, out), MbarrierRing(layout, out), TmaProducer(layout, out),
-                      math, AccumulatorEpilogue(layout, out))
+                      math, epilogue)
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:

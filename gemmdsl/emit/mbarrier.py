@@ -35,6 +35,12 @@ static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
 }
 
+// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // Spin until the phase with this parity has completed.
 static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
 {
@@ -73,6 +79,10 @@ class MbarrierRing:
             o.comment("3xTF32's split buffer follows the ring (emit/wgmma_split.py).")
             o.line("unsigned char* const split = smem + STAGES * STAGE_BYTES;")
             barriers += " + SPLIT_BYTES"
+        if self.layout.tma_store:
+            o.comment("The staged boxes of C (store: tma, emit/wgmma_store.py).")
+            o.line(f"unsigned char* const staging = smem + {barriers};")
+            barriers += " + STAGING_BYTES"
         o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")
         o.line("unsigned long long* const empty = full + STAGES;")
 

@@ -79,25 +79,22 @@ class TensorMapLauncher:
             o.line("return cudaSuccess;")
 
     def _emit_map(self) -> None:
-        o, name, layout = self.out, self.name, self.layout
-        element = self.spec.problem.a.dtype
-        o.comment("An operand as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D\n"
+        o, name = self.out, self.name
+        o.comment("A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D\n"
                   "tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read "
-                  "zeros.")
+                  "zeros,\nstores outside it are dropped.")
         with o.block(f"static cudaError_t {name}_tensor_map_of({tensor_map_type(self.spec)}* out, "
-                     f"{name}_encode_tiled encode, const void* base, int inner, int outer, int ld, unsigned box_inner, "
-                     "unsigned box_outer)"):
+                     f"{name}_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, "
+                     "int inner, int outer, int ld, unsigned box_inner, unsigned box_outer)"):
             o.line(f"static_assert(sizeof(CUtensorMap) == sizeof({tensor_map_type(self.spec)}), "
                    '"CUtensorMap is 128 bytes");')
             o.line("CUtensorMap map;")
             o.line("const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};")
-            o.line(f"const cuuint64_t strides[1] = {{(cuuint64_t)ld * {element.bytes}}};  // bytes; the inner stride "
-                   "is the element")
+            o.line("const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the "
+                   "element")
             o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
             o.line("const cuuint32_t steps[2] = {1, 1};")
-            data_type = TMA_TYPES[layout.tma_data_type]
-            o.line(f"const CUresult result = encode(&map, {data_type}, 2, const_cast<void*>(base), dims, "
-                   "strides, box, steps,")
+            o.line("const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,")
             o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
             o.line("    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);")
             o.line("if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;")
@@ -105,40 +102,54 @@ class TensorMapLauncher:
             o.line("return cudaSuccess;")
 
     def _emit_cache(self) -> None:
-        o, name = self.out, self.name
+        o, name, layout = self.out, self.name, self.layout
         map_type = tensor_map_type(self.spec)
+        staged = layout.c_box is not None
+        c_key = " && cache.c == C && cache.ldc == ldc" if staged else ""
         o.comment("The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark\n"
                   "or a training loop calls with the same operands again and again.")
         with o.block(f"struct {name}_map_cache", close="};"):
             o.line("const void* a = nullptr;")
             o.line("const void* b = nullptr;")
-            o.line("int m = 0, n = 0, k = 0, lda = 0, ldb = 0;")
-            o.line(f"{map_type} map_a, map_b;")
+            if staged:
+                o.line("const void* c = nullptr;")
+            o.line("int m = 0, n = 0, k = 0, lda = 0, ldb = 0;" if not staged
+                   else "int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;")
+            o.line(f"{map_type} map_a, map_b;" if not staged else f"{map_type} map_a, map_b, map_c;")
         o.line()
-        with o.block(f"static cudaError_t {name}_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, "
-                     f"int N, int K, const {name}_map_cache** maps)"):
+        c_parameters = "const void* C, int ldc, " if staged else ""
+        with o.block(f"static cudaError_t {name}_tensor_maps(const void* A, int lda, const void* B, int ldb, "
+                     f"{c_parameters}int M, int N, int K, const {name}_map_cache** maps)"):
             o.line(f"static thread_local {name}_map_cache cache;")
             o.line("*maps = &cache;")
             o.line("if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && "
-                   "cache.lda == lda && cache.ldb == ldb)")
+                   f"cache.lda == lda && cache.ldb == ldb{c_key})")
             o.line("    return cudaSuccess;")
             o.line(f"{name}_encode_tiled encode;")
             o.line(f"cudaError_t err = {name}_encoder(&encode);")
             for operand, pointer in ((ir.Operand.A, "A"), (ir.Operand.B, "B")):
-                box = self.layout.boxes[operand]
-                o.line(f"if (err == cudaSuccess) err = {name}_tensor_map_of(&cache.map_{operand.value}, encode, "
-                       f"{pointer}, {', '.join(box.dims)}, ld{operand.value}, {box.inner}, {box.outer});")
+                self._emit_encode(layout.boxes[operand], pointer, "err == cudaSuccess")
+            if staged:
+                align = layout.global_alignment_bytes
+                o.comment("C's map only where TMA can store C; the kernel tests the same condition and stores directly "
+                          "otherwise.")
+                size = layout.c_box.element_bytes
+                o.line(f"const bool staged = reinterpret_cast<uintptr_t>(C) % {align} == 0 && "
+                       f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0;")
+                o.line("if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);")
+                self._emit_encode(layout.c_box, "C", "err == cudaSuccess && staged")
             with o.block("if (err != cudaSuccess)"):
                 o.line("cache.a = nullptr;  // nothing valid is cached")
                 o.line("return err;")
-            o.line("cache.a = A;")
-            o.line("cache.b = B;")
-            o.line("cache.m = M;")
-            o.line("cache.n = N;")
-            o.line("cache.k = K;")
-            o.line("cache.lda = lda;")
-            o.line("cache.ldb = ldb;")
+            for field in ("a = A", "b = B", *(["c = C"] if staged else []), "m = M", "n = N", "k = K", "lda = lda",
+                          "ldb = ldb", *(["ldc = ldc"] if staged else [])):
+                o.line(f"cache.{field};")
             o.line("return cudaSuccess;")
+
+    def _emit_encode(self, box, pointer: str, condition: str) -> None:
+        self.out.line(f"if ({condition}) err = {self.name}_tensor_map_of(&cache.map_{box.operand.value}, encode, "
+                      f"{TMA_TYPES[box.data_type]}, {box.element_bytes}, {pointer}, {', '.join(box.dims)}, "
+                      f"ld{box.operand.value}, {box.inner}, {box.outer});")
 
     def _emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
@@ -172,12 +183,14 @@ class TensorMapLauncher:
                 o.line("if (status != cudaSuccess) return status;")
                 o.line("if (sms > 0 && blocks > sms) blocks = sms;")
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
-            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, B, ldb, M, N, K, &maps);")
+            c_arguments = "C, ldc, " if layout.c_box is not None else ""
+            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, B, ldb, {c_arguments}M, N, K, &maps);")
             o.line("if (err != cudaSuccess) return err;")
             o.line(f"const auto kernel = {launch.entries.vector};")
             o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
             o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
             o.line("if (err != cudaSuccess) return err;")
+            c_map = "maps->map_c, " if layout.c_box is not None else ""
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   "maps->map_b, C, M, N, K, ldc, alpha, beta);")
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta);")
             o.line("return cudaGetLastError();")

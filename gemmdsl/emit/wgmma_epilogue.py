@@ -80,6 +80,12 @@ class AccumulatorEpilogue:
                     o.line(f"if (beta != 0.0f) y += beta * {_to_float(c, 'p[1]')};")
                 o.line(f"p[1] = {_from_float(c, 'y')};")
 
+    def constants(self) -> list[tuple[str, int]]:
+        return []
+
+    def emit_finish(self) -> None:
+        """After the consumer's last tile: nothing is left in flight."""
+
     def emit_pairs_flag(self) -> None:
         c = self.c
         self.out.line(f"const bool pairs = reinterpret_cast<size_t>(C) % {2 * c.bytes} == 0 && ldc % 2 == 0;")

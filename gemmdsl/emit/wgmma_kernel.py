@@ -53,6 +53,7 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
     with o.block(""):
         o.comment(parts.math.tiling_note())
         constants = [("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk), *parts.math.constants(),
+                     *parts.epilogue.constants(),
                      ("STAGES", layout.stages), ("CONSUMERS", layout.consumers),
                      ("A_STAGE_BYTES", layout.stage_bytes_of(Operand.A)),
                      ("STAGE_BYTES", layout.stage_bytes)]
@@ -80,6 +81,7 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
             parts.epilogue.emit_pairs_flag()
             o.line("int it = 0;")
             parts.scheduler.emit_loop(lambda: _consumer_tile(parts, o))
+            parts.epilogue.emit_finish()
 
 
 def _producer_tile(parts, o: Emitter) -> None:

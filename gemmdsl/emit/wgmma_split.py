@@ -30,12 +30,6 @@ static __device__ __forceinline__ float tf32_round(float x)
     return __uint_as_float(bits);
 }
 
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 // The consumer warpgroups only (named barrier 1; the producer never waits on it).
 static __device__ __forceinline__ void consumers_sync()
 {

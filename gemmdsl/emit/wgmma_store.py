@@ -1,0 +1,136 @@
+"""`store: tma`: the wgmma path's epilogue through shared memory and bulk tensor stores.
+
+A consumer warpgroup writes its rows of the C tile one box at a time (64 rows by one 128-byte span:
+32 f32 or 64 bf16/f16 columns) into one of two shared-memory buffers, in the 128-byte swizzle (so a
+warp's pairs of columns, 8 rows apart in the accumulator layout, land in distinct banks); one thread
+then issues a bulk tensor store of the box (cp.async.bulk.tensor, completing in a bulk group) and the
+warpgroup fills the other buffer. Before a buffer is filled again, that thread waits until the store
+that used it two boxes ago has read it, and the warpgroup waits for that thread (a named barrier of
+its own). The last stores of a tile run on while the warpgroup multiplies the next tile: that is
+the point, since the epilogue's global stores are otherwise time the tensor cores sit idle (README,
+Hopper: with the stores removed, hgemm_h100 measured 11% faster at 4096^3).
+
+TMA clips the box at C's last row, so checked bounds need no guard there; at the last column it was
+seen to write the whole 16-byte unit that holds C's edge (N = 517 f32 columns wrote into the padding
+after column 516; N = 1000 did not), so the staged path also needs N x element bytes to be a multiple
+of 16. With that, C 16-byte aligned and rows a multiple of 16 bytes, the kernel stages; other calls
+take the direct stores of `AccumulatorEpilogue` (the launcher then passes no tensor map for C, and the
+kernel tests the same condition).
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..wgmma_layout import STORE_BUFFERS, SWIZZLE_SPAN
+from .wgmma_epilogue import PAIR_TYPES, AccumulatorEpilogue, _pair, _to_float
+
+STORE_HELPERS = r'''
+// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
+static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Wait until this thread's bulk groups have completed (their writes are done).
+static __device__ __forceinline__ void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}'''
+
+
+class StagedEpilogue(AccumulatorEpilogue):
+    def constants(self) -> list[tuple[str, int]]:
+        box = self.layout.c_box
+        return [("C_BOX_COLS", box.inner), ("C_BOX_BYTES", box.bytes), ("C_BOXES", box.count),
+                ("STORE_BUFFERS", STORE_BUFFERS), ("STAGING_BYTES", self.layout.staging_bytes)]
+
+    def emit_helpers(self) -> None:
+        super().emit_helpers()
+        o, c = self.out, self.c
+        o.line()
+        what = "alpha * acc + beta * C" if self.alpha_beta else "acc"
+        o.comment(f"The pair C(row, col), C(row, col + 1) would be {what} (C read only when beta is not 0 and "
+                  "inside C).")
+        with o.block("static __device__ __forceinline__ float2 c_pair(const "
+                     f"{c.c_type}* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, "
+                     "float beta)"):
+            if not self.alpha_beta:
+                o.line("(void)C; (void)ldc; (void)M; (void)N; (void)row; (void)col; (void)alpha; (void)beta;")
+                o.line("return make_float2(x, y);")
+                return
+            o.line("x *= alpha;")
+            o.line("y *= alpha;")
+            with o.block("if (beta != 0.0f && row < M)"):
+                o.line(f"const {c.c_type}* const p = C + (size_t)row * ldc + col;")
+                o.line(f"if (col < N) x += beta * {_to_float(c, 'p[0]')};")
+                o.line(f"if (col + 1 < N) y += beta * {_to_float(c, 'p[1]')};")
+            o.line("return make_float2(x, y);")
+        o.lines(STORE_HELPERS)
+
+    def emit_pairs_flag(self) -> None:
+        super().emit_pairs_flag()
+        align = self.layout.global_alignment_bytes
+        self.out.line(f"const bool staged = reinterpret_cast<size_t>(C) % {align} == 0 && "
+                      f"(long long)ldc * {self.c.bytes} % {align} == 0 && (long long)N * {self.c.bytes} % {align} == 0;"
+                      "  // TMA can store C (the launcher agrees)")
+
+    def emit(self) -> None:
+        o, c = self.out, self.c
+        with o.block("if (staged)"):
+            o.comment(f"{self.layout.c_box.count} boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through "
+                      "STORE_BUFFERS buffers.")
+            o.line("const int warp = tid / 32, lane = tid % 32;")
+            o.line("const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below")
+            o.line("unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;")
+            with o.unrolled("box", "C_BOXES"):
+                o.line("const int mr = box / (BN / C_BOX_COLS);")
+                o.line("const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column")
+                o.line("unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;")
+                o.line("if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it")
+                o.line("warpgroup_sync(consumer);")
+                with o.unrolled("j", "C_BOX_COLS / 8"):
+                    o.line("const int col = first + 8 * j;")
+                    o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
+                           "4 * (col % WGMMA_N / 8);")
+                    o.line("const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;")
+                    o.line("const int gcol = block_n + col + lane % 4 * 2;")
+                    o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
+                    o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
+                    o.line("const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);")
+                    pair = PAIR_TYPES[c]
+                    o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r, byte)) = "
+                           f"{_pair(c, 'top.x', 'top.y')};")
+                    o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r + 8, byte)) = "
+                           f"{_pair(c, 'bottom.x', 'bottom.y')};")
+                o.line("fence_proxy_async();")
+                o.line("warpgroup_sync(consumer);")
+                o.line("if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, "
+                       "block_m + consumer * CONSUMER_ROWS + mr * 64);")
+        with o.block("else"):
+            super().emit()
+
+    def emit_finish(self) -> None:
+        """After the consumer's last tile: its stores must have read shared memory (and written C)
+        before the block exits."""
+        self.out.line("if (staged && tid == 0) bulk_wait_all();")
