@@ -43,11 +43,12 @@ class TensorMapRequest:
     swizzle: int
 
 
-def tensor_map_requests(maps: dict, pointers: dict[str, int], m: int, n: int, k: int,
+def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
                         lds: dict[str, int]) -> dict[str, TensorMapRequest]:
-    """The two maps' requests for one call: metadata['tensor_maps'] (per operand a, b: the names of its
-    dims, 'K' then 'M' or 'N' when k is contiguous, else the other way round; box [dim 0, dim 1],
-    element_bytes, swizzle_bytes, dtype), the operands' pointers and leading dimensions."""
+    """The maps' requests for one call: metadata['tensor_maps'] (per operand a, b, and c for `store: tma`:
+    the names of its dims, 'K' then 'M' or 'N' when k is contiguous, else the other way round, 'N' then 'M'
+    for C; box [dim 0, dim 1], element_bytes, swizzle_bytes, dtype), the operands' pointers and leading
+    dimensions. An operand whose pointer is None (C that TMA cannot store) gets no request."""
     extents = {"M": m, "N": n, "K": k}
     requests = {}
     for operand, entry in maps.items():
