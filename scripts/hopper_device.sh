@@ -13,14 +13,7 @@
 #
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
-set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if ! python3 -c "import lark" 2>/dev/null; then
-    for wheel in .whl/*.whl; do [ -e "$wheel" ] && PYTHONPATH=$PWD/$wheel:$PYTHONPATH; done
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+source scripts/device_env.sh
 SPECS=$(python3 -c 'import glob; from gemmdsl.frontend import load_spec
 print(" ".join(p for p in sorted(glob.glob("specs/*.gemm")) if load_spec(p).wgmma))')
 SIZES=1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024

@@ -10,14 +10,7 @@
 #             shape of the default list (the variants are written to $OUT/layouts);
 #   tests     the GPU tests of shapes and families;
 #   sanitize  compute-sanitizer on the members at sizes that split K and leave partial tiles.
-set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if ! python3 -c "import lark" 2>/dev/null; then
-    for wheel in .whl/*.whl; do [ -e "$wheel" ] && PYTHONPATH=$PWD/$wheel:$PYTHONPATH; done
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+source scripts/device_env.sh
 MEMBERS="specs/sgemm_h100.gemm specs/sgemm_any.gemm specs/checked_64x64.gemm specs/checked_32x128.gemm specs/checked_128x32.gemm"
 SHAPES=$(grep -v '^#' gemmdsl/shapes/default.txt | awk 'NF { print ($1 ~ /x/) ? $1 : $1 "x" $1 "x" $1 }' | paste -sd,)
 STEPS=${*:-bench verify layouts tests sanitize}
