@@ -81,8 +81,11 @@ def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     maps = ((tensor_map, "map_a"), (tensor_map, "map_b"))
     if spec.pipeline.store is ir.StoreMode.TMA:  # C's too, for the staged epilogue's bulk stores
         maps += ((tensor_map, "map_c"),)
-    return (*maps, (pointer_type(spec, ir.Operand.C), "C"),
-            ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
+    parameters = (*maps, (pointer_type(spec, ir.Operand.C), "C"),
+                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
+    if spec.block.stream_k:  # the call's split and the workspace (emit/wgmma_stream_k.py)
+        parameters += (("int", "sk_tiles"), ("int", "sk_blocks"), ("float*", "partials"), ("unsigned*", "flags"))
+    return parameters
 
 
 def launcher_parameters(spec: ir.KernelSpec) -> dict[str, str]:

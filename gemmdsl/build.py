@@ -17,6 +17,9 @@ NVCC_TIMEOUT_S = 600
 _USED = re.compile(r"Used (\d+) registers")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")
+# ptxas's note that it made a function's wgmma wait for each other (performance, not correctness):
+# "(C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized ... in the function 'NAME'".
+_SERIALIZED = re.compile(r"\(C75\d\d\) Potential Performance Loss: wgmma.* in the function '(\w+)'")
 
 
 class BuildError(Exception):
@@ -30,6 +33,7 @@ class PtxasResources:
     spill_loads: int
     stack: int
     static_smem: int
+    wgmma_serialized: bool = False  # ptxas C75xx: the kernel's wgmma do not overlap each other
 
     @property
     def spills(self) -> int:
@@ -37,11 +41,13 @@ class PtxasResources:
 
     def as_dict(self) -> dict[str, int]:
         return {"registers": self.registers, "spill_stores": self.spill_stores, "spill_loads": self.spill_loads,
-                "stack": self.stack, "static_smem": self.static_smem}
+                "stack": self.stack, "static_smem": self.static_smem, "wgmma_serialized": self.wgmma_serialized}
 
     def __str__(self) -> str:
         text = (f"ptxas: {self.registers} registers, {self.stack} bytes stack, "
                 f"{self.spill_stores} bytes spill stores, {self.spill_loads} bytes spill loads")
+        if self.wgmma_serialized:
+            text += "; wgmma SERIALIZED by ptxas (C7515): expect a large slowdown"
         return text
 
 
@@ -68,7 +74,8 @@ def parse_ptxas(log: str, entry: str) -> PtxasResources:
         raise BuildError(f"could not read ptxas resources for {entry}:\n{section}")
     return PtxasResources(registers=int(used.group(1)), stack=int(stack.group(1)),
                           spill_stores=int(stack.group(2)), spill_loads=int(stack.group(3)),
-                          static_smem=int(smem.group(1)) if smem else 0)
+                          static_smem=int(smem.group(1)) if smem else 0,
+                          wgmma_serialized=any(match.group(1) == entry for match in _SERIALIZED.finditer(log)))
 
 
 def arch_flag(target: str) -> str:

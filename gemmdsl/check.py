@@ -53,6 +53,9 @@ def _wgmma_report(analysis: Analysis) -> str:
     sections = [header]
     if registers.spills:
         sections.append(f"!!! ptxas SPILLS registers to local memory: {registers.spills} bytes !!!")
+    if analysis.ptxas and analysis.ptxas.get("wgmma_serialized"):
+        sections.append("!!! ptxas SERIALIZED the kernel's wgmma (C7515: non-wgmma instructions define accumulator "
+                        "registers inside a wgmma pipeline stage); expect a large slowdown !!!")
     sections.append("\n".join(f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes))
     sections.append(_warnings(analysis))
     return "\n\n".join(section for section in sections if section) + "\n"

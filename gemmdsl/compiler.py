@@ -150,7 +150,8 @@ def _wgmma_metadata(plan: KernelPlan) -> dict:
                        "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
                        "dtype": box.data_type}
             for op, box in boxes.items()}
-    return {"tensor_maps": maps, "persistent": layout.persistent,
+    stream_k = {"partial_bytes": layout.partial_bytes, "consumers": layout.consumers} if layout.stream_k else None
+    return {"tensor_maps": maps, "persistent": layout.persistent, "wgmma_stream_k": stream_k,
             "alignment_bytes": layout.global_alignment_bytes}
 
 

@@ -156,6 +156,8 @@ def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
+    if layout.stream_k:  # schedule.persistent_blocks
+        grid_x = f"max(sk_blocks, min({tiles} - sk_tiles, SMs))"
     checked = spec.problem.checked
     requirements = Requirements(
         m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,

@@ -51,7 +51,7 @@ import numpy
 from .abi import MAX_BATCH, MAX_INT
 from .build import arch_flag
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
-from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches
+from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches, persistent_blocks
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
@@ -103,9 +103,11 @@ class Requirements:
     interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
     interior_partial_k_entry: str | None = None  # ... the same with a partial last k-tile, for K % BK != 0
     # wgmma specs (Hopper's own path): A and B reach the kernel as TMA tensor maps (metadata['tensor_maps']);
-    # persistent: the launch is min(tiles, SMs) blocks.
+    # persistent: the launch is min(tiles, SMs) blocks. wgmma_stream_k (schedule: stream_k): the workspace's
+    # figures (partial_bytes per slot, consumers), and the launch follows schedule.persistent_blocks.
     tensor_maps: dict | None = None
     persistent: bool = False
+    wgmma_stream_k: dict | None = None
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
@@ -124,7 +126,8 @@ class Requirements:
                    interior_entry=metadata["entries"].get("interior"),
                    interior_partial_k_entry=metadata["entries"].get("interior_partial_k"),
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
-                   tensor_maps=metadata.get("tensor_maps"), persistent=metadata.get("persistent", False))
+                   tensor_maps=metadata.get("tensor_maps"), persistent=metadata.get("persistent", False),
+                   wgmma_stream_k=metadata.get("wgmma_stream_k"))
 
 
 @dataclass(frozen=True)
@@ -375,10 +378,29 @@ def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: f
             numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
 
 
-def wgmma_grid(req: Requirements, m: int, n: int, sms: int) -> tuple[int, int, int]:
-    """One block per tile, or for schedule: persistent one wave of min(tiles, SMs), as the C launcher."""
+def wgmma_grid(req: Requirements, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
+    """One block per tile, or for schedule: persistent one wave of min(tiles, SMs), and with stream-K
+    enough for the stream-K blocks too, as the C launcher."""
+    if req.wgmma_stream_k is not None:
+        return persistent_blocks(call_split(req.block_tile, m, n, k, sms), sms), 1, 1
     tiles = grid_size(req, m, n)[0]
     return (min(tiles, sms) if req.persistent else tiles), 1, 1
+
+
+def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple]:
+    """A stream-K wgmma call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
+    arrays that hold its workspace: a slot of partial sums per SM and a flag per SM and consumer, the flags
+    zeroed once (the kernel lowers every flag it raises, so the bound call can be launched again)."""
+    import cupy
+
+    split = call_split(req.block_tile, call.m, call.n, call.k, sms)
+    if not split.sk_tiles:
+        return (numpy.int32(0), numpy.int32(0), numpy.uint64(0), numpy.uint64(0)), ()
+    figures = req.wgmma_stream_k
+    partials = cupy.empty(sms * figures["partial_bytes"] // 4, dtype=cupy.float32)
+    flags = cupy.zeros(sms * figures["consumers"], dtype=cupy.uint32)
+    return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(partials.data.ptr),
+             numpy.uint64(flags.data.ptr)), (partials, flags))
 
 
 def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
@@ -803,8 +825,9 @@ class Kernel:
         block = (self.metadata["threads"], 1, 1)
         function = self._functions[call.entry]
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
-            return partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library,
-                           device=self.device)((self._wgmma_launch(call, function, alpha, beta, block),))
+            launch, workspace = self._wgmma_launch(call, function, alpha, beta, block)
+            return BoundLaunch(call.entry, (launch,), c=c, operands=(a, b, c, *workspace), library=library,
+                               device=self.device)
         args = kernel_arguments(call, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
         bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
@@ -832,7 +855,8 @@ class Kernel:
         return bound(tuple(launches))
 
     def _wgmma_launch(self, call: CheckedCall, function: Any, alpha: float, beta: float,
-                      block: tuple[int, int, int]) -> KernelLaunch:
+                      block: tuple[int, int, int]) -> tuple[KernelLaunch, tuple]:
+        """The launch, and the workspace arrays it needs alive (stream-K)."""
         import cupy
 
         from .tensor_maps import TensorMapCache, driver_encoder
@@ -851,8 +875,12 @@ class Kernel:
             pointers["c"] = c.pointer if staged else None
         maps = self._tensor_maps.get(self.requirements.tensor_maps, pointers, call.m, call.n, call.k, lds)
         sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
-        return KernelLaunch(function, wgmma_grid(self.requirements, call.m, call.n, sms), block,
-                            wgmma_kernel_arguments(call, maps, alpha, beta), self.dynamic_smem_bytes)
+        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta), ()
+        if self.requirements.wgmma_stream_k is not None:
+            stream_k, workspace = wgmma_workspace(self.requirements, call, sms)
+            arguments += stream_k
+        grid = wgmma_grid(self.requirements, call.m, call.n, call.k, sms)
+        return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
 
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
                        smem: int, interior: bool) -> tuple[KernelLaunch, ...]:

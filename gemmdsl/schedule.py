@@ -27,6 +27,12 @@ k-tile, zero-filled past K (a kernel of its own, so that the interior kernel kee
 kernel's code and registers). Carrying the guarded path beside the unguarded one in one kernel costs the
 interior blocks instruction scheduling, and ptxas allocates registers for the heavier path.
 
+On the wgmma path (Hopper) stream-K lives in the persistent kernel itself: one wave of blocks first
+walks its stream-K range, then the plain tiles, and instead of atomics the blocks that meet a
+shared tile before its last k-tile leave their partial sums in a workspace for the block that
+does that last k-tile (`contributors`), which adds them before the epilogue: any C type, beta
+applied once, and the same sums in the same order on every run.
+
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
 analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
 call's shape), and the launcher's copy of it is tested against it.
@@ -66,6 +72,24 @@ class StreamKSplit:
     def first_sk_tile(self) -> int:
         return self.tiles - self.sk_tiles
 
+    @property
+    def sk_work(self) -> int:
+        """The shared k-tiles, numbered tile by tile from the first shared tile's k-tile 0."""
+        return self.sk_tiles * self.k_tiles
+
+    def block_of(self, unit: int) -> int:
+        """The stream-K block whose range holds shared k-tile `unit`: the last block whose range begins
+        at or before it (block b's begins at floor(work b / blocks))."""
+        return ((unit + 1) * self.sk_blocks + self.sk_work - 1) // self.sk_work - 1
+
+    def contributors(self, tile: int) -> range:
+        """The blocks that leave partial sums of shared tile `tile` for the block that finishes it (the
+        one that does its last k-tile, as its last piece): every block whose range meets the tile before
+        that one. Each of them meets the tile at the end of its range, its first piece, so each leaves one
+        partial sum per launch (the wgmma path's fixup, emit/wgmma_stream_k.py)."""
+        first = (tile - self.first_sk_tile) * self.k_tiles
+        return range(self.block_of(first), self.block_of(first + self.k_tiles - 1))
+
     def segments(self, block: int) -> list[tuple[int, int, int]]:
         """(tile, first k-tile, end k-tile) of each piece of work stream-K block `block` does, in the
         order it does them: the kernel's loop, written out. The range is walked from its end, so the
@@ -96,6 +120,12 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1) -> Stre
     if blocks <= shared or work > MAX_WORK or not idle_enough:
         shared = blocks = 0
     return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
+
+
+def persistent_blocks(split: StreamKSplit, sms: int) -> int:
+    """Blocks of a persistent launch with stream-K (the wgmma path): enough for the stream-K ranges and
+    for one wave of the plain tiles, which the blocks then walk blockIdx.x, + gridDim.x, ..."""
+    return max(split.sk_blocks, min(split.dp_tiles, sms))
 
 
 def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> StreamKSplit:

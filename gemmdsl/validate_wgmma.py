@@ -69,11 +69,6 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
         error(problem.at("batch"), "batch: strided is not supported yet on the wgmma path (the tensor maps would "
                                    "need a third dimension)", "remove `batch`, or use an mma.sync spec")
         ok = False
-    block = spec.block
-    if block.stream_k:
-        error(block.at("schedule"), "schedule: stream_k is not supported yet on the wgmma path",
-              "use `schedule: persistent;` (one wave of blocks walks the tiles) or `schedule: tiles;`")
-        ok = False
     return ok
 
 

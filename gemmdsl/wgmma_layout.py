@@ -16,7 +16,10 @@ The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
   m_repeat x n_repeat instructions per 32-byte k-step;
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
-  min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster.
+  min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster;
+  schedule: stream_k is persistent too, and its blocks first share the last wave's tiles' k-tiles
+  (schedule.py; emit/wgmma_stream_k.py), leaving partial sums in a workspace for the block that
+  finishes each shared tile.
 
 Scope (validate_wgmma.py rejects the rest with a diagnostic): bf16 or f16 A and B in any of the four
 layouts, or f32 A and B multiplied as TF32 with k contiguous (`a: f32 row; b: f32 col`: TF32 wgmma
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from . import ir
+from .schedule import StreamKSplit, call_split, persistent_blocks
 from .targets import Arch, arch_of
 
 WARPGROUP = 128  # threads: 4 warps issue one wgmma together
@@ -301,15 +305,34 @@ class WgmmaLayout:
 
     @property
     def persistent(self) -> bool:
-        return self.spec.block.schedule is ir.Schedule.PERSISTENT
+        """One wave of blocks walks the tiles (schedule: persistent, and stream_k, which is persistent)."""
+        return self.spec.block.schedule in (ir.Schedule.PERSISTENT, ir.Schedule.STREAM_K)
+
+    @property
+    def stream_k(self) -> bool:
+        return self.spec.block.stream_k
 
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.bm) * -(-n // self.bn)
 
-    def grid(self, m: int, n: int, sms: int) -> int:
-        """Blocks of a launch: one wave (min(tiles, SMs)) when persistent, else one per tile."""
+    def call_split(self, m: int, n: int, k: int, sms: int) -> StreamKSplit:
+        """How a call shares tiles among stream-K blocks (no stream-K: none shared), one slot per SM."""
+        if not self.stream_k:
+            return StreamKSplit(self.tiles(m, n), -(-k // self.bk), sms, 0, 0)
+        return call_split((self.bm, self.bn, self.bk), m, n, k, sms)
+
+    def grid(self, m: int, n: int, k: int, sms: int) -> int:
+        """Blocks of a launch: one wave (min(tiles, SMs)) when persistent, else one per tile; with
+        stream-K, enough for the stream-K blocks too."""
         tiles = self.tiles(m, n)
+        if self.stream_k:
+            return persistent_blocks(self.call_split(m, n, k, sms), sms)
         return min(tiles, sms) if self.persistent else tiles
+
+    @property
+    def partial_bytes(self) -> int:
+        """A stream-K block's slot of the workspace: the tile's accumulators, BM x BN floats."""
+        return self.bm * self.bn * 4
 
     # Shared with the other lowerings' interface (plan.py, compiler.py read these).
     def global_vector(self, operand: ir.Operand) -> int:

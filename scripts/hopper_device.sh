@@ -7,9 +7,10 @@
 #   tests     the CPU and GPU tests of the path (odd shapes, the four 16-bit layouts, refusals, the C launcher);
 #   verify    every wgmma spec at verify's default sizes and at 333x517x129, 1000^3 and 4095x4097x4096;
 #   bench     every wgmma spec against cuBLAS at its own precision over the five sizes;
-#   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles (written to $OUT/variants);
+#   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles, and the bf16, f16 and TF32
+#             specs with schedule: stream_k (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
-#   sanitize  compute-sanitizer on the TF32, 3xTF32 and MN-major specs.
+#   sanitize  compute-sanitizer on the TF32, 3xTF32 (stream-K too: both sizes share tiles) and MN-major specs.
 #
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
@@ -57,6 +58,10 @@ if wants variants; then
     variant tf32_group16 $tf32 's/group(8)/group(16)/'
     variant tf32_256x128 $tf32 's/128x256x32/256x128x32/; s/m64n256k8/m64n128k8/'
     variant tf32_128x192 $tf32 's/128x256x32/128x192x32/; s/m64n256k8/m64n192k8/; s/stages: 4/stages: 5/'
+    variant h100_stream_k $bf16 's/schedule: persistent/schedule: stream_k/'
+    variant bf16c_stream_k specs/hgemm_h100_bf16c.gemm 's/schedule: persistent/schedule: stream_k/'
+    variant f16_stream_k specs/hgemm_h100_f16.gemm 's/schedule: persistent/schedule: stream_k/'
+    variant tf32_stream_k $tf32 's/schedule: persistent/schedule: stream_k/'
     python3 scripts/prebuild_cubins.py "$OUT"/variants/*.gemm > "$OUT/prebuild_variants.log" 2>&1 || status=1
     python3 -m gemmdsl.cli bench $bf16 $tf32 "$OUT"/variants/*.gemm --sizes "$SIZES" \
         --json "$OUT/bench_variants.json" 2>&1 | grep -v '^\[' | tee "$OUT/bench_variants.log"
@@ -69,6 +74,7 @@ if wants triton; then
 fi
 if wants sanitize; then
     SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/sgemm_3xtf32_h100.gemm \
+        specs/sgemm_3xtf32_h100_sk.gemm \
         specs/hgemm_h100_nn.gemm 2>&1 \
         | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1

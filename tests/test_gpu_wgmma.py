@@ -80,18 +80,23 @@ def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
         kernel(a, b)
 
 
-def test_c_launcher_from_a_shared_library(tmp_path, cupy):
-    """NAME_launch_ld through ctypes: the tensor maps, their cache and the persistent grid of the C side."""
-    artifacts = compile_path(ROOT / "specs" / "hgemm_h100.gemm")
-    source = tmp_path / "hgemm_h100.cu"
-    source.write_text(artifacts.cuda)
-    library = tmp_path / "libhgemm_h100.so"
+def _launcher_ld(tmp_path, name):
+    """A shipped spec's NAME_launch_ld from a shared library that nvcc built for sm_90a, through ctypes."""
+    source = tmp_path / f"{name}.cu"
+    source.write_text(compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
+    library = tmp_path / f"lib{name}.so"
     subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
                     "-o", str(library), str(source)], check=True, capture_output=True, text=True)
-    launch = ctypes.CDLL(str(library)).hgemm_h100_launch_ld
+    launch = getattr(ctypes.CDLL(str(library)), f"{name}_launch_ld")
     launch.restype = ctypes.c_int
     launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
+    return launch
+
+
+def test_c_launcher_from_a_shared_library(tmp_path, cupy):
+    """NAME_launch_ld through ctypes: the tensor maps, their cache and the persistent grid of the C side."""
+    launch = _launcher_ld(tmp_path, "hgemm_h100")
     m, n, k = 333, 517, 136
     rng = cupy.random.default_rng(1)
     a32 = rng.standard_normal((m, k), dtype="float32")
@@ -116,3 +121,51 @@ def test_c_launcher_from_a_shared_library(tmp_path, cupy):
     cupy.cuda.Device().synchronize()
     error = float(cupy.linalg.norm(wide[:, :512] - reference[:, :512]) / cupy.linalg.norm(reference[:, :512]))
     assert error < 1e-5 and bool(cupy.isnan(wide[:, 512:]).all()), error
+
+
+def _relative_error(cupy, c, reference):
+    return float(cupy.linalg.norm(c.astype("float64") - reference) / cupy.linalg.norm(reference))
+
+
+def test_stream_k_partial_sums_are_fresh_in_every_launch(load_kernel, cupy):
+    """A call bound once and launched again on new inputs in the same buffers: the finishing blocks must
+    wait for this launch's partial sums (a flag left raised by the last launch would let them read stale
+    ones). 1000^3 shares all 64 tiles among 132 blocks; 2000x1000x4096 shares 128 tiles' 16,384 k-tiles."""
+    kernel = load_kernel(ROOT / "specs" / "sgemm_3xtf32_h100_sk.gemm")
+    rng = cupy.random.default_rng(11)
+    for m, n, k in [(1000, 1000, 1000), (2000, 1000, 4096)]:
+        a = cupy.empty((m, k), dtype="float32")
+        b = cupy.empty((n, k), dtype="float32")  # B column-major: stored N x K
+        c = cupy.empty((m, n), dtype="float32")
+        bound = kernel.bind(a, b.T, c)
+        results = []
+        for _ in range(3):
+            a[...] = rng.standard_normal((m, k), dtype="float32")
+            b[...] = rng.standard_normal((n, k), dtype="float32")
+            c.fill(float("nan"))
+            bound()
+            cupy.cuda.Device().synchronize()
+            results.append(_relative_error(cupy, c, a.astype("float64") @ b.T.astype("float64")))
+        assert max(results) < 1e-6, (m, n, k, results)
+
+
+def test_stream_k_c_launcher_keeps_a_workspace_per_stream(tmp_path, cupy):
+    """NAME_launch_ld of a stream-K spec: its workspace (allocated on the first call that shares tiles, one
+    per stream), on the default stream twice with new inputs, then on a second stream."""
+    launch = _launcher_ld(tmp_path, "sgemm_3xtf32_h100_sk")
+    m, n, k = 1000, 1000, 1000
+    rng = cupy.random.default_rng(12)
+    a = cupy.empty((m, k), dtype="float32")
+    b = cupy.empty((n, k), dtype="float32")
+    c0 = rng.standard_normal((m, n), dtype="float32")
+    other = cupy.cuda.Stream(non_blocking=True)
+    for stream in (None, None, other):
+        a[...] = rng.standard_normal((m, k), dtype="float32")
+        b[...] = rng.standard_normal((n, k), dtype="float32")
+        cupy.cuda.Device().synchronize()
+        c = c0.copy()
+        handle = None if stream is None else stream.ptr
+        assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.5, -0.5, handle) == 0
+        cupy.cuda.Device().synchronize()
+        reference = 1.5 * (a.astype("float64") @ b.T.astype("float64")) - 0.5 * c0.astype("float64")
+        assert _relative_error(cupy, c, reference) < 1e-6

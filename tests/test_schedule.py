@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
@@ -144,10 +144,11 @@ int main() {
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-def test_the_launcher_splits_as_schedule_py_does(tmp_path):
-    cuda = compile_path(ROOT / "specs" / "sgemm_h100.gemm").cuda
-    function = re.search(r"^static void sgemm_h100_stream_k_split\(.*?^}\n", cuda, re.M | re.S).group(0)
-    (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, "sgemm_h100"))
+@pytest.mark.parametrize("name", ["sgemm_h100", "sgemm_3xtf32_h100_sk"])  # the FMA path's launcher, the wgmma one's
+def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
+    cuda = compile_path(ROOT / "specs" / f"{name}.gemm").cuda
+    function = re.search(rf"^static void {name}_stream_k_split\(.*?^}}\n", cuda, re.M | re.S).group(0)
+    (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, name))
     subprocess.run(["g++", "-O1", "-o", "split", "split.cpp"], cwd=tmp_path, check=True)
     cases = [(t, k, s, b) for t in (1, 3, 4, 32, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
              for k in (1, 2, 3, 4, 5, 128, 512, 8192, 2**20, 2**23) for s in (1, 7, 132, 264, 528)
@@ -157,6 +158,28 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path):
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
     expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]
     assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 300), slots=st.integers(1, 300))
+def test_each_shared_tile_is_finished_by_the_block_that_does_its_last_k_tile(tiles, k_tiles, slots):
+    """The wgmma path's fixup (emit/wgmma_stream_k.py): the block whose range holds a shared tile's last
+    k-tile does it as its last piece; every other block that meets the tile (`contributors`) does so in
+    its first piece, without the tile's last k-tile, and meets no other tile so; so each leaves one partial
+    sum per launch, and none waits before it has left its own."""
+    split = stream_k_split(tiles, k_tiles, slots)
+    assume(split.sk_tiles)
+    pieces = {block: split.segments(block) for block in range(split.sk_blocks)}
+    for block, walk in pieces.items():
+        partial = [piece for piece in walk if piece[2] < k_tiles]
+        assert partial in ([], [walk[0]]), walk
+        assert all(piece == walk[-1] for piece in walk if piece[1] > 0 and piece[2] == k_tiles)
+    for tile in range(split.first_sk_tile, tiles):
+        meeting = sorted(block for block, walk in pieces.items() if any(piece[0] == tile for piece in walk))
+        finisher = split.block_of((tile - split.first_sk_tile + 1) * k_tiles - 1)
+        assert any(piece[0] == tile and piece[2] == k_tiles for piece in pieces[finisher])
+        assert list(split.contributors(tile)) == [block for block in meeting if block != finisher]
+        assert all(block < finisher for block in split.contributors(tile))
 
 
 @settings(max_examples=300, deadline=None)

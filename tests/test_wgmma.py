@@ -55,7 +55,7 @@ def test_layout_matches_the_measured_prototype():
     assert layout.accumulators == 128 and layout.mbarriers == 8 and layout.wgmma_per_k_tile == 4
     a, b = ir.Operand.A, ir.Operand.B
     assert [layout.k_step(a), layout.row_step(a), layout.row_step(b)] == [2, 512, 2048]
-    assert layout.grid(4096, 4096, 132) == 132 and layout.grid(256, 256, 132) == 2
+    assert layout.grid(4096, 4096, 4096, 132) == 132 and layout.grid(256, 256, 4096, 132) == 2
 
 
 # --- diagnostics: every rule points at the value it objects to ---------------------------------------
@@ -77,7 +77,6 @@ CASES = [
      "descriptor cannot express"),
     ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: 64B; }", "64B", "not supported yet"),
     ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
-    ("schedule: persistent", "schedule: stream_k", "stream_k", "not supported yet"),
     ("producer: 1", "producer: 2", "2", "exactly one producer"),
     ("warpgroups: 2", "warps: 2x2", "warps", "does not apply to a wgmma spec"),
     ("bounds: checked;", "bounds: checked; batch: strided;", "strided", "batch: strided is not supported yet"),
@@ -379,7 +378,7 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
     views["A"] = OperandView("A", 333, 136, 1, 136, 0, 0x10000, 2)
     views["B"] = OperandView("B", 136, 517, 1, 136, 0, 0x20000, 2)
     assert choose_entry(req, views) == "hgemm_h100_kernel"  # C's odd alignment is the kernel's business
-    assert wgmma_grid(req, 4096, 4096, 132) == (132, 1, 1) and wgmma_grid(req, 100, 100, 132) == (1, 1, 1)
+    assert wgmma_grid(req, 4096, 4096, 4096, 132) == (132, 1, 1) and wgmma_grid(req, 100, 100, 100, 132) == (1, 1, 1)
 
 
 # --- nvcc ------------------------------------------------------------------------------------------------
@@ -389,11 +388,32 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 @pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
                                   "sgemm_3xtf32_h100"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
+    """... and without ptxas serializing the wgmma (C7515), which a stream-K loop from a variable first
+    k-tile once caused: 10% slower at every size (README, Hopper)."""
     from gemmdsl.build import build
 
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
-    assert resources.registers <= 168 and resources.spills == 0
+    assert resources.registers <= 168 and resources.spills == 0 and not resources.wgmma_serialized
+
+
+def test_ptxas_serializing_wgmma_is_read_from_its_log():
+    from gemmdsl.build import parse_ptxas
+
+    log = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to \
+non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the \
+function 'slow_kernel'
+ptxas info    : Compiling entry function 'slow_kernel' for 'sm_90a'
+ptxas info    : Function properties for slow_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+ptxas info    : Compiling entry function 'fast_kernel' for 'sm_90a'
+ptxas info    : Function properties for fast_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers"""
+    slow, fast = parse_ptxas(log, "slow_kernel"), parse_ptxas(log, "fast_kernel")
+    assert slow.wgmma_serialized and "SERIALIZED" in str(slow) and slow.as_dict()["wgmma_serialized"]
+    assert not fast.wgmma_serialized and "SERIALIZED" not in str(fast)
 
 
 def test_bench_rates_a_wgmma_kernel_against_wgmmas_peak():
@@ -403,3 +423,49 @@ def test_bench_rates_a_wgmma_kernel_against_wgmmas_peak():
     assert instruction_peak(hopper, "bf16", 90, mma_sync_peak) == WGMMA_PEAK_TFLOPS[90]["bf16"]
     assert instruction_peak(ampere, "bf16", 90, mma_sync_peak) == mma_sync_peak
     assert instruction_peak(SimpleNamespace(), "bf16", 90, mma_sync_peak) == mma_sync_peak  # a family
+
+
+# --- stream-K ----------------------------------------------------------------------------------------
+
+SK_SPEC = ROOT / "specs" / "sgemm_3xtf32_h100_sk.gemm"
+
+
+def test_stream_k_shares_the_last_wave_in_the_analysis_and_the_launch():
+    from gemmdsl.analysis import analyze
+
+    artifacts = compile_path(SK_SPEC)
+    layout = artifacts.plan.layout
+    assert layout.persistent and layout.stream_k and layout.partial_bytes == 128 * 128 * 4
+    # 4096^3 in 128x128 tiles: 1024 tiles, 7 whole waves of 132 and 100 tiles' 12,800 k-tiles shared by 132
+    # blocks (97 each): 7 * 128 + 97 k-tiles on the busiest SM instead of 8 * 128.
+    waves = analyze(artifacts.spec, problem=(4096, 4096, 4096), plan=artifacts.plan).facts["wgmma_waves"]
+    assert (waves.tiles, waves.blocks, waves.sk_tiles, waves.sk_blocks) == (1024, 132, 100, 132)
+    assert waves.efficiency == pytest.approx(1024 * 128 / ((7 * 128 + 97) * 132))
+    persistent = analyze(load_spec(X3_SPEC), problem=(4096, 4096, 4096)).facts["wgmma_waves"]
+    assert persistent.sk_tiles == 0 and persistent.efficiency == pytest.approx(1024 / (8 * 132))
+    req = Requirements.from_metadata(artifacts.metadata)
+    assert req.wgmma_stream_k == {"partial_bytes": 65536, "consumers": 2}
+    assert wgmma_grid(req, 1000, 1000, 1000, 132) == (132, 1, 1)  # 64 tiles, shared by 132 blocks
+    assert wgmma_grid(req, 2048, 2048, 2048, 132) == (132, 1, 1)  # 256 tiles: 124 in the last wave, 6% idle
+    cuda = artifacts.cuda
+    assert "int sk_tiles, int sk_blocks, float* __restrict__ partials, unsigned* __restrict__ flags)" in cuda
+    assert "cudaMallocAsync" in cuda and "sgemm_3xtf32_h100_sk_stream_k_split(tiles" in cuda
+    # The consumers count their k-tiles from 0 (ptxas serializes wgmma in a loop from a variable start).
+    assert "for (int kt = 0; kt < k_end - k_first; ++kt, ++it)" in cuda
+    assert "for (int kt = k_first; kt < k_end; ++kt, ++it)" in cuda  # the producer's TMA coordinates
+
+
+def test_persistent_specs_carry_no_stream_k_code():
+    cuda = compile_path(SPEC).cuda
+    assert "sk_tiles" not in cuda and "flag_wait" not in cuda and "for (int kt = 0; kt < k_tiles;" in cuda
+
+
+def test_check_shouts_when_ptxas_serialized_the_wgmma():
+    from gemmdsl.analysis import analyze
+    from gemmdsl.check import format_report
+
+    ptxas = {"registers": 168, "spill_stores": 0, "spill_loads": 0, "stack": 0, "static_smem": 0}
+    spec = load_spec(SPEC)
+    assert "SERIALIZED" not in format_report(analyze(spec, ptxas=dict(ptxas, wgmma_serialized=False)))
+    assert "!!! ptxas SERIALIZED the kernel's wgmma" in format_report(analyze(spec, ptxas=dict(ptxas,
+                                                                                              wgmma_serialized=True)))

@@ -200,7 +200,12 @@ def _returns(plan: KernelPlan) -> list[str]:
         lines += ["They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and",
                   "leading dimensions, per host thread) and, for schedule: persistent, read the current device's",
                   "SM count; they return those calls' errors."]
-    if plan.spec.block.stream_k:
+    if plan.spec.wgmma and plan.spec.block.stream_k:
+        lines += ["Stream-K: the first call that shares tiles on a stream allocates that stream's workspace",
+                  "(cudaMallocAsync: per SM a BM x BN slot of partial sums and a flag per consumer warpgroup;",
+                  "kept for later calls, never freed) and returns its errors. Calls on one stream share it;",
+                  "calls on two streams get two."]
+    elif plan.spec.block.stream_k:
         lines += ["Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the",
                   "kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no",
                   "block fits on an SM."]

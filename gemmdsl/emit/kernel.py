@@ -28,6 +28,7 @@ from .scheduler import StreamKScheduler, TileScheduler, WorkTile
 from ..wgmma_layout import WgmmaLayout
 from .mbarrier import MbarrierRing
 from .persistent import PersistentScheduler
+from .wgmma_stream_k import StreamKPersistentScheduler
 from .tma import TmaProducer
 from .wgmma import WgmmaMath
 from .wgmma_split import SplitWgmmaMath
@@ -90,14 +91,15 @@ class WgmmaParts:
 
 
 def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
-    """The wgmma path has one part per role so far; other copy engines (TMA multicast), schedulers
-    (stream-K) or epilogues (through shared memory, TMA stores) would be chosen here."""
+    """One part per role: the math (wgmma, or 3xTF32's split products), the epilogue (direct or
+    staged through shared memory and TMA stores), the scheduler (persistent tiles, or with stream-K);
+    another copy engine (TMA multicast) would be chosen here too."""
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
     math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
     epilogue = StagedEpilogue(layout, out) if layout.tma_store else AccumulatorEpilogue(layout, out)
-    return WgmmaParts(layout, PersistentScheduler(layout, out), MbarrierRing(layout, out), TmaProducer(layout, out),
-                      math, epilogue)
+    scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
+    return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue)
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:

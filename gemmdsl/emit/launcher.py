@@ -83,7 +83,7 @@ class LauncherEmitter:
         self._emit_aligned_helper()
         o.line()
         if self.spec.block.stream_k:
-            self._emit_stream_k_split()
+            emit_stream_k_split(self.spec.name, o)
             o.line()
         self._emit_checked_launch()
         o.line()
@@ -113,25 +113,6 @@ class LauncherEmitter:
                             f"int elements{parameter})"):
             self.out.line(f"return reinterpret_cast<uintptr_t>(p) % ({size} * elements) == 0 && ld % elements == 0 "
                           "&& stride % elements == 0;")
-
-    def _emit_stream_k_split(self) -> None:
-        o = self.out
-        o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
-                  f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
-                  "k-tiles each,\nunless that would not shorten the launch.")
-        with o.block(f"static void {self.spec.name}_stream_k_split(long long tiles, long long k_tiles, "
-                     "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
-            o.line("*sk_tiles = *sk_blocks = 0;")
-            o.line("slots /= batch;")
-            o.line("if (slots < 1) return;")
-            o.line("const long long shared = tiles % slots;")
-            o.line("const long long work = shared * k_tiles;")
-            o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
-            o.line("if (blocks > slots) blocks = slots;")
-            o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
-            o.line("*sk_tiles = (int)shared;")
-            o.line("*sk_blocks = (int)blocks;")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
         """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
@@ -299,3 +280,23 @@ class LauncherEmitter:
             return
         o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
         o.line(f"const auto kernel = {vector};")
+
+
+def emit_stream_k_split(name: str, o: Emitter) -> None:
+    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split (a test compiles it and compares)."""
+    o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
+              f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
+              "k-tiles each,\nunless that would not shorten the launch.")
+    with o.block(f"static void {name}_stream_k_split(long long tiles, long long k_tiles, "
+                 "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
+        o.line("*sk_tiles = *sk_blocks = 0;")
+        o.line("slots /= batch;")
+        o.line("if (slots < 1) return;")
+        o.line("const long long shared = tiles % slots;")
+        o.line("const long long work = shared * k_tiles;")
+        o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
+        o.line("if (blocks > slots) blocks = slots;")
+        o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
+        o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
+        o.line("*sk_tiles = (int)shared;")
+        o.line("*sk_blocks = (int)blocks;")

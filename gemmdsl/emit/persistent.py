@@ -5,6 +5,10 @@ keeps its barriers, ring and register split for several tiles and the producer s
 tile's copies while the consumers still finish the last one; with `schedule: tiles` it starts one
 block per tile and the loop runs once. Either way a tile number becomes (tile_m, tile_n) through the
 spec's raster, the rule the other paths use (scheduler.emit_raster).
+
+A scheduler tells the kernel (emit/wgmma_kernel.py) which k-tiles of the tile to multiply
+(`k_first`, `k_end`, `k_count`: all of them here; a k-range with stream-K, emit/wgmma_stream_k.py) and what
+follows a tile's last k-tile (`emit_tile_end`: here, the epilogue).
 """
 from __future__ import annotations
 
@@ -16,10 +20,17 @@ from .scheduler import emit_raster, tiles
 
 
 class PersistentScheduler:
+    k_first = "0"
+    k_end = "k_tiles"
+    k_count = "k_tiles"
+
     def __init__(self, layout: WgmmaLayout, out: Emitter):
         self.layout = layout
         self.spec = layout.spec
         self.out = out
+
+    def emit_helpers(self) -> None:
+        """Device helpers of the scheduler: none."""
 
     def emit_counts(self) -> None:
         o = self.out
@@ -32,3 +43,7 @@ class PersistentScheduler:
         with o.block("for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x)"):
             emit_raster(self.spec, o, "tile")
             body()
+
+    def emit_tile_end(self, epilogue: Callable[[], None]) -> None:
+        """A consumer's accumulators hold the tile's sum: the epilogue."""
+        epilogue()

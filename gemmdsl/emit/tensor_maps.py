@@ -13,7 +13,7 @@ from ..abi import MAX_INT, contiguous_extent, launcher_parameters, leading_name,
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..wgmma_layout import WgmmaLayout
-from .launcher import launch_contract
+from .launcher import emit_stream_k_split, launch_contract
 
 # By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
@@ -39,6 +39,9 @@ class TensorMapLauncher:
         o.line("#ifndef __CUDACC_RTC__")
         o.line("#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)")
         o.line("#include <cstring>")
+        if self.layout.stream_k:
+            o.line("#include <mutex>")
+            o.line("#include <vector>")
         o.line()
         o.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
                              "the kernel cannot handle:", *launch_contract(self.plan)]))
@@ -48,6 +51,11 @@ class TensorMapLauncher:
         o.line()
         self._emit_cache()
         o.line()
+        if self.layout.stream_k:
+            emit_stream_k_split(self.name, o)
+            o.line()
+            self._emit_workspace()
+            o.line()
         self._emit_launch()
         o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
@@ -151,6 +159,36 @@ class TensorMapLauncher:
                       f"{TMA_TYPES[box.data_type]}, {box.element_bytes}, {pointer}, {', '.join(box.dims)}, "
                       f"ld{box.operand.value}, {box.inner}, {box.outer});")
 
+    def _emit_workspace(self) -> None:
+        o, name, layout = self.out, self.name, self.layout
+        o.comment(f"Stream-K's workspace: a slot of BM x BN partial sums ({layout.partial_bytes} bytes) per SM, then a flag "
+                  f"per SM and consumer\n(zero between launches: the kernel lowers every flag it raises). One per "
+                  "device and stream, allocated\nstream-ordered by the first call that shares tiles and kept for the "
+                  "later ones: launches on one stream\nrun in order and may share it, launches on two streams get two.")
+        with o.block(f"static cudaError_t {name}_workspace(int device, cudaStream_t stream, int sms, float** partials, "
+                     "unsigned** flags)"):
+            with o.block("struct Workspace", close="};"):
+                o.line("int device;")
+                o.line("cudaStream_t stream;")
+                o.line("void* memory;")
+            o.line("static std::mutex lock;")
+            o.line("static std::vector<Workspace> kept;")
+            o.line(f"const size_t partial_bytes = (size_t)sms * {layout.partial_bytes};")
+            o.line(f"const size_t flag_bytes = (size_t)sms * {layout.consumers} * sizeof(unsigned);")
+            o.line("std::lock_guard<std::mutex> guard(lock);")
+            o.line("void* memory = nullptr;")
+            o.line("for (const Workspace& w : kept)")
+            o.line("    if (w.device == device && w.stream == stream) memory = w.memory;")
+            with o.block("if (memory == nullptr)"):
+                o.line("cudaError_t err = cudaMallocAsync(&memory, partial_bytes + flag_bytes, stream);")
+                o.line("if (err == cudaSuccess) err = cudaMemsetAsync(static_cast<char*>(memory) + partial_bytes, 0, "
+                       "flag_bytes, stream);")
+                o.line("if (err != cudaSuccess) return err;")
+                o.line("kept.push_back({device, stream, memory});")
+            o.line("*partials = static_cast<float*>(memory);")
+            o.line("*flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);")
+            o.line("return cudaSuccess;")
+
     def _emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
         bm, bn, bk = launch.block_tile
@@ -173,7 +211,26 @@ class TensorMapLauncher:
             o.line(f"const long long tiles = {tiles};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
             o.line("long long blocks = tiles;")
-            if layout.persistent:
+            if layout.stream_k:
+                o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then "
+                          "walk the\nother tiles (schedule.py's stream_k_split and persistent_blocks).")
+                o.line("int device = 0, sms = 0;")
+                o.line("cudaError_t status = cudaGetDevice(&device);")
+                o.line("if (status == cudaSuccess) "
+                       "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+                o.line("if (status != cudaSuccess) return status;")
+                o.line("if (sms < 1) sms = 1;")
+                o.line("int sk_tiles = 0, sk_blocks = 0;")
+                o.line(f"{self.name}_stream_k_split(tiles, ((long long)K + {bk} - 1) / {bk}, sms, 1, &sk_tiles, "
+                       "&sk_blocks);")
+                o.line("blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;")
+                o.line("if (sk_blocks > blocks) blocks = sk_blocks;")
+                o.line("float* partials = nullptr;")
+                o.line("unsigned* flags = nullptr;")
+                with o.block("if (sk_tiles > 0)"):
+                    o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
+                    o.line("if (status != cudaSuccess) return status;")
+            elif layout.persistent:
                 o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
                           "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
                 o.line("int device = 0, sms = 0;")
@@ -191,6 +248,7 @@ class TensorMapLauncher:
             o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
             o.line("if (err != cudaSuccess) return err;")
             c_map = "maps->map_c, " if layout.c_box is not None else ""
+            stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta);")
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{stream_k});")
             o.line("return cudaGetLastError();")

@@ -32,6 +32,9 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line()
     parts.epilogue.emit_helpers()
     o.line()
+    if parts.layout.stream_k:
+        parts.scheduler.emit_helpers()
+        o.line()
     emit_wgmma_kernel(plan, o)
     o.line()
     TensorMapLauncher(plan, o).emit()
@@ -85,18 +88,21 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
 
 
 def _producer_tile(parts, o: Emitter) -> None:
-    with o.block("for (int kt = 0; kt < k_tiles; ++kt, ++it)"):
+    first, end = parts.scheduler.k_first, parts.scheduler.k_end
+    with o.block(f"for (int kt = {first}; kt < {end}; ++kt, ++it)"):
         parts.ring.emit_stage()
         parts.copy.emit_k_tile()
 
 
 def _consumer_tile(parts, o: Emitter) -> None:
     parts.math.declare()
-    with o.block("for (int kt = 0; kt < k_tiles; ++kt, ++it)"):
+    # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
+    # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
+    with o.block(f"for (int kt = 0; kt < {parts.scheduler.k_count}; ++kt, ++it)"):
         parts.ring.emit_stage()
         o.line("mbarrier_wait(smem_u32(full + stage), phase);")
         parts.math.emit_k_tile()
         parts.math.emit_release()
     parts.math.emit_drain()
     o.line()
-    parts.epilogue.emit()
+    parts.scheduler.emit_tile_end(parts.epilogue.emit)

@@ -23,6 +23,13 @@ from .. import ir
 from ..wgmma_layout import STORE_BUFFERS, SWIZZLE_SPAN
 from .wgmma_epilogue import PAIR_TYPES, AccumulatorEpilogue, _pair, _to_float
 
+WARPGROUP_SYNC = r'''
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}'''
+
 STORE_HELPERS = r'''
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
@@ -44,12 +51,7 @@ static __device__ __forceinline__ void bulk_wait_all()
 {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
+''' + WARPGROUP_SYNC + r'''
 
 // Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
 // xor-ed with row % 8, as TMA reads it back.

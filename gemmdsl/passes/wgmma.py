@@ -125,6 +125,10 @@ class WgmmaWaves:
     tiles: int
     blocks: int
     persistent: bool
+    k_tiles: int = 1  # per tile
+    sk_tiles: int = 0  # schedule: stream_k: the last tiles, whose k-tiles the stream-K blocks share
+    sk_blocks: int = 0
+    partial_bytes: int = 0  # ... and the partial sums they leave in the workspace (each written once, read once)
 
     @property
     def waves(self) -> float:
@@ -132,9 +136,15 @@ class WgmmaWaves:
 
     @property
     def efficiency(self) -> float:
-        """Busy fraction of the SMs over the launch: tiles over the SM-tile slots the rounds take."""
-        rounds = -(-self.tiles // self.sms)
-        return self.tiles / (rounds * self.sms)
+        """Busy fraction of the SMs over the launch: the k-tiles of work over the SM-k-tile slots that the
+        busiest SM's share takes (whole tiles in rounds; with stream-K, block 0's plain tiles and its
+        range of the shared k-tiles)."""
+        if not self.sk_tiles:
+            rounds = -(-self.tiles // self.sms)
+            return self.tiles / (rounds * self.sms)
+        plain = -(-(self.tiles - self.sk_tiles) // self.blocks) * self.k_tiles
+        shared = -(-self.sk_tiles * self.k_tiles // self.sk_blocks)
+        return self.tiles * self.k_tiles / ((plain + shared) * self.sms)
 
 
 class WgmmaWavesPass:
@@ -144,12 +154,22 @@ class WgmmaWavesPass:
 
     def run(self, context: Context) -> PassResult:
         layout = _layout(context)
-        m, n, _ = context.problem
+        m, n, k = context.problem
         sms = layout.arch.reference_sms
-        waves = WgmmaWaves(sms, layout.tiles(m, n), layout.grid(m, n, sms), layout.persistent)
+        split = layout.call_split(m, n, k, sms)
+        partials = sum(len(split.contributors(tile)) for tile in range(split.first_sk_tile, split.tiles)) \
+            if split.sk_tiles else 0
+        waves = WgmmaWaves(sms, split.tiles, layout.grid(m, n, k, sms), layout.persistent, split.k_tiles,
+                           split.sk_tiles, split.sk_blocks, partials * layout.partial_bytes)
         kind = "persistent: one wave of" if waves.persistent else "one block per tile:"
         verdict = (f"{waves.tiles} tiles, {kind} {waves.blocks} blocks on the {layout.arch.reference_gpu}'s {sms} SMs: "
-                   f"{waves.waves:.2f} tiles per SM, {100 * waves.efficiency:.0f}% of SM time busy")
+                   f"{waves.waves:.2f} tiles per SM")
+        if layout.stream_k:
+            verdict += (f"; stream-K: the last {waves.sk_tiles} tiles' {waves.sk_tiles * waves.k_tiles:,} k-tiles shared "
+                        f"by {waves.sk_blocks} blocks, whose partial sums move {waves.partial_bytes / 1e6:.1f} MB through "
+                        "L2 each way (not in the bound)" if waves.sk_tiles else "; stream-K: no tiles shared (a whole "
+                        "last wave, or too few idle SMs to pay)")
+        verdict += f", {100 * waves.efficiency:.0f}% of SM time busy"
         return PassResult({"wgmma_waves": waves}, verdict)
 
 

@@ -1,0 +1,127 @@
+"""`schedule: stream_k` on the wgmma path: a persistent wave whose blocks share the last tiles' k-tiles.
+
+The launcher splits a call as every stream-K launch is split (schedule.py's stream_k_split, with one
+slot per SM) and passes `sk_tiles` and `sk_blocks`: the last sk_tiles tiles' k-tiles are shared by
+blocks 0..sk_blocks-1 in equal contiguous ranges, and the other tiles are plain ones that the blocks
+walk blockIdx.x, + gridDim.x, ... afterwards. Producer and consumers walk the same pieces (tile,
+k_first, k_end) in the same order: a block's range from its end, so its first piece starts at k-tile
+0 of a tile (or inside it) and its last piece ends at a tile's last k-tile.
+
+A piece that stops before the tile's last k-tile leaves the consumer's accumulators in the block's
+slot of the workspace (`partials`: one slot per stream-K block, BM x BN floats in the accumulators'
+own order, so each thread writes and reads whole float4s next to its neighbours') and raises the
+slot's flag for that consumer. The block that does a tile's last k-tile (as its last piece) waits
+for each earlier block's flag, adds that block's slot, lowers the flag again for the next launch,
+and runs the epilogue: beta is applied once, any C type works, and the sums are added in the same
+order on every run. A block leaves at most one partial sum per launch (its first piece:
+schedule.StreamKSplit.contributors), and its first piece never waits, so no block waits on one that
+is itself waiting.
+
+The waits assume the contributing blocks run, which one wave of at most one block per SM does.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .persistent import PersistentScheduler
+from .scheduler import emit_raster
+from .wgmma_store import WARPGROUP_SYNC
+
+FLAG_HELPERS = r'''
+// Stream-K's flags (emit/wgmma_stream_k.py). The writer: every thread's partial sums are stored, each
+// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
+static __device__ __forceinline__ void flag_raise(unsigned* flag)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
+}
+
+// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
+static __device__ __forceinline__ void flag_wait(const unsigned* flag)
+{
+    unsigned raised = 0;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
+    } while (raised == 0);
+}'''
+
+
+class StreamKPersistentScheduler(PersistentScheduler):
+    k_first = "k_first"
+    k_end = "k_end"
+    k_count = "k_end - k_first"
+
+    def emit_helpers(self) -> None:
+        o = self.out
+        o.lines(FLAG_HELPERS)
+        if not self.layout.tma_store:  # the staged epilogue's helpers hold it too
+            o.line()
+            o.lines(WARPGROUP_SYNC)
+
+    def emit_counts(self) -> None:
+        super().emit_counts()
+        o = self.out
+        o.comment("Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;\n"
+                  "the first dp_tiles tiles are plain ones.")
+        o.line("const int dp_tiles = tile_count - sk_tiles;")
+        o.line("const long long sk_work = (long long)sk_tiles * k_tiles;")
+
+    def emit_loop(self, body: Callable[[], None]) -> None:
+        """This block's stream-K pieces (its range from the end), then its plain tiles."""
+        o = self.out
+        o.line("long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end")
+        with o.block("if (blockIdx.x < sk_blocks)"):
+            o.line("sk_begin = sk_work * blockIdx.x / sk_blocks;")
+            o.line("sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;")
+        o.line("int dp_tile = blockIdx.x;")
+        with o.block("for (;;)"):
+            o.line("int tile, k_first, k_end;")
+            with o.block("if (sk_end > sk_begin)"):
+                o.line("tile = dp_tiles + (int)((sk_end - 1) / k_tiles);")
+                o.line("k_end = (int)((sk_end - 1) % k_tiles) + 1;")
+                o.line("k_first = (int)max(0LL, k_end - (sk_end - sk_begin));")
+                o.line("sk_end -= k_end - k_first;")
+            with o.block("else if (dp_tile < dp_tiles)"):
+                o.line("tile = dp_tile;")
+                o.line("k_first = 0;")
+                o.line("k_end = k_tiles;")
+                o.line("dp_tile += gridDim.x;")
+            o.line("else break;")
+            emit_raster(self.spec, o, "tile")
+            body()
+
+    def emit_tile_end(self, epilogue: Callable[[], None]) -> None:
+        o = self.out
+        with o.block("if (k_end < k_tiles)"):
+            o.comment("A share of a tile that a later block finishes: leave the partial sums in this block's slot.")
+            o.line(f"float4* const slot = {_slot('blockIdx.x')};")
+            with o.unrolled("i", "ACCUMULATORS / 4"):
+                o.line("slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);")
+            o.line("__threadfence();")
+            o.line("warpgroup_sync(consumer);")
+            o.line("if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);")
+        with o.block("else"):
+            with o.block("if (k_first > 0)"):
+                o.comment("The tile's last piece: add the partial sums of the blocks that did its first k-tiles\n"
+                          "(from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).")
+                o.line("const long long first_unit = (long long)(tile - dp_tiles) * k_tiles;")
+                o.line("const int first_block = (int)(((first_unit + 1) * sk_blocks + sk_work - 1) / sk_work - 1);")
+                with o.block("for (int from = first_block; from < (int)blockIdx.x; ++from)"):
+                    o.line("unsigned* const flag = flags + from * CONSUMERS + consumer;")
+                    o.line("if (tid == 0) flag_wait(flag);")
+                    o.line("warpgroup_sync(consumer);")
+                    o.line(f"const float4* const slot = {_slot('from')};")
+                    with o.unrolled("i", "ACCUMULATORS / 4"):
+                        o.line("const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it")
+                        o.line("acc[4 * i] += p.x;")
+                        o.line("acc[4 * i + 1] += p.y;")
+                        o.line("acc[4 * i + 2] += p.z;")
+                        o.line("acc[4 * i + 3] += p.w;")
+                    o.line("if (tid == 0) *flag = 0;  // lowered for the next launch")
+            epilogue()
+
+
+def _slot(block: str) -> str:
+    """This thread's first float4 of `block`'s slot: the slot holds each consumer's ACCUMULATORS / 4 rows of
+    128 float4s (one per thread), consumer after consumer."""
+    return (f"reinterpret_cast<float4*>(partials) + ((size_t){block} * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 "
+            "+ tid")
