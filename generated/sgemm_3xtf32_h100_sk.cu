@@ -638,12 +638,14 @@ extern "C" cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, c
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
     long long blocks = tiles;
-    // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
+    // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
+    // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
+    // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
+    // other tiles (schedule.py's stream_k_split and persistent_blocks).
     if (sms < 1) sms = 1;
     int sk_tiles = 0, sk_blocks = 0;
     sgemm_3xtf32_h100_sk_stream_k_split(tiles, ((long long)K + 32 - 1) / 32, sms, 1, &sk_tiles, &sk_blocks);

@@ -189,6 +189,22 @@ class TensorMapLauncher:
             o.line("*flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);")
             o.line("return cudaSuccess;")
 
+    def _emit_stream_k_grid(self, bk: int) -> None:
+        """The split of the call, the blocks for it, and the workspace when tiles are shared."""
+        o = self.out
+        o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk "
+                  "the\nother tiles (schedule.py's stream_k_split and persistent_blocks).")
+        o.line("if (sms < 1) sms = 1;")
+        o.line("int sk_tiles = 0, sk_blocks = 0;")
+        o.line(f"{self.name}_stream_k_split(tiles, ((long long)K + {bk} - 1) / {bk}, sms, 1, &sk_tiles, &sk_blocks);")
+        o.line("blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;")
+        o.line("if (sk_blocks > blocks) blocks = sk_blocks;")
+        o.line("float* partials = nullptr;")
+        o.line("unsigned* flags = nullptr;")
+        with o.block("if (sk_tiles > 0)"):
+            o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
+            o.line("if (status != cudaSuccess) return status;")
+
     def _emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
         bm, bn, bk = launch.block_tile
@@ -211,26 +227,7 @@ class TensorMapLauncher:
             o.line(f"const long long tiles = {tiles};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
             o.line("long long blocks = tiles;")
-            if layout.stream_k:
-                o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then "
-                          "walk the\nother tiles (schedule.py's stream_k_split and persistent_blocks).")
-                o.line("int device = 0, sms = 0;")
-                o.line("cudaError_t status = cudaGetDevice(&device);")
-                o.line("if (status == cudaSuccess) "
-                       "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
-                o.line("if (status != cudaSuccess) return status;")
-                o.line("if (sms < 1) sms = 1;")
-                o.line("int sk_tiles = 0, sk_blocks = 0;")
-                o.line(f"{self.name}_stream_k_split(tiles, ((long long)K + {bk} - 1) / {bk}, sms, 1, &sk_tiles, "
-                       "&sk_blocks);")
-                o.line("blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;")
-                o.line("if (sk_blocks > blocks) blocks = sk_blocks;")
-                o.line("float* partials = nullptr;")
-                o.line("unsigned* flags = nullptr;")
-                with o.block("if (sk_tiles > 0)"):
-                    o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
-                    o.line("if (status != cudaSuccess) return status;")
-            elif layout.persistent:
+            if layout.persistent:
                 o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
                           "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
                 o.line("int device = 0, sms = 0;")
@@ -238,7 +235,10 @@ class TensorMapLauncher:
                 o.line("if (status == cudaSuccess) "
                        "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
                 o.line("if (status != cudaSuccess) return status;")
-                o.line("if (sms > 0 && blocks > sms) blocks = sms;")
+                if layout.stream_k:
+                    self._emit_stream_k_grid(bk)
+                else:
+                    o.line("if (sms > 0 && blocks > sms) blocks = sms;")
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
             c_arguments = "C, ldc, " if layout.c_box is not None else ""
             o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, B, ldb, {c_arguments}M, N, K, &maps);")
