@@ -19,16 +19,22 @@ launcher (emit/family.py) computes it with the same integers, and a test checks 
 For each member that accepts the shape (`bounds: exact` members only the shapes they divide):
 
     tiles = ceil(M/BM) * ceil(N/BN), k_tiles = ceil(K/BK), slots = SMs x blocks per SM
-    cycles(r) = max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts)
-        one k-tile of r blocks resident on one SM: `fma` warp FMA instructions, `lds` warp
-        shared-memory instructions and `wavefronts` shared-memory wavefronts per block and k-tile
-        (the bank pass's figures); an SM issues `issue` = FP32 lanes / 32 warp instructions per
-        clock (the FMAs and the shared accesses share the schedulers: a smaller tile issues more
-        shared accesses per FMA) and serves one shared wavefront per clock
-    tiles schedule:  full_waves * k_tiles * cycles(blocks per SM)
-                     + k_tiles * cycles(ceil(last wave's tiles / SMs))
+    k_tile(r) = SM cycles of one k-tile of r blocks resident on one SM, from the member's path:
+        FMA and mma.sync: max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts), with
+        `fma` warp FMA instructions, `lds` warp shared-memory instructions and `wavefronts` shared-
+        memory wavefronts per block and k-tile (the bank pass's figures); an SM issues `issue` =
+        FP32 lanes / 32 warp instructions per clock (the FMAs and the shared accesses share the
+        schedulers: a smaller tile issues more shared accesses per FMA) and serves one shared
+        wavefront per clock
+        wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, wgmma's shared-
+        memory wavefronts, the k-tile's TMA bytes / L2 bytes per clock), plus per tile C's bytes
+        through L2 (`tile`; 0 on the other paths) and per stream-K block one partial tile written
+        and read (`partial`)
+    tiles schedule:  full_waves * (k_tiles * k_tile(blocks per SM) + blocks per SM * tile)
+                     + k_tiles * k_tile(r) + r * tile, r = ceil(last wave's tiles / SMs)
     stream-K, when schedule.py splits: the whole waves as above, plus one wave in which each block
-                     does ceil(shared k-tiles / stream-K blocks) k-tiles at cycles(blocks per SM)
+                     does ceil(shared k-tiles / stream-K blocks) k-tiles at k_tile(blocks per SM),
+                     plus blocks per SM * (tile + partial)
 
 and the member with the fewest predicted cycles runs (the first listed on a tie). A call an
 exact member refuses for its operands (misaligned pointers or leading dimensions) goes to the
@@ -54,7 +60,11 @@ from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
+from .passes.banks import WAVEFRONT_BYTES
+from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, stream_k_split
+from .targets import L2_BYTES_PER_CLOCK_PER_SM, WGMMA_MACS_PER_CLOCK
+from .wgmma_layout import WgmmaLayout
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -71,7 +81,9 @@ def is_family_path(path: str | Path) -> bool:
 
 @dataclass(frozen=True)
 class MemberModel:
-    """What the rule knows of a member: its tiling and the analysis' per-k-tile figures."""
+    """What the rule knows of a member: its tiling and the analysis' cycle figures. The figures come
+    from the member's own path (`member_model`): the FMA and mma.sync paths' issue and wavefront
+    model, or the wgmma path's tensor, shared-memory and L2 rates; the rule itself is the same."""
 
     name: str
     tile: tuple[int, int, int]  # BM, BN, BK
@@ -79,11 +91,10 @@ class MemberModel:
     stream_k: bool
     sms: int  # the target's reference GPU
     blocks_per_sm: int
-    warps_per_block: int
-    fma_per_k_tile: int  # warp FMA instructions per block and k-tile
-    smem_instructions_per_k_tile: int  # warp shared-memory loads and stores per block and k-tile
-    wavefronts_per_k_tile: int  # shared-memory wavefronts per block and k-tile
-    issue_per_clock: int  # warp instructions an SM issues per clock (FP32 lanes / 32)
+    k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
+    tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
+    partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
+    terms: tuple[tuple[str, int], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
     def slots(self) -> int:
@@ -93,11 +104,8 @@ class MemberModel:
         bm, bn, bk = self.tile
         return not self.exact or (m % bm == 0 and n % bn == 0 and k % bk == 0)
 
-    def k_tile_cycles(self, resident: int) -> int:
-        """SM cycles for one k-tile of `resident` blocks on one SM: instruction issue or shared wavefronts."""
-        issue = min(self.issue_per_clock, resident * self.warps_per_block)
-        issued = resident * (self.fma_per_k_tile + self.smem_instructions_per_k_tile)
-        return max(-(-issued // issue), resident * self.wavefronts_per_k_tile)
+    def cycles_per_k_tile(self, resident: int) -> int:
+        return self.k_tile_cycles[resident - 1]
 
 
 @dataclass(frozen=True)
@@ -129,18 +137,21 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     tiles = -(-m // bm) * -(-n // bn)
     k_tiles = -(-k // bk)
     useful = (m * n * k) / (tiles * bm * bn * k_tiles * bk)
-    full = member.k_tile_cycles(member.blocks_per_sm)
+    resident = member.blocks_per_sm
+    full = member.cycles_per_k_tile(resident)
     plain, sk_tiles, cycles = tiles, 0, 0
     if member.stream_k:
         split = stream_k_split(tiles, k_tiles, member.slots)
         if split.sk_tiles:
             plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
             per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
-            cycles = _product(per_block, full)
+            cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
     full_waves, left = divmod(plain, member.slots)
-    cycles = _sum(cycles, _product(_product(full_waves, k_tiles), full))
+    wave = _sum(_product(k_tiles, full), resident * member.tile_cycles)
+    cycles = _sum(cycles, _product(full_waves, wave))
     if left:
-        cycles = _sum(cycles, _product(k_tiles, member.k_tile_cycles(-(-left // member.sms))))
+        last = -(-left // member.sms)
+        cycles = _sum(cycles, _sum(_product(k_tiles, member.cycles_per_k_tile(last)), last * member.tile_cycles))
     return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
 
 
@@ -161,15 +172,58 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
 
 def member_model(artifacts: Artifacts) -> MemberModel:
     spec, facts = artifacts.spec, artifacts.analysis.facts
-    arch = artifacts.plan.arch
     bm, bn, bk = artifacts.plan.launch.block_tile
-    return MemberModel(
-        name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
-        sms=arch.reference_sms, blocks_per_sm=facts["occupancy"].blocks_per_sm,
-        warps_per_block=facts["launch"].warps_per_block, fma_per_k_tile=bm * bn * bk // 32,
-        smem_instructions_per_k_tile=sum(cost.instructions for cost in facts["smem_accesses"]),
-        wavefronts_per_k_tile=sum(cost.wavefronts for cost in facts["smem_accesses"]),
-        issue_per_clock=arch.fp32_lanes_per_sm // 32)
+    common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
+                  sms=artifacts.plan.arch.reference_sms)
+    if spec.wgmma:
+        return _wgmma_model(artifacts.plan.layout, common)
+    return _issue_model(artifacts, common)
+
+
+def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
+    """The FMA and mma.sync paths: one k-tile of r resident blocks takes its warps' instruction issue
+    (FMA and shared accesses share the schedulers: a smaller tile issues more shared accesses per FMA)
+    or its shared-memory wavefronts (one per clock), whichever is more."""
+    facts = artifacts.analysis.facts
+    bm, bn, bk = common["tile"]
+    blocks = facts["occupancy"].blocks_per_sm
+    warps = facts["launch"].warps_per_block
+    fma = bm * bn * bk // 32  # warp FMA instructions per block and k-tile
+    smem = sum(cost.instructions for cost in facts["smem_accesses"])  # warp shared-memory instructions
+    wavefronts = sum(cost.wavefronts for cost in facts["smem_accesses"])
+    issue_per_clock = artifacts.plan.arch.fp32_lanes_per_sm // 32  # warp instructions an SM issues per clock
+
+    def k_tile(resident: int) -> int:
+        issue = min(issue_per_clock, resident * warps)
+        return max(-(-resident * (fma + smem) // issue), resident * wavefronts)
+
+    return MemberModel(**common, blocks_per_sm=blocks,
+                       k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
+                       terms=(("warps_per_block", warps), ("fma_per_k_tile", fma),
+                              ("smem_instructions_per_k_tile", smem), ("wavefronts_per_k_tile", wavefronts),
+                              ("issue_per_clock", issue_per_clock)))
+
+
+def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
+    """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
+    datasheet rate, wgmma's shared-memory reads (a 128-byte wavefront per clock) and TMA's bytes from
+    L2 at the measured rate per SM; a tile also writes C (and reads it, for alpha_beta) through L2, and
+    a stream-K block writes and reads back one partial tile."""
+    sm = layout.spec.target.sm
+    unit, _ = math_unit(layout.spec)
+    macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
+    l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
+    problem = layout.spec.problem
+    tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
+    wavefronts = -(-layout.smem_read_bytes_per_k_tile // WAVEFRONT_BYTES)
+    tma = -(-layout.stage_bytes // l2)
+    c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
+    epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
+    partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
+    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma),),
+                       tile_cycles=epilogue, partial_cycles=partial,
+                       terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
+                              ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2)))
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:
@@ -335,10 +389,6 @@ def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts
                                  "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
             errors += [d for d in err.diagnostics if d.severity is Severity.ERROR]
             continue
-        if artifacts.spec.wgmma:  # the choosing rule's cycle model is the FMA and mma.sync paths'
-            errors.append(_error(token.span, f"member {artifacts.spec.name} is a wgmma spec (Hopper's own path), "
-                                 "which families cannot hold yet", "launch it on its own"))
-            continue
         member = Member(token.text, token.span, artifacts, member_model(artifacts))
         if members and _shared_problem(artifacts.spec) != _shared_problem(members[0].artifacts.spec):
             errors.append(_error(token.span, f"member {artifacts.spec.name} computes "
@@ -393,11 +443,9 @@ def family_metadata(family: FamilyArtifacts) -> dict:
                      "block_tile": list(member.model.tile), "schedule": member.artifacts.metadata["schedule"],
                      "launcher": member.artifacts.metadata["launcher"], "entries": member.artifacts.metadata["entries"],
                      "rule": {"sms": member.model.sms, "blocks_per_sm": member.model.blocks_per_sm,
-                              "warps_per_block": member.model.warps_per_block,
-                              "fma_per_k_tile": member.model.fma_per_k_tile,
-                              "smem_instructions_per_k_tile": member.model.smem_instructions_per_k_tile,
-                              "wavefronts_per_k_tile": member.model.wavefronts_per_k_tile,
-                              "issue_per_clock": member.model.issue_per_clock}}
+                              "k_tile_cycles": list(member.model.k_tile_cycles),
+                              "tile_cycles": member.model.tile_cycles,
+                              "partial_cycles": member.model.partial_cycles, **dict(member.model.terms)}}
                     for member in family.members],
         "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
         "requires": {"m_multiple": family.requirements.m_multiple, "n_multiple": family.requirements.n_multiple,
@@ -456,8 +504,9 @@ def format_explanation(explanation: dict) -> str:
             continue
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
-    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's instruction issue (FMA and "
-              "shared) or shared wavefronts, whichever is more (gemmdsl/family.py)"]
+    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA and mma.sync: "
+              "instruction issue or shared wavefronts; wgmma: tensor, shared or L2 rate), plus C's and stream-K's "
+              "traffic on the wgmma path (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"
 
 

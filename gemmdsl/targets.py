@@ -83,6 +83,12 @@ PEAK_TFLOPS: dict[int, dict[str, float]] = {
 WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
 MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
+# The same peaks per SM and clock, in multiply-adds: 989.4 TFLOP/s = 132 SMs x 2048 x 2 at 1830 MHz.
+WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024}}
+# Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100
+# (2026-11-23, README "Kernel families"), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
+# ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.
+L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
 
 
 def arch(sm: int) -> Arch:

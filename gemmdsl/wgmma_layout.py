@@ -166,6 +166,13 @@ class WgmmaLayout:
     def wgmma_per_k_tile(self) -> int:
         return self.m_repeat * self.n_repeat * self.k_steps * self.products
 
+    @property
+    def smem_read_bytes_per_k_tile(self) -> int:
+        """What wgmma reads from shared memory per block and k-tile: each instruction reads its 64 x k
+        slice of A and its N x k slice of B."""
+        step = self.shape.k * self.element_bytes
+        return self.consumers * self.wgmma_per_k_tile * (WGMMA_M + self.shape.n) * step
+
     # --- shared memory ------------------------------------------------------------------------
 
     def stage_bytes_of(self, operand: ir.Operand) -> int:

@@ -27,6 +27,8 @@
 #ifndef __CUDACC_RTC__
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)
+#include <cstring>
 #endif
 #include <cuda_fp16.h>
 
@@ -418,10 +420,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
     }
 }
 
-#ifndef __CUDACC_RTC__
-#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)
-#include <cstring>
-
+#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
 // - M, N, K >= 1;

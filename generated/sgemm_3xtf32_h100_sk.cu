@@ -30,6 +30,10 @@
 #ifndef __CUDACC_RTC__
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)
+#include <cstring>
+#include <mutex>
+#include <vector>
 #endif
 
 // A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
@@ -500,12 +504,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
     }
 }
 
-#ifndef __CUDACC_RTC__
-#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)
-#include <cstring>
-#include <mutex>
-#include <vector>
-
+#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
 // - M, N, K >= 1;

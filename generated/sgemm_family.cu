@@ -7057,15 +7057,22 @@ struct sgemm_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
     void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only
-    long long sms, blocks_per_sm, warps_per_block;
-    long long fma_per_k_tile, smem_instructions_per_k_tile, wavefronts_per_k_tile, issue_per_clock;
+    long long sms, blocks_per_sm;
+    const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
+    long long tile_cycles;  // per resident block and tile, beyond its k-tiles
+    long long partial_cycles;  // per stream-K block: its partial sums through L2
 };
+static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1098, 2196};
+static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1098, 2196};
+static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {285, 570, 855, 1140, 1425, 1710};
+static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {284, 568, 852, 1136, 1420};
+static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {289, 578, 867, 1156, 1445};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_h100
-    {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, 8, 4096, 296, 576, 4},  // sgemm_any
-    {64, 64, 8, false, nullptr, 132, 6, 4, 1024, 116, 224, 4},  // checked_64x64
-    {32, 128, 8, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, 4, 1024, 112, 232, 4},  // checked_32x128
-    {128, 32, 8, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, 4, 1024, 132, 232, 4},  // checked_128x32
+    {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0},  // sgemm_h100
+    {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0},  // sgemm_any
+    {64, 64, 8, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0},  // checked_64x64
+    {32, 128, 8, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0},  // checked_32x128
+    {128, 32, 8, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7078,24 +7085,13 @@ static long long sgemm_family_sum(long long a, long long b) {
     return a + b > sgemm_family_CYCLE_CAP ? sgemm_family_CYCLE_CAP : a + b;
 }
 
-// One k-tile of `resident` blocks on one SM: instruction issue (FMA and shared accesses) or
-// shared-memory wavefronts, the slower.
-static long long sgemm_family_k_tile_cycles(const sgemm_family_member& m, long long resident) {
-    const long long warps = resident * m.warps_per_block;
-    const long long issue = m.issue_per_clock < warps ? m.issue_per_clock : warps;
-    const long long issued = resident * (m.fma_per_k_tile + m.smem_instructions_per_k_tile);
-    const long long issue_cycles = (issued + issue - 1) / issue;
-    const long long smem = resident * m.wavefronts_per_k_tile;
-    return issue_cycles > smem ? issue_cycles : smem;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
 static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, long long N, long long K) {
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
     const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
-    const long long full = sgemm_family_k_tile_cycles(m, m.blocks_per_sm);
+    const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     long long plain = tiles, cycles = 0;
     if (m.stream_k_split != nullptr) {
         int sk_tiles = 0, sk_blocks = 0;
@@ -7103,14 +7099,15 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
         if (sk_tiles > 0) {
             plain -= sk_tiles;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = sgemm_family_product(per_block, full);
+            cycles = sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
         }
     }
     const long long left = plain % slots;
-    cycles = sgemm_family_sum(cycles, sgemm_family_product(sgemm_family_product(plain / slots, k_tiles), full));
+    const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
+    cycles = sgemm_family_sum(cycles, sgemm_family_product(plain / slots, wave));
     if (left > 0) {
-        const long long last = sgemm_family_k_tile_cycles(m, (left + m.sms - 1) / m.sms);
-        cycles = sgemm_family_sum(cycles, sgemm_family_product(k_tiles, last));
+        const long long last = (left + m.sms - 1) / m.sms;
+        cycles = sgemm_family_sum(cycles, sgemm_family_sum(sgemm_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
     }
     return cycles;
 }

@@ -6,7 +6,7 @@
 #   build     nvcc for sm_90a (registers, spills) and `check` of every wgmma spec;
 #   tests     the CPU and GPU tests of the path (odd shapes, the four 16-bit layouts, refusals, the C launcher);
 #   verify    every wgmma spec at verify's default sizes and at 333x517x129, 1000^3 and 4095x4097x4096;
-#   bench     every wgmma spec against cuBLAS at its own precision over the issue's five sizes;
+#   bench     every wgmma spec and family against cuBLAS at its own precision over the issue's five sizes;
 #   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles, and the bf16, f16 and TF32
 #             specs with schedule: stream_k (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
@@ -17,6 +17,8 @@
 source scripts/device_env.sh
 SPECS=$(python3 -c 'import glob; from gemmdsl.frontend import load_spec
 print(" ".join(p for p in sorted(glob.glob("specs/*.gemm")) if load_spec(p).wgmma))')
+FAMILIES=$(python3 -c 'import glob; from gemmdsl.family import compile_family_path
+print(" ".join(p for p in sorted(glob.glob("specs/*.gemmf")) if compile_family_path(p).spec.wgmma))')
 SIZES=1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024
 STEPS=${*:-build tests verify bench variants triton sanitize}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -40,7 +42,7 @@ if wants verify; then
     cat "$OUT/verify.log" "$OUT/verify_odd.log" | grep -E '^(FAIL|ERROR) ' | head -20
 fi
 if wants bench; then
-    python3 -m gemmdsl.cli bench $SPECS --sizes "$SIZES" --json "$OUT/bench.json" 2>&1 | grep -v '^\[' \
+    python3 -m gemmdsl.cli bench $SPECS $FAMILIES --sizes "$SIZES" --json "$OUT/bench.json" 2>&1 | grep -v '^\[' \
         | tee "$OUT/bench.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gemmdsl.compiler import compile_path
+from gemmdsl.family import compile_family_path, load_family
 from gemmdsl.frontend import load_spec
 from gemmdsl.verify import format_result, verify
 
@@ -80,10 +81,11 @@ def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
         kernel(a, b)
 
 
-def _launcher_ld(tmp_path, name):
-    """A shipped spec's NAME_launch_ld from a shared library that nvcc built for sm_90a, through ctypes."""
+def _launcher_ld(tmp_path, name, cuda=None):
+    """A shipped spec's (or family's, given its `cuda`) NAME_launch_ld from a shared library that nvcc
+    built for sm_90a, through ctypes."""
     source = tmp_path / f"{name}.cu"
-    source.write_text(compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
+    source.write_text(cuda or compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
     library = tmp_path / f"lib{name}.so"
     subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
                     "-o", str(library), str(source)], check=True, capture_output=True, text=True)
@@ -169,3 +171,43 @@ def test_stream_k_c_launcher_keeps_a_workspace_per_stream(tmp_path, cupy):
         cupy.cuda.Device().synchronize()
         reference = 1.5 * (a.astype("float64") @ b.T.astype("float64")) - 0.5 * c0.astype("float64")
         assert _relative_error(cupy, c, reference) < 1e-6
+
+
+HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf")) if compile_family_path(path).spec.wgmma]
+
+
+def _bf16_bits(rng, shape):
+    """Random bf16 values as uint16 bits (CuPy has no bf16), for the C launchers' raw pointers."""
+    return (rng.standard_normal(shape, dtype="float32").view("uint32") >> 16).astype("uint16")
+
+
+@pytest.mark.parametrize("path", HOPPER_FAMILIES, ids=lambda path: path.stem)
+def test_a_hopper_family_runs_the_member_its_rule_picks(path, monkeypatch, tmp_path):
+    """The family's result is bit for bit its chosen member's (every member is verified above at odd
+    shapes): the 128x64 member at 1024^3 and 1000x1000x512, the 128x256 one at 2048x2048x512. PyTorch
+    operands, since CuPy has no bf16."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    family = load_family(path)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[family.metadata["dtypes"]["a"]]
+    generator = torch.Generator(device="cuda").manual_seed(21)
+    for (m, n, k), small in [((1024, 1024, 1024), True), ((1000, 1000, 512), True), ((2048, 2048, 512), False)]:
+        a = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
+        b = torch.randn(n, k, device="cuda", generator=generator).to(dtype).T  # column-major K x N
+        member = family.member_for(m, n, k)
+        assert member.name.endswith("_128x64") == small, (m, n, k, member.name)
+        assert torch.equal(family(a, b), member(a, b)), (m, n, k)
+
+
+def test_a_hopper_family_s_c_launcher_dispatches_to_its_members(tmp_path, cupy):
+    """hgemm_h100_family_launch_ld: the rule in C, then the member's own launcher (its tensor maps)."""
+    family = compile_family_path(ROOT / "specs" / "hgemm_h100_family.gemmf")
+    launch = _launcher_ld(tmp_path, family.name, family.cuda)
+    rng = cupy.random.default_rng(22)
+    exact = lambda x: (x.astype("uint32") << 16).view("float32").astype("float64")  # noqa: E731
+    for m, n, k in [(1024, 1024, 1024), (2048, 2048, 512), (333, 517, 136)]:
+        a, b = _bf16_bits(rng, (m, k)), _bf16_bits(rng, (n, k))
+        c = cupy.full((m, n), float("nan"), dtype="float32")
+        assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == 0
+        cupy.cuda.Device().synchronize()
+        assert _relative_error(cupy, c, exact(a) @ exact(b).T) < 1e-5, (m, n, k)

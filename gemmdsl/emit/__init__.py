@@ -36,21 +36,26 @@ from .helpers import HelperEmitter
 from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
+from .wgmma_kernel import emit_wgmma_definitions
 
-# The host launchers need the runtime API; NVRTC compiles the kernels alone.
-INCLUDES = """
-#ifndef __CUDACC_RTC__
-#include <cstdint>
-#include <cuda_runtime.h>
-#endif"""
 HALF_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}  # their types and conversions
+TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
 
 
-def includes(spec: ir.KernelSpec) -> str:
-    """The file's #include lines: the runtime API for the launchers, and the 16-bit types it uses."""
-    headers = sorted({HALF_HEADERS[dtype] for dtype in (spec.problem.matrix(op).dtype for op in ir.Operand)
+def includes(*specs: ir.KernelSpec) -> str:
+    """The #include lines of a file that holds `specs` (a family's members, or one spec), all at the top
+    (a family wraps each member in a namespace, where no header may be opened): the host launchers'
+    headers, which NVRTC, compiling the kernels alone, skips; then the 16-bit types the kernels use."""
+    host = ["<cstdint>", "<cuda_runtime.h>"]
+    if any(spec.wgmma for spec in specs):
+        host += [TENSOR_MAP_HEADER, "<cstring>"]
+    if any(spec.wgmma and spec.block.stream_k for spec in specs):
+        host += ["<mutex>", "<vector>"]  # the stream-K workspaces, one per device and stream
+    headers = sorted({HALF_HEADERS[dtype] for spec in specs for dtype in (spec.problem.matrix(op).dtype
+                                                                         for op in ir.Operand)
                       if dtype in HALF_HEADERS})
-    return INCLUDES + "".join(f"\n#include <{header}>" for header in headers)
+    return "\n".join(["", "#ifndef __CUDACC_RTC__", *(f"#include {header}" for header in host), "#endif",
+                      *(f"#include <{header}>" for header in headers)])
 
 
 def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
@@ -71,18 +76,16 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
     o.line()
     o.lines(includes(plan.spec))
     o.line()
-    if plan.spec.wgmma:
-        from .wgmma_kernel import emit_wgmma_definitions
-
-        emit_wgmma_definitions(plan, o)
-    else:
-        emit_definitions(plan, o)
+    emit_definitions(plan, o)
     return o.text()
 
 
 def emit_definitions(plan: KernelPlan, o: Emitter) -> None:
     """Everything the file defines after its includes: helpers, kernels, launchers. A kernel
     family's file (emit/family.py) holds one such body per member."""
+    if plan.spec.wgmma:
+        emit_wgmma_definitions(plan, o)
+        return
     HelperEmitter(plan, o).emit()
     for variant in plan.variants:
         o.line()

@@ -29,7 +29,7 @@ def emit_family(family: Any) -> str:
     for row in family.source.text.strip("\n").split("\n"):
         o.line(f"//   {row}".rstrip())
     o.line()
-    o.lines(includes(family.members[0].artifacts.spec))  # the members share their problem's types
+    o.lines(includes(*(member.artifacts.spec for member in family.members)))
     for member in family.members:
         o.line()
         o.comment(f"---- member {member.artifacts.name}, from {member.path} ----")
@@ -57,15 +57,20 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("long long bm, bn, bk;")
         o.line("bool exact;  // bounds: exact: only the shapes the tile divides")
         o.line("void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only")
-        o.line("long long sms, blocks_per_sm, warps_per_block;")
-        o.line("long long fma_per_k_tile, smem_instructions_per_k_tile, wavefronts_per_k_tile, issue_per_clock;")
+        o.line("long long sms, blocks_per_sm;")
+        o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
+        o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
+        o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
+    for member in family.members:
+        m = member.model
+        o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
     with o.block(f"static const {model} {name}_members[{len(family.members)}] =", close="};"):
         for member in family.members:
             m = member.model
             split = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, {split}, "
-                   f"{m.sms}, {m.blocks_per_sm}, {m.warps_per_block}, {m.fma_per_k_tile}, {m.smem_instructions_per_k_tile}, "
-                   f"{m.wavefronts_per_k_tile}, {m.issue_per_clock}}},  // {m.name}")
+                   f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
+                   f"{m.partial_cycles}}},  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
@@ -75,23 +80,13 @@ def _emit_rule(family: Any, o: Emitter) -> None:
     with o.block(f"static long long {name}_sum(long long a, long long b)"):
         o.line(f"return a + b > {name}_CYCLE_CAP ? {name}_CYCLE_CAP : a + b;")
     o.line()
-    o.comment("One k-tile of `resident` blocks on one SM: instruction issue (FMA and shared accesses) or\n"
-              "shared-memory wavefronts, the slower.")
-    with o.block(f"static long long {name}_k_tile_cycles(const {model}& m, long long resident)"):
-        o.line("const long long warps = resident * m.warps_per_block;")
-        o.line("const long long issue = m.issue_per_clock < warps ? m.issue_per_clock : warps;")
-        o.line("const long long issued = resident * (m.fma_per_k_tile + m.smem_instructions_per_k_tile);")
-        o.line("const long long issue_cycles = (issued + issue - 1) / issue;")
-        o.line("const long long smem = resident * m.wavefronts_per_k_tile;")
-        o.line("return issue_cycles > smem ? issue_cycles : smem;")
-    o.line()
     o.comment("Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.")
     with o.block(f"static long long {name}_cycles(const {model}& m, long long M, long long N, long long K)"):
         o.line("if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;")
         o.line("const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);")
         o.line("const long long k_tiles = (K + m.bk - 1) / m.bk;")
         o.line("const long long slots = m.sms * m.blocks_per_sm;")
-        o.line(f"const long long full = {name}_k_tile_cycles(m, m.blocks_per_sm);")
+        o.line("const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];")
         o.line("long long plain = tiles, cycles = 0;")
         with o.block("if (m.stream_k_split != nullptr)"):
             o.line("int sk_tiles = 0, sk_blocks = 0;")
@@ -99,12 +94,15 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             with o.block("if (sk_tiles > 0)"):
                 o.line("plain -= sk_tiles;")
                 o.line("const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;")
-                o.line(f"cycles = {name}_product(per_block, full);")
+                o.line(f"cycles = {name}_sum({name}_product(per_block, full), "
+                       "m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));")
         o.line("const long long left = plain % slots;")
-        o.line(f"cycles = {name}_sum(cycles, {name}_product({name}_product(plain / slots, k_tiles), full));")
+        o.line(f"const long long wave = {name}_sum({name}_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);")
+        o.line(f"cycles = {name}_sum(cycles, {name}_product(plain / slots, wave));")
         with o.block("if (left > 0)"):
-            o.line(f"const long long last = {name}_k_tile_cycles(m, (left + m.sms - 1) / m.sms);")
-            o.line(f"cycles = {name}_sum(cycles, {name}_product(k_tiles, last));")
+            o.line("const long long last = (left + m.sms - 1) / m.sms;")
+            o.line(f"cycles = {name}_sum(cycles, {name}_sum({name}_product(k_tiles, m.k_tile_cycles[last - 1]), "
+                   "last * m.tile_cycles));")
         o.line("return cycles;")
     o.line()
     o.comment("The member that runs M x N x K; exact_allowed = false: among the checked members only.")

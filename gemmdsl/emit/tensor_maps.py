@@ -36,13 +36,7 @@ class TensorMapLauncher:
 
     def emit(self) -> None:
         o = self.out
-        o.line("#ifndef __CUDACC_RTC__")
-        o.line("#include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)")
-        o.line("#include <cstring>")
-        if self.layout.stream_k:
-            o.line("#include <mutex>")
-            o.line("#include <vector>")
-        o.line()
+        o.line("#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)")
         o.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
                              "the kernel cannot handle:", *launch_contract(self.plan)]))
         self._emit_encoder()

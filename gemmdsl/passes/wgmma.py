@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
-from ..wgmma_layout import WARPGROUP, WGMMA_M, WgmmaLayout
+from ..wgmma_layout import WARPGROUP, WgmmaLayout
+from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
 from .framework import Context, PassResult
 from .intensity import math_unit
 
@@ -173,10 +174,6 @@ class WgmmaWavesPass:
         return PassResult({"wgmma_waves": waves}, verdict)
 
 
-# ncu counts shared-memory traffic in wavefronts; a wavefront serves one 128-byte line (32 banks x 4 bytes).
-WAVEFRONT_BYTES = 128
-
-
 @dataclass(frozen=True)
 class WgmmaTraffic:
     """What one launch over the problem issues and moves, counted from the lowering: the figures
@@ -205,8 +202,7 @@ class WgmmaTrafficPass:
         m, n, k = context.problem
         tiles, k_tiles = layout.tiles(m, n), -(-k // layout.bk)
         instructions = tiles * k_tiles * layout.consumers * layout.wgmma_per_k_tile
-        step = layout.shape.k * layout.element_bytes  # bytes of k one instruction multiplies
-        read = instructions * (WGMMA_M + layout.shape.n) * step
+        read = tiles * k_tiles * layout.smem_read_bytes_per_k_tile
         copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())
         traffic = WgmmaTraffic(tiles, k_tiles, instructions * WARPGROUP // 32, copies,
                                tiles * k_tiles * layout.stage_bytes, read, 0)
