@@ -21,7 +21,7 @@
 #define hgemm_h100_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
 // vector accesses (else the checked members run a kernel with one-element accesses, except hgemm_h100,
-// hgemm_h100_128x64, which refuse the call).
+// hgemm_h100_128x192, hgemm_h100_128x64, which refuse the call).
 #define hgemm_h100_family_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_family_B_VECTOR_ELEMENTS 8
 #define hgemm_h100_family_C_VECTOR_ELEMENTS 1
@@ -78,6 +78,25 @@ cudaError_t hgemm_h100_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, fl
                               float alpha, float beta, cudaStream_t stream);
 cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C,
                                  int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+
+// Member hgemm_h100_128x192 (hgemm_h100_128x192.gemm: 128x192x64 tiles, bounds: checked). Its
+// launchers take the parameters of hgemm_h100_family's of the same kind and run it alone, without the
+// rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 1;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
+// leading dimensions, per host thread) and, for schedule: persistent, read the current device's
+// SM count; they return those calls' errors.
+cudaError_t hgemm_h100_128x192_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N,
+                                      int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
+                                         float* C, int ldc, int M, int N, int K, float alpha, float beta,
+                                         cudaStream_t stream);
 
 // Member hgemm_h100_128x64 (hgemm_h100_128x64.gemm: 128x64x64 tiles, bounds: checked). Its launchers
 // take the parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.

@@ -2,11 +2,13 @@
 // its members and recompile. Each member's kernels and launchers keep their own names.
 //
 // Family:
-//   // tf32_h100 for every size: the rule (gemmdsl/family.py) runs the 128x64 tiles where 128x256 tiles would
-//   // leave SMs idle (1024^3) and tf32_h100's own tiles elsewhere.
+//   // tf32_h100 for every size: the rule (gemmdsl/family.py) runs 128x64 tiles where 128x256 tiles would leave
+//   // most SMs idle (1024^3), 128x192 tiles where they fill the last wave better (3072x3072x1024), and
+//   // tf32_h100's own 128x256 tiles elsewhere.
 //   family tf32_h100_family {
-//       use tf32_h100.gemm;          // 128x256 tiles: the big calls
-//       use tf32_h100_128x64.gemm;   // 128x64 tiles: four times as many for the small ones
+//       use tf32_h100.gemm;           // 128x256 tiles: the big calls
+//       use tf32_h100_128x192.gemm;   // 128x192 tiles: a fuller last wave
+//       use tf32_h100_128x64.gemm;    // 128x64 tiles: four times as many for the small calls
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -524,6 +526,506 @@ extern "C" cudaError_t tf32_h100_launch(const float* A, const float* B, float* C
 #endif
 }  // namespace tf32_h100
 
+// ---- member tf32_h100_128x192, from tf32_h100_128x192.gemm ----
+namespace tf32_h100_128x192 {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) tf32_h100_128x192_tensor_map {
+    unsigned long long opaque[16];
+};
+
+// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
+static __device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
+}
+
+// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
+static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
+}
+
+// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Spin until the phase with this parity has completed.
+static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" :: "r"(barrier), "r"(parity) : "memory");
+}
+
+// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
+// as transaction bytes on `barrier`.
+static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
+                                                   unsigned barrier)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
+// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
+// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
+static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
+    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
+static __device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most N committed groups of this warpgroup's wgmma are still running.
+template <int N>
+static __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// d (the 96 accumulators of one m64n192k8 per thread) += A (64 x 8, descriptor a) *
+// B (8 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1.
+static __device__ __forceinline__ void wgmma_m64n192k8(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " %96, %97, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a), "l"(b));
+}
+
+// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
+// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
+static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
+    if (row >= M || col >= N) return;
+    x *= alpha;
+    y *= alpha;
+    float* const p = C + (size_t)row * ldc + col;
+    if (pairs && col + 1 < N) {
+        if (beta != 0.0f) {
+            const float2 old = *reinterpret_cast<const float2*>(p);
+            x += beta * old.x;
+            y += beta * old.y;
+        }
+        *reinterpret_cast<float2*>(p) = make_float2(x, y);
+        return;
+    }
+    if (beta != 0.0f) x += beta * p[0];
+    p[0] = x;
+    if (col + 1 < N) {
+        if (beta != 0.0f) y += beta * p[1];
+        p[1] = y;
+    }
+}
+
+// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
+static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
+    x *= alpha;
+    y *= alpha;
+    if (beta != 0.0f && row < M) {
+        const float* const p = C + (size_t)row * ldc + col;
+        if (col < N) x += beta * p[0];
+        if (col + 1 < N) y += beta * p[1];
+    }
+    return make_float2(x, y);
+}
+// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
+static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Wait until this thread's bulk groups have completed (their writes are done).
+static __device__ __forceinline__ void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+// Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
+// warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
+// (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
+extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x192_kernel(
+    const __grid_constant__ tf32_h100_128x192_tensor_map map_a, const __grid_constant__ tf32_h100_128x192_tensor_map map_b,
+    const __grid_constant__ tf32_h100_128x192_tensor_map map_c, float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta)
+{
+    // Each of the 2 consumer warpgroups multiplies 64 rows by 192 columns: 1 x 1 m64n192k8 per k-step, 4 steps per k-tile,
+    // 96 f32 accumulators per thread.
+    constexpr int BM = 128;
+    constexpr int BN = 192;
+    constexpr int BK = 32;
+    constexpr int WGMMA_N = 192;
+    constexpr int WGMMA_K = 8;
+    constexpr int CONSUMER_ROWS = 64;
+    constexpr int M_REPEAT = 1;
+    constexpr int N_REPEAT = 1;
+    constexpr int ACCUMULATORS = 96;
+    constexpr int C_BOX_COLS = 32;
+    constexpr int C_BOX_BYTES = 8192;
+    constexpr int C_BOXES = 6;
+    constexpr int STORE_BUFFERS = 2;
+    constexpr int STAGING_BYTES = 32768;
+    constexpr int STAGES = 4;
+    constexpr int CONSUMERS = 2;
+    constexpr int A_STAGE_BYTES = 16384;
+    constexpr int STAGE_BYTES = 40960;
+
+    // The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle
+    // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
+    // pattern starts there); then a `full` and an `empty` barrier per stage.
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // The staged boxes of C (store: tma, emit/wgmma_store.py).
+    unsigned char* const staging = smem + STAGES * STAGE_BYTES;
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
+    unsigned long long* const empty = full + STAGES;
+    const int warpgroup = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+
+    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(smem_u32(full + s), 1);
+            mbarrier_init(smem_u32(empty + s), CONSUMERS);
+        }
+        // Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tile_count = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    const int k_tiles = (K + BK - 1) / BK;
+
+    if (warpgroup == 0) {
+        // Producer.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
+            for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                    const unsigned barrier = smem_u32(full + stage);
+                    mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                    tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                }
+            }
+        }
+    }
+    else {
+        // Consumers.
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int consumer = warpgroup - 1;
+        const bool pairs = reinterpret_cast<size_t>(C) % 8 == 0 && ldc % 2 == 0;
+        const bool staged = reinterpret_cast<size_t>(C) % 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0;  // TMA can store C (the launcher agrees)
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+            // Rasterization (group(8)): where C tile `tile` lies.
+            // Groups of 8 tile rows are walked column by column, so blocks that
+            // run together share rows of A and columns of B in L2.
+            const int tiles_m = (M + BM - 1) / BM;
+            const int tiles_n = (N + BN - 1) / BN;
+            const int group_size = 8;
+            const int blocks_per_group = group_size * tiles_n;
+            const int first_tile_m = (tile / blocks_per_group) * group_size;
+            const int group_rows = min(tiles_m - first_tile_m, group_size);
+            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+            const int tile_n = (tile % blocks_per_group) / group_rows;
+            const int block_m = tile_m * BM;
+            const int block_n = tile_n * BN;
+            float acc[ACCUMULATORS];
+            #pragma unroll
+            for (int i = 0; i < ACCUMULATORS; ++i) {
+                acc[i] = 0.0f;
+            }
+            for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                const int stage = it % STAGES;
+                const unsigned phase = (it / STAGES) & 1;
+                mbarrier_wait(smem_u32(full + stage), phase);
+                unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * 4));
+                const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                wgmma_fence();
+                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 192 rows of B = 1536.
+                #pragma unroll
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            wgmma_m64n192k8(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), desc_a + 2 * kk + 512 * mr, desc_b + 2 * kk + 1536 * nr);
+                        }
+                    }
+                }
+                wgmma_commit();
+                // Keep one group in flight: once the previous k-tile's group has finished, its stage is free.
+                wgmma_wait<1>();
+                if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+            }
+            wgmma_wait<0>();
+            if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+
+            if (staged) {
+                // 6 boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through STORE_BUFFERS buffers.
+                const int warp = tid / 32, lane = tid % 32;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
+                    warpgroup_sync(consumer);
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    fence_proxy_async();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64);
+                }
+            }
+            else {
+                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                const int warp = tid / 32, lane = tid % 32;
+                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                const int col0 = block_n + lane % 4 * 2;
+                #pragma unroll
+                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    #pragma unroll
+                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        #pragma unroll
+                        for (int j = 0; j < WGMMA_N / 8; ++j) {
+                            const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        }
+                    }
+                }
+            }
+        }
+        if (staged && tid == 0) bulk_wait_all();
+    }
+}
+
+#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 1;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
+typedef CUresult (*tf32_h100_128x192_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static cudaError_t tf32_h100_128x192_encoder(tf32_h100_128x192_encode_tiled* encode) {
+    static tf32_h100_128x192_encode_tiled found = nullptr;  // every thread finds the same function
+    if (found == nullptr) {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult query;
+        const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                                    cudaEnableDefault, &query);
+        if (err != cudaSuccess) return err;
+        if (query != cudaDriverEntryPointSuccess || function == nullptr) return cudaErrorNotSupported;
+        found = reinterpret_cast<tf32_h100_128x192_encode_tiled>(function);
+    }
+    *encode = found;
+    return cudaSuccess;
+}
+
+// A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
+// stores outside it are dropped.
+static cudaError_t tf32_h100_128x192_tensor_map_of(tf32_h100_128x192_tensor_map* out, tf32_h100_128x192_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+    static_assert(sizeof(CUtensorMap) == sizeof(tf32_h100_128x192_tensor_map), "CUtensorMap is 128 bytes");
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t steps[2] = {1, 1};
+    const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    std::memcpy(out, &map, sizeof map);
+    return cudaSuccess;
+}
+
+// The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark
+// or a training loop calls with the same operands again and again.
+struct tf32_h100_128x192_map_cache {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    const void* c = nullptr;
+    int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    tf32_h100_128x192_tensor_map map_a, map_b, map_c;
+};
+
+static cudaError_t tf32_h100_128x192_tensor_maps(const void* A, int lda, const void* B, int ldb, const void* C, int ldc, int M, int N, int K, const tf32_h100_128x192_map_cache** maps) {
+    static thread_local tf32_h100_128x192_map_cache cache;
+    *maps = &cache;
+    if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb && cache.c == C && cache.ldc == ldc)
+        return cudaSuccess;
+    tf32_h100_128x192_encode_tiled encode;
+    cudaError_t err = tf32_h100_128x192_encoder(&encode);
+    if (err == cudaSuccess) err = tf32_h100_128x192_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 4, A, K, M, lda, 32, 128);
+    if (err == cudaSuccess) err = tf32_h100_128x192_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 4, B, K, N, ldb, 32, 192);
+    // C's map only where TMA can store C; the kernel tests the same condition and stores directly otherwise.
+    const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0;
+    if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);
+    if (err == cudaSuccess && staged) err = tf32_h100_128x192_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, C, N, M, ldc, 32, 64);
+    if (err != cudaSuccess) {
+        cache.a = nullptr;  // nothing valid is cached
+        return err;
+    }
+    cache.a = A;
+    cache.b = B;
+    cache.c = C;
+    cache.m = M;
+    cache.n = N;
+    cache.k = K;
+    cache.lda = lda;
+    cache.ldb = ldb;
+    cache.ldc = ldc;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t tf32_h100_128x192_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483455 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (4 elements).
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
+    if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
+    const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
+    if (tiles > 2147483647LL) return cudaErrorInvalidValue;
+    long long blocks = tiles;
+    // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
+    // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
+    int device = 0, sms = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status != cudaSuccess) return status;
+    if (sms > 0 && blocks > sms) blocks = sms;
+    const tf32_h100_128x192_map_cache* maps = nullptr;
+    cudaError_t err = tf32_h100_128x192_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
+    if (err != cudaSuccess) return err;
+    const auto kernel = tf32_h100_128x192_kernel;
+    const size_t smem_bytes = 197696;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, maps->map_c, C, M, N, K, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tf32_h100_128x192_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return tf32_h100_128x192_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace tf32_h100_128x192
+
 // ---- member tf32_h100_128x64, from tf32_h100_128x64.gemm ----
 namespace tf32_h100_128x64 {
 
@@ -1022,9 +1524,11 @@ struct tf32_h100_family_member {
     long long partial_cycles;  // per stream-K block: its partial sums through L2
 };
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100[] = {1294};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {1078};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x64[] = {647};
-static const tf32_h100_family_member tf32_h100_family_members[2] = {
+static const tf32_h100_family_member tf32_h100_family_members[3] = {
     {128, 256, 32, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6899, 0},  // tf32_h100
+    {128, 192, 32, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 5174, 0},  // tf32_h100_128x192
     {128, 64, 32, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1725, 0},  // tf32_h100_128x64
 };
 
@@ -1069,7 +1573,7 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
 static int tf32_h100_family_choose(long long M, long long N, long long K, bool exact_allowed) {
     int best = -1;
     long long best_cycles = 0;
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 3; ++i) {
         if (tf32_h100_family_members[i].exact && !exact_allowed) continue;
         const long long cycles = tf32_h100_family_cycles(tf32_h100_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
@@ -1080,7 +1584,7 @@ static int tf32_h100_family_choose(long long M, long long N, long long K, bool e
     return best;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x64::tf32_h100_128x64_launch};
+static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch};
 extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = tf32_h100_family_choose(M, N, K, true);
@@ -1092,7 +1596,7 @@ extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, f
     return status;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld};
+static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld};
 extern "C" cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = tf32_h100_family_choose(M, N, K, true);

@@ -184,18 +184,20 @@ def _bf16_bits(rng, shape):
 @pytest.mark.parametrize("path", HOPPER_FAMILIES, ids=lambda path: path.stem)
 def test_a_hopper_family_runs_the_member_its_rule_picks(path, monkeypatch, tmp_path):
     """The family's result is bit for bit its chosen member's (every member is verified above at odd
-    shapes): the 128x64 member at 1024^3 and 1000x1000x512, the 128x256 one at 2048x2048x512. PyTorch
-    operands, since CuPy has no bf16."""
+    shapes): the 128x64 member at 1024^3 and 1000x1000x512, the 128x256 one at 2048x2048x512, the
+    128x192 one at 3072x3072x1024. PyTorch operands, since CuPy has no bf16."""
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     family = load_family(path)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[family.metadata["dtypes"]["a"]]
     generator = torch.Generator(device="cuda").manual_seed(21)
-    for (m, n, k), small in [((1024, 1024, 1024), True), ((1000, 1000, 512), True), ((2048, 2048, 512), False)]:
+    shapes = {(1024, 1024, 1024): "_128x64", (1000, 1000, 512): "_128x64", (2048, 2048, 512): family.models[0].name,
+              (3072, 3072, 1024): "_128x192"}
+    for (m, n, k), suffix in shapes.items():
         a = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
         b = torch.randn(n, k, device="cuda", generator=generator).to(dtype).T  # column-major K x N
         member = family.member_for(m, n, k)
-        assert member.name.endswith("_128x64") == small, (m, n, k, member.name)
+        assert member.name.endswith(suffix), (m, n, k, member.name)
         assert torch.equal(family(a, b), member(a, b)), (m, n, k)
 
 
@@ -205,7 +207,7 @@ def test_a_hopper_family_s_c_launcher_dispatches_to_its_members(tmp_path, cupy):
     launch = _launcher_ld(tmp_path, family.name, family.cuda)
     rng = cupy.random.default_rng(22)
     exact = lambda x: (x.astype("uint32") << 16).view("float32").astype("float64")  # noqa: E731
-    for m, n, k in [(1024, 1024, 1024), (2048, 2048, 512), (333, 517, 136)]:
+    for m, n, k in [(1024, 1024, 1024), (2048, 2048, 512), (3072, 3072, 1024), (333, 517, 136)]:
         a, b = _bf16_bits(rng, (m, k)), _bf16_bits(rng, (n, k))
         c = cupy.full((m, n), float("nan"), dtype="float32")
         assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == 0

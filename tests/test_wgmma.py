@@ -387,7 +387,9 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
                                   "sgemm_3xtf32_h100", "sgemm_3xtf32_h100_sk", "hgemm_h100_128x64",
-                                  "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64"])
+                                  "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64",
+                                  "hgemm_h100_128x192", "hgemm_h100_bf16c_128x192", "hgemm_h100_f16_128x192",
+                                  "tf32_h100_128x192"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     """... and without ptxas serializing the wgmma (C7515), which a stream-K loop from a variable first
     k-tile once caused: 10% slower at every size (README, Hopper)."""
