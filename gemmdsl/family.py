@@ -171,7 +171,7 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
 
 
 def member_model(artifacts: Artifacts) -> MemberModel:
-    spec, facts = artifacts.spec, artifacts.analysis.facts
+    spec = artifacts.spec
     bm, bn, bk = artifacts.plan.launch.block_tile
     common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
                   sms=artifacts.plan.arch.reference_sms)
