@@ -206,8 +206,8 @@ def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
 
 def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
-    datasheet rate, wgmma's shared-memory reads (a 128-byte wavefront per clock) and TMA's bytes from
-    L2 at the measured rate per SM; a tile also writes C (and reads it, for alpha_beta) through L2, and
+    datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
+    clock) and TMA's bytes from L2 at the measured rate per SM; a tile also writes C (and reads it, for alpha_beta) through L2, and
     a stream-K block writes and reads back one partial tile."""
     sm = layout.spec.target.sm
     unit, _ = math_unit(layout.spec)
@@ -215,7 +215,7 @@ def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
     problem = layout.spec.problem
     tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
-    wavefronts = -(-layout.smem_read_bytes_per_k_tile // WAVEFRONT_BYTES)
+    wavefronts = -(-(layout.smem_read_bytes_per_k_tile + layout.split_lsu_bytes_per_k_tile) // WAVEFRONT_BYTES)
     tma = -(-layout.stage_bytes // l2)
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)

@@ -262,16 +262,17 @@ def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
               f"use at most stages: {most}, or a smaller block tile")
     needed, have = layout.consumer_registers_needed, layout.consumer_registers
     where = spec.mma.at("shape")
-    held = needed - CONSUMER_RESERVE
+    accumulators = layout.main_loop_registers - layout.a_fragment_registers
     sets = " (two sets: 3xTF32 sums each k-tile's products apart)" if layout.split else ""
+    fragments = f" and {layout.a_fragment_registers} of A's fragment words" if layout.a_fragment_registers else ""
     if needed > have:
-        error(where, f"each consumer thread holds {held} f32 accumulators ({layout.m_repeat} x "
-                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup{sets}) and needs about {CONSUMER_RESERVE} "
-                     f"registers more, {needed} in all, but setmaxnreg can give a consumer only {have}",
+        error(where, f"each consumer thread holds {accumulators} f32 accumulators ({layout.m_repeat} x "
+                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup{sets}){fragments}, and needs {needed} "
+                     f"registers in all, but setmaxnreg can give a consumer only {have}",
               f"use more consumer warpgroups or a smaller block tile (at most "
               f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
     elif needed > layout.entry_registers:
-        warning(where, f"a consumer thread needs about {needed} registers ({held} accumulators{sets}); "
-                       f"ptxas compiles the kernel under the launch cap of {layout.entry_registers} "
+        warning(where, f"a consumer thread needs about {needed} registers ({accumulators} accumulators{sets}"
+                       f"{fragments}); ptxas compiles the kernel under the launch cap of {layout.entry_registers} "
                        f"(setmaxnreg raises it to {have} only at run time), so it may spill",
                 "use a smaller block tile or more consumer warpgroups")

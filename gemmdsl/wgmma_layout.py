@@ -14,6 +14,9 @@ The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
   per panel of an MN-major one); each consumer warpgroup
   multiplies its BM / warpgroups rows by all BN columns with wgmma m64nNk16 (m64nNk8 for TF32),
   m_repeat x n_repeat instructions per 32-byte k-step;
+- 3xTF32 only: the producer warpgroup's other three warps split each landed stage of B into TF32 big
+  parts (in place) and small parts (a buffer beside the ring), behind a third `ready` mbarrier per
+  stage; the consumers load A's fragments into registers and split them there (emit/wgmma_split.py);
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster;
@@ -49,6 +52,11 @@ MAX_SETMAXNREG = 240  # the most setmaxnreg.inc asks for (it takes multiples of 
 # coordinates, loop counters, alpha/beta and the epilogue's temporaries. The hand prototype (128
 # accumulators) compiled without spills under a 168-register cap, so 32 leaves some margin.
 CONSUMER_RESERVE = 32
+# 3xTF32's main loop holds two sets of accumulators and A's fragments at once; besides them it keeps
+# only a stage address, two descriptors, the loop's counters and the fragments' row address (the
+# epilogue's temporaries come after `part` and the fragments are dead). ptxas compiled
+# sgemm_3xtf32_h100 (160 such registers) at 168 without spilling (nvcc 13.0, 2026-11-23).
+SPLIT_LOOP_RESERVE = 8
 # wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in
 # bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45,
 # the swizzle mode in 62-63 (1 = 128-byte swizzle). In the 128-byte swizzle a k-major operand's rows
@@ -167,11 +175,42 @@ class WgmmaLayout:
         return self.m_repeat * self.n_repeat * self.k_steps * self.products
 
     @property
+    def a_in_registers(self) -> bool:
+        """3xTF32 reads A's fragments into registers and splits them there (wgmma takes A from registers,
+        B only from shared memory); the other paths leave both operands in shared memory."""
+        return self.split
+
+    @property
+    def a_fragment_registers(self) -> int:
+        """Per consumer thread, with A in registers: a k-tile's fragments (4 words per m64 x k8 step and
+        m repeat), twice over for 3xTF32's big and small parts. They stay live until the k-tile's group
+        has finished, since wgmma reads them asynchronously."""
+        if not self.a_in_registers:
+            return 0
+        return 2 * self.m_repeat * self.k_steps * WGMMA_M * self.shape.k // WARPGROUP
+
+    @property
     def smem_read_bytes_per_k_tile(self) -> int:
-        """What wgmma reads from shared memory per block and k-tile: each instruction reads its 64 x k
-        slice of A and its N x k slice of B."""
+        """What wgmma reads from shared memory per block and k-tile: each instruction reads its N x k
+        slice of B, and its 64 x k slice of A unless A comes from registers."""
         step = self.shape.k * self.element_bytes
-        return self.consumers * self.wgmma_per_k_tile * (WGMMA_M + self.shape.n) * step
+        a_rows = 0 if self.a_in_registers else WGMMA_M
+        return self.consumers * self.wgmma_per_k_tile * (a_rows + self.shape.n) * step
+
+    @property
+    def split_lsu_bytes_per_k_tile(self) -> int:
+        """3xTF32's ordinary shared-memory traffic per block and k-tile (emit/wgmma_split.py): the
+        splitter warps read B's stage and write its big parts in place and its small parts beside it;
+        the consumers load A's stage into registers. None on the other paths."""
+        if not self.split:
+            return 0
+        return self.stage_bytes_of(ir.Operand.A) + 3 * self.stage_bytes_of(ir.Operand.B)
+
+    @property
+    def splitter_threads(self) -> int:
+        """3xTF32: the producer warpgroup's warps 1-3, which split each landed stage of B (warp 0 issues
+        TMA); 0 on the other paths."""
+        return WARPGROUP - 32 if self.split else 0
 
     # --- shared memory ------------------------------------------------------------------------
 
@@ -190,8 +229,8 @@ class WgmmaLayout:
 
     @property
     def mbarriers(self) -> int:
-        """A `full` and an `empty` barrier per stage."""
-        return 2 * self.stages
+        """A `full` and an `empty` barrier per stage, and for 3xTF32 a `ready` one (B's stage is split)."""
+        return (3 if self.split else 2) * self.stages
 
     @property
     def smem_bytes(self) -> int:
@@ -207,10 +246,10 @@ class WgmmaLayout:
 
     @property
     def split_bytes(self) -> int:
-        """3xTF32: two stages' worth of small parts, in a stage's own layout (the split is elementwise).
-        Two, so that a k-tile's split never overwrites the small parts the previous k-tile's wgmma may
-        still be reading in the other consumer warpgroup."""
-        return 2 * self.stage_bytes if self.split else 0
+        """3xTF32: B's small parts, one k-tile per stage in B's own layout (the split is elementwise), so
+        that the splitter warps run as far ahead as TMA does: stage s's small parts are rewritten only
+        after `empty[s]`, when no wgmma reads them any more."""
+        return self.stages * self.stage_bytes_of(ir.Operand.B) if self.split else 0
 
     # --- TMA -----------------------------------------------------------------------------------
 
@@ -282,9 +321,19 @@ class WgmmaLayout:
 
     @property
     def consumer_registers_needed(self) -> int:
-        """The accumulators (twice over for 3xTF32, whose k-tile sums its products in a second set
-        before adding them to the first in FP32), and the reserve."""
-        return self.accumulators * (2 if self.split else 1) + CONSUMER_RESERVE
+        """The accumulators and the reserve; for 3xTF32, whose k-tile sums its products in a second set
+        of accumulators before adding them to the first in FP32, at least both sets, A's fragments and
+        the main loop's few addresses."""
+        epilogue = self.accumulators + CONSUMER_RESERVE
+        if not self.split:
+            return epilogue
+        return max(epilogue, self.main_loop_registers + SPLIT_LOOP_RESERVE)
+
+    @property
+    def main_loop_registers(self) -> int:
+        """What a consumer's main loop holds across a k-tile's wgmma: the accumulators (twice over for
+        3xTF32) and A's fragments when they are in registers."""
+        return self.accumulators * (2 if self.split else 1) + self.a_fragment_registers
 
     # --- descriptors ---------------------------------------------------------------------------
 

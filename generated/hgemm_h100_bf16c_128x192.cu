@@ -19,7 +19,7 @@
 //   smem: 40960 bytes per stage (A 16384 + B 24576), 4 stages = 163840; 197696 bytes per block with barriers and 1024-byte alignment, of 232448 (85%): 1 block per SM
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 128 (96 accumulators)
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x192) = 40960 bytes per k-tile; 4 wgmma m64n192k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
-//   traffic: 1,441,792 wgmma warp instructions; 90,112 TMA copies bring 1,845 MB from L2; wgmma reads 2,953 MB of shared memory (23,068,672 wavefronts of 128 bytes, no bank conflicts)
+//   traffic: 1,441,792 wgmma warp instructions; 90,112 TMA copies bring 1,845 MB from L2; wgmma reads 2,953 MB of A and B from shared memory (23,068,672 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
 //   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 879 TFLOP/s (wgmma, x 0.89 for the waves)
 
@@ -250,7 +250,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
     // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
     // pattern starts there); then a `full` and an `empty` barrier per stage.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     // The staged boxes of C (store: tma, emit/wgmma_store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);

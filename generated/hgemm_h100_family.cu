@@ -249,7 +249,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
     // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
     // pattern starts there); then a `full` and an `empty` barrier per stage.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     // The staged boxes of C (store: tma, emit/wgmma_store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
@@ -750,7 +753,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
     // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
     // pattern starts there); then a `full` and an `empty` barrier per stage.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     // The staged boxes of C (store: tma, emit/wgmma_store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
@@ -1235,7 +1241,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
     // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
     // pattern starts there); then a `full` and an `empty` barrier per stage.
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     // The staged boxes of C (store: tma, emit/wgmma_store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);

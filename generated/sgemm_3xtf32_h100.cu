@@ -3,10 +3,11 @@
 //
 // Spec:
 //   // FP32-accurate GEMM on Hopper's own path (sm_90a): each f32 word is split into a TF32 big and small
-//   // part once its stage has landed, and three wgmma m64n128k8 per k-step (small x big, big x small,
-//   // big x big) are summed per k-tile in a second set of accumulators, then added to the first in FP32.
-//   // Two consumer warpgroups of 64 x 128 (64 + 64 accumulators each) on a 128x128x32 block; a 4-stage ring
-//   // of raw f32 k-tiles (128 KiB) and a split buffer for two k-tiles' small parts (64 KiB).
+//   // part (B's by the producer warpgroup's splitter warps once its stage has landed, A's in the consumers'
+//   // registers), and three wgmma m64n128k8 per k-step (small x big, big x small, big x big; A from
+//   // registers) are summed per k-tile in a second set of accumulators, then added to the first in FP32.
+//   // Two consumer warpgroups of 64 x 128 (64 + 64 accumulators and 32 fragment words each) on a
+//   // 128x128x32 block; a 4-stage ring of raw f32 k-tiles (128 KiB) and B's small parts per stage (64 KiB).
 //   gemm sgemm_3xtf32_h100 {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90a;
@@ -19,10 +20,10 @@
 //   }
 //
 // Analysis (gemmdsl check):
-//   smem: 32768 bytes per stage (A 16384 + B 16384), 4 stages = 131072 + a 65536-byte split buffer (3xTF32); 197696 bytes per block with barriers and 1024-byte alignment, of 232448 (85%): 1 block per SM
-//   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 160 (2 x 64 accumulators)
-//   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
-//   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 19,327 MB of shared memory (150,994,944 wavefronts of 128 bytes, no bank conflicts)
+//   smem: 32768 bytes per stage (A 16384 + B 16384), 4 stages = 131072 + a 65536-byte split buffer (3xTF32: B's small parts); 197728 bytes per block with barriers and 1024-byte alignment, of 232448 (85%): 1 block per SM
+//   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 168 (2 x 64 accumulators, 32 of A's fragment words)
+//   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
+//   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 8,590 MB more (B's stages split, A's fragments loaded)
 //   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM, 97% of SM time busy
 //   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 160 TFLOP/s (wgmma, x 0.97 for the waves)
 
@@ -115,9 +116,9 @@ static __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-// d (the 64 accumulators of one m64n128k8 per thread) += A (64 x 8, descriptor a) *
+// d (the 64 accumulators of one m64n128k8 per thread) += A (64 x 8, 4 fragment words a per thread) *
 // B (8 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1.
-static __device__ __forceinline__ void wgmma_m64n128k8(float* d, unsigned long long a, unsigned long long b) {
+static __device__ __forceinline__ void wgmma_m64n128k8_rs(float* d, const unsigned* a, unsigned long long b) {
     asm volatile(
         "{\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32\n"
@@ -129,7 +130,7 @@ static __device__ __forceinline__ void wgmma_m64n128k8(float* d, unsigned long l
         " %40, %41, %42, %43, %44, %45, %46, %47,\n"
         " %48, %49, %50, %51, %52, %53, %54, %55,\n"
         " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1;\n"
+        " {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -139,12 +140,12 @@ static __device__ __forceinline__ void wgmma_m64n128k8(float* d, unsigned long l
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-// d (the 64 accumulators of one m64n128k8 per thread) = A (64 x 8, descriptor a) *
+// d (the 64 accumulators of one m64n128k8 per thread) = A (64 x 8, 4 fragment words a per thread) *
 // B (8 x 128, descriptor b). The immediates: scale-d 0 (overwrite), A and B scaled by 1.
-static __device__ __forceinline__ void wgmma_m64n128k8_set(float* d, unsigned long long a, unsigned long long b) {
+static __device__ __forceinline__ void wgmma_m64n128k8_rs_set(float* d, const unsigned* a, unsigned long long b) {
     asm volatile(
         "{\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32\n"
@@ -156,7 +157,7 @@ static __device__ __forceinline__ void wgmma_m64n128k8_set(float* d, unsigned lo
         " %40, %41, %42, %43, %44, %45, %46, %47,\n"
         " %48, %49, %50, %51, %52, %53, %54, %55,\n"
         " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 0, 1, 1;\n"
+        " {%64, %65, %66, %67}, %68, 0, 1, 1;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -166,22 +167,21 @@ static __device__ __forceinline__ void wgmma_m64n128k8_set(float* d, unsigned lo
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-constexpr int CONSUMER_THREADS = 256;
-// x rounded to TF32 (10-bit mantissa, to nearest, ties away), kept in an f32 word: what wgmma reads exactly.
+// x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
+// the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
+// it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an
+// infinity; the 3xTF32 small part x - big of it stays NaN.)
+static __device__ __forceinline__ unsigned to_tf32(float x)
+{
+    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+}
+// x rounded to TF32, kept in an f32 word: what wgmma reads exactly.
 static __device__ __forceinline__ float tf32_round(float x)
 {
-    unsigned bits;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
-    return __uint_as_float(bits);
-}
-
-// The consumer warpgroups only (named barrier 1; the producer never waits on it).
-static __device__ __forceinline__ void consumers_sync()
-{
-    asm volatile("bar.sync 1, %0;" :: "n"(CONSUMER_THREADS) : "memory");
+    return __uint_as_float(to_tf32(x));
 }
 
 // C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
@@ -208,7 +208,7 @@ static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int 
     }
 }
 
-// Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
+// Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
 extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
@@ -218,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
     // Each of the 2 consumer warpgroups multiplies 64 rows by 128 columns: 1 x 1 m64n128k8 per k-step, 4 steps per k-tile,
     // 64 f32 accumulators per thread.
     // 3xTF32: three products (small x big, big x small, big x big) per k-step, summed per k-tile in `part`
-    // (the big ones last) and added to `acc` in FP32.
+    // (the big ones last) and added to `acc` in FP32; A from registers.
     constexpr int BM = 128;
     constexpr int BN = 128;
     constexpr int BK = 32;
@@ -228,7 +228,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
     constexpr int M_REPEAT = 1;
     constexpr int N_REPEAT = 1;
     constexpr int ACCUMULATORS = 64;
+    constexpr int B_STAGE_BYTES = 16384;
     constexpr int SPLIT_BYTES = 65536;
+    constexpr int SPLITTER_THREADS = 96;
     constexpr int STAGES = 4;
     constexpr int CONSUMERS = 2;
     constexpr int A_STAGE_BYTES = 16384;
@@ -236,21 +238,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
 
     // The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle
     // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
-    // pattern starts there); then a `full` and an `empty` barrier per stage.
+    // pattern starts there); then a `full` and an `empty` barrier per stage (and a `ready` one: 3xTF32).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* const smem = reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));
-    // 3xTF32's split buffer follows the ring (emit/wgmma_split.py).
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    // 3xTF32's split buffer follows the ring (emit/wgmma_splitter.py).
     unsigned char* const split = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + SPLIT_BYTES);
     unsigned long long* const empty = full + STAGES;
+    unsigned long long* const ready = empty + STAGES;
     const int warpgroup = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
 
-    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.
+    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup; `ready`: one per splitter thread.
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(smem_u32(full + s), 1);
             mbarrier_init(smem_u32(empty + s), CONSUMERS);
+            mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);
         }
         // Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -291,6 +298,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                 }
             }
         }
+        else if (tid >= 32) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    // 1024 float4 of B, 10.7 per splitter thread: the big parts in place, the small ones at the same
+                    // offset of the stage's slot of `split`.
+                    float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
+                    float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
+                    #pragma unroll 2
+                    for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
+                        const float4 x = big[w];
+                        const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+                        big[w] = hi;
+                        small[w] = make_float4(tf32_round(x.x - hi.x), tf32_round(x.y - hi.y), tf32_round(x.z - hi.z), tf32_round(x.w - hi.w));
+                    }
+                    fence_proxy_async();
+                    mbarrier_arrive(smem_u32(ready + stage));
+                }
+            }
+        }
     }
     else {
         // Consumers.
@@ -318,34 +348,38 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                 acc[i] = 0.0f;
             }
             float part[ACCUMULATORS];  // this k-tile's three products
+            unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                 const int stage = it % STAGES;
                 const unsigned phase = (it / STAGES) & 1;
                 mbarrier_wait(smem_u32(full + stage), phase);
+                mbarrier_wait(smem_u32(ready + stage), phase);
                 unsigned char* const tile_a = smem + stage * STAGE_BYTES;
-                unsigned char* const small = split + (it & 1) * STAGE_BYTES;
-                // Split the stage: 2048 float4 of A and B, 8 per consumer thread; big parts in place, small parts
-                // at the same offset of `small`.
+                // A's fragments of the k-tile, split in registers. Word k of row r lies at r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4
+                // (the 128-byte swizzle); every row this thread loads has r % 8 = lane / 4.
                 {
-                    float4* const big = reinterpret_cast<float4*>(tile_a);
-                    float4* const rest = reinterpret_cast<float4*>(small);
+                    const int lane = tid % 32;
+                    const unsigned char* const rows = tile_a + (consumer * CONSUMER_ROWS + (tid / 32) * 16 + lane / 4) * 128 + (lane % 4) * 4;
                     #pragma unroll
-                    for (int i = 0; i < STAGE_BYTES / 16 / CONSUMER_THREADS; ++i) {
-                        const int w = i * CONSUMER_THREADS + consumer * 128 + tid;
-                        const float4 x = big[w];
-                        const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-                        big[w] = hi;
-                        rest[w] = make_float4(tf32_round(x.x - hi.x), tf32_round(x.y - hi.y), tf32_round(x.z - hi.z), tf32_round(x.w - hi.w));
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                            #pragma unroll
+                            for (int j = 0; j < 4; ++j) {
+                                const int row = mr * 64 + (j % 2) * 8;
+                                const int chunk = (2 * kk + j / 2) ^ (lane / 4);
+                                const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
+                                const float big = tf32_round(x);
+                                a_big[mr][kk][j] = __float_as_uint(big);
+                                a_small[mr][kk][j] = __float_as_uint(tf32_round(x - big));
+                            }
+                        }
                     }
                 }
-                fence_proxy_async();
-                consumers_sync();
-                const unsigned long long big_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * 4));
-                const unsigned long long small_a = wgmma_descriptor(smem_u32(small + consumer * CONSUMER_ROWS * BK * 4));
                 const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
-                const unsigned long long small_b = wgmma_descriptor(smem_u32(small + A_STAGE_BYTES));
+                const unsigned long long small_b = wgmma_descriptor(smem_u32(split + stage * B_STAGE_BYTES));
                 wgmma_fence();
-                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 128 rows of B = 1024. The small products of every k-step first (the
+                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 128 rows of B = 1024. The small products of every k-step first (the
                 // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
                 // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
                 #pragma unroll
@@ -354,9 +388,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                     for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
                         for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            if (kk == 0) wgmma_m64n128k8_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), small_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
-                            else wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), small_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
-                            wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), big_a + 2 * kk + 512 * mr, small_b + 2 * kk + 1024 * nr);
+                            if (kk == 0) wgmma_m64n128k8_rs_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            else wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], small_b + 2 * kk + 1024 * nr);
                         }
                     }
                 }
@@ -366,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                     for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
                         for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            wgmma_m64n128k8(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), big_a + 2 * kk + 512 * mr, big_b + 2 * kk + 1024 * nr);
+                            wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], big_b + 2 * kk + 1024 * nr);
                         }
                     }
                 }
@@ -499,7 +533,7 @@ extern "C" cudaError_t sgemm_3xtf32_h100_launch_ld(const float* A, int lda, cons
     cudaError_t err = sgemm_3xtf32_h100_tensor_maps(A, lda, B, ldb, M, N, K, &maps);
     if (err != cudaSuccess) return err;
     const auto kernel = sgemm_3xtf32_h100_kernel;
-    const size_t smem_bytes = 197696;
+    const size_t smem_bytes = 197728;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
     if (err != cudaSuccess) return err;
     kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, C, M, N, K, ldc, alpha, beta);

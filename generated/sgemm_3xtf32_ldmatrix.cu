@@ -101,11 +101,13 @@ static __device__ __forceinline__ void mma_m16n8k8_tf32(float* c, const unsigned
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// FP32 -> TF32, rounded to nearest (ties away from zero), in a 32-bit register.
-static __device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
+// x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
+// the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
+// it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an
+// infinity; the 3xTF32 small part x - big of it stays NaN.)
+static __device__ __forceinline__ unsigned to_tf32(float x)
+{
+    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
 }
 
 extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel(

@@ -260,35 +260,66 @@ def test_runtime_passes_a_zero_map_for_a_c_tma_cannot_store():
 X3_SPEC = ROOT / "specs" / "sgemm_3xtf32_h100.gemm"
 
 
-def test_3xtf32_splits_the_raw_stage_and_sums_three_products_per_k_tile_apart():
+def test_3xtf32_splits_b_in_the_producer_and_a_in_registers_and_sums_three_products_per_k_tile_apart():
     layout = WgmmaLayout(load_spec(X3_SPEC))
     assert layout.split and layout.products == 3 and layout.wgmma_per_k_tile == 4 * 3
-    assert layout.split_bytes == 2 * layout.stage_bytes == 65536  # two k-tiles' small parts
-    assert layout.smem_bytes == 4 * 32768 + 65536 + 8 * 8 + 1024
-    assert layout.consumer_registers_needed == 2 * 64 + 32  # acc and part
+    assert layout.a_in_registers and layout.a_fragment_registers == 2 * 4 * 4  # big and small, 4 k-steps
+    assert layout.split_bytes == 4 * 16384 == 65536  # B's small parts, one k-tile per stage
+    assert layout.mbarriers == 3 * 4 and layout.splitter_threads == 96
+    assert layout.smem_bytes == 4 * 32768 + 65536 + 12 * 8 + 1024
+    # acc, part and A's fragments: what ptxas fitted in the launch cap of 168 without spilling (nvcc 13.0)
+    assert layout.consumer_registers_needed == 2 * 64 + 32 + 8 == layout.entry_registers
+    assert layout.smem_read_bytes_per_k_tile == 2 * 12 * 128 * 8 * 4  # B only: A comes from registers
+    assert layout.split_lsu_bytes_per_k_tile == 16384 + 3 * 16384  # A's loads; B read, written twice
     assert layout.tma_data_type == "f32"  # the words as they are: the kernel splits them
     artifacts = compile_path(X3_SPEC)
     cuda, metadata = artifacts.cuda, artifacts.metadata
     assert metadata["unit"] == "3xtf32" and metadata["tensor_maps"]["b"]["dtype"] == "f32"
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cuda and "TFLOAT32" not in cuda
-    for piece in ("cvt.rna.tf32.f32", "fence.proxy.async.shared::cta;", 'asm volatile("bar.sync 1, %0;"',
-                  "constexpr int CONSUMER_THREADS = 256;", '" %64, %65, 0, 1, 1;\\n"', '" %64, %65, 1, 1, 1;\\n"',
-                  "unsigned char* const small = split + (it & 1) * STAGE_BYTES;",
-                  "(smem + STAGES * STAGE_BYTES + SPLIT_BYTES)", "acc[i] += part[i];",
+    for piece in ("(__float_as_uint(x) + 0x1000u) & 0xFFFFE000u", "fence.proxy.async.shared::cta;",
+                  "else if (tid >= 32) {", "mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);",
+                  "constexpr int SPLITTER_THREADS = 96;", "mbarrier_arrive(smem_u32(ready + stage));",
+                  "mbarrier_wait(smem_u32(ready + stage), phase);",
+                  "float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);",
+                  '" {%64, %65, %66, %67}, %68, 0, 1, 1;\\n"', '" {%64, %65, %66, %67}, %68, 1, 1, 1;\\n"',
+                  "a_small[mr][kk][j] = __float_as_uint(tf32_round(x - big));", "acc[i] += part[i];",
                   "if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));"):
         assert piece in cuda, piece
+    # No cvt.rna (ptxas expands it), and no shared-memory form of wgmma left unused.
+    assert "asm(\"cvt.rna" not in cuda and "unsigned long long a, unsigned long long b" not in cuda
     # small x big (overwriting `part` at kk = 0) and big x small for every k-step, then big x big for every one.
-    body = cuda[cuda.index("if (kk == 0) wgmma_m64n128k8_set("):]
-    small_terms, big_terms = body.index("big_a + 2 * kk + 512 * mr, small_b"), body.index("big_a + 2 * kk + 512 * mr, big_b")
+    body = cuda[cuda.index("if (kk == 0) wgmma_m64n128k8_rs_set("):]
+    small_terms = body.index("a_big[mr][kk], small_b + 2 * kk + 1024 * nr")
+    big_terms = body.index("a_big[mr][kk], big_b + 2 * kk + 1024 * nr")
     assert small_terms < body.index("for (int kk = 0", 1) < big_terms
     assert "wgmma_wait<1>" not in cuda.split("// Consumers.")[1]
+
+
+def test_tf32_rounding_helper_rounds_to_nearest_with_ties_away_from_zero():
+    """The C expression of ctext.TF32_HELPER, evaluated on the host over float32 bit patterns, against
+    TF32 rounding done exactly: 11 significant bits (a fixed quantum of 2^-136 below 2^-126), ties away
+    from zero; overflow beyond TF32's largest value gives an infinity, as cvt.rna.tf32.f32 does."""
+    from gemmdsl.emit.ctext import TF32_HELPER
+
+    add, mask = re.search(r"\(__float_as_uint\(x\) \+ (0x[0-9A-Fa-f]+)u\) & (0x[0-9A-Fa-f]+)u;", TF32_HELPER).groups()
+    rng = numpy.random.default_rng(7)
+    bits = rng.integers(0, 0x7F800000, 200_000, dtype=numpy.uint32)  # finite magnitudes, subnormals included
+    bits = numpy.concatenate([bits, bits | 0x80000000, numpy.array([0x1000, 0x3F801000, 0x7F7FF000], numpy.uint32)])
+    rounded = ((bits + numpy.uint32(int(add, 16))) & numpy.uint32(int(mask, 16))).view(numpy.float32)
+    x = bits.view(numpy.float32).astype(numpy.float64)
+    exponent = numpy.floor(numpy.log2(numpy.maximum(numpy.abs(x), 2.0 ** -126)))
+    quantum = 2.0 ** (exponent - 10)
+    expected = numpy.sign(x) * numpy.floor(numpy.abs(x) / quantum + 0.5) * quantum
+    expected[numpy.abs(expected) > numpy.finfo(numpy.float32).max] *= numpy.inf
+    assert numpy.array_equal(rounded.astype(numpy.float64), expected)
 
 
 def test_3xtf32_accumulator_sets_must_fit_the_consumer_registers():
     text = X3_SPEC.read_text().replace("128x128x32", "128x256x32").replace("m64n128k8", "m64n256k8")
     with pytest.raises(CompileError) as caught:
         load(SourceFile("case.gemm", text))
-    assert any("two sets" in d.message and "288 in all" in d.message for d in caught.value.diagnostics)
+    assert any("two sets" in d.message and "32 of A's fragment words" in d.message and "296 registers in all"
+               in d.message for d in caught.value.diagnostics)
 
 
 NN_SPEC = ROOT / "specs" / "hgemm_h100_nn.gemm"

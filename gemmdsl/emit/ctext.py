@@ -4,6 +4,19 @@ from __future__ import annotations
 from .. import ir
 
 VECTOR_TYPES = {1: "float", 2: "float2", 4: "float4"}
+
+# FP32 -> TF32 for the tensor cores' TF32 and 3xTF32 products. On sm_90 ptxas expands cvt.rna.tf32.f32
+# into several instructions (ncu counted 536 M instructions for a 4096^3 3xTF32 wgmma kernel, 4x what
+# its loads, adds and wgmma need); two integer instructions do the same rounding.
+TF32_HELPER = r'''
+// x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
+// the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
+// it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an
+// infinity; the 3xTF32 small part x - big of it stays NaN.)
+static __device__ __forceinline__ unsigned to_tf32(float x)
+{
+    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+}'''
 COMPONENTS = ("x", "y", "z", "w")
 OPERANDS = (ir.Operand.A, ir.Operand.B)
 

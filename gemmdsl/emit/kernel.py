@@ -32,6 +32,7 @@ from .wgmma_stream_k import StreamKPersistentScheduler
 from .tma import TmaProducer
 from .wgmma import WgmmaMath
 from .wgmma_split import SplitWgmmaMath
+from .wgmma_splitter import StageSplitter
 from .wgmma_epilogue import AccumulatorEpilogue
 from .wgmma_store import StagedEpilogue
 
@@ -88,10 +89,11 @@ class WgmmaParts:
     copy: TmaProducer
     math: WgmmaMath
     epilogue: AccumulatorEpilogue
+    splitter: StageSplitter | None  # 3xTF32: the producer warps that split B's stages
 
 
 def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
-    """One part per role: the math (wgmma, or 3xTF32's split products), the epilogue (direct or
+    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter warps), the epilogue (direct or
     staged through shared memory and TMA stores), the scheduler (persistent tiles, or with stream-K);
     another copy engine (TMA multicast) would be chosen here too."""
     layout = plan.layout
@@ -99,7 +101,8 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
     epilogue = StagedEpilogue(layout, out) if layout.tma_store else AccumulatorEpilogue(layout, out)
     scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
-    return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue)
+    splitter = StageSplitter(layout, out) if layout.split else None
+    return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:

@@ -5,7 +5,9 @@ many bytes TMA will deliver) plus those bytes; it completes when stage s holds i
 counts one arrival per consumer warpgroup; it completes when every consumer is done reading stage s.
 Producer and consumers walk the same sequence of k-tiles (`it`, across tiles), so stage `it % STAGES`
 and phase `(it / STAGES) & 1` name the same use of the ring on both sides without any other
-communication. A fresh barrier is in phase 0, and waiting for the parity of the phase before it
+communication. 3xTF32 adds a third barrier per stage, `ready[s]`, which counts one arrival per splitter
+thread (emit/wgmma_splitter.py) and completes when B's k-tile in stage s is split; the consumers wait
+for it after `full`. A fresh barrier is in phase 0, and waiting for the parity of the phase before it
 returns at once: so the producer's first pass, which waits on `empty` with parity 1, does not block.
 """
 from __future__ import annotations
@@ -70,13 +72,16 @@ class MbarrierRing:
         o = self.out
         o.comment("The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle\n"
                   "repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the\n"
-                  "pattern starts there); then a `full` and an `empty` barrier per stage.")
+                  "pattern starts there); then a `full` and an `empty` barrier per stage"
+                  + (" (and a `ready` one: 3xTF32)." if self.layout.split else "."))
         o.line("extern __shared__ __align__(1024) unsigned char smem_raw[];")
-        o.line("unsigned char* const smem = reinterpret_cast<unsigned char*>("
-               "(reinterpret_cast<size_t>(smem_raw) + 1023) & ~size_t(1023));")
+        o.comment("Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still\n"
+                  "knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses\n"
+                  "(rounded through size_t it emitted generic loads and stores).")
+        o.line("unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);")
         barriers = "STAGES * STAGE_BYTES"
         if self.layout.split:
-            o.comment("3xTF32's split buffer follows the ring (emit/wgmma_split.py).")
+            o.comment("3xTF32's split buffer follows the ring (emit/wgmma_splitter.py).")
             o.line("unsigned char* const split = smem + STAGES * STAGE_BYTES;")
             barriers += " + SPLIT_BYTES"
         if self.layout.tma_store:
@@ -85,17 +90,28 @@ class MbarrierRing:
             barriers += " + STAGING_BYTES"
         o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")
         o.line("unsigned long long* const empty = full + STAGES;")
+        if self.layout.split:
+            o.line("unsigned long long* const ready = empty + STAGES;")
 
     def emit_init(self) -> None:
         o = self.out
-        o.comment("`full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.")
+        ready = "; `ready`: one per splitter thread" if self.layout.split else ""
+        o.comment(f"`full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup{ready}.")
         with o.block("if (threadIdx.x == 0)"):
             with o.block("for (int s = 0; s < STAGES; ++s)"):
                 o.line("mbarrier_init(smem_u32(full + s), 1);")
                 o.line("mbarrier_init(smem_u32(empty + s), CONSUMERS);")
+                if self.layout.split:
+                    o.line("mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);")
             o.comment("Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.")
             o.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
         o.line("__syncthreads();")
+
+    def emit_consumer_wait(self) -> None:
+        """A consumer waits until stage `stage` holds its k-tile (and, for 3xTF32, B's part is split)."""
+        self.out.line("mbarrier_wait(smem_u32(full + stage), phase);")
+        if self.layout.split:
+            self.out.line("mbarrier_wait(smem_u32(ready + stage), phase);")
 
     def emit_stage(self) -> None:
         """`stage` and `phase` of k-tile number `it` of this block's sequence."""

@@ -4,7 +4,7 @@ instruction blocks, FP32 accumulators.
 Same interface as `FmaOuterProduct` (math.py): `declare()`, `step(buffer)` and `k_steps` (the C
 name of the number of steps per k-tile). Precisions:
 - native (f16, bf16): one mma per block.
-- tf32: each f32 fragment word is rounded to TF32 (cvt.rna), one mma per block.
+- tf32: each f32 fragment word is rounded to TF32 (to nearest, ties away: ctext.TF32_HELPER), one mma per block.
 - 3xtf32: each word is split into a TF32 big part and the TF32 rounding of what is left; three
   mma (small x big, big x small, big x big) per block. They start from zero and the sum is added
   to the accumulator with an FP32 add: the tensor cores' own accumulation truncates, which on the
@@ -16,6 +16,7 @@ from __future__ import annotations
 from .. import ir
 from ..emitter import Emitter
 from ..mma_layout import MmaLayout
+from .ctext import TF32_HELPER
 
 
 def mma_name(layout: MmaLayout) -> str:
@@ -104,8 +105,4 @@ def emit_mma_helpers(layout: MmaLayout, out: Emitter) -> None:
         inputs = [f'"r"(a[{i}])' for i in range(a_regs)] + [f'"r"(b[{i}])' for i in range(b_regs)]
         out.line(f"             : {', '.join(inputs)});")
     if layout.mma.precision is not ir.Precision.NATIVE:
-        out.comment("FP32 -> TF32, rounded to nearest (ties away from zero), in a 32-bit register.")
-        with out.block("static __device__ __forceinline__ unsigned to_tf32(float x)"):
-            out.line("unsigned r;")
-            out.line('asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));')
-            out.line("return r;")
+        out.lines(TF32_HELPER)

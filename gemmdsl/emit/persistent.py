@@ -37,11 +37,13 @@ class PersistentScheduler:
         o.line(f"const int tile_count = {tiles(self.spec)};")
         o.line("const int k_tiles = " + ("(K + BK - 1) / BK;" if self.spec.problem.checked else "K / BK;"))
 
-    def emit_loop(self, body: Callable[[], None]) -> None:
-        """for each of this block's tiles: block_m, block_n, then `body`."""
+    def emit_loop(self, body: Callable[[], None], coordinates: bool = True) -> None:
+        """for each of this block's tiles: block_m, block_n (unless the body needs no coordinates, as
+        3xTF32's splitter does not), then `body`."""
         o = self.out
         with o.block("for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x)"):
-            emit_raster(self.spec, o, "tile")
+            if coordinates:
+                emit_raster(self.spec, o, "tile")
             body()
 
     def emit_tile_end(self, epilogue: Callable[[], None]) -> None:

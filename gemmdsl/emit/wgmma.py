@@ -44,10 +44,21 @@ class WgmmaMath:
     def descriptor_function(self, operand: ir.Operand) -> str:
         return "wgmma_descriptor" if self.layout.k_major(operand) else "wgmma_descriptor_mn"
 
+    @property
+    def shared_operands(self) -> tuple[ir.Operand, ...]:
+        """The operands wgmma reads from shared memory through descriptors."""
+        return (ir.Operand.B,) if self.layout.a_in_registers else (ir.Operand.A, ir.Operand.B)
+
     def emit_helpers(self) -> None:
+        self.emit_descriptors()
+        self.emit_group_helpers()
+        self.out.line()
+        self._emit_instruction(self.function, accumulate=True)
+
+    def emit_descriptors(self) -> None:
         o, layout = self.out, self.layout
         written = set()
-        for operand in (ir.Operand.A, ir.Operand.B):
+        for operand in self.shared_operands:
             function = self.descriptor_function(operand)
             if function in written:
                 continue
@@ -67,7 +78,9 @@ class WgmmaMath:
                 o.line(f"return (unsigned long long)((address & 0x3FFFF) >> 4) | ({leading}ull << 16) | "
                        f"({stride}ull << 32) | ({DESCRIPTOR_SWIZZLE_128B}ull << 62);")
             o.line()
-        o.lines(r'''
+
+    def emit_group_helpers(self) -> None:
+        self.out.lines(r'''
 // Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
 static __device__ __forceinline__ void wgmma_fence()
 {
@@ -85,10 +98,11 @@ static __device__ __forceinline__ void wgmma_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }''')
-        o.line()
-        self._emit_instruction(self.function, accumulate=True)
 
-    def _emit_instruction(self, function: str, accumulate: bool) -> None:
+    def _emit_instruction(self, function: str, accumulate: bool, a_in_registers: bool = False) -> None:
+        """`function(d, a, b)`: one wgmma of the spec's shape into the accumulators at d, A through a
+        descriptor, or (a_in_registers) from the thread's fragment words of A (64 x k over the warpgroup's
+        128 threads), B through a descriptor."""
         o, count = self.out, self.shape.n * WGMMA_M // 128
         # The transpose immediates say which operands are MN-major; TF32 has none (k-major only).
         transposed = [int(not self.layout.k_major(op)) for op in (ir.Operand.A, ir.Operand.B)]
@@ -99,11 +113,13 @@ static __device__ __forceinline__ void wgmma_wait()
         transposes = "" if self.tf32 else f", transposes {transposed[0]} and {transposed[1]}\n({majors})"
         what = "+=" if accumulate else "="
         scale = "1 (accumulate)" if accumulate else "0 (overwrite)"
+        a_words = WGMMA_M * self.shape.k // 128
+        a_what = f"{a_words} fragment words a per thread" if a_in_registers else "descriptor a"
         o.comment(f"d (the {count} accumulators of one {self.shape} per thread) {what} A (64 x {self.shape.k}, "
-                  f"descriptor a) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d "
+                  f"{a_what}) *\nB ({self.shape.k} x {self.shape.n}, descriptor b). The immediates: scale-d "
                   f"{scale}, A and B scaled by 1{transposes}.")
-        with o.block(f"static __device__ __forceinline__ void {function}(float* d, unsigned long long a, "
-                     "unsigned long long b)"):
+        a_type = "const unsigned* a" if a_in_registers else "unsigned long long a"
+        with o.block(f"static __device__ __forceinline__ void {function}(float* d, {a_type}, unsigned long long b)"):
             o.line("asm volatile(")
             o.line('    "{\\n"')
             o.line(f'    "{self.instruction}\\n"')
@@ -112,13 +128,18 @@ static __device__ __forceinline__ void wgmma_wait()
                 opening = "{" if first == 0 else " "
                 closing = "}," if first + REGISTERS_PER_ROW >= count else ","
                 o.line(f'    "{opening}{names}{closing}\\n"')
-            o.line(f'    " %{count}, %{count + 1}, {immediates};\\n"')
+            if a_in_registers:
+                a = ", ".join(f"%{count + i}" for i in range(a_words))
+                o.line(f'    " {{{a}}}, %{count + a_words}, {immediates};\\n"')
+            else:
+                o.line(f'    " %{count}, %{count + 1}, {immediates};\\n"')
             o.line('    "}\\n"')
             for first in range(0, count, REGISTERS_PER_ROW):
                 names = ", ".join(f'"+f"(d[{i}])' for i in range(first, min(first + REGISTERS_PER_ROW, count)))
                 lead = ": " if first == 0 else "  "
                 o.line(f"    {lead}{names}{',' if first + REGISTERS_PER_ROW < count else ''}")
-            o.line('    : "l"(a), "l"(b));')
+            a_inputs = ", ".join(f'"r"(a[{i}])' for i in range(a_words)) if a_in_registers else '"l"(a)'
+            o.line(f'    : {a_inputs}, "l"(b));')
 
     def declare(self) -> None:
         o = self.out

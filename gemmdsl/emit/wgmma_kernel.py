@@ -45,8 +45,9 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
     layout, launch = parts.layout, plan.launch
     parameters = [f"{ctype} __restrict__ {name}" if ctype.endswith("*") else f"{ctype} {name}"
                   for ctype, name in launch.parameters]
+    splitters = ", warps 1-3 split B's stages" if parts.splitter else ""
     o.comment(f"Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to {layout.producer_registers} "
-              f"registers; one thread issues TMA),\nwarpgroups 1..{layout.consumers} the consumers (setmaxnreg.inc to "
+              f"registers; one thread issues TMA{splitters}),\nwarpgroups 1..{layout.consumers} the consumers (setmaxnreg.inc to "
               f"{layout.consumer_registers}: the registers the producer gave up). One block per SM\n"
               f"(__launch_bounds__({layout.threads}, 1)): the register split and the "
               f"{layout.smem_bytes // 1024} KiB ring assume it.")
@@ -56,7 +57,7 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
     with o.block(""):
         o.comment(parts.math.tiling_note())
         constants = [("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk), *parts.math.constants(),
-                     *parts.epilogue.constants(),
+                     *parts.epilogue.constants(), *(parts.splitter.constants() if parts.splitter else ()),
                      ("STAGES", layout.stages), ("CONSUMERS", layout.consumers),
                      ("A_STAGE_BYTES", layout.stage_bytes_of(Operand.A)),
                      ("STAGE_BYTES", layout.stage_bytes)]
@@ -76,7 +77,11 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
             o.line(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {layout.producer_registers};");')
             with o.block("if (tid == 0)"):
                 o.line("int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase")
-                parts.scheduler.emit_loop(lambda: _producer_tile(parts, o))
+                parts.scheduler.emit_loop(lambda: _producer_tile(parts, o, parts.copy.emit_k_tile))
+            if parts.splitter:
+                with o.block(f"else if ({parts.splitter.guard})"):
+                    o.line("int it = 0;")
+                    parts.scheduler.emit_loop(lambda: _producer_tile(parts, o, parts.splitter.emit_k_tile), coordinates=False)
         with o.block("else"):
             o.comment("Consumers.")
             o.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {layout.consumer_registers};");')
@@ -87,11 +92,12 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
             parts.epilogue.emit_finish()
 
 
-def _producer_tile(parts, o: Emitter) -> None:
+def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:
+    """A producer-side walk over the tile's k-tiles: TMA's copies, or 3xTF32's splitting."""
     first, end = parts.scheduler.k_first, parts.scheduler.k_end
     with o.block(f"for (int kt = {first}; kt < {end}; ++kt, ++it)"):
         parts.ring.emit_stage()
-        parts.copy.emit_k_tile()
+        emit_k_tile()
 
 
 def _consumer_tile(parts, o: Emitter) -> None:
@@ -100,7 +106,7 @@ def _consumer_tile(parts, o: Emitter) -> None:
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
     with o.block(f"for (int kt = 0; kt < {parts.scheduler.k_count}; ++kt, ++it)"):
         parts.ring.emit_stage()
-        o.line("mbarrier_wait(smem_u32(full + stage), phase);")
+        parts.ring.emit_consumer_wait()
         parts.math.emit_k_tile()
         parts.math.emit_release()
     parts.math.emit_drain()

@@ -65,7 +65,7 @@ class StreamKPersistentScheduler(PersistentScheduler):
         o.line("const int dp_tiles = tile_count - sk_tiles;")
         o.line("const long long sk_work = (long long)sk_tiles * k_tiles;")
 
-    def emit_loop(self, body: Callable[[], None]) -> None:
+    def emit_loop(self, body: Callable[[], None], coordinates: bool = True) -> None:
         """This block's stream-K pieces (its range from the end), then its plain tiles."""
         o = self.out
         o.line("long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end")
@@ -74,19 +74,22 @@ class StreamKPersistentScheduler(PersistentScheduler):
             o.line("sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;")
         o.line("int dp_tile = blockIdx.x;")
         with o.block("for (;;)"):
-            o.line("int tile, k_first, k_end;")
+            o.line("int tile, k_first, k_end;" if coordinates else "int k_first, k_end;")
             with o.block("if (sk_end > sk_begin)"):
-                o.line("tile = dp_tiles + (int)((sk_end - 1) / k_tiles);")
+                if coordinates:
+                    o.line("tile = dp_tiles + (int)((sk_end - 1) / k_tiles);")
                 o.line("k_end = (int)((sk_end - 1) % k_tiles) + 1;")
                 o.line("k_first = (int)max(0LL, k_end - (sk_end - sk_begin));")
                 o.line("sk_end -= k_end - k_first;")
             with o.block("else if (dp_tile < dp_tiles)"):
-                o.line("tile = dp_tile;")
+                if coordinates:
+                    o.line("tile = dp_tile;")
                 o.line("k_first = 0;")
                 o.line("k_end = k_tiles;")
                 o.line("dp_tile += gridDim.x;")
             o.line("else break;")
-            emit_raster(self.spec, o, "tile")
+            if coordinates:
+                emit_raster(self.spec, o, "tile")
             body()
 
     def emit_tile_end(self, epilogue: Callable[[], None]) -> None:

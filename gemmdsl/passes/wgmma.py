@@ -45,7 +45,7 @@ class WgmmaSmemPass:
         smem = WgmmaSmem({op.value: layout.stage_bytes_of(op) for op in (ir.Operand.A, ir.Operand.B)},
                          layout.stages, layout.ring_bytes, layout.mbarriers * 8, layout.smem_bytes,
                          layout.arch.smem_per_block)
-        split = f" + a {layout.split_bytes}-byte split buffer (3xTF32)" if layout.split else ""
+        split = f" + a {layout.split_bytes}-byte split buffer (3xTF32: B's small parts)" if layout.split else ""
         verdict = (f"{layout.stage_bytes} bytes per stage (A {smem.stage_bytes['a']} + B {smem.stage_bytes['b']}), "
                    f"{smem.stages} stages = {smem.ring_bytes}{split}; {smem.block_bytes} bytes per block with barriers and "
                    f"1024-byte alignment, of {smem.limit} ({100 * smem.block_bytes / smem.limit:.0f}%): 1 block per SM")
@@ -82,7 +82,8 @@ class WgmmaRegisterPass:
         verdict = (f"{layout.entry_registers} per thread at launch ({layout.threads} threads, 1 block); setmaxnreg: "
                    f"producer {layout.producer_registers}, consumers {layout.consumer_registers}; a consumer needs "
                    f"about {registers.consumer_needed} ({'2 x ' if layout.split else ''}{registers.accumulators} "
-                   "accumulators)")
+                   "accumulators" + (f", {layout.a_fragment_registers} of A's fragment words" if layout.a_in_registers
+                                     else "") + ")")
         if registers.ptxas is not None:
             verdict += f"; ptxas {registers.ptxas}, {registers.spills} bytes spilled"
         return PassResult({"wgmma_registers": registers}, verdict)
@@ -113,7 +114,8 @@ class WgmmaPipelinePass:
         pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, count, layout.stage_bytes, layout.wgmma_per_k_tile,
                                  in_flight)
         shapes = ", ".join(f"{box.count} x " * (box.count > 1) + f"{box.inner}x{box.outer}" for box in boxes)
-        verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers (full + empty per stage); {count} TMA boxes "
+        barriers = "full + empty + ready" if layout.split else "full + empty"
+        verdict = (f"{layout.stages} stages, {layout.mbarriers} mbarriers ({barriers} per stage); {count} TMA boxes "
                    f"({shapes}) = {layout.stage_bytes} bytes per k-tile; "
                    f"{layout.wgmma_per_k_tile} wgmma {layout.shape} per consumer per k-tile, {in_flight} "
                    f"group{'s' * (in_flight != 1)} in flight, {layout.stages - 1 - in_flight} stages of lookahead for TMA")
@@ -184,8 +186,9 @@ class WgmmaTraffic:
     wgmma_warp_instructions: int  # each wgmma.mma_async is one instruction in each of a warpgroup's 4 warps
     tma_copies: int  # bulk tensor copies (boxes)
     tma_bytes: int  # what the boxes bring from L2 (whole boxes: an edge box's zero fill counts too)
-    smem_read_bytes: int  # what wgmma reads from shared memory: A's and B's tile of every instruction
+    smem_read_bytes: int  # what wgmma reads from shared memory: B's tile of every instruction, and A's unless in registers
     bank_conflicts: int  # of wgmma's reads: none, in the 128-byte swizzle TMA writes
+    split_bytes: int = 0  # 3xTF32: the splitter's and the A fragments' ordinary shared loads and stores
 
     @property
     def smem_wavefronts(self) -> int:
@@ -204,11 +207,16 @@ class WgmmaTrafficPass:
         instructions = tiles * k_tiles * layout.consumers * layout.wgmma_per_k_tile
         read = tiles * k_tiles * layout.smem_read_bytes_per_k_tile
         copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())
+        split = tiles * k_tiles * layout.split_lsu_bytes_per_k_tile
         traffic = WgmmaTraffic(tiles, k_tiles, instructions * WARPGROUP // 32, copies,
-                               tiles * k_tiles * layout.stage_bytes, read, 0)
+                               tiles * k_tiles * layout.stage_bytes, read, 0, split)
+        operands = "B (A from registers)" if layout.a_in_registers else "A and B"
         verdict = (f"{traffic.wgmma_warp_instructions:,} wgmma warp instructions; {copies:,} TMA copies bring "
-                   f"{traffic.tma_bytes / 1e6:,.0f} MB from L2; wgmma reads {read / 1e6:,.0f} MB of shared memory "
-                   f"({traffic.smem_wavefronts:,} wavefronts of {WAVEFRONT_BYTES} bytes, no bank conflicts)")
+                   f"{traffic.tma_bytes / 1e6:,.0f} MB from L2; wgmma reads {read / 1e6:,.0f} MB of {operands} from "
+                   f"shared memory ({traffic.smem_wavefronts:,} wavefronts of {WAVEFRONT_BYTES} bytes, no bank conflicts)")
+        if split:
+            verdict += (f"; the 3xTF32 split loads and stores {split / 1e6:,.0f} MB more (B's stages split, A's "
+                        "fragments loaded)")
         return PassResult({"wgmma_traffic": traffic}, verdict)
 
 
