@@ -34,7 +34,7 @@ def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
         return
     ok = _check_tile(spec, error)
     if ok:
-        _check_fit(spec, error, warning)
+        _check_fit(spec, error)
 
 
 def _check_target(spec: ir.KernelSpec, error: Report) -> bool:
@@ -245,7 +245,7 @@ def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
     return ok
 
 
-def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
+def _check_fit(spec: ir.KernelSpec, error: Report) -> None:
     """Shared memory and registers, from the lowering everything else reads."""
     layout = WgmmaLayout(spec)
     arch, p = layout.arch, spec.pipeline
@@ -262,6 +262,9 @@ def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
               f"use at most stages: {most}, or a smaller block tile")
     needed, have = layout.consumer_registers_needed, layout.consumer_registers
     where = spec.mma.at("shape")
+    # No warning below `have`: ptxas allocates the code after setmaxnreg.inc up to its count, not the
+    # launch cap (sgemm_3xtf32_h100_128x192 keeps 224 values live in its main loop, where the launch cap
+    # is 168, without spilling, and verified on the H100).
     accumulators = layout.main_loop_registers - layout.a_fragment_registers
     sets = " (two sets: 3xTF32 sums each k-tile's products apart)" if layout.split else ""
     fragments = f" and {layout.a_fragment_registers} of A's fragment words" if layout.a_fragment_registers else ""
@@ -271,8 +274,3 @@ def _check_fit(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
                      f"registers in all, but setmaxnreg can give a consumer only {have}",
               f"use more consumer warpgroups or a smaller block tile (at most "
               f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
-    elif needed > layout.entry_registers:
-        warning(where, f"a consumer thread needs about {needed} registers ({accumulators} accumulators{sets}"
-                       f"{fragments}); ptxas compiles the kernel under the launch cap of {layout.entry_registers} "
-                       f"(setmaxnreg raises it to {have} only at run time), so it may spill",
-                "use a smaller block tile or more consumer warpgroups")

@@ -55,7 +55,8 @@ CONSUMER_RESERVE = 32
 # 3xTF32's main loop holds two sets of accumulators and A's fragments at once; besides them it keeps
 # only a stage address, two descriptors, the loop's counters and the fragments' row address (the
 # epilogue's temporaries come after `part` and the fragments are dead). ptxas compiled
-# sgemm_3xtf32_h100 (160 such registers) at 168 without spilling (nvcc 13.0, 2026-11-23).
+# sgemm_3xtf32_h100 (160 such registers, 168 with this) and sgemm_3xtf32_h100_128x192 (224, 232: all
+# that setmaxnreg gives) without spilling (nvcc 13.0, 2026-11-23).
 SPLIT_LOOP_RESERVE = 8
 # wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in
 # bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45,

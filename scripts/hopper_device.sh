@@ -10,8 +10,8 @@
 #   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles, and the bf16, f16 and TF32
 #             specs with schedule: stream_k (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;
-#   sanitize  compute-sanitizer on the TF32 specs (the family's members too), 3xTF32 (stream-K too: both
-#             sizes share tiles) and MN-major specs.
+#   sanitize  compute-sanitizer on the TF32 specs (the family's members too), 3xTF32 (128x192 too, and
+#             stream-K: both sizes share tiles) and MN-major specs.
 #
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
@@ -77,8 +77,8 @@ if wants triton; then
 fi
 if wants sanitize; then
     SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/sgemm_3xtf32_h100.gemm \
-        specs/sgemm_3xtf32_h100_sk.gemm specs/tf32_h100_128x64.gemm specs/tf32_h100_128x192.gemm \
-        specs/hgemm_h100_nn.gemm 2>&1 \
+        specs/sgemm_3xtf32_h100_sk.gemm specs/sgemm_3xtf32_h100_128x192.gemm specs/tf32_h100_128x64.gemm \
+        specs/tf32_h100_128x192.gemm specs/hgemm_h100_nn.gemm 2>&1 \
         | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

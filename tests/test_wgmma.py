@@ -267,8 +267,8 @@ def test_3xtf32_splits_b_in_the_producer_and_a_in_registers_and_sums_three_produ
     assert layout.split_bytes == 4 * 16384 == 65536  # B's small parts, one k-tile per stage
     assert layout.mbarriers == 3 * 4 and layout.splitter_threads == 96
     assert layout.smem_bytes == 4 * 32768 + 65536 + 12 * 8 + 1024
-    # acc, part and A's fragments: what ptxas fitted in the launch cap of 168 without spilling (nvcc 13.0)
-    assert layout.consumer_registers_needed == 2 * 64 + 32 + 8 == layout.entry_registers
+    # acc, part, A's fragments and a few addresses: ptxas compiled it without spilling (nvcc 13.0)
+    assert layout.consumer_registers_needed == 2 * 64 + 32 + 8 <= layout.consumer_registers
     assert layout.smem_read_bytes_per_k_tile == 2 * 12 * 128 * 8 * 4  # B only: A comes from registers
     assert layout.split_lsu_bytes_per_k_tile == 16384 + 3 * 16384  # A's loads; B read, written twice
     assert layout.tma_data_type == "f32"  # the words as they are: the kernel splits them
@@ -417,8 +417,8 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
-                                  "sgemm_3xtf32_h100", "sgemm_3xtf32_h100_sk", "hgemm_h100_128x64",
-                                  "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64",
+                                  "sgemm_3xtf32_h100", "sgemm_3xtf32_h100_sk", "sgemm_3xtf32_h100_128x192",
+                                  "hgemm_h100_128x64", "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64",
                                   "hgemm_h100_128x192", "hgemm_h100_bf16c_128x192", "hgemm_h100_f16_128x192",
                                   "tf32_h100_128x192"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
