@@ -63,7 +63,7 @@ from .plan import Requirements
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, stream_k_split
-from .targets import L2_BYTES_PER_CLOCK_PER_SM, WGMMA_MACS_PER_CLOCK
+from .targets import L2_BYTES_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK
 from .wgmma_layout import WgmmaLayout
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -207,7 +207,8 @@ def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
 def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
-    clock) and TMA's bytes from L2 at the measured rate per SM; a tile also writes C (and reads it, for alpha_beta) through L2, and
+    clock) and TMA's bytes from L2 at the measured rate per SM, plus, for 3xTF32, the consumer's measured
+    wait for each k-tile's group; a tile also writes C (and reads it, for alpha_beta) through L2, and
     a stream-K block writes and reads back one partial tile."""
     sm = layout.spec.target.sm
     unit, _ = math_unit(layout.spec)
@@ -220,10 +221,12 @@ def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
-    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma),),
+    wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] if layout.split else 0
+    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma) + wait,),
                        tile_cycles=epilogue, partial_cycles=partial,
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
-                              ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2)))
+                              ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
+                              ("split_wait_cycles_per_k_tile", wait)))
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:

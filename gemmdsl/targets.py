@@ -89,6 +89,11 @@ WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 204
 # (2026-11-23, README "Kernel families"), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
 # ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.
 L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
+# Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
+# before it reloads A's fragments and adds `part` (emit/wgmma_split.py). Measured on the H100 (session
+# 9, 8192^3, at 1755 MHz): 2,260 cycles per k-tile and SM at 128x128 against wgmma's 1,536 (724 more),
+# 3,072 at 128x192 against 2,304 (767 more).
+SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 740}
 
 
 def arch(sm: int) -> Arch:

@@ -415,6 +415,23 @@ def test_hopper_families_choose_the_tiles_the_h100_ran_fastest(name):
         assert names[choose(family.models, *shape)] == names[0], shape
 
 
+def test_the_3xtf32_family_chooses_the_tiles_the_h100_ran_fastest():
+    """The H100's measurements of 2026-11-23 (README, Hopper: 3xTF32), ratios to cuBLAS SGEMM: the
+    128x192 tiles at 3072^3 (2.52x against 2.31x for the 128x128 stream-K spec), 6144^3 (2.30x against
+    2.10x) and 8192^3 (2.31x against 2.09x); the stream-K spec at 1024^3 (1.86x against 0.99x), 2048^3
+    (1.95x against 1.47x), 4096^3 (2.05x against 2.00x) and 4096x4096x1024 (2.04x against 1.97x). The
+    measured wait per k-tile came from 8192^3 alone; without it the rule took the stream-K spec at
+    every size."""
+    family = compile_family_path(ROOT / "specs" / "sgemm_3xtf32_h100_family.gemmf")
+    names = [model.name for model in family.models]
+    for shape in [(3072, 3072, 3072), (6144, 6144, 6144), (8192, 8192, 8192)]:
+        assert names[choose(family.models, *shape)] == "sgemm_3xtf32_h100_128x192", shape
+    for shape in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]:
+        assert names[choose(family.models, *shape)] == "sgemm_3xtf32_h100_sk", shape
+    terms = dict(family.models[1].terms)
+    assert terms["split_wait_cycles_per_k_tile"] == 740 and family.models[1].k_tile_cycles == (2304 + 740,)
+
+
 hopper_sizes = st.integers(1, 20000) | st.integers(1, 100).map(lambda t: 64 * t)
 
 

@@ -181,18 +181,26 @@ def _bf16_bits(rng, shape):
     return (rng.standard_normal(shape, dtype="float32").view("uint32") >> 16).astype("uint16")
 
 
+# Shapes and the member each family's rule picks there (tests/test_family.py pins the choices).
+MEMBERS_BY_SHAPE = {(1024, 1024, 1024): "_128x64", (1000, 1000, 512): "_128x64", (2048, 2048, 512): "",
+                    (3072, 3072, 1024): "_128x192"}
+MEMBERS_BY_SHAPE_3XTF32 = {(1000, 1000, 512): "_sk", (2048, 2048, 512): "_sk", (3072, 3072, 1024): "_128x192"}
+
+
 @pytest.mark.parametrize("path", HOPPER_FAMILIES, ids=lambda path: path.stem)
 def test_a_hopper_family_runs_the_member_its_rule_picks(path, monkeypatch, tmp_path):
     """The family's result is bit for bit its chosen member's (every member is verified above at odd
     shapes): the 128x64 member at 1024^3 and 1000x1000x512, the 128x256 one at 2048x2048x512, the
-    128x192 one at 3072x3072x1024. PyTorch operands, since CuPy has no bf16."""
+    128x192 one at 3072x3072x1024; for 3xTF32 the stream-K member, then the 128x192 one. PyTorch
+    operands, since CuPy has no bf16."""
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     family = load_family(path)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[family.metadata["dtypes"]["a"]]
     generator = torch.Generator(device="cuda").manual_seed(21)
-    shapes = {(1024, 1024, 1024): "_128x64", (1000, 1000, 512): "_128x64", (2048, 2048, 512): family.models[0].name,
-              (3072, 3072, 1024): "_128x192"}
+    split = family.metadata["unit"] == "3xtf32"
+    shapes = {shape: suffix or family.models[0].name
+              for shape, suffix in (MEMBERS_BY_SHAPE_3XTF32 if split else MEMBERS_BY_SHAPE).items()}
     for (m, n, k), suffix in shapes.items():
         a = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
         b = torch.randn(n, k, device="cuda", generator=generator).to(dtype).T  # column-major K x N
