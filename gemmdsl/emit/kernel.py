@@ -93,9 +93,9 @@ class WgmmaParts:
 
 
 def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
-    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter warps), the epilogue (direct or
-    staged through shared memory and TMA stores), the scheduler (persistent tiles, or with stream-K);
-    another copy engine (TMA multicast) would be chosen here too."""
+    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter
+    warps), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
+    (persistent tiles, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
     math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)

@@ -1,24 +1,25 @@
 """The math of 3xTF32 on the wgmma path: FP32-accurate products from three TF32 wgmma.
 
 TMA brings the stage's f32 words as they are (FLOAT32 tensor maps). B is split before the consumers
-see it, by the producer warpgroup's splitter warps (emit/wgmma_splitter.py): the big part of each word,
-rounded to TF32 (to nearest, ties away: ctext.TF32_HELPER), replaces it in place, and the small part, the rest rounded to TF32, goes to
-the same offset of the stage's slot of a split buffer, so both keep the 128-byte swizzle and the same
-descriptors read them. A is split here, in registers: each consumer thread loads its wgmma fragment
-words of the k-tile from the stage (wgmma takes A from registers, B only from shared memory) and
-rounds them the same way. So wgmma reads only B from shared memory, and the consumers spend a k-tile's
-issue slots on 16 loads and the rounding instead of splitting whole stages.
+see it, by the producer warpgroup's splitter warps (emit/wgmma_splitter.py): the big part of each
+word, rounded to TF32 (to nearest, ties away: ctext.TF32_HELPER), replaces it in place, and the
+small part, the rest rounded to TF32, goes to the same offset of the stage's slot of a split buffer,
+so both keep the 128-byte swizzle and the same descriptors read them. A is split here, in registers:
+each consumer thread loads its wgmma fragment words of the k-tile from the stage (wgmma takes A from
+registers, B only from shared memory) and rounds them the same way. So wgmma reads only B from
+shared memory, and the consumers spend a k-tile's issue slots on 16 loads and the rounding instead
+of splitting whole stages.
 
 The k-tile issues small x big and big x small for every k-step, then big x big for every k-step (the
 small x small term is below FP32's rounding), into a second set of accumulators, `part`, which the
-k-tile starts from zero (scale-d 0); once the group is done, `part` is added to `acc` in FP32. Summing
-only one k-tile's products in the tensor cores, whose additions truncate, the big terms last, and the
-rest with FP32 adds is what keeps the error at FP32's level (README, tensor-core note T2: chaining
-every product into one set measured 17.7x cuBLAS SGEMM's error on mma.sync).
+k-tile starts from zero (scale-d 0); once the group is done, `part` is added to `acc` in FP32.
+Summing only one k-tile's products in the tensor cores, whose additions truncate, the big terms
+last, and the rest with FP32 adds is what keeps the error at FP32's level (README, tensor-core note
+T2: chaining every product into one set measured 17.7x cuBLAS SGEMM's error on mma.sync).
 
 A's fragment of one m64 x k8 step, per thread (PTX ISA, wgmma register fragments, .tf32): warp w of
 the warpgroup holds rows 16w..16w+15; lane l holds row l / 4 and row l / 4 + 8, at k = l % 4 and
-l % 4 + 4, as words a0 (row, k), a1 (row + 8, k), a2 (row, k + 4), a3 (row + 8, k + 4).
+k = l % 4 + 4, as words a0 (row, k), a1 (row + 8, k), a2 (row, k + 4), a3 (row + 8, k + 4).
 """
 from __future__ import annotations
 
