@@ -26,8 +26,9 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         FP32 lanes / 32 warp instructions per clock (the FMAs and the shared accesses share the
         schedulers: a smaller tile issues more shared accesses per FMA) and serves one shared
         wavefront per clock
-        wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, wgmma's shared-
-        memory wavefronts, the k-tile's TMA bytes / L2 bytes per clock), plus per tile C's bytes
+        wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
+        memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
+        clock), plus for 3xTF32 the consumer's measured wait for its group; per tile C's bytes
         through L2 (`tile`; 0 on the other paths) and per stream-K block one partial tile written
         and read (`partial`)
     tiles schedule:  full_waves * (k_tiles * k_tile(blocks per SM) + blocks per SM * tile)
