@@ -43,7 +43,9 @@ WGMMA_M = 64  # rows of C one wgmma produces
 SWIZZLE_SPAN = 128  # bytes: the 128-byte swizzle's row, one k-tile row (BK = 64 16-bit or 32 f32 elements)
 SWIZZLE_ATOM = 1024  # bytes: 8 rows of 128 bytes, the pattern's period; stages start on this boundary
 CHUNK = 16  # bytes: the unit the swizzle permutes
-STORE_BUFFERS = 2  # staged C boxes per consumer warpgroup (`store: tma`): one filling while the other is stored
+STORE_BUFFERS = 2  # staged C boxes per warp (`store: tma`): one filling while the other is stored
+WARPS_PER_WARPGROUP = WARPGROUP // 32
+WARP_ROWS = WGMMA_M // WARPS_PER_WARPGROUP  # rows of a wgmma tile's accumulators one warp holds
 MAX_BOX = 256  # elements: the most a TMA box may span in any dimension
 MBARRIER_BYTES = 8
 PRODUCER_REGISTERS = 40  # setmaxnreg.dec: the producer keeps a loop, two coordinates and a barrier address
@@ -242,8 +244,11 @@ class WgmmaLayout:
 
     @property
     def staging_bytes(self) -> int:
-        """`store: tma`: STORE_BUFFERS boxes of C per consumer warpgroup (emit/wgmma_store.py)."""
-        return self.consumers * STORE_BUFFERS * self.c_box.bytes if self.c_box is not None else 0
+        """`store: tma`: STORE_BUFFERS boxes of C per warp or per consumer warpgroup, whichever fills a box
+        (emit/wgmma_store.py)."""
+        if self.c_box is None:
+            return 0
+        return self.consumers * (WGMMA_M // self.c_box.outer) * STORE_BUFFERS * self.c_box.bytes
 
     @property
     def split_bytes(self) -> int:
@@ -281,15 +286,22 @@ class WgmmaLayout:
                                    self.tma_data_type)
         return boxes
 
+    @property
+    def stmatrix_store(self) -> bool:
+        """`store: tma` with 16-bit C: each warp stages its own boxes by stmatrix (emit/wgmma_stmatrix.py)."""
+        return self.tma_store and self.spec.problem.c.dtype.bytes == 2
+
     @cached_property
     def c_box(self) -> TmaBox | None:
-        """`store: tma`: the box one bulk tensor store writes, 64 rows (a wgmma tile's) by one 128-byte
-        swizzle span of C; `count` boxes cover a consumer's rows. None for direct stores."""
+        """`store: tma`: the box one bulk tensor store writes, one 128-byte swizzle span of C by the rows
+        of a wgmma tile that fill it: a warp's 16 for 16-bit C (`stmatrix_store`), the warpgroup's 64 for
+        f32; `count` boxes cover those rows of the consumer's tile. None for direct stores."""
         if not self.tma_store:
             return None
         c = self.spec.problem.c.dtype
         wide = SWIZZLE_SPAN // c.bytes
-        return TmaBox(ir.Operand.C, False, wide, WGMMA_M, self.m_repeat * self.bn // wide, c.bytes, SWIZZLE_SPAN,
+        rows = WARP_ROWS if self.stmatrix_store else WGMMA_M
+        return TmaBox(ir.Operand.C, False, wide, rows, self.m_repeat * self.bn // wide, c.bytes, SWIZZLE_SPAN,
                       c.value)
 
     @property

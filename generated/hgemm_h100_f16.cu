@@ -182,16 +182,13 @@ static __device__ __forceinline__ void store_pair(__half* C, int ldc, int M, int
     }
 }
 
-// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
-static __device__ __forceinline__ float2 c_pair(const __half* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
-    x *= alpha;
-    y *= alpha;
-    if (beta != 0.0f && row < M) {
-        const __half* const p = C + (size_t)row * ldc + col;
-        if (col < N) x += beta * __half2float(p[0]);
-        if (col + 1 < N) y += beta * __half2float(p[1]);
-    }
-    return make_float2(x, y);
+// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
+// and aligned): x, y += beta * C(row, col), C(row, col + 1).
+static __device__ __forceinline__ void add_c(const __half* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M || col >= N) return;
+    const __half2 old = *reinterpret_cast<const __half2*>(C + (size_t)row * ldc + col);
+    x += beta * __low2float(old);
+    y += beta * __high2float(old);
 }
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
@@ -220,11 +217,18 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+// Two floats as one __half2, in a register as stmatrix takes it (the first in the low half).
+static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
+    const __half2 pair = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const unsigned*>(&pair);
+}
+// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
+// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
+// layout (row l / 4, columns 2(l % 4) and + 1).
+static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
 {
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
@@ -246,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
     constexpr int N_REPEAT = 1;
     constexpr int ACCUMULATORS = 128;
     constexpr int C_BOX_COLS = 64;
-    constexpr int C_BOX_BYTES = 8192;
+    constexpr int C_BOX_BYTES = 2048;
     constexpr int C_BOXES = 4;
     constexpr int STORE_BUFFERS = 2;
     constexpr int STAGING_BYTES = 32768;
@@ -370,38 +374,61 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
             if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
 
             if (staged) {
-                // 4 boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through STORE_BUFFERS buffers.
                 const int warp = tid / 32, lane = tid % 32;
-                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
-                unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
+                        }
+                    }
+                }
+                // 4 boxes of 16 rows x C_BOX_COLS columns per warp, in turn through STORE_BUFFERS buffers of its own.
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                // stmatrix: lane l addresses the box's row l % 16 (matrices 0, 1: rows 0-7, 8-15 of an 8-column chunk;
+                // 2, 3: of the next chunk), its 16-byte chunk swizzled by the row's place in the 8-row pattern
+                // (l % 8). The box's chunks j and j + 1 are then at lane_offset ^ (16 j).
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                 #pragma unroll
                 for (int box = 0; box < C_BOXES; ++box) {
                     const int mr = box / (BN / C_BOX_COLS);
                     const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
                     unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
-                    if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
-                    warpgroup_sync(consumer);
+                    if (lane == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
+                    __syncwarp();
+                    // Buffers start on 1024-byte boundaries (where TMA starts the swizzle's pattern), so the xor
+                    // changes only the 16-byte chunk.
+                    const unsigned base = smem_u32(buffer) + lane_offset;
                     #pragma unroll
-                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
-                        const int col = first + 8 * j;
-                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
-                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
-                        const int gcol = block_n + col + lane % 4 * 2;
-                        const int byte = (8 * j + lane % 4 * 2) * 2;
-                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
-                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
-                        *reinterpret_cast<__half2*>(buffer + swizzled_128b(r, byte)) = __floats2half2_rn(top.x, top.y);
-                        *reinterpret_cast<__half2*>(buffer + swizzled_128b(r + 8, byte)) = __floats2half2_rn(bottom.x, bottom.y);
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
                     }
                     fence_proxy_async();
-                    warpgroup_sync(consumer);
-                    if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64);
+                    __syncwarp();
+                    if (lane == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16);
                 }
             }
             else {
+                const int warp = tid / 32, lane = tid % 32;
                 // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
                 // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int warp = tid / 32, lane = tid % 32;
                 const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
                 const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
@@ -410,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
                     for (int nr = 0; nr < N_REPEAT; ++nr) {
                         #pragma unroll
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
                             store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
                             store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
@@ -419,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
                 }
             }
         }
-        if (staged && tid == 0) bulk_wait_all();
+        if (staged && tid % 32 == 0) bulk_wait_all();
     }
 }
 
@@ -489,7 +516,7 @@ static cudaError_t hgemm_h100_f16_tensor_maps(const void* A, int lda, const void
     // C's map only where TMA can store C; the kernel tests the same condition and stores directly otherwise.
     const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0;
     if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);
-    if (err == cudaSuccess && staged) err = hgemm_h100_f16_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, C, N, M, ldc, 64, 64);
+    if (err == cudaSuccess && staged) err = hgemm_h100_f16_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, C, N, M, ldc, 64, 16);
     if (err != cudaSuccess) {
         cache.a = nullptr;  // nothing valid is cached
         return err;

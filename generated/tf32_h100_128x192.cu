@@ -388,9 +388,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x192_kernel(
                 }
             }
             else {
+                const int warp = tid / 32, lane = tid % 32;
                 // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
                 // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int warp = tid / 32, lane = tid % 32;
                 const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
                 const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
@@ -399,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x192_kernel(
                     for (int nr = 0; nr < N_REPEAT; ++nr) {
                         #pragma unroll
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
                             store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
                             store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);

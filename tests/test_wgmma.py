@@ -230,8 +230,41 @@ def test_store_tma_stages_c_in_swizzled_boxes_and_stores_them_with_tma():
         assert piece in cuda, piece
     # The kernel and the launcher test the same condition for staging (C, ldc and N in 16-byte units).
     assert cuda.count("% 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0") == 2
-    bf16c = WgmmaLayout(load_spec(ROOT / "specs" / "hgemm_h100_bf16c.gemm")).c_box
-    assert (bf16c.inner, bf16c.count, bf16c.data_type) == (64, 4, "bf16")
+    bf16c = WgmmaLayout(load_spec(ROOT / "specs" / "hgemm_h100_bf16c.gemm"))
+    box = bf16c.c_box  # 16-bit C: a warp's 16 rows per box, two buffers per warp: the same 32 KiB
+    assert (box.inner, box.outer, box.count, box.data_type) == (64, 16, 4, "bf16") and bf16c.stmatrix_store
+    assert bf16c.staging_bytes == 2 * 4 * 2 * 2048 and not layout.stmatrix_store
+
+
+def test_16_bit_c_is_staged_per_warp_by_stmatrix_where_tma_reads_it_back():
+    """Each lane's stmatrix row address, as the kernel computes it, is where the 128-byte swizzle puts the
+    row and 8-column chunk that lane's matrix row holds: matrices 0-3 are rows 0-7 and 8-15 of chunk j,
+    then of chunk j + 1 (registers d[0..3], e[0..3] of the accumulator layout)."""
+    cuda = compile_path(ROOT / "specs" / "hgemm_h100_bf16c.gemm").cuda
+    offset = re.search(r"const unsigned lane_offset = (.*);", cuda).group(1)
+    step = re.search(r"stmatrix_x4\(base \^ \(j \* (\d+)\)", cuda).group(1)
+    for piece in ("stmatrix.sync.aligned.m8n8.x4.shared.b16", "if (lane == 0) bulk_wait_read<STORE_BUFFERS - 1>();",
+                  "mr * 64 + warp * 16);", "if (staged && tid % 32 == 0) bulk_wait_all();", "acc[i] *= alpha;",
+                  "for (int j = 0; j < C_BOX_COLS / 8; j += 2)"):
+        assert piece in cuda, piece
+    assert "warpgroup_sync(consumer)" not in cuda.split("if (staged) {", 1)[1].split("else {", 1)[0]
+    written = set()
+    for j in range(0, 8, 2):
+        for lane in range(32):
+            matrix, row_in_matrix = lane // 8, lane % 8
+            row, chunk = (matrix & 1) * 8 + row_in_matrix, j + matrix // 2
+            address = eval(offset, {"lane": lane}) ^ (j * int(step))  # noqa: S307 (the kernel's own expression)
+            assert address == row * 128 + ((chunk ^ row) & 7) * 16, (lane, j)
+            written.add(address)
+    assert written == set(range(0, 16 * 128, 16))  # every 16-byte chunk of the 16 x 128-byte box, once
+
+
+def test_a_store_epilogue_stages_c_too():
+    """`epilogue: store` with `store: tma` used to leave the bulk-store helpers out of the kernel."""
+    for name in ("hgemm_h100", "hgemm_h100_bf16c"):
+        text = (ROOT / "specs" / f"{name}.gemm").read_text().replace("epilogue: alpha_beta", "epilogue: store")
+        cuda = compile_text(text, "case.gemm").cuda
+        assert "void bulk_wait_read()" in cuda and "tma_store_2d(&map_c" in cuda
 
 
 def test_store_tma_rules():
@@ -429,6 +462,17 @@ def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name):
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
     assert resources.registers <= 168 and resources.spills == 0 and not resources.wgmma_serialized
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c"])
+def test_nvcc_builds_a_store_epilogue_staged_through_tma(name):
+    from gemmdsl.build import build
+
+    text = (ROOT / "specs" / f"{name}.gemm").read_text().replace("epilogue: alpha_beta", "epilogue: store")
+    artifacts = compile_text(text, "case.gemm")
+    resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
+    assert resources.spills == 0 and not resources.wgmma_serialized
 
 
 def test_ptxas_serializing_wgmma_is_read_from_its_log():

@@ -23,6 +23,7 @@ Hopper's own path (wgmma specs, gemmdsl/wgmma_layout.py), wired by wgmma_kernel.
     wgmma_stream_k.py  the persistent loop with stream-K pieces, and their partial sums' fixup
     wgmma_epilogue.py  accumulators -> C (alpha/beta, type conversion, guarded pair stores)
     wgmma_store.py     `store: tma`: C through swizzled shared-memory boxes and bulk tensor stores
+    wgmma_stmatrix.py  `store: tma` for 16-bit C: stmatrix, one warp per box
     tensor_maps.py     the host launchers, which encode the TMA tensor maps
 """
 from __future__ import annotations

@@ -34,6 +34,7 @@ from .wgmma import WgmmaMath
 from .wgmma_split import SplitWgmmaMath
 from .wgmma_splitter import StageSplitter
 from .wgmma_epilogue import AccumulatorEpilogue
+from .wgmma_stmatrix import StmatrixEpilogue
 from .wgmma_store import StagedEpilogue
 
 
@@ -99,7 +100,10 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
     math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
-    epilogue = StagedEpilogue(layout, out) if layout.tma_store else AccumulatorEpilogue(layout, out)
+    if not layout.tma_store:
+        epilogue = AccumulatorEpilogue(layout, out)
+    else:
+        epilogue = (StmatrixEpilogue if layout.stmatrix_store else StagedEpilogue)(layout, out)
     scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
     splitter = StageSplitter(layout, out) if layout.split else None
     return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)

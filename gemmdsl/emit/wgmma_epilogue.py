@@ -92,16 +92,26 @@ class AccumulatorEpilogue:
 
     def emit(self) -> None:
         """This consumer's rows of the tile at (block_m, block_n)."""
+        self.emit_direct()
+
+    def emit_direct(self) -> None:
+        """Pair stores from the accumulators to C (the staged epilogues' way for calls TMA cannot store)."""
+        self.out.line("const int warp = tid / 32, lane = tid % 32;")
+        self.emit_pair_loop("store_pair(C, ldc, M, N, {row}, col, {x}, {y}, alpha, beta, pairs);")
+
+    def emit_pair_loop(self, statement: str) -> None:
+        """`statement` for each pair of this consumer's accumulators, with `{row}`, `{x}` and `{y}` filled in
+        (the pair's row of C and its two accumulators; `col` is its first column); `warp` and `lane` are
+        declared by the caller."""
         o = self.out
         o.comment("Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and\n"
                   "l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.")
-        o.line("const int warp = tid / 32, lane = tid % 32;")
         o.line("const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;")
         o.line("const int col0 = block_n + lane % 4 * 2;")
         with o.unrolled("mr", "M_REPEAT"):
             with o.unrolled("nr", "N_REPEAT"):
                 with o.unrolled("j", "WGMMA_N / 8"):
-                    o.line("const float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;")
+                    o.line("float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;")
                     o.line("const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;")
-                    o.line("store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);")
-                    o.line("store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);")
+                    o.line(statement.format(row="row", x="d[0]", y="d[1]"))
+                    o.line(statement.format(row="row + 8", x="d[2]", y="d[3]"))

@@ -51,8 +51,9 @@ static __device__ __forceinline__ void bulk_wait_all()
 {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
-''' + WARPGROUP_SYNC + r'''
+''' + WARPGROUP_SYNC
 
+SWIZZLED_128B = r'''
 // Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
 // xor-ed with row % 8, as TMA reads it back.
 static __device__ __forceinline__ int swizzled_128b(int row, int byte)
@@ -69,8 +70,14 @@ class StagedEpilogue(AccumulatorEpilogue):
 
     def emit_helpers(self) -> None:
         super().emit_helpers()
+        self.out.line()
+        self.emit_scaling_helpers()
+        self.out.lines(STORE_HELPERS)
+        self.out.line()
+        self.emit_box_helpers()
+
+    def emit_scaling_helpers(self) -> None:
         o, c = self.out, self.c
-        o.line()
         what = "alpha * acc + beta * C" if self.alpha_beta else "acc"
         o.comment(f"The pair C(row, col), C(row, col + 1) would be {what} (C read only when beta is not 0 and "
                   "inside C).")
@@ -88,7 +95,9 @@ class StagedEpilogue(AccumulatorEpilogue):
                 o.line(f"if (col < N) x += beta * {_to_float(c, 'p[0]')};")
                 o.line(f"if (col + 1 < N) y += beta * {_to_float(c, 'p[1]')};")
             o.line("return make_float2(x, y);")
-        o.lines(STORE_HELPERS)
+
+    def emit_box_helpers(self) -> None:
+        self.out.lines(SWIZZLED_128B)
 
     def emit_pairs_flag(self) -> None:
         super().emit_pairs_flag()
@@ -130,7 +139,7 @@ class StagedEpilogue(AccumulatorEpilogue):
                 o.line("if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, "
                        "block_m + consumer * CONSUMER_ROWS + mr * 64);")
         with o.block("else"):
-            super().emit()
+            self.emit_direct()
 
     def emit_finish(self) -> None:
         """After the consumer's last tile: its stores must have read shared memory (and written C)
