@@ -200,6 +200,36 @@ def test_ranking_is_deterministic_and_prefers_the_better_tiling():
     assert cp_async.score < registers.score
 
 
+OCCUPANCY = """\
+gemm occ {
+    problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
+    block    { tile: {128x128x8,128x256x16}; }
+    threads  { warps: 4x2; lanes: 4x8 row; micro: 4x4; repeat: 2x{2,4} block; }
+    smem a   { order: km; pad: 4; }
+    pipeline { stages: 2; copy: registers; fragments: double; }
+    budget   { blocks_per_sm: {1,2}; }
+}
+"""
+
+
+def test_sixteen_warps_per_sm_outrank_eight_with_cheaper_pipes():
+    """A scheduler idles when all its warps stall at once (cost_model.issue_share): on an H100 sgemm_space's
+    128x128x8 kernels at two blocks of 8 warps per SM ran at 94.2% of cuBLAS, its 128x256x16 ones at one
+    block at most 88.1%, though the pipes alone favour the big tile (fewer k-tile overheads per FFMA)."""
+    from gemmdsl import cost_model
+
+    assert cost_model.issue_share(8) == pytest.approx(1 - cost_model.WARP_STALL_SHARE ** 2)
+    assert cost_model.issue_share(8) < cost_model.issue_share(16) < 1
+    ranked = tune.rank(tune.screen(tune.expand(OCCUPANCY), [SIZE], min_warps=0).timeable, [SIZE])
+    small = next(s for s in ranked if s.spec.block.n == 128 and s.spec.budget.blocks_per_sm == 2)
+    big = next(s for s in ranked if s.spec.block.n == 256 and s.spec.budget.blocks_per_sm == 1)
+    assert small.prediction.warps_per_sm == 16 and big.prediction.warps_per_sm == 8
+    assert big.prediction.issue_per_ffma < small.prediction.issue_per_ffma
+    pipes_only = {s: s.prediction.score / cost_model.issue_share(s.prediction.warps_per_sm) for s in (small, big)}
+    assert pipes_only[big] > pipes_only[small]
+    assert ranked[0] is small and small.prediction.score > big.prediction.score
+
+
 def _survivors(text=SMALL.replace("registers: {64,128}", "registers: {128,255}")):
     return tune.rank(tune.screen(tune.expand(text), [SIZE], min_warps=0, conflict_pct=100).survivors, [SIZE])
 
