@@ -47,3 +47,22 @@ def load_kernel(tmp_path_factory):
 @pytest.fixture
 def cupy():
     return pytest.importorskip("cupy")
+
+
+@pytest.fixture(scope="session")
+def nvcc_build():
+    """nvcc's build of a shipped spec for its target (`gemmdsl.build.build`), made once per session:
+    tests/test_nvcc.py, test_analysis.py and test_wgmma.py read the same ptxas figures, and each build
+    takes seconds. Returns (artifacts, BuildResult)."""
+    from gemmdsl.build import build
+    from gemmdsl.compiler import compile_path
+
+    built = {}
+
+    def build_spec(path):
+        if path not in built:
+            artifacts = compile_path(path)
+            built[path] = (artifacts, build(artifacts.cuda, artifacts.name, artifacts.spec.target.code))
+        return built[path]
+
+    return build_spec

@@ -6,7 +6,6 @@ import pytest
 
 from gemmdsl.build import BuildError, build, find_nvcc, parse_ptxas
 from gemmdsl.cli import main
-from gemmdsl.compiler import compile_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -42,9 +41,8 @@ SPEC_SPILL_BYTES = {
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
-def test_spec_compiles_without_spills(spec):
-    artifacts = compile_path(spec)
-    result = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code)
+def test_spec_compiles_without_spills(spec, nvcc_build):
+    artifacts, result = nvcc_build(spec)
     entries = artifacts.metadata["entries"]
     for name, entry in entries.items():
         if entry is None:
