@@ -173,11 +173,11 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
 
 def member_model(artifacts: Artifacts) -> MemberModel:
     spec = artifacts.spec
+    if spec.wgmma:
+        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
     bm, bn, bk = artifacts.plan.launch.block_tile
     common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
                   sms=artifacts.plan.arch.reference_sms)
-    if spec.wgmma:
-        return _wgmma_model(artifacts.plan.layout, common)
     return _issue_model(artifacts, common)
 
 
@@ -205,17 +205,21 @@ def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
                               ("issue_per_clock", issue_per_clock)))
 
 
-def _wgmma_model(layout: WgmmaLayout, common: dict) -> MemberModel:
+def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
     clock) and TMA's bytes from L2 at the measured rate per SM, plus, for 3xTF32, the consumer's measured
     wait for each k-tile's group; a tile also writes C (and reads it, for alpha_beta) through L2, and
-    a stream-K block writes and reads back one partial tile."""
-    sm = layout.spec.target.sm
-    unit, _ = math_unit(layout.spec)
+    a stream-K block writes and reads back one partial tile. `gemmdsl tune` scores wgmma candidates
+    with it too (tune.wgmma_efficiency)."""
+    spec = layout.spec
+    common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
+                  stream_k=spec.block.stream_k, sms=sms)
+    sm = spec.target.sm
+    unit, _ = math_unit(spec)
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
-    problem = layout.spec.problem
+    problem = spec.problem
     tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
     wavefronts = -(-(layout.smem_read_bytes_per_k_tile + layout.split_lsu_bytes_per_k_tile) // WAVEFRONT_BYTES)
     tma = -(-layout.stage_bytes // l2)

@@ -84,7 +84,7 @@ DEFAULT_SIZES = "4096x4096x4096"
 DEFAULT_BUDGET = 8
 DEFAULT_MAX_CANDIDATES = 5000
 DEFAULT_MIN_WARPS = 8
-DEFAULT_SMS = 132  # H100 SXM; only the wave-quantization term of the ranking uses it
+DEFAULT_SMS = 132  # H100 SXM; the ranking's wave-quantization term and the wgmma cycle model use it
 
 REASONS = ("tile", "conflicts", "registers", "occupancy")
 REASON_WORDS = {
@@ -433,7 +433,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
 def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
     """Hopper's path: validation has already refused what does not fit (the ring, the consumers'
     accumulators), so screening sees the launch's registers and warps, the block's intensity per
-    stage and, through `wgmma_efficiency`, the waves and the memory bound."""
+    stage and, through `wgmma_efficiency`, the cycle model the families pick members by."""
     layout, bound = analysis.layout, analysis.facts["wgmma_bound"]
     registers = ptxas["registers"] if ptxas is not None else layout.entry_registers
     flops_per_byte = 2 * layout.bm * layout.bn * layout.bk / layout.stage_bytes
@@ -445,15 +445,24 @@ def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
         threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas, wgmma=True)
 
 
-def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size]) -> float:
-    """The wgmma analysis's bound over wgmma's peak, geometric mean over the sizes: the busy share of the
-    SMs of the target's reference GPU over the (persistent) grid's rounds, and the memory bound. It sees
-    neither the pipeline depth nor the instruction shape, so candidates that differ only there tie, and
-    timing decides."""
+def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
+    """The cycles a family of wgmma specs picks its member by (family.wgmma_member_model: per k-tile the
+    slowest of wgmma's rate, its shared-memory reads and TMA's bytes from L2; C through L2 per tile; the
+    grid's rounds over the SMs), as the share of them wgmma's multiply-adds alone would take; geometric
+    mean over the sizes. So a tile that brings more bytes per multiply-add scores lower (128x128 below
+    128x256), and the tuner and the families rank Hopper kernels by one model. It sees neither the
+    pipeline depth, the instruction shape, the raster nor the schedule: candidates that differ only
+    there tie, and rank_key orders them."""
     from .analysis import analyze
+    from .family import estimate, wgmma_member_model
 
-    bounds = [analyze(spec, analysis_size(spec, size)).facts["wgmma_bound"] for size in sizes]
-    return _geomean([bound.bound_tflops / bound.peak_tflops for bound in bounds])
+    model = wgmma_member_model(analyze(spec, analysis_size(spec, sizes[0])).layout, sms)
+    tensor = dict(model.terms)["wgmma_cycles_per_k_tile"]
+    shares = []
+    for size in sizes:
+        figures = estimate(model, *size)
+        shares.append(figures.useful * figures.tiles * figures.k_tiles * tensor / sms / figures.cycles)
+    return _geomean(shares)
 
 
 def checked_bounds(spec: ir.KernelSpec) -> bool:
@@ -537,7 +546,7 @@ def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = D
     for Hopper's path, `wgmma_efficiency`."""
     p = survivor.prediction
     if p.wgmma:
-        return wgmma_efficiency(survivor.spec, sizes)
+        return wgmma_efficiency(survivor.spec, sizes, sms)
     return efficiency(p.costs(), survivor.spec, threads=p.threads, smem_bytes=p.smem_bytes, cap=p.register_cap,
                       blocks_per_sm=p.blocks_per_sm, known_registers=p.ptxas is not None, spills=p.spills,
                       launch_flops_per_byte=p.launch_flops_per_byte, sizes=sizes, sms=sms)
@@ -549,11 +558,11 @@ def rank_key(survivor: Survivor) -> tuple:
     for ptxas to schedule: register-staged copies of big tiles, which hold the next tile in registers,
     measured 8% slower than their cp.async twins), fewer L1 wavefronts per FFMA (slack on the pipe
     shared memory and global loads share), then template order. On Hopper's path, whose other figures
-    are zero, the block's flops per byte of a stage come before template order: fewer bytes from L2 per
-    flop."""
+    are zero, more stages come before template order: more bytes in flight from L2 (on the H100 every
+    4-stage hgemm_h100 candidate ran 3-40% faster than its 3-stage twin; README, Tuning)."""
     p = survivor.prediction
     return (-round(p.score, 6), round(p.fma_switches_per_ffma, 6), p.register_demand - p.register_cap,
-            round(p.lsu_per_ffma, 6), -round(p.block_flops_per_byte, 3) if p.wgmma else 0.0,
+            round(p.lsu_per_ffma, 6), -survivor.spec.pipeline.stages if p.wgmma else 0,
             survivor.candidate.index)
 
 

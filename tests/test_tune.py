@@ -404,20 +404,28 @@ def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
     assert "generated 8 candidates" in done.stdout
 
 
-def test_the_hopper_template_is_screened_and_ranked_by_the_wgmma_analysis():
+def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model():
+    from gemmdsl import family
+    from gemmdsl.analysis import analyze
+
     text = (ROOT / "gemmdsl" / "templates" / "hgemm_h100.tgemm").read_text()
     candidates = tune.expand(text, "hgemm_h100.tgemm")
     report = tune.screen(candidates, [(4096, 4096, 4096), (1024, 1024, 1024)])
     assert (report.generated, len(report.rejected), len(report.survivors)) == (48, 16, 32)
     assert all("is not a multiple of the N of m64n256k16" in d.message for _, d in report.rejected)
-    # At 4096^3 every tile keeps the 132 SMs 97% busy: the bigger tiles, fewer bytes per flop, come first.
-    ranked = tune.rank(report.survivors, [(4096, 4096, 4096)])
-    best = ranked[0]
-    assert best.prediction.wgmma and best.prediction.block_flops_per_byte == pytest.approx(2 * 128 * 256 * 64 / 49152)
-    assert best.prediction.score == pytest.approx(tune.wgmma_efficiency(best.spec, [(4096, 4096, 4096)]))
+    # At 4096^3 every tile keeps the 132 SMs 97% busy, and a 128x128 k-tile brings 32 KiB from L2 for half
+    # the multiply-adds of a 128x256 one's 48 KiB: the big tiles first, 4 stages before 3 (bytes in flight).
+    size = (4096, 4096, 4096)
+    ranked = tune.rank(report.survivors, [size])
+    best, small = ranked[0], next(s for s in ranked if s.spec.block.n == s.spec.block.m == 128)
+    assert (best.spec.block.m * best.spec.block.n, best.spec.pipeline.stages) == (128 * 256, 4)
+    assert best.prediction.score > small.prediction.score
+    assert [s.spec.pipeline.stages for s in ranked[:4]] == [4, 4, 4, 4]
+    # The score is the family rule's: wgmma's own cycles over the cycles the rule predicts.
+    model = family.wgmma_member_model(analyze(best.spec, size).layout, tune.DEFAULT_SMS)
+    figures = family.estimate(model, *size)
+    wgmma_cycles = figures.tiles * figures.k_tiles * dict(model.terms)["wgmma_cycles_per_k_tile"] / tune.DEFAULT_SMS
+    assert best.prediction.score == pytest.approx(wgmma_cycles / figures.cycles)
     # At 1024^3, 128x256 tiles give 32 tiles for 132 SMs and 128x128 ones 64: the smaller tile ranks first.
-    sizes = [(4096, 4096, 4096), (1024, 1024, 1024)]
-    ranked = tune.rank(report.survivors, sizes)
+    ranked = tune.rank(report.survivors, [(1024, 1024, 1024)])
     assert (ranked[0].spec.block.m, ranked[0].spec.block.n) == (128, 128)
-    big = next(s for s in ranked if s.spec.block.n == 256)
-    assert ranked[0].prediction.score == pytest.approx(big.prediction.score * (64 / 32) ** 0.5, rel=0.02)
