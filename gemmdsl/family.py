@@ -28,7 +28,8 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         wavefront per clock
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
-        clock), plus for 3xTF32 the consumer's measured wait for its group; per tile C's bytes
+        clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
+        wait for its group; per tile C's bytes
         through L2 (`tile`; 0 on the other paths) and per stream-K block one partial tile written
         and read (`partial`)
     tiles schedule:  full_waves * (k_tiles * k_tile(blocks per SM) + blocks per SM * tile)
@@ -64,7 +65,8 @@ from .plan import Requirements
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, stream_k_split
-from .targets import L2_BYTES_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK
+from .targets import (L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES, SPLIT_WAIT_CYCLES_PER_K_TILE,
+                      WGMMA_MACS_PER_CLOCK)
 from .wgmma_layout import WgmmaLayout
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -208,9 +210,10 @@ def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
 def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
-    clock) and TMA's bytes from L2 at the measured rate per SM, plus, for 3xTF32, the consumer's measured
-    wait for each k-tile's group; a tile also writes C (and reads it, for alpha_beta) through L2, and
-    a stream-K block writes and reads back one partial tile. `gemmdsl tune` scores wgmma candidates
+    clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
+    STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's measured wait for each k-tile's group;
+    a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
+    back one partial tile. `gemmdsl tune` scores wgmma candidates
     with it too (tune.wgmma_efficiency)."""
     spec = layout.spec
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
@@ -223,14 +226,16 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
     wavefronts = -(-(layout.smem_read_bytes_per_k_tile + layout.split_lsu_bytes_per_k_tile) // WAVEFRONT_BYTES)
     tma = -(-layout.stage_bytes // l2)
+    ring = -(-RING_ROUND_TRIP_CYCLES[sm] // max(layout.stages - 1, 1))
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
     wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] if layout.split else 0
-    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma) + wait,),
+    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tile_cycles=epilogue, partial_cycles=partial,
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
+                              ("ring_cycles_per_k_tile", ring),
                               ("split_wait_cycles_per_k_tile", wait)))
 
 

@@ -94,6 +94,13 @@ L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
 # 9, 8192^3, at 1755 MHz): 2,260 cycles per k-tile and SM at 128x128 against wgmma's 1,536 (724 more),
 # 3,072 at 128x192 against 2,304 (767 more).
 SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 740}
+# Cycles from the moment a consumer frees a stage of the TMA ring to the moment that stage's next k-tile
+# has landed, under the load of every SM streaming (Little's law: with STAGES - 1 stages in flight a ring
+# delivers at most one k-tile per ROUND_TRIP / (STAGES - 1) cycles, however fast L2 is). Calibrated on
+# the H100 (2026-11-25) on one template, gemmdsl/templates/tf32_h100.tgemm timed exhaustively at 4096^3
+# and 2048^3 (2 to 6 stages): the rank correlation peaks at 3,000 (1.7 us at 1755 MHz); the bf16
+# templates, timed apart, were the held-out check (README, Tuning).
+RING_ROUND_TRIP_CYCLES: dict[int, int] = {90: 3000}
 
 
 def arch(sm: int) -> Arch:

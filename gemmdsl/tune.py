@@ -447,12 +447,13 @@ def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
 
 def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
     """The cycles a family of wgmma specs picks its member by (family.wgmma_member_model: per k-tile the
-    slowest of wgmma's rate, its shared-memory reads and TMA's bytes from L2; C through L2 per tile; the
-    grid's rounds over the SMs), as the share of them wgmma's multiply-adds alone would take; geometric
-    mean over the sizes. So a tile that brings more bytes per multiply-add scores lower (128x128 below
-    128x256), and the tuner and the families rank Hopper kernels by one model. It sees neither the
-    pipeline depth, the instruction shape, the raster nor the schedule: candidates that differ only
-    there tie, and rank_key orders them."""
+    slowest of wgmma's rate, its shared-memory reads, TMA's bytes from L2 and the ring's round trip over
+    the stages in flight; C through L2 per tile; the grid's rounds over the SMs), as the share of them
+    wgmma's multiply-adds alone would take; geometric mean over the sizes. So a tile that brings more
+    bytes per multiply-add scores lower (128x128 below 128x256), so does a ring too shallow to cover the
+    round trip (3 stages of 128x256x64 below 4), and the tuner and the families rank Hopper kernels by
+    one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
+    differ only there tie, and rank_key orders them."""
     from .analysis import analyze
     from .family import estimate, wgmma_member_model
 

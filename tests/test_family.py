@@ -455,6 +455,20 @@ def test_a_wgmma_family_reports_its_terms_in_check_and_metadata():
     assert done.returncode == 0 and "hgemm_h100_128x64 runs" in done.stdout
 
 
+@pytest.mark.parametrize("stages, ring, k_tile", [(2, 3000, 3000), (3, 1500, 1500), (4, 1000, 1294)])
+def test_a_wgmma_ring_too_shallow_for_its_round_trip_bounds_the_k_tile(stages, ring, k_tile):
+    from gemmdsl.compiler import compile_source
+    from gemmdsl.family import wgmma_member_model
+
+    text = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text().replace("stages: 4;", f"stages: {stages};")
+    layout = compile_source(SourceFile("ring.gemm", text)).plan.layout
+    model = wgmma_member_model(layout, 132)
+    terms = dict(model.terms)
+    # 128x256x64 bf16: 48 KiB per k-tile at 38 bytes per clock is 1294 cycles; 3000 over stages - 1 in flight
+    assert terms["tma_cycles_per_k_tile"] == 1294 and terms["ring_cycles_per_k_tile"] == ring
+    assert model.k_tile_cycles == (k_tile,)
+
+
 @pytest.mark.nvcc
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
 def test_a_hopper_family_builds_with_nvcc_for_sm_90a():
