@@ -24,9 +24,9 @@ Method, and why:
   mma.sync rate of its group.
 - Each kernel is compared with cuBLAS at its own precision (gemmdsl/precisions.py): FMA and
   3xTF32 kernels with SGEMM (CuPy, TF32 off), bf16 and f16 kernels with cuBLAS on the same
-  16-bit inputs and TF32 kernels with cuBLAS in TF32 mode (both through PyTorch, whose
-  16-bit products come out in the inputs' type). Kernels are timed in groups of one
-  comparison, on inputs of their type; each group has its own cuBLAS row.
+  16-bit inputs, writing C in the kernel's C type (the inputs' type, or f32 through torch.mm's
+  out_dtype), and TF32 kernels with cuBLAS in TF32 mode (both through PyTorch). Kernels are
+  timed in groups of one comparison, on inputs of their type; each group has its own cuBLAS row.
 """
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def input_set(arrays: CupyArrays, compared: Comparison, size: Size) -> tuple:
     m, n, k = size
     a = random_operand(arrays, compared.input_dtype, "row", m, k)
     b = random_operand(arrays, compared.input_dtype, "row", k, n)
-    return a, b, arrays.cublas_out(m, n, compared.input_dtype)
+    return a, b, arrays.cublas_out(m, n, compared.c_dtype)
 
 
 def in_layouts(kernel: Kernel, arrays: CupyArrays, operands: tuple) -> tuple:

@@ -9,6 +9,9 @@ against a float64 product of the very inputs the kernel read.
 Tolerances (relative Frobenius error against float64; K <= 8192):
 - fma: 1e-5. FP32 accumulation lands near 1e-6; a wrong index or a dropped k-tile is off by
   orders of magnitude.
+- bf16 / f16 inputs with an f32 C: cuBLAS at the same precision writes f32 too (PyTorch's
+  `torch.mm(..., out_dtype=torch.float32)`, cublasGemmEx with an FP32 C), not C rounded to the
+  inputs' type, which would move half the bytes of C and compare a different computation.
 - bf16 / f16 inputs: the reference multiplies the same 16-bit values exactly, so what is left is
   FP32 accumulation (1e-5, as above) plus rounding C to its own type: the unit roundoff of C's
   type (f32 0, f16 2^-11, bf16 2^-8) bounds that relative error element by element.
@@ -20,7 +23,7 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FMA_TOLERANCE = 1e-5
 TF32_TOLERANCE = 2e-3
@@ -35,6 +38,11 @@ class Comparison:
     library: str  # "cupy" or "torch": makes the inputs and runs cuBLAS
     input_dtype: str  # of A and B
     relative_to_cublas: bool  # the tolerance is a factor of cuBLAS's own error vs float64
+    output_dtype: str = ""  # of the C cuBLAS writes; empty: the inputs' type
+
+    @property
+    def c_dtype(self) -> str:
+        return self.output_dtype or self.input_dtype
 
     def tolerance(self, c_dtype: str, cublas_error: float | None) -> float:
         """Largest relative error vs float64 that passes."""
@@ -55,5 +63,9 @@ COMPARISONS = {
 
 
 def comparison(metadata: dict) -> Comparison:
-    """The comparison for a compiled kernel (metadata from before units were recorded: fma)."""
-    return COMPARISONS[metadata.get("unit", "fma")]
+    """The comparison for a compiled kernel (metadata from before units were recorded: fma): by its
+    unit, and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well."""
+    compared = COMPARISONS[metadata.get("unit", "fma")]
+    if compared.input_dtype in ("bf16", "f16") and metadata.get("dtypes", {}).get("c") == "f32":
+        return replace(compared, cublas=f"{compared.cublas} f32 C", output_dtype="f32")
+    return compared

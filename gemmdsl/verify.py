@@ -243,11 +243,12 @@ class TorchArrays(CupyArrays):
 
     DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
-    def __init__(self, seed: int, tf32: bool):
+    def __init__(self, seed: int, tf32: bool, output_dtype: str = ""):
         import torch
 
         self.xp = torch
         self.tf32 = tf32
+        self.output = self._dtype(output_dtype) if output_dtype else None  # C's type where it is not the inputs'
         self.generator = torch.Generator(device="cuda").manual_seed(seed)
 
     def _dtype(self, name: str) -> Any:
@@ -264,12 +265,19 @@ class TorchArrays(CupyArrays):
         return x.to(self.xp.float64)
 
     def cublas(self, a: Any, b: Any) -> Any:
-        """The product at the kernel's precision: 16-bit inputs (FP32 accumulation, 16-bit result),
-        or f32 inputs with TF32 allowed."""
-        return self._tf32_matmul(a, b)
+        """The product at the kernel's precision: 16-bit inputs (FP32 accumulation, a result of the
+        inputs' type or, for an f32 C, f32), or f32 inputs with TF32 allowed."""
+        return self._matmul(a, b)
 
-    def _tf32_matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+    def _matmul(self, a: Any, b: Any, out: Any = None) -> Any:
         """allow_tf32 changes only f32 products; 16-bit ones are the same either way."""
+        if self.output is not None and self.output != a.dtype:
+            try:
+                multiply = self.xp.bmm if a.dim() == 3 else self.xp.mm  # batched cases are 3-D
+                return multiply(a, b, out_dtype=self.output, out=out)
+            except TypeError as err:  # PyTorch before out_dtype (2.8)
+                raise RuntimeError(f"cuBLAS with a {self.output} C from {a.dtype} inputs needs torch.mm's "
+                                   f"out_dtype (PyTorch 2.8 or later): {err}") from err
         matmul = self.xp.backends.cuda.matmul
         allowed = matmul.allow_tf32
         matmul.allow_tf32 = self.tf32
@@ -279,7 +287,7 @@ class TorchArrays(CupyArrays):
             matmul.allow_tf32 = allowed
 
     def cublas_into(self, a: Any, b: Any, c: Any) -> None:
-        self._tf32_matmul(a, b, out=c)
+        self._matmul(a, b, out=c)
 
     def column_major(self, x: Any) -> Any:
         return x.t().contiguous().t()
@@ -287,7 +295,7 @@ class TorchArrays(CupyArrays):
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
     if comparison.library == "torch":
-        return TorchArrays(seed, tf32=comparison.unit == "tf32")
+        return TorchArrays(seed, tf32=comparison.unit == "tf32", output_dtype=comparison.output_dtype)
     return CupyArrays(seed)
 
 
