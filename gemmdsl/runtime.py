@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -567,10 +567,10 @@ def cache_dir() -> Path:
 def cache_key(metadata: dict, source: str, cupy_version: str, built_for: str, compiler: str) -> str:
     """Everything that decides the cubin's bytes.
 
-    spec_hash names the spec, target and compiler version; the source hash also
+    spec_hash names the spec, target and gemmdsl version; the source hash also
     catches code generator changes that did not bump the version; `built_for` is the
     architecture the cubin is for (the GPU's, for a spec of an older target), `compiler`
-    nvcc or nvrtc.
+    nvcc or nvrtc with its version (`compiler_version`).
     """
     parts = {"spec_hash": metadata["spec_hash"], "gemmdsl": metadata["gemmdsl_version"],
              "target": metadata["target"], "built_for": built_for, "compiler": compiler, "cupy": cupy_version,
@@ -584,11 +584,25 @@ def cubin_file_name(metadata: dict, built_for: str, key: str) -> str:
 
 def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str | None = None) -> str:
     """The cache file of this source built for `built_for` by `compiler` (default: the one chosen
-    now), with this CuPy."""
+    now) at its present version, with this CuPy: so upgrading NVRTC (13.0 -> 13.1, README) or nvcc
+    builds anew instead of serving the old compiler's cubins."""
     import cupy
 
-    key = cache_key(metadata, source, cupy.__version__, built_for, compiler or chosen_compiler())
+    compiler = compiler or chosen_compiler()
+    key = cache_key(metadata, source, cupy.__version__, built_for, f"{compiler} {compiler_version(compiler)}")
     return cubin_file_name(metadata, built_for, key)
+
+
+@cache
+def compiler_version(compiler: str) -> str:
+    """nvcc's release ("13.0.88", from `nvcc --version`) or NVRTC's ("13.1", as CuPy loaded it)."""
+    if compiler == "nvrtc":
+        from cupy.cuda import nvrtc
+
+        return ".".join(map(str, nvrtc.getVersion()))
+    done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+    release = re.search(r"V(\d+(?:\.\d+)+)", done.stdout)
+    return release.group(1) if release else done.stdout.strip()
 
 
 class BinaryCache:

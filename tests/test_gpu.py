@@ -9,6 +9,8 @@ import argparse
 import io
 import itertools
 import json
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -499,6 +501,21 @@ def test_cache_key_is_stable_and_covers_every_input():
     variants = [cache_key(*(inputs[:at] + (value,) + inputs[at + 1:])) for value, at in changes]
     assert key not in variants and len(set(variants)) == len(variants)
     assert runtime.cubin_file_name(METADATA, "sm_100", key).startswith("k-sm_100-")
+
+
+def test_a_new_compiler_version_gets_its_own_cubin(monkeypatch):
+    """Upgrading NVRTC (13.0 -> 13.1 changes the registers, README) must not serve the old cubins."""
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(__version__="14.2.0"))
+    names = {}
+    for version in ("13.0", "13.1"):
+        monkeypatch.setattr(runtime, "compiler_version", lambda compiler, v=version: v)
+        names[version] = runtime.cubin_cache_name(METADATA, "source", "sm_90", "nvrtc")
+    assert names["13.0"] != names["13.1"] and all(name.startswith("k-sm_90-") for name in names.values())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_nvcc_version_is_its_release():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", runtime.compiler_version("nvcc"))
 
 
 def test_cache_builds_once_and_then_reads_the_disk(tmp_path):
