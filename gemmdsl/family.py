@@ -62,12 +62,7 @@ from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
-from .passes.banks import WAVEFRONT_BYTES
-from .passes.intensity import math_unit
-from .schedule import CYCLE_CAP, stream_k_split
-from .targets import (L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES, SPLIT_WAIT_CYCLES_PER_K_TILE,
-                      WGMMA_MACS_PER_CLOCK)
-from .wgmma_layout import WgmmaLayout
+from .cycles import MemberModel, estimate, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -80,82 +75,6 @@ def is_family_path(path: str | Path) -> bool:
 
 
 # --- the rule ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemberModel:
-    """What the rule knows of a member: its tiling and the analysis' cycle figures. The figures come
-    from the member's own path (`member_model`): the FMA and mma.sync paths' issue and wavefront
-    model, or the wgmma path's tensor, shared-memory and L2 rates; the rule itself is the same."""
-
-    name: str
-    tile: tuple[int, int, int]  # BM, BN, BK
-    exact: bool  # bounds: exact: only shapes that the tile divides
-    stream_k: bool
-    sms: int  # the target's reference GPU
-    blocks_per_sm: int
-    k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
-    tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
-    partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
-    terms: tuple[tuple[str, int], ...] = ()  # the figures the cycles come from, for metadata and `check`
-
-    @property
-    def slots(self) -> int:
-        return self.sms * self.blocks_per_sm
-
-    def accepts(self, m: int, n: int, k: int) -> bool:
-        bm, bn, bk = self.tile
-        return not self.exact or (m % bm == 0 and n % bn == 0 and k % bk == 0)
-
-    def cycles_per_k_tile(self, resident: int) -> int:
-        return self.k_tile_cycles[resident - 1]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The rule's figures for one member at one problem size."""
-
-    member: MemberModel
-    accepted: bool
-    tiles: int = 0
-    k_tiles: int = 0
-    waves: int = 0  # waves of plain tiles, the last one possibly partial
-    sk_tiles: int = 0  # tiles whose k-tiles stream-K blocks share (0: none)
-    useful: float = 0.0  # useful multiply-adds over launched ones (edge tiles waste the rest)
-    cycles: int = 0
-
-
-def _product(a: int, b: int) -> int:
-    return min(a * b, CYCLE_CAP)
-
-
-def _sum(a: int, b: int) -> int:
-    return min(a + b, CYCLE_CAP)
-
-
-def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
-    if not member.accepts(m, n, k):
-        return Estimate(member, accepted=False)
-    bm, bn, bk = member.tile
-    tiles = -(-m // bm) * -(-n // bn)
-    k_tiles = -(-k // bk)
-    useful = (m * n * k) / (tiles * bm * bn * k_tiles * bk)
-    resident = member.blocks_per_sm
-    full = member.cycles_per_k_tile(resident)
-    plain, sk_tiles, cycles = tiles, 0, 0
-    if member.stream_k:
-        split = stream_k_split(tiles, k_tiles, member.slots)
-        if split.sk_tiles:
-            plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
-            per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
-            cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
-    full_waves, left = divmod(plain, member.slots)
-    wave = _sum(_product(k_tiles, full), resident * member.tile_cycles)
-    cycles = _sum(cycles, _product(full_waves, wave))
-    if left:
-        last = -(-left // member.sms)
-        cycles = _sum(cycles, _sum(_product(k_tiles, member.cycles_per_k_tile(last)), last * member.tile_cycles))
-    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
 
 
 def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bool = True) -> int:
@@ -205,38 +124,6 @@ def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
                        terms=(("warps_per_block", warps), ("fma_per_k_tile", fma),
                               ("smem_instructions_per_k_tile", smem), ("wavefronts_per_k_tile", wavefronts),
                               ("issue_per_clock", issue_per_clock)))
-
-
-def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
-    """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
-    datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
-    clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
-    STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's measured wait for each k-tile's group;
-    a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
-    back one partial tile. `gemmdsl tune` scores wgmma candidates
-    with it too (tune.wgmma_efficiency)."""
-    spec = layout.spec
-    common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
-                  stream_k=spec.block.stream_k, sms=sms)
-    sm = spec.target.sm
-    unit, _ = math_unit(spec)
-    macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
-    l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
-    problem = spec.problem
-    tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
-    wavefronts = -(-(layout.smem_read_bytes_per_k_tile + layout.split_lsu_bytes_per_k_tile) // WAVEFRONT_BYTES)
-    tma = -(-layout.stage_bytes // l2)
-    ring = -(-RING_ROUND_TRIP_CYCLES[sm] // max(layout.stages - 1, 1))
-    c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
-    epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
-    partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
-    wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] if layout.split else 0
-    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
-                       tile_cycles=epilogue, partial_cycles=partial,
-                       terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
-                              ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
-                              ("ring_cycles_per_k_tile", ring),
-                              ("split_wait_cycles_per_k_tile", wait)))
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:

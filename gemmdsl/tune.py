@@ -446,7 +446,7 @@ def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
 
 
 def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
-    """The cycles a family of wgmma specs picks its member by (family.wgmma_member_model: per k-tile the
+    """The cycles a family of wgmma specs picks its member by (cycles.wgmma_member_model: per k-tile the
     slowest of wgmma's rate, its shared-memory reads, TMA's bytes from L2 and the ring's round trip over
     the stages in flight; C through L2 per tile; the grid's rounds over the SMs), as the share of them
     wgmma's multiply-adds alone would take; geometric mean over the sizes. So a tile that brings more
@@ -455,15 +455,10 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFA
     one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
     differ only there tie, and rank_key orders them."""
     from .analysis import analyze
-    from .family import estimate, wgmma_member_model
+    from .cycles import wgmma_member_model, wgmma_share
 
     model = wgmma_member_model(analyze(spec, analysis_size(spec, sizes[0])).layout, sms)
-    tensor = dict(model.terms)["wgmma_cycles_per_k_tile"]
-    shares = []
-    for size in sizes:
-        figures = estimate(model, *size)
-        shares.append(figures.useful * figures.tiles * figures.k_tiles * tensor / sms / figures.cycles)
-    return _geomean(shares)
+    return _geomean([wgmma_share(model, *size) for size in sizes])
 
 
 def checked_bounds(spec: ir.KernelSpec) -> bool:

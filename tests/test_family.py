@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
-from gemmdsl.family import (DEFAULT_SHAPES, CYCLE_CAP, FamilyKernel, choose, compile_family, compile_family_path,
-                            estimate, read_shapes)
+from gemmdsl.family import (DEFAULT_SHAPES, FamilyKernel, choose, compile_family, compile_family_path, estimate,
+                            read_shapes)
+from gemmdsl.schedule import CYCLE_CAP
 from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -458,7 +459,7 @@ def test_a_wgmma_family_reports_its_terms_in_check_and_metadata():
 @pytest.mark.parametrize("stages, ring, k_tile", [(2, 3000, 3000), (3, 1500, 1500), (4, 1000, 1294)])
 def test_a_wgmma_ring_too_shallow_for_its_round_trip_bounds_the_k_tile(stages, ring, k_tile):
     from gemmdsl.compiler import compile_source
-    from gemmdsl.family import wgmma_member_model
+    from gemmdsl.cycles import wgmma_member_model
 
     text = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text().replace("stages: 4;", f"stages: {stages};")
     layout = compile_source(SourceFile("ring.gemm", text)).plan.layout

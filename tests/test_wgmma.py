@@ -530,6 +530,30 @@ def test_stream_k_shares_the_last_wave_in_the_analysis_and_the_launch():
     assert "for (int kt = k_first; kt < k_end; ++kt, ++it)" in cuda  # the producer's TMA coordinates
 
 
+C_CYCLES = -(-128 * 256 * 2 * 2 // 38)  # a tile's C through L2, read and written (alpha_beta): 128 KiB either way
+
+
+@pytest.mark.parametrize("spec, cycles, limit, share", [
+    # 128x256x64 bf16: 48 KiB per k-tile from L2 at 38 bytes per clock (1,294) is slower than wgmma (1,024);
+    # 512 tiles of 64 k-tiles in 4 rounds over 132 SMs
+    ("hgemm_h100_bf16c", 1294, "TMA's bytes from L2", 512 * 64 * 1024 / 132 / (4 * (64 * 1294 + C_CYCLES))),
+    # 3xTF32 128x128x32: three TF32 products (1,536) and the consumer's wait (740); 1024 tiles in 8 rounds
+    ("sgemm_3xtf32_h100", 1536 + 740, "wgmma's multiply-adds",
+     1024 * 128 * 1536 / 132 / (8 * (128 * 2276 + C_CYCLES))),
+])
+def test_check_states_the_cycle_model_the_families_and_the_tuner_rank_by(spec, cycles, limit, share):
+    from gemmdsl import tune
+    from gemmdsl.analysis import analyze
+
+    artifacts = compile_path(ROOT / "specs" / f"{spec}.gemm")
+    size = (4096, 4096, 4096)
+    bound = analyze(artifacts.spec, problem=size, plan=artifacts.plan).facts["wgmma_bound"]
+    assert (bound.k_tile_cycles, bound.k_tile_limit) == (cycles, limit)
+    assert bound.predicted_share == pytest.approx(share)
+    assert bound.predicted_share == pytest.approx(tune.wgmma_efficiency(artifacts.spec, [size]))
+    assert bound.predicted_tflops < bound.bound_tflops
+
+
 def test_persistent_specs_carry_no_stream_k_code():
     cuda = compile_path(SPEC).cuda
     assert "sk_tiles" not in cuda and "flag_wait" not in cuda and "for (int kt = 0; kt < k_tiles;" in cuda

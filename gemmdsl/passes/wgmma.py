@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
+from ..cycles import wgmma_member_model, wgmma_share
 from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from ..wgmma_layout import WARPGROUP, WgmmaLayout
 from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
@@ -228,10 +229,19 @@ class WgmmaBound:
     dram_bytes: int  # A, B read once, C written (and read for alpha_beta): perfect L2 reuse
     memory_tflops: float
     bound_tflops: float
+    # The cycle model the families and the tuner rank by (cycles.wgmma_member_model): one k-tile's
+    # cycles on an SM, the rate that sets them, and the share of the peak it predicts for the problem.
+    k_tile_cycles: int = 0
+    k_tile_limit: str = ""
+    predicted_share: float = 0.0
 
     @property
     def limit(self) -> str:
         return "memory" if self.memory_tflops < self.peak_tflops else "wgmma"
+
+    @property
+    def predicted_tflops(self) -> float:
+        return self.peak_tflops * self.predicted_share
 
 
 class WgmmaBoundPass:
@@ -252,11 +262,27 @@ class WgmmaBoundPass:
         flops = 2 * m * n * k
         memory = flops / dram * MEMORY_TBPS[sm]
         bound = min(peak * waves.efficiency, memory)
-        result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm].get(unit), flops, dram, memory, bound)
+        model = wgmma_member_model(layout, waves.sms)
+        terms = dict(model.terms)
+        rates = {name: terms[f"{name}_per_k_tile"] for name in K_TILE_RATES}
+        limit = max(rates, key=lambda name: rates[name])
+        result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm].get(unit), flops, dram, memory, bound,
+                            model.k_tile_cycles[0], K_TILE_RATES[limit], wgmma_share(model, m, n, k))
         measured = "" if result.measured_tflops is None else f"; cuBLAS measured {result.measured_tflops:.0f}"
+        wait = terms["split_wait_cycles_per_k_tile"]
+        others = ", ".join(f"{K_TILE_RATES[name]} {cycles:,}" for name, cycles in rates.items() if name != limit)
         verdict = (f"wgmma {unit} peak {peak:.0f} TFLOP/s (datasheet{measured}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
-                   f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves)")
+                   f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves); "
+                   f"cycle model: a k-tile takes {result.k_tile_cycles:,} cycles per SM, "
+                   + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of 3xTF32's wait" if wait
+                      else f"set by {result.k_tile_limit} ({others})")
+                   + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak)")
         return PassResult({"wgmma_bound": result}, verdict)
+
+
+# The rates a wgmma k-tile is the slowest of (cycles.wgmma_member_model's terms), as `check` names them.
+K_TILE_RATES = {"wgmma_cycles": "wgmma's multiply-adds", "smem_wavefronts": "shared-memory reads",
+                "tma_cycles": "TMA's bytes from L2", "ring_cycles": "the ring's round trip"}
 
 
 WGMMA_PASSES = (WgmmaSmemPass(), WgmmaRegisterPass(), WgmmaPipelinePass(), WgmmaTrafficPass(), WgmmaWavesPass(),
