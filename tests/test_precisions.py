@@ -37,3 +37,46 @@ def test_bf16_kernels_with_f32_and_bf16_c_are_timed_in_two_groups():
     groups = comparison_groups(kernels)
     assert [[k.name for k in members] for members in groups.values()] == [["hgemm_h100", "hgemm_h100_nn"],
                                                                           ["hgemm_h100_bf16c"]]
+
+
+class FakeTorch:
+    """Records which product the arrays ask PyTorch for (no GPU): mm/bmm with out_dtype, or matmul."""
+
+    float32, bfloat16 = "float32", "bfloat16"
+
+    def __init__(self):
+        self.calls = []
+        self.backends = type("B", (), {"cuda": type("C", (), {"matmul": type("M", (), {"allow_tf32": False})()})()})()
+
+    def mm(self, a, b, out_dtype=None, out=None):
+        self.calls.append(("mm", out_dtype, out))
+
+    def bmm(self, a, b, out_dtype=None, out=None):
+        self.calls.append(("bmm", out_dtype, out))
+
+    def matmul(self, a, b, out=None):
+        self.calls.append(("matmul", None, out))
+
+
+class Operand:
+    def __init__(self, dims, dtype="bfloat16"):
+        self.dims, self.dtype = dims, dtype
+
+    def dim(self):
+        return self.dims
+
+
+@pytest.mark.parametrize("output, dims, expected", [
+    ("f32", 2, ("mm", "float32")),    # bf16 in, f32 C: cuBLAS writes f32
+    ("f32", 3, ("bmm", "float32")),   # batched cases
+    ("", 2, ("matmul", None)),        # C of the inputs' type
+])
+def test_cublas_is_asked_for_the_kernel_s_c_type(output, dims, expected):
+    from gemmdsl.verify import TorchArrays
+
+    arrays = TorchArrays.__new__(TorchArrays)  # without __init__: no GPU, no torch
+    arrays.xp, arrays.tf32 = FakeTorch(), False
+    arrays.output = arrays.xp.float32 if output else None
+    arrays.cublas_into(Operand(dims), Operand(dims), "C")
+    ((function, out_dtype, out),) = arrays.xp.calls
+    assert (function, out_dtype) == expected and out == "C"
