@@ -77,6 +77,7 @@ class Study:
     template: str
     device: str
     points: list[Point]
+    sizes: str = ""  # the timed sizes, "4096x4096x4096,..."
 
     @property
     def rho(self) -> float:
@@ -129,7 +130,8 @@ def study(data: dict, template: str | None = None, recorded: bool = False, sms: 
                     row["measured"]["geomean_tflops"], places[row["name"]] <= TOP, places[row["name"]])
               for row in rows]
     device = data.get("device", {}).get("name", "")
-    return Study(str(template or "?"), device, points)
+    sizes = ",".join("x".join(map(str, size)) for size in data.get("sizes", []))
+    return Study(str(template or "?"), device, points, sizes)
 
 
 def strip(data: dict) -> dict:
@@ -209,7 +211,8 @@ def svg_scatter(points: Sequence[tuple[float, float, bool]], title: str, x_label
 
 def study_svg(result: Study) -> str:
     name = Path(result.template).name
-    title = f"{name}: predicted score vs measured ({len(result.points)} candidates)"
+    at = f" at {result.sizes}" if result.sizes else ""
+    title = f"{name}{at}: predicted score vs measured ({len(result.points)} candidates)"
     note = (f"Spearman {result.rho:.2f}; best of the top {TOP} {result.gap_pct:.1f}% slower than the best"
             + (f"; {result.device}" if result.device else ""))
     return svg_scatter([(p.score, p.tflops, p.top) for p in result.points], title,
@@ -250,7 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(report_lines(result)))
         if args.svg_dir:
             Path(args.svg_dir).mkdir(parents=True, exist_ok=True)
-            stem = Path(result.template).name.split(".")[0]
+            # Named after the results file (tune_T.json -> T.svg, tune_T_2048.json -> T_2048.svg): one
+            # template timed at two sizes gives two plots.
+            stem = Path(name).stem.removeprefix("tune_")
             path = Path(args.svg_dir) / f"{stem}.svg"
             path.write_text(study_svg(result))
             print(f"  wrote {path}")

@@ -74,6 +74,16 @@ def test_svg_scatter_draws_one_marker_per_point_and_labels_the_axes():
     assert tune_ranking.nice_ticks(0.52, 0.87) == [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
+def test_one_svg_per_results_file_named_after_it(tmp_path):
+    """A template timed at two sizes gives two plots (tune_T.json -> T.svg, tune_T_2048.json -> T_2048.svg)."""
+    files = [str(FIXTURES / "tune_tf32_h100.json"), str(FIXTURES / "tune_tf32_h100_2048.json")]
+    assert tune_ranking.main([*files, "--svg-dir", str(tmp_path)]) == 0
+    titles = {path.name: ET.parse(path).getroot().find("{http://www.w3.org/2000/svg}text").text
+              for path in tmp_path.iterdir()}
+    assert sorted(titles) == ["tf32_h100.svg", "tf32_h100_2048.svg"]
+    assert "at 4096x4096x4096" in titles["tf32_h100.svg"] and "at 2048x2048x2048" in titles["tf32_h100_2048.svg"]
+
+
 def test_strip_keeps_the_timed_candidates_and_what_a_study_reads():
     data = {"template": "t.tgemm", "sizes": [[4096, 4096, 4096]], "candidates": [
         {"name": "k_t0", "status": "rejected", "detail": "no"},
