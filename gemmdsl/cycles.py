@@ -23,7 +23,7 @@ from .wgmma_layout import WgmmaLayout
 @dataclass(frozen=True)
 class MemberModel:
     """What the rule knows of a member: its tiling and the analysis' cycle figures. The figures come
-    from the member's own path (`member_model`): the FMA and mma.sync paths' issue and wavefront
+    from the member's own path (`family.member_model`): the FMA and mma.sync paths' issue and wavefront
     model, or the wgmma path's tensor, shared-memory and L2 rates; the rule itself is the same."""
 
     name: str
