@@ -102,8 +102,8 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
     STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's measured wait for each k-tile's group;
     a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
-    back one partial tile. `gemmdsl tune` scores wgmma candidates
-    with it too (tune.wgmma_efficiency)."""
+    back one partial tile. The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
+    too."""
     spec = layout.spec
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
                   stream_k=spec.block.stream_k, sms=sms)
