@@ -600,7 +600,10 @@ def compiler_version(compiler: str) -> str:
         from cupy.cuda import nvrtc
 
         return ".".join(map(str, nvrtc.getVersion()))
-    done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+    try:
+        done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):  # no nvcc: the build that follows says so clearly
+        return "unavailable"
     release = re.search(r"V(\d+(?:\.\d+)+)", done.stdout)
     return release.group(1) if release else done.stdout.strip()
 
