@@ -48,7 +48,10 @@ WARPS_PER_WARPGROUP = WARPGROUP // 32
 WARP_ROWS = WGMMA_M // WARPS_PER_WARPGROUP  # rows of a wgmma tile's accumulators one warp holds
 MAX_BOX = 256  # elements: the most a TMA box may span in any dimension
 MBARRIER_BYTES = 8
-PRODUCER_REGISTERS = 40  # setmaxnreg.dec: the producer keeps a loop, two coordinates and a barrier address
+# setmaxnreg.dec's choices for the producer warpgroup, most first. Its TMA thread keeps a loop, two
+# coordinates and a barrier address; 40 (CUTLASS's figure) is kept unless the consumers need more, as
+# three consumers of 128 accumulators do (24 is setmaxnreg's least). 3xTF32's splitting warps keep 40.
+PRODUCER_REGISTERS = (40, 32, 24)
 MAX_SETMAXNREG = 240  # the most setmaxnreg.inc asks for (it takes multiples of 8 up to 256; ptxas caps at 255)
 # What a consumer thread needs besides its accumulators: descriptors, stage and barrier addresses, tile
 # coordinates, loop counters, alpha/beta and the epilogue's temporaries. The hand prototype (128
@@ -321,15 +324,24 @@ class WgmmaLayout:
         """Registers per thread at launch (the cap ptxas compiles the whole kernel under)."""
         return registers_at_entry(self.arch, self.threads)
 
-    @property
+    @cached_property
     def producer_registers(self) -> int:
-        return PRODUCER_REGISTERS
+        """What setmaxnreg.dec leaves each producer thread: the most of PRODUCER_REGISTERS that still
+        gives the consumers what they need (the first when none does, for validation to report)."""
+        if self.split:
+            return PRODUCER_REGISTERS[0]
+        fitting = [r for r in PRODUCER_REGISTERS if self._consumer_share(r) >= self.consumer_registers_needed]
+        return fitting[0] if fitting else PRODUCER_REGISTERS[0]
 
     @property
     def consumer_registers(self) -> int:
-        """What setmaxnreg.inc gives each consumer thread: the block's registers at launch, less what the
-        producers keep, shared by the consumers (multiples of 8, at most MAX_SETMAXNREG)."""
-        pool = self.entry_registers * (self.consumers + self.producers) - self.producers * PRODUCER_REGISTERS
+        """What setmaxnreg.inc gives each consumer thread."""
+        return self._consumer_share(self.producer_registers)
+
+    def _consumer_share(self, producer_registers: int) -> int:
+        """The block's registers at launch, less what the producers keep, shared by the consumers
+        (multiples of 8, at most MAX_SETMAXNREG)."""
+        pool = self.entry_registers * (self.consumers + self.producers) - self.producers * producer_registers
         return min(MAX_SETMAXNREG, pool // self.consumers // 8 * 8)
 
     @property

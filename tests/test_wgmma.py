@@ -101,6 +101,37 @@ def test_accumulators_over_the_consumer_registers_are_an_error():
     assert any("setmaxnreg can give a consumer only" in d.message for d, _ in found)
 
 
+THREE_CONSUMERS = (TEXT.replace("128x256x64", "192x256x64").replace("warpgroups: 2", "warpgroups: 3")
+                   .replace("m64n256k16", "m64n128k16").replace("stages: 4", "stages: 3"))
+
+
+def test_three_consumers_of_128_accumulators_take_registers_from_the_producer():
+    """512 threads launch at 128 registers; with the producer at 40 the consumers would get 152, short of
+    the 160 that 128 accumulators and the reserve need, so the producer keeps 32 (verified on an H200,
+    2026-11-25: this tiling passed `verify` at 333x517x129 and 4095x4097x4096)."""
+    layout = WgmmaLayout(spec_of(THREE_CONSUMERS))
+    assert (layout.entry_registers, layout.producer_registers, layout.consumer_registers) == (128, 32, 160)
+    assert layout.consumer_registers_needed == 160
+    assert layout.producer_registers + 3 * layout.consumer_registers <= 4 * layout.entry_registers
+    source = compile_text(THREE_CONSUMERS, "case.gemm").cuda
+    assert "setmaxnreg.dec.sync.aligned.u32 32" in source and "setmaxnreg.inc.sync.aligned.u32 160" in source
+
+
+def test_the_producer_keeps_40_registers_when_the_consumers_have_enough():
+    """Two consumers need 160 of the 232 they get with the producer at 40: nothing moves further."""
+    layout = WgmmaLayout(spec_of())
+    assert layout.producer_registers == 40 and layout.consumer_registers == 232
+
+
+def test_tiles_no_producer_share_can_feed_are_still_an_error():
+    """Four consumers of 128 accumulators: even at setmaxnreg's least (24), 640 threads leave each
+    consumer less than 160 registers."""
+    text = (THREE_CONSUMERS.replace("192x256x64", "256x256x64").replace("warpgroups: 3", "warpgroups: 4")
+            .replace("stages: 3", "stages: 2"))
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    assert any("setmaxnreg can give a consumer only" in d.message for d in caught.value.diagnostics)
+
 def test_hopper_keys_outside_a_wgmma_spec_are_errors():
     text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace("swizzle: xor(3,3,3)", "swizzle: 128B")
     with pytest.raises(CompileError) as caught:
