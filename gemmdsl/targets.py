@@ -78,7 +78,8 @@ PEAK_TFLOPS: dict[int, dict[str, float]] = {
 # figures (989.4 TFLOP/s BF16/FP16 and 494.7 TF32 dense, at the 1830 MHz boost clock): no register-only
 # wgmma loop has been measured here yet, unlike mma.sync's rates above. Under load the clock drops, so
 # the best measured GEMMs stay well below them: cuBLAS BF16 756-790 TFLOP/s at 8192^3 and TF32 404 at
-# 4096^3 (README, Performance). The analysis compares against the datasheet figure and prints the
+# 4096^3 (README, Performance); sustained BF16 GEMMs at 8192^3 hold the board at its 700 W cap and the
+# SM clock near 1,420 MHz, where cuBLAS runs at 710 (README, "The clock under sustained load"). The analysis compares against the datasheet figure and prints the
 # measured cuBLAS one beside it where there is one (WGMMA_MEASURED_TFLOPS).
 WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
