@@ -55,7 +55,7 @@ import numpy as np
 from . import ir
 from .passes.registers import HEADROOM
 from .schedule import stream_k_split
-from .targets import WARP, arch, occupancy_of
+from .targets import WARP, arch, occupancy_of, registers_for_blocks
 
 ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock (four schedulers)
 FFMA_PER_CLOCK = 4  # warp-level FFMAs an SM executes per clock (128 FP32 lanes)
@@ -166,23 +166,45 @@ def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: in
     return blocks / (math.ceil(blocks / slots) * slots)
 
 
+def clocks_per_ffma(facts: CostFacts, spec: ir.KernelSpec, blocks_per_sm: int, launch_flops_per_byte: float) -> float:
+    """SM clocks per warp-level FFMA with `blocks_per_sm` blocks resident: the slowest pipe, plus the latency
+    no resident block hides, over the share of clocks a scheduler finds a warp ready."""
+    global_clocks = (2 * WARP / launch_flops_per_byte) / L2_BYTES_PER_CLOCK
+    pipe = max(facts.issue_per_ffma / ISSUE_PER_CLOCK, facts.lsu_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
+               global_clocks)
+    clocks = pipe + facts.exposed_latency_per_ffma / blocks_per_sm
+    return clocks / issue_share(spec.threads.threads // WARP * blocks_per_sm)
+
+
+def k_tile_cycles(facts: CostFacts, spec: ir.KernelSpec, resident: int, launch_flops_per_byte: float) -> int:
+    """SM clocks one k-tile of `resident` blocks takes (what the family rule sums over a launch's waves)."""
+    block_ffma = spec.block.m * spec.block.n * spec.block.k // WARP
+    return math.ceil(resident * block_ffma * clocks_per_ffma(facts, spec, resident, launch_flops_per_byte))
+
+
 def efficiency_at(facts: CostFacts, spec: ir.KernelSpec, blocks_per_sm: int, launch_flops_per_byte: float,
                   sizes: Sequence[Size], sms: int) -> float:
     """Predicted fraction of the FMA peak with `blocks_per_sm` blocks resident."""
     if blocks_per_sm < 1:
         return 0.0
-    global_clocks = (2 * WARP / launch_flops_per_byte) / L2_BYTES_PER_CLOCK
-    pipe = max(facts.issue_per_ffma / ISSUE_PER_CLOCK, facts.lsu_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
-               global_clocks)
-    clocks = pipe + facts.exposed_latency_per_ffma / blocks_per_sm
     waves = math.prod(wave_efficiency(spec, blocks_per_sm, size, sms) for size in sizes) ** (1 / len(sizes))
-    return (1 / FFMA_PER_CLOCK) / clocks * waves * issue_share(spec.threads.threads // WARP * blocks_per_sm)
+    return (1 / FFMA_PER_CLOCK) / clocks_per_ffma(facts, spec, blocks_per_sm, launch_flops_per_byte) * waves
 
 
 def issue_share(warps_per_sm: int) -> float:
     """Share of the clocks a scheduler finds a warp ready: it idles only when all of its warps (the SM's
     resident warps over its ISSUE_PER_CLOCK schedulers) are stalled at once, each WARP_STALL_SHARE of the time."""
     return 1 - WARP_STALL_SHARE ** (warps_per_sm / ISSUE_PER_CLOCK)
+
+
+def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
+    """The most registers per thread ptxas may use for this spec without spilling."""
+    cap = min(arch_limit, 65536 // (-(-threads // 32) * 32) // 8 * 8)  # __launch_bounds__(threads)
+    if spec.budget.registers is not None:
+        cap = min(cap, spec.budget.registers)
+    if spec.budget.blocks_per_sm:
+        cap = min(cap, registers_for_blocks(arch(spec.target.sm), spec.budget.blocks_per_sm, threads))
+    return cap
 
 
 def register_band(demand: int, cap: int) -> range:

@@ -3,9 +3,10 @@
 A `MemberModel` holds what the model knows of one kernel (its tile, blocks per SM, the cycles of one
 k-tile for each number of resident blocks, per-tile and stream-K costs); `estimate` turns it into
 cycles for M x N x K over the grid's waves (the formula is family.py's module docstring). The family
-rule picks members by it (family.py builds FMA and mma.sync models from the analysis passes' facts);
-for Hopper's own path `wgmma_member_model` builds it from the lowered layout alone, so the wgmma
-bound pass (`gemmdsl check`), the tuner's score and the families all read one model.
+rule picks members by it (family.py builds FMA models from the tuner's cost model, cost_model.py, and
+mma.sync models from the analysis passes' issue and wavefront figures); for Hopper's own path
+`wgmma_member_model` builds it from the lowered layout alone, so the wgmma bound pass (`gemmdsl
+check`), the tuner's score and the families all read one model.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from .wgmma_layout import WgmmaLayout
 @dataclass(frozen=True)
 class MemberModel:
     """What the rule knows of a member: its tiling and the analysis' cycle figures. The figures come
-    from the member's own path (`family.member_model`): the FMA and mma.sync paths' issue and wavefront
-    model, or the wgmma path's tensor, shared-memory and L2 rates; the rule itself is the same."""
+    from the member's own path (`family.member_model`): the tuner's cost model for FMA, the issue and
+    wavefront model for mma.sync, or the wgmma path's tensor, shared-memory and L2 rates; the rule
+    itself is the same."""
 
     name: str
     tile: tuple[int, int, int]  # BM, BN, BK
@@ -35,7 +37,7 @@ class MemberModel:
     k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
-    terms: tuple[tuple[str, int], ...] = ()  # the figures the cycles come from, for metadata and `check`
+    terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
     def slots(self) -> int:

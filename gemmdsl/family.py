@@ -20,12 +20,13 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
 
     tiles = ceil(M/BM) * ceil(N/BN), k_tiles = ceil(K/BK), slots = SMs x blocks per SM
     k_tile(r) = SM cycles of one k-tile of r blocks resident on one SM, from the member's path:
-        FMA and mma.sync: max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts), with
-        `fma` warp FMA instructions, `lds` warp shared-memory instructions and `wavefronts` shared-
+        FMA: r x BM BN BK / 32 warp FFMAs x the tuner's clocks per FFMA with r blocks resident
+        (cost_model.clocks_per_ffma: the slowest of instruction issue, L1's wavefronts and L2's
+        bytes, plus latency no block hides, over the share of clocks a scheduler has a warp ready)
+        mma.sync: max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts), with
+        `fma` = BM BN BK / 32, `lds` warp shared-memory instructions and `wavefronts` shared-
         memory wavefronts per block and k-tile (the bank pass's figures); an SM issues `issue` =
-        FP32 lanes / 32 warp instructions per clock (the FMAs and the shared accesses share the
-        schedulers: a smaller tile issues more shared accesses per FMA) and serves one shared
-        wavefront per clock
+        FP32 lanes / 32 warp instructions per clock and serves one shared wavefront per clock
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
         clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
@@ -62,6 +63,7 @@ from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
+from .cost_model import cost_facts, k_tile_cycles, register_cap
 from .cycles import MemberModel, estimate, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -99,13 +101,31 @@ def member_model(artifacts: Artifacts) -> MemberModel:
     bm, bn, bk = artifacts.plan.launch.block_tile
     common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
                   sms=artifacts.plan.arch.reference_sms)
-    return _issue_model(artifacts, common)
+    if spec.mma is None:
+        return _fma_model(artifacts, common)
+    return _mma_issue_model(artifacts, common)
 
 
-def _issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
-    """The FMA and mma.sync paths: one k-tile of r resident blocks takes its warps' instruction issue
-    (FMA and shared accesses share the schedulers: a smaller tile issues more shared accesses per FMA)
-    or its shared-memory wavefronts (one per clock), whichever is more."""
+def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:
+    """The FMA path: the tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the
+    rule and the tuner rank FMA tilings alike."""
+    spec, facts = artifacts.spec, artifacts.analysis.facts
+    blocks = facts["occupancy"].blocks_per_sm
+    cap = register_cap(spec, artifacts.analysis.layout.threads, facts["registers"].limit)
+    costs = cost_facts(spec, artifacts.analysis, cap)
+    flops_per_byte = facts["intensity"].launch_flops_per_byte
+    return MemberModel(**common, blocks_per_sm=blocks,
+                       k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte) for r in range(1, blocks + 1)),
+                       terms=(("issue_per_ffma", round(costs.issue_per_ffma, 4)),
+                              ("lsu_wavefronts_per_ffma", round(costs.lsu_per_ffma, 4)),
+                              ("exposed_latency_per_ffma", round(costs.exposed_latency_per_ffma, 4)),
+                              ("launch_flops_per_byte", round(flops_per_byte, 2))))
+
+
+def _mma_issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
+    """The mma.sync path: one k-tile of r resident blocks takes its warps' instruction issue (the mma
+    and shared accesses share the schedulers) or its shared-memory wavefronts (one per clock), whichever
+    is more."""
     facts = artifacts.analysis.facts
     bm, bn, bk = common["tile"]
     blocks = facts["occupancy"].blocks_per_sm
@@ -404,9 +424,9 @@ def format_explanation(explanation: dict) -> str:
             continue
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
-    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA and mma.sync: "
-              "instruction issue or shared wavefronts; wgmma: tensor, shared or L2 rate), plus C's and stream-K's "
-              "traffic on the wgmma path (gemmdsl/family.py)"]
+    lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA: the tuner's "
+              "cost model; mma.sync: instruction issue or shared wavefronts; wgmma: tensor, shared or L2 rate), plus "
+              "C's and stream-K's traffic on the wgmma path (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"
 
 

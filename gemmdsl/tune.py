@@ -75,10 +75,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import ir
-from .cost_model import cost_facts, efficiency
+from .cost_model import cost_facts, efficiency, register_cap
 from .passes.registers import ESTIMATE_BAND
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
-from .targets import arch, registers_for_blocks
 
 DEFAULT_SIZES = "4096x4096x4096"
 DEFAULT_BUDGET = 8
@@ -381,16 +380,6 @@ def message_shape(message: str) -> str:
     """A diagnostic message with its numbers and quoted words folded, so like errors group together."""
     shape = re.sub(r"'[^']*'|`[^`]*`", "'…'", message)
     return re.sub(r"\d+", "N", shape)
-
-
-def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
-    """The most registers per thread ptxas may use for this spec without spilling."""
-    cap = min(arch_limit, 65536 // (-(-threads // 32) * 32) // 8 * 8)  # __launch_bounds__(threads)
-    if spec.budget.registers is not None:
-        cap = min(cap, spec.budget.registers)
-    if spec.budget.blocks_per_sm:
-        cap = min(cap, registers_for_blocks(arch(spec.target.sm), spec.budget.blocks_per_sm, threads))
-    return cap
 
 
 def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Prediction:

@@ -7062,11 +7062,11 @@ struct sgemm_family_member {
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
 };
-static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1098, 2196};
-static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1098, 2196};
-static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {285, 570, 855, 1140, 1425, 1710};
-static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {284, 568, 852, 1136, 1420};
-static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {289, 578, 867, 1156, 1445};
+static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1350, 2328};
+static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1665, 2599};
+static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1231, 1577, 1940, 2314};
+static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
+static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
     {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0},  // sgemm_h100
     {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0},  // sgemm_any
