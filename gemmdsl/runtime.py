@@ -51,7 +51,7 @@ import numpy
 from .abi import MAX_BATCH, MAX_INT
 from .build import arch_flag
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
-from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches, persistent_blocks
+from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches, interior_split_pays, persistent_blocks
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
@@ -824,7 +824,8 @@ class Kernel:
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
-        tile, inner ones too, instead of the interior kernel and the edge strips. With both False a
+        tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
+        they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
         import cupy
 
@@ -901,14 +902,20 @@ class Kernel:
 
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
                        smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
-        """Every tile, one block each: on a checked spec's vector kernel, the tiles inside C on the
+        """Every tile, one block each: on a checked spec's vector kernel, where the split pays
+        (schedule.interior_split_pays on this GPU's SMs x resident blocks), the tiles inside C on the
         interior kernel (the partial-k one when K % BK != 0) and the edge strips on the vector one
         (schedule.interior_launches), as the C launcher does; otherwise (or with interior=False) the
         chosen kernel on the whole of C."""
+        import cupy
+
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
         if interior and req.interior_entry is not None and call.entry == req.vector_entry:
-            pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
+            sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
+            slots = sms * self._blocks_per_sm(self._functions[call.entry])
+            if interior_split_pays(req.block_tile, call.m, call.n, call.k, slots, call.batch):
+                pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
         launches = []
         for piece in pieces:
             part = sub_call(req, call, piece)

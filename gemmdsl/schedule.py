@@ -25,7 +25,9 @@ strips as GEMMs of their own (operands offset to the strip). When K is not a mul
 tiles inside C run `NAME_kernel_interior_partial_k` instead: the same code, plus the partial last
 k-tile, zero-filled past K (a kernel of its own, so that the interior kernel keeps the exact
 kernel's code and registers). Carrying the guarded path beside the unguarded one in one kernel costs the
-interior blocks instruction scheduling, and ptxas allocates registers for the heavier path.
+interior blocks instruction scheduling, and ptxas allocates registers for the heavier path. The strips
+run after the interior, each a partial wave of the whole k-loop, so the split pays only where the
+interior is long enough (`interior_split_pays`); otherwise the vector kernel runs every tile.
 
 On the wgmma path (Hopper) stream-K lives in the persistent kernel itself: one wave of blocks first
 walks its stream-K range, then the plain tiles, and instead of atomics the blocks that meet a
@@ -49,6 +51,13 @@ MIN_K_TILES_PER_BLOCK = 4
 # H100 (README, Performance notes): at 3% idle (2048^3) it did not pay, at 12% it did.
 MIN_IDLE_PERCENT = 10
 MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
+# Waves of interior tiles per edge strip below which a checked call runs as one launch of the vector
+# kernel rather than as the interior kernel and its strips. Measured on the H100 (README, "The interior
+# split"; sgemm_any, checked_64x64 and checked_v3 at 27 shapes): with no strip the interior kernel ran 7-8%
+# faster than the vector kernel, but each strip, launched after the interior, adds a partial wave of the
+# whole k-loop; the split lost 3% to 2.7x at 4 waves per strip or fewer (8000x4000x4000, 3.6, won 1%),
+# was within 0.5% at 5.5-5.6 and won 1.6-8.5% from 6.5 up.
+INTERIOR_MIN_WAVES_PER_STRIP = 6
 # A kernel family's rule (family.py) predicts cycles that saturate here, so that the C launcher's copy of
 # the rule stays inside long long (twice this fits) at any shape it accepts; no shape that fits in memory
 # comes near it.
@@ -152,6 +161,18 @@ class SubLaunch:
     m: int
     n: int
     partial_k: bool = False  # an interior launch whose K is not a multiple of BK: the partial-k interior kernel
+
+
+def interior_split_pays(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> bool:
+    """Whether a checked call on a GPU of `slots` resident blocks (SMs x blocks per SM) runs as
+    `interior_launches` says rather than as one launch of the vector kernel: when it has an interior
+    of at least INTERIOR_MIN_WAVES_PER_STRIP waves per edge strip (with no strip, whenever it has one)."""
+    bm, bn, bk = block_tile
+    inner_m, inner_n = m - m % bm, n - n % bn
+    if k < bk or not inner_m or not inner_n:
+        return False
+    strips = (m > inner_m) + (n > inner_n)
+    return (inner_m // bm) * (inner_n // bn) * batch >= INTERIOR_MIN_WAVES_PER_STRIP * strips * slots
 
 
 def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:

@@ -1845,22 +1845,26 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
         // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
         // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
         // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
-        // on operands offset to the strip.
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
         if (vector_aligned && M >= 32 && N >= 128 && K >= 8) {
             const int inner_m = M - M % 32, inner_n = N - N % 128;
-            const auto interior = K % 8 == 0 ? checked_32x128_kernel_interior : checked_32x128_kernel_interior_partial_k;
-            if (smem_bytes > 48 * 1024) {
-                const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
-                if (err != cudaSuccess) return err;
+            const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
+            if (inner_tiles >= 6LL * strips * sms * per_sm) {
+                const auto interior = K % 8 == 0 ? checked_32x128_kernel_interior : checked_32x128_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 32) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 32 - 1) / 32) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 32 - 1) / 32) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
             }
-            interior<<<dim3((unsigned)((inner_m / 32) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-            if (N > inner_n) {
-                kernel<<<dim3((unsigned)((long long)((M + 32 - 1) / 32) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
-            }
-            if (M > inner_m) {
-                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 32 - 1) / 32) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-            }
-            return cudaGetLastError();
         }
         kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
         return cudaGetLastError();

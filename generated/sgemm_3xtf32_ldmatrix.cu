@@ -1474,22 +1474,32 @@ extern "C" cudaError_t sgemm_3xtf32_ldmatrix_launch_ld(const float* A, int lda, 
     // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
     // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
-    // on operands offset to the strip.
+    // on operands offset to the strip; only where the interior holds at least 6 waves
+    // per strip, since each strip runs after it.
     if (vector_aligned && M >= 128 && N >= 128 && K >= 16) {
         const int inner_m = M - M % 128, inner_n = N - N % 128;
-        const auto interior = K % 16 == 0 ? sgemm_3xtf32_ldmatrix_kernel_interior : sgemm_3xtf32_ldmatrix_kernel_interior_partial_k;
-        if (smem_bytes > 48 * 1024) {
-            const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
-            if (err != cudaSuccess) return err;
+        int device = 0, sms = 0, per_sm = 0;
+        cudaError_t status = cudaGetDevice(&device);
+        if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+        if (status != cudaSuccess) return status;
+        if (per_sm < 1) return cudaErrorInvalidConfiguration;
+        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+            const auto interior = K % 16 == 0 ? sgemm_3xtf32_ldmatrix_kernel_interior : sgemm_3xtf32_ldmatrix_kernel_interior_partial_k;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
         }
-        interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-        if (N > inner_n) {
-            kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
-        }
-        if (M > inner_m) {
-            kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
-        }
-        return cudaGetLastError();
     }
     kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     return cudaGetLastError();

@@ -192,7 +192,9 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
 
 def as_launched(req: Requirements, call: Call) -> Call:
     """The call on the kernel check_call picks for it, and for checked bounds on the vector kernel
-    without stream-K, split into the interior kernel and the edge strips as the launcher splits it."""
+    without stream-K, split into the interior kernel and the edge strips as the launcher splits it where
+    the split pays (on a GPU that holds few blocks at once: these calls are small, and the point is to
+    run every kernel)."""
     call = replace(call, entry=entry_index(req, call))
     if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
         return call

@@ -128,11 +128,24 @@ def test_stream_k_can_be_turned_off_for_repeatable_results(load_kernel, cupy):
 def test_interior_split_can_be_turned_off_for_one_launch(load_kernel, cupy):
     """What `profile` runs: a checked spec's vector kernel over every tile, in one launch."""
     kernel = load_kernel(SPECS / "sgemm_any.gemm")
-    a = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
-    b = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
+    a = cupy.random.uniform(-1, 1, (8000, 64), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (64, 8000), dtype=cupy.float32)
+    # 62 x 62 interior tiles: on 132 SMs at 2 blocks, 7.3 waves per strip, so the split pays
     assert len(kernel.bind(a, b, stream_k=False).launches) == 3, "interior, right strip, bottom strip"
     launch = kernel.bind(a, b, stream_k=False, interior=False)
-    assert len(launch.launches) == 1 and launch.launches[0].grid == (8 * 8, 1, 1)  # ceil(1000/128)^2 tiles
+    assert len(launch.launches) == 1 and launch.launches[0].grid == (63 * 63, 1, 1)  # ceil(8000/128)^2 tiles
+    launch()
+    assert relative_error(launch.c, product64(a, b)) < TOLERANCE
+
+
+def test_a_short_interior_runs_as_one_launch(load_kernel, cupy):
+    """1000^3 on sgemm_any: 7 x 7 interior tiles are a fifth of a wave, and each strip would run a wave
+    of its own after them (2.65x as long, README "The interior split"), so the vector kernel takes it all."""
+    kernel = load_kernel(SPECS / "sgemm_any.gemm")
+    a = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
+    launch = kernel.bind(a, b, stream_k=False)
+    assert len(launch.launches) == 1 and launch.launches[0].grid == (8 * 8, 1, 1)
     launch()
     assert relative_error(launch.c, product64(a, b)) < TOLERANCE
 

@@ -13,7 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, call_split, interior_launches, stream_k_split
+from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, SubLaunch,
+                              call_split, interior_launches, interior_split_pays, stream_k_split)
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
@@ -205,6 +206,38 @@ def test_interior_and_edge_launches_cover_c_once_on_kernels_that_take_them(tile,
     assert any(launch.interior for launch in launches) == (k >= bk and m >= bm and n >= bn)
 
 
+@settings(max_examples=300, deadline=None)
+@given(tile=st.tuples(st.sampled_from((32, 64, 128)), st.sampled_from((32, 64, 128)), st.sampled_from((8, 16))),
+       m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 64), slots=st.integers(1, 1000),
+       batch=st.integers(1, 8))
+def test_the_interior_split_pays_with_enough_waves_per_strip(tile, m, n, k, slots, batch):
+    """Split only where there is an interior; always when it is all of C (no strip to run after it);
+    otherwise exactly when its tiles fill INTERIOR_MIN_WAVES_PER_STRIP waves per strip, so a GPU that holds
+    more blocks at once never splits a call that a smaller one would not."""
+    bm, bn, bk = tile
+    pays = interior_split_pays(tile, m, n, k, slots, batch)
+    has_interior = k >= bk and m >= bm and n >= bn
+    strips = (m % bm != 0) + (n % bn != 0)
+    if not has_interior:
+        assert not pays
+    elif not strips:
+        assert pays
+    else:
+        assert pays == ((m // bm) * (n // bn) * batch >= INTERIOR_MIN_WAVES_PER_STRIP * strips * slots)
+    assert not (interior_split_pays(tile, m, n, k, slots + 1, batch) and not pays)
+
+
+def test_the_interior_split_where_it_was_measured():
+    """sgemm_any's 128x128x8 tiles at 2 blocks on the H100's 132 SMs (README, "The interior split"):
+    one launch at 1000^3 (0.2 waves of interior per strip; the split took 2.65x as long) and 6000^3
+    (4.0; 1.037x), the split at 8000x8000x1000 (7.3; 0.955x) and 16000x8192x512 (no strip; 0.919x)."""
+    tile, slots = (128, 128, 8), 132 * 2
+    assert not interior_split_pays(tile, 1000, 1000, 1000, slots)
+    assert not interior_split_pays(tile, 6000, 6000, 6000, slots)
+    assert interior_split_pays(tile, 8000, 8000, 1000, slots)
+    assert interior_split_pays(tile, 16000, 8192, 512, slots)
+
+
 # The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
 # kernel, blocks, M, N and the offsets of A, B and C instead of launching.
 LAUNCHES_TEST = r"""
@@ -212,10 +245,18 @@ LAUNCHES_TEST = r"""
 #include <cstdio>
 using cudaError_t = int;
 using cudaStream_t = void*;
-constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaFuncAttributeMaxDynamicSharedMemorySize = 0;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9;
+constexpr int cudaFuncAttributeMaxDynamicSharedMemorySize = 0, cudaDevAttrMultiProcessorCount = 0;
 struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
+static int sms, per_sm;
 template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* value, int, int) { *value = sms; return cudaSuccess; }
+template <typename F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F, int, size_t) {
+    *blocks = per_sm;
+    return cudaSuccess;
+}
 using Kernel = void (*)(const float*, const float*, float*, int, int, int, int, int, int, float, float);
 %(kernels)s
 alignas(16) static float operands[4];
@@ -226,7 +267,7 @@ static void launched(Kernel kernel, dim3 grid, const float* A, const float* B, f
 %(launcher)s
 int main() {
     int m, n, k, lda, ldb, ldc;
-    while (std::scanf("%%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc) == 6) {
+    while (std::scanf("%%d %%d %%d %%d %%d %%d %%d %%d", &m, &n, &k, &lda, &ldb, &ldc, &sms, &per_sm) == 8) {
         %(name)s_launch_ld(operands, lda, operands, ldb, operands, ldc, m, n, k, 1.0f, 0.0f, nullptr);
         std::printf("end\n");
     }
@@ -238,7 +279,8 @@ int main() {
 @pytest.mark.parametrize("name", ["checked_v3", "layouts_tt"])
 def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_path):
     """Row-major and column-major operands: the launcher's kernels (vector, interior, partial-k interior),
-    strips and pointer offsets, against interior_launches and the operands' layouts."""
+    strips and pointer offsets, against interior_launches and the operands' layouts, on a GPU of one slot
+    (where the split pays for the larger shapes) and of 132 x 2 (where it pays for none of them)."""
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     cuda, entries, layouts = artifacts.cuda, artifacts.metadata["entries"], artifacts.metadata["layouts"]
     launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
@@ -253,14 +295,14 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
                                                             "launcher": launcher, "name": name})
     subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
     bm, bn, bk = artifacts.metadata["block_tile"]
-    shapes = [(m, n, k) for m in (1, bm, 2 * bm + 5) for n in (3, bn, 3 * bn + 1)
-              for k in (1, bk - 1, bk, bk + 1, 3 * bk, 3 * bk + 1)]
+    shapes = [(m, n, k, sms, per_sm) for m in (1, bm, 2 * bm + 5, 13 * bm + 1) for n in (3, bn, 3 * bn + 1)
+              for k in (1, bk - 1, bk, bk + 1, 3 * bk, 3 * bk + 1) for sms, per_sm in ((1, 1), (132, 2))]
     def aligned(extent: int) -> int:  # vector-aligned leading dimensions: the vector kernel runs
         return -(-extent // 4) * 4
 
-    lds = {(m, n, k): (aligned(k if layouts["a"] == "row" else m), aligned(n if layouts["b"] == "row" else k),
-                       aligned(n if layouts["c"] == "row" else m)) for m, n, k in shapes}
-    stdin = "".join(" ".join(map(str, (*shape, *lds[shape]))) + "\n" for shape in shapes)
+    lds = {shape: (aligned(k if layouts["a"] == "row" else m), aligned(n if layouts["b"] == "row" else k),
+                   aligned(n if layouts["c"] == "row" else m)) for shape in shapes for m, n, k, *_ in [shape]}
+    stdin = "".join(" ".join(map(str, (*shape[:3], *lds[shape], *shape[3:]))) + "\n" for shape in shapes)
     done = subprocess.run([str(tmp_path / "launches")], input=stdin, capture_output=True, text=True, check=True)
     got = [[tuple(map(int, line.split())) for line in call.strip().splitlines()]
            for call in done.stdout.split("end\n")[:-1]]
@@ -269,13 +311,19 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
         return row * ld + col if layouts[operand.lower()] == "row" else col * ld + row
 
     expected = []
-    for (m, n, k) in shapes:
-        lda, ldb, ldc = lds[(m, n, k)]
+    for shape in shapes:
+        m, n, k, sms, per_sm = shape
+        lda, ldb, ldc = lds[shape]
+        pieces = [SubLaunch(False, 0, 0, m, n)]
+        if interior_split_pays((bm, bn, bk), m, n, k, sms * per_sm):
+            pieces = interior_launches((bm, bn, bk), m, n, k)
         expected.append([(2 if s.partial_k else int(s.interior), -(-s.m // bm) * -(-s.n // bn), s.m, s.n,
                           offset("A", s.row, 0, lda),
                           offset("B", 0, s.col, ldb), offset("C", s.row, s.col, ldc))
-                         for s in interior_launches((bm, bn, bk), m, n, k)])
+                         for s in pieces])
     assert got == expected
+    assert any(len(launches) == 3 for launches in expected) and any(
+        len(launches) == 1 and launches[0][0] == 0 for launches in expected)
 
 
 # A stream-K launcher, compiled for the host on a GPU of `sms` SMs holding `per_sm` blocks each: every
@@ -317,7 +365,7 @@ def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path
     """sgemm_any's launcher: a call whose B is not vector-aligned (an odd ldb, a shifted pointer) is
     split as schedule.py splits it, its shared tiles on the scalar stream-K kernel and the others on
     the scalar kernel; an aligned call on the vector kernels, or on the interior kernel (the partial-k
-    one for 2048x2048x77) and the edge strips when nothing is shared."""
+    one for 2048x2048x77) and the edge strips when nothing is shared and the split pays."""
     name = "sgemm_any"
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     cuda, entries = artifacts.cuda, artifacts.metadata["entries"]
@@ -350,7 +398,7 @@ def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path
             launches = [(entries["prepare"], split.sk_tiles),
                         (entries["stream_k"] if aligned else entries["stream_k_scalar"], split.sk_blocks)]
             launches += [(kernel, split.dp_tiles)] if split.dp_tiles else []
-        elif aligned:
+        elif aligned and interior_split_pays((bm, bn, bk), m, n, k, sms * per_sm):
             interior = {False: entries["interior"], True: entries["interior_partial_k"]}
             launches = [(interior[s.partial_k] if s.interior else kernel, -(-s.m // bm) * -(-s.n // bn))
                         for s in interior_launches((bm, bn, bk), m, n, k)]

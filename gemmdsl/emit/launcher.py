@@ -10,7 +10,7 @@ from .. import ir
 from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
-from ..schedule import MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
+from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
 from .ctext import OPERANDS, paren
 
 
@@ -121,14 +121,7 @@ class LauncherEmitter:
         o, spec, launch = self.out, self.spec, self.launch
         threads, entries = launch.threads, launch.entries
         o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
-        o.line("int device = 0, sms = 0, per_sm = 0;")
-        o.line("cudaError_t status = cudaGetDevice(&device);")
-        o.line("if (status == cudaSuccess) "
-               "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
-        o.line("if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, "
-               f"{threads}, smem_bytes);")
-        o.line("if (status != cudaSuccess) return status;")
-        o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
+        self._emit_slots()
         o.line("int sk_tiles = 0, sk_blocks = 0;")
         batch = "batch" if spec.problem.batched else "1"
         k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
@@ -140,7 +133,7 @@ class LauncherEmitter:
         condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
-            self._emit_tiles_launch()
+            self._emit_tiles_launch(slots_known=True)
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
@@ -163,10 +156,23 @@ class LauncherEmitter:
         with o.block("if (blocks > sk_tiles)"):
             self._emit_launch("kernel", "blocks - sk_tiles", {})
 
-    def _emit_tiles_launch(self) -> None:
-        """One block per tile: for checked bounds, when C has a whole tile and K a whole k-tile, the tiles
-        inside C on the interior kernel (the partial-k one when K % BK != 0) and the edge strips on
-        `kernel` (schedule.py's interior_launches); else `kernel` on every tile."""
+    def _emit_slots(self) -> None:
+        """`sms` and `per_sm`: this GPU's SMs and the blocks of `kernel` each holds at once."""
+        o = self.out
+        o.line("int device = 0, sms = 0, per_sm = 0;")
+        o.line("cudaError_t status = cudaGetDevice(&device);")
+        o.line("if (status == cudaSuccess) "
+               "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+        o.line("if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, "
+               f"{self.launch.threads}, smem_bytes);")
+        o.line("if (status != cudaSuccess) return status;")
+        o.line("if (per_sm < 1) return cudaErrorInvalidConfiguration;")
+
+    def _emit_tiles_launch(self, slots_known: bool = False) -> None:
+        """One block per tile: for checked bounds, when C has a whole tile and K a whole k-tile and the
+        split pays (schedule.py's interior_split_pays; `slots_known`: `sms` and `per_sm` are in scope),
+        the tiles inside C on the interior kernel (the partial-k one when K % BK != 0) and the edge
+        strips on `kernel` (schedule.py's interior_launches); else `kernel` on every tile."""
         o, launch = self.out, self.launch
         bm, bn, bk = launch.block_tile
         entries = launch.entries
@@ -174,24 +180,38 @@ class LauncherEmitter:
             o.comment("Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when\n"
                       "K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right\n"
                       "strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own\n"
-                      "on operands offset to the strip.")
+                      "on operands offset to the strip; only where the interior holds at least "
+                      f"{INTERIOR_MIN_WAVES_PER_STRIP} waves\nper strip, since each strip runs after it.")
             aligned = "vector_aligned && " if self._has_vector_test() else ""
             with o.block(f"if ({aligned}M >= {bm} && N >= {bn} && K >= {bk})"):
                 o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
-                o.line(f"const auto interior = K % {bk} == 0 ? {entries.interior} : {entries.interior_partial_k};")
-                with o.block(f"if (smem_bytes > {self.default_smem})"):
-                    o.line("const cudaError_t err = cudaFuncSetAttribute(interior, "
-                           "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
-                    o.line("if (err != cudaSuccess) return err;")
-                self._emit_launch("interior", f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
-                with o.block("if (N > inner_n)"):
-                    self._emit_launch("kernel", f"(long long){self._tiles('M', 'N - inner_n')}",
-                                      self._strip("0", "inner_n") | {"N": "N - inner_n"})
-                with o.block("if (M > inner_m)"):
-                    self._emit_launch("kernel", f"(long long){self._tiles('M - inner_m', 'inner_n')}",
-                                      self._strip("inner_m", "0") | {"M": "M - inner_m", "N": "inner_n"})
-                o.line("return cudaGetLastError();")
+                if not slots_known:
+                    self._emit_slots()
+                batch = " * batch" if self.spec.problem.batched else ""
+                o.line(f"const long long strips = (M > inner_m) + (N > inner_n), "
+                       f"inner_tiles = (long long)(inner_m / {bm}) * (inner_n / {bn}){batch};")
+                with o.block(f"if (inner_tiles >= {INTERIOR_MIN_WAVES_PER_STRIP}LL * strips * sms * per_sm)"):
+                    self._emit_interior_split()
         self._emit_launch("kernel", "blocks", {})
+
+    def _emit_interior_split(self) -> None:
+        """The interior kernel on the tiles inside C, then `kernel` on the right and bottom strips."""
+        o, launch = self.out, self.launch
+        bm, bn, bk = launch.block_tile
+        entries = launch.entries
+        o.line(f"const auto interior = K % {bk} == 0 ? {entries.interior} : {entries.interior_partial_k};")
+        with o.block(f"if (smem_bytes > {self.default_smem})"):
+            o.line("const cudaError_t err = cudaFuncSetAttribute(interior, "
+                   "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+            o.line("if (err != cudaSuccess) return err;")
+        self._emit_launch("interior", f"(inner_m / {bm}) * (inner_n / {bn})", {"M": "inner_m", "N": "inner_n"})
+        with o.block("if (N > inner_n)"):
+            self._emit_launch("kernel", f"(long long){self._tiles('M', 'N - inner_n')}",
+                              self._strip("0", "inner_n") | {"N": "N - inner_n"})
+        with o.block("if (M > inner_m)"):
+            self._emit_launch("kernel", f"(long long){self._tiles('M - inner_m', 'inner_n')}",
+                              self._strip("inner_m", "0") | {"M": "M - inner_m", "N": "inner_n"})
+        o.line("return cudaGetLastError();")
 
     def _has_vector_test(self) -> bool:
         return any(v > 1 for v in self.launch.requirements.vector_elements.values())
