@@ -21,6 +21,14 @@ from .targets import (L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES, SPLIT_W
 from .wgmma_layout import WgmmaLayout
 
 
+# What one more kernel launch adds to a call, in SM clock cycles: a stream of launches through the
+# Python API on the H100 (session 13, `gemmdsl bench`, checked_64x64 at K = 64) took 6.1 us more per
+# launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in two, 22.5 for 1000x1000x64
+# in three, before the interior split was limited to long interiors), 10,700 cycles at 1,755 MHz.
+# Taken for every target: the cost is the host's and the driver's more than the GPU's.
+EXTRA_LAUNCH_CYCLES = 10_700
+
+
 @dataclass(frozen=True)
 class MemberModel:
     """What the rule knows of a member: its tiling and the analysis' cycle figures. The figures come
@@ -37,6 +45,9 @@ class MemberModel:
     k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
+    # per launch a call makes beyond its first: the FMA and mma.sync paths' stream-K launches a kernel that
+    # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
+    launch_cycles: int = 0
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -89,6 +100,7 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
             plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
             per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
             cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
+            cycles = _sum(cycles, _product(member.launch_cycles, 2 if plain else 1))
     full_waves, left = divmod(plain, member.slots)
     wave = _sum(_product(k_tiles, full), resident * member.tile_cycles)
     cycles = _sum(cycles, _product(full_waves, wave))

@@ -37,7 +37,9 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
                      + k_tiles * k_tile(r) + r * tile, r = ceil(last wave's tiles / SMs)
     stream-K, when schedule.py splits: the whole waves as above, plus one wave in which each block
                      does ceil(shared k-tiles / stream-K blocks) k-tiles at k_tile(blocks per SM),
-                     plus blocks per SM * (tile + partial)
+                     plus blocks per SM * (tile + partial); on the FMA and mma.sync paths plus
+                     EXTRA_LAUNCH_CYCLES (cycles.py) per launch beyond the first: the prepare
+                     kernel, and the plain tiles' kernel when there are plain tiles
 
 and the member with the fewest predicted cycles runs (the first listed on a tie). A call an
 exact member refuses for its operands (misaligned pointers or leading dimensions) goes to the
@@ -64,7 +66,7 @@ from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
 from .cost_model import cost_facts, k_tile_cycles, register_cap
-from .cycles import MemberModel, estimate, wgmma_member_model
+from .cycles import EXTRA_LAUNCH_CYCLES, MemberModel, estimate, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -100,7 +102,7 @@ def member_model(artifacts: Artifacts) -> MemberModel:
         return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
     bm, bn, bk = artifacts.plan.launch.block_tile
     common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
-                  sms=artifacts.plan.arch.reference_sms)
+                  sms=artifacts.plan.arch.reference_sms, launch_cycles=EXTRA_LAUNCH_CYCLES)
     if spec.mma is None:
         return _fma_model(artifacts, common)
     return _mma_issue_model(artifacts, common)
@@ -365,7 +367,8 @@ def family_metadata(family: FamilyArtifacts) -> dict:
                      "rule": {"sms": member.model.sms, "blocks_per_sm": member.model.blocks_per_sm,
                               "k_tile_cycles": list(member.model.k_tile_cycles),
                               "tile_cycles": member.model.tile_cycles,
-                              "partial_cycles": member.model.partial_cycles, **dict(member.model.terms)}}
+                              "partial_cycles": member.model.partial_cycles,
+                              "launch_cycles": member.model.launch_cycles, **dict(member.model.terms)}}
                     for member in family.members],
         "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
         "requires": {"m_multiple": family.requirements.m_multiple, "n_multiple": family.requirements.n_multiple,

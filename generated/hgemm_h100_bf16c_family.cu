@@ -1616,14 +1616,15 @@ struct hgemm_h100_bf16c_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
 };
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c[] = {1294};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192[] = {1078};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64[] = {647};
 static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[3] = {
-    {128, 256, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3450, 0},  // hgemm_h100_bf16c
-    {128, 192, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2587, 0},  // hgemm_h100_bf16c_128x192
-    {128, 64, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 863, 0},  // hgemm_h100_bf16c_128x64
+    {128, 256, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3450, 0, 0},  // hgemm_h100_bf16c
+    {128, 192, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2587, 0, 0},  // hgemm_h100_bf16c_128x192
+    {128, 64, 64, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 863, 0, 0},  // hgemm_h100_bf16c_128x64
 };
 
 static const long long hgemm_h100_bf16c_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1651,6 +1652,7 @@ static long long hgemm_h100_bf16c_family_cycles(const hgemm_h100_bf16c_family_me
             plain -= sk_tiles;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            cycles = hgemm_h100_bf16c_family_sum(cycles, hgemm_h100_bf16c_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
     const long long left = plain % slots;

@@ -1254,12 +1254,13 @@ struct sgemm_3xtf32_h100_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
 };
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {2276};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192[] = {3044};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
-    {128, 128, 32, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, nullptr, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192, 5174, 0},  // sgemm_3xtf32_h100_128x192
+    {128, 128, 32, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, nullptr, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192, 5174, 0, 0},  // sgemm_3xtf32_h100_128x192
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1287,6 +1288,7 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
             plain -= sk_tiles;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            cycles = sgemm_3xtf32_h100_family_sum(cycles, sgemm_3xtf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
     const long long left = plain % slots;

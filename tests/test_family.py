@@ -2,6 +2,7 @@
 launcher's copy of the rule, the family's .cu, `check --problem` and `bench --shapes`."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
+from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES
 from gemmdsl.family import (DEFAULT_SHAPES, FamilyKernel, choose, compile_family, compile_family_path, estimate,
                             read_shapes)
 from gemmdsl.schedule import CYCLE_CAP
@@ -87,6 +89,29 @@ def test_the_issue_shapes_pick_as_the_analysis_says(family):
     assert picked[(2048, 2048, 77)] == "sgemm_any"  # K = 77 is not a multiple of 8: no exact member
     assert picked[(4095, 4097, 4096)] != "sgemm_h100"
 
+
+
+def test_stream_k_launches_are_charged_per_launch(family):
+    """An FMA stream-K member that shares tiles makes one launch more (the prepare kernel), two more
+    when plain tiles follow; each costs EXTRA_LAUNCH_CYCLES in the prediction."""
+    model = next(m for m in family.models if m.name == "checked_32x128")
+    assert model.launch_cycles == EXTRA_LAUNCH_CYCLES
+    free = dataclasses.replace(model, launch_cycles=0)
+    # every tile shared; the last wave's shared and the others plain; 660 tiles on 660 slots, none shared
+    for shape, launches in (((1024, 1024, 64), 1), ((4096, 4096, 4096), 2), ((21120, 128, 64), 0)):
+        figures = estimate(model, *shape)
+        assert bool(figures.sk_tiles) == (launches > 0) and (figures.sk_tiles == figures.tiles) == (launches == 1)
+        assert figures.cycles - estimate(free, *shape).cycles == launches * EXTRA_LAUNCH_CYCLES
+
+
+def test_the_rule_picks_the_member_measured_fastest_at_k_64(family):
+    """Shapes where the rule without launch costs picked a stream-K member that shares every tile and ran
+    at 0.62-0.76x of the fastest member (H100, 2026-11-25, README "Kernel families"): one launch of
+    64x64 tiles is what ran fastest; 64x8192x512, where stream-K's 32x128 tiles ran 1.8x faster, keeps them."""
+    names = [model.name for model in family.models]
+    for shape in ((1024, 1024, 64), (1024, 2048, 64), (512, 3000, 64), (8192, 128, 64)):
+        assert names[choose(family.models, *shape)] == "checked_64x64", shape
+    assert names[choose(family.models, 64, 8192, 512)] == "checked_32x128"
 
 def test_a_family_needs_a_checked_member(tmp_path):
     (tmp_path / "f.gemmf").write_text("family f {\n    use h100.gemm;\n}\n")

@@ -61,6 +61,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
         o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
         o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
+        o.line("long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)")
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
@@ -70,7 +71,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             split = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
-                   f"{m.partial_cycles}}},  // {m.name}")
+                   f"{m.partial_cycles}, {m.launch_cycles}}},  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
@@ -96,6 +97,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                 o.line("const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;")
                 o.line(f"cycles = {name}_sum({name}_product(per_block, full), "
                        "m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));")
+                o.line(f"cycles = {name}_sum(cycles, {name}_product(m.launch_cycles, plain > 0 ? 2 : 1));")
         o.line("const long long left = plain % slots;")
         o.line(f"const long long wave = {name}_sum({name}_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);")
         o.line(f"cycles = {name}_sum(cycles, {name}_product(plain / slots, wave));")
