@@ -21,11 +21,12 @@ from .targets import (L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES, SPLIT_W
 from .wgmma_layout import WgmmaLayout
 
 
-# What one more kernel launch adds to a call, in SM clock cycles: a stream of launches through the
-# Python API on the H100 (session 13, `gemmdsl bench`, checked_64x64 at K = 64) took 6.1 us more per
-# launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in two, 22.5 for 1000x1000x64
-# in three, before the interior split was limited to long interiors), 10,700 cycles at 1,755 MHz.
-# Taken for every target: the cost is the host's and the driver's more than the GPU's.
+# What one more kernel launch adds to a call, in SM clock cycles: on the H100 (session 13, `gemmdsl
+# bench`, whose spin kernel keeps the host's enqueueing out of the timing, checked_64x64 at K = 64) a
+# call took 6.1 us more per launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in
+# two, 22.5 for 1000x1000x64 in three, before the interior split was limited to long interiors):
+# the GPU's time at a kernel boundary, 10,700 cycles at 1,755 MHz. Taken for every target (unmeasured
+# elsewhere).
 EXTRA_LAUNCH_CYCLES = 10_700
 
 
