@@ -22,7 +22,7 @@
 //   launch: 512 blocks of 8 warps, 64 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: ldmatrix 1024 wavefronts (ideal 1024), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 33,554,432 shared load wavefronts (0 from conflicts), 12,582,912 store (0 from conflicts)
-//   registers: estimate 254 registers per thread (+-5%; demand 254: 128 accumulators, 64 fragments, 32 swizzled addresses, 30 indices and loop state)
+//   registers: estimate 254 registers per thread (+-75%; demand 254: 128 accumulators, 64 fragments, 32 swizzled addresses, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 147,456 bytes of shared memory per block, 254 estimated registers per thread
 //   waves: 512 tiles in 4.74 waves of 108 blocks (108 SMs of an A100 x 1); the last wave 74% full
 //   intensity: 85.3 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 1.74 GB requested per launch; bf16 peak 312 TFLOP/s on the A100, bound 171 (memory)

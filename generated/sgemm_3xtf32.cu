@@ -18,7 +18,7 @@
 //   launch: 1024 blocks of 4 warps, 256 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: conflicts: A store 128-bit 2-way; per block and k-tile: load 256 wavefronts (ideal 256), store 192 wavefronts (ideal 128)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 50,331,648 store (16,777,216 from conflicts)
-//   registers: estimate 254 registers per thread (+-5%; demand 254: 128 accumulators, 96 fragments, 30 indices and loop state)
+//   registers: estimate 254 registers per thread (+-75%; demand 254: 128 accumulators, 96 fragments, 30 indices and loop state)
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers and shared memory; 56,832 bytes of shared memory per block, 254 estimated registers per thread
 //   waves: 1,024 tiles in 4.74 waves of 216 blocks (108 SMs of an A100 x 2); the last wave 74% full
 //   intensity: 32.0 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 4.43 GB requested per launch; 3xtf32 peak 52 TFLOP/s on the A100, bound 52 (3xtf32)

@@ -21,7 +21,7 @@
 //   launch: 1024 blocks of 4 warps, 256 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: ldmatrix 256 wavefronts (ideal 256), store 128 wavefronts (ideal 128)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
-//   registers: estimate 255 registers per thread (+-5%; demand 270: 128 accumulators, 96 fragments, 16 swizzled addresses, 30 indices and loop state)
+//   registers: estimate 255 registers per thread (+-75%; demand 270: 128 accumulators, 96 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers; 49,152 bytes of shared memory per block, 255 estimated registers per thread
 //   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
 //   intensity: 32.0 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 4.43 GB requested per launch; 3xtf32 peak 107 TFLOP/s on the H100 SXM, bound 96 (memory)

@@ -25,7 +25,7 @@
 //   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 512 wavefronts (ideal 512), ldmatrix 512 wavefronts (ideal 512), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
-//   registers: estimate 238 registers per thread (+-5%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
+//   registers: estimate 238 registers per thread (+-75%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 238 estimated registers per thread
 //   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
 //   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3.36 GB requested per launch; tf32 peak 320 TFLOP/s on the H100 SXM, bound 128 (memory)

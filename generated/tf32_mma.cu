@@ -20,7 +20,7 @@
 //   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 1024 wavefronts (ideal 1024), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
-//   registers: estimate 222 registers per thread (+-5%; demand 222: 128 accumulators, 64 fragments, 30 indices and loop state)
+//   registers: estimate 222 registers per thread (+-75%; demand 222: 128 accumulators, 64 fragments, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 222 estimated registers per thread
 //   waves: 512 tiles in 4.74 waves of 108 blocks (108 SMs of an A100 x 1); the last wave 74% full
 //   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3.36 GB requested per launch; tf32 peak 156 TFLOP/s on the A100, bound 85 (memory)

@@ -185,9 +185,13 @@ def estimate_registers(layout: TileLayout) -> RegisterEstimate:
 # Tensor-core kernels (checked against ptxas -v, nvcc 13.0, sm_80 code, on the mma specs in specs/):
 # indices, pointers and loop state beside the accumulators, fragments and addresses.
 MMA_OVERHEAD_REGISTERS = 30
-# The widest error of the tensor-core model against ptxas over those five specs (222 vs 233); not yet
-# measured on random tensor-core specs (scripts/register_study.py draws FP32 specs only).
-MMA_ESTIMATE_BAND = 0.05
+# The widest error of the tensor-core model against ptxas -v that scripts/register_study.py measured over
+# 276 random mma.sync specs that do not spill (its `mma` generator; nvcc 13.0.88, sm_90, seed 0,
+# 2026-11-25): 75.0% (70 estimated against 40); within 10% for 33%, within 20% for 57%. On the shipped
+# tensor-core specs it is within 10% but for tf32_ldmatrix (238 against 204) and tf32_ldmatrix_nt (254
+# against 223). A least-squares fit of ten terms to the study's training half reached only 38% within
+# 10% on the held-out half, so ptxas's scheduling, not the live set, decides much of the count.
+MMA_ESTIMATE_BAND = 0.75
 
 
 def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
