@@ -54,7 +54,7 @@ import numpy as np
 
 from . import ir
 from .passes.registers import HEADROOM
-from .schedule import stream_k_split
+from .schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
 from .targets import WARP, arch, occupancy_of, registers_for_blocks
 
 ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock (four schedulers)
@@ -160,7 +160,7 @@ def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: in
     blocks = math.ceil(m / spec.block.m) * math.ceil(n / spec.block.n)
     slots = max(1, sms * max(1, blocks_per_sm))
     if spec.block.stream_k:
-        split = stream_k_split(blocks, math.ceil(k / spec.block.k), slots)
+        split = stream_k_split(blocks, math.ceil(k / spec.block.k), slots, min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
         if split.sk_tiles:
             return (blocks / slots) / (split.dp_tiles / slots + split.sk_tiles / split.sk_blocks)
     return blocks / (math.ceil(blocks / slots) * slots)

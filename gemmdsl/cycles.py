@@ -49,6 +49,7 @@ class MemberModel:
     # per launch a call makes beyond its first: the FMA and mma.sync paths' stream-K launches a kernel that
     # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
     launch_cycles: int = 0
+    min_saved_k_tiles: int = 0  # the launcher's stream-K floor (schedule.stream_k_split)
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -96,7 +97,7 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     full = member.cycles_per_k_tile(resident)
     plain, sk_tiles, cycles = tiles, 0, 0
     if member.stream_k:
-        split = stream_k_split(tiles, k_tiles, member.slots)
+        split = stream_k_split(tiles, k_tiles, member.slots, min_saved_k_tiles=member.min_saved_k_tiles)
         if split.sk_tiles:
             plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
             per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)

@@ -66,6 +66,7 @@ from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
 from .cost_model import cost_facts, k_tile_cycles, register_cap
+from .schedule import LAUNCHED_MIN_SAVED_K_TILES
 from .cycles import EXTRA_LAUNCH_CYCLES, MemberModel, estimate, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -102,7 +103,8 @@ def member_model(artifacts: Artifacts) -> MemberModel:
         return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
     bm, bn, bk = artifacts.plan.launch.block_tile
     common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
-                  sms=artifacts.plan.arch.reference_sms, launch_cycles=EXTRA_LAUNCH_CYCLES)
+                  sms=artifacts.plan.arch.reference_sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
+                  min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
     if spec.mma is None:
         return _fma_model(artifacts, common)
     return _mma_issue_model(artifacts, common)

@@ -51,7 +51,8 @@ import numpy
 from .abi import MAX_BATCH, MAX_INT
 from .build import arch_flag
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
-from .schedule import StreamKSplit, SubLaunch, call_split, interior_launches, interior_split_pays, persistent_blocks
+from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
+                       interior_split_pays, persistent_blocks)
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
@@ -405,7 +406,8 @@ def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tup
 
 def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
     """The split the emitted launcher makes for this call on a GPU with `sms` SMs."""
-    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch)
+    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch,
+                      LAUNCHED_MIN_SAVED_K_TILES)
 
 
 def stream_k_entry(req: Requirements, call: CheckedCall) -> str:

@@ -50,6 +50,14 @@ MIN_K_TILES_PER_BLOCK = 4
 # least this percentage of the last wave's slots would otherwise idle. Measured on the
 # H100 (README, Performance notes): at 3% idle (2048^3) it did not pay, at 12% it did.
 MIN_IDLE_PERCENT = 10
+# The FMA and mma.sync launchers' stream-K costs two launches more (the kernel that sets the shared tiles
+# of C to beta * C, and the plain tiles' kernel after the stream-K one) and atomics; it shortens the last
+# wave by about its idle share of the tile's k-tiles. So there it splits only when that share times the
+# k-tiles is at least this many. Measured on the H100 (README, "Stream-K at short K"; sgemm_any and
+# checked_128x32, 52-76% of the slots idle): it lost 24-48% at 8 and 16 k-tiles, broke even at 32 and won
+# 11-46% from 64 up; 24 is about where the break-even products (17 and 24) lie. The wgmma path's
+# stream-K lives in its one persistent launch and takes no such floor (0).
+LAUNCHED_MIN_SAVED_K_TILES = 24
 MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
 # Waves of interior tiles per edge strip below which a checked call runs as one launch of the vector
 # kernel rather than as the interior kernel and its strips. Measured on the H100 (README, "The interior
@@ -114,11 +122,13 @@ class StreamKSplit:
         return pieces
 
 
-def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1) -> StreamKSplit:
+def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_saved_k_tiles: int = 0) -> StreamKSplit:
     """The split the launcher makes for one GEMM of `batch`: the last wave's T % S tiles go to
     stream-K blocks, unless stream-K would not shorten the launch (a whole tile of work per block
-    or more, or too few idle slots to pay for it). Blocks get at least MIN_K_TILES_PER_BLOCK
-    k-tiles, so a long K (or few tiles) takes every slot and a short one fewer."""
+    or more, too few idle slots to pay for it, or, with `min_saved_k_tiles`, the idle share of the
+    k-tiles below it: LAUNCHED_MIN_SAVED_K_TILES for the launchers that pay launches for it). Blocks
+    get at least MIN_K_TILES_PER_BLOCK k-tiles, so a long K (or few tiles) takes every slot and a short
+    one fewer."""
     slots //= batch
     if slots < 1:
         return StreamKSplit(tiles, k_tiles, slots, 0, 0)
@@ -126,7 +136,8 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1) -> Stre
     work = shared * k_tiles
     blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
     idle_enough = (slots - shared) * 100 >= MIN_IDLE_PERCENT * slots
-    if blocks <= shared or work > MAX_WORK or not idle_enough:
+    saves_enough = (slots - shared) * k_tiles >= min_saved_k_tiles * slots
+    if blocks <= shared or work > MAX_WORK or not idle_enough or not saves_enough:
         shared = blocks = 0
     return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
 
@@ -137,13 +148,14 @@ def persistent_blocks(split: StreamKSplit, sms: int) -> int:
     return max(split.sk_blocks, min(split.dp_tiles, sms))
 
 
-def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> StreamKSplit:
+def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
+               min_saved_k_tiles: int = 0) -> StreamKSplit:
     """The split of one call (M, N, K, batch) on a GPU of `slots` resident blocks, for a kernel of
     `block_tile` (BM, BN, BK): edge tiles and a partial last k-tile count as whole ones. Calls on the
     scalar kernel split alike, on the scalar stream-K kernel."""
     bm, bn, bk = block_tile
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
-    return stream_k_split(tiles, _ceil_div(k, bk), slots, batch)
+    return stream_k_split(tiles, _ceil_div(k, bk), slots, batch, min_saved_k_tiles)
 
 
 def _ceil_div(extent: int, tile: int) -> int:

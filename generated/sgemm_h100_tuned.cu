@@ -420,7 +420,8 @@ static void sgemm_h100_tuned_stream_k_split(long long tiles, long long k_tiles, 
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
     *sk_tiles = (int)shared;
     *sk_blocks = (int)blocks;
 }

@@ -13,8 +13,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, SubLaunch,
-                              call_split, interior_launches, interior_split_pays, stream_k_split)
+from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MIN_IDLE_PERCENT,
+                              MIN_K_TILES_PER_BLOCK, SubLaunch, call_split, interior_launches, interior_split_pays,
+                              stream_k_split)
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
@@ -122,6 +123,31 @@ def test_a_batch_is_split_per_gemm():
     assert stream_k_split(4, 8192, H100_SLOTS, batch=H100_SLOTS + 1).sk_tiles == 0  # the batch fills the GPU
 
 
+@pytest.mark.parametrize("tiles, slots, k_tiles, splits", [
+    (64, 264, 8, False), (64, 264, 16, False), (64, 264, 32, True), (64, 264, 64, True),  # sgemm_any
+    (256, 528, 32, False), (256, 528, 64, True)])  # checked_128x32
+def test_the_launchers_stream_k_needs_enough_idle_k_tiles(tiles, slots, k_tiles, splits):
+    """Where the FMA launchers' stream-K was timed against tiles only (README, "Stream-K at short K"):
+    it lost at 8 and 16 k-tiles and won from 64; at 32 it broke even (the floor lets sgemm_any's 76%
+    idle slots through, not checked_128x32's 52%). The wgmma path has no floor."""
+    split = stream_k_split(tiles, k_tiles, slots, min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
+    assert bool(split.sk_tiles) == splits
+    assert stream_k_split(tiles, k_tiles, slots).sk_tiles == tiles
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiles=st.integers(1, 5000), k_tiles=st.integers(1, 5000), slots=st.integers(1, 1000),
+       floor=st.integers(0, 100))
+def test_a_stream_k_floor_only_removes_splits(tiles, k_tiles, slots, floor):
+    """A floor never changes a split, only drops it; and a longer K never drops one a shorter K kept."""
+    free = stream_k_split(tiles, k_tiles, slots)
+    kept = stream_k_split(tiles, k_tiles, slots, min_saved_k_tiles=floor)
+    assert kept.sk_tiles == 0 or kept == free
+    if kept.sk_tiles:
+        longer = stream_k_split(tiles, k_tiles + 1, slots, min_saved_k_tiles=floor)
+        assert longer.sk_tiles or stream_k_split(tiles, k_tiles + 1, slots).sk_tiles == 0
+
+
 def test_small_problems_do_not_split():
     assert stream_k_split(1, 1, 264).sk_tiles == 0  # one k-tile: nothing to share
     assert stream_k_split(4, 2, 264).sk_tiles == 0  # 8 k-tiles: two blocks of 4 for four tiles
@@ -157,7 +183,9 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
     stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    expected = [(split.sk_tiles, split.sk_blocks) for split in (stream_k_split(*case) for case in cases)]
+    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").spec.wgmma else LAUNCHED_MIN_SAVED_K_TILES
+    expected = [(split.sk_tiles, split.sk_blocks)
+                for split in (stream_k_split(*case, min_saved_k_tiles=floor) for case in cases)]
     assert got == expected
 
 
@@ -393,7 +421,7 @@ def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path
     for m, n, k, lda, ldb, ldc, offset_b, sms, per_sm in calls:
         aligned = all(value % 4 == 0 for value in (lda, ldb, ldc, offset_b))
         kernel = entries["vector"] if aligned else entries["scalar"]
-        split = call_split((bm, bn, bk), m, n, k, sms * per_sm)
+        split = call_split((bm, bn, bk), m, n, k, sms * per_sm, min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
         if split.sk_tiles:
             launches = [(entries["prepare"], split.sk_tiles),
                         (entries["stream_k"] if aligned else entries["stream_k_scalar"], split.sk_blocks)]

@@ -10,7 +10,8 @@ from .. import ir
 from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
-from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK
+from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
+                        MIN_K_TILES_PER_BLOCK)
 from .ctext import OPERANDS, paren
 
 
@@ -83,7 +84,7 @@ class LauncherEmitter:
         self._emit_aligned_helper()
         o.line()
         if self.spec.block.stream_k:
-            emit_stream_k_split(self.spec.name, o)
+            emit_stream_k_split(self.spec.name, o, LAUNCHED_MIN_SAVED_K_TILES)
             o.line()
         self._emit_checked_launch()
         o.line()
@@ -302,8 +303,9 @@ class LauncherEmitter:
         o.line(f"const auto kernel = {vector};")
 
 
-def emit_stream_k_split(name: str, o: Emitter) -> None:
-    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split (a test compiles it and compares)."""
+def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int) -> None:
+    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split with `min_saved_k_tiles` (a test
+    compiles it and compares)."""
     o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
               f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
               "k-tiles each,\nunless that would not shorten the launch.")
@@ -317,6 +319,10 @@ def emit_stream_k_split(name: str, o: Emitter) -> None:
         o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
         o.line("if (blocks > slots) blocks = slots;")
         o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-        o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
+        if min_saved_k_tiles:
+            o.line(f"const bool saves_enough = (slots - shared) * k_tiles >= {min_saved_k_tiles}LL * slots;")
+            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough || !saves_enough) return;")
+        else:
+            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
         o.line("*sk_tiles = (int)shared;")
         o.line("*sk_blocks = (int)blocks;")

@@ -46,7 +46,7 @@ class TensorMapLauncher:
         self._emit_cache()
         o.line()
         if self.layout.stream_k:
-            emit_stream_k_split(self.name, o)
+            emit_stream_k_split(self.name, o, min_saved_k_tiles=0)  # one persistent launch: no launches to pay for
             o.line()
             self._emit_workspace()
             o.line()

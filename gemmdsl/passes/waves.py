@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedule import StreamKSplit, stream_k_split
+from ..schedule import LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, stream_k_split
 from ..targets import Occupancy
 from .framework import Context, PassResult
 from .launch import LaunchShape
@@ -43,7 +43,7 @@ class WavesPass:
         slots = arch.reference_sms * occupancy.blocks_per_sm
         split = None
         if context.spec.block.stream_k and slots:
-            split = stream_k_split(launch.blocks, launch.k_tiles, slots)
+            split = stream_k_split(launch.blocks, launch.k_tiles, slots, min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
         waves = Waves(slots, launch.blocks, split)
         if not slots:
             return PassResult({"waves": waves}, "no block fits on an SM")
