@@ -461,10 +461,10 @@ def test_stream_k_launches_prepare_c_at_cs_pointer(fake_gpu):
 
 def test_stream_k_splits_calls_on_the_scalar_kernel_on_its_scalar_twin(fake_gpu):
     kernel = runtime.load(ROOT / "specs" / "sgemm_any.gemm")
-    a, b = cuda_array((300, 70), ptr=next(REGIONS)), cuda_array((70, 201), ptr=next(REGIONS))  # ldb 201: scalar
+    a, b = cuda_array((300, 700), ptr=next(REGIONS)), cuda_array((700, 201), ptr=next(REGIONS))  # ldb 201: scalar
     launch = kernel.bind(a, b)
     assert launch.entry == "sgemm_any_kernel_scalar"
-    # 6 tiles of 9 k-tiles, fewer than the GPU's slots: every tile is shared
+    # 6 tiles of 88 k-tiles, fewer than the GPU's slots: every tile is shared
     assert [x.function.name for x in launch.launches] == ["sgemm_any_prepare_c", "sgemm_any_kernel_stream_k_scalar"]
 
 

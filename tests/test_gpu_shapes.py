@@ -96,9 +96,10 @@ def test_a_batch_sharing_one_b(load_kernel, cupy):
     assert bool(cupy.isnan(c_storage[:, m:, :]).all()) and bool(cupy.isnan(c_storage[:, :, n:]).all())
 
 
-# Each splits on an H100 (132 SMs, 2 blocks each): 4 tiles of 32 k-tiles over 32 blocks; 81 tiles of 8
-# over 162; 3 tiles of 1000 over 264; 64 tiles of 128 over 264; 792 whole tiles then 232 shared.
-STREAM_K_SHAPES = [(256, 256, 256), (1152, 1152, 64), (384, 128, 8000), (1024, 1024, 1024), (4096, 4096, 1024)]
+# Each splits on an H100 (132 SMs, 2 blocks each): 4 tiles of 32 k-tiles over 32 blocks; 81 tiles of 64
+# over 264; 3 tiles of 1000 over 264; 64 tiles of 128 over 264; 792 whole tiles then 232 shared (256
+# k-tiles: at 128, 32 idle slots would save too little, schedule.LAUNCHED_MIN_SAVED_K_TILES).
+STREAM_K_SHAPES = [(256, 256, 256), (1152, 1152, 512), (384, 128, 8000), (1024, 1024, 1024), (4096, 4096, 2048)]
 
 
 @pytest.mark.parametrize("size", STREAM_K_SHAPES, ids=format_size)
@@ -110,6 +111,18 @@ def test_stream_k_at_shapes_that_split(size, load_kernel, cupy):
     assert len(kernel.bind(a, b).launches) >= 2, "prepare C, the stream-K kernel (then the plain one)"
     results = verify(kernel, [size], seed=sum(size))
     assert [format_result(r) for r in results if not r.passed] == []
+
+
+def test_short_k_does_not_split(load_kernel, cupy):
+    """1152x1152x64: 81 tiles of 8 k-tiles on 264 slots; sharing them would cost two launches and
+    save less than a tile's k-loop (README "Stream-K at short K"), so the plain kernel runs them."""
+    kernel = load_kernel(SPECS / "sgemm_h100.gemm")
+    a = cupy.random.uniform(-1, 1, (1152, 64), dtype=cupy.float32)
+    b = cupy.random.uniform(-1, 1, (64, 1152), dtype=cupy.float32)
+    launch = kernel.bind(a, b)
+    assert len(launch.launches) == 1 and launch.launches[0].grid == (81, 1, 1)
+    launch()
+    assert relative_error(launch.c, product64(a, b)) < TOLERANCE
 
 
 def test_stream_k_can_be_turned_off_for_repeatable_results(load_kernel, cupy):
