@@ -276,7 +276,8 @@ class WgmmaBoundPass:
                    f"cycle model: a k-tile takes {result.k_tile_cycles:,} cycles per SM, "
                    + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of 3xTF32's wait" if wait
                       else f"set by {result.k_tile_limit} ({others})")
-                   + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak)")
+                   + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak; "
+                     "both at the datasheet's clock, which long runs under the power cap do not hold)")
         return PassResult({"wgmma_bound": result}, verdict)
 
 
