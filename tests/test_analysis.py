@@ -618,3 +618,19 @@ def test_profile_asks_ncu_for_the_wgmma_counters():
     command = ncu_command("ncu", "specs/hgemm_h100.gemm", "hgemm_h100", parse_problem("4096x4096x4096"), "/tmp/x",
                           WGMMA_NCU_METRICS)
     assert GMMA_WAVEFRONTS in command[command.index("--metrics") + 1].split(",")
+
+
+@pytest.mark.parametrize("size, says", [
+    ((1000, 1000, 1000), "one launch of the checked kernel: an interior of under 6 waves per edge strip "
+                         "does not pay for strips run after it"),  # 7 x 7 interior tiles: a fifth of a wave
+    ((8000, 8000, 1000), "then 2 edge strips, each a launch of its own"),  # 7.3 waves per strip
+    ((8192, 8000, 1000), "then 1 edge strip, a launch of its own"),
+    ((4096, 4096, 4096), None)])  # every tile inside C: the interior kernel, nothing to say
+def test_waves_say_how_a_checked_call_is_launched(size, says):
+    """The launcher's interior split (schedule.interior_split_pays) as `check` states it, on the H100."""
+    spec = load_spec(SPECS / "checked_v3.gemm")
+    (verdict,) = [line for line in summary_lines(analyze(spec, size)) if line.startswith("waves:")]
+    if says is None:
+        assert "interior" not in verdict and "checked kernel" not in verdict
+    else:
+        assert verdict.endswith(says)

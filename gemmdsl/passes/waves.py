@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedule import LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, stream_k_split
+from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit,
+                        interior_split_pays, stream_k_split)
 from ..targets import Occupancy
 from .framework import Context, PassResult
 from .launch import LaunchShape
@@ -55,4 +56,20 @@ class WavesPass:
                         f"{split.sk_tiles * split.k_tiles:,} k-tiles")
         elif split is not None:
             verdict += "; stream-K does not pay at this size, so the launcher runs tiles only"
+        if context.spec.problem.checked and not (split is not None and split.sk_tiles):
+            verdict += _interior_note(context.spec, launch, slots)
         return PassResult({"waves": waves}, verdict)
+
+
+def _interior_note(spec, launch: LaunchShape, slots: int) -> str:
+    """How a checked call (one GEMM, vector-aligned operands) whose tiles do not all lie inside C is launched."""
+    m, n, k = launch.problem
+    bm, bn, bk = spec.block.m, spec.block.n, spec.block.k
+    strips = (m % bm != 0) + (n % bn != 0)
+    if not strips:
+        return ""
+    if interior_split_pays((bm, bn, bk), m, n, k, slots):
+        each = "a launch of its own" if strips == 1 else "each a launch of its own"
+        return f"; the interior kernel runs the tiles inside C, then {strips} edge strip{'s' * (strips > 1)}, {each}"
+    return (f"; one launch of the checked kernel: an interior of under {INTERIOR_MIN_WAVES_PER_STRIP} waves per "
+            "edge strip does not pay for strips run after it")
