@@ -774,6 +774,7 @@ class Kernel:
         self.name: str = self.metadata["kernel"]
         self.requirements = Requirements.from_metadata(self.metadata)
         self.device: int = cupy.cuda.Device().id
+        self._sms: int = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]  # read once, not per call
         target = self.metadata["target"]
         self.built_for = build_target(target, cupy.cuda.Device().compute_capability)
         if self.built_for != target:
@@ -829,8 +830,6 @@ class Kernel:
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
-        import cupy
-
         req = self.requirements
         views = {"A": self._view("A", a), "B": self._view("B", b)}
         if c is not None:
@@ -853,8 +852,7 @@ class Kernel:
         bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
         split = None
         if req.stream_k_entry is not None and stream_k:
-            split = stream_k_launch(req, call, cupy.cuda.Device(self.device).attributes["MultiProcessorCount"],
-                                    self._blocks_per_sm(function))
+            split = stream_k_launch(req, call, self._sms, self._blocks_per_sm(function))
         if split is None or not split.sk_tiles:
             return bound(self._tile_launches(call, alpha, beta, block, smem, interior))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
@@ -877,8 +875,6 @@ class Kernel:
     def _wgmma_launch(self, call: CheckedCall, function: Any, alpha: float, beta: float,
                       block: tuple[int, int, int]) -> tuple[KernelLaunch, tuple]:
         """The launch, and the workspace arrays it needs alive (stream-K)."""
-        import cupy
-
         from .tensor_maps import TensorMapCache, driver_encoder
 
         if self._tensor_maps is None:
@@ -894,7 +890,7 @@ class Kernel:
             staged = c.pointer % alignment == 0 and c.ld * size % alignment == 0 and call.n * size % alignment == 0
             pointers["c"] = c.pointer if staged else None
         maps = self._tensor_maps.get(self.requirements.tensor_maps, pointers, call.m, call.n, call.k, lds)
-        sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
+        sms = self._sms
         arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta), ()
         if self.requirements.wgmma_stream_k is not None:
             stream_k, workspace = wgmma_workspace(self.requirements, call, sms)
@@ -909,13 +905,10 @@ class Kernel:
         interior kernel (the partial-k one when K % BK != 0) and the edge strips on the vector one
         (schedule.interior_launches), as the C launcher does; otherwise (or with interior=False) the
         chosen kernel on the whole of C."""
-        import cupy
-
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
         if interior and req.interior_entry is not None and call.entry == req.vector_entry:
-            sms = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]
-            slots = sms * self._blocks_per_sm(self._functions[call.entry])
+            slots = self._sms * self._blocks_per_sm(self._functions[call.entry])
             if interior_split_pays(req.block_tile, call.m, call.n, call.k, slots, call.batch):
                 pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
         launches = []
