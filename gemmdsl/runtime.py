@@ -57,8 +57,7 @@ from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
 # What nvcc -cubin compiles device code with (-lineinfo lets ncu map stalls to source lines); NVRTC gets
-# the same. CuPy's compile_using_nvrtc adds -arch=sm_XX (a cubin), --device-as-default-execution-space
-# and, for NVRTC >= 12.8, --pch, none of which changes the code.
+# the same, beside -arch=sm_XX, for which it emits a cubin (`compile_with_nvrtc`).
 COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 COMPILERS = ("nvcc", "nvrtc")
 FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
@@ -662,30 +661,33 @@ def compile_cubin(source: str, target: str, compiler: str | None = None) -> byte
     """A cubin for `target` (sm_XX) from `compiler`, by default the one `chosen_compiler` names."""
     if (compiler or chosen_compiler()) == "nvcc":
         return compile_with_nvcc(source, target)
-    try:
-        return compile_with_nvrtc(source, target)
-    except Exception as nvrtc_error:  # CuPy's CompileException, or its private API having moved
-        raise KernelBuildError(f"NVRTC failed:\n{nvrtc_error}") from nvrtc_error
+    return compile_with_nvrtc(source, target)
 
 
 def compile_with_nvrtc(source: str, target: str) -> bytes:
-    """A cubin from CuPy's NVRTC wrapper.
+    """A cubin for `target` from NVRTC, through CuPy's bindings of its C API.
 
-    `compile_using_nvrtc` is not documented API, but it is what RawModule itself
-    uses; with a numeric arch it passes `-arch=sm_XX`, so NVRTC emits a cubin
-    (or PTX if CUPY_CUDA_COMPILE_WITH_PTX is set; cuModuleLoad accepts both).
-    Older CuPy returns the binary, newer CuPy a (binary, name mapping) pair.
+    NVRTC is driven directly (not through CuPy's `compile_using_nvrtc`, which parses the
+    architecture as a number and so refused `sm_90a`, leaving every wgmma spec unbuildable
+    without nvcc) with nvcc's options and nothing else; the cubin is NVRTC's own, ptxas
+    included.
     """
-    from cupy.cuda import compiler, nvrtc
+    from cupy.cuda import nvrtc
 
     if nvrtc.getVersion() < FIRST_GOOD_NVRTC:
         version = ".".join(map(str, nvrtc.getVersion()))
         print(f"note: NVRTC {version} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
               f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
-    options = (*COMPILER_OPTIONS, *(f"-I{directory}" for directory in cuda_include_dirs()))
-    compiled = compiler.compile_using_nvrtc(source, options, arch=target.removeprefix("sm_"))
-    binary = compiled[0] if isinstance(compiled, tuple) else compiled
-    return binary.encode() if isinstance(binary, str) else bytes(binary)
+    options = (f"-arch={target}", *COMPILER_OPTIONS, *(f"-I{directory}" for directory in cuda_include_dirs()))
+    program = nvrtc.createProgram(source, "kernel.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError as err:
+            raise KernelBuildError(f"NVRTC failed ({err}):\n{nvrtc.getProgramLog(program)}") from None
+        return bytes(nvrtc.getCUBIN(program))
+    finally:
+        nvrtc.destroyProgram(program)
 
 
 def cuda_include_dirs() -> list[str]:

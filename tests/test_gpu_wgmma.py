@@ -221,3 +221,22 @@ def test_a_hopper_family_s_c_launcher_dispatches_to_its_members(tmp_path, cupy):
         assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == 0
         cupy.cuda.Device().synchronize()
         assert _relative_error(cupy, c, exact(a) @ exact(b).T) < 1e-5, (m, n, k)
+
+
+def test_nvrtc_builds_an_arch_specific_kernel(monkeypatch, tmp_path):
+    """Without nvcc, an sm_90a spec builds through NVRTC (CuPy's compile_using_nvrtc refused '90a')."""
+    from gemmdsl import runtime
+
+    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    kernel = runtime.load(ROOT / "specs" / "hgemm_h100.gemm")
+    results = verify(kernel, [(333, 517, 136)], seed=5)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+def test_nvrtc_reports_its_log_on_a_compile_error():
+    from gemmdsl import runtime
+
+    with pytest.raises(runtime.KernelBuildError, match=r"(?s)NVRTC failed.*undefined_name"):
+        runtime.compile_with_nvrtc("__global__ void k() { undefined_name(); }", "sm_90a")
