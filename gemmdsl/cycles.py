@@ -3,21 +3,23 @@
 A `MemberModel` holds what the model knows of one kernel (its tile, blocks per SM, the cycles of one
 k-tile for each number of resident blocks, per-tile and stream-K costs); `estimate` turns it into
 cycles for M x N x K over the grid's waves (the formula is family.py's module docstring). The family
-rule picks members by it (family.py builds FMA models from the tuner's cost model, cost_model.py, and
-mma.sync models from the analysis passes' issue and wavefront figures); for Hopper's own path
-`wgmma_member_model` builds it from the lowered layout alone, so the wgmma bound pass (`gemmdsl
-check`), the tuner's score and the families all read one model.
+rule picks members by it (family.py builds FMA models from the tuner's cost model, cost_model.py);
+`mma_sync_member_model` builds it for mma.sync from the analysis passes' figures and
+`wgmma_member_model` for Hopper's own path from the lowered layout alone, so for tensor-core kernels
+the tuner's score (`tensor_share`), the families and, for wgmma, the bound pass (`gemmdsl check`) all
+read one model.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from . import ir
+from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, stream_k_split
-from .targets import (L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES, SPLIT_WAIT_CYCLES_PER_K_TILE,
-                      WGMMA_MACS_PER_CLOCK)
+from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_ROUND_TRIP_CYCLES,
+                      SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK)
 from .wgmma_layout import WgmmaLayout
 
 
@@ -44,6 +46,7 @@ class MemberModel:
     sms: int  # the target's reference GPU
     blocks_per_sm: int
     k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
+    tensor_cycles: int = 0  # tensor-core kernels: one block's k-tile of multiply-adds at the instruction's peak
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
     # per launch a call makes beyond its first: the FMA and mma.sync paths' stream-K launches a kernel that
@@ -112,6 +115,42 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
 
 
+def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> MemberModel:
+    """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
+    target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
+    and cp.async stores, conflicts included; one per clock) and the warps' instruction issue (the mma,
+    the shared accesses and KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory
+    latency a warp waits for its fragments with nothing to multiply: once per k-step with single
+    fragments, once per k-tile with double ones (the next stage's first fragments, after the barrier).
+
+    Chosen on the H100 timings of gemmdsl/templates/hgemm_mma.tgemm (216 candidates, Spearman 0.71,
+    the best in the top 8) with no constant fitted (the latency is cost_model's SMEM_LATENCY); held out on
+    tf32_mma.tgemm (288, 0.61). What it misses: TF32 fragments read with 32-bit loads run 20-40% slower
+    than their wavefronts say (README, Tuning)."""
+    unit, _ = math_unit(spec)
+    bm, bn, bk = common["tile"]
+    products = 3 if unit == "3xtf32" else 1
+    macs = bm * bn * bk * products
+    shape = spec.mma.shape
+    tensor = -(-macs // MMA_SYNC_MACS_PER_CLOCK[spec.target.sm][unit.removeprefix("3x")])
+    accesses = facts["smem_accesses"]
+    wavefronts = sum(cost.wavefronts for cost in accesses)
+    warps = facts["launch"].warps_per_block
+    instructions = macs // (shape.m * shape.n * shape.k) + sum(cost.instructions for cost in accesses) \
+        + KTILE_OVERHEAD * warps
+    waits = bk // shape.k if spec.pipeline.fragments is ir.FragmentBuffering.SINGLE else 1
+    exposed = waits * SMEM_LATENCY
+    blocks = facts["occupancy"].blocks_per_sm
+
+    def k_tile(resident: int) -> int:
+        return max(resident * tensor, resident * wavefronts, -(-resident * instructions // ISSUE_PER_CLOCK)) + exposed
+
+    return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
+                       tensor_cycles=tensor,
+                       terms=(("mma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
+                              ("instructions_per_k_tile", instructions), ("exposed_latency_per_k_tile", exposed)))
+
+
 def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
@@ -137,16 +176,15 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
     wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] if layout.split else 0
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
-                       tile_cycles=epilogue, partial_cycles=partial,
+                       tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial,
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
                               ("ring_cycles_per_k_tile", ring),
                               ("split_wait_cycles_per_k_tile", wait)))
 
 
-def wgmma_share(model: MemberModel, m: int, n: int, k: int) -> float:
-    """The share of a wgmma kernel's predicted cycles for M x N x K that wgmma's useful multiply-adds
-    alone would take on every SM: its predicted fraction of the instruction's peak."""
+def tensor_share(model: MemberModel, m: int, n: int, k: int) -> float:
+    """The share of a tensor-core kernel's predicted cycles for M x N x K that its useful multiply-adds
+    alone would take on every SM at the instruction's peak: its predicted fraction of that peak."""
     figures = estimate(model, m, n, k)
-    tensor = dict(model.terms)["wgmma_cycles_per_k_tile"]
-    return figures.useful * figures.tiles * figures.k_tiles * tensor / model.sms / figures.cycles
+    return figures.useful * figures.tiles * figures.k_tiles * model.tensor_cycles / model.sms / figures.cycles

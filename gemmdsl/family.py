@@ -23,10 +23,11 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         FMA: r x BM BN BK / 32 warp FFMAs x the tuner's clocks per FFMA with r blocks resident
         (cost_model.clocks_per_ffma: the slowest of instruction issue, L1's wavefronts and L2's
         bytes, plus latency no block hides, over the share of clocks a scheduler has a warp ready)
-        mma.sync: max(ceil(r * (fma + lds) / min(issue, r * warps)), r * wavefronts), with
-        `fma` = BM BN BK / 32, `lds` warp shared-memory instructions and `wavefronts` shared-
-        memory wavefronts per block and k-tile (the bank pass's figures); an SM issues `issue` =
-        FP32 lanes / 32 warp instructions per clock and serves one shared wavefront per clock
+        mma.sync: max(r x BM*BN*BK / mma.sync's multiply-adds per clock, r x the shared-memory
+        wavefronts (the bank pass's figures; one per clock), r x the warps' instructions / 4 a
+        clock) plus the shared-memory latency of the fragment loads no multiply covers, once per
+        k-step with single fragments and per k-tile with double (cycles.mma_sync_member_model;
+        the tuner scores mma.sync candidates by it too)
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
         clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
@@ -67,7 +68,7 @@ from .emit.header import emit_family_header
 from .plan import Requirements
 from .cost_model import cost_facts, k_tile_cycles, register_cap
 from .schedule import LAUNCHED_MIN_SAVED_K_TILES
-from .cycles import EXTRA_LAUNCH_CYCLES, MemberModel, estimate, wgmma_member_model
+from .cycles import EXTRA_LAUNCH_CYCLES, MemberModel, estimate, mma_sync_member_model, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -107,7 +108,7 @@ def member_model(artifacts: Artifacts) -> MemberModel:
                   min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
     if spec.mma is None:
         return _fma_model(artifacts, common)
-    return _mma_issue_model(artifacts, common)
+    return mma_sync_member_model(spec, artifacts.analysis.facts, common)
 
 
 def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:
@@ -124,30 +125,6 @@ def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:
                               ("lsu_wavefronts_per_ffma", round(costs.lsu_per_ffma, 4)),
                               ("exposed_latency_per_ffma", round(costs.exposed_latency_per_ffma, 4)),
                               ("launch_flops_per_byte", round(flops_per_byte, 2))))
-
-
-def _mma_issue_model(artifacts: Artifacts, common: dict) -> MemberModel:
-    """The mma.sync path: one k-tile of r resident blocks takes its warps' instruction issue (the mma
-    and shared accesses share the schedulers) or its shared-memory wavefronts (one per clock), whichever
-    is more."""
-    facts = artifacts.analysis.facts
-    bm, bn, bk = common["tile"]
-    blocks = facts["occupancy"].blocks_per_sm
-    warps = facts["launch"].warps_per_block
-    fma = bm * bn * bk // 32  # warp FMA instructions per block and k-tile
-    smem = sum(cost.instructions for cost in facts["smem_accesses"])  # warp shared-memory instructions
-    wavefronts = sum(cost.wavefronts for cost in facts["smem_accesses"])
-    issue_per_clock = artifacts.plan.arch.fp32_lanes_per_sm // 32  # warp instructions an SM issues per clock
-
-    def k_tile(resident: int) -> int:
-        issue = min(issue_per_clock, resident * warps)
-        return max(-(-resident * (fma + smem) // issue), resident * wavefronts)
-
-    return MemberModel(**common, blocks_per_sm=blocks,
-                       k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
-                       terms=(("warps_per_block", warps), ("fma_per_k_tile", fma),
-                              ("smem_instructions_per_k_tile", smem), ("wavefronts_per_k_tile", wavefronts),
-                              ("issue_per_clock", issue_per_clock)))
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:
@@ -430,7 +407,7 @@ def format_explanation(explanation: dict) -> str:
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
     lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA: the tuner's "
-              "cost model; mma.sync: instruction issue or shared wavefronts; wgmma: tensor, shared or L2 rate), plus "
+              "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 rate), plus "
               "C's and stream-K's traffic on the wgmma path (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"
 

@@ -74,6 +74,16 @@ PEAK_TFLOPS: dict[int, dict[str, float]] = {
     89: {"fma": 82.6, "f16": 165.2, "bf16": 165.2, "tf32": 82.6},
     90: {"fma": 65.3, "f16": 640.0, "bf16": 640.0, "tf32": 320.0},
 }
+# mma.sync's rate in multiply-adds per SM and clock, by unit: the peaks above over the reference GPU's
+# SMs at its boost clock (A100 1410 MHz, RTX 3090 1695, RTX 4090 2520: the datasheets' tensor rates; the
+# H100's 640 / 320 TFLOP/s measured in a register-only loop, taken at its 1830 MHz). An m16n8k16 BF16
+# instruction (2,048 multiply-adds) so takes 2 clocks of an A100's SM and 1.55 of an H100's.
+MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
+    80: {"f16": 1024, "bf16": 1024, "tf32": 512},
+    86: {"f16": 256, "bf16": 256, "tf32": 128},
+    89: {"f16": 256, "bf16": 256, "tf32": 128},
+    90: {"f16": 1325, "bf16": 1325, "tf32": 662},
+}
 # wgmma's dense peak, which Hopper's own path (sm_90a) multiplies on, by unit. The H100 SXM datasheet
 # figures (989.4 TFLOP/s BF16/FP16 and 494.7 TF32 dense, at the 1830 MHz boost clock): no register-only
 # wgmma loop has been measured here yet, unlike mma.sync's rates above. Under load the clock drops, so

@@ -49,6 +49,8 @@ The survivors are ranked by the cost model's predicted efficiency (gemmdsl/cost_
 the bottleneck of instruction issue, the L1 pipe that serves shared memory and global loads, and
 L2 bandwidth, per FFMA; fragment-load latency where the register cap leaves no room for double
 buffering; occupancy averaged over the register estimate's band; wave quantization over --sms SMs).
+Tensor-core candidates are scored by the cycle model the families pick their members by, as a share
+of the instruction's peak: mma.sync by cycles.mma_sync_member_model, wgmma by wgmma_member_model.
 Equal scores go to the candidate with fewer FFMAs that switch both operands (FMA order), then to
 more registers left under the cap, then to fewer L1 wavefronts per FFMA, then to the earlier one.
 The model sees neither raster nor pipeline depth: variants that differ only there tie on all of
@@ -76,6 +78,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import ir
 from .cost_model import cost_facts, efficiency, register_cap
+from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
 from .passes.registers import ESTIMATE_BAND
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
@@ -311,6 +314,7 @@ class Prediction:
     ptxas: dict | None = None
     score: float = 0.0  # predicted efficiency, filled in by rank()
     wgmma: bool = False  # Hopper's path: the per-FFMA figures do not apply (zero), the score is wgmma_efficiency
+    mma_model: MemberModel | None = None  # mma.sync: the cycle model the score reads (tensor_share), not the FMA one
 
     @property
     def lsu_per_ffma(self) -> float:
@@ -390,6 +394,11 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     if spec.wgmma:
         return _predict_wgmma(analysis, ptxas)
     facts = analysis.facts
+    mma_model = None
+    if spec.mma is not None:  # the family rule's model (cycles.mma_sync_member_model), which the score reads
+        mma_model = mma_sync_member_model(spec, facts, dict(
+            name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
+            sms=analysis.layout.arch.reference_sms))
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
     cap = register_cap(spec, analysis.layout.threads, registers.limit)
@@ -416,6 +425,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
         threads=analysis.layout.threads,
         smem_bytes=occupancy.smem_bytes,
         ptxas=ptxas,
+        mma_model=mma_model,
     )
 
 
@@ -443,11 +453,10 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFA
     round trip (3 stages of 128x256x64 below 4), and the tuner and the families rank Hopper kernels by
     one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
     differ only there tie, and rank_key orders them."""
-    from .cycles import wgmma_member_model, wgmma_share
     from .wgmma_layout import WgmmaLayout
 
     model = wgmma_member_model(WgmmaLayout(spec), sms)  # the lowering alone: no second run of the passes
-    return _geomean([wgmma_share(model, *size) for size in sizes])
+    return _geomean([tensor_share(model, *size) for size in sizes])
 
 
 def checked_bounds(spec: ir.KernelSpec) -> bool:
@@ -528,10 +537,13 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 
 def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
     """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill;
-    for Hopper's path, `wgmma_efficiency`."""
+    for Hopper's path, `wgmma_efficiency`; for mma.sync, the share of mma.sync's peak its cycle model
+    predicts (cycles.mma_sync_member_model, as the family rule), 0 for a predicted spill."""
     p = survivor.prediction
     if p.wgmma:
         return wgmma_efficiency(survivor.spec, sizes, sms)
+    if p.mma_model is not None:
+        return 0.0 if p.spills else _geomean([tensor_share(p.mma_model, *size) for size in sizes])
     return efficiency(p.costs(), survivor.spec, threads=p.threads, smem_bytes=p.smem_bytes, cap=p.register_cap,
                       blocks_per_sm=p.blocks_per_sm, known_registers=p.ptxas is not None, spills=p.spills,
                       launch_flops_per_byte=p.launch_flops_per_byte, sizes=sizes, sms=sms)

@@ -9,7 +9,9 @@
 //   // fragments stay 32-bit loads (16 per k-step). Otherwise tf32_mma's tiling, so the two compare
 //   // the loads alone: 8 warps of 64x64, xor(3,2,3) puts the 8 rows of every ldmatrix phase in
 //   // distinct banks (rows of 32 f32 are 128 bytes), B's pad 8 does the same for its 32-bit loads.
-//   // Tuned for the H100 (sm_90): 204-241 registers (vector, interior, scalar kernel), no spills.
+//   // Tuned for the H100 (sm_90). Double-buffered fragments (session 14, gemmdsl/templates/tf32_mma.tgemm's
+//   // best): ptxas 13.0 keeps 255 registers and spills 32-84 bytes a kernel, and the kernel still ran 12-13%
+//   // faster than with single fragments (196.5 against 174.6 TFLOP/s at 4096^3, README, Tensor cores).
 //   gemm tf32_ldmatrix {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;
@@ -18,15 +20,15 @@
 //       mma      { shape: m16n8k8; repeat: 4x8; precision: tf32; }
 //       smem a   { order: mk; swizzle: xor(3,2,3); read: ldmatrix; }
 //       smem b   { order: kn; pad: 8; }
-//       pipeline { stages: 3; copy: cp_async; }
+//       pipeline { stages: 3; copy: cp_async; fragments: double; }
 //   }
 //
 // Analysis (gemmdsl check):
 //   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: load 512 wavefronts (ideal 512), ldmatrix 512 wavefronts (ideal 512), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
-//   registers: estimate 238 registers per thread (+-75%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
-//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 238 estimated registers per thread
+//   registers: estimate 255 registers per thread (+-75%; demand 270: 128 accumulators, 96 fragments, 16 swizzled addresses, 30 indices and loop state)
+//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 255 estimated registers per thread
 //   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
 //   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3.36 GB requested per launch; tf32 peak 320 TFLOP/s on the H100 SXM, bound 128 (memory)
 
@@ -173,8 +175,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = (K + BK - 1) / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -275,9 +277,31 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    b_frag[0][0][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+    b_frag[0][0][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+    b_frag[0][1][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+    b_frag[0][1][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+    b_frag[0][2][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+    b_frag[0][2][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+    b_frag[0][3][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+    b_frag[0][3][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+    b_frag[0][4][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+    b_frag[0][4][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+    b_frag[0][5][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+    b_frag[0][5][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+    b_frag[0][6][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+    b_frag[0][6][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+    b_frag[0][7][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+    b_frag[0][7][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             if (block_inside && next < full_k_tiles) {
@@ -370,36 +394,67 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
             }
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
-            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
-            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
-            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
-            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
-            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
-            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
-            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
-            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                b_frag[(kk + 1) % 2][0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    b_frag[(kk + 1) % 2][0][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][0][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][1][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][1][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][2][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][2][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][3][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][3][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][4][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][4][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][5][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][5][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][6][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][6][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][7][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][7][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -407,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -533,8 +588,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_scalar(
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = (K + BK - 1) / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -851,9 +906,31 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_scalar(
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    b_frag[0][0][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+    b_frag[0][0][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+    b_frag[0][1][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+    b_frag[0][1][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+    b_frag[0][2][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+    b_frag[0][2][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+    b_frag[0][3][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+    b_frag[0][3][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+    b_frag[0][4][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+    b_frag[0][4][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+    b_frag[0][5][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+    b_frag[0][5][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+    b_frag[0][6][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+    b_frag[0][6][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+    b_frag[0][7][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+    b_frag[0][7][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             if (block_inside && next < full_k_tiles) {
@@ -1162,36 +1239,67 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_scalar(
             }
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
-            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
-            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
-            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
-            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
-            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
-            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
-            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
-            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                b_frag[(kk + 1) % 2][0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    b_frag[(kk + 1) % 2][0][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][0][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][1][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][1][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][2][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][2][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][3][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][3][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][4][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][4][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][5][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][5][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][6][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][6][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][7][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][7][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1199,7 +1307,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_scalar(
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -1323,8 +1431,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior(
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = K / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -1353,9 +1461,31 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior(
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    b_frag[0][0][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+    b_frag[0][0][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+    b_frag[0][1][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+    b_frag[0][1][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+    b_frag[0][2][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+    b_frag[0][2][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+    b_frag[0][3][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+    b_frag[0][3][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+    b_frag[0][4][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+    b_frag[0][4][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+    b_frag[0][5][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+    b_frag[0][5][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+    b_frag[0][6][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+    b_frag[0][6][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+    b_frag[0][7][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+    b_frag[0][7][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + next * BK;
@@ -1376,36 +1506,67 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior(
             cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 24), b_src + (tid / 32 + 24) * ldb + tid % 32 * 4);
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
-            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
-            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
-            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
-            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
-            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
-            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
-            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
-            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                b_frag[(kk + 1) % 2][0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    b_frag[(kk + 1) % 2][0][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][0][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][1][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][1][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][2][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][2][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][3][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][3][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][4][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][4][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][5][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][5][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][6][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][6][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][7][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][7][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1413,7 +1574,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior(
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -1508,8 +1669,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior_
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
     // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
@@ -1611,9 +1772,31 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior_
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    b_frag[0][0][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+    b_frag[0][0][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+    b_frag[0][1][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+    b_frag[0][1][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+    b_frag[0][2][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+    b_frag[0][2][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+    b_frag[0][3][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+    b_frag[0][3][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+    b_frag[0][4][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+    b_frag[0][4][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+    b_frag[0][5][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+    b_frag[0][5][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+    b_frag[0][6][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+    b_frag[0][6][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+    b_frag[0][7][0] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+    b_frag[0][7][1] = lds_word(b_first + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
@@ -1634,36 +1817,67 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior_
             cp_async_16(b_dst + b_smem_offset(tid % 32 * 4, tid / 32 + 24), b_src + (tid / 32 + 24) * ldb + tid % 32 * 4);
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
-            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
-            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
-            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
-            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
-            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
-            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
-            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
-            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
-            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                b_frag[(kk + 1) % 2][0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + thread_in_group));
+                b_frag[(kk + 1) % 2][7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, (kk + 1) * 8 + 4 + thread_in_group));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    b_frag[(kk + 1) % 2][0][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][0][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][1][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][1][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 8 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][2][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][2][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 16 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][3][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][3][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 24 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][4][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][4][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 32 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][5][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][5][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 40 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][6][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][6][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 48 + group_id, thread_in_group + 4));
+                    b_frag[(kk + 1) % 2][7][0] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group));
+                    b_frag[(kk + 1) % 2][7][1] = lds_word(b_next + b_smem_offset(warp_n * 64 + 56 + group_id, thread_in_group + 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1671,7 +1885,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior_
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll

@@ -7,8 +7,9 @@
 //   // and ldmatrix serves B as it serves A: 8 ldmatrix.x4 per k-step for a 64x64 warp tile instead of
 //   // 32 32-bit loads. Both operands swizzled xor(3,2,3) (rows of 32 f32 = 128 bytes), so every
 //   // ldmatrix phase and every 16-byte cp.async store is conflict-free. tf32_ldmatrix's tiling
-//   // otherwise. Tuned for the H100 (sm_90): 221-254 registers (vector, interior, scalar kernel), no
-//   // spills.
+//   // otherwise, fragments double-buffered too: ptxas 13.0 keeps 255 registers and spills 44-176 bytes a
+//   // kernel, and the kernel still ran 10-12% faster than with single fragments on the H100 (192.2 against
+//   // 174.9 TFLOP/s at 4096^3, README, Tensor cores).
 //   gemm tf32_ldmatrix_nt {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;
@@ -17,15 +18,15 @@
 //       mma      { shape: m16n8k8; repeat: 4x8; precision: tf32; }
 //       smem a   { order: mk; swizzle: xor(3,2,3); read: ldmatrix; }
 //       smem b   { order: nk; swizzle: xor(3,2,3); read: ldmatrix; }
-//       pipeline { stages: 3; copy: cp_async; }
+//       pipeline { stages: 3; copy: cp_async; fragments: double; }
 //   }
 //
 // Analysis (gemmdsl check):
 //   launch: 512 blocks of 8 warps, 128 k-tiles each, for 4096x4096x4096
 //   bank_conflicts: no bank conflicts; per block and k-tile: ldmatrix 1024 wavefronts (ideal 1024), store 384 wavefronts (ideal 384)
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
-//   registers: estimate 254 registers per thread (+-75%; demand 254: 128 accumulators, 64 fragments, 32 swizzled addresses, 30 indices and loop state)
-//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 147,456 bytes of shared memory per block, 254 estimated registers per thread
+//   registers: estimate 255 registers per thread (+-75%; demand 286: 128 accumulators, 96 fragments, 32 swizzled addresses, 30 indices and loop state)
+//   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 147,456 bytes of shared memory per block, 255 estimated registers per thread
 //   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
 //   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3.36 GB requested per launch; tf32 peak 320 TFLOP/s on the H100 SXM, bound 128 (memory)
 
@@ -167,8 +168,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel(
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = (K + BK - 1) / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -269,9 +270,19 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel(
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             if (block_inside && next < full_k_tiles) {
@@ -364,24 +375,43 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel(
             }
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[4][0], b_frag[4][1], b_frag[5][0], b_frag[5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[6][0], b_frag[6][1], b_frag[7][0], b_frag[7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -389,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel(
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -515,8 +545,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_scalar
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = (K + BK - 1) / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -833,9 +863,19 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_scalar
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             if (block_inside && next < full_k_tiles) {
@@ -1144,24 +1184,43 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_scalar
             }
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[4][0], b_frag[4][1], b_frag[5][0], b_frag[5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[6][0], b_frag[6][1], b_frag[7][0], b_frag[7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1169,7 +1228,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_scalar
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -1293,8 +1352,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     const int k_tiles = K / BK;
     // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
@@ -1323,9 +1382,19 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + next * BK;
@@ -1346,24 +1415,43 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[4][0], b_frag[4][1], b_frag[5][0], b_frag[5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[6][0], b_frag[6][1], b_frag[7][0], b_frag[7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1371,7 +1459,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll
@@ -1466,8 +1554,8 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             }
         }
     }
-    unsigned a_frag[BLOCKS_M][A_REGS];
-    unsigned b_frag[BLOCKS_N][B_REGS];
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
 
     // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
     // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
@@ -1569,9 +1657,19 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
         }
         cp_async_commit();
     }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
     for (int kt = 0; kt < k_tiles; ++kt) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
         const int next = kt + STAGES - 1;
         if (next < k_tiles) {
             const float* a_src = A + (size_t)block_m * lda + (next - 1) * BK;
@@ -1592,24 +1690,43 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             cp_async_16(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
         }
         cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
         const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
         const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
         #pragma unroll
         for (int kk = 0; kk < K_STEPS; ++kk) {
-            ldmatrix_x4(a_frag[0][0], a_frag[0][1], a_frag[0][2], a_frag[0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[1][0], a_frag[1][1], a_frag[1][2], a_frag[1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[2][0], a_frag[2][1], a_frag[2][2], a_frag[2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(a_frag[3][0], a_frag[3][1], a_frag[3][2], a_frag[3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, kk * 8 + lane / 8 / 2 * 4));
-            ldmatrix_x4(b_frag[0][0], b_frag[0][1], b_frag[1][0], b_frag[1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[2][0], b_frag[2][1], b_frag[3][0], b_frag[3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[4][0], b_frag[4][1], b_frag[5][0], b_frag[5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
-            ldmatrix_x4(b_frag[6][0], b_frag[6][1], b_frag[7][0], b_frag[7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, kk * 8 + lane / 8 % 2 * 4));
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                }
+            }
             unsigned a_big[BLOCKS_M][A_REGS];
             #pragma unroll
             for (int i = 0; i < BLOCKS_M; ++i) {
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
-                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1617,7 +1734,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interi
             for (int i = 0; i < BLOCKS_N; ++i) {
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
-                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
                 }
             }
             #pragma unroll

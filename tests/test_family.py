@@ -3,6 +3,7 @@ launcher's copy of the rule, the family's .cu, `check --problem` and `bench --sh
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shutil
 import subprocess
@@ -505,3 +506,21 @@ def test_a_hopper_family_builds_with_nvcc_for_sm_90a():
     family = compile_family_path(HOPPER_FAMILY)
     result = build(family.cuda, family.name, family.spec.target.code, entry="hgemm_h100_128x64_kernel")
     assert result.resources.registers > 0 and not result.resources.spills and not result.resources.wgmma_serialized
+
+
+@pytest.mark.parametrize("fragments, waits", [("single", 2), ("double", 1)])
+def test_an_mma_sync_k_tile_takes_its_slowest_rate_plus_the_fragment_loads_no_multiply_covers(fragments, waits):
+    """cycles.mma_sync_member_model, which the family rule and the tuner read: hgemm_mma (sm_80) multiplies
+    128x128x32 bf16 per k-tile, 524,288 multiply-adds at an A100 SM's 1,024 a clock; its two k-steps each wait
+    for their fragments with single buffering, only the first with double."""
+    from gemmdsl.compiler import compile_source
+    from gemmdsl.family import member_model
+
+    text = (ROOT / "specs" / "hgemm_mma.gemm").read_text().replace("fragments: double", f"fragments: {fragments}")
+    model = member_model(compile_source(SourceFile("mma.gemm", text)))
+    terms = dict(model.terms)
+    assert model.tensor_cycles == terms["mma_cycles_per_k_tile"] == 512
+    assert terms["exposed_latency_per_k_tile"] == waits * cost_model.SMEM_LATENCY
+    for resident, cycles in enumerate(model.k_tile_cycles, 1):
+        rates = (512, terms["smem_wavefronts_per_k_tile"], terms["instructions_per_k_tile"] / 4)
+        assert cycles == math.ceil(max(resident * rate for rate in rates)) + waits * cost_model.SMEM_LATENCY

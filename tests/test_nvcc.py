@@ -26,14 +26,16 @@ STREAM_K_SPILL_BYTES = 16
 MMA_SPILL_BYTES = {"scalar": 512}
 MMA_OTHER_SPILL_BYTES = 80
 # The f32 mma.sync specs, measured with nvcc 13.0 for their targets (sm_80; sm_90, the build the H100
-# runs, for the ldmatrix ones): the TF32 ones hold everything in registers (204-255); the 3xTF32 ones
+# runs, for the ldmatrix ones): tf32_mma holds everything in registers; the ldmatrix TF32 ones, whose
+# fragments are double-buffered since session 14, run at 255 and spill 32-176 bytes, and ran 10-13%
+# faster than with single fragments and no spills (README, tensor-core notes); the 3xTF32 ones
 # run at 255 and keep 8-136 bytes in local memory (pointers and loop values). Since session 9 they
 # round with two integer instructions instead of cvt.rna.tf32 (ctext.TF32_HELPER): more spills than
 # before (up to 72 bytes then), and faster on the H100 all the same (sgemm_3xtf32 1.08/1.11x -> 1.16/1.19x
 # cuBLAS SGEMM at 4096^3/8192^3; README, tensor-core notes).
 SPEC_SPILL_BYTES = {
-    "tf32_ldmatrix": {"vector": 0, "interior": 0, "interior_partial_k": 0, "scalar": 0},
-    "tf32_ldmatrix_nt": {"vector": 0, "interior": 0, "interior_partial_k": 0, "scalar": 0},
+    "tf32_ldmatrix": {"vector": 40, "interior": 72, "interior_partial_k": 88, "scalar": 48},
+    "tf32_ldmatrix_nt": {"vector": 84, "interior": 152, "interior_partial_k": 176, "scalar": 48},
     "sgemm_3xtf32": {"vector": 136, "interior": 8, "interior_partial_k": 84, "scalar": 116},
     "sgemm_3xtf32_ldmatrix": {"vector": 24, "interior": 24, "interior_partial_k": 68, "scalar": 24},
     "sgemm_3xtf32_ldmatrix_nt": {"vector": 0, "interior": 8, "interior_partial_k": 0, "scalar": 76},

@@ -429,3 +429,17 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
     # At 1024^3, 128x256 tiles give 32 tiles for 132 SMs and 128x128 ones 64: the smaller tile ranks first.
     ranked = tune.rank(report.survivors, [(1024, 1024, 1024)])
     assert (ranked[0].spec.block.m, ranked[0].spec.block.n) == (128, 128)
+
+
+def test_mma_sync_candidates_are_scored_by_the_cycle_model_that_ranks_double_fragments_first():
+    """On the H100, hgemm_h100_mma's tiling with single fragments ran 18% slower than with double
+    (tests/fixtures/tune_h100/tune_hgemm_mma.json): the score is cycles.mma_sync_member_model's share of
+    mma.sync's peak, which charges a fragment wait per k-step, not the FMA path's per-FFMA model."""
+    text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace("fragments: double",
+                                                                         "fragments: {single,double}")
+    sizes = [(4096, 4096, 4096)]
+    report = tune.screen(tune.expand(text, "t.tgemm"), sizes, min_warps=0, path="t.tgemm")
+    ranked = tune.rank(report.timeable, sizes)
+    assert [s.spec.pipeline.fragments.value for s in ranked] == ["double", "single"]
+    assert all(s.prediction.mma_model is not None for s in ranked)
+    assert 0 < ranked[1].prediction.score < ranked[0].prediction.score <= 1

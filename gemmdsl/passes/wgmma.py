@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..cycles import wgmma_member_model, wgmma_share
+from ..cycles import tensor_share, wgmma_member_model
 from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from ..wgmma_layout import WARPGROUP, WgmmaLayout
 from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
@@ -267,7 +267,7 @@ class WgmmaBoundPass:
         rates = {name: terms[f"{name}_per_k_tile"] for name in K_TILE_RATES}
         limit = max(rates, key=lambda name: rates[name])
         result = WgmmaBound(peak, WGMMA_MEASURED_TFLOPS[sm].get(unit), flops, dram, memory, bound,
-                            model.k_tile_cycles[0], K_TILE_RATES[limit], wgmma_share(model, m, n, k))
+                            model.k_tile_cycles[0], K_TILE_RATES[limit], tensor_share(model, m, n, k))
         measured = "" if result.measured_tflops is None else f"; cuBLAS measured {result.measured_tflops:.0f}"
         wait = terms["split_wait_cycles_per_k_tile"]
         others = ", ".join(f"{K_TILE_RATES[name]} {cycles:,}" for name, cycles in rates.items() if name != limit)
