@@ -443,3 +443,13 @@ def test_mma_sync_candidates_are_scored_by_the_cycle_model_that_ranks_double_fra
     assert [s.spec.pipeline.fragments.value for s in ranked] == ["double", "single"]
     assert all(s.prediction.mma_model is not None for s in ranked)
     assert 0 < ranked[1].prediction.score < ranked[0].prediction.score <= 1
+
+
+@pytest.mark.parametrize("stores, loads, mma_sync, prunes", [
+    (0, 0, False, False), (4, 0, False, True), (0, 0, True, False), (72, 72, True, False),
+    (148, 160, True, False), (248, 260, True, True)])
+def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores, loads, mma_sync, prunes):
+    """tf32_ldmatrix's double-buffered fragments spill 72 bytes and ran 12.5% faster on the H100 (README,
+    T13); tf32_mma_t1053 spills 248 and is slow; FMA kernels that spill ran about 10x slower."""
+    ptxas = {"registers": 255, "spill_stores": stores, "spill_loads": loads}
+    assert tune.spill_prunes(ptxas, mma_sync=mma_sync) is prunes
