@@ -11,6 +11,7 @@ read one model.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import ir
@@ -22,6 +23,14 @@ from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_R
                       SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK)
 from .wgmma_layout import WgmmaLayout
 
+
+# Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted
+# on the H100 timings of gemmdsl/templates/tf32_mma.tgemm (session 14), where TF32 fragments read with
+# 32-bit loads (one instruction per mma) ran 20-40% slower than their wavefronts say and ldmatrix's
+# (four wavefronts per instruction) did not. 0.4-0.5 rank that template at Spearman 0.73-0.74, 0.6 at
+# 0.67, 1 (no term) at 0.61; hgemm_mma's 16-bit kernels (ldmatrix only) rank the same with any of them.
+# Not a measured rate: which limit of the load/store path it stands for is not known.
+MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
 
 # What one more kernel launch adds to a call, in SM clock cycles: on the H100 (session 13, `gemmdsl
 # bench`, whose spin kernel keeps the host's enqueueing out of the timing, checked_64x64 at K = 64) a
@@ -118,15 +127,15 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
 def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> MemberModel:
     """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
     target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
-    and cp.async stores, conflicts included; one per clock) and the warps' instruction issue (the mma,
-    the shared accesses and KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory
-    latency a warp waits for its fragments with nothing to multiply: once per k-step with single
-    fragments, once per k-tile with double ones (the next stage's first fragments, after the barrier).
+    and cp.async stores, conflicts included; one per clock), the shared-memory instructions at
+    MMA_SMEM_INSTRUCTIONS_PER_CLOCK, and the warps' instruction issue (the mma, the shared accesses and
+    KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory latency a warp waits for
+    its fragments with nothing to multiply: once per k-step with single fragments, once per k-tile with
+    double ones (the next stage's first fragments, after the barrier).
 
-    Chosen on the H100 timings of gemmdsl/templates/hgemm_mma.tgemm (216 candidates, Spearman 0.71,
-    the best in the top 8) with no constant fitted (the latency is cost_model's SMEM_LATENCY); held out on
-    tf32_mma.tgemm (288, 0.61). What it misses: TF32 fragments read with 32-bit loads run 20-40% slower
-    than their wavefronts say (README, Tuning)."""
+    On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
+    tf32_mma.tgemm (288): Spearman 0.71 and 0.74, the best kernel in the top 8 of both (README, Tuning,
+    "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     bm, bn, bk = common["tile"]
     products = 3 if unit == "3xtf32" else 1
@@ -135,19 +144,21 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> Mem
     tensor = -(-macs // MMA_SYNC_MACS_PER_CLOCK[spec.target.sm][unit.removeprefix("3x")])
     accesses = facts["smem_accesses"]
     wavefronts = sum(cost.wavefronts for cost in accesses)
+    smem_instructions = sum(cost.instructions for cost in accesses)
     warps = facts["launch"].warps_per_block
-    instructions = macs // (shape.m * shape.n * shape.k) + sum(cost.instructions for cost in accesses) \
-        + KTILE_OVERHEAD * warps
+    instructions = macs // (shape.m * shape.n * shape.k) + smem_instructions + KTILE_OVERHEAD * warps
     waits = bk // shape.k if spec.pipeline.fragments is ir.FragmentBuffering.SINGLE else 1
     exposed = waits * SMEM_LATENCY
     blocks = facts["occupancy"].blocks_per_sm
 
     def k_tile(resident: int) -> int:
-        return max(resident * tensor, resident * wavefronts, -(-resident * instructions // ISSUE_PER_CLOCK)) + exposed
+        return max(resident * tensor, resident * wavefronts, math.ceil(resident * smem_instructions / MMA_SMEM_INSTRUCTIONS_PER_CLOCK),
+                   -(-resident * instructions // ISSUE_PER_CLOCK)) + exposed
 
     return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
                        tensor_cycles=tensor,
                        terms=(("mma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
+                              ("smem_instructions_per_k_tile", smem_instructions),
                               ("instructions_per_k_tile", instructions), ("exposed_latency_per_k_tile", exposed)))
 
 

@@ -24,8 +24,8 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         (cost_model.clocks_per_ffma: the slowest of instruction issue, L1's wavefronts and L2's
         bytes, plus latency no block hides, over the share of clocks a scheduler has a warp ready)
         mma.sync: max(r x BM*BN*BK / mma.sync's multiply-adds per clock, r x the shared-memory
-        wavefronts (the bank pass's figures; one per clock), r x the warps' instructions / 4 a
-        clock) plus the shared-memory latency of the fragment loads no multiply covers, once per
+        wavefronts (the bank pass's figures; one per clock), r x the shared-memory instructions /
+        0.5 a clock, r x the warps' instructions / 4 a clock) plus the shared-memory latency of the fragment loads no multiply covers, once per
         k-step with single fragments and per k-tile with double (cycles.mma_sync_member_model;
         the tuner scores mma.sync candidates by it too)
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
-from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES
+from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
 from gemmdsl.family import (DEFAULT_SHAPES, FamilyKernel, choose, compile_family, compile_family_path, estimate,
                             read_shapes)
 from gemmdsl.schedule import CYCLE_CAP
@@ -522,5 +522,6 @@ def test_an_mma_sync_k_tile_takes_its_slowest_rate_plus_the_fragment_loads_no_mu
     assert model.tensor_cycles == terms["mma_cycles_per_k_tile"] == 512
     assert terms["exposed_latency_per_k_tile"] == waits * cost_model.SMEM_LATENCY
     for resident, cycles in enumerate(model.k_tile_cycles, 1):
-        rates = (512, terms["smem_wavefronts_per_k_tile"], terms["instructions_per_k_tile"] / 4)
+        rates = (512, terms["smem_wavefronts_per_k_tile"], terms["instructions_per_k_tile"] / 4,
+                 terms["smem_instructions_per_k_tile"] / MMA_SMEM_INSTRUCTIONS_PER_CLOCK)
         assert cycles == math.ceil(max(resident * rate for rate in rates)) + waits * cost_model.SMEM_LATENCY
