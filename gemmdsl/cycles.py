@@ -27,8 +27,9 @@ from .wgmma_layout import WgmmaLayout
 # Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted
 # on the H100 timings of gemmdsl/templates/tf32_mma.tgemm (session 14), where TF32 fragments read with
 # 32-bit loads (one instruction per mma) ran 20-40% slower than their wavefronts say and ldmatrix's
-# (four wavefronts per instruction) did not. 0.4-0.5 rank that template at Spearman 0.73-0.74, 0.6 at
-# 0.67, 1 (no term) at 0.61; hgemm_mma's 16-bit kernels (ldmatrix only) rank the same with any of them.
+# (four wavefronts per instruction) did not. With the fragment latency unshared by resident blocks,
+# 0.4-0.5 ranked that template at Spearman 0.73-0.74, 0.6 at 0.67, 1 (no term) at 0.61; hgemm_mma's
+# 16-bit kernels (ldmatrix only) rank the same with any of them.
 # Not a measured rate: which limit of the load/store path it stands for is not known.
 MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
 
@@ -131,10 +132,11 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> Mem
     MMA_SMEM_INSTRUCTIONS_PER_CLOCK, and the warps' instruction issue (the mma, the shared accesses and
     KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory latency a warp waits for
     its fragments with nothing to multiply: once per k-step with single fragments, once per k-tile with
-    double ones (the next stage's first fragments, after the barrier).
+    double ones (the next stage's first fragments, after the barrier), shared by the resident blocks
+    (another block issues while one waits), as in the FMA model (cost_model.clocks_per_ffma).
 
     On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
-    tf32_mma.tgemm (288): Spearman 0.71 and 0.74, the best kernel in the top 8 of both (README, Tuning,
+    tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both (README, Tuning,
     "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     bm, bn, bk = common["tile"]
@@ -153,7 +155,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> Mem
 
     def k_tile(resident: int) -> int:
         return max(resident * tensor, resident * wavefronts, math.ceil(resident * smem_instructions / MMA_SMEM_INSTRUCTIONS_PER_CLOCK),
-                   -(-resident * instructions // ISSUE_PER_CLOCK)) + exposed
+                   -(-resident * instructions // ISSUE_PER_CLOCK)) + -(-exposed // resident)
 
     return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
                        tensor_cycles=tensor,
