@@ -18,7 +18,7 @@ from . import ir
 from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
-from .schedule import CYCLE_CAP, stream_k_split
+from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
 from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_ROUND_TRIP_CYCLES,
                       SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK)
 from .wgmma_layout import WgmmaLayout
@@ -125,7 +125,15 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
 
 
-def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> MemberModel:
+def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
+    """The MemberModel fields of an FMA or mma.sync spec beside its path's cycles: its tile, bounds and
+    schedule, and what its launcher's stream-K costs (two more launches, its floor of saved k-tiles)."""
+    return dict(name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked,
+                stream_k=spec.block.stream_k, sms=sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
+                min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
+
+
+def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberModel:
     """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
     target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
     and cp.async stores, conflicts included; one per clock), the shared-memory instructions at
@@ -139,6 +147,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> Mem
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both (README, Tuning,
     "The mma.sync templates")."""
     unit, _ = math_unit(spec)
+    common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]
     products = 3 if unit == "3xtf32" else 1
     macs = bm * bn * bk * products
@@ -154,8 +163,10 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, common: dict) -> Mem
     blocks = facts["occupancy"].blocks_per_sm
 
     def k_tile(resident: int) -> int:
-        return max(resident * tensor, resident * wavefronts, math.ceil(resident * smem_instructions / MMA_SMEM_INSTRUCTIONS_PER_CLOCK),
-                   -(-resident * instructions // ISSUE_PER_CLOCK)) + -(-exposed // resident)
+        rates = (resident * tensor, resident * wavefronts,
+                 math.ceil(resident * smem_instructions / MMA_SMEM_INSTRUCTIONS_PER_CLOCK),
+                 math.ceil(resident * instructions / ISSUE_PER_CLOCK))
+        return max(rates) + math.ceil(exposed / resident)  # another resident block issues while one waits
 
     return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
                        tensor_cycles=tensor,

@@ -25,9 +25,9 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         bytes, plus latency no block hides, over the share of clocks a scheduler has a warp ready)
         mma.sync: max(r x BM*BN*BK / mma.sync's multiply-adds per clock, r x the shared-memory
         wavefronts (the bank pass's figures; one per clock), r x the shared-memory instructions /
-        0.5 a clock, r x the warps' instructions / 4 a clock) plus the shared-memory latency of the fragment loads no multiply covers, once per
-        k-step with single fragments and per k-tile with double (cycles.mma_sync_member_model;
-        the tuner scores mma.sync candidates by it too)
+        0.5 a clock, r x the warps' instructions / 4 a clock) plus the shared-memory latency of
+        the fragment loads no multiply covers (once per k-step with single fragments, per k-tile
+        with double) over r (cycles.mma_sync_member_model; the tuner scores mma.sync by it too)
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
         clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
@@ -67,8 +67,7 @@ from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
 from .cost_model import cost_facts, k_tile_cycles, register_cap
-from .schedule import LAUNCHED_MIN_SAVED_K_TILES
-from .cycles import EXTRA_LAUNCH_CYCLES, MemberModel, estimate, mma_sync_member_model, wgmma_member_model
+from .cycles import MemberModel, estimate, launched_fields, mma_sync_member_model, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -102,13 +101,10 @@ def member_model(artifacts: Artifacts) -> MemberModel:
     spec = artifacts.spec
     if spec.wgmma:
         return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
-    bm, bn, bk = artifacts.plan.launch.block_tile
-    common = dict(name=spec.name, tile=(bm, bn, bk), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
-                  sms=artifacts.plan.arch.reference_sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
-                  min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
+    sms = artifacts.plan.arch.reference_sms
     if spec.mma is None:
-        return _fma_model(artifacts, common)
-    return mma_sync_member_model(spec, artifacts.analysis.facts, common)
+        return _fma_model(artifacts, launched_fields(spec, sms))
+    return mma_sync_member_model(spec, artifacts.analysis.facts, sms)
 
 
 def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:

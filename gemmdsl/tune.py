@@ -397,9 +397,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     facts = analysis.facts
     mma_model = None
     if spec.mma is not None:  # the family rule's model (cycles.mma_sync_member_model), which the score reads
-        mma_model = mma_sync_member_model(spec, facts, dict(
-            name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked, stream_k=spec.block.stream_k,
-            sms=analysis.layout.arch.reference_sms))
+        mma_model = mma_sync_member_model(spec, facts, analysis.layout.arch.reference_sms)
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
     cap = register_cap(spec, analysis.layout.threads, registers.limit)
