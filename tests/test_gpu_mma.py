@@ -5,6 +5,7 @@ precision's tolerance (gemmdsl/precisions.py), and PyTorch tensors in and out.
 The specs target sm_80; on a newer GPU they are built for it (runtime.build_target)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,5 +68,33 @@ def test_nvrtc_builds_a_16_bit_kernel(monkeypatch, tmp_path):
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     kernel = runtime.load(ROOT / "specs" / "hgemm_mma.gemm")
     results = verify(kernel, [(333, 517, 129)], seed=5)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+def test_tune_builds_times_and_writes_an_mma_sync_winner_that_verifies(tmp_path, monkeypatch):
+    """`gemmdsl tune` end to end on an mma.sync template (scored by cycles.mma_sync_member_model, built by
+    nvcc where present, whose small spills no longer drop mma.sync candidates): the winner it writes is a
+    spec that compiles, runs and verifies."""
+    import shutil
+
+    from gemmdsl import runtime
+    from gemmdsl.cli import main
+
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path / "cubins"))
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "gemmdsl" / "templates" / "tf32_mma.tgemm").read_text()
+    text = (text.replace("tile: {128x128,128x256,256x128}x{16,32}", "tile: 256x128x32")
+                .replace("warps: {2x2,2x4,4x2}", "warps: 4x2").replace("repeat: {2x8,4x4,4x8}", "repeat: 4x8")
+                .replace("swizzle: {xor(2,2,3),xor(3,2,3)}; read: {ldmatrix,32}", "swizzle: xor(3,2,3); read: ldmatrix")
+                .replace("pad: {4,8}", "pad: 8").replace("stages: {3,4}", "stages: 3"))
+    (tmp_path / "t.tgemm").write_text(text)
+    args = ["tune", "t.tgemm", "--sizes", "1024x1024x1024", "--json", "t.json"]
+    assert main(args + ([] if shutil.which("nvcc") else ["--no-nvcc"])) == 0
+    timed = {row["name"] for row in json.loads((tmp_path / "t.json").read_text())["candidates"]
+            if row.get("measured")}
+    assert len(timed) == 2  # single and double fragments; the double one spills 72 bytes under ptxas 13.0
+    kernel = runtime.load(tmp_path / "t_best.gemm")
+    results = verify(kernel, [(1024, 1024, 1024), (2048, 1024, 512)], seed=7)  # bounds: exact
     failed = [format_result(result) for result in results if not result.passed]
     assert results and not failed, "\n".join(failed)
