@@ -341,6 +341,11 @@ class Prediction:
         if self.wgmma:
             return (f"{self.registers:>3} regs at launch ({source}), {self.warps_per_sm:>2} warps/SM, "
                     f"{self.smem_bytes // 1024} KiB smem, {self.block_flops_per_byte:.0f} flop/B")
+        if self.mma_model is not None:
+            model = self.mma_model
+            return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
+                    f"k-tile {model.k_tile_cycles[-1]:,} cycles for mma's {model.tensor_cycles:,} "
+                    f"x {model.blocks_per_sm}, {self.block_flops_per_byte:.0f} flop/B")
         return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
                 f"{self.smem_wavefronts_per_ffma:.3f} smem wf/FFMA, {self.block_flops_per_byte:.0f} flop/B")
 
