@@ -328,7 +328,14 @@ class Prediction:
         an mma.sync kernel's small spills are kept (`spill_prunes`)."""
         if self.ptxas is not None:
             return self.registers > self.register_cap or spill_prunes(self.ptxas, mma_sync=self.mma_model is not None)
-        return self.register_low > self.register_cap
+        return self.predicted_spill
+
+    @property
+    def predicted_spill(self) -> bool:
+        """The estimate's fewest registers exceed the cap; for mma.sync by more than the spill it tolerates
+        (4 bytes a register), since ptxas then spills the excess and such kernels ran fastest (3xTF32)."""
+        over = self.register_low - self.register_cap
+        return 4 * over > MMA_SYNC_TOLERATED_SPILL_BYTES if self.mma_model is not None else over > 0
 
     def costs(self):
         from .cost_model import CostFacts
@@ -495,7 +502,7 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
                              f"({p.conflict_pct:.1f}%)")
     if p.ptxas is not None and p.registers > p.register_cap:
         return "registers", f"ptxas {p.registers} > cap {p.register_cap}"
-    if p.ptxas is None and p.register_low > p.register_cap:
+    if p.ptxas is None and p.predicted_spill:
         return "registers", (f"estimate at least {p.register_low} (its {100 * ESTIMATE_BAND:.0f}% band, "
                              f"accumulators and fragments) > cap {p.register_cap}")
     if p.warps_per_sm < min_warps:

@@ -1,4 +1,5 @@
 """`gemmdsl tune`: template expansion, screening, ranking, the winner file and the command without a GPU."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -453,3 +454,17 @@ def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores
     T13); tf32_mma_t1053 spills 248 and is slow; FMA kernels that spill ran about 10x slower."""
     ptxas = {"registers": 255, "spill_stores": stores, "spill_loads": loads}
     assert tune.spill_prunes(ptxas, mma_sync=mma_sync) is prunes
+
+
+def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():
+    """3xTF32 at 128x128x16 with double fragments needs 128 accumulators and 128 fragment words, one register
+    over the cap: ptxas spilled 8 bytes and it ran fastest of its template on the H100 (126.6% of cuBLAS
+    SGEMM; README, Tuning). An FMA estimate over the cap stays a predicted spill."""
+    text = (ROOT / "specs" / "sgemm_3xtf32_ldmatrix.gemm").read_text().replace(
+        "pipeline { stages: 3; copy: cp_async; }", "pipeline { stages: 3; copy: cp_async; fragments: double; }")
+    report = tune.screen(tune.expand(text, "t.tgemm"), [(4096, 4096, 4096)], min_warps=0, path="t.tgemm")
+    prediction = report.timeable[0].prediction
+    assert prediction.register_low > prediction.register_cap and not prediction.predicted_spill
+    assert report.survivors and not report.pruned
+    fma = dataclasses.replace(prediction, mma_model=None)
+    assert fma.predicted_spill
