@@ -80,7 +80,7 @@ from typing import Callable, Iterable, Sequence
 from . import ir
 from .cost_model import cost_facts, efficiency, register_cap
 from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
-from .passes.registers import ESTIMATE_BAND
+from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 DEFAULT_SIZES = "4096x4096x4096"
@@ -503,7 +503,8 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
     if p.ptxas is not None and p.registers > p.register_cap:
         return "registers", f"ptxas {p.registers} > cap {p.register_cap}"
     if p.ptxas is None and p.predicted_spill:
-        return "registers", (f"estimate at least {p.register_low} (its {100 * ESTIMATE_BAND:.0f}% band, "
+        band = MMA_ESTIMATE_BAND if spec.mma is not None else ESTIMATE_BAND
+        return "registers", (f"estimate at least {p.register_low} (its {100 * band:.0f}% band, "
                              f"accumulators and fragments) > cap {p.register_cap}")
     if p.warps_per_sm < min_warps:
         return "occupancy", f"{p.warps_per_sm} warps per SM < {min_warps}"

@@ -468,3 +468,11 @@ def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():
     assert report.survivors and not report.pruned
     fma = dataclasses.replace(prediction, mma_model=None)
     assert fma.predicted_spill
+
+
+def test_an_mma_sync_predicted_spill_is_reported_with_the_tensor_core_band():
+    text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace(
+        "tile: 128x256x64", "tile: 256x256x32").replace("repeat: 4x8", "repeat: 8x8")
+    report = tune.screen(tune.expand(text, "t.tgemm"), [(4096, 4096, 4096)], min_warps=0, path="t.tgemm")
+    [(_, detail)] = report.pruned["registers"]
+    assert "(its 75% band, accumulators and fragments) > cap 255" in detail
