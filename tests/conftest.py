@@ -27,6 +27,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture
+def nvrtc_failures(monkeypatch, tmp_path):
+    """verify() of a shipped spec built by NVRTC alone (GEMMDSL_COMPILER=nvrtc, an empty cubin cache) at one
+    size: returns the results and the formatted failures."""
+    def check(name: str, size: tuple[int, int, int]):
+        from gemmdsl import runtime
+        from gemmdsl.verify import format_result, verify
+
+        monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
+        monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+        results = verify(runtime.load(ROOT / "specs" / f"{name}.gemm"), [size], seed=5)
+        return results, [format_result(result) for result in results if not result.passed]
+
+    return check
+
+
 @pytest.fixture(scope="module")
 def load_kernel(tmp_path_factory):
     """Load each spec once for the module, caching cubins in a temporary directory."""

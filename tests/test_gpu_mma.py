@@ -60,15 +60,9 @@ def test_bf16_kernel_takes_and_returns_torch_tensors(load_kernel):
     assert ((c.double() - reference).norm() / reference.norm()).item() < 1e-5
 
 
-def test_nvrtc_builds_a_16_bit_kernel(monkeypatch, tmp_path):
+def test_nvrtc_builds_a_16_bit_kernel(nvrtc_failures):
     """cuda_bf16.h is found for NVRTC too (it has no built-in copy and searches nothing by default)."""
-    from gemmdsl import runtime
-
-    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
-    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
-    kernel = runtime.load(ROOT / "specs" / "hgemm_mma.gemm")
-    results = verify(kernel, [(333, 517, 129)], seed=5)
-    failed = [format_result(result) for result in results if not result.passed]
+    results, failed = nvrtc_failures("hgemm_mma", (333, 517, 129))
     assert results and not failed, "\n".join(failed)
 
 

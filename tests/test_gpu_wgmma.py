@@ -223,15 +223,9 @@ def test_a_hopper_family_s_c_launcher_dispatches_to_its_members(tmp_path, cupy):
         assert _relative_error(cupy, c, exact(a) @ exact(b).T) < 1e-5, (m, n, k)
 
 
-def test_nvrtc_builds_an_arch_specific_kernel(monkeypatch, tmp_path):
+def test_nvrtc_builds_an_arch_specific_kernel(nvrtc_failures):
     """Without nvcc, an sm_90a spec builds through NVRTC (CuPy's compile_using_nvrtc refused '90a')."""
-    from gemmdsl import runtime
-
-    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
-    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
-    kernel = runtime.load(ROOT / "specs" / "hgemm_h100.gemm")
-    results = verify(kernel, [(333, 517, 136)], seed=5)
-    failed = [format_result(result) for result in results if not result.passed]
+    results, failed = nvrtc_failures("hgemm_h100", (333, 517, 136))
     assert results and not failed, "\n".join(failed)
 
 
