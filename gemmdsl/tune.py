@@ -73,7 +73,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -555,7 +555,8 @@ def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = D
     if p.wgmma:
         return wgmma_efficiency(survivor.spec, sizes, sms)
     if p.mma_model is not None:
-        return 0.0 if p.spills else _geomean([tensor_share(p.mma_model, *size) for size in sizes])
+        model = replace(p.mma_model, sms=sms)  # --sms sets the grid's rounds here as on the FMA path
+        return 0.0 if p.spills else _geomean([tensor_share(model, *size) for size in sizes])
     return efficiency(p.costs(), survivor.spec, threads=p.threads, smem_bytes=p.smem_bytes, cap=p.register_cap,
                       blocks_per_sm=p.blocks_per_sm, known_registers=p.ptxas is not None, spills=p.spills,
                       launch_flops_per_byte=p.launch_flops_per_byte, sizes=sizes, sms=sms)
@@ -583,8 +584,6 @@ def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int = DEFAUL
 
 
 def _with_score(prediction: Prediction, score: float) -> Prediction:
-    from dataclasses import replace
-
     return replace(prediction, score=score)
 
 
