@@ -212,6 +212,12 @@ def _tile_facts(analysis: Analysis) -> dict:
             "launch_flops": intensity.flops,
             "launch_global_bytes": intensity.global_bytes,
             "launch_flops_per_byte": round(intensity.launch_flops_per_byte, 3),
+            "dram_bytes": intensity.dram_bytes,
+            "unit": intensity.unit,
+            "peak_tflops": round(intensity.peak_tflops, 1),
+            "memory_tflops": round(intensity.memory_tflops, 1),
+            "bound_tflops": round(intensity.bound_tflops, 1),
+            "limit": intensity.limit,
         },
     }
 

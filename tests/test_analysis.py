@@ -362,6 +362,23 @@ def test_intensity_shows_why_4x8_lanes_and_bigger_blocks_help():
     assert wide.global_bytes["a"] < square.global_bytes["a"]  # half as many column blocks re-read A
 
 
+def test_the_intensity_bound_is_a_roofline_no_tiling_moves():
+    """The bound holds for any tiling: DRAM must move A and B once and C once or twice whatever
+    the blocks re-read (L2 serves the repeats), so the bound depends on the problem alone. The
+    block intensity against DRAM, its earlier form, said 128 TFLOP/s for tf32_ldmatrix's tiling,
+    which ran at 196 on the H100 (README, Tensor cores, T13)."""
+    small, wide = (analyze(spec(tile=tile, repeat=repeat), (1024, 1024, 1024)).facts["intensity"]
+                   for tile, repeat in (("128x128x8", "2x2 block"), ("128x256x8", "2x4 block")))
+    assert small.block_flops_per_byte < wide.block_flops_per_byte
+    assert small.dram_bytes == wide.dram_bytes == 4 * 3 * 1024 * 1024  # A, B and C once (epilogue: store)
+    assert small.memory_tflops == wide.memory_tflops == pytest.approx(2 * 1024**3 / small.dram_bytes * 3.0)
+    assert small.bound_tflops == min(small.peak_tflops, small.memory_tflops)
+    tf32 = analyze(load_spec(SPECS / "tf32_ldmatrix.gemm")).facts["intensity"]
+    assert tf32.block_flops_per_byte * 3.0 < 196 <= tf32.bound_tflops
+    tiny = analyze(spec(), (128, 128, 8)).facts["intensity"]  # 8 flops per 12 bytes: memory-bound
+    assert tiny.limit == "memory" and tiny.bound_tflops == tiny.memory_tflops < tiny.peak_tflops
+
+
 # --- the pass framework ------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from ..wgmma_layout import WARPGROUP, WgmmaLayout
 from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
 from .framework import Context, PassResult
-from .intensity import math_unit
+from .intensity import compulsory_bytes, math_unit
 
 
 def _layout(context: Context) -> WgmmaLayout:
@@ -256,9 +256,7 @@ class WgmmaBoundPass:
         assert isinstance(waves, WgmmaWaves)
         sm = spec.target.sm
         unit, peak = math_unit(spec)
-        size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
-        c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
-        dram = m * k * size[ir.Operand.A] + k * n * size[ir.Operand.B] + m * n * size[ir.Operand.C] * c_passes
+        dram = sum(compulsory_bytes(spec, m, n, k).values())
         flops = 2 * m * n * k
         memory = flops / dram * MEMORY_TBPS[sm]
         bound = min(peak * waves.efficiency, memory)
