@@ -137,15 +137,16 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
     target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
     and cp.async stores, conflicts included; one per clock), the shared-memory instructions at
-    MMA_SMEM_INSTRUCTIONS_PER_CLOCK, and the warps' instruction issue (the mma, the shared accesses and
-    KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory latency a warp waits for
+    MMA_SMEM_INSTRUCTIONS_PER_CLOCK, and the warps' instruction issue (the mma, the shared accesses, TF32's
+    conversions and KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory latency a warp waits for
     its fragments with nothing to multiply: once per k-step with single fragments, once per k-tile with
     double ones (the next stage's first fragments, after the barrier), shared by the resident blocks
     (another block issues while one waits), as in the FMA model (cost_model.clocks_per_ffma).
 
     On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
-    tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both (README, Tuning,
-    "The mma.sync templates")."""
+    tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
+    sgemm_3xtf32_mma.tgemm (160, held out) 0.51 and the best of the top 8 14.5% slower than the best
+    (README, Tuning, "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]
@@ -157,7 +158,8 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     wavefronts = sum(cost.wavefronts for cost in accesses)
     smem_instructions = sum(cost.instructions for cost in accesses)
     warps = facts["launch"].warps_per_block
-    instructions = macs // (shape.m * shape.n * shape.k) + smem_instructions + KTILE_OVERHEAD * warps
+    instructions = (macs // (shape.m * shape.n * shape.k) + smem_instructions + KTILE_OVERHEAD * warps
+                    + warps * (bk // shape.k) * _conversions_per_k_step(spec))
     waits = bk // shape.k if spec.pipeline.fragments is ir.FragmentBuffering.SINGLE else 1
     exposed = waits * SMEM_LATENCY
     blocks = facts["occupancy"].blocks_per_sm
@@ -173,6 +175,20 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
                        terms=(("mma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("smem_instructions_per_k_tile", smem_instructions),
                               ("instructions_per_k_tile", instructions), ("exposed_latency_per_k_tile", exposed)))
+
+
+def _conversions_per_k_step(spec: ir.KernelSpec) -> int:
+    """Instructions a warp issues per k-step beyond the mma and the loads (emit/mma_sync.py): TF32 rounds
+    each fragment word (two integer instructions, ctext.TF32_HELPER); 3xTF32 rounds it, subtracts and
+    rounds the rest (five), and adds each block's three-product sum to the accumulator (four FADD)."""
+    mma = spec.mma
+    shape, repeat = mma.shape, mma.repeat
+    words = (repeat.m * shape.m * shape.k + repeat.n * shape.k * shape.n) // 32
+    if mma.precision is ir.Precision.TF32:
+        return 2 * words
+    if mma.precision is ir.Precision.TF32X3:
+        return 5 * words + 4 * repeat.m * repeat.n
+    return 0
 
 
 def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
