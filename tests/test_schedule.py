@@ -266,11 +266,8 @@ def test_the_interior_split_where_it_was_measured():
     assert interior_split_pays(tile, 16000, 8192, 512, slots)
 
 
-# The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
-# kernel, blocks, M, N and the offsets of A, B and C instead of launching.
-LAUNCHES_TEST = r"""
-#include <cstdint>
-#include <cstdio>
+# What a launcher calls of the CUDA runtime, for the host: a GPU of `sms` SMs holding `per_sm` blocks each.
+HOST_RUNTIME = r"""
 using cudaError_t = int;
 using cudaStream_t = void*;
 constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9;
@@ -285,6 +282,15 @@ template <typename F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(
     *blocks = per_sm;
     return cudaSuccess;
 }
+"""
+
+
+# The launcher, compiled for the host: every `kernel<<<grid, block, smem, stream>>>(args)` records its
+# kernel, blocks, M, N and the offsets of A, B and C instead of launching.
+LAUNCHES_TEST = r"""
+#include <cstdint>
+#include <cstdio>
+%(runtime)s
 using Kernel = void (*)(const float*, const float*, float*, int, int, int, int, int, int, float, float);
 %(kernels)s
 alignas(16) static float operands[4];
@@ -318,9 +324,9 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
     kernels = "".join(f"void {entry}(const float*, const float*, float*, int, int, int, int, int, int, float, float) "
                       "{}\n" for entry in (entries["vector"], entries["scalar"], entries["interior"],
                                             entries["interior_partial_k"]))
-    (tmp_path / "launches.cpp").write_text(LAUNCHES_TEST % {"kernels": kernels, "interior": entries["interior"],
-                                                            "interior_partial_k": entries["interior_partial_k"],
-                                                            "launcher": launcher, "name": name})
+    (tmp_path / "launches.cpp").write_text(LAUNCHES_TEST % {
+        "runtime": HOST_RUNTIME, "kernels": kernels, "interior": entries["interior"],
+        "interior_partial_k": entries["interior_partial_k"], "launcher": launcher, "name": name})
     subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
     bm, bn, bk = artifacts.metadata["block_tile"]
     shapes = [(m, n, k, sms, per_sm) for m in (1, bm, 2 * bm + 5, 13 * bm + 1) for n in (3, bn, 3 * bn + 1)
@@ -360,20 +366,7 @@ STREAM_K_LAUNCHES_TEST = r"""
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-using cudaError_t = int;
-using cudaStream_t = void*;
-constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9;
-constexpr int cudaFuncAttributeMaxDynamicSharedMemorySize = 0, cudaDevAttrMultiProcessorCount = 0;
-struct dim3 { unsigned x, y, z; dim3(unsigned x, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };
-static int sms, per_sm;
-template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
-cudaError_t cudaGetLastError() { return cudaSuccess; }
-cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int* value, int, int) { *value = sms; return cudaSuccess; }
-template <typename F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, F, int, size_t) {
-    *blocks = per_sm;
-    return cudaSuccess;
-}
+%(runtime)s
 %(kernels)s
 static void launched(void (*kernel)(...), dim3 grid) { std::printf("%%s %%u\n", name_of(kernel), grid.x); }
 %(launcher)s
@@ -404,8 +397,8 @@ def test_the_launcher_splits_scalar_calls_on_the_scalar_stream_k_kernel(tmp_path
     names = "".join(f'    if (kernel == {entry}) return "{entry}";\n' for entry in kernels)
     declarations = "".join(f"void {entry}(...) {{}}\n" for entry in kernels)
     declarations += f"static const char* name_of(void (*kernel)(...)) {{\n{names}    return \"?\";\n}}\n"
-    (tmp_path / "launches.cpp").write_text(STREAM_K_LAUNCHES_TEST % {"kernels": declarations, "launcher": launcher,
-                                                                     "name": name})
+    (tmp_path / "launches.cpp").write_text(STREAM_K_LAUNCHES_TEST % {
+        "runtime": HOST_RUNTIME, "kernels": declarations, "launcher": launcher, "name": name})
     subprocess.run(["g++", "-O1", "-o", "launches", "launches.cpp"], cwd=tmp_path, check=True)
     bm, bn, bk = artifacts.metadata["block_tile"]
     calls = []  # m, n, k, lda, ldb, ldc, offset_b, sms, per_sm
