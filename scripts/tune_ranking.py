@@ -216,7 +216,7 @@ def study_svg(result: Study) -> str:
     note = (f"Spearman {result.rho:.2f}; best of the top {TOP} {result.gap_pct:.1f}% slower than the best"
             + (f"; {result.device}" if result.device else ""))
     return svg_scatter([(p.score, p.tflops, p.top) for p in result.points], title,
-                       "predicted score (fraction of the FP32 FMA peak)", "measured TFLOP/s (geomean over sizes)",
+                       "predicted score (fraction of the peak of the unit that multiplies)", "measured TFLOP/s (geomean over sizes)",
                        note=note)
 
 
