@@ -145,7 +145,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
 
     On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
-    sgemm_3xtf32_mma.tgemm (160, held out) 0.51 and the best of the top 8 14.5% slower than the best
+    sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (README, Tuning, "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
@@ -179,15 +179,15 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
 
 def _conversions_per_k_step(spec: ir.KernelSpec) -> int:
     """Instructions a warp issues per k-step beyond the mma and the loads (emit/mma_sync.py): TF32 rounds
-    each fragment word (two integer instructions, ctext.TF32_HELPER); 3xTF32 rounds it, subtracts and
-    rounds the rest (five), and adds each block's three-product sum to the accumulator (four FADD)."""
+    each fragment word (two integer instructions, ctext.TF32_HELPER); 3xTF32 rounds it and subtracts
+    (three), and adds each block's three-product sum to the accumulator (four FADD)."""
     mma = spec.mma
     shape, repeat = mma.shape, mma.repeat
     words = (repeat.m * shape.m * shape.k + repeat.n * shape.k * shape.n) // 32
     if mma.precision is ir.Precision.TF32:
         return 2 * words
     if mma.precision is ir.Precision.TF32X3:
-        return 5 * words + 4 * repeat.m * repeat.n
+        return 3 * words + 4 * repeat.m * repeat.n
     return 0
 
 

@@ -348,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel(
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -358,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel(
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -964,7 +964,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_scalar(
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -974,7 +974,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_scalar(
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1186,7 +1186,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior(
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1196,7 +1196,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior(
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1432,7 +1432,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior_p
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1442,7 +1442,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior_p
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll

@@ -314,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                         const float4 x = big[w];
                         const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
                         big[w] = hi;
-                        small[w] = make_float4(tf32_round(x.x - hi.x), tf32_round(x.y - hi.y), tf32_round(x.z - hi.z), tf32_round(x.w - hi.w));
+                        small[w] = make_float4(x.x - hi.x, x.y - hi.y, x.z - hi.z, x.w - hi.w);
                     }
                     fence_proxy_async();
                     mbarrier_arrive(smem_u32(ready + stage));
@@ -371,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                                 const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
                                 const float big = tf32_round(x);
                                 a_big[mr][kk][j] = __float_as_uint(big);
-                                a_small[mr][kk][j] = __float_as_uint(tf32_round(x - big));
+                                a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32
                             }
                         }
                     }

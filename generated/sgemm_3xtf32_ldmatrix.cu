@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel(
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel(
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -949,7 +949,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_s
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -959,7 +959,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_s
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1159,7 +1159,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_i
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1169,7 +1169,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_i
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1393,7 +1393,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_i
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1403,7 +1403,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_kernel_i
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll

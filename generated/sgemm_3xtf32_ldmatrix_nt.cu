@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -335,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -917,7 +917,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -927,7 +927,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1115,7 +1115,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1125,7 +1125,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll
@@ -1337,7 +1337,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < A_REGS; ++r) {
                     a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
-                    a_small[i][r] = to_tf32(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
                 }
             }
             unsigned b_big[BLOCKS_N][B_REGS];
@@ -1347,7 +1347,7 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_ldmatrix_nt_kerne
                 #pragma unroll
                 for (int r = 0; r < B_REGS; ++r) {
                     b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
-                    b_small[i][r] = to_tf32(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
                 }
             }
             #pragma unroll

@@ -528,10 +528,10 @@ def test_an_mma_sync_k_tile_takes_its_slowest_rate_plus_the_fragment_loads_no_mu
         assert cycles == math.ceil(max(resident * rate for rate in rates)) + exposed
 
 
-@pytest.mark.parametrize("precision, per_word, per_block", [("tf32", 2, 0), ("3xtf32", 5, 4)])
+@pytest.mark.parametrize("precision, per_word, per_block", [("tf32", 2, 0), ("3xtf32", 3, 4)])
 def test_an_mma_sync_k_tile_issues_what_tf32_adds_beside_the_mma(precision, per_word, per_block):
     """What emit/mma_sync.py adds to a TF32 k-step, a warp's instructions beside the mma and the loads: each
-    fragment word rounded (2), or for 3xTF32 split (5), and 3xTF32's sum of three products added to each
+    fragment word rounded (2), or for 3xTF32 split (3), and 3xTF32's sum of three products added to each
     accumulator block (4 FP32 adds). sgemm_3xtf32: 4 warps of 4x8 m16n8k8 blocks, 2 k-steps per k-tile, 16 A
     and 16 B fragment words per k-step."""
     from gemmdsl.compiler import compile_source

@@ -5,8 +5,11 @@ Same interface as `FmaOuterProduct` (math.py): `declare()`, `step(buffer)` and `
 name of the number of steps per k-tile). Precisions:
 - native (f16, bf16): one mma per block.
 - tf32: each f32 fragment word is rounded to TF32 (to nearest, ties away: ctext.TF32_HELPER), one mma per block.
-- 3xtf32: each word is split into a TF32 big part and the TF32 rounding of what is left; three
-  mma (small x big, big x small, big x big) per block. They start from zero and the sum is added
+- 3xtf32: each word is split into a TF32 big part (rounded) and what is left, which the mma reads
+  truncated to TF32 (it ignores the low 13 bits): that errs by under 2^-21 of the word, and the
+  small part is unbiased in sign, so rounding it too bought no accuracy on the H100 (3xTF32's error
+  1.42x cuBLAS SGEMM's at worst either way, 36 cases) and cost 2-4% of the speed (README, T15).
+  Three mma (small x big, big x small, big x big) per block. They start from zero and the sum is added
   to the accumulator with an FP32 add: the tensor cores' own accumulation truncates, which on the
   H100 made a chained 3xTF32 product 18x less accurate than cuBLAS SGEMM (2048^3, uniform data;
   README, Performance), while this order is as accurate (0.36x of SGEMM's error).
@@ -73,7 +76,7 @@ class MmaSync:
                 word = f"{operand}_frag{buffer}[i][r]"
                 o.line(f"{operand}_big[i][r] = to_tf32(__uint_as_float({word}));")
                 if split:
-                    o.line(f"{operand}_small[i][r] = to_tf32(__uint_as_float({word}) - "
+                    o.line(f"{operand}_small[i][r] = __float_as_uint(__uint_as_float({word}) - "
                            f"__uint_as_float({operand}_big[i][r]));")
         with o.unrolled("i", "BLOCKS_M"), o.unrolled("j", "BLOCKS_N"):
             if not split:

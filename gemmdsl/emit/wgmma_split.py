@@ -90,7 +90,7 @@ class SplitWgmmaMath(WgmmaMath):
                                f"chunk * {CHUNK});")
                         o.line("const float big = tf32_round(x);")
                         o.line("a_big[mr][kk][j] = __float_as_uint(big);")
-                        o.line("a_small[mr][kk][j] = __float_as_uint(tf32_round(x - big));")
+                        o.line("a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32")
         b = ir.Operand.B
         o.line(f"const unsigned long long big_b = {self.descriptor_function(b)}(smem_u32(tile_a + A_STAGE_BYTES));")
         o.line(f"const unsigned long long small_b = {self.descriptor_function(b)}(smem_u32(split + stage * "

@@ -3,8 +3,8 @@ each landed stage of B into TF32 parts before the consumers read it.
 
 They walk the same k-tiles as the producer and the consumers (`it`, across tiles). For each they wait
 for `full` (TMA wrote the stage), replace every word of B's k-tile by its big part, the word rounded to
-TF32, and write its small part, the rest rounded to TF32, to the same offset of the stage's slot of the
-split buffer; then each thread makes its stores visible to the async proxy (wgmma reads through it)
+TF32, and write its small part, the rest as it is (wgmma reads it truncated to TF32, as emit/mma_sync.py
+says why), to the same offset of the stage's slot of the split buffer; then each thread makes its stores visible to the async proxy (wgmma reads through it)
 and arrives on `ready`, which counts one arrival per splitter thread. A stage's slot is rewritten only
 after TMA refilled the stage, which waited for `empty`: no wgmma reads the old small parts any more.
 
@@ -46,7 +46,6 @@ class StageSplitter:
             o.line("const float4 x = big[w];")
             o.line("const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));")
             o.line("big[w] = hi;")
-            o.line("small[w] = make_float4(tf32_round(x.x - hi.x), tf32_round(x.y - hi.y), tf32_round(x.z - hi.z), "
-                   "tf32_round(x.w - hi.w));")
+            o.line("small[w] = make_float4(x.x - hi.x, x.y - hi.y, x.z - hi.z, x.w - hi.w);")
         o.line("fence_proxy_async();")
         o.line("mbarrier_arrive(smem_u32(ready + stage));")
