@@ -14,9 +14,9 @@ The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
   per panel of an MN-major one); each consumer warpgroup
   multiplies its BM / warpgroups rows by all BN columns with wgmma m64nNk16 (m64nNk8 for TF32),
   m_repeat x n_repeat instructions per 32-byte k-step;
-- 3xTF32 only: the producer warpgroup's other three warps split each landed stage of B into TF32 big
-  parts (in place) and small parts (a buffer beside the ring), behind a third `ready` mbarrier per
-  stage; the consumers load A's fragments into registers and split them there (emit/wgmma_split.py);
+- 3xTF32 only: the producer warpgroup's other three warps split each landed stage of B: its words are
+  the big parts as they are (wgmma reads them truncated to TF32), and they write the small parts to a
+  buffer beside the ring, behind a third `ready` mbarrier per stage; the consumers load A's fragments into registers and split them there (emit/wgmma_split.py);
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster;
@@ -206,11 +206,11 @@ class WgmmaLayout:
     @property
     def split_lsu_bytes_per_k_tile(self) -> int:
         """3xTF32's ordinary shared-memory traffic per block and k-tile (emit/wgmma_split.py): the
-        splitter warps read B's stage and write its big parts in place and its small parts beside it;
-        the consumers load A's stage into registers. None on the other paths."""
+        splitter warps read B's stage and write its small parts beside it; the consumers load A's stage
+        into registers. None on the other paths."""
         if not self.split:
             return 0
-        return self.stage_bytes_of(ir.Operand.A) + 3 * self.stage_bytes_of(ir.Operand.B)
+        return self.stage_bytes_of(ir.Operand.A) + 2 * self.stage_bytes_of(ir.Operand.B)
 
     @property
     def splitter_threads(self) -> int:

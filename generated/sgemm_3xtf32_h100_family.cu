@@ -172,6 +172,11 @@ static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
+// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32: B's small part (wgmma_splitter.py).
+static __device__ __forceinline__ float tf32_rest(float x)
+{
+    return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u));
+}
 
 // C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
 // `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
@@ -358,16 +363,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
                     mbarrier_wait(smem_u32(full + stage), phase);
-                    // 1024 float4 of B, 10.7 per splitter thread: the big parts in place, the small ones at the same
-                    // offset of the stage's slot of `split`.
+                    // 1024 float4 of B, 10.7 per splitter thread: the small parts, at the same offset of the stage's
+                    // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
                     float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
                     float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
                     #pragma unroll 2
                     for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
                         const float4 x = big[w];
-                        const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-                        big[w] = hi;
-                        small[w] = make_float4(x.x - hi.x, x.y - hi.y, x.z - hi.z, x.w - hi.w);
+                        small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
                     }
                     fence_proxy_async();
                     mbarrier_arrive(smem_u32(ready + stage));
@@ -879,6 +882,11 @@ static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
+// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32: B's small part (wgmma_splitter.py).
+static __device__ __forceinline__ float tf32_rest(float x)
+{
+    return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u));
+}
 
 // C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
 // `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
@@ -1001,16 +1009,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
                     mbarrier_wait(smem_u32(full + stage), phase);
-                    // 1536 float4 of B, 16.0 per splitter thread: the big parts in place, the small ones at the same
-                    // offset of the stage's slot of `split`.
+                    // 1536 float4 of B, 16.0 per splitter thread: the small parts, at the same offset of the stage's
+                    // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
                     float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
                     float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
                     #pragma unroll 2
                     for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
                         const float4 x = big[w];
-                        const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-                        big[w] = hi;
-                        small[w] = make_float4(x.x - hi.x, x.y - hi.y, x.z - hi.z, x.w - hi.w);
+                        small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
                     }
                     fence_proxy_async();
                     mbarrier_arrive(smem_u32(ready + stage));

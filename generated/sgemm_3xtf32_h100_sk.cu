@@ -23,9 +23,9 @@
 //   smem: 32768 bytes per stage (A 16384 + B 16384), 4 stages = 131072 + a 65536-byte split buffer (3xTF32: B's small parts); 197728 bytes per block with barriers and 1024-byte alignment, of 232448 (85%): 1 block per SM
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 168 (2 x 64 accumulators, 32 of A's fragment words)
 //   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
-//   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 8,590 MB more (B's stages split, A's fragments loaded)
+//   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 6,442 MB more (B's stages split, A's fragments loaded)
 //   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 2,276 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,280, TMA's bytes from L2 863, the ring's round trip 1,000) and 740 of 3xTF32's wait, so about 110 TFLOP/s (67% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 2,276 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 740 of 3xTF32's wait, so about 110 TFLOP/s (67% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -184,6 +184,11 @@ static __device__ __forceinline__ unsigned to_tf32(float x)
 static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
+}
+// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32: B's small part (wgmma_splitter.py).
+static __device__ __forceinline__ float tf32_rest(float x)
+{
+    return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u));
 }
 
 // C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
@@ -371,16 +376,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
                     mbarrier_wait(smem_u32(full + stage), phase);
-                    // 1024 float4 of B, 10.7 per splitter thread: the big parts in place, the small ones at the same
-                    // offset of the stage's slot of `split`.
+                    // 1024 float4 of B, 10.7 per splitter thread: the small parts, at the same offset of the stage's
+                    // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
                     float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
                     float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
                     #pragma unroll 2
                     for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
                         const float4 x = big[w];
-                        const float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-                        big[w] = hi;
-                        small[w] = make_float4(x.x - hi.x, x.y - hi.y, x.z - hi.z, x.w - hi.w);
+                        small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
                     }
                     fence_proxy_async();
                     mbarrier_arrive(smem_u32(ready + stage));
