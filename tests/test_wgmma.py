@@ -378,6 +378,43 @@ def test_tf32_rounding_helper_rounds_to_nearest_with_ties_away_from_zero():
     assert numpy.array_equal(rounded.astype(numpy.float64), expected)
 
 
+def test_3xtf32_splits_leave_under_2_to_the_minus_21_of_each_word():
+    """The two splits the emitters write, with the tensor cores' reading of a word (its top 19 bits)
+    emulated on the host: T15's rounded big part and unrounded rest (emit/mma_sync.py, A on Hopper's path)
+    and T16's word-as-is big part and rest rounded as wgmma reads it (`tf32_rest`, B on Hopper's path).
+    Both represent each word within 2^-21 of its binade. T15's errors average out; T16's ties, common in a
+    rest of at most 13 significant bits, round away from zero, so its errors lean one way (3:1), by under
+    2^-24 on average; truncating both parts (tried on the H100: 3.5x cuBLAS SGEMM's error on wide-range
+    data) errs one way always, twice as far."""
+    from gemmdsl.emit.wgmma_split import SPLIT_HELPERS
+
+    assert "(__float_as_uint(x) & 0xFFFFE000u)) + 0x1000u)" in SPLIT_HELPERS
+    rng = numpy.random.default_rng(11)
+    bits = rng.integers(0x0C800000, 0x72800000, 200_000, dtype=numpy.uint32)  # normal words, 2^-102..2^102
+    bits = numpy.concatenate([bits, bits | 0x80000000])
+    x = bits.view(numpy.float32)
+    mask = numpy.uint32(0xFFFFE000)
+
+    def read(words):  # what mma.sync and wgmma multiply: the top 19 bits
+        return (words.view(numpy.uint32) & mask).view(numpy.float32).astype(numpy.float64)
+
+    def plus_half(words):  # half a TF32 unit added to the bits: read as ctext.TF32_HELPER rounds
+        return (words.view(numpy.uint32) + numpy.uint32(0x1000)).view(numpy.float32)
+
+    rest = x - (bits & mask).view(numpy.float32)
+    big = (plus_half(x).view(numpy.uint32) & mask).view(numpy.float32)
+    splits = {"T15": (big, x - big), "T16": (x, plus_half(rest)), "both truncated": (x, rest)}
+    binade = 2.0 ** numpy.floor(numpy.log2(numpy.abs(x.astype(numpy.float64))))
+    signed = {name: (x.astype(numpy.float64) - read(b) - read(s)) / binade * numpy.sign(x)
+              for name, (b, s) in splits.items()}
+    for name in ("T15", "T16"):
+        assert numpy.abs(signed[name]).max() < 2.0 ** -21
+        assert (signed[name] > 0).any() and (signed[name] < 0).any()
+    assert abs(signed["T15"].mean()) < 0.05 * 2.0 ** -24
+    assert abs(signed["T16"].mean()) < 2.0 ** -24 < signed["both truncated"].mean()
+    assert (signed["both truncated"] >= 0).all()
+
+
 def test_3xtf32_accumulator_sets_must_fit_the_consumer_registers():
     text = X3_SPEC.read_text().replace("128x128x32", "128x256x32").replace("m64n128k8", "m64n256k8")
     with pytest.raises(CompileError) as caught:

@@ -35,10 +35,11 @@ static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
-// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32: B's small part (wgmma_splitter.py).
+// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32 as wgmma will read it: half a TF32
+// unit added to the bits, the 13 below left for wgmma to ignore (B's small part, wgmma_splitter.py).
 static __device__ __forceinline__ float tf32_rest(float x)
 {
-    return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u));
+    return __uint_as_float(__float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u)) + 0x1000u);
 }'''
 
 

@@ -6,10 +6,12 @@ for `full` (TMA wrote the stage) and write the small part of every word of B's k
 of the stage's slot of the split buffer; then each thread makes its stores visible to the async proxy
 (wgmma reads through it) and arrives on `ready`, which counts one arrival per splitter thread. B's big
 part is the word as TMA wrote it, which wgmma reads truncated to TF32 (it ignores the low 13 bits), so
-the small part is what truncation leaves, rounded to TF32: an error under 2^-21 of the word and of
-either sign. Rounding the big part instead (in place, as until session 15) cost a store per word: on
-the H100 the 3xTF32 family ran 2.16x cuBLAS SGEMM that way and 2.22x this way, with at worst 1.48x
-SGEMM's error against 1.24x (the rule is 2x; README, Tensor cores, T16). A stage's slot is rewritten only
+the small part is what truncation leaves, rounded to TF32 (`tf32_rest`: half a TF32 unit added, the low
+bits left for wgmma to ignore): an error under 2^-21 of the word. The splitter's instructions take issue
+slots from the consumers: rounding the big part in place (until session 15) cost a store per word and
+clearing the rest's low bits an instruction; on the H100 the 3xTF32 family ran 2.16x cuBLAS SGEMM with
+both, 2.22x without the store and 2.32x without either, at worst 1.48x SGEMM's error against 1.24x
+(the rule is 2x; README, Tensor cores, T16). A stage's slot is rewritten only
 after TMA refilled the stage, which waited for `empty`: no wgmma reads the old small parts any more.
 
 They run as far ahead as TMA does, so the consumers, which wait for `ready`, find B split and spend
