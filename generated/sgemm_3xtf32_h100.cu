@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_kernel(
                     // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
                     float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
                     float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
-                    #pragma unroll 2
+                    #pragma unroll
                     for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
                         const float4 x = big[w];
                         small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
