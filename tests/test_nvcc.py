@@ -33,8 +33,8 @@ MMA_OTHER_SPILL_BYTES = 80
 # round with two integer instructions instead of cvt.rna.tf32 (ctext.TF32_HELPER): more spills than
 # before (up to 72 bytes then), and faster on the H100 all the same (sgemm_3xtf32 1.08/1.11x -> 1.16/1.19x
 # cuBLAS SGEMM at 4096^3/8192^3; README, tensor-core notes). Since session 15 their small parts are not
-# rounded (T15): spills moved (sgemm_3xtf32's sm_80 interior kernel 8 -> 188 bytes; its sm_90 build is the
-# one the H100 ran, 2-4% faster), not measured on an A100.
+# rounded (T15): spills moved (sgemm_3xtf32's sm_80 interior kernel 8 -> 188 bytes; its sm_90 build, the
+# one the H100 ran 2-4% faster, spills none in three of its four kernels), not measured on an A100.
 SPEC_SPILL_BYTES = {
     "tf32_ldmatrix": {"vector": 40, "interior": 72, "interior_partial_k": 88, "scalar": 48},
     "tf32_ldmatrix_nt": {"vector": 84, "interior": 152, "interior_partial_k": 176, "scalar": 48},
