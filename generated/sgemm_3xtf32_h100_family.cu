@@ -1264,8 +1264,8 @@ struct sgemm_3xtf32_h100_family_member {
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
 };
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {2276};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192[] = {3044};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1936};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192[] = {2704};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
     {128, 128, 32, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
     {128, 192, 32, false, nullptr, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192, 5174, 0, 0},  // sgemm_3xtf32_h100_128x192
