@@ -94,6 +94,12 @@ class StreamKSplit:
         """The shared k-tiles, numbered tile by tile from the first shared tile's k-tile 0."""
         return self.sk_tiles * self.k_tiles
 
+    def range_begin(self, block: int) -> int:
+        """Where stream-K block `block`'s range of shared k-tiles begins: sk_work * block // sk_blocks,
+        written as the wgmma kernel computes it in 32-bit arithmetic (no product over sk_work)."""
+        quotient, remainder = divmod(self.sk_work, self.sk_blocks)
+        return quotient * block + remainder * block // self.sk_blocks
+
     def block_of(self, unit: int) -> int:
         """The stream-K block whose range holds shared k-tile `unit`: the last block whose range begins
         at or before it (block b's begins at floor(work b / blocks))."""
@@ -111,8 +117,7 @@ class StreamKSplit:
         """(tile, first k-tile, end k-tile) of each piece of work stream-K block `block` does, in the
         order it does them: the kernel's loop, written out. The range is walked from its end, so the
         first piece starts at k-tile 0 of its tile and the last ends at the tile's last k-tile."""
-        work = self.sk_tiles * self.k_tiles
-        begin, end = work * block // self.sk_blocks, work * (block + 1) // self.sk_blocks
+        begin, end = self.range_begin(block), self.range_begin(block + 1)
         pieces = []
         while end > begin:
             tile, last = divmod(end - 1, self.k_tiles)

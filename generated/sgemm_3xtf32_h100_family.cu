@@ -286,34 +286,51 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
     // Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;
     // the first dp_tiles tiles are plain ones.
     const int dp_tiles = tile_count - sk_tiles;
-    const long long sk_work = (long long)sk_tiles * k_tiles;
+    const int sk_work = sk_tiles * k_tiles;  // at most schedule.MAX_WORK
+    // Block b's range begins at sk_work * b / sk_blocks, computed without overflow as below.
+    const int sk_quotient = sk_blocks > 0 ? sk_work / sk_blocks : 0;
+    const int sk_remainder = sk_blocks > 0 ? sk_work % sk_blocks : 0;
 
     if (warpgroup == 0) {
         // Producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
-            long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end
-            if (blockIdx.x < sk_blocks) {
-                sk_begin = sk_work * blockIdx.x / sk_blocks;
-                sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;
-            }
-            int dp_tile = blockIdx.x;
-            for (;;) {
-                int tile, k_first, k_end;
-                if (sk_end > sk_begin) {
-                    tile = dp_tiles + (int)((sk_end - 1) / k_tiles);
-                    k_end = (int)((sk_end - 1) % k_tiles) + 1;
-                    k_first = (int)max(0LL, k_end - (sk_end - sk_begin));
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
+                    // Rasterization (group(8)): where C tile `tile` lies.
+                    // Groups of 8 tile rows are walked column by column, so blocks that
+                    // run together share rows of A and columns of B in L2.
+                    const int tiles_m = (M + BM - 1) / BM;
+                    const int tiles_n = (N + BN - 1) / BN;
+                    const int group_size = 8;
+                    const int blocks_per_group = group_size * tiles_n;
+                    const int first_tile_m = (tile / blocks_per_group) * group_size;
+                    const int group_rows = min(tiles_m - first_tile_m, group_size);
+                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                    const int tile_n = (tile % blocks_per_group) / group_rows;
+                    const int block_m = tile_m * BM;
+                    const int block_n = tile_n * BN;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                        const unsigned barrier = smem_u32(full + stage);
+                        mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                        unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                        tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                        tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                    }
                 }
-                else if (dp_tile < dp_tiles) {
-                    tile = dp_tile;
-                    k_first = 0;
-                    k_end = k_tiles;
-                    dp_tile += gridDim.x;
-                }
-                else break;
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
                 // Groups of 8 tile rows are walked column by column, so blocks that
                 // run together share rows of A and columns of B in L2.
@@ -341,25 +358,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
         }
         else if (tid >= 32) {
             int it = 0;
-            long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end
-            if (blockIdx.x < sk_blocks) {
-                sk_begin = sk_work * blockIdx.x / sk_blocks;
-                sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;
-            }
-            int dp_tile = blockIdx.x;
-            for (;;) {
-                int k_first, k_end;
-                if (sk_end > sk_begin) {
-                    k_end = (int)((sk_end - 1) % k_tiles) + 1;
-                    k_first = (int)max(0LL, k_end - (sk_end - sk_begin));
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(full + stage), phase);
+                        // 1024 float4 of B, 10.7 per splitter thread: the small parts, at the same offset of the stage's
+                        // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
+                        float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
+                        float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
+                        #pragma unroll
+                        for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
+                            const float4 x = big[w];
+                            small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+                        }
+                        fence_proxy_async();
+                        mbarrier_arrive(smem_u32(ready + stage));
+                    }
                 }
-                else if (dp_tile < dp_tiles) {
-                    k_first = 0;
-                    k_end = k_tiles;
-                    dp_tile += gridDim.x;
-                }
-                else break;
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -385,27 +410,155 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
         const int consumer = warpgroup - 1;
         const bool pairs = reinterpret_cast<size_t>(C) % 8 == 0 && ldc % 2 == 0;
         int it = 0;
-        long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end
-        if (blockIdx.x < sk_blocks) {
-            sk_begin = sk_work * blockIdx.x / sk_blocks;
-            sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;
-        }
-        int dp_tile = blockIdx.x;
-        for (;;) {
-            int tile, k_first, k_end;
-            if (sk_end > sk_begin) {
-                tile = dp_tiles + (int)((sk_end - 1) / k_tiles);
-                k_end = (int)((sk_end - 1) % k_tiles) + 1;
-                k_first = (int)max(0LL, k_end - (sk_end - sk_begin));
+        if ((int)blockIdx.x < sk_blocks) {
+            const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+            int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+            while (sk_end > sk_begin) {
+                const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                const int k_end = (sk_end - 1) % k_tiles + 1;
+                const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                float acc[ACCUMULATORS];
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] = 0.0f;
+                }
+                float part[ACCUMULATORS];  // this k-tile's three products
+                unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
+                for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    mbarrier_wait(smem_u32(ready + stage), phase);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    // A's fragments of the k-tile, split in registers. Word k of row r lies at r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4
+                    // (the 128-byte swizzle); every row this thread loads has r % 8 = lane / 4.
+                    {
+                        const int lane = tid % 32;
+                        const unsigned char* const rows = tile_a + (consumer * CONSUMER_ROWS + (tid / 32) * 16 + lane / 4) * 128 + (lane % 4) * 4;
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                                #pragma unroll
+                                for (int j = 0; j < 4; ++j) {
+                                    const int row = mr * 64 + (j % 2) * 8;
+                                    const int chunk = (2 * kk + j / 2) ^ (lane / 4);
+                                    const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
+                                    const float big = tf32_round(x);
+                                    a_big[mr][kk][j] = __float_as_uint(big);
+                                    a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32
+                                }
+                            }
+                        }
+                    }
+                    const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                    const unsigned long long small_b = wgmma_descriptor(smem_u32(split + stage * B_STAGE_BYTES));
+                    wgmma_fence();
+                    // Descriptor steps (>> 4): k8 = 2 (32 bytes), 128 rows of B = 1024. The small products of every k-step first (the
+                    // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
+                    // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                if (kk == 0) wgmma_m64n128k8_rs_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                                else wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                                wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], small_b + 2 * kk + 1024 * nr);
+                            }
+                        }
+                    }
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            }
+                        }
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] += part[i];
+                    }
+                    if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));
+                }
+
+                if (k_end < k_tiles) {
+                    // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                    float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                        slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                    }
+                    __threadfence();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+                }
+                else {
+                    if (k_first > 0) {
+                        // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                        // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                        const int first_unit = (tile - dp_tiles) * k_tiles;
+                        int first_block = blockIdx.x;
+                        while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                        for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                            unsigned* const flag = flags + from * CONSUMERS + consumer;
+                            if (tid == 0) flag_wait(flag);
+                            warpgroup_sync(consumer);
+                            const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                            #pragma unroll
+                            for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                                const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                                acc[4 * i] += p.x;
+                                acc[4 * i + 1] += p.y;
+                                acc[4 * i + 2] += p.z;
+                                acc[4 * i + 3] += p.w;
+                            }
+                            if (tid == 0) *flag = 0;  // lowered for the next launch
+                        }
+                    }
+                    const int warp = tid / 32, lane = tid % 32;
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            }
+                        }
+                    }
+                }
             }
-            else if (dp_tile < dp_tiles) {
-                tile = dp_tile;
-                k_first = 0;
-                k_end = k_tiles;
-                dp_tile += gridDim.x;
-            }
-            else break;
+        }
+        for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+            const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
             // Groups of 8 tile rows are walked column by column, so blocks that
             // run together share rows of A and columns of B in L2.
@@ -505,8 +658,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                 if (k_first > 0) {
                     // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
                     // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
-                    const long long first_unit = (long long)(tile - dp_tiles) * k_tiles;
-                    const int first_block = (int)(((first_unit + 1) * sk_blocks + sk_work - 1) / sk_work - 1);
+                    const int first_unit = (tile - dp_tiles) * k_tiles;
+                    int first_block = blockIdx.x;
+                    while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
                     for (int from = first_block; from < (int)blockIdx.x; ++from) {
                         unsigned* const flag = flags + from * CONSUMERS + consumer;
                         if (tid == 0) flag_wait(flag);

@@ -13,9 +13,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MIN_IDLE_PERCENT,
-                              MIN_K_TILES_PER_BLOCK, SubLaunch, call_split, interior_launches, interior_split_pays,
-                              stream_k_split)
+from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
+                              MIN_K_TILES_PER_BLOCK, StreamKSplit, SubLaunch, call_split, interior_launches,
+                              interior_split_pays, stream_k_split)
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_SLOTS = 132 * 2  # sgemm_h100: 2 blocks per SM
@@ -209,6 +209,28 @@ def test_each_shared_tile_is_finished_by_the_block_that_does_its_last_k_tile(til
         assert any(piece[0] == tile and piece[2] == k_tiles for piece in pieces[finisher])
         assert list(split.contributors(tile)) == [block for block in meeting if block != finisher]
         assert all(block < finisher for block in split.contributors(tile))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sk_tiles=st.integers(1, 4096), k_tiles=st.integers(1, 2**20), sk_blocks=st.integers(1, 1024),
+       block=st.integers(0, 1024), data=st.data())
+def test_the_wgmma_kernels_32_bit_range_arithmetic_is_exact(sk_tiles, k_tiles, sk_blocks, block, data):
+    """The wgmma stream-K kernel never forms sk_work * block (which overflows int): a range's start as
+    quotient * block + remainder * block / sk_blocks is the exact one, and the fixup's search for a
+    shared tile's first contributor (down from the finisher while the range starts past the tile's first
+    k-tile) finds block_of's block; every intermediate fits in int where the launcher shares tiles."""
+    assume(sk_tiles * k_tiles <= MAX_WORK and sk_blocks <= sk_tiles * k_tiles)
+    split = StreamKSplit(tiles=sk_tiles, k_tiles=k_tiles, slots=sk_blocks, sk_tiles=sk_tiles, sk_blocks=sk_blocks)
+    block = min(block, sk_blocks)
+    assert split.range_begin(block) == split.sk_work * block // sk_blocks
+    quotient, remainder = divmod(split.sk_work, sk_blocks)
+    assert quotient * sk_blocks <= MAX_WORK and remainder * sk_blocks <= MAX_WORK
+    unit = data.draw(st.integers(0, split.sk_work - 1))
+    first = split.block_of(unit + (k_tiles - 1 - unit % k_tiles))  # the tile's finisher
+    unit -= unit % k_tiles  # the tile's first k-tile
+    while split.range_begin(first) > unit:
+        first -= 1
+    assert first == split.block_of(unit)
 
 
 @settings(max_examples=300, deadline=None)

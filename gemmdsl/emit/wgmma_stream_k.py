@@ -7,6 +7,14 @@ walk blockIdx.x, + gridDim.x, ... afterwards. Producer and consumers walk the sa
 k_first, k_end) in the same order: a block's range from its end, so its first piece starts at k-tile
 0 of a tile (or inside it) and its last piece ends at a tile's last k-tile.
 
+The pieces and the plain tiles are two loops over one body, not one loop that picks either: with one
+loop, the k-loop's bounds came out of a division by k_tiles, and ptxas kept the ring's counters and
+the wgmma descriptors in vector registers, moved to uniform ones before every wgmma (24 R2UR and 21
+more instructions per k-tile per warp than the persistent kernel's loop): 2-4% slower where no tile
+was shared (H100, 2026-11-26, README "Stream-K on the wgmma path"). In the plain tiles' loop k_first
+and k_end are constants, and the loop is the persistent kernel's. The range arithmetic is 32-bit
+(the launcher shares at most schedule.MAX_WORK k-tiles): a 64-bit division is a called subroutine.
+
 A piece that stops before the tile's last k-tile leaves the consumer's accumulators in the block's
 slot of the workspace (`partials`: one slot per stream-K block, BM x BN floats in the accumulators'
 own order, so each thread writes and reads whole float4s next to its neighbours') and raises the
@@ -63,31 +71,29 @@ class StreamKPersistentScheduler(PersistentScheduler):
         o.comment("Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;\n"
                   "the first dp_tiles tiles are plain ones.")
         o.line("const int dp_tiles = tile_count - sk_tiles;")
-        o.line("const long long sk_work = (long long)sk_tiles * k_tiles;")
+        o.line("const int sk_work = sk_tiles * k_tiles;  // at most schedule.MAX_WORK")
+        o.comment("Block b's range begins at sk_work * b / sk_blocks, computed without overflow as below.")
+        o.line("const int sk_quotient = sk_blocks > 0 ? sk_work / sk_blocks : 0;")
+        o.line("const int sk_remainder = sk_blocks > 0 ? sk_work % sk_blocks : 0;")
 
     def emit_loop(self, body: Callable[[], None], coordinates: bool = True) -> None:
-        """This block's stream-K pieces (its range from the end), then its plain tiles."""
+        """This block's stream-K pieces (its range from the end), then its plain tiles: the same body in
+        two loops (the module's docstring says why)."""
         o = self.out
-        o.line("long long sk_begin = 0, sk_end = 0;  // this block's shared k-tiles, taken from the end")
-        with o.block("if (blockIdx.x < sk_blocks)"):
-            o.line("sk_begin = sk_work * blockIdx.x / sk_blocks;")
-            o.line("sk_end = sk_work * (blockIdx.x + 1) / sk_blocks;")
-        o.line("int dp_tile = blockIdx.x;")
-        with o.block("for (;;)"):
-            o.line("int tile, k_first, k_end;" if coordinates else "int k_first, k_end;")
-            with o.block("if (sk_end > sk_begin)"):
+        with o.block("if ((int)blockIdx.x < sk_blocks)"):
+            o.line(f"const int sk_begin = {_range_begin('blockIdx.x')};")
+            o.line(f"int sk_end = {_range_begin('(blockIdx.x + 1)')};")
+            with o.block("while (sk_end > sk_begin)"):
                 if coordinates:
-                    o.line("tile = dp_tiles + (int)((sk_end - 1) / k_tiles);")
-                o.line("k_end = (int)((sk_end - 1) % k_tiles) + 1;")
-                o.line("k_first = (int)max(0LL, k_end - (sk_end - sk_begin));")
+                    o.line("const int tile = dp_tiles + (sk_end - 1) / k_tiles;")
+                o.line("const int k_end = (sk_end - 1) % k_tiles + 1;")
+                o.line("const int k_first = max(0, k_end - (sk_end - sk_begin));")
                 o.line("sk_end -= k_end - k_first;")
-            with o.block("else if (dp_tile < dp_tiles)"):
                 if coordinates:
-                    o.line("tile = dp_tile;")
-                o.line("k_first = 0;")
-                o.line("k_end = k_tiles;")
-                o.line("dp_tile += gridDim.x;")
-            o.line("else break;")
+                    emit_raster(self.spec, o, "tile")
+                body()
+        with o.block("for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x)"):
+            o.line("const int k_first = 0, k_end = k_tiles;")
             if coordinates:
                 emit_raster(self.spec, o, "tile")
             body()
@@ -106,8 +112,9 @@ class StreamKPersistentScheduler(PersistentScheduler):
             with o.block("if (k_first > 0)"):
                 o.comment("The tile's last piece: add the partial sums of the blocks that did its first k-tiles\n"
                           "(from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).")
-                o.line("const long long first_unit = (long long)(tile - dp_tiles) * k_tiles;")
-                o.line("const int first_block = (int)(((first_unit + 1) * sk_blocks + sk_work - 1) / sk_work - 1);")
+                o.line("const int first_unit = (tile - dp_tiles) * k_tiles;")
+                o.line("int first_block = blockIdx.x;")
+                o.line(f"while ({_range_begin('first_block')} > first_unit) --first_block;")
                 with o.block("for (int from = first_block; from < (int)blockIdx.x; ++from)"):
                     o.line("unsigned* const flag = flags + from * CONSUMERS + consumer;")
                     o.line("if (tid == 0) flag_wait(flag);")
@@ -121,6 +128,12 @@ class StreamKPersistentScheduler(PersistentScheduler):
                         o.line("acc[4 * i + 3] += p.w;")
                     o.line("if (tid == 0) *flag = 0;  // lowered for the next launch")
             epilogue()
+
+
+def _range_begin(block: str) -> str:
+    """Where stream-K block `block`'s range begins, sk_work * block / sk_blocks, in 32-bit arithmetic
+    (schedule.StreamKSplit.range_begin)."""
+    return f"sk_quotient * {block} + sk_remainder * {block} / sk_blocks"
 
 
 def _slot(block: str) -> str:
