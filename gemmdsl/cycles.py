@@ -195,7 +195,8 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
     clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
-    STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's measured wait for each k-tile's group;
+    STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's wait for each k-tile's group (measured) and
+    its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
     back one partial tile. The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
     too."""
@@ -214,7 +215,9 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
-    wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] if layout.split else 0
+    # 3xTF32: the consumer's wait for its group, then `acc += part`: 4 warps a warpgroup over 4 schedulers, so
+    # each scheduler issues accumulators x consumers adds per k-tile.
+    wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if layout.split else 0
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial,
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),

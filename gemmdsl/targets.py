@@ -101,11 +101,14 @@ WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 204
 # ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.
 L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
 # Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
-# before it reloads A's fragments and adds `part` (emit/wgmma_split.py). Measured on the H100 at 8192^3, at
-# 1755 MHz: 724 cycles at 128x128 and 767 at 128x192 in session 9; after session 15's leaner split (README,
-# T15-T16) 385 (126.5 TFLOP/s: 1,921 cycles per k-tile and SM against wgmma's 1,536) and 416 (132.9 TFLOP/s:
-# 2,720 against 2,304).
-SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 400}
+# before it reloads A's fragments and adds `part` (emit/wgmma_split.py). cycles.wgmma_member_model counts
+# the adds (one FADD per accumulator and thread, one issue slot each: accumulators x the consumer warps a
+# scheduler holds); this is the rest, measured on the H100 at 8192^3 at 1755 MHz: 130.8 TFLOP/s for
+# sgemm_3xtf32_h100_sk after session 16's two-loop stream-K kernel (1,857 cycles per k-tile and SM against
+# wgmma's 1,536, less 2 x 64 cycles of adds = 193). The 128x192 spec then comes out at 2,686 cycles per
+# k-tile, where it measured 2,709 (134.5 TFLOP/s). Before: one wait for both tilings, 400 cycles (385 and 416
+# measured in session 15 on the persistent kernels), 724 and 767 in session 9.
+SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 190}
 # Cycles from the moment a consumer frees a stage of the TMA ring to the moment that stage's next k-tile
 # has landed, under the load of every SM streaming (Little's law: with STAGES - 1 stages in flight a ring
 # delivers at most one k-tile per ROUND_TRIP / (STAGES - 1) cycles, however fast L2 is). Calibrated on

@@ -25,7 +25,7 @@
 //   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
 //   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 6,442 MB more (B's stages split, A's fragments loaded)
 //   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM, 97% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 160 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,936 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 400 of 3xTF32's wait, so about 125 TFLOP/s (76% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 160 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,854 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 131 TFLOP/s (79% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

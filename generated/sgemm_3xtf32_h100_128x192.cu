@@ -25,7 +25,7 @@
 //   pipeline: 3 stages, 9 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x192) = 40960 bytes per k-tile; 12 wgmma m64n192k8 per consumer per k-tile, 0 groups in flight, 2 stages of lookahead for TMA
 //   traffic: 8,650,752 wgmma warp instructions; 180,224 TMA copies bring 3,691 MB from L2; wgmma reads 13,288 MB of B (A from registers) from shared memory (103,809,024 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 5,906 MB more (B's stages split, A's fragments loaded)
 //   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 147 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 2,704 cycles per SM, 2,304 set by wgmma's multiply-adds (shared-memory reads 1,664, TMA's bytes from L2 1,078, the ring's round trip 1,500) and 400 of 3xTF32's wait, so about 119 TFLOP/s (72% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 147 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 2,686 cycles per SM, 2,304 set by wgmma's multiply-adds (shared-memory reads 1,664, TMA's bytes from L2 1,078, the ring's round trip 1,500) and 382 of 3xTF32's wait and FP32 adds, so about 120 TFLOP/s (73% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -8,7 +8,7 @@
 //   // which the 128x192 tiles spread over half as much work again.
 //   family sgemm_3xtf32_h100_family {
 //       use sgemm_3xtf32_h100_sk.gemm;        // 128x128x32, stream-K: small and mid-sized problems
-//       use sgemm_3xtf32_h100_128x192.gemm;   // 128x192x32, persistent: large ones (6144^3 and up)
+//       use sgemm_3xtf32_h100_128x192_sk.gemm;  // 128x192x32, stream-K: large ones
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -869,13 +869,13 @@ extern "C" cudaError_t sgemm_3xtf32_h100_sk_launch(const float* A, const float* 
 #endif
 }  // namespace sgemm_3xtf32_h100_sk
 
-// ---- member sgemm_3xtf32_h100_128x192, from sgemm_3xtf32_h100_128x192.gemm ----
-namespace sgemm_3xtf32_h100_128x192 {
+// ---- member sgemm_3xtf32_h100_128x192_sk, from sgemm_3xtf32_h100_128x192_sk.gemm ----
+namespace sgemm_3xtf32_h100_128x192_sk {
 
 // A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
 // __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
 // header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) sgemm_3xtf32_h100_128x192_tensor_map {
+struct alignas(64) sgemm_3xtf32_h100_128x192_sk_tensor_map {
     unsigned long long opaque[16];
 };
 
@@ -1068,12 +1068,34 @@ static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int 
     }
 }
 
+// Stream-K's flags (emit/wgmma_stream_k.py). The writer: every thread's partial sums are stored, each
+// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
+static __device__ __forceinline__ void flag_raise(unsigned* flag)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
+}
+
+// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
+static __device__ __forceinline__ void flag_wait(const unsigned* flag)
+{
+    unsigned raised = 0;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
+    } while (raised == 0);
+}
+
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
-extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_kernel(
-    const __grid_constant__ sgemm_3xtf32_h100_128x192_tensor_map map_a, const __grid_constant__ sgemm_3xtf32_h100_128x192_tensor_map map_b,
-    float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta)
+extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_sk_kernel(
+    const __grid_constant__ sgemm_3xtf32_h100_128x192_sk_tensor_map map_a, const __grid_constant__ sgemm_3xtf32_h100_128x192_sk_tensor_map map_b,
+    float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta, int sk_tiles, int sk_blocks, float* __restrict__ partials, unsigned* __restrict__ flags)
 {
     // Each of the 2 consumer warpgroups multiplies 64 rows by 192 columns: 1 x 1 m64n192k8 per k-step, 4 steps per k-tile,
     // 96 f32 accumulators per thread.
@@ -1126,13 +1148,54 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
 
     const int tile_count = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     const int k_tiles = (K + BK - 1) / BK;
+    // Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;
+    // the first dp_tiles tiles are plain ones.
+    const int dp_tiles = tile_count - sk_tiles;
+    const int sk_work = sk_tiles * k_tiles;  // at most schedule.MAX_WORK
+    // Block b's range begins at sk_work * b / sk_blocks, computed without overflow as below.
+    const int sk_quotient = sk_blocks > 0 ? sk_work / sk_blocks : 0;
+    const int sk_remainder = sk_blocks > 0 ? sk_work % sk_blocks : 0;
 
     if (warpgroup == 0) {
         // Producer.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
-            for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
+                    sk_end -= k_end - k_first;
+                    // Rasterization (group(8)): where C tile `tile` lies.
+                    // Groups of 8 tile rows are walked column by column, so blocks that
+                    // run together share rows of A and columns of B in L2.
+                    const int tiles_m = (M + BM - 1) / BM;
+                    const int tiles_n = (N + BN - 1) / BN;
+                    const int group_size = 8;
+                    const int blocks_per_group = group_size * tiles_n;
+                    const int first_tile_m = (tile / blocks_per_group) * group_size;
+                    const int group_rows = min(tiles_m - first_tile_m, group_size);
+                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                    const int tile_n = (tile % blocks_per_group) / group_rows;
+                    const int block_m = tile_m * BM;
+                    const int block_n = tile_n * BN;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                        const unsigned barrier = smem_u32(full + stage);
+                        mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                        unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                        tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                        tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                    }
+                }
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
                 // Groups of 8 tile rows are walked column by column, so blocks that
                 // run together share rows of A and columns of B in L2.
@@ -1146,7 +1209,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
                 const int tile_n = (tile % blocks_per_group) / group_rows;
                 const int block_m = tile_m * BM;
                 const int block_n = tile_n * BN;
-                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+                for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
                     mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
@@ -1160,8 +1223,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
         }
         else if (tid >= 32) {
             int it = 0;
-            for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
-                for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
+                    sk_end -= k_end - k_first;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(full + stage), phase);
+                        // 1536 float4 of B, 16.0 per splitter thread: the small parts, at the same offset of the stage's
+                        // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
+                        float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
+                        float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
+                        #pragma unroll
+                        for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
+                            const float4 x = big[w];
+                            small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+                        }
+                        fence_proxy_async();
+                        mbarrier_arrive(smem_u32(ready + stage));
+                    }
+                }
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
+                for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
                     mbarrier_wait(smem_u32(full + stage), phase);
@@ -1186,7 +1275,155 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
         const int consumer = warpgroup - 1;
         const bool pairs = reinterpret_cast<size_t>(C) % 8 == 0 && ldc % 2 == 0;
         int it = 0;
-        for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+        if ((int)blockIdx.x < sk_blocks) {
+            const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+            int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+            while (sk_end > sk_begin) {
+                const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                const int k_end = (sk_end - 1) % k_tiles + 1;
+                const int k_first = max(0, k_end - (sk_end - sk_begin));
+                sk_end -= k_end - k_first;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                float acc[ACCUMULATORS];
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] = 0.0f;
+                }
+                float part[ACCUMULATORS];  // this k-tile's three products
+                unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
+                for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    mbarrier_wait(smem_u32(ready + stage), phase);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    // A's fragments of the k-tile, split in registers. Word k of row r lies at r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4
+                    // (the 128-byte swizzle); every row this thread loads has r % 8 = lane / 4.
+                    {
+                        const int lane = tid % 32;
+                        const unsigned char* const rows = tile_a + (consumer * CONSUMER_ROWS + (tid / 32) * 16 + lane / 4) * 128 + (lane % 4) * 4;
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                                #pragma unroll
+                                for (int j = 0; j < 4; ++j) {
+                                    const int row = mr * 64 + (j % 2) * 8;
+                                    const int chunk = (2 * kk + j / 2) ^ (lane / 4);
+                                    const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
+                                    const float big = tf32_round(x);
+                                    a_big[mr][kk][j] = __float_as_uint(big);
+                                    a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32
+                                }
+                            }
+                        }
+                    }
+                    const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                    const unsigned long long small_b = wgmma_descriptor(smem_u32(split + stage * B_STAGE_BYTES));
+                    wgmma_fence();
+                    // Descriptor steps (>> 4): k8 = 2 (32 bytes), 192 rows of B = 1536. The small products of every k-step first (the
+                    // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
+                    // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                if (kk == 0) wgmma_m64n192k8_rs_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1536 * nr);
+                                else wgmma_m64n192k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1536 * nr);
+                                wgmma_m64n192k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], small_b + 2 * kk + 1536 * nr);
+                            }
+                        }
+                    }
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                wgmma_m64n192k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], big_b + 2 * kk + 1536 * nr);
+                            }
+                        }
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] += part[i];
+                    }
+                    if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));
+                }
+
+                if (k_end < k_tiles) {
+                    // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                    float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                        slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                    }
+                    __threadfence();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+                }
+                else {
+                    if (k_first > 0) {
+                        // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                        // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                        const int first_unit = (tile - dp_tiles) * k_tiles;
+                        int first_block = blockIdx.x;
+                        while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                        for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                            unsigned* const flag = flags + from * CONSUMERS + consumer;
+                            if (tid == 0) flag_wait(flag);
+                            warpgroup_sync(consumer);
+                            const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                            #pragma unroll
+                            for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                                const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                                acc[4 * i] += p.x;
+                                acc[4 * i + 1] += p.y;
+                                acc[4 * i + 2] += p.z;
+                                acc[4 * i + 3] += p.w;
+                            }
+                            if (tid == 0) *flag = 0;  // lowered for the next launch
+                        }
+                    }
+                    const int warp = tid / 32, lane = tid % 32;
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+            const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
             // Groups of 8 tile rows are walked column by column, so blocks that
             // run together share rows of A and columns of B in L2.
@@ -1207,7 +1444,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
             }
             float part[ACCUMULATORS];  // this k-tile's three products
             unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
-            for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+            for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
                 const int stage = it % STAGES;
                 const unsigned phase = (it / STAGES) & 1;
                 mbarrier_wait(smem_u32(full + stage), phase);
@@ -1271,21 +1508,56 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
                 if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));
             }
 
-            const int warp = tid / 32, lane = tid % 32;
-            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-            const int col0 = block_n + lane % 4 * 2;
-            #pragma unroll
-            for (int mr = 0; mr < M_REPEAT; ++mr) {
+            if (k_end < k_tiles) {
+                // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
                 #pragma unroll
-                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                    slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                }
+                __threadfence();
+                warpgroup_sync(consumer);
+                if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+            }
+            else {
+                if (k_first > 0) {
+                    // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                    // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                    const int first_unit = (tile - dp_tiles) * k_tiles;
+                    int first_block = blockIdx.x;
+                    while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                    for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                        unsigned* const flag = flags + from * CONSUMERS + consumer;
+                        if (tid == 0) flag_wait(flag);
+                        warpgroup_sync(consumer);
+                        const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                        #pragma unroll
+                        for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                            const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                            acc[4 * i] += p.x;
+                            acc[4 * i + 1] += p.y;
+                            acc[4 * i + 2] += p.z;
+                            acc[4 * i + 3] += p.w;
+                        }
+                        if (tid == 0) *flag = 0;  // lowered for the next launch
+                    }
+                }
+                const int warp = tid / 32, lane = tid % 32;
+                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                const int col0 = block_n + lane % 4 * 2;
+                #pragma unroll
+                for (int mr = 0; mr < M_REPEAT; ++mr) {
                     #pragma unroll
-                    for (int j = 0; j < WGMMA_N / 8; ++j) {
-                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                        store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                        store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        #pragma unroll
+                        for (int j = 0; j < WGMMA_N / 8; ++j) {
+                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        }
                     }
                 }
             }
@@ -1300,12 +1572,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_k
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
-typedef CUresult (*sgemm_3xtf32_h100_128x192_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+typedef CUresult (*sgemm_3xtf32_h100_128x192_sk_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-static cudaError_t sgemm_3xtf32_h100_128x192_encoder(sgemm_3xtf32_h100_128x192_encode_tiled* encode) {
-    static sgemm_3xtf32_h100_128x192_encode_tiled found = nullptr;  // every thread finds the same function
+static cudaError_t sgemm_3xtf32_h100_128x192_sk_encoder(sgemm_3xtf32_h100_128x192_sk_encode_tiled* encode) {
+    static sgemm_3xtf32_h100_128x192_sk_encode_tiled found = nullptr;  // every thread finds the same function
     if (found == nullptr) {
         void* function = nullptr;
         cudaDriverEntryPointQueryResult query;
@@ -1313,7 +1585,7 @@ static cudaError_t sgemm_3xtf32_h100_128x192_encoder(sgemm_3xtf32_h100_128x192_e
                                                                     cudaEnableDefault, &query);
         if (err != cudaSuccess) return err;
         if (query != cudaDriverEntryPointSuccess || function == nullptr) return cudaErrorNotSupported;
-        found = reinterpret_cast<sgemm_3xtf32_h100_128x192_encode_tiled>(function);
+        found = reinterpret_cast<sgemm_3xtf32_h100_128x192_sk_encode_tiled>(function);
     }
     *encode = found;
     return cudaSuccess;
@@ -1322,8 +1594,8 @@ static cudaError_t sgemm_3xtf32_h100_128x192_encoder(sgemm_3xtf32_h100_128x192_e
 // A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
 // tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
 // stores outside it are dropped.
-static cudaError_t sgemm_3xtf32_h100_128x192_tensor_map_of(sgemm_3xtf32_h100_128x192_tensor_map* out, sgemm_3xtf32_h100_128x192_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
-    static_assert(sizeof(CUtensorMap) == sizeof(sgemm_3xtf32_h100_128x192_tensor_map), "CUtensorMap is 128 bytes");
+static cudaError_t sgemm_3xtf32_h100_128x192_sk_tensor_map_of(sgemm_3xtf32_h100_128x192_sk_tensor_map* out, sgemm_3xtf32_h100_128x192_sk_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+    static_assert(sizeof(CUtensorMap) == sizeof(sgemm_3xtf32_h100_128x192_sk_tensor_map), "CUtensorMap is 128 bytes");
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
@@ -1339,22 +1611,22 @@ static cudaError_t sgemm_3xtf32_h100_128x192_tensor_map_of(sgemm_3xtf32_h100_128
 
 // The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark
 // or a training loop calls with the same operands again and again.
-struct sgemm_3xtf32_h100_128x192_map_cache {
+struct sgemm_3xtf32_h100_128x192_sk_map_cache {
     const void* a = nullptr;
     const void* b = nullptr;
     int m = 0, n = 0, k = 0, lda = 0, ldb = 0;
-    sgemm_3xtf32_h100_128x192_tensor_map map_a, map_b;
+    sgemm_3xtf32_h100_128x192_sk_tensor_map map_a, map_b;
 };
 
-static cudaError_t sgemm_3xtf32_h100_128x192_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, int N, int K, const sgemm_3xtf32_h100_128x192_map_cache** maps) {
-    static thread_local sgemm_3xtf32_h100_128x192_map_cache cache;
+static cudaError_t sgemm_3xtf32_h100_128x192_sk_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, int N, int K, const sgemm_3xtf32_h100_128x192_sk_map_cache** maps) {
+    static thread_local sgemm_3xtf32_h100_128x192_sk_map_cache cache;
     *maps = &cache;
     if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb)
         return cudaSuccess;
-    sgemm_3xtf32_h100_128x192_encode_tiled encode;
-    cudaError_t err = sgemm_3xtf32_h100_128x192_encoder(&encode);
-    if (err == cudaSuccess) err = sgemm_3xtf32_h100_128x192_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, A, K, M, lda, 32, 128);
-    if (err == cudaSuccess) err = sgemm_3xtf32_h100_128x192_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, K, N, ldb, 32, 192);
+    sgemm_3xtf32_h100_128x192_sk_encode_tiled encode;
+    cudaError_t err = sgemm_3xtf32_h100_128x192_sk_encoder(&encode);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_128x192_sk_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, A, K, M, lda, 32, 128);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_128x192_sk_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, K, N, ldb, 32, 192);
     if (err != cudaSuccess) {
         cache.a = nullptr;  // nothing valid is cached
         return err;
@@ -1369,7 +1641,53 @@ static cudaError_t sgemm_3xtf32_h100_128x192_tensor_maps(const void* A, int lda,
     return cudaSuccess;
 }
 
-extern "C" cudaError_t sgemm_3xtf32_h100_128x192_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void sgemm_3xtf32_h100_128x192_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
+    const long long shared = tiles % slots;
+    const long long work = shared * k_tiles;
+    long long blocks = (work + 3) / 4;
+    if (blocks > slots) blocks = slots;
+    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
+}
+
+// Stream-K's workspace: a slot of BM x BN partial sums (98304 bytes) per SM, then a flag per SM and consumer
+// (zero between launches: the kernel lowers every flag it raises). One per device and stream, allocated
+// stream-ordered by the first call that shares tiles and kept for the later ones: launches on one stream
+// run in order and may share it, launches on two streams get two.
+static cudaError_t sgemm_3xtf32_h100_128x192_sk_workspace(int device, cudaStream_t stream, int sms, float** partials, unsigned** flags) {
+    struct Workspace {
+        int device;
+        cudaStream_t stream;
+        void* memory;
+    };
+    static std::mutex lock;
+    static std::vector<Workspace> kept;
+    const size_t partial_bytes = (size_t)sms * 98304;
+    const size_t flag_bytes = (size_t)sms * 2 * sizeof(unsigned);
+    std::lock_guard<std::mutex> guard(lock);
+    void* memory = nullptr;
+    for (const Workspace& w : kept)
+        if (w.device == device && w.stream == stream) memory = w.memory;
+    if (memory == nullptr) {
+        cudaError_t err = cudaMallocAsync(&memory, partial_bytes + flag_bytes, stream);
+        if (err == cudaSuccess) err = cudaMemsetAsync(static_cast<char*>(memory) + partial_bytes, 0, flag_bytes, stream);
+        if (err != cudaSuccess) return err;
+        kept.push_back({device, stream, memory});
+    }
+    *partials = static_cast<float*>(memory);
+    *flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483455 || K > 2147483615) return cudaErrorInvalidValue;
@@ -1386,23 +1704,35 @@ extern "C" cudaError_t sgemm_3xtf32_h100_128x192_launch_ld(const float* A, int l
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
-    const sgemm_3xtf32_h100_128x192_map_cache* maps = nullptr;
-    cudaError_t err = sgemm_3xtf32_h100_128x192_tensor_maps(A, lda, B, ldb, M, N, K, &maps);
+    // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
+    // other tiles (schedule.py's stream_k_split and persistent_blocks).
+    if (sms < 1) sms = 1;
+    int sk_tiles = 0, sk_blocks = 0;
+    sgemm_3xtf32_h100_128x192_sk_stream_k_split(tiles, ((long long)K + 32 - 1) / 32, sms, 1, &sk_tiles, &sk_blocks);
+    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
+    if (sk_blocks > blocks) blocks = sk_blocks;
+    float* partials = nullptr;
+    unsigned* flags = nullptr;
+    if (sk_tiles > 0) {
+        status = sgemm_3xtf32_h100_128x192_sk_workspace(device, stream, sms, &partials, &flags);
+        if (status != cudaSuccess) return status;
+    }
+    const sgemm_3xtf32_h100_128x192_sk_map_cache* maps = nullptr;
+    cudaError_t err = sgemm_3xtf32_h100_128x192_sk_tensor_maps(A, lda, B, ldb, M, N, K, &maps);
     if (err != cudaSuccess) return err;
-    const auto kernel = sgemm_3xtf32_h100_128x192_kernel;
+    const auto kernel = sgemm_3xtf32_h100_128x192_sk_kernel;
     const size_t smem_bytes = 197704;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
     if (err != cudaSuccess) return err;
-    kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, C, M, N, K, ldc, alpha, beta);
+    kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, C, M, N, K, ldc, alpha, beta, sk_tiles, sk_blocks, partials, flags);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t sgemm_3xtf32_h100_128x192_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    return sgemm_3xtf32_h100_128x192_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_3xtf32_h100_128x192_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 #endif
-}  // namespace sgemm_3xtf32_h100_128x192
+}  // namespace sgemm_3xtf32_h100_128x192_sk
 
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
@@ -1418,11 +1748,11 @@ struct sgemm_3xtf32_h100_family_member {
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
 };
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1936};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192[] = {2704};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1854};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2686};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
     {128, 128, 32, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, nullptr, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192, 5174, 0, 0},  // sgemm_3xtf32_h100_128x192
+    {128, 192, 32, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0},  // sgemm_3xtf32_h100_128x192_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1478,7 +1808,7 @@ static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K
     return best;
 }
 
-static cudaError_t (*const sgemm_3xtf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch, sgemm_3xtf32_h100_128x192::sgemm_3xtf32_h100_128x192_launch};
+static cudaError_t (*const sgemm_3xtf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_3xtf32_h100_family_choose(M, N, K, true);
@@ -1490,7 +1820,7 @@ extern "C" cudaError_t sgemm_3xtf32_h100_family_launch(const float* A, const flo
     return status;
 }
 
-static cudaError_t (*const sgemm_3xtf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld, sgemm_3xtf32_h100_128x192::sgemm_3xtf32_h100_128x192_launch_ld};
+static cudaError_t (*const sgemm_3xtf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
     const int member = sgemm_3xtf32_h100_family_choose(M, N, K, true);

@@ -17,7 +17,7 @@
 #define sgemm_3xtf32_h100_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
 // vector accesses (else the checked members run a kernel with one-element accesses, except
-// sgemm_3xtf32_h100_sk, sgemm_3xtf32_h100_128x192, which refuse the call).
+// sgemm_3xtf32_h100_sk, sgemm_3xtf32_h100_128x192_sk, which refuse the call).
 #define sgemm_3xtf32_h100_family_A_VECTOR_ELEMENTS 4
 #define sgemm_3xtf32_h100_family_B_VECTOR_ELEMENTS 4
 #define sgemm_3xtf32_h100_family_C_VECTOR_ELEMENTS 1
@@ -81,7 +81,7 @@ cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, const float*
                                            int ldc, int M, int N, int K, float alpha, float beta,
                                            cudaStream_t stream);
 
-// Member sgemm_3xtf32_h100_128x192 (sgemm_3xtf32_h100_128x192.gemm: 128x192x32 tiles, bounds:
+// Member sgemm_3xtf32_h100_128x192_sk (sgemm_3xtf32_h100_128x192_sk.gemm: 128x192x32 tiles, bounds:
 // checked). Its launchers take the parameters of sgemm_3xtf32_h100_family's of the same kind and run
 // it alone, without the rule.
 //
@@ -94,11 +94,15 @@ cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, const float*
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
-cudaError_t sgemm_3xtf32_h100_128x192_launch(const float* A, const float* B, float* C, int M, int N, int K,
-                                             float alpha, float beta, cudaStream_t stream);
-cudaError_t sgemm_3xtf32_h100_128x192_launch_ld(const float* A, int lda, const float* B, int ldb, float* C,
-                                                int ldc, int M, int N, int K, float alpha, float beta,
-                                                cudaStream_t stream);
+// Stream-K: the first call that shares tiles on a stream allocates that stream's workspace
+// (cudaMallocAsync: per SM a BM x BN slot of partial sums and a flag per consumer warpgroup;
+// kept for later calls, never freed) and returns its errors. Calls on one stream share it;
+// calls on two streams get two.
+cudaError_t sgemm_3xtf32_h100_128x192_sk_launch(const float* A, const float* B, float* C, int M, int N,
+                                                int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld(const float* A, int lda, const float* B, int ldb,
+                                                   float* C, int ldc, int M, int N, int K, float alpha,
+                                                   float beta, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

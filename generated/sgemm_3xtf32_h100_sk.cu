@@ -25,7 +25,7 @@
 //   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
 //   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 6,442 MB more (B's stages split, A's fragments loaded)
 //   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,936 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 400 of 3xTF32's wait, so about 129 TFLOP/s (78% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,854 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 134 TFLOP/s (81% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

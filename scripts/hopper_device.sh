@@ -77,7 +77,8 @@ if wants triton; then
 fi
 if wants sanitize; then
     SIZES=333x517x136,256x256x256 bash scripts/sanitize.sh specs/tf32_h100.gemm specs/sgemm_3xtf32_h100.gemm \
-        specs/sgemm_3xtf32_h100_sk.gemm specs/sgemm_3xtf32_h100_128x192.gemm specs/tf32_h100_128x64.gemm \
+        specs/sgemm_3xtf32_h100_sk.gemm specs/sgemm_3xtf32_h100_128x192.gemm specs/sgemm_3xtf32_h100_128x192_sk.gemm \
+        specs/tf32_h100_128x64.gemm \
         specs/tf32_h100_128x192.gemm specs/hgemm_h100_nn.gemm 2>&1 \
         | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1

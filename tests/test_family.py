@@ -447,20 +447,24 @@ def test_hopper_families_choose_the_tiles_the_h100_ran_fastest(name):
 
 
 def test_the_3xtf32_family_chooses_the_tiles_the_h100_ran_fastest():
-    """The H100's measurements of 2026-11-23 (README, Hopper: 3xTF32), ratios to cuBLAS SGEMM: the
-    128x192 tiles at 3072^3 (2.52x against 2.31x for the 128x128 stream-K spec), 6144^3 (2.30x against
-    2.10x) and 8192^3 (2.31x against 2.09x); the stream-K spec at 1024^3 (1.86x against 0.99x), 2048^3
-    (1.95x against 1.47x), 4096^3 (2.05x against 2.00x) and 4096x4096x1024 (2.04x against 1.97x). The
-    measured wait per k-tile came from 8192^3 alone; without it the rule took the stream-K spec at
-    every size."""
+    """The H100's measurements of 2026-11-26 (README, Tensor cores T20), % of cuBLAS SGEMM, two rounds: the
+    128x192 stream-K spec at 1536^3 (270 against 246 for the 128x128 stream-K spec), 3072^3 (286 / 282),
+    4096^3 (255 / 251), 5120^3 (283 / 278), 6144^3 (270 / 261) and 8192^3 (269 / 265); the 128x128 one at
+    1024^3 (210 / 175), 2048^3 (238 / 231) and 4096x4096x1024 (248 / 244). Within 1% of each other (not
+    asserted): 2560^3, 4096x4096x2048 and 2048x2048x8192. The rule's 3xTF32 terms: the consumer's wait
+    measured once (128x128 at 8192^3) and its FP32 adds counted (64 or 96 accumulators, two consumer warps
+    per scheduler); with one measured wait for both tilings it took the 128x192 tiles at 2048^3 and
+    4096x4096x1024."""
     family = compile_family_path(ROOT / "specs" / "sgemm_3xtf32_h100_family.gemmf")
     names = [model.name for model in family.models]
-    for shape in [(3072, 3072, 3072), (6144, 6144, 6144), (8192, 8192, 8192)]:
-        assert names[choose(family.models, *shape)] == "sgemm_3xtf32_h100_128x192", shape
-    for shape in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]:
+    for shape in [(1536, 1536, 1536), (3072, 3072, 3072), (4096, 4096, 4096), (5120, 5120, 5120),
+                  (6144, 6144, 6144), (8192, 8192, 8192)]:
+        assert names[choose(family.models, *shape)] == "sgemm_3xtf32_h100_128x192_sk", shape
+    for shape in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 1024)]:
         assert names[choose(family.models, *shape)] == "sgemm_3xtf32_h100_sk", shape
-    terms = dict(family.models[1].terms)
-    assert terms["split_wait_cycles_per_k_tile"] == 400 and family.models[1].k_tile_cycles == (2304 + 400,)
+    waits = [dict(model.terms)["split_wait_cycles_per_k_tile"] for model in family.models]
+    assert waits == [190 + 2 * 64, 190 + 2 * 96]
+    assert [model.k_tile_cycles for model in family.models] == [(1536 + 318,), (2304 + 382,)]
 
 
 hopper_sizes = st.integers(1, 20000) | st.integers(1, 100).map(lambda t: 64 * t)

@@ -272,7 +272,7 @@ class WgmmaBoundPass:
         verdict = (f"wgmma {unit} peak {peak:.0f} TFLOP/s (datasheet{measured}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
                    f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves); "
                    f"cycle model: a k-tile takes {result.k_tile_cycles:,} cycles per SM, "
-                   + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of 3xTF32's wait" if wait
+                   + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of 3xTF32's wait and FP32 adds" if wait
                       else f"set by {result.k_tile_limit} ({others})")
                    + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak; "
                      "both at the datasheet's clock, which long runs under the power cap do not hold)")
