@@ -750,19 +750,32 @@ def prebuild(survivors: Sequence[Survivor], jobs: int, template_path: str) -> No
 
         context = multiprocessing.get_context("spawn")  # the parent may already hold a CUDA context
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            binaries = list(pool.map(compile_cubin, [w[1] for w in work], [w[2] for w in work]))
+            binaries = list(pool.map(_cubin_or_none, [w[1] for w in work], [w[2] for w in work]))
         for (file_name, _, _), binary in zip(work, binaries):
-            cache.get_or_build(file_name, lambda binary=binary: binary)
+            if binary is not None:  # one that does not build fails again, with its message, when it is loaded
+                cache.get_or_build(file_name, lambda binary=binary: binary)
     except Exception as err:  # pragma: no cover - depends on the GPU machine
         print(f"note: parallel prebuild skipped ({err}); kernels compile one by one", file=sys.stderr)
 
 
+def _cubin_or_none(source: str, target: str) -> bytes | None:
+    """A prebuild worker: the cubin, or None when the candidate does not build (loading it says why)."""
+    from .runtime import KernelBuildError, compile_cubin
+
+    try:
+        return compile_cubin(source, target)
+    except KernelBuildError:
+        return None
+
+
 def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
                     jobs: int = 1, template_path: str = "<template>.gemm") -> Timing:
-    """Compile, load and time the candidates on the GPU with bench.bench (cuBLAS beside them)."""
+    """Compile, load and time the candidates on the GPU with bench.bench (cuBLAS beside them). A candidate
+    that does not build (without the ptxas check, --no-nvcc, nothing caught it before) is left out with the
+    compiler's reason, and the others are timed."""
     from .bench import bench
     from .compiler import compile_source
-    from .runtime import Kernel
+    from .runtime import Kernel, KernelBuildError
 
     prebuild(survivors, jobs, template_path)
     kernels = []
@@ -770,8 +783,21 @@ def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: 
         print(f"[load {number}/{len(survivors)}] {survivor.candidate.name}", file=sys.stderr, flush=True)
         artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate),
                                               survivor.candidate.text))
-        kernels.append(Kernel(artifacts))
+        try:
+            kernels.append(Kernel(artifacts))
+        except KernelBuildError as err:
+            print(f"note: {survivor.candidate.name} left out: it does not build ({build_failure(str(err))})",
+                  file=sys.stderr)
+    if not kernels:
+        raise KernelBuildError("no candidate builds")
     return timing_from_report(bench(kernels, list(sizes), runs=runs, warmup=warmup), sizes)
+
+
+def build_failure(log: str) -> str:
+    """The line of a compiler's log that says why it failed (ptxas's fatal, nvcc's error), else its first."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    fatal = [line for line in lines if "fatal" in line or ": error" in line]
+    return (fatal or lines or ["no message"])[0]
 
 
 # ---------------------------------------------------------------------------

@@ -274,3 +274,12 @@ def _check_fit(spec: ir.KernelSpec, error: Report) -> None:
                      f"registers in all, but setmaxnreg can give a consumer only {have}",
               f"use more consumer warpgroups or a smaller block tile (at most "
               f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
+    if layout.instruction_registers() > layout.entry_registers:
+        shape = spec.mma.shape
+        narrower = [n for n in (192, 128, 64) if n < shape.n and layout.bn % n == 0
+                    and layout.instruction_registers(n) <= layout.entry_registers]
+        error(where, f"one {shape} needs about {layout.instruction_registers()} registers per thread to compile, but "
+                     f"{layout.threads} threads leave {layout.entry_registers} at launch: ptxas stops (C7602) before "
+                     "setmaxnreg can raise the consumers",
+              (f"use a narrower instruction (m64n{narrower[0]}k{shape.k}, more of them per k-step) " if narrower
+               else "use a narrower instruction ") + "or fewer consumer warpgroups")

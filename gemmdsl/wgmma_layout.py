@@ -63,6 +63,12 @@ CONSUMER_RESERVE = 32
 # sgemm_3xtf32_h100 (160 such registers, 168 with this) and sgemm_3xtf32_h100_128x192 (224, 232: all
 # that setmaxnreg gives) without spilling (nvcc 13.0, 2026-11-23).
 SPLIT_LOOP_RESERVE = 8
+# ptxas compiles each wgmma within the launch's register cap, before setmaxnreg raises the consumers: one
+# instruction's accumulators (and A's fragment words when they come from registers) plus this many must fit,
+# or it stops with C7602 ("Insufficient registers (128) to compile instruction ... Try ... 154"). Measured
+# with nvcc 13.0 for sm_90a (2026-11-26): m64n256k16 (128 accumulators) asked for 154 under 3 consumer
+# warpgroups' cap of 128; m64n192k16 (96) compiled there, m64n128k16 (64) under 4 consumers' cap of 96.
+WGMMA_INSTRUCTION_RESERVE = 26
 # wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in
 # bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45,
 # the swizzle mode in 62-63 (1 = 128-byte swizzle). In the 128-byte swizzle a k-major operand's rows
@@ -332,6 +338,12 @@ class WgmmaLayout:
             return PRODUCER_REGISTERS[0]
         fitting = [r for r in PRODUCER_REGISTERS if self._consumer_share(r) >= self.consumer_registers_needed]
         return fitting[0] if fitting else PRODUCER_REGISTERS[0]
+
+    def instruction_registers(self, n: int | None = None) -> int:
+        """What ptxas needs to compile one wgmma (of N = `n`, default the spec's) under the launch cap:
+        its accumulators, A's fragment words when they come from registers, WGMMA_INSTRUCTION_RESERVE."""
+        a_words = WGMMA_M * self.shape.k * self.element_bytes // 4 // WARPGROUP if self.a_in_registers else 0
+        return WGMMA_M * (n or self.shape.n) // WARPGROUP + a_words + WGMMA_INSTRUCTION_RESERVE
 
     @property
     def consumer_registers(self) -> int:

@@ -476,3 +476,21 @@ def test_an_mma_sync_predicted_spill_is_reported_with_the_tensor_core_band():
     report = tune.screen(tune.expand(text, "t.tgemm"), [(4096, 4096, 4096)], min_warps=0, path="t.tgemm")
     [(_, detail)] = report.pruned["registers"]
     assert "(its 75% band, accumulators and fragments) > cap 255" in detail
+
+
+def test_a_candidate_that_does_not_build_is_left_out_with_the_compilers_reason(monkeypatch):
+    """With --no-nvcc nothing drops an unbuildable candidate before timing (ptxas's C7602 on a 3-consumer
+    m64n256k16 did, before validation caught it): the prebuild keeps going and the reason is ptxas's line."""
+    from gemmdsl import runtime
+
+    log = ("nvcc failed:\nkernel.cu(217): warning #177-D: unused\n"
+           "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction\n"
+           "ptxas fatal   : Ptx assembly aborted due to errors")
+
+    def fails(source, target):
+        raise runtime.KernelBuildError(log)
+
+    monkeypatch.setattr(runtime, "compile_cubin", fails)
+    assert tune._cubin_or_none("", "sm_90a") is None
+    assert tune.build_failure(log) == "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction"
+    assert tune.build_failure("nvcc failed") == "nvcc failed"

@@ -117,6 +117,32 @@ def test_three_consumers_of_128_accumulators_take_registers_from_the_producer():
     assert "setmaxnreg.dec.sync.aligned.u32 32" in source and "setmaxnreg.inc.sync.aligned.u32 160" in source
 
 
+def test_an_instruction_too_wide_for_the_launch_cap_is_an_error_naming_a_narrower_one():
+    """ptxas compiles each wgmma under the launch cap, before setmaxnreg: three consumers (128 registers at
+    launch) cannot hold one m64n256k16's 128 accumulators ("C7602 ... Try 154", nvcc 13.0); m64n128k16 fits."""
+    text = THREE_CONSUMERS.replace("m64n128k16", "m64n256k16")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", text))
+    [error] = [d for d in caught.value.diagnostics if "C7602" in d.message]
+    assert "one m64n256k16 needs about 154 registers" in error.message and "leave 128 at launch" in error.message
+    assert "m64n128k16" in error.hint and "m64n256k16" in text.splitlines()[error.span.line - 1]
+    assert spec_of(THREE_CONSUMERS).threads.warpgroups == 3  # the narrower instruction validates
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("tile, warpgroups, shape", [("192x192x64", 3, "m64n192k16"), ("256x128x64", 4, "m64n128k16")])
+def test_the_widest_instructions_the_launch_cap_admits_build(tile, warpgroups, shape, tmp_path):
+    """The rule's boundary, held to ptxas: 96 accumulators under 128 registers, 64 under 96 (one short of
+    C7602 would be the next width up)."""
+    from gemmdsl.build import build
+
+    text = (TEXT.replace("128x256x64", tile).replace("warpgroups: 2", f"warpgroups: {warpgroups}")
+            .replace("m64n256k16", shape).replace("stages: 4", "stages: 3"))
+    artifacts = compile_text(text, "case.gemm")
+    resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
+    assert resources.spills == 0 and not resources.wgmma_serialized
+
+
 def test_the_producer_keeps_40_registers_when_the_consumers_have_enough():
     """Two consumers need 160 of the 232 they get with the producer at 40: nothing moves further."""
     layout = WgmmaLayout(spec_of())
