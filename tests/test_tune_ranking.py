@@ -40,11 +40,15 @@ REPORTED = {
     # wgmma 3xTF32: timed after session 16 set the consumer's wait (one 8192^3 measurement) and counted its adds
     "sgemm_3xtf32_h100": (0.95, 0.0),
     "sgemm_3xtf32_h100_2048": (0.89, 0.0),
+    # wgmma BF16 over 1-4 consumer warpgroups, held out: the model ranks 3 consumers of 192x256 first, which
+    # ran 10% behind the best; at 2048^3 the 0.7 target is missed
+    "hgemm_h100_warpgroups": (0.78, 0.0),
+    "hgemm_h100_warpgroups_2048": (0.66, 0.0),
 }
 CANDIDATES = {"sgemm_warp": 28, "sgemm_h100": 96, "sgemm_space": 512, "hgemm_h100": 32, "hgemm_h100_2048": 32,
               "tf32_h100": 17, "tf32_h100_2048": 17, "hgemm_h100_bf16c": 37, "hgemm_h100_bf16c_2048": 37,
               "hgemm_mma": 216, "tf32_mma": 288, "sgemm_3xtf32_mma": 160, "sgemm_3xtf32_h100": 84,
-              "sgemm_3xtf32_h100_2048": 84}
+              "sgemm_3xtf32_h100_2048": 84, "hgemm_h100_warpgroups": 16, "hgemm_h100_warpgroups_2048": 16}
 
 
 @pytest.mark.parametrize("name", sorted(REPORTED))
