@@ -4,10 +4,10 @@
 // Family:
 //   // FP32-accurate GEMM on Hopper's own path, per call the faster of two 3xTF32 tilings (gemmdsl/family.py;
 //   // `gemmdsl check specs/sgemm_3xtf32_h100_family.gemmf --problem MxNxK` says which and why). The rule
-//   // prices each k-tile with the consumer's measured wait for its group (targets.SPLIT_WAIT_CYCLES_PER_K_TILE),
-//   // which the 128x192 tiles spread over half as much work again.
+//   // prices each k-tile with the consumer's wait for its group (targets.SPLIT_WAIT_CYCLES_PER_K_TILE, measured)
+//   // and its FP32 adds of each k-tile's products (counted: 64 or 96 accumulators per thread).
 //   family sgemm_3xtf32_h100_family {
-//       use sgemm_3xtf32_h100_sk.gemm;        // 128x128x32, stream-K: small and mid-sized problems
+//       use sgemm_3xtf32_h100_sk.gemm;          // 128x128x32, stream-K: small and mid-sized problems
 //       use sgemm_3xtf32_h100_128x192_sk.gemm;  // 128x192x32, stream-K: large ones
 //   }
 
