@@ -326,6 +326,11 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
         for what, value in (("leading dimension", view.ld), ("batch stride", view.batch_stride)):
             if value % elements:
                 reasons.append(f"{view.name}'s {what} {value} is not a multiple of {elements}")
+    batch = max(view.batch for view in views.values())
+    if req.tensor_maps is not None and batch > 1:
+        reasons += [f"{view.name} is one matrix for the whole batch (batch stride 0); TMA reads GEMM g's {view.name} "
+                    f"at g times a positive stride: pass a 3-D array (a broadcast one made contiguous)"
+                    for view in views.values() if view.name in ("A", "B") and view.batch_stride == 0]
     return reasons
 
 
@@ -370,20 +375,32 @@ def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool
     return arguments
 
 
-def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float) -> tuple:
+def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float, batched: bool) -> tuple:
     """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B,
-    and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta."""
+    and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta; a batched
+    kernel's batch and C's batch stride."""
     c = call.views["C"]
-    return (*maps, numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
-            numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
+    arguments = (*maps, numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
+                 numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
+    if batched:
+        arguments += (numpy.int32(call.batch), numpy.int64(c.batch_stride))
+    return arguments
 
 
-def wgmma_grid(req: Requirements, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
+def wgmma_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
+    """Each operand's stride between GEMMs, in elements, for the tensor maps' third dimension; a single GEMM's
+    (never stepped) is its own matrix's extent, as the C launcher gives it."""
+    return {view.name.lower(): view.batch_stride if call.batch > 1
+            else view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
+            for view in call.views.values()}
+
+
+def wgmma_grid(req: Requirements, m: int, n: int, k: int, sms: int, batch: int = 1) -> tuple[int, int, int]:
     """One block per tile, or for schedule: persistent one wave of min(tiles, SMs), and with stream-K
-    enough for the stream-K blocks too, as the C launcher."""
+    enough for the stream-K blocks too, as the C launcher; a batch's tiles are those of every GEMM."""
     if req.wgmma_stream_k is not None:
         return persistent_blocks(call_split(req.block_tile, m, n, k, sms), sms), 1, 1
-    tiles = grid_size(req, m, n)[0]
+    tiles = grid_size(req, m, n)[0] * batch
     return (min(tiles, sms) if req.persistent else tiles), 1, 1
 
 
@@ -884,20 +901,24 @@ class Kernel:
         views = call.views
         pointers: dict[str, int | None] = {"a": views["A"].pointer, "b": views["B"].pointer}
         lds = {"a": views["A"].ld, "b": views["B"].ld, "c": views["C"].ld}
-        c_map = self.requirements.tensor_maps.get("c")
+        req = self.requirements
+        strides = wgmma_batch_strides(req, call) if req.batched else None
+        c_map = req.tensor_maps.get("c")
         if c_map is not None:  # store: tma, where TMA can store C (the kernel tests the same condition)
             c = views["C"]
             alignment = self.metadata["alignment_bytes"]
             size = c_map["element_bytes"]
             staged = c.pointer % alignment == 0 and c.ld * size % alignment == 0 and call.n * size % alignment == 0
+            if strides is not None:  # and each GEMM's C as aligned as the first
+                staged = staged and c.batch_stride * size % alignment == 0 and (call.batch == 1 or c.batch_stride > 0)
             pointers["c"] = c.pointer if staged else None
-        maps = self._tensor_maps.get(self.requirements.tensor_maps, pointers, call.m, call.n, call.k, lds)
+        maps = self._tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
         sms = self._sms
-        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta), ()
-        if self.requirements.wgmma_stream_k is not None:
-            stream_k, workspace = wgmma_workspace(self.requirements, call, sms)
+        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched), ()
+        if req.wgmma_stream_k is not None:
+            stream_k, workspace = wgmma_workspace(req, call, sms)
             arguments += stream_k
-        grid = wgmma_grid(self.requirements, call.m, call.n, call.k, sms)
+        grid = wgmma_grid(req, call.m, call.n, call.k, sms, call.batch)
         return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
 
     def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],

@@ -33,32 +33,39 @@ TENSOR_MAP_DTYPE = numpy.dtype({"names": ["opaque"], "formats": [("<u8", (16,))]
 
 @dataclass(frozen=True)
 class TensorMapRequest:
-    """The arguments of one cuTensorMapEncodeTiled call: a rank-2 view whose dimension 0 is contiguous."""
+    """The arguments of one cuTensorMapEncodeTiled call: a rank-2 view whose dimension 0 is contiguous, or
+    for a batch rank 3, the GEMM its dimension 2."""
 
     data_type: int
     address: int
-    dims: tuple[int, int]  # elements along dimension 0 (k, or m / n for an MN-major operand) and 1
-    strides: tuple[int]  # bytes between rows (dimension 1); dimension 0's stride is the element
-    box: tuple[int, int]  # elements along dimension 0 and 1
+    dims: tuple[int, ...]  # elements along dimension 0 (k, or m / n for an MN-major operand), 1 (and the batch)
+    strides: tuple[int, ...]  # bytes between rows (dimension 1) and between GEMMs; dimension 0's is the element
+    box: tuple[int, ...]  # elements along dimension 0 and 1 (and 1 GEMM)
     swizzle: int
 
 
 def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
-                        lds: dict[str, int]) -> dict[str, TensorMapRequest]:
+                        lds: dict[str, int], batch_strides: dict[str, int] | None = None,
+                        batch: int = 1) -> dict[str, TensorMapRequest]:
     """The maps' requests for one call: metadata['tensor_maps'] (per operand a, b, and c for `store: tma`:
     the names of its dims, 'K' then 'M' or 'N' when k is contiguous, else the other way round, 'N' then 'M'
     for C; box [dim 0, dim 1], element_bytes, swizzle_bytes, dtype), the operands' pointers and leading
-    dimensions. An operand whose pointer is None (C that TMA cannot store) gets no request."""
+    dimensions; for a batched kernel (`batch_strides`, elements between GEMMs) a third dimension of `batch`
+    GEMMs, as the C launcher encodes. An operand whose pointer is None (C that TMA cannot store) gets no
+    request."""
     extents = {"M": m, "N": n, "K": k}
     requests = {}
     for operand, entry in maps.items():
         if pointers.get(operand) is None:  # C where TMA cannot store it: the kernel stores directly
             continue
         inner, outer = entry["dims"]
-        requests[operand] = TensorMapRequest(
-            data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand], dims=(extents[inner], extents[outer]),
-            strides=(lds[operand] * entry["element_bytes"],), box=(entry["box"][0], entry["box"][1]),
-            swizzle=SWIZZLES[entry["swizzle_bytes"]])
+        size = entry["element_bytes"]
+        dims, strides, box = (extents[inner], extents[outer]), (lds[operand] * size,), (entry["box"][0], entry["box"][1])
+        if batch_strides is not None:
+            dims, strides, box = (*dims, batch), (*strides, batch_strides[operand] * size), (*box, 1)
+        requests[operand] = TensorMapRequest(data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand],
+                                             dims=dims, strides=strides, box=box,
+                                             swizzle=SWIZZLES[entry["swizzle_bytes"]])
     return requests
 
 
@@ -84,13 +91,15 @@ class TensorMapCache:
         self.encodes = 0  # how many maps were encoded (tests)
 
     def get(self, metadata_maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
-            lds: dict[str, int]) -> tuple[numpy.void, ...]:
+            lds: dict[str, int], batch_strides: dict[str, int] | None = None,
+            batch: int = 1) -> tuple[numpy.void, ...]:
         """The packed maps in operand order (a, b, and c where the metadata has one). A None pointer (C
         that TMA cannot store) gets an all-zero map, which the kernel does not use."""
         operands = [operand for operand in ("a", "b", "c") if operand in metadata_maps]
-        key = (m, n, k, *((pointers.get(operand), lds.get(operand)) for operand in operands))
+        strides = batch_strides or {}
+        key = (m, n, k, batch, *((pointers.get(operand), lds.get(operand), strides.get(operand)) for operand in operands))
         if key != self.key or self.maps is None:
-            requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds)
+            requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds, batch_strides, batch)
             encoded = tuple(pack(self.encoder(requests[operand])) if operand in requests
                             else pack(bytes(TENSOR_MAP_BYTES)) for operand in operands)
             self.encodes += len(requests)
@@ -115,11 +124,12 @@ def driver_encoder() -> Encoder:
         out = (ctypes.c_uint64 * 16)()  # ctypes arrays of u64 are 8-byte aligned; the driver asks for 64
         aligned = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 64)
         address = (ctypes.addressof(aligned) + 63) // 64 * 64
-        dims = (ctypes.c_uint64 * 2)(*request.dims)
-        strides = (ctypes.c_uint64 * 1)(*request.strides)
-        box = (ctypes.c_uint32 * 2)(*request.box)
-        steps = (ctypes.c_uint32 * 2)(1, 1)
-        result = encode(address, request.data_type, 2, request.address, dims, strides, box, steps, INTERLEAVE_NONE,
+        rank = len(request.dims)
+        dims = (ctypes.c_uint64 * rank)(*request.dims)
+        strides = (ctypes.c_uint64 * (rank - 1))(*request.strides)
+        box = (ctypes.c_uint32 * rank)(*request.box)
+        steps = (ctypes.c_uint32 * rank)(*[1] * rank)
+        result = encode(address, request.data_type, rank, request.address, dims, strides, box, steps, INTERLEAVE_NONE,
                         request.swizzle, L2_PROMOTION_256B, OOB_FILL_ZERO)
         if result != 0:
             raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {result}) for {request}")

@@ -65,9 +65,9 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
         error(problem.at("c"), "a column-major C is not supported yet on the wgmma path",
               f"write `c: {problem.c.dtype.value} row;`")
         ok = False
-    if problem.batched:
-        error(problem.at("batch"), "batch: strided is not supported yet on the wgmma path (the tensor maps would "
-                                   "need a third dimension)", "remove `batch`, or use an mma.sync spec")
+    if problem.batched and spec.block.stream_k:
+        error(problem.at("batch"), "batch: strided with schedule: stream_k is not supported yet on the wgmma path",
+              "use `schedule: persistent` (its blocks walk the tiles of every GEMM of the batch)")
         ok = False
     return ok
 

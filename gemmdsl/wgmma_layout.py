@@ -405,6 +405,12 @@ class WgmmaLayout:
     def stream_k(self) -> bool:
         return self.spec.block.stream_k
 
+    @property
+    def batched(self) -> bool:
+        """`batch: strided`: every tensor map has a third dimension, the GEMM, and the blocks walk the tiles of
+        every GEMM of the batch."""
+        return self.spec.problem.batched
+
     def tiles(self, m: int, n: int) -> int:
         return -(-m // self.bm) * -(-n // self.bn)
 

@@ -173,6 +173,47 @@ def test_stream_k_c_launcher_keeps_a_workspace_per_stream(tmp_path, cupy):
         assert _relative_error(cupy, c, reference) < 1e-6
 
 
+def test_a_batch_through_the_c_launcher_and_a_shared_b_refused(tmp_path, cupy, load_kernel):
+    """hgemm_h100_batched_launch_batched through ctypes: three GEMMs at an odd shape, padded strides (C's
+    staged through TMA's third dimension), each against float64; stride 0 (one B for the batch) and a batch
+    stride TMA cannot step by return cudaErrorInvalidValue, and the Python API says why."""
+    name = "hgemm_h100_batched"
+    source = tmp_path / f"{name}.cu"
+    source.write_text(compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
+    library = tmp_path / f"lib{name}.so"
+    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+                    "-o", str(library), str(source)], check=True, capture_output=True, text=True)
+    launch = getattr(ctypes.CDLL(str(library)), f"{name}_launch_batched")
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
+                       ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
+    batch, m, n, k = 3, 333, 520, 136
+    stride_a, stride_b, stride_c = m * k + 64, n * k + 64, m * n + 8
+    rng = cupy.random.default_rng(5)
+    a, b = _bf16_bits(rng, (batch * stride_a,)), _bf16_bits(rng, (batch * stride_b,))
+    c = cupy.zeros(batch * stride_c, dtype="uint16")
+    assert launch(a.data.ptr, k, stride_a, b.data.ptr, k, stride_b, c.data.ptr, n, stride_c, m, n, k, batch, 1.0,
+                  0.0, None) == 0
+    cupy.cuda.Device().synchronize()
+    exact = lambda x: (x.astype("uint32") << 16).view("float32").astype("float64")  # noqa: E731
+    for g in range(batch):
+        a_g = exact(a[g * stride_a:g * stride_a + m * k].reshape(m, k))
+        b_g = exact(b[g * stride_b:g * stride_b + n * k].reshape(n, k))
+        c_g = exact(c[g * stride_c:g * stride_c + m * n].reshape(m, n))
+        assert _relative_error(cupy, c_g, a_g @ b_g.T) < 8e-3, g  # C rounded to bf16: 2^-8 at worst
+    assert launch(a.data.ptr, k, stride_a, b.data.ptr, k, 0, c.data.ptr, n, stride_c, m, n, k, batch, 1.0, 0.0,
+                  None) == 1  # cudaErrorInvalidValue: one B for the batch
+    assert launch(a.data.ptr, k, stride_a + 1, b.data.ptr, k, stride_b, c.data.ptr, n, stride_c, m, n, k, batch,
+                  1.0, 0.0, None) == 1  # A's stride not a multiple of 16 bytes
+    torch = pytest.importorskip("torch")
+    kernel = load_kernel(ROOT / "specs" / f"{name}.gemm")
+    a3 = torch.randn(batch, m, k, device="cuda").to(torch.bfloat16)
+    b2 = torch.randn(n, k, device="cuda").to(torch.bfloat16).T
+    with pytest.raises(ValueError, match="one matrix for the whole batch"):
+        kernel(a3, b2)
+
+
 HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf")) if compile_family_path(path).spec.wgmma]
 
 

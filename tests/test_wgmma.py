@@ -79,7 +79,6 @@ CASES = [
     ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
     ("producer: 1", "producer: 2", "2", "exactly one producer"),
     ("warpgroups: 2", "warps: 2x2", "warps", "does not apply to a wgmma spec"),
-    ("bounds: checked;", "bounds: checked; batch: strided;", "strided", "batch: strided is not supported yet"),
 ]
 
 
@@ -94,6 +93,22 @@ def test_each_rule_reports_position_and_hint(old, new, anchor, message):
     assert diagnostic.hint
     rendered = CompileError([diagnostic], SourceFile("case.gemm", text)).render()
     assert f"case.gemm:{diagnostic.span.line}:{diagnostic.span.column}: error" in rendered and "^" in rendered
+
+
+def test_a_batch_with_stream_k_is_refused_and_with_persistent_tiles_compiles():
+    """batch: strided on the wgmma path: 3-D tensor maps and the tiles of every GEMM in one persistent walk;
+    stream-K's workspace and fixup know one GEMM only, so the pair is an error at `batch`."""
+    batched = TEXT.replace("bounds: checked;", "bounds: checked; batch: strided;")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", batched.replace("schedule: persistent", "schedule: stream_k")))
+    [error] = [d for d in caught.value.diagnostics if "stream_k is not supported yet" in d.message]
+    assert batched.splitlines()[error.span.line - 1][error.span.column - 1:].startswith("strided") and "persistent" in error.hint
+    cuda = compile_text(batched, "case.gemm").cuda
+    assert "tma_load_3d" in cuda and "tma_load_2d(" not in cuda
+    assert "for (int work = blockIdx.x; work < tile_count * batch; work += gridDim.x)" in cuda
+    assert "* const C = C_batch + (size_t)gemm * stride_c;" in cuda
+    assert "const cuuint64_t dims[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)batch};" in cuda
+    assert "hgemm_h100_launch_batched(" in cuda
 
 
 def test_accumulators_over_the_consumer_registers_are_an_error():
@@ -508,6 +523,23 @@ def test_tensor_map_requests_follow_the_metadata():
     assert (b.dims, b.strides, b.box) == ((136, 517), (288,), (64, 256))
 
 
+def test_a_batchs_tensor_maps_have_the_gemm_as_a_third_dimension():
+    """As NAME_launch_batched encodes them: the batch stride (bytes) between GEMMs, boxes of one GEMM; the
+    cache tells two batches apart by their strides."""
+    maps = compile_path(ROOT / "specs" / "hgemm_h100_batched.gemm").metadata["tensor_maps"]
+    strides = {"a": 333 * 136, "b": 517 * 144, "c": 333 * 520}
+    requests = tensor_map_requests(maps, {"a": 0x1000, "b": 0x2000, "c": 0x3000}, 333, 517, 136,
+                                   {"a": 136, "b": 144, "c": 520}, strides, batch=3)
+    a, c = requests["a"], requests["c"]
+    assert (a.dims, a.strides, a.box) == ((136, 333, 3), (272, 333 * 136 * 2), (64, 128, 1))
+    assert (c.dims, c.strides, c.box) == ((517, 333, 3), (1040, 333 * 520 * 2), (64, 16, 1))
+    cache = TensorMapCache(lambda request: request.address.to_bytes(8, "little") * 16)
+    lds = {"a": 136, "b": 144, "c": 520}
+    cache.get(maps, {"a": 16, "b": 32, "c": 48}, 333, 517, 136, lds, strides, 3)
+    cache.get(maps, {"a": 16, "b": 32, "c": 48}, 333, 517, 136, lds, {**strides, "b": 0}, 3)
+    assert cache.encodes == 6
+
+
 def test_tensor_maps_are_packed_byte_for_byte_and_cached_per_call_shape():
     raw = bytes(range(128))
     packed = pack(raw)
@@ -545,7 +577,7 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
                                   "sgemm_3xtf32_h100", "sgemm_3xtf32_h100_sk", "sgemm_3xtf32_h100_128x192",
-                                  "sgemm_3xtf32_h100_128x192_sk",
+                                  "sgemm_3xtf32_h100_128x192_sk", "hgemm_h100_batched",
                                   "hgemm_h100_128x64", "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64",
                                   "hgemm_h100_128x192", "hgemm_h100_bf16c_128x192", "hgemm_h100_f16_128x192",
                                   "tf32_h100_128x192"])

@@ -222,9 +222,10 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     comments = {"launcher": f"{what}, for A (M x K), B (K x N) and C (M x N)\nstored contiguously: {natural}.",
                 "launcher_ld": f"{what}, with any leading dimensions lda, ldb, ldc."}
     if spec.problem.batched:
+        shares = ("(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)." if spec.wgmma
+                  else "(a stride of 0\nshares one matrix).")
         comments["launcher_batched"] = (f"{what}, for `batch` GEMMs in one launch:\nGEMM i reads A + i * stride_a "
-                                        "and B + i * stride_b and writes C + i * stride_c (a stride of 0\n"
-                                        "shares one matrix).")
+                                        f"and B + i * stride_b and writes C + i * stride_c {shares}")
     return comments
 
 

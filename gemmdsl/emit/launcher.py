@@ -25,6 +25,9 @@ def launch_contract(plan: KernelPlan) -> list[str]:
     if spec.wgmma:
         lines.append(f"- TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of {vector['a']} "
                      "elements (16 bytes); there is no fallback kernel.")
+        if spec.problem.batched:
+            lines.append(f"- a batch of more than one: stride_a and stride_b positive multiples of {vector['a']} "
+                         "elements (TMA steps by them).")
     elif vectors:
         parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
         fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"

@@ -39,10 +39,18 @@ class PersistentScheduler:
 
     def emit_loop(self, body: Callable[[], None], coordinates: bool = True) -> None:
         """for each of this block's tiles: block_m, block_n (unless the body needs no coordinates, as
-        3xTF32's splitter does not), then `body`."""
+        3xTF32's splitter does not), then `body`. A batch's tiles are numbered GEMM by GEMM: `gemm`, then
+        `tile` within it."""
         o = self.out
-        with o.block("for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x)"):
+        if not self.layout.batched:
+            with o.block("for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x)"):
+                if coordinates:
+                    emit_raster(self.spec, o, "tile")
+                body()
+            return
+        with o.block("for (int work = blockIdx.x; work < tile_count * batch; work += gridDim.x)"):
             if coordinates:
+                o.line("const int gemm = work / tile_count, tile = work % tile_count;")
                 emit_raster(self.spec, o, "tile")
             body()
 

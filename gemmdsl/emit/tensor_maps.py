@@ -9,7 +9,7 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_INT, contiguous_extent, launcher_parameters, leading_name, tensor_map_type, tile_count
+from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tensor_map_type, tile_count
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..wgmma_layout import WgmmaLayout
@@ -52,6 +52,11 @@ class TensorMapLauncher:
             o.line()
         self._emit_launch()
         o.line()
+        if self.layout.batched:
+            with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
+                o.line(f"return {self.names['launcher_batched']}(A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, "
+                       "beta, stream);")
+            o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
                             for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
         with o.block(f'extern "C" cudaError_t {self.names["launcher"]}({self.parameters["launcher"]})'):
@@ -81,22 +86,34 @@ class TensorMapLauncher:
             o.line("return cudaSuccess;")
 
     def _emit_map(self) -> None:
-        o, name = self.out, self.name
+        o, name, batched = self.out, self.name, self.layout.batched
+        rank = 3 if batched else 2
         o.comment("A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D\n"
                   "tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read "
-                  "zeros,\nstores outside it are dropped.")
+                  "zeros,\nstores outside it are dropped."
+                  + ("\nA batch of them, `stride` elements apart, is a third dimension (boxes of one matrix)." if batched
+                     else ""))
+        batch_parameters = "long long stride, int batch, " if batched else ""
         with o.block(f"static cudaError_t {name}_tensor_map_of({tensor_map_type(self.spec)}* out, "
                      f"{name}_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, "
-                     "int inner, int outer, int ld, unsigned box_inner, unsigned box_outer)"):
+                     f"int inner, int outer, int ld, {batch_parameters}unsigned box_inner, unsigned box_outer)"):
             o.line(f"static_assert(sizeof(CUtensorMap) == sizeof({tensor_map_type(self.spec)}), "
                    '"CUtensorMap is 128 bytes");')
             o.line("CUtensorMap map;")
-            o.line("const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};")
-            o.line("const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the "
-                   "element")
-            o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
-            o.line("const cuuint32_t steps[2] = {1, 1};")
-            o.line("const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,")
+            if batched:
+                o.line("const cuuint64_t dims[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)batch};")
+                o.line("const cuuint64_t strides[2] = {(cuuint64_t)ld * element_bytes, (cuuint64_t)stride * "
+                       "element_bytes};  // bytes")
+                o.line("const cuuint32_t box[3] = {box_inner, box_outer, 1};")
+                o.line("const cuuint32_t steps[3] = {1, 1, 1};")
+            else:
+                o.line("const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};")
+                o.line("const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is "
+                       "the element")
+                o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
+                o.line("const cuuint32_t steps[2] = {1, 1};")
+            o.line(f"const CUresult result = encode(&map, type, {rank}, const_cast<void*>(base), dims, strides, box, "
+                   "steps,")
             o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
             o.line("    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);")
             o.line("if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;")
@@ -107,7 +124,11 @@ class TensorMapLauncher:
         o, name, layout = self.out, self.name, self.layout
         map_type = tensor_map_type(self.spec)
         staged = layout.c_box is not None
+        batched = layout.batched
         c_key = " && cache.c == C && cache.ldc == ldc" if staged else ""
+        if batched:
+            c_key += (" && cache.stride_a == stride_a && cache.stride_b == stride_b && cache.batch == batch"
+                      + (" && cache.stride_c == stride_c" if staged else ""))
         o.comment("The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark\n"
                   "or a training loop calls with the same operands again and again.")
         with o.block(f"struct {name}_map_cache", close="};"):
@@ -117,11 +138,16 @@ class TensorMapLauncher:
                 o.line("const void* c = nullptr;")
             o.line("int m = 0, n = 0, k = 0, lda = 0, ldb = 0;" if not staged
                    else "int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;")
+            if batched:
+                o.line("long long stride_a = 0, stride_b = 0, stride_c = 0;")
+                o.line("int batch = 0;")
             o.line(f"{map_type} map_a, map_b;" if not staged else f"{map_type} map_a, map_b, map_c;")
         o.line()
-        c_parameters = "const void* C, int ldc, " if staged else ""
-        with o.block(f"static cudaError_t {name}_tensor_maps(const void* A, int lda, const void* B, int ldb, "
-                     f"{c_parameters}int M, int N, int K, const {name}_map_cache** maps)"):
+        stride = {op: ", long long stride_" + op if batched else "" for op in "abc"}
+        c_parameters = f"const void* C, int ldc{stride['c']}, " if staged else ""
+        batch = ", int batch" if batched else ""
+        with o.block(f"static cudaError_t {name}_tensor_maps(const void* A, int lda{stride['a']}, const void* B, "
+                     f"int ldb{stride['b']}, {c_parameters}int M, int N, int K{batch}, const {name}_map_cache** maps)"):
             o.line(f"static thread_local {name}_map_cache cache;")
             o.line("*maps = &cache;")
             o.line("if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && "
@@ -136,22 +162,27 @@ class TensorMapLauncher:
                 o.comment("C's map only where TMA can store C; the kernel tests the same condition and stores directly "
                           "otherwise.")
                 size = layout.c_box.element_bytes
+                batch_rule = f" && stride_c * {size} % {align} == 0 && stride_c > 0" if batched else ""
                 o.line(f"const bool staged = reinterpret_cast<uintptr_t>(C) % {align} == 0 && "
-                       f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0;")
+                       f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0{batch_rule};")
                 o.line("if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);")
                 self._emit_encode(layout.c_box, "C", "err == cudaSuccess && staged")
             with o.block("if (err != cudaSuccess)"):
                 o.line("cache.a = nullptr;  // nothing valid is cached")
                 o.line("return err;")
+            batch_fields = ["stride_a = stride_a", "stride_b = stride_b", *(["stride_c = stride_c"] if staged else []),
+                            "batch = batch"] if batched else []
             for field in ("a = A", "b = B", *(["c = C"] if staged else []), "m = M", "n = N", "k = K", "lda = lda",
-                          "ldb = ldb", *(["ldc = ldc"] if staged else [])):
+                          "ldb = ldb", *(["ldc = ldc"] if staged else []), *batch_fields):
                 o.line(f"cache.{field};")
             o.line("return cudaSuccess;")
 
     def _emit_encode(self, box, pointer: str, condition: str) -> None:
-        self.out.line(f"if ({condition}) err = {self.name}_tensor_map_of(&cache.map_{box.operand.value}, encode, "
+        operand = box.operand.value
+        batch = f"stride_{operand}, batch, " if self.layout.batched else ""
+        self.out.line(f"if ({condition}) err = {self.name}_tensor_map_of(&cache.map_{operand}, encode, "
                       f"{TMA_TYPES[box.data_type]}, {box.element_bytes}, {pointer}, {', '.join(box.dims)}, "
-                      f"ld{box.operand.value}, {box.inner}, {box.outer});")
+                      f"ld{operand}, {batch}{box.inner}, {box.outer});")
 
     def _emit_workspace(self) -> None:
         o, name, layout = self.out, self.name, self.layout
@@ -199,12 +230,30 @@ class TensorMapLauncher:
             o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
             o.line("if (status != cudaSuccess) return status;")
 
+    def _emit_batch_checks(self, invalid: str) -> None:
+        """A batch: its count, and strides TMA can step by (positive multiples of 16 bytes); a single GEMM's
+        strides are not read, and it gets its own matrix's extent (TMA wants one that fits a whole matrix)."""
+        o, spec = self.out, self.spec
+        o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
+        with o.block("if (batch == 1)"):
+            for op in ir.Operand:
+                rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[op]
+                extent = rows if spec.problem.matrix(op).layout is ir.MatrixLayout.ROW else cols
+                o.line(f"stride_{op.value} = (long long){leading_name(op)} * {extent};")
+        align = self.layout.global_alignment_bytes
+        tests = " || ".join(f"stride_{op} <= 0 || stride_{op} * {spec.problem.matrix(operand).dtype.bytes} % {align} != 0"
+                            for op, operand in (("a", ir.Operand.A), ("b", ir.Operand.B)))
+        o.line(f"if ({tests}) {invalid}")
+
     def _emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
         bm, bn, bk = launch.block_tile
         invalid = "return cudaErrorInvalidValue;"
-        with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
+        key = "launcher_batched" if layout.batched else "launcher_ld"
+        with o.block(f'extern "C" cudaError_t {self.names[key]}({self.parameters[key]})'):
             o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            if layout.batched:
+                self._emit_batch_checks(invalid)
             o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
             o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
             if not spec.problem.checked:
@@ -218,7 +267,7 @@ class TensorMapLauncher:
             o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
             tiles = " * ".join(f"(long long)({tile_count(spec, extent, str(size))})"
                                for extent, size in (("M", bm), ("N", bn)))
-            o.line(f"const long long tiles = {tiles};")
+            o.line(f"const long long tiles = {tiles}{' * batch' if layout.batched else ''};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
             o.line("long long blocks = tiles;")
             if layout.persistent:
@@ -234,8 +283,11 @@ class TensorMapLauncher:
                 else:
                     o.line("if (sms > 0 && blocks > sms) blocks = sms;")
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
-            c_arguments = "C, ldc, " if layout.c_box is not None else ""
-            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, B, ldb, {c_arguments}M, N, K, &maps);")
+            batched = layout.batched
+            stride = {op: ", stride_" + op if batched else "" for op in "abc"}
+            c_arguments = f"C, ldc{stride['c']}, " if layout.c_box is not None else ""
+            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda{stride['a']}, B, ldb{stride['b']}, {c_arguments}"
+                   f"M, N, K{', batch' if batched else ''}, &maps);")
             o.line("if (err != cudaSuccess) return err;")
             o.line(f"const auto kernel = {launch.entries.vector};")
             o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
@@ -243,6 +295,7 @@ class TensorMapLauncher:
             o.line("if (err != cudaSuccess) return err;")
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
+            batch = ", batch, stride_c" if batched else ""
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{stream_k});")
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{batch}{stream_k});")
             o.line("return cudaGetLastError();")

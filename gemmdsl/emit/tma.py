@@ -25,6 +25,15 @@ static __device__ __forceinline__ void tma_load_2d(unsigned destination, const v
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
 }'''
+BATCHED_HELPERS = r'''
+// One box of GEMM `gemm` of a batch: the maps' third dimension is the GEMM (its stride the batch stride).
+static __device__ __forceinline__ void tma_load_3d(unsigned destination, const void* map, int inner, int outer, int gemm,
+                                                   unsigned barrier)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(gemm), "r"(barrier) : "memory");
+}'''
 
 
 class TmaProducer:
@@ -33,7 +42,12 @@ class TmaProducer:
         self.out = out
 
     def emit_helpers(self) -> None:
-        self.out.lines(HELPERS)
+        self.out.lines(BATCHED_HELPERS if self.layout.batched else HELPERS)
+
+    def _load(self, destination: str, operand_map: str, inner: str, outer: str) -> str:
+        if self.layout.batched:
+            return f"tma_load_3d({destination}, {operand_map}, {inner}, {outer}, gemm, barrier);"
+        return f"tma_load_2d({destination}, {operand_map}, {inner}, {outer}, barrier);"
 
     def emit_k_tile(self) -> None:
         """Wait for stage `stage` to be free, then copy k-tile `kt` of this tile's A rows and B columns."""
@@ -46,9 +60,9 @@ class TmaProducer:
                                                                           "block_n")):
             box, name = self.layout.boxes[operand], f"&map_{operand.value}"
             if box.k_major:
-                o.line(f"tma_load_2d(smem_u32({base}), {name}, kt * BK, {start}, barrier);")
+                o.line(self._load(f"smem_u32({base})", name, "kt * BK", start))
                 continue
             for panel in range(box.count):  # 64-wide panels of m or n, each BK rows of k
                 offset = f" + {panel * box.bytes}" if panel else ""
                 column = f" + {panel * box.inner}" if panel else ""
-                o.line(f"tma_load_2d(smem_u32({base}{offset}), {name}, {start}{column}, kt * BK, barrier);")
+                o.line(self._load(f"smem_u32({base}{offset})", name, f"{start}{column}", "kt * BK"))

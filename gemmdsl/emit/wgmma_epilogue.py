@@ -86,9 +86,15 @@ class AccumulatorEpilogue:
     def emit_finish(self) -> None:
         """After the consumer's last tile: nothing is left in flight."""
 
+    @property
+    def c_pointer(self) -> str:
+        """The kernel's C parameter: a batch's first C (each tile names its GEMM's `C`: emit/persistent.py)."""
+        return "C_batch" if self.layout.batched else "C"
+
     def emit_pairs_flag(self) -> None:
-        c = self.c
-        self.out.line(f"const bool pairs = reinterpret_cast<size_t>(C) % {2 * c.bytes} == 0 && ldc % 2 == 0;")
+        batch = " && stride_c % 2 == 0" if self.layout.batched else ""
+        self.out.line(f"const bool pairs = reinterpret_cast<size_t>({self.c_pointer}) % {2 * self.c.bytes} == 0 && "
+                      f"ldc % 2 == 0{batch};")
 
     def emit(self) -> None:
         """This consumer's rows of the tile at (block_m, block_n)."""

@@ -96,8 +96,8 @@ class StmatrixEpilogue(StagedEpilogue):
                        "packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));")
             o.line("fence_proxy_async();")
             o.line("__syncwarp();")
-            o.line("if (lane == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, "
-                   f"block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * {WARP_ROWS});")
+            o.line("if (lane == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
+                                                      f"block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * {WARP_ROWS}"))
 
     def emit_finish(self) -> None:
         """After the consumer's last tile: each warp's stores must have read shared memory (and written C)

@@ -30,14 +30,24 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }'''
 
-STORE_HELPERS = r'''
+STORE_2D = r'''
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
+}'''
+STORE_3D = r'''
+// Box (inner, outer) of GEMM `gemm` of a batch (the map's third dimension) from shared memory at `source`, as one
+// bulk group.
+static __device__ __forceinline__ void tma_store_3d(const void* map, unsigned source, int inner, int outer, int gemm)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+                 :: "l"(map), "r"(inner), "r"(outer), "r"(gemm), "r"(source) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}'''
+STORE_HELPERS = r'''
 
 // Wait until at most N of this thread's bulk groups still read shared memory.
 template <int N>
@@ -72,6 +82,8 @@ class StagedEpilogue(AccumulatorEpilogue):
         super().emit_helpers()
         self.out.line()
         self.emit_scaling_helpers()
+        self.out.lines(STORE_3D if self.layout.batched else STORE_2D)
+        self.out.line()
         self.out.lines(STORE_HELPERS)
         self.out.line()
         self.emit_box_helpers()
@@ -101,10 +113,17 @@ class StagedEpilogue(AccumulatorEpilogue):
 
     def emit_pairs_flag(self) -> None:
         super().emit_pairs_flag()
-        align = self.layout.global_alignment_bytes
-        self.out.line(f"const bool staged = reinterpret_cast<size_t>(C) % {align} == 0 && "
-                      f"(long long)ldc * {self.c.bytes} % {align} == 0 && (long long)N * {self.c.bytes} % {align} == 0;"
+        align, size = self.layout.global_alignment_bytes, self.c.bytes
+        batch = f" && stride_c * {size} % {align} == 0" if self.layout.batched else ""
+        self.out.line(f"const bool staged = reinterpret_cast<size_t>({self.c_pointer}) % {align} == 0 && "
+                      f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0{batch};"
                       "  // TMA can store C (the launcher agrees)")
+
+    def store_box(self, source: str, inner: str, outer: str) -> str:
+        """The bulk store of one staged box of C (of this tile's GEMM, in a batch)."""
+        if self.layout.batched:
+            return f"tma_store_3d(&map_c, {source}, {inner}, {outer}, gemm);"
+        return f"tma_store_2d(&map_c, {source}, {inner}, {outer});"
 
     def emit(self) -> None:
         o, c = self.out, self.c
@@ -136,8 +155,8 @@ class StagedEpilogue(AccumulatorEpilogue):
                            f"{_pair(c, 'bottom.x', 'bottom.y')};")
                 o.line("fence_proxy_async();")
                 o.line("warpgroup_sync(consumer);")
-                o.line("if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, "
-                       "block_m + consumer * CONSUMER_ROWS + mr * 64);")
+                o.line("if (tid == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
+                                                         "block_m + consumer * CONSUMER_ROWS + mr * 64"))
         with o.block("else"):
             self.emit_direct()
 
