@@ -81,15 +81,19 @@ def test_operands_tma_cannot_describe_are_refused(load_kernel, cupy):
         kernel(a, b)
 
 
-def _launcher_ld(tmp_path, name, cuda=None):
-    """A shipped spec's (or family's, given its `cuda`) NAME_launch_ld from a shared library that nvcc
-    built for sm_90a, through ctypes."""
+def _shared_library(tmp_path, name, cuda=None):
+    """A shipped spec's (or family's, given its `cuda`) .cu as a shared library that nvcc built for sm_90a."""
     source = tmp_path / f"{name}.cu"
     source.write_text(cuda or compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
     library = tmp_path / f"lib{name}.so"
     subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
                     "-o", str(library), str(source)], check=True, capture_output=True, text=True)
-    launch = getattr(ctypes.CDLL(str(library)), f"{name}_launch_ld")
+    return ctypes.CDLL(str(library))
+
+
+def _launcher_ld(tmp_path, name, cuda=None):
+    """NAME_launch_ld of `_shared_library`, through ctypes."""
+    launch = getattr(_shared_library(tmp_path, name, cuda), f"{name}_launch_ld")
     launch.restype = ctypes.c_int
     launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
@@ -178,12 +182,7 @@ def test_a_batch_through_the_c_launcher_and_a_shared_b_refused(tmp_path, cupy, l
     staged through TMA's third dimension), each against float64; stride 0 (one B for the batch) and a batch
     stride TMA cannot step by return cudaErrorInvalidValue, and the Python API says why."""
     name = "hgemm_h100_batched"
-    source = tmp_path / f"{name}.cu"
-    source.write_text(compile_path(ROOT / "specs" / f"{name}.gemm").cuda)
-    library = tmp_path / f"lib{name}.so"
-    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-                    "-o", str(library), str(source)], check=True, capture_output=True, text=True)
-    launch = getattr(ctypes.CDLL(str(library)), f"{name}_launch_batched")
+    launch = getattr(_shared_library(tmp_path, name), f"{name}_launch_batched")
     launch.restype = ctypes.c_int
     launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int,
                        ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
