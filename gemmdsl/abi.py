@@ -116,10 +116,20 @@ def leading_name(operand: ir.Operand) -> str:
     return f"ld{operand.value}"
 
 
+def _extents(spec: ir.KernelSpec, operand: ir.Operand) -> tuple[str, str]:
+    """(outer, contiguous) dimensions of an operand's global matrix: rows then columns when row-major."""
+    rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[operand]
+    return (rows, cols) if spec.problem.matrix(operand).layout is ir.MatrixLayout.ROW else (cols, rows)
+
+
 def contiguous_extent(spec: ir.KernelSpec, operand: ir.Operand) -> str:
     """The dimension that runs contiguously in an operand's global matrix: its smallest leading dimension."""
-    rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[operand]
-    return cols if spec.problem.matrix(operand).layout is ir.MatrixLayout.ROW else rows
+    return _extents(spec, operand)[1]
+
+
+def outer_extent(spec: ir.KernelSpec, operand: ir.Operand) -> str:
+    """The other one: how many leading dimensions one matrix spans."""
+    return _extents(spec, operand)[0]
 
 
 def leading_dimension_limit(spec: ir.KernelSpec, operand: ir.Operand) -> int:

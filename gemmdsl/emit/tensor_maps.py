@@ -9,7 +9,8 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tensor_map_type, tile_count
+from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
+                   tensor_map_type, tile_count)
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..wgmma_layout import WgmmaLayout
@@ -237,9 +238,7 @@ class TensorMapLauncher:
         o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
         with o.block("if (batch == 1)"):
             for op in ir.Operand:
-                rows, cols = {ir.Operand.A: ("M", "K"), ir.Operand.B: ("K", "N"), ir.Operand.C: ("M", "N")}[op]
-                extent = rows if spec.problem.matrix(op).layout is ir.MatrixLayout.ROW else cols
-                o.line(f"stride_{op.value} = (long long){leading_name(op)} * {extent};")
+                o.line(f"stride_{op.value} = (long long){leading_name(op)} * {outer_extent(spec, op)};")
         align = self.layout.global_alignment_bytes
         tests = " || ".join(f"stride_{op} <= 0 || stride_{op} * {spec.problem.matrix(operand).dtype.bytes} % {align} != 0"
                             for op, operand in (("a", ir.Operand.A), ("b", ir.Operand.B)))
