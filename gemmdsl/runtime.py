@@ -909,8 +909,8 @@ class Kernel:
             alignment = self.metadata["alignment_bytes"]
             size = c_map["element_bytes"]
             staged = c.pointer % alignment == 0 and c.ld * size % alignment == 0 and call.n * size % alignment == 0
-            if strides is not None:  # and each GEMM's C as aligned as the first
-                staged = staged and c.batch_stride * size % alignment == 0 and (call.batch == 1 or c.batch_stride > 0)
+            if strides is not None:  # and each GEMM's C as aligned as the first (check_no_overlap: stride > 0)
+                staged = staged and c.batch_stride * size % alignment == 0
             pointers["c"] = c.pointer if staged else None
         maps = self._tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
         sms = self._sms

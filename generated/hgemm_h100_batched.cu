@@ -460,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_batched_kernel(
 // - M, N, K >= 1; 1 <= batch <= 65535;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
-// - a batch of more than one: stride_a and stride_b positive multiples of 8 elements (TMA steps by them).
+// - a batch of more than one: stride_a and stride_b positive multiples of 8 elements (TMA steps by them), stride_c positive.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*hgemm_h100_batched_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -522,7 +522,7 @@ static cudaError_t hgemm_h100_batched_tensor_maps(const void* A, int lda, long l
     if (err == cudaSuccess) err = hgemm_h100_batched_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, K, M, lda, stride_a, batch, 64, 128);
     if (err == cudaSuccess) err = hgemm_h100_batched_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, K, N, ldb, stride_b, batch, 64, 256);
     // C's map only where TMA can store C; the kernel tests the same condition and stores directly otherwise.
-    const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0 && stride_c * 2 % 16 == 0 && stride_c > 0;
+    const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0 && stride_c * 2 % 16 == 0;
     if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);
     if (err == cudaSuccess && staged) err = hgemm_h100_batched_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, C, N, M, ldc, stride_c, batch, 64, 16);
     if (err != cudaSuccess) {
@@ -553,7 +553,8 @@ extern "C" cudaError_t hgemm_h100_batched_launch_batched(const __nv_bfloat16* A,
         stride_b = (long long)ldb * N;
         stride_c = (long long)ldc * M;
     }
-    if (stride_a <= 0 || stride_a * 2 % 16 != 0 || stride_b <= 0 || stride_b * 2 % 16 != 0) return cudaErrorInvalidValue;
+    // Each GEMM writes its own C (and the kernel's staged stores step C's map by stride_c).
+    if (stride_a <= 0 || stride_a * 2 % 16 != 0 || stride_b <= 0 || stride_b * 2 % 16 != 0 || stride_c <= 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483391 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;

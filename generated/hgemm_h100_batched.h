@@ -50,7 +50,7 @@ extern "C" {
 // - M, N, K >= 1; 1 <= batch <= 65535;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
-// - a batch of more than one: stride_a and stride_b positive multiples of 8 elements (TMA steps by them).
+// - a batch of more than one: stride_a and stride_b positive multiples of 8 elements (TMA steps by them), stride_c positive.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

@@ -27,7 +27,7 @@ def launch_contract(plan: KernelPlan) -> list[str]:
                      "elements (16 bytes); there is no fallback kernel.")
         if spec.problem.batched:
             lines.append(f"- a batch of more than one: stride_a and stride_b positive multiples of {vector['a']} "
-                         "elements (TMA steps by them).")
+                         "elements (TMA steps by them), stride_c positive.")
     elif vectors:
         parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
         fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"

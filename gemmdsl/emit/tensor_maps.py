@@ -163,7 +163,7 @@ class TensorMapLauncher:
                 o.comment("C's map only where TMA can store C; the kernel tests the same condition and stores directly "
                           "otherwise.")
                 size = layout.c_box.element_bytes
-                batch_rule = f" && stride_c * {size} % {align} == 0 && stride_c > 0" if batched else ""
+                batch_rule = f" && stride_c * {size} % {align} == 0" if batched else ""
                 o.line(f"const bool staged = reinterpret_cast<uintptr_t>(C) % {align} == 0 && "
                        f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0{batch_rule};")
                 o.line("if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);")
@@ -232,8 +232,9 @@ class TensorMapLauncher:
             o.line("if (status != cudaSuccess) return status;")
 
     def _emit_batch_checks(self, invalid: str) -> None:
-        """A batch: its count, and strides TMA can step by (positive multiples of 16 bytes); a single GEMM's
-        strides are not read, and it gets its own matrix's extent (TMA wants one that fits a whole matrix)."""
+        """A batch: its count, strides TMA can step by (A's and B's positive multiples of 16 bytes) and a positive
+        one for C; a single GEMM's strides are not read, and it gets its own matrix's extent (TMA wants one that
+        fits a whole matrix)."""
         o, spec = self.out, self.spec
         o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
         with o.block("if (batch == 1)"):
@@ -242,7 +243,8 @@ class TensorMapLauncher:
         align = self.layout.global_alignment_bytes
         tests = " || ".join(f"stride_{op} <= 0 || stride_{op} * {spec.problem.matrix(operand).dtype.bytes} % {align} != 0"
                             for op, operand in (("a", ir.Operand.A), ("b", ir.Operand.B)))
-        o.line(f"if ({tests}) {invalid}")
+        o.comment("Each GEMM writes its own C (and the kernel's staged stores step C's map by stride_c).")
+        o.line(f"if ({tests} || stride_c <= 0) {invalid}")
 
     def _emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch

@@ -4,7 +4,7 @@ a warp-specialized block in which warpgroup 0 produces (TMA into the ring) and w
 """
 from __future__ import annotations
 
-from ..abi import tensor_map_type
+from ..abi import pointer_type, tensor_map_type
 from ..ir import Operand
 from ..emitter import Emitter
 from ..plan import KernelPlan
@@ -102,8 +102,8 @@ def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:
 
 def _consumer_tile(parts, o: Emitter) -> None:
     if parts.layout.batched:
-        c_type = parts.layout.spec.problem.c.dtype.c_type
-        o.line(f"{c_type}* const C = C_batch + (size_t)gemm * stride_c;  // this tile's GEMM's C")
+        o.line(f"{pointer_type(parts.layout.spec, Operand.C)} const C = C_batch + (size_t)gemm * stride_c;  "
+               "// this tile's GEMM's C")
     parts.math.declare()
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
