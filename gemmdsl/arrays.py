@@ -5,6 +5,8 @@ dtype, device pointer, device -- from the protocols the libraries share:
 
 - `__cuda_array_interface__` (CuPy, PyTorch, Numba): a dict; `strides: None` means
   C-contiguous, strides are in bytes, `typestr` is NumPy's ('<f4').
+- PyTorch's GPU tensors are read from their attributes (data_ptr, stride, ...), which is an
+  order of magnitude faster than either protocol; the rest of them go through the protocols.
 - DLPack (JAX; PyTorch's bfloat16, which its array interface gives as an opaque '<V2'):
   `__dlpack_device__()` says where the data is, `__dlpack__()` returns a capsule
   holding a DLTensor, read here through ctypes. The capsule is not consumed: its
@@ -61,6 +63,10 @@ def type_name(obj: Any) -> str:
 
 def array_view(name: str, obj: Any) -> ArrayView:
     """The view of operand `name`; TypeError for what is not a GPU array, with what to pass instead."""
+    if library_of(obj) == "torch":
+        view = view_of_torch_tensor(obj)
+        if view is not None:
+            return view
     try:
         interface = obj.__cuda_array_interface__
     except AttributeError:  # not a CUDA array library's object, or (PyTorch) a CPU tensor
@@ -85,6 +91,21 @@ def array_view(name: str, obj: Any) -> ArrayView:
             raise TypeError(f"{name}: {err}") from err
         return view_of_dlpack(name, capsule, library_of(obj), int(device_id))
     raise TypeError(f"{name} must be a GPU array ({PROTOCOLS}), got {type_name(obj)}")
+
+
+def view_of_torch_tensor(tensor: Any) -> ArrayView | None:
+    """A PyTorch GPU tensor read from its own attributes: the protocols build a dict or a capsule on
+    every call (tens of microseconds for the three operands, more than a small GEMM takes). None
+    where the protocols should judge: CPU tensors, tensors that require grad, lazily conjugated or
+    negated views, and anything that is not a plain tensor."""
+    try:
+        if not tensor.is_cuda or tensor.requires_grad or tensor.is_conj() or tensor.is_neg():
+            return None
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        return ArrayView("torch", tuple(tensor.shape), tuple(tensor.stride()), dtype, tensor.element_size(),
+                         tensor.data_ptr(), tensor.device.index)
+    except (AttributeError, TypeError):  # a torch object that is not a tensor
+        return None
 
 
 def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:

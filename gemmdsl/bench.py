@@ -22,6 +22,9 @@ Method, and why:
   mma.sync rates measured in a register-only loop, 3xTF32 a third of TF32's; WGMMA_PEAK_TFLOPS,
   the datasheet's wgmma rate, for Hopper's own path). A cuBLAS row is rated against the
   mma.sync rate of its group.
+- `batch` > 1 times batched specs (`batch: strided`) on that many GEMMs of each size in 3-D
+  arrays, against cuBLAS's strided-batched GEMM on the same arrays (a 3-D matmul); the
+  figures count every GEMM of the batch. Specs without a batch are skipped with a note.
 - Each kernel is compared with cuBLAS at its own precision (gemmdsl/precisions.py): FMA and
   3xTF32 kernels with SGEMM (CuPy, TF32 off), bf16 and f16 kernels with cuBLAS on the same
   16-bit inputs, writing C in the kernel's C type (the inputs' type, or f32 through torch.mm's
@@ -105,6 +108,7 @@ class Row:
     pct_of_peak: float | None = None
     note: str = ""
     cublas_ms: float | None = None  # median of the cuBLAS launches interleaved with this kernel's
+    batch: int = 1  # GEMMs per launch, each of m x n x k
 
 
 @dataclass(frozen=True)
@@ -144,11 +148,13 @@ def check_runs(runs: int) -> None:
 
 
 def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup: int = DEFAULT_WARMUP,
-          seed: int = 0, progress: Progress | None = None) -> BenchReport:
-    """Time every kernel and cuBLAS at every size; see the module docstring for the method."""
+          seed: int = 0, progress: Progress | None = None, batch: int = 1) -> BenchReport:
+    """Time every kernel and cuBLAS at every size (`batch` GEMMs of it per launch); see the module
+    docstring for the method."""
     import cupy
 
     check_runs(runs)
+    check_batch(batch)
     require_fp32_cublas()
     groups = comparison_groups(kernels)
     progress = progress or Progress(1 + len(sizes) * (len(groups) + len(kernels)))
@@ -161,10 +167,11 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
         for compared, members in groups.items():
             unit_peak = peak if compared.unit == "fma" else unit_peak_tflops(compared.unit, sm)
             arrays = arrays_for(compared, seed)
-            count = buffer_sets(matrix_bytes(size, compared.input_dtype), properties["l2CacheSize"])
-            sets = [input_set(arrays, compared, size) for _ in range(count)]
+            count = buffer_sets(batch * matrix_bytes(size, compared.input_dtype), properties["l2CacheSize"])
+            sets = [input_set(arrays, compared, size, batch) for _ in range(count)]
             peaks = [instruction_peak(kernel, compared.unit, sm, unit_peak) for kernel in members]
-            rows += bench_size(members, compared, arrays, size, sets, runs, warmup, unit_peak, peaks, progress)
+            rows += bench_size(members, compared, arrays, size, batch, sets, runs, warmup, unit_peak, peaks,
+                               progress)
     progress.finish()
     name = properties["name"]
     return BenchReport(device=name.decode() if isinstance(name, bytes) else name, cupy_version=cupy.__version__,
@@ -203,40 +210,56 @@ def cublas_name(compared: Comparison) -> str:
     return "cuBLAS" if compared.cublas == "SGEMM" else f"cuBLAS {compared.cublas}"
 
 
-def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, size: Size, sets: list[tuple],
-               runs: int, warmup: int, peak: float, kernel_peaks: list[float], progress: Progress) -> list[Row]:
+def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, size: Size, batch: int,
+               sets: list[tuple], runs: int, warmup: int, peak: float, kernel_peaks: list[float],
+               progress: Progress) -> list[Row]:
     """cuBLAS at the kernels' precision alone first, then each kernel interleaved with it, on the same inputs."""
     name = cublas_name(compared)
-    progress.start(f"{name} at {format_size(size)}")
+    label = format_batched_size(size, batch)
+    progress.start(f"{name} at {label}")
     cublas = [partial(arrays.cublas_into, a, b, c) for a, b, c in sets]
     cublas_ms = statistics.median(time_launches(cublas, runs, warmup))
-    rows = [measured_row(name, size, len(sets), cublas_ms, cublas_ms, peak)]
+    rows = [measured_row(name, size, len(sets), cublas_ms, cublas_ms, peak, batch)]
     for kernel, kernel_peak in zip(kernels, kernel_peaks):
-        progress.start(f"{kernel.name} at {format_size(size)}")
-        rows.append(kernel_row(kernel, arrays, size, sets, runs, warmup, cublas, kernel_peak))
+        progress.start(f"{kernel.name} at {label}")
+        rows.append(kernel_row(kernel, arrays, size, batch, sets, runs, warmup, cublas, kernel_peak))
     return rows
 
 
-def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, sets: list[tuple], runs: int, warmup: int,
-               cublas: list[Callable[[], Any]], peak: float) -> Row:
+def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, batch: int, sets: list[tuple], runs: int,
+               warmup: int, cublas: list[Callable[[], Any]], peak: float) -> Row:
+    skipped = partial(Row, kernel.name, *size, buffer_sets=len(sets), batch=batch)
+    if batch > 1 and not kernel.requirements.batched:
+        return skipped(note="skipped: not a batched spec (`batch: strided` in its problem section)")
     try:
         launches = [kernel.bind(*in_layouts(kernel, arrays, operands)) for operands in sets]
     except ValueError as err:  # a size this exact-shape kernel cannot take
-        return Row(kernel.name, *size, buffer_sets=len(sets), note=f"skipped: {err}")
+        return skipped(note=f"skipped: {err}")
     cublas_times, times = time_interleaved([cublas, launches], runs, warmup)
     return measured_row(kernel.name, size, len(sets), statistics.median(times), statistics.median(cublas_times),
-                        peak)
+                        peak, batch)
 
 
-def measured_row(name: str, size: Size, sets: int, median_ms: float, cublas_ms: float, peak: float) -> Row:
-    tflops = tflops_of(size, median_ms)
-    return Row(name, *size, buffer_sets=sets, median_ms=median_ms, tflops=tflops,
+def measured_row(name: str, size: Size, sets: int, median_ms: float, cublas_ms: float, peak: float,
+                 batch: int = 1) -> Row:
+    tflops = tflops_of(size, median_ms, batch)
+    return Row(name, *size, buffer_sets=sets, batch=batch, median_ms=median_ms, tflops=tflops,
                pct_of_cublas=100 * cublas_ms / median_ms, pct_of_peak=100 * tflops / peak, cublas_ms=cublas_ms)
 
 
-def tflops_of(size: Size, milliseconds: float) -> float:
+def tflops_of(size: Size, milliseconds: float, batch: int = 1) -> float:
     m, n, k = size
-    return 2 * m * n * k / (milliseconds * 1e-3) / 1e12
+    return 2 * batch * m * n * k / (milliseconds * 1e-3) / 1e12
+
+
+def check_batch(batch: int) -> None:
+    if batch < 1:
+        raise ValueError(f"batch={batch}: a launch multiplies at least one GEMM")
+
+
+def format_batched_size(size: Size, batch: int) -> str:
+    """`MxNxK`, or `B x MxNxK` for a batch of B GEMMs."""
+    return format_size(size) if batch == 1 else f"{batch} x {format_size(size)}"
 
 
 def matrix_bytes(size: Size, dtype: str = "f32") -> int:
@@ -250,22 +273,22 @@ def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
     return max(1, math.ceil(L2_MULTIPLE * l2_bytes / set_bytes))
 
 
-def input_set(arrays: CupyArrays, compared: Comparison, size: Size) -> tuple:
-    """Row-major A and B of the comparison's input type, and cuBLAS's C."""
+def input_set(arrays: CupyArrays, compared: Comparison, size: Size, batch: int = 1) -> tuple:
+    """Row-major A and B of the comparison's input type, and cuBLAS's C (3-D for a batch)."""
     m, n, k = size
-    a = random_operand(arrays, compared.input_dtype, "row", m, k)
-    b = random_operand(arrays, compared.input_dtype, "row", k, n)
-    return a, b, arrays.cublas_out(m, n, compared.c_dtype)
+    a = random_operand(arrays, compared.input_dtype, "row", m, k, batch=batch)
+    b = random_operand(arrays, compared.input_dtype, "row", k, n, batch=batch)
+    return a, b, arrays.cublas_out(m, n, compared.c_dtype, batch)
 
 
 def in_layouts(kernel: Kernel, arrays: CupyArrays, operands: tuple) -> tuple:
     """A row-major input set in the kernel's layouts, and a C of the kernel's type: column-major
-    operands become copies in Fortran order, so every kernel (and cuBLAS) reads the same values."""
-    a, b, _ = operands
-    m, n = a.shape[0], b.shape[1]
-    c = arrays.poisoned(m * n, kernel.metadata.get("dtypes", {}).get("c", "f32"))
+    operands become column-major copies, so every kernel (and cuBLAS) reads the same values."""
+    a, b, cublas_c = operands
+    c_dtype = kernel.metadata.get("dtypes", {}).get("c", "f32")
+    c = arrays.poisoned(math.prod(cublas_c.shape), c_dtype).reshape(tuple(cublas_c.shape))
     layouts = [kernel.requirements.layouts[name] for name in ("A", "B", "C")]
-    return tuple(x if layout == "row" else arrays.column_major(x) for x, layout in zip((a, b, c.reshape(m, n)), layouts))
+    return tuple(x if layout == "row" else arrays.column_major(x) for x, layout in zip((a, b, c), layouts))
 
 
 def time_launches(launches: list[Callable[[], Any]], runs: int, warmup: int) -> list[float]:
@@ -343,7 +366,7 @@ def format_table(report: BenchReport) -> str:
 
 
 def format_row(row: Row, width: int) -> str:
-    head = f"{format_size((row.m, row.n, row.k)):<16} {row.name:<{width}}"
+    head = f"{format_batched_size((row.m, row.n, row.k), row.batch):<16} {row.name:<{width}}"
     if row.median_ms is None:
         return f"{head} {row.note}"
     return (f"{head} {row.median_ms:>9.3f} {row.tflops:>8.2f} {row.pct_of_cublas:>8.1f} {row.cublas_ms:>9.3f} "
@@ -362,7 +385,8 @@ def geomean_lines(report: BenchReport) -> list[str]:
         ratios = [row.pct_of_cublas / 100 for row in measured]
         lowest = min(measured, key=lambda row: row.pct_of_cublas)
         line = (f"{name}: geometric mean {statistics.geometric_mean(ratios):.3f}x cuBLAS over {len(measured)} "
-                f"sizes, lowest {lowest.pct_of_cublas / 100:.3f}x at {format_size((lowest.m, lowest.n, lowest.k))}")
+                f"sizes, lowest {lowest.pct_of_cublas / 100:.3f}x at "
+                f"{format_batched_size((lowest.m, lowest.n, lowest.k), lowest.batch)}")
         lines.append(line + (f" ({skipped} skipped)" if skipped else ""))
     return lines
 
@@ -380,6 +404,15 @@ def runs_argument(text: str) -> int:
     return runs
 
 
+def batch_argument(text: str) -> int:
+    try:
+        batch = int(text)
+        check_batch(batch)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return batch
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("specs", nargs="+", metavar="SPEC",
                         help=".gemm specs and .gemmf kernel families to compile and time")
@@ -393,6 +426,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
                         help=f"untimed launches first (default {DEFAULT_WARMUP})")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
+    parser.add_argument("--batch", type=batch_argument, default=1, metavar="B",
+                        help="B GEMMs of each size per launch, for batched specs (`batch: strided`), against "
+                             "cuBLAS's strided-batched GEMM; specs without a batch are skipped (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the report to FILE as JSON")
 
 
@@ -409,13 +445,14 @@ def bench_main(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
     work = partial(bench_and_report, runs=getattr(args, "runs", MIN_RUNS),
-                   warmup=getattr(args, "warmup", DEFAULT_WARMUP), seed=args.seed, json_path=args.json)
+                   warmup=getattr(args, "warmup", DEFAULT_WARMUP), seed=args.seed, json_path=args.json,
+                   batch=getattr(args, "batch", 1))
     return run_on_specs_and_families(args.specs, sizes_text, work)
 
 
 def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup: int, seed: int,
-                     json_path: str | None) -> int:
-    report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed)
+                     json_path: str | None, batch: int = 1) -> int:
+    report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed, batch=batch)
     print(format_table(report))
     print()
     print("\n".join(geomean_lines(report)))

@@ -802,6 +802,10 @@ class Kernel:
                                                       lambda: compile_cubin(self.source, self.built_for))
         self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
         self._tensor_maps: Any = None  # wgmma specs: the last call's tensor maps (tensor_maps.TensorMapCache)
+        # The last call's key and launches, reused by a call with the same operand views and scalars: a call's
+        # checks and launch arguments cost several times what a launch does, and callers repeat their calls.
+        self._repeat: tuple[tuple, str, tuple[KernelLaunch, ...]] | None = None
+        self._resident_blocks: dict[str, int] = {}  # by entry: the driver's register count, read once
         req = self.requirements
         entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.stream_k_scalar_entry,
                                 req.prepare_entry, req.interior_entry, req.interior_partial_k_entry))
@@ -849,11 +853,25 @@ class Kernel:
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
-        req = self.requirements
         views = {"A": self._view("A", a), "B": self._view("B", b)}
-        if c is not None:
-            views["C"] = self._view("C", c)
-            check_writable(views["C"])
+        library = views["A"].library
+        if c is None:
+            return self._bind_checked(a, b, c, views, alpha, beta, stream_k, interior)
+        views["C"] = self._view("C", c)
+        check_writable(views["C"])
+        key = (views["A"], views["B"], views["C"], alpha, beta, stream_k, interior)
+        if self._repeat is not None and self._repeat[0] == key:
+            _, entry, launches = self._repeat
+            return BoundLaunch(entry, launches, c=c, operands=(a, b, c), library=library, device=self.device)
+        bound = self._bind_checked(a, b, c, views, alpha, beta, stream_k, interior)
+        # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
+        self._repeat = (key, bound.entry, bound.launches) if len(bound.operands) == 3 else None
+        return bound
+
+    def _bind_checked(self, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView], alpha: float, beta: float,
+                      stream_k: bool, interior: bool) -> BoundLaunch:
+        """`bind` after the operands' views: check the call, allocate C if it is None, build the launches."""
+        req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
         library = views["A"].library
         if c is None:
@@ -871,7 +889,7 @@ class Kernel:
         bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
         split = None
         if req.stream_k_entry is not None and stream_k:
-            split = stream_k_launch(req, call, self._sms, self._blocks_per_sm(function))
+            split = stream_k_launch(req, call, self._sms, self._blocks_per_sm(call.entry))
         if split is None or not split.sk_tiles:
             return bound(self._tile_launches(call, alpha, beta, block, smem, interior))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
@@ -931,7 +949,7 @@ class Kernel:
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
         if interior and req.interior_entry is not None and call.entry == req.vector_entry:
-            slots = self._sms * self._blocks_per_sm(self._functions[call.entry])
+            slots = self._sms * self._blocks_per_sm(call.entry)
             if interior_split_pays(req.block_tile, call.m, call.n, call.k, slots, call.batch):
                 pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
         launches = []
@@ -945,13 +963,16 @@ class Kernel:
                                          kernel_arguments(part, alpha, beta, req.batched), smem))
         return tuple(launches)
 
-    def _blocks_per_sm(self, function: Any) -> int:
-        """Resident blocks per SM of the loaded binary (what cudaOccupancyMaxActiveBlocksPerMultiprocessor says),
-        with the limits of the architecture it was built for where they are known, else the target's."""
-        sm = parse_target(self.built_for)[0]
-        limits = arch(sm) if sm in ARCHS else arch(parse_target(self.metadata["target"])[0])
-        return max(1, occupancy_of(limits, function.num_regs, self.metadata["threads"],
-                                   self.dynamic_smem_bytes).blocks_per_sm)
+    def _blocks_per_sm(self, entry: str) -> int:
+        """Resident blocks per SM of the loaded binary's `entry` (what cudaOccupancyMaxActiveBlocksPerMultiprocessor
+        says), with the limits of the architecture it was built for where they are known, else the target's."""
+        if entry not in self._resident_blocks:
+            sm = parse_target(self.built_for)[0]
+            limits = arch(sm) if sm in ARCHS else arch(parse_target(self.metadata["target"])[0])
+            self._resident_blocks[entry] = max(1, occupancy_of(limits, self._functions[entry].num_regs,
+                                                               self.metadata["threads"],
+                                                               self.dynamic_smem_bytes).blocks_per_sm)
+        return self._resident_blocks[entry]
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:

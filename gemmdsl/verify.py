@@ -217,12 +217,14 @@ class CupyArrays:
     def cublas_into(self, a: Any, b: Any, c: Any) -> None:
         self.xp.matmul(a, b, out=c)
 
-    def cublas_out(self, rows: int, cols: int, dtype: str) -> Any:
-        """What cuBLAS writes: C of the inputs' type."""
-        return self.poisoned(rows * cols, dtype).reshape(rows, cols)
+    def cublas_out(self, rows: int, cols: int, dtype: str, batch: int = 1) -> Any:
+        """What cuBLAS writes: C of the inputs' type (`batch` of them in a 3-D array when above 1)."""
+        shape = (rows, cols) if batch == 1 else (batch, rows, cols)
+        return self.poisoned(batch * rows * cols, dtype).reshape(shape)
 
     def column_major(self, x: Any) -> Any:
-        return self.xp.asfortranarray(x)
+        """A copy of each matrix (the last two dimensions) in column-major order."""
+        return self.xp.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
 
     def count_nonfinite(self, x: Any) -> int:
         return int((~self.xp.isfinite(x)).sum())
@@ -290,7 +292,7 @@ class TorchArrays(CupyArrays):
         self._matmul(a, b, out=c)
 
     def column_major(self, x: Any) -> Any:
-        return x.t().contiguous().t()
+        return x.mT.contiguous().mT
 
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:

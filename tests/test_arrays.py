@@ -96,3 +96,47 @@ def test_library_is_the_top_level_package_of_the_type():
 def test_contiguous_strides():
     assert contiguous_strides((2, 3, 4)) == (12, 4, 1)
     assert contiguous_strides((0, 3)) == (3, 1)
+
+
+class FakeTorchTensor:
+    """The attributes of a PyTorch tensor that view_of_torch_tensor reads, and the protocols as a
+    bfloat16 tensor has them (for the cases it leaves to them)."""
+
+    __module__ = "torch"
+
+    def __init__(self, shape, strides, is_cuda=True, requires_grad=False, conjugated=False):
+        self.shape, self._strides = shape, strides
+        self.is_cuda, self.requires_grad, self._conjugated = is_cuda, requires_grad, conjugated
+        self.dtype = type("dtype", (), {"__str__": lambda self: "torch.bfloat16"})()
+        self.device = type("device", (), {"index": 1})()
+
+    def stride(self):
+        return self._strides
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return PTR
+
+    def is_conj(self):
+        return self._conjugated
+
+    def is_neg(self):
+        return False
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+def test_torch_tensors_are_read_from_their_attributes():
+    view = array_view("B", FakeTorchTensor((3, 64, 32), (2048, 1, 64)))
+    assert view == ArrayView(library="torch", shape=(3, 64, 32), strides=(2048, 1, 64), dtype="bfloat16",
+                             itemsize=2, pointer=PTR, device=1)
+
+
+@pytest.mark.parametrize("odd", [dict(requires_grad=True), dict(is_cuda=False), dict(conjugated=True)])
+def test_torch_tensors_the_attributes_cannot_vouch_for_go_to_the_protocols(odd):
+    with pytest.raises(TypeError, match="A: Can't get __cuda_array_interface__ on Variable that requires grad"):
+        array_view("A", FakeTorchTensor((4, 4), (4, 1), **odd))

@@ -681,6 +681,23 @@ def test_buffer_sets_exceed_twice_the_l2():
 
 def test_tflops():
     assert tflops_of((4096, 4096, 4096), 2.0) == pytest.approx(2 * 4096 ** 3 / 2e-3 / 1e12)
+    assert tflops_of((1024, 512, 256), 1.0, batch=8) == pytest.approx(8 * tflops_of((1024, 512, 256), 1.0))
+
+
+def test_bench_takes_a_batch_of_one_or_more(capsys):
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    assert parser.parse_args(["s.gemm"]).batch == 1
+    assert parser.parse_args(["s.gemm", "--batch", "8"]).batch == 8
+    with pytest.raises(SystemExit):
+        parser.parse_args(["s.gemm", "--batch", "0"])
+    assert "at least one GEMM" in capsys.readouterr().err
+
+
+def test_a_batched_row_names_its_batch():
+    report = replace(REPORT, rows=[Row("batched_v3", 1024, 1024, 1024, 2, 0.5, 34.4, 98.0, 60.0, cublas_ms=0.49,
+                                       batch=8)])
+    assert format_table(report).splitlines()[5].split()[:5] == ["8", "x", "1024x1024x1024", "batched_v3", "0.500"]
 
 
 REPORT = BenchReport(device="NVIDIA H100 80GB HBM3", cupy_version="14.0.1", peak_tflops=59.5, runs=20, warmup=5,
@@ -802,3 +819,16 @@ def test_bench_times_kernels_beside_cublas(load_kernel):
     assert report.peak_tflops > 1
     assert [row.name for row in report.rows][0] == "cuBLAS"
     assert all(row.median_ms > 0 and row.buffer_sets >= 1 for row in report.rows)
+
+
+@pytest.mark.gpu
+def test_bench_times_a_batch_beside_cublas_batched(load_kernel):
+    from gemmdsl.bench import bench
+
+    batched, plain = load_kernel(ROOT / "specs" / "batched_v3.gemm"), load_kernel(store_spec())
+    report = bench([batched, plain], [(256, 256, 256)], runs=20, warmup=2, progress=Progress(4, io.StringIO()),
+                   batch=4)
+    cublas, batched_row, plain_row = report.rows
+    assert cublas.batch == batched_row.batch == 4 and batched_row.median_ms > 0
+    assert batched_row.tflops == pytest.approx(tflops_of((256, 256, 256), batched_row.median_ms, batch=4))
+    assert plain_row.median_ms is None and "not a batched spec" in plain_row.note

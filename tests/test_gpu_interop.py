@@ -45,6 +45,15 @@ def close(actual, expected) -> bool:
     return numpy.linalg.norm(actual - expected) <= TOLERANCE * numpy.linalg.norm(expected)
 
 
+def test_torch_tensors_read_from_attributes_agree_with_dlpack(torch):
+    from gemmdsl.arrays import view_of_dlpack, view_of_torch_tensor
+
+    base = torch.rand(4, 96, 80, device="cuda")
+    for tensor in (base, base.to(torch.bfloat16).mT, base.half()[1:, 8:40, ::2], base[2].t(), base[:, 5]):
+        expected = view_of_dlpack("A", tensor.__dlpack__(), "torch", tensor.device.index)
+        assert view_of_torch_tensor(tensor) == expected
+
+
 def test_torch_operands_are_used_in_place(load_kernel, torch):
     kernel = load_kernel(CHECKED)
     a = torch.rand(300, 70, device="cuda")
@@ -58,6 +67,28 @@ def test_torch_operands_are_used_in_place(load_kernel, torch):
     assert written is c
     torch.cuda.synchronize()
     assert close(c.cpu(), (2 * a @ b - 1).cpu())
+
+
+def test_a_repeated_call_reuses_its_launches_and_a_changed_one_does_not(load_kernel, torch):
+    kernel = load_kernel(CHECKED)
+    a, b = torch.rand(300, 70, device="cuda"), torch.rand(70, 200, device="cuda")
+    c, other_c = torch.zeros(300, 200, device="cuda"), torch.zeros(300, 200, device="cuda")
+    first = kernel.bind(a, b, c)
+    assert kernel.bind(a, b, c).launches is first.launches
+    assert kernel.bind(a.clone(), b, c).launches is not first.launches  # new A: a new pointer
+    for beta, out in [(0.0, c), (0.0, other_c), (-1.0, c)]:  # new C, then new scalars: each launches anew
+        out.fill_(1.0)
+        kernel(a, b, out, alpha=2.0, beta=beta)
+        torch.cuda.synchronize()
+        assert close(out.cpu(), (2 * a @ b + beta).cpu())
+
+
+def test_a_wgmma_stream_k_call_gets_a_workspace_every_time(load_kernel, cupy):
+    """Two calls of one stream-K binding may run on two streams at once: they must not share partial sums."""
+    kernel = load_kernel(ROOT / "specs" / "sgemm_3xtf32_h100_sk.gemm")
+    a, b, c = (cupy.ones((1000, 1000), dtype="float32") for _ in range(3))
+    first, second = kernel.bind(a, b.T, c), kernel.bind(a, b.T, c)
+    assert len(first.operands) == 5 and first.operands[3] is not second.operands[3]
 
 
 def test_torch_bfloat16_float64_and_host_tensors_are_refused(load_kernel, torch):
