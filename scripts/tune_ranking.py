@@ -11,7 +11,9 @@ each timed candidate's score is joined to its measurement by name. Printed per t
     measured candidate: how much slower the best of the top 8 is ("gap");
 
 and with --svg-dir, an SVG scatter of predicted score vs measured TFLOP/s per template, one marker per
-candidate, the top 8 highlighted. --recorded uses the scores stored in the file instead of rescoring
+candidate, the top 8 highlighted. Rescoring reads ptxas's registers and spills where the results
+record them (`tune` with nvcc builds every survivor), the estimate elsewhere; --estimate reads the
+estimate only. --recorded uses the scores stored in the file instead of rescoring
 (for results written by an older model: a pruned candidate then has score 0). --strip DIR writes a copy
 of each file with only the timed candidates and the fields this study reads (how
 tests/fixtures/tune_h100/ was made).
@@ -101,8 +103,11 @@ def measured_rows(data: dict) -> list[dict]:
     return [row for row in data["candidates"] if "measured" in row]
 
 
-def study(data: dict, template: str | None = None, recorded: bool = False, sms: int | None = None) -> Study:
-    """Score every timed candidate (the current model, or as recorded) and put it beside its measurement."""
+def study(data: dict, template: str | None = None, recorded: bool = False, sms: int | None = None,
+          estimate: bool = False) -> Study:
+    """Score every timed candidate (the current model, or as recorded) and put it beside its measurement.
+    The current model reads ptxas's figures where the results record them, as `tune` does with nvcc on
+    PATH (tune.with_ptxas); `estimate` scores on the register estimate alone, as with --no-nvcc."""
     from gemmdsl import tune
 
     rows = measured_rows(data)
@@ -120,6 +125,10 @@ def study(data: dict, template: str | None = None, recorded: bool = False, sms: 
         wanted = {row["name"] for row in rows}
         candidates = [c for c in tune.expand(path.read_text(encoding="utf-8"), str(template)) if c.name in wanted]
         report = tune.screen(candidates, sizes, min_warps=0, path=str(template))
+        recorded_ptxas = {row["name"]: row["prediction"]["ptxas"] for row in rows
+                          if not estimate and row.get("prediction", {}).get("ptxas")}
+        if recorded_ptxas:  # a candidate without figures is "not built" and keeps its estimate
+            report, _ = tune.with_ptxas(report, sizes, lambda survivor: recorded_ptxas[survivor.candidate.name])
         ranked = tune.rank(report.timeable, sizes, sms or tune.DEFAULT_SMS)
         scored = {s.candidate.name: s.prediction.score for s in ranked}
         places = {s.candidate.name: place for place, s in enumerate(ranked, 1)}
@@ -235,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", metavar="RESULTS.json", help="`gemmdsl tune --exhaustive --json` output")
     parser.add_argument("--template", help="the template, where the results do not name it (one results file)")
     parser.add_argument("--recorded", action="store_true", help="use the scores stored in the results")
+    parser.add_argument("--estimate", action="store_true",
+                        help="rescore on the register estimate, ignoring the ptxas figures the results record "
+                             "(as `tune --no-nvcc` ranks)")
     parser.add_argument("--sms", type=int, default=None, help="SM count for the wave term (default: tune's)")
     parser.add_argument("--svg-dir", metavar="DIR", help="write <template stem>.svg scatter plots there")
     parser.add_argument("--strip", metavar="DIR", help="write stripped copies of the results there and stop")
@@ -249,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.strip).mkdir(parents=True, exist_ok=True)
             (Path(args.strip) / Path(name).name).write_text(json.dumps(strip(data), indent=1) + "\n")
             continue
-        result = study(data, args.template, args.recorded, args.sms)
+        result = study(data, args.template, args.recorded, args.sms, args.estimate)
         print("\n".join(report_lines(result)))
         if args.svg_dir:
             Path(args.svg_dir).mkdir(parents=True, exist_ok=True)

@@ -88,3 +88,17 @@ ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 400 bytes 
     resources = parse_ptxas(log, "k_kernel")
     assert (resources.registers, resources.stack, resources.spill_stores, resources.spill_loads,
             resources.static_smem) == (255, 8, 4, 12, 1024)
+
+
+def test_tune_ranks_mma_sync_survivors_on_ptxas_figures(tmp_path, capsys):
+    from test_tune import MMA_SYNC_TEMPLATE
+
+    path = tmp_path / "hm.tgemm"
+    path.write_text(MMA_SYNC_TEMPLATE)
+    results = tmp_path / "r.json"
+    assert main(["tune", str(path), "--screen-only", "--jobs", "2", "--json", str(results)]) == 0
+    candidates = json.loads(results.read_text())["candidates"]
+    survivors = [c for c in candidates if c["status"] in ("survivor", "kept")]
+    assert len(survivors) == 4
+    assert all(c["prediction"]["ptxas"]["registers"] == c["prediction"]["registers"] for c in survivors)
+    assert "building 4 mma.sync candidate(s) with nvcc" in capsys.readouterr().err

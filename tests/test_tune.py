@@ -254,6 +254,48 @@ def test_select_drops_spilling_and_failing_builds_and_takes_the_next_in_rank():
     assert tune.select(ranked, 2, [SIZE]) == (ranked[:2], {})
 
 
+MMA_SYNC_TEMPLATE = """\
+gemm hm {
+    problem  { a: bf16 row; b: bf16 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
+    target   sm_80;
+    block    { tile: 128x128x32; }
+    threads  { warps: {2x2,2x4}; }
+    mma      { shape: m16n8k16; repeat: {4x8,4x4}; }
+    smem a   { order: mk; swizzle: xor(2,3,3); }
+    smem b   { order: kn; swizzle: xor(3,3,4); }
+    load a   { vector: 8; }
+    load b   { vector: 8; }
+    pipeline { stages: {3,4}; copy: cp_async; fragments: double; }
+}
+"""
+
+
+def test_with_ptxas_predicts_mma_sync_survivors_again_and_takes_out_what_does_not_build():
+    report = tune.screen(tune.expand(MMA_SYNC_TEMPLATE), [SIZE], min_warps=0)
+    first, second = report.survivors[:2]
+    assert len(report.survivors) == 4
+
+    def fake_build(survivor):
+        if survivor is second:
+            raise RuntimeError("nvcc failed (exit 1): ptxas error\nmore")
+        return {"registers": 96, "spill_stores": 0, "spill_loads": 0, "stack": 0, "static_smem": 0}
+
+    built, failed = tune.with_ptxas(report, [SIZE], fake_build, jobs=2)
+    assert [(c.name, why) for c, why in failed] == [(second.candidate.name, "nvcc failed (exit 1): ptxas error")]
+    assert [s.candidate.name for s in built.survivors] == [s.candidate.name for s in report.survivors if s is not second]
+    assert all(s.prediction.ptxas is not None and s.prediction.registers == 96 for s in built.survivors)
+    timeable = {s.candidate.name: s for s in built.timeable}
+    assert timeable[first.candidate.name] is built.survivors[0]
+    assert timeable[second.candidate.name].prediction == second.prediction  # kept for the record, estimated
+    assert len(built.timeable) == len(report.timeable)
+
+
+def test_with_ptxas_leaves_fma_survivors_on_the_estimate():
+    report = tune.screen(tune.expand(SMALL), [SIZE], min_warps=0, conflict_pct=100)
+    built, failed = tune.with_ptxas(report, [SIZE], lambda survivor: pytest.fail("an FMA candidate was built"))
+    assert (built, failed) == (report, [])
+
+
 # --- timing results and the winner -------------------------------------------------------------
 
 

@@ -31,12 +31,13 @@ REPORTED = {
     "hgemm_h100": (0.85, 0.0),  # held out; 4096^3, f32 C through direct stores
     "hgemm_h100_2048": (0.84, 0.0),  # held out; 2048^3 (one tile per SM)
     # mma.sync: cycles.mma_sync_member_model, its form chosen on hgemm_mma, its shared-instruction rate
-    # fitted on tf32_mma (which alone it changes)
-    "hgemm_mma": (0.70, 0.0),
-    "tf32_mma": (0.74, 0.0),
+    # fitted on tf32_mma (which alone it changes); scored on ptxas's registers and spills (recorded in the
+    # fixtures, nvcc 13.0.88), as tune ranks mma.sync candidates with nvcc on PATH
+    "hgemm_mma": (0.71, 0.0),
+    "tf32_mma": (0.77, 0.0),
     # held out (timed after the model was settled; re-timed after T15 changed the 3xTF32 split): both targets
-    # missed
-    "sgemm_3xtf32_mma": (0.31, 15.6),
+    # missed (on the estimate alone 0.32 and 15.6%)
+    "sgemm_3xtf32_mma": (0.53, 2.9),
     # wgmma 3xTF32: timed after session 16 set the consumer's wait (one 8192^3 measurement) and counted its adds
     "sgemm_3xtf32_h100": (0.95, 0.0),
     "sgemm_3xtf32_h100_2048": (0.89, 0.0),
@@ -49,6 +50,18 @@ CANDIDATES = {"sgemm_warp": 28, "sgemm_h100": 96, "sgemm_space": 512, "hgemm_h10
               "tf32_h100": 17, "tf32_h100_2048": 17, "hgemm_h100_bf16c": 37, "hgemm_h100_bf16c_2048": 37,
               "hgemm_mma": 216, "tf32_mma": 288, "sgemm_3xtf32_mma": 160, "sgemm_3xtf32_h100": 84,
               "sgemm_3xtf32_h100_2048": 84, "hgemm_h100_warpgroups": 16, "hgemm_h100_warpgroups_2048": 16}
+
+
+# The mma.sync templates scored on the register estimate alone (`tune --no-nvcc`, `tune_ranking.py --estimate`).
+REPORTED_ON_THE_ESTIMATE = {"hgemm_mma": (0.70, 0.0), "tf32_mma": (0.74, 0.0), "sgemm_3xtf32_mma": (0.31, 15.6)}
+
+
+@pytest.mark.parametrize("name", sorted(REPORTED_ON_THE_ESTIMATE))
+def test_on_the_estimate_alone_the_mma_sync_templates_rank_as_reported(name):
+    data = json.loads((FIXTURES / f"tune_{name}.json").read_text())
+    result = tune_ranking.study(data, estimate=True)
+    rho, gap = REPORTED_ON_THE_ESTIMATE[name]
+    assert result.rho >= rho and result.gap_pct <= gap + 0.05
 
 
 @pytest.mark.parametrize("name", sorted(REPORTED))
