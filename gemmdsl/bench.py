@@ -395,22 +395,22 @@ def write_json(report: BenchReport, path: str | Path) -> None:
     Path(path).write_text(json.dumps(asdict(report), indent=2) + "\n")
 
 
-def runs_argument(text: str) -> int:
-    try:
-        runs = int(text)
-        check_runs(runs)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return runs
+def checked_int_argument(check: Callable[[int], None]) -> Callable[[str], int]:
+    """An argparse type: an integer that `check` accepts, its ValueError becoming argparse's message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+            check(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return value
+
+    return parse
 
 
-def batch_argument(text: str) -> int:
-    try:
-        batch = int(text)
-        check_batch(batch)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return batch
+runs_argument = checked_int_argument(check_runs)
+batch_argument = checked_int_argument(check_batch)
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
