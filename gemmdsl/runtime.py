@@ -771,6 +771,11 @@ class BoundLaunch:
     library: str  # A's library, whose current stream a launch follows
     device: int
 
+    @property
+    def workspace(self) -> tuple:
+        """Arrays the launch owns beside the operands (wgmma stream-K's partial sums and flags)."""
+        return self.operands[3:]
+
     def __call__(self, stream: Any = None) -> Any:
         """Queue the launches on `stream` (any stream `stream_handle` takes), else on the caller's
         current one; returns the CuPy stream object used."""
@@ -865,7 +870,7 @@ class Kernel:
             return BoundLaunch(entry, launches, c=c, operands=(a, b, c), library=library, device=self.device)
         bound = self._bind_checked(a, b, c, views, alpha, beta, stream_k, interior)
         # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
-        self._repeat = (key, bound.entry, bound.launches) if len(bound.operands) == 3 else None
+        self._repeat = None if bound.workspace else (key, bound.entry, bound.launches)
         return bound
 
     def _bind_checked(self, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView], alpha: float, beta: float,

@@ -88,7 +88,7 @@ def test_a_wgmma_stream_k_call_gets_a_workspace_every_time(load_kernel, cupy):
     kernel = load_kernel(ROOT / "specs" / "sgemm_3xtf32_h100_sk.gemm")
     a, b, c = (cupy.ones((1000, 1000), dtype="float32") for _ in range(3))
     first, second = kernel.bind(a, b.T, c), kernel.bind(a, b.T, c)
-    assert len(first.operands) == 5 and first.operands[3] is not second.operands[3]
+    assert len(first.workspace) == 2 and first.workspace[0] is not second.workspace[0]
 
 
 def test_torch_bfloat16_float64_and_host_tensors_are_refused(load_kernel, torch):
