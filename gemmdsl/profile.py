@@ -232,6 +232,9 @@ def format_comparison(analysis: Analysis, rows: list[Row]) -> str:
               for row in rows]
     lines.append("  (ncu's shared-memory limit reflects the carveout the driver chose for this launch, which can be "
                  "smaller than the full one the prediction assumes)")
+    if any(row.label.startswith("cp.async") for row in rows):
+        lines.append("  (ncu's LDGSTS conflict counter does not count what cp.async's stores cost; timed on the H100 "
+                     "they take the wavefronts predicted: tests/test_gpu_probes.py)")
     return "\n".join(lines)
 
 
