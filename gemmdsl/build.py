@@ -1,18 +1,26 @@
-"""Build stage: run nvcc on emitted CUDA and read back what ptxas decided.
+"""Build stage: run nvcc, or NVRTC, on emitted CUDA and read back what ptxas decided.
 
 Everything here depends on the installed toolkit, so none of it goes into the
 golden files; the compiler adds these figures to the metadata only when nvcc ran.
+Without nvcc, NVRTC (through CuPy's bindings of its C API; no GPU needed) gives the
+same figures for the kernel the runtime would load: `check` and `tune` use it then.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NVCC_TIMEOUT_S = 600
+# What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map
+# stalls to source lines), beside the architecture.
+COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
+DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where the CUDA installers put the toolkit
 
 _USED = re.compile(r"Used (\d+) registers")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -115,3 +123,109 @@ def build(cuda: str, name: str, sm: int | str, emit: frozenset[str] = frozenset(
             _run([nvcc, arch, "-std=c++17", f"-{kind}", "-o", f"{name}.{kind}", f"{name}.cu"], work)
             result.outputs[kind] = (work / f"{name}.{kind}").read_bytes()
         return result
+
+
+def nvrtc_available() -> bool:
+    """Whether CuPy's NVRTC loads here (it needs the library, not a GPU)."""
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception:  # noqa: BLE001 - no CuPy, or CuPy without a loadable NVRTC: either way, none
+        return False
+    return True
+
+
+def nvrtc_version() -> str:
+    from cupy.cuda import nvrtc
+
+    return ".".join(map(str, nvrtc.getVersion()))
+
+
+def nvrtc_compile(source: str, target: str, options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """NVRTC's cubin for `target` (sm_XX or sm_XXa) and its log, with COMPILER_OPTIONS and `options`.
+
+    NVRTC is driven directly (not through CuPy's `compile_using_nvrtc`, which parses the
+    architecture as a number and so refused `sm_90a`) with nvcc's options and nothing else;
+    the cubin is NVRTC's own, ptxas included. The emitted host launchers sit behind
+    `#ifndef __CUDACC_RTC__`, so NVRTC sees the kernels alone.
+    """
+    from cupy.cuda import nvrtc
+
+    flags = (f"-arch={target}", *COMPILER_OPTIONS, *options, *(f"-I{path}" for path in cuda_include_dirs()))
+    program = nvrtc.createProgram(source, "kernel.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, flags)
+        except nvrtc.NVRTCError as err:
+            raise BuildError(f"NVRTC failed ({err}):\n{nvrtc.getProgramLog(program)}") from None
+        return bytes(nvrtc.getCUBIN(program)), nvrtc.getProgramLog(program)
+    finally:
+        nvrtc.destroyProgram(program)
+
+
+def cuda_include_dirs() -> list[str]:
+    """Where NVRTC finds cuda_fp16.h and cuda_bf16.h, which the 16-bit kernels include.
+
+    NVRTC has no built-in copy of them and searches nothing by default, so the directory is
+    passed explicitly: the toolkit's (CUDA_PATH, CUDA_HOME, beside nvcc, /usr/local/cuda) or,
+    in a pip-only setup, the one the `nvidia-cuda-runtime` wheel installs. The first that holds
+    the headers is used; none is fine for FP32 kernels, which include neither.
+    """
+    candidates = [Path(os.environ[name], "include") for name in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(name)]
+    nvcc = find_nvcc()
+    if nvcc is not None:
+        candidates.append(Path(nvcc).resolve().parent.parent / "include")
+    candidates.append(DEFAULT_TOOLKIT / "include")
+    for entry in filter(None, sys.path):
+        candidates.extend(sorted(Path(entry, "nvidia").glob("*/include")))
+    for directory in candidates:
+        if (directory / "cuda_fp16.h").is_file() and (directory / "cuda_bf16.h").is_file():
+            return [str(directory)]
+    return []
+
+
+def ptxas_compiler() -> str | None:
+    """What gives ptxas's figures here: "nvcc" on PATH, else "nvrtc" where CuPy's NVRTC loads, else None."""
+    if find_nvcc() is not None:
+        return "nvcc"
+    return "nvrtc" if nvrtc_available() else None
+
+
+def kernel_resources(cuda: str, name: str, sm: int | str, compiler: str, entry: str | None = None) -> PtxasResources:
+    """ptxas's figures for `entry` (default NAME_kernel) of `cuda` built for sm_XX by `compiler`
+    ("nvcc": the whole .cu, as `gemmdsl compile` builds it; "nvrtc": the kernels, as the runtime
+    builds them without nvcc; the two agree from NVRTC 13.1 on, README "nvcc and NVRTC")."""
+    if compiler == "nvcc":
+        return build(cuda, name, sm, entry=entry).resources
+    return parse_ptxas(nvrtc_ptxas_log(cuda, f"sm_{sm}"), entry or f"{name}_kernel")
+
+
+def nvrtc_ptxas_log(source: str, target: str) -> str:
+    """NVRTC's `ptxas -v` log for `source`, from a child process with the CUDA compute cache off.
+
+    NVRTC 13 takes a cubin from the driver's compute cache (~/.nv/ComputeCache) when it has built
+    the same PTX before, and then ptxas neither runs nor logs: on the H100 a second build of
+    sgemm_v3 logged nothing, with CUDA_CACHE_DISABLE=1 at process start it logged every time, and
+    set later in a running process it is not read. So the build runs where the variable is set
+    from the start; the cubin is the one the cache would have served (same source and options)."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    command = [sys.executable, "-c", f"import sys; sys.path.insert(0, {package_root!r}); "
+               "from gemmdsl.build import print_nvrtc_ptxas_log; print_nvrtc_ptxas_log(sys.argv[1])", target]
+    try:
+        done = subprocess.run(command, input=source, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S,
+                              env=dict(os.environ, CUDA_CACHE_DISABLE="1"))
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise BuildError(f"cannot run NVRTC: {err}") from None
+    if done.returncode != 0:
+        raise BuildError(done.stderr.strip() or f"NVRTC's child process failed (exit {done.returncode})")
+    return done.stdout
+
+
+def print_nvrtc_ptxas_log(target: str) -> None:
+    """`nvrtc_ptxas_log`'s child: the source on stdin, the log on stdout, a failure on stderr (exit 1)."""
+    try:
+        _, log = nvrtc_compile(sys.stdin.read(), target, ("-Xptxas=-v",))
+    except BuildError as err:
+        sys.exit(str(err))
+    sys.stdout.write(log)

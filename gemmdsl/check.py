@@ -44,7 +44,7 @@ def format_report(analysis: Analysis) -> str:
 
 def _wgmma_report(analysis: Analysis) -> str:
     """Hopper's own path: its passes' verdicts (shared memory, registers after setmaxnreg, the ring, the
-    persistent grid's waves, the bound), ptxas's figures when nvcc ran, and the warnings."""
+    persistent grid's waves, the bound), ptxas's figures when nvcc or NVRTC ran, and the warnings."""
     spec, layout = analysis.spec, analysis.layout
     registers = analysis.facts["wgmma_registers"]
     header = (f"{spec.name} ({spec.target}): {layout.threads} threads = {layout.consumers} consumer + "
@@ -271,9 +271,12 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_main(args: argparse.Namespace) -> int:
     """Analyse each spec; exit status 1 if any failed to load or build, or does not tile the problem."""
-    from .build import BuildError
+    from .build import BuildError, nvrtc_version, ptxas_compiler
     from .frontend import load_path
 
+    if ptxas_compiler() == "nvrtc" and not all(map(is_family_path, args.specs)):
+        print(f"note: ptxas's figures from NVRTC {nvrtc_version()} (nvcc not on PATH): the kernel the runtime "
+              f"builds here", file=sys.stderr)
     status = 0
     reports = []
     for path in args.specs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, ir
-from .build import PtxasResources, build, find_nvcc
+from .build import PtxasResources, kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
 from .emit.header import emit_header
@@ -76,12 +76,13 @@ def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
 
 
 def ptxas_resources(path: str) -> dict | None:
-    """ptxas's registers and spills for a spec's kernel, or None when nvcc is not on PATH."""
-    nvcc = find_nvcc()
-    if nvcc is None:
+    """ptxas's registers and spills for a spec's kernel: nvcc's where it is on PATH, else NVRTC's
+    where CuPy loads it (`build.ptxas_compiler`), else None."""
+    compiler = ptxas_compiler()
+    if compiler is None:
         return None
     artifacts = compile_path(path)
-    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.code, nvcc=nvcc).resources.as_dict()
+    return kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, compiler).as_dict()
 
 
 def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:

@@ -55,14 +55,14 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, ir
 from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source
-from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels
+from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .plan import Requirements
@@ -442,26 +442,32 @@ class FamilyKernel:
         self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
         # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
         self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
+        # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
+        self._choose = lru_cache(maxsize=4096)(partial(choose, self.models))
 
     def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
-        return self.kernels[choose(self.models, m, n, k, exact_allowed)]
+        return self.kernels[self._choose(m, n, k, exact_allowed)]
 
-    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+             stream_k: bool = True, interior: bool = True) -> Any:
+        """The chosen member's `Kernel.bind` (stream_k and interior as there)."""
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
         kernel = self.member_for(m, n, k)
         try:
-            return kernel.bind(a, b, c, alpha, beta)
+            return kernel.bind(a, b, c, alpha, beta, stream_k, interior)
         except ValueError:
             if kernel.requirements.multiples == (1, 1, 1):
                 raise
             # An exact member refused these operands (alignment): the checked member the rule picks.
-            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta)
+            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior)
 
-    def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        launch = self.bind(a, b, c, alpha, beta)
-        launch()
-        return launch.c
+    def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
+        """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams
+        and returned C."""
+        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
+        return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
 
 def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[[list[Any], list[Size]], int],

@@ -49,20 +49,16 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
-from .build import arch_flag
+from .build import COMPILER_OPTIONS, BuildError, arch_flag, nvrtc_compile, nvrtc_version
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
-# What nvcc -cubin compiles device code with (-lineinfo lets ncu map stalls to source lines); NVRTC gets
-# the same, beside -arch=sm_XX, for which it emits a cubin (`compile_with_nvrtc`).
-COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 COMPILERS = ("nvcc", "nvrtc")
 FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
 NVCC_TIMEOUT_S = 600
-DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where the CUDA installers put the toolkit
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 
 Size = tuple[int, int, int]  # (M, N, K)
@@ -615,9 +611,7 @@ def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str 
 def compiler_version(compiler: str) -> str:
     """nvcc's release ("13.0.88", from `nvcc --version`) or NVRTC's ("13.1", as CuPy loaded it)."""
     if compiler == "nvrtc":
-        from cupy.cuda import nvrtc
-
-        return ".".join(map(str, nvrtc.getVersion()))
+        return nvrtc_version()
     try:
         done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):  # no nvcc: the build that follows says so clearly
@@ -682,50 +676,17 @@ def compile_cubin(source: str, target: str, compiler: str | None = None) -> byte
 
 
 def compile_with_nvrtc(source: str, target: str) -> bytes:
-    """A cubin for `target` from NVRTC, through CuPy's bindings of its C API.
-
-    NVRTC is driven directly (not through CuPy's `compile_using_nvrtc`, which parses the
-    architecture as a number and so refused `sm_90a`, leaving every wgmma spec unbuildable
-    without nvcc) with nvcc's options and nothing else; the cubin is NVRTC's own, ptxas
-    included.
-    """
+    """A cubin for `target` from NVRTC (`build.nvrtc_compile`: nvcc's options, NVRTC's own ptxas)."""
     from cupy.cuda import nvrtc
 
     if nvrtc.getVersion() < FIRST_GOOD_NVRTC:
         version = ".".join(map(str, nvrtc.getVersion()))
         print(f"note: NVRTC {version} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
               f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
-    options = (f"-arch={target}", *COMPILER_OPTIONS, *(f"-I{directory}" for directory in cuda_include_dirs()))
-    program = nvrtc.createProgram(source, "kernel.cu", (), ())
     try:
-        try:
-            nvrtc.compileProgram(program, options)
-        except nvrtc.NVRTCError as err:
-            raise KernelBuildError(f"NVRTC failed ({err}):\n{nvrtc.getProgramLog(program)}") from None
-        return bytes(nvrtc.getCUBIN(program))
-    finally:
-        nvrtc.destroyProgram(program)
-
-
-def cuda_include_dirs() -> list[str]:
-    """Where NVRTC finds cuda_fp16.h and cuda_bf16.h, which the 16-bit kernels include.
-
-    NVRTC has no built-in copy of them and searches nothing by default, so the directory is
-    passed explicitly: the toolkit's (CUDA_PATH, CUDA_HOME, beside nvcc, /usr/local/cuda) or,
-    in a pip-only setup, the one the `nvidia-cuda-runtime` wheel installs. The first that holds
-    the headers is used; none is fine for FP32 kernels, which include neither.
-    """
-    candidates = [Path(os.environ[name], "include") for name in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(name)]
-    nvcc = shutil.which("nvcc")
-    if nvcc is not None:
-        candidates.append(Path(nvcc).resolve().parent.parent / "include")
-    candidates.append(DEFAULT_TOOLKIT / "include")
-    for entry in filter(None, sys.path):
-        candidates.extend(sorted(Path(entry, "nvidia").glob("*/include")))
-    for directory in candidates:
-        if (directory / "cuda_fp16.h").is_file() and (directory / "cuda_bf16.h").is_file():
-            return [str(directory)]
-    return []
+        return nvrtc_compile(source, target)[0]
+    except BuildError as err:
+        raise KernelBuildError(str(err)) from None
 
 
 def compile_with_nvcc(source: str, target: str) -> bytes:
@@ -784,6 +745,13 @@ class BoundLaunch:
         for launch in self.launches:
             launch(on)
         return on
+
+
+def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: Any) -> Any:
+    """Queue `launch` on `stream` (else the caller's current one) and return C: the caller's own, or for
+    a call that left C out the new array, in A's library."""
+    used = launch(stream)
+    return launch.c if c_given else to_library(launch.c, launch.library, c_dtype, used)
 
 
 class Kernel:
@@ -995,9 +963,7 @@ class Kernel:
         interior=False: see `bind`.
         """
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
-        used = launch(stream)
-        return launch.c if c is not None else to_library(launch.c, launch.library, self.requirements.dtypes["C"],
-                                                         used)
+        return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:
         req = self.requirements

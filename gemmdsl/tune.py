@@ -55,7 +55,7 @@ Equal scores go to the candidate with fewer FFMAs that switch both operands (FMA
 more registers left under the cap, then to fewer L1 wavefronts per FFMA, then to the earlier one.
 The model sees neither raster nor pipeline depth: variants that differ only there tie on all of
 these, and timing decides between them. The top --budget candidates are kept; with nvcc
-on PATH each is built first and one that ptxas makes spill (an mma.sync kernel: more than
+on PATH (else NVRTC) each is built first and one that ptxas makes spill (an mma.sync kernel: more than
 MMA_SYNC_TOLERATED_SPILL_BYTES), or whose real register count drops it under --min-warps, is replaced
 by the next in rank.
 
@@ -590,13 +590,13 @@ def _with_score(prediction: Prediction, score: float) -> Prediction:
 BuildFn = Callable[[Survivor], dict]  # -> PtxasResources.as_dict(); raises on failure
 
 
-def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm") -> dict:
-    """ptxas's figures for a candidate, through the real compiler and nvcc."""
-    from .build import build
+def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm", compiler: str = "nvcc") -> dict:
+    """ptxas's figures for a candidate, through the real compiler and nvcc (or NVRTC)."""
+    from .build import kernel_resources
     from .compiler import compile_source
 
     artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate), survivor.candidate.text))
-    return build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources.as_dict()
+    return kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, compiler).as_dict()
 
 
 # Spill bytes per thread (stores or loads) an mma.sync kernel may have and still be kept. On the H100
@@ -633,7 +633,7 @@ def with_ptxas(report: ScreenReport, sizes: Sequence[Size], build_fn: BuildFn, j
     if not chosen:
         return report, []
     if progress is not None:
-        progress(f"building {len(chosen)} mma.sync candidate(s) with nvcc to rank them on ptxas's figures")
+        progress(f"building {len(chosen)} mma.sync candidate(s) to rank them on ptxas's figures")
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(lambda s: _try_build(build_fn, s), chosen))
     built: dict[str, Survivor] = {}
@@ -664,7 +664,7 @@ def select(ranked: Sequence[Survivor], budget: int, sizes: Sequence[Size], min_w
         while queue and len(kept) < budget:
             batch, queue = queue[:max(budget - len(kept), jobs)], queue[max(budget - len(kept), jobs):]
             if progress is not None:
-                progress(f"building {len(batch)} candidate(s) with nvcc: {', '.join(s.candidate.name for s in batch)}")
+                progress(f"building {len(batch)} candidate(s): {', '.join(s.candidate.name for s in batch)}")
             results = list(pool.map(lambda s: _try_build(build_fn, s), batch))
             for survivor, (ptxas, error) in zip(batch, results):
                 if len(kept) == budget:
@@ -1011,8 +1011,9 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time every valid candidate and compare winners")
     parser.add_argument("--screen-only", action="store_true", help="stop after the pruning report (exit 0)")
     parser.add_argument("--no-nvcc", action="store_true",
-                        help="skip nvcc: no ptxas spill check of the kept candidates, and mma.sync candidates ranked on "
-                             "the register estimate instead of ptxas's figures")
+                        help="build nothing before timing (neither nvcc nor, without it, NVRTC): no ptxas spill check of "
+                             "the kept candidates, and mma.sync candidates ranked on the register estimate instead of "
+                             "ptxas's figures")
     parser.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
                         help="parallel nvcc/NVRTC builds (default: the CPU count)")
     from .bench import MIN_RUNS, runs_argument
@@ -1046,7 +1047,7 @@ def _screen_progress(done: int, total: int) -> None:
 
 def tune_main(args: argparse.Namespace) -> int:
     """1: a bad template or nothing survives; 2: bad sizes, or no GPU to time on (after the screening report)."""
-    from .build import find_nvcc
+    from .build import ptxas_compiler
     from .runtime import parse_sizes
 
     try:
@@ -1070,12 +1071,13 @@ def tune_main(args: argparse.Namespace) -> int:
         return 1
 
     report = screen(candidates, sizes, args.min_warps, args.conflict_tolerance, path, _screen_progress)
-    nvcc = None if args.no_nvcc else find_nvcc()
+    compiler = None if args.no_nvcc else ptxas_compiler()
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     build_fn, failed = None, []
-    if nvcc is not None:  # mma.sync: rank on ptxas's figures; select reuses them for its spill check
-        report, failed = with_ptxas(report, sizes, lambda survivor: ptxas_of(survivor, path), args.jobs, progress)
-        build_fn = lambda survivor: survivor.prediction.ptxas or ptxas_of(survivor, path)  # noqa: E731
+    if compiler is not None:  # mma.sync: rank on ptxas's figures; select reuses them for its spill check
+        built = lambda survivor: ptxas_of(survivor, path, compiler)  # noqa: E731
+        report, failed = with_ptxas(report, sizes, built, args.jobs, progress)
+        build_fn = lambda survivor: survivor.prediction.ptxas or built(survivor)  # noqa: E731
     ranked = rank(report.survivors, sizes, args.sms)
     kept, dropped = select(ranked, args.budget, sizes, args.min_warps, build_fn, args.jobs, progress)
     if failed:
@@ -1083,9 +1085,9 @@ def tune_main(args: argparse.Namespace) -> int:
     print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
     print("\n".join(screen_lines(report, kept, dropped, args.budget)))
     print("\n".join(kept_lines(kept)))
-    if nvcc is None:
+    if compiler is None:
         print("note: ptxas spill check skipped, and mma.sync candidates ranked on the register estimate"
-              + (" (--no-nvcc)" if args.no_nvcc else " (nvcc not on PATH)"))
+              + (" (--no-nvcc)" if args.no_nvcc else " (neither nvcc on PATH nor NVRTC through CuPy)"))
     if not kept:
         print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
         return 1

@@ -309,13 +309,13 @@ class FakeKernel:
 
     def __init__(self, name, multiples):
         self.name, self.calls = name, []
-        self.requirements = type("Requirements", (), {"multiples": multiples})
+        self.requirements = type("Requirements", (), {"multiples": multiples, "dtypes": {"C": "float32"}})
         self.metadata = {"unit": "fma", "dtypes": {"a": "f32", "b": "f32", "c": "f32"}}
 
-    def bind(self, a, b, c, alpha, beta):
+    def bind(self, a, b, c, alpha, beta, stream_k=True, interior=True):
         if self.requirements.multiples != (1, 1, 1) and a.aligned is False:
             raise ValueError("A is not aligned to 4 elements")
-        self.calls.append(a.shape)
+        self.calls.append((a.shape, stream_k, interior))
         return self.name
 
 
@@ -324,15 +324,50 @@ class FakeArray:
         self.shape, self.aligned = shape, aligned
 
 
-def test_the_python_family_runs_what_the_launcher_runs(family):
-    kernels = [FakeKernel(model.name, (1, 1, 1) if not model.exact else model.tile) for model in family.models]
-    loaded = FamilyKernel.__new__(FamilyKernel)
-    loaded.models, loaded.kernels = family.models, kernels
-    assert loaded.bind(FakeArray(4096, 4096), FakeArray(4096, 4096)) == "sgemm_h100"
-    assert loaded.bind(FakeArray(33, 33), FakeArray(33, 33)) == "checked_32x128"
+@pytest.fixture
+def fake_loaded(family, monkeypatch):
+    """`family` as FamilyKernel loads it, its members FakeKernels."""
+    from gemmdsl import family as family_module
+
+    multiples = {model.name: model.tile if model.exact else (1, 1, 1) for model in family.models}
+    monkeypatch.setattr(family_module, "Kernel", lambda artifacts: FakeKernel(artifacts.name,
+                                                                              multiples[artifacts.name]))
+    return FamilyKernel(family)
+
+
+def test_the_python_family_runs_what_the_launcher_runs(family, fake_loaded):
+    assert fake_loaded.bind(FakeArray(4096, 4096), FakeArray(4096, 4096)) == "sgemm_h100"
+    assert fake_loaded.bind(FakeArray(33, 33), FakeArray(33, 33)) == "checked_32x128"
     # the exact member refuses an unaligned A: the checked member the rule picks runs it
     fallback = family.models[choose(family.models, 4096, 4096, 4096, exact_allowed=False)].name
-    assert loaded.bind(FakeArray(4096, 4096, aligned=False), FakeArray(4096, 4096)) == fallback
+    assert fake_loaded.bind(FakeArray(4096, 4096, aligned=False), FakeArray(4096, 4096)) == fallback
+
+
+def test_the_family_picks_once_per_shape(fake_loaded, monkeypatch):
+    from gemmdsl import family as family_module
+
+    runs = []
+    monkeypatch.setattr(family_module, "estimate", lambda model, m, n, k: runs.append(model) or estimate(model, m, n, k))
+    for _ in range(3):
+        fake_loaded.bind(FakeArray(1000, 1000), FakeArray(1000, 1000))
+    assert len(runs) == len(fake_loaded.models)  # one run of the rule, not three
+    fake_loaded.bind(FakeArray(1000, 999), FakeArray(999, 1000))
+    assert len(runs) == 2 * len(fake_loaded.models)
+
+
+def test_a_family_call_passes_its_options_and_returns_c_as_a_kernel_does(fake_loaded, monkeypatch):
+    from gemmdsl import family as family_module
+
+    returned = []
+    monkeypatch.setattr(family_module, "run_returning_c",
+                        lambda launch, c_given, dtype, stream: returned.append((launch, c_given, dtype, stream)))
+    stream = object()
+    fake_loaded(FakeArray(33, 33), FakeArray(33, 33), stream=stream, stream_k=False, interior=False)
+    fake_loaded(FakeArray(33, 33), FakeArray(33, 33), FakeArray(33, 33))
+    c_dtype = fake_loaded.requirements.dtypes["C"]
+    assert returned == [("checked_32x128", False, c_dtype, stream), ("checked_32x128", True, c_dtype, None)]
+    member = fake_loaded.member_for(33, 33, 33)
+    assert member.calls == [((33, 33), False, False), ((33, 33), True, True)]
 
 
 # --- on the GPU: every member at every shape it takes, the Python family and the C launchers -------
@@ -369,6 +404,30 @@ def test_every_member_and_the_family_at_the_issue_shapes(gpu_family, cupy, shape
         if model.accepts(*shape):
             assert relative_error(cupy, kernel(a, b), a, b) < TOLERANCE, model.name
     assert relative_error(cupy, gpu_family(a, b), a, b) < TOLERANCE
+
+
+@pytest.mark.gpu
+def test_the_family_takes_torch_tensors_on_the_callers_stream(gpu_family):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    side, other = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        a = torch.rand(1000, 700, device="cuda") * 2 - 1  # made on `side`: only that stream orders them
+        b = torch.rand(700, 900, device="cuda") * 2 - 1
+        assert gpu_family.bind(a, b)().ptr == side.cuda_stream
+        c = gpu_family(a, b)
+        done = torch.cuda.Event()
+        done.record(side)
+        poisoned = torch.full_like(c, float("nan"))
+        other.wait_stream(side)
+        gpu_family(a, b, poisoned, stream=other)  # an explicit stream wins
+    assert isinstance(c, torch.Tensor) and c.shape == (1000, 900)
+    done.synchronize()
+    reference = a.double() @ b.double()
+    assert float((c.double() - reference).norm() / reference.norm()) < TOLERANCE
+    other.synchronize()
+    assert float((poisoned.double() - reference).norm() / reference.norm()) < TOLERANCE
 
 
 @pytest.mark.gpu

@@ -342,24 +342,6 @@ def test_compiler_follows_the_environment(monkeypatch):
     assert runtime.chosen_compiler() == "nvrtc"
 
 
-def test_nvrtc_is_given_the_directory_of_the_16_bit_headers(monkeypatch, tmp_path):
-    toolkit = tmp_path / "toolkit"
-    (toolkit / "include").mkdir(parents=True)
-    monkeypatch.setenv("CUDA_PATH", str(toolkit))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
-    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
-    monkeypatch.setattr(runtime, "DEFAULT_TOOLKIT", tmp_path / "none")
-    monkeypatch.setattr(runtime.sys, "path", [str(tmp_path / "site")])
-    wheel = tmp_path / "site" / "nvidia" / "cu13" / "include"
-    wheel.mkdir(parents=True)
-    for header in ("cuda_fp16.h", "cuda_bf16.h"):
-        (wheel / header).write_text("")
-    assert runtime.cuda_include_dirs() == [str(wheel)]  # the toolkit lacks them: the pip wheel's
-    for header in ("cuda_fp16.h", "cuda_bf16.h"):
-        (toolkit / "include" / header).write_text("")
-    assert runtime.cuda_include_dirs() == [str(toolkit / "include")]  # CUDA_PATH first
-
-
 def test_requirements_come_from_the_compilers_metadata():
     compiler = pytest.importorskip("gemmdsl.compiler")
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
@@ -832,3 +814,21 @@ def test_bench_times_a_batch_beside_cublas_batched(load_kernel):
     assert cublas.batch == batched_row.batch == 4 and batched_row.median_ms > 0
     assert batched_row.tflops == pytest.approx(tflops_of((256, 256, 256), batched_row.median_ms, batch=4))
     assert plain_row.median_ms is None and "not a batched spec" in plain_row.note
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["sgemm_v3", "hgemm_mma", "hgemm_h100"])
+def test_nvrtcs_ptxas_figures_are_those_of_the_kernel_nvrtc_builds(name, monkeypatch, tmp_path):
+    """What `check` and `tune` print without nvcc (build.kernel_resources through NVRTC) is the register
+    count of the kernel the runtime loads without nvcc, for an FP32, an mma.sync (sm_80, built for this
+    GPU) and a wgmma (sm_90a) spec."""
+    from gemmdsl import build
+    from gemmdsl.compiler import compile_path
+
+    monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    path = ROOT / "specs" / f"{name}.gemm"
+    kernel = runtime.load(path)
+    artifacts = compile_path(path)
+    figures = build.kernel_resources(artifacts.cuda, artifacts.name, kernel.built_for.removeprefix("sm_"), "nvrtc")
+    assert figures.registers == kernel.registers[kernel.metadata["entry"]]

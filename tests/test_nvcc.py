@@ -101,4 +101,4 @@ def test_tune_ranks_mma_sync_survivors_on_ptxas_figures(tmp_path, capsys):
     survivors = [c for c in candidates if c["status"] in ("survivor", "kept")]
     assert len(survivors) == 4
     assert all(c["prediction"]["ptxas"]["registers"] == c["prediction"]["registers"] for c in survivors)
-    assert "building 4 mma.sync candidate(s) with nvcc" in capsys.readouterr().err
+    assert "building 4 mma.sync candidate(s) to rank them on ptxas" in capsys.readouterr().err
