@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy
@@ -63,8 +64,9 @@ def type_name(obj: Any) -> str:
 
 def array_view(name: str, obj: Any) -> ArrayView:
     """The view of operand `name`; TypeError for what is not a GPU array, with what to pass instead."""
-    if library_of(obj) == "torch":
-        view = view_of_torch_tensor(obj)
+    library = library_of(obj)
+    if library in ATTRIBUTE_READERS:
+        view = ATTRIBUTE_READERS[library](obj)
         if view is not None:
             return view
     try:
@@ -106,6 +108,35 @@ def view_of_torch_tensor(tensor: Any) -> ArrayView | None:
                          tensor.data_ptr(), tensor.device.index)
     except (AttributeError, TypeError):  # a torch object that is not a tensor
         return None
+
+
+def view_of_cupy_array(array: Any) -> ArrayView | None:
+    """A CuPy array read from its own attributes: its array interface is a dict built per call and
+    names no device, for which the launch would then ask the driver (a pointer query per operand and
+    call). None for what is not a plain `cupy.ndarray` of a numeric dtype with whole-element strides:
+    the protocol path judges those, with its errors."""
+    if type(array).__name__ != "ndarray":
+        return None
+    try:
+        name, itemsize = numeric_dtype(array.dtype)
+        if name is None or any(stride % itemsize for stride in array.strides):
+            return None
+        memory = array.data  # a MemoryPointer: its address and device, without building a Device object
+        return ArrayView("cupy", tuple(array.shape), tuple(stride // itemsize for stride in array.strides), name,
+                         itemsize, memory.ptr, memory.device_id)
+    except AttributeError:  # a cupy object that only looks like an array
+        return None
+
+
+@cache
+def numeric_dtype(dtype: numpy.dtype) -> tuple[str | None, int]:
+    """(name, itemsize) of a numeric NumPy dtype, (None, itemsize) of another; kept per dtype, since
+    reading `dtype.name` costs more than the rest of a view (1.7 us on the H100's host)."""
+    return (dtype.name if dtype.kind in "biufc" else None), dtype.itemsize
+
+
+# Libraries whose arrays are read from their attributes before the protocols are asked.
+ATTRIBUTE_READERS = {"torch": view_of_torch_tensor, "cupy": view_of_cupy_array}
 
 
 def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:

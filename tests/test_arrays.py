@@ -1,5 +1,7 @@
 """gemmdsl.arrays: reading operands of any GPU library through __cuda_array_interface__ and DLPack,
 on the CPU with stand-ins (tests/fake_arrays.py); the real libraries are in tests/test_gpu_interop.py."""
+from types import SimpleNamespace
+
 import numpy
 import pytest
 
@@ -140,3 +142,36 @@ def test_torch_tensors_are_read_from_their_attributes():
 def test_torch_tensors_the_attributes_cannot_vouch_for_go_to_the_protocols(odd):
     with pytest.raises(TypeError, match="A: Can't get __cuda_array_interface__ on Variable that requires grad"):
         array_view("A", FakeTorchTensor((4, 4), (4, 1), **odd))
+
+
+class FakeCupyArray:
+    """The attributes of a cupy.ndarray that view_of_cupy_array reads, and its array interface."""
+
+    __module__ = "cupy"
+
+    def __init__(self, shape, byte_strides, dtype="float32"):
+        self.shape, self.strides, self.dtype = shape, byte_strides, numpy.dtype(dtype)
+        self.data = SimpleNamespace(ptr=PTR, device_id=1)
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": self.dtype.str, "strides": byte_strides,
+                                         "data": (PTR, False), "version": 3}
+
+
+FakeCupyArray.__name__ = FakeCupyArray.__qualname__ = "ndarray"
+
+
+def test_cupy_arrays_are_read_from_their_attributes_with_their_device():
+    array = FakeCupyArray((3, 64, 32), (8192, 4, 256))
+    view = array_view("A", array)
+    assert view == ArrayView(library="cupy", shape=(3, 64, 32), strides=(2048, 1, 64), dtype="float32",
+                             itemsize=4, pointer=PTR, device=1)
+    # the interface alone names no device: the runtime would ask the driver, per operand and call
+    assert array_view("A", cuda_array(**{"shape": (3, 64, 32), "strides": (8192, 4, 256), "ptr": PTR})) == \
+        ArrayView(library="types", shape=(3, 64, 32), strides=(2048, 1, 64), dtype="float32", itemsize=4,
+                  pointer=PTR, device=None)
+
+
+def test_cupy_arrays_the_attributes_cannot_vouch_for_go_to_the_protocols():
+    with pytest.raises(ValueError, match="not whole float32 elements"):
+        array_view("B", FakeCupyArray((4, 4), (16, 6)))
+    structured = array_view("B", FakeCupyArray((4, 4), (64, 16), dtype="V16"))
+    assert structured.device is None and structured.dtype == "void128"

@@ -11,6 +11,7 @@ All marked `gpu`; each library's tests skip themselves when it is not installed.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -52,6 +53,16 @@ def test_torch_tensors_read_from_attributes_agree_with_dlpack(torch):
     for tensor in (base, base.to(torch.bfloat16).mT, base.half()[1:, 8:40, ::2], base[2].t(), base[:, 5]):
         expected = view_of_dlpack("A", tensor.__dlpack__(), "torch", tensor.device.index)
         assert view_of_torch_tensor(tensor) == expected
+
+
+def test_cupy_arrays_read_from_attributes_agree_with_the_interface_and_the_driver(cupy):
+    from gemmdsl.arrays import view_of_cupy_array, view_of_interface
+
+    base = cupy.random.rand(4, 96, 80, dtype=cupy.float32)
+    for array in (base, base.astype(cupy.float16).swapaxes(-1, -2), base[1:, 8:40, ::2], base[2].T, base[:, 5]):
+        expected = view_of_interface("A", array.__cuda_array_interface__, "cupy")
+        device = cupy.cuda.runtime.pointerGetAttributes(expected.pointer).device
+        assert view_of_cupy_array(array) == dataclasses.replace(expected, device=device)
 
 
 def test_torch_operands_are_used_in_place(load_kernel, torch):
