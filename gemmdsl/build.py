@@ -21,6 +21,7 @@ NVCC_TIMEOUT_S = 600
 # stalls to source lines), beside the architecture.
 COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where the CUDA installers put the toolkit
+FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (README, "nvcc and NVRTC")
 
 _USED = re.compile(r"Used (\d+) registers")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -140,6 +141,16 @@ def nvrtc_version() -> str:
     from cupy.cuda import nvrtc
 
     return ".".join(map(str, nvrtc.getVersion()))
+
+
+def old_nvrtc_note() -> str | None:
+    """The note for an NVRTC older than FIRST_GOOD_NVRTC, whose kernels take more registers than nvcc's."""
+    from cupy.cuda import nvrtc
+
+    if nvrtc.getVersion() >= FIRST_GOOD_NVRTC:
+        return None
+    return (f"note: NVRTC {nvrtc_version()} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
+            f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH")
 
 
 def nvrtc_compile(source: str, target: str, options: tuple[str, ...] = ()) -> tuple[bytes, str]:

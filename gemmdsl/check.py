@@ -271,12 +271,15 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_main(args: argparse.Namespace) -> int:
     """Analyse each spec; exit status 1 if any failed to load or build, or does not tile the problem."""
-    from .build import BuildError, nvrtc_version, ptxas_compiler
+    from .build import BuildError, nvrtc_version, old_nvrtc_note, ptxas_compiler
     from .frontend import load_path
 
     if ptxas_compiler() == "nvrtc" and not all(map(is_family_path, args.specs)):
         print(f"note: ptxas's figures from NVRTC {nvrtc_version()} (nvcc not on PATH): the kernel the runtime "
               f"builds here", file=sys.stderr)
+        note = old_nvrtc_note()
+        if note is not None:
+            print(note, file=sys.stderr)
     status = 0
     reports = []
     for path in args.specs:

@@ -49,7 +49,8 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
-from .build import COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version
+from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
+                    old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
@@ -57,7 +58,6 @@ from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
 COMPILERS = ("nvcc", "nvrtc")
-FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (chosen_compiler)
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 
 Size = tuple[int, int, int]  # (M, N, K)
@@ -676,11 +676,9 @@ def compile_cubin(source: str, target: str, compiler: str | None = None) -> byte
 
 def compile_with_nvrtc(source: str, target: str) -> bytes:
     """A cubin for `target` from NVRTC (`build.nvrtc_compile`: nvcc's options, NVRTC's own ptxas)."""
-    from cupy.cuda import nvrtc
-
-    if nvrtc.getVersion() < FIRST_GOOD_NVRTC:
-        print(f"note: NVRTC {nvrtc_version()} builds take more registers than nvcc's (fixed in NVRTC 13.1): "
-              f"pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH", file=sys.stderr)
+    note = old_nvrtc_note()
+    if note is not None:
+        print(note, file=sys.stderr)
     try:
         return nvrtc_compile(source, target)[0]
     except BuildError as err:

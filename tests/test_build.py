@@ -36,8 +36,10 @@ class FakeNvrtc(types.ModuleType):
         super().__init__("cupy.cuda.nvrtc")
         self.log, self.fails, self.flags, self.destroyed = log, fails, None, False
 
+    version = (13, 1)
+
     def getVersion(self):
-        return (13, 1)
+        return self.version
 
     def createProgram(self, source, name, headers, include_names):
         return ("program", source)
@@ -162,6 +164,19 @@ def test_check_without_nvcc_reports_nvrtcs_figures_and_says_so(monkeypatch, fake
                               json=False)
     assert check.check_main(args) == 0
     out, err = capsys.readouterr()
-    assert "note: ptxas's figures from NVRTC 13.1 (nvcc not on PATH)" in err
+    assert "note: ptxas's figures from NVRTC 13.1 (nvcc not on PATH)" in err and "more registers" not in err
     assert "ptxas 127, no spills" in out
     assert fake_nvrtc.flags[0] == "-arch=sm_90"
+
+
+def test_check_with_an_nvrtc_before_13_1_says_what_it_costs_and_the_fix(monkeypatch, fake_nvrtc, nvrtc_in_process,
+                                                                          capsys):
+    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    fake_nvrtc.version = (13, 0)
+    args = argparse.Namespace(specs=[str(ROOT / "specs" / "sgemm_v3.gemm")], problem=parse_problem("4096x4096x4096"),
+                              json=False)
+    assert check.check_main(args) == 0
+    err = capsys.readouterr().err
+    assert "note: ptxas's figures from NVRTC 13.0 (nvcc not on PATH)" in err
+    assert "note: NVRTC 13.0 builds take more registers than nvcc's (fixed in NVRTC 13.1): " \
+           "pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH" in err
