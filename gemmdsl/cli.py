@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .build import BuildError, build, find_nvcc, parse_ptxas
+from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, compile_path, write_outputs
 from .family import compile_family_path, is_family_path
@@ -50,8 +50,8 @@ def parse_emit(text: str) -> frozenset[str]:
 def compile_main(args: argparse.Namespace) -> int:
     nvcc = None if args.no_nvcc else find_nvcc()
     if not args.no_nvcc and nvcc is None:
-        print("gemmdsl: note: nvcc not found on PATH; writing CUDA source only (registers unknown)",
-              file=sys.stderr)
+        figures = ("`gemmdsl check` reads ptxas's figures from NVRTC" if nvrtc_available() else "registers unknown")
+        print(f"gemmdsl: note: nvcc not found on PATH; writing CUDA source only ({figures})", file=sys.stderr)
     if nvcc is None and args.emit - {"cu"}:
         print("gemmdsl: error: --emit ptx/cubin needs nvcc", file=sys.stderr)
         return 1

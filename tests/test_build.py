@@ -180,3 +180,14 @@ def test_check_with_an_nvrtc_before_13_1_says_what_it_costs_and_the_fix(monkeypa
     assert "note: ptxas's figures from NVRTC 13.0 (nvcc not on PATH)" in err
     assert "note: NVRTC 13.0 builds take more registers than nvcc's (fixed in NVRTC 13.1): " \
            "pip install 'nvidia-cuda-nvrtc>=13.1', or put nvcc on PATH" in err
+
+
+@pytest.mark.parametrize("with_nvrtc, says", [(True, "(`gemmdsl check` reads ptxas's figures from NVRTC)"),
+                                              (False, "(registers unknown)")])
+def test_compile_without_nvcc_says_where_the_registers_are(with_nvrtc, says, monkeypatch, tmp_path, capsys):
+    from gemmdsl import cli
+
+    monkeypatch.setattr(cli, "find_nvcc", lambda: None)
+    monkeypatch.setattr(cli, "nvrtc_available", lambda: with_nvrtc)
+    assert cli.main(["compile", str(ROOT / "specs" / "sgemm_v3.gemm"), "-o", str(tmp_path)]) == 0
+    assert f"gemmdsl: note: nvcc not found on PATH; writing CUDA source only {says}" in capsys.readouterr().err
