@@ -39,9 +39,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, spec: str) -> torch.Tensor:
 @matmul.register_fake
 def _(a: torch.Tensor, b: torch.Tensor, spec: str) -> torch.Tensor:
     m, n = a.shape[-2], b.shape[-1]
-    if kernel_for(spec).requirements.layouts["C"] == "row":
-        return a.new_empty((m, n))
-    return a.new_empty((n, m)).t()
+    requirements = kernel_for(spec).requirements
+    dtype = getattr(torch, requirements.dtypes["C"])  # C's own type (a BF16 spec may write an f32 C)
+    if requirements.layouts["C"] == "row":
+        return a.new_empty((m, n), dtype=dtype)
+    return a.new_empty((n, m), dtype=dtype).t()
 
 
 def relative_error(actual: torch.Tensor, reference: torch.Tensor) -> float:

@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
@@ -52,6 +53,7 @@ from .abi import MAX_BATCH, MAX_INT
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
                     old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
+from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
 from .targets import ARCHS, arch, occupancy_of
@@ -448,6 +450,17 @@ def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, .
     return leading + (n, m), True
 
 
+def pointer_device(name: str, view: ArrayView) -> int:
+    """The GPU that holds operand `name` (for arrays whose protocol names no device), from the driver."""
+    import cupy
+
+    attributes = cupy.cuda.runtime.pointerGetAttributes(view.pointer)
+    if attributes.type not in (MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED):
+        raise TypeError(f"{name} must be in GPU memory, but its data pointer {view.pointer:#x} ({view.library}) "
+                        f"is host memory")
+    return attributes.device
+
+
 def empty_c(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Any:
     """An uninitialised C in the spec's layout and element type, in the caller's library where it can
     make one: PyTorch and CuPy their own, Numba a view of a CuPy array, anything else (JAX, whose
@@ -493,26 +506,6 @@ def check_writable(view: ArrayView) -> None:
         raise TypeError(f"C is read-only ({view.library} marked it so); pass a writable C")
 
 
-def check_same_device(name: str, device: int, kernel_device: int, kernel: str) -> None:
-    if device != kernel_device:
-        raise ValueError(f"{name} is on GPU {device}, but {kernel} was loaded on GPU {kernel_device}; load it "
-                         f"there (inside `with cupy.cuda.Device({device}):`) or move {name}")
-
-
-def stream_handle(stream: Any) -> int:
-    """The cudaStream_t of a CuPy stream (.ptr), a PyTorch one (.cuda_stream), any object with
-    __cuda_stream__, or a raw handle."""
-    if isinstance(stream, int):
-        return stream
-    for attribute in ("ptr", "cuda_stream"):
-        if hasattr(stream, attribute):
-            return int(getattr(stream, attribute))
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    raise TypeError(f"stream must be a CuPy or PyTorch stream, an object with __cuda_stream__, or a cudaStream_t "
-                    f"(int), got {type_name(stream)}")
-
-
 @dataclass(frozen=True)
 class StreamHandle:
     """A raw cudaStream_t speaking the CUDA stream protocol, which cupy.cuda.Stream.from_external takes."""
@@ -531,12 +524,14 @@ def launch_stream(handle: int) -> Any:
 
 
 def callers_stream(library: str, device: int) -> int:
-    """The stream a caller of this library launches on now: PyTorch's current stream for PyTorch
-    operands, CuPy's current stream otherwise (JAX and Numba have no current stream to follow)."""
+    """The stream a caller of this library launches on now on `device`: PyTorch's current stream of that
+    device for PyTorch operands, CuPy's current stream otherwise (JAX and Numba have no current stream to
+    follow). CuPy keeps a current stream per device: this is called with `device` current."""
     if library == "torch":
         import torch
 
-        return torch.cuda.current_stream(device).cuda_stream
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, without a Stream object
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     import cupy
 
     return cupy.cuda.get_current_stream().ptr
@@ -705,14 +700,18 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
 
 @dataclass(frozen=True)
 class KernelLaunch:
-    function: Any  # a loaded kernel (cupy Function)
+    function: Any  # a loaded kernel (cupy Function) of the module on the call's GPU
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple
     shared_mem: int
+    parameters: PackedParameters = field(init=False, compare=False, repr=False)
 
-    def __call__(self, stream: Any) -> None:
-        self.function(self.grid, self.block, self.args, shared_mem=self.shared_mem, stream=stream)
+    def __post_init__(self) -> None:  # packed once: a repeated call launches these very bytes again
+        object.__setattr__(self, "parameters", PackedParameters.of(self.args))
+
+    def __call__(self, driver: Driver, stream: int) -> None:
+        driver.launch(self, stream)
 
 
 @dataclass(frozen=True)
@@ -726,32 +725,86 @@ class BoundLaunch:
     c: Any  # the output matrix the kernel writes (for JAX callers, the CuPy array the call hands over)
     operands: tuple  # A, B (and C): the kernels hold only their addresses, so this keeps them alive
     library: str  # A's library, whose current stream a launch follows
-    device: int
+    device: int  # the GPU that holds the operands, where the launches run
 
     @property
     def workspace(self) -> tuple:
         """Arrays the launch owns beside the operands (wgmma stream-K's partial sums and flags)."""
         return self.operands[3:]
 
-    def __call__(self, stream: Any = None) -> Any:
-        """Queue the launches on `stream` (any stream `stream_handle` takes), else on the caller's
-        current one; returns the CuPy stream object used."""
-        on = launch_stream(stream_handle(stream) if stream is not None else callers_stream(self.library,
-                                                                                             self.device))
-        for launch in self.launches:
-            launch(on)
-        return on
+    def __call__(self, stream: Any = None) -> int:
+        """Queue the launches on `stream` (any stream `devices.stream_handle` takes; one of another GPU is
+        refused), else on the caller's current stream of the operands' GPU, with that GPU current; returns
+        the cudaStream_t used."""
+        driver = cuda_driver()
+        if stream is not None:
+            check_stream_device(stream, self.device, driver.handle_device)
+        with on_device(self.device):
+            handle = stream_handle(stream) if stream is not None else callers_stream(self.library, self.device)
+            for launch in self.launches:
+                launch(driver, handle)
+        return handle
+
+
+@cache
+def cuda_driver() -> Driver:
+    return Driver.load()
+
+
+class on_device:
+    """A context manager making `device` the current CUDA device (its primary context) for the block,
+    and restoring the caller's afterwards; a no-op, bar one query, when it is current already."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.previous: int | None = None
+
+    def __enter__(self) -> None:
+        import cupy
+
+        current = cupy.cuda.runtime.getDevice()
+        if current != self.device:
+            cupy.cuda.runtime.setDevice(self.device)
+            self.previous = current
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            import cupy
+
+            cupy.cuda.runtime.setDevice(self.previous)
+            self.previous = None
 
 
 def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: Any) -> Any:
     """Queue `launch` on `stream` (else the caller's current one) and return C: the caller's own, or for
     a call that left C out the new array, in A's library."""
     used = launch(stream)
-    return launch.c if c_given else to_library(launch.c, launch.library, c_dtype, used)
+    if c_given or launch.library != "jax":
+        return launch.c
+    with on_device(launch.device):
+        return to_library(launch.c, launch.library, c_dtype, launch_stream(used))
+
+
+@dataclass
+class DeviceModule:
+    """A kernel's cubin loaded on one GPU: its functions, that GPU's SM count, and what calls there
+    remember (the last call's launches, the tensor maps). Nothing in it serves another GPU."""
+
+    device: int
+    built_for: str
+    module: Any  # cupy RawModule: keeps the module loaded
+    functions: dict[str, Any]
+    sms: int
+    tensor_maps: Any = None  # wgmma specs: tensor_maps.TensorMapCache, made on the first call
+    # The last call's key and launches, reused by a call with the same operand views and scalars: a call's
+    # checks and launch arguments cost several times what a launch does, and callers repeat their calls.
+    repeat: tuple[tuple, str, tuple[KernelLaunch, ...]] | None = None
+    resident_blocks: dict[str, int] = field(default_factory=dict)  # by entry: from the driver's register count
 
 
 class Kernel:
-    """A compiled spec loaded on the current device; call it like a function."""
+    """A compiled spec, callable like a function on any GPU: it follows its operands' device, and loads
+    its module on each GPU the first time a call runs there (one cubin per architecture)."""
 
     def __init__(self, artifacts: Any):
         import cupy
@@ -761,28 +814,48 @@ class Kernel:
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
         self.requirements = Requirements.from_metadata(self.metadata)
-        self.device: int = cupy.cuda.Device().id
-        self._sms: int = cupy.cuda.Device(self.device).attributes["MultiProcessorCount"]  # read once, not per call
+        self._modules: dict[int, DeviceModule] = {}
+        self._loading = threading.Lock()
+        # Built and loaded now on the current GPU, so that build errors surface at load.
+        self._home = self._module_on(cupy.cuda.runtime.getDevice())
+
+    @property
+    def built_for(self) -> str:
+        """The architecture the cubin loaded on the GPU current at load time was built for."""
+        return self._home.built_for
+
+    def _module_on(self, device: int) -> DeviceModule:
+        """The module on `device`, loaded there on first use (thread-safe)."""
+        loaded = self._modules.get(device)
+        if loaded is not None:
+            return loaded
+        with self._loading:
+            if device not in self._modules:
+                self._modules[device] = self._load_on(device)
+            return self._modules[device]
+
+    def _load_on(self, device: int) -> DeviceModule:
+        import cupy
+
         target = self.metadata["target"]
-        self.built_for = build_target(target, cupy.cuda.Device().compute_capability)
-        if self.built_for != target:
-            print(f"note: {self.name} targets {target}; built for this GPU's {self.built_for}", file=sys.stderr)
-        cubin = BinaryCache(cache_dir()).get_or_build(cubin_cache_name(self.metadata, self.source, self.built_for),
-                                                      lambda: compile_cubin(self.source, self.built_for))
-        self._module = cupy.RawModule(path=str(cubin))  # keeps the module loaded
-        self._tensor_maps: Any = None  # wgmma specs: the last call's tensor maps (tensor_maps.TensorMapCache)
-        # The last call's key and launches, reused by a call with the same operand views and scalars: a call's
-        # checks and launch arguments cost several times what a launch does, and callers repeat their calls.
-        self._repeat: tuple[tuple, str, tuple[KernelLaunch, ...]] | None = None
-        self._resident_blocks: dict[str, int] = {}  # by entry: the driver's register count, read once
-        req = self.requirements
-        entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry, req.stream_k_scalar_entry,
-                                req.prepare_entry, req.interior_entry, req.interior_partial_k_entry))
-        self._functions = {entry: self._module.get_function(entry) for entry in entries}
-        default_smem = arch(parse_target(target)[0]).default_smem_per_block
-        for function in self._functions.values():
-            if self.dynamic_smem_bytes > default_smem:
-                function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
+        with cupy.cuda.Device(device):
+            properties = cupy.cuda.Device(device)
+            built_for = build_target(target, properties.compute_capability)
+            if built_for != target and not any(m.built_for == built_for for m in self._modules.values()):
+                print(f"note: {self.name} targets {target}; built for this GPU's {built_for}", file=sys.stderr)
+            cubin = BinaryCache(cache_dir()).get_or_build(cubin_cache_name(self.metadata, self.source, built_for),
+                                                          lambda: compile_cubin(self.source, built_for))
+            module = cupy.RawModule(path=str(cubin))
+            req = self.requirements
+            entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry,
+                                    req.stream_k_scalar_entry, req.prepare_entry, req.interior_entry,
+                                    req.interior_partial_k_entry))
+            functions = {entry: module.get_function(entry) for entry in entries}
+            if self.dynamic_smem_bytes > arch(parse_target(target)[0]).default_smem_per_block:
+                for function in functions.values():
+                    function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
+            sms = properties.attributes["MultiProcessorCount"]  # read once, not per call
+        return DeviceModule(device, built_for, module, functions, sms)
 
     @property
     def dynamic_smem_bytes(self) -> int:
@@ -794,73 +867,68 @@ class Kernel:
 
     @property
     def registers(self) -> dict[str, int]:
-        """Registers per thread of each kernel in the loaded cubin, by entry name."""
-        return {entry: function.num_regs for entry, function in self._functions.items()}
+        """Registers per thread of each kernel in the cubin loaded at load time, by entry name."""
+        return {entry: function.num_regs for entry, function in self._home.functions.items()}
 
-    def _view(self, name: str, array: Any) -> ArrayView:
-        """`array` as the launch sees it, on this kernel's GPU (asking the driver where the array
-        interface does not say)."""
-        view = array_view(name, array)
-        device = view.device
-        if device is None:
-            import cupy
-
-            attributes = cupy.cuda.runtime.pointerGetAttributes(view.pointer)
-            if attributes.type not in (MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED):
-                raise TypeError(f"{name} must be in GPU memory, but its data pointer {view.pointer:#x} "
-                                f"({type_name(array)}) is host memory")
-            device = attributes.device
-        check_same_device(name, device, self.device, self.name)
-        return view
+    def _views(self, operands: dict[str, Any]) -> tuple[dict[str, ArrayView], int]:
+        """The operands as the launch sees them, and the one GPU that holds them all (asking the driver
+        where an array's protocol does not say)."""
+        views = {name: array_view(name, array) for name, array in operands.items()}
+        return views, operands_device(views, pointer_device)
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True) -> BoundLaunch:
-        """Validate the operands once and allocate C if needed; the result launches on call.
+        """Validate the operands once and allocate C if needed; the result launches on call, on the GPU
+        that holds the operands.
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
-        views = {"A": self._view("A", a), "B": self._view("B", b)}
+        views, device = self._views({"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c})
+        loaded = self._module_on(device)
         library = views["A"].library
         if c is None:
-            return self._bind_checked(a, b, c, views, alpha, beta, stream_k, interior)
-        views["C"] = self._view("C", c)
+            with on_device(device):
+                return self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior)
         check_writable(views["C"])
         key = (views["A"], views["B"], views["C"], alpha, beta, stream_k, interior)
-        if self._repeat is not None and self._repeat[0] == key:
-            _, entry, launches = self._repeat
-            return BoundLaunch(entry, launches, c=c, operands=(a, b, c), library=library, device=self.device)
-        bound = self._bind_checked(a, b, c, views, alpha, beta, stream_k, interior)
+        repeat = loaded.repeat  # read once: another thread may replace it
+        if repeat is not None and repeat[0] == key:
+            _, entry, launches = repeat
+            return BoundLaunch(entry, launches, c=c, operands=(a, b, c), library=library, device=device)
+        with on_device(device):
+            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior)
         # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
-        self._repeat = None if bound.workspace else (key, bound.entry, bound.launches)
+        loaded.repeat = None if bound.workspace else (key, bound.entry, bound.launches)
         return bound
 
-    def _bind_checked(self, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView], alpha: float, beta: float,
-                      stream_k: bool, interior: bool) -> BoundLaunch:
-        """`bind` after the operands' views: check the call, allocate C if it is None, build the launches."""
+    def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
+                      alpha: float, beta: float, stream_k: bool, interior: bool) -> BoundLaunch:
+        """`bind` after the operands' views, with their GPU current: check the call, allocate C if it is
+        None, build the launches."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
         library = views["A"].library
         if c is None:
-            c = empty_c(req, library, call.m, call.n, call.batch, self.device)
+            c = empty_c(req, library, call.m, call.n, call.batch, loaded.device)
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         block = (self.metadata["threads"], 1, 1)
-        function = self._functions[call.entry]
+        function = loaded.functions[call.entry]
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
-            launch, workspace = self._wgmma_launch(call, function, alpha, beta, block)
+            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block)
             return BoundLaunch(call.entry, (launch,), c=c, operands=(a, b, c, *workspace), library=library,
-                               device=self.device)
+                               device=loaded.device)
         args = kernel_arguments(call, alpha, beta, req.batched)
         smem = self.dynamic_smem_bytes
-        bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=self.device)
+        bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=loaded.device)
         split = None
         if req.stream_k_entry is not None and stream_k:
-            split = stream_k_launch(req, call, self._sms, self._blocks_per_sm(call.entry))
+            split = stream_k_launch(req, call, loaded.sms, self._blocks_per_sm(loaded, call.entry))
         if split is None or not split.sk_tiles:
-            return bound(self._tile_launches(call, alpha, beta, block, smem, interior))
+            return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
@@ -870,21 +938,21 @@ class Kernel:
                             numpy.int32(c_view.ld), beta_first)
             if req.batched:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
-            launches.append(KernelLaunch(self._functions[req.prepare_entry], (split.sk_tiles, 1, call.batch),
+            launches.append(KernelLaunch(loaded.functions[req.prepare_entry], (split.sk_tiles, 1, call.batch),
                                          block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
-        launches.append(KernelLaunch(self._functions[stream_k_entry(req, call)], (split.sk_blocks, 1, call.batch),
+        launches.append(KernelLaunch(loaded.functions[stream_k_entry(req, call)], (split.sk_blocks, 1, call.batch),
                                      block, args + (numpy.int32(split.sk_tiles),), smem))
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
         return bound(tuple(launches))
 
-    def _wgmma_launch(self, call: CheckedCall, function: Any, alpha: float, beta: float,
+    def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
                       block: tuple[int, int, int]) -> tuple[KernelLaunch, tuple]:
         """The launch, and the workspace arrays it needs alive (stream-K)."""
         from .tensor_maps import TensorMapCache, driver_encoder
 
-        if self._tensor_maps is None:
-            self._tensor_maps = TensorMapCache(driver_encoder())
+        if loaded.tensor_maps is None:
+            loaded.tensor_maps = TensorMapCache(driver_encoder())
         views = call.views
         pointers: dict[str, int | None] = {"a": views["A"].pointer, "b": views["B"].pointer}
         lds = {"a": views["A"].ld, "b": views["B"].ld, "c": views["C"].ld}
@@ -899,8 +967,8 @@ class Kernel:
             if strides is not None:  # and each GEMM's C as aligned as the first (check_no_overlap: stride > 0)
                 staged = staged and c.batch_stride * size % alignment == 0
             pointers["c"] = c.pointer if staged else None
-        maps = self._tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
-        sms = self._sms
+        maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
+        sms = loaded.sms
         arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched), ()
         if req.wgmma_stream_k is not None:
             stream_k, workspace = wgmma_workspace(req, call, sms)
@@ -908,8 +976,8 @@ class Kernel:
         grid = wgmma_grid(req, call.m, call.n, call.k, sms, call.batch)
         return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
 
-    def _tile_launches(self, call: CheckedCall, alpha: float, beta: float, block: tuple[int, int, int],
-                       smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
+    def _tile_launches(self, loaded: DeviceModule, call: CheckedCall, alpha: float, beta: float,
+                       block: tuple[int, int, int], smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
         """Every tile, one block each: on a checked spec's vector kernel, where the split pays
         (schedule.interior_split_pays on this GPU's SMs x resident blocks), the tiles inside C on the
         interior kernel (the partial-k one when K % BK != 0) and the edge strips on the vector one
@@ -918,7 +986,7 @@ class Kernel:
         req = self.requirements
         pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
         if interior and req.interior_entry is not None and call.entry == req.vector_entry:
-            slots = self._sms * self._blocks_per_sm(call.entry)
+            slots = loaded.sms * self._blocks_per_sm(loaded, call.entry)
             if interior_split_pays(req.block_tile, call.m, call.n, call.k, slots, call.batch):
                 pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
         launches = []
@@ -927,21 +995,20 @@ class Kernel:
             entry = call.entry
             if piece.interior:
                 entry = req.interior_partial_k_entry if piece.partial_k else req.interior_entry
-            function = self._functions[entry]
-            launches.append(KernelLaunch(function, grid_size(req, part.m, part.n, part.batch), block,
+            launches.append(KernelLaunch(loaded.functions[entry], grid_size(req, part.m, part.n, part.batch), block,
                                          kernel_arguments(part, alpha, beta, req.batched), smem))
         return tuple(launches)
 
-    def _blocks_per_sm(self, entry: str) -> int:
+    def _blocks_per_sm(self, loaded: DeviceModule, entry: str) -> int:
         """Resident blocks per SM of the loaded binary's `entry` (what cudaOccupancyMaxActiveBlocksPerMultiprocessor
         says), with the limits of the architecture it was built for where they are known, else the target's."""
-        if entry not in self._resident_blocks:
-            sm = parse_target(self.built_for)[0]
+        if entry not in loaded.resident_blocks:
+            sm = parse_target(loaded.built_for)[0]
             limits = arch(sm) if sm in ARCHS else arch(parse_target(self.metadata["target"])[0])
-            self._resident_blocks[entry] = max(1, occupancy_of(limits, self._functions[entry].num_regs,
-                                                               self.metadata["threads"],
-                                                               self.dynamic_smem_bytes).blocks_per_sm)
-        return self._resident_blocks[entry]
+            loaded.resident_blocks[entry] = max(1, occupancy_of(limits, loaded.functions[entry].num_regs,
+                                                                self.metadata["threads"],
+                                                                self.dynamic_smem_bytes).blocks_per_sm)
+        return loaded.resident_blocks[entry]
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
@@ -954,9 +1021,10 @@ class Kernel:
         cols); a 2-D A or B is used by every GEMM. C, when left out, is a new array of A's library
         (always for JAX, whose arrays are immutable).
 
-        The launch goes on `stream` (CuPy or PyTorch stream, or a cudaStream_t), else on the current
-        stream of A's library: PyTorch's for tensors, CuPy's for the rest. stream_k=False and
-        interior=False: see `bind`.
+        The call runs on the GPU that holds the operands (all on one GPU), whatever device is current.
+        The launch goes on `stream` (CuPy or PyTorch stream, or a cudaStream_t; one of another GPU is
+        refused), else on that GPU's current stream of A's library: PyTorch's for tensors, CuPy's for
+        the rest. stream_k=False and interior=False: see `bind`.
         """
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)

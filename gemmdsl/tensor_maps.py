@@ -82,12 +82,15 @@ Encoder = Callable[[TensorMapRequest], bytes]
 
 
 class TensorMapCache:
-    """The packed maps of the last call's key (pointers, M, N, K, leading dimensions), like the C launcher's."""
+    """The packed maps of the last call's key (pointers, M, N, K, leading dimensions), like the C launcher's.
+
+    One cache serves one GPU (a map holds a global address of that GPU's memory). Threads may share it:
+    the key and its maps are replaced together, as one tuple, so no call reads one call's key with
+    another's maps."""
 
     def __init__(self, encoder: Encoder):
         self.encoder = encoder
-        self.key: tuple | None = None
-        self.maps: tuple[numpy.void, ...] | None = None
+        self.last: tuple[tuple, tuple[numpy.void, ...]] | None = None
         self.encodes = 0  # how many maps were encoded (tests)
 
     def get(self, metadata_maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
@@ -98,13 +101,15 @@ class TensorMapCache:
         operands = [operand for operand in ("a", "b", "c") if operand in metadata_maps]
         strides = batch_strides or {}
         key = (m, n, k, batch, *((pointers.get(operand), lds.get(operand), strides.get(operand)) for operand in operands))
-        if key != self.key or self.maps is None:
-            requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds, batch_strides, batch)
-            encoded = tuple(pack(self.encoder(requests[operand])) if operand in requests
-                            else pack(bytes(TENSOR_MAP_BYTES)) for operand in operands)
-            self.encodes += len(requests)
-            self.key, self.maps = key, encoded  # type: ignore[assignment]
-        return self.maps  # type: ignore[return-value]
+        last = self.last
+        if last is not None and last[0] == key:
+            return last[1]
+        requests = tensor_map_requests(metadata_maps, pointers, m, n, k, lds, batch_strides, batch)
+        encoded = tuple(pack(self.encoder(requests[operand])) if operand in requests
+                        else pack(bytes(TENSOR_MAP_BYTES)) for operand in operands)
+        self.encodes += len(requests)
+        self.last = (key, encoded)
+        return encoded
 
 
 class TensorMapError(ValueError):

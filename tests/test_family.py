@@ -415,7 +415,7 @@ def test_the_family_takes_torch_tensors_on_the_callers_stream(gpu_family):
     with torch.cuda.stream(side):
         a = torch.rand(1000, 700, device="cuda") * 2 - 1  # made on `side`: only that stream orders them
         b = torch.rand(700, 900, device="cuda") * 2 - 1
-        assert gpu_family.bind(a, b)().ptr == side.cuda_stream
+        assert gpu_family.bind(a, b)() == side.cuda_stream
         c = gpu_family(a, b)
         done = torch.cuda.Event()
         done.record(side)

@@ -26,8 +26,7 @@ from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buff
 from gemmdsl.bench import write_json as write_bench_json
 from gemmdsl.arrays import array_view
 from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
-                             check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target,
-                             stream_handle)
+                             check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target)
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
@@ -320,15 +319,6 @@ def test_arch_specific_targets_run_only_on_their_arch():
         parse_target("compute_90")
 
 
-def test_stream_handles_from_each_library():
-    assert stream_handle(0) == 0
-    assert stream_handle(SimpleNamespace(ptr=0x1234)) == 0x1234  # CuPy
-    assert stream_handle(SimpleNamespace(cuda_stream=0x5678)) == 0x5678  # PyTorch
-    assert stream_handle(runtime.StreamHandle(0x9ABC)) == 0x9ABC  # the CUDA stream protocol
-    with pytest.raises(TypeError, match="stream must be a CuPy or PyTorch stream.*got builtins.str"):
-        stream_handle("default")
-
-
 def test_compiler_follows_the_environment(monkeypatch):
     monkeypatch.setenv("GEMMDSL_COMPILER", "nvrtc")
     assert runtime.chosen_compiler() == "nvrtc"
@@ -376,46 +366,81 @@ class FakeStream:
 
 
 class FakeDevice:
-    def __init__(self, compute_capability):
-        self.id, self.compute_capability, self.attributes = 0, compute_capability, {"MultiProcessorCount": 132}
+    def __init__(self, state, id, compute_capability):
+        self.state, self.id, self.compute_capability = state, id, compute_capability
+        self.attributes = {"MultiProcessorCount": 132}
 
     def __enter__(self):
+        self.previous, self.state.current = self.state.current, self.id
         return self
 
     def __exit__(self, *exc):
+        self.state.current = self.previous
         return False
 
 
-def fake_cupy(launches, compute_capability="90", current_stream=0x77):
-    """A CuPy whose kernels record their launches and whose arrays are __cuda_array_interface__ fakes."""
-    device = FakeDevice(compute_capability)
+class FakeDriver:
+    """runtime's libcuda: records each launch with the device current when it was queued."""
+
+    def __init__(self, state, launches):
+        self.state, self.launches = state, launches
+
+    def launch(self, launch, stream):
+        self.launches.append(SimpleNamespace(entry=launch.function.name, grid=launch.grid, args=launch.args,
+                                             stream=stream, device=self.state.current,
+                                             module_device=launch.function.device))
+
+    def handle_device(self, handle):
+        return None
+
+
+def fake_cupy(launches, compute_capability="90", current_stream=0x77, state=None):
+    """A CuPy whose kernels record their launches and whose arrays are __cuda_array_interface__ fakes;
+    `state.current` is the current device, `state.loads` the devices modules were loaded on."""
+    state = state or SimpleNamespace(current=0, loads=[])
 
     class Function:
         num_regs, max_dynamic_shared_size_bytes = 128, 0
 
         def __init__(self, name):
-            self.name = name
+            self.name, self.device, self.ptr = name, state.current, id(self)
 
-        def __call__(self, grid, block, args, shared_mem=0, stream=None):
-            launches.append(SimpleNamespace(entry=self.name, grid=grid, args=args, stream=stream.ptr))
+    def raw_module(path):
+        state.loads.append(state.current)
+        return SimpleNamespace(get_function=Function)
 
-    cuda = SimpleNamespace(Device=lambda *_: device, Stream=FakeStream,
-                           get_current_stream=lambda: FakeStream(current_stream),
-                           runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0)))
-    return SimpleNamespace(__version__="14.2.0", cuda=cuda,
-                           RawModule=lambda path: SimpleNamespace(get_function=Function),
+    def set_device(device):
+        state.current = device
+
+    cuda = SimpleNamespace(Device=lambda id=None: FakeDevice(state, state.current if id is None else id,
+                                                             compute_capability),
+                           Stream=FakeStream, get_current_stream=lambda: FakeStream(current_stream),
+                           runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0),
+                                                   getDevice=lambda: state.current, setDevice=set_device))
+    return SimpleNamespace(__version__="14.2.0", cuda=cuda, RawModule=raw_module,
                            empty=lambda shape, dtype: cuda_array(shape, numpy.dtype(dtype).str, ptr=next(REGIONS)))
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch, tmp_path):
-    """Install a fake CuPy for compute capability 9.0 and a compiler that returns bytes; the launches list."""
+    """Install a fake CuPy for compute capability 9.0, a fake driver and a compiler that returns bytes;
+    the launches, with `.state` the fake's device state."""
     pytest.importorskip("gemmdsl.compiler")
-    launches = []
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches))
+    state = SimpleNamespace(current=0, loads=[])
+    launches = RecordedLaunches(state)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, state=state))
+    monkeypatch.setattr(runtime, "cuda_driver", lambda: FakeDriver(state, launches))
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
     return launches
+
+
+class RecordedLaunches(list):
+    """The fake driver's launches, with the fake CuPy's device state beside them."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
 
 
 def test_kernel_launches_on_the_callers_pointers_and_stream(fake_gpu):
@@ -465,6 +490,40 @@ def test_kernel_refuses_c_that_is_read_only(fake_gpu):
     a, b = cuda_array((64, 64), ptr=next(REGIONS)), cuda_array((64, 64), ptr=next(REGIONS))
     with pytest.raises(TypeError, match="C is read-only"):
         kernel(a, b, cuda_array((64, 64), ptr=next(REGIONS), readonly=True))
+
+
+def devices_view(device, shape):
+    """A fake operand whose protocol names `device` (a DLPack capsule on that CUDA device)."""
+    return FakeDLPack(shape, arrays.DL_FLOAT, 32, next(REGIONS), device=(arrays.DL_CUDA, device))
+
+
+def test_a_call_runs_on_its_operands_gpu_whatever_is_current(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")  # loaded with GPU 0 current
+    a, b, c = devices_view(1, (256, 64)), devices_view(1, (64, 128)), devices_view(1, (256, 128))
+    kernel(a, b, c)
+    assert fake_gpu.state.loads == [0, 1]  # a module on GPU 1, loaded for the first call there
+    (launch,) = fake_gpu
+    assert launch.device == 1 and launch.module_device == 1
+    assert fake_gpu.state.current == 0  # the caller's device, restored
+    kernel(a, b, c)
+    assert fake_gpu.state.loads == [0, 1] and fake_gpu[-1].device == 1  # loaded once per GPU
+
+
+def test_operands_on_two_gpus_are_refused_before_anything_launches(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    with pytest.raises(ValueError, match="A is on GPU 0 but B is on GPU 1"):
+        kernel(devices_view(0, (64, 64)), devices_view(1, (64, 64)))
+    assert not fake_gpu and fake_gpu.state.current == 0
+
+
+def test_a_stream_of_another_gpu_is_refused_before_anything_launches(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b = devices_view(1, (64, 64)), devices_view(1, (64, 64))
+    with pytest.raises(ValueError, match="the stream is on GPU 0 but the operands are on GPU 1"):
+        kernel(a, b, stream=SimpleNamespace(cuda_stream=0x1234, device_index=0))
+    assert not fake_gpu
+    kernel(a, b, stream=SimpleNamespace(cuda_stream=0x1234, device_index=1))
+    assert fake_gpu[-1].stream == 0x1234 and fake_gpu[-1].device == 1
 
 
 # ---------------------------------------------------------------------------

@@ -122,12 +122,12 @@ def test_torch_launch_goes_on_the_callers_stream(load_kernel, torch):
         used = launch()
         done = torch.cuda.Event()
         done.record(side)
-    assert used.ptr == side.cuda_stream
+    assert used == side.cuda_stream
     done.synchronize()  # nothing else synchronised: the kernel ran in `side`'s order
     assert bool((launch.c == 2 * 2 * 512).all())
     other = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        assert launch(stream=other).ptr == other.cuda_stream  # an explicit stream wins
+        assert launch(stream=other) == other.cuda_stream  # an explicit stream wins
     other.synchronize()
 
 
@@ -150,7 +150,7 @@ def test_cupy_callers_keep_their_stream_and_get_cupy(load_kernel, cupy):
         a = cupy.random.uniform(-1, 1, (100, 60), dtype=cupy.float32)  # made on `stream`, as the launch runs
         b = cupy.random.uniform(-1, 1, (60, 80), dtype=cupy.float32)
         launch = kernel.bind(a, b)
-        assert launch().ptr == stream.ptr
+        assert launch() == stream.ptr
         stream.synchronize()
     assert isinstance(launch.c, cupy.ndarray)
     assert int(launch.launches[0].args[2]) == launch.c.data.ptr

@@ -1,0 +1,152 @@
+"""Which GPU a call runs on, which stream it goes on, and the launch itself.
+
+The rules (docs/python-api.md, "Devices and streams"):
+
+- A call runs on the GPU that holds its operands, whatever device is current. A, B, C and every
+  fused operand must be on one GPU; operands on different GPUs are refused before anything launches.
+- Without `stream=`, the launch goes on that GPU's current stream of the caller's library
+  (PyTorch's `torch.cuda.current_stream(device)` for tensors, CuPy's for the rest).
+- An explicit `stream=` that belongs to another GPU is refused before anything launches. The
+  special handles 0 (the legacy default stream), 1 and 2 (`cudaStreamLegacy`,
+  `cudaStreamPerThread`) name the default stream of whichever GPU the call runs on.
+- The launch happens with that GPU's primary context current, and the caller's current device is
+  restored afterwards.
+
+Everything here but `Driver` runs without a GPU: the resolution functions take the driver's answers
+as arguments, so the CPU tests drive them with fakes.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy
+
+from .arrays import ArrayView, type_name
+
+# Stream handles that name a default stream rather than one stream object (cuda_runtime_api.h):
+# the NULL stream, cudaStreamLegacy and cudaStreamPerThread. They belong to no single device.
+DEFAULT_STREAM_HANDLES = (0, 1, 2)
+
+
+class DeviceMismatch(ValueError):
+    """Operands, or an operand and a stream, are on different GPUs."""
+
+
+def operands_device(views: dict[str, ArrayView], pointer_device: Callable[[str, ArrayView], int]) -> int:
+    """The one GPU that holds every operand in `views` (name -> view, in argument order).
+
+    `pointer_device(name, view)` answers for a view whose protocol names no device (the driver's pointer
+    query).
+    """
+    devices: dict[str, int] = {}
+    for name, view in views.items():
+        devices[name] = view.device if view.device is not None else pointer_device(name, view)
+    first_name, first = next(iter(devices.items()))
+    for name, device in devices.items():
+        if device != first:
+            raise DeviceMismatch(f"{first_name} is on GPU {first} but {name} is on GPU {device}; every operand of "
+                                 f"a call must be on one GPU (move {name}, e.g. tensor.to({first_name.lower()}.device))")
+    return first
+
+
+def stream_device(stream: Any, handle_device: Callable[[int], int | None]) -> int | None:
+    """The GPU an explicit stream belongs to, or None for a default-stream handle (it follows the call).
+
+    PyTorch streams say so (`.device_index`), CuPy streams too (`.device_id`); a raw handle or an object
+    with only `__cuda_stream__` is asked of the driver through `handle_device`.
+    """
+    for attribute in ("device_index", "device_id"):
+        device = getattr(stream, attribute, None)
+        if isinstance(device, int):
+            return device
+    handle = stream_handle(stream)
+    return None if handle in DEFAULT_STREAM_HANDLES else handle_device(handle)
+
+
+def check_stream_device(stream: Any, device: int, handle_device: Callable[[int], int | None]) -> None:
+    """Refuse an explicit stream of another GPU than the operands'."""
+    owner = stream_device(stream, handle_device)
+    if owner is not None and owner != device:
+        raise DeviceMismatch(f"the stream is on GPU {owner} but the operands are on GPU {device}; pass a stream "
+                             f"of GPU {device} (e.g. torch.cuda.current_stream({device})) or leave stream= out")
+
+
+def stream_handle(stream: Any) -> int:
+    """The cudaStream_t of a CuPy stream (.ptr), a PyTorch one (.cuda_stream), any object with
+    __cuda_stream__, or a raw handle."""
+    if isinstance(stream, int):
+        return stream
+    for attribute in ("ptr", "cuda_stream"):
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream must be a CuPy or PyTorch stream, an object with __cuda_stream__, or a cudaStream_t "
+                    f"(int), got {type_name(stream)}")
+
+
+@dataclass(frozen=True)
+class PackedParameters:
+    """cuLaunchKernel's `kernelParams` for a launch's arguments (NumPy scalars: addresses as uint64, int32,
+    float32, int64, and 128-byte tensor maps): `address` is that of an array of pointers, one to each
+    argument's bytes; `holders` keeps the pointed-to memory alive. The driver copies each parameter's
+    declared size from its pointer, so the holders need no particular alignment."""
+
+    address: int
+    holders: tuple
+
+    @classmethod
+    def of(cls, args: Iterable[Any]) -> "PackedParameters":
+        values = []
+        for arg in args:
+            if not isinstance(arg, numpy.generic):
+                raise TypeError(f"kernel arguments must be NumPy scalars of the parameter's type, got "
+                                f"{type_name(arg)}")
+            values.append(numpy.array(arg))
+        pointers = (ctypes.c_void_p * max(1, len(values)))(*(value.ctypes.data for value in values))
+        return cls(ctypes.addressof(pointers), (pointers, *values))
+
+
+class DriverError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+@dataclass
+class Driver:
+    """The few libcuda entry points a launch needs, through ctypes (GPU machines only): CuPy's launch
+    wraps its arguments anew on every call, which costs more host time than the launch itself."""
+
+    library: Any
+
+    @classmethod
+    def load(cls) -> "Driver":
+        driver = cls(ctypes.CDLL("libcuda.so.1"))
+        launch = driver.library.cuLaunchKernel
+        launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 6, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p]
+        launch.restype = ctypes.c_int
+        return driver
+
+    def error(self, call: str, code: int) -> DriverError:
+        text = ctypes.c_char_p()
+        self.library.cuGetErrorString(code, ctypes.byref(text))
+        return DriverError(f"{call} failed: {(text.value or b'unknown error').decode()} (CUresult {code})")
+
+    def launch(self, launch: Any, stream: int) -> None:
+        """Queue one `runtime.KernelLaunch` (its function, grid, block, shared memory and packed
+        parameters) on `stream`, in the current context."""
+        code = self.library.cuLaunchKernel(launch.function.ptr, *launch.grid, *launch.block, launch.shared_mem,
+                                           stream, launch.parameters.address, None)
+        if code != 0:
+            raise self.error("cuLaunchKernel", code)
+
+    def handle_device(self, handle: int) -> int | None:
+        """The GPU a stream handle belongs to (cuStreamGetDevice, CUDA 12.8 and newer); None where the
+        driver cannot say."""
+        query = getattr(self.library, "cuStreamGetDevice", None)
+        if query is None:
+            return None
+        device = ctypes.c_int()
+        return device.value if query(ctypes.c_void_p(handle), ctypes.byref(device)) == 0 else None
