@@ -109,38 +109,26 @@ class PackedParameters:
         return cls(ctypes.addressof(pointers), (pointers, *values))
 
 
-class DriverError(RuntimeError):
-    """A CUDA driver call failed; the message names the call and the driver's error."""
-
-
 @dataclass
 class Driver:
-    """The few libcuda entry points a launch needs, through ctypes (GPU machines only): CuPy's launch
-    wraps its arguments anew on every call, which costs more host time than the launch itself."""
+    """The launch, and the one driver query CuPy does not wrap (GPU machines only). The launch is
+    `cupy.cuda.driver.launchKernel` over parameters packed once per bound call: CuPy's kernel objects
+    wrap their arguments anew on every call, which costs more host time than the launch itself."""
 
-    library: Any
+    launch_kernel: Callable[..., None]  # cuLaunchKernel, raising CuPy's CUDADriverError
+    library: Any  # libcuda through ctypes
 
     @classmethod
     def load(cls) -> "Driver":
-        driver = cls(ctypes.CDLL("libcuda.so.1"))
-        launch = driver.library.cuLaunchKernel
-        launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 6, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-                           ctypes.c_void_p]
-        launch.restype = ctypes.c_int
-        return driver
+        import cupy
 
-    def error(self, call: str, code: int) -> DriverError:
-        text = ctypes.c_char_p()
-        self.library.cuGetErrorString(code, ctypes.byref(text))
-        return DriverError(f"{call} failed: {(text.value or b'unknown error').decode()} (CUresult {code})")
+        return cls(cupy.cuda.driver.launchKernel, ctypes.CDLL("libcuda.so.1"))
 
     def launch(self, launch: Any, stream: int) -> None:
         """Queue one `runtime.KernelLaunch` (its function, grid, block, shared memory and packed
         parameters) on `stream`, in the current context."""
-        code = self.library.cuLaunchKernel(launch.function.ptr, *launch.grid, *launch.block, launch.shared_mem,
-                                           stream, launch.parameters.address, None)
-        if code != 0:
-            raise self.error("cuLaunchKernel", code)
+        self.launch_kernel(launch.function.handle, *launch.grid, *launch.block, launch.shared_mem, stream,
+                           launch.parameters.address, 0)
 
     def handle_device(self, handle: int) -> int | None:
         """The GPU a stream handle belongs to (cuStreamGetDevice, CUDA 12.8 and newer); None where the

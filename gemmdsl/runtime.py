@@ -52,7 +52,7 @@ import numpy
 from .abi import MAX_BATCH, MAX_INT
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
                     old_nvrtc_note)
-from .arrays import DTYPE_NAMES, ArrayView, array_view, type_name
+from .arrays import DTYPE_NAMES, ArrayView, array_view, signature, type_name
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
@@ -699,8 +699,17 @@ def compile_with_nvcc(source: str, target: str) -> bytes:
 
 
 @dataclass(frozen=True)
+class LoadedFunction:
+    """One kernel of a module loaded on one GPU."""
+
+    name: str
+    handle: int  # its CUfunction in that GPU's primary context
+    num_regs: int  # registers per thread, as the driver reports them
+
+
+@dataclass(frozen=True)
 class KernelLaunch:
-    function: Any  # a loaded kernel (cupy Function) of the module on the call's GPU
+    function: LoadedFunction  # of the module on the call's GPU
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     args: tuple
@@ -785,6 +794,13 @@ def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: An
         return to_library(launch.c, launch.library, c_dtype, launch_stream(used))
 
 
+def call_key(a: Any, b: Any, c: Any, alpha: float, beta: float, stream_k: bool, interior: bool) -> tuple | None:
+    """What decides a call with C given: equal keys, equal checks and launches. None where an operand's
+    library has no cheap signature (arrays.signature)."""
+    operands = (signature(a), signature(b), signature(c))
+    return None if None in operands else (*operands, alpha, beta, stream_k, interior)
+
+
 @dataclass
 class DeviceModule:
     """A kernel's cubin loaded on one GPU: its functions, that GPU's SM count, and what calls there
@@ -793,12 +809,9 @@ class DeviceModule:
     device: int
     built_for: str
     module: Any  # cupy RawModule: keeps the module loaded
-    functions: dict[str, Any]
+    functions: dict[str, LoadedFunction]
     sms: int
     tensor_maps: Any = None  # wgmma specs: tensor_maps.TensorMapCache, made on the first call
-    # The last call's key and launches, reused by a call with the same operand views and scalars: a call's
-    # checks and launch arguments cost several times what a launch does, and callers repeat their calls.
-    repeat: tuple[tuple, str, tuple[KernelLaunch, ...]] | None = None
     resident_blocks: dict[str, int] = field(default_factory=dict)  # by entry: from the driver's register count
 
 
@@ -816,6 +829,10 @@ class Kernel:
         self.requirements = Requirements.from_metadata(self.metadata)
         self._modules: dict[int, DeviceModule] = {}
         self._loading = threading.Lock()
+        # The last call's key (operand signatures, scalars, options) and its launches without operands, reused
+        # by a call with the same key: a call's checks and launch arguments cost several times what a launch
+        # does, and callers repeat their calls. Replaced whole, so threads sharing the kernel read either.
+        self._last: tuple[tuple, BoundLaunch] | None = None
         # Built and loaded now on the current GPU, so that build errors surface at load.
         self._home = self._module_on(cupy.cuda.runtime.getDevice())
 
@@ -850,10 +867,13 @@ class Kernel:
             entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry,
                                     req.stream_k_scalar_entry, req.prepare_entry, req.interior_entry,
                                     req.interior_partial_k_entry))
-            functions = {entry: module.get_function(entry) for entry in entries}
+            raw = {entry: module.get_function(entry) for entry in entries}
             if self.dynamic_smem_bytes > arch(parse_target(target)[0]).default_smem_per_block:
-                for function in functions.values():
+                for function in raw.values():
                     function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
+            # CuPy's RawKernel loads its function on the current GPU when asked for it: that is `device` here.
+            functions = {entry: LoadedFunction(entry, function.kernel.ptr, function.num_regs)
+                         for entry, function in raw.items()}
             sms = properties.attributes["MultiProcessorCount"]  # read once, not per call
         return DeviceModule(device, built_for, module, functions, sms)
 
@@ -886,22 +906,19 @@ class Kernel:
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
+        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior)
+        last = self._last
+        if key is not None and last is not None and last[0] == key:
+            return replace(last[1], c=c, operands=(a, b, c))
         views, device = self._views({"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c})
         loaded = self._module_on(device)
-        library = views["A"].library
-        if c is None:
-            with on_device(device):
-                return self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior)
-        check_writable(views["C"])
-        key = (views["A"], views["B"], views["C"], alpha, beta, stream_k, interior)
-        repeat = loaded.repeat  # read once: another thread may replace it
-        if repeat is not None and repeat[0] == key:
-            _, entry, launches = repeat
-            return BoundLaunch(entry, launches, c=c, operands=(a, b, c), library=library, device=device)
+        if c is not None:
+            check_writable(views["C"])
         with on_device(device):
             bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior)
         # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
-        loaded.repeat = None if bound.workspace else (key, bound.entry, bound.launches)
+        if key is not None and not bound.workspace:
+            self._last = (key, replace(bound, c=None, operands=()))
         return bound
 
     def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
@@ -1026,6 +1043,11 @@ class Kernel:
         refused), else on that GPU's current stream of A's library: PyTorch's for tensors, CuPy's for
         the rest. stream_k=False and interior=False: see `bind`.
         """
+        if c is not None:  # a repeated call launches the last call's launches again, nothing else
+            last = self._last
+            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior):
+                last[1](stream)
+                return c
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 

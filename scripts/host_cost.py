@@ -60,23 +60,35 @@ def main() -> None:
         kernel = runtime.load(path)
         for size in map(int, args.sizes.split(",")):
             a, b, c = operands(torch, kernel, size)
-            ways = {"gemmdsl": lambda: kernel(a, b, c), "torch.mm": lambda: torch.mm(a, b, out=c)}
+            bound = kernel.bind(a, b, c)
+            driver, handle = runtime.cuda_driver(), torch.cuda.current_stream().cuda_stream
+
+            def launches_alone():
+                for launch in bound.launches:
+                    launch(driver, handle)
+
+            # The whole call; the bound call (stream lookup, device check, launches); the launches alone.
+            ways = {"gemmdsl": lambda: kernel(a, b, c), "torch.mm": lambda: torch.mm(a, b, out=c),
+                    "bound": bound, "launches": launches_alone}
             for call in ways.values():
                 microseconds_per_call(torch, call, 20)  # warm-up: the first call checks and builds the launch
             times: dict[str, list[float]] = {way: [] for way in ways}
             for _ in range(args.rounds):
                 for way, call in ways.items():
                     times[way].append(microseconds_per_call(torch, call, args.calls))
-            ours, theirs = (statistics.median(times[way]) for way in ways)
-            rows.append((kernel.name, size, ours, min(times["gemmdsl"]), max(times["gemmdsl"]), theirs, ours / theirs))
+            ours, theirs, bound_us, launches_us = (statistics.median(times[way]) for way in ways)
+            rows.append((kernel.name, size, ours, min(times["gemmdsl"]), max(times["gemmdsl"]), theirs, ours / theirs,
+                         bound_us, launches_us))
             if args.profile:
                 profiler = cProfile.Profile()
                 profiler.runcall(lambda: [kernel(a, b, c) for _ in range(args.calls)])
                 torch.cuda.synchronize()
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
-    print(f"\n{'kernel':24s} {'size':>6s} {'gemmdsl us':>11s} {'(range)':>13s} {'torch.mm us':>12s} {'ratio':>6s}")
-    for name, size, ours, low, high, theirs, ratio in rows:
-        print(f"{name:24s} {size:6d} {ours:11.1f} {f'{low:.1f}-{high:.1f}':>13s} {theirs:12.1f} {ratio:6.2f}")
+    print(f"\n{'kernel':24s} {'size':>6s} {'gemmdsl us':>11s} {'(range)':>13s} {'torch.mm us':>12s} {'ratio':>6s} "
+          f"{'bound us':>9s} {'launches us':>12s}")
+    for name, size, ours, low, high, theirs, ratio, bound_us, launches_us in rows:
+        print(f"{name:24s} {size:6d} {ours:11.1f} {f'{low:.1f}-{high:.1f}':>13s} {theirs:12.1f} {ratio:6.2f} "
+              f"{bound_us:9.1f} {launches_us:12.1f}")
     print(f"({args.rounds} rounds of {args.calls} calls each, taking turns; PyTorch tensors, C given)")
 
 

@@ -4,10 +4,11 @@ from types import SimpleNamespace
 
 import numpy
 import pytest
+from hypothesis import given, strategies as st
 
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl import arrays
-from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of
+from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of, signature
 
 PTR = 0x7F0000000000
 
@@ -100,17 +101,20 @@ def test_contiguous_strides():
     assert contiguous_strides((0, 3)) == (3, 1)
 
 
+BFLOAT16 = type("dtype", (), {"__str__": lambda self: "torch.bfloat16"})()
+
+
 class FakeTorchTensor:
     """The attributes of a PyTorch tensor that view_of_torch_tensor reads, and the protocols as a
     bfloat16 tensor has them (for the cases it leaves to them)."""
 
     __module__ = "torch"
 
-    def __init__(self, shape, strides, is_cuda=True, requires_grad=False, conjugated=False):
-        self.shape, self._strides = shape, strides
+    def __init__(self, shape, strides, is_cuda=True, requires_grad=False, conjugated=False, ptr=PTR, device=1):
+        self.shape, self._strides, self._ptr = shape, strides, ptr
         self.is_cuda, self.requires_grad, self._conjugated = is_cuda, requires_grad, conjugated
-        self.dtype = type("dtype", (), {"__str__": lambda self: "torch.bfloat16"})()
-        self.device = type("device", (), {"index": 1})()
+        self.dtype = BFLOAT16
+        self.device = type("device", (), {"index": device})()
 
     def stride(self):
         return self._strides
@@ -119,7 +123,10 @@ class FakeTorchTensor:
         return 2
 
     def data_ptr(self):
-        return PTR
+        return self._ptr
+
+    def get_device(self):
+        return self.device.index if self.is_cuda else -1
 
     def is_conj(self):
         return self._conjugated
@@ -175,3 +182,22 @@ def test_cupy_arrays_the_attributes_cannot_vouch_for_go_to_the_protocols():
         array_view("B", FakeCupyArray((4, 4), (16, 6)))
     structured = array_view("B", FakeCupyArray((4, 4), (64, 16), dtype="V16"))
     assert structured.device is None and structured.dtype == "void128"
+
+
+TENSORS = st.builds(FakeTorchTensor, shape=st.sampled_from([(4, 4), (4, 8), (2, 4, 4)]),
+                    strides=st.sampled_from([(4, 1), (1, 4), (8, 1)]), ptr=st.sampled_from([PTR, PTR + 64]),
+                    device=st.integers(0, 1))
+
+
+@given(TENSORS, TENSORS)
+def test_equal_signatures_mean_equal_views(first, second):
+    """The repeated-call check compares signatures instead of views: it must never call two different
+    views the same."""
+    if signature(first) == signature(second):
+        assert array_view("A", first) == array_view("A", second)
+
+
+def test_libraries_without_a_signature_are_checked_in_full():
+    assert signature(cuda_array((4, 4), ptr=PTR)) is None
+    assert signature(FakeDLPack((2, 2), arrays.DL_FLOAT, 32, PTR)) is None
+    assert signature(FakeTorchTensor((4, 4), (4, 1))) != signature(FakeTorchTensor((4, 4), (4, 1), device=0))

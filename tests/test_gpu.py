@@ -388,7 +388,7 @@ class FakeDriver:
     def launch(self, launch, stream):
         self.launches.append(SimpleNamespace(entry=launch.function.name, grid=launch.grid, args=launch.args,
                                              stream=stream, device=self.state.current,
-                                             module_device=launch.function.device))
+                                             module_device=self.state.handles[launch.function.handle]))
 
     def handle_device(self, handle):
         return None
@@ -396,14 +396,16 @@ class FakeDriver:
 
 def fake_cupy(launches, compute_capability="90", current_stream=0x77, state=None):
     """A CuPy whose kernels record their launches and whose arrays are __cuda_array_interface__ fakes;
-    `state.current` is the current device, `state.loads` the devices modules were loaded on."""
-    state = state or SimpleNamespace(current=0, loads=[])
+    `state.current` is the current device, `state.loads` the devices modules were loaded on, `state.handles`
+    the device of each function handle."""
+    state = state or SimpleNamespace(current=0, loads=[], handles={})
 
     class Function:
         num_regs, max_dynamic_shared_size_bytes = 128, 0
 
         def __init__(self, name):
-            self.name, self.device, self.ptr = name, state.current, id(self)
+            self.name, self.kernel = name, SimpleNamespace(ptr=id(self))
+            state.handles[id(self)] = state.current
 
     def raw_module(path):
         state.loads.append(state.current)
@@ -426,7 +428,7 @@ def fake_gpu(monkeypatch, tmp_path):
     """Install a fake CuPy for compute capability 9.0, a fake driver and a compiler that returns bytes;
     the launches, with `.state` the fake's device state."""
     pytest.importorskip("gemmdsl.compiler")
-    state = SimpleNamespace(current=0, loads=[])
+    state = SimpleNamespace(current=0, loads=[], handles={})
     launches = RecordedLaunches(state)
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, state=state))
     monkeypatch.setattr(runtime, "cuda_driver", lambda: FakeDriver(state, launches))
