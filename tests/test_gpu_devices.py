@@ -155,7 +155,8 @@ def test_threads_on_different_gpus_share_one_kernel(two_gpus, kernels, label):
     torch = two_gpus
     kernel = kernels[label]
     failures, errors = [], []
-    shapes = [(96, 80, 40), (257, 129, 65), (512, 256, 128), (1000, 64, 300)]
+    # Odd M; N and K whole 16-byte units, which the wgmma spec's TMA loads need (it has no fallback).
+    shapes = [(96, 80, 40), (257, 136, 72), (512, 256, 128), (1000, 64, 304)]
 
     def work(thread):
         device = thread % 2
@@ -206,7 +207,8 @@ def test_a_captured_call_replays_as_eager_calls_compute(torch, kernels, label, d
             kernel(a, b, replayed)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # PyTorch's default capture stream is made once per process, on the GPU current then: name one here.
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
             kernel(a, b, replayed)
         bitwise = label not in ("fma_stream_k", "family")
         for _ in range(100):
