@@ -192,7 +192,7 @@ H100_PROBES = [
 
 
 # cp.async's 16-byte stores (LDGSTS), whose conflicts ncu's counter does not count (it read 0 for sgemm_3xtf32's
-# 2-way A stores): timed instead on the H100 (tests/test_gpu_probes.py; session 17: 4.9, 8.9, 33.5, 4.9 and
+# 2-way A stores): timed instead on the H100 (tests/test_gpu_probes.py, 2026-11-26: 4.9, 8.9, 33.5, 4.9 and
 # 4.9 SM cycles per warp instruction, the wavefronts below plus about one).
 CP_ASYNC_TIMING_PROBES = [
     ((L // 4) * 20 + (L % 4) * 4, 8),  # rows of 20 floats (sgemm_3xtf32's A, pad 4): 2-way

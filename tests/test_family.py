@@ -108,8 +108,8 @@ def test_stream_k_launches_are_charged_per_launch(family):
 
 
 def test_the_rule_picks_the_member_measured_fastest_at_k_64(family):
-    """K = 64 calls where session 12's rule picked a member 0.6-0.8x as fast as the fastest: the H100
-    (2026-11-25, README "Kernel families") timed checked_32x128 fastest at 1024x1024x64 (9.3 us against
+    """K = 64 calls where an earlier form of the rule picked a member 0.6-0.8x as fast as the fastest: the H100
+    (2026-11-25, docs/tuning.md) timed checked_32x128 fastest at 1024x1024x64 (9.3 us against
     10.6 for checked_64x64) and 8192x128x64 (10.1 against 10.9), and, with stream-K, at 64x8192x512
     (26.2 against 46.9)."""
     names = [model.name for model in family.models]

@@ -38,7 +38,7 @@ REPORTED = {
     # held out (timed after the model was settled; re-timed after T15 changed the 3xTF32 split): both targets
     # missed (on the estimate alone 0.32 and 15.6%)
     "sgemm_3xtf32_mma": (0.53, 2.9),
-    # wgmma 3xTF32: timed after session 16 set the consumer's wait (one 8192^3 measurement) and counted its adds
+    # wgmma 3xTF32: timed after the model's consumer wait was set (one 8192^3 measurement) and counted its adds
     "sgemm_3xtf32_h100": (0.95, 0.0),
     "sgemm_3xtf32_h100_2048": (0.89, 0.0),
     # wgmma BF16 over 1-4 consumer warpgroups, held out: the model ranks 3 consumers of 192x256 first, which
