@@ -146,7 +146,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
-    (README, Tuning, "The mma.sync templates")."""
+    (docs/tuning.md, "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]

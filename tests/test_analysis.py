@@ -383,7 +383,7 @@ def test_the_intensity_bound_is_a_roofline_no_tiling_moves():
     """The bound holds for any tiling: DRAM must move A and B once and C once or twice whatever
     the blocks re-read (L2 serves the repeats), so the bound depends on the problem alone. The
     block intensity against DRAM, its earlier form, said 128 TFLOP/s for tf32_ldmatrix's tiling,
-    which ran at 196 on the H100 (README, Tensor cores, T13)."""
+    which ran at 196 on the H100 (docs/performance.md, T13)."""
     small, wide = (analyze(spec(tile=tile, repeat=repeat), (1024, 1024, 1024)).facts["intensity"]
                    for tile, repeat in (("128x128x8", "2x2 block"), ("128x256x8", "2x4 block")))
     assert small.block_flops_per_byte < wide.block_flops_per_byte

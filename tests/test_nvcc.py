@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.nvcc, needs_nvcc]
 # sgemm_h100's stream-K kernel keeps one 64-bit value in local memory across its 4x-unrolled
 # k-loop (one store and one load per 4 k-tiles, 2,048 FMAs) and one int around its remainder
 # loop: 12 bytes. Measured on the H100 it is faster than the same kernel without the unroll
-# (and without the spill): 51.8 vs 49.6 TFLOP/s at 4096^3 (README, Performance notes).
+# (and without the spill): 51.8 vs 49.6 TFLOP/s at 4096^3 (docs/performance.md, notes).
 STREAM_K_SPILL_BYTES = 16
-# Tensor-core kernels run at 233-255 registers. Measured with nvcc 13.0 (README, tensor-core notes):
+# Tensor-core kernels run at 233-255 registers. Measured with nvcc 13.0 (docs/performance.md, tensor-core notes):
 # hgemm_h100_mma's vector kernel spills 8 bytes; the scalar variants of 16-bit specs (leading
 # dimensions not multiples of 8 elements) copy element by element and spill up to 448 bytes
 # (hgemm_h100_mma). These bounds keep them from growing unseen.

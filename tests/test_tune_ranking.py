@@ -16,9 +16,9 @@ tune_ranking = importlib.util.module_from_spec(spec)
 sys.modules["tune_ranking"] = tune_ranking  # dataclasses look their module up
 spec.loader.exec_module(tune_ranking)
 
-# What the README's Tuning section reports for the shipped model (in-sample Spearman, gap of the best of the
+# What docs/tuning.md reports for the shipped model (in-sample Spearman, gap of the best of the
 # top 8 to the best measured, in percent). A model change that ranks worse fails here; one that ranks better
-# should raise these figures and the README's together.
+# should raise these figures and docs/tuning.md's together.
 REPORTED = {
     "sgemm_warp": (0.70, 0.0),
     "sgemm_h100": (0.72, 0.0),

@@ -49,7 +49,7 @@ class StageSplitter:
         o.line("float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);")
         o.line("float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);")
         # Unrolled whole: the loop's own instructions take issue slots from the consumers too (H100: 2-4% over
-        # unroll 2, README T16).
+        # unroll 2, docs/performance.md, T16).
         o.line("#pragma unroll")
         with o.block(f"for (int w = tid - 32; w < B_STAGE_BYTES / {CHUNK}; w += SPLITTER_THREADS)"):
             o.line("const float4 x = big[w];")
