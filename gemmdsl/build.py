@@ -21,7 +21,7 @@ NVCC_TIMEOUT_S = 600
 # stalls to source lines), beside the architecture.
 COMPILER_OPTIONS = ("-std=c++17", "-lineinfo")
 DEFAULT_TOOLKIT = Path("/usr/local/cuda")  # where the CUDA installers put the toolkit
-FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (README, "nvcc and NVRTC")
+FIRST_GOOD_NVRTC = (13, 1)  # NVRTC 13.0's PTX takes up to 95 more registers than nvcc's (docs/python-api.md, "nvcc and NVRTC")
 
 _USED = re.compile(r"Used (\d+) registers")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -206,7 +206,7 @@ def ptxas_compiler() -> str | None:
 def kernel_resources(cuda: str, name: str, sm: int | str, compiler: str, entry: str | None = None) -> PtxasResources:
     """ptxas's figures for `entry` (default NAME_kernel) of `cuda` built for sm_XX by `compiler`
     ("nvcc": the whole .cu, as `gemmdsl compile` builds it; "nvrtc": the kernels, as the runtime
-    builds them without nvcc; the two agree from NVRTC 13.1 on, README "nvcc and NVRTC")."""
+    builds them without nvcc; the two agree from NVRTC 13.1 on, docs/python-api.md, "nvcc and NVRTC")."""
     if compiler == "nvcc":
         return build(cuda, name, sm, entry=entry).resources
     return parse_ptxas(nvrtc_ptxas_log(cuda, f"sm_{sm}"), entry or f"{name}_kernel")

@@ -41,8 +41,7 @@ the register reuse caches), and the slack left on the LSU pipe and in the regist
 Constants: the clock rates are the SM's (targets.py, the CUDA guide); SMEM_LATENCY is the H100's
 shared-memory load latency (microbenchmarks put it at 29-33 clocks on Hopper); GLOBAL_LINE_WAVEFRONTS
 (1 or 2; 2 ranks every template better, and leave-one-template-out picks 2 each time) and
-WARP_STALL_SHARE are chosen on the measurements: scripts/tune_ranking.py and the README's Tuning
-section give the study.
+WARP_STALL_SHARE are chosen on the measurements: scripts/tune_ranking.py and the docs/tuning.md give the study.
 """
 from __future__ import annotations
 

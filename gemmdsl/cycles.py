@@ -25,7 +25,7 @@ from .wgmma_layout import WgmmaLayout
 
 
 # Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted
-# on the H100 timings of gemmdsl/templates/tf32_mma.tgemm (session 14), where TF32 fragments read with
+# on the H100 timings of gemmdsl/templates/tf32_mma.tgemm, where TF32 fragments read with
 # 32-bit loads (one instruction per mma) ran 20-40% slower than their wavefronts say and ldmatrix's
 # (four wavefronts per instruction) did not. With the fragment latency unshared by resident blocks,
 # 0.4-0.5 ranked that template at Spearman 0.73-0.74, 0.6 at 0.67, 1 (no term) at 0.61; hgemm_mma's
@@ -33,7 +33,7 @@ from .wgmma_layout import WgmmaLayout
 # Not a measured rate: which limit of the load/store path it stands for is not known.
 MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
 
-# What one more kernel launch adds to a call, in SM clock cycles: on the H100 (session 13, `gemmdsl
+# What one more kernel launch adds to a call, in SM clock cycles: on the H100 (`gemmdsl
 # bench`, whose spin kernel keeps the host's enqueueing out of the timing, checked_64x64 at K = 64) a
 # call took 6.1 us more per launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in
 # two, 22.5 for 1000x1000x64 in three, before the interior split was limited to long interiors):
@@ -146,7 +146,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
-    (README, Tuning, "The mma.sync templates")."""
+    (docs/tuning.md, "The mma.sync templates")."""
     unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]

@@ -352,7 +352,7 @@ class _SpecReader:
         for key, schema in SECTIONS.items():
             if schema.required and key not in found and key not in seen and key not in self.typos:
                 self.error(self.span(name_token), f"missing required section '{key}'",
-                           hint=f"add `{key} {{ ... }}`; see the language reference in README.md")
+                           hint=f"add `{key} {{ ... }}`; see docs/language.md")
         if self.diagnostics:
             return None  # type: ignore[return-value]
         return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
@@ -430,7 +430,7 @@ class _SpecReader:
                 if spec_key.not_wgmma and self.has_wgmma:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
                                                      f"{spec_key.not_wgmma}",
-                               hint="remove it; see the README's Hopper section for what a wgmma spec holds")
+                               hint="remove it; see docs/language.md for what a wgmma spec holds")
                     continue
                 names[key_token.value] = key_token
                 entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))

@@ -592,7 +592,7 @@ def cubin_file_name(metadata: dict, built_for: str, key: str) -> str:
 
 def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str | None = None) -> str:
     """The cache file of this source built for `built_for` by `compiler` (default: the one chosen
-    now) at its present version, with this CuPy: so upgrading NVRTC (13.0 -> 13.1, README) or nvcc
+    now) at its present version, with this CuPy: so upgrading NVRTC (13.0 -> 13.1, docs/python-api.md) or nvcc
     builds anew instead of serving the old compiler's cubins."""
     import cupy
 

@@ -48,20 +48,20 @@ from dataclasses import dataclass
 MIN_K_TILES_PER_BLOCK = 4
 # Stream-K costs atomics and a pass over the shared tiles of C: it is used only when at
 # least this percentage of the last wave's slots would otherwise idle. Measured on the
-# H100 (README, Performance notes): at 3% idle (2048^3) it did not pay, at 12% it did.
+# H100 (docs/performance.md, notes): at 3% idle (2048^3) it did not pay, at 12% it did.
 MIN_IDLE_PERCENT = 10
 # The FMA and mma.sync launchers' stream-K costs two launches more (the kernel that sets the shared tiles
 # of C to beta * C, and the plain tiles' kernel after the stream-K one) and atomics; it shortens the last
 # wave by about its idle share of the tile's k-tiles. So there it splits only when that share times the
-# k-tiles is at least this many. Measured on the H100 (README, "Stream-K at short K"; sgemm_any and
+# k-tiles is at least this many. Measured on the H100 (docs/performance.md, \"Stream-K at short K\"; sgemm_any and
 # checked_128x32, 52-76% of the slots idle): it lost 24-48% at 8 and 16 k-tiles, broke even at 32 and won
 # 11-46% from 64 up; 24 is about where the break-even products (17 and 24) lie. The wgmma path's
 # stream-K lives in its one persistent launch and takes no such floor (0).
 LAUNCHED_MIN_SAVED_K_TILES = 24
 MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
 # Waves of interior tiles per edge strip below which a checked call runs as one launch of the vector
-# kernel rather than as the interior kernel and its strips. Measured on the H100 (README, "The interior
-# split"; sgemm_any, checked_64x64 and checked_v3 at 27 shapes): with no strip the interior kernel ran 7-8%
+# kernel rather than as the interior kernel and its strips. Measured on the H100 (docs/performance.md, "The
+# interior split"; sgemm_any, checked_64x64 and checked_v3 at 27 shapes): with no strip the interior kernel ran 7-8%
 # faster than the vector kernel, but each strip, launched after the interior, adds a partial wave of the
 # whole k-loop; the split lost 3% to 2.7x at 4 waves per strip or fewer (8000x4000x4000, 3.6, won 1%),
 # was within 0.5% at 5.5-5.6 and won 1.6-8.5% from 6.5 up.

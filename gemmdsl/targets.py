@@ -66,7 +66,7 @@ ARCH_SPECIFIC: dict[int, Arch] = {90: replace(ARCHS[90], has_wgmma=True)}
 
 # Dense peak rates of each target's reference GPU in TFLOP/s, by the unit a kernel multiplies on
 # (FP32 accumulation throughout), and its memory bandwidth in TB/s. Datasheet figures, except the
-# H100's, measured here (README, Performance): FMA 65.3, mma.sync 640 (bf16/f16) and 320 (tf32) in a
+# H100's, measured here (docs/performance.md): FMA 65.3, mma.sync 640 (bf16/f16) and 320 (tf32) in a
 # register-only loop, a device copy at 3.0 TB/s. 3xTF32 runs three TF32 products per multiply.
 PEAK_TFLOPS: dict[int, dict[str, float]] = {
     80: {"fma": 19.5, "f16": 312.0, "bf16": 312.0, "tf32": 156.0},
@@ -88,8 +88,8 @@ MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
 # figures (989.4 TFLOP/s BF16/FP16 and 494.7 TF32 dense, at the 1830 MHz boost clock): no register-only
 # wgmma loop has been measured here yet, unlike mma.sync's rates above. Under load the clock drops, so
 # the best measured GEMMs stay well below them: cuBLAS BF16 756-790 TFLOP/s at 8192^3 and TF32 404 at
-# 4096^3 (README, Performance); sustained BF16 GEMMs at 8192^3 hold the board at its 700 W cap and the
-# SM clock near 1,420 MHz, where cuBLAS runs at 710 (README, "The clock under sustained load"). The analysis compares against the datasheet figure and prints the
+# 4096^3 (docs/performance.md); sustained BF16 GEMMs at 8192^3 hold the board at its 700 W cap and the
+# SM clock near 1,420 MHz, where cuBLAS runs at 710 (docs/performance.md, "The clock under sustained load"). The analysis compares against the datasheet figure and prints the
 # measured cuBLAS one beside it where there is one (WGMMA_MEASURED_TFLOPS).
 WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
@@ -97,24 +97,24 @@ MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
 # The same peaks per SM and clock, in multiply-adds: 989.4 TFLOP/s = 132 SMs x 2048 x 2 at 1830 MHz.
 WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024}}
 # Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100
-# (2026-11-23, README "Kernel families"), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
+# (2026-11-23, docs/families.md), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
 # ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.
 L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
 # Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
 # before it reloads A's fragments and adds `part` (emit/wgmma_split.py). cycles.wgmma_member_model counts
 # the adds (one FADD per accumulator and thread, one issue slot each: accumulators x the consumer warps a
 # scheduler holds); this is the rest, measured on the H100 at 8192^3 at 1755 MHz: 130.8 TFLOP/s for
-# sgemm_3xtf32_h100_sk after session 16's two-loop stream-K kernel (1,857 cycles per k-tile and SM against
+# sgemm_3xtf32_h100_sk with the two-loop stream-K kernel (T18) (1,857 cycles per k-tile and SM against
 # wgmma's 1,536, less 2 x 64 cycles of adds = 193). The 128x192 spec then comes out at 2,686 cycles per
 # k-tile, where it measured 2,709 (134.5 TFLOP/s). Before: one wait for both tilings, 400 cycles (385 and 416
-# measured in session 15 on the persistent kernels), 724 and 767 in session 9.
+# measured on the persistent kernels after T15-T16), 724 and 767 before them.
 SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 190}
 # Cycles from the moment a consumer frees a stage of the TMA ring to the moment that stage's next k-tile
 # has landed, under the load of every SM streaming (Little's law: with STAGES - 1 stages in flight a ring
 # delivers at most one k-tile per ROUND_TRIP / (STAGES - 1) cycles, however fast L2 is). Calibrated on
 # the H100 (2026-11-25) on one template, gemmdsl/templates/tf32_h100.tgemm timed exhaustively at 4096^3
 # and 2048^3 (2 to 6 stages): the rank correlation peaks at 3,000 (1.7 us at 1755 MHz); the bf16
-# templates, timed apart, were the held-out check (README, Tuning).
+# templates, timed apart, were the held-out check (docs/tuning.md).
 RING_ROUND_TRIP_CYCLES: dict[int, int] = {90: 3000}
 
 

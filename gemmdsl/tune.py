@@ -564,12 +564,12 @@ def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = D
 
 def rank_key(survivor: Survivor) -> tuple:
     """Best predicted first; equal scores go to what the score does not see but the H100 rewards: fewer
-    FFMAs that switch both operands (FMA order, README note 11), more registers left under the cap (room
+    FFMAs that switch both operands (FMA order, docs/performance.md note 11), more registers left under the cap (room
     for ptxas to schedule: register-staged copies of big tiles, which hold the next tile in registers,
     measured 8% slower than their cp.async twins), fewer L1 wavefronts per FFMA (slack on the pipe
     shared memory and global loads share), then template order. On Hopper's path, whose other figures
     are zero, more stages come before template order: more bytes in flight from L2 (on the H100 every
-    4-stage hgemm_h100 candidate ran 3-40% faster than its 3-stage twin; README, Tuning)."""
+    4-stage hgemm_h100 candidate ran 3-40% faster than its 3-stage twin; docs/tuning.md)."""
     p = survivor.prediction
     return (-round(p.score, 6), round(p.fma_switches_per_ffma, 6), p.register_demand - p.register_cap,
             round(p.lsu_per_ffma, 6), -survivor.spec.pipeline.stages if p.wgmma else 0,
@@ -600,7 +600,7 @@ def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm", compile
 
 
 # Spill bytes per thread (stores or loads) an mma.sync kernel may have and still be kept. On the H100
-# (session 14, tests/fixtures/tune_h100 and README T13) mma.sync kernels whose double-buffered fragments
+# (tests/fixtures/tune_h100 and docs/performance.md, T13) mma.sync kernels whose double-buffered fragments
 # made ptxas spill ran faster than their single-fragment twins that did not: 256x128x32 bf16 in 16 warps
 # spilling 56 bytes 334.8 against 315.7 TFLOP/s, tf32_ldmatrix's interior kernel spilling 72 bytes 12.5%
 # faster, tf32_ldmatrix_nt's 148 bytes 9.9% faster; the slowest read-32 TF32 kernels spill 248. On the
@@ -616,7 +616,7 @@ def spill_prunes(ptxas: dict, mma_sync: bool) -> bool:
 
 def ranks_on_ptxas(spec: ir.KernelSpec) -> bool:
     """Whether a survivor is scored on ptxas's figures when nvcc is there: mma.sync kernels, whose score
-    (the cycle model) reads registers only for occupancy and spills. On the H100 timings (README, Tuning,
+    (the cycle model) reads registers only for occupancy and spills. On the H100 timings (docs/tuning.md,
     "How well it ranks") ptxas's figures raised all three mma.sync templates' rank correlation, most
     where spills decide (sgemm_3xtf32_mma 0.32 -> 0.53); the FMA cost model, whose occupancy term was
     fitted over the estimate's register band, fell on sgemm_h100 (0.72 -> 0.26), and wgmma scores do not

@@ -137,7 +137,7 @@ class _Checker:
     def check_hopper_only(self) -> None:
         """What only the wgmma path (an `mma` section with a wgmma shape) generates."""
         hint = ("Hopper's own path: `target sm_90a;`, `mma { shape: m64n256k16; }`, "
-                "`threads { warpgroups: 2; producer: 1; }` (see README, Hopper)")
+                "`threads { warpgroups: 2; producer: 1; }` (see docs/language.md)")
         for operand in (ir.Operand.A, ir.Operand.B):
             smem = self.spec.smem(operand)
             if smem.swizzle_bytes is not None:

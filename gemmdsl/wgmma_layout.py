@@ -75,7 +75,7 @@ WGMMA_INSTRUCTION_RESERVE = 26
 # are k-tile rows of 128 bytes: the leading offset is unused (1 by convention) and the stride offset is
 # one 8-row atom, 1024 bytes. An MN-major operand's rows are k, each 64 elements of m or n (128 bytes)
 # wide: the stride offset is again 1024 bytes (8 k rows), the leading offset the distance between two
-# such 64-wide column panels (one TMA box each). The hand prototype of an MN-major B (README, Hopper)
+# such 64-wide column panels (one TMA box each). The hand prototype of an MN-major B (docs/performance.md, Hopper)
 # checked this assignment against cuBLAS; swapped, the results were wrong.
 K_MAJOR_LBO = 1
 ATOM_SBO = SWIZZLE_ATOM >> 4

@@ -2,7 +2,7 @@
 // recompile. The file is self-contained; the host launcher needs only the CUDA runtime.
 //
 // Spec:
-//   // The family's member for problems of few rows (README, Kernel families): a 32x128 tile of 4 warps
+//   // The family's member for problems of few rows (docs/families.md): a 32x128 tile of 4 warps
 //   // with checked bounds and stream-K. At 16x4096x4096 a 128-row tile computes 8 times the useful
 //   // multiply-adds and this one twice; stream-K turns its 32 tiles into split-K over every slot.
 //   // checked_64x64's choices otherwise (8x4 zigzag lanes: fragment reads are half-warp broadcasts,

@@ -2,7 +2,7 @@
 // recompile. The file is self-contained; the host launcher needs only the CUDA runtime.
 //
 // Spec:
-//   // The family's member for small and skinny problems (README, Kernel families): checked_h100's
+//   // The family's member for small and skinny problems (docs/families.md): checked_h100's
 //   // choices (zigzag lanes, snake FMAs, four k-tiles per iteration) on a 64x64 tile of 4 warps, so a
 //   // problem of a few tiles spreads over more SMs and an edge tile wastes less (at 33x33x33 it
 //   // launches a quarter of the multiply-adds of a 128x128 tile). 8x4 zigzag lanes read both

@@ -3,12 +3,12 @@
 //
 // Spec:
 //   // BF16 on Hopper's own path (sm_90a): the tiling of the hand prototype that ran at 710-761 TFLOP/s
-//   // (0.98-1.10x cuBLAS) on the H100 (README, Hopper). A 128x256x64 block: one producer warpgroup
+//   // (0.98-1.10x cuBLAS) on the H100 (docs/performance.md, Hopper). A 128x256x64 block: one producer warpgroup
 //   // issues TMA copies into a 4-stage ring in the 128-byte swizzle (192 KiB), two consumer warpgroups
 //   // each multiply 64 rows by 256 columns with wgmma m64n256k16, registers moved from the producer to
 //   // the consumers with setmaxnreg; one wave of blocks walks the tiles in groups of 8 tile rows. C leaves
 //   // through shared memory (two 8 KiB boxes per consumer) and TMA stores that run on while the next tile
-//   // starts (`store: tma`: 0.91x -> 0.95x cuBLAS at 4096^3 when it was added, README, Hopper).
+//   // starts (`store: tma`: 0.91x -> 0.95x cuBLAS at 4096^3 when it was added, docs/performance.md, Hopper).
 //   gemm hgemm_h100 {
 //       problem  { a: bf16 row; b: bf16 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90a;

@@ -6,7 +6,7 @@
 //   // 8 warps of 64x64 on a 128x256x64 block, a 3-stage cp.async ring (144 KiB), fragments
 //   // double-buffered across k-steps and k-tiles. The swizzles put the 8 rows of every ldmatrix phase
 //   // in distinct banks (A's rows are 128 bytes, B's 512: k from bit 8 of the element offset).
-//   // The fastest of nine bf16 tilings timed on the H100 (README, Performance, tensor-core notes).
+//   // The fastest of nine bf16 tilings timed on the H100 (docs/performance.md, tensor-core notes).
 //   gemm hgemm_h100_mma {
 //       problem  { a: bf16 row; b: bf16 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_80;

@@ -7,7 +7,7 @@
 //   // parts): each k-tile's group is half as long again for the same wait, and A's loads and TMA's bytes
 //   // serve 1.5x the products. On the H100 it ran at 116.0 TFLOP/s at 8192^3 against 106.8 for the
 //   // 128x128 spec (2.31x against 2.12x cuBLAS SGEMM), and behind it where 192 does not divide the sizes
-//   // into whole waves (4096^3: 704 tiles, 5.3 waves; 1.98x against 2.07x) (README, Hopper: 3xTF32).
+//   // into whole waves (4096^3: 704 tiles, 5.3 waves; 1.98x against 2.07x) (docs/performance.md, 3xTF32 on Hopper).
 //   gemm sgemm_3xtf32_h100_128x192 {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90a;

@@ -7,7 +7,7 @@
 //   // (2026-11-26, two rounds, % of cuBLAS SGEMM) it ran 255.2-255.9 at 4096^3, 269.6-270.2 at 6144^3 and
 //   // 269.3-269.4 at 8192^3, against 227.8-228.6, 262.1-263.0 and 264.6-267.6 for the persistent 128x192
 //   // spec and 253.4-253.9, 260.2-260.9 and 265.1-265.7 for sgemm_3xtf32_h100_sk; at 2048^3 (176 tiles for
-//   // 132 SMs) 229.6-231.7 against the 128x128 stream-K spec's 237.7-238.5 (README, Hopper: 3xTF32).
+//   // 132 SMs) 229.6-231.7 against the 128x128 stream-K spec's 237.7-238.5 (docs/performance.md, 3xTF32 on Hopper).
 //   gemm sgemm_3xtf32_h100_128x192_sk {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90a;

@@ -5,8 +5,8 @@
 //   // sgemm_3xtf32_h100 with stream-K: the blocks of the persistent wave first share the last, partial
 //   // wave's tiles k-tile by k-tile, leaving partial sums in a workspace for the block that finishes each
 //   // tile (emit/wgmma_stream_k.py). On the H100 (2026-11-26) it ran ahead of the persistent spec at the
-//   // five sizes of issue 11: 1024^3 205% of cuBLAS SGEMM against 155%, 4096^3 254% against 245% (README,
-//   // Hopper: "Stream-K on the wgmma path"). Three TF32 products per k-step make each shared k-tile worth the
+//   // five standard sizes: 1024^3 205% of cuBLAS SGEMM against 155%, 4096^3 254% against 245% (docs/performance.md,
+//   // "Stream-K on the wgmma path"). Three TF32 products per k-step make each shared k-tile worth the
 //   // partial sums it costs; for bf16, f16 and TF32 it did not pay at 4096^3.
 //   gemm sgemm_3xtf32_h100_sk {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }

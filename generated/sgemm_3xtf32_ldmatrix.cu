@@ -4,7 +4,7 @@
 // Spec:
 //   // FP32-accurate 3xTF32 with A's fragments from ldmatrix (A stored mk: one x4 per 16x8 block);
 //   // B is row-major and stays kn with 32-bit loads. sgemm_3xtf32's tiling, the fastest 3xTF32
-//   // tiling measured so far (README, tensor-core notes T2, T3), with A swizzled instead of padded:
+//   // tiling measured so far (docs/performance.md, tensor-core notes T2, T3), with A swizzled instead of padded:
 //   // rows of 16 f32 are 64 bytes, two to a bank row, and xor(2,2,3) spreads the 8 rows of each
 //   // ldmatrix phase over all 32 banks. Tuned for the H100 (sm_90): the interior kernel, which runs
 //   // every full tile, and the scalar one take 255 registers without spilling; the vector kernel

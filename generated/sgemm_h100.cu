@@ -3,7 +3,7 @@
 //
 // Spec:
 //   // Seed 004's 128x128x8 tiling with register-staged double buffering at both levels, plus
-//   // what the H100 rewards (README, Performance notes 9-16):
+//   // what the H100 rewards (docs/performance.md, notes 9-16):
 //   // - 8x4 zigzag lanes: every fragment load is a half-warp broadcast, 512 shared wavefronts
 //   //   per k-tile instead of sgemm_v3's 768;
 //   // - snake-ordered FMAs and four k-tiles per loop iteration: fewer register-port stalls and

@@ -9,9 +9,9 @@
 //   // fragments stay 32-bit loads (16 per k-step). Otherwise tf32_mma's tiling, so the two compare
 //   // the loads alone: 8 warps of 64x64, xor(3,2,3) puts the 8 rows of every ldmatrix phase in
 //   // distinct banks (rows of 32 f32 are 128 bytes), B's pad 8 does the same for its 32-bit loads.
-//   // Tuned for the H100 (sm_90). Double-buffered fragments (session 14, gemmdsl/templates/tf32_mma.tgemm's
+//   // Tuned for the H100 (sm_90). Double-buffered fragments (gemmdsl/templates/tf32_mma.tgemm's
 //   // best): ptxas 13.0 keeps 255 registers and spills 32-84 bytes a kernel, and the kernel still ran 12-13%
-//   // faster than with single fragments (196.5 against 174.6 TFLOP/s at 4096^3, README, Tensor cores).
+//   // faster than with single fragments (196.5 against 174.6 TFLOP/s at 4096^3, docs/performance.md, T13).
 //   gemm tf32_ldmatrix {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;

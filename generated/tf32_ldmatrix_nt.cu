@@ -9,7 +9,7 @@
 //   // ldmatrix phase and every 16-byte cp.async store is conflict-free. tf32_ldmatrix's tiling
 //   // otherwise, fragments double-buffered too: ptxas 13.0 keeps 255 registers and spills 44-176 bytes a
 //   // kernel, and the kernel still ran 10-12% faster than with single fragments on the H100 (192.2 against
-//   // 174.9 TFLOP/s at 4096^3, README, Tensor cores).
+//   // 174.9 TFLOP/s at 4096^3, docs/performance.md).
 //   gemm tf32_ldmatrix_nt {
 //       problem  { a: f32 row; b: f32 col; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;

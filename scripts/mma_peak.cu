@@ -1,6 +1,6 @@
 // The mma.sync ceiling by warps per SM: register-only loops of independent mma.sync (BF16 m16n8k16,
 // TF32 m16n8k8) over a warp tile of MI x NJ instructions, on every SM, at 4 to 16 warps per SM.
-// README, Performance, tensor-core note T7. On the GPU machine:
+// docs/performance.md, tensor-core note T7. On the GPU machine:
 //
 //     nvcc -arch=sm_90 -O3 -o mma_peak scripts/mma_peak.cu && ./mma_peak
 #include <cstdio>

@@ -1,6 +1,6 @@
 """Triton beside cuBLAS, launch for launch, at each precision (bf16, f16, tf32) on one GPU.
 
-A baseline for the README's Performance section: a blocked Triton matmul (written here,
+A baseline for the performance tables (docs/performance.md): a blocked Triton matmul (written here,
 autotuned over a few configs known to suit Hopper) and cuBLAS through PyTorch, timed in
 one process, interleaved round by round. Run it on the device (an H100) with
 

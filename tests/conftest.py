@@ -67,7 +67,7 @@ def cupy():
 
 @pytest.fixture(scope="session")
 def nvcc_build():
-    """nvcc's build of a shipped spec for its target (`gemmdsl.build.build`), made once per session:
+    """nvcc's build of a shipped spec for its target (`gemmdsl.build.build`), made once per test run:
     tests/test_nvcc.py, test_analysis.py and test_wgmma.py read the same ptxas figures, and each build
     takes seconds. Returns (artifacts, BuildResult)."""
     from gemmdsl.build import build

@@ -192,7 +192,7 @@ H100_PROBES = [
 
 
 # cp.async's 16-byte stores (LDGSTS), whose conflicts ncu's counter does not count (it read 0 for sgemm_3xtf32's
-# 2-way A stores): timed instead on the H100 (tests/test_gpu_probes.py; session 17: 4.9, 8.9, 33.5, 4.9 and
+# 2-way A stores): timed instead on the H100 (tests/test_gpu_probes.py, 2026-11-26: 4.9, 8.9, 33.5, 4.9 and
 # 4.9 SM cycles per warp instruction, the wavefronts below plus about one).
 CP_ASYNC_TIMING_PROBES = [
     ((L // 4) * 20 + (L % 4) * 4, 8),  # rows of 20 floats (sgemm_3xtf32's A, pad 4): 2-way
@@ -383,7 +383,7 @@ def test_the_intensity_bound_is_a_roofline_no_tiling_moves():
     """The bound holds for any tiling: DRAM must move A and B once and C once or twice whatever
     the blocks re-read (L2 serves the repeats), so the bound depends on the problem alone. The
     block intensity against DRAM, its earlier form, said 128 TFLOP/s for tf32_ldmatrix's tiling,
-    which ran at 196 on the H100 (README, Tensor cores, T13)."""
+    which ran at 196 on the H100 (docs/performance.md, T13)."""
     small, wide = (analyze(spec(tile=tile, repeat=repeat), (1024, 1024, 1024)).facts["intensity"]
                    for tile, repeat in (("128x128x8", "2x2 block"), ("128x256x8", "2x4 block")))
     assert small.block_flops_per_byte < wide.block_flops_per_byte

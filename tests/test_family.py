@@ -82,7 +82,7 @@ def test_the_issue_shapes_pick_as_the_analysis_says(family):
     names = [model.name for model in family.models]
     picked = {shape: names[choose(family.models, *shape)] for shape in ISSUE_SHAPES}
     # 33^3: one or two tiles of five k-tiles each; the H100 timed checked_32x128 and checked_64x64 alike
-    # (7.0 and 7.1 us, README "Stream-K at short K"), and the model gives the 32x128 k-tile fewer cycles
+    # (7.0 and 7.1 us, docs/performance.md, \"Stream-K at short K\"), and the model gives the 32x128 k-tile fewer cycles
     assert picked[(33, 33, 33)] == "checked_32x128"
     # 16 rows: a 128-row tile computes 8 times the useful work, a 32-row one twice; split-K either way
     assert picked[(16, 4096, 4096)] == "checked_32x128"
@@ -108,8 +108,8 @@ def test_stream_k_launches_are_charged_per_launch(family):
 
 
 def test_the_rule_picks_the_member_measured_fastest_at_k_64(family):
-    """K = 64 calls where session 12's rule picked a member 0.6-0.8x as fast as the fastest: the H100
-    (2026-11-25, README "Kernel families") timed checked_32x128 fastest at 1024x1024x64 (9.3 us against
+    """K = 64 calls where an earlier form of the rule picked a member 0.6-0.8x as fast as the fastest: the H100
+    (2026-11-25, docs/tuning.md) timed checked_32x128 fastest at 1024x1024x64 (9.3 us against
     10.6 for checked_64x64) and 8192x128x64 (10.1 against 10.9), and, with stream-K, at 64x8192x512
     (26.2 against 46.9)."""
     names = [model.name for model in family.models]
@@ -493,7 +493,7 @@ def test_a_family_alone_on_the_command_line_runs(monkeypatch):
 
 @pytest.mark.parametrize("name", HOPPER_FAMILIES)
 def test_hopper_families_choose_the_tiles_the_h100_ran_fastest(name):
-    """The choices the H100 measured on 2026-11-23 (README, Families of wgmma specs): at 1024^3 the
+    """The choices the H100 measured on 2026-11-23 (docs/families.md, "Families of wgmma specs"): at 1024^3 the
     128x64 tiles ran at 0.93-0.98x cuBLAS against 0.53x for 128x256; at 3072x3072x1024 and 3072^3 the
     128x192 ones at 0.95-0.97x (bf16 C) against 0.76-0.78x; at the issue's four other sizes 128x256."""
     family = compile_family_path(ROOT / "specs" / f"{name}.gemmf")
@@ -506,7 +506,7 @@ def test_hopper_families_choose_the_tiles_the_h100_ran_fastest(name):
 
 
 def test_the_3xtf32_family_chooses_the_tiles_the_h100_ran_fastest():
-    """The H100's measurements of 2026-11-26 (README, Tensor cores T20), % of cuBLAS SGEMM, two rounds: the
+    """The H100's measurements of 2026-11-26 (docs/performance.md, T20), % of cuBLAS SGEMM, two rounds: the
     128x192 stream-K spec at 1536^3 (270 against 246 for the 128x128 stream-K spec), 3072^3 (286 / 282),
     4096^3 (255 / 251), 5120^3 (283 / 278), 6144^3 (270 / 261) and 8192^3 (269 / 265); the 128x128 one at
     1024^3 (210 / 175), 2048^3 (238 / 231) and 4096x4096x1024 (248 / 244). Within 1% of each other (not

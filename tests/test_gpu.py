@@ -547,7 +547,7 @@ def test_cache_key_is_stable_and_covers_every_input():
 
 
 def test_a_new_compiler_version_gets_its_own_cubin(monkeypatch):
-    """Upgrading NVRTC (13.0 -> 13.1 changes the registers, README) must not serve the old cubins."""
+    """Upgrading NVRTC (13.0 -> 13.1 changes the registers, docs/python-api.md) must not serve the old cubins."""
     monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(__version__="14.2.0"))
     names = {}
     for version in ("13.0", "13.1"):

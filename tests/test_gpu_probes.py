@@ -1,6 +1,6 @@
 """On the GPU: the shared-memory phase rule (gemmdsl/passes/banks.py) timed where Nsight Compute cannot
 count it. cp.async's 16-byte stores are LDGSTS, whose bank-conflict counter read 0 for a pattern the rule
-gives 2-way conflicts (README, tensor-core notes T5); a warp-wide loop of cp.async into shared memory,
+gives 2-way conflicts (docs/performance.md, tensor-core notes T5); a warp-wide loop of cp.async into shared memory,
 its source in L1, takes about one SM cycle per wavefront the rule predicts (plus a fixed cost), so the
 timing tells the two apart."""
 from __future__ import annotations

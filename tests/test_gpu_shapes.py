@@ -115,7 +115,7 @@ def test_stream_k_at_shapes_that_split(size, load_kernel, cupy):
 
 def test_short_k_does_not_split(load_kernel, cupy):
     """1152x1152x64: 81 tiles of 8 k-tiles on 264 slots; sharing them would cost two launches and
-    save less than a tile's k-loop (README "Stream-K at short K"), so the plain kernel runs them."""
+    save less than a tile's k-loop (docs/performance.md, \"Stream-K at short K\"), so the plain kernel runs them."""
     kernel = load_kernel(SPECS / "sgemm_h100.gemm")
     a = cupy.random.uniform(-1, 1, (1152, 64), dtype=cupy.float32)
     b = cupy.random.uniform(-1, 1, (64, 1152), dtype=cupy.float32)
@@ -153,7 +153,7 @@ def test_interior_split_can_be_turned_off_for_one_launch(load_kernel, cupy):
 
 def test_a_short_interior_runs_as_one_launch(load_kernel, cupy):
     """1000^3 on sgemm_any: 7 x 7 interior tiles are a fifth of a wave, and each strip would run a wave
-    of its own after them (2.65x as long, README "The interior split"), so the vector kernel takes it all."""
+    of its own after them (2.65x as long, docs/performance.md, \"The interior split\"), so the vector kernel takes it all."""
     kernel = load_kernel(SPECS / "sgemm_any.gemm")
     a = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)
     b = cupy.random.uniform(-1, 1, (1000, 1000), dtype=cupy.float32)

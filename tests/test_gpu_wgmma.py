@@ -29,7 +29,7 @@ def hopper_only(cupy):
 
 # 3xTF32 on wgmma sums each k-tile's products in the tensor cores, whose additions truncate: an error
 # floor of about 1.1e-7 that is twice cuBLAS SGEMM's own error only where K is tiny (K = 40: 5.3e-8 on
-# wide-range data). From K = 136 up it stays below SGEMM's (README, Hopper: 3xTF32). A known shortfall
+# wide-range data). From K = 136 up it stays below SGEMM's (docs/performance.md, 3xTF32 on Hopper). A known shortfall
 # of the accuracy rule, kept visible as an expected failure rather than dropped from the shapes.
 SPLIT_FLOOR_K = 64
 

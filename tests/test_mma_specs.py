@@ -88,7 +88,7 @@ def test_f32_ldmatrix_specs_load_fragments_in_fewer_instructions(name, ldmatrix,
 @pytest.mark.parametrize("name, addressed", [("hgemm_h100_mma", True), ("hgemm_f16_nt", True),
                                               ("tf32_ldmatrix", False), ("sgemm_3xtf32_ldmatrix_nt", False)])
 def test_16_bit_ldmatrix_reads_from_shared_addresses_and_f32_from_pointers(name, addressed):
-    # README, tensor-core note T9: 16-bit ldmatrix from a 32-bit stage address plus a byte offset ran
+    # docs/performance.md, tensor-core notes T9: 16-bit ldmatrix from a 32-bit stage address plus a byte offset ran
     # 10% faster; f32 (TF32) ldmatrix keeps the pointer, where the address form only added spills.
     from gemmdsl.compiler import compile_path
 
@@ -102,7 +102,7 @@ def test_16_bit_ldmatrix_reads_from_shared_addresses_and_f32_from_pointers(name,
 
 
 def test_an_mma_register_overflow_warning_says_a_small_spill_can_pay():
-    """tf32_ldmatrix's double fragments spill and ran 12.5% faster for it (README, T13): the warning says so
+    """tf32_ldmatrix's double fragments spill and ran 12.5% faster for it (docs/performance.md, T13): the warning says so
     beside the usual hint, rather than only urging a smaller repeat."""
     from gemmdsl.compiler import compile_path
 

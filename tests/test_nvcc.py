@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.nvcc, needs_nvcc]
 # sgemm_h100's stream-K kernel keeps one 64-bit value in local memory across its 4x-unrolled
 # k-loop (one store and one load per 4 k-tiles, 2,048 FMAs) and one int around its remainder
 # loop: 12 bytes. Measured on the H100 it is faster than the same kernel without the unroll
-# (and without the spill): 51.8 vs 49.6 TFLOP/s at 4096^3 (README, Performance notes).
+# (and without the spill): 51.8 vs 49.6 TFLOP/s at 4096^3 (docs/performance.md, notes).
 STREAM_K_SPILL_BYTES = 16
-# Tensor-core kernels run at 233-255 registers. Measured with nvcc 13.0 (README, tensor-core notes):
+# Tensor-core kernels run at 233-255 registers. Measured with nvcc 13.0 (docs/performance.md, tensor-core notes):
 # hgemm_h100_mma's vector kernel spills 8 bytes; the scalar variants of 16-bit specs (leading
 # dimensions not multiples of 8 elements) copy element by element and spill up to 448 bytes
 # (hgemm_h100_mma). These bounds keep them from growing unseen.
@@ -27,12 +27,12 @@ MMA_SPILL_BYTES = {"scalar": 512}
 MMA_OTHER_SPILL_BYTES = 80
 # The f32 mma.sync specs, measured with nvcc 13.0 for their targets (sm_80; sm_90, the build the H100
 # runs, for the ldmatrix ones): tf32_mma holds everything in registers; the ldmatrix TF32 ones, whose
-# fragments are double-buffered since session 14, run at 255 and spill 32-176 bytes, and ran 10-13%
-# faster than with single fragments and no spills (README, tensor-core notes); the 3xTF32 ones
-# run at 255 and keep 8-188 bytes in local memory (pointers and loop values). Since session 9 they
+# fragments are double-buffered (T13), run at 255 and spill 32-176 bytes, and ran 10-13%
+# faster than with single fragments and no spills (docs/performance.md, tensor-core notes); the 3xTF32 ones
+# run at 255 and keep 8-188 bytes in local memory (pointers and loop values). They
 # round with two integer instructions instead of cvt.rna.tf32 (ctext.TF32_HELPER): more spills than
 # before (up to 72 bytes then), and faster on the H100 all the same (sgemm_3xtf32 1.08/1.11x -> 1.16/1.19x
-# cuBLAS SGEMM at 4096^3/8192^3; README, tensor-core notes). Since session 15 their small parts are not
+# cuBLAS SGEMM at 4096^3/8192^3; docs/performance.md, T11). Since T15 their small parts are not
 # rounded (T15): spills moved (sgemm_3xtf32's sm_80 interior kernel 8 -> 188 bytes; its sm_90 build, the
 # one the H100 ran 2-4% faster, spills none in three of its four kernels), not measured on an A100.
 SPEC_SPILL_BYTES = {

@@ -127,7 +127,7 @@ def test_a_batch_is_split_per_gemm():
     (64, 264, 8, False), (64, 264, 16, False), (64, 264, 32, True), (64, 264, 64, True),  # sgemm_any
     (256, 528, 32, False), (256, 528, 64, True)])  # checked_128x32
 def test_the_launchers_stream_k_needs_enough_idle_k_tiles(tiles, slots, k_tiles, splits):
-    """Where the FMA launchers' stream-K was timed against tiles only (README, "Stream-K at short K"):
+    """Where the FMA launchers' stream-K was timed against tiles only (docs/performance.md, \"Stream-K at short K\"):
     it lost at 8 and 16 k-tiles and won from 64; at 32 it broke even (the floor lets sgemm_any's 76%
     idle slots through, not checked_128x32's 52%). The wgmma path has no floor."""
     split = stream_k_split(tiles, k_tiles, slots, min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
@@ -278,7 +278,7 @@ def test_the_interior_split_pays_with_enough_waves_per_strip(tile, m, n, k, slot
 
 
 def test_the_interior_split_where_it_was_measured():
-    """sgemm_any's 128x128x8 tiles at 2 blocks on the H100's 132 SMs (README, "The interior split"):
+    """sgemm_any's 128x128x8 tiles at 2 blocks on the H100's 132 SMs (docs/performance.md, \"The interior split\"):
     one launch at 1000^3 (0.2 waves of interior per strip; the split took 2.65x as long) and 6000^3
     (4.0; 1.037x), the split at 8000x8000x1000 (7.3; 0.955x) and 16000x8192x512 (no strip; 0.919x)."""
     tile, slots = (128, 128, 8), 132 * 2

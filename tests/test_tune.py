@@ -492,7 +492,7 @@ def test_mma_sync_candidates_are_scored_by_the_cycle_model_that_ranks_double_fra
     (0, 0, False, False), (4, 0, False, True), (0, 0, True, False), (72, 72, True, False),
     (148, 160, True, False), (248, 260, True, True)])
 def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores, loads, mma_sync, prunes):
-    """tf32_ldmatrix's double-buffered fragments spill 72 bytes and ran 12.5% faster on the H100 (README,
+    """tf32_ldmatrix's double-buffered fragments spill 72 bytes and ran 12.5% faster on the H100 (docs/performance.md,
     T13); tf32_mma_t1053 spills 248 and is slow; FMA kernels that spill ran about 10x slower."""
     ptxas = {"registers": 255, "spill_stores": stores, "spill_loads": loads}
     assert tune.spill_prunes(ptxas, mma_sync=mma_sync) is prunes
@@ -501,7 +501,7 @@ def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores
 def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():
     """3xTF32 at 128x128x16 with double fragments needs 128 accumulators and 128 fragment words, one register
     over the cap: ptxas spilled 8 bytes and it ran fastest of its template on the H100 (126.6% of cuBLAS
-    SGEMM; README, Tuning). An FMA estimate over the cap stays a predicted spill."""
+    SGEMM; docs/tuning.md). An FMA estimate over the cap stays a predicted spill."""
     text = (ROOT / "specs" / "sgemm_3xtf32_ldmatrix.gemm").read_text().replace(
         "pipeline { stages: 3; copy: cp_async; }", "pipeline { stages: 3; copy: cp_async; fragments: double; }")
     report = tune.screen(tune.expand(text, "t.tgemm"), [(4096, 4096, 4096)], min_warps=0, path="t.tgemm")

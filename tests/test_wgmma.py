@@ -583,7 +583,7 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
                                   "tf32_h100_128x192"])
 def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name, nvcc_build):
     """... and without ptxas serializing the wgmma (C7515), which a stream-K loop from a variable first
-    k-tile once caused: 10% slower at every size (README, Hopper)."""
+    k-tile once caused: 10% slower at every size (docs/performance.md, Hopper)."""
     resources = nvcc_build(ROOT / "specs" / f"{name}.gemm")[1].resources
     assert resources.registers <= 168 and resources.spills == 0 and not resources.wgmma_serialized
 

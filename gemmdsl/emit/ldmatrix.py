@@ -11,7 +11,7 @@ address (`smem_address` of the stage, once per k-tile), plus each load's swizzle
 every k-tile (an IMAD and a LEA per ldmatrix) and spilled at 255 registers; from the address,
 hgemm_h100_mma ran 10-11% faster on the H100, without spills. f32 operands (TF32's A) keep the
 pointer: the address form did not change tf32_ldmatrix's speed and made the 3xTF32 kernels spill
-(README, Performance, tensor-core note T9).
+(docs/performance.md, tensor-core note T9).
 """
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ name of the number of steps per k-tile). Precisions:
 - 3xtf32: each word is split into a TF32 big part (rounded) and what is left, which the mma reads
   truncated to TF32 (it ignores the low 13 bits): that errs by under 2^-21 of the word, and the
   small part is unbiased in sign, so rounding it too bought no accuracy on the H100 (3xTF32's error
-  1.42x cuBLAS SGEMM's at worst either way, 36 cases) and cost 2-4% of the speed (README, T15).
+  1.42x cuBLAS SGEMM's at worst either way, 36 cases) and cost 2-4% of the speed (docs/performance.md, T15).
   Three mma (small x big, big x small, big x big) per block. They start from zero and the sum is added
   to the accumulator with an FP32 add: the tensor cores' own accumulation truncates, which on the
   H100 made a chained 3xTF32 product 18x less accurate than cuBLAS SGEMM (2048^3, uniform data;
-  README, Performance), while this order is as accurate (0.36x of SGEMM's error).
+  docs/performance.md), while this order is as accurate (0.36x of SGEMM's error).
 """
 from __future__ import annotations
 

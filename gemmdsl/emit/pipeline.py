@@ -159,7 +159,7 @@ class RegisterDoubleBuffer(KLoop):
             o.line("const bool has_next = kt + 1 < k_tiles;")
             with o.block("if (has_next)"):
                 self.copy.fetch(work, "kt + 1", "stage ^ 1")
-            # Measured on the H100 (README, Performance notes): carrying the fragment double
+            # Measured on the H100 (docs/performance.md, notes): carrying the fragment double
             # buffer across k-tiles here, as the cp.async ring does, was 3% slower.
             self._emit_compute("stage")
             with o.block("if (has_next)"):

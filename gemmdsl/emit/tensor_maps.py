@@ -19,7 +19,7 @@ from .launcher import emit_stream_k_split, launch_contract
 # By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
 # use their top 19 bits (truncation): 2.6x the error of cuBLAS TF32, where rounding gives cuBLAS's results
-# bit for bit (README, Hopper). 3xTF32 needs the words as they are (FLOAT32) to split them.
+# bit for bit (docs/performance.md, Hopper). 3xTF32 needs the words as they are (FLOAT32) to split them.
 TMA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "tf32": "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32"}
 DRIVER_VERSION = 12000  # the cuTensorMapEncodeTiled ABI asked for (CUDA 12.0's)

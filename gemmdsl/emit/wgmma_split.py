@@ -14,7 +14,7 @@ The k-tile issues small x big and big x small for every k-step, then big x big f
 small x small term is below FP32's rounding), into a second set of accumulators, `part`, which the
 k-tile starts from zero (scale-d 0); once the group is done, `part` is added to `acc` in FP32.
 Summing only one k-tile's products in the tensor cores, whose additions truncate, the big terms
-last, and the rest with FP32 adds is what keeps the error at FP32's level (README, tensor-core note
+last, and the rest with FP32 adds is what keeps the error at FP32's level (docs/performance.md, tensor-core notes
 T2: chaining every product into one set measured 17.7x cuBLAS SGEMM's error on mma.sync).
 
 A's fragment of one m64 x k8 step, per thread (PTX ISA, wgmma register fragments, .tf32): warp w of

@@ -8,10 +8,10 @@ of the stage's slot of the split buffer; then each thread makes its stores visib
 part is the word as TMA wrote it, which wgmma reads truncated to TF32 (it ignores the low 13 bits), so
 the small part is what truncation leaves, rounded to TF32 (`tf32_rest`: half a TF32 unit added, the low
 bits left for wgmma to ignore): an error under 2^-21 of the word. The splitter's instructions take issue
-slots from the consumers: rounding the big part in place (until session 15) cost a store per word and
+slots from the consumers: rounding the big part in place (an earlier form) cost a store per word and
 clearing the rest's low bits an instruction; on the H100 the 3xTF32 family ran 2.16x cuBLAS SGEMM with
 both, 2.22x without the store and 2.32x without either, at worst 1.48x SGEMM's error against 1.24x
-(the rule is 2x; README, Tensor cores, T16). A stage's slot is rewritten only
+(the rule is 2x; docs/performance.md, T16). A stage's slot is rewritten only
 after TMA refilled the stage, which waited for `empty`: no wgmma reads the old small parts any more.
 
 They run as far ahead as TMA does, so the consumers, which wait for `ready`, find B split and spend
@@ -49,7 +49,7 @@ class StageSplitter:
         o.line("float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);")
         o.line("float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);")
         # Unrolled whole: the loop's own instructions take issue slots from the consumers too (H100: 2-4% over
-        # unroll 2, README T16).
+        # unroll 2, docs/performance.md, T16).
         o.line("#pragma unroll")
         with o.block(f"for (int w = tid - 32; w < B_STAGE_BYTES / {CHUNK}; w += SPLITTER_THREADS)"):
             o.line("const float4 x = big[w];")

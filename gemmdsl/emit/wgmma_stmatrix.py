@@ -1,7 +1,7 @@
 """`store: tma` for 16-bit C: each warp stages its own boxes with stmatrix.
 
 The staged epilogue of wgmma_store.py, for bf16 and f16 C, in three changes measured on the H100
-(2026-11-24, README "Hopper: 16-bit C by stmatrix"):
+(2026-11-24, docs/emitted-code.md, "16-bit C by stmatrix"):
 - alpha and beta first, once for the tile (beta * C read only when beta is not 0): the box loop then
   only converts and stores, with no branch of its own;
 - stmatrix writes four 8x8 matrices of 16-bit elements per instruction straight from the accumulator

@@ -7,8 +7,8 @@ then issues a bulk tensor store of the box (cp.async.bulk.tensor, completing in 
 warpgroup fills the other buffer. Before a buffer is filled again, that thread waits until the store
 that used it two boxes ago has read it, and the warpgroup waits for that thread (a named barrier of
 its own). The last stores of a tile run on while the warpgroup multiplies the next tile: that is
-the point, since the epilogue's global stores are otherwise time the tensor cores sit idle (README,
-Hopper: with the stores removed, hgemm_h100 measured 11% faster at 4096^3).
+the point, since the epilogue's global stores are otherwise time the tensor cores sit idle (docs/emitted-code.md,
+"`store: tma`": with the stores removed, hgemm_h100 measured 11% faster at 4096^3).
 
 TMA clips the box at C's last row, so checked bounds need no guard there; at the last column it was
 seen to write the whole 16-byte unit that holds C's edge (N = 517 f32 columns wrote into the padding

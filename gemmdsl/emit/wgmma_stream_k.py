@@ -11,7 +11,7 @@ The pieces and the plain tiles are two loops over one body, not one loop that pi
 loop, the k-loop's bounds came out of a division by k_tiles, and ptxas kept the ring's counters and
 the wgmma descriptors in vector registers, moved to uniform ones before every wgmma (24 R2UR and 21
 more instructions per k-tile per warp than the persistent kernel's loop): 2-5% slower where no tile
-was shared (H100, 2026-11-26, README "Stream-K on the wgmma path"). In the plain tiles' loop k_first
+was shared (H100, 2026-11-26, docs/performance.md, \"Stream-K on the wgmma path\"). In the plain tiles' loop k_first
 and k_end are constants, and the loop is the persistent kernel's. The range arithmetic is 32-bit
 (the launcher shares at most schedule.MAX_WORK k-tiles): a 64-bit division is a called subroutine.
 

@@ -11,7 +11,7 @@ The bound is a roofline that holds: the unit's peak, or what DRAM sustains for t
 launch must move (A and B read once, C written and, for alpha_beta, read), whichever is lower.
 The blocks request far more (each column of blocks re-reads A), but L2 serves the repeats: on the
 H100 tf32_ldmatrix's 256x128 tile requests 42.7 flop/B, which DRAM alone would hold to 128 TFLOP/s,
-and it ran at 196 (README, Tensor cores, T13).
+and it ran at 196 (docs/performance.md, T13).
 """
 from __future__ import annotations
 

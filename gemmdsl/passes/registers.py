@@ -20,7 +20,7 @@ them; so the *estimate* of ptxas's figure is the demand raised towards the cliff
 HEADROOM of itself.
 
 How good that is: scripts/register_study.py compiles random valid specs from the fuzzer's
-generator and compares (README, "Register estimate vs ptxas"). It is a rough guide: ptxas's
+generator and compares (docs/analysis.md, "Register estimate vs ptxas"). It is a rough guide: ptxas's
 scheduling decides much of the figure, and the constants are fitted on the study's training
 half and the shipped specs. ESTIMATE_BAND is the widest error the study measured; the tuner
 prunes on registers only where even the demand less that band (or the accumulators and one
@@ -219,7 +219,7 @@ def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagno
     else:
         micro = spec.mma.at("repeat")
         # Measured on the H100: double-buffered TF32 fragments spilling 32-176 bytes ran 12.5% faster than the
-        # single-buffered twin that does not spill (README, Tensor cores T13); so the hint says so.
+        # single-buffered twin that does not spill (docs/performance.md, T13); so the hint says so.
         spills_can_pay = ("on mma.sync a small spill can cost less than what the registers buy (tf32_ldmatrix "
                           "spills up to 176 bytes and ran 12.5% faster for it on the H100): time both")
         smaller = f"a smaller mma repeat (more warps for the same tile) needs fewer registers; but {spills_can_pay}"
