@@ -134,6 +134,8 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,
+        # The launch rule (launch_plan.LaunchPlan.to_json): what the C launchers decide, read back by the runtime.
+        "launch": launch.to_json(),
         **_wgmma_metadata(plan),
     }
 
@@ -141,7 +143,7 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
 def _wgmma_metadata(plan: KernelPlan) -> dict:
     """What the Python runtime needs to launch a wgmma kernel (Hopper's own path) as its C launcher does:
     the tensor maps it encodes (2-D views of A and B, and of C for `store: tma`, dimension 0 contiguous,
-    and their boxes)."""
+    and their boxes); its grid and stream-K workspace are the launch plan's."""
     if not plan.spec.wgmma:
         return {}
     layout = plan.layout
@@ -151,9 +153,7 @@ def _wgmma_metadata(plan: KernelPlan) -> dict:
                        "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
                        "dtype": box.data_type}
             for op, box in boxes.items()}
-    stream_k = {"partial_bytes": layout.partial_bytes, "consumers": layout.consumers} if layout.stream_k else None
-    return {"tensor_maps": maps, "persistent": layout.persistent, "wgmma_stream_k": stream_k,
-            "alignment_bytes": layout.global_alignment_bytes}
+    return {"tensor_maps": maps, "alignment_bytes": layout.global_alignment_bytes}
 
 
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:

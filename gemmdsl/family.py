@@ -65,7 +65,7 @@ from .compiler import Artifacts, compile_source
 from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
 from .emit.family import emit_family
 from .emit.header import emit_family_header
-from .plan import Requirements
+from .launch_plan import Requirements
 from .cost_model import cost_facts, k_tile_cycles, register_cap
 from .cycles import MemberModel, estimate, launched_fields, mma_sync_member_model, wgmma_member_model
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span

@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from . import abi, ir
+from .launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch, Workspace
 from .layout import KernelLayout, TileLayout
 from .mma_layout import MmaLayout
 from .targets import Arch, blocks_for_registers
@@ -51,44 +52,6 @@ class Variant:
     def spec(self) -> ir.KernelSpec:
         """The spec this kernel is compiled from (the interior kernel's has exact bounds)."""
         return self.layout.spec
-
-
-@dataclass(frozen=True)
-class Entries:
-    vector: str
-    scalar: str | None = None  # None: the vector kernel is scalar already, or bounds are exact
-    stream_k: str | None = None
-    stream_k_scalar: str | None = None  # stream-K for the calls that run the scalar kernel
-    prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
-    interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
-    interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What a call must satisfy: shape multiples, and per operand (a, b, c) the vector alignment of the
-    vector kernel (elements) and the largest leading dimension."""
-
-    m_multiple: int
-    n_multiple: int
-    k_multiple: int
-    vector_elements: dict[str, int]
-    max_leading_dimension: dict[str, int]
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """How the file's kernels are launched: what the C launchers do and the metadata describes."""
-
-    entries: Entries
-    parameters: tuple[abi.Parameter, ...]
-    launchers: dict[str, str | None]
-    threads: int
-    smem_bytes: int
-    block_tile: tuple[int, int, int]
-    grid: tuple[str, int, str | int]  # x: the tile count as C; z: the batch
-    requirements: Requirements
-    min_blocks_per_sm: int | None  # `__launch_bounds__`' second argument, from the spec's budget
 
 
 @dataclass(frozen=True)
@@ -143,7 +106,8 @@ def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant
     return LaunchPlan(entries, abi.kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
                       layout.smem_bytes, (layout.bm, layout.bn, layout.bk),
                       (tiles, 1, "batch" if spec.problem.batched else 1), requirements,
-                      min_blocks_per_sm(spec, layout.arch))
+                      min_blocks_per_sm(spec, layout.arch), GridRule.TILES,
+                      StreamKLaunch.LAUNCHED if spec.block.stream_k else None)
 
 
 def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
@@ -164,8 +128,13 @@ def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
         k_multiple=1 if checked else layout.bk,
         vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
         max_leading_dimension={op.value: abi.MAX_INT for op in ir.Operand})
+    rule = (GridRule.PERSISTENT_STREAM_K if layout.stream_k else GridRule.PERSISTENT if layout.persistent
+            else GridRule.BATCH_TILES)
+    stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
+    workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
     launch = LaunchPlan(entries, abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
-                        layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1), requirements, 1)
+                        layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1), requirements, 1,
+                        rule, stream_k, workspace, tma_operands=True)
     return KernelPlan(spec, layout.arch, variants, launch)
 
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from . import ir
-from .schedule import StreamKSplit, call_split, persistent_blocks
 from .targets import Arch, arch_of
 
 WARPGROUP = 128  # threads: 4 warps issue one wgmma together
@@ -410,23 +409,6 @@ class WgmmaLayout:
         """`batch: strided`: every tensor map has a third dimension, the GEMM, and the blocks walk the tiles of
         every GEMM of the batch."""
         return self.spec.problem.batched
-
-    def tiles(self, m: int, n: int) -> int:
-        return -(-m // self.bm) * -(-n // self.bn)
-
-    def call_split(self, m: int, n: int, k: int, sms: int) -> StreamKSplit:
-        """How a call shares tiles among stream-K blocks (no stream-K: none shared), one slot per SM."""
-        if not self.stream_k:
-            return StreamKSplit(self.tiles(m, n), -(-k // self.bk), sms, 0, 0)
-        return call_split((self.bm, self.bn, self.bk), m, n, k, sms)
-
-    def grid(self, m: int, n: int, k: int, sms: int) -> int:
-        """Blocks of a launch: one wave (min(tiles, SMs)) when persistent, else one per tile; with
-        stream-K, enough for the stream-K blocks too."""
-        tiles = self.tiles(m, n)
-        if self.stream_k:
-            return persistent_blocks(self.call_split(m, n, k, sms), sms)
-        return min(tiles, sms) if self.persistent else tiles
 
     @property
     def partial_bytes(self) -> int:

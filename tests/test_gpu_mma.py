@@ -32,7 +32,8 @@ def test_mma_spec_is_correct_at_odd_shapes(path, load_kernel):
     failed = [format_result(result) for result in results if not result.passed]
     assert results and not failed, "\n".join(failed)
     # Odd leading dimensions run the scalar variant; padded ones the vector kernel: both ran.
-    assert {result.entry for result in results} == {kernel.requirements.vector_entry, kernel.requirements.scalar_entry}
+    assert {result.entry for result in results} == {kernel.requirements.launch.entries.vector,
+                                                          kernel.requirements.launch.entries.scalar}
 
 
 def test_the_f32_ldmatrix_specs_are_among_those_verified():

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from .. import __version__, ir
 from ..abi import contiguous_extent, launcher_names, launcher_parameters, leading_name
 from ..emitter import Emitter
-from ..plan import KernelPlan, Requirements
+from ..launch_plan import Requirements
+from ..plan import KernelPlan
 from .launcher import launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
