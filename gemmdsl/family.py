@@ -98,29 +98,8 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
 
 
 def member_model(artifacts: Artifacts) -> MemberModel:
-    spec = artifacts.spec
-    if spec.wgmma:
-        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
-    sms = artifacts.plan.arch.reference_sms
-    if spec.mma is None:
-        return _fma_model(artifacts, launched_fields(spec, sms))
-    return mma_sync_member_model(spec, artifacts.analysis.facts, sms)
-
-
-def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:
-    """The FMA path: the tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the
-    rule and the tuner rank FMA tilings alike."""
-    spec, facts = artifacts.spec, artifacts.analysis.facts
-    blocks = facts["occupancy"].blocks_per_sm
-    cap = register_cap(spec, artifacts.analysis.layout.threads, facts["registers"].limit)
-    costs = cost_facts(spec, artifacts.analysis, cap)
-    flops_per_byte = facts["intensity"].launch_flops_per_byte
-    return MemberModel(**common, blocks_per_sm=blocks,
-                       k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte) for r in range(1, blocks + 1)),
-                       terms=(("issue_per_ffma", round(costs.issue_per_ffma, 4)),
-                              ("lsu_wavefronts_per_ffma", round(costs.lsu_per_ffma, 4)),
-                              ("exposed_latency_per_ffma", round(costs.exposed_latency_per_ffma, 4)),
-                              ("launch_flops_per_byte", round(flops_per_byte, 2))))
+    """The member's cycle model, as its instruction path predicts it."""
+    return artifacts.plan.path.member_model(artifacts)
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:

@@ -183,7 +183,7 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
     stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").spec.wgmma else LAUNCHED_MIN_SAVED_K_TILES
+    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").plan.path.name == "wgmma" else LAUNCHED_MIN_SAVED_K_TILES
     expected = [(split.sk_tiles, split.sk_blocks)
                 for split in (stream_k_split(*case, min_saved_k_tiles=floor) for case in cases)]
     assert got == expected

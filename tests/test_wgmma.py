@@ -16,6 +16,7 @@ from gemmdsl.bench import instruction_peak
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load, load_spec
 from gemmdsl.launch_plan import GridRule, Workspace
+from gemmdsl.paths import path_of
 from gemmdsl.plan import plan_kernel
 from gemmdsl.runtime import OperandView, Requirements, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
@@ -42,7 +43,7 @@ def errors_of(old: str, new: str) -> list:
 
 def test_the_prototype_spec_parses_into_the_wgmma_path():
     spec = spec_of()
-    assert spec.wgmma and str(spec.target) == "sm_90a" and spec.target.arch_specific
+    assert path_of(spec).name == "wgmma" and str(spec.target) == "sm_90a" and spec.target.arch_specific
     assert spec.mma.shape == ir.WgmmaShape(n=256, k=16)
     assert (spec.threads.warpgroups, spec.threads.producers, spec.threads.threads) == (2, 1, 384)
     assert spec.block.schedule is ir.Schedule.PERSISTENT and spec.pipeline.copy is ir.CopyMode.TMA
