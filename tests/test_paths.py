@@ -74,3 +74,11 @@ def test_shared_modules_do_not_fork_on_the_instruction_family():
             if FORK.search(code) and not code.lstrip().startswith(("from ", "import ")):
                 forks.append(f"{module.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not forks, "shared code branches on an instruction family; ask the plan's path:\n" + "\n".join(forks)
+
+
+def test_shared_modules_import_no_path_package():
+    """Shared code reaches a path's modules through the registry only (paths/__init__.py imports them)."""
+    family_import = re.compile(r"^from (gemmdsl|\.+)\.?paths\.\w+|^import gemmdsl\.paths\.\w+")
+    imports = [f"{module.relative_to(ROOT)}:{number}: {line}" for module in shared_modules()
+               for number, line in enumerate(module.read_text().splitlines(), 1) if family_import.match(line)]
+    assert not imports

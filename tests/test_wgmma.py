@@ -21,7 +21,7 @@ from gemmdsl.plan import plan_kernel
 from gemmdsl.runtime import OperandView, Requirements, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
-from gemmdsl.wgmma_layout import WgmmaLayout, descriptor, swizzled_offset
+from gemmdsl.paths.wgmma.layout import WgmmaLayout, descriptor, swizzled_offset
 from gemmdsl.targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,7 +432,7 @@ def test_3xtf32_splits_leave_under_2_to_the_minus_21_of_each_word():
     rest of at most 13 significant bits, round away from zero, so its errors lean one way (3:1), by under
     2^-24 on average; truncating both parts (tried on the H100: 3.5x cuBLAS SGEMM's error on wide-range
     data) errs one way always, twice as far."""
-    from gemmdsl.emit.wgmma_split import SPLIT_HELPERS
+    from gemmdsl.paths.wgmma.split import SPLIT_HELPERS
 
     assert "(__float_as_uint(x) & 0xFFFFE000u)) + 0x1000u)" in SPLIT_HELPERS
     rng = numpy.random.default_rng(11)

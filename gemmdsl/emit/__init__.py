@@ -13,18 +13,8 @@ analysis passes evaluate is exactly what the kernels compute. One module per rol
     kernel.py     one __global__ kernel wired from the parts chosen for the plan
     launcher.py   the host launchers
 
-Hopper's own path (wgmma specs, gemmdsl/wgmma_layout.py), wired by wgmma_kernel.py:
-
-    mbarrier.py        the stage ring and its full/empty mbarriers
-    tma.py             the producer: bulk tensor copies (TMA) of each k-tile
-    wgmma.py           the consumers' math: wgmma.mma_async through shared-memory descriptors
-    wgmma_split.py     3xTF32's math: the landed stage split into TF32 parts, three products per k-step
-    persistent.py      the tile loop (persistent or one tile per block) through the raster
-    wgmma_stream_k.py  the persistent loop with stream-K pieces, and their partial sums' fixup
-    wgmma_epilogue.py  accumulators -> C (alpha/beta, type conversion, guarded pair stores)
-    wgmma_store.py     `store: tma`: C through swizzled shared-memory boxes and bulk tensor stores
-    wgmma_stmatrix.py  `store: tma` for 16-bit C: stmatrix, one warp per box
-    tensor_maps.py     the host launchers, which encode the TMA tensor maps
+The wgmma path's parts (TMA, mbarriers, wgmma, its epilogues and launcher) live in gemmdsl/paths/wgmma/;
+each instruction path supplies its own parts (gemmdsl/paths).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
 - `passes`: the analysis passes analysis.py runs on the plan;
 - `emit_definitions(plan, out)` and `host_includes(specs)`: the kernels, helpers and launchers of the
   .cu; each path's epilogue part (emit/epilogue.py and emit/fragment_epilogue.py for the tile paths,
-  paths/wgmma/emit/epilogue.py for wgmma) turns accumulators into C, and is where a per-element step
+  paths/wgmma/epilogue.py for wgmma) turns accumulators into C, and is where a per-element step
   shared by every path is called;
 - `launch_contract(plan)`, `launcher_notes(plan)`, `batch_strides_note`: what the launchers refuse and
   do beyond the shared rules, for the .cu's and the header's comments;
@@ -22,10 +22,11 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
   `ncu_metrics` and `comparison_rows(analysis, metrics)` (profile), `predict(analysis, ptxas)` (tune);
   None where the tile report, metrics or prediction shared by the FMA and mma.sync paths apply.
 
-Adding a path (FP8 wgmma, sm_100's tcgen05): write `gemmdsl/paths/<name>/__init__.py` defining
-`PATH`, an `InstructionPath` subclass instance whose `selects(spec)` takes its specs, beside that
-path's own modules (layout, validation rules, passes, emitters); then add its module name to
-`REGISTERED` below, before any path whose `selects` would also take its specs. Nothing else in
+Adding a path (FP8 wgmma, sm_100's tcgen05): make a package `gemmdsl/paths/<name>/` holding that
+path's own modules (its layout, validation rules, passes, emitters, launcher) and `path.py`, which
+defines `PATH`, an instance of an `InstructionPath` subclass whose `selects(spec)` takes its specs;
+then add `"gemmdsl.paths.<name>.path"` to `REGISTERED` below, before any path whose `selects` would
+also take its specs. Nothing else in
 gemmdsl changes: tests/test_paths.py checks that shared modules do not branch on a family.
 """
 from __future__ import annotations
@@ -44,9 +45,9 @@ if TYPE_CHECKING:
 # The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked, since
 # a path's modules (its emitters, passes) sit above the plan that asks for them.
 REGISTERED = (
-    "gemmdsl.paths.wgmma",
-    "gemmdsl.paths.mma_sync",
-    "gemmdsl.paths.fma",
+    "gemmdsl.paths.wgmma.path",
+    "gemmdsl.paths.mma_sync.path",
+    "gemmdsl.paths.fma.path",
 )
 
 

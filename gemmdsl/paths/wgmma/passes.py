@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import ir
-from ..cycles import tensor_share, wgmma_member_model
-from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
-from ..wgmma_layout import WARPGROUP, WgmmaLayout
-from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
-from .framework import Context, PassResult
-from .intensity import compulsory_bytes, math_unit
+from ... import ir
+from ...cycles import tensor_share, wgmma_member_model
+from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
+from .layout import WARPGROUP, WgmmaLayout
+from ...passes.banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
+from ...passes.framework import Context, PassResult
+from ...passes.intensity import compulsory_bytes, math_unit
 
 
 def _layout(context: Context) -> WgmmaLayout:

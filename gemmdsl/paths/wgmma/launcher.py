@@ -8,14 +8,14 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 """
 from __future__ import annotations
 
-from .. import ir
-from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
+from ... import ir
+from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
                    tensor_map_type, tile_count)
-from ..emitter import Emitter
-from ..launch_plan import GridRule
-from ..plan import KernelPlan
-from ..wgmma_layout import WgmmaLayout
-from .launcher import emit_stream_k_split, launch_contract
+from ...emitter import Emitter
+from ...launch_plan import GridRule
+from ...plan import KernelPlan
+from .layout import WgmmaLayout
+from ...emit.launcher import emit_stream_k_split, launch_contract
 
 # By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would

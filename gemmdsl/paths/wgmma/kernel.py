@@ -6,26 +6,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..abi import pointer_type, tensor_map_type
-from ..ir import Operand
-from ..emitter import Emitter
-from ..plan import KernelPlan
-from ..wgmma_layout import WgmmaLayout
+from ...abi import pointer_type, tensor_map_type
+from ...ir import Operand
+from ...emitter import Emitter
+from ...plan import KernelPlan
+from .layout import WgmmaLayout
 from .mbarrier import MbarrierRing
 from .persistent import PersistentScheduler
 from .tma import TmaProducer
-from .wgmma import WgmmaMath
-from .wgmma_epilogue import AccumulatorEpilogue
-from .wgmma_split import SplitWgmmaMath
-from .wgmma_splitter import StageSplitter
-from .wgmma_stmatrix import StmatrixEpilogue
-from .wgmma_store import StagedEpilogue
-from .wgmma_stream_k import StreamKPersistentScheduler
+from .math import WgmmaMath
+from .epilogue import AccumulatorEpilogue
+from .split import SplitWgmmaMath
+from .splitter import StageSplitter
+from .stmatrix import StmatrixEpilogue
+from .store import StagedEpilogue
+from .stream_k import StreamKPersistentScheduler
 
 
 @dataclass(frozen=True)
 class WgmmaParts:
-    """The parts of a wgmma kernel (Hopper's own path: emit/wgmma_kernel.py wires them)."""
+    """The parts of a wgmma kernel (Hopper's own path: paths/wgmma/kernel.py wires them)."""
 
     layout: WgmmaLayout
     scheduler: PersistentScheduler
@@ -54,7 +54,7 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
 
 def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     """The file's body after its includes: the tensor-map type, device helpers, the kernel, the launchers."""
-    from .tensor_maps import TensorMapLauncher
+    from .launcher import TensorMapLauncher
 
     parts = choose_wgmma_parts(plan, o)
     name = tensor_map_type(plan.spec)
