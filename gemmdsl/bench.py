@@ -45,7 +45,8 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
-from .family import DEFAULT_SHAPES, read_shapes, run_on_specs_and_families
+from .family import DEFAULT_SHAPES
+from .family_kernel import read_shapes, run_on_specs_and_families
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .paths import path_of

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.family import compile_family_path, load_family
+from gemmdsl.family import compile_family_path
+from gemmdsl.family_kernel import load_family
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths import path_of
 from gemmdsl.verify import format_result, verify

@@ -82,3 +82,15 @@ def test_shared_modules_import_no_path_package():
     imports = [f"{module.relative_to(ROOT)}:{number}: {line}" for module in shared_modules()
                for number, line in enumerate(module.read_text().splitlines(), 1) if family_import.match(line)]
     assert not imports
+
+
+def test_compile_and_check_load_no_runtime():
+    """The CPU-only stages sit below the runtime: compiling and checking a family loads neither it nor CuPy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gemmdsl.check, gemmdsl.compiler, gemmdsl.family; "
+            "gemmdsl.family.compile_family_path('specs/sgemm_family.gemmf'); "
+            "print(sorted(m for m in sys.modules if m in ('gemmdsl.runtime', 'gemmdsl.family_kernel', 'cupy')))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
