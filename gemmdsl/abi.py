@@ -81,14 +81,14 @@ def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     maps = ((tensor_map, "map_a"), (tensor_map, "map_b"))
     if spec.pipeline.store is ir.StoreMode.TMA:  # C's too, for the staged epilogue's bulk stores
         maps += ((tensor_map, "map_c"),)
-    # A batch's C is C_batch; each tile's GEMM names its own `C` (emit/persistent.py); the maps have a third
+    # A batch's C is C_batch; each tile's GEMM names its own `C` (paths/wgmma/persistent.py); the maps have a third
     # dimension, the GEMM.
     c = "C_batch" if spec.problem.batched else "C"
     parameters = (*maps, (pointer_type(spec, ir.Operand.C), c),
                   ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
     if spec.problem.batched:
         parameters += (("int", "batch"), ("long long", "stride_c"))
-    if spec.block.stream_k:  # the call's split and the workspace (emit/wgmma_stream_k.py)
+    if spec.block.stream_k:  # the call's split and the workspace (paths/wgmma/stream_k.py)
         parameters += (("int", "sk_tiles"), ("int", "sk_blocks"), ("float*", "partials"), ("unsigned*", "flags"))
     return parameters
 

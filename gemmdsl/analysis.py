@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from . import ir
 from .layout import TileLayout
-from .passes import ALL_PASSES, DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
-from .passes.wgmma import WGMMA_PASSES
+from .passes import DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
+from .paths import InstructionPath, path_of
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic
 
@@ -31,6 +31,11 @@ class Analysis:
     outcomes: list[PassOutcome]
 
     @property
+    def path(self) -> InstructionPath:
+        """The instruction path the spec was lowered through."""
+        return path_of(self.spec)
+
+    @property
     def warnings(self) -> list[Diagnostic]:
         return [w for outcome in self.outcomes for w in outcome.warnings]
 
@@ -47,7 +52,7 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
     context = Context(plan or plan_kernel(spec), size, ptxas)
-    outcomes = PassManager(WGMMA_PASSES if spec.wgmma else ALL_PASSES).run(context)
+    outcomes = PassManager(context.plan.path.passes).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
 
 

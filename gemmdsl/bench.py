@@ -45,10 +45,12 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
-from .family import DEFAULT_SHAPES, read_shapes, run_on_specs_and_families
+from .family import DEFAULT_SHAPES
+from .family_kernel import read_shapes, run_on_specs_and_families
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
-from .targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
+from .paths import path_of
+from .targets import PEAK_TFLOPS
 from .verify import CupyArrays, arrays_for, random_operand
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
@@ -195,8 +197,8 @@ def unit_peak_tflops(unit: str, sm: int) -> float:
 def instruction_peak(kernel: Kernel, unit: str, sm: int, unit_peak: float) -> float:
     """wgmma's peak for a kernel on Hopper's own path, else its unit's (`unit_peak`)."""
     spec = getattr(kernel, "spec", None)  # a family's kernel has members, not one spec
-    if spec is not None and spec.wgmma and unit in WGMMA_PEAK_TFLOPS.get(sm, {}):
-        return WGMMA_PEAK_TFLOPS[sm][unit]
+    if spec is not None:
+        return path_of(spec).peak_tflops(sm).get(unit, unit_peak)
     return unit_peak
 
 

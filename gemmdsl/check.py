@@ -28,8 +28,9 @@ from .source import CompileError, SourceFile
 
 
 def format_report(analysis: Analysis) -> str:
-    if analysis.spec.wgmma:
-        return _wgmma_report(analysis)
+    own = analysis.path.report(analysis)
+    if own is not None:
+        return own
     sections = [
         _header(analysis),
         _spill_banner(analysis),
@@ -42,7 +43,7 @@ def format_report(analysis: Analysis) -> str:
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
-def _wgmma_report(analysis: Analysis) -> str:
+def wgmma_report(analysis: Analysis) -> str:
     """Hopper's own path: its passes' verdicts (shared memory, registers after setmaxnreg, the ring, the
     persistent grid's waves, the bound), ptxas's figures when nvcc or NVRTC ran, and the warnings."""
     spec, layout = analysis.spec, analysis.layout
@@ -157,7 +158,7 @@ def _bank_map(analysis: Analysis) -> str:
 
 def to_json(analysis: Analysis) -> dict:
     spec, layout = analysis.spec, analysis.layout
-    facts = _wgmma_facts(analysis) if spec.wgmma else _tile_facts(analysis)
+    facts = analysis.path.report_facts(analysis) or _tile_facts(analysis)
     return {
         "kernel": spec.name,
         "target": str(spec.target),
@@ -222,7 +223,7 @@ def _tile_facts(analysis: Analysis) -> dict:
     }
 
 
-def _wgmma_facts(analysis: Analysis) -> dict:
+def wgmma_facts(analysis: Analysis) -> dict:
     """Hopper's path: shared memory, registers after setmaxnreg, the ring, a launch's traffic, waves and bound."""
     return {name: dataclasses.asdict(analysis.facts[f"wgmma_{name}"])
             for name in ("smem", "registers", "pipeline", "traffic", "waves", "bound")}

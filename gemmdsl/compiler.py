@@ -24,7 +24,6 @@ from .layout import TileLayout
 from .passes.intensity import math_unit
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
-from .wgmma_layout import WgmmaLayout
 
 
 @dataclass
@@ -134,26 +133,10 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,
-        **_wgmma_metadata(plan),
+        # The launch rule (launch_plan.LaunchPlan.to_json): what the C launchers decide, read back by the runtime.
+        "launch": launch.to_json(),
+        **plan.path.metadata(plan),
     }
-
-
-def _wgmma_metadata(plan: KernelPlan) -> dict:
-    """What the Python runtime needs to launch a wgmma kernel (Hopper's own path) as its C launcher does:
-    the tensor maps it encodes (2-D views of A and B, and of C for `store: tma`, dimension 0 contiguous,
-    and their boxes)."""
-    if not plan.spec.wgmma:
-        return {}
-    layout = plan.layout
-    assert isinstance(layout, WgmmaLayout)
-    boxes = {**layout.boxes, **({ir.Operand.C: layout.c_box} if layout.c_box is not None else {})}
-    maps = {op.value: {"dims": list(box.dims), "box": [box.inner, box.outer], "boxes": box.count,
-                       "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
-                       "dtype": box.data_type}
-            for op, box in boxes.items()}
-    stream_k = {"partial_bytes": layout.partial_bytes, "consumers": layout.consumers} if layout.stream_k else None
-    return {"tensor_maps": maps, "persistent": layout.persistent, "wgmma_stream_k": stream_k,
-            "alignment_bytes": layout.global_alignment_bytes}
 
 
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import ir
 from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
@@ -21,7 +22,9 @@ from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
 from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_ROUND_TRIP_CYCLES,
                       SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK)
-from .wgmma_layout import WgmmaLayout
+
+if TYPE_CHECKING:
+    from .paths.wgmma.layout import WgmmaLayout
 
 
 # Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted

@@ -53,21 +53,17 @@ import dataclasses
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass
-from functools import cached_property, lru_cache, partial
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
 
 from . import __version__, ir
 from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source
-from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
 from .emit.family import emit_family
 from .emit.header import emit_family_header
-from .plan import Requirements
-from .cost_model import cost_facts, k_tile_cycles, register_cap
-from .cycles import MemberModel, estimate, launched_fields, mma_sync_member_model, wgmma_member_model
+from .launch_plan import Requirements
+from .cycles import MemberModel, estimate
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 
 FAMILY_SUFFIX = ".gemmf"
@@ -98,29 +94,8 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
 
 
 def member_model(artifacts: Artifacts) -> MemberModel:
-    spec = artifacts.spec
-    if spec.wgmma:
-        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
-    sms = artifacts.plan.arch.reference_sms
-    if spec.mma is None:
-        return _fma_model(artifacts, launched_fields(spec, sms))
-    return mma_sync_member_model(spec, artifacts.analysis.facts, sms)
-
-
-def _fma_model(artifacts: Artifacts, common: dict) -> MemberModel:
-    """The FMA path: the tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the
-    rule and the tuner rank FMA tilings alike."""
-    spec, facts = artifacts.spec, artifacts.analysis.facts
-    blocks = facts["occupancy"].blocks_per_sm
-    cap = register_cap(spec, artifacts.analysis.layout.threads, facts["registers"].limit)
-    costs = cost_facts(spec, artifacts.analysis, cap)
-    flops_per_byte = facts["intensity"].launch_flops_per_byte
-    return MemberModel(**common, blocks_per_sm=blocks,
-                       k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte) for r in range(1, blocks + 1)),
-                       terms=(("issue_per_ffma", round(costs.issue_per_ffma, 4)),
-                              ("lsu_wavefronts_per_ffma", round(costs.lsu_per_ffma, 4)),
-                              ("exposed_latency_per_ffma", round(costs.exposed_latency_per_ffma, 4)),
-                              ("launch_flops_per_byte", round(flops_per_byte, 2))))
+    """The member's cycle model, as its instruction path predicts it."""
+    return artifacts.plan.path.member_model(artifacts)
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:
@@ -406,95 +381,3 @@ def format_explanation(explanation: dict) -> str:
               "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 rate), plus "
               "C's and stream-K's traffic on the wgmma path (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"
-
-
-# --- the Python runtime --------------------------------------------------------------------------
-
-
-def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
-    """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment. A bad line raises
-    ValueError naming the file and line."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: cannot read the shape list: {err}") from None
-    shapes = []
-    for number, line in enumerate(lines, 1):
-        item = line.split("#", 1)[0].strip()
-        if not item:
-            continue
-        try:
-            shapes += parse_sizes(item)
-        except ValueError as err:
-            raise ValueError(f"{path}:{number}: {err}") from None
-    if not shapes:
-        raise ValueError(f"{path}: no shapes in the file")
-    return shapes
-
-
-class FamilyKernel:
-    """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
-
-    def __init__(self, family: FamilyArtifacts):
-        self.name = family.name
-        self.models = family.models
-        self.kernels = [Kernel(member.artifacts) for member in family.members]
-        self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
-        # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
-        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
-        # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
-        self._choose = lru_cache(maxsize=4096)(partial(choose, self.models))
-
-    def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
-        return self.kernels[self._choose(m, n, k, exact_allowed)]
-
-    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-             stream_k: bool = True, interior: bool = True) -> Any:
-        """The chosen member's `Kernel.bind` (stream_k and interior as there)."""
-        m, k = (a.shape[-2], a.shape[-1])
-        n = b.shape[-1]
-        kernel = self.member_for(m, n, k)
-        try:
-            return kernel.bind(a, b, c, alpha, beta, stream_k, interior)
-        except ValueError:
-            if kernel.requirements.multiples == (1, 1, 1):
-                raise
-            # An exact member refused these operands (alignment): the checked member the rule picks.
-            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior)
-
-    def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
-        """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams
-        and returned C."""
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
-        return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
-
-
-def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[[list[Any], list[Size]], int],
-                              as_members: bool = False) -> int:
-    """runtime.run_on_kernels for `.gemm` specs and `.gemmf` families: `work` gets the specs' kernels,
-    then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
-    compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
-    try:
-        families = [compile_family_path(path) for path in paths if is_family_path(path)]
-    except CompileError as err:
-        print(err.render(), file=sys.stderr)
-        return 1
-
-    def with_families(kernels: list[Any], sizes: list[Size]) -> int:
-        try:
-            if as_members:
-                loaded = [Kernel(member.artifacts) for family in families for member in family.members]
-            else:
-                loaded = [FamilyKernel(family) for family in families]
-        except KernelBuildError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        return work(kernels + loaded, sizes)
-
-    return run_on_kernels([path for path in paths if not is_family_path(path)], sizes_text, with_families)
-
-
-def load_family(path: str | Path) -> FamilyKernel:
-    """Compile a `.gemmf` family and load every member on the current device."""
-    return FamilyKernel(compile_family_path(path))

@@ -382,11 +382,6 @@ class KernelSpec(Node):
     # the other ThreadLayout fields keep their defaults and mean nothing.
     mma: MmaTile | None = None
 
-    @property
-    def wgmma(self) -> bool:
-        """Hopper's own path: wgmma consumers fed by a TMA producer (gemmdsl/wgmma_layout.py)."""
-        return self.mma is not None and self.mma.wgmma
-
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b
 

@@ -20,10 +20,10 @@ import enum
 from dataclasses import dataclass, replace
 
 from . import abi, ir
-from .layout import KernelLayout, TileLayout
-from .mma_layout import MmaLayout
+from .launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch
+from .layout import TileLayout
+from .paths import InstructionPath, path_of
 from .targets import Arch, blocks_for_registers
-from .wgmma_layout import WgmmaLayout
 
 
 class Role(enum.Enum):
@@ -41,7 +41,7 @@ class Variant:
 
     entry: str
     role: Role
-    layout: TileLayout  # KernelLayout (FMA), MmaLayout (tensor cores) or WgmmaLayout (Hopper's own path)
+    layout: TileLayout  # the path's lowering: KernelLayout (FMA), MmaLayout (mma.sync), WgmmaLayout (wgmma)
 
     @property
     def stream_k(self) -> bool:
@@ -54,49 +54,12 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class Entries:
-    vector: str
-    scalar: str | None = None  # None: the vector kernel is scalar already, or bounds are exact
-    stream_k: str | None = None
-    stream_k_scalar: str | None = None  # stream-K for the calls that run the scalar kernel
-    prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
-    interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
-    interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What a call must satisfy: shape multiples, and per operand (a, b, c) the vector alignment of the
-    vector kernel (elements) and the largest leading dimension."""
-
-    m_multiple: int
-    n_multiple: int
-    k_multiple: int
-    vector_elements: dict[str, int]
-    max_leading_dimension: dict[str, int]
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """How the file's kernels are launched: what the C launchers do and the metadata describes."""
-
-    entries: Entries
-    parameters: tuple[abi.Parameter, ...]
-    launchers: dict[str, str | None]
-    threads: int
-    smem_bytes: int
-    block_tile: tuple[int, int, int]
-    grid: tuple[str, int, str | int]  # x: the tile count as C; z: the batch
-    requirements: Requirements
-    min_blocks_per_sm: int | None  # `__launch_bounds__`' second argument, from the spec's budget
-
-
-@dataclass(frozen=True)
 class KernelPlan:
     spec: ir.KernelSpec
     arch: Arch
     variants: tuple[Variant, ...]
     launch: LaunchPlan
+    path: InstructionPath  # the instruction family that lowered the plan and emits it (gemmdsl/paths)
 
     @property
     def layout(self) -> TileLayout:
@@ -105,10 +68,12 @@ class KernelPlan:
 
 
 def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
-    """Lower a validated spec: each kernel variant's layout, built once, and the launch."""
-    if spec.wgmma:
-        return _wgmma_plan(spec)
-    lowering = MmaLayout if spec.mma is not None else KernelLayout
+    """Lower a validated spec through its instruction path, chosen here once."""
+    return path_of(spec).lower(spec)
+
+
+def tile_plan(spec: ir.KernelSpec, lowering: type[TileLayout], path: InstructionPath) -> KernelPlan:
+    """The FMA and mma.sync paths' plan: each kernel variant's layout (`lowering`), built once, and the launch."""
     layout = lowering(spec)
     variants = [Variant(abi.vector_entry(spec), Role.VECTOR, layout)]
     scalar = None
@@ -124,7 +89,7 @@ def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
         interior = lowering(exact)
         variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, interior))
         variants.append(Variant(abi.interior_partial_k_entry(spec), Role.INTERIOR_PARTIAL_K, interior))
-    return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants))
+    return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants), path)
 
 
 def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
@@ -143,30 +108,8 @@ def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant
     return LaunchPlan(entries, abi.kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
                       layout.smem_bytes, (layout.bm, layout.bn, layout.bk),
                       (tiles, 1, "batch" if spec.problem.batched else 1), requirements,
-                      min_blocks_per_sm(spec, layout.arch))
-
-
-def _wgmma_plan(spec: ir.KernelSpec) -> KernelPlan:
-    """Hopper's own path: one kernel, whatever the bounds. TMA zero-fills the loads outside A and B, so
-    edge tiles need no other code, and the epilogue guards its stores; operands TMA cannot describe
-    (pointers or leading dimensions not multiples of 16 bytes) are refused, not run on a scalar kernel."""
-    layout = WgmmaLayout(spec)
-    variants = (Variant(abi.vector_entry(spec), Role.VECTOR, layout),)
-    entries = Entries(variants[0].entry)
-    tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
-                       for extent, size in (("M", layout.bm), ("N", layout.bn)))
-    grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
-    if layout.stream_k:  # schedule.persistent_blocks
-        grid_x = f"max(sk_blocks, min({tiles} - sk_tiles, SMs))"
-    checked = spec.problem.checked
-    requirements = Requirements(
-        m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,
-        k_multiple=1 if checked else layout.bk,
-        vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
-        max_leading_dimension={op.value: abi.MAX_INT for op in ir.Operand})
-    launch = LaunchPlan(entries, abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
-                        layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1), requirements, 1)
-    return KernelPlan(spec, layout.arch, variants, launch)
+                      min_blocks_per_sm(spec, layout.arch), GridRule.TILES,
+                      StreamKLaunch.LAUNCHED if spec.block.stream_k else None)
 
 
 def min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:

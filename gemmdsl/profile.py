@@ -28,6 +28,7 @@ from .analysis import Analysis, ProblemSizeError, analyze
 from .check import parse_problem
 from .compiler import ptxas_resources
 from .passes import DEFAULT_PROBLEM, ProblemSize
+from .paths import path_of
 from .source import CompileError
 
 NCU_TIMEOUT_S = 600
@@ -166,8 +167,9 @@ def measured_blocks(metrics: dict[str, float]) -> dict[str, int]:
 
 
 def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
-    if analysis.spec.wgmma:
-        return wgmma_comparison_rows(analysis, metrics)
+    own = path_of(analysis.spec).comparison_rows(analysis, metrics)
+    if own is not None:
+        return own
     facts = analysis.facts
     traffic, registers, occupancy = facts["smem_traffic"], facts["registers"], facts["occupancy"]
     cp_async = analysis.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
@@ -278,7 +280,7 @@ def profile_main(args: argparse.Namespace) -> int:
     for path, spec in specs:
         try:
             analysis = analyze(spec, args.problem, ptxas_resources(path))
-            metrics = measure(ncu, path, spec.name, args.problem, WGMMA_NCU_METRICS if spec.wgmma else NCU_METRICS)
+            metrics = measure(ncu, path, spec.name, args.problem, path_of(spec).ncu_metrics or NCU_METRICS)
         except (BuildError, ProblemSizeError, ProfileError) as err:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1

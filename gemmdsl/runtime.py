@@ -54,8 +54,8 @@ from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvr
                     old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, signature, type_name
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
-from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
-                       interior_split_pays, persistent_blocks)
+from .launch_plan import LaunchPlan
+from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
 
@@ -81,50 +81,38 @@ OPERAND_NAMES = ("A", "B", "C")
 
 @dataclass(frozen=True)
 class Requirements:
-    """What a generated kernel demands of its arguments, read from its metadata."""
+    """What a generated kernel demands of its arguments, read from its metadata: the operands' element
+    types and layouts, and the launch plan (launch_plan.LaunchPlan) the C launchers print, which holds the
+    tile, the shape multiples, the alignments and the kernels, and decides each call's launch."""
 
     kernel: str
-    block_tile: tuple[int, int, int]  # BM, BN, BK: the grid has one block per BM x BN tile of C
-    multiples: tuple[int, int, int]  # M, N, K must be multiples of these (all 1 for bounds: checked)
     epilogue: str  # "store": C = A@B; "alpha_beta": C = alpha*A@B + beta*C
     layouts: dict[str, str]  # "A" -> "row" | "col"
-    vector_elements: dict[str, int]  # "A" -> what pointer (in elements), ld and batch stride must be multiples of
-    max_leading_dimension: dict[str, int]
-    vector_entry: str
-    scalar_entry: str | None  # run when an operand is not vector-aligned; None: such calls are refused
     batched: bool
+    launch: LaunchPlan
     dtypes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPERAND_NAMES, "float32"))
-    stream_k_entry: str | None = None  # schedule: stream_k: the kernel that shares the last wave's tiles
-    stream_k_scalar_entry: str | None = None  # ... for calls on the scalar kernel
-    prepare_entry: str | None = None  # ... and the one that first sets those tiles of C to beta * C
-    interior_entry: str | None = None  # checked bounds: the exact-bounds kernel for the tiles inside C
-    interior_partial_k_entry: str | None = None  # ... the same with a partial last k-tile, for K % BK != 0
-    # wgmma specs (Hopper's own path): A and B reach the kernel as TMA tensor maps (metadata['tensor_maps']);
-    # persistent: the launch is min(tiles, SMs) blocks. wgmma_stream_k (schedule: stream_k): the workspace's
-    # figures (partial_bytes per slot, consumers), and the launch follows schedule.persistent_blocks.
+    # wgmma specs (Hopper's own path): A and B (and C for `store: tma`) reach the kernel as the TMA tensor
+    # maps these describe (metadata['tensor_maps']).
     tensor_maps: dict | None = None
-    persistent: bool = False
-    wgmma_stream_k: dict | None = None
+
+    @property
+    def block_tile(self) -> tuple[int, int, int]:
+        """BM, BN, BK: the grid has one block per BM x BN tile of C."""
+        return self.launch.block_tile
+
+    @property
+    def multiples(self) -> tuple[int, int, int]:
+        """What M, N, K must be multiples of (all 1 for bounds: checked)."""
+        return self.launch.requirements.multiples
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> "Requirements":
-        requires = metadata["requires"]
-        per_operand = lambda table: {name: table[name.lower()] for name in OPERAND_NAMES}  # noqa: E731
         element_types = metadata.get("dtypes", dict.fromkeys("abc", "f32"))  # older metadata: all f32
-        return cls(kernel=metadata["kernel"], block_tile=tuple(metadata["block_tile"]),
-                   multiples=(requires["m_multiple"], requires["n_multiple"], requires["k_multiple"]),
-                   epilogue=metadata["epilogue"], layouts=per_operand(metadata["layouts"]),
-                   vector_elements=per_operand(requires["vector_elements"]),
-                   max_leading_dimension=per_operand(requires["max_leading_dimension"]),
-                   vector_entry=metadata["entries"]["vector"], scalar_entry=metadata["entries"]["scalar"],
-                   batched=metadata["batch"] == "strided", stream_k_entry=metadata["entries"]["stream_k"],
-                   stream_k_scalar_entry=metadata["entries"].get("stream_k_scalar"),
-                   prepare_entry=metadata["entries"]["prepare"],
-                   interior_entry=metadata["entries"].get("interior"),
-                   interior_partial_k_entry=metadata["entries"].get("interior_partial_k"),
+        return cls(kernel=metadata["kernel"], epilogue=metadata["epilogue"],
+                   layouts={name: metadata["layouts"][name.lower()] for name in OPERAND_NAMES},
+                   batched=metadata["batch"] == "strided", launch=LaunchPlan.from_json(metadata["launch"]),
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
-                   tensor_maps=metadata.get("tensor_maps"), persistent=metadata.get("persistent", False),
-                   wgmma_stream_k=metadata.get("wgmma_stream_k"))
+                   tensor_maps=metadata.get("tensor_maps"))
 
 
 @dataclass(frozen=True)
@@ -306,7 +294,7 @@ def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
 
 
 def check_leading_dimension(req: Requirements, view: OperandView) -> None:
-    limit = req.max_leading_dimension[view.name]
+    limit = req.launch.requirements.max_leading_dimension[view.name.lower()]
     if view.ld > limit:
         raise ValueError(f"{view.name}'s leading dimension {view.ld} is more than the {limit} that {req.kernel}'s "
                          f"32-bit tile offsets allow")
@@ -316,7 +304,7 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
     """Why the vector kernel cannot take these operands (empty when it can)."""
     reasons = []
     for view in views.values():
-        elements = req.vector_elements[view.name]
+        elements = req.launch.requirements.vector_elements[view.name.lower()]
         if view.pointer % (view.itemsize * elements):
             reasons.append(f"{view.name}'s data pointer {view.pointer:#x} is not {view.itemsize * elements}-byte "
                            f"aligned (an offset view into a larger array is the usual cause)")
@@ -324,7 +312,7 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
             if value % elements:
                 reasons.append(f"{view.name}'s {what} {value} is not a multiple of {elements}")
     batch = max(view.batch for view in views.values())
-    if req.tensor_maps is not None and batch > 1:
+    if req.launch.tma_operands and batch > 1:
         reasons += [f"{view.name} is one matrix for the whole batch (batch stride 0); TMA reads GEMM g's {view.name} "
                     f"at g times a positive stride: pass a 3-D array (a broadcast one made contiguous)"
                     for view in views.values() if view.name in ("A", "B") and view.batch_stride == 0]
@@ -332,17 +320,8 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
 
 
 def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
-    """The kernel the launcher runs: the vector one when every vector access is aligned, else the
-    scalar one (checked kernels); exact kernels refuse the call, as their launcher does."""
-    reasons = misalignments(req, views)
-    if not reasons:
-        return req.vector_entry
-    if req.scalar_entry is not None:
-        return req.scalar_entry
-    if req.tensor_maps is not None:
-        raise ValueError("; ".join(reasons) + f"; {req.kernel} reads A and B with TMA, which needs 16-byte aligned "
-                                              "pointers and leading dimensions, and has no fallback kernel")
-    raise ValueError("; ".join(reasons) + f"; {req.kernel} has bounds: exact and no scalar fallback")
+    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError."""
+    return req.launch.choose_entry(misalignments(req, views), req.kernel)
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:
@@ -352,13 +331,6 @@ def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool
                          f"got alpha={alpha}, beta={beta}")
     if beta != 0 and not c_given:
         raise ValueError(f"beta={beta} reads C, but no C was passed")
-
-
-def grid_size(req: Requirements, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
-    """One block per BMxBN tile of C (edge tiles included), numbered along x (the kernel rasterises
-    it); the batch along z."""
-    bm, bn, _ = req.block_tile
-    return (-(-m // bm)) * (-(-n // bn)), 1, batch
 
 
 def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool) -> tuple:
@@ -392,40 +364,20 @@ def wgmma_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
             for view in call.views.values()}
 
 
-def wgmma_grid(req: Requirements, m: int, n: int, k: int, sms: int, batch: int = 1) -> tuple[int, int, int]:
-    """One block per tile, or for schedule: persistent one wave of min(tiles, SMs), and with stream-K
-    enough for the stream-K blocks too, as the C launcher; a batch's tiles are those of every GEMM."""
-    if req.wgmma_stream_k is not None:
-        return persistent_blocks(call_split(req.block_tile, m, n, k, sms), sms), 1, 1
-    tiles = grid_size(req, m, n)[0] * batch
-    return (min(tiles, sms) if req.persistent else tiles), 1, 1
-
-
 def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple]:
     """A stream-K wgmma call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
-    arrays that hold its workspace: a slot of partial sums per SM and a flag per SM and consumer, the flags
-    zeroed once (the kernel lowers every flag it raises, so the bound call can be launched again)."""
+    arrays that hold the workspace the launch plan sizes (LaunchPlan.workspace_for), the flags zeroed once
+    (the kernel lowers every flag it raises, so the bound call can be launched again)."""
     import cupy
 
-    split = call_split(req.block_tile, call.m, call.n, call.k, sms)
-    if not split.sk_tiles:
+    sized = req.launch.workspace_for(call.m, call.n, call.k, sms)
+    if sized is None:
         return (numpy.int32(0), numpy.int32(0), numpy.uint64(0), numpy.uint64(0)), ()
-    figures = req.wgmma_stream_k
-    partials = cupy.empty(sms * figures["partial_bytes"] // 4, dtype=cupy.float32)
-    flags = cupy.zeros(sms * figures["consumers"], dtype=cupy.uint32)
+    split, (partial_bytes, flags_count) = sized
+    partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+    flags = cupy.zeros(flags_count, dtype=cupy.uint32)
     return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(partials.data.ptr),
              numpy.uint64(flags.data.ptr)), (partials, flags))
-
-
-def stream_k_launch(req: Requirements, call: CheckedCall, sms: int, blocks_per_sm: int) -> StreamKSplit:
-    """The split the emitted launcher makes for this call on a GPU with `sms` SMs."""
-    return call_split(req.block_tile, call.m, call.n, call.k, sms * blocks_per_sm, call.batch,
-                      LAUNCHED_MIN_SAVED_K_TILES)
-
-
-def stream_k_entry(req: Requirements, call: CheckedCall) -> str:
-    """The stream-K kernel that shares a split call's tiles: the scalar one for calls on the scalar kernel."""
-    return req.stream_k_scalar_entry if call.entry == req.scalar_entry else req.stream_k_entry
 
 
 def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
@@ -863,11 +815,7 @@ class Kernel:
             cubin = BinaryCache(cache_dir()).get_or_build(cubin_cache_name(self.metadata, self.source, built_for),
                                                           lambda: compile_cubin(self.source, built_for))
             module = cupy.RawModule(path=str(cubin))
-            req = self.requirements
-            entries = filter(None, (req.vector_entry, req.scalar_entry, req.stream_k_entry,
-                                    req.stream_k_scalar_entry, req.prepare_entry, req.interior_entry,
-                                    req.interior_partial_k_entry))
-            raw = {entry: module.get_function(entry) for entry in entries}
+            raw = {entry: module.get_function(entry) for entry in self.requirements.launch.entries.all()}
             if self.dynamic_smem_bytes > arch(parse_target(target)[0]).default_smem_per_block:
                 for function in raw.values():
                     function.max_dynamic_shared_size_bytes = self.dynamic_smem_bytes
@@ -942,8 +890,9 @@ class Kernel:
         smem = self.dynamic_smem_bytes
         bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=loaded.device)
         split = None
-        if req.stream_k_entry is not None and stream_k:
-            split = stream_k_launch(req, call, loaded.sms, self._blocks_per_sm(loaded, call.entry))
+        if stream_k and req.launch.stream_k is not None:
+            split = req.launch.split_for(call.m, call.n, call.k, call.batch, loaded.sms,
+                                         self._blocks_per_sm(loaded, call.entry))
         if split is None or not split.sk_tiles:
             return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
@@ -955,9 +904,10 @@ class Kernel:
                             numpy.int32(c_view.ld), beta_first)
             if req.batched:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
-            launches.append(KernelLaunch(loaded.functions[req.prepare_entry], (split.sk_tiles, 1, call.batch),
+            launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare], (split.sk_tiles, 1, call.batch),
                                          block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
-        launches.append(KernelLaunch(loaded.functions[stream_k_entry(req, call)], (split.sk_blocks, 1, call.batch),
+        launches.append(KernelLaunch(loaded.functions[req.launch.stream_k_entry(call.entry)],
+                                     (split.sk_blocks, 1, call.batch),
                                      block, args + (numpy.int32(split.sk_tiles),), smem))
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
@@ -987,10 +937,10 @@ class Kernel:
         maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
         sms = loaded.sms
         arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched), ()
-        if req.wgmma_stream_k is not None:
+        if req.launch.workspace is not None:
             stream_k, workspace = wgmma_workspace(req, call, sms)
             arguments += stream_k
-        grid = wgmma_grid(req, call.m, call.n, call.k, sms, call.batch)
+        grid = req.launch.grid_for(call.m, call.n, call.k, call.batch, sms)
         return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
 
     def _tile_launches(self, loaded: DeviceModule, call: CheckedCall, alpha: float, beta: float,
@@ -1001,18 +951,19 @@ class Kernel:
         (schedule.interior_launches), as the C launcher does; otherwise (or with interior=False) the
         chosen kernel on the whole of C."""
         req = self.requirements
-        pieces = [SubLaunch(False, 0, 0, call.m, call.n)]
-        if interior and req.interior_entry is not None and call.entry == req.vector_entry:
-            slots = loaded.sms * self._blocks_per_sm(loaded, call.entry)
-            if interior_split_pays(req.block_tile, call.m, call.n, call.k, slots, call.batch):
-                pieces = list(interior_launches(req.block_tile, call.m, call.n, call.k))
+        entries = req.launch.entries
+        pieces: tuple[SubLaunch, ...] = (SubLaunch(False, 0, 0, call.m, call.n),)
+        if interior and call.entry == entries.vector:
+            pieces = req.launch.sub_launches(call.m, call.n, call.k, call.batch, loaded.sms,
+                                             self._blocks_per_sm(loaded, call.entry))
         launches = []
         for piece in pieces:
             part = sub_call(req, call, piece)
             entry = call.entry
             if piece.interior:
-                entry = req.interior_partial_k_entry if piece.partial_k else req.interior_entry
-            launches.append(KernelLaunch(loaded.functions[entry], grid_size(req, part.m, part.n, part.batch), block,
+                entry = entries.interior_partial_k if piece.partial_k else entries.interior
+            launches.append(KernelLaunch(loaded.functions[entry],
+                                         req.launch.grid_for(part.m, part.n, part.k, part.batch, loaded.sms), block,
                                          kernel_arguments(part, alpha, beta, req.batched), smem))
         return tuple(launches)
 

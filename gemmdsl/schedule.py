@@ -109,7 +109,7 @@ class StreamKSplit:
         """The blocks that leave partial sums of shared tile `tile` for the block that finishes it (the
         one that does its last k-tile, as its last piece): every block whose range meets the tile before
         that one. Each of them meets the tile at the end of its range, its first piece, so each leaves one
-        partial sum per launch (the wgmma path's fixup, emit/wgmma_stream_k.py)."""
+        partial sum per launch (the wgmma path's fixup, paths/wgmma/stream_k.py)."""
         first = (tile - self.first_sk_tile) * self.k_tiles
         return range(self.block_of(first), self.block_of(first + self.k_tiles - 1))
 

@@ -1,5 +1,5 @@
 """TMA tensor maps for the Python runtime: what the C launcher of a wgmma spec does on the host
-(emit/tensor_maps.py), from its metadata.
+(paths/wgmma/launcher.py), from its metadata.
 
 A wgmma kernel takes A and B as two CUtensorMap parameters (128 bytes each, passed by value), so
 the runtime encodes them with the driver's cuTensorMapEncodeTiled (through ctypes: CuPy does not

@@ -79,6 +79,7 @@ from typing import Callable, Iterable, Sequence
 
 from . import ir
 from .cost_model import cost_facts, efficiency, register_cap
+from .paths import path_of
 from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
@@ -404,8 +405,9 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     from .analysis import analyze
 
     analysis = analyze(spec, size, ptxas)
-    if spec.wgmma:
-        return _predict_wgmma(analysis, ptxas)
+    own = analysis.path.predict(analysis, ptxas)
+    if own is not None:
+        return own
     facts = analysis.facts
     mma_model = None
     if spec.mma is not None:  # the family rule's model (cycles.mma_sync_member_model), which the score reads
@@ -440,7 +442,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     )
 
 
-def _predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
+def predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
     """Hopper's path: validation has already refused what does not fit (the ring, the consumers'
     accumulators), so screening sees the launch's registers and warps, the block's intensity per
     stage and, through `wgmma_efficiency`, the cycle model the families pick members by."""
@@ -464,7 +466,7 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFA
     round trip (3 stages of 128x256x64 below 4), and the tuner and the families rank Hopper kernels by
     one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
     differ only there tie, and rank_key orders them."""
-    from .wgmma_layout import WgmmaLayout
+    from .paths.wgmma.layout import WgmmaLayout
 
     model = wgmma_member_model(WgmmaLayout(spec), sms)  # the lowering alone: no second run of the passes
     return _geomean([tensor_share(model, *size) for size in sizes])
@@ -621,7 +623,7 @@ def ranks_on_ptxas(spec: ir.KernelSpec) -> bool:
     where spills decide (sgemm_3xtf32_mma 0.32 -> 0.53); the FMA cost model, whose occupancy term was
     fitted over the estimate's register band, fell on sgemm_h100 (0.72 -> 0.26), and wgmma scores do not
     read registers."""
-    return spec.mma is not None and not spec.wgmma
+    return path_of(spec).tune_reads_ptxas
 
 
 def with_ptxas(report: ScreenReport, sizes: Sequence[Size], build_fn: BuildFn, jobs: int = 1,

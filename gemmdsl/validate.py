@@ -13,9 +13,9 @@ from math import prod
 
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
+from .paths import path_of
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, Arch
-from .validate_wgmma import check_wgmma
 
 WARP = 32
 MAX_NAME = 64
@@ -74,9 +74,10 @@ class _Checker:
     def run(self) -> None:
         self.check_name()
         self.check_problem()
-        if self.spec.wgmma:  # Hopper's own path has rules of its own
-            check_wgmma(self.spec, self.error, self.warning)
-            return
+        path_of(self.spec).validate(self)
+
+    def check_tiles(self) -> None:
+        """The rules of the paths whose kernels are lowered to a TileLayout (FMA, mma.sync)."""
         self.check_hopper_only()
         self.check_target()
         block_ok = self.check_block()

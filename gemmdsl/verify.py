@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .family import run_on_specs_and_families
+from .family_kernel import run_on_specs_and_families
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .runtime import Kernel, Size, format_size, require_fp32_cublas
 

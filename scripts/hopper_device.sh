@@ -16,10 +16,10 @@
 # Logs go to $OUT (default out/). lark is pure Python: when it is not importable, the wheel in .whl/
 # (scripts/device_gpu.sh's) is put on PYTHONPATH as it is (zipimport), not installed.
 source scripts/device_env.sh
-SPECS=$(python3 -c 'import glob; from gemmdsl.frontend import load_spec
-print(" ".join(p for p in sorted(glob.glob("specs/*.gemm")) if load_spec(p).wgmma))')
-FAMILIES=$(python3 -c 'import glob; from gemmdsl.family import compile_family_path
-print(" ".join(p for p in sorted(glob.glob("specs/*.gemmf")) if compile_family_path(p).spec.wgmma))')
+SPECS=$(python3 -c 'import glob; from gemmdsl.frontend import load_spec; from gemmdsl.paths import path_of
+print(" ".join(p for p in sorted(glob.glob("specs/*.gemm")) if path_of(load_spec(p)).name == "wgmma"))')
+FAMILIES=$(python3 -c 'import glob; from gemmdsl.family import compile_family_path; from gemmdsl.paths import path_of
+print(" ".join(p for p in sorted(glob.glob("specs/*.gemmf")) if path_of(compile_family_path(p).spec).name == "wgmma"))')
 SIZES=1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024
 STEPS=${*:-build tests verify bench variants triton sanitize}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }

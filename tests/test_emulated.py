@@ -71,7 +71,7 @@ def entry_index(req: Requirements, call: Call) -> int:
         operands[p] = fake_operand(name, req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
                                    getattr(call, f"offset_{p}"))
     entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
-    return 0 if entry == req.vector_entry else 1
+    return 0 if entry == req.launch.entries.vector else 1
 
 
 def natural(req: Requirements, m: int, n: int, k: int, pad: int = 0) -> dict[str, int]:
@@ -157,12 +157,12 @@ def stream_k_calls(req: Requirements) -> list[Call]:
 def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
     binary, req = runners[spec.stem]
     calls = checked_calls(req) if req.multiples == (1, 1, 1) else exact_calls(req)
-    if req.stream_k_entry is not None:
+    if req.launch.entries.stream_k is not None:
         calls += stream_k_calls(req)
     assert run_all(binary, req, calls) == []
-    if req.scalar_entry is not None:
+    if req.launch.entries.scalar is not None:
         assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
-    if req.stream_k_scalar_entry is not None:
+    if req.launch.entries.stream_k_scalar is not None:
         assert any(call.sk_tiles and entry_index(req, call) == 1 for call in calls), "a scalar call was split"
     if req.multiples == (1, 1, 1):
         launched = [as_launched(req, call).sub_launches for call in calls]
@@ -221,14 +221,14 @@ def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
         m, n, k = draw(st.integers(1, 2 * bm + 3)), draw(st.integers(1, 2 * bn + 3)), draw(st.integers(1, 3 * bk + 3))
     else:
         m, n = (tile * draw(st.integers(1, 2)) for tile in req.block_tile[:2])
-        k = bk * draw(st.integers(1, 16 if req.stream_k_entry else 2))
+        k = bk * draw(st.integers(1, 16 if req.launch.entries.stream_k else 2))
     lds = natural(req, m, n, k, pad=draw(st.sampled_from((0, 4))))
     call = Call(m, n, k, **lds, **(scalars(req) if draw(st.booleans()) else {}))
     if req.batched and draw(st.booleans()):
         strides = {f"stride_{p}": -(-footprint(req, p.upper(), rows, cols, lds[f"ld{p}"]) // 4) * 4
                    for p, rows, cols in (("a", m, k), ("b", k, n), ("c", m, n))}
         call = replace(call, batch=draw(st.integers(2, 3)), **strides)
-    if req.stream_k_entry is not None:  # as a GPU of a few slots would split it (often: not at all)
+    if req.launch.entries.stream_k is not None:  # as a GPU of a few slots would split it (often: not at all)
         split = call_split(req.block_tile, m, n, k, draw(st.integers(1, 7)) * call.batch, call.batch)
         call = replace(call, sk_tiles=split.sk_tiles, sk_blocks=split.sk_blocks)
     return call

@@ -18,8 +18,8 @@ from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
-from gemmdsl.family import (DEFAULT_SHAPES, FamilyKernel, choose, compile_family, compile_family_path, estimate,
-                            read_shapes)
+from gemmdsl.family import DEFAULT_SHAPES, choose, compile_family, compile_family_path, estimate
+from gemmdsl.family_kernel import FamilyKernel, read_shapes
 from gemmdsl.schedule import CYCLE_CAP
 from gemmdsl.source import CompileError, SourceFile
 
@@ -327,7 +327,7 @@ class FakeArray:
 @pytest.fixture
 def fake_loaded(family, monkeypatch):
     """`family` as FamilyKernel loads it, its members FakeKernels."""
-    from gemmdsl import family as family_module
+    from gemmdsl import family_kernel as family_module
 
     multiples = {model.name: model.tile if model.exact else (1, 1, 1) for model in family.models}
     monkeypatch.setattr(family_module, "Kernel", lambda artifacts: FakeKernel(artifacts.name,
@@ -356,7 +356,7 @@ def test_the_family_picks_once_per_shape(fake_loaded, monkeypatch):
 
 
 def test_a_family_call_passes_its_options_and_returns_c_as_a_kernel_does(fake_loaded, monkeypatch):
-    from gemmdsl import family as family_module
+    from gemmdsl import family_kernel as family_module
 
     returned = []
     monkeypatch.setattr(family_module, "run_returning_c",
@@ -378,7 +378,7 @@ CUDA_SUCCESS = 0
 
 @pytest.fixture(scope="module")
 def gpu_family(tmp_path_factory):
-    from gemmdsl.family import load_family
+    from gemmdsl.family_kernel import load_family
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GEMMDSL_CACHE", str(tmp_path_factory.mktemp("cubins")))
@@ -464,7 +464,7 @@ def test_the_c_launchers_dispatch_and_fall_back(family, cupy, tmp_path):
 
 
 def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
-    from gemmdsl import family as family_module
+    from gemmdsl import family_kernel as family_module
 
     monkeypatch.setattr(family_module, "run_on_kernels", lambda paths, sizes, work: work([], [(8, 8, 8)]))
     monkeypatch.setattr(family_module, "Kernel", lambda artifacts: FakeKernel(artifacts.name, (1, 1, 1)))
@@ -478,13 +478,13 @@ def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
 
 def test_a_family_alone_on_the_command_line_runs(monkeypatch):
     """With no plain spec beside it, a family's kernels still reach `work` (they used not to)."""
-    from gemmdsl import family, runtime
+    from gemmdsl import family_kernel, runtime
 
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "require_fp32_cublas", lambda: None)
-    monkeypatch.setattr(family, "FamilyKernel", lambda compiled: compiled.name)
+    monkeypatch.setattr(family_kernel, "FamilyKernel", lambda compiled: compiled.name)
     seen = []
-    status = family.run_on_specs_and_families([str(FAMILY)], "64x64x64", lambda kernels, sizes: seen.append(kernels) or 0)
+    status = family_kernel.run_on_specs_and_families([str(FAMILY)], "64x64x64", lambda kernels, sizes: seen.append(kernels) or 0)
     assert status == 0 and seen == [["sgemm_family"]]
 
 

@@ -25,6 +25,8 @@ from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buff
                            matrix_bytes, tflops_of)
 from gemmdsl.bench import write_json as write_bench_json
 from gemmdsl.arrays import array_view
+from gemmdsl.launch_plan import Entries, LaunchPlan
+from gemmdsl.launch_plan import Requirements as LaunchRequirements
 from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
                              check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target)
 from fake_arrays import FakeDLPack, cuda_array
@@ -33,12 +35,20 @@ from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, s
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
 ROWS = {"A": "row", "B": "row", "C": "row"}
-ALPHA_BETA = Requirements(kernel="sgemm_test", block_tile=(128, 128, 8), multiples=(128, 128, 8),
-                          epilogue="alpha_beta", layouts=ROWS, vector_elements={"A": 4, "B": 4, "C": 4},
-                          max_leading_dimension={"A": 2 ** 24 - 1, "B": 2 ** 28 - 1, "C": 2 ** 31 - 1},
-                          vector_entry="sgemm_test_kernel", scalar_entry=None, batched=False)
+
+
+def launch_plan(multiple: int = 128, scalar_entry: str | None = None, vector: int = 4) -> LaunchPlan:
+    """A 128x128x8 tile's launch plan: shape multiples of `multiple` (1: checked), `vector` elements' alignment."""
+    requirements = LaunchRequirements(multiple, multiple, 8 if multiple > 1 else 1, dict.fromkeys("abc", vector),
+                                      {"a": 2 ** 24 - 1, "b": 2 ** 28 - 1, "c": 2 ** 31 - 1})
+    return LaunchPlan(Entries("sgemm_test_kernel", scalar_entry), (), {}, 256, 0, (128, 128, 8), ("tiles", 1, 1),
+                      requirements, None)
+
+
+ALPHA_BETA = Requirements(kernel="sgemm_test", epilogue="alpha_beta", layouts=ROWS, batched=False,
+                          launch=launch_plan())
 STORE = replace(ALPHA_BETA, epilogue="store")
-CHECKED = replace(ALPHA_BETA, multiples=(1, 1, 1), scalar_entry="sgemm_test_kernel_scalar")
+CHECKED = replace(ALPHA_BETA, launch=launch_plan(1, "sgemm_test_kernel_scalar"))
 BATCHED = replace(CHECKED, batched=True)
 TRANSPOSED_A = replace(CHECKED, layouts=ROWS | {"A": "col", "C": "col"})
 M, N, K = 256, 384, 64
@@ -164,7 +174,7 @@ def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
     assert check_call(CHECKED, **shifted, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel_scalar"
     assert check_call(CHECKED, **operands(), alpha=1.0, beta=0.0).entry == "sgemm_test_kernel"
     with pytest.raises(ValueError, match="A's leading dimension 5 is not a multiple of 4; .* no scalar fallback"):
-        check_call(replace(ALPHA_BETA, multiples=(1, 1, 1)), **odd, alpha=1.0, beta=0.0)
+        check_call(replace(ALPHA_BETA, launch=launch_plan(1)), **odd, alpha=1.0, beta=0.0)
 
 
 def test_dimensions_whose_tile_coordinates_overflow_are_refused():
@@ -184,7 +194,7 @@ def test_batched_call():
     call = check_call(BATCHED, **batch, alpha=1.0, beta=0.0)
     assert call.batch == 3
     assert [call.views[name].batch_stride for name in "ABC"] == [M * K, 0, M * N]  # B is shared
-    assert runtime.grid_size(BATCHED, M, N, call.batch) == (2 * 3, 1, 3)
+    assert BATCHED.launch.grid_for(M, N, K, call.batch, sms=132) == (2 * 3, 1, 3)
 
 
 def test_batches_must_agree_and_not_overlap_in_c():
@@ -207,8 +217,8 @@ def test_nonzero_beta_needs_c():
 
 
 def test_grid_has_one_block_per_c_tile_edges_included():
-    assert runtime.grid_size(ALPHA_BETA, 1024, 512) == (8 * 4, 1, 1)
-    assert runtime.grid_size(CHECKED, 333, 517) == (3 * 5, 1, 1)
+    assert ALPHA_BETA.launch.grid_for(1024, 512, 64, 1, sms=132) == (8 * 4, 1, 1)
+    assert CHECKED.launch.grid_for(333, 517, 64, 1, sms=132) == (3 * 5, 1, 1)
 
 
 def test_operands_have_the_element_type_the_metadata_names():
@@ -222,7 +232,7 @@ def test_operands_have_the_element_type_the_metadata_names():
 
 
 def test_half_precision_alignment_is_counted_in_bytes():
-    half = replace(ALPHA_BETA, dtypes=dict.fromkeys("ABC", "float16"), vector_elements=dict.fromkeys("ABC", 8))
+    half = replace(ALPHA_BETA, dtypes=dict.fromkeys("ABC", "float16"), launch=launch_plan(vector=8))
     halves = {"a": fake_matrix(M, K, dtype=numpy.float16), "b": fake_matrix(K, N, dtype=numpy.float16)}
     assert check_call(half, **halves, c=None, alpha=1.0, beta=0.0).entry == "sgemm_test_kernel"
     with pytest.raises(ValueError, match="A's data pointer .* is not 16-byte aligned"):
@@ -236,12 +246,8 @@ def bf16_matrix(rows, cols):
 
 
 def test_metadata_without_dtypes_means_float32():
-    metadata = {"kernel": "k", "block_tile": [64, 64, 8], "epilogue": "store", "batch": "none",
-                "layouts": dict.fromkeys("abc", "row"),
-                "requires": {"m_multiple": 1, "n_multiple": 1, "k_multiple": 1,
-                             "vector_elements": dict.fromkeys("abc", 4),
-                             "max_leading_dimension": dict.fromkeys("abc", 2 ** 31 - 1)},
-                "entries": {"vector": "k_kernel", "scalar": None, "stream_k": None, "prepare": None}}
+    metadata = {"kernel": "k", "epilogue": "store", "batch": "none", "layouts": dict.fromkeys("abc", "row"),
+                "launch": launch_plan().to_json()}
     assert Requirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
     typed = Requirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
     assert typed.dtypes == {"A": "bfloat16", "B": "bfloat16", "C": "float32"}
@@ -337,10 +343,11 @@ def test_requirements_come_from_the_compilers_metadata():
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
     requirements = Requirements.from_metadata(metadata)
     assert requirements.multiples == requirements.block_tile == tuple(metadata["block_tile"])
-    assert requirements.vector_elements == {"A": 4, "B": 4, "C": 4} and requirements.epilogue == metadata["epilogue"]
-    assert (requirements.scalar_entry, requirements.batched) == (None, False)
+    assert requirements.launch.requirements.vector_elements == {"a": 4, "b": 4, "c": 4}
+    assert requirements.epilogue == metadata["epilogue"]
+    assert (requirements.launch.entries.scalar, requirements.batched) == (None, False)
     checked = Requirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
-    assert checked.multiples == (1, 1, 1) and checked.scalar_entry == "layouts_tn_kernel_scalar"
+    assert checked.multiples == (1, 1, 1) and checked.launch.entries.scalar == "layouts_tn_kernel_scalar"
     assert checked.layouts == {"A": "col", "B": "row", "C": "col"}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gemmdsl.frontend import load_spec
+from gemmdsl.paths import path_of
 from gemmdsl.verify import format_result, verify
 
 pytestmark = pytest.mark.gpu
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 # mma.sync specs; the wgmma ones (Hopper's own path, no scalar variant) are in tests/test_gpu_wgmma.py.
 MMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
-             if load_spec(path).mma is not None and not load_spec(path).wgmma]
+             if path_of(load_spec(path)).name == "mma_sync"]
 # (333, 520, 136): N a multiple of 8 with edges on both axes, so edge blocks copy whole vectors.
 ODD_SHAPES = [(333, 517, 129), (333, 520, 136), (1000, 1000, 1000), (64, 48, 40)]
 # TF32 and 3xTF32 with fragments from ldmatrix (k contiguous in shared memory: A mk, column-major B nk).
@@ -32,7 +33,8 @@ def test_mma_spec_is_correct_at_odd_shapes(path, load_kernel):
     failed = [format_result(result) for result in results if not result.passed]
     assert results and not failed, "\n".join(failed)
     # Odd leading dimensions run the scalar variant; padded ones the vector kernel: both ran.
-    assert {result.entry for result in results} == {kernel.requirements.vector_entry, kernel.requirements.scalar_entry}
+    assert {result.entry for result in results} == {kernel.requirements.launch.entries.vector,
+                                                          kernel.requirements.launch.entries.scalar}
 
 
 def test_the_f32_ldmatrix_specs_are_among_those_verified():

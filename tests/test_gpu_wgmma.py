@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.family import compile_family_path, load_family
+from gemmdsl.family import compile_family_path
+from gemmdsl.family_kernel import load_family
 from gemmdsl.frontend import load_spec
+from gemmdsl.paths import path_of
 from gemmdsl.verify import format_result, verify
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[1]
-WGMMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm")) if load_spec(path).wgmma]
+WGMMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm")) if path_of(load_spec(path)).name == "wgmma"]
 # K a multiple of 8 keeps a contiguous A and B 16-byte strided (TMA); verify's padded cases take any K.
 ODD_SHAPES = [(333, 517, 136), (1000, 1000, 1000), (64, 48, 40), (333, 517, 129), (4095, 4097, 256)]
 
@@ -213,7 +215,7 @@ def test_a_batch_through_the_c_launcher_and_a_shared_b_refused(tmp_path, cupy, l
         kernel(a3, b2)
 
 
-HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf")) if compile_family_path(path).spec.wgmma]
+HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf")) if path_of(compile_family_path(path).spec).name == "wgmma"]
 
 
 def _bf16_bits(rng, shape):

@@ -183,7 +183,7 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
     stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").spec.wgmma else LAUNCHED_MIN_SAVED_K_TILES
+    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").plan.path.name == "wgmma" else LAUNCHED_MIN_SAVED_K_TILES
     expected = [(split.sk_tiles, split.sk_blocks)
                 for split in (stream_k_split(*case, min_saved_k_tiles=floor) for case in cases)]
     assert got == expected
@@ -192,7 +192,7 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
 @settings(max_examples=300, deadline=None)
 @given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 300), slots=st.integers(1, 300))
 def test_each_shared_tile_is_finished_by_the_block_that_does_its_last_k_tile(tiles, k_tiles, slots):
-    """The wgmma path's fixup (emit/wgmma_stream_k.py): the block whose range holds a shared tile's last
+    """The wgmma path's fixup (paths/wgmma/stream_k.py): the block whose range holds a shared tile's last
     k-tile does it as its last piece; every other block that meets the tile (`contributors`) does so in
     its first piece, without the tile's last k-tile, and meets no other tile so; so each leaves one partial
     sum per launch, and none waits before it has left its own."""

@@ -15,10 +15,13 @@ from gemmdsl import ir
 from gemmdsl.bench import instruction_peak
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load, load_spec
-from gemmdsl.runtime import OperandView, Requirements, choose_entry, wgmma_grid
+from gemmdsl.launch_plan import GridRule, Workspace
+from gemmdsl.paths import path_of
+from gemmdsl.plan import plan_kernel
+from gemmdsl.runtime import OperandView, Requirements, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
-from gemmdsl.wgmma_layout import WgmmaLayout, descriptor, swizzled_offset
+from gemmdsl.paths.wgmma.layout import WgmmaLayout, descriptor, swizzled_offset
 from gemmdsl.targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +43,7 @@ def errors_of(old: str, new: str) -> list:
 
 def test_the_prototype_spec_parses_into_the_wgmma_path():
     spec = spec_of()
-    assert spec.wgmma and str(spec.target) == "sm_90a" and spec.target.arch_specific
+    assert path_of(spec).name == "wgmma" and str(spec.target) == "sm_90a" and spec.target.arch_specific
     assert spec.mma.shape == ir.WgmmaShape(n=256, k=16)
     assert (spec.threads.warpgroups, spec.threads.producers, spec.threads.threads) == (2, 1, 384)
     assert spec.block.schedule is ir.Schedule.PERSISTENT and spec.pipeline.copy is ir.CopyMode.TMA
@@ -55,7 +58,8 @@ def test_layout_matches_the_measured_prototype():
     assert layout.accumulators == 128 and layout.mbarriers == 8 and layout.wgmma_per_k_tile == 4
     a, b = ir.Operand.A, ir.Operand.B
     assert [layout.k_step(a), layout.row_step(a), layout.row_step(b)] == [2, 512, 2048]
-    assert layout.grid(4096, 4096, 4096, 132) == 132 and layout.grid(256, 256, 4096, 132) == 2
+    launch = plan_kernel(spec_of()).launch
+    assert launch.grid_for(4096, 4096, 4096, 1, 132)[0] == 132 and launch.grid_for(256, 256, 4096, 1, 132)[0] == 2
 
 
 # --- diagnostics: every rule points at the value it objects to ---------------------------------------
@@ -230,7 +234,8 @@ def test_generated_kernel_has_the_warp_specialized_structure():
 def test_metadata_describes_the_tensor_maps_and_the_persistent_grid():
     artifacts = compile_path(SPEC)
     metadata = artifacts.metadata
-    assert metadata["target"] == "sm_90a" and metadata["persistent"] and metadata["dynamic_smem_bytes"] == 230464
+    assert metadata["target"] == "sm_90a" and metadata["dynamic_smem_bytes"] == 230464
+    assert metadata["launch"]["grid_rule"] == "persistent"
     assert metadata["tensor_maps"]["c"] == {"dims": ["N", "M"], "box": [32, 64], "boxes": 8, "element_bytes": 4,
                                             "swizzle_bytes": 128, "dtype": "f32"}
     assert metadata["tensor_maps"]["a"] == {"dims": ["K", "M"], "box": [64, 128], "boxes": 1, "element_bytes": 2,
@@ -427,7 +432,7 @@ def test_3xtf32_splits_leave_under_2_to_the_minus_21_of_each_word():
     rest of at most 13 significant bits, round away from zero, so its errors lean one way (3:1), by under
     2^-24 on average; truncating both parts (tried on the H100: 3.5x cuBLAS SGEMM's error on wide-range
     data) errs one way always, twice as far."""
-    from gemmdsl.emit.wgmma_split import SPLIT_HELPERS
+    from gemmdsl.paths.wgmma.split import SPLIT_HELPERS
 
     assert "(__float_as_uint(x) & 0xFFFFE000u)) + 0x1000u)" in SPLIT_HELPERS
     rng = numpy.random.default_rng(11)
@@ -559,7 +564,8 @@ def test_tensor_maps_are_packed_byte_for_byte_and_cached_per_call_shape():
 
 def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid():
     req = Requirements.from_metadata(compile_path(SPEC).metadata)
-    assert req.tensor_maps is not None and req.persistent and req.scalar_entry is None
+    assert req.tensor_maps is not None and req.launch.grid_rule is GridRule.PERSISTENT
+    assert req.launch.entries.scalar is None
     views = {"A": OperandView("A", 333, 129, 1, 129, 0, 0x10000, 2), "B": OperandView("B", 129, 517, 1, 129, 0,
                                                                                       0x20000, 2),
              "C": OperandView("C", 333, 517, 1, 517, 0, 0x30004, 4)}
@@ -568,7 +574,8 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
     views["A"] = OperandView("A", 333, 136, 1, 136, 0, 0x10000, 2)
     views["B"] = OperandView("B", 136, 517, 1, 136, 0, 0x20000, 2)
     assert choose_entry(req, views) == "hgemm_h100_kernel"  # C's odd alignment is the kernel's business
-    assert wgmma_grid(req, 4096, 4096, 4096, 132) == (132, 1, 1) and wgmma_grid(req, 100, 100, 100, 132) == (1, 1, 1)
+    assert req.launch.grid_for(4096, 4096, 4096, 1, 132) == (132, 1, 1)
+    assert req.launch.grid_for(100, 100, 100, 1, 132) == (1, 1, 1)
 
 
 # --- nvcc ------------------------------------------------------------------------------------------------
@@ -646,9 +653,9 @@ def test_stream_k_shares_the_last_wave_in_the_analysis_and_the_launch():
     persistent = analyze(load_spec(X3_SPEC), problem=(4096, 4096, 4096)).facts["wgmma_waves"]
     assert persistent.sk_tiles == 0 and persistent.efficiency == pytest.approx(1024 / (8 * 132))
     req = Requirements.from_metadata(artifacts.metadata)
-    assert req.wgmma_stream_k == {"partial_bytes": 65536, "consumers": 2}
-    assert wgmma_grid(req, 1000, 1000, 1000, 132) == (132, 1, 1)  # 64 tiles, shared by 132 blocks
-    assert wgmma_grid(req, 2048, 2048, 2048, 132) == (132, 1, 1)  # 256 tiles: 124 in the last wave, 6% idle
+    assert req.launch.workspace == Workspace(partial_bytes=65536, consumers=2)
+    assert req.launch.grid_for(1000, 1000, 1000, 1, 132) == (132, 1, 1)  # 64 tiles, shared by 132 blocks
+    assert req.launch.grid_for(2048, 2048, 2048, 1, 132) == (132, 1, 1)  # 256 tiles: 124 in the last wave, 6% idle
     cuda = artifacts.cuda
     assert "int sk_tiles, int sk_blocks, float* __restrict__ partials, unsigned* __restrict__ flags)" in cuda
     assert "cudaMallocAsync" in cuda and "sgemm_3xtf32_h100_sk_stream_k_split(tiles" in cuda

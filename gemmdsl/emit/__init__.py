@@ -13,18 +13,8 @@ analysis passes evaluate is exactly what the kernels compute. One module per rol
     kernel.py     one __global__ kernel wired from the parts chosen for the plan
     launcher.py   the host launchers
 
-Hopper's own path (wgmma specs, gemmdsl/wgmma_layout.py), wired by wgmma_kernel.py:
-
-    mbarrier.py        the stage ring and its full/empty mbarriers
-    tma.py             the producer: bulk tensor copies (TMA) of each k-tile
-    wgmma.py           the consumers' math: wgmma.mma_async through shared-memory descriptors
-    wgmma_split.py     3xTF32's math: the landed stage split into TF32 parts, three products per k-step
-    persistent.py      the tile loop (persistent or one tile per block) through the raster
-    wgmma_stream_k.py  the persistent loop with stream-K pieces, and their partial sums' fixup
-    wgmma_epilogue.py  accumulators -> C (alpha/beta, type conversion, guarded pair stores)
-    wgmma_store.py     `store: tma`: C through swizzled shared-memory boxes and bulk tensor stores
-    wgmma_stmatrix.py  `store: tma` for 16-bit C: stmatrix, one warp per box
-    tensor_maps.py     the host launchers, which encode the TMA tensor maps
+The wgmma path's parts (TMA, mbarriers, wgmma, its epilogues and launcher) live in gemmdsl/paths/wgmma/;
+each instruction path supplies its own parts (gemmdsl/paths).
 """
 from __future__ import annotations
 
@@ -32,15 +22,14 @@ from pathlib import Path
 
 from .. import __version__, ir
 from ..emitter import Emitter
+from ..paths import path_of
 from ..plan import KernelPlan
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
-from .wgmma_kernel import emit_wgmma_definitions
 
 HALF_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}  # their types and conversions
-TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
 
 
 def includes(*specs: ir.KernelSpec) -> str:
@@ -48,10 +37,8 @@ def includes(*specs: ir.KernelSpec) -> str:
     (a family wraps each member in a namespace, where no header may be opened): the host launchers'
     headers, which NVRTC, compiling the kernels alone, skips; then the 16-bit types the kernels use."""
     host = ["<cstdint>", "<cuda_runtime.h>"]
-    if any(spec.wgmma for spec in specs):
-        host += [TENSOR_MAP_HEADER, "<cstring>"]
-    if any(spec.wgmma and spec.block.stream_k for spec in specs):
-        host += ["<mutex>", "<vector>"]  # the stream-K workspaces, one per device and stream
+    for spec in specs:
+        host += [header for header in path_of(spec).host_includes(spec) if header not in host]
     headers = sorted({HALF_HEADERS[dtype] for spec in specs for dtype in (spec.problem.matrix(op).dtype
                                                                          for op in ir.Operand)
                       if dtype in HALF_HEADERS})
@@ -82,11 +69,13 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
 
 
 def emit_definitions(plan: KernelPlan, o: Emitter) -> None:
-    """Everything the file defines after its includes: helpers, kernels, launchers. A kernel
-    family's file (emit/family.py) holds one such body per member."""
-    if plan.spec.wgmma:
-        emit_wgmma_definitions(plan, o)
-        return
+    """Everything the file defines after its includes, as the plan's path emits it. A kernel family's file
+    (emit/family.py) holds one such body per member."""
+    plan.path.emit_definitions(plan, o)
+
+
+def emit_tile_definitions(plan: KernelPlan, o: Emitter) -> None:
+    """The FMA and mma.sync paths' definitions: helpers, kernels, launchers."""
     HelperEmitter(plan, o).emit()
     for variant in plan.variants:
         o.line()

@@ -16,7 +16,9 @@ from typing import Any, Callable
 from .. import __version__, ir
 from ..abi import contiguous_extent, launcher_names, launcher_parameters, leading_name
 from ..emitter import Emitter
-from ..plan import KernelPlan, Requirements
+from ..launch_plan import Requirements, StreamKLaunch
+from ..paths import path_of
+from ..plan import KernelPlan
 from .launcher import launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
@@ -196,16 +198,9 @@ def _returns(plan: KernelPlan) -> list[str]:
     lines = ["Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at",
              "the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,",
              "for a call the kernel cannot handle:", *launch_contract(plan)]
-    if plan.spec.wgmma:
-        lines += ["They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and",
-                  "leading dimensions, per host thread) and, for schedule: persistent, read the current device's",
-                  "SM count; they return those calls' errors."]
-    if plan.spec.wgmma and plan.spec.block.stream_k:
-        lines += ["Stream-K: the first call that shares tiles on a stream allocates that stream's workspace",
-                  "(cudaMallocAsync: per SM a BM x BN slot of partial sums and a flag per consumer warpgroup;",
-                  "kept for later calls, never freed) and returns its errors. Calls on one stream share it;",
-                  "calls on two streams get two."]
-    elif plan.spec.block.stream_k:
+    notes = plan.path.launcher_notes(plan)
+    lines += notes
+    if plan.spec.block.stream_k and plan.launch.stream_k is StreamKLaunch.LAUNCHED:
         lines += ["Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the",
                   "kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no",
                   "block fits on an SM."]
@@ -222,8 +217,7 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     comments = {"launcher": f"{what}, for A (M x K), B (K x N) and C (M x N)\nstored contiguously: {natural}.",
                 "launcher_ld": f"{what}, with any leading dimensions lda, ldb, ldc."}
     if spec.problem.batched:
-        shares = ("(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)." if spec.wgmma
-                  else "(a stride of 0\nshares one matrix).")
+        shares = path_of(spec).batch_strides_note
         comments["launcher_batched"] = (f"{what}, for `batch` GEMMs in one launch:\nGEMM i reads A + i * stride_a "
                                         f"and B + i * stride_b and writes C + i * stride_c {shares}")
     return comments

@@ -8,43 +8,35 @@ what every kernel has (its signature, constants, thread coordinates) and calls t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import ir
 from ..abi import kernel_parameters
 from ..emitter import Emitter
-from ..layout import KernelLayout
-from ..mma_layout import MmaLayout
 from ..plan import KernelPlan, Role, Variant
 from .copy import AsyncCopy, DirectCopy, RegisterCopy
 from .ctext import OPERANDS
-from .epilogue import Epilogue
-from .fragment_epilogue import FragmentEpilogue
-from .fragments import SharedLoads
-from .ldmatrix import MmaFragments
-from .math import FmaOuterProduct
-from .mma_sync import MmaSync
 from .pipeline import AsyncRing, KLoop, RegisterDoubleBuffer, SingleStage
 from .scheduler import StreamKScheduler, TileScheduler, WorkTile
-from ..wgmma_layout import WgmmaLayout
-from .mbarrier import MbarrierRing
-from .persistent import PersistentScheduler
-from .wgmma_stream_k import StreamKPersistentScheduler
-from .tma import TmaProducer
-from .wgmma import WgmmaMath
-from .wgmma_split import SplitWgmmaMath
-from .wgmma_splitter import StageSplitter
-from .wgmma_epilogue import AccumulatorEpilogue
-from .wgmma_stmatrix import StmatrixEpilogue
-from .wgmma_store import StagedEpilogue
+
+
+@dataclass(frozen=True)
+class MathParts:
+    """What a tile path (FMA, mma.sync) supplies to a kernel: the fragments of a k-step, their math, and the
+    epilogue that turns the accumulators into C."""
+
+    fragments: Any
+    math: Any
+    epilogue: Any
 
 
 @dataclass(frozen=True)
 class KernelParts:
     scheduler: TileScheduler | StreamKScheduler
-    math: FmaOuterProduct | MmaSync
-    fragments: SharedLoads | MmaFragments
+    math: Any
+    fragments: Any
     pipeline: KLoop
-    epilogue: Epilogue | FragmentEpilogue
+    epilogue: Any
 
 
 def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelParts:
@@ -60,53 +52,13 @@ def choose_parts(plan: KernelPlan, variant: Variant, out: Emitter) -> KernelPart
         copy = DirectCopy(spec, layout, out)  # cp.async copies 4 bytes at least (16-bit scalar variants)
     else:
         copy = AsyncCopy(spec, layout, out)
-    fragments: SharedLoads | MmaFragments
-    math: FmaOuterProduct | MmaSync
-    epilogue: Epilogue | FragmentEpilogue
-    if isinstance(layout, MmaLayout):
-        fragments = MmaFragments(layout, out, double)
-        math = MmaSync(layout, out)
-        epilogue = FragmentEpilogue(spec, layout, out)
-    else:
-        assert isinstance(layout, KernelLayout)
-        fragments = SharedLoads(layout, out, double)
-        math = FmaOuterProduct(spec, layout, out)
-        epilogue = Epilogue(spec, layout, out)
+    parts = plan.path.math_parts(spec, layout, out, double)
     if spec.pipeline.stages == 1:
         loop: type[KLoop] = SingleStage
     else:
         loop = AsyncRing if cp_async else RegisterDoubleBuffer
-    pipeline = loop(spec, out, copy, fragments, math, partial_k=variant.role is Role.INTERIOR_PARTIAL_K)
-    return KernelParts(scheduler, math, fragments, pipeline, epilogue)
-
-
-@dataclass(frozen=True)
-class WgmmaParts:
-    """The parts of a wgmma kernel (Hopper's own path: emit/wgmma_kernel.py wires them)."""
-
-    layout: WgmmaLayout
-    scheduler: PersistentScheduler
-    ring: MbarrierRing
-    copy: TmaProducer
-    math: WgmmaMath
-    epilogue: AccumulatorEpilogue
-    splitter: StageSplitter | None  # 3xTF32: the producer warps that split B's stages
-
-
-def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
-    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter
-    warps), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
-    (persistent tiles, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
-    layout = plan.layout
-    assert isinstance(layout, WgmmaLayout)
-    math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
-    if not layout.tma_store:
-        epilogue = AccumulatorEpilogue(layout, out)
-    else:
-        epilogue = (StmatrixEpilogue if layout.stmatrix_store else StagedEpilogue)(layout, out)
-    scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
-    splitter = StageSplitter(layout, out) if layout.split else None
-    return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)
+    pipeline = loop(spec, out, copy, parts.fragments, parts.math, partial_k=variant.role is Role.INTERIOR_PARTIAL_K)
+    return KernelParts(scheduler, parts.math, parts.fragments, pipeline, parts.epilogue)
 
 
 def emit_kernel(plan: KernelPlan, variant: Variant, out: Emitter) -> None:
@@ -142,7 +94,7 @@ def _emit_work_tile(parts: KernelParts, work: WorkTile, out: Emitter) -> None:
     parts.epilogue.emit(work)
 
 
-def _emit_constants(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitter) -> None:
+def _emit_constants(math: Any, variant: Variant, o: Emitter) -> None:
     layout = variant.layout
     o.comment(math.tiling_note())
     if variant.role is Role.INTERIOR:
@@ -176,7 +128,7 @@ def _emit_batch_offsets(o: Emitter) -> None:
         o.line(f"{operand} += blockIdx.z * {stride};")
 
 
-def _emit_coordinates(math: FmaOuterProduct | MmaSync, variant: Variant, o: Emitter) -> None:
+def _emit_coordinates(math: Any, variant: Variant, o: Emitter) -> None:
     o.comment(math.coordinates_note())
     o.line("const int tid = threadIdx.x;")
     for name, value in variant.layout.coordinates:

@@ -22,12 +22,9 @@ def launch_contract(plan: KernelPlan) -> list[str]:
     vector = launch.requirements.vector_elements
     lines = [shape_rule(spec, None if spec.problem.checked else launch.block_tile), leading_dimension_rule(spec)]
     vectors = [op for op in ir.Operand if vector[op.value] > 1]
-    if spec.wgmma:
-        lines.append(f"- TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of {vector['a']} "
-                     "elements (16 bytes); there is no fallback kernel.")
-        if spec.problem.batched:
-            lines.append(f"- a batch of more than one: stride_a and stride_b positive multiples of {vector['a']} "
-                         "elements (TMA steps by them), stride_c positive.")
+    own = plan.path.launch_contract(plan)
+    if own is not None:
+        lines += own
     elif vectors:
         parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
         fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..targets import MEMORY_TBPS, PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
+from ..paths import path_of
+from ..targets import MEMORY_TBPS
 from .framework import Context, PassResult
 from .launch import tiles
 
@@ -66,7 +67,7 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
     """What multiplies (fma, bf16, f16, tf32, 3xtf32), and its peak on the target's reference GPU in
     TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
-    peaks = (WGMMA_PEAK_TFLOPS if spec.wgmma else PEAK_TFLOPS)[spec.target.sm]
+    peaks = path_of(spec).peak_tflops(spec.target.sm)
     if spec.mma is None:
         unit = "fma"
     elif spec.mma.precision is ir.Precision.TF32X3:

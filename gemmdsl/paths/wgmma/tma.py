@@ -1,7 +1,7 @@
 """The producer of the wgmma path: one thread issues a bulk tensor copy (TMA) of A's and B's k-tile
 into each free stage.
 
-The copies are described by tensor maps the launcher builds on the host (emit/tensor_maps.py), 2-D
+The copies are described by tensor maps the launcher builds on the host (paths/wgmma/launcher.py), 2-D
 views of A and B as they lie in global memory, in the 128-byte swizzle: a k-major operand (A
 row-major, B column-major) comes in one BK x rows box per k-tile; an MN-major one (A column-major, B
 row-major) in rows / 64 boxes of 64 columns of m or n by BK rows of k, placed one after the other
@@ -11,9 +11,9 @@ always the whole box, which is what `full` expects.
 """
 from __future__ import annotations
 
-from .. import ir
-from ..emitter import Emitter
-from ..wgmma_layout import WgmmaLayout
+from ... import ir
+from ...emitter import Emitter
+from .layout import WgmmaLayout
 
 HELPERS = r'''
 // One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Callable
 
 from .persistent import PersistentScheduler
-from .scheduler import emit_raster
-from .wgmma_store import WARPGROUP_SYNC
+from ...emit.scheduler import emit_raster
+from .store import WARPGROUP_SYNC
 
 FLAG_HELPERS = r'''
 // Stream-K's flags (emit/wgmma_stream_k.py). The writer: every thread's partial sums are stored, each

@@ -19,9 +19,9 @@ kernel tests the same condition).
 """
 from __future__ import annotations
 
-from .. import ir
-from ..wgmma_layout import STORE_BUFFERS, SWIZZLE_SPAN
-from .wgmma_epilogue import PAIR_TYPES, AccumulatorEpilogue, _pair, _to_float
+from ... import ir
+from .layout import STORE_BUFFERS, SWIZZLE_SPAN
+from .epilogue import PAIR_TYPES, AccumulatorEpilogue, _pair, _to_float
 
 WARPGROUP_SYNC = r'''
 // This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import ir
-from .source import Span
-from .wgmma_layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M, WgmmaLayout
-from .targets import ARCH_SPECIFIC
+from ... import ir
+from ...source import Span
+from .layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M, WgmmaLayout
+from ...targets import ARCH_SPECIFIC
 
 MAX_WGMMA_N = 256
 MAX_WARPGROUPS = 1024 // WARPGROUP  # threads per block

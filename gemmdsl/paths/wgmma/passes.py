@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import ir
-from ..cycles import tensor_share, wgmma_member_model
-from ..targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
-from ..wgmma_layout import WARPGROUP, WgmmaLayout
-from .banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
-from .framework import Context, PassResult
-from .intensity import compulsory_bytes, math_unit
+from ... import ir
+from ...cycles import tensor_share, wgmma_member_model
+from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
+from .layout import WARPGROUP, WgmmaLayout
+from ...passes.banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
+from ...passes.framework import Context, PassResult
+from ...passes.intensity import compulsory_bytes, math_unit
 
 
 def _layout(context: Context) -> WgmmaLayout:
@@ -160,10 +160,11 @@ class WgmmaWavesPass:
         layout = _layout(context)
         m, n, k = context.problem
         sms = layout.arch.reference_sms
-        split = layout.call_split(m, n, k, sms)
+        launch = context.plan.launch
+        split = launch.split_for(m, n, k, 1, sms)
         partials = sum(len(split.contributors(tile)) for tile in range(split.first_sk_tile, split.tiles)) \
             if split.sk_tiles else 0
-        waves = WgmmaWaves(sms, split.tiles, layout.grid(m, n, k, sms), layout.persistent, split.k_tiles,
+        waves = WgmmaWaves(sms, split.tiles, launch.grid_for(m, n, k, 1, sms)[0], layout.persistent, split.k_tiles,
                            split.sk_tiles, split.sk_blocks, partials * layout.partial_bytes)
         kind = "persistent: one wave of" if waves.persistent else "one block per tile:"
         verdict = (f"{waves.tiles} tiles, {kind} {waves.blocks} blocks on the {layout.arch.reference_gpu}'s {sms} SMs: "
@@ -204,7 +205,7 @@ class WgmmaTrafficPass:
     def run(self, context: Context) -> PassResult:
         layout = _layout(context)
         m, n, k = context.problem
-        tiles, k_tiles = layout.tiles(m, n), -(-k // layout.bk)
+        tiles, k_tiles = context.plan.launch.tiles(m, n), -(-k // layout.bk)
         instructions = tiles * k_tiles * layout.consumers * layout.wgmma_per_k_tile
         read = tiles * k_tiles * layout.smem_read_bytes_per_k_tile
         copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())

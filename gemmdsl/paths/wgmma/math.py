@@ -12,9 +12,9 @@ its start field, inside the swizzled row, which the hardware swizzles the same w
 """
 from __future__ import annotations
 
-from .. import ir
-from ..emitter import Emitter
-from ..wgmma_layout import DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
+from ... import ir
+from ...emitter import Emitter
+from .layout import DESCRIPTOR_SWIZZLE_128B, WGMMA_M, WgmmaLayout
 
 REGISTERS_PER_ROW = 8  # accumulator operands per line of the asm's register list
 

@@ -6,14 +6,14 @@ counts one arrival per consumer warpgroup; it completes when every consumer is d
 Producer and consumers walk the same sequence of k-tiles (`it`, across tiles), so stage `it % STAGES`
 and phase `(it / STAGES) & 1` name the same use of the ring on both sides without any other
 communication. 3xTF32 adds a third barrier per stage, `ready[s]`, which counts one arrival per splitter
-thread (emit/wgmma_splitter.py) and completes when B's k-tile in stage s is split; the consumers wait
+thread (paths/wgmma/splitter.py) and completes when B's k-tile in stage s is split; the consumers wait
 for it after `full`. A fresh barrier is in phase 0, and waiting for the parity of the phase before it
 returns at once: so the producer's first pass, which waits on `empty` with parity 1, does not block.
 """
 from __future__ import annotations
 
-from ..emitter import Emitter
-from ..wgmma_layout import WgmmaLayout
+from ...emitter import Emitter
+from .layout import WgmmaLayout
 
 HELPERS = r'''
 static __device__ __forceinline__ unsigned smem_u32(const void* p)

@@ -1,6 +1,6 @@
 """`store: tma` for 16-bit C: each warp stages its own boxes with stmatrix.
 
-The staged epilogue of wgmma_store.py, for bf16 and f16 C, in three changes measured on the H100
+The staged epilogue of store.py, for bf16 and f16 C, in three changes measured on the H100
 (2026-11-24, docs/emitted-code.md, "16-bit C by stmatrix"):
 - alpha and beta first, once for the tile (beta * C read only when beta is not 0): the box loop then
   only converts and stores, with no branch of its own;
@@ -10,13 +10,13 @@ The staged epilogue of wgmma_store.py, for bf16 and f16 C, in three changes meas
 - a box is one warp's 16 rows, not the warpgroup's 64: the warp fills it, its lane 0 stores it and
   waits for the store that last used the buffer, and no warp waits for another (__syncwarp instead of
   two named barriers per box).
-f32 C keeps wgmma_store.py's form: the same changes measured 0.5-1.5% slower there.
+f32 C keeps store.py's form: the same changes measured 0.5-1.5% slower there.
 """
 from __future__ import annotations
 
-from ..wgmma_layout import SWIZZLE_ATOM, SWIZZLE_SPAN, WARP_ROWS, WARPS_PER_WARPGROUP
-from .wgmma_epilogue import PAIR_TYPES, _pair
-from .wgmma_store import StagedEpilogue
+from .layout import SWIZZLE_ATOM, SWIZZLE_SPAN, WARP_ROWS, WARPS_PER_WARPGROUP
+from .epilogue import PAIR_TYPES, _pair
+from .store import StagedEpilogue
 
 STMATRIX = r'''
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
@@ -31,7 +31,7 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
 
 def _chunk(col: str) -> str:
     """The first of the four accumulators a thread holds in the 8-column chunk at column `col` of the
-    consumer's tile, in instruction tile `mr` (the layout: wgmma_epilogue.py)."""
+    consumer's tile, in instruction tile `mr` (the layout: epilogue.py)."""
     return f"acc + (mr * N_REPEAT + ({col}) / WGMMA_N) * (WGMMA_N / 2) + 4 * (({col}) % WGMMA_N / 8)"
 
 

@@ -8,9 +8,9 @@ pointer and ldc keep the pair aligned, two element stores otherwise.
 """
 from __future__ import annotations
 
-from .. import ir
-from ..emitter import Emitter
-from ..wgmma_layout import WgmmaLayout
+from ... import ir
+from ...emitter import Emitter
+from .layout import WgmmaLayout
 
 PAIR_TYPES = {ir.DType.F32: "float2", ir.DType.BF16: "__nv_bfloat162", ir.DType.F16: "__half2"}
 
@@ -88,7 +88,7 @@ class AccumulatorEpilogue:
 
     @property
     def c_pointer(self) -> str:
-        """The kernel's C parameter: a batch's first C (each tile names its GEMM's `C`: emit/persistent.py)."""
+        """The kernel's C parameter: a batch's first C (each tile names its GEMM's `C`: paths/wgmma/persistent.py)."""
         return "C_batch" if self.layout.batched else "C"
 
     def emit_pairs_flag(self) -> None:

@@ -1,7 +1,7 @@
 """The lowering of a wgmma spec (Hopper's own path, `target sm_90a;`): one object that validation,
 the analysis passes, the emitters and the launch metadata all read, so they cannot disagree.
 
-The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
+The kernel it describes (gemmdsl/paths/wgmma/kernel.py):
 
 - a block of `warpgroups` consumer warpgroups and `producers` producer warpgroups (128 threads each);
 - a ring of `stages` shared-memory stages, each one k-tile of A (BM x BK) and of B (BN x BK), written
@@ -16,15 +16,15 @@ The kernel it describes (gemmdsl/emit/wgmma_kernel.py):
   m_repeat x n_repeat instructions per 32-byte k-step;
 - 3xTF32 only: the producer warpgroup's other three warps split each landed stage of B: its words are
   the big parts as they are (wgmma reads them truncated to TF32), and they write the small parts to a
-  buffer beside the ring, behind a third `ready` mbarrier per stage; the consumers load A's fragments into registers and split them there (emit/wgmma_split.py);
+  buffer beside the ring, behind a third `ready` mbarrier per stage; the consumers load A's fragments into registers and split them there (paths/wgmma/split.py);
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster;
   schedule: stream_k is persistent too, and its blocks first share the last wave's tiles' k-tiles
-  (schedule.py; emit/wgmma_stream_k.py), leaving partial sums in a workspace for the block that
+  (schedule.py; paths/wgmma/stream_k.py), leaving partial sums in a workspace for the block that
   finishes each shared tile.
 
-Scope (validate_wgmma.py rejects the rest with a diagnostic): bf16 or f16 A and B in any of the four
+Scope (paths/wgmma/validate.py rejects the rest with a diagnostic): bf16 or f16 A and B in any of the four
 layouts, or f32 A and B multiplied as TF32 with k contiguous (`a: f32 row; b: f32 col`: TF32 wgmma
 has no transpose); the 128-byte swizzle; BK * element bytes = 128 when an operand is k-major; C in
 f32, bf16 or f16, row-major.
@@ -34,9 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import ir
-from .schedule import StreamKSplit, call_split, persistent_blocks
-from .targets import Arch, arch_of
+from ... import ir
+from ...targets import Arch, arch_of
 
 WARPGROUP = 128  # threads: 4 warps issue one wgmma together
 WGMMA_M = 64  # rows of C one wgmma produces
@@ -152,7 +151,7 @@ class WgmmaLayout:
         # Stream-K, batches and scalar variants do not exist on this path (validate rejects them).
         self.max_global_vector = 0
         # 3xTF32: every f32 is split into a TF32 big part and a TF32 small part, and three products
-        # (big x big, big x small, small x big) are summed (emit/wgmma_split.py).
+        # (big x big, big x small, small x big) are summed (paths/wgmma/split.py).
         self.split = spec.mma.precision is ir.Precision.TF32X3
         self.products = 3 if self.split else 1
         self.tma_store = spec.pipeline.store is ir.StoreMode.TMA
@@ -211,7 +210,7 @@ class WgmmaLayout:
 
     @property
     def split_lsu_bytes_per_k_tile(self) -> int:
-        """3xTF32's ordinary shared-memory traffic per block and k-tile (emit/wgmma_split.py): the
+        """3xTF32's ordinary shared-memory traffic per block and k-tile (paths/wgmma/split.py): the
         splitter warps read B's stage and write its small parts beside it; the consumers load A's stage
         into registers. None on the other paths."""
         if not self.split:
@@ -254,7 +253,7 @@ class WgmmaLayout:
     @property
     def staging_bytes(self) -> int:
         """`store: tma`: STORE_BUFFERS boxes of C per warp or per consumer warpgroup, whichever fills a box
-        (emit/wgmma_store.py)."""
+        (paths/wgmma/store.py)."""
         if self.c_box is None:
             return 0
         return self.consumers * (WGMMA_M // self.c_box.outer) * STORE_BUFFERS * self.c_box.bytes
@@ -275,7 +274,7 @@ class WgmmaLayout:
     @property
     def tma_data_type(self) -> str:
         """f32 operands reach shared memory rounded to TF32 by TMA itself (one TF32 product), or as they
-        are for 3xTF32, which splits each word into two TF32 parts (emit/wgmma_split.py)."""
+        are for 3xTF32, which splits each word into two TF32 parts (paths/wgmma/split.py)."""
         dtype = self.spec.problem.a.dtype
         if dtype is ir.DType.F32:
             return "f32" if self.split else "tf32"
@@ -297,7 +296,7 @@ class WgmmaLayout:
 
     @property
     def stmatrix_store(self) -> bool:
-        """`store: tma` with 16-bit C: each warp stages its own boxes by stmatrix (emit/wgmma_stmatrix.py)."""
+        """`store: tma` with 16-bit C: each warp stages its own boxes by stmatrix (paths/wgmma/stmatrix.py)."""
         return self.tma_store and self.spec.problem.c.dtype.bytes == 2
 
     @cached_property
@@ -410,23 +409,6 @@ class WgmmaLayout:
         """`batch: strided`: every tensor map has a third dimension, the GEMM, and the blocks walk the tiles of
         every GEMM of the batch."""
         return self.spec.problem.batched
-
-    def tiles(self, m: int, n: int) -> int:
-        return -(-m // self.bm) * -(-n // self.bn)
-
-    def call_split(self, m: int, n: int, k: int, sms: int) -> StreamKSplit:
-        """How a call shares tiles among stream-K blocks (no stream-K: none shared), one slot per SM."""
-        if not self.stream_k:
-            return StreamKSplit(self.tiles(m, n), -(-k // self.bk), sms, 0, 0)
-        return call_split((self.bm, self.bn, self.bk), m, n, k, sms)
-
-    def grid(self, m: int, n: int, k: int, sms: int) -> int:
-        """Blocks of a launch: one wave (min(tiles, SMs)) when persistent, else one per tile; with
-        stream-K, enough for the stream-K blocks too."""
-        tiles = self.tiles(m, n)
-        if self.stream_k:
-            return persistent_blocks(self.call_split(m, n, k, sms), sms)
-        return min(tiles, sms) if self.persistent else tiles
 
     @property
     def partial_bytes(self) -> int:

@@ -6,17 +6,17 @@ tile's copies while the consumers still finish the last one; with `schedule: til
 block per tile and the loop runs once. Either way a tile number becomes (tile_m, tile_n) through the
 spec's raster, the rule the other paths use (scheduler.emit_raster).
 
-A scheduler tells the kernel (emit/wgmma_kernel.py) which k-tiles of the tile to multiply
-(`k_first`, `k_end`, `k_count`: all of them here; a k-range with stream-K, emit/wgmma_stream_k.py) and what
+A scheduler tells the kernel (paths/wgmma/kernel.py) which k-tiles of the tile to multiply
+(`k_first`, `k_end`, `k_count`: all of them here; a k-range with stream-K, paths/wgmma/stream_k.py) and what
 follows a tile's last k-tile (`emit_tile_end`: here, the epilogue).
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..emitter import Emitter
-from ..wgmma_layout import WgmmaLayout
-from .scheduler import emit_raster, tiles
+from ...emitter import Emitter
+from .layout import WgmmaLayout
+from ...emit.scheduler import emit_raster, tiles
 
 
 class PersistentScheduler:

@@ -1,19 +1,60 @@
-"""The `__global__` kernel of the wgmma path, wired from its parts (chosen in kernel.choose_wgmma_parts):
+"""The `__global__` kernel of the wgmma path, wired from its parts (chosen in choose_wgmma_parts):
 a warp-specialized block in which warpgroup 0 produces (TMA into the ring) and warpgroups
 1..CONSUMERS consume (wgmma from the ring, then the epilogue), over the tiles the scheduler gives it.
 """
 from __future__ import annotations
 
-from ..abi import pointer_type, tensor_map_type
-from ..ir import Operand
-from ..emitter import Emitter
-from ..plan import KernelPlan
-from .kernel import choose_wgmma_parts
+from dataclasses import dataclass
+
+from ...abi import pointer_type, tensor_map_type
+from ...ir import Operand
+from ...emitter import Emitter
+from ...plan import KernelPlan
+from .layout import WgmmaLayout
+from .mbarrier import MbarrierRing
+from .persistent import PersistentScheduler
+from .tma import TmaProducer
+from .math import WgmmaMath
+from .epilogue import AccumulatorEpilogue
+from .split import SplitWgmmaMath
+from .splitter import StageSplitter
+from .stmatrix import StmatrixEpilogue
+from .store import StagedEpilogue
+from .stream_k import StreamKPersistentScheduler
+
+
+@dataclass(frozen=True)
+class WgmmaParts:
+    """The parts of a wgmma kernel (Hopper's own path: paths/wgmma/kernel.py wires them)."""
+
+    layout: WgmmaLayout
+    scheduler: PersistentScheduler
+    ring: MbarrierRing
+    copy: TmaProducer
+    math: WgmmaMath
+    epilogue: AccumulatorEpilogue
+    splitter: StageSplitter | None  # 3xTF32: the producer warps that split B's stages
+
+
+def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
+    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter
+    warps), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
+    (persistent tiles, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
+    layout = plan.layout
+    assert isinstance(layout, WgmmaLayout)
+    math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
+    if not layout.tma_store:
+        epilogue = AccumulatorEpilogue(layout, out)
+    else:
+        epilogue = (StmatrixEpilogue if layout.stmatrix_store else StagedEpilogue)(layout, out)
+    scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
+    splitter = StageSplitter(layout, out) if layout.split else None
+    return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)
 
 
 def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     """The file's body after its includes: the tensor-map type, device helpers, the kernel, the launchers."""
-    from .tensor_maps import TensorMapLauncher
+    from .launcher import TensorMapLauncher
 
     parts = choose_wgmma_parts(plan, o)
     name = tensor_map_type(plan.spec)

@@ -1,7 +1,7 @@
 """The math of 3xTF32 on the wgmma path: FP32-accurate products from three TF32 wgmma.
 
 TMA brings the stage's f32 words as they are (FLOAT32 tensor maps). B is split before the consumers
-see it, by the producer warpgroup's splitter warps (emit/wgmma_splitter.py): the big part of each
+see it, by the producer warpgroup's splitter warps (paths/wgmma/splitter.py): the big part of each
 word, rounded to TF32 (to nearest, ties away: ctext.TF32_HELPER), replaces it in place, and the
 small part, the rest rounded to TF32, goes to the same offset of the stage's slot of a split buffer,
 so both keep the 128-byte swizzle and the same descriptors read them. A is split here, in registers:
@@ -23,10 +23,10 @@ k = l % 4 + 4, as words a0 (row, k), a1 (row + 8, k), a2 (row, k + 4), a3 (row +
 """
 from __future__ import annotations
 
-from .. import ir
-from ..wgmma_layout import CHUNK, SWIZZLE_SPAN, WGMMA_M
-from .ctext import TF32_HELPER
-from .wgmma import WgmmaMath
+from ... import ir
+from .layout import CHUNK, SWIZZLE_SPAN, WGMMA_M
+from ...emit.ctext import TF32_HELPER
+from .math import WgmmaMath
 
 A_WORDS = 4  # fragment words of A per thread and m64 x k8 step
 SPLIT_HELPERS = r'''

@@ -8,13 +8,14 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 """
 from __future__ import annotations
 
-from .. import ir
-from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
+from ... import ir
+from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
                    tensor_map_type, tile_count)
-from ..emitter import Emitter
-from ..plan import KernelPlan
-from ..wgmma_layout import WgmmaLayout
-from .launcher import emit_stream_k_split, launch_contract
+from ...emitter import Emitter
+from ...launch_plan import GridRule
+from ...plan import KernelPlan
+from .layout import WgmmaLayout
+from ...emit.launcher import emit_stream_k_split, launch_contract
 
 # By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
@@ -186,8 +187,8 @@ class TensorMapLauncher:
                       f"ld{operand}, {batch}{box.inner}, {box.outer});")
 
     def _emit_workspace(self) -> None:
-        o, name, layout = self.out, self.name, self.layout
-        o.comment(f"Stream-K's workspace: a slot of BM x BN partial sums ({layout.partial_bytes} bytes) per SM, then a flag "
+        o, name, workspace = self.out, self.name, self.plan.launch.workspace
+        o.comment(f"Stream-K's workspace: a slot of BM x BN partial sums ({workspace.partial_bytes} bytes) per SM, then a flag "
                   f"per SM and consumer\n(zero between launches: the kernel lowers every flag it raises). One per "
                   "device and stream, allocated\nstream-ordered by the first call that shares tiles and kept for the "
                   "later ones: launches on one stream\nrun in order and may share it, launches on two streams get two.")
@@ -199,8 +200,8 @@ class TensorMapLauncher:
                 o.line("void* memory;")
             o.line("static std::mutex lock;")
             o.line("static std::vector<Workspace> kept;")
-            o.line(f"const size_t partial_bytes = (size_t)sms * {layout.partial_bytes};")
-            o.line(f"const size_t flag_bytes = (size_t)sms * {layout.consumers} * sizeof(unsigned);")
+            o.line(f"const size_t partial_bytes = (size_t)sms * {workspace.partial_bytes};")
+            o.line(f"const size_t flag_bytes = (size_t)sms * {workspace.consumers} * sizeof(unsigned);")
             o.line("std::lock_guard<std::mutex> guard(lock);")
             o.line("void* memory = nullptr;")
             o.line("for (const Workspace& w : kept)")
@@ -271,7 +272,7 @@ class TensorMapLauncher:
             o.line(f"const long long tiles = {tiles}{' * batch' if layout.batched else ''};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
             o.line("long long blocks = tiles;")
-            if layout.persistent:
+            if launch.grid_rule is not GridRule.BATCH_TILES:
                 o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
                           "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
                 o.line("int device = 0, sms = 0;")
@@ -279,7 +280,7 @@ class TensorMapLauncher:
                 o.line("if (status == cudaSuccess) "
                        "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
                 o.line("if (status != cudaSuccess) return status;")
-                if layout.stream_k:
+                if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
                     self._emit_stream_k_grid(bk)
                 else:
                     o.line("if (sms > 0 && blocks > sms) blocks = sms;")

@@ -15,13 +15,13 @@ both, 2.22x without the store and 2.32x without either, at worst 1.48x SGEMM's e
 after TMA refilled the stage, which waited for `empty`: no wgmma reads the old small parts any more.
 
 They run as far ahead as TMA does, so the consumers, which wait for `ready`, find B split and spend
-their issue slots on A (emit/wgmma_split.py).
+their issue slots on A (paths/wgmma/split.py).
 """
 from __future__ import annotations
 
-from .. import ir
-from ..emitter import Emitter
-from ..wgmma_layout import CHUNK, WgmmaLayout
+from ... import ir
+from ...emitter import Emitter
+from .layout import CHUNK, WgmmaLayout
 
 
 class StageSplitter:

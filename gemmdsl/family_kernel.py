@@ -1,0 +1,106 @@
+"""Kernel families on the GPU: a family's members loaded as runtime Kernels, each call run on the member the
+family's rule (family.choose) picks, as its C launcher does; and the shape lists bench and verify read.
+
+Beside the runtime, above family.py, so that `check` and `compile` of a family never load the runtime.
+"""
+from __future__ import annotations
+
+import sys
+
+from functools import lru_cache, partial
+from pathlib import Path
+from typing import Any, Callable
+
+from .family import FamilyArtifacts, choose, compile_family_path, is_family_path
+from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
+from .source import CompileError
+
+
+
+def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
+    """A shape list: one MxNxK (or N for a cube) per line; `#` starts a comment. A bad line raises
+    ValueError naming the file and line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read the shape list: {err}") from None
+    shapes = []
+    for number, line in enumerate(lines, 1):
+        item = line.split("#", 1)[0].strip()
+        if not item:
+            continue
+        try:
+            shapes += parse_sizes(item)
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
+    if not shapes:
+        raise ValueError(f"{path}: no shapes in the file")
+    return shapes
+
+
+class FamilyKernel:
+    """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
+
+    def __init__(self, family: FamilyArtifacts):
+        self.name = family.name
+        self.models = family.models
+        self.kernels = [Kernel(member.artifacts) for member in family.members]
+        self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
+        # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
+        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
+        # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
+        self._choose = lru_cache(maxsize=4096)(partial(choose, self.models))
+
+    def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
+        return self.kernels[self._choose(m, n, k, exact_allowed)]
+
+    def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+             stream_k: bool = True, interior: bool = True) -> Any:
+        """The chosen member's `Kernel.bind` (stream_k and interior as there)."""
+        m, k = (a.shape[-2], a.shape[-1])
+        n = b.shape[-1]
+        kernel = self.member_for(m, n, k)
+        try:
+            return kernel.bind(a, b, c, alpha, beta, stream_k, interior)
+        except ValueError:
+            if kernel.requirements.multiples == (1, 1, 1):
+                raise
+            # An exact member refused these operands (alignment): the checked member the rule picks.
+            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior)
+
+    def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
+        """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams
+        and returned C."""
+        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
+        return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
+
+
+def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[[list[Any], list[Size]], int],
+                              as_members: bool = False) -> int:
+    """runtime.run_on_kernels for `.gemm` specs and `.gemmf` families: `work` gets the specs' kernels,
+    then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
+    compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
+    try:
+        families = [compile_family_path(path) for path in paths if is_family_path(path)]
+    except CompileError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+
+    def with_families(kernels: list[Any], sizes: list[Size]) -> int:
+        try:
+            if as_members:
+                loaded = [Kernel(member.artifacts) for family in families for member in family.members]
+            else:
+                loaded = [FamilyKernel(family) for family in families]
+        except KernelBuildError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return work(kernels + loaded, sizes)
+
+    return run_on_kernels([path for path in paths if not is_family_path(path)], sizes_text, with_families)
+
+
+def load_family(path: str | Path) -> FamilyKernel:
+    """Compile a `.gemmf` family and load every member on the current device."""
+    return FamilyKernel(compile_family_path(path))

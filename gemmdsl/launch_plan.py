@@ -1,0 +1,191 @@
+"""The launch rule, stated once: how a compiled file's kernels are launched for a call.
+
+A `LaunchPlan` is built with the plan (plan.py, by the instruction path's lowering), printed as C by
+the launcher emitters, written into NAME.json (`to_json`) and read back by the Python runtime
+(`from_json`), which asks it what the C launcher decides: which kernel runs a call (`choose_entry`),
+the grid (`grid_for`), the stream-K split (`split_for`) and the workspace (`workspace_for`).
+
+Pure and CPU-only: it imports nothing of the compiler or the emitters, so the runtime reads it
+without loading them. The split itself is schedule.py's rule.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+
+from .abi import Parameter
+from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
+                       interior_split_pays, persistent_blocks)
+
+
+class GridRule(enum.Enum):
+    TILES = "tiles"  # one block per BM x BN tile of C along x; the batch along z
+    BATCH_TILES = "batch_tiles"  # one block per tile of every GEMM of the batch, all along x
+    PERSISTENT = "persistent"  # one wave: min(tiles of every GEMM of the batch, SMs) blocks walk the tiles
+    PERSISTENT_STREAM_K = "persistent_stream_k"  # persistent, with room for the stream-K blocks too
+
+
+class StreamKLaunch(enum.Enum):
+    """Where a `schedule: stream_k` split is carried out."""
+
+    LAUNCHED = "launched"  # separate kernels (prepare C, stream-K, plain) on SMs x resident blocks slots
+    PERSISTENT = "persistent"  # inside the one persistent kernel, one slot per SM, with a workspace
+
+
+@dataclass(frozen=True)
+class Entries:
+    vector: str
+    scalar: str | None = None  # None: the vector kernel is scalar already, or bounds are exact
+    stream_k: str | None = None
+    stream_k_scalar: str | None = None  # stream-K for the calls that run the scalar kernel
+    prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
+    interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
+    interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
+
+    def all(self) -> tuple[str, ...]:
+        """Every kernel of the file, the vector one first."""
+        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a call must satisfy: shape multiples, and per operand (a, b, c) the vector alignment of the
+    vector kernel (elements) and the largest leading dimension."""
+
+    m_multiple: int
+    n_multiple: int
+    k_multiple: int
+    vector_elements: dict[str, int]
+    max_leading_dimension: dict[str, int]
+
+    @property
+    def multiples(self) -> tuple[int, int, int]:
+        return self.m_multiple, self.n_multiple, self.k_multiple
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A persistent stream-K launch's scratch: per SM a slot of partial sums and a flag per consumer."""
+
+    partial_bytes: int  # one slot: the tile's accumulators
+    consumers: int  # flags per slot
+
+    def sizes(self, sms: int) -> tuple[int, int]:
+        """(bytes of partial sums, flags) for a GPU of `sms` SMs."""
+        return sms * self.partial_bytes, sms * self.consumers
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How the file's kernels are launched: what the C launchers do and the metadata describes."""
+
+    entries: Entries
+    parameters: tuple[Parameter, ...]
+    launchers: dict[str, str | None]
+    threads: int
+    smem_bytes: int
+    block_tile: tuple[int, int, int]
+    grid: tuple[str, int, str | int]  # the launch over all of C, as C text: x the block count, z the batch
+    requirements: Requirements
+    min_blocks_per_sm: int | None  # `__launch_bounds__`' second argument, from the spec's budget
+    grid_rule: GridRule = GridRule.TILES
+    stream_k: StreamKLaunch | None = None  # schedule: stream_k, and how its split is launched
+    workspace: Workspace | None = None  # persistent stream-K's scratch
+    tma_operands: bool = False  # A and B reach the kernel as TMA tensor maps (no fallback kernel)
+
+    # --- the rule --------------------------------------------------------------------------------
+
+    def tiles(self, m: int, n: int) -> int:
+        """Tiles of one GEMM (edge tiles count)."""
+        bm, bn, _ = self.block_tile
+        return -(-m // bm) * -(-n // bn)
+
+    def split_for(self, m: int, n: int, k: int, batch: int, sms: int, blocks_per_sm: int = 1) -> StreamKSplit:
+        """The stream-K split of a call (without stream-K: no tile shared). The launched kernels share a wave of
+        SMs x resident blocks and split only where that saves LAUNCHED_MIN_SAVED_K_TILES; the persistent
+        kernel shares one block per SM."""
+        if self.stream_k is StreamKLaunch.LAUNCHED:
+            return call_split(self.block_tile, m, n, k, sms * blocks_per_sm, batch, LAUNCHED_MIN_SAVED_K_TILES)
+        if self.stream_k is StreamKLaunch.PERSISTENT:
+            return call_split(self.block_tile, m, n, k, sms)
+        return StreamKSplit(self.tiles(m, n), -(-k // self.block_tile[2]), sms, 0, 0)
+
+    def grid_for(self, m: int, n: int, k: int, batch: int, sms: int) -> tuple[int, int, int]:
+        """The grid of one launch over all of C on a GPU of `sms` SMs, as the C launcher computes it."""
+        tiles = self.tiles(m, n)
+        if self.grid_rule is GridRule.TILES:
+            return tiles, 1, batch
+        if self.grid_rule is GridRule.BATCH_TILES:
+            return tiles * batch, 1, 1
+        if self.grid_rule is GridRule.PERSISTENT_STREAM_K:
+            return persistent_blocks(self.split_for(m, n, k, 1, sms), sms), 1, 1
+        return min(tiles * batch, sms), 1, 1
+
+    def workspace_for(self, m: int, n: int, k: int, sms: int) -> tuple[StreamKSplit, tuple[int, int]] | None:
+        """A persistent stream-K call's split and workspace sizes (bytes of partial sums, flags); None when the
+        call shares no tile (or there is no workspace)."""
+        if self.workspace is None:
+            return None
+        split = self.split_for(m, n, k, 1, sms)
+        return (split, self.workspace.sizes(sms)) if split.sk_tiles else None
+
+    def sub_launches(self, m: int, n: int, k: int, batch: int, sms: int, blocks_per_sm: int = 1) -> tuple[SubLaunch, ...]:
+        """How a call on the vector kernel covers C without stream-K: for checked bounds, where the split pays on
+        SMs x resident blocks slots, the tiles inside C on the interior kernel and the edge strips on the vector
+        one (schedule.interior_launches); otherwise one launch over all of C."""
+        if self.entries.interior is not None and interior_split_pays(self.block_tile, m, n, k, sms * blocks_per_sm,
+                                                                     batch):
+            return interior_launches(self.block_tile, m, n, k)
+        return (SubLaunch(False, 0, 0, m, n),)
+
+    def choose_entry(self, misalignments: list[str], kernel: str) -> str:
+        """The kernel the launcher runs: the vector one when every vector access is aligned (no
+        `misalignments`), else the scalar one; without one the call is refused, as by the launcher."""
+        if not misalignments:
+            return self.entries.vector
+        if self.entries.scalar is not None:
+            return self.entries.scalar
+        if self.tma_operands:
+            raise ValueError("; ".join(misalignments) + f"; {kernel} reads A and B with TMA, which needs 16-byte "
+                                                        "aligned pointers and leading dimensions, and has no "
+                                                        "fallback kernel")
+        raise ValueError("; ".join(misalignments) + f"; {kernel} has bounds: exact and no scalar fallback")
+
+    def stream_k_entry(self, entry: str) -> str | None:
+        """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel."""
+        return self.entries.stream_k_scalar if entry == self.entries.scalar else self.entries.stream_k
+
+    # --- NAME.json --------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        r = self.requirements
+        return {
+            "entries": {f.name: getattr(self.entries, f.name) for f in fields(Entries)},
+            "parameters": [list(p) for p in self.parameters],
+            "launchers": dict(self.launchers),
+            "threads": self.threads,
+            "smem_bytes": self.smem_bytes,
+            "block_tile": list(self.block_tile),
+            "grid": list(self.grid),
+            "requirements": {"m_multiple": r.m_multiple, "n_multiple": r.n_multiple, "k_multiple": r.k_multiple,
+                             "vector_elements": dict(r.vector_elements),
+                             "max_leading_dimension": dict(r.max_leading_dimension)},
+            "min_blocks_per_sm": self.min_blocks_per_sm,
+            "grid_rule": self.grid_rule.value,
+            "stream_k": self.stream_k.value if self.stream_k is not None else None,
+            "workspace": ({"partial_bytes": self.workspace.partial_bytes, "consumers": self.workspace.consumers}
+                          if self.workspace is not None else None),
+            "tma_operands": self.tma_operands,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchPlan":
+        workspace = data["workspace"]
+        return cls(entries=Entries(**data["entries"]), parameters=tuple(tuple(p) for p in data["parameters"]),
+                   launchers=dict(data["launchers"]), threads=data["threads"], smem_bytes=data["smem_bytes"],
+                   block_tile=tuple(data["block_tile"]), grid=tuple(data["grid"]),
+                   requirements=Requirements(**data["requirements"]),
+                   min_blocks_per_sm=data["min_blocks_per_sm"], grid_rule=GridRule(data["grid_rule"]),
+                   stream_k=StreamKLaunch(data["stream_k"]) if data["stream_k"] is not None else None,
+                   workspace=Workspace(**workspace) if workspace is not None else None,
+                   tma_operands=data["tma_operands"])

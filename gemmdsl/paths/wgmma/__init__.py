@@ -1,0 +1,1 @@
+"""The wgmma instruction path's modules; `path.PATH` is its registered object (gemmdsl/paths)."""

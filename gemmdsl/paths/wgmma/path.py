@@ -1,0 +1,130 @@
+"""The wgmma path (Hopper's own): a TMA producer warpgroup fills a ring of shared-memory stages on
+mbarriers, consumer warpgroups issue wgmma.mma_async from it, persistent blocks walk the tiles (with
+stream-K sharing the last wave's k-tiles through a workspace), and the launchers encode TMA tensor maps.
+Its lowering is `WgmmaLayout`, not a TileLayout; its rules, passes and emitters are its own."""
+from __future__ import annotations
+
+from ... import abi, ir
+from ...cycles import MemberModel, wgmma_member_model
+from .kernel import emit_wgmma_definitions
+from ...launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch, Workspace
+from .passes import WGMMA_PASSES
+from ...plan import KernelPlan, Role, Variant
+from ...targets import WGMMA_PEAK_TFLOPS
+from .validate import check_wgmma
+from .layout import WgmmaLayout
+from .. import InstructionPath
+
+TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
+
+
+class WgmmaPath(InstructionPath):
+    name = "wgmma"
+    passes = WGMMA_PASSES
+    batch_strides_note = "(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)."
+
+    def selects(self, spec: ir.KernelSpec) -> bool:
+        return spec.mma is not None and spec.mma.wgmma
+
+    def validate(self, checker) -> None:
+        check_wgmma(checker.spec, checker.error, checker.warning)
+
+    def lower(self, spec: ir.KernelSpec) -> KernelPlan:
+        """One kernel, whatever the bounds. TMA zero-fills the loads outside A and B, so edge tiles need no
+        other code, and the epilogue guards its stores; operands TMA cannot describe (pointers or leading
+        dimensions not multiples of 16 bytes) are refused, not run on a scalar kernel."""
+        layout = WgmmaLayout(spec)
+        variants = (Variant(abi.vector_entry(spec), Role.VECTOR, layout),)
+        tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
+                           for extent, size in (("M", layout.bm), ("N", layout.bn)))
+        grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
+        if layout.stream_k:  # schedule.persistent_blocks
+            grid_x = f"max(sk_blocks, min({tiles} - sk_tiles, SMs))"
+        checked = spec.problem.checked
+        requirements = Requirements(
+            m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,
+            k_multiple=1 if checked else layout.bk,
+            vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
+            max_leading_dimension={op.value: abi.MAX_INT for op in ir.Operand})
+        rule = (GridRule.PERSISTENT_STREAM_K if layout.stream_k else GridRule.PERSISTENT if layout.persistent
+                else GridRule.BATCH_TILES)
+        stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
+        workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
+        launch = LaunchPlan(Entries(variants[0].entry), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
+                            layout.threads, layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1),
+                            requirements, 1, rule, stream_k, workspace, tma_operands=True)
+        return KernelPlan(spec, layout.arch, variants, launch, self)
+
+    def emit_definitions(self, plan, out) -> None:
+        emit_wgmma_definitions(plan, out)
+
+    def host_includes(self, spec: ir.KernelSpec) -> list[str]:
+        stream_k = ["<mutex>", "<vector>"] if spec.block.stream_k else []  # the workspaces, per device and stream
+        return [TENSOR_MAP_HEADER, "<cstring>", *stream_k]
+
+    def launch_contract(self, plan: KernelPlan) -> list[str]:
+        vector = plan.launch.requirements.vector_elements
+        lines = [f"- TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of {vector['a']} "
+                 "elements (16 bytes); there is no fallback kernel."]
+        if plan.spec.problem.batched:
+            lines.append(f"- a batch of more than one: stride_a and stride_b positive multiples of {vector['a']} "
+                         "elements (TMA steps by them), stride_c positive.")
+        return lines
+
+    def launcher_notes(self, plan: KernelPlan) -> list[str]:
+        lines = ["They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and",
+                 "leading dimensions, per host thread) and, for schedule: persistent, read the current device's",
+                 "SM count; they return those calls' errors."]
+        if plan.spec.block.stream_k:
+            lines += ["Stream-K: the first call that shares tiles on a stream allocates that stream's workspace",
+                      "(cudaMallocAsync: per SM a BM x BN slot of partial sums and a flag per consumer warpgroup;",
+                      "kept for later calls, never freed) and returns its errors. Calls on one stream share it;",
+                      "calls on two streams get two."]
+        return lines
+
+    def metadata(self, plan: KernelPlan) -> dict:
+        """What the Python runtime needs beyond the launch plan to launch as the C launcher does: the tensor
+        maps it encodes (2-D views of A and B, and of C for `store: tma`, dimension 0 contiguous, and their
+        boxes)."""
+        layout = plan.layout
+        boxes = {**layout.boxes, **({ir.Operand.C: layout.c_box} if layout.c_box is not None else {})}
+        maps = {op.value: {"dims": list(box.dims), "box": [box.inner, box.outer], "boxes": box.count,
+                           "element_bytes": box.element_bytes, "swizzle_bytes": box.swizzle_bytes,
+                           "dtype": box.data_type}
+                for op, box in boxes.items()}
+        return {"tensor_maps": maps, "alignment_bytes": layout.global_alignment_bytes}
+
+    def member_model(self, artifacts) -> MemberModel:
+        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
+
+    def peak_tflops(self, sm: int) -> dict[str, float]:
+        return WGMMA_PEAK_TFLOPS.get(sm, {})
+
+    def report(self, analysis) -> str:
+        from ...check import wgmma_report
+
+        return wgmma_report(analysis)
+
+    def report_facts(self, analysis) -> dict:
+        from ...check import wgmma_facts
+
+        return wgmma_facts(analysis)
+
+    @property
+    def ncu_metrics(self) -> tuple[str, ...]:
+        from ...profile import WGMMA_NCU_METRICS
+
+        return WGMMA_NCU_METRICS
+
+    def comparison_rows(self, analysis, metrics: dict[str, float]) -> list:
+        from ...profile import wgmma_comparison_rows
+
+        return wgmma_comparison_rows(analysis, metrics)
+
+    def predict(self, analysis, ptxas: dict | None):
+        from ...tune import predict_wgmma
+
+        return predict_wgmma(analysis, ptxas)
+
+
+PATH = WgmmaPath()

@@ -1,0 +1,92 @@
+"""The launch rule is stated once (gemmdsl/launch_plan.py): every spec's LaunchPlan survives NAME.json, the
+runtime decides a call's launch from what it reads back exactly as the compiler's plan does, and the
+decisions follow schedule.py's split."""
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmdsl.compiler import compile_path
+from gemmdsl.launch_plan import GridRule, LaunchPlan, StreamKLaunch
+from gemmdsl.runtime import Requirements
+from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, call_split, persistent_blocks
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted((ROOT / "specs").glob("*.gemm"))
+
+
+@cache
+def compiled(path: Path):
+    return compile_path(path)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_every_launch_plan_round_trips_through_the_metadata(spec):
+    artifacts = compiled(spec)
+    written = json.loads(artifacts.metadata_json())["launch"]
+    assert LaunchPlan.from_json(written) == artifacts.plan.launch
+    assert Requirements.from_metadata(json.loads(artifacts.metadata_json())).launch == artifacts.plan.launch
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_the_metadatas_launch_fields_are_the_plans(spec):
+    artifacts = compiled(spec)
+    metadata, launch = artifacts.metadata, artifacts.plan.launch
+    assert metadata["grid"] == list(launch.grid) and metadata["block_tile"] == list(launch.block_tile)
+    assert metadata["entries"] == metadata["launch"]["entries"]
+    assert metadata["dynamic_smem_bytes"] == launch.smem_bytes and metadata["threads"] == launch.threads
+
+
+shapes = st.tuples(st.integers(1, 20000), st.integers(1, 20000), st.integers(1, 70000), st.integers(1, 300),
+                   st.integers(1, 200), st.integers(1, 8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=st.sampled_from(SPECS), shape=shapes)
+def test_the_runtimes_decisions_from_the_json_are_the_compile_time_plans(spec, shape):
+    m, n, k, batch, sms, per_sm = shape
+    artifacts = compiled(spec)
+    planned = artifacts.plan.launch
+    read = Requirements.from_metadata(json.loads(artifacts.metadata_json())).launch
+    batch = batch if artifacts.spec.problem.batched else 1
+    for launch in (planned, read):
+        assert launch.grid_for(m, n, k, batch, sms) == planned.grid_for(m, n, k, batch, sms)
+        assert launch.split_for(m, n, k, batch, sms, per_sm) == planned.split_for(m, n, k, batch, sms, per_sm)
+        assert launch.workspace_for(m, n, k, sms) == planned.workspace_for(m, n, k, sms)
+        assert launch.sub_launches(m, n, k, batch, sms, per_sm) == planned.sub_launches(m, n, k, batch, sms, per_sm)
+    # ... and they are schedule.py's rule for the spec's schedule.
+    tile = planned.block_tile
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    schedule = artifacts.spec.block.schedule.value
+    split = read.split_for(m, n, k, batch, sms, per_sm)
+    if planned.stream_k is StreamKLaunch.LAUNCHED:
+        assert split == call_split(tile, m, n, k, sms * per_sm, batch, LAUNCHED_MIN_SAVED_K_TILES)
+    elif planned.stream_k is StreamKLaunch.PERSISTENT:
+        assert split == call_split(tile, m, n, k, sms)
+        assert read.grid_for(m, n, k, batch, sms) == (persistent_blocks(split, sms), 1, 1)
+        sized = read.workspace_for(m, n, k, sms)
+        assert (sized is None) == (split.sk_tiles == 0)
+        if sized is not None:
+            assert sized[1] == (sms * tile[0] * tile[1] * 4, sms * artifacts.plan.layout.consumers)
+    else:
+        assert split.sk_tiles == 0 and split.tiles == tiles
+    if planned.grid_rule is GridRule.TILES:
+        assert read.grid_for(m, n, k, batch, sms) == (tiles, 1, batch)
+    elif planned.grid_rule is GridRule.PERSISTENT:
+        assert schedule == "persistent" and read.grid_for(m, n, k, batch, sms) == (min(tiles * batch, sms), 1, 1)
+    elif planned.grid_rule is GridRule.BATCH_TILES:
+        assert read.grid_for(m, n, k, batch, sms) == (tiles * batch, 1, 1)
+
+
+def test_the_runtime_reads_the_rule_without_the_compiler():
+    """The launch rule sits below the runtime; loading the runtime loads neither the compiler nor an emitter."""
+    code = ("import sys, gemmdsl.runtime, gemmdsl.launch_plan; "
+            "print(sorted(m for m in sys.modules if m.startswith('gemmdsl')))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for module in ("gemmdsl.compiler", "gemmdsl.emit", "gemmdsl.plan", "gemmdsl.analysis", "gemmdsl.paths"):
+        assert f"'{module}'" not in loaded
