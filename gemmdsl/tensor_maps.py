@@ -20,7 +20,7 @@ import numpy
 
 TENSOR_MAP_BYTES = 128
 # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16, _FLOAT32 and _TFLOAT32 (TMA rounds each f32 word to TF32 on
-# the way in), by the metadata's data type (wgmma_layout.TmaBox.data_type, as the C launcher asks).
+# the way in), by the metadata's data type (paths/wgmma/layout.py's TmaBox.data_type, as the C launcher asks).
 DATA_TYPES = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
 SWIZZLES = {32: 1, 64: 2, 128: 3}  # CU_TENSOR_MAP_SWIZZLE_32B, _64B, _128B
 INTERLEAVE_NONE = 0

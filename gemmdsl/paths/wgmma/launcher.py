@@ -17,7 +17,7 @@ from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from ...emit.launcher import emit_stream_k_split, launch_contract
 
-# By wgmma_layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
+# By layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
 # use their top 19 bits (truncation): 2.6x the error of cuBLAS TF32, where rounding gives cuBLAS's results
 # bit for bit (docs/performance.md, Hopper). 3xTF32 needs the words as they are (FLOAT32) to split them.

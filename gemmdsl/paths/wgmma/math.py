@@ -5,7 +5,7 @@ A consumer warpgroup multiplies CONSUMER_ROWS rows of the block tile by all BN c
 N_REPEAT instructions of WGMMA_N columns per k-step, BK / WGMMA_K steps per k-tile. A k-step is 32
 bytes of the operands: 16 bf16/f16 elements (m64nNk16), or 8 f32 elements read as TF32 (m64nNk8; TMA
 rounded each word to TF32 on the way in, and the instruction reads its top 19 bits). Both operands stay in shared memory; the instruction reads
-them through 64-bit matrix descriptors (wgmma_layout.descriptor): k-major tiles in the 128-byte
+them through 64-bit matrix descriptors (layout.descriptor): k-major tiles in the 128-byte
 swizzle, 8-row groups 1024 bytes apart. Moving a descriptor along k by one step (32 bytes) adds 2 to
 its start field, inside the swizzled row, which the hardware swizzles the same way TMA did; moving by
 64 rows of A adds 64 * 128 bytes >> 4.

@@ -81,11 +81,11 @@ class MbarrierRing:
         o.line("unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);")
         barriers = "STAGES * STAGE_BYTES"
         if self.layout.split:
-            o.comment("3xTF32's split buffer follows the ring (emit/wgmma_splitter.py).")
+            o.comment("3xTF32's split buffer follows the ring (paths/wgmma/splitter.py).")
             o.line("unsigned char* const split = smem + STAGES * STAGE_BYTES;")
             barriers += " + SPLIT_BYTES"
         if self.layout.tma_store:
-            o.comment("The staged boxes of C (store: tma, emit/wgmma_store.py).")
+            o.comment("The staged boxes of C (store: tma, paths/wgmma/store.py).")
             o.line(f"unsigned char* const staging = smem + {barriers};")
             barriers += " + STAGING_BYTES"
         o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")

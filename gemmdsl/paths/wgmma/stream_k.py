@@ -36,7 +36,7 @@ from ...emit.scheduler import emit_raster
 from .store import WARPGROUP_SYNC
 
 FLAG_HELPERS = r'''
-// Stream-K's flags (emit/wgmma_stream_k.py). The writer: every thread's partial sums are stored, each
+// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
 // thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
 static __device__ __forceinline__ void flag_raise(unsigned* flag)
 {

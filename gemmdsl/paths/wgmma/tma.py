@@ -5,7 +5,7 @@ The copies are described by tensor maps the launcher builds on the host (paths/w
 views of A and B as they lie in global memory, in the 128-byte swizzle: a k-major operand (A
 row-major, B column-major) comes in one BK x rows box per k-tile; an MN-major one (A column-major, B
 row-major) in rows / 64 boxes of 64 columns of m or n by BK rows of k, placed one after the other
-(wgmma_layout.TmaBox). TMA fills the parts of a box outside the matrix with zeros, so the edge tiles of checked
+(layout.TmaBox). TMA fills the parts of a box outside the matrix with zeros, so the edge tiles of checked
 bounds (and a K that is not a multiple of BK) need no code of their own; the bytes it delivers are
 always the whole box, which is what `full` expects.
 """
