@@ -258,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
     // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
     // (rounded through size_t it emitted generic loads and stores).
     unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-    // The staged boxes of C (store: tma, emit/wgmma_store.py).
+    // The staged boxes of C (store: tma, paths/wgmma/store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
     unsigned long long* const empty = full + STAGES;

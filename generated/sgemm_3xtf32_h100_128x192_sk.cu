@@ -232,7 +232,7 @@ static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int 
     }
 }
 
-// Stream-K's flags (emit/wgmma_stream_k.py). The writer: every thread's partial sums are stored, each
+// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
 // thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
 static __device__ __forceinline__ void flag_raise(unsigned* flag)
 {
@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
     // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
     // (rounded through size_t it emitted generic loads and stores).
     unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-    // 3xTF32's split buffer follows the ring (emit/wgmma_splitter.py).
+    // 3xTF32's split buffer follows the ring (paths/wgmma/splitter.py).
     unsigned char* const split = smem + STAGES * STAGE_BYTES;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + SPLIT_BYTES);
     unsigned long long* const empty = full + STAGES;
