@@ -15,6 +15,7 @@ from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, Arch
+from .validate_fuse import check_fuse
 from .validate_wgmma import check_wgmma
 
 WARP = 32
@@ -74,6 +75,7 @@ class _Checker:
     def run(self) -> None:
         self.check_name()
         self.check_problem()
+        check_fuse(self.spec, self.error)
         if self.spec.wgmma:  # Hopper's own path has rules of its own
             check_wgmma(self.spec, self.error, self.warning)
             return
