@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..abi import fuse_parameters
+from ..abi import fuse_arguments, fuse_parameters
 from ..emitter import Emitter
 
 ACTIVATIONS = {
@@ -127,6 +127,36 @@ class FuseChain:
         if unused:
             o.line(" ".join(f"(void){name};" for name in unused))
         o.line("return x;")
+
+    def emit_pair_helper(self, o: Emitter) -> None:
+        """`fuse_pair`: the chain in place on two neighbours of one row of row-major C (the wgmma accumulator
+        layout's pairs), for a path that applies it before its stores. Their row's values come loaded; their
+        columns' are read here (a thread's wgmma tile spans too many columns to hold them all in registers),
+        as are C's old values (beta not 0) and the residual, inside C only."""
+        c = self.spec.problem.c.dtype
+        declared = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec))
+        with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {declared}int M, "
+                     "int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y)"):
+            o.line("if (row >= M) return;  // not stored")
+            col_pointers = "".join(f"{member.pointer}, " for member in self.members(ir.Broadcast.N))
+            o.line(f"const fuse_n n0 = load_fuse_n({col_pointers}col, N), n1 = load_fuse_n({col_pointers}col + 1, N);")
+            o.line("float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;")
+            if self.alpha_beta:
+                with o.block("if (beta != 0.0f)"):
+                    o.line(f"if (col < N) c0 = {to_float(c, 'C[(size_t)row * ldc + col]')};")
+                    o.line(f"if (col + 1 < N) c1 = {to_float(c, 'C[(size_t)row * ldc + col + 1]')};")
+            else:
+                o.line("(void)C; (void)ldc;")
+            if self.chain.residual is not None:
+                o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
+                o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+            o.line("x = fuse_chain(x, m, n0, c0, r0, alpha, beta);")
+            o.line("y = fuse_chain(y, m, n1, c1, r1, alpha, beta);")
+
+    def pair(self, c: str, row: str, m: str, x: str, y: str) -> str:
+        """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
+        `m` their row's loaded values."""
+        return f"fuse_pair({c}, ldc, {fuse_arguments(self.spec)}M, N, {row}, col, {m}, alpha, beta, {x}, {y});"
 
     def load_row(self, row: str) -> str:
         """A `fuse_m` for row `row` of C (0s past M)."""
