@@ -56,11 +56,34 @@ def pointer_type(spec: ir.KernelSpec, operand: ir.Operand) -> str:
     return f"{element}*" if operand is ir.Operand.C else f"const {element}*"
 
 
+def fuse_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
+    """(C type, name) of what the spec's fuse chain reads (docs/fusion.md): the bias vector, the residual
+    and its leading dimension, the row and column scales; none without a fuse section."""
+    fuse = spec.fuse
+    if fuse is None:
+        return ()
+    parameters: list[Parameter] = []
+    if fuse.bias is not None:
+        parameters.append((f"const {fuse.bias.dtype.c_type}*", "bias"))
+    if fuse.residual is not None:
+        parameters += [(f"const {fuse.residual.dtype.c_type}*", "R"), ("int", "ldr")]
+    if fuse.scale is not None and fuse.scale.rows:
+        parameters.append(("const float*", "row_scale"))
+    if fuse.scale is not None and fuse.scale.cols:
+        parameters.append(("const float*", "col_scale"))
+    return tuple(parameters)
+
+
+def fuse_arguments(spec: ir.KernelSpec) -> str:
+    """The fuse parameters' names as a call passes them on, each followed by ', ' ('' without a chain)."""
+    return "".join(f"{name}, " for _, name in fuse_parameters(spec))
+
+
 def kernel_parameters(spec: ir.KernelSpec, stream_k: bool = False) -> tuple[Parameter, ...]:
     """(C type, name) of every parameter of the spec's kernel, or of its stream-K kernel, in order."""
     parameters = [(pointer_type(spec, op), op.value.upper()) for op in ir.Operand]
     parameters += [("int", "M"), ("int", "N"), ("int", "K"), ("int", "lda"), ("int", "ldb"), ("int", "ldc"),
-                   ("float", "alpha"), ("float", "beta")]
+                   ("float", "alpha"), ("float", "beta"), *fuse_parameters(spec)]
     if spec.problem.batched:
         parameters += [("long long", "stride_a"), ("long long", "stride_b"), ("long long", "stride_c")]
     if stream_k:
@@ -85,7 +108,8 @@ def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     # dimension, the GEMM.
     c = "C_batch" if spec.problem.batched else "C"
     parameters = (*maps, (pointer_type(spec, ir.Operand.C), c),
-                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"))
+                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"),
+                  *fuse_parameters(spec))
     if spec.problem.batched:
         parameters += (("int", "batch"), ("long long", "stride_c"))
     if spec.block.stream_k:  # the call's split and the workspace (paths/wgmma/stream_k.py)
@@ -97,7 +121,8 @@ def launcher_parameters(spec: ir.KernelSpec) -> dict[str, str]:
     """The parameter list of each launcher the file defines, keyed like `launcher_names`: what the
     launchers are defined with and what a C header declares."""
     a, b, c = (pointer_type(spec, op) for op in ir.Operand)
-    scalars = "float alpha, float beta, cudaStream_t stream"
+    scalars = ", ".join([f"{ctype} {name}" for ctype, name in fuse_parameters(spec)]
+                        + ["float alpha, float beta, cudaStream_t stream"])
     parameters = {"launcher": f"{a} A, {b} B, {c} C, int M, int N, int K, {scalars}",
                   "launcher_ld": f"{a} A, int lda, {b} B, int ldb, {c} C, int ldc, int M, int N, int K, {scalars}"}
     if spec.problem.batched:

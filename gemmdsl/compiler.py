@@ -136,7 +136,23 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # The launch rule (launch_plan.LaunchPlan.to_json): what the C launchers decide, read back by the runtime.
         "launch": launch.to_json(),
         **plan.path.metadata(plan),
+        **_fuse_metadata(spec),
     }
+
+
+def _fuse_metadata(spec: ir.KernelSpec) -> dict:
+    """The fuse chain (docs/fusion.md), for the runtime's checks and verify's reference; absent without one."""
+    fuse = spec.fuse
+    if fuse is None:
+        return {}
+    return {"fuse": {
+        "formula": fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA),
+        "scale": fuse.scale.value if fuse.scale else None,
+        "bias": {"along": fuse.bias.along.value, "dtype": fuse.bias.dtype.value} if fuse.bias else None,
+        "activation": fuse.activation.value if fuse.activation else None,
+        "residual": {"dtype": fuse.residual.dtype.value, "layout": fuse.residual.layout.value}
+        if fuse.residual else None,
+    }}
 
 
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:

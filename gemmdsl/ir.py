@@ -363,6 +363,81 @@ class Target(Node):
         return f"sm_{self.code}"
 
 
+class Activation(enum.Enum):
+    """The fuse chain's elementwise activation (docs/fusion.md gives each one's device function)."""
+
+    RELU = "relu"
+    GELU = "gelu"  # x * Phi(x), with erf
+    GELU_TANH = "gelu_tanh"  # the tanh approximation of GELU
+    SILU = "silu"  # x * sigmoid(x)
+
+
+class Broadcast(enum.Enum):
+    """Which index of C a vector runs along: one value per row (m) or per column (n)."""
+
+    M = "m"
+    N = "n"
+
+
+class ScaleVectors(enum.Enum):
+    """Per-row and per-column f32 scales applied to the accumulators instead of alpha."""
+
+    ROW = "row"
+    COL = "col"
+    ROW_COL = "row_col"
+
+    @property
+    def rows(self) -> bool:
+        return self is not ScaleVectors.COL
+
+    @property
+    def cols(self) -> bool:
+        return self is not ScaleVectors.ROW
+
+
+@dataclass(frozen=True)
+class Bias:
+    along: Broadcast
+    dtype: DType
+
+
+@dataclass(frozen=True, kw_only=True)
+class FuseChain(Node):
+    """The `fuse` section: steps applied to each f32 accumulator before C's conversion, in this order:
+    scale (vectors), + beta * C (`epilogue: alpha_beta`), + bias, activation, + residual R."""
+
+    scale: ScaleVectors | None = None
+    bias: Bias | None = None
+    activation: Activation | None = None
+    residual: MatrixType | None = None
+
+    @property
+    def dtypes(self) -> tuple[DType, ...]:
+        """The element types the chain reads besides f32 scales: the bias's and the residual's."""
+        return tuple(t for t in (self.bias and self.bias.dtype, self.residual and self.residual.dtype) if t)
+
+    @property
+    def empty(self) -> bool:
+        return self.scale is None and self.bias is None and self.activation is None and self.residual is None
+
+    def describe(self, alpha_beta: bool) -> str:
+        """The chain as a formula of acc, e.g. `gelu_tanh(acc + bias[n])`."""
+        x = "acc"
+        if self.scale is not None:
+            x = " * ".join([x] + ["row_scale[m]"] * self.scale.rows + ["col_scale[n]"] * self.scale.cols)
+        elif alpha_beta:
+            x = "alpha * acc"
+        if alpha_beta:
+            x += " + beta * C"
+        if self.bias is not None:
+            x += f" + bias[{self.bias.along.value}]"
+        if self.activation is not None:
+            x = f"{self.activation.value}({x})"
+        if self.residual is not None:
+            x += " + R"
+        return x
+
+
 @dataclass(frozen=True, kw_only=True)
 class KernelSpec(Node):
     """One `gemm NAME { ... }` block: everything the compiler needs to know."""
@@ -381,6 +456,7 @@ class KernelSpec(Node):
     # None: the FMA path (threads' lanes, micro, repeat). With mma, only threads.warps is the spec's;
     # the other ThreadLayout fields keep their defaults and mean nothing.
     mma: MmaTile | None = None
+    fuse: FuseChain | None = None  # None: no `fuse` section (C = acc, or alpha * acc + beta * C)
 
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b

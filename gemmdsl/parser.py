@@ -365,7 +365,8 @@ class _SpecReader:
             self.typos.update(filter(None, [_section_meant(kind)]))
             self.error(self.span(head), f"unknown section '{kind}'",
                        _did_you_mean(kind, tuple(SECTIONS)) or
-                       "sections are: problem, target, block, threads, mma, smem a|b, load a|b, pipeline, budget")
+                       "sections are: problem, target, block, threads, mma, smem a|b, load a|b, pipeline, fuse, "
+                       "budget")
             return
         children = section.children[1:]
         label = None
@@ -610,6 +611,21 @@ def _target(reader: _SpecReader, value: _Value) -> tuple[int, bool]:
     return int(atom.value[3:].rstrip("a")), atom.value.endswith("a")
 
 
+def _bias(reader: _SpecReader, value: _Value) -> ir.Bias:
+    """`m` or `n` (the index of C it runs along), then an optional element type (default: C's)."""
+    if not 1 <= len(value.atoms) <= 2:
+        raise _Bad(value.span, "expected `m` or `n` and an optional element type, as in `bias: n;` or `bias: n f32;`")
+    along = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])), ("m", "n"),
+                        "m (one value per row) or n (one per column)")
+    if len(value.atoms) == 1:
+        dtype = reader.element_type("c") or ir.DType.F32
+    else:
+        types = tuple(t.value for t in ir.DType)
+        dtype = ir.DType(reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), types,
+                                     "the bias's element type"))
+    return ir.Bias(ir.Broadcast(along), dtype)
+
+
 SECTIONS: dict[str, _Section] = {
     "problem": _Section({
         "a": _Key(_matrix), "b": _Key(_matrix), "c": _Key(_matrix),
@@ -656,6 +672,12 @@ SECTIONS: dict[str, _Section] = {
         "unroll": _Key(_int("an unroll factor", 1, MAX_UNROLL)),
         "store": _Key(_enum(ir.StoreMode, "direct or tma"),
                       wgmma_only="C goes through shared memory and TMA on Hopper's own path"),
+    }),
+    "fuse": _Section({
+        "scale": _Key(_enum(ir.ScaleVectors, "row, col or row_col")),
+        "bias": _Key(_bias),
+        "activation": _Key(_enum(ir.Activation, "an activation")),
+        "residual": _Key(_matrix),
     }),
     "budget": _Section({
         "registers": _Key(_int("a register count", 1, 1 << 16)),
@@ -744,7 +766,12 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     values, where = section("budget")
     budget = ir.Budget(**where, registers=values.get("registers"), blocks_per_sm=values.get("blocks_per_sm"))
 
+    fuse = None
+    if "fuse" in found:
+        values, where = section("fuse")
+        fuse = ir.FuseChain(**where, **values)
+
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
                          load_a=load(ir.Operand.A), load_b=load(ir.Operand.B),
-                         pipeline=pipeline, budget=budget, mma=mma)
+                         pipeline=pipeline, budget=budget, mma=mma, fuse=fuse)

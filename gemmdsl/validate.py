@@ -16,6 +16,7 @@ from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .paths import path_of
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, Arch
+from .validate_fuse import check_fuse
 
 WARP = 32
 MAX_NAME = 64
@@ -74,6 +75,7 @@ class _Checker:
     def run(self) -> None:
         self.check_name()
         self.check_problem()
+        check_fuse(self.spec, self.error)
         path_of(self.spec).validate(self)
 
     def check_tiles(self) -> None:

@@ -66,6 +66,9 @@ def glue(metadata: dict) -> str:
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
     tile_m, tile_n, _ = metadata["block_tile"]
     alpha_beta = "true" if metadata["epilogue"] == "alpha_beta" else "false"
+    fuse = metadata.get("fuse")
+    layout = f"Layout{{{rows}, {metadata['threads']}, {tile_m}, {tile_n}, {alpha_beta}" + (", shift_fuse}" if fuse
+                                                                                          else "}")
     return f"""#include "cuda_host.h"
 #include "kernel.cu"
 #include "runner.h"
@@ -77,12 +80,26 @@ static void launch(int entry, const Problem& p)
     default: std::fprintf(stderr, "no kernel %d\\n", entry); std::abort();
     }}
 }}
-
+{_shift_fuse(fuse) if fuse else ""}
 int main(int argc, char** argv)
 {{
-    return emulate(argc, argv, Layout{{{rows}, {metadata["threads"]}, {tile_m}, {tile_n}, {alpha_beta}}}, launch);
+    if (argc > 1 && std::string(argv[1]) == "fused") return emulate_fused(argc, argv, {layout}, launch);
+    return emulate(argc, argv, {layout}, launch);
 }}
 """
+
+
+def _shift_fuse(fuse: dict) -> str:
+    """The fuse operands offset to a sub-launch's block of C, as the C launcher offsets them."""
+    lines = []
+    if fuse["bias"]:
+        lines.append(f"if (q.bias) q.bias += {'row' if fuse['bias']['along'] == 'm' else 'col'};")
+    if fuse["residual"]:
+        offset = "(long long)row * q.ldr + col" if fuse["residual"]["layout"] == "row" else "(long long)col * q.ldr + row"
+        lines.append(f"q.R += {offset};")
+    lines += ["if (q.row_scale) q.row_scale += row;", "if (q.col_scale) q.col_scale += col;"]
+    body = "\n".join(f"    {line}" for line in lines)
+    return f"\nstatic void shift_fuse(Problem& q, int row, int col)\n{{\n{body}\n}}\n"
 
 
 class EmulationBuildError(RuntimeError):
@@ -140,7 +157,12 @@ def build(cuda: str, metadata: dict, directory: Path) -> Path:
 
 def run(binary: Path, call: Call) -> tuple[bool, str]:
     """(passed, the runner's output) for one call; a sanitizer report fails the call."""
-    done = subprocess.run([str(binary), *call.argv()], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    return run_argv(binary, call.argv())
+
+
+def run_argv(binary: Path, argv: list[str]) -> tuple[bool, str]:
+    """(passed, the runner's output) for one run with these arguments (runner.h)."""
+    done = subprocess.run([str(binary), *argv], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           env={"ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": "print_stacktrace=1"})
     output = (done.stdout + done.stderr).strip()
     return done.returncode == 0 and output.startswith("OK"), output

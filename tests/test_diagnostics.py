@@ -438,6 +438,40 @@ CASES = [
           ("stages: |0", "stages must be at least 1")]),
 ]
 
+# --- the fuse section (docs/fusion.md) --------------------------------------------------------
+FUSE_AT = "pipeline { stages: 2;"
+WGMMA_BASE = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text().replace(
+    "    target   sm_90a;", "    fuse     { bias: n; activation: gelu_tanh; }\n    target   sm_90a;")
+CASES += [
+    Case("fuse_unknown_activation", [m(FUSE_AT, "fuse { activation: gleu; }\n    " + FUSE_AT)],
+         [("activation: |gleu", "expected an activation, found 'gleu'")], ["did you mean 'gelu'?"]),
+    Case("fuse_unknown_key", [m(FUSE_AT, "fuse { bais: n; }\n    " + FUSE_AT)],
+         [("|bais", "unknown key 'bais' in section 'fuse'")], ["did you mean 'bias'?"]),
+    Case("fuse_bias_axis", [m(FUSE_AT, "fuse { bias: k; }\n    " + FUSE_AT)],
+         [("bias: |k", "expected m (one value per row) or n (one per column), found 'k'")]),
+    Case("fuse_bias_type_unreadable", [m(FUSE_AT, "fuse { bias: n f64; }\n    " + FUSE_AT)],
+         [("bias: n |f64", "expected the bias's element type, found 'f64'")], ["did you mean 'f16'?"]),
+    Case("fuse_bias_too_many_words", [m(FUSE_AT, "fuse { bias: n f32 row; }\n    " + FUSE_AT)],
+         [("bias: |n f32 row", "expected `m` or `n` and an optional element type")]),
+    Case("fuse_residual_needs_type_and_layout", [m(FUSE_AT, "fuse { residual: f32; }\n    " + FUSE_AT)],
+         [("residual: |f32", "expected a type and a layout")]),
+    Case("fuse_empty", [m(FUSE_AT, "fuse { }\n    " + FUSE_AT)], [("|fuse", "the fuse section has no step")]),
+    Case("fuse_scale_with_alpha_beta", [m(FUSE_AT, "fuse { scale: row_col; }\n    " + FUSE_AT)],
+         [("scale: |row_col", "scale vectors take alpha's place")], ["remove `epilogue: alpha_beta;`"]),
+    Case("fuse_16_bit_bias_on_the_fma_path", [m(FUSE_AT, "fuse { bias: n bf16; }\n    " + FUSE_AT)],
+         [("bias: |n bf16", "the bias is bf16, but the FMA path reads f32 only")], ["write `bias: n f32;`"]),
+    Case("fuse_with_stream_k", [m("raster: row;", "raster: row; schedule: stream_k;"),
+                                m(FUSE_AT, "fuse { activation: relu; }\n    " + FUSE_AT)],
+         [("schedule: |stream_k", "a fuse chain needs each element's whole sum in one place")]),
+    Case("fuse_residual_on_a_batch", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; batch: strided;"),
+                                      m(FUSE_AT, "fuse { residual: f32 row; }\n    " + FUSE_AT)],
+         [("residual: |f32 row", "a residual is not supported with batch: strided")]),
+    Case("fuse_duplicate_section", [m(FUSE_AT, "fuse { bias: m; }\n    fuse { bias: n; }\n    " + FUSE_AT)],
+         [("|fuse { bias: n", "duplicate section 'fuse'")]),
+    Case("fuse_wgmma_stream_k", [m("schedule: persistent;", "schedule: stream_k;")],
+         [("schedule: |stream_k", "a fuse chain needs each element's whole sum in one place")], base=WGMMA_BASE),
+]
+
 
 def _errors(case: Case) -> tuple[CompileError, str]:
     text = case.source()

@@ -10,6 +10,7 @@ analysis passes evaluate is exactly what the kernels compute. One module per rol
     math.py       accumulators and the math of one k-step (FMA outer product)
     pipeline.py   the k-loop, composed from a copy, a fragment and a math engine
     epilogue.py   accumulators -> C (store | alpha_beta | atomic add)
+    fuse.py       the fuse chain (scale, bias, activation, residual): one rendering every path's epilogue calls
     kernel.py     one __global__ kernel wired from the parts chosen for the plan
     launcher.py   the host launchers
 
@@ -24,6 +25,7 @@ from .. import __version__, ir
 from ..emitter import Emitter
 from ..paths import path_of
 from ..plan import KernelPlan
+from .fuse import FuseChain
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
 from .launcher import LauncherEmitter
@@ -39,9 +41,9 @@ def includes(*specs: ir.KernelSpec) -> str:
     host = ["<cstdint>", "<cuda_runtime.h>"]
     for spec in specs:
         host += [header for header in path_of(spec).host_includes(spec) if header not in host]
-    headers = sorted({HALF_HEADERS[dtype] for spec in specs for dtype in (spec.problem.matrix(op).dtype
-                                                                         for op in ir.Operand)
-                      if dtype in HALF_HEADERS})
+    dtypes = {dtype for spec in specs for dtype in (*(spec.problem.matrix(op).dtype for op in ir.Operand),
+                                                    *(spec.fuse.dtypes if spec.fuse else ()))}
+    headers = sorted({HALF_HEADERS[dtype] for dtype in dtypes if dtype in HALF_HEADERS})
     return "\n".join(["", "#ifndef __CUDACC_RTC__", *(f"#include {header}" for header in host), "#endif",
                       *(f"#include <{header}>" for header in headers)])
 
@@ -77,6 +79,9 @@ def emit_definitions(plan: KernelPlan, o: Emitter) -> None:
 def emit_tile_definitions(plan: KernelPlan, o: Emitter) -> None:
     """The FMA and mma.sync paths' definitions: helpers, kernels, launchers."""
     HelperEmitter(plan, o).emit()
+    if plan.spec.fuse is not None:
+        o.line()
+        FuseChain(plan.spec).emit_helpers(o)
     for variant in plan.variants:
         o.line()
         emit_kernel(plan, variant, o)

@@ -24,6 +24,7 @@ from .. import ir
 from ..emitter import Emitter
 from ..layout import KernelLayout
 from .ctext import VECTOR_TYPES, as_vector, component, make_vector
+from .fuse import FuseChain
 from .scheduler import WorkTile
 
 FLOAT_BYTES = 4  # C is float on the FMA path
@@ -83,6 +84,7 @@ class Epilogue:
         self.spec = spec
         self.layout = layout
         self.out = out
+        self.fuse = FuseChain(spec) if spec.fuse is not None else None
 
     @cached_property
     def staged(self) -> StagedAdds | None:
@@ -100,6 +102,8 @@ class Epilogue:
         if work.atomic:
             o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
                       "(0 for epilogue: store) before this kernel started.")
+        if self.fuse is not None:
+            self._emit_fuse_values(self.fuse)
         if not self.spec.problem.checked:
             self._emit_c_stores(width, guarded=False, atomic=work.atomic)
             return
@@ -113,6 +117,19 @@ class Epilogue:
             extent = "N" if major == "row" else "M"
             wholly = " && ".join(filter(None, (aligned, f"{extent} % {aligned_width} == 0")))
             self._emit_either(wholly if aligned_width > 1 else "", aligned_width, 1, guarded=True, atomic=work.atomic)
+
+    def _emit_fuse_values(self, fuse: FuseChain) -> None:
+        """The fuse chain's values of each row and column of this thread's micro tiles, loaded once."""
+        o = self.out
+        o.comment(f"Fused: C = {self.spec.fuse.describe(self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}; "
+                  "the values of this thread's rows and columns, loaded once.")
+        for axis, load in (("m", fuse.load_row), ("n", fuse.load_col)):
+            A = axis.upper()
+            o.line(f"fuse_{axis} fuse_{axis}_values[REPEAT_{A} * MICRO_{A}];")
+            repeat, micro = _epilogue_axis(axis)[1]
+            with o.unrolled(repeat, f"REPEAT_{A}"), o.unrolled(micro, f"MICRO_{A}"):
+                o.line(f"fuse_{axis}_values[{repeat} * MICRO_{A} + {micro}] = "
+                       f"{load(f'block_{axis} + thread_{axis} + {repeat} * REPEAT_STRIDE_{A} + {micro}')};")
 
     def _emit_either(self, test: str, wide: int, narrow: int, guarded: bool, atomic: bool) -> None:
         """Stores `wide` at a time where the run-time `test` holds, `narrow` at a time otherwise."""
@@ -189,6 +206,9 @@ class Epilogue:
                 o.line(f"const int f{axis} = {repeat} * MICRO_{axis.upper()} + {micro};")
                 limit = f"if (block_{axis} + thread_{axis} + offset < {axis.upper()})" if guarded else None
                 with o.block(limit) if limit else nullcontext():
+                    if self.fuse is not None:  # validation keeps stream-K's atomic adds out
+                        self._emit_fused_store(self.fuse, axis, width)
+                        return
                     values = [_accumulator(axis, e) for e in range(width)]
                     if alpha_beta:
                         values = [f"alpha * {v}" for v in values]
@@ -197,6 +217,27 @@ class Epilogue:
                         self._emit_atomic_add(width)
                     else:
                         self._emit_store(width, alpha_beta)
+
+    def _emit_fused_store(self, fuse: FuseChain, axis: str, width: int) -> None:
+        """c_line[offset] = the fuse chain of `width` accumulators along `axis` (C's old value read only where
+        beta is not 0)."""
+        o, vtype = self.out, VECTOR_TYPES[width]
+        old = "0.0f"
+        if self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA:
+            old = "old"
+            o.line(f"{vtype} old = {make_vector(width, ['0.0f'] * width)};")
+            o.line(f"if (beta != 0.0f) old = {as_vector('c_line[offset]', width, const=True)};")
+        index = {"m": "row", "n": "col"}
+        index[axis] = f"block_{axis} + thread_{axis} + offset"
+        o.line(f"{vtype} out;")
+        for e in range(width):
+            step = f" + {e}" if e else ""
+            row, col = (index["m"] + (step if axis == "m" else ""), index["n"] + (step if axis == "n" else ""))
+            fm, fn = ("fm" + step, "fn") if axis == "m" else ("fm", "fn" + step)
+            value = fuse.element(_accumulator(axis, e), f"fuse_m_values[{fm}]", f"fuse_n_values[{fn}]",
+                                 component(old, width, e) if old != "0.0f" else old, row, col)
+            o.line(f"{component('out', width, e)} = {value};")
+        o.line(f"{as_vector('c_line[offset]', width)} = out;")
 
     def _emit_store(self, width: int, alpha_beta: bool) -> None:
         """c_line[offset] = out (+ beta * the old value)."""

@@ -14,6 +14,7 @@ from .. import ir
 from ..emitter import Emitter
 from ..expr import Var
 from ..mma_layout import MmaLayout
+from .fuse import FuseChain
 from .scheduler import WorkTile
 
 
@@ -50,6 +51,7 @@ class FragmentEpilogue:
         self.c = C_ELEMENTS[spec.problem.c.dtype]
         self.alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
         self.row_major = spec.problem.c.layout is ir.MatrixLayout.ROW
+        self.fuse = FuseChain(spec) if spec.fuse is not None else None
 
     def emit(self, work: WorkTile) -> None:
         o = self.out
@@ -61,6 +63,8 @@ class FragmentEpilogue:
                       "(0 for epilogue: store) before this kernel started.")
             self._emit_pairs(lambda: self._emit_atomic_pair())
             return
+        if self.fuse is not None:
+            self._emit_fuse_values(self.fuse)
         pairs = self.row_major and self.layout.c_store_width() == 2
         if not self.spec.problem.checked:
             self._emit_pairs(self._emit_pair if pairs else lambda: self._emit_elements(guarded=False))
@@ -78,9 +82,30 @@ class FragmentEpilogue:
         with o.unrolled("i", "BLOCKS_M"), o.unrolled("j", "BLOCKS_N"), o.unrolled("h", "2"):
             o.line(f"const int row = block_m + {m.render()};")
             o.line(f"const int col = block_n + {n.render()};")
-            scale = "alpha * " if self.alpha_beta else ""
+            scale = "alpha * " if self.alpha_beta and self.fuse is None else ""  # the chain applies alpha itself
             o.line(f"float2 out = make_float2({scale}acc[i][j][2 * h], {scale}acc[i][j][2 * h + 1]);")
             store()
+
+    def _emit_fuse_values(self, fuse: FuseChain) -> None:
+        """The fuse chain's values of this thread's rows (two per block row: h = 0, 1) and columns (a pair per
+        block column), loaded once: every pair of a row shares them."""
+        o = self.out
+        o.comment(f"Fused: C = {self.spec.fuse.describe(self.alpha_beta)}; the values of this thread's rows and "
+                  "columns, loaded once.")
+        row, _ = self.layout.c_pair(Var("i"), 0, Var("h"))
+        _, col = self.layout.c_pair(0, Var("j"), 0)
+        o.line("fuse_m fuse_m_values[BLOCKS_M][2];")
+        with o.unrolled("i", "BLOCKS_M"), o.unrolled("h", "2"):
+            o.line(f"fuse_m_values[i][h] = {fuse.load_row(f'block_m + {row.render()}')};")
+        o.line("fuse_n fuse_n_values[BLOCKS_N][2];")
+        with o.unrolled("j", "BLOCKS_N"), o.unrolled("e", "2"):
+            o.line(f"fuse_n_values[j][e] = {fuse.load_col(f'block_n + {col.render()} + e')};")
+
+    def _fused(self, value: str, element: int, old: str) -> str:
+        """Element `element` (0: col, 1: col + 1) of the pair through the fuse chain; `old` its value in C."""
+        assert self.fuse is not None
+        column = "col" if element == 0 else "col + 1"
+        return self.fuse.element(value, "fuse_m_values[i][h]", f"fuse_n_values[j][{element}]", old, "row", column)
 
     def _address(self, column: str) -> str:
         if self.row_major:
@@ -91,7 +116,13 @@ class FragmentEpilogue:
         """Both values in one vector store (row-major C, pair inside C)."""
         o, c = self.out, self.c
         o.line(f"{c.pair_type}* const pair = reinterpret_cast<{c.pair_type}*>({self._address('col')});")
-        if self.alpha_beta:
+        if self.fuse is not None:
+            old = ("old.x", "old.y") if self.alpha_beta else ("0.0f", "0.0f")
+            if self.alpha_beta:
+                o.line(f"const float2 old = beta != 0.0f ? {_call(c.pair_to_float2, '*pair')} : make_float2(0.0f, 0.0f);")
+            o.line(f"out.x = {self._fused('out.x', 0, old[0])};")
+            o.line(f"out.y = {self._fused('out.y', 1, old[1])};")
+        elif self.alpha_beta:
             with o.block("if (beta != 0.0f)"):
                 o.line(f"const float2 old = {_call(c.pair_to_float2, '*pair')};")
                 o.line("out.x += beta * old.x;")
@@ -106,6 +137,9 @@ class FragmentEpilogue:
                 o.line(f"{c.c_type}* const element = {self._address(column)};")
                 if self.alpha_beta:
                     o.line(f"const float old = beta != 0.0f ? {_call(c.to_float, '*element')} : 0.0f;")
+                if self.fuse is not None:
+                    value = self._fused(value, e, "old" if self.alpha_beta else "0.0f")
+                elif self.alpha_beta:
                     value = f"{value} + beta * old"
                 o.line(f"*element = {_call(c.from_float, value)};")
 

@@ -209,7 +209,11 @@ def _returns(plan: KernelPlan) -> list[str]:
 
 def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     """What each launcher computes, keyed like launch.launchers, for the launchers the file has."""
-    if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA:
+    alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+    if spec.fuse is not None:
+        what = (f"C = {spec.fuse.describe(alpha_beta).replace('acc', 'A*B')} (docs/fusion.md: " +
+                _fuse_operands(spec.fuse) + ("; alpha and beta are ignored)" if not alpha_beta else ")"))
+    elif alpha_beta:
         what = "C = alpha * A*B + beta * C (C is not read when beta is 0)"
     else:
         what = "C = A*B (alpha and beta are ignored)"
@@ -221,6 +225,22 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
         comments["launcher_batched"] = (f"{what}, for `batch` GEMMs in one launch:\nGEMM i reads A + i * stride_a "
                                         f"and B + i * stride_b and writes C + i * stride_c {shares}")
     return comments
+
+
+def _fuse_operands(fuse: ir.FuseChain) -> str:
+    """What the launchers' fuse parameters point at."""
+    parts = []
+    if fuse.bias is not None:
+        parts.append(f"bias: {'M' if fuse.bias.along is ir.Broadcast.M else 'N'} {fuse.bias.dtype.value} values, "
+                     f"one per {'row' if fuse.bias.along is ir.Broadcast.M else 'column'}")
+    if fuse.residual is not None:
+        parts.append(f"R: an M x N {fuse.residual.layout.value}-major {fuse.residual.dtype.value} matrix, leading "
+                     "dimension ldr")
+    if fuse.scale is not None and fuse.scale.rows:
+        parts.append("row_scale: M f32 values")
+    if fuse.scale is not None and fuse.scale.cols:
+        parts.append("col_scale: N f32 values")
+    return "; ".join(parts) if parts else "no operands of its own"
 
 
 def _emit_prototypes(o: Emitter, spec: ir.KernelSpec, names: dict[str, str | None], with_comments: bool) -> None:

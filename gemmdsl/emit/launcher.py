@@ -7,7 +7,8 @@ preparing C). The Python runtime (runtime.py) makes the same decisions from the 
 from __future__ import annotations
 
 from .. import ir
-from ..abi import MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, tile_count
+from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
+                   leading_name, tile_count)
 from ..emitter import Emitter
 from ..plan import KernelPlan
 from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
@@ -88,14 +89,15 @@ class LauncherEmitter:
             o.line()
         self._emit_checked_launch()
         o.line()
+        fuse = fuse_arguments(self.spec)
         if self.spec.problem.batched:
             self._emit_wrapper(self.names["launcher_ld"], self.parameters["launcher_ld"],
-                               "A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, beta, stream")
+                               f"A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, {fuse}alpha, beta, stream")
             o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
                             for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
         self._emit_wrapper(self.names["launcher"], self.parameters["launcher"],
-                           f"{natural}, M, N, K, alpha, beta, stream", target=self.names["launcher_ld"])
+                           f"{natural}, M, N, K, {fuse}alpha, beta, stream", target=self.names["launcher_ld"])
         o.line("#endif")
 
     def _emit_contract(self) -> None:
@@ -222,16 +224,27 @@ class LauncherEmitter:
         return f"({tile_count(self.spec, paren(m), str(bm))}) * ({tile_count(self.spec, paren(n), str(bn))})"
 
     def _strip(self, row: str, col: str) -> dict[str, str]:
-        """A, B and C offset to the block of C whose first element is at (row, col)."""
+        """A, B and C offset to the block of C whose first element is at (row, col), and with a fuse chain
+        its vectors and residual too."""
         offsets = {}
-        for operand, (r, c) in ((ir.Operand.A, (row, "0")), (ir.Operand.B, ("0", col)), (ir.Operand.C, (row, col))):
+        fuse = self.spec.fuse
+        matrices = [("A", self.spec.problem.a.layout, "lda", (row, "0")), ("B", self.spec.problem.b.layout, "ldb",
+                                                                         ("0", col)),
+                    ("C", self.spec.problem.c.layout, "ldc", (row, col))]
+        if fuse is not None and fuse.residual is not None:
+            matrices.append(("R", fuse.residual.layout, "ldr", (row, col)))
+        for name, layout, ld, (r, c) in matrices:
             if (r, c) == ("0", "0"):
                 continue
-            if self.spec.problem.matrix(operand).layout is ir.MatrixLayout.COL:
+            if layout is ir.MatrixLayout.COL:
                 r, c = c, r
-            name = operand.value.upper()
-            offset = c if r == "0" else f"(size_t){r} * {leading_name(operand)}" + ("" if c == "0" else f" + {c}")
+            offset = c if r == "0" else f"(size_t){r} * {ld}" + ("" if c == "0" else f" + {c}")
             offsets[name] = f"{name} + {offset}"
+        for _, name in fuse_parameters(self.spec):
+            start = {"row_scale": row, "col_scale": col, "bias": row if fuse and fuse.bias and
+                     fuse.bias.along is ir.Broadcast.M else col}.get(name, "0")
+            if start != "0":
+                offsets[name] = f"{name} + {start}"
         return offsets
 
     def _emit_launch(self, kernel: str, blocks: str, overrides: dict[str, str]) -> None:

@@ -20,6 +20,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 
 struct Problem {
@@ -30,6 +31,12 @@ struct Problem {
     float alpha, beta;
     long long stride_a, stride_b, stride_c;
     int sk_tiles;
+    // The fuse chain's operands (docs/fusion.md); fused kernels only (emulate_fused).
+    const float* bias;
+    const float* R;
+    int ldr;
+    const float* row_scale;
+    const float* col_scale;
 };
 
 struct Layout {
@@ -37,6 +44,8 @@ struct Layout {
     int threads;
     int tile_m, tile_n;
     bool alpha_beta;  // epilogue: alpha_beta (stream-K then skips preparing C when beta == 1)
+    // A fused kernel's sub-launch: its fuse operands offset to the block of C at (row, col), as the launcher does.
+    void (*shift_fuse)(Problem&, int row, int col) = nullptr;
 };
 
 struct Matrix {
@@ -106,6 +115,7 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
         q.C = p.C + (layout.c_row ? (long long)s.row * p.ldc + s.col : (long long)s.col * p.ldc + s.row);
         q.M = s.m;
         q.N = s.n;
+        if (layout.shift_fuse) layout.shift_fuse(q, s.row, s.col);
         run_blocks(layout, q, tiles_of(layout, s.m, s.n), batch, s.entry, launch);
     }
     if (!sub_launches.empty()) return;
@@ -144,7 +154,7 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
     const std::vector<float> c_in = c.storage;
 
     Problem p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
-              a.stride, b.stride, c.stride, (int)arg(17)};
+              a.stride, b.stride, c.stride, (int)arg(17), nullptr, nullptr, 0, nullptr, nullptr};
     std::vector<SubLaunch> sub_launches;
     for (int i = 19; i < argc; i += 5)
         sub_launches.push_back({(int)arg(i), (int)arg(i + 1), (int)arg(i + 2), (int)arg(i + 3), (int)arg(i + 4)});
@@ -170,4 +180,50 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
     std::printf("%s relative=%.3e nonfinite=%lld written_outside_c=%lld\n", ok ? "OK" : "FAIL", relative, nonfinite,
                 wrong_outside);
     return ok ? 0 : 1;
+}
+
+// A fused kernel (a `fuse` section) on operands that tests/test_emulated.py wrote, for its float64 reference:
+//
+//   runner fused DIR M N K lda ldb ldc ldr alpha beta entry [entry row col m n]...
+//
+// reads DIR/{A,B,C,bias,R,row_scale,col_scale}.bin (raw floats, each as long as the operand's footprint;
+// absent files: operands the chain does not read), runs the kernel as `emulate` does, and writes C's
+// whole buffer to DIR/C.out.
+inline std::vector<float> read_floats(const std::string& path) {
+    std::vector<float> values;
+    if (FILE* file = std::fopen(path.c_str(), "rb")) {
+        std::fseek(file, 0, SEEK_END);
+        values.resize(std::ftell(file) / sizeof(float));
+        std::fseek(file, 0, SEEK_SET);
+        if (std::fread(values.data(), sizeof(float), values.size(), file) != values.size()) std::abort();
+        std::fclose(file);
+    }
+    return values;
+}
+
+inline int emulate_fused(int argc, char** argv, const Layout& layout,
+                         const std::function<void(int, const Problem&)>& launch) {
+    if (argc < 13 || (argc - 13) % 5 != 0) {
+        std::fprintf(stderr, "usage: fused DIR M N K lda ldb ldc ldr alpha beta entry [entry row col m n]...\n");
+        return 2;
+    }
+    const std::string dir = argv[2];
+    auto arg = [&](int i) { return std::atoll(argv[i]); };
+    // Each operand in an allocation of its own, exactly as long as its footprint (AddressSanitizer's bounds).
+    std::vector<float> a = read_floats(dir + "/A.bin"), b = read_floats(dir + "/B.bin"), c = read_floats(dir + "/C.bin");
+    std::vector<float> bias = read_floats(dir + "/bias.bin"), r = read_floats(dir + "/R.bin");
+    std::vector<float> row_scale = read_floats(dir + "/row_scale.bin"), col_scale = read_floats(dir + "/col_scale.bin");
+    auto data = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+    Problem p{a.data(), b.data(), c.data(), (int)arg(3), (int)arg(4), (int)arg(5), (int)arg(6), (int)arg(7),
+              (int)arg(8), (float)std::atof(argv[10]), (float)std::atof(argv[11]), 0, 0, 0, 0,
+              data(bias), data(r), (int)arg(9), data(row_scale), data(col_scale)};
+    std::vector<SubLaunch> sub_launches;
+    for (int i = 13; i < argc; i += 5)
+        sub_launches.push_back({(int)arg(i), (int)arg(i + 1), (int)arg(i + 2), (int)arg(i + 3), (int)arg(i + 4)});
+    run_grid(layout, p, 1, (int)arg(12), 0, sub_launches, launch);
+    FILE* out = std::fopen((dir + "/C.out").c_str(), "wb");
+    if (!out || std::fwrite(c.data(), sizeof(float), c.size(), out) != c.size()) std::abort();
+    std::fclose(out);
+    std::printf("OK\n");
+    return 0;
 }

@@ -9,6 +9,7 @@ pointer and ldc keep the pair aligned, two element stores otherwise.
 from __future__ import annotations
 
 from ... import ir
+from ...emit.fuse import FuseChain
 from ...emitter import Emitter
 from .layout import WgmmaLayout
 
@@ -36,10 +37,16 @@ class AccumulatorEpilogue:
         self.spec = layout.spec
         self.out = out
         self.c = self.spec.problem.c.dtype
-        self.alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        self.fuse = FuseChain(self.spec) if self.spec.fuse is not None else None
+        # A fuse chain applies alpha and beta itself, before the stores (`emit_tile`).
+        self.alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA and self.fuse is None
         self.checked = self.spec.problem.checked
 
     def emit_helpers(self) -> None:
+        if self.fuse is not None:
+            self.fuse.emit_helpers(self.out)
+            self.fuse.emit_pair_helper(self.out)
+            self.out.line()
         o, c = self.out, self.c
         element, pair = c.c_type, PAIR_TYPES[c]
         what = "alpha * acc + beta * C (C is read only when beta is not 0)" if self.alpha_beta else "acc"
@@ -96,6 +103,25 @@ class AccumulatorEpilogue:
         self.out.line(f"const bool pairs = reinterpret_cast<size_t>({self.c_pointer}) % {2 * self.c.bytes} == 0 && "
                       f"ldc % 2 == 0{batch};")
 
+    def emit_tile(self) -> None:
+        """The tile's epilogue: the fuse chain in place on the accumulators, if any, then the stores."""
+        if self.fuse is not None:
+            self.emit_chain(self.fuse)
+        self.emit()
+
+    def emit_chain(self, fuse: FuseChain) -> None:
+        """The fuse chain on every accumulator of this consumer, each row's values loaded once."""
+        o = self.out
+        o.comment(f"Fused: C = {self.spec.fuse.describe(self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}, "
+                  "in place, before the stores.")
+        with o.block(""):
+            o.line("const int warp = tid / 32, lane = tid % 32;")
+            o.line("fuse_m fuse_m_values[M_REPEAT][2];  // rows l/4 and l/4 + 8 of each 64-row instruction tile")
+            with o.unrolled("mr", "M_REPEAT"), o.unrolled("h", "2"):
+                row = "block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8"
+                o.line(f"fuse_m_values[mr][h] = {fuse.load_row(row)};")
+            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", "{x}", "{y}"))
+
     def emit(self) -> None:
         """This consumer's rows of the tile at (block_m, block_n)."""
         self.emit_direct()
@@ -106,9 +132,9 @@ class AccumulatorEpilogue:
         self.emit_pair_loop("store_pair(C, ldc, M, N, {row}, col, {x}, {y}, alpha, beta, pairs);")
 
     def emit_pair_loop(self, statement: str) -> None:
-        """`statement` for each pair of this consumer's accumulators, with `{row}`, `{x}` and `{y}` filled in
-        (the pair's row of C and its two accumulators; `col` is its first column); `warp` and `lane` are
-        declared by the caller."""
+        """`statement` for each pair of this consumer's accumulators, with `{row}`, `{x}`, `{y}` and `{half}` filled
+        in (the pair's row of C, its two accumulators, and 0 for the upper row l/4, 1 for l/4 + 8; `col` is its
+        first column); `warp` and `lane` are declared by the caller."""
         o = self.out
         o.comment("Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and\n"
                   "l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.")
@@ -119,5 +145,5 @@ class AccumulatorEpilogue:
                 with o.unrolled("j", "WGMMA_N / 8"):
                     o.line("float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;")
                     o.line("const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;")
-                    o.line(statement.format(row="row", x="d[0]", y="d[1]"))
-                    o.line(statement.format(row="row + 8", x="d[2]", y="d[3]"))
+                    o.line(statement.format(row="row", x="d[0]", y="d[1]", half=0))
+                    o.line(statement.format(row="row + 8", x="d[2]", y="d[3]", half=1))

@@ -155,4 +155,4 @@ def _consumer_tile(parts, o: Emitter) -> None:
         parts.math.emit_release()
     parts.math.emit_drain()
     o.line()
-    parts.scheduler.emit_tile_end(parts.epilogue.emit)
+    parts.scheduler.emit_tile_end(parts.epilogue.emit_tile)

@@ -9,8 +9,8 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 from __future__ import annotations
 
 from ... import ir
-from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, launcher_parameters, leading_name, outer_extent,
-                   tensor_map_type, tile_count)
+from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
+                    leading_name, outer_extent, tensor_map_type, tile_count)
 from ...emitter import Emitter
 from ...launch_plan import GridRule
 from ...plan import KernelPlan
@@ -56,13 +56,13 @@ class TensorMapLauncher:
         o.line()
         if self.layout.batched:
             with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
-                o.line(f"return {self.names['launcher_batched']}(A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, alpha, "
-                       "beta, stream);")
+                o.line(f"return {self.names['launcher_batched']}(A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, "
+                       f"{fuse_arguments(self.spec)}alpha, beta, stream);")
             o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
                             for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
         with o.block(f'extern "C" cudaError_t {self.names["launcher"]}({self.parameters["launcher"]})'):
-            o.line(f"return {self.names['launcher_ld']}({natural}, M, N, K, alpha, beta, stream);")
+            o.line(f"return {self.names['launcher_ld']}({natural}, M, N, K, {fuse_arguments(self.spec)}alpha, beta, stream);")
         o.line("#endif")
 
     def _emit_encoder(self) -> None:
@@ -298,6 +298,7 @@ class TensorMapLauncher:
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
             batch = ", batch, stride_c" if batched else ""
+            fuse = "".join(f", {name}" for _, name in fuse_parameters(self.spec))
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{batch}{stream_k});")
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{fuse}{batch}{stream_k});")
             o.line("return cudaGetLastError();")
