@@ -229,3 +229,20 @@ def view_of_dlpack(name: str, capsule: Any, library: str, device: int) -> ArrayV
                else contiguous_strides(shape))
     pointer = (tensor.data or 0) + tensor.byte_offset
     return ArrayView(library, shape, strides, dtype, max(1, bits * lanes // 8), pointer, device)
+
+
+def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: str) -> int | None:
+    """The leading dimension of a rows x cols matrix with these (element) strides in a row- or
+    column-major layout, or None when the strides are not that layout.
+
+    A matrix of one row (row-major) or one column (column-major) never steps by its leading
+    dimension, so any value at least its length addresses it; a multiple of 4 keeps it vector-aligned.
+    """
+    (rows, cols), (row_stride, col_stride) = shape, strides
+    outer, inner, outer_stride, inner_stride = ((rows, cols, row_stride, col_stride) if layout == "row"
+                                                else (cols, rows, col_stride, row_stride))
+    if inner > 1 and inner_stride != 1:
+        return None
+    if outer == 1:
+        return -(-inner // 4) * 4
+    return outer_stride if outer_stride >= inner else None

@@ -52,8 +52,10 @@ import numpy
 from .abi import MAX_BATCH, MAX_INT
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
                     old_nvrtc_note)
-from .arrays import DTYPE_NAMES, ArrayView, array_view, signature, type_name
+from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signature, type_name
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
+from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
+                            fuse_arguments, fuse_views, moved)
 from .launch_plan import LaunchPlan
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
@@ -179,23 +181,6 @@ def check_matrix(req: Requirements, name: str, array: ArrayView) -> None:
         raise ValueError(f"{name} must be {what}, got shape {tuple(array.shape)}")
     if any(stride < 0 for stride in array.strides):
         raise ValueError(f"{name} has strides {array.strides} (elements); the kernel needs non-negative strides")
-
-
-def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: str) -> int | None:
-    """The leading dimension of a rows x cols matrix with these (element) strides in a row- or
-    column-major layout, or None when the strides are not that layout.
-
-    A matrix of one row (row-major) or one column (column-major) never steps by its leading
-    dimension, so any value at least its length addresses it; a multiple of 4 keeps it vector-aligned.
-    """
-    (rows, cols), (row_stride, col_stride) = shape, strides
-    outer, inner, outer_stride, inner_stride = ((rows, cols, row_stride, col_stride) if layout == "row"
-                                                else (cols, rows, col_stride, row_stride))
-    if inner > 1 and inner_stride != 1:
-        return None
-    if outer == 1:
-        return -(-inner // 4) * 4
-    return outer_stride if outer_stride >= inner else None
 
 
 # How to get an operand into each layout, for the error that says it is not.
@@ -333,24 +318,26 @@ def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool
         raise ValueError(f"beta={beta} reads C, but no C was passed")
 
 
-def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool) -> tuple:
-    """The kernel's parameters in order (abi.kernel_parameters); pointers as raw 64-bit addresses."""
+def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool, fuse: tuple = ()) -> tuple:
+    """The kernel's parameters in order (abi.kernel_parameters); pointers as raw 64-bit addresses; `fuse`, the
+    chain's operands (fuse_operands.fuse_arguments), after beta."""
     views = call.views
     arguments = (*(numpy.uint64(views[name].pointer) for name in OPERAND_NAMES), numpy.int32(call.m),
                  numpy.int32(call.n), numpy.int32(call.k), numpy.int32(views["A"].ld), numpy.int32(views["B"].ld),
-                 numpy.int32(views["C"].ld), numpy.float32(alpha), numpy.float32(beta))
+                 numpy.int32(views["C"].ld), numpy.float32(alpha), numpy.float32(beta), *fuse)
     if batched:
         arguments += tuple(numpy.int64(views[name].batch_stride) for name in OPERAND_NAMES)
     return arguments
 
 
-def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float, batched: bool) -> tuple:
+def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float, batched: bool,
+                           fuse: tuple = ()) -> tuple:
     """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B,
-    and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta; a batched
-    kernel's batch and C's batch stride."""
+    and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta, the chain's
+    operands; a batched kernel's batch and C's batch stride."""
     c = call.views["C"]
     arguments = (*maps, numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n),
-                 numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta))
+                 numpy.int32(call.k), numpy.int32(c.ld), numpy.float32(alpha), numpy.float32(beta), *fuse)
     if batched:
         arguments += (numpy.int32(call.batch), numpy.int64(c.batch_stride))
     return arguments
@@ -746,11 +733,12 @@ def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: An
         return to_library(launch.c, launch.library, c_dtype, launch_stream(used))
 
 
-def call_key(a: Any, b: Any, c: Any, alpha: float, beta: float, stream_k: bool, interior: bool) -> tuple | None:
+def call_key(a: Any, b: Any, c: Any, alpha: float, beta: float, stream_k: bool, interior: bool,
+             fused: dict[str, Any]) -> tuple | None:
     """What decides a call with C given: equal keys, equal checks and launches. None where an operand's
     library has no cheap signature (arrays.signature)."""
-    operands = (signature(a), signature(b), signature(c))
-    return None if None in operands else (*operands, alpha, beta, stream_k, interior)
+    operands = (signature(a), signature(b), signature(c), *(signature(x) for x in fused.values()))
+    return None if None in operands else (*operands, tuple(fused), alpha, beta, stream_k, interior)
 
 
 @dataclass
@@ -779,6 +767,7 @@ class Kernel:
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
         self.requirements = Requirements.from_metadata(self.metadata)
+        self.fuse = FuseOperands.from_metadata(self.metadata)  # what the fuse chain reads; None without one
         self._modules: dict[int, DeviceModule] = {}
         self._loading = threading.Lock()
         # The last call's key (operand signatures, scalars, options) and its launches without operands, reused
@@ -844,35 +833,49 @@ class Kernel:
         views = {name: array_view(name, array) for name, array in operands.items()}
         return views, operands_device(views, pointer_device)
 
+    def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any) -> dict[str, Any]:
+        """The fuse chain's operands given, by name, once checked to be exactly those the chain reads."""
+        if self.fuse is None and bias is None and residual is None and row_scale is None and col_scale is None:
+            return {}
+        given = {name: value for name, value in zip(FUSE_OPERANDS, (bias, residual, row_scale, col_scale))
+                 if value is not None}
+        if given or self.fuse is not None:
+            check_operand_names(self.name, self.fuse, given)
+        return given
+
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-             stream_k: bool = True, interior: bool = True) -> BoundLaunch:
+             stream_k: bool = True, interior: bool = True, *, bias: Any = None, residual: Any = None,
+             row_scale: Any = None, col_scale: Any = None) -> BoundLaunch:
         """Validate the operands once and allocate C if needed; the result launches on call, on the GPU
-        that holds the operands.
+        that holds the operands. bias, residual, row_scale and col_scale: the fuse chain's operands
+        (docs/fusion.md), exactly those the spec's `fuse` section reads.
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
-        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior)
+        fused = self._fused(bias, residual, row_scale, col_scale)
+        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, fused)
         last = self._last
         if key is not None and last is not None and last[0] == key:
-            return replace(last[1], c=c, operands=(a, b, c))
-        views, device = self._views({"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c})
+            return replace(last[1], c=c, operands=(a, b, c, *fused.values()))
+        views, device = self._views({"A": a, "B": b, **({} if c is None else {"C": c}), **fused})
         loaded = self._module_on(device)
         if c is not None:
             check_writable(views["C"])
         with on_device(device):
-            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior)
+            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior, fused)
         # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
         if key is not None and not bound.workspace:
             self._last = (key, replace(bound, c=None, operands=()))
         return bound
 
     def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
-                      alpha: float, beta: float, stream_k: bool, interior: bool) -> BoundLaunch:
-        """`bind` after the operands' views, with their GPU current: check the call, allocate C if it is
-        None, build the launches."""
+                      alpha: float, beta: float, stream_k: bool, interior: bool,
+                      fused: dict[str, Any]) -> BoundLaunch:
+        """`bind` after the operands' views, with their GPU current: check the call and the fuse chain's
+        operands, allocate C if it is None, build the launches."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
         library = views["A"].library
@@ -880,21 +883,28 @@ class Kernel:
             c = empty_c(req, library, call.m, call.n, call.batch, loaded.device)
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
+        chain = {}
+        if self.fuse is not None:
+            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n)
+            c_view = call.views["C"]
+            check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
+                                    call.n)
         block = (self.metadata["threads"], 1, 1)
         function = loaded.functions[call.entry]
+        operands = (a, b, c, *fused.values())
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
-            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block)
-            return BoundLaunch(call.entry, (launch,), c=c, operands=(a, b, c, *workspace), library=library,
+            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain))
+            return BoundLaunch(call.entry, (launch,), c=c, operands=(*operands, *workspace), library=library,
                                device=loaded.device)
-        args = kernel_arguments(call, alpha, beta, req.batched)
+        args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
         smem = self.dynamic_smem_bytes
-        bound = partial(BoundLaunch, call.entry, c=c, operands=(a, b, c), library=library, device=loaded.device)
+        bound = partial(BoundLaunch, call.entry, c=c, operands=operands, library=library, device=loaded.device)
         split = None
         if stream_k and req.launch.stream_k is not None:
             split = req.launch.split_for(call.m, call.n, call.k, call.batch, loaded.sms,
                                          self._blocks_per_sm(loaded, call.entry))
         if split is None or not split.sk_tiles:
-            return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior))
+            return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior, chain))
         # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
         launches = []
         if not (req.epilogue == "alpha_beta" and beta == 1.0):
@@ -914,7 +924,7 @@ class Kernel:
         return bound(tuple(launches))
 
     def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
-                      block: tuple[int, int, int]) -> tuple[KernelLaunch, tuple]:
+                      block: tuple[int, int, int], fuse: tuple) -> tuple[KernelLaunch, tuple]:
         """The launch, and the workspace arrays it needs alive (stream-K)."""
         from .tensor_maps import TensorMapCache, driver_encoder
 
@@ -936,7 +946,7 @@ class Kernel:
             pointers["c"] = c.pointer if staged else None
         maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
         sms = loaded.sms
-        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched), ()
+        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched, fuse), ()
         if req.launch.workspace is not None:
             stream_k, workspace = wgmma_workspace(req, call, sms)
             arguments += stream_k
@@ -944,12 +954,13 @@ class Kernel:
         return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
 
     def _tile_launches(self, loaded: DeviceModule, call: CheckedCall, alpha: float, beta: float,
-                       block: tuple[int, int, int], smem: int, interior: bool) -> tuple[KernelLaunch, ...]:
+                       block: tuple[int, int, int], smem: int, interior: bool,
+                       chain: dict) -> tuple[KernelLaunch, ...]:
         """Every tile, one block each: on a checked spec's vector kernel, where the split pays
         (schedule.interior_split_pays on this GPU's SMs x resident blocks), the tiles inside C on the
         interior kernel (the partial-k one when K % BK != 0) and the edge strips on the vector one
         (schedule.interior_launches), as the C launcher does; otherwise (or with interior=False) the
-        chosen kernel on the whole of C."""
+        chosen kernel on the whole of C. The fuse chain's operands move with C."""
         req = self.requirements
         entries = req.launch.entries
         pieces: tuple[SubLaunch, ...] = (SubLaunch(False, 0, 0, call.m, call.n),)
@@ -964,7 +975,9 @@ class Kernel:
                 entry = entries.interior_partial_k if piece.partial_k else entries.interior
             launches.append(KernelLaunch(loaded.functions[entry],
                                          req.launch.grid_for(part.m, part.n, part.k, part.batch, loaded.sms), block,
-                                         kernel_arguments(part, alpha, beta, req.batched), smem))
+                                         kernel_arguments(part, alpha, beta, req.batched,
+                                                          fuse_arguments(moved(chain, piece.row, piece.col))),
+                                         smem))
         return tuple(launches)
 
     def _blocks_per_sm(self, loaded: DeviceModule, entry: str) -> int:
@@ -979,8 +992,10 @@ class Kernel:
         return loaded.resident_blocks[entry]
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
-        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta); returns C.
+                 stream: Any = None, stream_k: bool = True, interior: bool = True, *, bias: Any = None,
+                 residual: Any = None, row_scale: Any = None, col_scale: Any = None) -> Any:
+        """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), then the spec's fuse chain (docs/fusion.md)
+        with its operands bias, residual, row_scale, col_scale; returns C.
 
         A, B and C: GPU arrays of any library with `__cuda_array_interface__` or DLPack (PyTorch,
         CuPy, JAX, Numba), read and written in place, never copied. They may be views (a transposed
@@ -996,10 +1011,12 @@ class Kernel:
         """
         if c is not None:  # a repeated call launches the last call's launches again, nothing else
             last = self._last
-            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior):
+            fused = self._fused(bias, residual, row_scale, col_scale)
+            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, fused):
                 last[1](stream)
                 return c
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
+        launch = self.bind(a, b, c, alpha, beta, stream_k, interior, bias=bias, residual=residual,
+                           row_scale=row_scale, col_scale=col_scale)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:

@@ -138,13 +138,3 @@ def test_beta_zero_reads_no_c(runner, tmp_path):
         pytest.skip("C is never read without alpha_beta")
     error, outside = run_fused(binary, metadata, req, tmp_path, 133, 261, 37, 4, alpha=2.0, beta=0.0)
     assert outside == 0 and error <= TOLERANCE
-
-
-def test_the_python_api_refuses_a_fused_kernel_rather_than_launch_it_without_its_operands(monkeypatch):
-    """Kernel.bind raises before it touches a GPU: the chain's operands have no keyword arguments yet."""
-    from gemmdsl import runtime
-
-    kernel = object.__new__(runtime.Kernel)
-    kernel.metadata = compile_text(FUSED, "sgemm_fused.gemm").metadata
-    with pytest.raises(NotImplementedError, match="fuse section"):
-        kernel.bind(None, None)

@@ -535,6 +535,51 @@ def test_a_stream_of_another_gpu_is_refused_before_anything_launches(fake_gpu):
     assert fake_gpu[-1].stream == 0x1234 and fake_gpu[-1].device == 1
 
 
+def vector(length, dtype="<f4"):
+    return cuda_array((length,), dtype, ptr=next(REGIONS))
+
+
+def test_a_fused_kernel_takes_its_chains_operands_after_beta(fake_gpu):
+    """sgemm_fused: relu(alpha * acc + beta * C + bias[m]) + R; the kernels take bias, R and ldr after beta,
+    and every sub-launch of the interior split moves them with C."""
+    kernel = runtime.load(ROOT / "specs" / "sgemm_fused.gemm")
+    m, n, k = 8000, 7000, 1024  # enough tiles for the split to pay
+    a, b, c = (cuda_array(shape, ptr=next(REGIONS)) for shape in ((m, k), (k, n), (m, n)))
+    bias, residual = vector(m), cuda_array((m, n), strides=(4 * 7040, 4), ptr=next(REGIONS))
+    kernel(a, b, c, 1.0, 0.5, bias=bias, residual=residual)
+    bias_at, r_at = (x.__cuda_array_interface__["data"][0] for x in (bias, residual))
+    c_at = c.__cuda_array_interface__["data"][0]
+    assert len(fake_gpu) > 1  # the interior kernel and the edge strips
+    for launch in fake_gpu:
+        c_offset = int(launch.args[2]) - c_at  # bytes into C: row * ldc + col
+        row, col = divmod(c_offset // 4, n)
+        assert [int(x) for x in launch.args[11:14]] == [bias_at + 4 * row, r_at + 4 * (row * 7040 + col), 7040]
+
+
+def test_a_fused_kernel_refuses_missing_extra_and_misshapen_operands(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "sgemm_fused.gemm")
+    a, b, c = (cuda_array(shape, ptr=next(REGIONS)) for shape in ((64, 32), (32, 48), (64, 48)))
+    residual = cuda_array((64, 48), ptr=next(REGIONS))
+    with pytest.raises(TypeError, match=r"relu\(alpha \* acc \+ beta \* C \+ bias\[m\]\) \+ R: pass bias="):
+        kernel(a, b, c, residual=residual)
+    with pytest.raises(TypeError, match="takes no row_scale="):
+        kernel(a, b, c, bias=vector(64), residual=residual, row_scale=vector(64))
+    with pytest.raises(ValueError, match="bias must be a vector of 64 values .one per row of C"):
+        kernel(a, b, c, bias=vector(48), residual=residual)
+    with pytest.raises(TypeError, match="bias must be float32, got float16"):
+        kernel(a, b, c, bias=vector(64, "<f2"), residual=residual)
+    with pytest.raises(ValueError, match="residual must be MxN = 64x48"):
+        kernel(a, b, c, bias=vector(64), residual=cuda_array((48, 64), ptr=next(REGIONS)))
+    assert not fake_gpu
+
+
+def test_an_unfused_kernel_takes_no_chain_operands(fake_gpu):
+    kernel = runtime.load(ROOT / "specs" / "checked_v3.gemm")
+    a, b = cuda_array((64, 64), ptr=next(REGIONS)), cuda_array((64, 64), ptr=next(REGIONS))
+    with pytest.raises(TypeError, match="checked_v3 takes no bias=: it has no fuse section"):
+        kernel(a, b, bias=vector(64))
+
+
 # ---------------------------------------------------------------------------
 # Binary cache (CPU, with a fake compiler)
 

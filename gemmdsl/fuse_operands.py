@@ -1,0 +1,168 @@
+"""The fuse chain's operands in the Python API: which a fused kernel reads, their checks, their launch
+arguments (pure: no CuPy; the runtime calls it, the CPU tests drive it with fakes).
+
+A fused kernel (docs/fusion.md) takes, after its own parameters, the operands its chain reads, in this
+order: `bias`, then `R, ldr` (the residual), then `row_scale`, `col_scale`. NAME.json records the chain
+under "fuse"; `FuseOperands.from_metadata` reads it back, so the runtime passes exactly what the C
+launcher passes.
+
+Checks, each naming the operand: every operand the chain reads is given and nothing else; vectors are
+1-D, contiguous, of their declared type and length (M values along m, N along n); the residual is M x N
+in its declared layout with a leading dimension of its own. Nothing may overlap C, except a residual
+that is C itself (the same address, layout and leading dimension): each element of R is read by the
+thread that then writes that element of C, so `C = f(A @ B) + C` in place is well defined.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy
+
+from .arrays import DTYPE_NAMES, ArrayView, leading_dimension
+
+# The keyword arguments, in the order the kernels take them.
+FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale")
+
+
+@dataclass(frozen=True)
+class FuseOperands:
+    """What a fused kernel's chain reads, from its metadata: per operand, its element type, and for the
+    bias its axis, for the residual its layout."""
+
+    bias: tuple[str, str] | None = None  # (along "m" | "n", dtype name)
+    residual: tuple[str, str] | None = None  # (layout "row" | "col", dtype name)
+    row_scale: bool = False
+    col_scale: bool = False
+    formula: str = ""
+
+    @classmethod
+    def from_metadata(cls, metadata: dict) -> "FuseOperands | None":
+        fuse = metadata.get("fuse")
+        if fuse is None:
+            return None
+        bias, residual, scale = fuse["bias"], fuse["residual"], fuse["scale"] or ""
+        return cls(bias=(bias["along"], DTYPE_NAMES[bias["dtype"]]) if bias else None,
+                   residual=(residual["layout"], DTYPE_NAMES[residual["dtype"]]) if residual else None,
+                   row_scale=scale in ("row", "row_col"), col_scale=scale in ("col", "row_col"),
+                   formula=fuse["formula"])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The keyword arguments a call must give, in the kernels' order."""
+        wanted = {"bias": self.bias is not None, "residual": self.residual is not None,
+                  "row_scale": self.row_scale, "col_scale": self.col_scale}
+        return tuple(name for name in FUSE_OPERANDS if wanted[name])
+
+
+@dataclass(frozen=True)
+class FuseView:
+    """One chain operand as the kernel addresses it."""
+
+    name: str
+    pointer: int
+    itemsize: int
+    ld: int = 0  # the residual's leading dimension
+    along: str = ""  # a vector's axis: "m" (indexed by row) or "n" (by column); the residual: ""
+    layout: str = ""  # the residual's
+
+
+def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str, Any]) -> None:
+    """Every operand the chain reads is given, and nothing else (TypeError, naming them)."""
+    wanted = fuse.names if fuse is not None else ()
+    present = tuple(name for name in FUSE_OPERANDS if given.get(name) is not None)
+    missing = [name for name in wanted if name not in present]
+    extra = [name for name in present if name not in wanted]
+    if extra:
+        what = f"its fuse section computes {fuse.formula}" if fuse is not None else "it has no fuse section"
+        raise TypeError(f"{kernel} takes no {', '.join(f'{name}=' for name in extra)}: {what}")
+    if missing:
+        raise TypeError(f"{kernel}'s fuse section computes {fuse.formula}: pass "
+                        f"{', '.join(f'{name}=' for name in missing)}")
+
+
+def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int) -> dict[str, FuseView]:
+    """Check each chain operand against the chain and the problem (M x N); how the kernel addresses it."""
+    views = {}
+    for name in fuse.names:
+        array = given[name]
+        if name == "residual":
+            layout, dtype = fuse.residual
+            views[name] = residual_view(kernel, array, layout, dtype, m, n)
+            continue
+        along, dtype = fuse.bias if name == "bias" else ("m" if name == "row_scale" else "n", "float32")
+        length = m if along == "m" else n
+        check_dtype(name, array, dtype)
+        if tuple(array.shape) != (length,):
+            raise ValueError(f"{name} must be a vector of {length} values (one per {'row' if along == 'm' else 'column'}"
+                             f" of C, {'M' if along == 'm' else 'N'}={length}), got shape {tuple(array.shape)}")
+        if length > 1 and array.strides[0] != 1:
+            raise ValueError(f"{name} must be contiguous (stride 1), got stride {array.strides[0]} elements; pass a "
+                             f"contiguous copy")
+        views[name] = FuseView(name, array.pointer, array.itemsize, along=along)
+    return views
+
+
+def check_dtype(name: str, array: ArrayView, dtype: str) -> None:
+    if array.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {array.dtype}")
+
+
+def residual_view(kernel: str, array: ArrayView, layout: str, dtype: str, m: int, n: int) -> FuseView:
+    check_dtype("residual", array, dtype)
+    if tuple(array.shape) != (m, n):
+        raise ValueError(f"residual must be MxN = {m}x{n}, got shape {tuple(array.shape)}")
+    ld = leading_dimension((m, n), tuple(array.strides), layout)
+    if ld is None:
+        raise ValueError(f"residual must be {layout}-major: {kernel} was compiled with `residual: ... {layout}`, but "
+                         f"strides {tuple(array.strides)} (elements) for shape {(m, n)} are not {layout}-major")
+    return FuseView("residual", array.pointer, array.itemsize, ld=ld, layout=layout)
+
+
+def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:
+    """[first, end) of the bytes the kernel reads of a chain operand."""
+    if view.along:
+        return view.pointer, view.pointer + (m if view.along == "m" else n) * view.itemsize
+    outer, inner = (m, n) if view.layout == "row" else (n, m)
+    return view.pointer, view.pointer + ((outer - 1) * view.ld + inner) * view.itemsize
+
+
+def check_no_overlap_with_c(views: dict[str, FuseView], c_pointer: int, c_ld: int, c_layout: str, c_itemsize: int,
+                            m: int, n: int) -> None:
+    """No chain operand may share a byte with C, but for a residual that is C itself."""
+    c = FuseView("C", c_pointer, c_itemsize, ld=c_ld, layout=c_layout)
+    c_start, c_end = byte_span(c, m, n)
+    single = (m if c_layout == "row" else n) == 1  # one row (column) of C: its leading dimension is never used
+    for view in views.values():
+        if view.name == "residual" and (view.pointer, view.layout, view.itemsize) == (c_pointer, c_layout, c_itemsize) \
+                and (view.ld == c_ld or single):
+            continue  # C = f(A @ B) + C, in place: each element is read, then written, by one thread
+        start, end = byte_span(view, m, n)
+        if start < c_end and c_start < end:
+            raise ValueError(f"{view.name} overlaps C: blocks write C while others still read {view.name}; pass "
+                             f"{view.name} in memory of its own (a residual may be C itself, element for element)")
+
+
+def moved(views: dict[str, FuseView], row: int, col: int) -> dict[str, FuseView]:
+    """The operands of a sub-launch whose C starts at (row, col): vectors and the residual offset as C is."""
+    out = {}
+    for name, view in views.items():
+        if view.along:
+            elements = row if view.along == "m" else col
+        else:
+            elements = row * view.ld + col if view.layout == "row" else col * view.ld + row
+        out[name] = replace(view, pointer=view.pointer + elements * view.itemsize)
+    return out
+
+
+def fuse_arguments(views: dict[str, FuseView]) -> tuple:
+    """The kernels' trailing parameters, in order: bias, R and ldr, row_scale, col_scale."""
+    arguments: tuple = ()
+    for name in FUSE_OPERANDS:
+        view = views.get(name)
+        if view is None:
+            continue
+        arguments += (numpy.uint64(view.pointer),)
+        if name == "residual":
+            arguments += (numpy.int32(view.ld),)
+    return arguments
