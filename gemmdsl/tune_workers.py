@@ -212,16 +212,21 @@ class _Slot:
 
 
 def visible_devices(count: int | None = None) -> list[str]:
-    """The GPUs workers may use (CUDA_VISIBLE_DEVICES's entries, else every device CUDA finds), the
-    first `count` of them."""
+    """The GPUs workers may use, the first `count` of them: CUDA_VISIBLE_DEVICES's entries, else 0..count-1,
+    else every device CUDA finds."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         devices = [item.strip() for item in listed.split(",") if item.strip()]
-    else:
+        return devices if count is None else devices[:count]
+    if count is not None:
+        return [str(i) for i in range(count)]
+    try:
         import cupy
 
-        devices = [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
-    return devices if count is None else devices[:count]
+        return [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
+    except Exception as err:  # no CuPy, no driver: say what to do instead
+        raise WorkerError(f"cannot count the GPUs ({error_text(err)}); name them with --gpus N or "
+                          "CUDA_VISIBLE_DEVICES") from None
 
 
 class LocalPool:
@@ -401,27 +406,26 @@ def row_of(outcome: Outcome):
                task.predicted, device.host, outcome.worker, outcome.error)
 
 
-def measure(pool, tasks: Sequence[Task], db, progress: Callable[[str], None] = lambda line: None) -> Device:
-    """Time the tasks the database does not hold for the pool's GPU model, writing each as it arrives.
-    Returns the device the pool timed on."""
-    device = pool.start()
-    held = db.measured(device.gpu)
-    todo = list({task.key: task for task in tasks if task.key not in held}.values())
-    progress(f"{device.gpu}: {len(tasks) - len(todo)} of {len(tasks)} measurement(s) already in {db.path}, "
-             f"{len(todo)} to time")
+def pending(tasks: Sequence[Task], db, gpu: str) -> list[Task]:
+    """The tasks (one of each key) the database holds no row of for this GPU model."""
+    held = db.measured(gpu)
+    return list({task.key: task for task in tasks if task.key not in held}.values())
+
+
+def measure(pool, tasks: Sequence[Task], db, progress: Callable[[str], None] = lambda line: None) -> None:
+    """Time the tasks on a started pool, writing each outcome to the database as it arrives."""
     done = 0
 
     def record(outcome: Outcome) -> None:
         nonlocal done
         done += 1
         db.record(row_of(outcome), outcome.task.text)
-        task = outcome.task
-        figures = (f"{outcome.timed.median_ms:.3f} ms, {100 * outcome.timed.cublas_ms / outcome.timed.median_ms:.1f}% "
-                   f"of cuBLAS" if outcome.timed else f"{outcome.status}: {outcome.error}")
-        progress(f"[{done}/{len(todo)}] {task.name} {'x'.join(map(str, task.size))} on {outcome.worker}: {figures}")
+        task, timed = outcome.task, outcome.timed
+        figures = (f"{timed.median_ms:.3f} ms, {100 * timed.cublas_ms / timed.median_ms:.1f}% of cuBLAS" if timed
+                   else f"{outcome.status}: {outcome.error}")
+        progress(f"[{done}/{len(tasks)}] {task.name} {'x'.join(map(str, task.size))} on {outcome.worker}: {figures}")
 
-    pool.run(todo, record)
-    return device
+    pool.run(tasks, record)
 
 
 # --- the GPU backend -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gemmdsl import tune_db
-from gemmdsl.tune_workers import LocalPool, Task, WorkerError, measure
+from gemmdsl.tune_workers import LocalPool, Task, WorkerError, measure, pending
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = "fake_timing:FakeBackend"
@@ -96,13 +96,15 @@ def test_a_worker_killed_from_outside_loses_only_its_task_which_is_timed_again(l
 def test_measure_writes_every_outcome_and_a_second_run_reuses_them(log, tmp_path):
     tasks = make_tasks(6, {2: "error"})
     with tune_db.TuneDB(tmp_path / "t.sqlite") as db, LocalPool(FAKE, ["0", "1"]) as pool:
-        device = measure(pool, tasks, db)
+        device = pool.start()
+        measure(pool, pending(tasks, db, device.gpu), db)
         rows = db.rows(gpu=device.gpu)
     assert len(rows) == 6 and {r.status for r in rows} == {"ok", "failed"}
     assert all(r.runs == 20 and r.predicted == 0.5 and r.driver == "13.0" and r.compiler == "fake 1.0" for r in rows)
     before = len(timings(log))
     with tune_db.TuneDB(tmp_path / "t.sqlite") as db, LocalPool(FAKE, ["0"]) as pool:
-        measure(pool, tasks + make_tasks(7)[6:], db)
+        todo = pending(tasks + make_tasks(7)[6:], db, pool.start().gpu)
+        measure(pool, todo, db)
     assert len(timings(log)) == before + 1  # only the new task: the failed one is not retried
 
 
@@ -110,10 +112,10 @@ def test_timings_of_another_gpu_model_are_kept_apart(log, tmp_path, monkeypatch)
     tasks = make_tasks(3)
     with tune_db.TuneDB(tmp_path / "t.sqlite") as db:
         with LocalPool(FAKE, ["0"]) as pool:
-            measure(pool, tasks, db)
+            measure(pool, pending(tasks, db, pool.start().gpu), db)
         monkeypatch.setenv("FAKE_GPU", "Other GPU")
         with LocalPool(FAKE, ["0"]) as pool:
-            measure(pool, tasks, db)
+            measure(pool, pending(tasks, db, pool.start().gpu), db)
         assert db.gpus() == ["Fake GPU", "Other GPU"] and len(db.rows(gpu="Other GPU")) == 3
     assert len(timings(log)) == 6
 
@@ -129,10 +131,10 @@ import sys
 from pathlib import Path
 sys.path[:0] = [{root!r}, {tests!r}]
 from gemmdsl import tune_db
-from gemmdsl.tune_workers import LocalPool, measure
+from gemmdsl.tune_workers import LocalPool, measure, pending
 from test_tune_workers import make_tasks
 with tune_db.TuneDB(sys.argv[1]) as db, LocalPool("fake_timing:FakeBackend", ["0", "1", "2"]) as pool:
-    measure(pool, make_tasks(15), db)
+    measure(pool, pending(make_tasks(15), db, pool.start().gpu), db)
 """
 
 
