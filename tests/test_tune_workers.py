@@ -159,3 +159,43 @@ def test_a_killed_driver_restarted_retimes_at_most_one_task_per_worker(log, tmp_
     hashes = [line.split()[0] for line in timings(log)]
     retimed = {h for h in hashes if hashes.count(h) > 1}
     assert len(retimed) <= 3 and all(hashes.count(h) == 2 for h in retimed)
+
+
+# --- `gemmdsl tune` end to end on fake GPUs -------------------------------------------------------------
+
+V3 = """\
+gemm v3 {
+    problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
+    block    { tile: 128x128x8; raster: {row,group(8)}; }
+    threads  { warps: 4x2; lanes: 4x8 row; micro: 4x4; repeat: 2x2 block; }
+    smem a   { order: km; pad: 4; }
+    pipeline { stages: {2,3}; copy: registers; fragments: double; }
+}
+"""
+
+
+def test_tune_times_on_fake_gpus_reuses_the_database_and_reports_from_it(log, tmp_path, capsys):
+    from gemmdsl.cli import main
+
+    template = tmp_path / "v3.tgemm"
+    template.write_text(V3)
+    common = ["tune", str(template), "--sizes", "4096,2048", "--budget", "4", "--no-nvcc", "--backend", FAKE,
+              "--db", str(tmp_path / "t.sqlite"), "--jobs", "1"]
+    assert main(common + ["--gpus", "2", "-o", str(tmp_path / "best.gemm")]) == 0
+    out = capsys.readouterr().out
+    with tune_db.TuneDB(tmp_path / "t.sqlite") as db:
+        rows = db.rows()
+    timed = len({r.spec_hash for r in rows})
+    assert len(timings(log)) == len(rows) == 2 * timed >= 4 and (tmp_path / "best.gemm").exists()
+    best = max({r.spec_hash for r in rows}, key=lambda h: sum(
+        __import__("math").log(r.pct_cublas) for r in rows if r.spec_hash == h))
+    winner = next(r.name for r in rows if r.spec_hash == best)
+    assert f"winner {winner} " in out and "device: Fake GPU" in (tmp_path / "best.gemm").read_text()
+    assert main(common + ["--gpus", "1", "-o", str(tmp_path / "again.gemm")]) == 0
+    assert len(timings(log)) == len(rows)  # everything came from the database
+    assert (tmp_path / "again.gemm").read_text().split("\n", 1)[1] == (tmp_path / "best.gemm").read_text().split("\n", 1)[1]
+    capsys.readouterr()
+    assert main(common + ["--report"]) == 0
+    report = capsys.readouterr().out
+    assert report.startswith(f"Fake GPU | {timed} candidate(s) measured at every size")
+    assert f"   1 {winner} " in report and "predicted vs measured: " in report
