@@ -282,7 +282,12 @@ class LocalPool:
         while queue or any(slot.task is not None for slot in self.slots):
             for slot in self.slots:
                 if slot.device is not None and slot.task is None and queue:
-                    slot.assign(queue.popleft(), self.timeout)
+                    try:
+                        slot.assign(queue[0], self.timeout)
+                    except OSError:  # it is exiting after a lost context: the task waits for the next worker
+                        slot.restart()
+                        continue
+                    queue.popleft()
             deadlines = [slot.deadline for slot in self.slots if slot.task is not None]
             left = max(0.0, min(deadlines) - time.monotonic()) if deadlines else STARTUP_TIMEOUT_S
             wait([slot.connection for slot in self.slots], timeout=left)
