@@ -826,21 +826,33 @@ def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: 
     from .tune_workers import LocalPool, measure, pending
 
     tasks = timing_tasks(survivors, sizes, runs, warmup, template_path)
+    return timing_from_rows(run_tasks(tasks, survivors, pool, db, jobs, template_path, progress),
+                            {task.spec_hash: task.name for task in tasks}, sizes)
+
+
+def run_tasks(tasks: Sequence, survivors: Sequence[Survivor], pool, db, jobs: int = 1,
+              template_path: str = "<template>.gemm", progress: Callable[[str], None] = lambda line: None) -> list:
+    """Time the tasks the database does not hold for the pool's GPU model (after building their candidates
+    on this host's CPUs, for a local pool), and return the database's rows of all of them."""
+    from .tune_db import spec_hash
+    from .tune_workers import LocalPool, measure, pending
+
     device = pool.start()
     todo = pending(tasks, db, device.gpu)
     if isinstance(pool, LocalPool):  # compile on this host's CPUs, in parallel, before the workers load
         hashes = {task.spec_hash for task in todo}
-        prebuild([s for s, t in zip(survivors, tasks[::len(sizes)]) if t.spec_hash in hashes], jobs, template_path)
+        prebuild([s for s in survivors if spec_hash(s.candidate.text) in hashes], jobs, template_path)
     progress(f"{device.gpu}: {len(tasks) - len(todo)} of {len(tasks)} measurement(s) already in {db.path}, "
              f"{len(todo)} to time")
     measure(pool, todo, db, progress)
     names = {task.spec_hash: task.name for task in tasks}
-    rows = db.rows(names, gpu=device.gpu)
+    wanted = {task.key for task in tasks}
+    rows = [row for row in db.rows(names, gpu=device.gpu) if (row.spec_hash, row.size) in wanted]
     for row in rows:
-        if row.status != "ok" and row.size in sizes:
-            print(f"note: {names[row.spec_hash]} left out: {row.status} at {'x'.join(map(str, row.size))} "
+        if row.status != "ok":
+            print(f"note: {names[row.spec_hash]} left out at {'x'.join(map(str, row.size))}: {row.status} "
                   f"({row.error})", file=sys.stderr)
-    return timing_from_rows(rows, names, sizes)
+    return rows
 
 
 def timing_from_rows(rows: Sequence, names: dict[str, str], sizes: Sequence[Size]) -> Timing:
@@ -1191,7 +1203,8 @@ def tune_main(args: argparse.Namespace) -> int:
     if args.exhaustive:  # the kept ones with their ptxas figures, then every other valid candidate, by rank
         kept_names = {s.candidate.name for s in kept}
         to_time += [s for s in rank(report.timeable, sizes, args.sms) if s.candidate.name not in kept_names]
-    timing = time_with_options(args, to_time, sizes, path)
+    timing = time_with_options(args, path, lambda pool, db: time_candidates(
+        to_time, sizes, args.runs, args.warmup, pool, db, args.jobs, path, _progress))
     if isinstance(timing, int):
         return timing
     if args.json:
@@ -1200,9 +1213,8 @@ def tune_main(args: argparse.Namespace) -> int:
     return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
 
 
-def time_with_options(args: argparse.Namespace, to_time: Sequence[Survivor], sizes: Sequence[Size],
-                      path: str) -> Timing | int:
-    """time_candidates on the pool and database the options name; an exit status when it cannot time."""
+def time_with_options(args: argparse.Namespace, path: str, work: Callable):
+    """`work(pool, db)` on the pool and database the options name; an exit status when it cannot time."""
     import sqlite3
 
     from .runtime import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
@@ -1218,7 +1230,7 @@ def time_with_options(args: argparse.Namespace, to_time: Sequence[Survivor], siz
     try:
         require_fp32_cublas()
         with TuneDB(args.db) as db, timing_pool(args) as pool:
-            return time_candidates(to_time, sizes, args.runs, args.warmup, pool, db, args.jobs, path, _progress)
+            return work(pool, db)
     except (GpuUnavailable, WorkerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ A task's spec text may carry a plant in a comment:
 Environment: FAKE_TIMING_LOG, a file every timing appends `spec_hash MxNxK pid` to; FAKE_TIMING_SLEEP,
 seconds each fake timing takes; FAKE_GPU, the fake device's name.
 """
+import hashlib
 import os
 import re
 import signal
@@ -23,9 +24,11 @@ def plant(text: str) -> str | None:
 
 
 def fake_figures(task) -> Timed:
-    """Deterministic in the spec and the size: what the worker that ran it cannot change."""
+    """Deterministic in the spec and the size (the fastest spec differs from size to size): what the
+    worker that ran it cannot change."""
     m, n, k = task.size
-    ms = (1.0 + int(task.spec_hash[:6], 16) % 997 / 997) * m * n * k / 4096 ** 3
+    digest = int(hashlib.sha256(f"{task.spec_hash} {m}x{n}x{k}".encode()).hexdigest()[:6], 16)
+    ms = (1.0 + digest % 997 / 997) * m * n * k / 4096 ** 3
     return Timed(ms, 1.2 * m * n * k / 4096 ** 3, 60.0)
 
 

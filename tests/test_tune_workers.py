@@ -199,3 +199,54 @@ def test_tune_times_on_fake_gpus_reuses_the_database_and_reports_from_it(log, tm
     report = capsys.readouterr().out
     assert report.startswith(f"Fake GPU | {timed} candidate(s) measured at every size")
     assert f"   1 {winner} " in report and "predicted vs measured: " in report
+
+
+CHECKED = """\
+gemm fam {
+    problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
+    target   sm_90;
+    block    { tile: 128x128x8; raster: {row,group(8),group(4)}; }
+    threads  { warps: 4x2; lanes: 4x8 row; micro: 4x4; repeat: 2x2 block; }
+    smem a   { order: km; pad: {4,8}; }
+    smem b   { order: kn; }
+    load a   { vector: 4; }
+    load b   { vector: 4; }
+    pipeline { stages: 2; copy: registers; fragments: double; }
+}
+"""
+
+
+def test_tune_shapes_writes_a_family_of_the_winners_with_a_measured_table(log, tmp_path, capsys):
+    from gemmdsl.cli import main
+    from gemmdsl.family import choose, compile_family_path
+
+    (tmp_path / "fam.tgemm").write_text(CHECKED)
+    shapes = ["1x4096x4096 2", "16x4096x4096", "128x4096x4096", "1024x4096x4096 0.5", "4096x4096x4096",
+              "4096x14336x4096", "8192x4096x14336"]
+    (tmp_path / "shapes.txt").write_text("# a block\n" + "\n".join(shapes) + "\n")
+    output = tmp_path / "out" / "fam_family.gemmf"
+    output.parent.mkdir()
+    assert main(["tune", str(tmp_path / "fam.tgemm"), "--shapes", str(tmp_path / "shapes.txt"), "--budget", "6",
+                 "--no-nvcc", "--backend", FAKE, "--db", str(tmp_path / "t.sqlite"), "--jobs", "1", "--gpus", "2",
+                 "-o", str(output)]) == 0
+    family = compile_family_path(output)
+    with tune_db.TuneDB(tmp_path / "t.sqlite") as db:
+        rows = db.rows()
+    hash_of = {m.artifacts.spec.name: tune_db.spec_hash((output.parent / m.path).read_text()) for m in family.members}
+    for line in shapes:
+        shape = tuple(map(int, line.split()[0].split("x")))
+        fastest = max((r for r in rows if r.size == shape), key=lambda r: (r.pct_cublas, r.name))
+        picked = choose(family.models, *shape, measured=family.measured)
+        assert hash_of[family.models[picked].name] == fastest.spec_hash, line
+    assert len(family.members) == len({h for h in hash_of.values()}) >= 2
+    assert all(choose(family.models, *shape) != index for shape, index in family.measured)
+    assert "weighted geomean over the shapes" in output.read_text()
+
+
+def test_a_bad_shape_line_names_its_file_and_line(tmp_path):
+    from gemmdsl.tune_family import read_weighted_shapes
+
+    (tmp_path / "s.txt").write_text("16x4096x4096 2\n16x4096x4096 -1\n")
+    with pytest.raises(ValueError, match=r"s\.txt:2: the weight -1 is not a positive number"):
+        read_weighted_shapes(tmp_path / "s.txt")
+    assert read_weighted_shapes(ROOT / "examples" / "shapes" / "llama_block.txt")[0] == ((1, 6144, 4096), 1.0)
