@@ -4,7 +4,7 @@
     report = screen(candidates, sizes)             # front end + analysis passes, no GPU
     ranked = rank(report.survivors, sizes)         # best predicted first
     kept, dropped = select(ranked, budget)         # the top N, after ptxas's spill check
-    timing = time_candidates(kept, sizes)          # bench.bench on the GPU
+    timing = time_candidates(kept, sizes, pool, db)  # workers, one per GPU (tune_workers), into the database
     write_winner(path, winner, timing, ...)        # a plain .gemm with the figures in its header
 
 Templates
@@ -59,8 +59,10 @@ on PATH (else NVRTC) each is built first and one that ptxas makes spill (an mma.
 MMA_SYNC_TOLERATED_SPILL_BYTES), or whose real register count drops it under --min-warps, is replaced
 by the next in rank.
 
-Timing uses bench.bench (cuBLAS beside, same buffers) and picks the lowest geometric
-mean of the median times over the sizes. --exhaustive times every valid candidate
+Timing uses bench.bench (cuBLAS beside, same buffers) in one worker process per GPU, or in Ray
+tasks (gemmdsl/tune_workers.py), writes every measurement to the tuning database as it arrives and
+reuses what it holds (gemmdsl/tune_db.py), and picks the highest geometric mean over the sizes of the
+percentage of the cuBLAS launches timed beside each candidate (docs/tuning-at-scale.md). --exhaustive times every valid candidate
 in the same run and reports whether the pruned search found the same winner.
 """
 from __future__ import annotations
@@ -1306,7 +1308,8 @@ def print_report(db_path: str, path: str, candidates: Sequence[Candidate], sizes
         for row in mine:
             if row.status != "ok":
                 print(f"   {row.status:<7} {names[row.spec_hash]} at {'x'.join(map(str, row.size))}: {row.error}")
-        rho = spearman([predicted[m.name] for m in ranking], [m.geomean_pct_cublas for m in ranking])
-        print(f"  predicted vs measured: Spearman {rho:.2f} over {len(ranking)} candidates" if rho is not None
-              else "  predicted vs measured: too few candidates to compare")
+        rho = (spearman([predicted[m.name] for m in ranking], [m.geomean_pct_cublas for m in ranking])
+               if len(ranking) > 1 else math.nan)
+        print("  predicted vs measured: " + (f"Spearman {rho:.2f} over {len(ranking)} candidates" if not math.isnan(rho)
+                                             else "too few candidates or scores to compare"))
     return 0

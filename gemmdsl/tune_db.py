@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import re
 import sqlite3
 import sys
@@ -179,29 +180,31 @@ def merge(output: str | Path, inputs: Sequence[str | Path]) -> list[str]:
     return lines
 
 
-def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (average ranks for ties), None under 2 pairs or with a constant side."""
-    if len(xs) < 2:
-        return None
-    rx, ry = _ranks(xs), _ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return None if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
+def average_ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing the average of the ranks they span."""
     order = sorted(range(len(values)), key=lambda i: values[i])
     ranks = [0.0] * len(values)
     start = 0
     while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for position in range(start, end + 1):
-            ranks[order[position]] = (start + end) / 2 + 1
-        start = end + 1
+        stop = start
+        while stop + 1 < len(order) and values[order[stop + 1]] == values[order[start]]:
+            stop += 1
+        for position in range(start, stop + 1):
+            ranks[order[position]] = (start + stop) / 2 + 1
+        start = stop + 1
     return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho: Pearson's correlation of the average ranks (nan when either side is constant)."""
+    if len(x) != len(y) or not x:
+        raise ValueError("spearman needs two non-empty sequences of one length")
+    rx, ry = average_ranks(x), average_ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else math.nan
 
 
 # --- `gemmdsl tunedb` ------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def main() -> int:
     one_s, one = timed_run(args.out / "one.sqlite", devices[:1], tasks, args.timeout)
     all_s, every = timed_run(args.out / "all.sqlite", devices, tasks, args.timeout)
     both = sorted(set(one) & set(every))
-    rho = spearman([one[h] for h in both], [every[h] for h in both])
+    rho = spearman([one[h] for h in both], [every[h] for h in both]) if both else float("nan")
 
     plants = [Task(spec_hash(f"gemm planted {{ {kind} }}"), size, f"planted_{kind}", f"gemm planted {{ {kind} }}\n"
                    f"// plant: {kind}", "planted", 20, 5) for kind in ("fault", "hang")]
@@ -68,7 +68,7 @@ def main() -> int:
     print(f"{'timing, 1 GPU':<34} {1:>4} {len(one):>10} {one_s:>8.1f} {60 * len(one) / one_s:>10.1f}")
     print(f"{'timing, all GPUs':<34} {len(devices):>4} {len(every):>10} {all_s:>8.1f} {60 * len(every) / all_s:>10.1f}")
     print(f"speed-up {one_s / all_s:.2f}x; Spearman of % cuBLAS, {len(devices)} GPUs vs 1: "
-          + (f"{rho:.3f} over {len(both)} candidates" if rho is not None else "n/a"))
+          + f"{rho:.3f} over {len(both)} candidates")
     print(f"faults ({fault_s:.1f} s, {len(fault_tasks)} tasks, timeout 30 s):")
     for task in fault_tasks:
         row = fault_rows.get(task.name)

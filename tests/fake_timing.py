@@ -6,6 +6,7 @@ A task's spec text may carry a plant in a comment:
     // plant: hang    the timing never returns (the fake sleeps / a kernel spins forever)
     // plant: lost    the backend raises ContextLost (the fake)
     // plant: error   the backend raises an ordinary error (the fake)
+    // plant: slow    the timing takes a second longer (the fake)
 Environment: FAKE_TIMING_LOG, a file every timing appends `spec_hash MxNxK pid` to; FAKE_TIMING_SLEEP,
 seconds each fake timing takes; FAKE_GPU, the fake device's name.
 """
@@ -47,6 +48,8 @@ class FakeBackend:
             os.kill(os.getpid(), signal.SIGSEGV)
         if kind == "hang":
             time.sleep(3600)
+        if kind == "slow":
+            time.sleep(1)
         if kind == "lost":
             raise ContextLost("CUDA error: cudaErrorIllegalAddress: an illegal memory access was encountered")
         if kind == "error":

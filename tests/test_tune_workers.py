@@ -78,14 +78,14 @@ def test_faults_cost_one_worker_and_are_recorded_with_the_reason(log):
 def test_a_worker_killed_from_outside_loses_only_its_task_which_is_timed_again(log):
     killed = {}
 
-    def kill_a_busy_worker(pool, outcome):
-        if not killed:
-            slot = next(slot for slot in pool.slots if slot.task is not None)
+    def kill_the_slow_tasks_worker(pool, outcome):
+        if not killed:  # the first outcome is a fast task's: the slow one is surely still being timed
+            slot = next(slot for slot in pool.slots if slot.task is not None and slot.task.name == "k_t0")
             killed["task"] = slot.task
             os.kill(slot.pid, signal.SIGKILL)
 
-    tasks = make_tasks(8)
-    outcomes = run_pool(tasks, ["0", "1", "2"], on_outcome=kill_a_busy_worker)
+    tasks = make_tasks(8, {0: "slow"})
+    outcomes = run_pool(tasks, ["0", "1", "2"], on_outcome=kill_the_slow_tasks_worker)
     assert sorted(o.task.name for o in outcomes) == sorted(t.name for t in tasks)
     assert all(o.status == "ok" for o in outcomes)
     counts = {t.spec_hash: sum(line.startswith(t.spec_hash) for line in timings(log)) for t in tasks}
