@@ -62,8 +62,8 @@ by the next in rank.
 Timing uses bench.bench (cuBLAS beside, same buffers) in one worker process per GPU, or in Ray
 tasks (gemmdsl/tune_workers.py), writes every measurement to the tuning database as it arrives and
 reuses what it holds (gemmdsl/tune_db.py), and picks the highest geometric mean over the sizes of the
-percentage of the cuBLAS launches timed beside each candidate (docs/tuning-at-scale.md). --exhaustive times every valid candidate
-in the same run and reports whether the pruned search found the same winner.
+percentage of the cuBLAS launches timed beside each candidate (docs/tuning-at-scale.md). --exhaustive
+times every valid candidate in the same run and reports whether the pruned search found the same winner.
 """
 from __future__ import annotations
 
@@ -825,8 +825,6 @@ def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: 
     each measurement written to the tuning database as it arrives and those it holds for this GPU model
     reused. A candidate that failed at some size (it does not build, faulted, hung) is left out with its
     reason, and the others are timed."""
-    from .tune_workers import LocalPool, measure, pending
-
     tasks = timing_tasks(survivors, sizes, runs, warmup, template_path)
     return timing_from_rows(run_tasks(tasks, survivors, pool, db, jobs, template_path, progress),
                             {task.spec_hash: task.name for task in tasks}, sizes)

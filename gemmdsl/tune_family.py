@@ -51,8 +51,7 @@ def read_weighted_shapes(path: str | Path) -> list[tuple[Size, float]]:
 
 
 def tune_family_main(args: argparse.Namespace, path: str, candidates: Sequence) -> int:
-    from .tune import (_progress, search, template_stem, time_with_options, timing_from_rows, timing_tasks)
-    from .tune_db import spec_hash
+    from .tune import _progress, run_tasks, search, template_stem, time_with_options, timing_from_rows, timing_tasks
 
     try:
         shapes = read_weighted_shapes(args.shapes)
@@ -71,8 +70,6 @@ def tune_family_main(args: argparse.Namespace, path: str, candidates: Sequence) 
         print(f"{path}: error: no candidate survived the screening at any shape; nothing to time", file=sys.stderr)
         return 1
     survivors = list({s.candidate.name: s for kept in kept_by_shape.values() for s in kept}.values())
-    from .tune import run_tasks
-
     rows = time_with_options(args, path, lambda pool, db: run_tasks(tasks, survivors, pool, db, args.jobs, path,
                                                                     _progress))
     if isinstance(rows, int):
@@ -90,15 +87,16 @@ def tune_family_main(args: argparse.Namespace, path: str, candidates: Sequence) 
         print("error: no candidate could be timed at any shape", file=sys.stderr)
         return 1
     by_name = {s.candidate.name: s for s in survivors}
-    return write_family(output, name, path, args.shapes, shapes, winners, by_name, spec_hash)
+    return write_family(output, name, path, args.shapes, shapes, winners, by_name)
 
 
 def write_family(output: Path, name: str, template_path: str, shapes_path: str, shapes: Sequence[tuple[Size, float]],
-                 winners: dict, by_name: dict, spec_hash) -> int:
+                 winners: dict, by_name: dict) -> int:
     """Write one member spec per distinct winner and the family file, once the family compiles."""
     from .compiler import write_outputs
     from .family import choose, compile_family
     from .tune import winner_text
+    from .tune_db import spec_hash
 
     member_of: dict[str, int] = {}  # spec hash -> member number
     members: list[tuple[str, str]] = []  # (file name, text)

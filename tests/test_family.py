@@ -223,7 +223,7 @@ CHECKED = (ROOT / "specs" / "checked_v3.gemm").read_text()
                                          "      |         ^~~~~"]),
     ("family f {\n}\n", ["f.gemmf:1:8: error: family f has no members"]),
     ("gemm f {\n}\n", ["f.gemmf:1:1: error: expected 'family', found 'gemm'"]),
-    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use' or '}', found the end of the file"]),
+    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use', 'measured' or '}', found the end of the file"]),
     ("family f { use a.gemm; }\nfamily g { }\n", ["f.gemmf:2:1: error: unexpected 'family' after the family"]),
     ("family f {\n    use missing.gemm;\n}\n", ["f.gemmf:2:9: error: member missing.gemm does not compile",
                                                "missing.gemm:1:1: error: cannot read file"]),
