@@ -27,6 +27,7 @@ TOOLS = (
     ("bench", "gemmdsl.bench", "time kernels on the GPU beside cuBLAS"),
     ("profile", "gemmdsl.profile", "compare predictions with Nsight Compute counters"),
     ("tune", "gemmdsl.tune", "search a template's space: prune with the analysis, time the best on the GPU"),
+    ("tunedb", "gemmdsl.tune_db", "merge tuning databases from several hosts"),
 )
 
 

@@ -42,7 +42,19 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
                      EXTRA_LAUNCH_CYCLES (cycles.py) per launch beyond the first: the prepare
                      kernel, and the plain tiles' kernel when there are plain tiles
 
-and the member with the fewest predicted cycles runs (the first listed on a tie). A call an
+and the member with the fewest predicted cycles runs (the first listed on a tie), unless the family's
+measured table names the shape: there the member it names runs, the one timed fastest at that shape
+(`gemmdsl tune --shapes` writes the table where its measurements and the model disagree):
+
+    family llama_block {
+        use llama_block_m0.gemm;
+        use llama_block_m1.gemm;
+        measured {
+            16x4096x4096: llama_block_m1.gemm;   // MxNxK: one of the `use`d paths
+        }
+    }
+
+A call an
 exact member refuses for its operands (misaligned pointers or leading dimensions) goes to the
 member the rule picks among the checked ones. The figures are SM clock cycles on the target's
 reference GPU: they rank members, they do not promise a time.
@@ -78,10 +90,15 @@ def is_family_path(path: str | Path) -> bool:
 # --- the rule ----------------------------------------------------------------------------------
 
 
-def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bool = True) -> int:
-    """Index of the member that runs M x N x K: the fewest predicted cycles among those that accept
-    the shape, the first listed on a tie. exact_allowed=False: among the checked members only (a call
-    that an exact member refused for its operands)."""
+def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bool = True,
+           measured: tuple[tuple[Size, int], ...] = ()) -> int:
+    """Index of the member that runs M x N x K: the one the measured table names for the shape, else the
+    fewest predicted cycles among those that accept the shape, the first listed on a tie.
+    exact_allowed=False: among the checked members only (a call that an exact member refused for its
+    operands)."""
+    for shape, index in measured:
+        if shape == (m, n, k) and (exact_allowed or not members[index].exact):
+            return index
     best = None
     for index, member in enumerate(members):
         if member.exact and not exact_allowed:
@@ -128,6 +145,7 @@ class FamilyArtifacts:
     name: str
     source: SourceFile
     members: tuple[Member, ...]
+    measured: tuple[tuple[Size, int], ...] = ()  # (shape, member index): the measured table
 
     @cached_property
     def cuda(self) -> str:
@@ -164,7 +182,7 @@ class FamilyArtifacts:
         return json.dumps(self.metadata, indent=2, sort_keys=True) + "\n"
 
 
-TOKEN = re.compile(r"\s+|//[^\n]*|#[^\n]*|(?P<punct>[{};])|(?P<word>[^\s{};#]+)")
+TOKEN = re.compile(r"\s+|//[^\n]*|#[^\n]*|(?P<punct>[{};:])|(?P<word>[^\s{};:#]+)")
 
 
 @dataclass(frozen=True)
@@ -196,10 +214,12 @@ def _error(span: Span, message: str, hint: str | None = None) -> Diagnostic:
 
 
 FAMILY_HINT = "a family file reads `family NAME { use member.gemm; use other.gemm; }`"
+MEASURED_HINT = "a measured table reads `measured { 16x4096x4096: member.gemm; }`, one of the `use`d paths a shape"
 
 
-def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token]]:
-    """The family's name, its span and the `use`d paths' tokens; syntax errors raise CompileError."""
+def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token], list[tuple[_Token, _Token]]]:
+    """The family's name, its span, the `use`d paths' tokens and the measured table's (shape, path)
+    tokens; syntax errors raise CompileError."""
     tokens = _tokens(source)
     end = Span(source.path, source.text.count("\n") + 1, 1, source.text.count("\n") + 1, 2)
     position = 0
@@ -222,14 +242,24 @@ def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token]]:
         position += 1
         paths.append(expect("a member's .gemm path", lambda text: text.endswith(".gemm")))
         expect("';' after the path", lambda text: text == ";")
-    expect("'use' or '}'", lambda text: text == "}")
+    measured = []
+    if position < len(tokens) and tokens[position].text == "measured":
+        position += 1
+        expect("'{' after measured", lambda text: text == "{")
+        while position < len(tokens) and tokens[position].text != "}":
+            shape = expect("a shape MxNxK", lambda text: re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*", text) is not None)
+            expect("':' after the shape", lambda text: text == ":")
+            measured.append((shape, expect("a member's .gemm path", lambda text: text.endswith(".gemm"))))
+            expect("';' after the path", lambda text: text == ";")
+        expect("'}' closing the measured table", lambda text: text == "}")
+    expect("'use', 'measured' or '}'", lambda text: text == "}")
     if position < len(tokens):
         raise CompileError([_error(tokens[position].span, f"unexpected '{tokens[position].text}' after the family",
                                    "a family file holds one family block")], source)
     if not paths:
         raise CompileError([_error(name.span, f"family {name.text} has no members",
                                    FAMILY_HINT)], source)
-    return name.text, name.span, paths
+    return name.text, name.span, paths, measured
 
 
 def _shared_problem(spec: ir.KernelSpec) -> tuple:
@@ -249,7 +279,7 @@ def _describe(spec: ir.KernelSpec) -> str:
 def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts:
     """Parse a family file, compile its members (for `sm` instead of their target, if given) and emit
     the family's .cu and metadata."""
-    name, name_span, paths = parse_family(source)
+    name, name_span, paths, measured_tokens = parse_family(source)
     directory = Path(source.path).parent
     members: list[Member] = []
     errors: list[Diagnostic] = []
@@ -278,10 +308,35 @@ def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts
     if not errors and all(member.model.exact for member in members):
         errors.append(_error(name_span, f"family {name} has no `bounds: checked` member",
                              "add one, so that every shape has a member that accepts it"))
+    measured = _measured_table(measured_tokens, members, errors) if not errors else ()
     if errors:
         # A member's own diagnostics render against its own file.
         raise _FamilyError(errors, source)
-    return FamilyArtifacts(name, source, tuple(members))
+    return FamilyArtifacts(name, source, tuple(members), measured)
+
+
+def _measured_table(entries: list[tuple[_Token, _Token]], members: list[Member],
+                    errors: list[Diagnostic]) -> tuple[tuple[Size, int], ...]:
+    """The measured table as (shape, member index); a path that is no member, a shape listed twice or an
+    exact member given a shape its tile does not divide is an error."""
+    table: dict[Size, int] = {}
+    paths = [member.path for member in members]
+    for shape_token, path_token in entries:
+        shape = tuple(int(extent) for extent in shape_token.text.split("x"))
+        if path_token.text not in paths:
+            errors.append(_error(path_token.span, f"{path_token.text} is not a member of the family", MEASURED_HINT))
+        elif shape in table:
+            errors.append(_error(shape_token.span, f"shape {shape_token.text} is listed twice",
+                                 "a shape has one measured member"))
+        else:
+            index = paths.index(path_token.text)
+            model = members[index].model
+            if model.exact and any(extent % step for extent, step in zip(shape, model.tile)):
+                errors.append(_error(path_token.span, f"{path_token.text} (bounds: exact, tile "
+                                     f"{'x'.join(map(str, model.tile))}) cannot take {shape_token.text}",
+                                     "name a member that accepts the shape"))
+            table[shape] = index
+    return tuple(table.items())
 
 
 class _FamilyError(CompileError):
@@ -320,6 +375,8 @@ def family_metadata(family: FamilyArtifacts) -> dict:
                               "partial_cycles": member.model.partial_cycles,
                               "launch_cycles": member.model.launch_cycles, **dict(member.model.terms)}}
                     for member in family.members],
+        **({"measured": [{"shape": list(shape), "member": family.members[index].artifacts.name}
+                         for shape, index in family.measured]} if family.measured else {}),
         "rule": "fewest predicted cycles among the members that accept the shape (gemmdsl/family.py)",
         "requires": {"m_multiple": family.requirements.m_multiple, "n_multiple": family.requirements.n_multiple,
                      "k_multiple": family.requirements.k_multiple},
@@ -339,7 +396,8 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
     """Which member runs the problem and the rule's figures for every member."""
     m, n, k = problem
     models = family.models
-    chosen = choose(models, m, n, k)
+    chosen = choose(models, m, n, k, measured=family.measured)
+    model_pick = choose(models, m, n, k)
     rows = []
     for model in models:
         figures = estimate(model, m, n, k)
@@ -351,7 +409,10 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
     best = estimate(models[chosen], m, n, k).cycles
     runner_up = [row["cycles"] for index, row in enumerate(rows) if row["accepted"] and index != chosen]
     reason = f"{models[chosen].name}: the fewest predicted cycles ({best:,})"
-    if runner_up and min(runner_up) == best:
+    if chosen != model_pick:
+        reason = (f"{models[chosen].name}: timed fastest at this shape (the family's measured table), where "
+                  f"the model picks {models[model_pick].name}")
+    elif runner_up and min(runner_up) == best:
         reason += ", tied with the next member and listed first"
     elif runner_up:
         reason += f"; the next member predicts {min(runner_up) / best:.3f}x as many"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .family import FamilyArtifacts, choose, compile_family_path, is_family_path
+from .devices import DeviceMismatch
 from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
 from .source import CompileError
 
@@ -49,30 +50,33 @@ class FamilyKernel:
         # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
         self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
-        self._choose = lru_cache(maxsize=4096)(partial(choose, self.models))
+        self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
 
     def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
         return self.kernels[self._choose(m, n, k, exact_allowed)]
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-             stream_k: bool = True, interior: bool = True) -> Any:
-        """The chosen member's `Kernel.bind` (stream_k and interior as there)."""
+             stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
+        """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there)."""
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
         kernel = self.member_for(m, n, k)
         try:
-            return kernel.bind(a, b, c, alpha, beta, stream_k, interior)
+            return kernel.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+        except DeviceMismatch:
+            raise
         except ValueError:
             if kernel.requirements.multiples == (1, 1, 1):
                 raise
             # An exact member refused these operands (alignment): the checked member the rule picks.
-            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior)
+            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior,
+                                                                        **chain)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
-                 stream: Any = None, stream_k: bool = True, interior: bool = True) -> Any:
-        """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams
-        and returned C."""
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior)
+                 stream: Any = None, stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
+        """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams,
+        fuse chain operands and returned C."""
+        launch = self.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
 

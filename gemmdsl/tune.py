@@ -4,7 +4,7 @@
     report = screen(candidates, sizes)             # front end + analysis passes, no GPU
     ranked = rank(report.survivors, sizes)         # best predicted first
     kept, dropped = select(ranked, budget)         # the top N, after ptxas's spill check
-    timing = time_candidates(kept, sizes)          # bench.bench on the GPU
+    timing = time_candidates(kept, sizes, pool, db)  # workers, one per GPU (tune_workers), into the database
     write_winner(path, winner, timing, ...)        # a plain .gemm with the figures in its header
 
 Templates
@@ -59,9 +59,11 @@ on PATH (else NVRTC) each is built first and one that ptxas makes spill (an mma.
 MMA_SYNC_TOLERATED_SPILL_BYTES), or whose real register count drops it under --min-warps, is replaced
 by the next in rank.
 
-Timing uses bench.bench (cuBLAS beside, same buffers) and picks the lowest geometric
-mean of the median times over the sizes. --exhaustive times every valid candidate
-in the same run and reports whether the pruned search found the same winner.
+Timing uses bench.bench (cuBLAS beside, same buffers) in one worker process per GPU, or in Ray
+tasks (gemmdsl/tune_workers.py), writes every measurement to the tuning database as it arrives and
+reuses what it holds (gemmdsl/tune_db.py), and picks the highest geometric mean over the sizes of the
+percentage of the cuBLAS launches timed beside each candidate (docs/tuning-at-scale.md). --exhaustive
+times every valid candidate in the same run and reports whether the pruned search found the same winner.
 """
 from __future__ import annotations
 
@@ -83,6 +85,7 @@ from .paths import path_of
 from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .tune_workers import build_failure  # noqa: F401  (tune's name for it, where the workers' backend uses it)
 
 DEFAULT_SIZES = "4096x4096x4096"
 DEFAULT_BUDGET = 8
@@ -806,36 +809,77 @@ def _cubin_or_none(source: str, target: str) -> bytes | None:
         return None
 
 
-def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
-                    jobs: int = 1, template_path: str = "<template>.gemm") -> Timing:
-    """Compile, load and time the candidates on the GPU with bench.bench (cuBLAS beside them). A candidate
-    that does not build (without the ptxas check, --no-nvcc, nothing caught it before) is left out with the
-    compiler's reason, and the others are timed."""
-    from .bench import bench
-    from .compiler import compile_source
-    from .runtime import Kernel, KernelBuildError
+def timing_tasks(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
+                 template_path: str = "<template>.gemm") -> list:
+    """One tune_workers.Task per candidate and size."""
+    from .tune_db import spec_hash
+    from .tune_workers import Task
 
-    prebuild(survivors, jobs, template_path)
-    kernels = []
-    for number, survivor in enumerate(survivors, 1):
-        print(f"[load {number}/{len(survivors)}] {survivor.candidate.name}", file=sys.stderr, flush=True)
-        artifacts = compile_source(SourceFile(candidate_path(template_path, survivor.candidate),
-                                              survivor.candidate.text))
-        try:
-            kernels.append(Kernel(artifacts))
-        except KernelBuildError as err:
-            print(f"note: {survivor.candidate.name} left out: it does not build ({build_failure(str(err))})",
-                  file=sys.stderr)
-    if not kernels:
-        raise KernelBuildError("no candidate builds")
-    return timing_from_report(bench(kernels, list(sizes), runs=runs, warmup=warmup), sizes)
+    return [Task(spec_hash(s.candidate.text), tuple(size), s.candidate.name, s.candidate.text,
+                 candidate_path(template_path, s.candidate), runs, warmup, s.prediction.score)
+            for s in survivors for size in sizes]
 
 
-def build_failure(log: str) -> str:
-    """The line of a compiler's log that says why it failed (ptxas's fatal, nvcc's error), else its first."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    fatal = [line for line in lines if "fatal" in line or ": error" in line]
-    return (fatal or lines or ["no message"])[0]
+def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int, pool, db,
+                    jobs: int = 1, template_path: str = "<template>.gemm",
+                    progress: Callable[[str], None] = lambda line: None) -> Timing:
+    """Time every candidate at every size in the pool's workers (tune_workers: one per GPU, or Ray tasks),
+    each measurement written to the tuning database as it arrives and those it holds for this GPU model
+    reused. A candidate that failed at some size (it does not build, faulted, hung) is left out with its
+    reason, and the others are timed."""
+    tasks = timing_tasks(survivors, sizes, runs, warmup, template_path)
+    return timing_from_rows(run_tasks(tasks, survivors, pool, db, jobs, template_path, progress),
+                            {task.spec_hash: task.name for task in tasks}, sizes)
+
+
+def run_tasks(tasks: Sequence, survivors: Sequence[Survivor], pool, db, jobs: int = 1,
+              template_path: str = "<template>.gemm", progress: Callable[[str], None] = lambda line: None) -> list:
+    """Time the tasks the database does not hold for the pool's GPU model (after building their candidates
+    on this host's CPUs, for a local pool), and return the database's rows of all of them."""
+    from .tune_db import spec_hash
+    from .tune_workers import LocalPool, measure, pending
+
+    device = pool.start()
+    todo = pending(tasks, db, device.gpu)
+    if isinstance(pool, LocalPool):  # compile on this host's CPUs, in parallel, before the workers load
+        hashes = {task.spec_hash for task in todo}
+        prebuild([s for s in survivors if spec_hash(s.candidate.text) in hashes], jobs, template_path)
+    progress(f"{device.gpu}: {len(tasks) - len(todo)} of {len(tasks)} measurement(s) already in {db.path}, "
+             f"{len(todo)} to time")
+    measure(pool, todo, db, progress)
+    names = {task.spec_hash: task.name for task in tasks}
+    wanted = {task.key for task in tasks}
+    rows = [row for row in db.rows(names, gpu=device.gpu) if (row.spec_hash, row.size) in wanted]
+    for row in rows:
+        if row.status != "ok":
+            print(f"note: {names[row.spec_hash]} left out at {'x'.join(map(str, row.size))}: {row.status} "
+                  f"({row.error})", file=sys.stderr)
+    return rows
+
+
+def timing_from_rows(rows: Sequence, names: dict[str, str], sizes: Sequence[Size]) -> Timing:
+    """Tuning-database rows (tune_db.Row, one GPU model) -> Timing, through the bench rows they stand for:
+    candidates by their names here (`names`: spec hash -> name), cuBLAS at each size the median of the
+    cuBLAS launches timed beside them, the peak the median the workers measured."""
+    from statistics import median
+
+    from .bench import BenchReport, Row, measured_row
+
+    chosen = [row for row in rows if row.spec_hash in names and row.size in set(map(tuple, sizes))]
+    ok = [row for row in chosen if row.status == "ok"]
+    peak = median(row.peak_tflops for row in ok) if ok else 0.0
+    bench_rows = []
+    for size in sizes:
+        beside = [row.cublas_ms for row in ok if row.size == tuple(size)]
+        if beside:
+            bench_rows.append(measured_row("cuBLAS", tuple(size), 1, median(beside), median(beside), peak))
+    for row in chosen:
+        name = names[row.spec_hash]
+        bench_rows.append(measured_row(name, row.size, 1, row.median_ms, row.cublas_ms, row.peak_tflops)
+                          if row.status == "ok" else Row(name, *row.size, buffer_sets=1, note=row.error))
+    device, cupy_version = (chosen[0].gpu, chosen[0].cupy) if chosen else ("no GPU", "")
+    runs = max((row.runs for row in ok), default=0)
+    return timing_from_report(BenchReport(device, cupy_version, peak, runs, 0, bench_rows), sizes)
 
 
 # ---------------------------------------------------------------------------
@@ -1027,6 +1071,36 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the winner (default: <template stem>_best.gemm)")
     parser.add_argument("--name", help="kernel name of the winner (default: <template stem>_best)")
     parser.add_argument("--json", metavar="FILE", help="also write every candidate's fate, prediction and timing")
+    from .tune_db import DEFAULT_DB
+    from .tune_workers import DEFAULT_TIMEOUT_S, GPU_BACKEND
+
+    scale = parser.add_argument_group("tuning at scale (docs/tuning-at-scale.md)")
+    scale.add_argument("--db", default=str(DEFAULT_DB), metavar="FILE",
+                       help=f"the tuning database every measurement is written to as it arrives and reused from "
+                            f"(default {DEFAULT_DB})")
+    scale.add_argument("--gpus", type=gpus_argument, default=None, metavar="N|all",
+                       help="time on the first N GPUs of this host (CUDA_VISIBLE_DEVICES's, else all CUDA finds), "
+                            "one worker process each (default all)")
+    scale.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                       help=f"seconds one measurement may take before its worker is killed and restarted and the "
+                            f"candidate recorded as timed out (default {DEFAULT_TIMEOUT_S:g})")
+    scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="time as Ray tasks, one per candidate and size with num_gpus=1, on the cluster at "
+                            "ADDRESS (without it: RAY_ADDRESS, else a local Ray); needs pip install 'gemmdsl[ray]'")
+    scale.add_argument("--backend", default=GPU_BACKEND, metavar="MODULE:CLASS",
+                       help="the timing backend each worker builds (default: the GPU's, bench beside cuBLAS)")
+    scale.add_argument("--report", action="store_true",
+                       help="print what the database holds for the template's candidates at --sizes: the measured "
+                            "ranking beside the predicted one; time nothing")
+    scale.add_argument("--shapes", metavar="FILE",
+                       help="tune each shape of FILE (one `MxNxK [weight]` a line) and write a .gemmf family of the "
+                            "winners (-o, default <template stem>_family.gemmf), its rule refined where the measured "
+                            "winner is not the model's pick")
+
+
+def gpus_argument(text: str) -> int | None:
+    """`all` -> None, else a positive count."""
+    return None if text == "all" else _positive(text)
 
 
 def _positive(text: str) -> int:
@@ -1047,9 +1121,41 @@ def _screen_progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
+def search(candidates: Sequence[Candidate], sizes: Sequence[Size], args: argparse.Namespace,
+           path: str) -> tuple[ScreenReport, list[Survivor], list[Survivor], dict, str | None]:
+    """Screen, rank and select as the options say: (report, ranked, kept, dropped, the ptxas compiler or None)."""
+    from .build import ptxas_compiler
+
+    report = screen(candidates, sizes, args.min_warps, args.conflict_tolerance, path, _screen_progress)
+    compiler = None if args.no_nvcc else ptxas_compiler()
+    build_fn, failed = None, []
+    if compiler is not None:  # mma.sync: rank on ptxas's figures; select reuses them for its spill check
+        built = lambda survivor: ptxas_of(survivor, path, compiler)  # noqa: E731
+        report, failed = with_ptxas(report, sizes, built, args.jobs, _progress)
+        build_fn = lambda survivor: survivor.prediction.ptxas or built(survivor)  # noqa: E731
+    ranked = rank(report.survivors, sizes, args.sms)
+    kept, dropped = select(ranked, args.budget, sizes, args.min_warps, build_fn, args.jobs, _progress)
+    if failed:
+        dropped = {"build": failed + dropped.pop("build", []), **dropped}
+    return report, ranked, kept, dropped, compiler
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def timing_pool(args: argparse.Namespace):
+    """The workers `--gpus`, `--ray` and `--backend` ask for (tune_workers)."""
+    from .tune_workers import LocalPool, RayPool, visible_devices
+
+    if args.ray is not None:  # the cluster runs this gemmdsl, whether or not its nodes have one installed
+        return RayPool(args.backend, args.ray or None, args.timeout,
+                       runtime_env={"py_modules": [str(Path(__file__).parent)]})
+    return LocalPool(args.backend, visible_devices(args.gpus), args.timeout)
+
+
 def tune_main(args: argparse.Namespace) -> int:
     """1: a bad template or nothing survives; 2: bad sizes, or no GPU to time on (after the screening report)."""
-    from .build import ptxas_compiler
     from .runtime import parse_sizes
 
     try:
@@ -1072,18 +1178,13 @@ def tune_main(args: argparse.Namespace) -> int:
         print(err.render(), file=sys.stderr)
         return 1
 
-    report = screen(candidates, sizes, args.min_warps, args.conflict_tolerance, path, _screen_progress)
-    compiler = None if args.no_nvcc else ptxas_compiler()
-    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    build_fn, failed = None, []
-    if compiler is not None:  # mma.sync: rank on ptxas's figures; select reuses them for its spill check
-        built = lambda survivor: ptxas_of(survivor, path, compiler)  # noqa: E731
-        report, failed = with_ptxas(report, sizes, built, args.jobs, progress)
-        build_fn = lambda survivor: survivor.prediction.ptxas or built(survivor)  # noqa: E731
-    ranked = rank(report.survivors, sizes, args.sms)
-    kept, dropped = select(ranked, args.budget, sizes, args.min_warps, build_fn, args.jobs, progress)
-    if failed:
-        dropped = {"build": failed + dropped.pop("build", []), **dropped}
+    if args.report:
+        return print_report(args.db, path, candidates, sizes)
+    if args.shapes:
+        from .tune_family import tune_family_main
+
+        return tune_family_main(args, path, candidates)
+    report, ranked, kept, dropped, compiler = search(candidates, sizes, args, path)
     print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
     print("\n".join(screen_lines(report, kept, dropped, args.budget)))
     print("\n".join(kept_lines(kept)))
@@ -1100,13 +1201,29 @@ def tune_main(args: argparse.Namespace) -> int:
     if args.screen_only:
         return 0
 
-    from .runtime import GpuUnavailable, KernelBuildError, gpu_unavailable_reason, require_fp32_cublas
-
     to_time = list(kept)
     if args.exhaustive:  # the kept ones with their ptxas figures, then every other valid candidate, by rank
         kept_names = {s.candidate.name for s in kept}
         to_time += [s for s in rank(report.timeable, sizes, args.sms) if s.candidate.name not in kept_names]
-    reason = gpu_unavailable_reason()
+    timing = time_with_options(args, path, lambda pool, db: time_candidates(
+        to_time, sizes, args.runs, args.warmup, pool, db, args.jobs, path, _progress))
+    if isinstance(timing, int):
+        return timing
+    if args.json:
+        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing, template=path,
+                                                   scored=rank(report.timeable, sizes, args.sms)))
+    return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+
+
+def time_with_options(args: argparse.Namespace, path: str, work: Callable):
+    """`work(pool, db)` on the pool and database the options name; an exit status when it cannot time."""
+    import sqlite3
+
+    from .runtime import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
+    from .tune_db import TuneDB
+    from .tune_workers import GPU_BACKEND, WorkerError
+
+    reason = gpu_unavailable_reason() if args.backend == GPU_BACKEND and args.ray is None else None
     if reason is not None:
         print(f"error: timing needs a GPU ({reason}); the screening above ran without one. "
               f"On a GPU machine: gemmdsl tune {path} --sizes {args.sizes} --budget {args.budget}"
@@ -1114,15 +1231,14 @@ def tune_main(args: argparse.Namespace) -> int:
         return 2
     try:
         require_fp32_cublas()
-        timing = time_candidates(to_time, sizes, args.runs, args.warmup, args.jobs, path)
-    except (GpuUnavailable, KernelBuildError, CompileError, ValueError) as err:
-        message = err.render() if isinstance(err, CompileError) else str(err)
-        print(f"error: {message}", file=sys.stderr)
-        return 2 if isinstance(err, GpuUnavailable) else 1
-    if args.json:
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing, template=path,
-                                                   scored=rank(report.timeable, sizes, args.sms)))
-    return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+        with TuneDB(args.db) as db, timing_pool(args) as pool:
+            return work(pool, db)
+    except (GpuUnavailable, WorkerError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (CompileError, ValueError, sqlite3.DatabaseError) as err:
+        print(f"error: {err.render() if isinstance(err, CompileError) else err}", file=sys.stderr)
+        return 1
 
 
 def report_and_write(args: argparse.Namespace, path: str, name: str, output: str, report: ScreenReport,
@@ -1155,4 +1271,45 @@ def report_and_write(args: argparse.Namespace, path: str, name: str, output: str
     write_winner(output, name, path, by_name[winner.name].candidate, winner, timing, lines)
     print(f"winner {winner.name} ({winner.geomean_tflops:.2f} TFLOP/s, {winner.geomean_pct_cublas:.1f}% of cuBLAS) "
           f"written to {output} as {name}")
+    return 0
+
+
+def print_report(db_path: str, path: str, candidates: Sequence[Candidate], sizes: Sequence[Size]) -> int:
+    """`--report`: per GPU model, the template's candidates the database holds at every size, fastest first
+    (geomean of % cuBLAS), beside the rank the cost model gave them, and the failures; nothing is timed."""
+    from .tune_db import TuneDB, spearman, spec_hash
+
+    if not Path(db_path).expanduser().is_file():
+        print(f"error: {db_path}: no such tuning database", file=sys.stderr)
+        return 1
+    names = {spec_hash(c.text): c.name for c in candidates}
+    choices = {c.name: c.describe() for c in candidates}
+    with TuneDB(db_path) as db:
+        rows = db.rows(names)
+    wanted = set(map(tuple, sizes))
+    rows = [row for row in rows if row.size in wanted]
+    if not rows:
+        print(f"{path}: {db_path} holds no measurement of its candidates at "
+              f"{', '.join('x'.join(map(str, s)) for s in sizes)}")
+        return 1
+    for gpu in sorted({row.gpu for row in rows}):
+        mine = [row for row in rows if row.gpu == gpu]
+        timing = timing_from_rows(mine, names, sizes)
+        ranking = timing.ranking()
+        predicted = {names[row.spec_hash]: row.predicted or 0.0 for row in mine}
+        by_prediction = {name: place for place, name in
+                         enumerate(sorted((m.name for m in ranking), key=lambda n: (-predicted[n], n)), 1)}
+        print(f"{gpu} | {len(ranking)} candidate(s) measured at every size | driver {mine[0].driver}, "
+              f"{mine[0].compiler}, CuPy {mine[0].cupy}")
+        for place, m in enumerate(ranking, 1):
+            print(f"{place:>4} {m.name:<24} {m.geomean_ms:>8.3f} ms {m.geomean_tflops:>7.2f} TFLOP/s "
+                  f"{m.geomean_pct_cublas:>6.1f}% cuBLAS  predicted #{by_prediction[m.name]} "
+                  f"(score {predicted[m.name]:.3f})  [{choices[m.name]}]")
+        for row in mine:
+            if row.status != "ok":
+                print(f"   {row.status:<7} {names[row.spec_hash]} at {'x'.join(map(str, row.size))}: {row.error}")
+        rho = (spearman([predicted[m.name] for m in ranking], [m.geomean_pct_cublas for m in ranking])
+               if len(ranking) > 1 else math.nan)
+        print("  predicted vs measured: " + (f"Spearman {rho:.2f} over {len(ranking)} candidates" if not math.isnan(rho)
+                                             else "too few candidates or scores to compare"))
     return 0

@@ -34,34 +34,9 @@ from xml.sax.saxutils import escape
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gemmdsl.tune_db import average_ranks, spearman  # noqa: E402,F401  (average_ranks: the tests read it here)
+
 TOP = 8  # the tuner's default budget
-
-
-def average_ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks, ties sharing the average of the ranks they span."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        stop = start
-        while stop + 1 < len(order) and values[order[stop + 1]] == values[order[start]]:
-            stop += 1
-        for position in range(start, stop + 1):
-            ranks[order[position]] = (start + stop) / 2 + 1
-        start = stop + 1
-    return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rho: Pearson's correlation of the average ranks (nan when either side is constant)."""
-    if len(x) != len(y):
-        raise ValueError("spearman needs two sequences of one length")
-    rx, ry = average_ranks(x), average_ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx = sum((a - mx) ** 2 for a in rx)
-    syy = sum((b - my) ** 2 for b in ry)
-    return sxy / math.sqrt(sxx * syy) if sxx and syy else math.nan
 
 
 @dataclass(frozen=True)

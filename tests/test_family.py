@@ -26,6 +26,7 @@ from gemmdsl.source import CompileError, SourceFile
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = ROOT / "specs" / "sgemm_family.gemmf"
 HOPPER_FAMILY = ROOT / "specs" / "hgemm_h100_family.gemmf"
+MEASURED_FAMILY = ROOT / "specs" / "hgemm_h100_measured_family.gemmf"
 HOPPER_FAMILIES = ["hgemm_h100_family", "hgemm_h100_bf16c_family", "hgemm_h100_f16_family", "tf32_h100_family"]
 MEMBERS = ["sgemm_h100", "sgemm_any", "checked_64x64", "checked_32x128", "checked_128x32"]
 ISSUE_SHAPES = [(1000, 1000, 1000), (3000, 5000, 700), (5000, 3000, 4000), (4095, 4097, 4096), (2048, 2048, 77),
@@ -148,7 +149,7 @@ def rule_source(cuda: str, name: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-@pytest.mark.parametrize("path", [FAMILY, HOPPER_FAMILY], ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", [FAMILY, HOPPER_FAMILY, MEASURED_FAMILY], ids=lambda path: path.stem)
 def test_the_launcher_chooses_as_family_py_does(path, tmp_path):
     family = compile_family_path(path)
     (tmp_path / "rule.cpp").write_text(RULE_TEST % (rule_source(family.cuda, family.name), family.name, family.name))
@@ -156,11 +157,12 @@ def test_the_launcher_chooses_as_family_py_does(path, tmp_path):
     extents = [1, 2, 7, 16, 33, 64, 65, 127, 128, 129, 255, 256, 1000, 1024, 2048, 4095, 4096, 4097, 8192, 33792,
                2**31 - 129]
     cases = [(m, n, k) for m in extents for n in extents for k in (1, 8, 77, 128, 700, 4096, 65536, 2**31 - 9)]
-    cases += ISSUE_SHAPES
+    cases += ISSUE_SHAPES + [shape for shape, _ in family.measured]
     stdin = "".join(f"{m} {n} {k}\n" for m, n, k in cases)
     done = subprocess.run([str(tmp_path / "rule")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    expected = [(choose(family.models, *case), choose(family.models, *case, exact_allowed=False)) for case in cases]
+    expected = [(choose(family.models, *case, measured=family.measured),
+                 choose(family.models, *case, exact_allowed=False, measured=family.measured)) for case in cases]
     assert got == expected
     assert any(estimate(model, *case).cycles == CYCLE_CAP for case in cases for model in family.models)
 
@@ -221,7 +223,7 @@ CHECKED = (ROOT / "specs" / "checked_v3.gemm").read_text()
                                          "      |         ^~~~~"]),
     ("family f {\n}\n", ["f.gemmf:1:8: error: family f has no members"]),
     ("gemm f {\n}\n", ["f.gemmf:1:1: error: expected 'family', found 'gemm'"]),
-    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use' or '}', found the end of the file"]),
+    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use', 'measured' or '}', found the end of the file"]),
     ("family f { use a.gemm; }\nfamily g { }\n", ["f.gemmf:2:1: error: unexpected 'family' after the family"]),
     ("family f {\n    use missing.gemm;\n}\n", ["f.gemmf:2:9: error: member missing.gemm does not compile",
                                                "missing.gemm:1:1: error: cannot read file"]),
@@ -608,3 +610,41 @@ def test_an_mma_sync_k_tile_issues_what_tf32_adds_beside_the_mma(precision, per_
     terms = dict(model.terms)
     overhead = terms["instructions_per_k_tile"] - mma - terms["smem_instructions_per_k_tile"]
     assert overhead - warp_steps * (per_word * 32 + per_block * 32) == cost_model.KTILE_OVERHEAD * 4
+
+
+# --- the measured table ----------------------------------------------------------------------------
+
+
+def test_the_measured_table_overrides_the_model_at_its_shapes_only():
+    family = compile_family_path(MEASURED_FAMILY)
+    names = [model.name for model in family.models]
+    assert [(shape, names[index]) for shape, index in family.measured] == [
+        ((128, 4096, 4096), "hgemm_h100_128x192"), ((1, 12288, 4096), "hgemm_h100_128x64")]
+    for shape, index in family.measured:
+        assert choose(family.models, *shape) != index
+        assert choose(family.models, *shape, measured=family.measured) == index
+    assert choose(family.models, 256, 4096, 4096, measured=family.measured) == choose(family.models, 256, 4096, 4096)
+    assert family.metadata["measured"] == [{"shape": [128, 4096, 4096], "member": "hgemm_h100_128x192"},
+                                           {"shape": [1, 12288, 4096], "member": "hgemm_h100_128x64"}]
+    assert "measured" not in compile_family_path(HOPPER_FAMILY).metadata
+    from gemmdsl.family import explain
+
+    assert "timed fastest at this shape" in explain(family, (128, 4096, 4096))["reason"]
+
+
+@pytest.mark.parametrize("table, message", [
+    ("4x4x4: nope.gemm;", "nope.gemm is not a member of the family"),
+    ("4x4x4: h100.gemm; 4x4x4: checked.gemm;", "shape 4x4x4 is listed twice"),
+    ("4x4: h100.gemm;", "expected a shape MxNxK, found '4x4'"),
+    ("4x4x4 h100.gemm;", "expected ':' after the shape"),
+    ("4x4x4: h100.gemm;", "h100.gemm (bounds: exact, tile 128x128x8) cannot take 4x4x4"),
+])
+def test_a_bad_measured_table_is_a_positioned_error(table, message, tmp_path):
+    (tmp_path / "h100.gemm").write_text((ROOT / "specs" / "sgemm_h100.gemm").read_text())
+    (tmp_path / "checked.gemm").write_text((ROOT / "specs" / "checked_v3.gemm").read_text())
+    (tmp_path / "f.gemmf").write_text(f"family f {{\n    use h100.gemm;\n    use checked.gemm;\n"
+                                      f"    measured {{ {table} }}\n}}\n")
+    with pytest.raises(CompileError) as caught:
+        compile_family_path(tmp_path / "f.gemmf")
+    rendered = caught.value.render()
+    assert re.search(r"f\.gemmf:4:\d+: error: " + re.escape(message), rendered), rendered

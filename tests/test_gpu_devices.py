@@ -52,7 +52,7 @@ def two_gpus(torch):
 @pytest.fixture(scope="module")
 def kernels(torch):
     import gemmdsl
-    from gemmdsl.family import load_family
+    from gemmdsl.family_kernel import load_family
 
     with torch.cuda.device(0):
         return {label: (load_family if name.endswith(".gemmf") else gemmdsl.load)(SPECS / name)

@@ -107,8 +107,19 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                    "last * m.tile_cycles));")
         o.line("return cycles;")
     o.line()
+    if family.measured:
+        o.comment("The measured table: {M, N, K, member} where a member timed fastest and the model picks another.")
+        with o.block(f"static const long long {name}_measured[{len(family.measured)}][4] =", close="};"):
+            for (m, n, k), index in family.measured:
+                o.line(f"{{{m}, {n}, {k}, {index}}},  // {family.members[index].artifacts.name}")
+        o.line()
     o.comment("The member that runs M x N x K; exact_allowed = false: among the checked members only.")
     with o.block(f"static int {name}_choose(long long M, long long N, long long K, bool exact_allowed)"):
+        if family.measured:
+            with o.block(f"for (int i = 0; i < {len(family.measured)}; ++i)"):
+                o.line(f"const long long* entry = {name}_measured[i];")
+                o.line("if (entry[0] == M && entry[1] == N && entry[2] == K && "
+                       f"(exact_allowed || !{name}_members[entry[3]].exact)) return (int)entry[3];")
         o.line("int best = -1;")
         o.line("long long best_cycles = 0;")
         with o.block(f"for (int i = 0; i < {len(family.members)}; ++i)"):
