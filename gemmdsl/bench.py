@@ -51,12 +51,14 @@ from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .paths import path_of
 from .targets import PEAK_TFLOPS
-from .verify import CupyArrays, arrays_for, random_operand
+from .bench_fuse import baselines
+from .verify import Case, CupyArrays, arrays_for, chain_operands, random_operand
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
 MIN_RUNS = 20
 DEFAULT_WARMUP = 5
 L2_MULTIPLE = 2  # the rotated buffer sets together exceed this many L2 caches
+UNPADDED = Case("contiguous", padded=False, batch=1, scalars=False)  # how a fused kernel's residual is laid out
 SPIN_NS_PER_RUN = 200_000  # GPU time bought per timed launch for the host to enqueue it; ~10x CuPy's overhead
 
 SPIN_SOURCE = r"""
@@ -203,8 +205,8 @@ def instruction_peak(kernel: Kernel, unit: str, sm: int, unit_peak: float) -> fl
 
 
 def is_cublas_row(name: str) -> bool:
-    """Whether a report row is a cuBLAS baseline (`cublas_name`), not a kernel."""
-    return name == "cuBLAS" or name.startswith("cuBLAS ")
+    """Whether a report row is a baseline (`cublas_name`, or a fused kernel's PyTorch chain), not a kernel."""
+    return name == "cuBLAS" or name.startswith(("cuBLAS ", "cuBLASLt: ", "torch unfused: "))
 
 
 def cublas_name(compared: Comparison) -> str:
@@ -224,22 +226,44 @@ def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, 
     rows = [measured_row(name, size, len(sets), cublas_ms, cublas_ms, peak, batch)]
     for kernel, kernel_peak in zip(kernels, kernel_peaks):
         progress.start(f"{kernel.name} at {label}")
-        rows.append(kernel_row(kernel, arrays, size, batch, sets, runs, warmup, cublas, kernel_peak))
+        rows += kernel_row(kernel, arrays, size, batch, sets, runs, warmup, cublas, kernel_peak)
     return rows
 
 
 def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, batch: int, sets: list[tuple], runs: int,
-               warmup: int, cublas: list[Callable[[], Any]], peak: float) -> Row:
+               warmup: int, cublas: list[Callable[[], Any]], peak: float) -> list[Row]:
+    """The kernel against cuBLAS at its precision; a fused kernel against PyTorch's chains (`fused_rows`)."""
     skipped = partial(Row, kernel.name, *size, buffer_sets=len(sets), batch=batch)
     if batch > 1 and not kernel.requirements.batched:
-        return skipped(note="skipped: not a batched spec (`batch: strided` in its problem section)")
+        return [skipped(note="skipped: not a batched spec (`batch: strided` in its problem section)")]
+    fuse = kernel.metadata.get("fuse")
     try:
-        launches = [kernel.bind(*in_layouts(kernel, arrays, operands)) for operands in sets]
+        operands = [in_layouts(kernel, arrays, operands) for operands in sets]
+        chains = [chain_operands(arrays, fuse, size[0], size[1], UNPADDED) if fuse else {} for _ in operands]
+        launches = [kernel.bind(*abc, **chain) for abc, chain in zip(operands, chains)]
     except ValueError as err:  # a size this exact-shape kernel cannot take
-        return skipped(note=f"skipped: {err}")
+        return [skipped(note=f"skipped: {err}")]
+    if fuse:
+        return fused_rows(kernel, fuse, size, operands, chains, launches, runs, warmup, peak)
     cublas_times, times = time_interleaved([cublas, launches], runs, warmup)
-    return measured_row(kernel.name, size, len(sets), statistics.median(times), statistics.median(cublas_times),
-                        peak, batch)
+    return [measured_row(kernel.name, size, len(sets), statistics.median(times), statistics.median(cublas_times),
+                         peak, batch)]
+
+
+def fused_rows(kernel: Kernel, fuse: dict, size: Size, operands: list[tuple], chains: list[dict],
+               launches: list[Callable[[], Any]], runs: int, warmup: int, peak: float) -> list[Row]:
+    """A fused kernel against each PyTorch baseline of its chain (bench_fuse.baselines), interleaved launch
+    for launch: a row per baseline, then the kernel's, its ratio taken against the fastest baseline."""
+    sets = len(operands)
+    per_set = [baselines(fuse, *abc, chain) for abc, chain in zip(operands, chains)]
+    rows, best = [], None
+    for name in per_set[0]:
+        base_times, times = time_interleaved([[found[name] for found in per_set], launches], runs, warmup)
+        base_ms, kernel_ms = statistics.median(base_times), statistics.median(times)
+        rows.append(measured_row(name, size, sets, base_ms, base_ms, peak))
+        if best is None or base_ms < best[0]:
+            best = (base_ms, kernel_ms)
+    return rows + [measured_row(kernel.name, size, sets, best[1], best[0], peak)]
 
 
 def measured_row(name: str, size: Size, sets: int, median_ms: float, cublas_ms: float, peak: float,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .family_kernel import run_on_specs_and_families
+from .fuse_reference import apply_chain
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .runtime import Kernel, Size, format_size, require_fp32_cublas
 
@@ -211,6 +212,14 @@ class CupyArrays:
     def float64(self, x: Any) -> Any:
         return x.astype(self.xp.float64)
 
+    def host(self, x: Any) -> Any:
+        """A NumPy copy of a GPU array."""
+        return self.xp.asnumpy(x)
+
+    def device(self, x: Any) -> Any:
+        """A GPU copy of a NumPy array."""
+        return self.xp.asarray(x)
+
     def cublas(self, a: Any, b: Any) -> Any:
         return self.xp.matmul(a, b)
 
@@ -265,6 +274,12 @@ class TorchArrays(CupyArrays):
 
     def float64(self, x: Any) -> Any:
         return x.to(self.xp.float64)
+
+    def host(self, x: Any) -> Any:
+        return x.cpu().numpy()
+
+    def device(self, x: Any) -> Any:
+        return self.xp.from_numpy(x).cuda()
 
     def cublas(self, a: Any, b: Any) -> Any:
         """The product at the kernel's precision: 16-bit inputs (FP32 accumulation, a result of the
@@ -323,15 +338,18 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
     c = c_of(buffer)
     if c_in is not None:
         c[...] = c_in
-    launch = kernel.bind(a, b, c, alpha, beta)
+    fuse = kernel.metadata.get("fuse")
+    chain = chain_operands(arrays, fuse, m, n, case) if fuse else {}
+    launch = kernel.bind(a, b, c, alpha, beta, **chain)
     launch()
     outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
     c_of(outside)[...] = float("nan")
-    cublas = expected(arrays.cublas(a, b), c_in, alpha, beta)
+    finish = partial(chained, arrays, fuse, chain, kernel.epilogue) if fuse else expected
+    cublas = finish(arrays.cublas(a, b), c_in, alpha, beta)
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
-        float64 = expected(arrays.float64(a) @ arrays.float64(b),
-                           None if c_in is None else arrays.float64(c_in), alpha, beta)
+        float64 = finish(arrays.float64(a) @ arrays.float64(b), None if c_in is None else arrays.float64(c_in),
+                         alpha, beta)
     cublas_vs_float64 = None if float64 is None else arrays.error(cublas, float64)
     tolerance = comparison(kernel.metadata).tolerance(dtypes["c"], cublas_vs_float64 and cublas_vs_float64.relative)
     return Result(kernel=kernel.name, m=m, n=n, k=k, alpha=alpha, beta=beta,
@@ -346,6 +364,33 @@ def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
     """alpha * product + beta * C, in the wider of the two types."""
     product = alpha * product
     return product if c_in is None else product + beta * c_in
+
+
+def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, case: Case) -> dict[str, Any]:
+    """Fresh random operands for a fused kernel's chain (docs/fusion.md): the bias vector, the residual (in
+    its layout, padded as the case pads C), the row and column scales."""
+    operands = {}
+    if fuse["bias"] is not None:
+        operands["bias"] = arrays.random(m if fuse["bias"]["along"] == "m" else n, fuse["bias"]["dtype"])
+    if fuse["residual"] is not None:
+        residual = fuse["residual"]
+        operands["residual"] = random_operand(arrays, residual["dtype"], residual["layout"], m, n, case.padded)
+    if fuse["scale"] in ("row", "row_col"):
+        operands["row_scale"] = arrays.random(m, "f32")
+    if fuse["scale"] in ("col", "row_col"):
+        operands["col_scale"] = arrays.random(n, "f32")
+    return operands
+
+
+def chained(arrays: CupyArrays, fuse: dict, chain: dict[str, Any], epilogue: str, product: Any, c_in: Any | None,
+            alpha: float, beta: float) -> Any:
+    """The fused kernel's reference: the chain (fuse_reference.apply_chain) in float64 on the host over
+    `product`, C and the chain's operands, back on the GPU."""
+    host = {name: arrays.host(arrays.float64(value)) for name, value in chain.items()}
+    result = apply_chain(fuse, arrays.host(arrays.float64(product)), alpha=alpha, beta=beta,
+                         c=None if c_in is None else arrays.host(arrays.float64(c_in)),
+                         alpha_beta=epilogue == "alpha_beta", **host)
+    return arrays.device(result)
 
 
 def format_result(result: Result) -> str:
