@@ -456,11 +456,11 @@ class GpuBackend:
     def device(self) -> Device:
         import cupy
 
-        from .runtime import choose_compiler, compiler_version
+        from .runtime import chosen_compiler, compiler_version
 
         name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
         driver = cupy.cuda.runtime.driverGetVersion()
-        compiler = choose_compiler()
+        compiler = chosen_compiler()
         return Device(name.decode() if isinstance(name, bytes) else name, f"{driver // 1000}.{driver % 1000 // 10}",
                       f"{compiler} {compiler_version(compiler)}", cupy.__version__, socket.gethostname())
 
