@@ -14,7 +14,7 @@ from pathlib import Path
 from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
-from .compiler import Artifacts, compile_path, write_outputs
+from .compiler import Artifacts, OutputError, compile_path, write_outputs
 from .family import compile_family_path, is_family_path
 from .source import CompileError
 
@@ -56,17 +56,21 @@ def compile_main(args: argparse.Namespace) -> int:
         print("gemmdsl: error: --emit ptx/cubin needs nvcc", file=sys.stderr)
         return 1
     failed = 0
-    for path in args.specs:
-        if is_family_path(path):
-            failed += not _compile_family(path, args, nvcc)
-            continue
-        try:
-            artifacts = compile_path(path, args.arch)
-        except CompileError as err:
-            print(err.render(), file=sys.stderr)
-            failed += 1
-            continue
-        failed += not _build_and_write(artifacts, args, nvcc)
+    try:
+        for path in args.specs:
+            if is_family_path(path):
+                failed += not _compile_family(path, args, nvcc)
+                continue
+            try:
+                artifacts = compile_path(path, args.arch)
+            except CompileError as err:
+                print(err.render(), file=sys.stderr)
+                failed += 1
+                continue
+            failed += not _build_and_write(artifacts, args, nvcc)
+    except OutputError as err:  # the next spec's files would meet the same directory: stop here
+        print(f"gemmdsl: error: {err}", file=sys.stderr)
+        return 1
     return 1 if failed else 0
 
 

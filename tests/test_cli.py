@@ -81,3 +81,49 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     process.stdout.close()  # like `head` exiting
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141 and "Traceback" not in stderr, stderr
+
+
+def _unwritable_directories(tmp_path):
+    """Output directories the file system refuses, each a different reason."""
+    regular = tmp_path / "a_file"
+    regular.write_text("")
+    yield regular
+    yield Path("/dev/null")
+    yield Path("/proc/self")
+    read_only = Path("/sys/kernel")  # refused even to root
+    if not read_only.is_dir() or os.access(read_only, os.W_OK):
+        read_only = tmp_path / "read_only"
+        read_only.mkdir()
+        read_only.chmod(0o555)
+    yield read_only
+
+
+def test_an_unwritable_output_directory_is_an_error_not_a_traceback(tmp_path):
+    for directory in _unwritable_directories(tmp_path):
+        if directory.is_dir() and os.access(directory, os.W_OK) and directory.parts[1] != "proc":
+            continue  # root writes through the mode bits
+        done = run_cli("compile", str(V3), "-o", str(directory), "--no-nvcc")
+        assert done.returncode == 1, directory
+        assert "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"gemmdsl: error: cannot write {directory}"), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_refused_file_leaves_no_file_of_the_spec_behind(tmp_path):
+    """NAME.h cannot be written (a directory has its name): NAME.cu and NAME.json are not written either."""
+    (tmp_path / "sgemm_v3.h").mkdir()
+    done = run_cli("compile", str(V3), "-o", str(tmp_path), "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot write {tmp_path / 'sgemm_v3.h'}: Is a directory" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sgemm_v3.h"]
+
+
+def test_outputs_have_the_mode_the_umask_gives(tmp_path):
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        out = tmp_path / oct(umask)
+        previous = os.umask(umask)
+        try:
+            assert main(["compile", str(V3), "-o", str(out), "--no-nvcc"]) == 0
+        finally:
+            os.umask(previous)
+        assert {(p.stat().st_mode & 0o777) for p in out.iterdir()} == {mode}
