@@ -17,6 +17,7 @@ from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
 from .family import compile_family_path, is_family_path
 from .source import CompileError
+from .targets import TARGETS, TargetName, parse_target
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
 
@@ -30,13 +31,12 @@ TOOLS = (
 )
 
 
-def parse_arch(text: str) -> int:
-    from .targets import ARCHS
-
-    if not text.startswith("sm_") or not text[3:].isdigit() or int(text[3:]) not in ARCHS:
-        known = ", ".join(f"sm_{sm}" for sm in ARCHS)
+def parse_arch(text: str) -> TargetName:
+    target = parse_target(text)
+    if target is None:
+        known = ", ".join(map(str, TARGETS))
         raise argparse.ArgumentTypeError(f"unknown target {text!r} (known: {known})")
-    return int(text[3:])
+    return target
 
 
 def parse_emit(text: str) -> frozenset[str]:
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "and kernel family")
     compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
-    compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")
+    compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target (sm_80, ..., sm_90a)")
     compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",
                              help="comma-separated: cu, ptx, cubin (default: cu)")
     compile_cmd.add_argument("--no-nvcc", action="store_true",

@@ -25,6 +25,7 @@ from .layout import TileLayout
 from .passes.intensity import math_unit
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
+from .targets import TargetName
 from .wgmma_layout import WgmmaLayout
 
 
@@ -58,17 +59,17 @@ class Artifacts:
         return dataclasses.replace(self, metadata=metadata)
 
 
-def compile_path(path: str | Path, sm: int | None = None) -> Artifacts:
-    return compile_source(SourceFile.read(path), sm)
+def compile_path(path: str | Path, target: TargetName | None = None) -> Artifacts:
+    return compile_source(SourceFile.read(path), target)
 
 
-def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) -> Artifacts:
-    return compile_source(SourceFile(path, text), sm)
+def compile_text(text: str, path: str = "<string>.gemm", target: TargetName | None = None) -> Artifacts:
+    return compile_source(SourceFile(path, text), target)
 
 
-def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
-    """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
-    spec, warnings = load(source, sm)
+def compile_source(source: SourceFile, target: TargetName | None = None) -> Artifacts:
+    """Parse, validate, analyse and emit one spec; `target` overrides the spec's target."""
+    spec, warnings = load(source, target)
     plan = plan_kernel(spec)
     analysis = analyze(spec, plan=plan)
     warnings = warnings + analysis.warnings

@@ -22,6 +22,7 @@ from lark import Token, Tree
 
 from . import ir
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, word_list
+from .targets import TARGETS, TargetName, parse_target
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
@@ -598,16 +599,14 @@ def _vector(reader: _SpecReader, value: _Value) -> int:
     return width
 
 
-def _target(reader: _SpecReader, value: _Value) -> tuple[int, bool]:
-    """(sm, arch_specific): `sm_90` -> (90, False), `sm_90a` -> (90, True)."""
-    from .targets import ARCHS, ARCH_SPECIFIC
-
-    names = tuple(f"sm_{sm}" for sm in ARCHS) + tuple(f"sm_{sm}a" for sm in ARCH_SPECIFIC)
+def _target(reader: _SpecReader, value: _Value) -> TargetName:
+    """`sm_90` -> (90, False), `sm_90a` -> (90, True)."""
     atom = reader.one(value, "a target such as sm_90")
-    if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in names):
+    target = parse_target(atom.value) if isinstance(atom, Token) and atom.type == "NAME" else None
+    if target is None:
         raise _Bad(value.span, f"unknown target {reader.text(atom)}",
-                   f"supported targets: {', '.join(names)}")
-    return int(atom.value[3:].rstrip("a")), atom.value.endswith("a")
+                   f"supported targets: {', '.join(map(str, TARGETS))}")
+    return target
 
 
 SECTIONS: dict[str, _Section] = {

@@ -127,3 +127,23 @@ def test_outputs_have_the_mode_the_umask_gives(tmp_path):
         finally:
             os.umask(previous)
         assert {(p.stat().st_mode & 0o777) for p in out.iterdir()} == {mode}
+
+
+def test_arch_takes_every_target_the_language_takes(tmp_path):
+    from gemmdsl.targets import TARGETS
+
+    wgmma = ROOT / "specs" / "hgemm_h100.gemm"
+    for target in map(str, TARGETS):
+        spec = wgmma if target.endswith("a") else V3
+        out = tmp_path / target
+        assert main(["compile", str(spec), "-o", str(out), "--no-nvcc", "--arch", target]) == 0, target
+        assert f'"target": "{target}"' in (out / f"{spec.stem}.json").read_text()
+
+
+def test_arch_override_names_only_real_targets(tmp_path):
+    done = run_cli("compile", str(ROOT / "specs" / "hgemm_h100.gemm"), "--arch", "sm_80", "-o", str(tmp_path),
+                   "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "sm_80 has no wgmma" in done.stderr
+    assert "sm_80 replaces the spec's sm_90a" in done.stderr
+    assert "sm_80a" not in done.stderr
