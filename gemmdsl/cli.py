@@ -15,8 +15,8 @@ from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
-from .family import compile_family_path, is_family_path
-from .source import CompileError
+from .family import compile_family_path, is_family_path, parse_family
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TARGETS, TargetName, parse_target
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
@@ -56,13 +56,15 @@ def compile_main(args: argparse.Namespace) -> int:
         print("gemmdsl: error: --emit ptx/cubin needs nvcc", file=sys.stderr)
         return 1
     failed = 0
+    sources: dict[str, str] = {}  # kernel name -> the file it was compiled from
     try:
         for path in args.specs:
             if is_family_path(path):
-                failed += not _compile_family(path, args, nvcc)
+                failed += not _compile_family(path, args, nvcc, sources)
                 continue
             try:
                 artifacts = compile_path(path, args.arch)
+                _claim_name(artifacts.name, artifacts.spec.at("name"), SourceFile.read(path), sources)
             except CompileError as err:
                 print(err.render(), file=sys.stderr)
                 failed += 1
@@ -72,6 +74,16 @@ def compile_main(args: argparse.Namespace) -> int:
         print(f"gemmdsl: error: {err}", file=sys.stderr)
         return 1
     return 1 if failed else 0
+
+
+def _claim_name(name: str, where: Span, source: SourceFile, sources: dict[str, str]) -> None:
+    """Record that `source` makes NAME.cu, NAME.h and NAME.json; a second file of that name raises CompileError."""
+    if name in sources:
+        raise CompileError([Diagnostic(Severity.ERROR, where, f"kernel name '{name}' is also that of {sources[name]}, "
+                                       "earlier on the command line",
+                                       hint=f"both would write {name}.cu, {name}.h and {name}.json; rename one, "
+                                            "or compile them into different directories (-o)")], source)
+    sources[name] = source.path
 
 
 def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str | None) -> bool:
@@ -113,10 +125,11 @@ def _write(name: str, cuda: str, header: str, metadata_json: str, files: dict[st
     print(f"{name}: wrote {', '.join(str(p) for p in written)}")
 
 
-def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
+def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None, sources: dict[str, str]) -> bool:
     """A family's .cu, .h and .json (and with nvcc its build, reporting each member's vector kernel)."""
     try:
         family = compile_family_path(path, args.arch)
+        _claim_name(family.name, parse_family(family.source)[1], family.source, sources)
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return False

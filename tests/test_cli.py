@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from gemmdsl.cli import main
+from gemmdsl.compiler import compile_path
 
 ROOT = Path(__file__).resolve().parent.parent
 V3 = ROOT / "specs" / "sgemm_v3.gemm"
@@ -147,3 +148,20 @@ def test_arch_override_names_only_real_targets(tmp_path):
     assert "sm_80 has no wgmma" in done.stderr
     assert "sm_80 replaces the spec's sm_90a" in done.stderr
     assert "sm_80a" not in done.stderr
+
+
+def test_two_specs_of_one_name_are_refused_with_both_files_named(tmp_path):
+    twin = tmp_path / "twin.gemm"
+    twin.write_text(V3.read_text().replace("fragments: double", "fragments: single"))
+    out = tmp_path / "out"
+    done = run_cli("compile", str(V3), str(twin), "-o", str(out), "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{twin}:2:6: error: kernel name 'sgemm_v3' is also that of {V3}, earlier on the command line" in done.stderr
+    assert (out / "sgemm_v3.cu").read_text() == compile_path(V3).cuda  # the first one's output stands
+
+
+def test_a_family_named_twice_is_refused(tmp_path):
+    family = ROOT / "specs" / "sgemm_family.gemmf"
+    done = run_cli("compile", str(family), str(family), "-o", str(tmp_path), "--no-nvcc")
+    assert done.returncode == 1
+    assert f"error: kernel name 'sgemm_family' is also that of {family}" in done.stderr
