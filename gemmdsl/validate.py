@@ -19,7 +19,6 @@ from .validate_wgmma import check_wgmma
 
 WARP = 32
 MAX_NAME = 64
-MIN_REGISTERS = 16
 MAX_SWIZZLE_BITS = 16  # B + M + S; larger swizzles span more than any stage
 
 # C and C++ keywords (C11 and C++20) and CUDA built-ins a kernel may not be named after.
@@ -511,10 +510,6 @@ class _Checker:
     def check_pipeline(self) -> bool:
         p = self.spec.pipeline
         ok = True
-        if p.stages < 1:
-            self.error(p.at("stages"), f"stages must be at least 1, found {p.stages}",
-                       hint="1 = load then compute; 2 = double buffering; more need `copy: cp_async`")
-            ok = False
         if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
             self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
                        hint="use `copy: registers;`")
@@ -557,10 +552,6 @@ class _Checker:
                                  hint=f"at most {arch.smem_per_sm // smem} blocks fit")
         regs = budget.registers
         if regs is None:
-            return
-        if not MIN_REGISTERS <= regs <= arch.max_registers_per_thread:
-            self.error(budget.at("registers"), f"registers must be between {MIN_REGISTERS} and "
-                                               f"{arch.max_registers_per_thread}, found {regs}")
             return
         unit = arch.register_alloc_unit
         per_warp = -(-regs * WARP // unit) * unit

@@ -77,7 +77,7 @@ CASES = [
      "descriptor cannot express"),
     ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: 64B; }", "64B", "not supported yet"),
     ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
-    ("producer: 1", "producer: 2", "2", "exactly one producer"),
+    ("producer: 1", "producer: 2", "2", "a producer warpgroup count must be 1, found 2"),
     ("warpgroups: 2", "warps: 2x2", "warps", "does not apply to a wgmma spec"),
 ]
 
