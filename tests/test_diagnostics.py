@@ -728,3 +728,16 @@ def test_a_stated_range_is_the_range_taken(spec, old, new):
     for value in {low, high}:
         assert not [message for message in errors(str(value)) if "must be" in message or "at least" in message], \
             (key, value, errors(str(value)))
+
+
+@pytest.mark.parametrize("before, after", [(0, 5_000_000), (3000, 5_000_000), (5_000_000, 10), (40, 40)])
+def test_a_long_line_is_quoted_around_its_caret(before, after):
+    """A one-line spec of megabytes gets a diagnostic of a few hundred bytes, its caret under the culprit."""
+    one_line = " ".join(BASE.split("\n")).replace("tile: 128x128x8;", " " * before + "tile: 128x1@28x8;" + " " * after)
+    with pytest.raises(CompileError) as info:
+        load(SourceFile(FILE, one_line))
+    rendered = info.value.render()
+    assert len(rendered) < 600, len(rendered)
+    quoted, caret = [row.split(" | ", 1)[1] for row in rendered.split("\n")[1:3]]
+    assert quoted[caret.index("^")] == "@"
+    assert len(quoted) <= 106 and quoted.startswith("...") and quoted.endswith("...")
