@@ -85,9 +85,15 @@ def check_rendering(diagnostic: Diagnostic, source: SourceFile, line: int, colum
     text = source.line_text(line)
     if not text:  # an empty file has no line to show
         return
-    assert rendered[1] == f"{line:>5} | {text}"
     assert re.fullmatch(r" +\| +\^~*", rendered[2]), rendered[2]
-    assert rendered[2].index("^") - rendered[2].index("|") - 2 == column - 1
+    caret = rendered[2].index("^") - rendered[2].index("|") - 2
+    if len(text) <= 100:
+        assert rendered[1] == f"{line:>5} | {text}"
+        assert caret == column - 1
+    else:  # a window of the line, around the caret
+        quoted = rendered[1].split(" | ", 1)[1]
+        assert len(quoted) <= 106 and quoted.strip(".") in text
+        assert quoted[caret:caret + 1] == text[column - 1:column]
     if diagnostic.hint:
         assert rendered[3] == f"  hint: {diagnostic.hint}"
 
