@@ -199,9 +199,10 @@ CASES = [
          [("micro: |8x3", "along n is 2*8*3*1 = 48, but the block tile's BN is 128")],
          ["use `micro: 8x8` to cover BN = 128"]),
     Case("tile_product_both", [m("tile: 128x128x8", "tile: 96x96x8")],
-         [("micro: |4x4", "along m is 4*4*4*2 = 128, but the block tile's BM is 96"),
-          ("micro: |4x4", "along n is 2*8*4*2 = 128, but the block tile's BN is 96")],
-         ["use `micro: 3x4` to cover BM = 96", "use `micro: 4x3` to cover BN = 96"]),
+         [("micro: |4x4", "along m is 4*4*4*2 = 128, but the block tile's BM is 96; "
+                          "along n is 2*8*4*2 = 128, but the block tile's BN is 96")],
+         ["use `micro: 3x3` to cover BM = 96 and BN = 96, or make the block tile 128x128x8"],
+         absent=["micro: 3x4", "micro: 4x3"]),
     Case("too_many_threads", [m("warps: 4x2", "warps: 8x8"), m("tile: 128x128x8", "tile: 256x512x8")],
          [("warps: |8x8", "warps 8x8 make 8*8*32 = 2048 threads per block, more than the 1024")]),
     Case("lanes_not_a_warp", [m("lanes: 4x8 row", "lanes: 4x4 row")],
@@ -438,8 +439,7 @@ CASES = [
                                      m("order: kn", "order: nk; swizzle: xor(2, 2, 1)"), m("stages: 2", "stages: 3")],
          [("gemm |class", "C/C++ keyword"),
           ("raster: |group(0)", "needs at least one row"),
-          ("repeat: |2x2 block", "along m is 4*8*4*2 = 256"),
-          ("repeat: |2x2 block", "along n is 2*4*4*2 = 64"),
+          ("repeat: |2x2 block", "along m is 4*8*4*2 = 256, but the block tile's BM is 128; along n is 2*4*4*2 = 64"),
           ("swizzle: |xor(2, 2, 1)", "invalid swizzle"),
           ("stages: |3", "register-staged copies double-buffer")]),
 ]
@@ -580,8 +580,8 @@ def test_errors_carry_warnings_too():
 def test_every_error_in_one_rendering():
     error, text = _errors(next(c for c in CASES if c.id == "several_semantic_errors"))
     rendered = error.render()
-    assert rendered.count(": error: ") == 6
-    assert rendered.count("^") == 6
+    assert rendered.count(": error: ") == 5
+    assert rendered.count("^") == 5
 
 
 # --- files -------------------------------------------------------------------------------------
@@ -747,3 +747,12 @@ def test_a_long_line_is_quoted_around_its_caret(before, after):
     quoted, caret = [row.split(" | ", 1)[1] for row in rendered.split("\n")[1:3]]
     assert quoted[caret.index("^")] == "@"
     assert len(quoted) <= 106 and quoted.startswith("...") and quoted.endswith("...")
+
+
+def test_a_tile_neither_axis_fits_gets_one_error_and_one_block_tile():
+    """`tile: 1x1x1`: one error for both axes, whose hint names one block tile that fits both."""
+    with pytest.raises(CompileError) as info:
+        load(SourceFile(FILE, BASE.replace("tile: 128x128x8", "tile: 1x1x1")))
+    (error,) = [d for d in info.value.diagnostics if d.severity is Severity.ERROR]
+    assert error.hint == ("make the block tile 128x128x1, or change the thread layout so its product is 1 along m "
+                          "and 1 along n")
