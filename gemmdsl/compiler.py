@@ -59,15 +59,15 @@ class Artifacts:
         return dataclasses.replace(self, metadata=metadata)
 
 
-def compile_path(path: str | Path, target: TargetName | None = None) -> Artifacts:
+def compile_path(path: str | Path, target: TargetName | int | None = None) -> Artifacts:
     return compile_source(SourceFile.read(path), target)
 
 
-def compile_text(text: str, path: str = "<string>.gemm", target: TargetName | None = None) -> Artifacts:
+def compile_text(text: str, path: str = "<string>.gemm", target: TargetName | int | None = None) -> Artifacts:
     return compile_source(SourceFile(path, text), target)
 
 
-def compile_source(source: SourceFile, target: TargetName | None = None) -> Artifacts:
+def compile_source(source: SourceFile, target: TargetName | int | None = None) -> Artifacts:
     """Parse, validate, analyse and emit one spec; `target` overrides the spec's target."""
     spec, warnings = load(source, target)
     plan = plan_kernel(spec)

@@ -272,7 +272,7 @@ def _describe(spec: ir.KernelSpec) -> str:
             f"target sm_{spec.target.sm}")
 
 
-def compile_family(source: SourceFile, target: TargetName | None = None) -> FamilyArtifacts:
+def compile_family(source: SourceFile, target: TargetName | int | None = None) -> FamilyArtifacts:
     """Parse a family file, compile its members (for `target` instead of their own, if given) and emit
     the family's .cu and metadata."""
     name, name_span, paths = parse_family(source)
@@ -328,7 +328,7 @@ def _read_or_none(path: str) -> SourceFile | None:
         return None
 
 
-def compile_family_path(path: str | Path, target: TargetName | None = None) -> FamilyArtifacts:
+def compile_family_path(path: str | Path, target: TargetName | int | None = None) -> FamilyArtifacts:
     return compile_family(SourceFile.read(path, FAMILY_SUFFIX, "family"), target)
 
 

@@ -18,12 +18,14 @@ from .targets import TargetName
 from .validate import validate
 
 
-def load(source: SourceFile, target: TargetName | None = None) -> tuple[ir.KernelSpec, list[Diagnostic]]:
+def load(source: SourceFile, target: TargetName | int | None = None) -> tuple[ir.KernelSpec, list[Diagnostic]]:
     """Parse and validate; returns the spec and its warnings, or raises CompileError.
 
-    `target` overrides the spec's target before validation, so the new architecture's limits
-    apply. The CompileError carries the errors and any warnings of the same spec, in source
-    order."""
+    `target` (sm_90a as TargetName(90, True); a plain number such as 80 names sm_80) overrides the
+    spec's target before validation, so the new architecture's limits apply. The CompileError
+    carries the errors and any warnings of the same spec, in source order."""
+    if isinstance(target, int):
+        target = TargetName(target)
     spec = parse(source)
     diagnostics = validate(spec if target is None else spec.with_target(*target))
     if target is not None:
