@@ -3,15 +3,21 @@
     import gemmdsl
     kernel = gemmdsl.load("specs/sgemm_v3.gemm")   # needs CuPy and a GPU
     c = kernel(a, b)
+    family = gemmdsl.load("specs/sgemm_family.gemmf")   # a kernel family: each call runs the member it fits
 
 Everything but `load` works without CuPy; `load` imports it on first use.
 """
+import os
+
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    if name == "load":
-        from .runtime import load
+def load(spec_or_path, *, text: str | None = None):
+    """Compile and load a spec (`runtime.load`: a `.gemm` path, `text=...` or compiled Artifacts) or
+    a `.gemmf` kernel family (`family.load_family`), on the current device."""
+    from .family import is_family_path, load_family
+    from .runtime import load as load_spec
 
-        return load
-    raise AttributeError(f"module 'gemmdsl' has no attribute {name!r}")
+    if text is None and isinstance(spec_or_path, (str, os.PathLike)) and is_family_path(os.fspath(spec_or_path)):
+        return load_family(spec_or_path)
+    return load_spec(spec_or_path, text=text)

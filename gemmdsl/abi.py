@@ -13,6 +13,12 @@ MAX_INT = 2147483647
 Parameter = tuple[str, str]  # (C type, name)
 
 
+def build_command(name: str, target: ir.Target) -> str:
+    """How to compile NAME.cu for its target, as the file's comments and NAME.h state it. It builds for
+    an arch-specific target too: the kernel file guards that target's code (emit/wgmma_kernel.arch_guard)."""
+    return f"nvcc -arch={target} -c {name}.cu"
+
+
 def prepare_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     """(C type, name) of the parameters of the kernel that sets the stream-K tiles of C to beta * C."""
     parameters = [("float*", "C"), ("int", "M"), ("int", "N"), ("int", "ldc"), ("float", "beta")]

@@ -1,7 +1,7 @@
 """`gemmdsl check`: report what the analysis passes found about a spec.
 
     analysis = analyze(spec, problem=(4096, 4096, 4096), ptxas=None)   # gemmdsl/analysis.py
-    print(format_report(analysis))      # tables, verdicts, warnings, a bank map
+    print(format_report(analysis))      # tables, verdicts, warnings, a bank map where banks conflict
     to_json(analysis)                   # the same figures for tools
 
 The passes live in gemmdsl/passes/ and analysis.py runs them; this module only
@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import textwrap
 
 from . import ir
 from .analysis import Analysis, ProblemSizeError, analyze
@@ -26,11 +27,15 @@ from .source import CompileError, SourceFile
 
 # --- the text report ---------------------------------------------------------------------------
 
+REPORT_WIDTH = 100  # verdicts wrap here
 
-def format_report(analysis: Analysis) -> str:
+
+def format_report(analysis: Analysis, verbose: bool = False) -> str:
+    """The report; the bank map of the worst access only where it conflicts, or with `verbose`."""
     own = analysis.path.report(analysis)
     if own is not None:
         return own
+    worst = worst_access(analysis.facts["smem_accesses"])
     sections = [
         _header(analysis),
         _spill_banner(analysis),
@@ -38,7 +43,7 @@ def format_report(analysis: Analysis) -> str:
         _launch_totals(analysis),
         _verdicts(analysis),
         _warnings(analysis),
-        _bank_map(analysis),
+        _bank_map(analysis, worst) if verbose or worst.max_ways > 1 else "",
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
 
@@ -57,7 +62,7 @@ def wgmma_report(analysis: Analysis) -> str:
     if analysis.ptxas and analysis.ptxas.get("wgmma_serialized"):
         sections.append("!!! ptxas SERIALIZED the kernel's wgmma (C7515: non-wgmma instructions define accumulator "
                         "registers inside a wgmma pipeline stage); expect a large slowdown !!!")
-    sections.append("\n".join(f"{outcome.name}: {outcome.verdict}" for outcome in analysis.outcomes))
+    sections.append("\n".join(_wrapped(f"{outcome.name}: ", outcome.verdict) for outcome in analysis.outcomes))
     sections.append(_warnings(analysis))
     return "\n\n".join(section for section in sections if section) + "\n"
 
@@ -111,7 +116,13 @@ def _launch_totals(analysis: Analysis) -> str:
 
 def _verdicts(analysis: Analysis) -> str:
     width = max(len(outcome.name) for outcome in analysis.outcomes)
-    return "Verdicts\n" + "\n".join(f"  {o.name:<{width}}  {o.verdict}" for o in analysis.outcomes)
+    return "Verdicts\n" + "\n".join(_wrapped(f"  {o.name:<{width}}  ", o.verdict) for o in analysis.outcomes)
+
+
+def _wrapped(label: str, text: str) -> str:
+    """`label` then `text`, wrapped at REPORT_WIDTH columns with continuation lines under the text."""
+    return textwrap.fill(text, REPORT_WIDTH, initial_indent=label, subsequent_indent=" " * len(label),
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def _warnings(analysis: Analysis) -> str:
@@ -135,8 +146,7 @@ def worst_access(costs: list[AccessCost]) -> AccessCost:
     return max(costs, key=lambda c: (c.max_ways, c.excess_wavefronts, c.access.op == "ldmatrix"))
 
 
-def _bank_map(analysis: Analysis) -> str:
-    cost = worst_access(analysis.facts["smem_accesses"])
+def _bank_map(analysis: Analysis, cost: AccessCost) -> str:
     access = cost.access
     addresses = lane_byte_addresses(analysis.layout, access, analysis.layout.thread_env())[cost.worst_warp]
     width_bytes = access.width_bytes
@@ -268,6 +278,8 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON: one object for one spec, a list for several")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the bank map of the worst shared-memory access even where no bank conflicts")
 
 
 def check_main(args: argparse.Namespace) -> int:
@@ -299,7 +311,7 @@ def check_main(args: argparse.Namespace) -> int:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1
             continue
-        reports.append(to_json(analysis) if args.json else format_report(analysis))
+        reports.append(to_json(analysis) if args.json else format_report(analysis, args.verbose))
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

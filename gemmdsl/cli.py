@@ -14,9 +14,10 @@ from pathlib import Path
 from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
-from .compiler import Artifacts, compile_path, write_outputs
-from .family import compile_family_path, is_family_path
-from .source import CompileError
+from .compiler import Artifacts, OutputError, compile_path, write_outputs
+from .family import compile_family_path, is_family_path, parse_family
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .targets import TARGETS, TargetName, parse_target
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
 
@@ -31,13 +32,12 @@ TOOLS = (
 )
 
 
-def parse_arch(text: str) -> int:
-    from .targets import ARCHS
-
-    if not text.startswith("sm_") or not text[3:].isdigit() or int(text[3:]) not in ARCHS:
-        known = ", ".join(f"sm_{sm}" for sm in ARCHS)
+def parse_arch(text: str) -> TargetName:
+    target = parse_target(text)
+    if target is None:
+        known = ", ".join(map(str, TARGETS))
         raise argparse.ArgumentTypeError(f"unknown target {text!r} (known: {known})")
-    return int(text[3:])
+    return target
 
 
 def parse_emit(text: str) -> frozenset[str]:
@@ -57,18 +57,34 @@ def compile_main(args: argparse.Namespace) -> int:
         print("gemmdsl: error: --emit ptx/cubin needs nvcc", file=sys.stderr)
         return 1
     failed = 0
-    for path in args.specs:
-        if is_family_path(path):
-            failed += not _compile_family(path, args, nvcc)
-            continue
-        try:
-            artifacts = compile_path(path, args.arch)
-        except CompileError as err:
-            print(err.render(), file=sys.stderr)
-            failed += 1
-            continue
-        failed += not _build_and_write(artifacts, args, nvcc)
+    sources: dict[str, str] = {}  # kernel name -> the file it was compiled from
+    try:
+        for path in args.specs:
+            if is_family_path(path):
+                failed += not _compile_family(path, args, nvcc, sources)
+                continue
+            try:
+                artifacts = compile_path(path, args.arch)
+                _claim_name(artifacts.name, artifacts.spec.at("name"), SourceFile.read(path), sources)
+            except CompileError as err:
+                print(err.render(), file=sys.stderr)
+                failed += 1
+                continue
+            failed += not _build_and_write(artifacts, args, nvcc)
+    except OutputError as err:  # the next spec's files would meet the same directory: stop here
+        print(f"gemmdsl: error: {err}", file=sys.stderr)
+        return 1
     return 1 if failed else 0
+
+
+def _claim_name(name: str, where: Span, source: SourceFile, sources: dict[str, str]) -> None:
+    """Record that `source` makes NAME.cu, NAME.h and NAME.json; a second file of that name raises CompileError."""
+    if name in sources:
+        raise CompileError([Diagnostic(Severity.ERROR, where, f"kernel name '{name}' is also that of {sources[name]}, "
+                                       "earlier on the command line",
+                                       hint=f"both would write {name}.cu, {name}.h and {name}.json; rename one, "
+                                            "or compile them into different directories (-o)")], source)
+    sources[name] = source.path
 
 
 def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str | None) -> bool:
@@ -110,10 +126,11 @@ def _write(name: str, cuda: str, header: str, metadata_json: str, files: dict[st
     print(f"{name}: wrote {', '.join(str(p) for p in written)}")
 
 
-def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None) -> bool:
+def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None, sources: dict[str, str]) -> bool:
     """A family's .cu, .h and .json (and with nvcc its build, reporting each member's vector kernel)."""
     try:
         family = compile_family_path(path, args.arch)
+        _claim_name(family.name, parse_family(family.source)[1], family.source, sources)
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return False
@@ -151,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "and kernel family")
     compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
-    compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target")
+    compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target (sm_80, ..., sm_90a)")
     compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",
                              help="comma-separated: cu, ptx, cubin (default: cu)")
     compile_cmd.add_argument("--no-nvcc", action="store_true",

@@ -7,6 +7,7 @@ installed nvcc decides; `write_outputs` puts files on disk atomically.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from .layout import TileLayout
 from .passes.intensity import math_unit
 from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic, SourceFile
+from .targets import TargetName
 
 
 @dataclass
@@ -56,17 +58,17 @@ class Artifacts:
         return dataclasses.replace(self, metadata=metadata)
 
 
-def compile_path(path: str | Path, sm: int | None = None) -> Artifacts:
-    return compile_source(SourceFile.read(path), sm)
+def compile_path(path: str | Path, target: TargetName | int | None = None) -> Artifacts:
+    return compile_source(SourceFile.read(path), target)
 
 
-def compile_text(text: str, path: str = "<string>.gemm", sm: int | None = None) -> Artifacts:
-    return compile_source(SourceFile(path, text), sm)
+def compile_text(text: str, path: str = "<string>.gemm", target: TargetName | int | None = None) -> Artifacts:
+    return compile_source(SourceFile(path, text), target)
 
 
-def compile_source(source: SourceFile, sm: int | None = None) -> Artifacts:
-    """Parse, validate, analyse and emit one spec; `sm` overrides the spec's target."""
-    spec, warnings = load(source, sm)
+def compile_source(source: SourceFile, target: TargetName | int | None = None) -> Artifacts:
+    """Parse, validate, analyse and emit one spec; `target` overrides the spec's target."""
+    spec, warnings = load(source, target)
     plan = plan_kernel(spec)
     analysis = analyze(spec, plan=plan)
     warnings = warnings + analysis.warnings
@@ -155,20 +157,59 @@ def _fuse_metadata(spec: ir.KernelSpec) -> dict:
     }}
 
 
+class OutputError(Exception):
+    """A file that cannot be written: the CLI prints it as `error: cannot write PATH: reason`."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = path
+
+
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:
-    """Write every file or none: each goes to a temporary name first, then all are renamed."""
-    directory.mkdir(parents=True, exist_ok=True)
-    staged: list[tuple[str, Path]] = []
+    """Write every file or none: each goes to a temporary name first, then all are renamed.
+
+    Files get the mode a plain `open` would (0666 less the umask). Anything the file system refuses
+    raises OutputError, with no temporary file left behind."""
+    staged: list[tuple[Path, Path]] = []
+    target = directory
     try:
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        directory.mkdir(parents=True, exist_ok=True)
+        mode = 0o666 & ~_umask()
         for name, content in files.items():
+            target = directory / name
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+            staged.append((Path(tmp), target))
             with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), mode)
                 handle.write(content)
-            staged.append((tmp, directory / name))
+        for tmp, final in staged:
+            target = final
+            if final.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        for tmp, final in staged:
+            target = final
+            os.replace(tmp, final)
+    except OSError as err:
+        _remove(tmp for tmp, _ in staged)
+        raise OutputError(target, err.strerror or str(err)) from None
     except BaseException:
-        for tmp, _ in staged:
-            os.unlink(tmp)
+        _remove(tmp for tmp, _ in staged)
         raise
-    for tmp, final in staged:
-        os.replace(tmp, final)
     return [final for _, final in staged]
+
+
+def _umask() -> int:
+    """The process's umask; reading it means setting it, so it is set straight back."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove(paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # renamed already, or never created
+            pass

@@ -77,6 +77,7 @@ from .emit.header import emit_family_header
 from .launch_plan import Requirements
 from .cycles import MemberModel, estimate
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .targets import TargetName
 
 FAMILY_SUFFIX = ".gemmf"
 SHAPES_DIR = Path(__file__).with_name("shapes")
@@ -276,8 +277,8 @@ def _describe(spec: ir.KernelSpec) -> str:
             f"target sm_{spec.target.sm}")
 
 
-def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts:
-    """Parse a family file, compile its members (for `sm` instead of their target, if given) and emit
+def compile_family(source: SourceFile, target: TargetName | int | None = None) -> FamilyArtifacts:
+    """Parse a family file, compile its members (for `target` instead of their own, if given) and emit
     the family's .cu and metadata."""
     name, name_span, paths, measured_tokens = parse_family(source)
     directory = Path(source.path).parent
@@ -285,7 +286,7 @@ def compile_family(source: SourceFile, sm: int | None = None) -> FamilyArtifacts
     errors: list[Diagnostic] = []
     for token in paths:
         try:
-            artifacts = compile_source(SourceFile.read(directory / token.text), sm)
+            artifacts = compile_source(SourceFile.read(directory / token.text), target)
         except CompileError as err:
             errors.append(_error(token.span, f"member {token.text} does not compile",
                                  "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
@@ -357,8 +358,8 @@ def _read_or_none(path: str) -> SourceFile | None:
         return None
 
 
-def compile_family_path(path: str | Path, sm: int | None = None) -> FamilyArtifacts:
-    return compile_family(SourceFile.read(path, FAMILY_SUFFIX, "family"), sm)
+def compile_family_path(path: str | Path, target: TargetName | int | None = None) -> FamilyArtifacts:
+    return compile_family(SourceFile.read(path, FAMILY_SUFFIX, "family"), target)
 
 
 def family_metadata(family: FamilyArtifacts) -> dict:

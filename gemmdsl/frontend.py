@@ -8,24 +8,33 @@ error and warning is reported, in source order.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from . import ir
 from .parser import parse
 from .source import CompileError, Diagnostic, Severity, SourceFile
+from .targets import TargetName
 from .validate import validate
 
 
-def load(source: SourceFile, sm: int | None = None) -> tuple[ir.KernelSpec, list[Diagnostic]]:
+def load(source: SourceFile, target: TargetName | int | None = None) -> tuple[ir.KernelSpec, list[Diagnostic]]:
     """Parse and validate; returns the spec and its warnings, or raises CompileError.
 
-    `sm` overrides the spec's target before validation, so the new architecture's limits
-    apply. The CompileError carries the errors and any warnings of the same spec, in source
-    order."""
+    `target` (sm_90a as TargetName(90, True); a plain number such as 80 names sm_80) overrides the
+    spec's target before validation, so the new architecture's limits apply. The CompileError
+    carries the errors and any warnings of the same spec, in source order."""
+    if isinstance(target, int):
+        target = TargetName(target)
     spec = parse(source)
-    if sm is not None:
-        spec = spec.with_target(sm)
-    diagnostics = validate(spec)
+    diagnostics = validate(spec if target is None else spec.with_target(*target))
+    if target is not None:
+        # What is said of the target is said of the override: the line quoted names the spec's own.
+        written = spec.target.at("target")
+        diagnostics = [dataclasses.replace(d, hint=f"{target} replaces the spec's {spec.target} here"
+                                                   f"{'; ' + d.hint if d.hint else ''}")
+                       if d.span == written else d for d in diagnostics]
+        spec = spec.with_target(*target)
     if any(d.severity is Severity.ERROR for d in diagnostics):
         raise CompileError(diagnostics, source)
     return spec, diagnostics

@@ -471,5 +471,5 @@ class KernelSpec(Node):
         """(strided extent, contiguous extent) of A's or B's block tile in global memory."""
         return self.block.global_tile(operand, self.problem.matrix(operand).layout)
 
-    def with_target(self, sm: int) -> "KernelSpec":
-        return replace(self, target=replace(self.target, sm=sm))
+    def with_target(self, sm: int, arch_specific: bool = False) -> "KernelSpec":
+        return replace(self, target=replace(self.target, sm=sm, arch_specific=arch_specific))

@@ -22,10 +22,19 @@ from lark import Token, Tree
 
 from . import ir
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, word_list
+from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARP, TargetName, parse_target
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
 MAX_UNROLL = 16  # k-tiles per main-loop iteration; more only grows the code
+MAX_STAGES = 64  # pipeline stages; shared memory runs out long before
+MIN_REGISTERS = 16  # the fewest registers per thread a budget may ask ptxas for
+# What no target exceeds: a spec beyond it fails on every target, so the parser's range says so.
+MAX_REGISTERS_PER_THREAD = max(arch.max_registers_per_thread for arch in ARCHS.values())
+MAX_BLOCKS_PER_SM = max(arch.max_blocks_per_sm for arch in ARCHS.values())
+MAX_BLOCK_THREADS = max(arch.max_threads_per_block for arch in ARCH_SPECIFIC.values())
+WARPGROUP_THREADS = 4 * WARP
+MAX_CONSUMER_WARPGROUPS = MAX_BLOCK_THREADS // WARPGROUP_THREADS - 1  # beside the one producer
 
 # How Lark's terminal names read in a message.
 TERMINAL_WORDS = {
@@ -307,12 +316,18 @@ class _SpecReader:
                        _did_you_mean(word, choices) or f"one of: {', '.join(choices)}")
         return atom.value
 
-    def integer(self, atom: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:
+    def integer(self, atom: Any, what: str, low: int = 0, high: int = MAX_INT, hint: str | None = None,
+                choices: tuple[int, ...] | None = None) -> int:
+        """A number in [low, high], or one of `choices` when given; the message states exactly what is taken."""
         if not (isinstance(atom, Token) and atom.type == "INT"):
             raise _Bad(self.span(atom), f"expected {what}, found {self.text(atom)}")
         number = _number(atom.value)
-        if number is None or not low <= number <= high:
-            raise _Bad(self.span(atom), f"{what} must be between {low} and {high}, found {self.text(atom)[1:-1]}")
+        if choices is not None:
+            if number not in choices:
+                raise _Bad(self.span(atom), f"{what} must be {word_list(choices)}, found {self.text(atom)[1:-1]}", hint)
+        elif number is None or not low <= number <= high:
+            allowed = f"be {low}" if low == high else f"be between {low} and {high}"
+            raise _Bad(self.span(atom), f"{what} must {allowed}, found {self.text(atom)[1:-1]}", hint)
         return number
 
     def dims(self, atom: Any, count: int, what: str) -> tuple[int, ...]:
@@ -499,8 +514,10 @@ def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = No
     return lambda reader, value: enum_type(reader.name(value, choices, what))
 
 
-def _int(what: str, low: int = 0, high: int = MAX_INT) -> Reader:
-    return lambda reader, value: reader.integer(reader.one(value, what), what, low, high)
+def _int(what: str, low: int = 0, high: int = MAX_INT, hint: str | None = None) -> Reader:
+    """An integer in [low, high]: the one statement of a key's range, which validate does not narrow
+    for every spec (only for some, with its reason: a target's limit, a path's rule)."""
+    return lambda reader, value: reader.integer(reader.one(value, what), what, low, high, hint)
 
 
 def _pair_with_word(what: str, enum_type: type | None, default: Any = None) -> Reader:
@@ -577,38 +594,29 @@ def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
             raise _Bad(value.span, "read: ldmatrix needs an `mma` section; the FMA path reads fragments with "
                                    "32-, 64- or 128-bit loads", hint="use `read: 32;`, `read: 64;` or `read: 128;`")
         return ir.SmemRead.LDMATRIX  # f32 (TF32) operands: validate requires k contiguous
-    bits = reader.integer(atom, "a read width in bits", *((1, MAX_INT) if reader.has_mma else (32, 128)))
     if reader.has_mma:
-        if bits != 32:
-            raise _Bad(value.span, f"read: {bits} does not apply to an mma spec; its fragments are read with "
-                                   "ldmatrix or 32-bit loads", hint=f"use {mma_choices}")
+        reader.integer(atom, "an mma spec's read width in bits", choices=(32,),
+                       hint=f"its fragments are read with ldmatrix or 32-bit loads: use {mma_choices}")
         return ir.SmemRead.LDS32
-    if bits not in (32, 64, 128):
-        raise _Bad(value.span, f"read width must be 32, 64 or 128 bits, found {bits}")
-    return bits
+    return reader.integer(atom, "a read width in bits", choices=(32, 64, 128))
 
 
 def _vector(reader: _SpecReader, value: _Value) -> int:
-    width = reader.integer(reader.one(value, "a vector width"), "a vector width", 1, MAX_INT)
     dtype = reader.element_type(reader.operand)
     widths = (dtype or ir.DType.F16).vector_widths  # an operand in error: the widest any type allows
-    if width not in widths:
-        of = f" x {dtype.value}" if dtype else " elements"
-        raise _Bad(value.span, f"vector width must be {word_list(widths)} elements, found {width}",
-                   hint=f"{widths[-1]}{of} = {ir.MAX_VECTOR_BYTES} bytes is the widest global load")
-    return width
+    of = f" x {dtype.value}" if dtype else " elements"
+    return reader.integer(reader.one(value, "a vector width"), "a vector width in elements", choices=widths,
+                          hint=f"{widths[-1]}{of} = {ir.MAX_VECTOR_BYTES} bytes is the widest global load")
 
 
-def _target(reader: _SpecReader, value: _Value) -> tuple[int, bool]:
-    """(sm, arch_specific): `sm_90` -> (90, False), `sm_90a` -> (90, True)."""
-    from .targets import ARCHS, ARCH_SPECIFIC
-
-    names = tuple(f"sm_{sm}" for sm in ARCHS) + tuple(f"sm_{sm}a" for sm in ARCH_SPECIFIC)
+def _target(reader: _SpecReader, value: _Value) -> TargetName:
+    """`sm_90` -> (90, False), `sm_90a` -> (90, True)."""
     atom = reader.one(value, "a target such as sm_90")
-    if not (isinstance(atom, Token) and atom.type == "NAME" and atom.value in names):
+    target = parse_target(atom.value) if isinstance(atom, Token) and atom.type == "NAME" else None
+    if target is None:
         raise _Bad(value.span, f"unknown target {reader.text(atom)}",
-                   f"supported targets: {', '.join(names)}")
-    return int(atom.value[3:].rstrip("a")), atom.value.endswith("a")
+                   f"supported targets: {', '.join(map(str, TARGETS))}")
+    return target
 
 
 def _bias(reader: _SpecReader, value: _Value) -> ir.Bias:
@@ -639,9 +647,13 @@ SECTIONS: dict[str, _Section] = {
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True,
                       not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
-        "warpgroups": _Key(_int("a warpgroup count", 1, 64), required=True,
-                           wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
-        "producer": _Key(_int("a producer warpgroup count", 0, 64),
+        "warpgroups": _Key(_int("a consumer warpgroup count", 1, MAX_CONSUMER_WARPGROUPS,
+                                f"a block holds at most {MAX_CONSUMER_WARPGROUPS + 1} warpgroups of "
+                                f"{WARPGROUP_THREADS} threads ({MAX_BLOCK_THREADS}), one of them the producer"),
+                           required=True, wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
+        "producer": _Key(_int("a producer warpgroup count", 1, 1,
+                              "the wgmma path has exactly one producer warpgroup (one thread of it issues every "
+                              "TMA copy): write `producer: 1;` or leave it out"),
                          wgmma_only="producer warpgroups issue TMA copies for the wgmma consumers"),
         "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True,
                       fma_only="the mma instruction fixes which lane holds which element"),
@@ -665,7 +677,8 @@ SECTIONS: dict[str, _Section] = {
     }, labels=("a", "b")),
     "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
     "pipeline": _Section({
-        "stages": _Key(_int("a stage count", 0, 64)),
+        "stages": _Key(_int("a stage count", 1, MAX_STAGES,
+                            "1 = load then compute; 2 = double buffering; more need `copy: cp_async`")),
         "copy": _Key(_enum(ir.CopyMode, "registers, cp_async or tma")),
         "fragments": _Key(_enum(ir.FragmentBuffering, "single or double"),
                           not_wgmma="wgmma reads shared memory directly: there are no register fragments"),
@@ -680,8 +693,8 @@ SECTIONS: dict[str, _Section] = {
         "residual": _Key(_matrix),
     }),
     "budget": _Section({
-        "registers": _Key(_int("a register count", 1, 1 << 16)),
-        "blocks_per_sm": _Key(_int("a block count", 1, 1 << 10)),
+        "registers": _Key(_int("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
+        "blocks_per_sm": _Key(_int("a block count", 1, MAX_BLOCKS_PER_SM)),
     }),
 }
 

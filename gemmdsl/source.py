@@ -77,15 +77,33 @@ class Diagnostic:
         text = source.line_text(self.span.line) if source is not None else ""
         if text:
             gutter = f"{self.span.line:>5}"
-            out.append(f"{gutter} | {text}")
             start = max(self.span.column, 1)
             end = self.span.end_column if self.span.end_line == self.span.line else len(text) + 1
-            width = max(1, min(end, len(text) + 1) - start)
+            end = min(end, len(text) + 1)
+            text, start, end = _window(text, start, end)
+            out.append(f"{gutter} | {text}")
+            width = max(1, end - start)
             pad = "".join("\t" if ch == "\t" else " " for ch in text[: start - 1])
             out.append(f"{' ' * len(gutter)} | {pad}^{'~' * (width - 1)}")
         if self.hint:
             out.append(f"  hint: {self.hint}")
         return "\n".join(out)
+
+
+WINDOW = 100  # columns of a long source line a diagnostic quotes, around its caret
+ELLIPSIS = "..."
+
+
+def _window(text: str, start: int, end: int) -> tuple[str, int, int]:
+    """A line of at most about WINDOW columns around columns [start, end) (1-based), with `...` where it
+    was cut, and the columns moved to match: a 5 MB line is not echoed whole."""
+    if len(text) <= WINDOW:
+        return text, start, end
+    first = max(0, min(start - 1 - WINDOW // 3, len(text) - WINDOW))
+    last = first + WINDOW
+    head, tail = (ELLIPSIS if first > 0 else ""), (ELLIPSIS if last < len(text) else "")
+    shift = len(head) - first
+    return head + text[first:last] + tail, start + shift, min(end, last + 1) + shift
 
 
 def word_list(words: Iterable[object], last: str = "or") -> str:

@@ -13,6 +13,7 @@ shared-memory carveout (the default preference).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 WARP = 32
 SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
@@ -62,6 +63,25 @@ ARCHS: dict[int, Arch] = {
 # Arch-specific targets (`target sm_90a;`): the same limits as the plain target, plus the instructions
 # that exist on exactly that architecture. Code for them runs only there (runtime.build_target).
 ARCH_SPECIFIC: dict[int, Arch] = {90: replace(ARCHS[90], has_wgmma=True)}
+
+
+class TargetName(NamedTuple):
+    """A target as the language and `--arch` name it: `sm_90` is (90, False), `sm_90a` (90, True)."""
+
+    sm: int
+    arch_specific: bool = False
+
+    def __str__(self) -> str:
+        return f"sm_{self.sm}{'a' if self.arch_specific else ''}"
+
+
+TARGETS: tuple[TargetName, ...] = (tuple(TargetName(sm) for sm in ARCHS)
+                                   + tuple(TargetName(sm, True) for sm in ARCH_SPECIFIC))
+
+
+def parse_target(text: str) -> TargetName | None:
+    """The target `text` names (`sm_80`, `sm_90a`), or None when the language has no such target."""
+    return next((target for target in TARGETS if str(target) == text), None)
 
 
 # Dense peak rates of each target's reference GPU in TFLOP/s, by the unit a kernel multiplies on

@@ -1268,7 +1268,13 @@ def report_and_write(args: argparse.Namespace, path: str, name: str, output: str
         exhaustive_line, _, winner = exhaustive_comparison(timing, kept)
         print(exhaustive_line)
     lines = search_summary(report, kept, dropped, len(timing.measurements), exhaustive_line)
-    write_winner(output, name, path, by_name[winner.name].candidate, winner, timing, lines)
+    from .compiler import OutputError
+
+    try:
+        write_winner(output, name, path, by_name[winner.name].candidate, winner, timing, lines)
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"winner {winner.name} ({winner.geomean_tflops:.2f} TFLOP/s, {winner.geomean_pct_cublas:.1f}% of cuBLAS) "
           f"written to {output} as {name}")
     return 0

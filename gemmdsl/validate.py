@@ -20,7 +20,6 @@ from .validate_fuse import check_fuse
 
 WARP = 32
 MAX_NAME = 64
-MIN_REGISTERS = 16
 MAX_SWIZZLE_BITS = 16  # B + M + S; larger swizzles span more than any stage
 
 # C and C++ keywords (C11 and C++20) and CUDA built-ins a kernel may not be named after.
@@ -204,8 +203,7 @@ class _Checker:
         # Blame the one factor whose change alone fixes the product: repeat (when written), then
         # micro, then warps; the lanes are pinned by the 32 lanes of a warp.
         blame = (("repeat", t), ("micro", t), ("warps", t))
-        for axis in ("m", "n"):
-            ok = self.check_product(axis, factors, blame, fallback=("micro", t)) and ok
+        ok = self.check_products(factors, blame, fallback=("micro", t)) and ok
         accumulators = t.fragment.m * t.fragment.n
         if accumulators > (self.arch.max_registers_per_thread if self.arch else 255):
             self.warning(t.at("micro"), f"each thread accumulates {t.fragment.m}x{t.fragment.n} = {accumulators} "
@@ -223,38 +221,51 @@ class _Checker:
                    hint=f"use at most {limit // WARP} warps and give each thread more work ({more_work})")
         return False
 
-    def check_product(self, axis: str, factors: dict[str, ir.Pair], blame: tuple[tuple[str, ir.Node], ...],
-                      fallback: tuple[str, ir.Node]) -> bool:
-        """The tile hierarchy's product of `factors` (key -> pair) along `axis` must be BM or BN.
+    def check_products(self, factors: dict[str, ir.Pair], blame: tuple[tuple[str, ir.Node], ...],
+                       fallback: tuple[str, ir.Node]) -> bool:
+        """The tile hierarchy's product of `factors` (key -> pair) must be BM along m and BN along n.
 
-        The error points at the first written key of `blame` (key, node that holds it) whose change
-        alone fixes the product, else at `fallback`."""
+        Each axis's error points at the first written key of `blame` (key, node that holds it) whose
+        change alone fixes that axis, else at `fallback`. Both axes wrong make one error: its hints
+        (the key's new pair, the block tile that fits) are those of both axes at once."""
         block = self.spec.block
-        sizes = {key: getattr(pair, axis) for key, pair in factors.items()}
-        product = prod(sizes.values())
-        extent, extent_name = (block.m, "BM") if axis == "m" else (block.n, "BN")
-        if product == extent:
+        products = {axis: prod(getattr(pair, axis) for pair in factors.values()) for axis in ("m", "n")}
+        extents = {"m": block.m, "n": block.n}
+        wrong = [axis for axis in ("m", "n") if products[axis] != extents[axis]]
+        if not wrong:
             return True
-        formula = "*".join(str(v) for v in sizes.values())
-        message = (f"{' x '.join(sizes)} along {axis} is {formula} = {product}, "
-                   f"but the block tile's {extent_name} is {extent}")
-        (key, node), fix = fallback, None
-        for candidate, owner in blame:
-            if candidate not in {name for name, _ in owner.key_spans}:
-                continue
-            rest = product // sizes[candidate]
-            if extent % rest == 0:
-                (key, node), fix = (candidate, owner), extent // rest
-                break
-        tile = (f"{product}x{block.n}x{block.k}" if axis == "m" else f"{block.m}x{product}x{block.k}")
-        if fix is not None:
+        tile = f"{products['m']}x{products['n']}x{block.k}"
+        fixes = {axis: self._single_fix(axis, factors, blame, products[axis], extents[axis]) for axis in wrong}
+        parts = [f"along {axis} is {'*'.join(str(getattr(pair, axis)) for pair in factors.values())} = "
+                 f"{products[axis]}, but the block tile's {'BM' if axis == 'm' else 'BN'} is {extents[axis]}"
+                 for axis in wrong]
+        message = f"{' x '.join(factors)} {'; '.join(parts)}"
+        places = {fix[:2] for fix in fixes.values() if fix is not None}
+        if len(places) == 1 and all(fixes.values()):  # one key fixes every wrong axis
+            ((key, node),) = places
             pair: ir.Pair = getattr(node, key)
-            new = ir.Pair(fix, pair.n) if axis == "m" else ir.Pair(pair.m, fix)
-            hint = f"use `{key}: {new}` to cover {extent_name} = {extent}, or make the block tile {tile}"
+            new = ir.Pair(*(fixes[axis][2] if axis in fixes else getattr(pair, axis) for axis in ("m", "n")))
+            covered = " and ".join(f"{'BM' if axis == 'm' else 'BN'} = {extents[axis]}" for axis in wrong)
+            hint = f"use `{key}: {new}` to cover {covered}, or make the block tile {tile}"
         else:
-            hint = f"make the block tile {tile}, or change the thread layout so its product along {axis} is {extent}"
+            key, node = fallback
+            extents_wanted = " and ".join(f"{extents[axis]} along {axis}" for axis in wrong)
+            hint = f"make the block tile {tile}, or change the thread layout so its product is {extents_wanted}"
         self.error(node.at(key), message, hint)
         return False
+
+    @staticmethod
+    def _single_fix(axis: str, factors: dict[str, ir.Pair], blame: tuple[tuple[str, ir.Node], ...], product: int,
+                    extent: int) -> tuple[str, ir.Node, int] | None:
+        """(key, node, new size along `axis`) of the first written key of `blame` whose change alone
+        makes the product `extent`, or None."""
+        for key, node in blame:
+            if key not in {name for name, _ in node.key_spans}:
+                continue
+            rest = product // getattr(factors[key], axis)
+            if extent % rest == 0:
+                return key, node, extent // rest
+        return None
 
     # --- tensor cores --------------------------------------------------------------------
 
@@ -280,8 +291,7 @@ class _Checker:
         ok = self.check_thread_count("mma repeat")
         shape = ir.Pair(mma.shape.m, mma.shape.n)
         factors = {"warps": t.warps, "repeat": mma.repeat, "shape": shape}
-        for axis in ("m", "n"):
-            ok = self.check_product(axis, factors, (("repeat", mma), ("warps", t)), fallback=("warps", t)) and ok
+        ok = self.check_products(factors, (("repeat", mma), ("warps", t)), fallback=("warps", t)) and ok
         if block.k % mma.shape.k:
             fix = "" if dtype is ir.DType.F32 or mma.shape.k == 8 else " or `shape: m16n8k8;`"
             self.error(block.at("tile"), f"BK = {block.k} is not a multiple of the k of {mma.shape.value} "
@@ -514,10 +524,6 @@ class _Checker:
     def check_pipeline(self) -> bool:
         p = self.spec.pipeline
         ok = True
-        if p.stages < 1:
-            self.error(p.at("stages"), f"stages must be at least 1, found {p.stages}",
-                       hint="1 = load then compute; 2 = double buffering; more need `copy: cp_async`")
-            ok = False
         if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
             self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
                        hint="use `copy: registers;`")
@@ -560,10 +566,6 @@ class _Checker:
                                  hint=f"at most {arch.smem_per_sm // smem} blocks fit")
         regs = budget.registers
         if regs is None:
-            return
-        if not MIN_REGISTERS <= regs <= arch.max_registers_per_thread:
-            self.error(budget.at("registers"), f"registers must be between {MIN_REGISTERS} and "
-                                               f"{arch.max_registers_per_thread}, found {regs}")
             return
         unit = arch.register_alloc_unit
         per_warp = -(-regs * WARP // unit) * unit

@@ -1,5 +1,7 @@
-"""Make the package importable when pytest runs from a checkout that is not pip-installed;
+"""Make the package importable, in pytest and the commands it starts, when pytest runs from a checkout
+that is not pip-installed and from any directory;
 skip GPU tests without a GPU; fixtures the GPU test modules share."""
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# The commands the tests start (`python -m gemmdsl.cli ...`) import this checkout too, from any directory.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
 
 def pytest_collection_modifyitems(config, items):

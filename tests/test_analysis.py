@@ -489,7 +489,7 @@ def no_nvcc(monkeypatch):
 
 
 def check_args(*specs: str, problem: str = "4096x4096x4096", as_json: bool = False) -> argparse.Namespace:
-    return argparse.Namespace(specs=list(specs), problem=parse_problem(problem), json=as_json)
+    return argparse.Namespace(specs=list(specs), problem=parse_problem(problem), json=as_json, verbose=False)
 
 
 def test_check_prints_a_report(no_nvcc, capsys):
@@ -668,3 +668,32 @@ def test_waves_say_how_a_checked_call_is_launched(size, says):
         assert "interior" not in verdict and "checked kernel" not in verdict
     else:
         assert verdict.endswith(says)
+
+
+def test_the_report_shows_a_bank_map_only_where_banks_conflict_unless_verbose():
+    clean = analyze(spec())
+    assert worst_access(clean.facts["smem_accesses"]).max_ways == 1
+    assert "Bank map" not in format_report(clean)
+    assert "Bank map of the worst access" in format_report(clean, verbose=True)
+    conflicted = analyze(spec(smem_a="order: km;"))
+    assert "Bank map of the worst access: A store 32-bit" in format_report(conflicted)
+
+
+@pytest.mark.parametrize("name", ["sgemm_v3", "hgemm_mma", "hgemm_h100", "sgemm_3xtf32_h100_sk"])
+def test_verdicts_are_wrapped_to_a_readable_width(name):
+    analysis = analyze(load_spec(SPECS / f"{name}.gemm"))
+    report = format_report(analysis)
+    start = report.index("Verdicts\n") if "Verdicts\n" in report else report.index("\n\n") + 2
+    verdicts = report[start:report.index("\n\nWarnings") if "\n\nWarnings" in report else len(report)]
+    assert max(map(len, verdicts.split("\n"))) <= 100, verdicts
+    for outcome in analysis.outcomes:  # every word of each verdict is still there, in order
+        assert " ".join(outcome.verdict.split()) in " ".join(verdicts.split())
+
+
+def test_check_takes_verbose(capsys):
+    args = argparse.ArgumentParser()
+    from gemmdsl.check import add_check_arguments
+
+    add_check_arguments(args)
+    assert check_main(args.parse_args([str(SPECS / "sgemm_v3.gemm"), "--verbose"])) == 0
+    assert "Bank map of the worst access" in capsys.readouterr().out

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from gemmdsl.cli import main
+from gemmdsl.compiler import compile_path
 
 ROOT = Path(__file__).resolve().parent.parent
 V3 = ROOT / "specs" / "sgemm_v3.gemm"
@@ -81,3 +82,86 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     process.stdout.close()  # like `head` exiting
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141 and "Traceback" not in stderr, stderr
+
+
+def _unwritable_directories(tmp_path):
+    """Output directories the file system refuses, each a different reason."""
+    regular = tmp_path / "a_file"
+    regular.write_text("")
+    yield regular
+    yield Path("/dev/null")
+    yield Path("/proc/self")
+    read_only = Path("/sys/kernel")  # refused even to root
+    if not read_only.is_dir() or os.access(read_only, os.W_OK):
+        read_only = tmp_path / "read_only"
+        read_only.mkdir()
+        read_only.chmod(0o555)
+    yield read_only
+
+
+def test_an_unwritable_output_directory_is_an_error_not_a_traceback(tmp_path):
+    for directory in _unwritable_directories(tmp_path):
+        if directory.is_dir() and os.access(directory, os.W_OK) and directory.parts[1] != "proc":
+            continue  # root writes through the mode bits
+        done = run_cli("compile", str(V3), "-o", str(directory), "--no-nvcc")
+        assert done.returncode == 1, directory
+        assert "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"gemmdsl: error: cannot write {directory}"), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_refused_file_leaves_no_file_of_the_spec_behind(tmp_path):
+    """NAME.h cannot be written (a directory has its name): NAME.cu and NAME.json are not written either."""
+    (tmp_path / "sgemm_v3.h").mkdir()
+    done = run_cli("compile", str(V3), "-o", str(tmp_path), "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot write {tmp_path / 'sgemm_v3.h'}: Is a directory" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sgemm_v3.h"]
+
+
+def test_outputs_have_the_mode_the_umask_gives(tmp_path):
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        out = tmp_path / oct(umask)
+        previous = os.umask(umask)
+        try:
+            assert main(["compile", str(V3), "-o", str(out), "--no-nvcc"]) == 0
+        finally:
+            os.umask(previous)
+        assert {(p.stat().st_mode & 0o777) for p in out.iterdir()} == {mode}
+
+
+def test_arch_takes_every_target_the_language_takes(tmp_path):
+    from gemmdsl.targets import TARGETS
+
+    wgmma = ROOT / "specs" / "hgemm_h100.gemm"
+    for target in map(str, TARGETS):
+        spec = wgmma if target.endswith("a") else V3
+        out = tmp_path / target
+        assert main(["compile", str(spec), "-o", str(out), "--no-nvcc", "--arch", target]) == 0, target
+        assert f'"target": "{target}"' in (out / f"{spec.stem}.json").read_text()
+
+
+def test_arch_override_names_only_real_targets(tmp_path):
+    done = run_cli("compile", str(ROOT / "specs" / "hgemm_h100.gemm"), "--arch", "sm_80", "-o", str(tmp_path),
+                   "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "sm_80 has no wgmma" in done.stderr
+    assert "sm_80 replaces the spec's sm_90a" in done.stderr
+    assert "sm_80a" not in done.stderr
+
+
+def test_two_specs_of_one_name_are_refused_with_both_files_named(tmp_path):
+    twin = tmp_path / "twin.gemm"
+    twin.write_text(V3.read_text().replace("fragments: double", "fragments: single"))
+    out = tmp_path / "out"
+    done = run_cli("compile", str(V3), str(twin), "-o", str(out), "--no-nvcc")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{twin}:2:6: error: kernel name 'sgemm_v3' is also that of {V3}, earlier on the command line" in done.stderr
+    assert (out / "sgemm_v3.cu").read_text() == compile_path(V3).cuda  # the first one's output stands
+
+
+def test_a_family_named_twice_is_refused(tmp_path):
+    family = ROOT / "specs" / "sgemm_family.gemmf"
+    done = run_cli("compile", str(family), str(family), "-o", str(tmp_path), "--no-nvcc")
+    assert done.returncode == 1
+    assert f"error: kernel name 'sgemm_family' is also that of {family}" in done.stderr

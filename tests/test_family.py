@@ -648,3 +648,20 @@ def test_a_bad_measured_table_is_a_positioned_error(table, message, tmp_path):
         compile_family_path(tmp_path / "f.gemmf")
     rendered = caught.value.render()
     assert re.search(r"f\.gemmf:4:\d+: error: " + re.escape(message), rendered), rendered
+
+
+def test_gemmdsl_load_takes_a_family_as_it_takes_a_spec(monkeypatch):
+    """`gemmdsl.load` hands a .gemmf to the family loader and a .gemm to the spec loader (the device
+    side replaced by recorders: what each would load is what is checked)."""
+    import gemmdsl
+    import gemmdsl.family
+    import gemmdsl.runtime
+
+    monkeypatch.setattr(gemmdsl.family, "FamilyKernel", lambda artifacts: ("family", artifacts))
+    monkeypatch.setattr(gemmdsl.runtime, "Kernel", lambda artifacts: ("spec", artifacts))
+    kind, artifacts = gemmdsl.load(ROOT / "specs" / "sgemm_family.gemmf")
+    assert kind == "family" and artifacts.name == "sgemm_family" and len(artifacts.members) > 1
+    kind, artifacts = gemmdsl.load(str(ROOT / "specs" / "sgemm_v3.gemm"))
+    assert (kind, artifacts.name) == ("spec", "sgemm_v3")
+    kind, artifacts = gemmdsl.load("inline.gemmf", text=(ROOT / "specs" / "sgemm_v3.gemm").read_text())
+    assert (kind, artifacts.name) == ("spec", "sgemm_v3")  # text is a spec's, whatever its display name

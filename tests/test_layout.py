@@ -3,6 +3,7 @@ exactly one owner, each tile element is copied exactly once, and shared-memory o
 never collide or leave their stage."""
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +13,8 @@ from gemmdsl.emit.epilogue import StagedAdds, staged_adds
 from gemmdsl.layout import KernelLayout
 from gemmdsl.parser import parse_text
 from spec_strategies import spec_texts
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 
@@ -64,14 +67,14 @@ def test_chunks_fill_each_shared_tile_element_once_in_both_variants(text):
 
 
 def test_global_tiles_follow_the_layouts():
-    text = open("specs/layouts_tn.gemm").read()
+    text = open(ROOT / "specs" / "layouts_tn.gemm").read()
     layout = layout_of(text)
     # A is column-major: its 128x8 tile lies in memory as 8 runs of 128 m-contiguous elements, which
     # km keeps contiguous, so the copies store float4; row-major B likewise into kn.
     assert layout.spec.global_tile(ir.Operand.A) == (8, 128)
     assert layout.store_width(ir.Operand.A) == layout.store_width(ir.Operand.B) == 4
     assert layout.c_store_width() == 4  # column-major C: along m, the micro tile's 4 rows
-    nt = layout_of(open("specs/layouts_nt.gemm").read())
+    nt = layout_of(open(ROOT / "specs" / "layouts_nt.gemm").read())
     assert nt.spec.global_tile(ir.Operand.B) == (128, 16) and nt.store_width(ir.Operand.B) == 1
     assert nt.global_vector(ir.Operand.B) == 1  # cp.async reads what it stores: 4 bytes per element
 
@@ -100,7 +103,7 @@ def test_vector_accesses_are_aligned(text):
 
 def test_sgemm_v3_thread_zero_owns_the_seed_rows():
     # Seed 004: thread 0 of warp 0 reads A rows 0..3 and 64..67, B columns 0..3 and 64..67.
-    layout = layout_of(open("specs/sgemm_v3.gemm").read())
+    layout = layout_of(open(ROOT / "specs" / "sgemm_v3.gemm").read())
     env = layout.thread_env()
     rows = sorted(int(np.asarray(e.evaluate(env))[0]) for _, e in layout.fragment_rows("m"))
     assert rows == [0, 1, 2, 3, 64, 65, 66, 67]
@@ -136,10 +139,10 @@ def test_staged_atomic_adds_fill_each_buffer_cell_once_with_the_row_they_are_add
 
 
 def test_sgemm_any_stages_its_one_element_adds_and_only_there():
-    layout = KernelLayout(parse_text(open("specs/sgemm_any.gemm").read()))
+    layout = KernelLayout(parse_text(open(ROOT / "specs" / "sgemm_any.gemm").read()))
     assert staged_adds(layout.spec, layout) == StagedAdds("m", 16, 132)
     pieces = re.split(r'extern "C" __global__ void __launch_bounds__\([^)]*\) (\w+)\(',
-                      open("generated/sgemm_any.cu").read())
+                      open(ROOT / "generated" / "sgemm_any.cu").read())
     bodies = dict(zip(pieces[1::2], pieces[2::2]))
     staged = "smem[slot * 132 + e % BN]"
     assert staged not in bodies["sgemm_any_kernel"] and staged not in bodies["sgemm_any_kernel_scalar"]

@@ -13,6 +13,7 @@ import pytest
 
 from gemmdsl import ir
 from gemmdsl.compiler import compile_path
+from gemmdsl.emit.ldmatrix import addresses_ldmatrix
 from gemmdsl.layout import KK, KernelLayout, TileLayout
 from gemmdsl.mma_layout import MmaLayout
 
@@ -27,14 +28,19 @@ LOAD = re.compile(r"\b(?:lds(?P<bits>\d+)\(|(?P<word>lds_word)\(|(?P<rows>ldmatr
                   r"(?P<operand>[ab])_(?:read|next|first) \+ ")
 
 
-def balanced(text: str, start: int) -> str:
-    """The call expression `name(...)` that starts at `start`."""
-    depth, i = 0, text.index("(", start)
-    while True:
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        i += 1
-        if depth == 0:
-            return text[start:i]
+def argument(text: str, start: int) -> str:
+    """The whole expression that starts at `start` and ends at the ',', ')' or ']' closing it: an
+    address's offset, every term of it (a call, and anything added or scaled after the call)."""
+    depth = 0
+    for i in range(start, len(text)):
+        char = text[i]
+        if char in "([{":
+            depth += 1
+        elif depth == 0 and char in ",)];":
+            return text[start:i].strip()
+        elif char in ")]}":
+            depth -= 1
+    raise AssertionError(f"unterminated expression at {text[start:start + 80]!r}")
 
 
 def width_bytes(groups: dict) -> int:
@@ -46,9 +52,9 @@ def width_bytes(groups: dict) -> int:
 
 
 def printed(pattern: re.Pattern, body: str, element_bytes: int) -> list[tuple[str, int, str]]:
-    """(operand, width in elements, offset) of each matching instruction, in program order."""
+    """(operand, width in elements, offset as printed) of each matching instruction, in program order."""
     return [(match["operand"], max(1, width_bytes(match.groupdict()) // element_bytes),
-             balanced(body, match.end())) for match in pattern.finditer(body)]
+             argument(body, match.end())) for match in pattern.finditer(body)]
 
 
 def kernel_bodies(cuda: str) -> dict[str, str]:
@@ -72,11 +78,20 @@ def stores_of(layout: TileLayout) -> list[tuple[str, int, str]]:
 
 
 def loads_of(layout: TileLayout, kk) -> list[tuple[str, int, str]]:
-    """The fragment loads of one k index (FMA) or one k-step (tensor cores), as the emitters print them."""
+    """The fragment loads of one k index (FMA) or one k-step (tensor cores), in elements."""
     if isinstance(layout, MmaLayout):
         return as_rows(layout.fragment_accesses(kk))
     assert isinstance(layout, KernelLayout)
     return as_rows(f for op in OPERANDS for f in layout.fragment_loads(op, kk))
+
+
+def printed_loads_of(layout: TileLayout, kk) -> list[tuple[str, int, str]]:
+    """`loads_of` as the emitters print the offsets: 16-bit ldmatrix takes a 32-bit shared address, so
+    its offset is scaled to bytes there."""
+    if not (isinstance(layout, MmaLayout) and addresses_ldmatrix(layout)):
+        return loads_of(layout, kk)
+    return [(a.operand.value, a.width, (a.offset * layout.element_bytes if a.op == "ldmatrix" else a.offset).render())
+            for a in layout.fragment_accesses(kk)]
 
 
 def k_indices(layout: TileLayout) -> int:
@@ -93,7 +108,7 @@ def test_printed_shared_memory_instructions_are_the_analysed_ones(path):
         expected = stores_of(layout)
         assert stores and len(stores) % len(expected) == 0
         assert all(stores[i:i + len(expected)] == expected for i in range(0, len(stores), len(expected)))
-        per_k = {str(kk): loads_of(layout, kk) for kk in (0, KK, KK + 1)}
+        per_k = {str(kk): printed_loads_of(layout, kk) for kk in (0, KK, KK + 1)}
         loads = printed(LOAD, body, layout.element_bytes)
         assert loads and split_into(loads, list(per_k.values()))
 
@@ -101,6 +116,18 @@ def test_printed_shared_memory_instructions_are_the_analysed_ones(path):
     layout = artifacts.plan.layout
     assert as_rows(a for a in analysed if a.op == "store") == stores_of(layout)
     analysed_loads = [a for a in analysed if a.op in ("load", "ldmatrix")]
-    assert len(analysed_loads) == k_indices(layout) * len(per_k["kk"])
+    assert len(analysed_loads) == k_indices(layout) * len(loads_of(layout, KK))
     assert all(as_rows(a for a in analysed_loads if a.kk == kk) == loads_of(layout, kk)
                for kk in range(k_indices(layout)))
+
+
+def test_a_printed_offset_is_the_whole_argument():
+    """A term after the offset's call (`+ 1`, `* 2`) is part of what is compared, so it cannot slip by."""
+    body = ("sts32(a_dst + a_smem_offset(tid / 2, 0) + 1, a_stage[0].x);\n"
+            "b_dst[b_smem_offset(tid, (tid + 1) % 4) + 1] = b_src[tid];\n"
+            "cp_async_16(a_dst + a_smem_offset(tid, 4) * 2, a_src + tid);\n")
+    assert printed(STORE, body, 4) == [("a", 1, "a_smem_offset(tid / 2, 0) + 1"),
+                                       ("b", 1, "b_smem_offset(tid, (tid + 1) % 4) + 1"),
+                                       ("a", 4, "a_smem_offset(tid, 4) * 2")]
+    loads = "ldmatrix_x4(r[0], r[1], r[2], r[3], a_first + a_smem_offset(lane, 8) * 2);\nx = lds128(b_read + 4);\n"
+    assert printed(LOAD, loads, 2) == [("a", 8, "a_smem_offset(lane, 8) * 2"), ("b", 8, "4")]

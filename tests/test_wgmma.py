@@ -81,7 +81,7 @@ CASES = [
      "descriptor cannot express"),
     ("smem a   { order: mk; swizzle: 128B; }", "smem a   { order: mk; swizzle: 64B; }", "64B", "not supported yet"),
     ("smem a   { order: mk;", "smem a   { order: mk; pad: 8;", "8;", "TMA writes each box densely"),
-    ("producer: 1", "producer: 2", "2", "exactly one producer"),
+    ("producer: 1", "producer: 2", "2", "a producer warpgroup count must be 1, found 2"),
     ("warpgroups: 2", "warps: 2x2", "warps", "does not apply to a wgmma spec"),
 ]
 
@@ -604,6 +604,31 @@ def test_nvcc_builds_a_store_epilogue_staged_through_tma(name):
     artifacts = compile_text(text, "case.gemm")
     resources = build(artifacts.cuda, artifacts.name, artifacts.spec.target.code).resources
     assert resources.spills == 0 and not resources.wgmma_serialized
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("name", ["hgemm_h100", "sgemm_3xtf32_h100_sk"])
+def test_the_stated_build_command_builds_the_wgmma_kernel(name, tmp_path):
+    """`nvcc -arch=sm_90a -c NAME.cu`, the command the .cu and NAME.h state, builds: nvcc's compute_90 pass
+    (which has no wgmma) gets a stub, and the sm_90a code is the whole kernel, with its wgmma."""
+    import subprocess
+
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    (tmp_path / f"{name}.cu").write_text(artifacts.cuda)
+    command = f"nvcc -arch=sm_90a -c {name}.cu"
+    assert f"// Build: {command}\n" in artifacts.cuda and f"(`{command}`" in artifacts.header
+    done = subprocess.run([*command.split(), "-keep", "-Xptxas", "-v"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (real,) = tmp_path.glob("*.compute_90a.ptx")
+    (stub,) = [p for p in tmp_path.glob("*.compute_90.ptx")]
+    assert "wgmma.mma_async" in real.read_text() and "setmaxnreg" in real.read_text()
+    assert "wgmma" not in stub.read_text() and "trap;" in stub.read_text()
+    assert re.search(r"Compiling entry function '\w+' for 'sm_90a'", done.stderr)
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump and shutil.which("nvdisasm"):
+        sass = subprocess.run([cuobjdump, "-sass", f"{name}.o"], cwd=tmp_path, capture_output=True, text=True).stdout
+        assert "HGMMA" in sass
 
 
 def test_ptxas_serializing_wgmma_is_read_from_its_log():

@@ -65,6 +65,10 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line("    unsigned long long opaque[16];")
     o.line("};")
     o.line()
+    o.comment(f"The device code exists in {plan.spec.target} passes only: nvcc -arch={plan.spec.target} also compiles "
+              f"a compute_{plan.spec.target.sm}\npass, which has no wgmma or setmaxnreg (CUTLASS guards its sm_90a "
+              "code the same way).")
+    o.line(arch_guard(plan))
     parts.ring.emit_helpers()
     o.line()
     parts.copy.emit_helpers()
@@ -72,13 +76,19 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     parts.math.emit_helpers()
     o.line()
     parts.epilogue.emit_helpers()
-    o.line()
     if parts.layout.stream_k:
-        parts.scheduler.emit_helpers()
         o.line()
+        parts.scheduler.emit_helpers()
+    o.line("#endif")
+    o.line()
     emit_wgmma_kernel(plan, o)
     o.line()
     TensorMapLauncher(plan, o).emit()
+
+
+def arch_guard(plan: KernelPlan) -> str:
+    """The test that holds in the passes of the spec's arch-specific target (sm_90a) and no other."""
+    return f"#if defined(__CUDA_ARCH_FEAT_SM{plan.spec.target.sm}_ALL)"
 
 
 def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
@@ -95,7 +105,9 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
     o.line(f'extern "C" __global__ void __launch_bounds__({layout.threads}, 1) {plan.launch.entries.vector}(')
     o.line(f"    {', '.join(parameters[:2])},")
     o.line(f"    {', '.join(parameters[2:])})")
+    target = plan.spec.target
     with o.block(""):
+        o.line(arch_guard(plan))
         o.comment(parts.math.tiling_note())
         constants = [("BM", layout.bm), ("BN", layout.bn), ("BK", layout.bk), *parts.math.constants(),
                      *parts.epilogue.constants(), *(parts.splitter.constants() if parts.splitter else ()),
@@ -131,6 +143,11 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
             o.line("int it = 0;")
             parts.scheduler.emit_loop(lambda: _consumer_tile(parts, o))
             parts.epilogue.emit_finish()
+        o.line("#else")
+        o.comment(f"The compute_{target.sm} pass: no wgmma, so no kernel; a GPU that runs this kernel loads its "
+                  f"{target} code.")
+        o.line("__trap();")
+        o.line("#endif")
 
 
 def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:

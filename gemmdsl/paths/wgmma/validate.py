@@ -15,7 +15,6 @@ from .layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M,
 from ...targets import ARCH_SPECIFIC
 
 MAX_WGMMA_N = 256
-MAX_WARPGROUPS = 1024 // WARPGROUP  # threads per block
 
 Report = Callable[[Span, str, str | None], None]
 
@@ -26,7 +25,6 @@ def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
     ok = _check_target(spec, error)
     ok = _check_problem(spec, error) and ok
     ok = _check_shape(spec, error) and ok
-    ok = _check_threads(spec, error) and ok
     ok = _check_smem(spec, error) and ok
     ok = _check_pipeline(spec, error) and ok
     _check_unused_sections(spec, error)
@@ -97,21 +95,6 @@ def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:
         dtype = spec.problem.a.dtype.value
         error(mma.at("precision"), f"precision: {mma.precision.value} applies to f32 operands; {dtype} operands "
                                    f"are multiplied as {dtype}", "remove `precision`")
-        ok = False
-    return ok
-
-
-def _check_threads(spec: ir.KernelSpec, error: Report) -> bool:
-    t = spec.threads
-    ok = True
-    if t.producers != 1:
-        error(t.at("producer"), f"producer: {t.producers}: the wgmma path has exactly one producer warpgroup "
-                                "(one thread of it issues every TMA copy)", "write `producer: 1;`")
-        ok = False
-    if t.warpgroups + t.producers > MAX_WARPGROUPS:
-        error(t.at("warpgroups"), f"{t.warpgroups} consumer and {t.producers} producer warpgroups are "
-                                  f"{t.threads} threads, more than the 1024 a block may have",
-              f"use at most {MAX_WARPGROUPS - max(t.producers, 1)} consumer warpgroups")
         ok = False
     return ok
 
