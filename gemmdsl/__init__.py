@@ -1,4 +1,4 @@
-"""gemmdsl: a compiler from a small tiling language to CUDA C SGEMM kernels.
+"""gemmdsl: a compiler from a small tiling language to CUDA C GEMM kernels.
 
     import gemmdsl
     kernel = gemmdsl.load("specs/sgemm_v3.gemm")   # needs CuPy and a GPU
@@ -14,8 +14,9 @@ __version__ = "0.1.0"
 
 def load(spec_or_path, *, text: str | None = None):
     """Compile and load a spec (`runtime.load`: a `.gemm` path, `text=...` or compiled Artifacts) or
-    a `.gemmf` kernel family (`family.load_family`), on the current device."""
-    from .family import is_family_path, load_family
+    a `.gemmf` kernel family (`family_kernel.load_family`); either then runs on any GPU."""
+    from .family import is_family_path
+    from .family_kernel import load_family
     from .runtime import load as load_spec
 
     if text is None and isinstance(spec_or_path, (str, os.PathLike)) and is_family_path(os.fspath(spec_or_path)):

@@ -102,11 +102,12 @@ def array_view(name: str, obj: Any) -> ArrayView:
 
 def view_of_torch_tensor(tensor: Any) -> ArrayView | None:
     """A PyTorch GPU tensor read from its own attributes: the protocols build a dict or a capsule on
-    every call (tens of microseconds for the three operands, more than a small GEMM takes). None
-    where the protocols should judge: CPU tensors, tensors that require grad, lazily conjugated or
-    negated views, and anything that is not a plain tensor."""
+    every call (tens of microseconds for the three operands, more than a small GEMM takes). A tensor
+    that requires grad is read as its data (as `tensor.detach()` would give it): a gemmdsl call is not
+    differentiable, and what it returns does not require grad. None where the protocols should judge:
+    CPU tensors, lazily conjugated or negated views, and anything that is not a plain tensor."""
     try:
-        if not tensor.is_cuda or tensor.requires_grad or tensor.is_conj() or tensor.is_neg():
+        if not tensor.is_cuda or tensor.is_conj() or tensor.is_neg():
             return None
         dtype = str(tensor.dtype).removeprefix("torch.")
         return ArrayView("torch", tuple(tensor.shape), tuple(tensor.stride()), dtype, tensor.element_size(),
@@ -143,8 +144,8 @@ def numeric_dtype(dtype: numpy.dtype) -> tuple[str | None, int]:
 def torch_signature(tensor: Any) -> tuple:
     """Everything `view_of_torch_tensor` reads, in the fewest calls and unconverted: equal signatures
     mean equal views, so a repeated call is recognised without building them."""
-    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device(),
-            tensor.requires_grad, tensor.is_conj(), tensor.is_neg())
+    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device(), tensor.is_conj(),
+            tensor.is_neg())
 
 
 def cupy_signature(array: Any) -> tuple:

@@ -145,7 +145,12 @@ def test_torch_tensors_are_read_from_their_attributes():
                              itemsize=2, pointer=PTR, device=1)
 
 
-@pytest.mark.parametrize("odd", [dict(requires_grad=True), dict(is_cuda=False), dict(conjugated=True)])
+def test_a_tensor_that_requires_grad_is_read_as_its_data():
+    view = array_view("B", FakeTorchTensor((4, 4), (4, 1), requires_grad=True))
+    assert view == array_view("B", FakeTorchTensor((4, 4), (4, 1)))
+
+
+@pytest.mark.parametrize("odd", [dict(is_cuda=False), dict(conjugated=True)])
 def test_torch_tensors_the_attributes_cannot_vouch_for_go_to_the_protocols(odd):
     with pytest.raises(TypeError, match="A: Can't get __cuda_array_interface__ on Variable that requires grad"):
         array_view("A", FakeTorchTensor((4, 4), (4, 1), **odd))

@@ -654,10 +654,10 @@ def test_gemmdsl_load_takes_a_family_as_it_takes_a_spec(monkeypatch):
     """`gemmdsl.load` hands a .gemmf to the family loader and a .gemm to the spec loader (the device
     side replaced by recorders: what each would load is what is checked)."""
     import gemmdsl
-    import gemmdsl.family
+    import gemmdsl.family_kernel
     import gemmdsl.runtime
 
-    monkeypatch.setattr(gemmdsl.family, "FamilyKernel", lambda artifacts: ("family", artifacts))
+    monkeypatch.setattr(gemmdsl.family_kernel, "FamilyKernel", lambda artifacts: ("family", artifacts))
     monkeypatch.setattr(gemmdsl.runtime, "Kernel", lambda artifacts: ("spec", artifacts))
     kind, artifacts = gemmdsl.load(ROOT / "specs" / "sgemm_family.gemmf")
     assert kind == "family" and artifacts.name == "sgemm_family" and len(artifacts.members) > 1

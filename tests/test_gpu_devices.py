@@ -52,11 +52,9 @@ def two_gpus(torch):
 @pytest.fixture(scope="module")
 def kernels(torch):
     import gemmdsl
-    from gemmdsl.family_kernel import load_family
 
     with torch.cuda.device(0):
-        return {label: (load_family if name.endswith(".gemmf") else gemmdsl.load)(SPECS / name)
-                for label, name, _ in KERNELS}
+        return {label: gemmdsl.load(SPECS / name) for label, name, _ in KERNELS}
 
 
 def torch_dtype(torch, name):
