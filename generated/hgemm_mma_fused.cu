@@ -109,8 +109,13 @@ static __device__ __forceinline__ fuse_n load_fuse_n(const __nv_bfloat16* bias, 
 static __device__ __forceinline__ float load_residual(const __nv_bfloat16* R, int ldr, int row, int col) {
     return __bfloat162float(R[(size_t)row * ldr + col]);
 }
+static __device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 static __device__ __forceinline__ float silu(float x) {
-    return x / (1.0f + __expf(-x));
+    return 0.5f * x * (1.0f + tanh_approx(0.5f * x));
 }
 // One element: acc its accumulator, m and n its row's and column's values, c its old value in C
 // (read only where beta is not 0), r its residual.
