@@ -188,3 +188,52 @@ def ptx_counts(expression: str, tmp_path: Path) -> tuple[int, int]:
 @pytest.mark.parametrize("activation", list(ir.Activation), ids=lambda a: a.value)
 def test_the_activations_instruction_counts_are_nvccs(activation, tmp_path):
     assert ptx_counts(ACTIVATIONS[activation], tmp_path) == ACTIVATION_OPS[activation]
+
+
+# --- gemmdsl profile: the chain's bytes beside ncu's DRAM counter -------------------------------------
+
+# ncu --csv as `gemmdsl profile` asks for it (WGMMA_NCU_METRICS) for one launch of linear_gelu at 4096^3; the
+# values are the format's, not a measurement.
+LINEAR_GELU_NCU_CSV = "\n".join(
+    ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
+     '"CC","Section Name","Metric Name","Metric Unit","Metric Value"']
+    + [f'"0","77","python3","127.0.0.1","linear_gelu_kernel","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0",'
+       f'"Command line profiler metrics","{metric}","{unit}","{value}"'
+       for metric, unit, value in [("dram__bytes_read.sum", "byte", "69,412,352"),
+                                   ("launch__registers_per_thread", "register/thread", "168"),
+                                   ("launch__grid_size", "", "132"),
+                                   ("sm__inst_executed_pipe_tensor_op_gmma.sum", "inst", "1,048,576")]])
+
+
+def test_profile_puts_the_chains_dram_bytes_beside_ncus():
+    from gemmdsl.profile import DRAM_READ, WGMMA_NCU_METRICS, comparison_rows, parse_ncu_csv
+
+    assert DRAM_READ in WGMMA_NCU_METRICS
+    analysis = analyze(load_spec(SPECS / "linear_gelu.gemm"), (SIZE, SIZE, SIZE))
+    (launch,) = parse_ncu_csv(LINEAR_GELU_NCU_CSV)
+    rows = {row.label: row for row in comparison_rows(analysis, launch.metrics)}
+    row = rows["DRAM bytes read (A, B, bias)"]
+    assert row.predicted == 2 * SIZE * SIZE * 2 + SIZE * 2 and row.measured == 69412352
+    assert rows["wgmma warp instructions"].measured == 1048576  # the path's own rows stay
+
+
+@pytest.mark.parametrize("name, operands", [("sgemm_fused", {"bias": SIZE * 4, "residual": SIZE * SIZE * 4}),
+                                            ("hgemm_mma_fused", {"bias": SIZE * 2, "residual": SIZE * SIZE * 2}),
+                                            ("sgemm_v3", {})])
+def test_profile_predicts_a_and_b_once_and_the_chains_operands_once(name, operands):
+    from gemmdsl.profile import comparison_rows
+
+    analysis = analyze(load_spec(SPECS / f"{name}.gemm"), (SIZE, SIZE, SIZE))
+    (row,) = [row for row in comparison_rows(analysis, {}) if row.label.startswith("DRAM")]
+    size = analysis.spec.problem.a.dtype.bytes
+    assert row.predicted == 2 * SIZE * SIZE * size + sum(operands.values())  # C is not read: beta is 0
+    assert all(name in row.label for name in operands) and row.measured is None
+
+
+@pytest.mark.gpu
+def test_profile_drives_a_fused_kernel_with_its_chains_operands():
+    from gemmdsl.passes import ProblemSize
+    from gemmdsl.profile import drive
+
+    for name in FUSED:
+        drive(str(SPECS / f"{name}.gemm"), ProblemSize(256, 512, 128))
