@@ -24,6 +24,7 @@ from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_R
                       SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP, WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
+    from .passes.fuse import ChainWork
     from .paths.wgmma.layout import WgmmaLayout
 
 
@@ -248,7 +249,7 @@ class FusedEpilogue:
         return self.cycles / self.main_loop_cycles
 
 
-def fused_epilogue(layout: WgmmaLayout, work, l2_bytes: int, k_tiles: int, sms: int) -> FusedEpilogue:
+def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int) -> FusedEpilogue:
     """The chain on a tile of BM x BN elements: the slowest of the instructions the consumers' warps issue
     (`work`, per element: passes/fuse.chain_work), the activation's special-function results, and the
     operands' bytes from L2 (`l2_bytes`, per tile).
