@@ -176,6 +176,7 @@ def to_json(analysis: Analysis) -> dict:
         "block_tile": [layout.bm, layout.bn, layout.bk],
         "smem_bytes": layout.smem_bytes,
         **facts,
+        "fuse": _fuse_json(analysis),
         "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
         "warnings": [w.render() for w in analysis.warnings],
     }
@@ -237,6 +238,17 @@ def wgmma_facts(analysis: Analysis) -> dict:
     """Hopper's path: shared memory, registers after setmaxnreg, the ring, a launch's traffic, waves and bound."""
     return {name: dataclasses.asdict(analysis.facts[f"wgmma_{name}"])
             for name in ("smem", "registers", "pipeline", "traffic", "waves", "bound")}
+
+
+def _fuse_json(analysis: Analysis) -> dict | None:
+    """The fuse chain's figures (passes/fuse.py) and, on the wgmma path, its epilogue's cycles; None unfused."""
+    cost = analysis.facts["fuse"]
+    if cost is None:
+        return None
+    epilogue = analysis.facts.get("wgmma_epilogue")
+    return {**dataclasses.asdict(cost), "extra_dram_bytes": cost.extra_dram_bytes,
+            "epilogue": None if epilogue is None else {**dataclasses.asdict(epilogue), "exposed": epilogue.exposed,
+                                                       "share": round(epilogue.share, 4)}}
 
 
 def _waves_json(waves: Waves) -> dict:

@@ -138,11 +138,11 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # The launch rule (launch_plan.LaunchPlan.to_json): what the C launchers decide, read back by the runtime.
         "launch": launch.to_json(),
         **plan.path.metadata(plan),
-        **_fuse_metadata(spec),
+        **fuse_metadata(spec),
     }
 
 
-def _fuse_metadata(spec: ir.KernelSpec) -> dict:
+def fuse_metadata(spec: ir.KernelSpec) -> dict:
     """The fuse chain (docs/fusion.md), for the runtime's checks and verify's reference; absent without one."""
     fuse = spec.fuse
     if fuse is None:

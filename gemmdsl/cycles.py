@@ -21,9 +21,10 @@ from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
 from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_ROUND_TRIP_CYCLES,
-                      SPLIT_WAIT_CYCLES_PER_K_TILE, WGMMA_MACS_PER_CLOCK)
+                      SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP, WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
+    from .passes.fuse import ChainWork
     from .paths.wgmma.layout import WgmmaLayout
 
 
@@ -227,6 +228,49 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
                               ("ring_cycles_per_k_tile", ring),
                               ("split_wait_cycles_per_k_tile", wait)))
+
+
+@dataclass(frozen=True)
+class FusedEpilogue:
+    """The fuse chain's cost in one tile's epilogue on one SM of the wgmma path, against the tile's main loop."""
+
+    cycles: int  # the chain on the tile's elements: the slowest of its rates
+    limit: str  # which rate sets them
+    main_loop_cycles: int  # the tile's k-tiles, at the cycle model's k-tile
+    hidden: int  # what the producer's refill of the ring covers meanwhile
+
+    @property
+    def exposed(self) -> int:
+        return self.cycles - self.hidden
+
+    @property
+    def share(self) -> float:
+        """The chain's cycles against the main loop's."""
+        return self.cycles / self.main_loop_cycles
+
+
+def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int) -> FusedEpilogue:
+    """The chain on a tile of BM x BN elements: the slowest of the instructions the consumers' warps issue
+    (`work`, per element: passes/fuse.chain_work), the activation's special-function results, and the
+    operands' bytes from L2 (`l2_bytes`, per tile).
+
+    Both consumer warpgroups apply it to their rows of the same tile before either multiplies again, so
+    wgmma waits for it. What can hide it is the producer: a persistent block's producer goes on bringing
+    the next tile's k-tiles into the ring meanwhile, until its STAGES stages are full. Where wgmma sets
+    the k-tile's pace that gains nothing; where TMA or the ring do, the epilogue's cycles up to STAGES
+    k-tiles' are covered, as long as the consumers (at wgmma's pace) catch up within the tile's k-tiles.
+    One block per tile (`schedule: tiles`) hides nothing: the next block starts after this one ends."""
+    sm = layout.spec.target.sm
+    elements = layout.bm * layout.bn
+    rates = {"instruction issue": -(-elements * (work.alu + work.loads) // (WARP * ISSUE_PER_CLOCK)),
+             "the SFU": -(-elements * work.sfu // SFU_PER_CLOCK_PER_SM[sm]),
+             "L2": -(-l2_bytes // L2_BYTES_PER_CLOCK_PER_SM[sm])}
+    limit = max(rates, key=lambda name: rates[name])
+    model = wgmma_member_model(layout, sms)
+    k_tile = model.k_tile_cycles[0]
+    cycles = rates[limit]
+    hidden = min(cycles, layout.stages * k_tile, k_tiles * (k_tile - model.tensor_cycles)) if layout.persistent else 0
+    return FusedEpilogue(cycles, limit, k_tiles * k_tile, hidden)
 
 
 def tensor_share(model: MemberModel, m: int, n: int, k: int) -> float:

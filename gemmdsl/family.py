@@ -71,7 +71,7 @@ from pathlib import Path
 
 from . import __version__, ir
 from .abi import launcher_names, launcher_parameters
-from .compiler import Artifacts, compile_source
+from .compiler import Artifacts, compile_source, fuse_metadata
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .launch_plan import Requirements
@@ -277,6 +277,17 @@ def _describe(spec: ir.KernelSpec) -> str:
             f"target sm_{spec.target.sm}")
 
 
+def _describe_chain(spec: ir.KernelSpec) -> str:
+    """What a member's fuse section computes, with the types it reads."""
+    fuse = spec.fuse
+    if fuse is None:
+        return "has no fuse section"
+    types = [f"bias {fuse.bias.dtype.value}" if fuse.bias else "",
+             f"R {fuse.residual.dtype.value} {fuse.residual.layout.value}" if fuse.residual else ""]
+    read = "; ".join(filter(None, types))
+    return f"fuses C = {fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}" + (f" ({read})" if read else "")
+
+
 def compile_family(source: SourceFile, target: TargetName | int | None = None) -> FamilyArtifacts:
     """Parse a family file, compile its members (for `target` instead of their own, if given) and emit
     the family's .cu and metadata."""
@@ -299,6 +310,11 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
                                  f"{_describe(members[0].artifacts.spec)}",
                                  "members share the problem section (all but `bounds`) and the target, "
                                  "so that any of them can serve a call"))
+        if members and fuse_metadata(artifacts.spec) != fuse_metadata(members[0].artifacts.spec):
+            errors.append(_error(token.span, f"member {artifacts.spec.name} {_describe_chain(artifacts.spec)}, but "
+                                 f"{members[0].artifacts.spec.name} {_describe_chain(members[0].artifacts.spec)}",
+                                 "members share the fuse section (its keys and types), so that the family's "
+                                 "launchers pass one set of the chain's operands to any of them"))
         if any(other.artifacts.spec.name == artifacts.spec.name for other in members):
             errors.append(_error(token.span, f"two members are named {artifacts.spec.name}",
                                  "each member's kernels and launchers keep their spec's name"))
@@ -385,6 +401,7 @@ def family_metadata(family: FamilyArtifacts) -> dict:
         "epilogue": spec.problem.epilogue.value,
         "batch": spec.problem.batch.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
+        **fuse_metadata(spec),
         "parameters": launcher_parameters(spec),
         "gemmdsl_version": __version__,
     }

@@ -47,8 +47,10 @@ class FamilyKernel:
         self.models = family.models
         self.kernels = [Kernel(member.artifacts) for member in family.members]
         self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
-        # What verify and bench read of a kernel's metadata: its unit and element types, the members' own.
-        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes")}
+        # What verify and bench read of a kernel's metadata: its unit, element types and fuse chain, the members'
+        # own (a family's members share their fuse section).
+        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes", "fuse")
+                         if key in self.kernels[0].metadata}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
 

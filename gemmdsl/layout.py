@@ -105,6 +105,18 @@ class FragmentLoad:
 
 
 @dataclass(frozen=True)
+class ChainReads:
+    """How a kernel's epilogue reads the fuse chain's per-row and per-column values (emit/fuse.py): the
+    threads that run it, the rows and the columns whose values each loads once and keeps in registers
+    (`fuse_m`, `fuse_n`), or, where `cols_per_element`, columns read again for every element instead."""
+
+    threads: int
+    rows_per_thread: int
+    cols_per_thread: int
+    cols_per_element: bool = False
+
+
+@dataclass(frozen=True)
 class SmemAccess:
     """One shared-memory instruction of one thread, as the analysis sees it."""
 
@@ -265,6 +277,10 @@ class KernelLayout(TileLayout):
         super().__init__(spec, max_global_vector)
         self.frag_m = spec.threads.fragment.m
         self.frag_n = spec.threads.fragment.n
+
+    def chain_reads(self) -> ChainReads:
+        """Every thread keeps the values of its micro tiles' rows and columns (emit/epilogue.py)."""
+        return ChainReads(self.threads, self.frag_m, self.frag_n)
 
     # --- thread coordinates -------------------------------------------------------------
 

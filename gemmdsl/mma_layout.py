@@ -26,7 +26,7 @@ from functools import cached_property
 
 from . import ir
 from .expr import Expr, Var
-from .layout import TID, SmemAccess, TileLayout
+from .layout import TID, ChainReads, SmemAccess, TileLayout
 from .targets import WARP
 
 LANE = Var("lane")
@@ -110,6 +110,11 @@ class MmaLayout(TileLayout):
     def blocks(self) -> dict[ir.Operand, int]:
         """Instruction blocks per warp tile: m blocks of A, n blocks of B."""
         return {ir.Operand.A: self.mma.repeat.m, ir.Operand.B: self.mma.repeat.n}
+
+    def chain_reads(self) -> ChainReads:
+        """Every thread keeps the values of its fragments' rows (two per block row) and columns (a pair per
+        block column; emit/fragment_epilogue.py)."""
+        return ChainReads(self.threads, 2 * self.mma.repeat.m, 2 * self.mma.repeat.n)
 
     @property
     def registers(self) -> dict[ir.Operand, int]:

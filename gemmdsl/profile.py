@@ -5,7 +5,8 @@ kernel through gemmdsl.runtime and launches it once on random inputs; ncu reads
 the shared-memory wavefront and bank-conflict counters and the launch's register
 and occupancy limits. For Hopper's wgmma path, whose shared-memory reads are
 wgmma's own (GMMA) and whose copies are TMA's, it reads those counters instead,
-with the instructions issued and the launch's grid and shared memory. Needs a GPU,
+with the instructions issued and the launch's grid and shared memory. On every path it reads the bytes
+the launch reads from DRAM, against A and B once plus a fuse chain's operands. Needs a GPU,
 CuPy and ncu on PATH.
 
     gemmdsl profile specs/sgemm_v3.gemm --problem 4096x4096x4096 --json profile.json
@@ -28,6 +29,7 @@ from .analysis import Analysis, ProblemSizeError, analyze
 from .check import parse_problem
 from .compiler import ptxas_resources
 from .passes import DEFAULT_PROBLEM, ProblemSize
+from .passes.intensity import compulsory_bytes
 from .paths import path_of
 from .source import CompileError
 
@@ -45,8 +47,10 @@ OCCUPANCY_LIMITS = {  # our limit names -> ncu's blocks-per-SM limit metrics
     "threads": "launch__occupancy_limit_warps",
     "blocks": "launch__occupancy_limit_blocks",
 }
+# What the launch reads from DRAM: A and B once, where L2 serves every repeat, and a fuse chain's operands.
+DRAM_READ = "dram__bytes_read.sum"
 NCU_METRICS = (LOAD_WAVEFRONTS, STORE_WAVEFRONTS, LOAD_CONFLICTS, STORE_CONFLICTS, CP_ASYNC_CONFLICTS, REGISTERS,
-               *OCCUPANCY_LIMITS.values())
+               DRAM_READ, *OCCUPANCY_LIMITS.values())
 # The wgmma path's counters (listed by `ncu --query-metrics --chip gh100`).
 GMMA_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum"
 GMMA_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_gmma.sum"
@@ -56,7 +60,7 @@ TMA_BYTES = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 GRID_SIZE = "launch__grid_size"
 DYNAMIC_SMEM = "launch__shared_mem_per_block_dynamic"
 WGMMA_NCU_METRICS = (GMMA_WAVEFRONTS, GMMA_CONFLICTS, GMMA_INSTRUCTIONS, TMA_REQUESTS, TMA_BYTES, GRID_SIZE,
-                     DYNAMIC_SMEM, REGISTERS, *OCCUPANCY_LIMITS.values())
+                     DYNAMIC_SMEM, REGISTERS, DRAM_READ, *OCCUPANCY_LIMITS.values())
 
 
 class ProfileError(RuntimeError):
@@ -141,14 +145,16 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
 
     from .precisions import comparison
     from .runtime import load
-    from .verify import arrays_for, random_operand
+    from .verify import Case, arrays_for, chain_operands, random_operand
 
     kernel = load(spec_path)
     arrays = arrays_for(comparison(kernel.metadata), seed=0)  # inputs of the kernel's own types
     dtypes, layouts = kernel.metadata["dtypes"], kernel.requirements.layouts
     a = random_operand(arrays, dtypes["a"], layouts["A"], problem.m, problem.k)
     b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
-    kernel(a, b, stream_k=False, interior=False)
+    fuse = kernel.metadata.get("fuse")
+    chain = chain_operands(arrays, fuse, problem.m, problem.n, Case("plain", False, 1, False)) if fuse else {}
+    kernel(a, b, stream_k=False, interior=False, **chain)
     cupy.cuda.runtime.deviceSynchronize()
 
 
@@ -166,10 +172,23 @@ def measured_blocks(metrics: dict[str, float]) -> dict[str, int]:
     return {name: int(metrics[metric]) for name, metric in OCCUPANCY_LIMITS.items() if metric in metrics}
 
 
+def dram_read_bytes(analysis: Analysis) -> int:
+    """What the profiled launch must read from DRAM: A and B once and the fuse chain's operands once (the
+    driver leaves beta at 0, so C is not read)."""
+    m, n, k = analysis.problem
+    return sum(count for name, count in compulsory_bytes(analysis.spec, m, n, k).items() if name != "c")
+
+
+def dram_row(analysis: Analysis, metrics: dict[str, float]) -> Row:
+    fuse = analysis.facts.get("fuse")
+    label = "DRAM bytes read (A, B" + (f", {', '.join(fuse.dram_bytes)})" if fuse is not None else ")")
+    return Row(label, dram_read_bytes(analysis), metrics.get(DRAM_READ))
+
+
 def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
     own = path_of(analysis.spec).comparison_rows(analysis, metrics)
     if own is not None:
-        return own
+        return own + [dram_row(analysis, metrics)]
     facts = analysis.facts
     traffic, registers, occupancy = facts["smem_traffic"], facts["registers"], facts["occupancy"]
     cp_async = analysis.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
@@ -190,7 +209,7 @@ def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
         Row("blocks per SM", occupancy.blocks_per_sm, min(limits.values()) if limits else None),
     ]
     rows += [Row(f"  limit by {name}", blocks, limits.get(name)) for name, blocks in occupancy.limits.items()]
-    return rows
+    return rows + [dram_row(analysis, metrics)]
 
 
 def wgmma_comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
@@ -234,6 +253,9 @@ def format_comparison(analysis: Analysis, rows: list[Row]) -> str:
               for row in rows]
     lines.append("  (ncu's shared-memory limit reflects the carveout the driver chose for this launch, which can be "
                  "smaller than the full one the prediction assumes)")
+    if any(row.label.startswith("DRAM") for row in rows):
+        lines.append("  (DRAM bytes read: the least the launch must read, each operand once; what L2 does not keep of "
+                     "A's and B's repeats comes on top)")
     if any(row.label.startswith("cp.async") for row in rows):
         lines.append("  (ncu's LDGSTS conflict counter does not count what cp.async's stores cost; timed on the H100 "
                      "they take the wavefronts predicted: tests/test_gpu_probes.py)")

@@ -468,7 +468,7 @@ def test_json_has_the_documented_fields():
 def test_summary_lines_are_deterministic_and_free_of_ptxas_figures():
     text = (SPECS / "sgemm_v1.gemm").read_text()
     first, second = (summary_lines(analyze(parse_text(text))) for _ in range(2))
-    assert first == second and len(first) == len(ALL_PASSES)
+    assert first == second and len(first) == len(ALL_PASSES) - 1  # the fuse pass has nothing to say without a chain
     assert not any("ptxas" in line for line in first)
     with_ptxas = summary_lines(analyze(parse_text(text), ptxas={"registers": 99}))
     assert any("ptxas 99" in line for line in with_ptxas)

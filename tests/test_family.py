@@ -245,6 +245,39 @@ def test_members_must_compute_the_same_problem(tmp_path):
     assert "hint: members share the problem section" in rendered
 
 
+FUSED = (ROOT / "specs" / "linear_gelu.gemm").read_text()
+
+
+@pytest.mark.parametrize("other, says", [
+    (FUSED.replace("linear_gelu", "plain").replace("    fuse     { bias: n; activation: gelu_tanh; }\n", ""),
+     "member plain has no fuse section, but linear_gelu fuses C = gelu_tanh(acc + bias[n]) (bias bf16)"),
+    (FUSED.replace("linear_gelu", "silu").replace("gelu_tanh;", "silu;"),
+     "member silu fuses C = silu(acc + bias[n]) (bias bf16), but linear_gelu fuses C = gelu_tanh(acc + bias[n])"),
+    (FUSED.replace("linear_gelu", "f32_bias").replace("bias: n;", "bias: n f32;"),
+     "member f32_bias fuses C = gelu_tanh(acc + bias[n]) (bias f32), but linear_gelu"),
+])
+def test_members_must_fuse_the_same_chain(tmp_path, other, says):
+    rendered = family_error(tmp_path, "family f {\n    use a.gemm;\n    use b.gemm;\n}\n",
+                            {"a.gemm": FUSED, "b.gemm": other})
+    assert f"f.gemmf:3:9: error: {says}" in rendered
+    assert "    3 |     use b.gemm;\n      |         ^~~~~~" in rendered
+    assert "hint: members share the fuse section" in rendered
+
+
+def test_a_fused_family_passes_its_chain_through():
+    """linear_gelu_family: the launchers take the members' bias and pass it on; NAME.json records the chain
+    for the Python family (FamilyKernel) and verify; the rule takes 128x128 tiles where 128x256 leave SMs idle."""
+    family = compile_family_path(ROOT / "specs" / "linear_gelu_family.gemmf")
+    for key, parameters in family.metadata["parameters"].items():
+        assert "const __nv_bfloat16* bias, float alpha" in parameters, key
+    assert "_launch_members[member](A, B, C, M, N, K, bias, alpha, beta, stream);" in family.cuda
+    assert family.metadata["fuse"] == {"formula": "gelu_tanh(acc + bias[n])", "scale": None, "activation": "gelu_tanh",
+                                       "bias": {"along": "n", "dtype": "bf16"}, "residual": None}
+    names = [model.name for model in family.models]
+    assert names[choose(family.models, 1024, 1024, 1024)] == "linear_gelu_128x128"
+    assert names[choose(family.models, 4096, 4096, 4096)] == "linear_gelu"
+
+
 def test_member_names_must_differ_from_each_other_and_the_family(tmp_path):
     rendered = family_error(tmp_path, "family checked_v3 {\n    use a.gemm;\n    use a.gemm;\n}\n", {"a.gemm": CHECKED})
     assert "f.gemmf:3:9: error: two members are named checked_v3" in rendered

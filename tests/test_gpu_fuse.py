@@ -98,3 +98,25 @@ def test_the_fused_mlp_example_matches_pytorch_eagerly_and_compiled(torch):
     errors = example.main(tokens=333)
     assert errors["PyTorch"] < 1e-2
     assert errors["gemmdsl"] < 1.5 * errors["PyTorch"] and errors["gemmdsl, torch.compile"] < 1.5 * errors["PyTorch"]
+
+
+def test_a_fused_family_runs_its_members_with_the_bias(torch):
+    """linear_gelu_family from Python: the member the rule picks (128x128 tiles at 1024^3, 128x256 at
+    2048x2048x512), given the bias, bit for bit that member's result and as close to float64 as linear_gelu."""
+    from gemmdsl.family_kernel import load_family
+
+    family = load_family(ROOT / "specs" / "linear_gelu_family.gemmf")
+    assert family.metadata["fuse"]["formula"] == "gelu_tanh(acc + bias[n])"
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    for (m, n, k), member_name in [((1024, 1024, 1024), "linear_gelu_128x128"), ((2048, 2048, 512), "linear_gelu")]:
+        x = torch.randn(m, k, device="cuda", generator=generator).to(torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", generator=generator).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=generator).to(torch.bfloat16)
+        member = family.member_for(m, n, k)
+        assert member.name == member_name
+        c = family(x, w.T, bias=bias)
+        assert torch.equal(c, member(x, w.T, bias=bias))
+        reference = torch.nn.functional.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh")
+        assert ((c.double() - reference).norm() / reference.norm()).item() < 1e-5 + 2 ** -8
+        with pytest.raises(TypeError, match="bias"):
+            family(x, w.T)

@@ -1,4 +1,4 @@
-"""Analysis passes over a kernel spec: bank conflicts, registers, occupancy, waves, intensity.
+"""Analysis passes over a kernel spec: bank conflicts, registers, occupancy, waves, intensity, the fuse chain.
 
 Each pass lives in its own module and declares the facts it needs and provides;
 `PassManager` orders them (see framework.py). `ALL_PASSES` is the set the
@@ -7,6 +7,7 @@ Each pass lives in its own module and declares the facts it needs and provides;
 from .banks import BankConflictPass
 from .framework import (DEFAULT_PROBLEM, Context, Pass, PassGraphError, PassManager, PassOutcome, PassResult,
                         ProblemSize)
+from .fuse import FusePass
 from .intensity import IntensityPass
 from .launch import LaunchPass
 from .occupancy import OccupancyPass
@@ -16,7 +17,7 @@ from .waves import WavesPass
 
 ALL_PASSES: tuple[Pass, ...] = (
     LaunchPass(), BankConflictPass(), SmemTrafficPass(), RegisterPass(), OccupancyPass(), WavesPass(),
-    IntensityPass(),
+    IntensityPass(), FusePass(),
 )
 
 __all__ = [

@@ -58,7 +58,7 @@ class Context:
 @dataclass(frozen=True)
 class PassResult:
     facts: dict[str, object]  # exactly the pass's `provides`
-    verdict: str  # one line, deterministic for a given spec, problem and ptxas input
+    verdict: str  # one line, deterministic for a given spec, problem and ptxas input; "": nothing to say
     warnings: tuple[Diagnostic, ...] = ()
 
 
@@ -117,5 +117,6 @@ class PassManager:
                 raise PassGraphError(f"pass {p.name!r} returned facts {sorted(result.facts)}, "
                                      f"declared {sorted(p.provides)}")
             context.facts.update(result.facts)
-            outcomes.append(PassOutcome(p.name, result.verdict, result.warnings))
+            if result.verdict or result.warnings:  # a pass with nothing to say (fuse, unfused) is not listed
+                outcomes.append(PassOutcome(p.name, result.verdict, result.warnings))
         return outcomes

@@ -8,7 +8,8 @@ shared memory once (lanes that share a row get it by broadcast) and does
 lanes, which cover 16x128 with the same flops but more bytes.
 
 The bound is a roofline that holds: the unit's peak, or what DRAM sustains for the bytes every
-launch must move (A and B read once, C written and, for alpha_beta, read), whichever is lower.
+launch must move (A and B read once, C written and, for alpha_beta, read, a fuse chain's operands read
+once), whichever is lower.
 The blocks request far more (each column of blocks re-reads A), but L2 serves the repeats: on the
 H100 tf32_ldmatrix's 256x128 tile requests 42.7 flop/B, which DRAM alone would hold to 128 TFLOP/s,
 and it ran at 196 (docs/performance.md, T13).
@@ -21,6 +22,7 @@ from .. import ir
 from ..paths import path_of
 from ..targets import MEMORY_TBPS
 from .framework import Context, PassResult
+from .fuse import chain_dram_bytes
 from .launch import tiles
 
 
@@ -58,10 +60,12 @@ def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str
 
 
 def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
-    """What any launch moves through DRAM at least: A and B read once, C written once (and read for beta)."""
+    """What any launch moves through DRAM at least: A and B read once, C written once (and read for beta),
+    the fuse chain's vectors and residual read once."""
     c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
-    return {"a": m * k * size[ir.Operand.A], "b": k * n * size[ir.Operand.B], "c": m * n * c_passes * size[ir.Operand.C]}
+    return {"a": m * k * size[ir.Operand.A], "b": k * n * size[ir.Operand.B], "c": m * n * c_passes * size[ir.Operand.C],
+            **chain_dram_bytes(spec, m, n)}
 
 
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:

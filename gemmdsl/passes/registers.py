@@ -13,6 +13,12 @@ Two figures. The *demand* counts what the main loop keeps live:
   registers for the XOR arithmetic;
 - a fixed remainder for indices, the loop counter and the block's base pointers.
 
+With a fuse section the epilogue keeps the values of the thread's rows and columns (a bias, a scale;
+passes/fuse.py) beside the accumulators, after the main loop's fragments and staging are dead; the
+demand is the larger of the two live sets. ptxas agrees (nvcc 13.0): sgemm_fused keeps 8 values and
+uses 125 registers to sgemm_v3's 127 (sm_90); hgemm_mma_fused keeps 16 and uses 222 to hgemm_mma's 226
+(sm_80, vector kernels); linear_gelu and linear_bf16 both use the launch's 168 (sm_90a).
+
 Above the cap that `__launch_bounds__` leaves (255, or the register file shared by the block's
 threads times the budget's blocks per SM), ptxas spills. Below it ptxas spends spare registers on
 scheduling (hoisted loads, kept addresses) up to the next occupancy cliff, as far as it can use
@@ -39,6 +45,7 @@ from ..source import Diagnostic, Severity
 from ..plan import min_blocks_per_sm
 from ..targets import Arch, occupancy_of, registers_for_blocks
 from .framework import Context, PassResult
+from .fuse import kept_registers
 
 SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
 ADDRESS_REGISTERS = 0.5  # per global load a thread issues per k-tile: a 64-bit address for every two
@@ -61,15 +68,19 @@ class RegisterEstimate:
     overhead: int
     addresses: int = 0
     checked: int = 0
+    chain: int = 0  # the fuse chain's row and column values the epilogue keeps
     cap: int = 255  # the most ptxas may use: 255, or less under `__launch_bounds__`
     band: float = ESTIMATE_BAND  # the widest relative error measured for this model
     cliff: int = 0  # the most registers at which as many blocks fit per SM as with `demand`
 
     @property
     def demand(self) -> int:
-        """Registers the main loop keeps live; above `cap`, ptxas spills."""
-        return (self.accumulators + self.fragments + self.staging + self.swizzle_addresses + self.addresses
-                + self.checked + self.overhead)
+        """Registers the kernel keeps live where it needs most: the main loop, or, with a fuse chain, the
+        epilogue (the accumulators, the chain's values, the indices; the fragments are dead there). Above
+        `cap`, ptxas spills."""
+        main_loop = (self.accumulators + self.fragments + self.staging + self.swizzle_addresses + self.addresses
+                     + self.checked + self.overhead)
+        return max(main_loop, self.accumulators + self.chain + self.overhead)
 
     @property
     def floor(self) -> int:
@@ -177,6 +188,7 @@ def estimate_registers(layout: TileLayout) -> RegisterEstimate:
         overhead=OVERHEAD_REGISTERS,
         addresses=round(ADDRESS_REGISTERS * global_loads(layout)),
         checked=CHECKED_REGISTERS * global_loads(layout) if checked else 0,
+        chain=kept_registers(spec, layout.chain_reads()),
         cap=launch_bounds_cap(layout.arch, spec, layout.threads),
     )
     return dataclasses.replace(estimate, cliff=occupancy_cliff(layout.arch, estimate.demand, layout.threads))
@@ -208,6 +220,7 @@ def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
                     if layout.read[op] is ir.SmemRead.LDMATRIX and layout.smem[op].swizzle is not None)
     return RegisterEstimate(accumulators=accumulators, fragment_sets=sets, fragments=(sets + rounded) * words,
                             staging=0, swizzle_addresses=addresses, overhead=MMA_OVERHEAD_REGISTERS,
+                            chain=kept_registers(layout.spec, layout.chain_reads()),
                             cap=launch_bounds_cap(layout.arch, layout.spec, layout.threads), band=MMA_ESTIMATE_BAND)
 
 
@@ -269,8 +282,10 @@ class RegisterPass:
                     (e.swizzle_addresses, "swizzled addresses")]
         parts += [f"{count} {what}" for count, what in optional if count]
         parts.append(f"{e.overhead} indices and loop state")
+        epilogue = (f"; the epilogue {e.accumulators + e.chain + e.overhead}, with {e.chain} fuse chain values"
+                    if e.chain else "")
         verdict = (f"estimate {e.total} registers per thread (+-{100 * e.band:.0f}%; "
-                   f"demand {e.demand}: {', '.join(parts)})")
+                   f"demand {e.demand}: {', '.join(parts)}{epilogue})")
         if registers.ptxas is not None:
             spills = "SPILLS" if registers.spills else "no spills"
             verdict += f"; ptxas {registers.ptxas}, {spills}"

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ... import ir
+from ...layout import ChainReads
 from ...targets import Arch, arch_of
 
 WARPGROUP = 128  # threads: 4 warps issue one wgmma together
@@ -180,6 +181,11 @@ class WgmmaLayout:
     def accumulators(self) -> int:
         """f32 accumulators per consumer thread: each m64nN instruction spreads 64 x N over 128 threads."""
         return self.m_repeat * self.n_repeat * WGMMA_M * self.shape.n // WARPGROUP
+
+    def chain_reads(self) -> ChainReads:
+        """The consumers keep their rows' values (two rows per 64-row instruction tile) and read each pair's
+        columns again (paths/wgmma/epilogue.py: too many columns per thread to keep)."""
+        return ChainReads(self.consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True)
 
     @property
     def wgmma_per_k_tile(self) -> int:

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import ir
-from ...cycles import tensor_share, wgmma_member_model
+from ...cycles import FusedEpilogue, fused_epilogue, tensor_share, wgmma_member_model
 from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from .layout import WARPGROUP, WgmmaLayout
 from ...passes.banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
 from ...passes.framework import Context, PassResult
+from ...passes.fuse import FuseCost, FusePass, kept_registers
 from ...passes.intensity import compulsory_bytes, math_unit
 
 
@@ -62,6 +63,7 @@ class WgmmaRegisters:
     consumer_needed: int  # accumulators and the reserve
     ptxas: int | None
     spills: int | None  # bytes stored and loaded
+    chain: int = 0  # the fuse chain's row values a consumer keeps in its epilogue (passes/fuse.py)
 
     @property
     def fits(self) -> bool:
@@ -79,12 +81,15 @@ class WgmmaRegisterPass:
         registers = WgmmaRegisters(layout.entry_registers, layout.producer_registers, layout.consumer_registers,
                                    layout.accumulators, layout.consumer_registers_needed,
                                    None if ptxas is None else ptxas["registers"],
-                                   None if ptxas is None else ptxas["spill_stores"] + ptxas["spill_loads"])
+                                   None if ptxas is None else ptxas["spill_stores"] + ptxas["spill_loads"],
+                                   kept_registers(context.spec, layout.chain_reads()))
         verdict = (f"{layout.entry_registers} per thread at launch ({layout.threads} threads, 1 block); setmaxnreg: "
                    f"producer {layout.producer_registers}, consumers {layout.consumer_registers}; a consumer needs "
                    f"about {registers.consumer_needed} ({'2 x ' if layout.split else ''}{registers.accumulators} "
                    "accumulators" + (f", {layout.a_fragment_registers} of A's fragment words" if layout.a_in_registers
                                      else "") + ")")
+        if registers.chain:
+            verdict += f", and {registers.chain} more in the epilogue for the fuse chain's row values"
         if registers.ptxas is not None:
             verdict += f"; ptxas {registers.ptxas}, {registers.spills} bytes spilled"
         return PassResult({"wgmma_registers": registers}, verdict)
@@ -280,10 +285,45 @@ class WgmmaBoundPass:
         return PassResult({"wgmma_bound": result}, verdict)
 
 
+class WgmmaFuseEpiloguePass:
+    """Whether the fuse chain's epilogue hides under the next tile's main loop (cycles.fused_epilogue)."""
+
+    name = "epilogue"
+    needs = frozenset({"fuse", "wgmma_waves"})
+    provides = frozenset({"wgmma_epilogue"})
+
+    def run(self, context: Context) -> PassResult:
+        cost = context.fact("fuse")
+        if cost is None:
+            return PassResult({"wgmma_epilogue": None}, "")
+        assert isinstance(cost, FuseCost)
+        layout = _layout(context)
+        waves = context.fact("wgmma_waves")
+        assert isinstance(waves, WgmmaWaves)
+        # Per tile from L2: R's tile and each vector's values of the tile's rows or columns.
+        tile_bytes = (sum(cost.block_bytes.values()) // waves.tiles) if waves.tiles else 0
+        epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms)
+        return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))
+
+
+def epilogue_verdict(epilogue: FusedEpilogue, layout: WgmmaLayout) -> str:
+    head = (f"the fused epilogue costs ~{epilogue.cycles:,} cycles per tile (set by {epilogue.limit}), "
+            f"{100 * epilogue.share:.1f}% of a tile's main loop")
+    if not layout.persistent:
+        return head + "; not hidden: one block per tile, the next starts when this one ends"
+    if epilogue.hidden == 0:
+        return head + "; not hidden: both consumers share the tile and wgmma sets the pace, so it waits"
+    refill = f"the producer refills the ring's {layout.stages} stages meanwhile"
+    if epilogue.exposed == 0:
+        return head + f"; hidden: {refill}"
+    return (head + f"; {100 * epilogue.hidden / epilogue.cycles:.0f}% hidden ({refill}), "
+            f"~{epilogue.exposed:,} exposed ({100 * epilogue.exposed / epilogue.main_loop_cycles:.1f}%)")
+
+
 # The rates a wgmma k-tile is the slowest of (cycles.wgmma_member_model's terms), as `check` names them.
 K_TILE_RATES = {"wgmma_cycles": "wgmma's multiply-adds", "smem_wavefronts": "shared-memory reads",
                 "tma_cycles": "TMA's bytes from L2", "ring_cycles": "the ring's round trip"}
 
 
 WGMMA_PASSES = (WgmmaSmemPass(), WgmmaRegisterPass(), WgmmaPipelinePass(), WgmmaTrafficPass(), WgmmaWavesPass(),
-                WgmmaBoundPass())
+                WgmmaBoundPass(), FusePass(), WgmmaFuseEpiloguePass())

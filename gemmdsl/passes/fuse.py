@@ -1,0 +1,171 @@
+"""What a spec's fuse chain (docs/fusion.md) adds to a launch: global bytes, registers, work per element.
+
+Bytes, at three levels, each counted from what the epilogue emits (the layout's `chain_reads`):
+
+- through DRAM at least: each vector once (M or N values), the residual once (M x N);
+- fetched by the blocks: each block its rows' values of a vector along m (so every column of blocks
+  reads the whole vector), its columns' along n, and its tile of R;
+- requested by the threads' loads: every thread that keeps a row's (or column's) values loads them
+  itself, and a path that reads column values per element loads them for every element of C. L1 serves
+  the repeats; the figure says how much load traffic the chain adds to the epilogue.
+
+Loads past M or N are not made (`load_fuse_m` and `load_fuse_n` read 0 there, R is read inside C only),
+so the figures count the rows and columns inside C. C's old value, read where beta is not 0, is counted
+apart: the unfused `alpha_beta` epilogue reads it too.
+
+Registers: the values a thread keeps, one per row (column) it holds and per value the row (column)
+carries (a scale, a bias). Work: each element's chain in instructions, the activation's from the PTX of
+its device function (emit/fuse.py's ACTIVATIONS; nvcc 13.0, sm_90a): `ACTIVATION_OPS`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir
+from ..layout import ChainReads
+from .framework import Context, PassResult
+
+# Per element: (FP32 and integer instructions, SFU instructions: ex2, rcp) of each activation, counted in the
+# PTX nvcc 13.0 emits for sm_90a (tests/test_fuse_cost.py recounts them where nvcc is installed).
+# gelu's erff is a polynomial with one ex2; gelu_tanh's tanhf one ex2 and one rcp; silu's division
+# (div.rn.f32) is ptxas's rcp and a Newton step, counted as 1 SFU and 7 FP32 beside __expf's ex2.
+ACTIVATION_OPS: dict[ir.Activation, tuple[int, int]] = {
+    ir.Activation.RELU: (1, 0),
+    ir.Activation.GELU: (27, 1),
+    ir.Activation.GELU_TANH: (22, 2),
+    ir.Activation.SILU: (9, 2),
+}
+
+
+def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
+    """The chain's vectors: (operand name, the axis it runs along, its element type)."""
+    chain = spec.fuse
+    if chain is None:
+        return []
+    found = []
+    if chain.bias is not None:
+        found.append(("bias", chain.bias.along, chain.bias.dtype))
+    if chain.scale is not None and chain.scale.rows:
+        found.append(("row_scale", ir.Broadcast.M, ir.DType.F32))
+    if chain.scale is not None and chain.scale.cols:
+        found.append(("col_scale", ir.Broadcast.N, ir.DType.F32))
+    return found
+
+
+def chain_dram_bytes(spec: ir.KernelSpec, m: int, n: int) -> dict[str, int]:
+    """What the chain's operands add to a launch's DRAM traffic at least: each vector and R read once."""
+    found = {name: (m if axis is ir.Broadcast.M else n) * dtype.bytes for name, axis, dtype in vectors(spec)}
+    if spec.fuse is not None and spec.fuse.residual is not None:
+        found["residual"] = m * n * spec.fuse.residual.dtype.bytes
+    return found
+
+
+def kept_registers(spec: ir.KernelSpec, reads: ChainReads) -> int:
+    """The chain's row and column values a thread keeps: one register per row (column) it holds and per
+    value that row (column) carries; none for columns read per element."""
+    count = 0
+    for _, axis, _ in vectors(spec):
+        if axis is ir.Broadcast.M:
+            count += reads.rows_per_thread
+        elif not reads.cols_per_element:
+            count += reads.cols_per_thread
+    return count
+
+
+@dataclass(frozen=True)
+class ChainWork:
+    """One element's chain: the instructions it issues beyond the unfused epilogue's."""
+
+    alu: int  # FP32 and integer instructions (scales, beta, bias, the activation, the residual, conversions)
+    sfu: int  # the activation's special-function instructions
+    loads: int  # global loads per element: a column's values read per element, R, C's old value (beta)
+
+
+def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
+    chain = spec.fuse
+    assert chain is not None
+    alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+    scales = (chain.scale.rows + chain.scale.cols) if chain.scale is not None else 0
+    alu = (scales or alpha_beta) + alpha_beta  # the scale vectors' products (or alpha's), beta's multiply-add
+    loads = int(alpha_beta)
+    if chain.bias is not None:
+        alu += 1
+    if reads.cols_per_element:
+        column = [dtype for _, axis, dtype in vectors(spec) if axis is ir.Broadcast.N]
+        loads += len(column)
+        alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
+    sfu = 0
+    if chain.activation is not None:
+        more, sfu = ACTIVATION_OPS[chain.activation]
+        alu += more
+    if chain.residual is not None:
+        alu += 1 + (chain.residual.dtype.bytes == 2)
+        loads += 1
+    return ChainWork(alu, sfu, loads)
+
+
+@dataclass(frozen=True)
+class FuseCost:
+    """A launch's figures for the chain, by operand (bias, row_scale, col_scale, residual)."""
+
+    formula: str
+    dram_bytes: dict[str, int]  # through DRAM at least
+    block_bytes: dict[str, int]  # what the blocks fetch (through L2)
+    thread_bytes: dict[str, int]  # what the threads' loads request (through L1)
+    c_read_bytes: int  # C's old value for beta (epilogue: alpha_beta), which the unfused epilogue reads too
+    registers: int  # the rows' and columns' values a thread keeps
+    work: ChainWork  # per element
+
+    @property
+    def extra_dram_bytes(self) -> int:
+        return sum(self.dram_bytes.values())
+
+
+def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCost | None:
+    """The chain's figures for an M x N launch; None without a fuse section."""
+    if spec.fuse is None:
+        return None
+    bm, bn = spec.block.m, spec.block.n
+    tiles = {ir.Broadcast.M: -(-n // bn), ir.Broadcast.N: -(-m // bm)}  # blocks that read each row / column
+    extent = {ir.Broadcast.M: m, ir.Broadcast.N: n}
+    loaders = {ir.Broadcast.M: reads.threads * reads.rows_per_thread // bm,
+               ir.Broadcast.N: reads.threads * reads.cols_per_thread // bn}
+    dram = chain_dram_bytes(spec, m, n)
+    blocks, threads = {}, {}
+    for name, axis, dtype in vectors(spec):
+        blocks[name] = tiles[axis] * extent[axis] * dtype.bytes
+        if axis is ir.Broadcast.N and reads.cols_per_element:
+            threads[name] = m * n * dtype.bytes
+        else:
+            threads[name] = tiles[axis] * extent[axis] * loaders[axis] * dtype.bytes
+    if "residual" in dram:
+        blocks["residual"] = threads["residual"] = dram["residual"]
+    alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+    c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
+    return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
+                    chain_work(spec, reads))
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} KB"
+
+
+class FusePass:
+    name = "fuse"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"fuse"})
+
+    def run(self, context: Context) -> PassResult:
+        m, n, _ = context.problem
+        cost = fuse_cost(context.spec, context.layout.chain_reads(), m, n)
+        if cost is None:
+            return PassResult({"fuse": None}, "")
+        operands = ", ".join(f"{name} {_megabytes(count)}" for name, count in cost.dram_bytes.items())
+        work = cost.work
+        verdict = (f"{cost.formula}: +{_megabytes(cost.extra_dram_bytes)} through DRAM ({operands}); blocks fetch "
+                   f"{_megabytes(sum(cost.block_bytes.values()))}, threads request "
+                   f"{_megabytes(sum(cost.thread_bytes.values()))}; "
+                   + (f"{cost.registers} values kept per thread; " if cost.registers else "")
+                   + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} "
+                     f"load{'s' * (work.loads != 1)}")
+        return PassResult({"fuse": cost}, verdict)

@@ -1,0 +1,239 @@
+"""What `check` says a fuse chain costs (passes/fuse.py, cycles.fused_epilogue): the figures of every shipped
+fused spec, the layouts' chain reads against the arrays the epilogues declare, properties over chains and
+sizes, and the activations' instruction counts against nvcc's PTX."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmdsl import ir
+from gemmdsl.analysis import analyze, summary_lines
+from gemmdsl.compiler import compile_source
+from gemmdsl.emit.fuse import ACTIVATIONS
+from gemmdsl.frontend import load, load_spec
+from gemmdsl.passes.fuse import ACTIVATION_OPS, fuse_cost
+from gemmdsl.passes.intensity import compulsory_bytes
+from gemmdsl.source import SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+FUSED = ["sgemm_fused", "hgemm_mma_fused", "linear_gelu", "hgemm_h100_relu_residual"]
+UNFUSED_TWINS = ["sgemm_v3", "hgemm_mma", "linear_bf16"]
+SIZE = 4096
+
+
+def fuse_fact(name: str, problem=(SIZE, SIZE, SIZE)):
+    return analyze(load_spec(SPECS / f"{name}.gemm"), problem).facts["fuse"]
+
+
+def test_sgemm_fused_bias_along_m_is_loaded_by_the_sixteen_threads_of_each_row():
+    cost = fuse_fact("sgemm_fused")
+    assert cost.dram_bytes == {"bias": SIZE * 4, "residual": SIZE * SIZE * 4}
+    # 32 columns of blocks each read all 4096 rows; warps 2 x lanes 8 along n hold each row.
+    assert cost.block_bytes == {"bias": 32 * SIZE * 4, "residual": SIZE * SIZE * 4}
+    assert cost.thread_bytes["bias"] == 32 * SIZE * 16 * 4
+    assert cost.c_read_bytes == SIZE * SIZE * 4  # beta * C, which sgemm_v3 reads too
+    assert cost.registers == 8  # 2 repeats x 4 micro rows
+    # alpha's product, beta's multiply-add, the bias, relu, the residual; C's old value and R loaded.
+    assert (cost.work.alu, cost.work.sfu, cost.work.loads) == (5, 0, 2)
+
+
+def test_hgemm_mma_fused_keeps_a_pair_of_columns_per_block_column():
+    cost = fuse_fact("hgemm_mma_fused")
+    assert cost.dram_bytes == {"bias": SIZE * 2, "residual": SIZE * SIZE * 2}
+    # warps 2x2, repeat 4x8 of m16n8: 16 columns per thread, each column held by 8 groups x 2 warps.
+    assert cost.block_bytes["bias"] == 32 * SIZE * 2 and cost.thread_bytes["bias"] == 32 * SIZE * 16 * 2
+    assert cost.registers == 16 and cost.c_read_bytes == 0
+    assert (cost.work.alu, cost.work.sfu) == (1 + 9 + 2, 2)  # bias, silu, R read as f32 and added
+
+
+def test_linear_gelu_reads_its_bias_for_every_element():
+    cost = fuse_fact("linear_gelu")
+    assert cost.dram_bytes == {"bias": SIZE * 2}
+    assert cost.block_bytes == {"bias": 32 * SIZE * 2}  # 32 rows of 128-row blocks, each all N columns
+    assert cost.thread_bytes == {"bias": SIZE * SIZE * 2}  # fuse_pair loads both columns of every pair
+    assert cost.registers == 0
+    assert (cost.work.alu, cost.work.sfu, cost.work.loads) == (1 + 1 + 22, 2, 1)
+
+
+def test_the_wgmma_epilogue_verdicts_of_the_shipped_specs():
+    gelu = analyze(load_spec(SPECS / "linear_gelu.gemm"), (SIZE, SIZE, SIZE))
+    epilogue = gelu.facts["wgmma_epilogue"]
+    # 128 x 256 elements x (24 ALU + 1 load) over 32 lanes x 4 schedulers; the SFU: 2 x 32768 / 16.
+    assert (epilogue.cycles, epilogue.limit) == (6400, "instruction issue")
+    k_tile = gelu.facts["wgmma_bound"].k_tile_cycles
+    assert epilogue.main_loop_cycles == 64 * k_tile
+    assert epilogue.hidden == 4 * k_tile  # TMA sets the pace: the ring's 4 stages cover that much
+    (line,) = [line for line in summary_lines(gelu) if line.startswith("epilogue:")]
+    assert "the fused epilogue costs ~6,400 cycles per tile" in line and "exposed" in line
+    residual = analyze(load_spec(SPECS / "hgemm_h100_relu_residual.gemm"), (SIZE, SIZE, SIZE))
+    epilogue = residual.facts["wgmma_epilogue"]
+    assert (epilogue.limit, epilogue.cycles) == ("L2", -(-128 * 256 * 2 // 38))  # R's tile at 38 B per clock
+    assert epilogue.exposed == 0
+    assert "hidden: the producer refills" in " ".join(summary_lines(residual))
+
+
+def test_one_block_per_tile_hides_nothing():
+    text = (SPECS / "linear_gelu.gemm").read_text().replace("schedule: persistent", "schedule: tiles")
+    spec, _ = load(SourceFile("tiles.gemm", text))
+    analysis = analyze(spec, (SIZE, SIZE, SIZE))
+    assert analysis.facts["wgmma_epilogue"].hidden == 0
+    assert any("not hidden: one block per tile" in line for line in summary_lines(analysis))
+
+
+@pytest.mark.parametrize("name", UNFUSED_TWINS)
+def test_an_unfused_spec_says_nothing_of_a_chain(name):
+    analysis = analyze(load_spec(SPECS / f"{name}.gemm"), (SIZE, SIZE, SIZE))
+    assert analysis.facts["fuse"] is None
+    assert not any(line.startswith(("fuse:", "epilogue:")) for line in summary_lines(analysis))
+    assert set(compulsory_bytes(analysis.spec, SIZE, SIZE, SIZE)) == {"a", "b", "c"}
+
+
+def test_the_bound_counts_the_residual_through_dram():
+    fused, twin = (analyze(load_spec(SPECS / f"{name}.gemm"), (SIZE, SIZE, SIZE)).facts["wgmma_bound"]
+                   for name in ("hgemm_h100_relu_residual", "linear_bf16"))
+    assert fused.dram_bytes - twin.dram_bytes == SIZE * SIZE * 2
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_the_chain_reads_are_the_arrays_the_epilogue_declares(name):
+    """rows_per_thread and cols_per_thread are the sizes of the kernel's fuse_m_values and fuse_n_values."""
+    artifacts = compile_source(SourceFile.read(SPECS / f"{name}.gemm"))
+    constants = {key: int(value) for key, value in re.findall(r"constexpr int (\w+) = (\d+);", artifacts.cuda)}
+
+    def declared(axis: str) -> int | None:
+        found = re.search(rf"fuse_{axis} fuse_{axis}_values((?:\[[^\]]+\])+);", artifacts.cuda)
+        if found is None:
+            return None
+        size = 1
+        for extent in re.findall(r"\[([^\]]+)\]", found.group(1)):
+            size *= eval(extent, {}, constants)  # products of the kernel's constants
+        return size
+
+    reads = artifacts.plan.layout.chain_reads()
+    assert declared("m") == reads.rows_per_thread
+    if reads.cols_per_element:
+        assert declared("n") is None and "load_fuse_n(" in artifacts.cuda.split("fuse_pair(", 1)[1]
+    else:
+        assert declared("n") == reads.cols_per_thread
+
+
+FUSE_SECTIONS = st.builds(
+    lambda bias, activation, residual, scale: " ".join(filter(None, (bias, activation, residual, scale))),
+    st.sampled_from(["", "bias: m;", "bias: n;"]),
+    st.sampled_from(["", *(f"activation: {a.value};" for a in ir.Activation)]),
+    st.sampled_from(["", "residual: f32 row;", "residual: f32 col;"]),
+    st.sampled_from(["", "scale: row;", "scale: col;", "scale: row_col;"]),
+).filter(bool)
+BASES = {"sgemm": "sgemm_fused", "mma": "hgemm_mma_fused", "wgmma": "linear_gelu"}
+
+
+def fused_spec(base: str, section: str) -> ir.KernelSpec:
+    text = (SPECS / f"{BASES[base]}.gemm").read_text()
+    text = re.sub(r"fuse\s*\{[^}]*\}", f"fuse {{ {section} }}", text)
+    if base == "sgemm":
+        text = text.replace("epilogue: alpha_beta; ", "")  # scales take alpha's place
+    else:
+        text = text.replace("residual: f32", "residual: bf16")
+    return load(SourceFile(f"{base}.gemm", text))[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(BASES)), FUSE_SECTIONS, st.integers(1, 9000), st.integers(1, 9000),
+       st.integers(0, 2000), st.integers(0, 2000))
+def test_a_chains_bytes_grow_with_m_and_n(base, section, m, n, more_m, more_n):
+    spec = fused_spec(base, section)
+    reads = (spec.fuse and analyze(spec, (128, 256, 64)).layout.chain_reads())
+    small, large = fuse_cost(spec, reads, m, n), fuse_cost(spec, reads, m + more_m, n + more_n)
+    for level in ("dram_bytes", "block_bytes", "thread_bytes"):
+        before, after = getattr(small, level), getattr(large, level)
+        assert set(before) == set(after) and all(after[name] >= before[name] for name in before)
+        assert all(before[name] >= small.dram_bytes.get(name, 0) for name in before)  # never below DRAM's
+    assert small.extra_dram_bytes == sum(compulsory_bytes(spec, m, n, 1).values()) - sum(
+        compulsory_bytes(spec, m, n, 1)[key] for key in ("a", "b", "c"))
+    assert (small.extra_dram_bytes > 0) == (spec.fuse.bias is not None or spec.fuse.scale is not None
+                                            or spec.fuse.residual is not None)
+
+
+def ptx_counts(expression: str, tmp_path: Path) -> tuple[int, int]:
+    """(ALU, SFU) instructions of `expression` in the PTX nvcc emits for sm_90a, between x's load and the
+    store; mov, address arithmetic and branches are not counted, and div.rn.f32 as ptxas lowers it."""
+    source = tmp_path / "activation.cu"
+    source.write_text('extern "C" __global__ void k(const float* __restrict__ in, float* __restrict__ out) '
+                      f"{{ float x = in[threadIdx.x]; out[threadIdx.x] = {expression}; }}\n")
+    ptx = tmp_path / "activation.ptx"
+    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-ptx", "-o", str(ptx), str(source)],
+                   check=True, capture_output=True)
+    text = ptx.read_text()
+    body = text[text.index("ld.global"):text.index("st.global")].splitlines()[1:]
+    alu = sfu = 0
+    for line in body:
+        op = line.split()[0] if line.split() else ""
+        if not op or op.startswith(("$", "@", "//", "mov", "cvta", "bra")) or op in ("add.s64", "mul.wide.u32"):
+            continue
+        if op.startswith(("ex2", "rcp", "tanh", "lg2")):
+            sfu += 1
+        elif op == "div.rn.f32":
+            alu, sfu = alu + 7, sfu + 1
+        else:
+            alu += 1
+    return alu, sfu
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("activation", list(ir.Activation), ids=lambda a: a.value)
+def test_the_activations_instruction_counts_are_nvccs(activation, tmp_path):
+    assert ptx_counts(ACTIVATIONS[activation], tmp_path) == ACTIVATION_OPS[activation]
+
+
+# --- gemmdsl profile: the chain's bytes beside ncu's DRAM counter -------------------------------------
+
+# ncu --csv as `gemmdsl profile` asks for it (WGMMA_NCU_METRICS) for one launch of linear_gelu at 4096^3; the
+# values are the format's, not a measurement.
+LINEAR_GELU_NCU_CSV = "\n".join(
+    ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
+     '"CC","Section Name","Metric Name","Metric Unit","Metric Value"']
+    + [f'"0","77","python3","127.0.0.1","linear_gelu_kernel","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0",'
+       f'"Command line profiler metrics","{metric}","{unit}","{value}"'
+       for metric, unit, value in [("dram__bytes_read.sum", "byte", "69,412,352"),
+                                   ("launch__registers_per_thread", "register/thread", "168"),
+                                   ("launch__grid_size", "", "132"),
+                                   ("sm__inst_executed_pipe_tensor_op_gmma.sum", "inst", "1,048,576")]])
+
+
+def test_profile_puts_the_chains_dram_bytes_beside_ncus():
+    from gemmdsl.profile import DRAM_READ, WGMMA_NCU_METRICS, comparison_rows, parse_ncu_csv
+
+    assert DRAM_READ in WGMMA_NCU_METRICS
+    analysis = analyze(load_spec(SPECS / "linear_gelu.gemm"), (SIZE, SIZE, SIZE))
+    (launch,) = parse_ncu_csv(LINEAR_GELU_NCU_CSV)
+    rows = {row.label: row for row in comparison_rows(analysis, launch.metrics)}
+    row = rows["DRAM bytes read (A, B, bias)"]
+    assert row.predicted == 2 * SIZE * SIZE * 2 + SIZE * 2 and row.measured == 69412352
+    assert rows["wgmma warp instructions"].measured == 1048576  # the path's own rows stay
+
+
+@pytest.mark.parametrize("name, operands", [("sgemm_fused", {"bias": SIZE * 4, "residual": SIZE * SIZE * 4}),
+                                            ("hgemm_mma_fused", {"bias": SIZE * 2, "residual": SIZE * SIZE * 2}),
+                                            ("sgemm_v3", {})])
+def test_profile_predicts_a_and_b_once_and_the_chains_operands_once(name, operands):
+    from gemmdsl.profile import comparison_rows
+
+    analysis = analyze(load_spec(SPECS / f"{name}.gemm"), (SIZE, SIZE, SIZE))
+    (row,) = [row for row in comparison_rows(analysis, {}) if row.label.startswith("DRAM")]
+    size = analysis.spec.problem.a.dtype.bytes
+    assert row.predicted == 2 * SIZE * SIZE * size + sum(operands.values())  # C is not read: beta is 0
+    assert all(name in row.label for name in operands) and row.measured is None
+
+
+@pytest.mark.gpu
+def test_profile_drives_a_fused_kernel_with_its_chains_operands():
+    from gemmdsl.passes import ProblemSize
+    from gemmdsl.profile import drive
+
+    for name in FUSED:
+        drive(str(SPECS / f"{name}.gemm"), ProblemSize(256, 512, 128))
