@@ -23,6 +23,9 @@ from gemmdsl.paths.wgmma.layout import swizzled_offset
 from gemmdsl.paths.wgmma_fp8.layout import Fp8Layout
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import tensor_map_requests
+from gemmdsl.arrays import DTYPE_NAMES, ITEM_SIZES
+from gemmdsl.precisions import comparison
+from gemmdsl.verify import leading_dimension, pad_align
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {name: ROOT / "specs" / f"{name}.gemm" for name in ("fp8_h100", "fp8_h100_fast")}
@@ -208,3 +211,20 @@ def test_the_runtimes_tensor_maps_are_bytes_with_byte_strides():
     assert (a.data_type, a.dims, a.strides, a.box, a.swizzle) == (0, (144, 333), (144,), (128, 128), 3)  # UINT8
     assert (b.data_type, b.dims, b.strides, b.box) == (0, (144, 517), (160,), (128, 256))
     assert requests["c"].data_type == 9  # C is BF16
+
+
+def test_verify_compares_with_scaled_mm_in_the_specs_mode_within_1_1x_its_error():
+    for name, fast in (("fp8_h100", False), ("fp8_h100_fast", True)):
+        compared = comparison(compile_path(SPECS[name]).metadata)
+        assert (compared.unit, compared.input_dtype, compared.c_dtype, compared.fast_accumulation) == (
+            "fp8", "e4m3", "bf16", fast)
+        assert compared.relative_to_cublas and compared.tolerance("bf16", 4e-3) == pytest.approx(4.4e-3)
+        assert compared.cublas.endswith(" fast") == fast
+
+
+@given(extent=st.integers(1, 5000), dtype=st.sampled_from(["e4m3", "e5m2", "bf16", "f32"]))
+def test_padded_leading_dimensions_keep_tmas_16_bytes(extent, dtype):
+    align = pad_align(dtype)
+    ld = leading_dimension(extent, True, align)
+    assert ld > extent and ld * ITEM_SIZES[DTYPE_NAMES[dtype]] % 16 == 0
+    assert ld % 8 == 0  # every type keeps the padded case's vector alignment
