@@ -7,13 +7,13 @@ dtype, device pointer, device -- from the protocols the libraries share:
   C-contiguous, strides are in bytes, `typestr` is NumPy's ('<f4').
 - PyTorch's GPU tensors are read from their attributes (data_ptr, stride, ...), which is an
   order of magnitude faster than either protocol; the rest of them go through the protocols.
-- DLPack (JAX; PyTorch's bfloat16, which its array interface gives as an opaque '<V2'):
+- DLPack (JAX; PyTorch's bfloat16 and float8 types, which its array interface gives as opaque or refuses):
   `__dlpack_device__()` says where the data is, `__dlpack__()` returns a capsule
   holding a DLTensor, read here through ctypes. The capsule is not consumed: its
   destructor releases the exporter's reference, and the caller's own reference keeps
   the memory alive.
 
-Nothing here depends on CuPy understanding the dtype: bfloat16 operands are only a name
+Nothing here depends on CuPy understanding the dtype: bfloat16 and float8 operands are only a name
 and an item size, and launches pass raw device pointers.
 """
 from __future__ import annotations
@@ -26,14 +26,17 @@ from typing import Any
 import numpy
 
 # The compiler's element type names (metadata "dtypes") and the names errors use.
-DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-ITEM_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+ITEM_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 # DLPack's device types and dtype codes (dlpack.h).
 DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
 DL_GPU_MEMORY = (DL_CUDA, DL_CUDA_MANAGED)
 DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT = 0, 1, 2, 4
 DL_TYPE_PREFIXES = {DL_INT: "int", DL_UINT: "uint", DL_FLOAT: "float", DL_BFLOAT: "bfloat"}
+# DLPack 1.1's FP8 codes whose names are PyTorch's (kDLFloat8_e4m3fn, kDLFloat8_e5m2); the others
+# (e4m3fnuz, e5m2fnuz, ...) encode other values and keep a code name, which no kernel takes.
+DL_FLOAT8_NAMES = {10: "float8_e4m3fn", 12: "float8_e5m2"}
 
 PROTOCOLS = "__cuda_array_interface__ or __dlpack__: a PyTorch, CuPy, JAX or Numba GPU array"
 
@@ -224,7 +227,9 @@ def view_of_dlpack(name: str, capsule: Any, library: str, device: int) -> ArrayV
     """A view from an unconsumed "dltensor" capsule (element strides; NULL: C-contiguous)."""
     tensor = ctypes.cast(capsule_pointer(capsule, b"dltensor"), ctypes.POINTER(DLTensor)).contents
     code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
-    dtype = f"{DL_TYPE_PREFIXES.get(code, f'dlpack-code-{code}-')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+    dtype = DL_FLOAT8_NAMES.get(code) if bits == 8 and code in DL_FLOAT8_NAMES else \
+        f"{DL_TYPE_PREFIXES.get(code, f'dlpack-code-{code}-')}{bits}"
+    dtype += f"x{lanes}" if lanes != 1 else ""
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     strides = (tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides
                else contiguous_strides(shape))

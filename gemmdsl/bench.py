@@ -45,12 +45,13 @@ from typing import Any, Callable, TextIO
 
 import numpy
 
+from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .family import DEFAULT_SHAPES
 from .family_kernel import read_shapes, run_on_specs_and_families
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .paths import path_of
-from .targets import PEAK_TFLOPS
+from .targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 from .bench_fuse import baselines
 from .verify import Case, CupyArrays, arrays_for, chain_operands, random_operand
 
@@ -192,7 +193,7 @@ def comparison_groups(kernels: list[Kernel]) -> dict[Comparison, list[Kernel]]:
 
 
 def unit_peak_tflops(unit: str, sm: int) -> float:
-    peaks = PEAK_TFLOPS[sm]
+    peaks = {**WGMMA_PEAK_TFLOPS.get(sm, {}), **PEAK_TFLOPS[sm]}  # FP8 runs on wgmma only
     return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
 
 
@@ -243,7 +244,7 @@ def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, batch: int, sets:
         launches = [kernel.bind(*abc, **chain) for abc, chain in zip(operands, chains)]
     except ValueError as err:  # a size this exact-shape kernel cannot take
         return [skipped(note=f"skipped: {err}")]
-    if fuse:
+    if fuse and not arrays.baseline_applies(fuse):
         return fused_rows(kernel, fuse, size, operands, chains, launches, runs, warmup, peak)
     cublas_times, times = time_interleaved([cublas, launches], runs, warmup)
     return [measured_row(kernel.name, size, len(sets), statistics.median(times), statistics.median(cublas_times),
@@ -291,7 +292,7 @@ def format_batched_size(size: Size, batch: int) -> str:
 def matrix_bytes(size: Size, dtype: str = "f32") -> int:
     """Bytes of A, B and C together (C taken as wide as A and B)."""
     m, n, k = size
-    return (4 if dtype == "f32" else 2) * (m * k + k * n + m * n)
+    return ITEM_SIZES[DTYPE_NAMES[dtype]] * (m * k + k * n + m * n)
 
 
 def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
@@ -300,10 +301,11 @@ def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
 
 
 def input_set(arrays: CupyArrays, compared: Comparison, size: Size, batch: int = 1) -> tuple:
-    """Row-major A and B of the comparison's input type, and cuBLAS's C (3-D for a batch)."""
+    """Row-major A and B (column-major for torch._scaled_mm) of the comparison's input type, and cuBLAS's C
+    (3-D for a batch)."""
     m, n, k = size
     a = random_operand(arrays, compared.input_dtype, "row", m, k, batch=batch)
-    b = random_operand(arrays, compared.input_dtype, "row", k, n, batch=batch)
+    b = random_operand(arrays, compared.input_dtype, arrays.b_layout, k, n, batch=batch)
     return a, b, arrays.cublas_out(m, n, compared.c_dtype, batch)
 
 

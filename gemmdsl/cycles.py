@@ -219,9 +219,10 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
-    # 3xTF32: the consumer's wait for its group, then `acc += part`: 4 warps a warpgroup over 4 schedulers, so
-    # each scheduler issues accumulators x consumers adds per k-tile.
-    wait = SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if layout.split else 0
+    # 3xTF32 and promoted FP8: the consumer's wait for each of its groups, then `acc += part`: 4 warps a
+    # warpgroup over 4 schedulers, so each scheduler issues accumulators x consumers adds per k-tile.
+    groups = layout.waited_groups_per_k_tile
+    wait = groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if groups else 0
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial,
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),

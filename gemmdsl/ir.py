@@ -24,20 +24,34 @@ class DType(enum.Enum):
     F32 = "f32"
     F16 = "f16"
     BF16 = "bf16"
+    E4M3 = "e4m3"  # FP8: 4 exponent bits, 3 mantissa bits, no infinities (PyTorch's float8_e4m3fn)
+    E5M2 = "e5m2"  # FP8: 5 exponent bits, 2 mantissa bits (float8_e5m2)
 
     @property
     def bytes(self) -> int:
-        return 4 if self is DType.F32 else 2
+        return {DType.F32: 4, DType.E4M3: 1, DType.E5M2: 1}.get(self, 2)
+
+    @property
+    def fp8(self) -> bool:
+        """An 8-bit float: an operand of wgmma's FP8 forms only (A and B; never C, a bias or a residual)."""
+        return self.bytes == 1
+
+    @property
+    def c_header(self) -> str | None:
+        """The CUDA header that defines the element's type and its conversions; None for float."""
+        return {DType.F16: "cuda_fp16.h", DType.BF16: "cuda_bf16.h", DType.E4M3: "cuda_fp8.h",
+                DType.E5M2: "cuda_fp8.h"}.get(self)
 
     @property
     def vector_widths(self) -> tuple[int, ...]:
         """Global vector widths in elements, narrowest first: powers of two up to 16 bytes."""
-        return tuple(w for w in (1, 2, 4, 8) if w * self.bytes <= MAX_VECTOR_BYTES)
+        return tuple(w for w in (1, 2, 4, 8, 16) if w * self.bytes <= MAX_VECTOR_BYTES)
 
     @property
     def c_type(self) -> str:
-        """The element's type in CUDA C (cuda_fp16.h, cuda_bf16.h)."""
-        return {DType.F32: "float", DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[self]
+        """The element's type in CUDA C (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h)."""
+        return {DType.F32: "float", DType.F16: "__half", DType.BF16: "__nv_bfloat16", DType.E4M3: "__nv_fp8_e4m3",
+                DType.E5M2: "__nv_fp8_e5m2"}[self]
 
 
 class MatrixLayout(enum.Enum):
@@ -136,6 +150,14 @@ class Precision(enum.Enum):
     NATIVE = "native"  # f16 or bf16 operands as they are (not written in a spec: the default)
     TF32 = "tf32"  # f32 operands rounded to TF32 (10-bit mantissa), one mma per product
     TF32X3 = "3xtf32"  # f32 split into a TF32 big and small part, three mma: about FP32 accuracy
+
+
+class Accumulate(enum.Enum):
+    """How an FP8 wgmma kernel sums along K (docs/fp8.md). Hopper's FP8 wgmma keeps its accumulator with
+    fewer mantissa bits than an f32, so long sums lose accuracy unless promoted."""
+
+    FAST = "fast"  # wgmma's accumulators hold the whole K (torch._scaled_mm's use_fast_accum=True)
+    PROMOTED = "promoted"  # each k-tile's wgmma sum is added into separate f32 registers (use_fast_accum=False)
 
 
 class SmemRead(enum.Enum):
@@ -323,6 +345,7 @@ class MmaTile(Node):
     shape: MmaShape | WgmmaShape = MmaShape.M16N8K16
     repeat: Pair = Pair(1, 1)
     precision: Precision = Precision.NATIVE
+    accumulate: Accumulate | None = None  # FP8 operands only (default promoted); None for the other types
 
     @property
     def warp_tile(self) -> Pair:

@@ -669,6 +669,8 @@ SECTIONS: dict[str, _Section] = {
         "repeat": _Key(_pair_with_word("an mma repeat", None),
                        not_wgmma="each consumer warpgroup's tile is BM / warpgroups rows by BN columns"),
         "precision": _Key(_enum(ir.Precision, "tf32 or 3xtf32", (ir.Precision.TF32, ir.Precision.TF32X3))),
+        "accumulate": _Key(_enum(ir.Accumulate, "fast or promoted"),
+                           wgmma_only="FP8 operands are multiplied by wgmma only (sm_90a)"),
     }),
     "smem": _Section({
         "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
@@ -721,8 +723,10 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     mma = None
     if "mma" in found:
         values, where = section("mma")
+        fp8 = problem.a.dtype.fp8 or problem.b.dtype.fp8
         mma = ir.MmaTile(**where, shape=values["shape"], repeat=values.get("repeat", ir.Pair(1, 1)),
-                         precision=values.get("precision", ir.Precision.NATIVE))
+                         precision=values.get("precision", ir.Precision.NATIVE),
+                         accumulate=values.get("accumulate", ir.Accumulate.PROMOTED if fp8 else None))
 
     values, where = section("threads")
     if mma is None:

@@ -1,6 +1,6 @@
 """What a kernel is compared with, and how close it must be, by the unit it multiplies on.
 
-`verify` and `bench` read a kernel's `unit` from its metadata (fma, bf16, f16, tf32, 3xtf32) and
+`verify` and `bench` read a kernel's `unit` from its metadata (fma, bf16, f16, tf32, 3xtf32, fp8) and
 take from here: which cuBLAS computation is the same precision (the baseline `bench` times and
 the second reference `verify` reports), which library makes the inputs and runs it (CuPy for
 FP32 inputs; PyTorch where CuPy lacks the type (bf16) or the mode (TF32)), and the tolerance
@@ -20,6 +20,11 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   with cuBLAS's TF32 error (the issue holds only 3xTF32 to that).
 - 3xtf32: as accurate as FP32: at most twice cuBLAS SGEMM's own error on the same inputs, on
   uniform and on wide-range data (the `wide` case).
+- fp8: e4m3 or e5m2 inputs (random values quantized to the type, positive scales): at most 1.1x the
+  error of torch._scaled_mm at the same precision (rowwise scales, a BF16 C, `use_fast_accum` as the
+  spec's `accumulate`), both against float64 over the dequantized inputs, on uniform and wide-range
+  data. Both results round to BF16, which dominates; the factor leaves room for the accumulation
+  order, not for a lost k-tile or a mis-scaled row.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from dataclasses import dataclass, replace
 FMA_TOLERANCE = 1e-5
 TF32_TOLERANCE = 2e-3
 TF32X3_FACTOR = 2.0  # times cuBLAS SGEMM's error
+FP8_FACTOR = 1.1  # times torch._scaled_mm's error
 UNIT_ROUNDOFF = {"f32": 0.0, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 
@@ -39,6 +45,8 @@ class Comparison:
     input_dtype: str  # of A and B
     relative_to_cublas: bool  # the tolerance is a factor of cuBLAS's own error vs float64
     output_dtype: str = ""  # of the C cuBLAS writes; empty: the inputs' type
+    factor: float = TF32X3_FACTOR  # relative_to_cublas: the error allowed, in cuBLAS's own
+    fast_accumulation: bool = False  # fp8: torch._scaled_mm's use_fast_accum
 
     @property
     def c_dtype(self) -> str:
@@ -47,7 +55,7 @@ class Comparison:
     def tolerance(self, c_dtype: str, cublas_error: float | None) -> float:
         """Largest relative error vs float64 that passes."""
         if self.relative_to_cublas:
-            return TF32X3_FACTOR * (cublas_error or 0.0)
+            return self.factor * (cublas_error or 0.0)
         if self.unit == "tf32":
             return TF32_TOLERANCE
         return FMA_TOLERANCE + UNIT_ROUNDOFF[c_dtype]
@@ -59,6 +67,8 @@ COMPARISONS = {
     "tf32": Comparison("tf32", "TF32 GEMM", "torch", "f32", relative_to_cublas=False),
     "bf16": Comparison("bf16", "BF16 GEMM", "torch", "bf16", relative_to_cublas=False),
     "f16": Comparison("f16", "FP16 GEMM", "torch", "f16", relative_to_cublas=False),
+    "fp8": Comparison("fp8", "FP8 scaled_mm", "torch", "e4m3", relative_to_cublas=True, output_dtype="bf16",
+                      factor=FP8_FACTOR),
 }
 
 
@@ -66,6 +76,11 @@ def comparison(metadata: dict) -> Comparison:
     """The comparison for a compiled kernel (metadata from before units were recorded: fma): by its
     unit, and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well."""
     compared = COMPARISONS[metadata.get("unit", "fma")]
+    if compared.unit == "fp8":  # the kernel's operand types and C, and its accumulation mode
+        dtypes = metadata["dtypes"]
+        fast = metadata.get("accumulate") == "fast"
+        return replace(compared, cublas=f"{compared.cublas}{' fast' if fast else ''}", input_dtype=dtypes["a"],
+                       output_dtype=dtypes["c"], fast_accumulation=fast)
     if compared.input_dtype in ("bf16", "f16") and metadata.get("dtypes", {}).get("c") == "f32":
         return replace(compared, cublas=f"{compared.cublas} f32 C", output_dtype="f32")
     return compared

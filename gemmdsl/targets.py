@@ -111,11 +111,12 @@ MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
 # 4096^3 (docs/performance.md); sustained BF16 GEMMs at 8192^3 hold the board at its 700 W cap and the
 # SM clock near 1,420 MHz, where cuBLAS runs at 710 (docs/performance.md, "The clock under sustained load"). The analysis compares against the datasheet figure and prints the
 # measured cuBLAS one beside it where there is one (WGMMA_MEASURED_TFLOPS).
-WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7}}
+# FP8 (e4m3 and e5m2, any pairing) runs at twice the 16-bit rate: 1978.9 TFLOP/s dense.
+WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
 MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
 # The same peaks per SM and clock, in multiply-adds: 989.4 TFLOP/s = 132 SMs x 2048 x 2 at 1830 MHz.
-WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024}}
+WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024, "fp8": 4096}}
 # Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100
 # (2026-11-23, docs/families.md), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
 # ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.

@@ -19,9 +19,10 @@ from typing import Callable
 import numpy
 
 TENSOR_MAP_BYTES = 128
-# CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16, _FLOAT32 and _TFLOAT32 (TMA rounds each f32 word to TF32 on
-# the way in), by the metadata's data type (paths/wgmma/layout.py's TmaBox.data_type, as the C launcher asks).
-DATA_TYPES = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
+# CU_TENSOR_MAP_DATA_TYPE_UINT8 (FP8 operands, copied as bytes), _FLOAT16, _BFLOAT16, _FLOAT32 and _TFLOAT32
+# (TMA rounds each f32 word to TF32 on the way in), by the metadata's data type (paths/wgmma/layout.py's
+# TmaBox.data_type, as the C launcher asks).
+DATA_TYPES = {"u8": 0, "f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
 SWIZZLES = {32: 1, 64: 2, 128: 3}  # CU_TENSOR_MAP_SWIZZLE_32B, _64B, _128B
 INTERLEAVE_NONE = 0
 L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B

@@ -469,9 +469,9 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFA
     round trip (3 stages of 128x256x64 below 4), and the tuner and the families rank Hopper kernels by
     one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
     differ only there tie, and rank_key orders them."""
-    from .paths.wgmma.layout import WgmmaLayout
+    from .paths import path_of
 
-    model = wgmma_member_model(WgmmaLayout(spec), sms)  # the lowering alone: no second run of the passes
+    model = wgmma_member_model(path_of(spec).lowering(spec), sms)  # the lowering alone: no second run of the passes
     return _geomean([tensor_share(model, *size) for size in sizes])
 
 

@@ -121,9 +121,14 @@ class _Checker:
     def check_problem(self) -> None:
         problem = self.spec.problem
         a, b = problem.a.dtype, problem.b.dtype
-        if a is not b:
-            self.error(problem.at("b"), f"B is {b.value} but A is {a.value}; A and B must have the same element type",
-                       hint=f"write `b: {a.value} {problem.b.layout.value};`")
+        if a is not b and not (a.fp8 and b.fp8):  # FP8 wgmma takes e4m3 and e5m2 in any pairing
+            fp8 = " (FP8 pairs with FP8 only: e4m3 or e5m2)" if a.fp8 or b.fp8 else ""
+            self.error(problem.at("b"), f"B is {b.value} but A is {a.value}; A and B must have the same element "
+                                        f"type{fp8}", hint=f"write `b: {a.value} {problem.b.layout.value};`")
+        if problem.c.dtype.fp8:
+            self.error(problem.at("c"), f"C is {problem.c.dtype.value}; FP8 is an operand type only: the kernels write "
+                                        "C from f32 accumulators as f32, bf16 or f16",
+                       hint=f"write `c: bf16 {problem.c.layout.value};` (torch._scaled_mm's usual output)")
         if self.spec.mma is not None:
             return
         narrow = [key for key in ("a", "b", "c") if problem.matrix(ir.Operand(key)).dtype is not ir.DType.F32]
@@ -273,6 +278,12 @@ class _Checker:
         """The mma section against the operands, the target and the block tile."""
         t, block, arch = self.spec.threads, self.spec.block, self.arch
         dtype = self.spec.problem.a.dtype
+        if dtype.fp8:
+            self.error(self.spec.problem.at("a"),
+                       f"{dtype.value} operands are multiplied by wgmma only; mma.sync has no FP8 form on this path",
+                       hint="use Hopper's path: `target sm_90a;`, `mma { shape: m64n256k32; }`, "
+                            "`threads { warpgroups: 2; producer: 1; }` (docs/fp8.md)")
+            return False
         if arch is not None and not arch.has_mma_sync:
             self.error(mma.span, f"mma needs sm_80 or newer; sm_{arch.sm} has no mma.sync for these types",
                        hint="use `target sm_80;` or newer")

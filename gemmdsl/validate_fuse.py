@@ -33,11 +33,15 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
     if fuse.residual is not None and problem.batched:
         error(fuse.at("residual"), "a residual is not supported with batch: strided (it would need a batch stride "
                                    "of its own)", "remove the residual, or `batch: strided;`")
-    if spec.mma is None:  # the FMA path: f32 throughout, and its files include no 16-bit types
-        for key, dtype in (("bias", fuse.bias and fuse.bias.dtype), ("residual", fuse.residual and fuse.residual.dtype)):
-            if dtype is not None and dtype is not ir.DType.F32:
-                error(fuse.at(key), f"the {key} is {dtype.value}, but the FMA path reads f32 only",
-                      f"write `{key}: {_f32_spelling(key, fuse)};`")
+    for key, dtype in (("bias", fuse.bias and fuse.bias.dtype), ("residual", fuse.residual and fuse.residual.dtype)):
+        if dtype is None or dtype is ir.DType.F32:
+            continue
+        if dtype.fp8:
+            error(fuse.at(key), f"the {key} is {dtype.value}; FP8 is an operand type of A and B only",
+                  f"give the {key} in bf16, f16 or f32")
+        elif spec.mma is None:  # the FMA path: f32 throughout, and its files include no 16-bit types
+            error(fuse.at(key), f"the {key} is {dtype.value}, but the FMA path reads f32 only",
+                  f"write `{key}: {_f32_spelling(key, fuse)};`")
 
 
 def _f32_spelling(key: str, fuse: ir.FuseChain) -> str:

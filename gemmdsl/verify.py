@@ -36,6 +36,7 @@ from typing import Any, Callable
 from .family_kernel import run_on_specs_and_families
 from .fuse_reference import apply_chain
 from .precisions import FMA_TOLERANCE, Comparison, comparison
+from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .runtime import Kernel, Size, format_size, require_fp32_cublas
 
 DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
@@ -43,8 +44,8 @@ TOLERANCE = FMA_TOLERANCE
 WIDE_EXPONENT = 20  # the wide case: magnitudes 2^-20..2^20
 FLOAT64_MAX_DIM = 2048
 GUARD_ELEMENTS = 1 << 16  # a multiple of 8 elements, so C stays 16-byte aligned inside its buffer
-PAD_ALIGN = 8  # elements: a padded leading dimension is a multiple of this (16 bytes of 16-bit ones)
-PAD_ELEMENTS = 8  # added to each rounded-up leading dimension of a padded case
+PAD_ALIGN = 8  # elements: a padded leading dimension is a multiple of this (16 bytes of 16-bit ones), plus as many
+PAD_BYTES = 16  # ... or of this many bytes of FP8 elements (TMA's rule)
 BATCH = 3
 
 
@@ -103,7 +104,7 @@ class Case:
     """How one launch lays out its operands."""
 
     name: str
-    padded: bool  # leading dimensions rounded up to PAD_ALIGN and PAD_ELEMENTS more
+    padded: bool  # leading dimensions rounded up to pad_align(dtype) elements and as many more
     batch: int  # 1: 2-D operands
     scalars: bool  # alpha=1.5, beta=-0.5 (alpha_beta kernels) instead of 1, 0
     wide: bool = False  # A and B spread over 2^-20..2^20 in magnitude (3xTF32's accuracy rule)
@@ -171,27 +172,35 @@ def scalar_cases(epilogue: str) -> list[tuple[float, float]]:
     return [(1.0, 0.0), (1.5, -0.5)] if epilogue == "alpha_beta" else [(1.0, 0.0)]
 
 
-def leading_dimension(extent: int, padded: bool) -> int:
-    return -(-extent // PAD_ALIGN) * PAD_ALIGN + PAD_ELEMENTS if padded else extent
+def leading_dimension(extent: int, padded: bool, align: int = PAD_ALIGN) -> int:
+    return -(-extent // align) * align + align if padded else extent
 
 
-def operand_in(buffer: Any, layout: str, rows: int, cols: int, padded: bool, batch: int) -> Any:
+def pad_align(dtype: str) -> int:
+    """Elements a padded leading dimension is a multiple of (and grows by): PAD_ALIGN, or 16 bytes of FP8,
+    which TMA needs."""
+    return max(PAD_ALIGN, PAD_BYTES // ITEM_SIZES[DTYPE_NAMES[dtype]])
+
+
+def operand_in(buffer: Any, layout: str, rows: int, cols: int, padded: bool, batch: int, align: int = PAD_ALIGN) -> Any:
     """A (batch of) rows x cols matrix view of `buffer` in `layout`, with that case's leading dimension."""
     outer, inner = (rows, cols) if layout == "row" else (cols, rows)
-    shape = (outer, leading_dimension(inner, padded))
+    shape = (outer, leading_dimension(inner, padded, align))
     if batch > 1:
         shape = (batch,) + shape
-    view = buffer[:operand_elements(layout, rows, cols, padded, batch)].reshape(shape)[..., :inner]
+    view = buffer[:operand_elements(layout, rows, cols, padded, batch, align)].reshape(shape)[..., :inner]
     return view if layout == "row" else view.swapaxes(-1, -2)
 
 
-def operand_elements(layout: str, rows: int, cols: int, padded: bool, batch: int) -> int:
+def operand_elements(layout: str, rows: int, cols: int, padded: bool, batch: int, align: int = PAD_ALIGN) -> int:
     outer, inner = (rows, cols) if layout == "row" else (cols, rows)
-    return batch * outer * leading_dimension(inner, padded)
+    return batch * outer * leading_dimension(inner, padded, align)
 
 
 class CupyArrays:
     """FP32 inputs and cuBLAS SGEMM through CuPy."""
+
+    b_layout = "row"  # of the B that bench's cuBLAS call reads
 
     def __init__(self, seed: int):
         import cupy
@@ -225,6 +234,21 @@ class CupyArrays:
 
     def cublas_into(self, a: Any, b: Any, c: Any) -> None:
         self.xp.matmul(a, b, out=c)
+
+    def reference(self, a: Any, b: Any, fuse: dict | None, chain: dict[str, Any], epilogue: str, c_in: Any | None,
+                  alpha: float, beta: float) -> Any:
+        """cuBLAS's C at the kernel's precision: its product, then the chain (or alpha and beta) in float64."""
+        finish = partial(chained, self, fuse, chain, epilogue) if fuse else expected
+        return finish(self.cublas(a, b), c_in, alpha, beta)
+
+    def scales(self, count: int) -> Any:
+        """A scale vector of the fuse chain."""
+        return self.random(count, "f32")
+
+    def baseline_applies(self, fuse: dict) -> bool:
+        """Whether cuBLAS's call applies the whole chain itself, so that bench times the kernel against it
+        alone rather than against PyTorch's chains (bench_fuse)."""
+        return False
 
     def cublas_out(self, rows: int, cols: int, dtype: str, batch: int = 1) -> Any:
         """What cuBLAS writes: C of the inputs' type (`batch` of them in a 3-D array when above 1)."""
@@ -310,7 +334,97 @@ class TorchArrays(CupyArrays):
         return x.mT.contiguous().mT
 
 
+class ScaledMmArrays(TorchArrays):
+    """FP8 inputs (random values quantized to e4m3 or e5m2) and torch._scaled_mm, the cuBLASLt FP8 GEMM, at
+    the kernel's precision: rowwise scales inside the call for a BF16 C (the only C it scales rowwise), else
+    unit scales and the chain's scales in float64 after it; `use_fast_accum` as the kernel accumulates."""
+
+    DTYPES = {**TorchArrays.DTYPES, "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+    # The wide case's magnitudes, 2^lo..2^hi: the normal range of each type (e4m3's largest is 448).
+    WIDE_EXPONENTS = {"e4m3": (-6, 8), "e5m2": (-14, 15)}
+    b_layout = "col"  # torch._scaled_mm's second operand is column-major
+
+    def __init__(self, seed: int, output_dtype: str, fast: bool):
+        super().__init__(seed, tf32=False, output_dtype=output_dtype)
+        self.fast = fast
+        self.unit_scales: dict[int, Any] = {}
+
+    def random(self, elements: int, dtype: str, wide: bool = False) -> Any:
+        if dtype not in self.WIDE_EXPONENTS:
+            return super().random(elements, dtype, wide)
+        values = self.xp.rand(elements, device="cuda", generator=self.generator) * 2 - 1
+        if wide:
+            lo, hi = self.WIDE_EXPONENTS[dtype]
+            exponents = self.xp.rand(elements, device="cuda", generator=self.generator) * (hi - lo) + lo
+            values = self.xp.sign(values) * self.xp.exp2(exponents)
+        return values.to(self._dtype(dtype))
+
+    def scales(self, count: int) -> Any:
+        """Positive, as quantization scales are: 0.25 to 1.75."""
+        return self.xp.rand(count, device="cuda", generator=self.generator) * 1.5 + 0.25
+
+    def _scaled_mm(self, a: Any, b: Any, row_scale: Any = None, col_scale: Any = None) -> Any:
+        """One torch._scaled_mm (2-D; a batch matrix by matrix). It takes A row-major and B column-major with
+        every extent a multiple of 16: operands of other shapes or strides are copied into zero-padded ones
+        (zeros add nothing to the sums), and the result is cut back to M x N."""
+        torch = self.xp
+        if a.dim() == 3:
+            return torch.stack([self._scaled_mm(x, y, row_scale, col_scale) for x, y in zip(a, b)])
+        (m, k), n = a.shape, b.shape[1]
+        ones = partial(torch.ones, device="cuda", dtype=torch.float32)
+        rowwise = self.output == torch.bfloat16 and (row_scale is not None or col_scale is not None)
+        if rowwise:
+            scale_a = _padded(torch, (row_scale if row_scale is not None else ones(m)).reshape(-1, 1), (-m % 16, 0), 1.0)
+            scale_b = _padded(torch, (col_scale if col_scale is not None else ones(n)).reshape(1, -1), (0, -n % 16), 1.0)
+        else:
+            scale_a, scale_b = ones(()), ones(())
+        a16 = _padded(torch, a, (-m % 16, -k % 16))
+        b16 = _padded(torch, b.mT, (-n % 16, -k % 16)).mT
+        result = torch._scaled_mm(a16, b16, scale_a=scale_a.float(), scale_b=scale_b.float(), out_dtype=self.output,
+                                  use_fast_accum=self.fast)
+        return result[:m, :n]
+
+    def cublas(self, a: Any, b: Any) -> Any:
+        return self._scaled_mm(a, b)
+
+    def cublas_into(self, a: Any, b: Any, c: Any) -> None:
+        """bench's baseline: torch._scaled_mm into its own C from the caching allocator (C is not copied into
+        `c`, which would add a pass over C to its time); rowwise unit scales, timed as any scales."""
+        self._scaled_mm(a, b, self._ones(a.shape[-2]), self._ones(b.shape[-1]))
+
+    def _ones(self, count: int) -> Any:
+        """Unit scales, made once per length (a fill kernel per timed call would be timed too)."""
+        if count not in self.unit_scales:
+            self.unit_scales[count] = self.xp.ones(count, device="cuda", dtype=self.xp.float32)
+        return self.unit_scales[count]
+
+    def reference(self, a: Any, b: Any, fuse: dict | None, chain: dict[str, Any], epilogue: str, c_in: Any | None,
+                  alpha: float, beta: float) -> Any:
+        """torch._scaled_mm with the chain's scales inside (BF16 C), then the rest of the chain in float64."""
+        if fuse is None or fuse["scale"] is None or self.output != self.xp.bfloat16:
+            return super().reference(a, b, fuse, chain, epilogue, c_in, alpha, beta)
+        product = self._scaled_mm(a, b, chain.get("row_scale"), chain.get("col_scale"))
+        rest = {name: value for name, value in chain.items() if name not in ("row_scale", "col_scale")}
+        return chained(self, {**fuse, "scale": None}, rest, epilogue, product, c_in, alpha, beta)
+
+    def baseline_applies(self, fuse: dict) -> bool:
+        return fuse["bias"] is None and fuse["activation"] is None and fuse["residual"] is None
+
+
+def _padded(torch: Any, x: Any, pad: tuple[int, int], fill: float = 0.0) -> Any:
+    """A contiguous row-major copy of matrix `x` with `pad` more rows and columns of `fill` (x itself where
+    it needs neither)."""
+    if pad == (0, 0) and x.is_contiguous() and (x.shape[1] * x.element_size()) % 16 == 0:
+        return x
+    rows, cols = x.shape
+    out = torch.full((rows + pad[0], cols + pad[1]), fill, device=x.device, dtype=torch.float32).to(x.dtype)
+    out[:rows, :cols] = x
+    return out
+
+
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
+    if comparison.unit == "fp8":
+        return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation)
     if comparison.library == "torch":
         return TorchArrays(seed, tf32=comparison.unit == "tf32", output_dtype=comparison.output_dtype)
     return CupyArrays(seed)
@@ -319,8 +433,9 @@ def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
 def random_operand(arrays: CupyArrays, dtype: str, layout: str, rows: int, cols: int, padded: bool = False,
                    batch: int = 1, wide: bool = False) -> Any:
     """Random values laid out as the kernel wants them (padding random too)."""
-    elements = operand_elements(layout, rows, cols, padded, batch)
-    return operand_in(arrays.random(elements, dtype, wide), layout, rows, cols, padded, batch)
+    align = pad_align(dtype)
+    elements = operand_elements(layout, rows, cols, padded, batch, align)
+    return operand_in(arrays.random(elements, dtype, wide), layout, rows, cols, padded, batch, align)
 
 
 def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Result:
@@ -345,7 +460,7 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
     outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
     c_of(outside)[...] = float("nan")
     finish = partial(chained, arrays, fuse, chain, kernel.epilogue) if fuse else expected
-    cublas = finish(arrays.cublas(a, b), c_in, alpha, beta)
+    cublas = arrays.reference(a, b, fuse, chain, kernel.epilogue, c_in, alpha, beta)
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
         float64 = finish(arrays.float64(a) @ arrays.float64(b), None if c_in is None else arrays.float64(c_in),
@@ -376,9 +491,9 @@ def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, case: Case) -
         residual = fuse["residual"]
         operands["residual"] = random_operand(arrays, residual["dtype"], residual["layout"], m, n, case.padded)
     if fuse["scale"] in ("row", "row_col"):
-        operands["row_scale"] = arrays.random(m, "f32")
+        operands["row_scale"] = arrays.scales(m)
     if fuse["scale"] in ("col", "row_col"):
-        operands["col_scale"] = arrays.random(n, "f32")
+        operands["col_scale"] = arrays.scales(n)
     return operands
 
 

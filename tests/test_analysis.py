@@ -312,7 +312,7 @@ def test_register_estimate_is_within_its_band_of_ptxas_today(nvcc_build):
     with ThreadPoolExecutor(2) as pool:
         # wgmma specs have their own register model (setmaxnreg), checked in tests/test_wgmma.py.
         results = list(pool.map(registers, [path for path in sorted(SPECS.glob("*.gemm"))
-                                            if compile_path(path).plan.path.name != "wgmma"]))
+                                            if compile_path(path).plan.path.name not in ("wgmma", "wgmma_fp8")]))
     off = [(name, used, estimate) for name, used, estimate in results if abs(estimate - used) > ESTIMATE_BAND * used]
     assert off == [], "estimate beyond its band of ptxas (name, ptxas, estimate)"
 

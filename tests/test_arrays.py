@@ -206,3 +206,15 @@ def test_libraries_without_a_signature_are_checked_in_full():
     assert signature(cuda_array((4, 4), ptr=PTR)) is None
     assert signature(FakeDLPack((2, 2), arrays.DL_FLOAT, 32, PTR)) is None
     assert signature(FakeTorchTensor((4, 4), (4, 1))) != signature(FakeTorchTensor((4, 4), (4, 1), device=0))
+
+
+@pytest.mark.parametrize("code, name", [(10, "float8_e4m3fn"), (12, "float8_e5m2")])
+def test_dlpack_float8_codes_read_as_pytorchs_names(code, name):
+    view = array_view("A", RefusesInterface((4, 16), code, 8, PTR))
+    assert (view.dtype, view.itemsize, view.strides) == (name, 1, (16, 1))
+    assert arrays.ITEM_SIZES[name] == 1 and name in arrays.DTYPE_NAMES.values()
+
+
+def test_other_float8_codes_keep_a_code_name_no_kernel_takes():
+    view = array_view("A", RefusesInterface((4, 16), 11, 8, PTR))  # kDLFloat8_e4m3fnuz: other values
+    assert view.dtype == "dlpack-code-11-8" and view.dtype not in arrays.ITEM_SIZES

@@ -250,7 +250,8 @@ gemm minimal_mma {
 
 def test_dtypes():
     assert [(t.bytes, t.c_type, t.vector_widths) for t in ir.DType] == [
-        (4, "float", (1, 2, 4)), (2, "__half", (1, 2, 4, 8)), (2, "__nv_bfloat16", (1, 2, 4, 8))]
+        (4, "float", (1, 2, 4)), (2, "__half", (1, 2, 4, 8)), (2, "__nv_bfloat16", (1, 2, 4, 8)),
+        (1, "__nv_fp8_e4m3", (1, 2, 4, 8, 16)), (1, "__nv_fp8_e5m2", (1, 2, 4, 8, 16))]
 
 
 def test_mma_shapes():

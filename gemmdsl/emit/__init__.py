@@ -32,19 +32,16 @@ from .kernel import emit_kernel
 from .launcher import LauncherEmitter
 from .scheduler import emit_prepare_kernel
 
-HALF_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}  # their types and conversions
-
-
 def includes(*specs: ir.KernelSpec) -> str:
     """The #include lines of a file that holds `specs` (a family's members, or one spec), all at the top
     (a family wraps each member in a namespace, where no header may be opened): the host launchers'
-    headers, which NVRTC, compiling the kernels alone, skips; then the 16-bit types the kernels use."""
+    headers, which NVRTC, compiling the kernels alone, skips; then the 16-bit and FP8 types the kernels use."""
     host = ["<cstdint>", "<cuda_runtime.h>"]
     for spec in specs:
         host += [header for header in path_of(spec).host_includes(spec) if header not in host]
     dtypes = {dtype for spec in specs for dtype in (*(spec.problem.matrix(op).dtype for op in ir.Operand),
                                                     *(spec.fuse.dtypes if spec.fuse else ()))}
-    headers = sorted({HALF_HEADERS[dtype] for dtype in dtypes if dtype in HALF_HEADERS})
+    headers = sorted({dtype.c_header for dtype in dtypes if dtype.c_header})
     return "\n".join(["", "#ifndef __CUDACC_RTC__", *(f"#include {header}" for header in host), "#endif",
                       *(f"#include <{header}>" for header in headers)])
 

@@ -24,9 +24,6 @@ from .launcher import launch_contract, leading_dimension_rule, refuses_misaligne
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
 COMMENT_WIDTH = 100  # comments that name members wrap here (the others are wrapped by hand)
 
-# The CUDA header that defines each 16-bit element type.
-ELEMENT_HEADERS = {ir.DType.F16: "cuda_fp16.h", ir.DType.BF16: "cuda_bf16.h"}
-
 # A comment and the macros it describes, each a (suffix after NAME_, value); no macros: a comment alone.
 ConstantGroup = tuple[str, list[tuple[str, int]]]
 
@@ -78,12 +75,12 @@ def _emit_file(name: str, spec: ir.KernelSpec, source: str, to_edit: str, consta
     o.line(f"#define {guard}")
     o.line()
     o.line("#include <cuda_runtime.h>")
-    sixteen_bit = sorted({spec.problem.matrix(op).dtype for op in ir.Operand} & ELEMENT_HEADERS.keys(),
+    narrow = sorted({dtype for dtype in (spec.problem.matrix(op).dtype for op in ir.Operand) if dtype.c_header},
                          key=lambda dtype: dtype.value)
-    for dtype in sixteen_bit:
-        o.line(f"#include <{ELEMENT_HEADERS[dtype]}>")
-    if sixteen_bit:
-        types = " and ".join(dtype.c_type for dtype in sixteen_bit)
+    for header in dict.fromkeys(dtype.c_header for dtype in narrow):
+        o.line(f"#include <{header}>")
+    if narrow:
+        types = " and ".join(dtype.c_type for dtype in narrow)
         o.line("#ifndef __cplusplus")
         o.line(f'#error "{name}.h: the launchers take {types}, which the CUDA headers define for C++ only; '
                'include it from C++"')

@@ -69,7 +69,7 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
 
 
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
-    """What multiplies (fma, bf16, f16, tf32, 3xtf32), and its peak on the target's reference GPU in
+    """What multiplies (fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's reference GPU in
     TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
     peaks = path_of(spec).peak_tflops(spec.target.sm)
     if spec.mma is None:
@@ -78,8 +78,8 @@ def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
         return "3xtf32", peaks["tf32"] / 3
     elif spec.mma.precision is ir.Precision.TF32:
         unit = "tf32"
-    else:
-        unit = spec.problem.a.dtype.value
+    else:  # FP8 is one unit whatever the pairing of e4m3 and e5m2
+        unit = "fp8" if spec.problem.a.dtype.fp8 else spec.problem.a.dtype.value
     return unit, peaks[unit]
 
 

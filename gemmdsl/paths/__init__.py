@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 # The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked, since
 # a path's modules (its emitters, passes) sit above the plan that asks for them.
 REGISTERED = (
+    "gemmdsl.paths.wgmma_fp8.path",
     "gemmdsl.paths.wgmma.path",
     "gemmdsl.paths.mma_sync.path",
     "gemmdsl.paths.fma.path",

@@ -16,7 +16,6 @@ from .persistent import PersistentScheduler
 from .tma import TmaProducer
 from .math import WgmmaMath
 from .epilogue import AccumulatorEpilogue
-from .split import SplitWgmmaMath
 from .splitter import StageSplitter
 from .stmatrix import StmatrixEpilogue
 from .store import StagedEpilogue
@@ -37,12 +36,12 @@ class WgmmaParts:
 
 
 def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
-    """One part per role: the math (wgmma, or 3xTF32's split products, with the producer's splitter
-    warps), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
+    """One part per role: the math (the path's: wgmma, 3xTF32's split products with the producer's splitter
+    warps, or FP8's promoted sums), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
     (persistent tiles, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
-    math = SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
+    math = plan.path.math(layout, out)
     if not layout.tma_store:
         epilogue = AccumulatorEpilogue(layout, out)
     else:

@@ -22,7 +22,8 @@ from ...emit.launcher import emit_stream_k_split, launch_contract
 # use their top 19 bits (truncation): 2.6x the error of cuBLAS TF32, where rounding gives cuBLAS's results
 # bit for bit (docs/performance.md, Hopper). 3xTF32 needs the words as they are (FLOAT32) to split them.
 TMA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-             "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "tf32": "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32"}
+             "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "tf32": "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32",
+             "u8": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}  # FP8: bytes, which wgmma reads as e4m3 or e5m2
 DRIVER_VERSION = 12000  # the cuTensorMapEncodeTiled ABI asked for (CUDA 12.0's)
 
 

@@ -59,7 +59,7 @@ MAX_SETMAXNREG = 240  # the most setmaxnreg.inc asks for (it takes multiples of 
 CONSUMER_RESERVE = 32
 # 3xTF32's main loop holds two sets of accumulators and A's fragments at once; besides them it keeps
 # only a stage address, two descriptors, the loop's counters and the fragments' row address (the
-# epilogue's temporaries come after `part` and the fragments are dead). ptxas compiled
+# epilogue's temporaries come after `part` and the fragments are dead); promoted FP8's loop keeps the same few. ptxas compiled
 # sgemm_3xtf32_h100 (160 such registers, 168 with this) and sgemm_3xtf32_h100_128x192 (224, 232: all
 # that setmaxnreg gives) without spilling (nvcc 13.0, 2026-11-23).
 SPLIT_LOOP_RESERVE = 8
@@ -367,15 +367,46 @@ class WgmmaLayout:
         of accumulators before adding them to the first in FP32, at least both sets, A's fragments and
         the main loop's few addresses."""
         epilogue = self.accumulators + CONSUMER_RESERVE
-        if not self.split:
+        if not self.part_registers:
             return epilogue
         return max(epilogue, self.main_loop_registers + SPLIT_LOOP_RESERVE)
+
+    @property
+    def part_registers(self) -> int:
+        """Per consumer thread, the second set of accumulators a k-tile sums into before adding it to the
+        first in FP32 (3xTF32's `part`); 0 where wgmma accumulates the whole K."""
+        return self.accumulators if self.split else 0
+
+    # What a k-tile's waits for its groups and its FP32 adds of `part` are, for check's cycle model.
+    part_note = "3xTF32's wait and FP32 adds"
+
+    @property
+    def register_summary(self) -> str:
+        """What a consumer's registers hold, for check's report."""
+        fragments = f", {self.a_fragment_registers} of A's fragment words" if self.a_in_registers else ""
+        return f"{'2 x ' if self.split else ''}{self.accumulators} accumulators{fragments}"
+
+    @property
+    def waited_groups_per_k_tile(self) -> int:
+        """wgmma groups a consumer waits for within each k-tile before adding a second set of accumulators
+        into the first (3xTF32's one); 0 where one group stays in flight across k-tiles."""
+        return 1 if self.split else 0
+
+    @property
+    def accumulator_sets(self) -> str:
+        """What the register diagnostic says of accumulators held twice over."""
+        return " (two sets: 3xTF32 sums each k-tile's products apart)" if self.split else ""
+
+    def fewer_registers_hint(self, have: int) -> str:
+        """How to fit the accumulators into the `have` registers setmaxnreg gives a consumer."""
+        return (f"use more consumer warpgroups or a smaller block tile (at most "
+                f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
 
     @property
     def main_loop_registers(self) -> int:
         """What a consumer's main loop holds across a k-tile's wgmma: the accumulators (twice over for
         3xTF32) and A's fragments when they are in registers."""
-        return self.accumulators * (2 if self.split else 1) + self.a_fragment_registers
+        return self.accumulators + self.part_registers + self.a_fragment_registers
 
     # --- descriptors ---------------------------------------------------------------------------
 

@@ -20,14 +20,20 @@ REGISTERS_PER_ROW = 8  # accumulator operands per line of the asm's register lis
 
 
 class WgmmaMath:
+    # Whether a k-tile waits for its own wgmma groups (to add a second set of accumulators into the first),
+    # and so releases its own stage; otherwise one group stays in flight across k-tiles.
+    waits_each_k_tile = False
+
     def __init__(self, layout: WgmmaLayout, out: Emitter):
         self.layout = layout
         self.out = out
         self.shape = layout.shape
-        dtype = layout.spec.problem.a.dtype
-        self.tf32 = dtype is ir.DType.F32
-        kind = "tf32" if self.tf32 else dtype.value
-        self.instruction = f"wgmma.mma_async.sync.aligned.{self.shape.value}.f32.{kind}.{kind}"
+        problem = layout.spec.problem
+        self.tf32 = problem.a.dtype is ir.DType.F32
+        # Only the 16-bit forms take transpose immediates; TF32 and FP8 read k-major operands only.
+        self.transposes = problem.a.dtype.bytes == 2
+        kinds = ".".join("tf32" if self.tf32 else matrix.dtype.value for matrix in (problem.a, problem.b))
+        self.instruction = f"wgmma.mma_async.sync.aligned.{self.shape.value}.f32.{kinds}"
         self.function = f"wgmma_{self.shape.value}"
 
     def constants(self) -> list[tuple[str, int]]:
@@ -107,10 +113,10 @@ static __device__ __forceinline__ void wgmma_wait()
         # The transpose immediates say which operands are MN-major; TF32 has none (k-major only).
         transposed = [int(not self.layout.k_major(op)) for op in (ir.Operand.A, ir.Operand.B)]
         scale_d = int(accumulate)
-        immediates = f"{scale_d}, 1, 1" if self.tf32 else f"{scale_d}, 1, 1, {transposed[0]}, {transposed[1]}"
+        immediates = f"{scale_d}, 1, 1, {transposed[0]}, {transposed[1]}" if self.transposes else f"{scale_d}, 1, 1"
         majors = " and ".join(f"{op.value.upper()} {'k' if self.layout.k_major(op) else 'MN'}-major"
                               for op in (ir.Operand.A, ir.Operand.B))
-        transposes = "" if self.tf32 else f", transposes {transposed[0]} and {transposed[1]}\n({majors})"
+        transposes = "" if not self.transposes else f", transposes {transposed[0]} and {transposed[1]}\n({majors})"
         what = "+=" if accumulate else "="
         scale = "1 (accumulate)" if accumulate else "0 (overwrite)"
         a_words = WGMMA_M * self.shape.k // 128
@@ -148,14 +154,21 @@ static __device__ __forceinline__ void wgmma_wait()
             o.line("acc[i] = 0.0f;")
 
     def emit_release(self) -> None:
-        """After a k-tile's group is issued: free the stage of the k-tile before it."""
+        """After a k-tile's group is issued: free the stage of the k-tile before it; or, where the k-tile
+        waited for its own groups (`waits_each_k_tile`), its own stage."""
         o = self.out
+        if self.waits_each_k_tile:
+            o.line("if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));")
+            return
         o.comment("Keep one group in flight: once the previous k-tile's group has finished, its stage is free.")
         o.line("wgmma_wait<1>();")
         o.line("if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
 
     def emit_drain(self) -> None:
-        """After a tile's last k-tile: wait for its group and free its stage."""
+        """After a tile's last k-tile: wait for its group and free its stage (nothing is left in flight where
+        each k-tile waited for its own groups)."""
+        if self.waits_each_k_tile:
+            return
         self.out.line("wgmma_wait<0>();")
         self.out.line("if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));")
 

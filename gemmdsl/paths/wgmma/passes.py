@@ -85,9 +85,7 @@ class WgmmaRegisterPass:
                                    kept_registers(context.spec, layout.chain_reads()))
         verdict = (f"{layout.entry_registers} per thread at launch ({layout.threads} threads, 1 block); setmaxnreg: "
                    f"producer {layout.producer_registers}, consumers {layout.consumer_registers}; a consumer needs "
-                   f"about {registers.consumer_needed} ({'2 x ' if layout.split else ''}{registers.accumulators} "
-                   "accumulators" + (f", {layout.a_fragment_registers} of A's fragment words" if layout.a_in_registers
-                                     else "") + ")")
+                   f"about {registers.consumer_needed} ({layout.register_summary})")
         if registers.chain:
             verdict += f", and {registers.chain} more in the epilogue for the fuse chain's row values"
         if registers.ptxas is not None:
@@ -115,8 +113,9 @@ class WgmmaPipelinePass:
         boxes = layout.boxes.values()
         count = sum(box.count for box in boxes)
         # A k-tile's group stays in flight while the next is issued, and its stage is released then; 3xTF32
-        # waits for each k-tile's group (its products are added to the FP32 accumulators) and releases at once.
-        in_flight = 0 if layout.split else 1
+        # and promoted FP8 wait for each k-tile's groups (their sums are added to the FP32 accumulators) and
+        # release at once.
+        in_flight = 0 if layout.waited_groups_per_k_tile else 1
         pipeline = WgmmaPipeline(layout.stages, layout.mbarriers, count, layout.stage_bytes, layout.wgmma_per_k_tile,
                                  in_flight)
         shapes = ", ".join(f"{box.count} x " * (box.count > 1) + f"{box.inner}x{box.outer}" for box in boxes)
@@ -278,7 +277,7 @@ class WgmmaBoundPass:
         verdict = (f"wgmma {unit} peak {peak:.0f} TFLOP/s (datasheet{measured}); DRAM {dram / 1e6:.0f} MB at {MEMORY_TBPS[sm]} TB/s sustains "
                    f"{memory:.0f}; bound {bound:.0f} TFLOP/s ({result.limit}, x {waves.efficiency:.2f} for the waves); "
                    f"cycle model: a k-tile takes {result.k_tile_cycles:,} cycles per SM, "
-                   + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of 3xTF32's wait and FP32 adds" if wait
+                   + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of {layout.part_note}" if wait
                       else f"set by {result.k_tile_limit} ({others})")
                    + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak; "
                      "both at the datasheet's clock, which long runs under the power cap do not hold)")

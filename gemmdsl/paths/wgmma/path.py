@@ -13,27 +13,40 @@ from ...plan import KernelPlan, Role, Variant
 from ...targets import WGMMA_PEAK_TFLOPS
 from .validate import check_wgmma
 from .layout import WgmmaLayout
+from .math import WgmmaMath
+from .split import SplitWgmmaMath
 from .. import InstructionPath
 
 TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
+
+
+def fp8_operands(spec: ir.KernelSpec) -> bool:
+    """Whether A or B is FP8: such wgmma specs are the FP8 path's (paths/wgmma_fp8)."""
+    return spec.problem.a.dtype.fp8 or spec.problem.b.dtype.fp8
 
 
 class WgmmaPath(InstructionPath):
     name = "wgmma"
     passes = WGMMA_PASSES
     batch_strides_note = "(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)."
+    lowering = WgmmaLayout  # the layout class; a path built on this one (FP8) gives its own
 
     def selects(self, spec: ir.KernelSpec) -> bool:
-        return spec.mma is not None and spec.mma.wgmma
+        return spec.mma is not None and spec.mma.wgmma and not fp8_operands(spec)
 
     def validate(self, checker) -> None:
-        check_wgmma(checker.spec, checker.error, checker.warning)
+        check_wgmma(checker.spec, checker.error, checker.warning, self.lowering)
+
+    def math(self, layout: WgmmaLayout, out) -> WgmmaMath:
+        """The consumers' multiply part (paths/wgmma/kernel.py wires it): wgmma from the ring, or 3xTF32's
+        split products."""
+        return SplitWgmmaMath(layout, out) if layout.split else WgmmaMath(layout, out)
 
     def lower(self, spec: ir.KernelSpec) -> KernelPlan:
         """One kernel, whatever the bounds. TMA zero-fills the loads outside A and B, so edge tiles need no
         other code, and the epilogue guards its stores; operands TMA cannot describe (pointers or leading
         dimensions not multiples of 16 bytes) are refused, not run on a scalar kernel."""
-        layout = WgmmaLayout(spec)
+        layout = self.lowering(spec)
         variants = (Variant(abi.vector_entry(spec), Role.VECTOR, layout),)
         tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                            for extent, size in (("M", layout.bm), ("N", layout.bn)))

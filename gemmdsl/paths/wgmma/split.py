@@ -44,6 +44,8 @@ static __device__ __forceinline__ float tf32_rest(float x)
 
 
 class SplitWgmmaMath(WgmmaMath):
+    waits_each_k_tile = True
+
     def __init__(self, layout, out):
         super().__init__(layout, out)
         assert layout.split and self.tf32 and layout.a_in_registers
@@ -123,10 +125,3 @@ class SplitWgmmaMath(WgmmaMath):
         o.line("wgmma_wait<0>();")
         with o.unrolled("i", "ACCUMULATORS"):
             o.line("acc[i] += part[i];")
-
-    def emit_release(self) -> None:
-        """The k-tile's group has finished (emit_k_tile waited for it): its stage is free."""
-        self.out.line("if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));")
-
-    def emit_drain(self) -> None:
-        """Every k-tile released its own stage."""

@@ -15,12 +15,15 @@ from .layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M,
 from ...targets import ARCH_SPECIFIC
 
 MAX_WGMMA_N = 256
+WGMMA_K_BYTES = 32  # one wgmma k-step reads 32 bytes of each row of A and B: k16 (16-bit), k8 (TF32), k32 (FP8)
 
 Report = Callable[[Span, str, str | None], None]
 
 
-def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
-    """Every rule of the wgmma path; `error` and `warning` take (span, message, hint)."""
+def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report, lowering: type = WgmmaLayout) -> None:
+    """Every rule of the wgmma path; `error` and `warning` take (span, message, hint). `lowering` is the
+    path's layout class (the FP8 path's holds promoted accumulators), which the shared-memory and register
+    fit is measured on."""
     assert spec.mma is not None and isinstance(spec.mma.shape, ir.WgmmaShape)
     ok = _check_target(spec, error)
     ok = _check_problem(spec, error) and ok
@@ -32,7 +35,7 @@ def check_wgmma(spec: ir.KernelSpec, error: Report, warning: Report) -> None:
         return
     ok = _check_tile(spec, error)
     if ok:
-        _check_fit(spec, error)
+        _check_fit(lowering(spec), error)
 
 
 def _check_target(spec: ir.KernelSpec, error: Report) -> bool:
@@ -50,14 +53,17 @@ def _check_target(spec: ir.KernelSpec, error: Report) -> bool:
 def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
     problem, ok = spec.problem, True
     a, b = problem.a, problem.b
-    if a.dtype is not b.dtype:
+    if a.dtype is not b.dtype and not (a.dtype.fp8 and b.dtype.fp8):
         ok = False  # validate.py's problem check reports it
-    if a.dtype is ir.DType.F32:  # TF32 wgmma has no transpose: both operands must be k-major
+    if a.dtype is ir.DType.F32 or a.dtype.fp8:  # TF32 and FP8 wgmma have no transpose: both operands k-major
+        kind = "TF32" if a.dtype is ir.DType.F32 else "FP8"
         for operand, matrix, k_major in ((ir.Operand.A, a, ir.MatrixLayout.ROW), (ir.Operand.B, b, ir.MatrixLayout.COL)):
             if matrix.layout is not k_major:
-                error(problem.at(operand.value), f"TF32 wgmma reads k-major operands only (it has no transpose); a "
+                usage = " (W as nn.Linear stores it, N x K row-major)" if operand is ir.Operand.B else ""
+                error(problem.at(operand.value), f"{kind} wgmma reads k-major operands only (it has no transpose); a "
                                                  f"{matrix.layout.value}-major {operand.value.upper()} is MN-major",
-                      f"store {operand.value.upper()} with k contiguous: `{operand.value}: f32 {k_major.value};`")
+                      f"store {operand.value.upper()} with k contiguous: `{operand.value}: {matrix.dtype.value} "
+                      f"{k_major.value};`{usage}")
                 ok = False
     if problem.c.layout is not ir.MatrixLayout.ROW:
         error(problem.at("c"), "a column-major C is not supported yet on the wgmma path",
@@ -74,12 +80,17 @@ def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:
     mma = spec.mma
     shape = mma.shape
     ok = True
-    f32 = spec.problem.a.dtype is ir.DType.F32
-    k = 8 if f32 else 16  # wgmma's k is 32 bytes of the operand type
+    dtype = spec.problem.a.dtype
+    f32 = dtype is ir.DType.F32
+    k = WGMMA_K_BYTES // dtype.bytes  # wgmma's k is 32 bytes of the operand type
     if shape.k != k:
-        what = f"{spec.problem.a.dtype.value} operands" + (" (as TF32)" if f32 else "")
+        what = f"{dtype.value} operands" + (" (as TF32)" if f32 else "")
         error(mma.at("shape"), f"wgmma {shape} has k{shape.k}; {what} take m64nNk{k}",
               f"use `shape: m64n{shape.n}k{k};`")
+        ok = False
+    if mma.accumulate is not None and not dtype.fp8:
+        error(mma.at("accumulate"), f"accumulate: {mma.accumulate.value} applies to FP8 operands; {dtype.value} "
+                                    "wgmma accumulates in full f32", "remove `accumulate`")
         ok = False
     if shape.n % 8 or not 8 <= shape.n <= MAX_WGMMA_N:
         near = min(MAX_WGMMA_N, max(8, shape.n // 8 * 8))
@@ -228,9 +239,9 @@ def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
     return ok
 
 
-def _check_fit(spec: ir.KernelSpec, error: Report) -> None:
+def _check_fit(layout: WgmmaLayout, error: Report) -> None:
     """Shared memory and registers, from the lowering everything else reads."""
-    layout = WgmmaLayout(spec)
+    spec = layout.spec
     arch, p = layout.arch, spec.pipeline
     if layout.smem_bytes > arch.smem_per_block:
         room = arch.smem_per_block - layout.smem_bytes + layout.ring_bytes
@@ -249,14 +260,12 @@ def _check_fit(spec: ir.KernelSpec, error: Report) -> None:
     # launch cap (sgemm_3xtf32_h100_128x192 keeps 224 values live in its main loop, where the launch cap
     # is 168, without spilling, and verified on the H100).
     accumulators = layout.main_loop_registers - layout.a_fragment_registers
-    sets = " (two sets: 3xTF32 sums each k-tile's products apart)" if layout.split else ""
     fragments = f" and {layout.a_fragment_registers} of A's fragment words" if layout.a_fragment_registers else ""
     if needed > have:
         error(where, f"each consumer thread holds {accumulators} f32 accumulators ({layout.m_repeat} x "
-                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup{sets}){fragments}, and needs {needed} "
-                     f"registers in all, but setmaxnreg can give a consumer only {have}",
-              f"use more consumer warpgroups or a smaller block tile (at most "
-              f"{(have - CONSUMER_RESERVE) * WARPGROUP // WGMMA_M} columns x 64 rows per warpgroup)")
+                     f"{layout.n_repeat} {spec.mma.shape} per warpgroup{layout.accumulator_sets}){fragments}, and "
+                     f"needs {needed} registers in all, but setmaxnreg can give a consumer only {have}",
+              layout.fewer_registers_hint(have))
     if layout.instruction_registers() > layout.entry_registers:
         shape = spec.mma.shape
         narrower = [n for n in (192, 128, 64) if n < shape.n and layout.bn % n == 0

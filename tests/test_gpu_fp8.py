@@ -1,0 +1,111 @@
+"""FP8 GEMMs on the GPU (an H100; the kernels are sm_90a): each FP8 spec against float64 on the dequantized
+operands and against torch._scaled_mm at the same precision (rowwise scales, BF16 out, use_fast_accum as
+the spec accumulates), at odd shapes, with C poisoned with NaN, through `verify` and through the PyTorch
+call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of lda and ldb (row-major A and
+column-major B keep k contiguous)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FP8_SPECS = [ROOT / "specs" / "fp8_h100.gemm", ROOT / "specs" / "fp8_h100_fast.gemm"]
+ODD_SIZES = [(333, 517, 1040), (1000, 1008, 2048), (129, 257, 4096)]
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("FP8 wgmma kernels run on sm_90 (H100) only")
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        pytest.skip("this PyTorch has no float8_e4m3fn or torch._scaled_mm")
+    return torch
+
+
+@pytest.mark.parametrize("spec", FP8_SPECS, ids=lambda path: path.stem)
+def test_an_fp8_spec_passes_verify_at_odd_shapes(torch, spec):
+    """Normal and wide-range data, contiguous and padded operands, C poisoned with NaN and guarded: within
+    1.1x of torch._scaled_mm's error against float64 on the same dequantized operands."""
+    import gemmdsl
+    from gemmdsl.verify import format_result, verify
+
+    kernel = gemmdsl.load(spec)
+    results = [result for result in verify(kernel, ODD_SIZES, seed=5) if not result.skipped]
+    assert {result.case for result in results} >= {"contiguous", "padded", "wide"}
+    failed = [format_result(result) for result in results if not result.passed]
+    assert not failed, "\n".join(failed)
+
+
+def quantized(torch, rows, cols, generator):
+    values = torch.rand(rows, cols, device="cuda", generator=generator) * 2 - 1
+    return values.to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("spec, fast", [(FP8_SPECS[0], False), (FP8_SPECS[1], True)], ids=["promoted", "fast"])
+def test_the_pytorch_call_is_scaled_mm_with_rowwise_scales(torch, spec, fast):
+    """C = (X @ W^T) * scale_x[m] * scale_w[n] in BF16, W as nn.Linear keeps it (N x K, so B = W.T is
+    column-major), against torch._scaled_mm and float64; the C the kernel allocates and a poisoned one."""
+    import gemmdsl
+
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    m, n, k = 333, 517, 1040
+    x, w = quantized(torch, m, k, generator), quantized(torch, n, k, generator)
+    row_scale = torch.rand(m, device="cuda", generator=generator) + 0.5
+    col_scale = torch.rand(n, device="cuda", generator=generator) + 0.5
+    kernel = gemmdsl.load(spec)
+    c = kernel(x, w.T, row_scale=row_scale, col_scale=col_scale)
+    poisoned = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernel(x, w.T, poisoned, row_scale=row_scale, col_scale=col_scale)
+    assert c.dtype == torch.bfloat16 and c.shape == (m, n) and torch.isfinite(poisoned).all()
+    assert torch.equal(c, poisoned)
+    exact = (x.double() @ w.double().T) * row_scale.double()[:, None] * col_scale.double()[None, :]
+    pad = (-m % 16, -n % 16)
+    x16 = torch.zeros(m + pad[0], k, device="cuda").to(torch.float8_e4m3fn)
+    x16[:m] = x
+    w16 = torch.zeros(n + pad[1], k, device="cuda").to(torch.float8_e4m3fn)
+    w16[:n] = w
+    scale_a = torch.ones(m + pad[0], 1, device="cuda")
+    scale_a[:m, 0] = row_scale
+    scale_b = torch.ones(1, n + pad[1], device="cuda")
+    scale_b[0, :n] = col_scale
+    reference = torch._scaled_mm(x16, w16.T, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
+                                 use_fast_accum=fast)[:m, :n]
+
+    def error(y):
+        return float((y.double() - exact).norm() / exact.norm())
+
+    assert error(c) <= 1.1 * error(reference) + 1e-6, (error(c), error(reference))
+
+
+def test_promoted_accumulation_is_no_less_accurate_than_fast_over_a_long_k(torch):
+    """Over K = 16384 the fast kernel's FP8 accumulator drifts; the promoted one adds every 128 products in
+    f32. Both against float64, C in BF16 (its rounding bounds what either can reach)."""
+    import gemmdsl
+
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    m, n, k = 256, 256, 16384
+    x, w = quantized(torch, m, k, generator), quantized(torch, n, k, generator)
+    ones_m, ones_n = torch.ones(m, device="cuda"), torch.ones(n, device="cuda")
+    exact = x.double() @ w.double().T
+    errors = {}
+    for spec in FP8_SPECS:
+        c = gemmdsl.load(spec)(x, w.T, row_scale=ones_m, col_scale=ones_n)
+        errors[spec.stem] = float((c.double() - exact).norm() / exact.norm())
+    assert errors["fp8_h100"] <= errors["fp8_h100_fast"] * 1.05, errors
+    assert errors["fp8_h100"] < 2.0 ** -8, errors  # BF16's unit roundoff bounds a promoted f32 sum rounded once
+
+
+def test_a_wrong_operand_type_is_refused_with_what_the_kernel_takes(torch):
+    import gemmdsl
+
+    kernel = gemmdsl.load(FP8_SPECS[0])
+    x = torch.zeros(128, 128, device="cuda", dtype=torch.bfloat16)
+    w = torch.zeros(128, 128, device="cuda").to(torch.float8_e4m3fn)
+    ones = torch.ones(128, device="cuda")
+    with pytest.raises(TypeError, match="A must be float8_e4m3fn, got bfloat16"):
+        kernel(x, w.T, row_scale=ones, col_scale=ones)
