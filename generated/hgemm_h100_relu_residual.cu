@@ -192,8 +192,9 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)m; (void)n; (void)c; (void)alpha; (void)beta;
     return x;
 }
-static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
+static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y) {
     if (row >= M) return;  // not stored
+    const fuse_n n0 = load_fuse_n(col, N), n1 = load_fuse_n(col + 1, N);
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
     if (col < N) r0 = load_residual(R, ldr, row, col);
@@ -427,9 +428,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
                             float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            const fuse_n n0 = load_fuse_n(col, N), n1 = load_fuse_n(col + 1, N);
-                            fuse_pair(C, ldc, R, ldr, M, N, row, col, fuse_m_values[mr][0], n0, n1, alpha, beta, d[0], d[1]);
-                            fuse_pair(C, ldc, R, ldr, M, N, row + 8, col, fuse_m_values[mr][1], n0, n1, alpha, beta, d[2], d[3]);
+                            fuse_pair(C, ldc, R, ldr, M, N, row, col, fuse_m_values[mr][0], alpha, beta, d[0], d[1]);
+                            fuse_pair(C, ldc, R, ldr, M, N, row + 8, col, fuse_m_values[mr][1], alpha, beta, d[2], d[3]);
                         }
                     }
                 }

@@ -154,16 +154,16 @@ class FuseChain:
 
     def emit_pair_helper(self, o: Emitter) -> None:
         """`fuse_pair`: the chain in place on two neighbours of one row of row-major C (the wgmma accumulator
-        layout's pairs), for a path that applies it before its stores. Their row's and columns' values come
-        loaded (`load_pair_columns`: a thread's wgmma tile spans too many columns to hold all of theirs in
-        registers, so the caller loads a pair's once for the rows that share it); C's old values (beta not 0)
-        and the residual are read here, inside C only."""
+        layout's pairs), for a path that applies it before its stores. Their row's values come loaded; their
+        columns' are read here (a thread's wgmma tile spans too many columns to hold them all in registers,
+        and holding a pair's for the two rows that share it spills where the accumulators leave no room:
+        fp8_h100's promoted sums), as are C's old values (beta not 0) and the residual, inside C only."""
         c = self.spec.problem.c.dtype
         declared = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec))
         with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {declared}int M, "
-                     "int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, "
-                     "float beta, float& x, float& y)"):
+                     "int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y)"):
             o.line("if (row >= M) return;  // not stored")
+            o.line(f"const fuse_n n0 = {self.load_col('col')}, n1 = {self.load_col('col + 1')};")
             o.line("float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;")
             if self.alpha_beta:
                 with o.block("if (beta != 0.0f)"):
@@ -177,15 +177,10 @@ class FuseChain:
             o.line("x = fuse_chain(x, m, n0, c0, r0, alpha, beta);")
             o.line("y = fuse_chain(y, m, n1, c1, r1, alpha, beta);")
 
-    def load_pair_columns(self) -> str:
-        """The statement that loads columns `col` and `col + 1`'s values into `n0` and `n1`."""
-        return f"const fuse_n n0 = {self.load_col('col')}, n1 = {self.load_col('col + 1')};"
-
     def pair(self, c: str, row: str, m: str, x: str, y: str) -> str:
         """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
-        `m` their row's loaded values, `n0` and `n1` their columns' (`load_pair_columns`)."""
-        return (f"fuse_pair({c}, ldc, {fuse_arguments(self.spec)}M, N, {row}, col, {m}, n0, n1, alpha, beta, {x}, "
-                f"{y});")
+        `m` their row's loaded values."""
+        return f"fuse_pair({c}, ldc, {fuse_arguments(self.spec)}M, N, {row}, col, {m}, alpha, beta, {x}, {y});"
 
     def load_row(self, row: str) -> str:
         """A `fuse_m` for row `row` of C (0s past M)."""

@@ -120,8 +120,7 @@ class AccumulatorEpilogue:
             with o.unrolled("mr", "M_REPEAT"), o.unrolled("h", "2"):
                 row = "block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8"
                 o.line(f"fuse_m_values[mr][h] = {fuse.load_row(row)};")
-            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", "{x}", "{y}"),
-                                first=fuse.load_pair_columns())
+            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", "{x}", "{y}"))
 
     def emit(self) -> None:
         """This consumer's rows of the tile at (block_m, block_n)."""
@@ -132,11 +131,10 @@ class AccumulatorEpilogue:
         self.out.line("const int warp = tid / 32, lane = tid % 32;")
         self.emit_pair_loop("store_pair(C, ldc, M, N, {row}, col, {x}, {y}, alpha, beta, pairs);")
 
-    def emit_pair_loop(self, statement: str, first: str = "") -> None:
+    def emit_pair_loop(self, statement: str) -> None:
         """`statement` for each pair of this consumer's accumulators, with `{row}`, `{x}`, `{y}` and `{half}` filled
         in (the pair's row of C, its two accumulators, and 0 for the upper row l/4, 1 for l/4 + 8; `col` is its
-        first column), after `first` once for the two rows that share the columns; `warp` and `lane` are
-        declared by the caller."""
+        first column); `warp` and `lane` are declared by the caller."""
         o = self.out
         o.comment("Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and\n"
                   "l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.")
@@ -147,7 +145,5 @@ class AccumulatorEpilogue:
                 with o.unrolled("j", "WGMMA_N / 8"):
                     o.line("float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;")
                     o.line("const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;")
-                    if first:
-                        o.line(first)
                     o.line(statement.format(row="row", x="d[0]", y="d[1]", half=0))
                     o.line(statement.format(row="row + 8", x="d[2]", y="d[3]", half=1))
