@@ -95,7 +95,10 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bo
     """Index of the member that runs M x N x K: the one the measured table names for the shape, else the
     fewest predicted cycles among those that accept the shape, the first listed on a tie.
     exact_allowed=False: among the checked members only (a call that an exact member refused for its
-    operands)."""
+    operands). An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
+    launcher."""
+    if 0 in (m, n, k):
+        return 0
     for shape, index in measured:
         if shape == (m, n, k) and (exact_allowed or not members[index].exact):
             return index

@@ -141,7 +141,9 @@ def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None
     members = ", ".join(f"{m.artifacts.name}::{m.artifacts.metadata[key]}" for m in family.members)
     o.line(f"static cudaError_t (*const {table}[])({parameters}) = {{{members}}};")
     with o.block(f'extern "C" cudaError_t {launcher}({parameters})'):
-        o.line("if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;")
+        o.line("if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;")
+        o.comment("An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.")
+        o.line(f"if (M == 0 || N == 0 || K == 0) return {table}[0]({arguments});")
         o.line(f"const int member = {name}_choose(M, N, K, true);")
         o.line(f"const cudaError_t status = {table}[member]({arguments});")
         with o.block(f"if (status == cudaErrorInvalidValue && {name}_members[member].exact)"):

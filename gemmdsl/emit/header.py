@@ -19,7 +19,7 @@ from ..emitter import Emitter
 from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
 from ..plan import KernelPlan
-from .launcher import launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
+from .launcher import empty_problem_rule, launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
 COMMENT_WIDTH = 100  # comments that name members wrap here (the others are wrapped by hand)
@@ -162,7 +162,7 @@ def _aligned(spec: ir.KernelSpec) -> str:
 
 
 def _shape_constants(exact: bool, requirements: Requirements) -> ConstantGroup:
-    return ("1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.",
+    return ("1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.",
             [("BOUNDS_EXACT", int(exact)), ("M_MULTIPLE", requirements.m_multiple),
              ("N_MULTIPLE", requirements.n_multiple), ("K_MULTIPLE", requirements.k_multiple)])
 
@@ -190,14 +190,16 @@ def _family_returns(family: Any) -> list[str]:
             "launcher of the same kind, below, and returns what it returns; when a bounds: exact member",
             "refuses the call (its operands' alignment, say), what the bounds: checked member the rule",
             "picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,",
-            "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec)]
+            "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec),
+            *empty_problem_rule(f"the first member's scale_c kernel ({family.members[0].artifacts.plan.launch.entries.scale_c})")]
 
 
 def _returns(plan: KernelPlan) -> list[str]:
     """What every launcher returns."""
     lines = ["Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at",
              "the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,",
-             "for a call the kernel cannot handle:", *launch_contract(plan)]
+             "for a call the kernel cannot handle:", *launch_contract(plan),
+             *empty_problem_rule(plan.launch.entries.scale_c)]
     notes = plan.path.launcher_notes(plan)
     lines += notes
     if plan.spec.block.stream_k and plan.launch.stream_k is StreamKLaunch.LAUNCHED:
