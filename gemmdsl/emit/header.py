@@ -136,12 +136,18 @@ def _family_constants(family: Any) -> list[ConstantGroup]:
     exact = [member.artifacts.name for member in family.members if member.model.exact]
     refusing = [member.artifacts.name for member in family.members
                 if not member.model.exact and refuses_misaligned(member.artifacts.plan)]
+    takers = [member.artifacts.name for member in family.members if member.model.any_alignment]
     fallback = "else "
-    if exact:
-        fallback += f"a bounds: exact member ({', '.join(exact)}) hands the call to a checked one, and "
-    fallback += "the checked members run a kernel with one-element accesses"
-    if refusing:
-        fallback += f", except {', '.join(refusing)}, which refuse the call"
+    if exact or refusing:
+        refusers = exact + refusing
+        verb = "refuses" if len(refusers) == 1 else "refuse"
+        fallback += (f"a call that {', '.join(refusers)} {verb} goes to the member the rule picks among "
+                     f"{', '.join(takers)}, which run a kernel with one-element accesses" if takers
+                     else f"{', '.join(refusers)} {verb} the call")
+        if takers and refusing:
+            fallback += "; the family's launchers take any alignment"
+    else:
+        fallback += "the members run a kernel with one-element accesses"
     vector_comment = textwrap.fill(f"Elements that an operand's {_aligned(spec)} must be a multiple of for "
                                    f"every member's vector accesses ({fallback}).", COMMENT_WIDTH)
     return [(f"What any call of {family.name}'s launchers may rely on, whichever member the rule picks: any\n"
@@ -187,9 +193,10 @@ def _family_returns(family: Any) -> list[str]:
     spec = family.launcher_spec
     return [f"Each of {family.name}'s launchers runs the member that gemmdsl/family.py's rule picks for M, N, K",
             "(the fewest predicted cycles among the members that accept the shape) through that member's",
-            "launcher of the same kind, below, and returns what it returns; when a bounds: exact member",
-            "refuses the call (its operands' alignment, say), what the bounds: checked member the rule",
-            "picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,",
+            "launcher of the same kind, below, and returns what it returns; when that member refuses the",
+            "call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks",
+            "among those that run any alignment returns (a `fallback` member runs only then). Whichever member",
+            "runs, they return cudaErrorInvalidValue, launching nothing,",
             "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec),
             *empty_problem_rule(f"the first member's scale_c kernel ({family.members[0].artifacts.plan.launch.entries.scale_c})")]
 
