@@ -27,6 +27,21 @@ def prepare_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     return tuple(parameters + [("int", "sk_tiles")])
 
 
+def scale_c_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
+    """(C type, name) of the parameters of the kernel that computes a K = 0 call (C = beta * C, then the fuse
+    chain): C, its shape, beta, the chain's operands and a batch's C stride."""
+    parameters = [(pointer_type(spec, ir.Operand.C), "C"), ("int", "M"), ("int", "N"), ("int", "ldc"),
+                  ("float", "beta"), *fuse_parameters(spec)]
+    if spec.problem.batched:
+        parameters.append(("long long", "stride_c"))
+    return tuple(parameters)
+
+
+def scale_c_entry(spec: ir.KernelSpec) -> str:
+    """The kernel that runs a K = 0 call: no products, so C is the epilogue of a zero accumulator."""
+    return f"{spec.name}_scale_c"
+
+
 def vector_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel"
 

@@ -243,10 +243,14 @@ def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: 
 
     A matrix of one row (row-major) or one column (column-major) never steps by its leading
     dimension, so any value at least its length addresses it; a multiple of 4 keeps it vector-aligned.
+    An empty matrix addresses nothing: its strides do not matter, and it gets the contiguous leading
+    dimension (at least 1).
     """
     (rows, cols), (row_stride, col_stride) = shape, strides
     outer, inner, outer_stride, inner_stride = ((rows, cols, row_stride, col_stride) if layout == "row"
                                                 else (cols, rows, col_stride, row_stride))
+    if rows == 0 or cols == 0:
+        return max(inner, 1)
     if inner > 1 and inner_stride != 1:
         return None
     if outer == 1:

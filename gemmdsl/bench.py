@@ -448,7 +448,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     sizes.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
     sizes.add_argument("--shapes", nargs="?", const=str(DEFAULT_SHAPES), metavar="FILE",
                        help="the sizes listed in FILE, one MxNxK per line (without FILE: "
-                            "gemmdsl/shapes/default.txt, the issue's shape list)")
+                            "gemmdsl/shapes/default.txt, the awkward shapes and the usual sizes; "
+                            "gemmdsl/shapes/decode.txt holds decode shapes)")
     parser.add_argument("--runs", type=runs_argument, default=MIN_RUNS,
                         help=f"timed launches per kernel and size, median reported (default and minimum {MIN_RUNS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,

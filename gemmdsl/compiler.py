@@ -105,10 +105,12 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # one that sets those tiles to beta * C first (null otherwise); entries["stream_k_scalar"]: the
         # stream-K kernel of calls on the scalar kernel (null without a scalar kernel). entries["interior"]:
         # checked bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches);
-        # entries["interior_partial_k"]: the same for K % BK != 0, with a partial last k-tile.
+        # entries["interior_partial_k"]: the same for K % BK != 0, with a partial last k-tile. entries["scale_c"]:
+        # the K = 0 kernel (C = beta * C and the fuse chain), in every file.
         "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
                     "stream_k_scalar": entries.stream_k_scalar, "prepare": entries.prepare,
-                    "interior": entries.interior, "interior_partial_k": entries.interior_partial_k},
+                    "interior": entries.interior, "interior_partial_k": entries.interior_partial_k,
+                    "scale_c": entries.scale_c},
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
         **launch.launchers,

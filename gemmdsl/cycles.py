@@ -67,6 +67,10 @@ class MemberModel:
     # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
     launch_cycles: int = 0
     min_saved_k_tiles: int = 0  # the launcher's stream-K floor (schedule.stream_k_split)
+    # whether it runs operands of any alignment (a kernel with one-element accesses), where TMA members and
+    # exact ones refuse misaligned pointers and leading dimensions: a family's fallback (family.choose)
+    any_alignment: bool = True
+    fallback: bool = False  # the family's `fallback` member: chosen only among those that run any alignment
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property

@@ -17,6 +17,8 @@ as arguments, so the CPU tests drive them with fakes.
 """
 from __future__ import annotations
 
+import math
+
 import ctypes
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -34,15 +36,21 @@ class DeviceMismatch(ValueError):
     """Operands, or an operand and a stream, are on different GPUs."""
 
 
-def operands_device(views: dict[str, ArrayView], pointer_device: Callable[[str, ArrayView], int]) -> int:
+def operands_device(views: dict[str, ArrayView], pointer_device: Callable[[str, ArrayView], int]) -> int | None:
     """The one GPU that holds every operand in `views` (name -> view, in argument order).
 
     `pointer_device(name, view)` answers for a view whose protocol names no device (the driver's pointer
-    query).
+    query). An empty array whose protocol names no device is left out (its pointer may be null, and nothing
+    of it is read); None when every operand is such an array.
     """
     devices: dict[str, int] = {}
     for name, view in views.items():
-        devices[name] = view.device if view.device is not None else pointer_device(name, view)
+        if view.device is not None:
+            devices[name] = view.device
+        elif math.prod(view.shape):
+            devices[name] = pointer_device(name, view)
+    if not devices:
+        return None
     first_name, first = next(iter(devices.items()))
     for name, device in devices.items():
         if device != first:

@@ -9,6 +9,10 @@ A family file (`NAME.gemmf`) names member specs, paths relative to the file:
         use checked_64x64.gemm;   // small and skinny shapes
     }
 
+A member named with `fallback` instead of `use` runs only the calls the others refuse for their
+operands' alignment (a TMA member's misaligned pointers, odd leading dimensions, K that is no multiple of 8):
+an mma.sync member beside wgmma ones, whose cycle figures the rule does not rank against the wgmma ones'.
+
 The members must agree on what they compute (the `problem` section but `bounds`, and the target),
 so that any of them can serve a call; at least one must be `bounds: checked`, so that every shape
 has a member. `compile_family` compiles each member as a spec and emits one `.cu` with every
@@ -54,9 +58,10 @@ measured table names the shape: there the member it names runs, the one timed fa
         }
     }
 
-A call an
-exact member refuses for its operands (misaligned pointers or leading dimensions) goes to the
-member the rule picks among the checked ones. The figures are SM clock cycles on the target's
+A call the
+chosen member refuses for its operands (misaligned pointers or leading dimensions: an exact member, or a
+TMA member, which has no kernel with one-element accesses) goes to the member the rule picks among those
+that run operands of any alignment (a checked FMA or mma.sync member; none: the call is refused). The figures are SM clock cycles on the target's
 reference GPU: they rank members, they do not promise a time.
 """
 from __future__ import annotations
@@ -74,6 +79,7 @@ from .abi import launcher_names, launcher_parameters
 from .compiler import Artifacts, compile_source, fuse_metadata
 from .emit.family import emit_family
 from .emit.header import emit_family_header
+from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
 from .cycles import MemberModel, estimate
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
@@ -91,29 +97,35 @@ def is_family_path(path: str | Path) -> bool:
 # --- the rule ----------------------------------------------------------------------------------
 
 
-def choose(members: list[MemberModel], m: int, n: int, k: int, exact_allowed: bool = True,
-           measured: tuple[tuple[Size, int], ...] = ()) -> int:
+def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
+           measured: tuple[tuple[Size, int], ...] = ()) -> int | None:
     """Index of the member that runs M x N x K: the one the measured table names for the shape, else the
     fewest predicted cycles among those that accept the shape, the first listed on a tie.
-    exact_allowed=False: among the checked members only (a call that an exact member refused for its
-    operands)."""
+    `fallback` members (declared so in the family) only where aligned=False: among the members that run
+    operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
+    alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
+    launcher."""
+    if 0 in (m, n, k):
+        return 0
     for shape, index in measured:
-        if shape == (m, n, k) and (exact_allowed or not members[index].exact):
+        if shape == (m, n, k) and (aligned or members[index].any_alignment):
             return index
     best = None
     for index, member in enumerate(members):
-        if member.exact and not exact_allowed:
+        if not (member.any_alignment if not aligned else not member.fallback):
             continue
         figures = estimate(member, m, n, k)
         if figures.accepted and (best is None or figures.cycles < best[1]):
             best = (index, figures.cycles)
-    assert best is not None, "a family has a checked member, which accepts every shape"
-    return best[0]
+    assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
+    return None if best is None else best[0]
 
 
-def member_model(artifacts: Artifacts) -> MemberModel:
-    """The member's cycle model, as its instruction path predicts it."""
-    return artifacts.plan.path.member_model(artifacts)
+def member_model(artifacts: Artifacts, fallback: bool = False) -> MemberModel:
+    """The member's cycle model, as its instruction path predicts it, whether its launchers run operands
+    of any alignment, and whether the family names it a `fallback` (it runs only calls the others refuse)."""
+    return dataclasses.replace(artifacts.plan.path.member_model(artifacts),
+                               any_alignment=not refuses_misaligned(artifacts.plan), fallback=fallback)
 
 
 def family_requirements(members: tuple[Member, ...]) -> Requirements:
@@ -218,9 +230,9 @@ FAMILY_HINT = "a family file reads `family NAME { use member.gemm; use other.gem
 MEASURED_HINT = "a measured table reads `measured { 16x4096x4096: member.gemm; }`, one of the `use`d paths a shape"
 
 
-def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token], list[tuple[_Token, _Token]]]:
-    """The family's name, its span, the `use`d paths' tokens and the measured table's (shape, path)
-    tokens; syntax errors raise CompileError."""
+def parse_family(source: SourceFile) -> tuple[str, Span, list[tuple[_Token, bool]], list[tuple[_Token, _Token]]]:
+    """The family's name, its span, the members' path tokens (each with whether it is a `fallback` member)
+    and the measured table's (shape, path) tokens; syntax errors raise CompileError."""
     tokens = _tokens(source)
     end = Span(source.path, source.text.count("\n") + 1, 1, source.text.count("\n") + 1, 2)
     position = 0
@@ -239,9 +251,10 @@ def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token], list[tupl
     name = expect("the family's name", lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None)
     expect("'{'", lambda text: text == "{")
     paths = []
-    while position < len(tokens) and tokens[position].text == "use":
+    while position < len(tokens) and tokens[position].text in ("use", "fallback"):
+        keyword = tokens[position].text
         position += 1
-        paths.append(expect("a member's .gemm path", lambda text: text.endswith(".gemm")))
+        paths.append((expect("a member's .gemm path", lambda text: text.endswith(".gemm")), keyword == "fallback"))
         expect("';' after the path", lambda text: text == ";")
     measured = []
     if position < len(tokens) and tokens[position].text == "measured":
@@ -253,7 +266,7 @@ def parse_family(source: SourceFile) -> tuple[str, Span, list[_Token], list[tupl
             measured.append((shape, expect("a member's .gemm path", lambda text: text.endswith(".gemm"))))
             expect("';' after the path", lambda text: text == ";")
         expect("'}' closing the measured table", lambda text: text == "}")
-    expect("'use', 'measured' or '}'", lambda text: text == "}")
+    expect("'use', 'fallback', 'measured' or '}'", lambda text: text == "}")
     if position < len(tokens):
         raise CompileError([_error(tokens[position].span, f"unexpected '{tokens[position].text}' after the family",
                                    "a family file holds one family block")], source)
@@ -295,7 +308,7 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
     directory = Path(source.path).parent
     members: list[Member] = []
     errors: list[Diagnostic] = []
-    for token in paths:
+    for token, fallback in paths:
         try:
             artifacts = compile_source(SourceFile.read(directory / token.text), target)
         except CompileError as err:
@@ -303,7 +316,11 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
                                  "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
             errors += [d for d in err.diagnostics if d.severity is Severity.ERROR]
             continue
-        member = Member(token.text, token.span, artifacts, member_model(artifacts))
+        member = Member(token.text, token.span, artifacts, member_model(artifacts, fallback))
+        if fallback and not member.model.any_alignment:
+            errors.append(_error(token.span, f"fallback member {artifacts.spec.name} refuses misaligned operands "
+                                 "too", "a fallback runs what the other members refuse: a bounds: checked spec "
+                                 "with a scalar kernel (FMA or mma.sync), not a TMA or exact one"))
         if members and _shared_problem(artifacts.spec) != _shared_problem(members[0].artifacts.spec):
             errors.append(_error(token.span, f"member {artifacts.spec.name} computes "
                                  f"{_describe(artifacts.spec)}, but {members[0].artifacts.spec.name} computes "
@@ -322,9 +339,9 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
             errors.append(_error(token.span, f"member {name} has the family's name",
                                  "the family's launchers are NAME_launch...; rename the family or the spec"))
         members.append(member)
-    if not errors and all(member.model.exact for member in members):
-        errors.append(_error(name_span, f"family {name} has no `bounds: checked` member",
-                             "add one, so that every shape has a member that accepts it"))
+    if not errors and all(member.model.exact or member.model.fallback for member in members):
+        errors.append(_error(name_span, f"family {name} has no `bounds: checked` member (besides its fallbacks)",
+                             "add one with `use`, so that every shape has a member that accepts it"))
     measured = _measured_table(measured_tokens, members, errors) if not errors else ()
     if errors:
         # A member's own diagnostics render against its own file.

@@ -54,25 +54,29 @@ class FamilyKernel:
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
 
-    def member_for(self, m: int, n: int, k: int, exact_allowed: bool = True) -> Any:
-        return self.kernels[self._choose(m, n, k, exact_allowed)]
+    def member_for(self, m: int, n: int, k: int, aligned: bool = True) -> Any:
+        """The member the rule picks (aligned=False: among those that run operands of any alignment; None when
+        no member does)."""
+        index = self._choose(m, n, k, aligned)
+        return None if index is None else self.kernels[index]
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
-        """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there)."""
+        """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there); where
+        it refuses the operands, the member the rule picks among those that run any alignment, as the C
+        launcher falls back."""
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
-        kernel = self.member_for(m, n, k)
+        index = self._choose(m, n, k, True)
         try:
-            return kernel.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            return self.kernels[index].bind(a, b, c, alpha, beta, stream_k, interior, **chain)
         except DeviceMismatch:
             raise
         except ValueError:
-            if kernel.requirements.multiples == (1, 1, 1):
-                raise
-            # An exact member refused these operands (alignment): the checked member the rule picks.
-            return self.member_for(m, n, k, exact_allowed=False).bind(a, b, c, alpha, beta, stream_k, interior,
-                                                                        **chain)
+            fallback = self.member_for(m, n, k, aligned=False)
+            if self.models[index].any_alignment or fallback is None:
+                raise  # not the operands' alignment, or no member runs them
+            return fallback.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:

@@ -18,6 +18,10 @@ from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call
                        interior_split_pays, persistent_blocks)
 
 
+SCALE_C_THREADS = 256  # the K = 0 kernel's block
+SCALE_C_MAX_BLOCKS = 1024  # its blocks per GEMM, at most: they stride over C's elements
+
+
 class GridRule(enum.Enum):
     TILES = "tiles"  # one block per BM x BN tile of C along x; the batch along z
     BATCH_TILES = "batch_tiles"  # one block per tile of every GEMM of the batch, all along x
@@ -41,6 +45,7 @@ class Entries:
     prepare: str | None = None  # sets the stream-K tiles of C to beta * C first
     interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
     interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
+    scale_c: str | None = None  # K = 0: C = beta * C and the fuse chain, no products (every file has one)
 
     def all(self) -> tuple[str, ...]:
         """Every kernel of the file, the vector one first."""
@@ -120,6 +125,11 @@ class LaunchPlan:
         if self.grid_rule is GridRule.PERSISTENT_STREAM_K:
             return persistent_blocks(self.split_for(m, n, k, 1, sms), sms), 1, 1
         return min(tiles * batch, sms), 1, 1
+
+    def scale_c_grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
+        """The grid of the K = 0 kernel (Entries.scale_c): a grid-stride loop over each GEMM's M x N elements,
+        the batch along z. A call with M or N = 0 launches nothing."""
+        return min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS), 1, batch
 
     def workspace_for(self, m: int, n: int, k: int, sms: int) -> tuple[StreamKSplit, tuple[int, int]] | None:
         """A persistent stream-K call's split and workspace sizes (bytes of partial sums, flags); None when the

@@ -96,7 +96,7 @@ def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
                       by_role.get(Role.STREAM_K_SCALAR), abi.prepare_entry(spec), by_role.get(Role.INTERIOR),
-                      by_role.get(Role.INTERIOR_PARTIAL_K))
+                      by_role.get(Role.INTERIOR_PARTIAL_K), abi.scale_c_entry(spec))
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     checked = spec.problem.checked

@@ -56,7 +56,7 @@ from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signa
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
-from .launch_plan import LaunchPlan
+from .launch_plan import SCALE_C_THREADS, LaunchPlan
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
@@ -141,7 +141,7 @@ class CheckedCall:
     k: int
     batch: int
     views: dict[str, OperandView]
-    entry: str
+    entry: str | None  # None: nothing to launch (M or N = 0)
 
     @property
     def size(self) -> Size:
@@ -166,7 +166,14 @@ def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | Non
     for view in views.values():
         check_leading_dimension(req, view)
     check_scalars(req, alpha, beta, c_given=c is not None)
-    return CheckedCall(m, n, k, batch, views, choose_entry(req, views))
+    return CheckedCall(m, n, k, batch, views, empty_problem_entry(req, m, n, k) if 0 in (m, n, k)
+                       else choose_entry(req, views))
+
+
+def empty_problem_entry(req: Requirements, m: int, n: int, k: int) -> str | None:
+    """The kernel of an empty problem, as the C launchers decide (emit/launcher.py's emit_empty_problem): none
+    for M or N = 0 (C has no elements), the K = 0 kernel (C = beta * C and the fuse chain) for K = 0."""
+    return None if m == 0 or n == 0 else req.launch.entries.scale_c
 
 
 def check_matrix(req: Requirements, name: str, array: ArrayView) -> None:
@@ -227,6 +234,11 @@ def check_batch(req: Requirements, views: dict[str, OperandView]) -> int:
     return batch
 
 
+def is_empty(view: OperandView) -> bool:
+    """Whether the operand has no elements: the kernels address none of it."""
+    return view.rows == 0 or view.cols == 0
+
+
 def footprint(view: OperandView, layout: str) -> int:
     """Elements from the first element of one matrix to just past its last."""
     outer, inner = (view.rows, view.cols) if layout == "row" else (view.cols, view.rows)
@@ -247,7 +259,7 @@ def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
     Address ranges, not elements: a C whose rows interleave with A's in one buffer is refused too.
     """
     c = views.get("C")
-    if c is None:
+    if c is None or is_empty(c):
         return
     each = footprint(c, req.layouts["C"])
     if c.batch > 1 and c.batch_stride < each:
@@ -255,6 +267,8 @@ def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
                          f"spans {each}); every GEMM of a batch needs its own C")
     c_start, c_end = byte_range(req, c)
     for name in ("A", "B"):
+        if is_empty(views[name]):  # read nowhere (K = 0)
+            continue
         start, end = byte_range(req, views[name])
         if start < c_end and c_start < end:
             raise ValueError(f"C overlaps {name}: C spans bytes {c_start:#x}..{c_end:#x} and {name} {start:#x}.."
@@ -263,15 +277,17 @@ def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
 
 
 def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
-    """Every dimension positive; for bounds: exact, whole block tiles only."""
+    """No dimension negative; for bounds: exact, whole block tiles only, unless the problem is empty (a
+    dimension 0: no GEMM kernel runs, as in the C launchers)."""
+    empty = 0 in (m, n, k)
     for dim, extent, multiple, tile_name, tile in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK"),
                                                       req.block_tile):
-        if extent <= 0:
-            raise ValueError(f"{dim}={extent}: every dimension must be positive")
+        if extent < 0:
+            raise ValueError(f"{dim}={extent}: a dimension cannot be negative")
         if extent > MAX_INT - tile:
             raise ValueError(f"{dim}={extent} is too large: the kernel's tile coordinates (up to {dim} + {tile_name}) "
                              f"are 32-bit")
-        if extent % multiple:
+        if extent % multiple and not empty:
             bm, bn, bk = req.multiples
             raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={multiple}; "
                              f"{req.kernel} has bounds: exact and only handles exact multiples of its "
@@ -668,7 +684,7 @@ class BoundLaunch:
     kernel launch, or for stream-K up to three (set the shared tiles of C to beta * C, the stream-K
     kernel on them, the plain kernel on the other tiles)."""
 
-    entry: str  # the GEMM kernel the call runs: the vector kernel or the scalar one
+    entry: str | None  # the kernel the call runs: the vector or the scalar one (K = 0: scale_c; M or N = 0: none)
     launches: tuple[KernelLaunch, ...]
     c: Any  # the output matrix the kernel writes (for JAX callers, the CuPy array the call hands over)
     operands: tuple  # A, B (and C): the kernels hold only their addresses, so this keeps them alive
@@ -831,7 +847,12 @@ class Kernel:
         """The operands as the launch sees them, and the one GPU that holds them all (asking the driver
         where an array's protocol does not say)."""
         views = {name: array_view(name, array) for name, array in operands.items()}
-        return views, operands_device(views, pointer_device)
+        device = operands_device(views, pointer_device)
+        if device is None:  # empty arrays that name no GPU: the current one serves
+            import cupy
+
+            device = cupy.cuda.runtime.getDevice()
+        return views, device
 
     def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any) -> dict[str, Any]:
         """The fuse chain's operands given, by name, once checked to be exactly those the chain reads."""
@@ -884,14 +905,17 @@ class Kernel:
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         chain = {}
-        if self.fuse is not None:
+        if self.fuse is not None and call.entry is not None:  # M or N = 0: C has no elements for the chain
             chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n)
             c_view = call.views["C"]
             check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
                                     call.n)
+        operands = (a, b, c, *fused.values())
+        if call.entry in (None, req.launch.entries.scale_c):
+            return BoundLaunch(call.entry, self._empty_problem_launches(loaded, call, beta, chain), c=c,
+                               operands=operands, library=library, device=loaded.device)
         block = (self.metadata["threads"], 1, 1)
         function = loaded.functions[call.entry]
-        operands = (a, b, c, *fused.values())
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
             launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain))
             return BoundLaunch(call.entry, (launch,), c=c, operands=(*operands, *workspace), library=library,
@@ -922,6 +946,20 @@ class Kernel:
         if split.dp_tiles:
             launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
         return bound(tuple(launches))
+
+    def _empty_problem_launches(self, loaded: DeviceModule, call: CheckedCall, beta: float,
+                                chain: dict) -> tuple[KernelLaunch, ...]:
+        """An empty problem's launches, the C launcher's (empty_problem_entry): none for M or N = 0; for K = 0 the
+        K = 0 kernel over C, which applies beta (0 for a store epilogue, check_scalars) and the fuse chain."""
+        if call.entry is None:
+            return ()
+        req, c = self.requirements, call.views["C"]
+        arguments = (numpy.uint64(c.pointer), numpy.int32(call.m), numpy.int32(call.n), numpy.int32(c.ld),
+                     numpy.float32(beta), *fuse_arguments(chain))
+        if req.batched:
+            arguments += (numpy.int64(c.batch_stride),)
+        return (KernelLaunch(loaded.functions[call.entry], req.launch.scale_c_grid(call.m, call.n, call.batch),
+                             (SCALE_C_THREADS, 1, 1), arguments, 0),)
 
     def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
                       block: tuple[int, int, int], fuse: tuple) -> tuple[KernelLaunch, tuple]:

@@ -17,7 +17,7 @@
 #define hgemm_h100_batched_BLOCK_N 256
 #define hgemm_h100_batched_BLOCK_K 64
 #define hgemm_h100_batched_THREADS 384
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define hgemm_h100_batched_BOUNDS_EXACT 0
 #define hgemm_h100_batched_M_MULTIPLE 1
 #define hgemm_h100_batched_N_MULTIPLE 1
@@ -47,10 +47,14 @@ extern "C" {
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1; 1 <= batch <= 65535;
+// - M, N, K >= 0; 1 <= batch <= 65535;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
 // - a batch of more than one: stride_a and stride_b positive multiples of 8 elements (TMA steps by them), stride_c positive.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_batched_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

@@ -14,21 +14,22 @@
 // What any call of hgemm_h100_f16_family's launchers may rely on, whichever member the rule picks: any
 // shape, which a bounds: checked member takes, and the operands every checked member takes, since
 // a call that a bounds: exact member refuses goes to one (gemmdsl/family.py, family_requirements).
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define hgemm_h100_f16_family_BOUNDS_EXACT 0
 #define hgemm_h100_f16_family_M_MULTIPLE 1
 #define hgemm_h100_f16_family_N_MULTIPLE 1
 #define hgemm_h100_f16_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
-// vector accesses (else the checked members run a kernel with one-element accesses, except
-// hgemm_h100_f16, hgemm_h100_f16_128x192, hgemm_h100_f16_128x64, which refuse the call).
+// vector accesses (else a call that hgemm_h100_f16, hgemm_h100_f16_128x192, hgemm_h100_f16_128x64
+// refuse goes to the member the rule picks among hgemm_h100_f16_any, which run a kernel with one-
+// element accesses; the family's launchers take any alignment).
 #define hgemm_h100_f16_family_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_f16_family_B_VECTOR_ELEMENTS 8
-#define hgemm_h100_f16_family_C_VECTOR_ELEMENTS 1
+#define hgemm_h100_f16_family_C_VECTOR_ELEMENTS 2
 // The largest leading dimension of each operand that every checked member takes
 // (offsets inside a tile are ints); a member the rule picks may take more.
-#define hgemm_h100_f16_family_A_MAX_LD 2147483647
-#define hgemm_h100_f16_family_B_MAX_LD 2147483647
+#define hgemm_h100_f16_family_A_MAX_LD 16777215
+#define hgemm_h100_f16_family_B_MAX_LD 16777215
 #define hgemm_h100_f16_family_C_MAX_LD 2147483647
 // 1: row-major, element (i, j) at i * ld + j; 0: column-major, at j * ld + i.
 #define hgemm_h100_f16_family_A_ROW_MAJOR 1
@@ -45,12 +46,17 @@ extern "C" {
 
 // Each of hgemm_h100_f16_family's launchers runs the member that gemmdsl/family.py's rule picks for M, N, K
 // (the fewest predicted cycles among the members that accept the shape) through that member's
-// launcher of the same kind, below, and returns what it returns; when a bounds: exact member
-// refuses the call (its operands' alignment, say), what the bounds: checked member the rule
-// picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,
+// launcher of the same kind, below, and returns what it returns; when that member refuses the
+// call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks
+// among those that run any alignment returns (a `fallback` member runs only then). Whichever member
+// runs, they return cudaErrorInvalidValue, launching nothing,
 // for a call that breaks one of these rules:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with the first member's scale_c kernel (hgemm_h100_f16_scale_c) alone; neither needs
+// the tile's multiples or the operands' alignment.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -68,9 +74,13 @@ cudaError_t hgemm_h100_f16_family_launch_ld(const __half* A, int lda, const __ha
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_f16_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -86,9 +96,13 @@ cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const __half* B, 
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_f16_128x192_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -105,9 +119,13 @@ cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda, const __h
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_f16_128x64_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -116,6 +134,26 @@ cudaError_t hgemm_h100_f16_128x64_launch(const __half* A, const __half* B, __hal
 cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,
                                             int ldc, int M, int N, int K, float alpha, float beta,
                                             cudaStream_t stream);
+
+// Member hgemm_h100_f16_any (hgemm_h100_f16_any.gemm: 128x128x32 tiles, bounds: checked). Its
+// launchers take the parameters of hgemm_h100_f16_family's of the same kind and run it alone, without
+// the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_f16_any_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+cudaError_t hgemm_h100_f16_any_launch(const __half* A, const __half* B, __half* C, int M, int N, int K,
+                                      float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,
+                                         int ldc, int M, int N, int K, float alpha, float beta,
+                                         cudaStream_t stream);
 
 #ifdef __cplusplus
 }

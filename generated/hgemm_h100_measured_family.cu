@@ -427,12 +427,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemm_h100_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*hgemm_h100_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -511,10 +528,18 @@ static cudaError_t hgemm_h100_tensor_maps(const void* A, int lda, const void* B,
 }
 
 extern "C" cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483391 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        hgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
@@ -940,12 +965,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x192_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_128x192_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*hgemm_h100_128x192_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -1024,10 +1066,18 @@ static cudaError_t hgemm_h100_128x192_tensor_maps(const void* A, int lda, const 
 }
 
 extern "C" cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483455 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        hgemm_h100_128x192_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
@@ -1437,12 +1487,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x64_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_128x64_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*hgemm_h100_128x64_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -1521,10 +1588,18 @@ static cudaError_t hgemm_h100_128x64_tensor_maps(const void* A, int lda, const v
 }
 
 extern "C" cudaError_t hgemm_h100_128x64_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483583 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        hgemm_h100_128x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
@@ -1562,6 +1637,8 @@ extern "C" cudaError_t hgemm_h100_128x64_launch(const __nv_bfloat16* A, const __
 struct hgemm_h100_measured_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
+    bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused
+    bool fallback;  // the family's `fallback`: runs only what the others refuse
     void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
@@ -1573,9 +1650,9 @@ static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1078};
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {647};
 static const hgemm_h100_measured_family_member hgemm_h100_measured_family_members[3] = {
-    {128, 256, 64, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0},  // hgemm_h100
-    {128, 192, 64, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0},  // hgemm_h100_128x192
-    {128, 64, 64, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0},  // hgemm_h100_128x64
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0},  // hgemm_h100
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0},  // hgemm_h100_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0},  // hgemm_h100_128x64
 };
 
 static const long long hgemm_h100_measured_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1622,16 +1699,17 @@ static const long long hgemm_h100_measured_family_measured[2][4] = {
     {1, 12288, 4096, 2},  // hgemm_h100_128x64
 };
 
-// The member that runs M x N x K; exact_allowed = false: among the checked members only.
-static int hgemm_h100_measured_family_choose(long long M, long long N, long long K, bool exact_allowed) {
+// The member that runs M x N x K; aligned = false: among the members that run operands of any
+// alignment only (-1: none does).
+static int hgemm_h100_measured_family_choose(long long M, long long N, long long K, bool aligned) {
     for (int i = 0; i < 2; ++i) {
         const long long* entry = hgemm_h100_measured_family_measured[i];
-        if (entry[0] == M && entry[1] == N && entry[2] == K && (exact_allowed || !hgemm_h100_measured_family_members[entry[3]].exact)) return (int)entry[3];
+        if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) return (int)entry[3];
     }
     int best = -1;
     long long best_cycles = 0;
     for (int i = 0; i < 3; ++i) {
-        if (hgemm_h100_measured_family_members[i].exact && !exact_allowed) continue;
+        if (aligned ? hgemm_h100_measured_family_members[i].fallback : !hgemm_h100_measured_family_members[i].any_alignment) continue;
         const long long cycles = hgemm_h100_measured_family_cycles(hgemm_h100_measured_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
             best = i;
@@ -1643,24 +1721,30 @@ static int hgemm_h100_measured_family_choose(long long M, long long N, long long
 
 static cudaError_t (*const hgemm_h100_measured_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch, hgemm_h100_128x192::hgemm_h100_128x192_launch, hgemm_h100_128x64::hgemm_h100_128x64_launch};
 extern "C" cudaError_t hgemm_h100_measured_family_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return hgemm_h100_measured_family_launch_members[0](A, B, C, M, N, K, alpha, beta, stream);
     const int member = hgemm_h100_measured_family_choose(M, N, K, true);
     const cudaError_t status = hgemm_h100_measured_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && hgemm_h100_measured_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !hgemm_h100_measured_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return hgemm_h100_measured_family_launch_members[hgemm_h100_measured_family_choose(M, N, K, false)](A, B, C, M, N, K, alpha, beta, stream);
+        const int fallback = hgemm_h100_measured_family_choose(M, N, K, false);
+        if (fallback >= 0) return hgemm_h100_measured_family_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
     return status;
 }
 
 static cudaError_t (*const hgemm_h100_measured_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100::hgemm_h100_launch_ld, hgemm_h100_128x192::hgemm_h100_128x192_launch_ld, hgemm_h100_128x64::hgemm_h100_128x64_launch_ld};
 extern "C" cudaError_t hgemm_h100_measured_family_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return hgemm_h100_measured_family_launch_ld_members[0](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     const int member = hgemm_h100_measured_family_choose(M, N, K, true);
     const cudaError_t status = hgemm_h100_measured_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && hgemm_h100_measured_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !hgemm_h100_measured_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return hgemm_h100_measured_family_launch_ld_members[hgemm_h100_measured_family_choose(M, N, K, false)](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+        const int fallback = hgemm_h100_measured_family_choose(M, N, K, false);
+        if (fallback >= 0) return hgemm_h100_measured_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }
     return status;
 }

@@ -14,14 +14,13 @@
 // What any call of hgemm_h100_measured_family's launchers may rely on, whichever member the rule picks: any
 // shape, which a bounds: checked member takes, and the operands every checked member takes, since
 // a call that a bounds: exact member refuses goes to one (gemmdsl/family.py, family_requirements).
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define hgemm_h100_measured_family_BOUNDS_EXACT 0
 #define hgemm_h100_measured_family_M_MULTIPLE 1
 #define hgemm_h100_measured_family_N_MULTIPLE 1
 #define hgemm_h100_measured_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
-// vector accesses (else the checked members run a kernel with one-element accesses, except hgemm_h100,
-// hgemm_h100_128x192, hgemm_h100_128x64, which refuse the call).
+// vector accesses (else hgemm_h100, hgemm_h100_128x192, hgemm_h100_128x64 refuse the call).
 #define hgemm_h100_measured_family_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_measured_family_B_VECTOR_ELEMENTS 8
 #define hgemm_h100_measured_family_C_VECTOR_ELEMENTS 1
@@ -45,12 +44,17 @@ extern "C" {
 
 // Each of hgemm_h100_measured_family's launchers runs the member that gemmdsl/family.py's rule picks for M, N, K
 // (the fewest predicted cycles among the members that accept the shape) through that member's
-// launcher of the same kind, below, and returns what it returns; when a bounds: exact member
-// refuses the call (its operands' alignment, say), what the bounds: checked member the rule
-// picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,
+// launcher of the same kind, below, and returns what it returns; when that member refuses the
+// call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks
+// among those that run any alignment returns (a `fallback` member runs only then). Whichever member
+// runs, they return cudaErrorInvalidValue, launching nothing,
 // for a call that breaks one of these rules:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with the first member's scale_c kernel (hgemm_h100_scale_c) alone; neither needs the
+// tile's multiples or the operands' alignment.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -69,9 +73,13 @@ cudaError_t hgemm_h100_measured_family_launch_ld(const __nv_bfloat16* A, int lda
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -87,9 +95,13 @@ cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfl
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_128x192_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -106,9 +118,13 @@ cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int lda, const 
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_h100_128x64_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

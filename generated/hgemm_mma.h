@@ -17,7 +17,7 @@
 #define hgemm_mma_BLOCK_N 128
 #define hgemm_mma_BLOCK_K 32
 #define hgemm_mma_THREADS 128
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define hgemm_mma_BOUNDS_EXACT 0
 #define hgemm_mma_M_MULTIPLE 1
 #define hgemm_mma_N_MULTIPLE 1
@@ -47,9 +47,13 @@ extern "C" {
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_mma_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = N, ldc = N.

@@ -13,7 +13,7 @@
 #define lanes_2x16_km_BLOCK_N 128
 #define lanes_2x16_km_BLOCK_K 8
 #define lanes_2x16_km_THREADS 256
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define lanes_2x16_km_BOUNDS_EXACT 1
 #define lanes_2x16_km_M_MULTIPLE 128
 #define lanes_2x16_km_N_MULTIPLE 128
@@ -43,9 +43,13 @@ extern "C" {
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K positive multiples of 128, 128, 8 (bounds: exact);
+// - M, N, K >= 0, multiples of 128, 128, 8 unless one is 0 (bounds: exact);
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the call is refused.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with lanes_2x16_km_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 
 // C = A*B (alpha and beta are ignored), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = N, ldc = N.

@@ -710,12 +710,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_3xtf32_h100_sk_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*sgemm_3xtf32_h100_sk_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -833,10 +850,18 @@ static cudaError_t sgemm_3xtf32_h100_sk_workspace(int device, cudaStream_t strea
 }
 
 extern "C" cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483615) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        sgemm_3xtf32_h100_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (4 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
@@ -1584,12 +1609,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_128x192_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_3xtf32_h100_128x192_sk_scale_c alone; neither needs the tile's multiples or
+// the operands' alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*sgemm_3xtf32_h100_128x192_sk_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -1707,10 +1749,18 @@ static cudaError_t sgemm_3xtf32_h100_128x192_sk_workspace(int device, cudaStream
 }
 
 extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483455 || K > 2147483615) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        sgemm_3xtf32_h100_128x192_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (4 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
@@ -1760,6 +1810,8 @@ extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch(const float* A, const
 struct sgemm_3xtf32_h100_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
+    bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused
+    bool fallback;  // the family's `fallback`: runs only what the others refuse
     void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
@@ -1770,8 +1822,8 @@ struct sgemm_3xtf32_h100_family_member {
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1854};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2686};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
-    {128, 128, 32, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0},  // sgemm_3xtf32_h100_128x192_sk
+    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0},  // sgemm_3xtf32_h100_128x192_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1812,12 +1864,13 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     return cycles;
 }
 
-// The member that runs M x N x K; exact_allowed = false: among the checked members only.
-static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K, bool exact_allowed) {
+// The member that runs M x N x K; aligned = false: among the members that run operands of any
+// alignment only (-1: none does).
+static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
     long long best_cycles = 0;
     for (int i = 0; i < 2; ++i) {
-        if (sgemm_3xtf32_h100_family_members[i].exact && !exact_allowed) continue;
+        if (aligned ? sgemm_3xtf32_h100_family_members[i].fallback : !sgemm_3xtf32_h100_family_members[i].any_alignment) continue;
         const long long cycles = sgemm_3xtf32_h100_family_cycles(sgemm_3xtf32_h100_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
             best = i;
@@ -1829,24 +1882,30 @@ static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K
 
 static cudaError_t (*const sgemm_3xtf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return sgemm_3xtf32_h100_family_launch_members[0](A, B, C, M, N, K, alpha, beta, stream);
     const int member = sgemm_3xtf32_h100_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_3xtf32_h100_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && sgemm_3xtf32_h100_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !sgemm_3xtf32_h100_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return sgemm_3xtf32_h100_family_launch_members[sgemm_3xtf32_h100_family_choose(M, N, K, false)](A, B, C, M, N, K, alpha, beta, stream);
+        const int fallback = sgemm_3xtf32_h100_family_choose(M, N, K, false);
+        if (fallback >= 0) return sgemm_3xtf32_h100_family_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
     return status;
 }
 
 static cudaError_t (*const sgemm_3xtf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return sgemm_3xtf32_h100_family_launch_ld_members[0](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     const int member = sgemm_3xtf32_h100_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_3xtf32_h100_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && sgemm_3xtf32_h100_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !sgemm_3xtf32_h100_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return sgemm_3xtf32_h100_family_launch_ld_members[sgemm_3xtf32_h100_family_choose(M, N, K, false)](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+        const int fallback = sgemm_3xtf32_h100_family_choose(M, N, K, false);
+        if (fallback >= 0) return sgemm_3xtf32_h100_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }
     return status;
 }

@@ -382,12 +382,29 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_h100_prepare_c(float* C,
     }
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_h100_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K positive multiples of 128, 128, 8 (bounds: exact);
+// - M, N, K >= 0, multiples of 128, 128, 8 unless one is 0 (bounds: exact);
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the call is refused.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 static bool sgemm_h100_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
@@ -411,11 +428,19 @@ static void sgemm_h100_stream_k_split(long long tiles, long long k_tiles, long l
 }
 
 extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
-    if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        sgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)(M / 128) * (N / 128);
@@ -2150,12 +2175,29 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_any_prepare_c(float* C, 
     }
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_any_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_any_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 static bool sgemm_any_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
@@ -2179,10 +2221,18 @@ static void sgemm_any_stream_k_split(long long tiles, long long k_tiles, long lo
 }
 
 extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        sgemm_any_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
@@ -3242,21 +3292,46 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_interior_
     }
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) checked_64x64_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_64x64_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 static bool checked_64x64_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483583 || N > 2147483583 || K > 2147483639) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        checked_64x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 33554431 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 64 - 1) / 64) * ((N + 64 - 1) / 64);
@@ -5065,12 +5140,29 @@ extern "C" __global__ void __launch_bounds__(128) checked_32x128_prepare_c(float
     }
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) checked_32x128_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 2, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_32x128_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 static bool checked_32x128_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
@@ -5094,10 +5186,18 @@ static void checked_32x128_stream_k_split(long long tiles, long long k_tiles, lo
 }
 
 extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483615 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        checked_32x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 67108863 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 32 - 1) / 32) * ((N + 128 - 1) / 128);
@@ -6969,12 +7069,29 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_prepare_c(float
     }
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) checked_128x32_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
 #ifndef __CUDACC_RTC__
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 2, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_128x32_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 static bool checked_128x32_aligned(const void* p, long long ld, long long stride, int elements) {
     return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
 }
@@ -6998,10 +7115,18 @@ static void checked_128x32_stream_k_split(long long tiles, long long k_tiles, lo
 }
 
 extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483615 || K > 2147483639) return cudaErrorInvalidValue;
     if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        checked_128x32_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 268435455) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 32 - 1) / 32);
@@ -7083,6 +7208,8 @@ extern "C" cudaError_t checked_128x32_launch(const float* A, const float* B, flo
 struct sgemm_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
+    bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused
+    bool fallback;  // the family's `fallback`: runs only what the others refuse
     void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
@@ -7096,11 +7223,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700},  // sgemm_h100
-    {128, 128, 8, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700},  // sgemm_any
-    {64, 64, 8, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700},  // checked_64x64
-    {32, 128, 8, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700},  // checked_32x128
-    {128, 32, 8, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7141,12 +7268,13 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     return cycles;
 }
 
-// The member that runs M x N x K; exact_allowed = false: among the checked members only.
-static int sgemm_family_choose(long long M, long long N, long long K, bool exact_allowed) {
+// The member that runs M x N x K; aligned = false: among the members that run operands of any
+// alignment only (-1: none does).
+static int sgemm_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
     long long best_cycles = 0;
     for (int i = 0; i < 5; ++i) {
-        if (sgemm_family_members[i].exact && !exact_allowed) continue;
+        if (aligned ? sgemm_family_members[i].fallback : !sgemm_family_members[i].any_alignment) continue;
         const long long cycles = sgemm_family_cycles(sgemm_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
             best = i;
@@ -7158,24 +7286,30 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool exact
 
 static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return sgemm_family_launch_members[0](A, B, C, M, N, K, alpha, beta, stream);
     const int member = sgemm_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && sgemm_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !sgemm_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return sgemm_family_launch_members[sgemm_family_choose(M, N, K, false)](A, B, C, M, N, K, alpha, beta, stream);
+        const int fallback = sgemm_family_choose(M, N, K, false);
+        if (fallback >= 0) return sgemm_family_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
     return status;
 }
 
 static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return sgemm_family_launch_ld_members[0](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     const int member = sgemm_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && sgemm_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !sgemm_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return sgemm_family_launch_ld_members[sgemm_family_choose(M, N, K, false)](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+        const int fallback = sgemm_family_choose(M, N, K, false);
+        if (fallback >= 0) return sgemm_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }
     return status;
 }

@@ -10,14 +10,15 @@
 // What any call of sgemm_family's launchers may rely on, whichever member the rule picks: any
 // shape, which a bounds: checked member takes, and the operands every checked member takes, since
 // a call that a bounds: exact member refuses goes to one (gemmdsl/family.py, family_requirements).
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define sgemm_family_BOUNDS_EXACT 0
 #define sgemm_family_M_MULTIPLE 1
 #define sgemm_family_N_MULTIPLE 1
 #define sgemm_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
-// vector accesses (else a bounds: exact member (sgemm_h100) hands the call to a checked one, and the
-// checked members run a kernel with one-element accesses).
+// vector accesses (else a call that sgemm_h100 refuses goes to the member the rule picks among
+// sgemm_any, checked_64x64, checked_32x128, checked_128x32, which run a kernel with one-element
+// accesses).
 #define sgemm_family_A_VECTOR_ELEMENTS 4
 #define sgemm_family_B_VECTOR_ELEMENTS 4
 #define sgemm_family_C_VECTOR_ELEMENTS 4
@@ -41,12 +42,17 @@ extern "C" {
 
 // Each of sgemm_family's launchers runs the member that gemmdsl/family.py's rule picks for M, N, K
 // (the fewest predicted cycles among the members that accept the shape) through that member's
-// launcher of the same kind, below, and returns what it returns; when a bounds: exact member
-// refuses the call (its operands' alignment, say), what the bounds: checked member the rule
-// picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,
+// launcher of the same kind, below, and returns what it returns; when that member refuses the
+// call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks
+// among those that run any alignment returns (a `fallback` member runs only then). Whichever member
+// runs, they return cudaErrorInvalidValue, launching nothing,
 // for a call that breaks one of these rules:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with the first member's scale_c kernel (sgemm_h100_scale_c) alone; neither needs the
+// tile's multiples or the operands' alignment.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = N, ldc = N.
@@ -63,9 +69,13 @@ cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int 
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K positive multiples of 128, 128, 8 (bounds: exact);
+// - M, N, K >= 0, multiples of 128, 128, 8 unless one is 0 (bounds: exact);
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the call is refused.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -80,9 +90,13 @@ cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ld
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_any_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -97,9 +111,13 @@ cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float* B, int ldb
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_64x64_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 cudaError_t checked_64x64_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha,
                                  float beta, cudaStream_t stream);
 cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
@@ -111,9 +129,13 @@ cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 2, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_32x128_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -128,9 +150,13 @@ cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, in
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
 // - vector accesses need pointer, leading dimension aligned to (A 4, B 2, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with checked_128x32_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.

@@ -24,6 +24,9 @@ RUN_TIMEOUT_S = 600
 # NAME_kernel_stream_k_scalar.
 INTERIOR_ENTRY = 4
 INTERIOR_PARTIAL_K_ENTRY = 6
+# NAME_scale_c, the K = 0 kernel, on sk_blocks blocks of SCALE_C_THREADS; NO_LAUNCH: an empty C, nothing runs.
+SCALE_C_ENTRY = 7
+NO_LAUNCH = -1
 
 
 def find_cxx() -> str | None:
@@ -56,11 +59,14 @@ def glue(metadata: dict) -> str:
     entries = metadata["entries"]
     beta_first = "p.beta" if metadata["epilogue"] == "alpha_beta" else "0.0f"
     stride_c = ", p.stride_c" if metadata["batch"] == "strided" else ""
+    names = [argument["name"] for argument in metadata["arguments"]]
+    after_beta = names[names.index("beta") + 1:names.index("stride_a") if "stride_a" in names else len(names)]
+    scale_c = ", ".join(["p.C", "p.M", "p.N", "p.ldc", beta_first, *(f"p.{name}" for name in after_beta)])
     calls = [(entries["vector"], arguments), (entries["scalar"], arguments),
              (entries["stream_k"], f"{arguments}, p.sk_tiles"),
              (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles"),
              (entries["interior"], arguments), (entries.get("stream_k_scalar"), f"{arguments}, p.sk_tiles"),
-             (entries.get("interior_partial_k"), arguments)]
+             (entries.get("interior_partial_k"), arguments), (entries["scale_c"], f"{scale_c}{stride_c}")]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))

@@ -64,7 +64,8 @@ def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: i
 
 
 def entry_index(req: Requirements, call: Call) -> int:
-    """The kernel check_call picks for these operands: 0 = vector, 1 = scalar."""
+    """The kernel check_call picks for these operands: 0 = vector, 1 = scalar; for an empty problem
+    SCALE_C_ENTRY (K = 0) or NO_LAUNCH (M or N = 0)."""
     operands = {}
     for name, rows, cols in (("A", call.m, call.k), ("B", call.k, call.n), ("C", call.m, call.n)):
         p = name.lower()
@@ -73,6 +74,10 @@ def entry_index(req: Requirements, call: Call) -> int:
         operands[p] = fake_operand(name, req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
                                    getattr(call, f"offset_{p}"))
     entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
+    if entry is None:
+        return host_emulation.NO_LAUNCH
+    if entry == req.launch.entries.scale_c:
+        return host_emulation.SCALE_C_ENTRY
     return 0 if entry == req.launch.entries.vector else 1
 
 
@@ -173,6 +178,32 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
             assert [(True, partial_k), (False, False), (False, False)] in kernels
 
 
+def empty_calls(req: Requirements) -> list[Call]:
+    """The launchers' empty problems, off the tile's multiples: K = 0 (C = beta * C, padded and shifted C,
+    beta 0 and not, a batch), M = 0 and N = 0 (nothing runs, nothing is written)."""
+    bm, bn, _ = req.block_tile
+    m, n = bm + 3, 2 * bn + 1
+    calls = [Call(m, n, 0, **natural(req, m, n, 0, pad=4), **scalars(req), offset_c=1),
+             Call(m, n, 0, **natural(req, m, n, 0)),
+             Call(0, n, 5, **natural(req, 0, n, 5), **scalars(req)), Call(m, 0, 5, **natural(req, m, 0, 5))]
+    if req.batched:
+        lds = natural(req, m, n, 0, pad=4)
+        calls.append(Call(m, n, 0, **lds, batch=2, stride_c=-(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4,
+                          **scalars(req)))
+    return calls
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_empty_problems_run_the_k0_kernel_or_nothing(spec, runners):
+    """What the launchers do with empty problems, run on the real kernels: K = 0 leaves beta * C (0 where beta
+    is 0) in C and writes nothing outside it; M or N = 0 runs nothing."""
+    binary, req = runners[spec.stem]
+    calls = empty_calls(req)
+    assert [entry_index(req, call) for call in calls[:4]] == [host_emulation.SCALE_C_ENTRY] * 2 + [
+        host_emulation.NO_LAUNCH] * 2
+    assert run_all(binary, req, calls) == []
+
+
 def test_batched_stream_k_splits_each_gemm(tmp_path):
     """batched_v3 with stream-K: each GEMM of a batch of 3 gets a third of 21 slots; its 6 edge-heavy
     tiles of 7 k-tiles (the last partial) are shared by 7 blocks, per GEMM on the grid's z."""
@@ -198,6 +229,8 @@ def as_launched(req: Requirements, call: Call) -> Call:
     the split pays (on a GPU that holds few blocks at once: these calls are small, and the point is to
     run every kernel)."""
     call = replace(call, entry=entry_index(req, call))
+    if call.entry == host_emulation.SCALE_C_ENTRY:
+        return replace(call, sk_tiles=0, sk_blocks=req.launch.scale_c_grid(call.m, call.n, call.batch)[0])
     if req.multiples != (1, 1, 1) or call.entry != 0 or call.sk_tiles:
         return call
     launches = interior_launches(req.block_tile, call.m, call.n, call.k)

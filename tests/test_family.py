@@ -60,8 +60,8 @@ def test_every_shape_goes_to_a_member_that_accepts_it_and_costs_least(family, m,
     bm, bn, bk = models[chosen].tile
     if models[chosen].exact:
         assert m % bm == 0 and n % bn == 0 and k % bk == 0
-    fallback = choose(models, m, n, k, exact_allowed=False)
-    assert not models[fallback].exact
+    fallback = choose(models, m, n, k, aligned=False)
+    assert not models[fallback].exact and models[fallback].any_alignment
 
 
 @settings(max_examples=200, deadline=None)
@@ -162,7 +162,8 @@ def test_the_launcher_chooses_as_family_py_does(path, tmp_path):
     done = subprocess.run([str(tmp_path / "rule")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
     expected = [(choose(family.models, *case, measured=family.measured),
-                 choose(family.models, *case, exact_allowed=False, measured=family.measured)) for case in cases]
+                 choose(family.models, *case, aligned=False, measured=family.measured)) for case in cases]
+    expected = [(chosen, -1 if fallback is None else fallback) for chosen, fallback in expected]  # -1: none
     assert got == expected
     assert any(estimate(model, *case).cycles == CYCLE_CAP for case in cases for model in family.models)
 
@@ -189,7 +190,7 @@ def test_a_batched_family_dispatches_the_batched_launcher_too(tmp_path):
     family = compile_family(SourceFile(str(tmp_path / "f.gemmf"), "family fb { use wide.gemm; use small.gemm; }"))
     assert family.metadata["launcher_batched"] == "fb_launch_batched"
     assert re.search(r'^extern "C" cudaError_t fb_launch_batched\(const float\* A, int lda, long long stride_a, '
-                     r'.*int batch, float alpha, float beta, cudaStream_t stream\) \{\n.*\n.*\n'
+                     r'.*int batch, float alpha, float beta, cudaStream_t stream\) \{\n(?:.*\n){4}'
                      r'.*fb_launch_batched_members\[member\]\(A, lda, stride_a, B, ldb, stride_b, C, ldc, stride_c, '
                      r'M, N, K, batch, alpha, beta, stream\);', family.cuda, re.M)
 
@@ -223,7 +224,7 @@ CHECKED = (ROOT / "specs" / "checked_v3.gemm").read_text()
                                          "      |         ^~~~~"]),
     ("family f {\n}\n", ["f.gemmf:1:8: error: family f has no members"]),
     ("gemm f {\n}\n", ["f.gemmf:1:1: error: expected 'family', found 'gemm'"]),
-    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use', 'measured' or '}', found the end of the file"]),
+    ("family f {\n    use a.gemm;\n", ["f.gemmf:3:1: error: expected 'use', 'fallback', 'measured' or '}', found the end of the file"]),
     ("family f { use a.gemm; }\nfamily g { }\n", ["f.gemmf:2:1: error: unexpected 'family' after the family"]),
     ("family f {\n    use missing.gemm;\n}\n", ["f.gemmf:2:9: error: member missing.gemm does not compile",
                                                "missing.gemm:1:1: error: cannot read file"]),
@@ -317,8 +318,11 @@ def test_check_says_which_member_runs_and_why():
 # --- bench --shapes ----------------------------------------------------------------------------
 
 
-def test_the_default_shape_list_is_the_issue_s(tmp_path):
+def test_the_shape_lists_hold_the_awkward_and_the_decode_shapes(tmp_path):
     assert read_shapes(DEFAULT_SHAPES) == ISSUE_SHAPES
+    decode = read_shapes(DEFAULT_SHAPES.with_name("decode.txt"))
+    assert decode == [(m, n, k) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))
+                      for m in (1, 8, 16, 32, 64, 128)]
     bad = tmp_path / "shapes.txt"
     bad.write_text("# fine\n128\n12x12\n")
     with pytest.raises(ValueError, match=r"shapes\.txt:3: bad size '12x12'"):
@@ -374,8 +378,58 @@ def test_the_python_family_runs_what_the_launcher_runs(family, fake_loaded):
     assert fake_loaded.bind(FakeArray(4096, 4096), FakeArray(4096, 4096)) == "sgemm_h100"
     assert fake_loaded.bind(FakeArray(33, 33), FakeArray(33, 33)) == "checked_32x128"
     # the exact member refuses an unaligned A: the checked member the rule picks runs it
-    fallback = family.models[choose(family.models, 4096, 4096, 4096, exact_allowed=False)].name
+    fallback = family.models[choose(family.models, 4096, 4096, 4096, aligned=False)].name
     assert fake_loaded.bind(FakeArray(4096, 4096, aligned=False), FakeArray(4096, 4096)) == fallback
+
+
+@pytest.fixture
+def fake_hopper(monkeypatch):
+    """hgemm_h100_bf16c_family as FamilyKernel loads it: its wgmma members refuse misaligned operands (TMA), its
+    `fallback` member (mma.sync) takes any."""
+    from gemmdsl import family_kernel as family_module
+
+    family = compile_family_path(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf")
+    refusing = {model.name for model in family.models if not model.any_alignment}
+    monkeypatch.setattr(family_module, "Kernel", lambda artifacts: TmaKernel(artifacts.name, artifacts.name in refusing))
+    return family, FamilyKernel(family)
+
+
+class TmaKernel(FakeKernel):
+    def __init__(self, name, refuses_misaligned):
+        super().__init__(name, (1, 1, 1))
+        self.refuses_misaligned = refuses_misaligned
+
+    def bind(self, a, b, c, alpha, beta, stream_k=True, interior=True):
+        if self.refuses_misaligned and a.aligned is False:
+            raise ValueError("A's data pointer is not 16-byte aligned; it reads A and B with TMA, no fallback kernel")
+        if a.shape[-1] != b.shape[0]:
+            raise ValueError("inner dimensions disagree")
+        return self.name
+
+
+@pytest.mark.parametrize("shape", ISSUE_SHAPES[:12] + [(1, 8192, 8192), (555, 1001, 555)])
+def test_a_tma_family_runs_its_fast_member_when_it_can_and_the_fallback_when_tma_refuses(fake_hopper, shape):
+    family, loaded = fake_hopper
+    m, n, k = shape
+    chosen = loaded.bind(FakeArray(m, k), FakeArray(k, n))
+    assert chosen == family.models[choose(family.models, m, n, k)].name != "hgemm_h100_bf16c_any"
+    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == "hgemm_h100_bf16c_any"
+    with pytest.raises(ValueError, match="inner dimensions disagree"):  # not alignment: no fallback
+        loaded.bind(FakeArray(m, k), FakeArray(k + 1, n))
+
+
+def test_a_fallback_member_must_take_any_alignment_and_a_family_needs_a_checked_use(tmp_path):
+    (tmp_path / "tma.gemm").write_text((ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text())
+    (tmp_path / "tma64.gemm").write_text((ROOT / "specs" / "hgemm_h100_bf16c_128x64.gemm").read_text())
+    (tmp_path / "f.gemmf").write_text("family f {\n    use tma.gemm;\n    fallback tma64.gemm;\n}\n")
+    with pytest.raises(CompileError) as caught:
+        compile_family_path(tmp_path / "f.gemmf")
+    assert "f.gemmf:3:14: error: fallback member hgemm_h100_bf16c_128x64 refuses misaligned operands" in (
+        caught.value.render())
+    (tmp_path / "any.gemm").write_text((ROOT / "specs" / "hgemm_h100_bf16c_any.gemm").read_text())
+    (tmp_path / "f.gemmf").write_text("family f {\n    fallback any.gemm;\n}\n")
+    with pytest.raises(CompileError, match="has no `bounds: checked` member .besides its fallbacks."):
+        compile_family_path(tmp_path / "f.gemmf")
 
 
 def test_the_family_picks_once_per_shape(fake_loaded, monkeypatch):
@@ -568,6 +622,8 @@ hopper_sizes = st.integers(1, 20000) | st.integers(1, 100).map(lambda t: 64 * t)
 @given(m=hopper_sizes, n=hopper_sizes, k=hopper_sizes)
 def test_a_wgmma_member_s_cycles_cover_its_multiply_adds_spread_over_every_sm(m, n, k):
     for model in compile_family_path(HOPPER_FAMILY).models:
+        if model.fallback:  # the mma.sync member
+            continue
         figures = estimate(model, m, n, k)
         tensor = dict(model.terms)["wgmma_cycles_per_k_tile"]
         assert figures.cycles * model.sms >= figures.tiles * figures.k_tiles * tensor

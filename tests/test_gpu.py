@@ -145,12 +145,59 @@ def test_c_must_be_m_by_n():
     (200, N, K, "M=200 is not a multiple of the block tile's BM=128"),
     (M, 100, K, "N=100 is not a multiple of the block tile's BN=128"),
     (M, N, 12, "K=12 is not a multiple of the block tile's BK=8"),
-    (0, N, K, "M=0: every dimension must be positive"),
 ])
 def test_exact_kernels_take_whole_tiles_only(m, n, k, message):
     arrays = {"a": fake_matrix(m, k), "b": fake_matrix(k, n), "c": fake_matrix(m, n)}
     with pytest.raises(ValueError, match=message):
         check_call(ALPHA_BETA, **arrays, alpha=1.0, beta=0.0)
+
+
+@pytest.mark.parametrize("m, n, k, entry", [
+    (0, N, K, None), (M, 0, K, None), (0, 0, 0, None),  # C has no elements: nothing to launch
+    (M, N, 0, "sgemm_test_scale_c"), (200, 100, 0, "sgemm_test_scale_c"),  # K = 0: C = beta * C; no multiples
+    (0, 100, 12, None),
+])
+def test_empty_problems_launch_nothing_or_the_k0_kernel_whatever_the_multiples(m, n, k, entry):
+    exact = replace(ALPHA_BETA, launch=replace(ALPHA_BETA.launch, entries=Entries("sgemm_test_kernel",
+                                                                                   scale_c="sgemm_test_scale_c")))
+    # Pointers 2 bytes off and odd leading dimensions: an empty problem runs no GEMM kernel, so none of it matters.
+    arrays = {"a": fake_matrix(m, k, offset=2), "b": fake_matrix(k, n, offset=2), "c": fake_matrix(m, n)}
+    call = check_call(exact, **arrays, alpha=2.0, beta=0.5)
+    assert (call.size, call.entry) == ((m, n, k), entry)
+
+
+def test_an_empty_matrix_gets_the_contiguous_leading_dimension_whatever_its_strides():
+    assert leading_dimension((0, 70), (123, 7), "row") == 70
+    assert leading_dimension((300, 0), (0, 0), "row") == 1
+    assert leading_dimension((0, 300), (5, 5), "col") == 1
+
+
+def test_empty_problem_on_the_gpu_side(fake_gpu):
+    """M = 0: the new C is empty and nothing launches (an empty array's null pointer names no GPU); K = 0: one
+    launch of the K = 0 kernel on C with beta, whatever the GEMM kernels would demand of the operands."""
+    kernel = runtime.load(ROOT / "specs" / "hgemm_h100_f16.gemm")  # TMA: 16-byte aligned A and B, else refused
+    a, b = cuda_array((0, 70), "<f2", ptr=0), cuda_array((70, 200), "<f2", strides=(2, 140), ptr=next(REGIONS) + 2)
+    c = kernel(a, b)
+    assert c.__cuda_array_interface__["shape"] == (0, 200) and not fake_gpu
+    a, b = cuda_array((300, 0), "<f2", ptr=0), cuda_array((0, 200), "<f2", ptr=0)
+    c = cuda_array((300, 200), "<f2", strides=(2 * 203, 2), ptr=next(REGIONS) + 2)
+    assert kernel(a, b, c, alpha=3.0, beta=0.5) is c
+    (launch,) = fake_gpu
+    assert launch.entry == "hgemm_h100_f16_scale_c"
+    assert [float(x) for x in launch.args] == [c.__cuda_array_interface__["data"][0], 300, 200, 203, 0.5]
+    assert launch.grid == (-(-300 * 200 // 256), 1, 1)
+
+
+def test_a_fused_kernel_applies_its_chain_at_k0(fake_gpu):
+    """K = 0 is a zero accumulator: the chain's operands follow beta, as in the GEMM kernels' epilogue."""
+    kernel = runtime.load(ROOT / "specs" / "sgemm_fused.gemm")
+    a, b, c = cuda_array((64, 0), ptr=0), cuda_array((0, 48), ptr=0), cuda_array((64, 48), ptr=next(REGIONS))
+    bias, residual = vector(64), cuda_array((64, 48), ptr=next(REGIONS))
+    kernel(a, b, c, 1.0, 0.0, bias=bias, residual=residual)
+    (launch,) = fake_gpu
+    assert launch.entry == "sgemm_fused_scale_c"
+    assert [int(x) for x in launch.args[5:]] == [bias.__cuda_array_interface__["data"][0],
+                                                 residual.__cuda_array_interface__["data"][0], 48]
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 13, 5), (333, 517, 129)])

@@ -30,6 +30,7 @@ from .fuse import FuseChain
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
 from .launcher import LauncherEmitter
+from .scale_c import emit_scale_c_kernel
 from .scheduler import emit_prepare_kernel
 
 def includes(*specs: ir.KernelSpec) -> str:
@@ -87,5 +88,7 @@ def emit_tile_definitions(plan: KernelPlan, o: Emitter) -> None:
     if plan.launch.entries.prepare:
         o.line()
         emit_prepare_kernel(plan, o)
+    o.line()
+    emit_scale_c_kernel(plan, o)
     o.line()
     LauncherEmitter(plan, o).emit()

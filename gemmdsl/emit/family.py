@@ -57,6 +57,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
     with o.block(f"struct {model}", close="};"):
         o.line("long long bm, bn, bk;")
         o.line("bool exact;  // bounds: exact: only the shapes the tile divides")
+        o.line("bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused")
+        o.line("bool fallback;  // the family's `fallback`: runs only what the others refuse")
         o.line("void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only")
         o.line("long long sms, blocks_per_sm;")
         o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
@@ -70,7 +72,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         for member in family.members:
             m = member.model
             split = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
-            o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, {split}, "
+            o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, "
+                   f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
                    f"{m.partial_cycles}, {m.launch_cycles}}},  // {m.name}")
     o.line()
@@ -114,17 +117,18 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             for (m, n, k), index in family.measured:
                 o.line(f"{{{m}, {n}, {k}, {index}}},  // {family.members[index].artifacts.name}")
         o.line()
-    o.comment("The member that runs M x N x K; exact_allowed = false: among the checked members only.")
-    with o.block(f"static int {name}_choose(long long M, long long N, long long K, bool exact_allowed)"):
+    o.comment("The member that runs M x N x K; aligned = false: among the members that run operands of any\n"
+              "alignment only (-1: none does).")
+    with o.block(f"static int {name}_choose(long long M, long long N, long long K, bool aligned)"):
         if family.measured:
             with o.block(f"for (int i = 0; i < {len(family.measured)}; ++i)"):
                 o.line(f"const long long* entry = {name}_measured[i];")
                 o.line("if (entry[0] == M && entry[1] == N && entry[2] == K && "
-                       f"(exact_allowed || !{name}_members[entry[3]].exact)) return (int)entry[3];")
+                       f"(aligned || {name}_members[entry[3]].any_alignment)) return (int)entry[3];")
         o.line("int best = -1;")
         o.line("long long best_cycles = 0;")
         with o.block(f"for (int i = 0; i < {len(family.members)}; ++i)"):
-            o.line(f"if ({name}_members[i].exact && !exact_allowed) continue;")
+            o.line(f"if (aligned ? {name}_members[i].fallback : !{name}_members[i].any_alignment) continue;")
             o.line(f"const long long cycles = {name}_cycles({name}_members[i], M, N, K);")
             with o.block("if (cycles >= 0 && (best < 0 || cycles < best_cycles))"):
                 o.line("best = i;")
@@ -134,7 +138,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
 
 def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None:
     """One family launcher: check the shape, choose, call the member's launcher of the same kind;
-    when an exact member refuses the operands (it launched nothing), the best checked member."""
+    when the member refuses the operands (an exact or a TMA member; it launched nothing), the best member
+    among those that run operands of any alignment."""
     name = family.name
     launcher = launcher_names(family.launcher_spec)[key]
     arguments = ", ".join(parameter.split()[-1].lstrip("*") for parameter in parameters.split(", "))
@@ -142,10 +147,13 @@ def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None
     members = ", ".join(f"{m.artifacts.name}::{m.artifacts.metadata[key]}" for m in family.members)
     o.line(f"static cudaError_t (*const {table}[])({parameters}) = {{{members}}};")
     with o.block(f'extern "C" cudaError_t {launcher}({parameters})'):
-        o.line("if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;")
+        o.line("if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;")
+        o.comment("An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.")
+        o.line(f"if (M == 0 || N == 0 || K == 0) return {table}[0]({arguments});")
         o.line(f"const int member = {name}_choose(M, N, K, true);")
         o.line(f"const cudaError_t status = {table}[member]({arguments});")
-        with o.block(f"if (status == cudaErrorInvalidValue && {name}_members[member].exact)"):
+        with o.block(f"if (status == cudaErrorInvalidValue && !{name}_members[member].any_alignment)"):
             o.comment("It refused the operands (alignment) before launching anything.")
-            o.line(f"return {table}[{name}_choose(M, N, K, false)]({arguments});")
+            o.line(f"const int fallback = {name}_choose(M, N, K, false);")
+            o.line(f"if (fallback >= 0) return {table}[fallback]({arguments});")
         o.line("return status;")

@@ -194,8 +194,8 @@ class FuseChain:
         pointers = [member.pointer for member in self.members(axis)]
         return f"load_fuse_{axis.value}({', '.join(pointers + [index, extent])})"
 
-    def element(self, acc: str, m: str, n: str, c: str, row: str, col: str) -> str:
+    def element(self, acc: str, m: str, n: str, c: str, row: str, col: str, alpha: str = "alpha") -> str:
         """The chain's value for one element: `m` and `n` its row's and column's loaded values, `c` C's old
         value (an expression, used only with alpha_beta), `row` and `col` its place in C."""
         r = f"load_residual(R, ldr, {row}, {col})" if self.chain.residual is not None else "0.0f"
-        return f"fuse_chain({acc}, {m}, {n}, {c}, {r}, alpha, beta)"
+        return f"fuse_chain({acc}, {m}, {n}, {c}, {r}, {alpha}, beta)"

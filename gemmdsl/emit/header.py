@@ -19,7 +19,7 @@ from ..emitter import Emitter
 from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
 from ..plan import KernelPlan
-from .launcher import launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
+from .launcher import empty_problem_rule, launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
 COMMENT_WIDTH = 100  # comments that name members wrap here (the others are wrapped by hand)
@@ -133,12 +133,18 @@ def _family_constants(family: Any) -> list[ConstantGroup]:
     exact = [member.artifacts.name for member in family.members if member.model.exact]
     refusing = [member.artifacts.name for member in family.members
                 if not member.model.exact and refuses_misaligned(member.artifacts.plan)]
+    takers = [member.artifacts.name for member in family.members if member.model.any_alignment]
     fallback = "else "
-    if exact:
-        fallback += f"a bounds: exact member ({', '.join(exact)}) hands the call to a checked one, and "
-    fallback += "the checked members run a kernel with one-element accesses"
-    if refusing:
-        fallback += f", except {', '.join(refusing)}, which refuse the call"
+    if exact or refusing:
+        refusers = exact + refusing
+        verb = "refuses" if len(refusers) == 1 else "refuse"
+        fallback += (f"a call that {', '.join(refusers)} {verb} goes to the member the rule picks among "
+                     f"{', '.join(takers)}, which run a kernel with one-element accesses" if takers
+                     else f"{', '.join(refusers)} {verb} the call")
+        if takers and refusing:
+            fallback += "; the family's launchers take any alignment"
+    else:
+        fallback += "the members run a kernel with one-element accesses"
     vector_comment = textwrap.fill(f"Elements that an operand's {_aligned(spec)} must be a multiple of for "
                                    f"every member's vector accesses ({fallback}).", COMMENT_WIDTH)
     return [(f"What any call of {family.name}'s launchers may rely on, whichever member the rule picks: any\n"
@@ -159,7 +165,7 @@ def _aligned(spec: ir.KernelSpec) -> str:
 
 
 def _shape_constants(exact: bool, requirements: Requirements) -> ConstantGroup:
-    return ("1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.",
+    return ("1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.",
             [("BOUNDS_EXACT", int(exact)), ("M_MULTIPLE", requirements.m_multiple),
              ("N_MULTIPLE", requirements.n_multiple), ("K_MULTIPLE", requirements.k_multiple)])
 
@@ -184,17 +190,20 @@ def _family_returns(family: Any) -> list[str]:
     spec = family.launcher_spec
     return [f"Each of {family.name}'s launchers runs the member that gemmdsl/family.py's rule picks for M, N, K",
             "(the fewest predicted cycles among the members that accept the shape) through that member's",
-            "launcher of the same kind, below, and returns what it returns; when a bounds: exact member",
-            "refuses the call (its operands' alignment, say), what the bounds: checked member the rule",
-            "picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,",
-            "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec)]
+            "launcher of the same kind, below, and returns what it returns; when that member refuses the",
+            "call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks",
+            "among those that run any alignment returns (a `fallback` member runs only then). Whichever member",
+            "runs, they return cudaErrorInvalidValue, launching nothing,",
+            "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec),
+            *empty_problem_rule(f"the first member's scale_c kernel ({family.members[0].artifacts.plan.launch.entries.scale_c})")]
 
 
 def _returns(plan: KernelPlan) -> list[str]:
     """What every launcher returns."""
     lines = ["Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at",
              "the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,",
-             "for a call the kernel cannot handle:", *launch_contract(plan)]
+             "for a call the kernel cannot handle:", *launch_contract(plan),
+             *empty_problem_rule(plan.launch.entries.scale_c)]
     notes = plan.path.launcher_notes(plan)
     lines += notes
     if plan.spec.block.stream_k and plan.launch.stream_k is StreamKLaunch.LAUNCHED:

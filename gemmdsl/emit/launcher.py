@@ -6,10 +6,13 @@ preparing C). The Python runtime (runtime.py) makes the same decisions from the 
 """
 from __future__ import annotations
 
+import textwrap
+
 from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, tile_count)
 from ..emitter import Emitter
+from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS
 from ..plan import KernelPlan
 from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
                         MIN_K_TILES_PER_BLOCK)
@@ -43,14 +46,42 @@ def refuses_misaligned(plan: KernelPlan) -> bool:
 
 def shape_rule(spec: ir.KernelSpec, exact_tile: tuple[int, int, int] | None) -> str:
     """The contract's line on M, N, K (and the batch): multiples of `exact_tile`, or with None (checked
-    bounds, a kernel family) any shape."""
-    shape = "M, N, K >= 1"
+    bounds, a kernel family) any shape; 0 is an empty problem (empty_problem_rule)."""
+    shape = "M, N, K >= 0"
     if exact_tile is not None:
         bm, bn, bk = exact_tile
-        shape = f"M, N, K positive multiples of {bm}, {bn}, {bk} (bounds: exact)"
+        shape = f"M, N, K >= 0, multiples of {bm}, {bn}, {bk} unless one is 0 (bounds: exact)"
     if spec.problem.batched:
         shape += f"; 1 <= batch <= {MAX_BATCH}"
     return f"- {shape};"
+
+
+def empty_problem_rule(scale_c: str) -> list[str]:
+    """What the launchers do with an empty problem, as lines of a comment; `scale_c` the K = 0 kernel."""
+    return textwrap.wrap("An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no "
+                         "elements); K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta "
+                         f"is 0), then the fuse chain if any, with {scale_c} alone; neither needs the tile's "
+                         "multiples or the operands' alignment.", 100)
+
+
+def emit_empty_problem(plan: KernelPlan, o: Emitter) -> None:
+    """A launcher's empty problem (empty_problem_rule), after the checks on the arguments and before those that
+    only the GEMM kernels need (the tile's multiples, the operands' alignment)."""
+    spec, launch = plan.spec, plan.launch
+    batched = spec.problem.batched
+    o.comment("An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.")
+    o.line("if (M == 0 || N == 0) return cudaSuccess;")
+    with o.block("if (K == 0)"):
+        o.line("const long long elements = (long long)M * N;")
+        o.line(f"const long long scale_blocks = (elements + {SCALE_C_THREADS - 1}) / {SCALE_C_THREADS};")
+        beta = "beta" if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else "0.0f"
+        fuse = "".join(f", {name}" for _, name in fuse_parameters(spec))
+        stride = ", stride_c" if batched else ""
+        z = "(unsigned)batch" if batched else "1"
+        o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)(scale_blocks < {SCALE_C_MAX_BLOCKS} ? scale_blocks : "
+               f"{SCALE_C_MAX_BLOCKS}), 1, {z}), dim3({SCALE_C_THREADS}), 0, stream>>>(C, M, N, ldc, {beta}{fuse}"
+               f"{stride});")
+        o.line("return cudaGetLastError();")
 
 
 def leading_dimension_rule(spec: ir.KernelSpec) -> str:
@@ -102,7 +133,8 @@ class LauncherEmitter:
 
     def _emit_contract(self) -> None:
         self.out.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
-                                     "the kernel cannot handle:", *launch_contract(self.plan)]))
+                                     "the kernel cannot handle:", *launch_contract(self.plan),
+                                     *empty_problem_rule(self.launch.entries.scale_c)]))
 
     @property
     def _all_f32(self) -> bool:
@@ -267,16 +299,17 @@ class LauncherEmitter:
         key = "launcher_batched" if batched else "launcher_ld"
         with o.block(f'extern "C" cudaError_t {name}({self.parameters[key]})'):
             invalid = "return cudaErrorInvalidValue;"
-            o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            o.line(f"if (M < 0 || N < 0 || K < 0) {invalid}")
             o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
             o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) "
                    f"{invalid}")
             if batched:
                 o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
-            if not spec.problem.checked:
-                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
             bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
             o.line(f"if ({bounds}) {invalid}")
+            emit_empty_problem(self.plan, o)
+            if not spec.problem.checked:
+                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
             o.comment("Offsets inside a tile (row * ld + col) are ints.")
             limits = launch.requirements.max_leading_dimension
             fits = " || ".join(f"{leading_name(op)} > {limits[op.value]}" for op in OPERANDS)

@@ -12,6 +12,8 @@
 // sk_blocks blocks, then the chosen kernel on the other tiles, each launch over the whole batch
 // (grid z). Trailing groups of five run, instead, one launch
 // each over a block of C as a GEMM of its own (the interior kernel is entry 4, its partial-k twin 6).
+// Entry 7 is the K = 0 kernel (NAME_scale_c), on sk_blocks blocks of SCALE_C_THREADS threads; entry -1 runs
+// nothing (an empty C): the launchers' empty problems.
 // Operands are
 // allocated to their last element exactly, so AddressSanitizer sees any read or write past them.
 // Prints one line, "OK ..." or "FAIL ...", and exits 0 only for OK.
@@ -22,6 +24,8 @@
 #include <functional>
 #include <string>
 #include <thread>
+
+constexpr int SCALE_C_THREADS = 256;  // gemmdsl/launch_plan.py's
 
 struct Problem {
     const float* A;
@@ -58,7 +62,8 @@ struct Matrix {
     Matrix(bool row_major, int rows, int cols, int ld, int batch, long long stride, int offset)
         : row_major(row_major), rows(rows), cols(cols), ld(ld), batch(batch), stride(stride), offset(offset) {
         const long long outer = row_major ? rows : cols, inner = row_major ? cols : rows;
-        storage.resize(offset + (batch - 1) * stride + (outer - 1) * ld + inner);
+        // An empty matrix (K = 0's A and B, M = 0's C) gets no elements.
+        storage.resize(rows == 0 || cols == 0 ? offset : offset + (batch - 1) * stride + (outer - 1) * ld + inner);
     }
     size_t index(int b, int r, int c) const {
         return offset + b * stride + (row_major ? (long long)r * ld + c : (long long)c * ld + r);
@@ -107,6 +112,13 @@ inline int tiles_of(const Layout& layout, int m, int n) {
 inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry, int sk_blocks,
                      const std::vector<SubLaunch>& sub_launches,
                      const std::function<void(int, const Problem&)>& launch) {
+    if (entry == -1) return;
+    if (entry == 7) {
+        Layout scale_c = layout;
+        scale_c.threads = SCALE_C_THREADS;
+        run_blocks(scale_c, p, sk_blocks, batch, entry, launch);
+        return;
+    }
     const int tiles = tiles_of(layout, p.M, p.N);
     for (const SubLaunch& s : sub_launches) {
         Problem q = p;

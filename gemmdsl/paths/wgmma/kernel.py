@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ...abi import pointer_type, tensor_map_type
 from ...ir import Operand
+from ...emit.scale_c import emit_scale_c_kernel
 from ...emitter import Emitter
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
@@ -81,6 +82,8 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line("#endif")
     o.line()
     emit_wgmma_kernel(plan, o)
+    o.line()
+    emit_scale_c_kernel(plan, o)
     o.line()
     TensorMapLauncher(plan, o).emit()
 

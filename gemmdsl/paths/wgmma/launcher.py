@@ -15,7 +15,7 @@ from ...emitter import Emitter
 from ...launch_plan import GridRule
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
-from ...emit.launcher import emit_stream_k_split, launch_contract
+from ...emit.launcher import emit_empty_problem, emit_stream_k_split, empty_problem_rule, launch_contract
 
 # By layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
@@ -41,7 +41,8 @@ class TensorMapLauncher:
         o = self.out
         o.line("#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)")
         o.comment("\n".join(["Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call",
-                             "the kernel cannot handle:", *launch_contract(self.plan)]))
+                             "the kernel cannot handle:", *launch_contract(self.plan),
+                             *empty_problem_rule(self.plan.launch.entries.scale_c)]))
         self._emit_encoder()
         o.line()
         self._emit_map()
@@ -233,12 +234,11 @@ class TensorMapLauncher:
             o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
             o.line("if (status != cudaSuccess) return status;")
 
-    def _emit_batch_checks(self, invalid: str) -> None:
-        """A batch: its count, strides TMA can step by (A's and B's positive multiples of 16 bytes) and a positive
-        one for C; a single GEMM's strides are not read, and it gets its own matrix's extent (TMA wants one that
-        fits a whole matrix)."""
+    def _emit_batch_strides(self, invalid: str) -> None:
+        """A batch's strides TMA can step by (A's and B's positive multiples of 16 bytes) and a positive one for C;
+        a single GEMM's strides are not read, and it gets its own matrix's extent (TMA wants one that fits a whole
+        matrix)."""
         o, spec = self.out, self.spec
-        o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
         with o.block("if (batch == 1)"):
             for op in ir.Operand:
                 o.line(f"stride_{op.value} = (long long){leading_name(op)} * {outer_extent(spec, op)};")
@@ -254,15 +254,18 @@ class TensorMapLauncher:
         invalid = "return cudaErrorInvalidValue;"
         key = "launcher_batched" if layout.batched else "launcher_ld"
         with o.block(f'extern "C" cudaError_t {self.names[key]}({self.parameters[key]})'):
-            o.line(f"if (M <= 0 || N <= 0 || K <= 0) {invalid}")
+            o.line(f"if (M < 0 || N < 0 || K < 0) {invalid}")
             if layout.batched:
-                self._emit_batch_checks(invalid)
+                o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
             o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
             o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
-            if not spec.problem.checked:
-                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
             bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
             o.line(f"if ({bounds}) {invalid}")
+            emit_empty_problem(self.plan, o)
+            if layout.batched:
+                self._emit_batch_strides(invalid)
+            if not spec.problem.checked:
+                o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
             o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
                       f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements).")
             o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "

@@ -63,7 +63,7 @@ class WgmmaPath(InstructionPath):
                 else GridRule.BATCH_TILES)
         stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
         workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
-        launch = LaunchPlan(Entries(variants[0].entry), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
+        launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec)), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
                             layout.threads, layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1),
                             requirements, 1, rule, stream_k, workspace, tma_operands=True)
         return KernelPlan(spec, layout.arch, variants, launch, self)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Tensor cores at every shape on the GPU machine, from the repository root; installs nothing. Logs go to
+# $OUT (default out/).
+#
+#     bash scripts/shapes16_device.sh [STEP...]     # STEP: verify tests bench sanitize table (default: all)
+#
+#   verify    every member of the BF16, FP16 and TF32 families (their `fallback` mma.sync member included) at
+#             the 12 awkward shapes (gemmdsl/shapes/default.txt's first 12) and the decode shapes
+#             (gemmdsl/shapes/decode.txt);
+#   tests     tests/test_gpu_shapes16.py: each family at those shapes against float64, the operands TMA refuses
+#             (K = 555, a leading dimension of 1001, a pointer one element off) on the fallback, and the empty
+#             problems (M, N or K = 0);
+#   bench     `bench --shapes` of both lists for the BF16, FP16, TF32, 3xTF32 and FP32 families against cuBLAS;
+#   sanitize  compute-sanitizer (scripts/sanitize.sh) on the fallback members, at sizes off every tile with
+#             odd leading dimensions (their scalar kernels);
+#   table     last: geometric mean and lowest ratio to cuBLAS per family and shape list, from the bench JSON.
+source scripts/device_env.sh
+FAMILIES16="specs/hgemm_h100_bf16c_family.gemmf specs/hgemm_h100_family.gemmf specs/hgemm_h100_f16_family.gemmf
+specs/tf32_h100_family.gemmf"
+BENCHED="$FAMILIES16 specs/sgemm_3xtf32_h100_family.gemmf specs/sgemm_family.gemmf"
+FALLBACKS="specs/hgemm_h100_bf16c_any.gemm specs/hgemm_h100_any.gemm specs/hgemm_h100_f16_any.gemm specs/tf32_h100_any.gemm"
+sizes_of() { grep -v '^#' "$1" | awk 'NF { print ($1 ~ /x/) ? $1 : $1 "x" $1 "x" $1 }' | paste -sd,; }
+AWKWARD=$(grep -v '^#' gemmdsl/shapes/default.txt | awk 'NF' | head -12 > "$OUT/awkward.txt"; sizes_of "$OUT/awkward.txt")
+DECODE=$(sizes_of gemmdsl/shapes/decode.txt)
+STEPS=${*:-verify tests bench sanitize table}
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
+status=0
+members=$(grep -hoE '(use|fallback) [A-Za-z0-9_]+\.gemm' $BENCHED | awk '{ print "specs/" $2 }' | sort -u)
+python3 scripts/prebuild_cubins.py $members > "$OUT/prebuild.log" 2>&1 || status=1
+tail -n 3 "$OUT/prebuild.log"
+if wants verify; then
+    python3 -m gemmdsl.cli verify $FAMILIES16 --sizes "$AWKWARD,$DECODE" --json "$OUT/verify_shapes16.json" \
+        > "$OUT/verify_shapes16.log" 2>&1 || status=1
+    grep -cE '^PASS ' "$OUT/verify_shapes16.log" | sed 's/^/verify: PASS lines /'
+    grep -E '^(FAIL|ERROR) ' "$OUT/verify_shapes16.log" | head -20
+fi
+if wants tests; then
+    python3 -m pytest -m gpu -q -rs tests/test_gpu_shapes16.py tests/test_gpu.py -k "shapes16 or empty" \
+        > "$OUT/pytest_shapes16.log" 2>&1 || status=1
+    tail -n 15 "$OUT/pytest_shapes16.log"
+fi
+if wants bench; then
+    for list in default decode; do
+        python3 -m gemmdsl.cli bench $BENCHED --shapes "gemmdsl/shapes/$list.txt" --json "$OUT/bench_$list.json" \
+            2>&1 | grep -v '^\[' > "$OUT/bench_$list.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        tail -n 12 "$OUT/bench_$list.log"
+    done
+fi
+if wants sanitize; then
+    SIZES=1000x1000x555,33x4100x1029,16x4096x4095 bash scripts/sanitize.sh $FALLBACKS 2>&1 | tee "$OUT/sanitize.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if wants table; then
+    python3 - "$OUT" <<'PY' | tee "$OUT/table.txt"
+import json, math, sys
+from pathlib import Path
+print(f"{'kernel':<32}{'shapes':>8}{'geomean':>10}{'lowest':>10}  (ratio to cuBLAS)")
+for name in ("default", "decode"):
+    path = Path(sys.argv[1]) / f"bench_{name}.json"
+    if not path.exists():
+        continue
+    ratios = {}
+    for row in json.loads(path.read_text())["rows"]:
+        if row["pct_of_cublas"] is not None and not row["name"].startswith("cuBLAS"):
+            ratios.setdefault(row["name"], []).append(row["pct_of_cublas"] / 100)
+    for kernel, values in ratios.items():
+        geomean = math.exp(sum(map(math.log, values)) / len(values))
+        print(f"{kernel:<32}{name:>8}{geomean:>9.3f}x{min(values):>9.3f}x")
+PY
+fi
+exit $status

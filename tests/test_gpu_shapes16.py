@@ -1,0 +1,110 @@
+"""On the GPU: the BF16, FP16 and TF32 families (wgmma members and their mma.sync `fallback`) at every shape.
+
+- The 12 awkward shapes (gemmdsl/shapes/default.txt's first 12) and the decode shapes
+  (gemmdsl/shapes/decode.txt: M = 1..128 tokens, B column-major as nn.Linear stores its weight), each against
+  float64 over the same operands.
+- Operands TMA refuses, which the fallback member runs: K = 555, a leading dimension of 1001, a pointer one
+  element off; and the operands it takes still run on a wgmma member.
+- Empty problems: M or N = 0 (an empty C, nothing launched), K = 0 (C = beta * C).
+
+All marked `gpu`: they skip themselves without CuPy and a GPU (tests/conftest.py); PyTorch gives the
+BF16 operands.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gemmdsl.family import DEFAULT_SHAPES
+from gemmdsl.family_kernel import load_family, read_shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+# family -> (A and B's torch dtype, C's, the relative error allowed against float64)
+FAMILIES = {"hgemm_h100_bf16c_family": ("bfloat16", "bfloat16", 1e-2),
+            "hgemm_h100_family": ("bfloat16", "float32", 1e-4),
+            "hgemm_h100_f16_family": ("float16", "float16", 2e-3),
+            "tf32_h100_family": ("float32", "float32", 5e-3)}
+AWKWARD = read_shapes(DEFAULT_SHAPES)[:12]
+DECODE = read_shapes(DEFAULT_SHAPES.with_name("decode.txt"))
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    return request.param, load_family(ROOT / "specs" / f"{request.param}.gemmf")
+
+
+def operands(name, m, n, k, lda=None, offset=0):
+    """A (M x K, row-major, leading dimension `lda`, `offset` elements into its buffer) and B (K x N,
+    column-major: the transpose of an N x K weight), random, on the GPU."""
+    import torch
+
+    torch.manual_seed(m * 7 + n * 13 + k)
+    dtype = getattr(torch, FAMILIES[name][0])
+    lda = lda or k
+    buffer = torch.randn(offset + max(m * lda, 1), device="cuda").to(dtype)
+    a = buffer[offset:offset + m * lda].view(m, lda)[:, :k] if m else buffer[:0].view(0, k)
+    w = torch.randn(n, k, device="cuda").to(dtype)
+    return a, w.T
+
+
+def relative_error(c, a, b):
+    import torch
+
+    reference = a.double() @ b.double()
+    return float(torch.linalg.norm(c.double() - reference) / max(float(torch.linalg.norm(reference)), 1e-30))
+
+
+@pytest.mark.parametrize("shape", AWKWARD + DECODE, ids=lambda s: "x".join(map(str, s)))
+def test_every_shape(family, shape):
+    name, kernel = family
+    a, b = operands(name, *shape)
+    c = kernel(a, b)
+    assert relative_error(c, a, b) <= FAMILIES[name][2]
+
+
+@pytest.mark.parametrize("shape, lda, offset", [((1000, 1000, 555), None, 0), ((777, 1024, 1000), 1001, 0),
+                                                ((1024, 1024, 1024), None, 1), ((16, 4096, 4096), None, 1)],
+                         ids=["K=555", "lda=1001", "A+1", "decode A+1"])
+def test_what_tma_refuses_runs_on_the_fallback(family, shape, lda, offset):
+    name, kernel = family
+    a, b = operands(name, *shape, lda=lda, offset=offset)
+    c = kernel(a, b)
+    assert relative_error(c, a, b) <= FAMILIES[name][2]
+    m, n, k = shape
+    fallback = next(model.name for model in kernel.models if model.fallback)
+    assert kernel.member_for(m, n, k).name != fallback  # the rule's pick refuses, so the fallback ran
+    with pytest.raises(ValueError, match="TMA"):
+        kernel.member_for(m, n, k).bind(a, b)
+
+
+def test_the_fallback_member_is_not_run_for_aligned_operands(family):
+    name, kernel = family
+    a, b = operands(name, 1024, 1024, 1024)
+    launch = kernel.bind(a, b)
+    assert not launch.entry.startswith(next(model.name for model in kernel.models if model.fallback))
+
+
+@pytest.mark.parametrize("shape", [(0, 256, 64), (256, 0, 64), (0, 0, 0), (256, 192, 0), (1, 8192, 0)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_empty_problems(family, shape):
+    import torch
+
+    name, kernel = family
+    m, n, k = shape
+    a, b = operands(name, m, n, k)
+    c_dtype = getattr(torch, FAMILIES[name][1])
+    assert kernel(a, b).shape == (m, n)
+    if k == 0 and m * n:
+        assert torch.count_nonzero(kernel(a, b).float()) == 0  # beta 0: zeros, not what the memory held
+    c = torch.randn(m, n, device="cuda").to(c_dtype)
+    before = c.clone()
+    assert kernel(a, b, c, alpha=2.0, beta=0.5) is c
+    torch.cuda.synchronize()
+    expected = before.float() * 0.5 if k == 0 else before.float()
+    if k == 0:
+        assert torch.allclose(c.float(), expected.to(c_dtype).float())
+    else:
+        assert torch.equal(c, before)
