@@ -482,12 +482,31 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_h100_fast_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0) and the fuse chain.
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) fp8_h100_fast_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta, const float* row_scale, const float* col_scale)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        const fuse_m m = load_fuse_m(row_scale, row, M);
+        const fuse_n n = load_fuse_n(col_scale, col, N);
+        *c = __float2bfloat16_rn(fuse_chain(0.0f, m, n, old, 0.0f, 1.0f, beta));
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 16 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with fp8_h100_fast_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*fp8_h100_fast_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -566,10 +585,18 @@ static cudaError_t fp8_h100_fast_tensor_maps(const void* A, int lda, const void*
 }
 
 extern "C" cudaError_t fp8_h100_fast_launch_ld(const __nv_fp8_e4m3* A, int lda, const __nv_fp8_e4m3* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const float* row_scale, const float* col_scale, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483391 || K > 2147483519) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        fp8_h100_fast_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, row_scale, col_scale);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (16 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 16 != 0 || ldb % 16 != 0) return cudaErrorInvalidValue;

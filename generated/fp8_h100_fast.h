@@ -18,7 +18,7 @@
 #define fp8_h100_fast_BLOCK_N 256
 #define fp8_h100_fast_BLOCK_K 128
 #define fp8_h100_fast_THREADS 384
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define fp8_h100_fast_BOUNDS_EXACT 0
 #define fp8_h100_fast_M_MULTIPLE 1
 #define fp8_h100_fast_N_MULTIPLE 1
@@ -48,9 +48,13 @@ extern "C" {
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 16 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with fp8_h100_fast_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

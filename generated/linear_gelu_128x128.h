@@ -17,7 +17,7 @@
 #define linear_gelu_128x128_BLOCK_N 128
 #define linear_gelu_128x128_BLOCK_K 64
 #define linear_gelu_128x128_THREADS 384
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define linear_gelu_128x128_BOUNDS_EXACT 0
 #define linear_gelu_128x128_M_MULTIPLE 1
 #define linear_gelu_128x128_N_MULTIPLE 1
@@ -47,9 +47,13 @@ extern "C" {
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with linear_gelu_128x128_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

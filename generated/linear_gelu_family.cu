@@ -479,12 +479,31 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0) and the fuse chain.
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) linear_gelu_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta, const __nv_bfloat16* bias)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        const fuse_m m = load_fuse_m(row, M);
+        const fuse_n n = load_fuse_n(bias, col, N);
+        *c = __float2bfloat16_rn(fuse_chain(0.0f, m, n, old, 0.0f, 1.0f, beta));
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with linear_gelu_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*linear_gelu_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -563,10 +582,18 @@ static cudaError_t linear_gelu_tensor_maps(const void* A, int lda, const void* B
 }
 
 extern "C" cudaError_t linear_gelu_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483391 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        linear_gelu_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
@@ -1041,12 +1068,31 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_128x128_kernel(
     #endif
 }
 
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0) and the fuse chain.
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) linear_gelu_128x128_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta, const __nv_bfloat16* bias)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        const fuse_m m = load_fuse_m(row, M);
+        const fuse_n n = load_fuse_n(bias, col, N);
+        *c = __float2bfloat16_rn(fuse_chain(0.0f, m, n, old, 0.0f, 1.0f, beta));
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with linear_gelu_128x128_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
 typedef CUresult (*linear_gelu_128x128_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -1125,10 +1171,18 @@ static cudaError_t linear_gelu_128x128_tensor_maps(const void* A, int lda, const
 }
 
 extern "C" cudaError_t linear_gelu_128x128_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
     if (M > 2147483519 || N > 2147483519 || K > 2147483583) return cudaErrorInvalidValue;
     if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        linear_gelu_128x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
+        return cudaGetLastError();
+    }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
@@ -1166,6 +1220,8 @@ extern "C" cudaError_t linear_gelu_128x128_launch(const __nv_bfloat16* A, const 
 struct linear_gelu_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
+    bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused
+    bool fallback;  // the family's `fallback`: runs only what the others refuse
     void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
@@ -1176,8 +1232,8 @@ struct linear_gelu_family_member {
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu[] = {1294};
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu_128x128[] = {863};
 static const linear_gelu_family_member linear_gelu_family_members[2] = {
-    {128, 256, 64, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1725, 0, 0},  // linear_gelu
-    {128, 128, 64, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 863, 0, 0},  // linear_gelu_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1725, 0, 0},  // linear_gelu
+    {128, 128, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 863, 0, 0},  // linear_gelu_128x128
 };
 
 static const long long linear_gelu_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1218,12 +1274,13 @@ static long long linear_gelu_family_cycles(const linear_gelu_family_member& m, l
     return cycles;
 }
 
-// The member that runs M x N x K; exact_allowed = false: among the checked members only.
-static int linear_gelu_family_choose(long long M, long long N, long long K, bool exact_allowed) {
+// The member that runs M x N x K; aligned = false: among the members that run operands of any
+// alignment only (-1: none does).
+static int linear_gelu_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
     long long best_cycles = 0;
     for (int i = 0; i < 2; ++i) {
-        if (linear_gelu_family_members[i].exact && !exact_allowed) continue;
+        if (aligned ? linear_gelu_family_members[i].fallback : !linear_gelu_family_members[i].any_alignment) continue;
         const long long cycles = linear_gelu_family_cycles(linear_gelu_family_members[i], M, N, K);
         if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
             best = i;
@@ -1235,24 +1292,30 @@ static int linear_gelu_family_choose(long long M, long long N, long long K, bool
 
 static cudaError_t (*const linear_gelu_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) = {linear_gelu::linear_gelu_launch, linear_gelu_128x128::linear_gelu_128x128_launch};
 extern "C" cudaError_t linear_gelu_family_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return linear_gelu_family_launch_members[0](A, B, C, M, N, K, bias, alpha, beta, stream);
     const int member = linear_gelu_family_choose(M, N, K, true);
     const cudaError_t status = linear_gelu_family_launch_members[member](A, B, C, M, N, K, bias, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && linear_gelu_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !linear_gelu_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return linear_gelu_family_launch_members[linear_gelu_family_choose(M, N, K, false)](A, B, C, M, N, K, bias, alpha, beta, stream);
+        const int fallback = linear_gelu_family_choose(M, N, K, false);
+        if (fallback >= 0) return linear_gelu_family_launch_members[fallback](A, B, C, M, N, K, bias, alpha, beta, stream);
     }
     return status;
 }
 
 static cudaError_t (*const linear_gelu_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) = {linear_gelu::linear_gelu_launch_ld, linear_gelu_128x128::linear_gelu_128x128_launch_ld};
 extern "C" cudaError_t linear_gelu_family_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
-    if (M <= 0 || N <= 0 || K <= 0) return cudaErrorInvalidValue;
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
+    if (M == 0 || N == 0 || K == 0) return linear_gelu_family_launch_ld_members[0](A, lda, B, ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
     const int member = linear_gelu_family_choose(M, N, K, true);
     const cudaError_t status = linear_gelu_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
-    if (status == cudaErrorInvalidValue && linear_gelu_family_members[member].exact) {
+    if (status == cudaErrorInvalidValue && !linear_gelu_family_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
-        return linear_gelu_family_launch_ld_members[linear_gelu_family_choose(M, N, K, false)](A, lda, B, ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
+        const int fallback = linear_gelu_family_choose(M, N, K, false);
+        if (fallback >= 0) return linear_gelu_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
     }
     return status;
 }

@@ -14,14 +14,13 @@
 // What any call of linear_gelu_family's launchers may rely on, whichever member the rule picks: any
 // shape, which a bounds: checked member takes, and the operands every checked member takes, since
 // a call that a bounds: exact member refuses goes to one (gemmdsl/family.py, family_requirements).
-// 1: bounds: exact, M, N and K must be multiples of the block tile; 0: any M, N, K >= 1.
+// 1: bounds: exact, M, N and K must be multiples of the block tile (or one of them 0); 0: any M, N, K >= 0.
 #define linear_gelu_family_BOUNDS_EXACT 0
 #define linear_gelu_family_M_MULTIPLE 1
 #define linear_gelu_family_N_MULTIPLE 1
 #define linear_gelu_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
-// vector accesses (else the checked members run a kernel with one-element accesses, except
-// linear_gelu, linear_gelu_128x128, which refuse the call).
+// vector accesses (else linear_gelu, linear_gelu_128x128 refuse the call).
 #define linear_gelu_family_A_VECTOR_ELEMENTS 8
 #define linear_gelu_family_B_VECTOR_ELEMENTS 8
 #define linear_gelu_family_C_VECTOR_ELEMENTS 1
@@ -45,12 +44,17 @@ extern "C" {
 
 // Each of linear_gelu_family's launchers runs the member that gemmdsl/family.py's rule picks for M, N, K
 // (the fewest predicted cycles among the members that accept the shape) through that member's
-// launcher of the same kind, below, and returns what it returns; when a bounds: exact member
-// refuses the call (its operands' alignment, say), what the bounds: checked member the rule
-// picks returns. Whichever member runs, they return cudaErrorInvalidValue, launching nothing,
+// launcher of the same kind, below, and returns what it returns; when that member refuses the
+// call for its operands' alignment (a bounds: exact or a TMA member), what the member the rule picks
+// among those that run any alignment returns (a `fallback` member runs only then). Whichever member
+// runs, they return cudaErrorInvalidValue, launching nothing,
 // for a call that breaks one of these rules:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with the first member's scale_c kernel (linear_gelu_scale_c) alone; neither needs the
+// tile's multiples or the operands' alignment.
 
 // C = gelu_tanh(A*B + bias[n]) (docs/fusion.md: bias: N bf16 values, one per column; alpha and beta are ignored), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -70,9 +74,13 @@ cudaError_t linear_gelu_family_launch_ld(const __nv_bfloat16* A, int lda, const 
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with linear_gelu_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -90,9 +98,13 @@ cudaError_t linear_gelu_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bf
 // Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
 // the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
 // for a call the kernel cannot handle:
-// - M, N, K >= 1;
+// - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
 // - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 8 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with linear_gelu_128x128_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
