@@ -17,7 +17,7 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   type (f32 0, f16 2^-11, bf16 2^-8) bounds that relative error element by element.
 - tf32: both inputs are rounded to TF32 (unit roundoff 2^-11) first, so a product is off by up
   to 2 * 2^-11 ~ 1e-3 relative; 2e-3 leaves room for FP32 accumulation. Reported, not compared
-  with cuBLAS's TF32 error (the issue holds only 3xTF32 to that).
+  with cuBLAS's TF32 error (only 3xTF32 is held to it).
 - 3xtf32: as accurate as FP32: at most twice cuBLAS SGEMM's own error on the same inputs, on
   uniform and on wide-range data (the `wide` case).
 - fp8: e4m3 or e5m2 inputs (random values quantized to the type, positive scales): at most 1.1x the

@@ -6,7 +6,7 @@
 #   build     nvcc for sm_90a (registers, spills) and `check` of every wgmma spec;
 #   tests     the CPU and GPU tests of the path (odd shapes, the four 16-bit layouts, refusals, the C launcher);
 #   verify    every wgmma spec at verify's default sizes and at 333x517x129, 1000^3 and 4095x4097x4096;
-#   bench     every wgmma spec and family against cuBLAS at its own precision over the five sizes;
+#   bench     every wgmma spec and family against cuBLAS at its own precision over the five standard sizes;
 #   variants  hgemm_h100 and tf32_h100 with other rasters, schedules and tiles, and the bf16, f16 and TF32
 #             specs with schedule: stream_k (written to $OUT/variants);
 #   triton    scripts/triton_baseline.py: Triton beside cuBLAS at bf16, f16 and tf32;

@@ -37,7 +37,7 @@ gemm sgemm_v3 {
     pipeline { stages: 2; copy: registers; fragments: double; }
 }
 """
-# The tensor-core specs of the issue (tests/fixtures/): BF16 with ldmatrix, and FP32 through 3xTF32.
+# The tensor-core fixture specs (tests/fixtures/): BF16 with ldmatrix, and FP32 through 3xTF32.
 MMA = (ROOT / "tests" / "fixtures" / "hgemm_mma.gemm").read_text()
 TF32 = (ROOT / "tests" / "fixtures" / "sgemm_3xtf32.gemm").read_text()
 MMA_SECTION = "mma      { shape: m16n8k16; repeat: 4x8; }"

@@ -584,7 +584,7 @@ def test_a_family_alone_on_the_command_line_runs(monkeypatch):
 def test_hopper_families_choose_the_tiles_the_h100_ran_fastest(name):
     """The choices the H100 measured on 2026-11-23 (docs/families.md, "Families of wgmma specs"): at 1024^3 the
     128x64 tiles ran at 0.93-0.98x cuBLAS against 0.53x for 128x256; at 3072x3072x1024 and 3072^3 the
-    128x192 ones at 0.95-0.97x (bf16 C) against 0.76-0.78x; at the issue's four other sizes 128x256."""
+    128x192 ones at 0.95-0.97x (bf16 C) against 0.76-0.78x; at the four other standard sizes 128x256."""
     family = compile_family_path(ROOT / "specs" / f"{name}.gemmf")
     names = [model.name for model in family.models]
     assert names[choose(family.models, 1024, 1024, 1024)].endswith("_128x64")

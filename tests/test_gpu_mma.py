@@ -1,5 +1,5 @@
 """Tensor-core specs on the GPU: every case `verify` makes (packed and padded operands, alpha/beta,
-poisoned C and guard regions, wide-range data for 3xTF32) at the issue's odd shapes, held to each
+poisoned C and guard regions, wide-range data for 3xTF32) at odd shapes, held to each
 precision's tolerance (gemmdsl/precisions.py), and PyTorch tensors in and out.
 
 The specs target sm_80; on a newer GPU they are built for it (runtime.build_target)."""

@@ -110,7 +110,7 @@ def test_the_benchmarked_sizes_on_the_h100(size, shared):
     ((256, 256, 65536), 4, 264, 124), ((16, 4096, 4096), 32, 264, 62), ((127, 4096, 4096), 32, 264, 62),
     ((4096, 127, 4096), 32, 264, 62), ((1000, 1000, 1000), 64, 264, 30), ((6000, 6000, 6000), 97, 264, 275)])
 def test_shapes_that_cannot_fill_the_gpu_split_k_over_every_slot(size, tiles, blocks, k_tiles_per_block):
-    """The issue's shapes on an H100 in 128x128x8 tiles with checked bounds (edge tiles and a partial
+    """The awkward shapes on an H100 in 128x128x8 tiles with checked bounds (edge tiles and a partial
     last k-tile count whole): with fewer tiles than slots every tile is shared, split-K across
     all 264 slots, each block a contiguous range of about k_tiles_per_block k-tiles."""
     split = call_split((128, 128, 8), *size, H100_SLOTS)
