@@ -54,7 +54,7 @@ def test_spec_compiles_without_spills(spec, nvcc_build):
         resources = result.resources if entry == entries["vector"] else parse_ptxas(result.log, entry)
         assert 0 < resources.registers <= 255
         if spec.stem in SPEC_SPILL_BYTES:
-            allowed = SPEC_SPILL_BYTES[spec.stem][name]
+            allowed = SPEC_SPILL_BYTES[spec.stem].get(name, 0)  # the K = 0 kernel: none
         elif artifacts.metadata["unit"] != "fma":
             allowed = MMA_SPILL_BYTES.get(name, MMA_OTHER_SPILL_BYTES)
         else:

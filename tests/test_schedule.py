@@ -340,6 +340,8 @@ def test_the_launcher_launches_interior_and_edges_as_schedule_py_does(name, tmp_
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     cuda, entries, layouts = artifacts.cuda, artifacts.metadata["entries"], artifacts.metadata["layouts"]
     launcher = cuda[cuda.index(f"static bool {name}_aligned"):cuda.index(f'extern "C" cudaError_t {name}_launch(')]
+    # K = 0's launch (these shapes have K >= 1) is left out: its kernel takes other parameters.
+    launcher = re.sub(rf"{entries['scale_c']}<<<.*?>>>\(.*?\);", "(void)scale_blocks;", launcher)
     launcher = re.sub(r"(\w+)<<<(dim3\(.*?\)), dim3\(\d+\), smem_bytes, stream>>>\(([^;]*)\);",
                       lambda match: f"launched({match[1]}, {match[2]}, {', '.join(match[3].split(', ')[:5])});",
                       launcher)
