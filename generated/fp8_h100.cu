@@ -510,6 +510,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_h100_kernel(
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) fp8_h100_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta, const float* row_scale, const float* col_scale)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -519,6 +520,9 @@ extern "C" __global__ void __launch_bounds__(256) fp8_h100_scale_c(__nv_bfloat16
         const fuse_n n = load_fuse_n(col_scale, col, N);
         *c = __float2bfloat16_rn(fuse_chain(0.0f, m, n, old, 0.0f, 1.0f, beta));
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)

@@ -464,6 +464,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_kernel(
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) hgemm_h100_bf16c_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -471,6 +472,9 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_bf16c_scale_c(__nv_
         const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
         *c = __float2bfloat16_rn(beta * old);
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)

@@ -428,6 +428,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) hgemm_h100_scale_c(float* C, int M, int N, int ldc, float beta)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -435,6 +436,9 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_scale_c(float* C, i
         const float old = beta == 0.0f ? 0.0f : *c;
         *c = beta * old;
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
@@ -966,6 +970,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x192_scale_c(float* C, int M, int N, int ldc, float beta)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -973,6 +978,9 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x192_scale_c(flo
         const float old = beta == 0.0f ? 0.0f : *c;
         *c = beta * old;
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
@@ -1488,6 +1496,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x64_scale_c(float* C, int M, int N, int ldc, float beta)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -1495,6 +1504,9 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_128x64_scale_c(floa
         const float old = beta == 0.0f ? 0.0f : *c;
         *c = beta * old;
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)

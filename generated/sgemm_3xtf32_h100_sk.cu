@@ -727,6 +727,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
 // The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
 extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_sk_scale_c(float* C, int M, int N, int ldc, float beta)
 {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const long long total = (long long)M * N;
     for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
         const int row = (int)(e / N), col = (int)(e % N);
@@ -734,6 +735,9 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_sk_scale_c(f
         const float old = beta == 0.0f ? 0.0f : *c;
         *c = beta * old;
     }
+    #else
+    __trap();
+    #endif
 }
 
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)

@@ -15,7 +15,9 @@ from .fuse import FuseChain, to_float
 FROM_FLOAT = {ir.DType.F32: "{}", ir.DType.BF16: "__float2bfloat16_rn({})", ir.DType.F16: "__float2half_rn({})"}
 
 
-def emit_scale_c_kernel(plan: KernelPlan, o: Emitter) -> None:
+def emit_scale_c_kernel(plan: KernelPlan, o: Emitter, guard: str = "") -> None:
+    """The kernel; with `guard` (a preprocessor test), its body only where the test holds and a trap elsewhere:
+    on the wgmma path the fuse chain's helpers exist in the sm_90a passes only."""
     spec = plan.spec
     c = spec.problem.c
     parameters = ", ".join(f"{ctype} {name}" for ctype, name in scale_c_parameters(spec))
@@ -26,6 +28,8 @@ def emit_scale_c_kernel(plan: KernelPlan, o: Emitter) -> None:
     o.line(f'extern "C" __global__ void __launch_bounds__({SCALE_C_THREADS}) {plan.launch.entries.scale_c}'
            f"({parameters})")
     with o.block(""):
+        if guard:
+            o.line(guard)
         if spec.problem.batched:
             o.line("C += blockIdx.z * stride_c;")
         o.line("const long long total = (long long)M * N;")
@@ -45,3 +49,7 @@ def emit_scale_c_kernel(plan: KernelPlan, o: Emitter) -> None:
                 o.line(f"const fuse_n n = {fuse.load_col('col')};")
                 value = fuse.element("0.0f", "m", "n", "old", "row", "col", alpha="1.0f")
             o.line(f"*c = {FROM_FLOAT[c.dtype].format(value)};")
+        if guard:
+            o.line("#else")
+            o.line("__trap();")
+            o.line("#endif")

@@ -83,7 +83,7 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line()
     emit_wgmma_kernel(plan, o)
     o.line()
-    emit_scale_c_kernel(plan, o)
+    emit_scale_c_kernel(plan, o, guard=arch_guard(plan))
     o.line()
     TensorMapLauncher(plan, o).emit()
 
