@@ -93,8 +93,9 @@ def parse(source: SourceFile) -> ir.KernelSpec:
             text = blanked
         except RecursionError:  # pragma: no cover - LALR does not recurse on nesting
             raise CompileError([_too_deep(source)], source) from None
-    # A blanked entry or section is not missing: the syntax error already stands for it.
-    reader = _SpecReader(source, report_missing=not syntax)
+    # A blanked entry or section is not missing, and the path it chose (its mma shape) is unknown:
+    # the syntax error already stands for it.
+    reader = _SpecReader(source, whole=not syntax)
     try:
         spec = reader.read(tree)
     except RecursionError:  # pragma: no cover - the reader does not recurse on nesting either
@@ -331,9 +332,9 @@ class _Section:
 
 
 class _SpecReader:
-    def __init__(self, source: SourceFile, report_missing: bool = True):
+    def __init__(self, source: SourceFile, whole: bool = True):
         self.source = source
-        self.report_missing = report_missing  # False where syntax errors cut entries out of the text
+        self.whole = whole  # False where syntax errors cut entries out of the text
         self.diagnostics: list[Diagnostic] = []
         # What the value readers may depend on: whether the spec has an `mma` section, the
         # element types of the problem section (read before the others), and the operand
@@ -432,11 +433,11 @@ class _SpecReader:
         for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
-            if (self.report_missing and schema.required and key not in found and key not in seen
+            if (self.whole and schema.required and key not in found and key not in seen
                     and key not in self.typos):
                 self.error(self.span(name_token), f"missing required section '{key}'",
                            hint=f"add `{key} {{ ... }}`; see docs/language.md")
-        if self.diagnostics or not self.report_missing:  # a text with entries cut out builds no spec
+        if self.diagnostics or not self.whole:  # a text with entries cut out builds no spec
             return None  # type: ignore[return-value]
         return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
 
@@ -498,7 +499,7 @@ class _SpecReader:
                                hint=f"first set at line {names[key_token.value].line}")
                     continue
                 reason = schema.keys[key_token.value].fma_only
-                if reason and self.has_mma:
+                if reason and self.has_mma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
                                hint=f"remove it; in an mma spec '{kind}' holds only "
                                     f"{', '.join(k for k, v in schema.keys.items() if not (v.fma_only or v.wgmma_only))}, "
@@ -506,12 +507,12 @@ class _SpecReader:
                                     "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
                     continue
                 spec_key = schema.keys[key_token.value]
-                if spec_key.wgmma_only and not self.has_wgmma:
+                if spec_key.wgmma_only and not self.has_wgmma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' applies to wgmma specs only: "
                                                      f"{spec_key.wgmma_only}",
                                hint="Hopper's own path takes `mma { shape: m64n256k16; }` with `target sm_90a;`")
                     continue
-                if spec_key.not_wgmma and self.has_wgmma:
+                if spec_key.not_wgmma and self.has_wgmma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
                                                      f"{spec_key.not_wgmma}",
                                hint="remove it; see docs/language.md for what a wgmma spec holds")
@@ -532,7 +533,7 @@ class _SpecReader:
                 continue
             if (spec_key.not_wgmma and self.has_wgmma) or (spec_key.wgmma_only and not self.has_wgmma):
                 continue
-            if (self.report_missing and spec_key.required and name not in names
+            if (self.whole and spec_key.required and name not in names
                     and (schema.short or name not in typos)):
                 self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
         found[key] = (values, span, tuple(spans), label.value if label is not None else None)

@@ -642,6 +642,15 @@ def test_an_unclosed_brace_stops_the_recovery():
     assert [d.message for d in error.diagnostics] == ["expected ':', found 'a'"]
 
 
+def test_a_damaged_mma_shape_leaves_the_path_open():
+    """A cut-out wgmma shape makes no FMA spec of the rest: its wgmma-only keys are not errors."""
+    text = (ROOT / "specs" / "fp8_h100.gemm").read_text()
+    damaged = re.sub(r"shape:\s*(m64n\w+);", r"shape: \1$;", text, count=1)
+    assert damaged != text
+    error, _ = _errors(Case("wgmma", [], [], text=damaged))
+    assert [d.message for d in error.diagnostics] == ["unexpected character '$'"]
+
+
 def test_every_error_in_one_rendering():
     error, text = _errors(next(c for c in CASES if c.id == "several_semantic_errors"))
     rendered = error.render()
