@@ -2,9 +2,13 @@
 
     spec, warnings = load_path("specs/sgemm_v3.gemm")
 
-Parsing stops at the first syntax error but reports every schema error (unknown
-keys, bad values); only a spec that parsed is validated, and then every semantic
-error and warning is reported, in source order.
+Parsing reports every syntax error it can get past: after an unexpected character
+or token the damaged entry (up to its `;`, or its section's `}`) is blanked out,
+positions kept, and the text parsed again, up to parser.MAX_SYNTAX_ERRORS; an
+unclosed brace or text outside the kernel stops it. Every schema error (unknown
+keys, bad values) of what is left is reported too, but no "missing required" one
+where entries were cut out. Only a spec that parsed without errors is validated,
+and then every semantic error and warning is reported, in source order.
 """
 from __future__ import annotations
 

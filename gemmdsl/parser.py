@@ -54,6 +54,7 @@ TERMINAL_WORDS = {
     "$END": "end of file",
     "<END-OF-FILE>": "end of file",
 }
+MAX_SYNTAX_ERRORS = 20  # syntax errors one run reports before it stops cutting out damaged entries
 MAX_SHOWN = 40  # longest piece of source quoted in a message
 WORD_TERMINALS = ("NAME", "COUNTED_NAME")  # tokens a named value may be (`row`, `3xtf32`)
 
@@ -73,20 +74,34 @@ def parse_text(text: str, path: str = "<string>.gemm") -> ir.KernelSpec:
 
 
 def parse(source: SourceFile) -> ir.KernelSpec:
-    """Parse and read one spec; raises CompileError (carrying `source`) on any error."""
-    try:
-        tree = _lark().parse(source.text)
-    except lark.exceptions.UnexpectedInput as err:
-        raise CompileError([_syntax_error(err, source)], source) from None
-    except RecursionError:  # pragma: no cover - LALR does not recurse on nesting
-        raise CompileError([_too_deep(source)], source) from None
-    reader = _SpecReader(source)
+    """Parse and read one spec; raises CompileError (carrying `source`) on any error.
+
+    After a syntax error the damaged entry is blanked out (see `_blank_damaged`) and the text is
+    parsed again, so one run reports every syntax error it can get past, and then the schema
+    errors of what is left."""
+    syntax: list[Diagnostic] = []
+    text = source.text
+    while True:
+        try:
+            tree = _lark().parse(text)
+            break
+        except lark.exceptions.UnexpectedInput as err:
+            syntax.append(_syntax_error(err, SourceFile(source.path, text)))
+            blanked = _blank_damaged(text, err) if len(syntax) < MAX_SYNTAX_ERRORS else None
+            if blanked is None:
+                raise CompileError(sort_diagnostics(syntax), source) from None
+            text = blanked
+        except RecursionError:  # pragma: no cover - LALR does not recurse on nesting
+            raise CompileError([_too_deep(source)], source) from None
+    # A blanked entry or section is not missing, and the path it chose (its mma shape) is unknown:
+    # the syntax error already stands for it.
+    reader = _SpecReader(source, whole=not syntax)
     try:
         spec = reader.read(tree)
     except RecursionError:  # pragma: no cover - the reader does not recurse on nesting either
         raise CompileError([_too_deep(source)], source) from None
-    if reader.diagnostics:
-        raise CompileError(sort_diagnostics(reader.diagnostics), source)
+    if syntax or reader.diagnostics:
+        raise CompileError(sort_diagnostics(syntax + reader.diagnostics), source)
     return spec
 
 
@@ -100,6 +115,58 @@ def _too_deep(source: SourceFile) -> Diagnostic:
 
 
 # --- syntax errors --------------------------------------------------------------------------
+
+
+def _blank_damaged(text: str, err: lark.exceptions.UnexpectedInput) -> str | None:
+    """`text` with the entry holding a syntax error replaced by blanks, or None where no safe cut exists.
+
+    Inside a section the entry runs from the `;`, `{` or `}` before the error to its `;` (or, with
+    the `;` missing, to the section's `}`); at the kernel's level only a stray character is cut
+    past: its section up to its `;` (`target sm_9$0;`) or through its matching `}`. Blanks keep
+    every other character's line and column. Anything else (an unclosed or missing brace, text
+    outside the kernel, the end of the file) stops the recovery, since cutting there would only
+    report the cut's own damage."""
+    pos = getattr(err, "pos_in_stream", None)
+    token = getattr(err, "token", None)
+    if isinstance(err, lark.exceptions.UnexpectedToken) and token is not None and token.type != "$END":
+        pos = token.start_pos
+    if pos is None or not 0 <= pos < len(text):
+        return None
+    code = "\n".join(_strip_comment(line).ljust(len(line)) for line in text.split("\n"))
+    depth, start = 0, 0
+    for index, char in enumerate(code[:pos]):
+        if char in "{};":
+            depth += {"{": 1, "}": -1, ";": 0}[char]
+            start = index + 1
+    stray_char = isinstance(err, lark.exceptions.UnexpectedCharacters)
+    if not (depth == 2 or (depth == 1 and stray_char)):
+        return None
+    stop = next((index for index in range(pos, len(code)) if code[index] in "{};"), None)
+    if stop is None:
+        return None
+    if code[stop] == ";":
+        end = stop + 1
+    elif code[stop] == "}" and depth == 2:
+        end = stop
+    elif code[stop] == "{" and depth == 1:
+        end = _matching_brace(code, stop)
+        if end is None:
+            return None
+    else:
+        return None
+    if not code[start:end].strip():
+        return None
+    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+
+
+def _matching_brace(code: str, opening: int) -> int | None:
+    """The offset just past the `}` closing the `{` at `opening` in comment-free `code`, if any."""
+    depth = 0
+    for index in range(opening, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[index], 0)
+        if depth == 0:
+            return index + 1
+    return None
 
 
 def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> Diagnostic:
@@ -265,8 +332,9 @@ class _Section:
 
 
 class _SpecReader:
-    def __init__(self, source: SourceFile):
+    def __init__(self, source: SourceFile, whole: bool = True):
         self.source = source
+        self.whole = whole  # False where syntax errors cut entries out of the text
         self.diagnostics: list[Diagnostic] = []
         # What the value readers may depend on: whether the spec has an `mma` section, the
         # element types of the problem section (read before the others), and the operand
@@ -365,10 +433,11 @@ class _SpecReader:
         for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
-            if schema.required and key not in found and key not in seen and key not in self.typos:
+            if (self.whole and schema.required and key not in found and key not in seen
+                    and key not in self.typos):
                 self.error(self.span(name_token), f"missing required section '{key}'",
                            hint=f"add `{key} {{ ... }}`; see docs/language.md")
-        if self.diagnostics:
+        if self.diagnostics or not self.whole:  # a text with entries cut out builds no spec
             return None  # type: ignore[return-value]
         return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
 
@@ -430,7 +499,7 @@ class _SpecReader:
                                hint=f"first set at line {names[key_token.value].line}")
                     continue
                 reason = schema.keys[key_token.value].fma_only
-                if reason and self.has_mma:
+                if reason and self.has_mma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
                                hint=f"remove it; in an mma spec '{kind}' holds only "
                                     f"{', '.join(k for k, v in schema.keys.items() if not (v.fma_only or v.wgmma_only))}, "
@@ -438,12 +507,12 @@ class _SpecReader:
                                     "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
                     continue
                 spec_key = schema.keys[key_token.value]
-                if spec_key.wgmma_only and not self.has_wgmma:
+                if spec_key.wgmma_only and not self.has_wgmma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' applies to wgmma specs only: "
                                                      f"{spec_key.wgmma_only}",
                                hint="Hopper's own path takes `mma { shape: m64n256k16; }` with `target sm_90a;`")
                     continue
-                if spec_key.not_wgmma and self.has_wgmma:
+                if spec_key.not_wgmma and self.has_wgmma and self.whole:
                     self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
                                                      f"{spec_key.not_wgmma}",
                                hint="remove it; see docs/language.md for what a wgmma spec holds")
@@ -464,7 +533,8 @@ class _SpecReader:
                 continue
             if (spec_key.not_wgmma and self.has_wgmma) or (spec_key.wgmma_only and not self.has_wgmma):
                 continue
-            if spec_key.required and name not in names and (schema.short or name not in typos):
+            if (self.whole and spec_key.required and name not in names
+                    and (schema.short or name not in typos)):
                 self.error(self.span(head), f"section '{kind}' is missing required key '{name}'")
         found[key] = (values, span, tuple(spans), label.value if label is not None else None)
 

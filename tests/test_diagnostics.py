@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmdsl import ir, targets
+from gemmdsl import ir, parser, targets
 from gemmdsl.frontend import load, load_path
 from gemmdsl.source import CompileError, Diagnostic, Severity, SourceFile
 
@@ -122,6 +122,23 @@ CASES = [
          [("4x4|$", "unexpected character '$'")], ["comments start with // or #"]),
     Case("unexpected_character_non_ascii", [m("pad: 4;", "pad: 4;\u00e9")],
          [("4;|\u00e9", "unexpected character '\u00e9'")]),
+    # --- recovery: a syntax error cuts out its entry, and the rest of the file is still read ----
+    Case("two_unexpected_characters", [m("micro: 4x4;", "micro: 4x4$;"), m("stages: 2;", "stages: 2@;")],
+         [("4x4|$", "unexpected character '$'"), ("2|@", "unexpected character '@'")]),
+    Case("unexpected_character_in_section_heads", [m("target   sm_90;", "target   sm_9$0;"),
+                                                   m("smem b   {", "sm%em b   {")],
+         [("sm_9|$0", "unexpected character '$'"), ("sm|%em", "unexpected character '%'")]),
+    Case("syntax_error_then_bad_value", [m("128x128x8; raster", "128x128x8 raster"),
+                                         m("vector: 4; }\n    load b", "vector: 3; }\n    load b")],
+         [("128x128x8| raster", "expected ';' after this value"),
+          ("vector: |3; }\n    load b", "a vector width in elements must be 1, 2 or 4, found 3")],
+         absent=["missing required"]),
+    Case("bad_tile_then_syntax_error", [m("tile: 128x128x8;", "tile: 128x128;"), m("pad: 4;", "pad: 4;;")],
+         [("tile: |128x128;", "expected 3 sizes for a block tile"), ("pad: 4;|;", "expected '}' or a name")]),
+    Case("damaged_required_entry_is_not_missing", [m("lanes: 4x8 row;", "lanes: 4x8 row$;")],
+         [("row|$", "unexpected character '$'")], absent=["missing required"]),
+    Case("damaged_required_section_is_not_missing", [m("block    {", "bl$ock    {")],
+         [("bl|$ock", "unexpected character '$'")], absent=["missing required"]),
     Case("empty_file", [], [((1, 1), "the file holds no kernel")], text=""),
     Case("only_comments", [], [((1, 1), "the file holds no kernel")], text="// nothing here\n# nor here\n"),
     Case("trailing_junk", [m("}\n}\n", "}\n}\njunk here\n")],
@@ -609,6 +626,29 @@ def test_errors_carry_warnings_too():
     text = BASE.replace(SMEM_A, "smem a   { order: km; pad: 1; }").replace("raster: row", "raster: group(0)")
     error, _ = _errors(Case("mixed", [], [], text=text))
     assert [d.severity for d in error.diagnostics] == [Severity.ERROR, Severity.WARNING]
+
+
+def test_syntax_errors_stop_at_the_cap():
+    text = BASE.replace("stages: 2;", " ".join(f"k{i}: 1$;" for i in range(parser.MAX_SYNTAX_ERRORS + 5)))
+    error, _ = _errors(Case("many", [], [], text=text))
+    assert len(error.diagnostics) == parser.MAX_SYNTAX_ERRORS
+    assert all("unexpected character '$'" in d.message for d in error.diagnostics)
+
+
+def test_an_unclosed_brace_stops_the_recovery():
+    """Past a missing '}' every later section would read as a broken entry: one error, not a cascade."""
+    text = BASE.replace("2x2 block; }", "2x2 block;").replace("stages: 2;", "stages: 2$;")
+    error, _ = _errors(Case("unclosed", [], [], text=text))
+    assert [d.message for d in error.diagnostics] == ["expected ':', found 'a'"]
+
+
+def test_a_damaged_mma_shape_leaves_the_path_open():
+    """A cut-out wgmma shape makes no FMA spec of the rest: its wgmma-only keys are not errors."""
+    text = (ROOT / "specs" / "fp8_h100.gemm").read_text()
+    damaged = re.sub(r"shape:\s*(m64n\w+);", r"shape: \1$;", text, count=1)
+    assert damaged != text
+    error, _ = _errors(Case("wgmma", [], [], text=damaged))
+    assert [d.message for d in error.diagnostics] == ["unexpected character '$'"]
 
 
 def test_every_error_in_one_rendering():
