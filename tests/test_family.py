@@ -549,7 +549,11 @@ def test_the_c_launchers_dispatch_and_fall_back(family, cupy, tmp_path):
     assert launch_ld(wide.data.ptr, k + 1, b.data.ptr, n, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == CUDA_SUCCESS
     cupy.cuda.runtime.deviceSynchronize()
     assert relative_error(cupy, c, wide[:, :k], b) < TOLERANCE
-    assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, 0, n, k, 1.0, 0.0, None) == 1  # cudaErrorInvalidValue
+    before = c.copy()
+    assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, 0, n, k, 1.0, 0.0, None) == CUDA_SUCCESS  # M = 0: nothing
+    assert launch(wide.data.ptr, b.data.ptr, c.data.ptr, -1, n, k, 1.0, 0.0, None) == 1  # cudaErrorInvalidValue
+    cupy.cuda.runtime.deviceSynchronize()
+    assert bool((c == before).all())
 
 
 def test_verify_takes_a_family_member_by_member_and_bench_as_one(monkeypatch):
