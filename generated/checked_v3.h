@@ -50,6 +50,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with checked_v3_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = N, ldc = N.

@@ -57,6 +57,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with the first member's scale_c kernel (hgemm_h100_f16_scale_c) alone; neither needs
 // the tile's multiples or the operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -81,6 +83,8 @@ cudaError_t hgemm_h100_f16_family_launch_ld(const __half* A, int lda, const __ha
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_f16_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -103,6 +107,8 @@ cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const __half* B, 
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_f16_128x192_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -126,6 +132,8 @@ cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda, const __h
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_f16_128x64_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -149,6 +157,8 @@ cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda, const __ha
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_f16_any_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 cudaError_t hgemm_h100_f16_any_launch(const __half* A, const __half* B, __half* C, int M, int N, int K,
                                       float alpha, float beta, cudaStream_t stream);
 cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,

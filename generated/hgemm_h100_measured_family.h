@@ -55,6 +55,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with the first member's scale_c kernel (hgemm_h100_scale_c) alone; neither needs the
 // tile's multiples or the operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -80,6 +82,8 @@ cudaError_t hgemm_h100_measured_family_launch_ld(const __nv_bfloat16* A, int lda
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -102,6 +106,8 @@ cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfl
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_128x192_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -125,6 +131,8 @@ cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int lda, const 
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_128x64_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

@@ -54,6 +54,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with linear_gelu_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.

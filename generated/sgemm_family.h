@@ -53,6 +53,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with the first member's scale_c kernel (sgemm_h100_scale_c) alone; neither needs the
 // tile's multiples or the operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = N, ldc = N.
@@ -76,6 +78,8 @@ cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int 
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with sgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -97,6 +101,8 @@ cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ld
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with sgemm_any_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -118,6 +124,8 @@ cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float* B, int ldb
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with checked_64x64_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 cudaError_t checked_64x64_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha,
                                  float beta, cudaStream_t stream);
 cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
@@ -136,6 +144,8 @@ cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with checked_32x128_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.
@@ -157,6 +167,8 @@ cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, in
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with checked_128x32_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
 // kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
 // block fits on an SM.

@@ -53,6 +53,8 @@ extern "C" {
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with the first member's scale_c kernel (tf32_h100_scale_c) alone; neither needs the
 // tile's multiples or the operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 
 // C = alpha * A*B + beta * C (C is not read when beta is 0), for A (M x K), B (K x N) and C (M x N)
 // stored contiguously: lda = K, ldb = K, ldc = N.
@@ -76,6 +78,8 @@ cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, 
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with tf32_h100_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -97,6 +101,8 @@ cudaError_t tf32_h100_launch_ld(const float* A, int lda, const float* B, int ldb
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with tf32_h100_128x192_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -118,6 +124,8 @@ cudaError_t tf32_h100_128x192_launch_ld(const float* A, int lda, const float* B,
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with tf32_h100_128x64_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 // They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
 // leading dimensions, per host thread) and, for schedule: persistent, read the current device's
 // SM count; they return those calls' errors.
@@ -139,6 +147,8 @@ cudaError_t tf32_h100_128x64_launch_ld(const float* A, int lda, const float* B, 
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with tf32_h100_any_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 cudaError_t tf32_h100_any_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha,
                                  float beta, cudaStream_t stream);
 cudaError_t tf32_h100_any_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,

@@ -166,3 +166,11 @@ def test_header_matches_the_cu_and_compiles_as_c(spec, tmp_path):
         assert as_c.returncode == 0, as_c.stderr
     else:  # __half and __nv_bfloat16 exist in C++ only: the header says so instead of failing obscurely
         assert as_c.returncode != 0 and "include it from C++" in as_c.stderr
+
+
+def test_every_header_says_its_launchers_run_on_the_current_device():
+    """The C launchers' device rule (docs/python-api.md, "Devices and streams") is stated in every NAME.h."""
+    headers = sorted((ROOT / "generated").glob("*.h"))
+    assert headers
+    missing = [h.name for h in headers if "run on the calling thread's current CUDA device" not in h.read_text()]
+    assert not missing

@@ -185,6 +185,11 @@ def _problem_constants(spec: ir.KernelSpec) -> list[ConstantGroup]:
              [("BATCHED", int(spec.problem.batched))])]
 
 
+# Where every launcher runs, a spec's and a family's alike.
+DEVICE_RULE = ["They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C",
+               "and any other operand must be in that device's memory, and `stream` must belong to it."]
+
+
 def _family_returns(family: Any) -> list[str]:
     """What the family's launchers do and return."""
     spec = family.launcher_spec
@@ -195,7 +200,8 @@ def _family_returns(family: Any) -> list[str]:
             "among those that run any alignment returns (a `fallback` member runs only then). Whichever member",
             "runs, they return cudaErrorInvalidValue, launching nothing,",
             "for a call that breaks one of these rules:", shape_rule(spec, None), leading_dimension_rule(spec),
-            *empty_problem_rule(f"the first member's scale_c kernel ({family.members[0].artifacts.plan.launch.entries.scale_c})")]
+            *empty_problem_rule(f"the first member's scale_c kernel ({family.members[0].artifacts.plan.launch.entries.scale_c})"),
+            *DEVICE_RULE]
 
 
 def _returns(plan: KernelPlan) -> list[str]:
@@ -203,7 +209,7 @@ def _returns(plan: KernelPlan) -> list[str]:
     lines = ["Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at",
              "the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,",
              "for a call the kernel cannot handle:", *launch_contract(plan),
-             *empty_problem_rule(plan.launch.entries.scale_c)]
+             *empty_problem_rule(plan.launch.entries.scale_c), *DEVICE_RULE]
     notes = plan.path.launcher_notes(plan)
     lines += notes
     if plan.spec.block.stream_k and plan.launch.stream_k is StreamKLaunch.LAUNCHED:
