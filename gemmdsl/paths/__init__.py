@@ -37,10 +37,10 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
     from ..emitter import Emitter
     from ..ir import KernelSpec
-    from ..plan import KernelPlan
+# `KernelPlan` (plan.py) and `Analysis` (analysis.py) in the annotations below name the stages that ask for a
+# path: they import this module, so it names them without importing them back.
 
 # The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked, since
 # a path's modules (its emitters, passes) sit above the plan that asks for them.
