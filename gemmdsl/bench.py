@@ -165,7 +165,7 @@ def bench(kernels: list[Kernel], sizes: list[Size], runs: int = MIN_RUNS, warmup
     progress = progress or Progress(1 + len(sizes) * (len(groups) + len(kernels)))
     properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     progress.start("measuring the FP32 FMA peak")
-    peak = measure_fma_peak(properties["multiProcessorCount"])
+    peak = measure_fma_peak(cupy.cuda.Device().id, properties["multiProcessorCount"])
     sm = parse_target("sm_{}{}".format(*cupy.cuda.Device().compute_capability))[0]
     rows = []
     for size in sizes:
@@ -364,8 +364,10 @@ def raw_kernel(source: str, name: str) -> Any:
     return cupy.RawKernel(source, name)
 
 
-def measure_fma_peak(sm_count: int) -> float:
-    """FP32 TFLOP/s of dependent-free FMA chains on every SM; the best of a few runs."""
+@cache
+def measure_fma_peak(device_id: int, sm_count: int) -> float:
+    """FP32 TFLOP/s of dependent-free FMA chains on every SM of the current device (`device_id`); the best of
+    a few runs, measured once per process and device: a tuning worker calls bench once per candidate."""
     import cupy
 
     kernel = raw_kernel(PEAK_SOURCE, "gemmdsl_fma_peak")

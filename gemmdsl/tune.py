@@ -837,7 +837,7 @@ def run_tasks(tasks: Sequence, survivors: Sequence[Survivor], pool, db, jobs: in
     """Time the tasks the database does not hold for the pool's GPU model (after building their candidates
     on this host's CPUs, for a local pool), and return the database's rows of all of them."""
     from .tune_db import spec_hash
-    from .tune_workers import LocalPool, measure, pending
+    from .tune_workers import LocalPool, measure, pending, warm_up_task
 
     device = pool.start()
     todo = pending(tasks, db, device.gpu)
@@ -846,6 +846,8 @@ def run_tasks(tasks: Sequence, survivors: Sequence[Survivor], pool, db, jobs: in
         prebuild([s for s in survivors if spec_hash(s.candidate.text) in hashes], jobs, template_path)
     progress(f"{device.gpu}: {len(tasks) - len(todo)} of {len(tasks)} measurement(s) already in {db.path}, "
              f"{len(todo)} to time")
+    if todo:
+        pool.warm_up(warm_up_task(todo[0]))
     measure(pool, todo, db, progress)
     names = {task.spec_hash: task.name for task in tasks}
     wanted = {task.key for task in tasks}

@@ -2,7 +2,7 @@
 
 The unit of work is a `Task`: one candidate at one size. A backend times it (`GpuBackend`: compile,
 load, `bench.bench` beside cuBLAS) in a worker process that sees one GPU. Both pools have one interface,
-`start()` (the device the workers see) and `run(tasks, record)` (`record` gets each `Outcome` as it
+`start()` (the device the workers see), `warm_up(task)` and `run(tasks, record)` (`record` gets each `Outcome` as it
 arrives, which the driver writes to the tuning database at once), so `measure` does not know which ran:
 
     LocalPool   one worker process per GPU (`python -m gemmdsl.tune_workers`, CUDA_VISIBLE_DEVICES set to
@@ -18,6 +18,11 @@ Faults cost one worker, never the run:
 - the worker dies without a word (a crash, or kill -9 from outside): the task goes back to the front of
   the queue; a task during which a worker died MAX_DEATHS times is recorded failed.
 
+A worker's first timing pays for loading what every timing after it shares (cuBLAS, the helper kernels,
+the FMA peak): seconds, where a candidate takes tens of milliseconds. `warm_up(task)` has every worker
+time one small task and drop the result before the run, so that this cost is paid by all workers at once
+rather than once per worker inside the run.
+
 Workers die with the driver (PR_SET_PDEATHSIG), so a killed driver leaves nothing running; restarted, it
 skips what the database holds and re-times at most the one task each worker had in hand.
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -43,6 +49,7 @@ GPU_BACKEND = "gemmdsl.tune_workers:GpuBackend"
 DEFAULT_TIMEOUT_S = 300.0  # a cache miss builds the kernel in the worker: NVRTC takes tens of seconds on wgmma
 STARTUP_TIMEOUT_S = 120.0
 MAX_DEATHS = 2
+WARM_UP_SIZE: Size = (256, 256, 256)  # small enough to cost nothing, and a size every kernel takes
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,18 @@ class Outcome:
     worker: str  # host/gpuN
     timed: Timed | None = None
     error: str = ""
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """A task a worker times only to load what every timing shares; nothing is recorded."""
+
+    task: Task
+
+
+def warm_up_task(task: Task) -> Task:
+    """`task` at WARM_UP_SIZE with one warm-up launch: the candidate's libraries and kernels, little time."""
+    return dataclasses.replace(task, size=WARM_UP_SIZE, warmup=1)
 
 
 class ContextLost(RuntimeError):
@@ -137,6 +156,15 @@ def worker_main(backend_ref: str, fd: int) -> None:
         connection.send(("ready", device))
         while True:
             task = connection.recv()
+            if isinstance(task, WarmUp):
+                try:
+                    backend.time(task.task)
+                except ContextLost:
+                    return
+                except Exception:  # a warm-up that fails warms nothing: the run times the task again
+                    pass
+                connection.send(("warm",))
+                continue
             try:
                 connection.send(("ok", task.key, backend.time(task)))
             except ContextLost as err:
@@ -253,6 +281,9 @@ class LocalPool:
         """Start every worker and wait until each says which device it sees; they must be one GPU model."""
         for slot in self.slots:
             slot.start()
+        return self._await_ready()
+
+    def _await_ready(self) -> Device:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while any(slot.device is None for slot in self.slots):
             left = deadline - time.monotonic()
@@ -270,6 +301,25 @@ class LocalPool:
                               "run (--gpus, CUDA_VISIBLE_DEVICES)")
         self.device = self.slots[0].device
         return self.device
+
+    def warm_up(self, task: Task) -> None:
+        """Have every worker time `task` (see warm_up_task) and drop the result; a worker that dies doing
+        it is restarted, cold."""
+        for slot in self.slots:
+            slot.connection.send(WarmUp(task))
+        deadline = time.monotonic() + self.timeout
+        cold = list(self.slots)
+        while cold and time.monotonic() < deadline:
+            wait([slot.connection for slot in cold], timeout=max(0.0, deadline - time.monotonic()))
+            for slot in list(cold):
+                if any(kind == "warm" for kind, *_ in slot.messages()):
+                    cold.remove(slot)
+                elif slot.process.poll() is not None:
+                    cold.remove(slot)
+                    slot.restart()
+        for slot in cold:  # hung: the run must not wait on it
+            slot.restart()
+        self._await_ready()
 
     def pids(self) -> list[int]:
         """The workers' process ids, busy ones first."""
@@ -384,6 +434,9 @@ class RayPool:
         self.started = True
         self.device = ray.get(ray.remote(num_gpus=1)(probe_isolated).remote(self.backend_ref))
         return self.device
+
+    def warm_up(self, task: Task) -> None:
+        """Nothing: each Ray task times in a worker process of its own, which pays its own loading."""
 
     def run(self, tasks: Iterable[Task], record: Callable[[Outcome], None]) -> None:
         ray = self.ray

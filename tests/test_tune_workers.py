@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gemmdsl import tune_db
-from gemmdsl.tune_workers import LocalPool, Task, WorkerError, measure, pending
+from gemmdsl.tune_workers import (WARM_UP_SIZE, LocalPool, Task, WorkerError, measure, pending,
+                                  warm_up_task)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = "fake_timing:FakeBackend"
@@ -40,8 +41,11 @@ def run_pool(tasks, devices, timeout=30.0, on_outcome=None):
     return outcomes
 
 
-def timings(log: Path) -> list[str]:
-    return log.read_text().split("\n")[:-1] if log.exists() else []
+def timings(log: Path, warm_ups: bool = False) -> list[str]:
+    """The fake timings logged, without the workers' warm-ups (at WARM_UP_SIZE) unless asked."""
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []
+    warm = "x".join(map(str, WARM_UP_SIZE))
+    return [line for line in lines if warm_ups or line.split()[1] != warm]
 
 
 @pytest.fixture
@@ -60,6 +64,21 @@ def test_every_worker_takes_tasks_and_the_figures_do_not_depend_on_which(log):
     assert {o.worker.rsplit("/", 1)[1] for o in three} == {"gpu0", "gpu1", "gpu2"}
     assert all(o.status == "ok" and o.device.gpu == "Fake GPU" for o in three)
     assert len(timings(log)) == 18
+
+
+def test_warm_up_has_every_worker_time_a_small_task_and_records_nothing(log):
+    tasks = make_tasks(4, {0: "fault"})
+    outcomes = []
+    with LocalPool(FAKE, ["0", "1"], 30.0) as pool:
+        pool.start()
+        pool.warm_up(warm_up_task(tasks[1]))
+        warmed = {line.split()[2] for line in timings(log, warm_ups=True)}
+        assert timings(log, warm_ups=True) and not timings(log) and set(map(str, pool.pids())) == warmed
+        pool.warm_up(warm_up_task(tasks[0]))  # a warm-up that kills its workers: they come back, cold
+        assert len(set(pool.pids()) & set(map(int, warmed))) == 0
+        pool.run(tasks[1:], outcomes.append)
+    assert sorted(o.task.name for o in outcomes) == ["k_t1", "k_t2", "k_t3"]
+    assert all(o.status == "ok" for o in outcomes) and len(timings(log)) == 3
 
 
 def test_faults_cost_one_worker_and_are_recorded_with_the_reason(log):
