@@ -15,6 +15,9 @@ offs that decreases or runs past A's rows never sends a tile outside A and C.
 The host cannot know the tile count without reading offs from the GPU, so the launch takes the
 bound min(SMs, (ceil(rows / BM) + G) x ceil(N / BN)) (`grid_blocks`); blocks with no tile exit at once.
 
+`gemmdsl check` has no offs: it assumes ASSUMED_GROUPS groups sharing the problem's M rows evenly
+(`even_offs`), each rounded up to whole tiles, and says so in its verdict.
+
 Pure Python: the launch plan, `check`, the runtime and the tests read it without a GPU.
 """
 from __future__ import annotations
@@ -32,6 +35,14 @@ class GroupedTile:
     row: int
     end: int
     col: int
+
+
+ASSUMED_GROUPS = 8  # `check`'s group count: a common expert count per launch (Mixtral's 8)
+
+
+def even_offs(rows: int, groups: int) -> list[int]:
+    """The ends of `groups` groups sharing `rows` rows as evenly as whole rows allow."""
+    return [rows * (g + 1) // groups for g in range(groups)]
 
 
 def group_rows(offs: Sequence[int], rows: int) -> list[tuple[int, int]]:

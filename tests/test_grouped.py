@@ -163,3 +163,17 @@ def test_runtime_checks_offs_and_the_operands():
     with pytest.raises(ValueError, match="back to back"):
         grouped_call.check_b_packed(100, 64, 3)
     assert grouped_call.map_batches(5) == {"a": 1, "b": 5, "c": 1}
+
+
+def test_check_reports_the_assumed_grouped_schedule():
+    from gemmdsl.cli import main
+
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["check", str(ROOT / "specs" / "moe_grouped.gemm")])
+    text = " ".join(out.getvalue().split())
+    assert "assuming M split evenly over 8 groups" in text
+    assert "512 tiles" in text  # 4096 rows in 8 groups of 512: 4 x 16 tiles each
