@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gemmdsl import grouped_call
 from gemmdsl.arrays import ArrayView
 from gemmdsl.compiler import compile_source
+from gemmdsl.grouped_bench import cumulative
 from gemmdsl.frontend import load
 from gemmdsl.grouped_schedule import block_tiles, grid_blocks, group_rows, tile_count
 from gemmdsl.launch_plan import GridRule, LaunchPlan
@@ -35,19 +36,11 @@ def covered(offs: list[int], rows: int, n: int, blocks: int, raster: str = "grou
     return seen
 
 
-def ends(sizes: list[int]) -> list[int]:
-    out, total = [], 0
-    for size in sizes:
-        total += size
-        out.append(total)
-    return out
-
-
 @settings(max_examples=60, deadline=None)
 @given(sizes=sizes_strategy, spare=st.integers(0, 200), n=st.integers(1, 700), blocks=st.integers(1, 140),
        raster=st.sampled_from(["row", "col", "group"]))
 def test_every_row_of_every_group_is_computed_once_and_nothing_else(sizes, spare, n, blocks, raster):
-    offs = ends(sizes)
+    offs = cumulative(sizes)
     rows = offs[-1] + spare
     seen = covered(offs, rows, n, blocks, raster)
     expected = [(g, row, col) for g, (start, end) in enumerate(group_rows(offs, rows))
@@ -59,7 +52,7 @@ def test_every_row_of_every_group_is_computed_once_and_nothing_else(sizes, spare
 @settings(max_examples=40, deadline=None)
 @given(sizes=sizes_strategy, n=st.integers(1, 700), sms=st.integers(1, 140))
 def test_the_launch_bound_covers_the_tiles(sizes, n, sms):
-    offs = ends(sizes)
+    offs = cumulative(sizes)
     blocks = grid_blocks(offs[-1], n, len(offs), BM, BN, sms)
     assert 1 <= blocks <= sms
     assert blocks >= min(sms, tile_count(offs, offs[-1], n, BM, BN))
