@@ -34,7 +34,13 @@ def scale_c_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
                   ("float", "beta"), *fuse_parameters(spec)]
     if spec.problem.batched:
         parameters.append(("long long", "stride_c"))
-    return tuple(parameters)
+    return tuple(parameters) + grouped_parameters(spec)
+
+
+def grouped_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
+    """A grouped spec's groups (paths/wgmma/grouped.py): `offs`, G int32 cumulative row ends on the GPU, and G;
+    none for other specs."""
+    return (("const int*", "offs"), ("int", "groups")) if spec.problem.grouped else ()
 
 
 def scale_c_entry(spec: ir.KernelSpec) -> str:
@@ -128,11 +134,14 @@ def wgmma_kernel_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     # A batch's C is C_batch; each tile's GEMM names its own `C` (paths/wgmma/persistent.py); the maps have a third
     # dimension, the GEMM.
     c = "C_batch" if spec.problem.batched else "C"
+    # A grouped launch's M is every group's rows; inside a tile, `M` names the tile's group's end.
+    rows = "rows" if spec.problem.grouped else "M"
     parameters = (*maps, (pointer_type(spec, ir.Operand.C), c),
-                  ("int", "M"), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"),
+                  ("int", rows), ("int", "N"), ("int", "K"), ("int", "ldc"), ("float", "alpha"), ("float", "beta"),
                   *fuse_parameters(spec))
     if spec.problem.batched:
         parameters += (("int", "batch"), ("long long", "stride_c"))
+    parameters += grouped_parameters(spec)
     if spec.block.stream_k:  # the call's split and the workspace (paths/wgmma/stream_k.py)
         parameters += (("int", "sk_tiles"), ("int", "sk_blocks"), ("float*", "partials"), ("unsigned*", "flags"))
     return parameters
@@ -142,7 +151,7 @@ def launcher_parameters(spec: ir.KernelSpec) -> dict[str, str]:
     """The parameter list of each launcher the file defines, keyed like `launcher_names`: what the
     launchers are defined with and what a C header declares."""
     a, b, c = (pointer_type(spec, op) for op in ir.Operand)
-    scalars = ", ".join([f"{ctype} {name}" for ctype, name in fuse_parameters(spec)]
+    scalars = ", ".join([f"{ctype} {name}" for ctype, name in (*grouped_parameters(spec), *fuse_parameters(spec))]
                         + ["float alpha, float beta, cudaStream_t stream"])
     parameters = {"launcher": f"{a} A, {b} B, {c} C, int M, int N, int K, {scalars}",
                   "launcher_ld": f"{a} A, int lda, {b} B, int ldb, {c} C, int ldc, int M, int N, int K, {scalars}"}

@@ -48,6 +48,7 @@ import numpy
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .family import DEFAULT_SHAPES
 from .family_kernel import read_shapes, run_on_specs_and_families
+from .grouped_bench import bench_grouped
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .paths import path_of
@@ -483,6 +484,13 @@ def bench_main(args: argparse.Namespace) -> int:
 
 def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup: int, seed: int,
                      json_path: str | None, batch: int = 1) -> int:
+    for kernel in kernels:
+        if kernel.requirements.grouped:  # its own configurations and references (grouped_bench.py)
+            print("\n".join(bench_grouped(kernel, runs, warmup, seed)))
+            print()
+    kernels = [kernel for kernel in kernels if not kernel.requirements.grouped]
+    if not kernels:
+        return 0
     report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed, batch=batch)
     print(format_table(report))
     print()

@@ -193,6 +193,7 @@ class Bounds(enum.Enum):
 class Batch(enum.Enum):
     NONE = "none"  # one GEMM per launch
     STRIDED = "strided"  # gridDim.z GEMMs whose operands lie a fixed stride apart
+    GROUPED = "grouped"  # G GEMMs of one N and K and their own M: A's and C's rows split by `offs`, G B matrices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,6 +253,10 @@ class Problem(Node):
     @property
     def batched(self) -> bool:
         return self.batch is Batch.STRIDED
+
+    @property
+    def grouped(self) -> bool:
+        return self.batch is Batch.GROUPED
 
 
 @dataclass(frozen=True)

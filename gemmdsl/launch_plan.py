@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, fields
 
 from .abi import Parameter
+from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
 
@@ -27,6 +28,9 @@ class GridRule(enum.Enum):
     BATCH_TILES = "batch_tiles"  # one block per tile of every GEMM of the batch, all along x
     PERSISTENT = "persistent"  # one wave: min(tiles of every GEMM of the batch, SMs) blocks walk the tiles
     PERSISTENT_STREAM_K = "persistent_stream_k"  # persistent, with room for the stream-K blocks too
+    # persistent over the groups' tiles (batch: grouped), counted on the GPU: the launch takes their bound
+    # (grouped_schedule.grid_blocks); the call's batch is the group count
+    PERSISTENT_GROUPED = "persistent_grouped"
 
 
 class StreamKLaunch(enum.Enum):
@@ -124,12 +128,15 @@ class LaunchPlan:
             return tiles * batch, 1, 1
         if self.grid_rule is GridRule.PERSISTENT_STREAM_K:
             return persistent_blocks(self.split_for(m, n, k, 1, sms), sms), 1, 1
+        if self.grid_rule is GridRule.PERSISTENT_GROUPED:
+            return grid_blocks(m, n, batch, self.block_tile[0], self.block_tile[1], sms), 1, 1
         return min(tiles * batch, sms), 1, 1
 
     def scale_c_grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
         """The grid of the K = 0 kernel (Entries.scale_c): a grid-stride loop over each GEMM's M x N elements,
-        the batch along z. A call with M or N = 0 launches nothing."""
-        return min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS), 1, batch
+        the batch along z (a grouped call's groups share one C: one z). A call with M or N = 0 launches nothing."""
+        z = 1 if self.grid_rule is GridRule.PERSISTENT_GROUPED else batch
+        return min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS), 1, z
 
     def workspace_for(self, m: int, n: int, k: int, sms: int) -> tuple[StreamKSplit, tuple[int, int]] | None:
         """A persistent stream-K call's split and workspace sizes (bytes of partial sums, flags); None when the

@@ -709,7 +709,7 @@ SECTIONS: dict[str, _Section] = {
         "a": _Key(_matrix), "b": _Key(_matrix), "c": _Key(_matrix),
         "epilogue": _Key(_enum(ir.Epilogue, "store or alpha_beta")),
         "bounds": _Key(_enum(ir.Bounds, "checked or exact")),
-        "batch": _Key(_enum(ir.Batch, "none or strided")),
+        "batch": _Key(_enum(ir.Batch, "none, strided or grouped")),
     }, required=True),
     "target": _Section({"target": _Key(_target)}, short=True),
     "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster),

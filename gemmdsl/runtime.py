@@ -56,6 +56,7 @@ from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signa
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
+from .grouped_call import check_b_packed, check_grouped_operands, check_offs, check_offs_given, map_batches
 from .launch_plan import SCALE_C_THREADS, LaunchPlan
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
@@ -92,6 +93,7 @@ class Requirements:
     layouts: dict[str, str]  # "A" -> "row" | "col"
     batched: bool
     launch: LaunchPlan
+    grouped: bool = False  # batch: grouped (grouped_call.py): B 3-D, one matrix per group; the call takes offs
     dtypes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(OPERAND_NAMES, "float32"))
     # wgmma specs (Hopper's own path): A and B (and C for `store: tma`) reach the kernel as the TMA tensor
     # maps these describe (metadata['tensor_maps']).
@@ -113,6 +115,7 @@ class Requirements:
         return cls(kernel=metadata["kernel"], epilogue=metadata["epilogue"],
                    layouts={name: metadata["layouts"][name.lower()] for name in OPERAND_NAMES},
                    batched=metadata["batch"] == "strided", launch=LaunchPlan.from_json(metadata["launch"]),
+                   grouped=metadata["batch"] == "grouped",
                    dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
                    tensor_maps=metadata.get("tensor_maps"))
 
@@ -158,10 +161,15 @@ def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | Non
     arrays = {"A": a, "B": b} if c is None else {"A": a, "B": b, "C": c}
     for name, array in arrays.items():
         check_matrix(req, name, array)
+    if req.grouped:
+        check_grouped_operands(req.kernel, {name: array.shape for name, array in arrays.items()})
     views = {name: operand_view(req, name, array) for name, array in arrays.items()}
     m, n, k = problem_size(views)
     check_divisible(req, m, n, k)
     batch = check_batch(req, views)
+    if req.grouped:
+        b_view = views["B"]
+        check_b_packed(b_view.batch_stride, matrix_extent(req, b_view), batch)
     check_no_overlap(req, views)
     for view in views.values():
         check_leading_dimension(req, view)
@@ -180,7 +188,7 @@ def check_matrix(req: Requirements, name: str, array: ArrayView) -> None:
     """A matrix of the spec's element type: 2-D, or 3-D (a batch) for a batched kernel."""
     if array.dtype != req.dtypes[name]:
         raise TypeError(f"{name} must be {req.dtypes[name]}, got {array.dtype}")
-    if len(array.shape) == 3 and not req.batched:
+    if len(array.shape) == 3 and not (req.batched or req.grouped):
         raise ValueError(f"{name} is a batch of matrices (shape {tuple(array.shape)}), but {req.kernel} is not "
                          f"batched; compile a spec with `batch: strided`")
     if len(array.shape) not in (2, 3):
@@ -313,7 +321,7 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
             if value % elements:
                 reasons.append(f"{view.name}'s {what} {value} is not a multiple of {elements}")
     batch = max(view.batch for view in views.values())
-    if req.launch.tma_operands and batch > 1:
+    if req.launch.tma_operands and batch > 1 and not req.grouped:  # a grouped A is every group's (grouped_call.py)
         reasons += [f"{view.name} is one matrix for the whole batch (batch stride 0); TMA reads GEMM g's {view.name} "
                     f"at g times a positive stride: pass a 3-D array (a broadcast one made contiguous)"
                     for view in views.values() if view.name in ("A", "B") and view.batch_stride == 0]
@@ -362,9 +370,14 @@ def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: f
 def wgmma_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
     """Each operand's stride between GEMMs, in elements, for the tensor maps' third dimension; a single GEMM's
     (never stepped) is its own matrix's extent, as the C launcher gives it."""
-    return {view.name.lower(): view.batch_stride if call.batch > 1
-            else view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
+    return {view.name.lower(): view.batch_stride if call.batch > 1 and not req.grouped else matrix_extent(req, view)
             for view in call.views.values()}
+
+
+def matrix_extent(req: Requirements, view: OperandView) -> int:
+    """Elements one matrix of the operand spans in the C launcher's stepping: its leading dimension times its
+    outer dimension."""
+    return view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
 
 
 def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple]:
@@ -866,7 +879,7 @@ class Kernel:
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, *, bias: Any = None, residual: Any = None,
-             row_scale: Any = None, col_scale: Any = None) -> BoundLaunch:
+             row_scale: Any = None, col_scale: Any = None, offs: Any = None) -> BoundLaunch:
         """Validate the operands once and allocate C if needed; the result launches on call, on the GPU
         that holds the operands. bias, residual, row_scale and col_scale: the fuse chain's operands
         (docs/fusion.md), exactly those the spec's `fuse` section reads.
@@ -875,18 +888,27 @@ class Kernel:
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
-        call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
+        call is one launch over every tile, the launch the analysis passes describe (`profile`).
+
+        offs: a `batch: grouped` kernel's groups (docs/grouped.md): G int32 cumulative row ends on the GPU, as
+        torch._grouped_mm takes them, with A M x K, B G x N x K (`b: col`) or G x K x N (`b: row`), C M x N."""
         fused = self._fused(bias, residual, row_scale, col_scale)
-        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, fused)
+        check_offs_given(self.name, self.requirements.grouped, offs is not None)
+        keyed = fused if offs is None else {**fused, "offs": offs}
+        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, keyed)
         last = self._last
         if key is not None and last is not None and last[0] == key:
             return replace(last[1], c=c, operands=(a, b, c, *fused.values()))
-        views, device = self._views({"A": a, "B": b, **({} if c is None else {"C": c}), **fused})
+        views, device = self._views({"A": a, "B": b, **({} if c is None else {"C": c}), **fused,
+                                     **({} if offs is None else {"offs": offs})})
         loaded = self._module_on(device)
         if c is not None:
             check_writable(views["C"])
+        offs_view = views.pop("offs", None)
         with on_device(device):
-            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior, fused)
+            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior, fused, offs_view)
+        if offs is not None:
+            bound = replace(bound, operands=(*bound.operands, offs))
         # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
         if key is not None and not bound.workspace:
             self._last = (key, replace(bound, c=None, operands=()))
@@ -894,16 +916,20 @@ class Kernel:
 
     def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
                       alpha: float, beta: float, stream_k: bool, interior: bool,
-                      fused: dict[str, Any]) -> BoundLaunch:
+                      fused: dict[str, Any], offs: ArrayView | None = None) -> BoundLaunch:
         """`bind` after the operands' views, with their GPU current: check the call and the fuse chain's
         operands, allocate C if it is None, build the launches."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
         library = views["A"].library
         if c is None:
-            c = empty_c(req, library, call.m, call.n, call.batch, loaded.device)
+            c = empty_c(req, library, call.m, call.n, 1 if req.grouped else call.batch, loaded.device)
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
+        groups = ()  # a grouped kernel's trailing arguments: offs and G
+        if offs is not None:
+            check_offs(self.name, offs, call.batch, loaded.device)
+            groups = (numpy.uint64(offs.pointer), numpy.int32(call.batch))
         chain = {}
         if self.fuse is not None and call.entry is not None:  # M or N = 0: C has no elements for the chain
             chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n)
@@ -912,12 +938,13 @@ class Kernel:
                                     call.n)
         operands = (a, b, c, *fused.values())
         if call.entry in (None, req.launch.entries.scale_c):
-            return BoundLaunch(call.entry, self._empty_problem_launches(loaded, call, beta, chain), c=c,
+            return BoundLaunch(call.entry, self._empty_problem_launches(loaded, call, beta, chain, groups), c=c,
                                operands=operands, library=library, device=loaded.device)
         block = (self.metadata["threads"], 1, 1)
         function = loaded.functions[call.entry]
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
-            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain))
+            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain),
+                                                   groups)
             return BoundLaunch(call.entry, (launch,), c=c, operands=(*operands, *workspace), library=library,
                                device=loaded.device)
         args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
@@ -948,7 +975,7 @@ class Kernel:
         return bound(tuple(launches))
 
     def _empty_problem_launches(self, loaded: DeviceModule, call: CheckedCall, beta: float,
-                                chain: dict) -> tuple[KernelLaunch, ...]:
+                                chain: dict, groups: tuple = ()) -> tuple[KernelLaunch, ...]:
         """An empty problem's launches, the C launcher's (empty_problem_entry): none for M or N = 0; for K = 0 the
         K = 0 kernel over C, which applies beta (0 for a store epilogue, check_scalars) and the fuse chain."""
         if call.entry is None:
@@ -958,11 +985,12 @@ class Kernel:
                      numpy.float32(beta), *fuse_arguments(chain))
         if req.batched:
             arguments += (numpy.int64(c.batch_stride),)
+        arguments += groups
         return (KernelLaunch(loaded.functions[call.entry], req.launch.scale_c_grid(call.m, call.n, call.batch),
                              (SCALE_C_THREADS, 1, 1), arguments, 0),)
 
     def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
-                      block: tuple[int, int, int], fuse: tuple) -> tuple[KernelLaunch, tuple]:
+                      block: tuple[int, int, int], fuse: tuple, groups: tuple = ()) -> tuple[KernelLaunch, tuple]:
         """The launch, and the workspace arrays it needs alive (stream-K)."""
         from .tensor_maps import TensorMapCache, driver_encoder
 
@@ -972,19 +1000,20 @@ class Kernel:
         pointers: dict[str, int | None] = {"a": views["A"].pointer, "b": views["B"].pointer}
         lds = {"a": views["A"].ld, "b": views["B"].ld, "c": views["C"].ld}
         req = self.requirements
-        strides = wgmma_batch_strides(req, call) if req.batched else None
+        strides = wgmma_batch_strides(req, call) if req.batched or req.grouped else None
         c_map = req.tensor_maps.get("c")
         if c_map is not None:  # store: tma, where TMA can store C (the kernel tests the same condition)
             c = views["C"]
             alignment = self.metadata["alignment_bytes"]
             size = c_map["element_bytes"]
             staged = c.pointer % alignment == 0 and c.ld * size % alignment == 0 and call.n * size % alignment == 0
-            if strides is not None:  # and each GEMM's C as aligned as the first (check_no_overlap: stride > 0)
+            if req.batched:  # and each GEMM's C as aligned as the first (check_no_overlap: stride > 0)
                 staged = staged and c.batch_stride * size % alignment == 0
             pointers["c"] = c.pointer if staged else None
-        maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, call.batch)
+        batch = map_batches(call.batch) if req.grouped else call.batch
+        maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, batch)
         sms = loaded.sms
-        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched, fuse), ()
+        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched, fuse) + groups, ()
         if req.launch.workspace is not None:
             stream_k, workspace = wgmma_workspace(req, call, sms)
             arguments += stream_k
@@ -1031,7 +1060,7 @@ class Kernel:
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, *, bias: Any = None,
-                 residual: Any = None, row_scale: Any = None, col_scale: Any = None) -> Any:
+                 residual: Any = None, row_scale: Any = None, col_scale: Any = None, offs: Any = None) -> Any:
         """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), then the spec's fuse chain (docs/fusion.md)
         with its operands bias, residual, row_scale, col_scale; returns C.
 
@@ -1050,11 +1079,12 @@ class Kernel:
         if c is not None:  # a repeated call launches the last call's launches again, nothing else
             last = self._last
             fused = self._fused(bias, residual, row_scale, col_scale)
-            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, fused):
+            keyed = fused if offs is None else {**fused, "offs": offs}
+            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, keyed):
                 last[1](stream)
                 return c
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior, bias=bias, residual=residual,
-                           row_scale=row_scale, col_scale=col_scale)
+                           row_scale=row_scale, col_scale=col_scale, offs=offs)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:

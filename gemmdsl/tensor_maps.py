@@ -47,12 +47,13 @@ class TensorMapRequest:
 
 def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
                         lds: dict[str, int], batch_strides: dict[str, int] | None = None,
-                        batch: int = 1) -> dict[str, TensorMapRequest]:
+                        batch: int | dict[str, int] = 1) -> dict[str, TensorMapRequest]:
     """The maps' requests for one call: metadata['tensor_maps'] (per operand a, b, and c for `store: tma`:
     the names of its dims, 'K' then 'M' or 'N' when k is contiguous, else the other way round, 'N' then 'M'
     for C; box [dim 0, dim 1], element_bytes, swizzle_bytes, dtype), the operands' pointers and leading
     dimensions; for a batched kernel (`batch_strides`, elements between GEMMs) a third dimension of `batch`
-    GEMMs, as the C launcher encodes. An operand whose pointer is None (C that TMA cannot store) gets no
+    GEMMs (per operand where `batch` is a dict: a grouped call's B has the groups, A and C one matrix), as the
+    C launcher encodes. An operand whose pointer is None (C that TMA cannot store) gets no
     request."""
     extents = {"M": m, "N": n, "K": k}
     requests = {}
@@ -63,7 +64,8 @@ def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: 
         size = entry["element_bytes"]
         dims, strides, box = (extents[inner], extents[outer]), (lds[operand] * size,), (entry["box"][0], entry["box"][1])
         if batch_strides is not None:
-            dims, strides, box = (*dims, batch), (*strides, batch_strides[operand] * size), (*box, 1)
+            count = batch[operand] if isinstance(batch, dict) else batch
+            dims, strides, box = (*dims, count), (*strides, batch_strides[operand] * size), (*box, 1)
         requests[operand] = TensorMapRequest(data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand],
                                              dims=dims, strides=strides, box=box,
                                              swizzle=SWIZZLES[entry["swizzle_bytes"]])
@@ -96,12 +98,13 @@ class TensorMapCache:
 
     def get(self, metadata_maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
             lds: dict[str, int], batch_strides: dict[str, int] | None = None,
-            batch: int = 1) -> tuple[numpy.void, ...]:
+            batch: int | dict[str, int] = 1) -> tuple[numpy.void, ...]:
         """The packed maps in operand order (a, b, and c where the metadata has one). A None pointer (C
         that TMA cannot store) gets an all-zero map, which the kernel does not use."""
         operands = [operand for operand in ("a", "b", "c") if operand in metadata_maps]
         strides = batch_strides or {}
-        key = (m, n, k, batch, *((pointers.get(operand), lds.get(operand), strides.get(operand)) for operand in operands))
+        batches = tuple(sorted(batch.items())) if isinstance(batch, dict) else batch
+        key = (m, n, k, batches, *((pointers.get(operand), lds.get(operand), strides.get(operand)) for operand in operands))
         last = self.last
         if last is not None and last[0] == key:
             return last[1]

@@ -153,6 +153,11 @@ class _Checker:
         p = self.spec.pipeline
         if p.copy is ir.CopyMode.TMA:
             self.error(p.at("copy"), "copy: tma feeds wgmma only; it needs a wgmma spec", hint=hint)
+        problem = self.spec.problem
+        if problem.grouped:
+            self.error(problem.at("batch"), "batch: grouped is generated for wgmma specs only: its groups' tiles "
+                                            "are walked by one persistent launch that reads B through a TMA map",
+                       hint="use `batch: strided;` for GEMMs of one shape, or " + hint)
         block = self.spec.block
         if block.schedule is ir.Schedule.PERSISTENT:
             self.error(block.at("schedule"), "schedule: persistent is generated for wgmma specs only (so far)",

@@ -30,6 +30,9 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
         error(spec.block.at("schedule"), "schedule: stream_k adds partial sums of an element from several blocks, "
                                          "but a fuse chain needs each element's whole sum in one place",
               "use `schedule: tiles;` (or `persistent` on the wgmma path) with a fuse section")
+    if problem.grouped:
+        error(fuse.span, "a fuse chain is not supported with batch: grouped yet: a mixture of experts' bias and "
+                         "scales are per group, which the chain's vectors are not", "remove the fuse section")
     if fuse.residual is not None and problem.batched:
         error(fuse.at("residual"), "a residual is not supported with batch: strided (it would need a batch stride "
                                    "of its own)", "remove the residual, or `batch: strided;`")

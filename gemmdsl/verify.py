@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from .family_kernel import run_on_specs_and_families
 from .fuse_reference import apply_chain
+from .grouped_bench import verify_grouped
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .runtime import Kernel, Size, format_size, require_fp32_cublas
@@ -547,7 +548,12 @@ def verify_main(args: argparse.Namespace) -> int:
 
 def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_path: str | None) -> int:
     results = []
-    for kernel in kernels:
+    grouped = [kernel for kernel in kernels if kernel.requirements.grouped]  # their own cases (grouped_bench.py)
+    grouped_passed = grouped_ran = 0
+    for kernel in grouped:
+        passed, ran = verify_grouped(kernel, seed)
+        grouped_passed, grouped_ran = grouped_passed + passed, grouped_ran + ran
+    for kernel in (kernel for kernel in kernels if not kernel.requirements.grouped):
         for result in verify(kernel, sizes, seed):
             print(format_result(result), flush=True)
             results.append(result)
@@ -555,6 +561,7 @@ def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_
         write_json(results, json_path)
     failed = sum(not result.passed for result in results)
     skipped = sum(bool(result.skipped) for result in results)
-    ran = len(results) - skipped
+    ran = len(results) - skipped + grouped_ran
+    failed += grouped_ran - grouped_passed
     print(f"{ran - failed}/{ran} cases passed" + (f", {skipped} sizes skipped" if skipped else ""))
     return 1 if failed else 0

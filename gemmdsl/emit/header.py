@@ -232,6 +232,11 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     natural = ", ".join(f"{leading_name(op)} = {contiguous_extent(spec, op)}" for op in ir.Operand)
     comments = {"launcher": f"{what}, for A (M x K), B (K x N) and C (M x N)\nstored contiguously: {natural}.",
                 "launcher_ld": f"{what}, with any leading dimensions lda, ldb, ldc."}
+    if spec.problem.grouped:
+        comments = {key: f"{what} for each of `groups` GEMMs (a mixture of experts): group g's rows of\nA (M x K) "
+                         f"times its B (K x N), into its rows of C (M x N){rest}"
+                    for key, rest in (("launcher", f"; stored contiguously: {natural}."),
+                                      ("launcher_ld", ", with any leading dimensions lda, ldb, ldc."))}
     if spec.problem.batched:
         shares = path_of(spec).batch_strides_note
         comments["launcher_batched"] = (f"{what}, for `batch` GEMMs in one launch:\nGEMM i reads A + i * stride_a "

@@ -10,7 +10,7 @@ import textwrap
 
 from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
-                   leading_name, tile_count)
+                   leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
 from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS
 from ..plan import KernelPlan
@@ -75,12 +75,10 @@ def emit_empty_problem(plan: KernelPlan, o: Emitter) -> None:
         o.line("const long long elements = (long long)M * N;")
         o.line(f"const long long scale_blocks = (elements + {SCALE_C_THREADS - 1}) / {SCALE_C_THREADS};")
         beta = "beta" if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else "0.0f"
-        fuse = "".join(f", {name}" for _, name in fuse_parameters(spec))
-        stride = ", stride_c" if batched else ""
+        arguments = ", ".join(beta if name == "beta" else name for _, name in scale_c_parameters(spec))
         z = "(unsigned)batch" if batched else "1"
         o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)(scale_blocks < {SCALE_C_MAX_BLOCKS} ? scale_blocks : "
-               f"{SCALE_C_MAX_BLOCKS}), 1, {z}), dim3({SCALE_C_THREADS}), 0, stream>>>(C, M, N, ldc, {beta}{fuse}"
-               f"{stride});")
+               f"{SCALE_C_MAX_BLOCKS}), 1, {z}), dim3({SCALE_C_THREADS}), 0, stream>>>({arguments});")
         o.line("return cudaGetLastError();")
 
 

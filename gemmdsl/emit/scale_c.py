@@ -32,6 +32,8 @@ def emit_scale_c_kernel(plan: KernelPlan, o: Emitter, guard: str = "") -> None:
             o.line(guard)
         if spec.problem.batched:
             o.line("C += blockIdx.z * stride_c;")
+        if spec.problem.grouped:
+            o.line("M = min(M, max(offs[groups - 1], 0));  // the groups' rows; those after them are left alone")
         o.line("const long long total = (long long)M * N;")
         # Consecutive threads walk C's contiguous dimension, so the accesses coalesce.
         row_major = c.layout is ir.MatrixLayout.ROW

@@ -42,8 +42,9 @@ def tiles(spec: ir.KernelSpec) -> str:
     return f"{paren(tile_count(spec, 'M', 'BM'))} * {paren(tile_count(spec, 'N', 'BN'))}"
 
 
-def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str) -> None:
-    """block_m and block_n of C tile number `tile` (the block index, or a stream-K segment's tile)."""
+def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str, rows: str = "M", first_row: str = "") -> None:
+    """block_m and block_n of C tile number `tile` (the block index, or a stream-K segment's tile) of a GEMM of
+    `rows` rows whose first row is `first_row` (a group's, in a grouped launch; "" for row 0)."""
     o = out
     raster = spec.block.raster
     what = "which C tile this block computes" if tile == "blockIdx.x" else f"where C tile `{tile}` lies"
@@ -53,13 +54,13 @@ def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str) -> None:
         o.line(f"const int tile_m = {tile} / tiles_n;")
         o.line(f"const int tile_n = {tile} % tiles_n;")
     elif raster.kind is ir.RasterKind.COL:
-        o.line(f"const int tiles_m = {tile_count(spec, 'M', 'BM')};")
+        o.line(f"const int tiles_m = {tile_count(spec, rows, 'BM')};")
         o.line(f"const int tile_m = {tile} % tiles_m;")
         o.line(f"const int tile_n = {tile} / tiles_m;")
     else:
         o.comment(f"Groups of {raster.group} tile rows are walked column by column, so blocks that\n"
                   "run together share rows of A and columns of B in L2.")
-        o.line(f"const int tiles_m = {tile_count(spec, 'M', 'BM')};")
+        o.line(f"const int tiles_m = {tile_count(spec, rows, 'BM')};")
         o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
         o.line(f"const int group_size = {raster.group};")
         o.line("const int blocks_per_group = group_size * tiles_n;")
@@ -67,7 +68,7 @@ def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str) -> None:
         o.line("const int group_rows = min(tiles_m - first_tile_m, group_size);")
         o.line(f"const int tile_m = first_tile_m + ({tile} % blocks_per_group) % group_rows;")
         o.line(f"const int tile_n = ({tile} % blocks_per_group) / group_rows;")
-    o.line("const int block_m = tile_m * BM;")
+    o.line(f"const int block_m = {first_row + ' + ' if first_row else ''}tile_m * BM;")
     o.line("const int block_n = tile_n * BN;")
 
 

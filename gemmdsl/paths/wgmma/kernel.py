@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...abi import pointer_type, tensor_map_type
+from ...abi import tensor_map_type
 from ...ir import Operand
 from ...emit.scale_c import emit_scale_c_kernel
 from ...emitter import Emitter
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from .mbarrier import MbarrierRing
+from .grouped import GroupedScheduler
 from .persistent import PersistentScheduler
 from .tma import TmaProducer
 from .math import WgmmaMath
@@ -47,13 +48,15 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
         epilogue = AccumulatorEpilogue(layout, out)
     else:
         epilogue = (StmatrixEpilogue if layout.stmatrix_store else StagedEpilogue)(layout, out)
-    scheduler = StreamKPersistentScheduler(layout, out) if layout.stream_k else PersistentScheduler(layout, out)
+    scheduler = (StreamKPersistentScheduler if layout.stream_k else GroupedScheduler if layout.grouped
+                 else PersistentScheduler)(layout, out)
     splitter = StageSplitter(layout, out) if layout.split else None
     return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)
 
 
 def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     """The file's body after its includes: the tensor-map type, device helpers, the kernel, the launchers."""
+    from .grouped import GroupedTensorMapLauncher
     from .launcher import TensorMapLauncher
 
     parts = choose_wgmma_parts(plan, o)
@@ -85,7 +88,7 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line()
     emit_scale_c_kernel(plan, o, guard=arch_guard(plan))
     o.line()
-    TensorMapLauncher(plan, o).emit()
+    (GroupedTensorMapLauncher if parts.layout.grouped else TensorMapLauncher)(plan, o).emit()
 
 
 def arch_guard(plan: KernelPlan) -> str:
@@ -161,9 +164,7 @@ def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:
 
 
 def _consumer_tile(parts, o: Emitter) -> None:
-    if parts.layout.batched:
-        o.line(f"{pointer_type(parts.layout.spec, Operand.C)} const C = C_batch + (size_t)gemm * stride_c;  "
-               "// this tile's GEMM's C")
+    parts.scheduler.emit_consumer_names()
     parts.math.declare()
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).

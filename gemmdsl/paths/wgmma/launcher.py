@@ -9,8 +9,8 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 from __future__ import annotations
 
 from ... import ir
-from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
-                    leading_name, outer_extent, tensor_map_type, tile_count)
+from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, grouped_parameters,
+                    launcher_parameters, leading_name, outer_extent, tensor_map_type, tile_count)
 from ...emitter import Emitter
 from ...launch_plan import GridRule
 from ...plan import KernelPlan
@@ -54,8 +54,15 @@ class TensorMapLauncher:
             o.line()
             self._emit_workspace()
             o.line()
-        self._emit_launch()
+        self.emit_launch()
         o.line()
+        self.emit_wrappers()
+        o.line("#endif")
+
+    def emit_wrappers(self) -> None:
+        """The launchers that pass on to the one that checks and launches: NAME_launch (the operands' natural
+        leading dimensions) and, for a batch, NAME_launch_ld (a batch of one)."""
+        o = self.out
         if self.layout.batched:
             with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
                 o.line(f"return {self.names['launcher_batched']}(A, lda, 0, B, ldb, 0, C, ldc, 0, M, N, K, 1, "
@@ -63,9 +70,10 @@ class TensorMapLauncher:
             o.line()
         natural = ", ".join(f"{p}, {contiguous_extent(self.spec, op)}"
                             for p, op in (("A", ir.Operand.A), ("B", ir.Operand.B), ("C", ir.Operand.C)))
+        groups = "".join(f"{name}, " for _, name in grouped_parameters(self.spec))
         with o.block(f'extern "C" cudaError_t {self.names["launcher"]}({self.parameters["launcher"]})'):
-            o.line(f"return {self.names['launcher_ld']}({natural}, M, N, K, {fuse_arguments(self.spec)}alpha, beta, stream);")
-        o.line("#endif")
+            o.line(f"return {self.names['launcher_ld']}({natural}, M, N, K, {groups}{fuse_arguments(self.spec)}alpha, "
+                   "beta, stream);")
 
     def _emit_encoder(self) -> None:
         o, name = self.out, self.name
@@ -90,7 +98,7 @@ class TensorMapLauncher:
             o.line("return cudaSuccess;")
 
     def _emit_map(self) -> None:
-        o, name, batched = self.out, self.name, self.layout.batched
+        o, name, batched = self.out, self.name, self.layout.three_d_maps
         rank = 3 if batched else 2
         o.comment("A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D\n"
                   "tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read "
@@ -128,7 +136,7 @@ class TensorMapLauncher:
         o, name, layout = self.out, self.name, self.layout
         map_type = tensor_map_type(self.spec)
         staged = layout.c_box is not None
-        batched = layout.batched
+        batched = layout.three_d_maps
         c_key = " && cache.c == C && cache.ldc == ldc" if staged else ""
         if batched:
             c_key += (" && cache.stride_a == stride_a && cache.stride_b == stride_b && cache.batch == batch"
@@ -166,7 +174,7 @@ class TensorMapLauncher:
                 o.comment("C's map only where TMA can store C; the kernel tests the same condition and stores directly "
                           "otherwise.")
                 size = layout.c_box.element_bytes
-                batch_rule = f" && stride_c * {size} % {align} == 0" if batched else ""
+                batch_rule = f" && stride_c * {size} % {align} == 0" if layout.batched else ""
                 o.line(f"const bool staged = reinterpret_cast<uintptr_t>(C) % {align} == 0 && "
                        f"(long long)ldc * {size} % {align} == 0 && (long long)N * {size} % {align} == 0{batch_rule};")
                 o.line("if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);")
@@ -183,10 +191,15 @@ class TensorMapLauncher:
 
     def _emit_encode(self, box, pointer: str, condition: str) -> None:
         operand = box.operand.value
-        batch = f"stride_{operand}, batch, " if self.layout.batched else ""
+        batch = f"stride_{operand}, {self.map_batch(box.operand)}, " if self.layout.three_d_maps else ""
         self.out.line(f"if ({condition}) err = {self.name}_tensor_map_of(&cache.map_{operand}, encode, "
                       f"{TMA_TYPES[box.data_type]}, {box.element_bytes}, {pointer}, {', '.join(box.dims)}, "
                       f"ld{operand}, {batch}{box.inner}, {box.outer});")
+
+    def map_batch(self, operand: ir.Operand) -> str:
+        """The extent of `operand`'s map's third dimension, as C: the batch; for a grouped spec B's groups, and one
+        matrix of A and of C (paths/wgmma/grouped.py)."""
+        return "batch" if self.layout.batched or operand is ir.Operand.B else "1"
 
     def _emit_workspace(self) -> None:
         o, name, workspace = self.out, self.name, self.plan.launch.workspace
@@ -248,7 +261,7 @@ class TensorMapLauncher:
         o.comment("Each GEMM writes its own C (and the kernel's staged stores step C's map by stride_c).")
         o.line(f"if ({tests} || stride_c <= 0) {invalid}")
 
-    def _emit_launch(self) -> None:
+    def emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
         bm, bn, bk = launch.block_tile
         invalid = "return cudaErrorInvalidValue;"

@@ -448,6 +448,24 @@ class WgmmaLayout:
         return self.spec.problem.batched
 
     @property
+    def grouped(self) -> bool:
+        """`batch: grouped` (paths/wgmma/grouped.py): the groups' tiles in one persistent walk; B's map has a third
+        dimension, the group, and A's and C's maps (all tokens' rows) a third dimension of one."""
+        return self.spec.problem.grouped
+
+    @property
+    def three_d_maps(self) -> bool:
+        """Whether the tensor maps are 3-D (the kernel loads and stores with a third coordinate)."""
+        return self.batched or self.grouped
+
+    def map_index(self, operand: ir.Operand) -> str:
+        """The third coordinate of `operand`'s map in a tile's copies and stores, as C: the tile's GEMM of a batch;
+        the tile's group for a grouped B, and 0 for a grouped A and C (all groups' rows lie in one matrix)."""
+        if self.batched:
+            return "gemm"
+        return "group" if operand is ir.Operand.B else "0"
+
+    @property
     def partial_bytes(self) -> int:
         """A stream-K block's slot of the workspace: the tile's accumulators, BM x BN floats."""
         return self.bm * self.bn * 4

@@ -9,10 +9,11 @@ construction.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ... import ir
 from ...cycles import FusedEpilogue, fused_epilogue, tensor_share, wgmma_member_model
+from ...grouped_schedule import ASSUMED_GROUPS, even_offs, tile_count as grouped_tile_count
 from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from .layout import WARPGROUP, WgmmaLayout
 from ...passes.banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
@@ -170,7 +171,13 @@ class WgmmaWavesPass:
             if split.sk_tiles else 0
         waves = WgmmaWaves(sms, split.tiles, launch.grid_for(m, n, k, 1, sms)[0], layout.persistent, split.k_tiles,
                            split.sk_tiles, split.sk_blocks, partials * layout.partial_bytes)
-        kind = "persistent: one wave of" if waves.persistent else "one block per tile:"
+        assumed = ""
+        if layout.grouped:  # no offs here: an assumed even split over ASSUMED_GROUPS groups (grouped_schedule.py)
+            tiles = grouped_tile_count(even_offs(m, ASSUMED_GROUPS), m, n, layout.bm, layout.bn)
+            waves = replace(waves, tiles=tiles, blocks=launch.grid_for(m, n, k, ASSUMED_GROUPS, sms)[0])
+            assumed = (f"grouped, assuming M split evenly over {ASSUMED_GROUPS} groups (each rounded up to whole "
+                       "tiles; a skewed split adds partial tiles): ")
+        kind = assumed + ("persistent: one wave of" if waves.persistent else "one block per tile:")
         verdict = (f"{waves.tiles} tiles, {kind} {waves.blocks} blocks on the {layout.arch.reference_gpu}'s {sms} SMs: "
                    f"{waves.waves:.2f} tiles per SM")
         if layout.stream_k:

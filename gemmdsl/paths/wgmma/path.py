@@ -5,7 +5,9 @@ Its lowering is `WgmmaLayout`, not a TileLayout; its rules, passes and emitters 
 from __future__ import annotations
 
 from ... import abi, ir
+from ...abi import tile_count
 from ...cycles import MemberModel, wgmma_member_model
+from .grouped import grouped_contract
 from .kernel import emit_wgmma_definitions
 from ...launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch, Workspace
 from .passes import WGMMA_PASSES
@@ -59,8 +61,10 @@ class WgmmaPath(InstructionPath):
             k_multiple=1 if checked else layout.bk,
             vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
             max_leading_dimension={op.value: abi.MAX_INT for op in ir.Operand})
-        rule = (GridRule.PERSISTENT_STREAM_K if layout.stream_k else GridRule.PERSISTENT if layout.persistent
-                else GridRule.BATCH_TILES)
+        if layout.grouped:  # the groups' tiles are counted on the GPU: a bound on them (grouped_schedule.py)
+            grid_x = f"min(((M + {layout.bm - 1}) / {layout.bm} + groups) * {tile_count(spec, 'N', str(layout.bn))}, SMs)"
+        rule = (GridRule.PERSISTENT_STREAM_K if layout.stream_k else GridRule.PERSISTENT_GROUPED if layout.grouped
+                else GridRule.PERSISTENT if layout.persistent else GridRule.BATCH_TILES)
         stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
         workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
         launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec)), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
@@ -82,6 +86,8 @@ class WgmmaPath(InstructionPath):
         if plan.spec.problem.batched:
             lines.append(f"- a batch of more than one: stride_a and stride_b positive multiples of {vector['a']} "
                          "elements (TMA steps by them), stride_c positive.")
+        if plan.spec.problem.grouped:
+            lines += grouped_contract(plan.spec)
         return lines
 
     def launcher_notes(self, plan: KernelPlan) -> list[str]:

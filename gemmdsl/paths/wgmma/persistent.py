@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ... import ir
+from ...abi import pointer_type
 from ...emitter import Emitter
 from .layout import WgmmaLayout
 from ...emit.scheduler import emit_raster, tiles
@@ -53,6 +55,12 @@ class PersistentScheduler:
                 o.line("const int gemm = work / tile_count, tile = work % tile_count;")
                 emit_raster(self.spec, o, "tile")
             body()
+
+    def emit_consumer_names(self) -> None:
+        """What a consumer's epilogue names of its tile beyond block_m and block_n: a batch's tile's GEMM's C."""
+        if self.layout.batched:
+            self.out.line(f"{pointer_type(self.spec, ir.Operand.C)} const C = C_batch + (size_t)gemm * stride_c;  "
+                          "// this tile's GEMM's C")
 
     def emit_tile_end(self, epilogue: Callable[[], None]) -> None:
         """A consumer's accumulators hold the tile's sum: the epilogue."""

@@ -59,7 +59,7 @@ class StmatrixEpilogue(StagedEpilogue):
 
     def emit(self) -> None:
         o = self.out
-        with o.block("if (staged)"):
+        with o.block(f"if ({self.stage_test})"):
             o.line("const int warp = tid / 32, lane = tid % 32;")
             if self.alpha_beta:
                 with o.unrolled("i", "ACCUMULATORS"):

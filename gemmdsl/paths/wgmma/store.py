@@ -82,7 +82,7 @@ class StagedEpilogue(AccumulatorEpilogue):
         super().emit_helpers()
         self.out.line()
         self.emit_scaling_helpers()
-        self.out.lines(STORE_3D if self.layout.batched else STORE_2D)
+        self.out.lines(STORE_3D if self.layout.three_d_maps else STORE_2D)
         self.out.line()
         self.out.lines(STORE_HELPERS)
         self.out.line()
@@ -121,13 +121,20 @@ class StagedEpilogue(AccumulatorEpilogue):
 
     def store_box(self, source: str, inner: str, outer: str) -> str:
         """The bulk store of one staged box of C (of this tile's GEMM, in a batch)."""
-        if self.layout.batched:
-            return f"tma_store_3d(&map_c, {source}, {inner}, {outer}, gemm);"
+        if self.layout.three_d_maps:
+            return f"tma_store_3d(&map_c, {source}, {inner}, {outer}, {self.layout.map_index(ir.Operand.C)});"
         return f"tma_store_2d(&map_c, {source}, {inner}, {outer});"
+
+    @property
+    def stage_test(self) -> str:
+        """When a tile of C leaves through TMA stores: where C has a map (`staged`); in a grouped launch, only a
+        tile whose rows all lie in its group (M there is the group's end), since TMA clips at C's last row, not
+        at a group's."""
+        return "staged && block_m + BM <= M" if self.layout.grouped else "staged"
 
     def emit(self) -> None:
         o, c = self.out, self.c
-        with o.block("if (staged)"):
+        with o.block(f"if ({self.stage_test})"):
             o.comment(f"{self.layout.c_box.count} boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through "
                       "STORE_BUFFERS buffers.")
             o.line("const int warp = tid / 32, lane = tid % 32;")

@@ -42,11 +42,13 @@ class TmaProducer:
         self.out = out
 
     def emit_helpers(self) -> None:
-        self.out.lines(BATCHED_HELPERS if self.layout.batched else HELPERS)
+        self.out.lines(BATCHED_HELPERS if self.layout.three_d_maps else HELPERS)
 
-    def _load(self, destination: str, operand_map: str, inner: str, outer: str) -> str:
-        if self.layout.batched:
-            return f"tma_load_3d({destination}, {operand_map}, {inner}, {outer}, gemm, barrier);"
+    def _load(self, destination: str, operand: ir.Operand, inner: str, outer: str) -> str:
+        operand_map = f"&map_{operand.value}"
+        if self.layout.three_d_maps:
+            return (f"tma_load_3d({destination}, {operand_map}, {inner}, {outer}, {self.layout.map_index(operand)}, "
+                    "barrier);")
         return f"tma_load_2d({destination}, {operand_map}, {inner}, {outer}, barrier);"
 
     def emit_k_tile(self) -> None:
@@ -58,11 +60,11 @@ class TmaProducer:
         o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
         for operand, base, start in ((ir.Operand.A, "tile_a", "block_m"), (ir.Operand.B, "tile_a + A_STAGE_BYTES",
                                                                           "block_n")):
-            box, name = self.layout.boxes[operand], f"&map_{operand.value}"
+            box = self.layout.boxes[operand]
             if box.k_major:
-                o.line(self._load(f"smem_u32({base})", name, "kt * BK", start))
+                o.line(self._load(f"smem_u32({base})", operand, "kt * BK", start))
                 continue
             for panel in range(box.count):  # 64-wide panels of m or n, each BK rows of k
                 offset = f" + {panel * box.bytes}" if panel else ""
                 column = f" + {panel * box.inner}" if panel else ""
-                o.line(self._load(f"smem_u32({base}{offset})", name, f"{start}{column}", "kt * BK"))
+                o.line(self._load(f"smem_u32({base}{offset})", operand, f"{start}{column}", "kt * BK"))

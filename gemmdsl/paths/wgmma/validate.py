@@ -73,7 +73,31 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
         error(problem.at("batch"), "batch: strided with schedule: stream_k is not supported yet on the wgmma path",
               "use `schedule: persistent` (its blocks walk the tiles of every GEMM of the batch)")
         ok = False
+    ok = _check_grouped(spec, error) and ok
     return ok
+
+
+def _check_grouped(spec: ir.KernelSpec, error: Report) -> bool:
+    """`batch: grouped` (paths/wgmma/grouped.py): one persistent launch over every group's tiles, 16-bit
+    operands multiplied as they are."""
+    problem, block = spec.problem, spec.block
+    if not problem.grouped:
+        return True
+    if block.schedule is not ir.Schedule.PERSISTENT:
+        error(block.at("schedule"), f"batch: grouped walks every group's tiles in one persistent launch; "
+                                    f"schedule: {block.schedule.value} is not supported with it",
+              "write `schedule: persistent;`")
+        return False
+    if not problem.checked:
+        error(problem.at("bounds"), "batch: grouped needs bounds: checked: a group's rows end anywhere, and its last "
+                                    "tile's stores stop at that row", "write `bounds: checked;`")
+        return False
+    dtype = problem.a.dtype
+    if dtype not in (ir.DType.BF16, ir.DType.F16):
+        error(problem.at("a"), f"batch: grouped is generated for bf16 and f16 operands only (so far), not "
+                               f"{dtype.value}", "write `a: bf16 row; b: bf16 col;`")
+        return False
+    return True
 
 
 def _check_shape(spec: ir.KernelSpec, error: Report) -> bool:

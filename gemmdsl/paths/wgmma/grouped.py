@@ -1,0 +1,122 @@
+"""`batch: grouped` on the wgmma path: G GEMMs of one N and K, each with its own M (a mixture of experts'
+tokens per expert), in one persistent launch. The layout is torch._grouped_mm's 2-D x 3-D one: A holds
+every group's rows stacked (M x K), B one matrix per group (G x N x K for `b: col`, nn.Linear's weights;
+G x K x N for `b: row`), C the stacked rows of the results (M x N); `offs`, G int32 on the GPU, are the
+groups' cumulative row ends.
+
+The scheduler (`GroupedScheduler`) walks the groups' tiles with a cursor, the walk grouped_schedule.py
+states and the tests check: per tile, `group`, the group's rows and (through the raster) block_m and
+block_n; inside the tile's body `M` is the group's end row, so the epilogue's row guards stop at the
+group's last row. The copies read A through a map over all M rows (rows of the next group that fill a
+partial tile multiply into rows no store writes) and B through a 3-D map whose third dimension is the
+group, so tails in n and k read zeros. A tile whose rows all lie in its group leaves through TMA stores
+over C's map; a partial one (the group's last, when its rows are not a multiple of BM) through guarded
+stores from the accumulators (store.py's stage_test), since TMA would clip it at C's last row only.
+
+The launcher (`GroupedTensorMapLauncher`) cannot count the tiles without reading offs from the GPU; it
+starts grouped_schedule.grid_blocks blocks, one per SM at most, and the blocks that find no tile exit.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ... import ir
+from ...abi import MAX_INT, contiguous_extent, leading_name, outer_extent, tile_count
+from ...emit.launcher import emit_empty_problem
+from ...emit.scheduler import emit_raster
+from .launcher import TensorMapLauncher
+from .persistent import PersistentScheduler
+
+MAX_GROUPS = 65535  # B's map's third dimension (cuTensorMapEncodeTiled takes up to 2^32) kept to an int's comfort
+
+
+def grouped_contract(spec: ir.KernelSpec) -> list[str]:
+    """The launchers' rules on the groups, for the .cu's and the header's comments."""
+    b_rows = outer_extent(spec, ir.Operand.B)
+    return [f"- 1 <= groups <= {MAX_GROUPS} and offs not null: offs holds `groups` int32 on the GPU, the groups'",
+            "  cumulative row ends, nondecreasing, offs[groups - 1] <= M (group g owns rows offs[g - 1] .. offs[g] - 1",
+            "  of A and C, offs[-1] = 0; the kernel clamps each end to [the previous end, M]); group g's B is at",
+            f"  B + g * ldb * {b_rows}. Rows of C from offs[groups - 1] on are never written, K = 0 included."]
+
+
+class GroupedScheduler(PersistentScheduler):
+    def emit_counts(self) -> None:
+        o = self.out
+        o.line(f"const int n_tiles = {tile_count(self.spec, 'N', 'BN')};  // tiles across N, in every group")
+        o.line("const int k_tiles = (K + BK - 1) / BK;")
+
+    def emit_loop(self, body: Callable[[], None], coordinates: bool = True) -> None:
+        """for each of this block's tiles: `group`, `M` (the group's end row), block_m and block_n, then `body`.
+        The cursor (group, its first row and its first tile) only moves forward, since a block's tiles grow."""
+        o = self.out
+        with o.block(""):
+            o.comment("The cursor: the group of the block's next tile, that group's rows and first tile (grouped_schedule.py).\n"
+                      "Group ends are clamped to [the previous end, rows], so no offs sends a tile outside A and C.")
+            o.line("int group = 0, group_row = 0, group_tile = 0;")
+            o.line("int group_end = min(max(offs[0], 0), rows);")
+            o.line("int group_tiles = (group_end + BM - 1) / BM * n_tiles;")
+            with o.block("for (int tile = blockIdx.x;; tile += gridDim.x)"):
+                with o.block("while (tile >= group_tile + group_tiles && group < groups)"):
+                    o.line("group_tile += group_tiles;")
+                    o.line("if (++group == groups) break;")
+                    o.line("group_row = group_end;")
+                    o.line("group_end = min(max(offs[group], group_row), rows);")
+                    o.line("group_tiles = (group_end - group_row + BM - 1) / BM * n_tiles;")
+                o.line("if (group == groups) break;")
+                if coordinates:
+                    o.line("const int group_local = tile - group_tile;  // the tile's number within its group")
+                    emit_raster(self.spec, o, "group_local", rows="(group_end - group_row)", first_row="group_row")
+                body()
+
+
+    def emit_consumer_names(self) -> None:
+        """The epilogue's `M`: the end of the tile's group, where its row guards stop."""
+        self.out.line("const int M = group_end;  // the tile's rows end with its group's")
+
+
+class GroupedTensorMapLauncher(TensorMapLauncher):
+    """NAME_launch_ld of a grouped spec, which checks the call and launches (NAME_launch passes on to it): both
+    take offs and the group count after K."""
+
+    def emit_launch(self) -> None:
+        o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
+        bm, bn, bk = launch.block_tile
+        invalid = "return cudaErrorInvalidValue;"
+        with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
+            o.line(f"if (M < 0 || N < 0 || K < 0 || groups < 1 || groups > {MAX_GROUPS} || offs == nullptr) {invalid}")
+            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
+            o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
+            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
+            o.line(f"if ({bounds}) {invalid}")
+            emit_empty_problem(self.plan, o)
+            o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
+                      f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements); group g's B lies "
+                      f"g * ldb * {outer_extent(spec, ir.Operand.B)} elements after the first.")
+            o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "
+                   f"reinterpret_cast<uintptr_t>(B) % {layout.global_alignment_bytes} != 0) {invalid}")
+            o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
+            o.comment("Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is\n"
+                      "(ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.")
+            o.line(f"const long long bound = ((long long)(M + {bm - 1}) / {bm} + groups) * ((N + {bn - 1}) / {bn});")
+            o.line("int device = 0, sms = 0;")
+            o.line("cudaError_t status = cudaGetDevice(&device);")
+            o.line("if (status == cudaSuccess) "
+                   "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
+            o.line("if (status != cudaSuccess) return status;")
+            o.line("long long blocks = sms < bound ? sms : bound;")
+            o.line("if (blocks < 1) blocks = 1;")
+            o.line("const long long stride_a = (long long)lda * M, stride_c = (long long)ldc * M;  // one matrix each")
+            o.line(f"const long long stride_b = (long long)ldb * {outer_extent(spec, ir.Operand.B)};")
+            o.line(f"const {self.name}_map_cache* maps = nullptr;")
+            c_arguments = "C, ldc, stride_c, " if layout.c_box is not None else ""
+            o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, stride_a, B, ldb, stride_b, {c_arguments}"
+                   "M, N, K, groups, &maps);")
+            o.line("if (err != cudaSuccess) return err;")
+            o.line(f"const auto kernel = {launch.entries.vector};")
+            o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
+            o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+            o.line("if (err != cudaSuccess) return err;")
+            c_map = "maps->map_c, " if layout.c_box is not None else ""
+            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, offs, groups);")
+            o.line("return cudaGetLastError();")

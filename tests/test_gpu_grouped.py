@@ -1,0 +1,100 @@
+"""batch: grouped on the GPU (an H100): moe_grouped against float64 and torch._grouped_mm at group sizes that are
+not multiples of the tile, empty groups included, C poisoned with NaN, rows after the last group untouched; the C
+launcher's K = 0 and refusals through the Python API's checks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SPEC = Path(__file__).resolve().parents[1] / "specs" / "moe_grouped.gemm"
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma specs target sm_90a and run on sm_90 GPUs only")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def kernel(torch, load_kernel):
+    return load_kernel(SPEC)
+
+
+def operands(torch, sizes, n, k, spare, seed):
+    from gemmdsl.grouped_bench import cumulative
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    rows = sum(sizes) + spare
+    a = torch.randn(rows, k, device="cuda", generator=generator).to(torch.bfloat16)
+    w = torch.randn(len(sizes), n, k, device="cuda", generator=generator).to(torch.bfloat16)  # nn.Linear weights
+    offs = torch.tensor(cumulative(sizes), dtype=torch.int32, device="cuda")
+    return a, w, offs
+
+
+@pytest.mark.parametrize("sizes, n, k, spare", [
+    ([0, 1, 127, 129, 0, 300, 5, 0], 264, 200, 37),
+    ([128, 256, 0, 384], 512, 128, 0),  # whole tiles only: every tile leaves through TMA stores
+    ([1000, 3, 0, 0, 777, 64], 2048, 1024, 100),
+    ([515], 520, 136, 0),
+], ids=["odd-with-empty", "whole-tiles", "large", "one-group"])
+def test_grouped_matches_float64_and_grouped_mm(torch, kernel, sizes, n, k, spare):
+    from gemmdsl.grouped_bench import reference
+
+    a, w, offs = operands(torch, sizes, n, k, spare, seed=len(sizes) + n)
+    rows = a.shape[0]
+    c = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert kernel(a, w, c, offs=offs) is c
+    torch.cuda.synchronize()
+    expected = reference(torch, a, w, offs.tolist(), True, rows, n)
+    used = sum(sizes)
+    scale = expected[:used].abs().max().item()
+    assert torch.isnan(c[used:].double()).all(), "rows after the last group were written"
+    error = (c[:used].double() - expected[:used]).abs().max().item() / scale
+    assert error < 1e-2
+    theirs = torch._grouped_mm(a[:used] if spare else a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)
+    their_error = (theirs[:used].double() - expected[:used]).abs().max().item() / scale
+    assert error <= 1.5 * their_error + 1e-3
+
+
+def test_allocated_c_is_two_dimensional(torch, kernel):
+    a, w, offs = operands(torch, [5, 0, 200], 256, 64, 0, seed=3)
+    c = kernel(a, w, offs=offs)
+    assert tuple(c.shape) == (205, 256)
+
+
+def test_k_zero_zeroes_the_groups_rows_only(torch, kernel):
+    a, w, offs = operands(torch, [3, 0, 130], 264, 0, 9, seed=4)
+    c = torch.full((a.shape[0], 264), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kernel(a, w, c, offs=offs)
+    torch.cuda.synchronize()
+    assert (c[:133] == 0).all() and torch.isnan(c[133:].double()).all()
+
+
+def test_every_group_empty_leaves_c_alone(torch, kernel):
+    a, w, offs = operands(torch, [0, 0, 0], 256, 64, 19, seed=6)
+    c = torch.full((19, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kernel(a, w, c, offs=offs)
+    torch.cuda.synchronize()
+    assert torch.isnan(c.double()).all()
+
+
+def test_calls_without_offs_or_with_a_wrong_offs_are_refused(torch, kernel):
+    a, w, offs = operands(torch, [5, 7], 256, 64, 0, seed=7)
+    with pytest.raises(ValueError, match="offs="):
+        kernel(a, w)
+    with pytest.raises(TypeError, match="int32"):
+        kernel(a, w, offs=offs.long())
+    with pytest.raises(ValueError, match="vector of 2"):
+        kernel(a, w, offs=offs[:1])
+
+
+def test_verify_passes(torch, kernel):
+    from gemmdsl.grouped_bench import VERIFY_CASES, verify_grouped
+
+    assert verify_grouped(kernel, seed=1) == (len(VERIFY_CASES), len(VERIFY_CASES))

@@ -1,0 +1,172 @@
+"""batch: grouped (docs/grouped.md): the tile walk's model against the rule that every row and column of every
+group is computed exactly once and nothing outside; the emitted walk follows the model; the diagnostics for
+unsupported combinations; the interfaces (launch plan, header, runtime checks) without a GPU."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmdsl import grouped_call
+from gemmdsl.arrays import ArrayView
+from gemmdsl.compiler import compile_source
+from gemmdsl.grouped_bench import cumulative
+from gemmdsl.frontend import load
+from gemmdsl.grouped_schedule import block_tiles, grid_blocks, group_rows, tile_count
+from gemmdsl.launch_plan import GridRule, LaunchPlan
+from gemmdsl.source import CompileError, SourceFile
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = (ROOT / "specs" / "moe_grouped.gemm").read_text()
+BM, BN = 128, 256
+
+sizes_strategy = st.lists(st.one_of(st.just(0), st.integers(1, 700)), min_size=1, max_size=9)
+
+
+def covered(offs: list[int], rows: int, n: int, blocks: int, raster: str = "group", group_size: int = 8):
+    """Every (row, col-tile) the blocks compute, with repeats: a tile's rows stop at its group's end."""
+    seen = []
+    for block in range(blocks):
+        for tile in block_tiles(offs, rows, n, BM, BN, raster, group_size, blocks, block):
+            for row in range(tile.row, min(tile.row + BM, tile.end)):
+                seen.append((tile.group, row, tile.col))
+    return seen
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=sizes_strategy, spare=st.integers(0, 200), n=st.integers(1, 700), blocks=st.integers(1, 140),
+       raster=st.sampled_from(["row", "col", "group"]))
+def test_every_row_of_every_group_is_computed_once_and_nothing_else(sizes, spare, n, blocks, raster):
+    offs = cumulative(sizes)
+    rows = offs[-1] + spare
+    seen = covered(offs, rows, n, blocks, raster)
+    expected = [(g, row, col) for g, (start, end) in enumerate(group_rows(offs, rows))
+                for row in range(start, end) for col in range(0, n, BN)]
+    assert sorted(seen) == sorted(expected)
+    assert len(seen) == len(set(seen))
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=sizes_strategy, n=st.integers(1, 700), sms=st.integers(1, 140))
+def test_the_launch_bound_covers_the_tiles(sizes, n, sms):
+    offs = cumulative(sizes)
+    blocks = grid_blocks(offs[-1], n, len(offs), BM, BN, sms)
+    assert 1 <= blocks <= sms
+    assert blocks >= min(sms, tile_count(offs, offs[-1], n, BM, BN))
+
+
+def test_a_block_visits_its_tiles_in_increasing_order_across_groups():
+    offs = [0, 300, 300, 1000]  # an empty group first and in the middle
+    tiles = list(block_tiles(offs, 1000, 512, BM, BN, "group", 8, 3, 1))
+    assert [t.group for t in tiles] == sorted(t.group for t in tiles)
+    assert {t.group for t in tiles} <= {1, 3}
+
+
+def test_ends_are_clamped_to_the_previous_end_and_the_rows():
+    assert group_rows([5, 3, 900, 10], 100) == [(0, 5), (5, 5), (5, 100), (100, 100)]
+
+
+def test_spec_compiles_and_matches_the_golden_files():
+    artifacts = compile_source(SourceFile("moe_grouped.gemm", SPEC))
+    for suffix, text in (("cu", artifacts.cuda), ("h", artifacts.header)):
+        assert text == (ROOT / "generated" / f"moe_grouped.{suffix}").read_text()
+
+
+def test_emitted_walk_follows_the_model():
+    """The kernel's cursor: both roles walk with offs clamped as group_rows clamps, and per tile the raster runs
+    over the group's own tiles, from its first row; B's copies take the group, A's and C's the single matrix."""
+    cuda = compile_source(SourceFile("moe_grouped.gemm", SPEC)).cuda
+    assert cuda.count("group_end = min(max(offs[group], group_row), rows);") == 2
+    assert cuda.count("const int group_local = tile - group_tile;") == 2
+    assert cuda.count("const int tiles_m = ((group_end - group_row) + BM - 1) / BM;") == 2
+    assert cuda.count("const int block_m = group_row + tile_m * BM;") == 2
+    assert "&map_b, kt * BK, block_n, group, barrier);" in cuda
+    assert "&map_a, kt * BK, block_m, 0, barrier);" in cuda
+    assert "if (staged && block_m + BM <= M) {" in cuda  # partial tiles leave by guarded stores
+    assert re.search(r"const int M = group_end;", cuda)
+    assert "M = min(M, max(offs[groups - 1], 0));" in cuda  # K = 0 leaves the rows after the groups alone
+
+
+def test_launch_plan_round_trips_and_bounds_the_grid():
+    plan = compile_source(SourceFile("moe_grouped.gemm", SPEC)).plan.launch
+    again = LaunchPlan.from_json(plan.to_json())
+    assert again == plan and again.grid_rule is GridRule.PERSISTENT_GROUPED
+    assert plan.grid_for(16384, 4096, 4096, 8, 132) == (132, 1, 1)
+    assert plan.grid_for(100, 256, 64, 2, 132) == (3, 1, 1)  # (1 + 2) x 1 tiles at most
+    assert plan.scale_c_grid(100, 256, 5)[2] == 1  # the groups share one C
+
+
+def test_header_declares_offs_and_groups():
+    header = compile_source(SourceFile("moe_grouped.gemm", SPEC)).header
+    assert "int M, int N, int K, const int* offs,\n" in header or "const int* offs" in header
+    assert "Rows of C from offs[groups - 1] on are never written" in header
+
+
+def _error(spec: str) -> str:
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("case.gemm", spec))
+    return caught.value.render()
+
+
+@pytest.mark.parametrize("edit, message, column_text", [
+    (("schedule: persistent", "schedule: stream_k"), "schedule: stream_k is not supported with it", "schedule"),
+    (("bounds: checked", "bounds: exact"), "batch: grouped needs bounds: checked", "bounds"),
+])
+def test_unsupported_wgmma_combinations_are_positioned_errors(edit, message, column_text):
+    rendered = _error(SPEC.replace(*edit))
+    assert message in rendered
+    line = next(number for number, text in enumerate(SPEC.replace(*edit).splitlines(), 1) if column_text + ":" in text)
+    assert f"case.gemm:{line}:" in rendered and "^" in rendered and "hint:" in rendered
+
+
+def test_grouped_on_the_mma_sync_path_is_an_error_at_the_batch_key():
+    spec = (ROOT / "specs" / "hgemm_mma.gemm").read_text()
+    spec = re.sub(r"problem\s*\{", "problem { batch: grouped;", spec, count=1)
+    rendered = _error(spec)
+    assert "batch: grouped is generated for wgmma specs only" in rendered
+    assert "^" in rendered
+
+
+def test_grouped_with_a_fuse_chain_is_an_error():
+    spec = SPEC.replace("pipeline {", "fuse     { bias: n f32; }\n    pipeline {")
+    assert "a fuse chain is not supported with batch: grouped" in _error(spec)
+
+
+def _view(shape, dtype="int32", strides=None, device=0):
+    return ArrayView("torch", tuple(shape), tuple(strides or (1,) * len(shape)), dtype, 4, 1 << 20, device)
+
+
+def test_runtime_checks_offs_and_the_operands():
+    grouped_call.check_offs("k", _view((4,)), 4, 0)
+    with pytest.raises(TypeError, match="int32"):
+        grouped_call.check_offs("k", _view((4,), dtype="int64"), 4, 0)
+    with pytest.raises(ValueError, match="vector of 4 values"):
+        grouped_call.check_offs("k", _view((3,)), 4, 0)
+    with pytest.raises(ValueError, match="GPU 1"):
+        grouped_call.check_offs("k", _view((4,), device=1), 4, 0)
+    with pytest.raises(ValueError, match="pass offs="):
+        grouped_call.check_offs_given("k", True, False)
+    with pytest.raises(ValueError, match="not grouped"):
+        grouped_call.check_offs_given("k", False, True)
+    with pytest.raises(ValueError, match="B must be 3-D"):
+        grouped_call.check_grouped_operands("k", {"A": (8, 4), "B": (4, 4), "C": (8, 4)})
+    with pytest.raises(ValueError, match="back to back"):
+        grouped_call.check_b_packed(100, 64, 3)
+    assert grouped_call.map_batches(5) == {"a": 1, "b": 5, "c": 1}
+
+
+def test_check_reports_the_assumed_grouped_schedule():
+    from gemmdsl.cli import main
+
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["check", str(ROOT / "specs" / "moe_grouped.gemm")])
+    text = " ".join(out.getvalue().split())
+    assert "assuming M split evenly over 8 groups" in text
+    assert "512 tiles" in text  # 4096 rows in 8 groups of 512: 4 x 16 tiles each
