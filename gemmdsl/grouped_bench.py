@@ -91,7 +91,7 @@ def verify_grouped(kernel, seed: int = 0) -> tuple[int, int]:
         a, b, offs = _operands(torch, case, b_col, seed + index)
         rows = a.shape[0]
         c = torch.full((rows, case.n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        kernel(a, b, c, offs=offs)
+        kernel(a, b.mT if b_col else b, c, offs=offs)
         torch.cuda.synchronize()
         expected = reference(torch, a, b, offs.tolist(), b_col, rows, case.n)
         grouped_rows = sum(case.sizes)
@@ -122,13 +122,13 @@ def bench_grouped(kernel, runs: int, warmup: int, seed: int) -> list[str]:
         case = GroupedCase(name, tuple(sizes), n, k, 0)
         a, b, offs = _operands(torch, case, b_col, seed)
         c = torch.empty(tokens, n, dtype=torch.bfloat16, device="cuda")
-        mat_b = b.transpose(-2, -1) if b_col else b  # torch._grouped_mm takes G x K x N
+        mat_b = b.mT if b_col else b  # G x K x N, as torch._grouped_mm and the kernel take B
         out = torch.empty_like(c)
         ends = cumulative(sizes)
         starts = [0, *ends[:-1]]
 
         def ours():
-            kernel(a, b, c, offs=offs)
+            kernel(a, mat_b, c, offs=offs)
 
         def grouped_mm():
             torch._grouped_mm(a, mat_b, offs=offs, out_dtype=torch.bfloat16)

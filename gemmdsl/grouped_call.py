@@ -1,8 +1,9 @@
 """The Python runtime's rules for a `batch: grouped` call (runtime.py asks them; paths/wgmma/grouped.py is the
 kernel): the operands' shapes, `offs`, and the tensor maps' third dimensions, as the C launcher has them.
 
-A is all groups' rows (M x K, 2-D), B one matrix per group (3-D: G x N x K for `b: col`, G x K x N for
-`b: row`, matrices back to back: group g's at g times one matrix's extent), C is M x N (2-D); offs is a
+A is all groups' rows (M x K, 2-D), B one K x N matrix per group (3-D: G x K x N, as every B is K x N; for
+`b: col` the transposed view of G x N x K nn.Linear weights, `w.mT`; matrices back to back: group g's at g
+times one matrix's extent), C is M x N (2-D); offs is a
 vector of G int32 on the operands' GPU, the groups' cumulative row ends (torch._grouped_mm's `offs`). Its
 values stay on the GPU: the kernel reads them (and clamps each end to [the previous end, M]).
 """

@@ -891,7 +891,7 @@ class Kernel:
         call is one launch over every tile, the launch the analysis passes describe (`profile`).
 
         offs: a `batch: grouped` kernel's groups (docs/grouped.md): G int32 cumulative row ends on the GPU, as
-        torch._grouped_mm takes them, with A M x K, B G x N x K (`b: col`) or G x K x N (`b: row`), C M x N."""
+        torch._grouped_mm takes them, with A M x K, B G x K x N (for `b: col`: `w.mT` of G x N x K weights), C M x N."""
         fused = self._fused(bias, residual, row_scale, col_scale)
         check_offs_given(self.name, self.requirements.grouped, offs is not None)
         keyed = fused if offs is None else {**fused, "offs": offs}

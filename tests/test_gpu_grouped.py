@@ -49,7 +49,7 @@ def test_grouped_matches_float64_and_grouped_mm(torch, kernel, sizes, n, k, spar
     a, w, offs = operands(torch, sizes, n, k, spare, seed=len(sizes) + n)
     rows = a.shape[0]
     c = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-    assert kernel(a, w, c, offs=offs) is c
+    assert kernel(a, w.mT, c, offs=offs) is c
     torch.cuda.synchronize()
     expected = reference(torch, a, w, offs.tolist(), True, rows, n)
     used = sum(sizes)
@@ -57,21 +57,21 @@ def test_grouped_matches_float64_and_grouped_mm(torch, kernel, sizes, n, k, spar
     assert torch.isnan(c[used:].double()).all(), "rows after the last group were written"
     error = (c[:used].double() - expected[:used]).abs().max().item() / scale
     assert error < 1e-2
-    theirs = torch._grouped_mm(a[:used] if spare else a, w.transpose(-2, -1), offs=offs, out_dtype=torch.bfloat16)
+    theirs = torch._grouped_mm(a[:used] if spare else a, w.mT, offs=offs, out_dtype=torch.bfloat16)
     their_error = (theirs[:used].double() - expected[:used]).abs().max().item() / scale
     assert error <= 1.5 * their_error + 1e-3
 
 
 def test_allocated_c_is_two_dimensional(torch, kernel):
     a, w, offs = operands(torch, [5, 0, 200], 256, 64, 0, seed=3)
-    c = kernel(a, w, offs=offs)
+    c = kernel(a, w.mT, offs=offs)
     assert tuple(c.shape) == (205, 256)
 
 
 def test_k_zero_zeroes_the_groups_rows_only(torch, kernel):
     a, w, offs = operands(torch, [3, 0, 130], 264, 0, 9, seed=4)
     c = torch.full((a.shape[0], 264), float("nan"), dtype=torch.bfloat16, device="cuda")
-    kernel(a, w, c, offs=offs)
+    kernel(a, w.mT, c, offs=offs)
     torch.cuda.synchronize()
     assert (c[:133] == 0).all() and torch.isnan(c[133:].double()).all()
 
@@ -79,7 +79,7 @@ def test_k_zero_zeroes_the_groups_rows_only(torch, kernel):
 def test_every_group_empty_leaves_c_alone(torch, kernel):
     a, w, offs = operands(torch, [0, 0, 0], 256, 64, 19, seed=6)
     c = torch.full((19, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
-    kernel(a, w, c, offs=offs)
+    kernel(a, w.mT, c, offs=offs)
     torch.cuda.synchronize()
     assert torch.isnan(c.double()).all()
 
@@ -87,11 +87,11 @@ def test_every_group_empty_leaves_c_alone(torch, kernel):
 def test_calls_without_offs_or_with_a_wrong_offs_are_refused(torch, kernel):
     a, w, offs = operands(torch, [5, 7], 256, 64, 0, seed=7)
     with pytest.raises(ValueError, match="offs="):
-        kernel(a, w)
+        kernel(a, w.mT)
     with pytest.raises(TypeError, match="int32"):
-        kernel(a, w, offs=offs.long())
+        kernel(a, w.mT, offs=offs.long())
     with pytest.raises(ValueError, match="vector of 2"):
-        kernel(a, w, offs=offs[:1])
+        kernel(a, w.mT, offs=offs[:1])
 
 
 def test_verify_passes(torch, kernel):
