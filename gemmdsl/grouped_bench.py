@@ -21,12 +21,19 @@ from .grouped_schedule import group_rows
 
 RELATIVE_TOLERANCE = 2e-2  # bf16 C: 8 bits of mantissa, rounded once; errors relative to the largest |C| value
 LAUNCHES = 10
-CONFIGURATIONS = (("8 experts", 8, 16384, 4096, 4096, False), ("64 experts, some empty", 64, 32768, 2048, 4096, True))
+# (name, experts, tokens, N, K, sizes): "even" splits the tokens equally, "skewed" draws them (group_sizes),
+# "empty" also leaves every seventh expert without tokens.
+CONFIGURATIONS = (("8 experts, even", 8, 16384, 4096, 4096, "even"),
+                  ("8 experts, skewed", 8, 16384, 4096, 4096, "skewed"),
+                  ("64 experts, some empty", 64, 32768, 2048, 4096, "empty"))
 
 
-def group_sizes(groups: int, tokens: int, seed: int, empty: bool) -> list[int]:
-    """Deterministic group sizes summing to `tokens`: uneven (a router's skew), none a multiple of 128 unless by
-    chance; with `empty`, every seventh group gets no tokens."""
+def group_sizes(groups: int, tokens: int, seed: int, split: str) -> list[int]:
+    """Deterministic group sizes summing to `tokens`: equal for "even"; otherwise uneven (a router's skew),
+    none a multiple of 128 unless by chance, and for "empty" every seventh group gets no tokens."""
+    if split == "even":
+        return [tokens // groups + (g < tokens % groups) for g in range(groups)]
+    empty = split == "empty"
     rng = random.Random(seed)
     weights = [0.0 if empty and g % 7 == 3 else rng.uniform(0.2, 1.8) for g in range(groups)]
     total = sum(weights)
@@ -117,8 +124,8 @@ def bench_grouped(kernel, runs: int, warmup: int, seed: int) -> list[str]:
 
     b_col = kernel.requirements.layouts["B"] == "col"
     lines = [f"{'configuration':<24} {'contender':<22} {'ms':>9} {'TFLOP/s':>8} {'vs _grouped_mm':>15}"]
-    for index, (name, groups, tokens, n, k, empty) in enumerate(CONFIGURATIONS):
-        sizes = group_sizes(groups, tokens, seed + index, empty)
+    for index, (name, groups, tokens, n, k, split) in enumerate(CONFIGURATIONS):
+        sizes = group_sizes(groups, tokens, seed + index, split)
         case = GroupedCase(name, tuple(sizes), n, k, 0)
         a, b, offs = _operands(torch, case, b_col, seed)
         c = torch.empty(tokens, n, dtype=torch.bfloat16, device="cuda")
