@@ -25,7 +25,8 @@ LAUNCHES = 10
 # "empty" also leaves every seventh expert without tokens.
 CONFIGURATIONS = (("8 experts, even", 8, 16384, 4096, 4096, "even"),
                   ("8 experts, skewed", 8, 16384, 4096, 4096, "skewed"),
-                  ("64 experts, some empty", 64, 32768, 2048, 4096, "empty"))
+                  ("64 experts, some empty", 64, 32768, 2048, 4096, "empty"),
+                  ("8 experts, 64 tokens", 8, 64, 4096, 4096, "skewed"))  # a decode step: reading B is the time
 
 
 def group_sizes(groups: int, tokens: int, seed: int, split: str) -> list[int]:

@@ -7,8 +7,9 @@
 #   tests     tests/test_gpu_grouped.py: moe_grouped against float64 and torch._grouped_mm at group sizes that
 #             are not multiples of the tile, empty groups, C poisoned with NaN, rows after the last group untouched;
 #   verify    `gemmdsl verify specs/moe_grouped.gemm` (grouped_bench.VERIFY_CASES);
-#   bench     `gemmdsl bench specs/moe_grouped.gemm`: 8 experts x 16384 tokens (N = K = 4096) and 64 experts x
-#             32768 tokens (N = 2048, K = 4096, some empty) against torch._grouped_mm and torch.mm per group;
+#   bench     `gemmdsl bench` of moe_grouped and moe_grouped_family: grouped_bench.CONFIGURATIONS (8 experts x
+#             16384 tokens, N = K = 4096, even and skewed; 64 experts x 32768 tokens, N = 2048, K = 4096, some
+#             empty; 8 experts x 64 tokens) against torch._grouped_mm and torch.mm per group;
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck (scripts/sanitize.sh) on verify's small cases.
 #
 # Logs go to $OUT (default out/); the bench's table comes last.
@@ -16,8 +17,9 @@ source scripts/device_env.sh
 STEPS=${*:-tests verify bench sanitize}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 SPEC=specs/moe_grouped.gemm
+FAMILY=specs/moe_grouped_family.gemmf
 status=0
-python3 scripts/prebuild_cubins.py $SPEC > "$OUT/prebuild_grouped.log" 2>&1 || status=1
+python3 scripts/prebuild_cubins.py $SPEC $FAMILY > "$OUT/prebuild_grouped.log" 2>&1 || status=1
 if wants tests; then
     python3 -m pytest -m gpu -q -rs tests/test_gpu_grouped.py > "$OUT/pytest_grouped.log" 2>&1 || status=1
     tail -n 5 "$OUT/pytest_grouped.log"
@@ -27,7 +29,7 @@ if wants verify; then
     grep -E '^(FAIL|ERROR)|cases passed|Traceback' "$OUT/verify_grouped.log"
 fi
 if wants bench; then
-    python3 -m gemmdsl.cli bench $SPEC 2>"$OUT/bench_grouped.err" > "$OUT/bench_grouped.log" || status=1
+    python3 -m gemmdsl.cli bench $SPEC $FAMILY 2>"$OUT/bench_grouped.err" > "$OUT/bench_grouped.log" || status=1
 fi
 if wants sanitize; then
     bash scripts/sanitize.sh $SPEC 2>&1 | tee "$OUT/sanitize_grouped.log" || status=1

@@ -98,3 +98,21 @@ def test_verify_passes(torch, kernel):
     from gemmdsl.grouped_bench import VERIFY_CASES, verify_grouped
 
     assert verify_grouped(kernel, seed=1) == (len(VERIFY_CASES), len(VERIFY_CASES))
+
+
+@pytest.mark.parametrize("sizes, n, member", [
+    ([9, 0, 7, 8, 12, 3, 0, 25], 4096, "moe_grouped_128x128"),  # a decode step's few tokens per expert
+    ([2048, 1999, 0, 2100, 2045, 2000, 2048, 2144], 4096, "moe_grouped"),
+])
+def test_family_runs_the_member_its_rule_picks_and_matches_float64(torch, sizes, n, member):
+    from gemmdsl.family_kernel import load_family
+    from gemmdsl.grouped_bench import reference
+
+    family = load_family(SPEC.parent / "moe_grouped_family.gemmf")
+    a, w, offs = operands(torch, sizes, n, 512, 0, seed=len(sizes))
+    assert family.member_for(a.shape[0], n, 512).name == member
+    c = torch.full((a.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert family(a, w.mT, c, offs=offs) is c
+    torch.cuda.synchronize()
+    expected = reference(torch, a, w, offs.tolist(), True, a.shape[0], n)
+    assert (c.double() - expected).abs().max().item() / expected.abs().max().item() < 1e-2
