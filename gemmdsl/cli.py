@@ -27,7 +27,7 @@ TOOLS = (
     ("verify", "gemmdsl.verify", "run kernels on the GPU and compare with cuBLAS"),
     ("bench", "gemmdsl.bench", "time kernels on the GPU beside cuBLAS"),
     ("profile", "gemmdsl.profile", "compare predictions with Nsight Compute counters"),
-    ("tune", "gemmdsl.tune", "search a template's space: prune with the analysis, time the best on the GPU"),
+    ("tune", "gemmdsl.tune_cli", "search a template's space: prune with the analysis, time the best on the GPU"),
     ("tunedb", "gemmdsl.tune_db", "merge tuning databases from several hosts"),
 )
 

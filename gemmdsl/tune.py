@@ -1156,8 +1156,9 @@ def timing_pool(args: argparse.Namespace):
     return LocalPool(args.backend, visible_devices(args.gpus), args.timeout)
 
 
-def tune_main(args: argparse.Namespace) -> int:
-    """1: a bad template or nothing survives; 2: bad sizes, or no GPU to time on (after the screening report)."""
+def read_template(args: argparse.Namespace) -> tuple[str, list, list[Size]] | int:
+    """The template's path, its candidates and `--sizes`; an exit status (after the error) when one is bad:
+    1 for the template, 2 for the sizes."""
     from .runtime import parse_sizes
 
     try:
@@ -1171,21 +1172,19 @@ def tune_main(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as err:
         print(f"{path}: error: cannot read the template: {err}", file=sys.stderr)
         return 1
-    stem = template_stem(path)
-    name = args.name or f"{stem}_best"
-    output = args.output or f"{stem}_best.gemm"
     try:
-        candidates = expand(text, path, args.max_candidates)
+        return path, expand(text, path, args.max_candidates), sizes
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return 1
 
-    if args.report:
-        return print_report(args.db, path, candidates, sizes)
-    if args.shapes:
-        from .tune_family import tune_family_main
 
-        return tune_family_main(args, path, candidates)
+def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, sizes: list[Size]) -> int:
+    """Tune the template for `sizes`: 1 when nothing survives; 2 when there is no GPU to time on (after the
+    screening report)."""
+    stem = template_stem(path)
+    name = args.name or f"{stem}_best"
+    output = args.output or f"{stem}_best.gemm"
     report, ranked, kept, dropped, compiler = search(candidates, sizes, args, path)
     print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
     print("\n".join(screen_lines(report, kept, dropped, args.budget)))

@@ -20,6 +20,8 @@ from typing import Sequence
 
 from .runtime import Size, parse_sizes
 from .source import CompileError, SourceFile
+from .tune import (_progress, run_tasks, search, template_stem, time_with_options, timing_from_rows, timing_tasks,
+                   winner_text)
 
 
 def read_weighted_shapes(path: str | Path) -> list[tuple[Size, float]]:
@@ -51,7 +53,6 @@ def read_weighted_shapes(path: str | Path) -> list[tuple[Size, float]]:
 
 
 def tune_family_main(args: argparse.Namespace, path: str, candidates: Sequence) -> int:
-    from .tune import _progress, run_tasks, search, template_stem, time_with_options, timing_from_rows, timing_tasks
 
     try:
         shapes = read_weighted_shapes(args.shapes)
@@ -95,7 +96,6 @@ def write_family(output: Path, name: str, template_path: str, shapes_path: str, 
     """Write one member spec per distinct winner and the family file, once the family compiles."""
     from .compiler import write_outputs
     from .family import choose, compile_family
-    from .tune import winner_text
     from .tune_db import spec_hash
 
     member_of: dict[str, int] = {}  # spec hash -> member number
