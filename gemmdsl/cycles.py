@@ -20,8 +20,9 @@ from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK, RING_ROUND_TRIP_CYCLES,
-                      SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP, WGMMA_MACS_PER_CLOCK)
+from .targets import (HBM_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
+                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
+                      WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
     from .passes.fuse import ChainWork
@@ -71,6 +72,14 @@ class MemberModel:
     # exact ones refuse misaligned pointers and leading dimensions: a family's fallback (family.choose)
     any_alignment: bool = True
     fallback: bool = False  # the family's `fallback` member: chosen only among those that run any alignment
+    # The memory floor (`memory_cycles`): HBM's bytes per clock on the reference GPU (0: no floor); the bytes
+    # per element of A, B and C (C counted once, written: it is read only when beta is not 0, which the rule
+    # does not know, and a floor counts what every call moves); and, where the path's
+    # blocks keep a ring of k-tiles in flight (wgmma), how many (0: no per-block limit) and their round trip.
+    hbm_bytes_per_clock: int = 0
+    element_bytes: tuple[int, int, int] = (0, 0, 0)
+    in_flight_k_tiles: int = 0
+    round_trip_cycles: int = 0
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -96,7 +105,10 @@ class Estimate:
     waves: int = 0  # waves of plain tiles, the last one possibly partial
     sk_tiles: int = 0  # tiles whose k-tiles stream-K blocks share (0: none)
     useful: float = 0.0  # useful multiply-adds over launched ones (edge tiles waste the rest)
-    cycles: int = 0
+    cycles: int = 0  # the larger of the two below
+    compute_cycles: int = 0  # the waves of k-tiles at the member's per-SM rates
+    memory_cycles: int = 0  # the memory floor: the bytes that must cross HBM at the rate the launch can draw
+    streaming_blocks: int = 0  # blocks that stream k-tiles at once
 
 
 def _product(a: int, b: int) -> int:
@@ -117,10 +129,12 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     resident = member.blocks_per_sm
     full = member.cycles_per_k_tile(resident)
     plain, sk_tiles, cycles = tiles, 0, 0
+    streaming = min(tiles, member.slots)
     if member.stream_k:
         split = stream_k_split(tiles, k_tiles, member.slots, min_saved_k_tiles=member.min_saved_k_tiles)
         if split.sk_tiles:
             plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
+            streaming = max(split.sk_blocks, min(plain, member.slots))
             per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
             cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
             cycles = _sum(cycles, _product(member.launch_cycles, 2 if plain else 1))
@@ -130,7 +144,35 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     if left:
         last = -(-left // member.sms)
         cycles = _sum(cycles, _sum(_product(k_tiles, member.cycles_per_k_tile(last)), last * member.tile_cycles))
-    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, cycles)
+    memory = memory_cycles(member, m, n, k, streaming)
+    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, max(cycles, memory),
+                    cycles, memory, streaming)
+
+
+def memory_cycles(member: MemberModel, m: int, n: int, k: int, streaming: int) -> int:
+    """The memory floor of M x N x K: A and B are read and C written at least once, at no more than HBM's rate, nor
+    (where the member keeps a ring of k-tiles in flight) than `streaming` blocks draw by Little's law: each
+    has its in-flight k-tiles' bytes of A and B (the rows and columns inside the problem: TMA fills the
+    rest of a box with zeros, fetching nothing) on the way for a round trip. A decode call (M of 1 to 128,
+    a large N x K) streams B once and multiplies little: the floor, not the multiply-adds, sets its time,
+    and a member whose blocks keep loads in flight on every SM comes closest to it. 0 without a floor."""
+    if not member.hbm_bytes_per_clock:
+        return 0
+    a, b, c = member.element_bytes
+    traffic = _sum(_sum(_product(_product(m, k), a), _product(_product(n, k), b)), _product(_product(m, n), c))
+    cycles = -(-traffic // member.hbm_bytes_per_clock)
+    if member.in_flight_k_tiles and streaming:
+        bm, bn, bk = member.tile
+        in_flight = streaming * member.in_flight_k_tiles * bk * (min(m, bm) * a + min(n, bn) * b)
+        cycles = max(cycles, -(-_product(traffic, member.round_trip_cycles) // in_flight))
+    return cycles
+
+
+def memory_fields(spec: ir.KernelSpec) -> dict:
+    """The MemberModel fields of the memory floor every path shares: HBM's rate and the operands' bytes."""
+    problem = spec.problem
+    return dict(hbm_bytes_per_clock=HBM_BYTES_PER_CLOCK.get(spec.target.sm, 0),
+                element_bytes=(problem.a.dtype.bytes, problem.b.dtype.bytes, problem.c.dtype.bytes))
 
 
 def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
@@ -138,7 +180,7 @@ def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
     schedule, and what its launcher's stream-K costs (two more launches, its floor of saved k-tiles)."""
     return dict(name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked,
                 stream_k=spec.block.stream_k, sms=sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
-                min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES)
+                min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES, **memory_fields(spec))
 
 
 def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberModel:
@@ -206,12 +248,14 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's wait for each k-tile's group (measured) and
     its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
-    back one partial tile. The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
+    back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
+    (`memory_cycles`). The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
     too."""
     spec = layout.spec
-    common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
-                  stream_k=spec.block.stream_k, sms=sms)
     sm = spec.target.sm
+    common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
+                  stream_k=spec.block.stream_k, sms=sms, **memory_fields(spec),
+                  in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
     unit, _ = math_unit(spec)
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]

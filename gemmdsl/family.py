@@ -46,7 +46,13 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
                      EXTRA_LAUNCH_CYCLES (cycles.py) per launch beyond the first: the prepare
                      kernel, and the plain tiles' kernel when there are plain tiles
 
-and the member with the fewest predicted cycles runs (the first listed on a tie), unless the family's
+    memory floor:    the cycles are at least cycles.memory_cycles: A, B and C's bytes (each once) over HBM's bytes per
+                     clock (targets.HBM_BYTES_PER_CLOCK: the datasheet's bandwidth), or, for wgmma, over what
+                     the streaming blocks (min(tiles, SMs), or the stream-K wave) draw with STAGES - 1
+                     k-tiles in flight each for RING_ROUND_TRIP_CYCLES (Little's law) if that is less
+
+and the member with the fewest predicted cycles runs (on a tie, the fewest cycles before the floor, then the
+first listed), unless the family's
 measured table names the shape: there the member it names runs, the one timed fastest at that shape
 (`gemmdsl tune --shapes` writes the table where its measurements and the model disagree):
 
@@ -100,7 +106,8 @@ def is_family_path(path: str | Path) -> bool:
 def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
            measured: tuple[tuple[Size, int], ...] = ()) -> int | None:
     """Index of the member that runs M x N x K: the one the measured table names for the shape, else the
-    fewest predicted cycles among those that accept the shape, the first listed on a tie.
+    fewest predicted cycles among those that accept the shape; on a tie (members held to the same memory
+    floor) the fewest compute cycles, then the first listed.
     `fallback` members (declared so in the family) only where aligned=False: among the members that run
     operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
     alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
@@ -115,8 +122,9 @@ def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = T
         if not (member.any_alignment if not aligned else not member.fallback):
             continue
         figures = estimate(member, m, n, k)
-        if figures.accepted and (best is None or figures.cycles < best[1]):
-            best = (index, figures.cycles)
+        key = (figures.cycles, figures.compute_cycles)
+        if figures.accepted and (best is None or key < best[1]):
+            best = (index, key)
     assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
     return None if best is None else best[0]
 
@@ -439,7 +447,8 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
         row = {"member": model.name, "tile": "x".join(map(str, model.tile)), "accepted": figures.accepted}
         if figures.accepted:
             row.update(tiles=figures.tiles, k_tiles=figures.k_tiles, slots=model.slots, waves=figures.waves,
-                       stream_k_tiles=figures.sk_tiles, useful=round(figures.useful, 4), cycles=figures.cycles)
+                       stream_k_tiles=figures.sk_tiles, useful=round(figures.useful, 4), cycles=figures.cycles,
+                       memory_cycles=figures.memory_cycles)
         rows.append(row)
     best = estimate(models[chosen], m, n, k).cycles
     runner_up = [row["cycles"] for index, row in enumerate(rows) if row["accepted"] and index != chosen]
@@ -464,7 +473,7 @@ def format_explanation(explanation: dict) -> str:
              f"  why: {explanation['reason']}",
              "",
              f"  {'member':<20}{'tile':>12}{'tiles':>9}{'k-tiles':>9}{'slots':>7}{'waves':>7}{'stream-K':>10}"
-             f"{'useful':>8}{'cycles':>16}"]
+             f"{'useful':>8}{'memory floor':>14}{'cycles':>16}"]
     for row in explanation["members"]:
         mark = "*" if row["member"] == explanation["member"] else " "
         head = f"{mark} {row['member']:<20}{row['tile']:>12}"
@@ -472,8 +481,9 @@ def format_explanation(explanation: dict) -> str:
             lines.append(f"{head}  does not divide the shape (bounds: exact)")
             continue
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
-                     f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['cycles']:>16,}")
+                     f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['memory_cycles']:>14,}{row['cycles']:>16,}")
     lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA: the tuner's "
               "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 rate), plus "
-              "C's and stream-K's traffic on the wgmma path (gemmdsl/family.py)"]
+              "C's and stream-K's traffic on the wgmma path, and at least the memory floor: A, B and C across HBM at the "
+              "rate the streaming blocks draw (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"

@@ -115,6 +115,11 @@ MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
 WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
 MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
+# HBM's bandwidth in bytes per SM clock, the memory floor of the cycle model (cycles.memory_cycles): the
+# H100 SXM datasheet's 3.35 TB/s (HBM3) at 1755 MHz, the clock L2_BYTES_PER_CLOCK_PER_SM was measured at
+# (3.35e12 / 1.755e9 = 1909). The datasheet's figure, not the 3.0 TB/s a device copy reached (MEMORY_TBPS):
+# the floor is a bound no kernel passes. Only the H100 has one; elsewhere the model has no memory floor.
+HBM_BYTES_PER_CLOCK: dict[int, int] = {90: 1909}
 # The same peaks per SM and clock, in multiply-adds: 989.4 TFLOP/s = 132 SMs x 2048 x 2 at 1830 MHz.
 WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024, "fp8": 4096}}
 # Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100

@@ -23,7 +23,7 @@
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x192) = 40960 bytes per k-tile; 4 wgmma m64n192k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 1,441,792 wgmma warp instructions; 90,112 TMA copies bring 1,845 MB from L2; wgmma reads 2,953 MB of A and B from shared memory (23,068,672 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 201 MB at 3.0 TB/s sustains 2048; bound 879 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 565 TFLOP/s (57% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 201 MB at 3.0 TB/s sustains 2048; bound 879 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 565 TFLOP/s (57% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 70,308 cycles: 134.2 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 444,996)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -24,7 +24,7 @@
 //   pipeline: 8 stages, 16 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x64) = 24576 bytes per k-tile; 4 wgmma m64n64k16 per consumer per k-tile, 1 group in flight, 6 stages of lookahead for TMA
 //   traffic: 4,194,304 wgmma warp instructions; 262,144 TMA copies bring 3,221 MB from L2; wgmma reads 4,295 MB of A and B from shared memory (33,554,432 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 2048 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 15.52 tiles per SM, 97% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 201 MB at 3.0 TB/s sustains 2048; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 647 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 256, shared-memory reads 256, the ring's round trip 429), so about 364 TFLOP/s (37% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 201 MB at 3.0 TB/s sustains 2048; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 647 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 256, shared-memory reads 256, the ring's round trip 429), so about 364 TFLOP/s (37% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 70,308 cycles: 134.2 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 7 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 690,128)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -23,7 +23,7 @@
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x256) = 49152 bytes per k-tile; 4 wgmma m64n256k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 1,048,576 wgmma warp instructions; 65,536 TMA copies bring 1,611 MB from L2; wgmma reads 2,684 MB of A and B from shared memory (20,971,520 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 729 TFLOP/s (74% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 729 TFLOP/s (74% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 345,064)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

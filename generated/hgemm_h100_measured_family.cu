@@ -1644,8 +1644,8 @@ extern "C" cudaError_t hgemm_h100_128x64_launch(const __nv_bfloat16* A, const __
 
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
-// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first
-// listed on a tie.
+// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
+// fewest before the memory floor, then the first listed.
 struct hgemm_h100_measured_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
@@ -1657,14 +1657,17 @@ struct hgemm_h100_measured_family_member {
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
+    long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
+    long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
+    long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {1294};
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1078};
 static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {647};
 static const hgemm_h100_measured_family_member hgemm_h100_measured_family_members[3] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0},  // hgemm_h100
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0},  // hgemm_h100_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0},  // hgemm_h100_128x64
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0, 1909, 2, 2, 4, 7, 3000},  // hgemm_h100_128x64
 };
 
 static const long long hgemm_h100_measured_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1677,19 +1680,36 @@ static long long hgemm_h100_measured_family_sum(long long a, long long b) {
     return a + b > hgemm_h100_measured_family_CYCLE_CAP ? hgemm_h100_measured_family_CYCLE_CAP : a + b;
 }
 
-// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
-static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_family_member& m, long long M, long long N, long long K) {
+// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
+static long long hgemm_h100_measured_family_memory_cycles(const hgemm_h100_measured_family_member& m, long long M, long long N, long long K, long long streaming) {
+    if (m.hbm_bytes_per_clock == 0) return 0;
+    const long long traffic = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, K), m.a_bytes), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(N, K), m.b_bytes)), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, N), m.c_bytes));
+    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
+    if (m.in_flight_k_tiles > 0 && streaming > 0) {
+        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+        const long long drawn = (hgemm_h100_measured_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
+        if (drawn > cycles) cycles = drawn;
+    }
+    return cycles;
+}
+
+// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
+// *compute: the cycles before the memory floor, which break a tie.
+static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_family_member& m, long long M, long long N, long long K, long long* compute) {
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
     const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     long long plain = tiles, cycles = 0;
+    long long streaming = tiles < slots ? tiles : slots;
     if (m.stream_k_split != nullptr) {
         int sk_tiles = 0, sk_blocks = 0;
         m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
         if (sk_tiles > 0) {
             plain -= sk_tiles;
+            streaming = plain < slots ? plain : slots;
+            if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
             cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
@@ -1702,7 +1722,9 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
         const long long last = (left + m.sms - 1) / m.sms;
         cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
     }
-    return cycles;
+    *compute = cycles;
+    const long long memory = hgemm_h100_measured_family_memory_cycles(m, M, N, K, streaming);
+    return memory > cycles ? memory : cycles;
 }
 
 // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
@@ -1719,13 +1741,15 @@ static int hgemm_h100_measured_family_choose(long long M, long long N, long long
         if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) return (int)entry[3];
     }
     int best = -1;
-    long long best_cycles = 0;
+    long long best_cycles = 0, best_compute = 0;
     for (int i = 0; i < 3; ++i) {
         if (aligned ? hgemm_h100_measured_family_members[i].fallback : !hgemm_h100_measured_family_members[i].any_alignment) continue;
-        const long long cycles = hgemm_h100_measured_family_cycles(hgemm_h100_measured_family_members[i], M, N, K);
-        if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
+        long long compute = 0;
+        const long long cycles = hgemm_h100_measured_family_cycles(hgemm_h100_measured_family_members[i], M, N, K, &compute);
+        if (cycles >= 0 && (best < 0 || cycles < best_cycles || (cycles == best_cycles && compute < best_compute))) {
             best = i;
             best_cycles = cycles;
+            best_compute = compute;
         }
     }
     return best;

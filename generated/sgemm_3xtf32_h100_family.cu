@@ -1813,8 +1813,8 @@ extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch(const float* A, const
 
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
-// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first
-// listed on a tie.
+// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
+// fewest before the memory floor, then the first listed.
 struct sgemm_3xtf32_h100_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
@@ -1826,12 +1826,15 @@ struct sgemm_3xtf32_h100_family_member {
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
+    long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
+    long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
+    long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1854};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2686};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
-    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0},  // sgemm_3xtf32_h100_128x192_sk
+    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0, 1909, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0, 1909, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1844,19 +1847,36 @@ static long long sgemm_3xtf32_h100_family_sum(long long a, long long b) {
     return a + b > sgemm_3xtf32_h100_family_CYCLE_CAP ? sgemm_3xtf32_h100_family_CYCLE_CAP : a + b;
 }
 
-// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
-static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_member& m, long long M, long long N, long long K) {
+// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
+static long long sgemm_3xtf32_h100_family_memory_cycles(const sgemm_3xtf32_h100_family_member& m, long long M, long long N, long long K, long long streaming) {
+    if (m.hbm_bytes_per_clock == 0) return 0;
+    const long long traffic = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(M, K), m.a_bytes), sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(N, K), m.b_bytes)), sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(M, N), m.c_bytes));
+    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
+    if (m.in_flight_k_tiles > 0 && streaming > 0) {
+        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+        const long long drawn = (sgemm_3xtf32_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
+        if (drawn > cycles) cycles = drawn;
+    }
+    return cycles;
+}
+
+// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
+// *compute: the cycles before the memory floor, which break a tie.
+static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_member& m, long long M, long long N, long long K, long long* compute) {
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
     const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     long long plain = tiles, cycles = 0;
+    long long streaming = tiles < slots ? tiles : slots;
     if (m.stream_k_split != nullptr) {
         int sk_tiles = 0, sk_blocks = 0;
         m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
         if (sk_tiles > 0) {
             plain -= sk_tiles;
+            streaming = plain < slots ? plain : slots;
+            if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
             cycles = sgemm_3xtf32_h100_family_sum(cycles, sgemm_3xtf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
@@ -1869,20 +1889,24 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
         const long long last = (left + m.sms - 1) / m.sms;
         cycles = sgemm_3xtf32_h100_family_sum(cycles, sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
     }
-    return cycles;
+    *compute = cycles;
+    const long long memory = sgemm_3xtf32_h100_family_memory_cycles(m, M, N, K, streaming);
+    return memory > cycles ? memory : cycles;
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does).
 static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0;
+    long long best_cycles = 0, best_compute = 0;
     for (int i = 0; i < 2; ++i) {
         if (aligned ? sgemm_3xtf32_h100_family_members[i].fallback : !sgemm_3xtf32_h100_family_members[i].any_alignment) continue;
-        const long long cycles = sgemm_3xtf32_h100_family_cycles(sgemm_3xtf32_h100_family_members[i], M, N, K);
-        if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
+        long long compute = 0;
+        const long long cycles = sgemm_3xtf32_h100_family_cycles(sgemm_3xtf32_h100_family_members[i], M, N, K, &compute);
+        if (cycles >= 0 && (best < 0 || cycles < best_cycles || (cycles == best_cycles && compute < best_compute))) {
             best = i;
             best_cycles = cycles;
+            best_compute = compute;
         }
     }
     return best;

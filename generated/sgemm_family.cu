@@ -7203,8 +7203,8 @@ extern "C" cudaError_t checked_128x32_launch(const float* A, const float* B, flo
 
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
-// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first
-// listed on a tie.
+// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
+// fewest before the memory floor, then the first listed.
 struct sgemm_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
@@ -7216,6 +7216,9 @@ struct sgemm_family_member {
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
+    long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
+    long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
+    long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
 static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1350, 2328};
 static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1665, 2599};
@@ -7223,11 +7226,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7240,19 +7243,36 @@ static long long sgemm_family_sum(long long a, long long b) {
     return a + b > sgemm_family_CYCLE_CAP ? sgemm_family_CYCLE_CAP : a + b;
 }
 
-// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
-static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, long long N, long long K) {
+// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
+static long long sgemm_family_memory_cycles(const sgemm_family_member& m, long long M, long long N, long long K, long long streaming) {
+    if (m.hbm_bytes_per_clock == 0) return 0;
+    const long long traffic = sgemm_family_sum(sgemm_family_sum(sgemm_family_product(sgemm_family_product(M, K), m.a_bytes), sgemm_family_product(sgemm_family_product(N, K), m.b_bytes)), sgemm_family_product(sgemm_family_product(M, N), m.c_bytes));
+    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
+    if (m.in_flight_k_tiles > 0 && streaming > 0) {
+        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+        const long long drawn = (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
+        if (drawn > cycles) cycles = drawn;
+    }
+    return cycles;
+}
+
+// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
+// *compute: the cycles before the memory floor, which break a tie.
+static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, long long N, long long K, long long* compute) {
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
     const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     long long plain = tiles, cycles = 0;
+    long long streaming = tiles < slots ? tiles : slots;
     if (m.stream_k_split != nullptr) {
         int sk_tiles = 0, sk_blocks = 0;
         m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
         if (sk_tiles > 0) {
             plain -= sk_tiles;
+            streaming = plain < slots ? plain : slots;
+            if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
             cycles = sgemm_family_sum(cycles, sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
@@ -7265,20 +7285,24 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
         const long long last = (left + m.sms - 1) / m.sms;
         cycles = sgemm_family_sum(cycles, sgemm_family_sum(sgemm_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
     }
-    return cycles;
+    *compute = cycles;
+    const long long memory = sgemm_family_memory_cycles(m, M, N, K, streaming);
+    return memory > cycles ? memory : cycles;
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does).
 static int sgemm_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0;
+    long long best_cycles = 0, best_compute = 0;
     for (int i = 0; i < 5; ++i) {
         if (aligned ? sgemm_family_members[i].fallback : !sgemm_family_members[i].any_alignment) continue;
-        const long long cycles = sgemm_family_cycles(sgemm_family_members[i], M, N, K);
-        if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
+        long long compute = 0;
+        const long long cycles = sgemm_family_cycles(sgemm_family_members[i], M, N, K, &compute);
+        if (cycles >= 0 && (best < 0 || cycles < best_cycles || (cycles == best_cycles && compute < best_compute))) {
             best = i;
             best_cycles = cycles;
+            best_compute = compute;
         }
     }
     return best;

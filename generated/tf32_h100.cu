@@ -25,7 +25,7 @@
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (32x128, 32x256) = 49152 bytes per k-tile; 4 wgmma m64n256k8 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 2,097,152 wgmma warp instructions; 131,072 TMA copies bring 3,221 MB from L2; wgmma reads 5,369 MB of A and B from shared memory (41,943,040 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
-//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 480 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 364 TFLOP/s (74% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 480 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 364 TFLOP/s (74% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 105,462 cycles: 201.3 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 690,124)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

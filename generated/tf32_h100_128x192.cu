@@ -22,7 +22,7 @@
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (32x128, 32x192) = 40960 bytes per k-tile; 4 wgmma m64n192k8 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 2,883,584 wgmma warp instructions; 180,224 TMA copies bring 3,691 MB from L2; wgmma reads 5,906 MB of A and B from shared memory (46,137,344 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
-//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 440 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 293 TFLOP/s (59% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
+//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 440 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 293 TFLOP/s (59% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 105,462 cycles: 201.3 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 858,948)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -4,12 +4,15 @@
 //
 // Family:
 //   // tf32_h100 for every size: the rule (gemmdsl/family.py) runs 128x64 tiles where 128x256 tiles would leave
-//   // most SMs idle (1024^3), 128x192 tiles where they fill the last wave better (3072x3072x1024), and
+//   // most SMs idle (1024^3), 128x192 tiles where they fill the last wave better (3072x3072x1024), 64x128
+//   // stream-K tiles where the tiles do not fill the SMs and K is long or B must stream from memory on
+//   // every SM (decode: M of 1 to 128; 256x256x65536), and
 //   // tf32_h100's own 128x256 tiles elsewhere.
 //   family tf32_h100_family {
 //       use tf32_h100.gemm;           // 128x256 tiles: the big calls
 //       use tf32_h100_128x192.gemm;   // 128x192 tiles: a fuller last wave
 //       use tf32_h100_128x64.gemm;    // 128x64 tiles: four times as many for the small calls
+//       use tf32_h100_64x128_sk.gemm; // 64x128 stream-K: decode (small M, large N x K) and long K over few tiles
 //       fallback tf32_h100_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -18,6 +21,8 @@
 #include <cuda_runtime.h>
 #include <cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)
 #include <cstring>
+#include <mutex>
+#include <vector>
 #endif
 
 // ---- member tf32_h100, from tf32_h100.gemm ----
@@ -1634,6 +1639,829 @@ extern "C" cudaError_t tf32_h100_128x64_launch(const float* A, const float* B, f
 }
 #endif
 }  // namespace tf32_h100_128x64
+
+// ---- member tf32_h100_64x128_sk, from tf32_h100_64x128_sk.gemm ----
+namespace tf32_h100_64x128_sk {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) tf32_h100_64x128_sk_tensor_map {
+    unsigned long long opaque[16];
+};
+
+// The device code exists in sm_90a passes only: nvcc -arch=sm_90a also compiles a compute_90
+// pass, which has no wgmma or setmaxnreg (CUTLASS guards its sm_90a code the same way).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
+static __device__ __forceinline__ unsigned smem_u32(const void* p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
+}
+
+// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
+static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
+}
+
+// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Spin until the phase with this parity has completed.
+static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" :: "r"(barrier), "r"(parity) : "memory");
+}
+
+// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
+// as transaction bytes on `barrier`.
+static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
+                                                   unsigned barrier)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
+// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
+// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
+static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
+    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
+static __device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most N committed groups of this warpgroup's wgmma are still running.
+template <int N>
+static __device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// d (the 64 accumulators of one m64n128k8 per thread) += A (64 x 8, descriptor a) *
+// B (8 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1.
+static __device__ __forceinline__ void wgmma_m64n128k8(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
+
+// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
+// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
+static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
+    if (row >= M || col >= N) return;
+    x *= alpha;
+    y *= alpha;
+    float* const p = C + (size_t)row * ldc + col;
+    if (pairs && col + 1 < N) {
+        if (beta != 0.0f) {
+            const float2 old = *reinterpret_cast<const float2*>(p);
+            x += beta * old.x;
+            y += beta * old.y;
+        }
+        *reinterpret_cast<float2*>(p) = make_float2(x, y);
+        return;
+    }
+    if (beta != 0.0f) x += beta * p[0];
+    p[0] = x;
+    if (col + 1 < N) {
+        if (beta != 0.0f) y += beta * p[1];
+        p[1] = y;
+    }
+}
+
+// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
+static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
+    x *= alpha;
+    y *= alpha;
+    if (beta != 0.0f && row < M) {
+        const float* const p = C + (size_t)row * ldc + col;
+        if (col < N) x += beta * p[0];
+        if (col + 1 < N) y += beta * p[1];
+    }
+    return make_float2(x, y);
+}
+// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
+static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+static __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+// Wait until this thread's bulk groups have completed (their writes are done).
+static __device__ __forceinline__ void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
+static __device__ __forceinline__ void warpgroup_sync(int consumer)
+{
+    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
+// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
+static __device__ __forceinline__ void flag_raise(unsigned* flag)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
+}
+
+// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
+static __device__ __forceinline__ void flag_wait(const unsigned* flag)
+{
+    unsigned raised = 0;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
+    } while (raised == 0);
+}
+#endif
+
+// Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
+// warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
+// (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
+extern "C" __global__ void __launch_bounds__(256, 1) tf32_h100_64x128_sk_kernel(
+    const __grid_constant__ tf32_h100_64x128_sk_tensor_map map_a, const __grid_constant__ tf32_h100_64x128_sk_tensor_map map_b,
+    const __grid_constant__ tf32_h100_64x128_sk_tensor_map map_c, float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta, int sk_tiles, int sk_blocks, float* __restrict__ partials, unsigned* __restrict__ flags)
+{
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // Each of the 1 consumer warpgroups multiplies 64 rows by 128 columns: 1 x 1 m64n128k8 per k-step, 4 steps per k-tile,
+    // 64 f32 accumulators per thread.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int WGMMA_N = 128;
+    constexpr int WGMMA_K = 8;
+    constexpr int CONSUMER_ROWS = 64;
+    constexpr int M_REPEAT = 1;
+    constexpr int N_REPEAT = 1;
+    constexpr int ACCUMULATORS = 64;
+    constexpr int C_BOX_COLS = 32;
+    constexpr int C_BOX_BYTES = 8192;
+    constexpr int C_BOXES = 4;
+    constexpr int STORE_BUFFERS = 2;
+    constexpr int STAGING_BYTES = 16384;
+    constexpr int STAGES = 8;
+    constexpr int CONSUMERS = 1;
+    constexpr int A_STAGE_BYTES = 8192;
+    constexpr int STAGE_BYTES = 24576;
+
+    // The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle
+    // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
+    // pattern starts there); then a `full` and an `empty` barrier per stage.
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    // The staged boxes of C (store: tma, paths/wgmma/store.py).
+    unsigned char* const staging = smem + STAGES * STAGE_BYTES;
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
+    unsigned long long* const empty = full + STAGES;
+    const int warpgroup = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+
+    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(smem_u32(full + s), 1);
+            mbarrier_init(smem_u32(empty + s), CONSUMERS);
+        }
+        // Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tile_count = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    const int k_tiles = (K + BK - 1) / BK;
+    // Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;
+    // the first dp_tiles tiles are plain ones.
+    const int dp_tiles = tile_count - sk_tiles;
+    const int sk_work = sk_tiles * k_tiles;  // at most schedule.MAX_WORK
+    // Block b's range begins at sk_work * b / sk_blocks, computed without overflow as below.
+    const int sk_quotient = sk_blocks > 0 ? sk_work / sk_blocks : 0;
+    const int sk_remainder = sk_blocks > 0 ? sk_work % sk_blocks : 0;
+
+    if (warpgroup == 0) {
+        // Producer.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
+                    sk_end -= k_end - k_first;
+                    // Rasterization (group(8)): where C tile `tile` lies.
+                    // Groups of 8 tile rows are walked column by column, so blocks that
+                    // run together share rows of A and columns of B in L2.
+                    const int tiles_m = (M + BM - 1) / BM;
+                    const int tiles_n = (N + BN - 1) / BN;
+                    const int group_size = 8;
+                    const int blocks_per_group = group_size * tiles_n;
+                    const int first_tile_m = (tile / blocks_per_group) * group_size;
+                    const int group_rows = min(tiles_m - first_tile_m, group_size);
+                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                    const int tile_n = (tile % blocks_per_group) / group_rows;
+                    const int block_m = tile_m * BM;
+                    const int block_n = tile_n * BN;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                        const unsigned barrier = smem_u32(full + stage);
+                        mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                        unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                        tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                        tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                    }
+                }
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                    const unsigned barrier = smem_u32(full + stage);
+                    mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                    tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                }
+            }
+        }
+    }
+    else {
+        // Consumers.
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int consumer = warpgroup - 1;
+        const bool pairs = reinterpret_cast<size_t>(C) % 8 == 0 && ldc % 2 == 0;
+        const bool staged = reinterpret_cast<size_t>(C) % 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0;  // TMA can store C (the launcher agrees)
+        int it = 0;
+        if ((int)blockIdx.x < sk_blocks) {
+            const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+            int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+            while (sk_end > sk_begin) {
+                const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                const int k_end = (sk_end - 1) % k_tiles + 1;
+                const int k_first = max(0, k_end - (sk_end - sk_begin));
+                sk_end -= k_end - k_first;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                float acc[ACCUMULATORS];
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] = 0.0f;
+                }
+                for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * 4));
+                    const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                    wgmma_fence();
+                    // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 128 rows of B = 1024.
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                wgmma_m64n128k8(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), desc_a + 2 * kk + 512 * mr, desc_b + 2 * kk + 1024 * nr);
+                            }
+                        }
+                    }
+                    wgmma_commit();
+                    // Keep one group in flight: once the previous k-tile's group has finished, its stage is free.
+                    wgmma_wait<1>();
+                    if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+                }
+                wgmma_wait<0>();
+                if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+
+                if (k_end < k_tiles) {
+                    // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                    float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                        slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                    }
+                    __threadfence();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+                }
+                else {
+                    if (k_first > 0) {
+                        // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                        // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                        const int first_unit = (tile - dp_tiles) * k_tiles;
+                        int first_block = blockIdx.x;
+                        while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                        for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                            unsigned* const flag = flags + from * CONSUMERS + consumer;
+                            if (tid == 0) flag_wait(flag);
+                            warpgroup_sync(consumer);
+                            const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                            #pragma unroll
+                            for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                                const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                                acc[4 * i] += p.x;
+                                acc[4 * i + 1] += p.y;
+                                acc[4 * i + 2] += p.z;
+                                acc[4 * i + 3] += p.w;
+                            }
+                            if (tid == 0) *flag = 0;  // lowered for the next launch
+                        }
+                    }
+                    if (staged) {
+                        // 4 boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through STORE_BUFFERS buffers.
+                        const int warp = tid / 32, lane = tid % 32;
+                        const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                        unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
+                            warpgroup_sync(consumer);
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                                const int col = first + 8 * j;
+                                const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                                const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                                const int gcol = block_n + col + lane % 4 * 2;
+                                const int byte = (8 * j + lane % 4 * 2) * 4;
+                                const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                                const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                                *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                                *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                            }
+                            fence_proxy_async();
+                            warpgroup_sync(consumer);
+                            if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64);
+                        }
+                    }
+                    else {
+                        const int warp = tid / 32, lane = tid % 32;
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+            const int k_first = 0, k_end = k_tiles;
+            // Rasterization (group(8)): where C tile `tile` lies.
+            // Groups of 8 tile rows are walked column by column, so blocks that
+            // run together share rows of A and columns of B in L2.
+            const int tiles_m = (M + BM - 1) / BM;
+            const int tiles_n = (N + BN - 1) / BN;
+            const int group_size = 8;
+            const int blocks_per_group = group_size * tiles_n;
+            const int first_tile_m = (tile / blocks_per_group) * group_size;
+            const int group_rows = min(tiles_m - first_tile_m, group_size);
+            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+            const int tile_n = (tile % blocks_per_group) / group_rows;
+            const int block_m = tile_m * BM;
+            const int block_n = tile_n * BN;
+            float acc[ACCUMULATORS];
+            #pragma unroll
+            for (int i = 0; i < ACCUMULATORS; ++i) {
+                acc[i] = 0.0f;
+            }
+            for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                const int stage = it % STAGES;
+                const unsigned phase = (it / STAGES) & 1;
+                mbarrier_wait(smem_u32(full + stage), phase);
+                unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                const unsigned long long desc_a = wgmma_descriptor(smem_u32(tile_a + consumer * CONSUMER_ROWS * BK * 4));
+                const unsigned long long desc_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                wgmma_fence();
+                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 64 rows of A = 512, 128 rows of B = 1024.
+                #pragma unroll
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            wgmma_m64n128k8(acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2), desc_a + 2 * kk + 512 * mr, desc_b + 2 * kk + 1024 * nr);
+                        }
+                    }
+                }
+                wgmma_commit();
+                // Keep one group in flight: once the previous k-tile's group has finished, its stage is free.
+                wgmma_wait<1>();
+                if (kt > 0 && tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+            }
+            wgmma_wait<0>();
+            if (tid == 0) mbarrier_arrive(smem_u32(empty + (it - 1) % STAGES));
+
+            if (k_end < k_tiles) {
+                // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                    slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                }
+                __threadfence();
+                warpgroup_sync(consumer);
+                if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+            }
+            else {
+                if (k_first > 0) {
+                    // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                    // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                    const int first_unit = (tile - dp_tiles) * k_tiles;
+                    int first_block = blockIdx.x;
+                    while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                    for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                        unsigned* const flag = flags + from * CONSUMERS + consumer;
+                        if (tid == 0) flag_wait(flag);
+                        warpgroup_sync(consumer);
+                        const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                        #pragma unroll
+                        for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                            const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                            acc[4 * i] += p.x;
+                            acc[4 * i + 1] += p.y;
+                            acc[4 * i + 2] += p.z;
+                            acc[4 * i + 3] += p.w;
+                        }
+                        if (tid == 0) *flag = 0;  // lowered for the next launch
+                    }
+                }
+                if (staged) {
+                    // 4 boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through STORE_BUFFERS buffers.
+                    const int warp = tid / 32, lane = tid % 32;
+                    const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                    unsigned char* const buffers = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it
+                        warpgroup_sync(consumer);
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                            const int col = first + 8 * j;
+                            const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                            const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                            const int gcol = block_n + col + lane % 4 * 2;
+                            const int byte = (8 * j + lane % 4 * 2) * 4;
+                            const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                            const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                            *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                            *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                        }
+                        fence_proxy_async();
+                        warpgroup_sync(consumer);
+                        if (tid == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64);
+                    }
+                }
+                else {
+                    const int warp = tid / 32, lane = tid % 32;
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if (staged && tid == 0) bulk_wait_all();
+    }
+    #else
+    // The compute_90 pass: no wgmma, so no kernel; a GPU that runs this kernel loads its sm_90a code.
+    __trap();
+    #endif
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) tf32_h100_64x128_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+    #else
+    __trap();
+    #endif
+}
+
+#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with tf32_h100_64x128_sk_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
+typedef CUresult (*tf32_h100_64x128_sk_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static cudaError_t tf32_h100_64x128_sk_encoder(tf32_h100_64x128_sk_encode_tiled* encode) {
+    static tf32_h100_64x128_sk_encode_tiled found = nullptr;  // every thread finds the same function
+    if (found == nullptr) {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult query;
+        const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                                    cudaEnableDefault, &query);
+        if (err != cudaSuccess) return err;
+        if (query != cudaDriverEntryPointSuccess || function == nullptr) return cudaErrorNotSupported;
+        found = reinterpret_cast<tf32_h100_64x128_sk_encode_tiled>(function);
+    }
+    *encode = found;
+    return cudaSuccess;
+}
+
+// A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
+// stores outside it are dropped.
+static cudaError_t tf32_h100_64x128_sk_tensor_map_of(tf32_h100_64x128_sk_tensor_map* out, tf32_h100_64x128_sk_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+    static_assert(sizeof(CUtensorMap) == sizeof(tf32_h100_64x128_sk_tensor_map), "CUtensorMap is 128 bytes");
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t steps[2] = {1, 1};
+    const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    std::memcpy(out, &map, sizeof map);
+    return cudaSuccess;
+}
+
+// The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark
+// or a training loop calls with the same operands again and again.
+struct tf32_h100_64x128_sk_map_cache {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    const void* c = nullptr;
+    int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    tf32_h100_64x128_sk_tensor_map map_a, map_b, map_c;
+};
+
+static cudaError_t tf32_h100_64x128_sk_tensor_maps(const void* A, int lda, const void* B, int ldb, const void* C, int ldc, int M, int N, int K, const tf32_h100_64x128_sk_map_cache** maps) {
+    static thread_local tf32_h100_64x128_sk_map_cache cache;
+    *maps = &cache;
+    if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb && cache.c == C && cache.ldc == ldc)
+        return cudaSuccess;
+    tf32_h100_64x128_sk_encode_tiled encode;
+    cudaError_t err = tf32_h100_64x128_sk_encoder(&encode);
+    if (err == cudaSuccess) err = tf32_h100_64x128_sk_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 4, A, K, M, lda, 32, 64);
+    if (err == cudaSuccess) err = tf32_h100_64x128_sk_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_TFLOAT32, 4, B, K, N, ldb, 32, 128);
+    // C's map only where TMA can store C; the kernel tests the same condition and stores directly otherwise.
+    const bool staged = reinterpret_cast<uintptr_t>(C) % 16 == 0 && (long long)ldc * 4 % 16 == 0 && (long long)N * 4 % 16 == 0;
+    if (!staged) std::memset(&cache.map_c, 0, sizeof cache.map_c);
+    if (err == cudaSuccess && staged) err = tf32_h100_64x128_sk_tensor_map_of(&cache.map_c, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, C, N, M, ldc, 32, 64);
+    if (err != cudaSuccess) {
+        cache.a = nullptr;  // nothing valid is cached
+        return err;
+    }
+    cache.a = A;
+    cache.b = B;
+    cache.c = C;
+    cache.m = M;
+    cache.n = N;
+    cache.k = K;
+    cache.lda = lda;
+    cache.ldb = ldb;
+    cache.ldc = ldc;
+    return cudaSuccess;
+}
+
+// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
+// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
+// unless that would not shorten the launch.
+static void tf32_h100_64x128_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    *sk_tiles = *sk_blocks = 0;
+    slots /= batch;
+    if (slots < 1) return;
+    const long long shared = tiles % slots;
+    const long long work = shared * k_tiles;
+    long long blocks = (work + 3) / 4;
+    if (blocks > slots) blocks = slots;
+    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
+    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
+    *sk_tiles = (int)shared;
+    *sk_blocks = (int)blocks;
+}
+
+// Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
+// (zero between launches: the kernel lowers every flag it raises). One per device and stream, allocated
+// stream-ordered by the first call that shares tiles and kept for the later ones: launches on one stream
+// run in order and may share it, launches on two streams get two.
+static cudaError_t tf32_h100_64x128_sk_workspace(int device, cudaStream_t stream, int sms, float** partials, unsigned** flags) {
+    struct Workspace {
+        int device;
+        cudaStream_t stream;
+        void* memory;
+    };
+    static std::mutex lock;
+    static std::vector<Workspace> kept;
+    const size_t partial_bytes = (size_t)sms * 32768;
+    const size_t flag_bytes = (size_t)sms * 1 * sizeof(unsigned);
+    std::lock_guard<std::mutex> guard(lock);
+    void* memory = nullptr;
+    for (const Workspace& w : kept)
+        if (w.device == device && w.stream == stream) memory = w.memory;
+    if (memory == nullptr) {
+        cudaError_t err = cudaMallocAsync(&memory, partial_bytes + flag_bytes, stream);
+        if (err == cudaSuccess) err = cudaMemsetAsync(static_cast<char*>(memory) + partial_bytes, 0, flag_bytes, stream);
+        if (err != cudaSuccess) return err;
+        kept.push_back({device, stream, memory});
+    }
+    *partials = static_cast<float*>(memory);
+    *flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t tf32_h100_64x128_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483583 || N > 2147483519 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long scale_blocks = (elements + 255) / 256;
+        tf32_h100_64x128_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (4 elements).
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
+    if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
+    const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
+    if (tiles > 2147483647LL) return cudaErrorInvalidValue;
+    long long blocks = tiles;
+    // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
+    // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
+    int device = 0, sms = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status != cudaSuccess) return status;
+    // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
+    // other tiles (schedule.py's stream_k_split and persistent_blocks).
+    if (sms < 1) sms = 1;
+    int sk_tiles = 0, sk_blocks = 0;
+    tf32_h100_64x128_sk_stream_k_split(tiles, ((long long)K + 32 - 1) / 32, sms, 1, &sk_tiles, &sk_blocks);
+    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
+    if (sk_blocks > blocks) blocks = sk_blocks;
+    float* partials = nullptr;
+    unsigned* flags = nullptr;
+    if (sk_tiles > 0) {
+        status = tf32_h100_64x128_sk_workspace(device, stream, sms, &partials, &flags);
+        if (status != cudaSuccess) return status;
+    }
+    const tf32_h100_64x128_sk_map_cache* maps = nullptr;
+    cudaError_t err = tf32_h100_64x128_sk_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
+    if (err != cudaSuccess) return err;
+    const auto kernel = tf32_h100_64x128_sk_kernel;
+    const size_t smem_bytes = 214144;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3((unsigned)blocks), dim3(256), smem_bytes, stream>>>(maps->map_a, maps->map_b, maps->map_c, C, M, N, K, ldc, alpha, beta, sk_tiles, sk_blocks, partials, flags);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tf32_h100_64x128_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return tf32_h100_64x128_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace tf32_h100_64x128_sk
 
 // ---- member tf32_h100_any, from tf32_h100_any.gemm ----
 namespace tf32_h100_any {
@@ -3349,8 +4177,8 @@ extern "C" cudaError_t tf32_h100_any_launch(const float* A, const float* B, floa
 
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
-// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first
-// listed on a tie.
+// Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
+// fewest before the memory floor, then the first listed.
 struct tf32_h100_family_member {
     long long bm, bn, bk;
     bool exact;  // bounds: exact: only the shapes the tile divides
@@ -3362,16 +4190,21 @@ struct tf32_h100_family_member {
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
+    long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
+    long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
+    long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100[] = {1294};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {1078};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x64[] = {647};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk[] = {647};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1716};
-static const tf32_h100_family_member tf32_h100_family_members[4] = {
-    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6899, 0, 0},  // tf32_h100
-    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 5174, 0, 0},  // tf32_h100_128x192
-    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1725, 0, 0},  // tf32_h100_128x64
-    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 10700},  // tf32_h100_any
+static const tf32_h100_family_member tf32_h100_family_members[5] = {
+    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6899, 0, 0, 1909, 4, 4, 4, 3, 3000},  // tf32_h100
+    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 5174, 0, 0, 1909, 4, 4, 4, 3, 3000},  // tf32_h100_128x192
+    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1725, 0, 0, 1909, 4, 4, 4, 7, 3000},  // tf32_h100_128x64
+    {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1725, 1725, 0, 1909, 4, 4, 4, 7, 3000},  // tf32_h100_64x128_sk
+    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // tf32_h100_any
 };
 
 static const long long tf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -3384,19 +4217,36 @@ static long long tf32_h100_family_sum(long long a, long long b) {
     return a + b > tf32_h100_family_CYCLE_CAP ? tf32_h100_family_CYCLE_CAP : a + b;
 }
 
-// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.
-static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long long M, long long N, long long K) {
+// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
+static long long tf32_h100_family_memory_cycles(const tf32_h100_family_member& m, long long M, long long N, long long K, long long streaming) {
+    if (m.hbm_bytes_per_clock == 0) return 0;
+    const long long traffic = tf32_h100_family_sum(tf32_h100_family_sum(tf32_h100_family_product(tf32_h100_family_product(M, K), m.a_bytes), tf32_h100_family_product(tf32_h100_family_product(N, K), m.b_bytes)), tf32_h100_family_product(tf32_h100_family_product(M, N), m.c_bytes));
+    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
+    if (m.in_flight_k_tiles > 0 && streaming > 0) {
+        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+        const long long drawn = (tf32_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
+        if (drawn > cycles) cycles = drawn;
+    }
+    return cycles;
+}
+
+// Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
+// *compute: the cycles before the memory floor, which break a tie.
+static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long long M, long long N, long long K, long long* compute) {
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
     const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     long long plain = tiles, cycles = 0;
+    long long streaming = tiles < slots ? tiles : slots;
     if (m.stream_k_split != nullptr) {
         int sk_tiles = 0, sk_blocks = 0;
         m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
         if (sk_tiles > 0) {
             plain -= sk_tiles;
+            streaming = plain < slots ? plain : slots;
+            if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = tf32_h100_family_sum(tf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
             cycles = tf32_h100_family_sum(cycles, tf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
@@ -3409,26 +4259,30 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
         const long long last = (left + m.sms - 1) / m.sms;
         cycles = tf32_h100_family_sum(cycles, tf32_h100_family_sum(tf32_h100_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
     }
-    return cycles;
+    *compute = cycles;
+    const long long memory = tf32_h100_family_memory_cycles(m, M, N, K, streaming);
+    return memory > cycles ? memory : cycles;
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does).
 static int tf32_h100_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0;
-    for (int i = 0; i < 4; ++i) {
+    long long best_cycles = 0, best_compute = 0;
+    for (int i = 0; i < 5; ++i) {
         if (aligned ? tf32_h100_family_members[i].fallback : !tf32_h100_family_members[i].any_alignment) continue;
-        const long long cycles = tf32_h100_family_cycles(tf32_h100_family_members[i], M, N, K);
-        if (cycles >= 0 && (best < 0 || cycles < best_cycles)) {
+        long long compute = 0;
+        const long long cycles = tf32_h100_family_cycles(tf32_h100_family_members[i], M, N, K, &compute);
+        if (cycles >= 0 && (best < 0 || cycles < best_cycles || (cycles == best_cycles && compute < best_compute))) {
             best = i;
             best_cycles = cycles;
+            best_compute = compute;
         }
     }
     return best;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_any::tf32_h100_any_launch};
+static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, tf32_h100_any::tf32_h100_any_launch};
 extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -3443,7 +4297,7 @@ extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, f
     return status;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
+static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
 extern "C" cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

@@ -12,13 +12,17 @@
 #             problems (M, N or K = 0);
 #   bench     `bench --shapes` of both lists for the BF16, FP16, TF32, 3xTF32 and FP32 families against cuBLAS;
 #   sanitize  compute-sanitizer (scripts/sanitize.sh) on the fallback members, at sizes off every tile with
-#             odd leading dimensions (their scalar kernels);
-#   table     last: geometric mean and lowest ratio to cuBLAS per family and shape list, from the bench JSON.
+#             odd leading dimensions (their scalar kernels), and on the BF16-C stream-K member at small sizes
+#             whose tiles it shares among every SM (its workspace and flags);
+#   table     last: per family and shape list, every shape's ratio to cuBLAS (and at the decode shapes the
+#             bytes of A, B and C over the time against HBM's 3.35 TB/s), then the geometric mean and the
+#             lowest ratio, from the bench JSON.
 source scripts/device_env.sh
 FAMILIES16="specs/hgemm_h100_bf16c_family.gemmf specs/hgemm_h100_family.gemmf specs/hgemm_h100_f16_family.gemmf
 specs/tf32_h100_family.gemmf"
 BENCHED="$FAMILIES16 specs/sgemm_3xtf32_h100_family.gemmf specs/sgemm_family.gemmf"
 FALLBACKS="specs/hgemm_h100_bf16c_any.gemm specs/hgemm_h100_any.gemm specs/hgemm_h100_f16_any.gemm specs/tf32_h100_any.gemm"
+STREAM_K=specs/hgemm_h100_bf16c_64x128_sk.gemm
 sizes_of() { grep -v '^#' "$1" | awk 'NF { print ($1 ~ /x/) ? $1 : $1 "x" $1 "x" $1 }' | paste -sd,; }
 AWKWARD=$(grep -v '^#' gemmdsl/shapes/default.txt | awk 'NF' | head -12 > "$OUT/awkward.txt"; sizes_of "$OUT/awkward.txt")
 DECODE=$(sizes_of gemmdsl/shapes/decode.txt)
@@ -50,23 +54,42 @@ fi
 if wants sanitize; then
     SIZES=1000x1000x555,33x4100x1029,16x4096x4095 bash scripts/sanitize.sh $FALLBACKS 2>&1 | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    # 8 tiles of 64 k-tiles on every SM; 64x128 tiles split along K and across tiles; one row of a decode call
+    SIZES=256x256x4096,200x296x1000,1x1024x8192 bash scripts/sanitize.sh $STREAM_K 2>&1 | tee -a "$OUT/sanitize.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if wants table; then
     python3 - "$OUT" <<'PY' | tee "$OUT/table.txt"
 import json, math, sys
 from pathlib import Path
-print(f"{'kernel':<32}{'shapes':>8}{'geomean':>10}{'lowest':>10}  (ratio to cuBLAS)")
+HBM = 3.35e12  # bytes per second: the H100 SXM's datasheet (gemmdsl/targets.py, HBM_BYTES_PER_CLOCK)
+# bytes per element of A, B and C by the kernel's name (families and their members share the prefix)
+ELEMENTS = [("tf32_", (4, 4, 4)), ("hgemm_h100_bf16c", (2, 2, 2)), ("hgemm_h100_f16", (2, 2, 2)),
+            ("hgemm_h100", (2, 2, 4)), ("sgemm", (4, 4, 4))]
+summary = []
 for name in ("default", "decode"):
     path = Path(sys.argv[1]) / f"bench_{name}.json"
     if not path.exists():
         continue
-    ratios = {}
+    rows = {}
     for row in json.loads(path.read_text())["rows"]:
         if row["pct_of_cublas"] is not None and not row["name"].startswith("cuBLAS"):
-            ratios.setdefault(row["name"], []).append(row["pct_of_cublas"] / 100)
-    for kernel, values in ratios.items():
-        geomean = math.exp(sum(map(math.log, values)) / len(values))
-        print(f"{kernel:<32}{name:>8}{geomean:>9.3f}x{min(values):>9.3f}x")
+            rows.setdefault(row["name"], []).append(row)
+    for kernel, measured in rows.items():
+        a, b, c = next((sizes for prefix, sizes in ELEMENTS if kernel.startswith(prefix)), (4, 4, 4))
+        print(f"{kernel} ({name})")
+        for row in measured:
+            m, n, k = row["m"], row["n"], row["k"]
+            line = f"  {f'{m}x{n}x{k}':<18}{row['median_ms'] * 1e3:>10.1f} us{row['pct_of_cublas'] / 100:>8.3f}x"
+            if name == "decode":
+                rate = (m * k * a + n * k * b + m * n * c) / (row["median_ms"] * 1e-3)
+                line += f"{rate / 1e12:>7.2f} TB/s ({100 * rate / HBM:.0f}% of HBM)"
+            print(line)
+        ratios = [row["pct_of_cublas"] / 100 for row in measured]
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        summary.append(f"{kernel:<32}{name:>8}{geomean:>9.3f}x{min(ratios):>9.3f}x")
+print(f"\n{'kernel':<32}{'shapes':>8}{'geomean':>10}{'lowest':>10}  (ratio to cuBLAS)")
+print("\n".join(summary))
 PY
 fi
 exit $status

@@ -33,6 +33,7 @@ ISSUE_SHAPES = [(1000, 1000, 1000), (3000, 5000, 700), (5000, 3000, 4000), (4095
                 (127, 4096, 4096), (4096, 127, 4096), (16, 4096, 4096), (256, 256, 65536), (8192, 8192, 128),
                 (6000, 6000, 6000), (33, 33, 33), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
                 (8192, 8192, 8192), (4096, 4096, 1024)]
+DECODE_SHAPES = read_shapes(DEFAULT_SHAPES.with_name("decode.txt"))
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,8 @@ def rule_source(cuda: str, name: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-@pytest.mark.parametrize("path", [FAMILY, HOPPER_FAMILY, MEASURED_FAMILY], ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", [FAMILY, HOPPER_FAMILY, MEASURED_FAMILY, ROOT / "specs" / "tf32_h100_family.gemmf"],
+                         ids=lambda path: path.stem)
 def test_the_launcher_chooses_as_family_py_does(path, tmp_path):
     family = compile_family_path(path)
     (tmp_path / "rule.cpp").write_text(RULE_TEST % (rule_source(family.cuda, family.name), family.name, family.name))
@@ -157,7 +159,7 @@ def test_the_launcher_chooses_as_family_py_does(path, tmp_path):
     extents = [1, 2, 7, 16, 33, 64, 65, 127, 128, 129, 255, 256, 1000, 1024, 2048, 4095, 4096, 4097, 8192, 33792,
                2**31 - 129]
     cases = [(m, n, k) for m in extents for n in extents for k in (1, 8, 77, 128, 700, 4096, 65536, 2**31 - 9)]
-    cases += ISSUE_SHAPES + [shape for shape, _ in family.measured]
+    cases += ISSUE_SHAPES + DECODE_SHAPES + [(64, 64, 100000)] + [shape for shape, _ in family.measured]
     stdin = "".join(f"{m} {n} {k}\n" for m, n, k in cases)
     done = subprocess.run([str(tmp_path / "rule")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
@@ -758,3 +760,138 @@ def test_gemmdsl_load_takes_a_family_as_it_takes_a_spec(monkeypatch):
     assert (kind, artifacts.name) == ("spec", "sgemm_v3")
     kind, artifacts = gemmdsl.load("inline.gemmf", text=(ROOT / "specs" / "sgemm_v3.gemm").read_text())
     assert (kind, artifacts.name) == ("spec", "sgemm_v3")  # text is a spec's, whatever its display name
+
+
+# --- the stream-K members of the wgmma families: decode, long K, few tiles --------------------------
+
+AWKWARD_SHAPES = read_shapes(DEFAULT_SHAPES)[:12]
+BIG, WIDE, SMALL, STREAM_K = "", "_128x192", "_128x64", "_64x128_sk"
+# The member each wgmma family runs, by its name's suffix after the family's first member's name: the
+# awkward shapes, then the decode ones by (N, K) and M.
+INTENDED_AWKWARD = {(1000, 1000, 1000): SMALL, (3000, 5000, 700): BIG, (5000, 3000, 4000): BIG,
+                    (4095, 4097, 4096): WIDE, (2048, 2048, 77): BIG, (127, 4096, 4096): STREAM_K,
+                    (4096, 127, 4096): STREAM_K, (16, 4096, 4096): STREAM_K, (256, 256, 65536): STREAM_K,
+                    (8192, 8192, 128): BIG, (6000, 6000, 6000): BIG, (33, 33, 33): SMALL}
+# M = 128: the 128-row tiles are as many as the 64x128 ones (too few SMs idle for stream-K to split), or,
+# at N = 28672, 112 blocks of 128x256 hold enough k-tiles in flight to draw HBM's rate
+INTENDED_AT_M_128 = {(8192, 8192): SMALL, (28672, 8192): BIG, (8192, 28672): SMALL}
+
+
+@pytest.fixture(scope="module")
+def hopper_families():
+    return {name: compile_family_path(ROOT / "specs" / f"{name}.gemmf") for name in HOPPER_FAMILIES}
+
+
+def picked_suffix(family, shape) -> str:
+    return family.models[choose(family.models, *shape)].name.removeprefix(family.models[0].name)
+
+
+@pytest.mark.parametrize("name", HOPPER_FAMILIES)
+def test_the_wgmma_families_pick_the_intended_member_at_the_awkward_and_decode_shapes(hopper_families, name):
+    family = hopper_families[name]
+    assert {shape: picked_suffix(family, shape) for shape in AWKWARD_SHAPES} == INTENDED_AWKWARD
+    for m, n, k in DECODE_SHAPES:
+        assert picked_suffix(family, (m, n, k)) == (STREAM_K if m <= 64 else INTENDED_AT_M_128[n, k]), (m, n, k)
+    assert picked_suffix(family, (64, 64, 100000)) == STREAM_K  # one tile of 1,563 k-tiles
+
+
+@pytest.mark.parametrize("name", HOPPER_FAMILIES)
+@pytest.mark.parametrize("shape", [shape for shape in DECODE_SHAPES if shape[0] <= 16], ids=lambda s: "x".join(map(str, s)))
+def test_a_decode_call_is_memory_bound_and_the_stream_k_member_streams_on_every_sm(hopper_families, name, shape):
+    """M <= 16: B's N x K elements dominate the bytes; the floor sets the chosen member's cycles, at HBM's rate
+    (every SM keeps enough k-tiles in flight), and no member is predicted below it."""
+    family = hopper_families[name]
+    m, n, k = shape
+    chosen = family.models[choose(family.models, m, n, k)]
+    figures = estimate(chosen, m, n, k)
+    a, b, c = chosen.element_bytes
+    assert chosen.stream_k and figures.sk_tiles and figures.streaming_blocks == chosen.sms
+    assert figures.cycles == figures.memory_cycles == -(-(m * k * a + n * k * b + m * n * c) // chosen.hbm_bytes_per_clock)
+    assert figures.memory_cycles > figures.compute_cycles
+    assert all(estimate(model, m, n, k).cycles >= figures.cycles for model in family.models)
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=hopper_sizes, n=hopper_sizes, k=hopper_sizes | st.integers(1, 2**20))
+def test_the_rule_splits_with_stream_k_only_where_the_big_tiles_fill_less_than_two_waves(hopper_families, m, n, k):
+    """Stream-K pays where tiles are few: where the family's 128-row tiles fill two waves or more, a stream-K
+    member is not picked to share k-tiles (at K of one k-tile it may run as plain persistent tiles)."""
+    for family in hopper_families.values():
+        chosen = family.models[choose(family.models, m, n, k)]
+        if chosen.stream_k and estimate(chosen, m, n, k).sk_tiles:
+            assert estimate(family.models[0], m, n, k).tiles < 2 * family.models[0].slots
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=hopper_sizes, n=hopper_sizes, k=hopper_sizes | st.integers(1, 2**20))
+def test_the_memory_floor_bounds_every_prediction(hopper_families, m, n, k):
+    """Every member's cycles are the larger of its k-tiles' and the floor; the floor is at least the bytes
+    of A, B and C at HBM's rate, and, for a wgmma member, what its streaming blocks draw by Little's law."""
+    for model in hopper_families["hgemm_h100_bf16c_family"].models:
+        figures = estimate(model, m, n, k)
+        a, b, c = model.element_bytes
+        traffic = m * k * a + n * k * b + m * n * c
+        assert figures.cycles == max(figures.compute_cycles, figures.memory_cycles)
+        assert figures.memory_cycles * model.hbm_bytes_per_clock >= traffic
+        if model.in_flight_k_tiles:
+            bm, bn, bk = model.tile
+            in_flight = figures.streaming_blocks * model.in_flight_k_tiles * bk * (min(m, bm) * a + min(n, bn) * b)
+            assert figures.memory_cycles * in_flight >= traffic * model.round_trip_cycles
+            assert 1 <= figures.streaming_blocks <= model.sms
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=hopper_sizes, n=hopper_sizes, k=hopper_sizes | st.integers(1, 2**20))
+def test_the_chosen_member_s_launch_plan_holds_for_any_shape(hopper_families, m, n, k):
+    """The chosen member's LaunchPlan, read back from NAME.json as the runtime reads it: one block per SM at
+    most, room for every stream-K block, a workspace slot of f32 partial sums per block (whatever C's type) and
+    a split whose ranges cover the shared k-tiles once."""
+    from gemmdsl.launch_plan import LaunchPlan
+
+    sms = 132
+    for family in hopper_families.values():
+        member = family.members[choose(family.models, m, n, k)]
+        plan = LaunchPlan.from_json(member.artifacts.plan.launch.to_json())
+        assert plan == member.artifacts.plan.launch
+        grid = plan.grid_for(m, n, k, 1, sms)
+        split = plan.split_for(m, n, k, 1, sms)
+        assert 1 <= grid[0] <= sms and grid[0] >= split.sk_blocks and grid[1:] == (1, 1)
+        sized = plan.workspace_for(m, n, k, sms)
+        if not member.model.stream_k:
+            assert sized is None and not split.sk_tiles
+            continue
+        bm, bn, _ = plan.block_tile
+        assert plan.workspace.partial_bytes == bm * bn * 4
+        assert (sized is None) == (split.sk_tiles == 0)
+        if sized:
+            assert sized[1] == (sms * bm * bn * 4, sms * plan.workspace.consumers)
+            covered = sum(end - first for block in range(split.sk_blocks) for _, first, end in split.segments(block))
+            assert covered == split.sk_work
+
+
+def test_the_16_bit_c_members_keep_f32_partial_sums_and_convert_once():
+    """bf16 and f16 C: a stream-K block leaves its f32 accumulators in its slot (float4 stores), the block that
+    finishes the tile adds them in f32 and only its epilogue converts to the 16-bit C."""
+    from gemmdsl.compiler import compile_source
+
+    for name, convert in (("hgemm_h100_bf16c_64x128_sk", "__floats2bfloat162_rn"),
+                          ("hgemm_h100_f16_64x128_sk", "__floats2half2_rn")):
+        artifacts = compile_source(SourceFile.read(ROOT / "specs" / f"{name}.gemm"))
+        cuda = artifacts.cuda
+        leave = cuda.index("slot[i * 128] = make_float4(acc[4 * i]")
+        add = cuda.index("acc[4 * i] += p.x;")
+        assert leave < add < cuda.rindex(convert)
+        assert artifacts.plan.launch.workspace.partial_bytes == 64 * 128 * 4
+
+
+def test_check_reports_the_stream_k_split_and_the_memory_floor():
+    done = run_cli("check", str(ROOT / "specs" / "hgemm_h100_bf16c_64x128_sk.gemm"), "--problem", "1x8192x8192")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "stream-K: the last 64 tiles' 8,192 k-tiles shared by 132 blocks" in text
+    floor = -(-(8192 * 2 + 8192 * 8192 * 2 + 8192 * 2) // 1909)
+    assert f"memory floor {floor:,} cycles" in text and "132 blocks streaming 7 k-tiles each in flight" in text
+    assert "(sets the time" in text
+    done = run_cli("check", str(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf"), "--problem", "1x8192x8192")
+    assert done.returncode == 0 and "hgemm_h100_bf16c_64x128_sk runs" in done.stdout
+    assert "memory floor" in done.stdout and f"{floor:,}" in done.stdout

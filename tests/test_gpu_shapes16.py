@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gemmdsl.cycles import estimate
 from gemmdsl.family import DEFAULT_SHAPES
 from gemmdsl.family_kernel import load_family, read_shapes
 
@@ -108,3 +109,25 @@ def test_empty_problems(family, shape):
         assert torch.allclose(c.float(), expected.to(c_dtype).float())
     else:
         assert torch.equal(c, before)
+
+
+@pytest.mark.parametrize("shape", [(1, 8192, 8192), (16, 4096, 4096), (200, 300, 5000), (256, 256, 65536)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_stream_k_member_adds_f32_partial_sums_and_applies_beta_once(family, shape):
+    """The family's stream-K member alone, at shapes whose tiles it shares among every SM: the partial sums
+    wait in the workspace as f32, the finishing block adds them and converts to C's type once, with beta
+    applied once; twice in a row, so that the flags the first call lowered serve the second."""
+    import torch
+
+    name, kernel = family
+    index = next(i for i, model in enumerate(kernel.models) if model.stream_k)
+    member = kernel.kernels[index]
+    assert estimate(kernel.models[index], *shape).sk_tiles > 0
+    m, n, k = shape
+    a, b = operands(name, *shape)
+    c0 = torch.randn(m, n, device="cuda").to(getattr(torch, FAMILIES[name][1]))
+    reference = 0.5 * (a.double() @ b.double()) - 1.5 * c0.double()
+    for _ in range(2):
+        c = member(a, b, c0.clone(), alpha=0.5, beta=-1.5)
+        error = float(torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference))
+        assert error <= FAMILIES[name][2]

@@ -52,8 +52,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
     name = family.name
     model = f"{name}_member"
     o.comment("The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.\n"
-              "Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, the first\n"
-              "listed on a tie.")
+              "Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the\n"
+              "fewest before the memory floor, then the first listed.")
     with o.block(f"struct {model}", close="};"):
         o.line("long long bm, bn, bk;")
         o.line("bool exact;  // bounds: exact: only the shapes the tile divides")
@@ -65,6 +65,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
         o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
         o.line("long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)")
+        o.line("long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)")
+        o.line("long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once")
+        o.line("long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)")
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
@@ -75,7 +78,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, "
                    f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
-                   f"{m.partial_cycles}, {m.launch_cycles}}},  // {m.name}")
+                   f"{m.partial_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
+                   f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}}},"
+                   f"  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
@@ -85,19 +90,38 @@ def _emit_rule(family: Any, o: Emitter) -> None:
     with o.block(f"static long long {name}_sum(long long a, long long b)"):
         o.line(f"return a + b > {name}_CYCLE_CAP ? {name}_CYCLE_CAP : a + b;")
     o.line()
-    o.comment("Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape.")
-    with o.block(f"static long long {name}_cycles(const {model}& m, long long M, long long N, long long K)"):
+    o.comment("The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).")
+    with o.block(f"static long long {name}_memory_cycles(const {model}& m, long long M, long long N, long long K, "
+                 "long long streaming)"):
+        o.line("if (m.hbm_bytes_per_clock == 0) return 0;")
+        o.line(f"const long long traffic = {name}_sum({name}_sum({name}_product({name}_product(M, K), m.a_bytes), "
+               f"{name}_product({name}_product(N, K), m.b_bytes)), {name}_product({name}_product(M, N), m.c_bytes));")
+        o.line("long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;")
+        with o.block("if (m.in_flight_k_tiles > 0 && streaming > 0)"):
+            o.line("const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * "
+                   "((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);")
+            o.line(f"const long long drawn = ({name}_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;")
+            o.line("if (drawn > cycles) cycles = drawn;")
+        o.line("return cycles;")
+    o.line()
+    o.comment("Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;\n"
+              "*compute: the cycles before the memory floor, which break a tie.")
+    with o.block(f"static long long {name}_cycles(const {model}& m, long long M, long long N, long long K, "
+                 "long long* compute)"):
         o.line("if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;")
         o.line("const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);")
         o.line("const long long k_tiles = (K + m.bk - 1) / m.bk;")
         o.line("const long long slots = m.sms * m.blocks_per_sm;")
         o.line("const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];")
         o.line("long long plain = tiles, cycles = 0;")
+        o.line("long long streaming = tiles < slots ? tiles : slots;")
         with o.block("if (m.stream_k_split != nullptr)"):
             o.line("int sk_tiles = 0, sk_blocks = 0;")
             o.line("m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM")
             with o.block("if (sk_tiles > 0)"):
                 o.line("plain -= sk_tiles;")
+                o.line("streaming = plain < slots ? plain : slots;")
+                o.line("if (sk_blocks > streaming) streaming = sk_blocks;")
                 o.line("const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;")
                 o.line(f"cycles = {name}_sum({name}_product(per_block, full), "
                        "m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));")
@@ -109,7 +133,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             o.line("const long long last = (left + m.sms - 1) / m.sms;")
             o.line(f"cycles = {name}_sum(cycles, {name}_sum({name}_product(k_tiles, m.k_tile_cycles[last - 1]), "
                    "last * m.tile_cycles));")
-        o.line("return cycles;")
+        o.line("*compute = cycles;")
+        o.line(f"const long long memory = {name}_memory_cycles(m, M, N, K, streaming);")
+        o.line("return memory > cycles ? memory : cycles;")
     o.line()
     if family.measured:
         o.comment("The measured table: {M, N, K, member} where a member timed fastest and the model picks another.")
@@ -126,13 +152,16 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                 o.line("if (entry[0] == M && entry[1] == N && entry[2] == K && "
                        f"(aligned || {name}_members[entry[3]].any_alignment)) return (int)entry[3];")
         o.line("int best = -1;")
-        o.line("long long best_cycles = 0;")
+        o.line("long long best_cycles = 0, best_compute = 0;")
         with o.block(f"for (int i = 0; i < {len(family.members)}; ++i)"):
             o.line(f"if (aligned ? {name}_members[i].fallback : !{name}_members[i].any_alignment) continue;")
-            o.line(f"const long long cycles = {name}_cycles({name}_members[i], M, N, K);")
-            with o.block("if (cycles >= 0 && (best < 0 || cycles < best_cycles))"):
+            o.line("long long compute = 0;")
+            o.line(f"const long long cycles = {name}_cycles({name}_members[i], M, N, K, &compute);")
+            with o.block("if (cycles >= 0 && (best < 0 || cycles < best_cycles || "
+                         "(cycles == best_cycles && compute < best_compute)))"):
                 o.line("best = i;")
                 o.line("best_cycles = cycles;")
+                o.line("best_compute = compute;")
         o.line("return best;")
 
 

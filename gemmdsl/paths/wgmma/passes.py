@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ... import ir
-from ...cycles import FusedEpilogue, fused_epilogue, tensor_share, wgmma_member_model
+from ...cycles import FusedEpilogue, estimate, fused_epilogue, tensor_share, wgmma_member_model
 from ...grouped_schedule import ASSUMED_GROUPS, even_offs, tile_count as grouped_tile_count
 from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
 from .layout import WARPGROUP, WgmmaLayout
@@ -287,8 +287,23 @@ class WgmmaBoundPass:
                    + (f"{rates[limit]:,} set by {result.k_tile_limit} ({others}) and {wait:,} of {layout.part_note}" if wait
                       else f"set by {result.k_tile_limit} ({others})")
                    + f", so about {result.predicted_tflops:.0f} TFLOP/s ({100 * result.predicted_share:.0f}% of the peak; "
-                     "both at the datasheet's clock, which long runs under the power cap do not hold)")
+                     "both at the datasheet's clock, which long runs under the power cap do not hold)"
+                   + _memory_floor(model, m, n, k))
         return PassResult({"wgmma_bound": result}, verdict)
+
+
+def _memory_floor(model, m: int, n: int, k: int) -> str:
+    """The cycle model's memory floor at M x N x K (cycles.memory_cycles) against its k-tiles' cycles."""
+    figures = estimate(model, m, n, k)
+    if not figures.memory_cycles:
+        return ""
+    a, b, c = model.element_bytes
+    traffic = (m * k * a + n * k * b + m * n * c) / 1e6
+    side = "sets the time" if figures.memory_cycles > figures.compute_cycles else "below them"
+    return (f"; memory floor {figures.memory_cycles:,} cycles: {traffic:,.1f} MB of A, B and C at HBM's "
+            f"{model.hbm_bytes_per_clock:,} bytes per clock, or {figures.streaming_blocks} blocks streaming "
+            f"{model.in_flight_k_tiles} k-tiles each in flight for {model.round_trip_cycles:,} cycles, whichever is "
+            f"slower ({side}: the k-tiles take {figures.compute_cycles:,})")
 
 
 class WgmmaFuseEpiloguePass:
