@@ -44,7 +44,7 @@ class FuseOperands:
         bias, residual, scale = fuse["bias"], fuse["residual"], fuse["scale"] or ""
         return cls(bias=(bias["along"], DTYPE_NAMES[bias["dtype"]]) if bias else None,
                    residual=(residual["layout"], DTYPE_NAMES[residual["dtype"]]) if residual else None,
-                   row_scale=scale in ("row", "row_col"), col_scale=scale in ("col", "row_col"),
+                   row_scale=scale in ("row", "rowcol"), col_scale=scale in ("col", "rowcol"),
                    formula=fuse["formula"])
 
     @property

@@ -27,9 +27,9 @@ def apply_chain(fuse: dict, product: np.ndarray, *, alpha: float = 1.0, beta: fl
     """C as the chain computes it from the M x N `product` A * B, every operand read as float64."""
     x = np.asarray(product, dtype=np.float64)
     if fuse["scale"] is not None:
-        if fuse["scale"] in ("row", "row_col"):
+        if fuse["scale"] in ("row", "rowcol"):
             x = x * np.asarray(row_scale, dtype=np.float64)[:, None]
-        if fuse["scale"] in ("col", "row_col"):
+        if fuse["scale"] in ("col", "rowcol"):
             x = x * np.asarray(col_scale, dtype=np.float64)[None, :]
     elif alpha_beta:
         x = alpha * x

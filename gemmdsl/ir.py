@@ -407,7 +407,7 @@ class ScaleVectors(enum.Enum):
 
     ROW = "row"
     COL = "col"
-    ROW_COL = "row_col"
+    ROWCOL = "rowcol"
 
     @property
     def rows(self) -> bool:

@@ -56,7 +56,7 @@ def test_the_shipped_specs_take_the_fp8_path():
         assert path_of(spec).name == "wgmma_fp8"
         assert (spec.problem.a.dtype, spec.problem.b.dtype, spec.problem.c.dtype) == (
             ir.DType.E4M3, ir.DType.E4M3, ir.DType.BF16)
-        assert spec.fuse.scale is ir.ScaleVectors.ROW_COL and spec.block.k == 128
+        assert spec.fuse.scale is ir.ScaleVectors.ROWCOL and spec.block.k == 128
     assert spec_of().mma.accumulate is ir.Accumulate.PROMOTED
 
 
@@ -83,9 +83,9 @@ def test_an_mn_major_fp8_operand_is_an_error_at_its_layout_with_a_hint(operand, 
 def test_fp8_c_bias_and_residual_are_errors():
     [c] = errors_of("c: bf16 row", "c: e4m3 row")
     assert "C is e4m3" in c.message and "bf16" in c.hint
-    [bias] = errors_of("scale: row_col;", "scale: row_col; bias: n e5m2;")
+    [bias] = errors_of("scale: rowcol;", "scale: rowcol; bias: n e5m2;")
     assert "bias is e5m2" in bias.message
-    [residual] = errors_of("scale: row_col;", "scale: row_col; residual: e4m3 row;")
+    [residual] = errors_of("scale: rowcol;", "scale: rowcol; residual: e4m3 row;")
     assert "residual is e4m3" in residual.message
 
 
