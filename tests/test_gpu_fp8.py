@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FP8_SPECS = [ROOT / "specs" / "fp8_h100.gemm", ROOT / "specs" / "fp8_h100_fast.gemm"]
+FP8_SPECS = [ROOT / "specs" / f"{name}.gemm" for name in ("fp8_h100", "fp8_h100_fast", "fp8_rowwise")]
 ODD_SIZES = [(333, 517, 1040), (1000, 1008, 2048), (129, 257, 4096)]
 
 pytestmark = pytest.mark.gpu
@@ -46,7 +46,8 @@ def quantized(torch, rows, cols, generator):
     return values.to(torch.float8_e4m3fn)
 
 
-@pytest.mark.parametrize("spec, fast", [(FP8_SPECS[0], False), (FP8_SPECS[1], True)], ids=["promoted", "fast"])
+@pytest.mark.parametrize("spec, fast", [(FP8_SPECS[0], False), (FP8_SPECS[1], True), (FP8_SPECS[2], False)],
+                         ids=["promoted", "fast", "rowwise"])
 def test_the_pytorch_call_is_scaled_mm_with_rowwise_scales(torch, spec, fast):
     """C = (X @ W^T) * scale_x[m] * scale_w[n] in BF16, W as nn.Linear keeps it (N x K, so B = W.T is
     column-major), against torch._scaled_mm and float64; the C the kernel allocates and a poisoned one."""

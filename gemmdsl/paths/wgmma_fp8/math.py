@@ -26,8 +26,11 @@ class PromotedWgmmaMath(WgmmaMath):
         return [*super().constants(), ("PART", self.layout.part_registers)]
 
     def tiling_note(self) -> str:
+        layout = self.layout
+        chunks = (f"\n{layout.declared_shape} is issued as {layout.promotion_chunks} x {self.shape}: a {layout.declared_shape.n}-"
+                  f"column `part` would not fit beside the accumulators." if layout.promotion_chunks > 1 else "")
         return (super().tiling_note() + "\nPromoted accumulation: each k-tile's wgmma sum of one instruction's "
-                "columns goes to `part` (PART registers),\nthen into `acc` with f32 adds.")
+                "columns goes to `part` (PART registers),\nthen into `acc` with f32 adds." + chunks)
 
     def emit_helpers(self) -> None:
         super().emit_helpers()
