@@ -854,29 +854,30 @@ class Kernel:
             device = cupy.cuda.runtime.getDevice()
         return views, device
 
-    def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any) -> dict[str, Any]:
+    def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any, a_scale: Any = None,
+               b_scale: Any = None) -> dict[str, Any]:
         """The fuse chain's operands given, by name, once checked to be exactly those the chain reads."""
-        if self.fuse is None and bias is None and residual is None and row_scale is None and col_scale is None:
+        values = (bias, residual, row_scale, col_scale, a_scale, b_scale)
+        if self.fuse is None and all(value is None for value in values):
             return {}
-        given = {name: value for name, value in zip(FUSE_OPERANDS, (bias, residual, row_scale, col_scale))
-                 if value is not None}
+        given = {name: value for name, value in zip(FUSE_OPERANDS, values) if value is not None}
         if given or self.fuse is not None:
             check_operand_names(self.name, self.fuse, given)
         return given
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, *, bias: Any = None, residual: Any = None,
-             row_scale: Any = None, col_scale: Any = None) -> BoundLaunch:
+             row_scale: Any = None, col_scale: Any = None, a_scale: Any = None, b_scale: Any = None) -> BoundLaunch:
         """Validate the operands once and allocate C if needed; the result launches on call, on the GPU
-        that holds the operands. bias, residual, row_scale and col_scale: the fuse chain's operands
-        (docs/fusion.md), exactly those the spec's `fuse` section reads.
+        that holds the operands. bias, residual, row_scale, col_scale, a_scale and b_scale: the fuse chain's
+        operands (docs/fusion.md, docs/fp8.md), exactly those the spec's `fuse` section reads.
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
         tile, inner ones too, instead of the interior kernel and the edge strips (which it runs where
         they pay: schedule.interior_split_pays). With both False a
         call is one launch over every tile, the launch the analysis passes describe (`profile`)."""
-        fused = self._fused(bias, residual, row_scale, col_scale)
+        fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
         key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, fused)
         last = self._last
         if key is not None and last is not None and last[0] == key:
@@ -906,7 +907,7 @@ class Kernel:
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         chain = {}
         if self.fuse is not None and call.entry is not None:  # M or N = 0: C has no elements for the chain
-            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n)
+            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n, call.k)
             c_view = call.views["C"]
             check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
                                     call.n)
@@ -1031,9 +1032,11 @@ class Kernel:
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, *, bias: Any = None,
-                 residual: Any = None, row_scale: Any = None, col_scale: Any = None) -> Any:
+                 residual: Any = None, row_scale: Any = None, col_scale: Any = None, a_scale: Any = None,
+                 b_scale: Any = None) -> Any:
         """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), then the spec's fuse chain (docs/fusion.md)
-        with its operands bias, residual, row_scale, col_scale; returns C.
+        with its operands bias, residual, row_scale, col_scale, or FP8's block scales a_scale and b_scale
+        (docs/fp8.md); returns C.
 
         A, B and C: GPU arrays of any library with `__cuda_array_interface__` or DLPack (PyTorch,
         CuPy, JAX, Numba), read and written in place, never copied. They may be views (a transposed
@@ -1049,12 +1052,12 @@ class Kernel:
         """
         if c is not None:  # a repeated call launches the last call's launches again, nothing else
             last = self._last
-            fused = self._fused(bias, residual, row_scale, col_scale)
+            fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
             if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, fused):
                 last[1](stream)
                 return c
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior, bias=bias, residual=residual,
-                           row_scale=row_scale, col_scale=col_scale)
+                           row_scale=row_scale, col_scale=col_scale, a_scale=a_scale, b_scale=b_scale)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ k-step: the same products into the same accumulator registers, whose layout depe
 from __future__ import annotations
 
 from ... import ir
+from ...validate_fuse import BLOCK_SCALE_K
 from ..wgmma.layout import (CONSUMER_RESERVE, PRODUCER_REGISTERS, SPLIT_LOOP_RESERVE, WARPGROUP, WGMMA_M,
                             WgmmaLayout)
 
@@ -39,13 +40,29 @@ class Fp8Layout(WgmmaLayout):
         most = self._consumer_share(PRODUCER_REGISTERS[-1])
         for n in range(declared.n, 0, -WGMMA_N_STEP):
             part = self.m_repeat * WGMMA_M * n // WARPGROUP
-            if declared.n % n == 0 and self.accumulators + part + SPLIT_LOOP_RESERVE <= most:
+            if declared.n % n == 0 and self.accumulators + part + self.scale_registers + SPLIT_LOOP_RESERVE <= most:
                 return ir.WgmmaShape(n, declared.k, declared.m)
         return declared
 
     @property
     def promoted(self) -> bool:
         return self.spec.mma.accumulate is ir.Accumulate.PROMOTED
+
+    @property
+    def block_scaled(self) -> bool:
+        """`fuse { scale: block; }`: each k-tile's sum is multiplied by A's and B's block scales as it is promoted."""
+        fuse = self.spec.fuse
+        return fuse is not None and fuse.scale is ir.ScaleVectors.BLOCK
+
+    @property
+    def scale_registers(self) -> int:
+        """Block scales of the k-tile a consumer thread holds: A's of its 2 rows per m repeat, B's of each 128
+        columns of the tile."""
+        return 2 * self.m_repeat + self.bn // BLOCK_SCALE_K if self.block_scaled else 0
+
+    @property
+    def main_loop_registers(self) -> int:
+        return super().main_loop_registers + self.scale_registers
 
     @property
     def promotion_chunks(self) -> int:
@@ -76,7 +93,8 @@ class Fp8Layout(WgmmaLayout):
     @property
     def register_summary(self) -> str:
         promoted = f" + {self.part_registers} of `part` (promoted sums)" if self.promoted else ""
-        return f"{self.accumulators} accumulators{promoted}"
+        scales = f" + {self.scale_registers} block scales" if self.block_scaled else ""
+        return f"{self.accumulators} accumulators{promoted}{scales}"
 
     @property
     def accumulator_sets(self) -> str:
