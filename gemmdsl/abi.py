@@ -85,7 +85,8 @@ def pointer_type(spec: ir.KernelSpec, operand: ir.Operand) -> str:
 
 def fuse_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
     """(C type, name) of what the spec's fuse chain reads (docs/fusion.md): the bias vector, the residual
-    and its leading dimension, the row and column scales; none without a fuse section."""
+    and its leading dimension, the row and column scales or A's and B's block scales; none without a fuse
+    section."""
     fuse = spec.fuse
     if fuse is None:
         return ()
@@ -98,6 +99,8 @@ def fuse_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
         parameters.append(("const float*", "row_scale"))
     if fuse.scale is not None and fuse.scale.cols:
         parameters.append(("const float*", "col_scale"))
+    if fuse.scale is not None and fuse.scale.blocks:
+        parameters += [("const float*", "a_scale"), ("const float*", "b_scale")]
     return tuple(parameters)
 
 

@@ -55,7 +55,7 @@ def wgmma_report(analysis: Analysis) -> str:
     registers = analysis.facts["wgmma_registers"]
     header = (f"{spec.name} ({spec.target}): {layout.threads} threads = {layout.consumers} consumer + "
               f"{layout.producers} producer warpgroups, block tile {layout.bm}x{layout.bn}x{layout.bk}, "
-              f"wgmma {layout.shape}, problem {analysis.problem}")
+              f"wgmma {layout.instruction_note}, problem {analysis.problem}")
     sections = [header]
     if registers.spills:
         sections.append(f"!!! ptxas SPILLS registers to local memory: {registers.spills} bytes !!!")

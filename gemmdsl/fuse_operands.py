@@ -2,7 +2,8 @@
 arguments (pure: no CuPy; the runtime calls it, the CPU tests drive it with fakes).
 
 A fused kernel (docs/fusion.md) takes, after its own parameters, the operands its chain reads, in this
-order: `bias`, then `R, ldr` (the residual), then `row_scale`, `col_scale`. NAME.json records the chain
+order: `bias`, then `R, ldr` (the residual), then `row_scale`, `col_scale`, or `a_scale`, `b_scale`
+(block scales: A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128), f32, row-major). NAME.json records the chain
 under "fuse"; `FuseOperands.from_metadata` reads it back, so the runtime passes exactly what the C
 launcher passes.
 
@@ -22,7 +23,8 @@ import numpy
 from .arrays import DTYPE_NAMES, ArrayView, leading_dimension
 
 # The keyword arguments, in the order the kernels take them.
-FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale")
+FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale", "a_scale", "b_scale")
+SCALE_BLOCK = 128  # elements of K (and columns of B) one block scale covers
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class FuseOperands:
     residual: tuple[str, str] | None = None  # (layout "row" | "col", dtype name)
     row_scale: bool = False
     col_scale: bool = False
+    block_scales: bool = False  # a_scale and b_scale
     formula: str = ""
 
     @classmethod
@@ -44,14 +47,15 @@ class FuseOperands:
         bias, residual, scale = fuse["bias"], fuse["residual"], fuse["scale"] or ""
         return cls(bias=(bias["along"], DTYPE_NAMES[bias["dtype"]]) if bias else None,
                    residual=(residual["layout"], DTYPE_NAMES[residual["dtype"]]) if residual else None,
-                   row_scale=scale in ("row", "row_col"), col_scale=scale in ("col", "row_col"),
-                   formula=fuse["formula"])
+                   row_scale=scale in ("row", "rowcol"), col_scale=scale in ("col", "rowcol"),
+                   block_scales=scale == "block", formula=fuse["formula"])
 
     @property
     def names(self) -> tuple[str, ...]:
         """The keyword arguments a call must give, in the kernels' order."""
         wanted = {"bias": self.bias is not None, "residual": self.residual is not None,
-                  "row_scale": self.row_scale, "col_scale": self.col_scale}
+                  "row_scale": self.row_scale, "col_scale": self.col_scale, "a_scale": self.block_scales,
+                  "b_scale": self.block_scales}
         return tuple(name for name in FUSE_OPERANDS if wanted[name])
 
 
@@ -62,9 +66,10 @@ class FuseView:
     name: str
     pointer: int
     itemsize: int
-    ld: int = 0  # the residual's leading dimension
-    along: str = ""  # a vector's axis: "m" (indexed by row) or "n" (by column); the residual: ""
+    ld: int = 0  # the residual's leading dimension; a block scale's values per row (ceil(K / 128))
+    along: str = ""  # a vector's or block scale's axis: "m" (indexed by row) or "n" (by column); the residual: ""
     layout: str = ""  # the residual's
+    per: int = 1  # rows (columns) of C one value (one row of block scales) covers: 128 for b_scale
 
 
 def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str, Any]) -> None:
@@ -81,11 +86,15 @@ def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str,
                         f"{', '.join(f'{name}=' for name in missing)}")
 
 
-def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int) -> dict[str, FuseView]:
-    """Check each chain operand against the chain and the problem (M x N); how the kernel addresses it."""
+def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int,
+               k: int = 0) -> dict[str, FuseView]:
+    """Check each chain operand against the chain and the problem (M x N x K); how the kernel addresses it."""
     views = {}
     for name in fuse.names:
         array = given[name]
+        if name in ("a_scale", "b_scale"):
+            views[name] = block_scale_view(name, array, m, n, k)
+            continue
         if name == "residual":
             layout, dtype = fuse.residual
             views[name] = residual_view(kernel, array, layout, dtype, m, n)
@@ -101,6 +110,21 @@ def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: 
                              f"contiguous copy")
         views[name] = FuseView(name, array.pointer, array.itemsize, along=along)
     return views
+
+
+def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> FuseView:
+    """A's block scales (M x ceil(K / 128)) or B's (ceil(N / 128) x ceil(K / 128)): f32, row-major, contiguous."""
+    blocks = -(-k // SCALE_BLOCK)
+    rows, what = (m, "one row per row of A") if name == "a_scale" else (-(-n // SCALE_BLOCK), "one row per 128 columns of B")
+    check_dtype(name, array, "float32")
+    if tuple(array.shape) != (rows, blocks):
+        raise ValueError(f"{name} must be {rows} x {blocks} ({what}, one value per 128 elements of K={k}), got shape "
+                         f"{tuple(array.shape)}")
+    if (rows > 1 and array.strides[0] != blocks) or (blocks > 1 and array.strides[1] != 1):
+        raise ValueError(f"{name} must be row-major and contiguous (strides ({blocks}, 1) elements), got "
+                         f"{tuple(array.strides)}; pass a contiguous copy")
+    return FuseView(name, array.pointer, array.itemsize, ld=blocks, along="m" if name == "a_scale" else "n",
+                    per=1 if name == "a_scale" else SCALE_BLOCK)
 
 
 def check_dtype(name: str, array: ArrayView, dtype: str) -> None:
@@ -122,7 +146,8 @@ def residual_view(kernel: str, array: ArrayView, layout: str, dtype: str, m: int
 def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:
     """[first, end) of the bytes the kernel reads of a chain operand."""
     if view.along:
-        return view.pointer, view.pointer + (m if view.along == "m" else n) * view.itemsize
+        rows = -(-(m if view.along == "m" else n) // view.per)
+        return view.pointer, view.pointer + rows * max(view.ld, 1) * view.itemsize
     outer, inner = (m, n) if view.layout == "row" else (n, m)
     return view.pointer, view.pointer + ((outer - 1) * view.ld + inner) * view.itemsize
 
@@ -144,11 +169,14 @@ def check_no_overlap_with_c(views: dict[str, FuseView], c_pointer: int, c_ld: in
 
 
 def moved(views: dict[str, FuseView], row: int, col: int) -> dict[str, FuseView]:
-    """The operands of a sub-launch whose C starts at (row, col): vectors and the residual offset as C is."""
+    """The operands of a sub-launch whose C starts at (row, col): vectors, block scales and the residual
+    offset as C is (B's block scales move by whole blocks: `col` is a multiple of 128 for them)."""
     out = {}
     for name, view in views.items():
         if view.along:
-            elements = row if view.along == "m" else col
+            offset = row if view.along == "m" else col
+            assert offset % view.per == 0, (name, offset)
+            elements = offset // view.per * max(view.ld, 1)
         else:
             elements = row * view.ld + col if view.layout == "row" else col * view.ld + row
         out[name] = replace(view, pointer=view.pointer + elements * view.itemsize)
@@ -156,7 +184,7 @@ def moved(views: dict[str, FuseView], row: int, col: int) -> dict[str, FuseView]
 
 
 def fuse_arguments(views: dict[str, FuseView]) -> tuple:
-    """The kernels' trailing parameters, in order: bias, R and ldr, row_scale, col_scale."""
+    """The kernels' trailing parameters, in order: bias, R and ldr, row_scale, col_scale, a_scale, b_scale."""
     arguments: tuple = ()
     for name in FUSE_OPERANDS:
         view = views.get(name)

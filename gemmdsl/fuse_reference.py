@@ -20,16 +20,29 @@ ACTIVATIONS = {
 }
 
 
+def block_scaled_product(a: np.ndarray, b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray,
+                         block: int = 128) -> np.ndarray:
+    """A @ B of the dequantized operands (`scale: block`): A[m, k] * a_scale[m, k // 128] times
+    B[k, n] * b_scale[n // 128, k // 128], in float64."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    a_scale, b_scale = np.asarray(a_scale, dtype=np.float64), np.asarray(b_scale, dtype=np.float64)
+    k_blocks = np.arange(a.shape[1]) // block
+    a = a * a_scale[:, k_blocks]
+    b = b * b_scale[np.arange(b.shape[1]) // block][:, k_blocks].T
+    return a @ b
+
+
 def apply_chain(fuse: dict, product: np.ndarray, *, alpha: float = 1.0, beta: float = 0.0,
                 c: np.ndarray | None = None, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
                 row_scale: np.ndarray | None = None, col_scale: np.ndarray | None = None,
                 alpha_beta: bool = False) -> np.ndarray:
-    """C as the chain computes it from the M x N `product` A * B, every operand read as float64."""
+    """C as the chain computes it from the M x N `product` A * B (of the dequantized operands for block
+    scales: block_scaled_product), every operand read as float64."""
     x = np.asarray(product, dtype=np.float64)
-    if fuse["scale"] is not None:
-        if fuse["scale"] in ("row", "row_col"):
+    if fuse["scale"] not in (None, "block"):
+        if fuse["scale"] in ("row", "rowcol"):
             x = x * np.asarray(row_scale, dtype=np.float64)[:, None]
-        if fuse["scale"] in ("col", "row_col"):
+        if fuse["scale"] in ("col", "rowcol"):
             x = x * np.asarray(col_scale, dtype=np.float64)[None, :]
     elif alpha_beta:
         x = alpha * x

@@ -408,19 +408,26 @@ class Broadcast(enum.Enum):
 
 
 class ScaleVectors(enum.Enum):
-    """Per-row and per-column f32 scales applied to the accumulators instead of alpha."""
+    """f32 scales applied to the accumulators instead of alpha: per row and/or per column in the
+    epilogue, or DeepSeek's block scales (A per 1 x 128, B per 128 x 128) at FP8's promotion step."""
 
     ROW = "row"
     COL = "col"
-    ROW_COL = "row_col"
+    ROWCOL = "rowcol"
+    BLOCK = "block"
 
     @property
     def rows(self) -> bool:
-        return self is not ScaleVectors.COL
+        return self in (ScaleVectors.ROW, ScaleVectors.ROWCOL)
 
     @property
     def cols(self) -> bool:
-        return self is not ScaleVectors.ROW
+        return self in (ScaleVectors.COL, ScaleVectors.ROWCOL)
+
+    @property
+    def blocks(self) -> bool:
+        """Applied in the k-loop, per 128 elements of K, rather than in the epilogue."""
+        return self is ScaleVectors.BLOCK
 
 
 @dataclass(frozen=True)
@@ -451,7 +458,9 @@ class FuseChain(Node):
     def describe(self, alpha_beta: bool) -> str:
         """The chain as a formula of acc, e.g. `gelu_tanh(acc + bias[n])`."""
         x = "acc"
-        if self.scale is not None:
+        if self.scale is not None and self.scale.blocks:
+            x = "sum_kb(acc_kb * a_scale[m, kb] * b_scale[n / 128, kb])"
+        elif self.scale is not None:
             x = " * ".join([x] + ["row_scale[m]"] * self.scale.rows + ["col_scale[n]"] * self.scale.cols)
         elif alpha_beta:
             x = "alpha * acc"

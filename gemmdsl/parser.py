@@ -759,7 +759,7 @@ SECTIONS: dict[str, _Section] = {
                       wgmma_only="C goes through shared memory and TMA on Hopper's own path"),
     }),
     "fuse": _Section({
-        "scale": _Key(_enum(ir.ScaleVectors, "row, col or row_col")),
+        "scale": _Key(_enum(ir.ScaleVectors, "row, col, rowcol or block")),
         "bias": _Key(_bias),
         "activation": _Key(_enum(ir.Activation, "an activation")),
         "residual": _Key(_matrix),

@@ -867,22 +867,24 @@ class Kernel:
             device = cupy.cuda.runtime.getDevice()
         return views, device
 
-    def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any) -> dict[str, Any]:
+    def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any, a_scale: Any = None,
+               b_scale: Any = None) -> dict[str, Any]:
         """The fuse chain's operands given, by name, once checked to be exactly those the chain reads."""
-        if self.fuse is None and bias is None and residual is None and row_scale is None and col_scale is None:
+        values = (bias, residual, row_scale, col_scale, a_scale, b_scale)
+        if self.fuse is None and all(value is None for value in values):
             return {}
-        given = {name: value for name, value in zip(FUSE_OPERANDS, (bias, residual, row_scale, col_scale))
-                 if value is not None}
+        given = {name: value for name, value in zip(FUSE_OPERANDS, values) if value is not None}
         if given or self.fuse is not None:
             check_operand_names(self.name, self.fuse, given)
         return given
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, *, bias: Any = None, residual: Any = None,
-             row_scale: Any = None, col_scale: Any = None, offs: Any = None) -> BoundLaunch:
+             row_scale: Any = None, col_scale: Any = None, a_scale: Any = None, b_scale: Any = None,
+             offs: Any = None) -> BoundLaunch:
         """Validate the operands once and allocate C if needed; the result launches on call, on the GPU
-        that holds the operands. bias, residual, row_scale and col_scale: the fuse chain's operands
-        (docs/fusion.md), exactly those the spec's `fuse` section reads.
+        that holds the operands. bias, residual, row_scale, col_scale, a_scale and b_scale: the fuse chain's
+        operands (docs/fusion.md, docs/fp8.md), exactly those the spec's `fuse` section reads.
 
         stream_k=False runs a `schedule: stream_k` spec's plain kernel on every tile: no atomics,
         so bitwise-repeatable results. interior=False runs a checked spec's vector kernel on every
@@ -892,7 +894,7 @@ class Kernel:
 
         offs: a `batch: grouped` kernel's groups (docs/grouped.md): G int32 cumulative row ends on the GPU, as
         torch._grouped_mm takes them, with A M x K, B G x K x N (for `b: col`: `w.mT` of G x N x K weights), C M x N."""
-        fused = self._fused(bias, residual, row_scale, col_scale)
+        fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
         check_offs_given(self.name, self.requirements.grouped, offs is not None)
         keyed = fused if offs is None else {**fused, "offs": offs}
         key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, keyed)
@@ -932,7 +934,7 @@ class Kernel:
             groups = (numpy.uint64(offs.pointer), numpy.int32(call.batch))
         chain = {}
         if self.fuse is not None and call.entry is not None:  # M or N = 0: C has no elements for the chain
-            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n)
+            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n, call.k)
             c_view = call.views["C"]
             check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
                                     call.n)
@@ -1060,9 +1062,11 @@ class Kernel:
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, *, bias: Any = None,
-                 residual: Any = None, row_scale: Any = None, col_scale: Any = None, offs: Any = None) -> Any:
+                 residual: Any = None, row_scale: Any = None, col_scale: Any = None, a_scale: Any = None,
+                 b_scale: Any = None, offs: Any = None) -> Any:
         """C = A@B (store) or alpha*A@B + beta*C (alpha_beta), then the spec's fuse chain (docs/fusion.md)
-        with its operands bias, residual, row_scale, col_scale; returns C.
+        with its operands bias, residual, row_scale, col_scale, or FP8's block scales a_scale and b_scale
+        (docs/fp8.md); returns C.
 
         A, B and C: GPU arrays of any library with `__cuda_array_interface__` or DLPack (PyTorch,
         CuPy, JAX, Numba), read and written in place, never copied. They may be views (a transposed
@@ -1078,13 +1082,13 @@ class Kernel:
         """
         if c is not None:  # a repeated call launches the last call's launches again, nothing else
             last = self._last
-            fused = self._fused(bias, residual, row_scale, col_scale)
+            fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
             keyed = fused if offs is None else {**fused, "offs": offs}
             if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, keyed):
                 last[1](stream)
                 return c
         launch = self.bind(a, b, c, alpha, beta, stream_k, interior, bias=bias, residual=residual,
-                           row_scale=row_scale, col_scale=col_scale, offs=offs)
+                           row_scale=row_scale, col_scale=col_scale, a_scale=a_scale, b_scale=b_scale, offs=offs)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:

@@ -12,6 +12,8 @@ from .source import Span
 
 Report = Callable[[Span, str, str | None], None]
 
+BLOCK_SCALE_K = 128  # DeepSeek's block: A's scales per 1 x 128, B's per 128 x 128
+
 
 def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
     """Every rule of the spec's fuse chain; `error` takes (span, message, hint)."""
@@ -26,6 +28,8 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
     if fuse.scale is not None and problem.epilogue is ir.Epilogue.ALPHA_BETA:
         error(fuse.at("scale"), "scale vectors take alpha's place; they do not combine with epilogue: alpha_beta",
               "remove `epilogue: alpha_beta;` (the vectors can carry alpha), or the `scale` key")
+    if fuse.scale is ir.ScaleVectors.BLOCK:
+        _check_block_scales(spec, error)
     if spec.block.stream_k:
         error(spec.block.at("schedule"), "schedule: stream_k adds partial sums of an element from several blocks, "
                                          "but a fuse chain needs each element's whole sum in one place",
@@ -45,6 +49,27 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
         elif spec.mma is None:  # the FMA path: f32 throughout, and its files include no 16-bit types
             error(fuse.at(key), f"the {key} is {dtype.value}, but the FMA path reads f32 only",
                   f"write `{key}: {_f32_spelling(key, fuse)};`")
+
+
+def _check_block_scales(spec: ir.KernelSpec, error: Report) -> None:
+    """`scale: block` multiplies each k-tile's FP8 sum by its block scales before promoting it into the f32
+    accumulators (docs/fp8.md): FP8 wgmma, promoted, k-tiles of one scale block, whole B blocks per tile."""
+    fuse, problem, mma = spec.fuse, spec.problem, spec.mma
+    if not (problem.a.dtype.fp8 and problem.b.dtype.fp8) or mma is None or not isinstance(mma.shape, ir.WgmmaShape):
+        error(fuse.at("scale"), "block scales are applied at FP8 wgmma's promotion step; this spec is not an FP8 "
+                                "wgmma kernel", "use e4m3 or e5m2 A and B with a wgmma shape (m64nNk32), or "
+                                                "`scale: rowcol;`")
+        return
+    if mma.accumulate is not ir.Accumulate.PROMOTED:
+        error(mma.at("accumulate"), "block scales multiply each k-tile's sum before it is added to the f32 "
+                                    "accumulators; fast accumulation sums the whole K in wgmma",
+              "remove `accumulate: fast;` (promoted is the default)")
+    if spec.block.k != BLOCK_SCALE_K:
+        error(spec.block.at("tile"), f"block scales cover {BLOCK_SCALE_K} elements of K, and BK = {spec.block.k}",
+              f"use {spec.block.m}x{spec.block.n}x{BLOCK_SCALE_K}")
+    if spec.block.n % BLOCK_SCALE_K:
+        error(spec.block.at("tile"), f"B's block scales cover {BLOCK_SCALE_K} columns, and BN = {spec.block.n} is "
+                                     "not a multiple", f"use a BN that is a multiple of {BLOCK_SCALE_K}")
 
 
 def _f32_spelling(key: str, fuse: ir.FuseChain) -> str:

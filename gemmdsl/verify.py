@@ -491,9 +491,9 @@ def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, case: Case) -
     if fuse["residual"] is not None:
         residual = fuse["residual"]
         operands["residual"] = random_operand(arrays, residual["dtype"], residual["layout"], m, n, case.padded)
-    if fuse["scale"] in ("row", "row_col"):
+    if fuse["scale"] in ("row", "rowcol"):
         operands["row_scale"] = arrays.scales(m)
-    if fuse["scale"] in ("col", "row_col"):
+    if fuse["scale"] in ("col", "rowcol"):
         operands["col_scale"] = arrays.scales(n)
     return operands
 

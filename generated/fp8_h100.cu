@@ -10,7 +10,7 @@
 //   // columns at a time, so the FP8 accumulator never sums more than 128 products.
 //   gemm fp8_h100 {
 //       problem  { a: e4m3 row; b: e4m3 col; c: bf16 row; bounds: checked; }
-//       fuse     { scale: row_col; }
+//       fuse     { scale: rowcol; }
 //       target   sm_90a;
 //       block    { tile: 128x256x128; raster: group(8); schedule: persistent; }
 //       threads  { warpgroups: 2; producer: 1; }

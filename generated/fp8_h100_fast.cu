@@ -7,7 +7,7 @@
 //   // sum the whole K, one group of m64n256k32 in flight across k-tiles, as the BF16 kernel's k-loop does.
 //   gemm fp8_h100_fast {
 //       problem  { a: e4m3 row; b: e4m3 col; c: bf16 row; bounds: checked; }
-//       fuse     { scale: row_col; }
+//       fuse     { scale: rowcol; }
 //       target   sm_90a;
 //       block    { tile: 128x256x128; raster: group(8); schedule: persistent; }
 //       threads  { warpgroups: 2; producer: 1; }

@@ -4,10 +4,11 @@
 #     OUT=out bash scripts/fp8_device.sh [STEP...]   # STEP: tests verify bench sanitize
 #
 #   tests     tests/test_gpu_fp8.py: each FP8 spec against float64 on the dequantized operands and against
-#             torch._scaled_mm at odd shapes, C poisoned with NaN, the PyTorch calls;
-#   verify    `gemmdsl verify` on both FP8 specs at 333x517x1040, 1000x1008x2048 and 4095x4097x4096 (normal
+#             torch._scaled_mm at odd shapes, C poisoned with NaN, the PyTorch calls; fp8_blockwise against
+#             float64 on the block-dequantized operands and torch._scaled_mm's blockwise mode where it has one;
+#   verify    `gemmdsl verify` on the FP8 specs at 333x517x1040, 1000x1008x2048 and 4095x4097x4096 (normal
 #             and wide-range data, within 1.1x of torch._scaled_mm's error);
-#   bench     fp8_h100 (promoted) and fp8_h100_fast against torch._scaled_mm with the same accumulation
+#   bench     fp8_h100 (promoted), fp8_h100_fast and fp8_rowwise (promoted, m64n256k32 in two chunks) against torch._scaled_mm with the same accumulation
 #             (rowwise scales, BF16 out) at 4096^3, 8192^3 and 16384x11008x4096;
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on fp8_h100.
 #
@@ -15,9 +16,9 @@
 source scripts/device_env.sh
 STEPS=${*:-tests verify bench sanitize}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
-FP8="specs/fp8_h100.gemm specs/fp8_h100_fast.gemm"
+FP8="specs/fp8_h100.gemm specs/fp8_h100_fast.gemm specs/fp8_rowwise.gemm"
 status=0
-python3 scripts/prebuild_cubins.py $FP8 > "$OUT/prebuild_fp8.log" 2>&1 || status=1
+python3 scripts/prebuild_cubins.py $FP8 specs/fp8_blockwise.gemm > "$OUT/prebuild_fp8.log" 2>&1 || status=1
 if wants tests; then
     python3 -m pytest -m gpu -q -rs tests/test_gpu_fp8.py > "$OUT/pytest_fp8.log" 2>&1 || status=1
     tail -n 5 "$OUT/pytest_fp8.log"

@@ -30,7 +30,7 @@ CHAINS = [
     ("relu_bias_m_residual_row", "bias: m; activation: relu; residual: f32 row;", True),
     ("gelu_bias_n", "bias: n; activation: gelu;", True),
     ("gelu_tanh_residual_col", "activation: gelu_tanh; residual: f32 col;", False),
-    ("silu_scales", "scale: row_col; bias: n f32; activation: silu;", False),
+    ("silu_scales", "scale: rowcol; bias: n f32; activation: silu;", False),
 ]
 TOLERANCE = 1e-5  # f32 accumulation over K <= 43 and f32 activations, against float64: relative to C's norm
 
@@ -82,9 +82,9 @@ def run_fused(binary: Path, metadata: dict, req: Requirements, directory: Path, 
     vectors = {}
     if fuse["bias"]:
         vectors["bias"] = rng.uniform(-1, 1, m if fuse["bias"]["along"] == "m" else n).astype(np.float32)
-    if fuse["scale"] in ("row", "row_col"):
+    if fuse["scale"] in ("row", "rowcol"):
         vectors["row_scale"] = rng.uniform(0.5, 2, m).astype(np.float32)
-    if fuse["scale"] in ("col", "row_col"):
+    if fuse["scale"] in ("col", "rowcol"):
         vectors["col_scale"] = rng.uniform(0.5, 2, n).astype(np.float32)
     ldr = 0
     if fuse["residual"]:

@@ -127,7 +127,7 @@ FUSE_SECTIONS = st.builds(
     st.sampled_from(["", "bias: m;", "bias: n;"]),
     st.sampled_from(["", *(f"activation: {a.value};" for a in ir.Activation)]),
     st.sampled_from(["", "residual: f32 row;", "residual: f32 col;"]),
-    st.sampled_from(["", "scale: row;", "scale: col;", "scale: row_col;"]),
+    st.sampled_from(["", "scale: row;", "scale: col;", "scale: rowcol;"]),
 ).filter(bool)
 BASES = {"sgemm": "sgemm_fused", "mma": "hgemm_mma_fused", "wgmma": "linear_gelu"}
 

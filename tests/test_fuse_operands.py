@@ -8,7 +8,7 @@ from gemmdsl.fuse_operands import (FuseOperands, check_no_overlap_with_c, check_
                                    fuse_views, moved)
 
 BASE = 0x7F0000000000
-CHAIN = {"formula": "silu(acc + bias[n]) + R", "scale": "row_col", "activation": "silu",
+CHAIN = {"formula": "silu(acc + bias[n]) + R", "scale": "rowcol", "activation": "silu",
          "bias": {"along": "n", "dtype": "bf16"}, "residual": {"dtype": "bf16", "layout": "col"}}
 
 

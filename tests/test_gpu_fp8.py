@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FP8_SPECS = [ROOT / "specs" / "fp8_h100.gemm", ROOT / "specs" / "fp8_h100_fast.gemm"]
+FP8_SPECS = [ROOT / "specs" / f"{name}.gemm" for name in ("fp8_h100", "fp8_h100_fast", "fp8_rowwise")]
 ODD_SIZES = [(333, 517, 1040), (1000, 1008, 2048), (129, 257, 4096)]
 
 pytestmark = pytest.mark.gpu
@@ -46,7 +46,8 @@ def quantized(torch, rows, cols, generator):
     return values.to(torch.float8_e4m3fn)
 
 
-@pytest.mark.parametrize("spec, fast", [(FP8_SPECS[0], False), (FP8_SPECS[1], True)], ids=["promoted", "fast"])
+@pytest.mark.parametrize("spec, fast", [(FP8_SPECS[0], False), (FP8_SPECS[1], True), (FP8_SPECS[2], False)],
+                         ids=["promoted", "fast", "rowwise"])
 def test_the_pytorch_call_is_scaled_mm_with_rowwise_scales(torch, spec, fast):
     """C = (X @ W^T) * scale_x[m] * scale_w[n] in BF16, W as nn.Linear keeps it (N x K, so B = W.T is
     column-major), against torch._scaled_mm and float64; the C the kernel allocates and a poisoned one."""
@@ -109,3 +110,60 @@ def test_a_wrong_operand_type_is_refused_with_what_the_kernel_takes(torch):
     ones = torch.ones(128, device="cuda")
     with pytest.raises(TypeError, match="A must be float8_e4m3fn, got bfloat16"):
         kernel(x, w.T, row_scale=ones, col_scale=ones)
+
+
+BLOCKWISE = ROOT / "specs" / "fp8_blockwise.gemm"
+
+
+def block_scaled_case(torch, m, n, k, seed):
+    """e4m3 X (M x K) and W (N x K, nn.Linear's layout), A's scales per 1 x 128 and B's per 128 x 128 (positive,
+    spread over two octaves), and the float64 product of the dequantized operands."""
+    from gemmdsl.fuse_reference import block_scaled_product
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    x, w = quantized(torch, m, k, generator), quantized(torch, n, k, generator)
+    kb = -(-k // 128)
+    a_scale = torch.rand(m, kb, device="cuda", generator=generator) * 3 + 0.25
+    b_scale = torch.rand(-(-n // 128), kb, device="cuda", generator=generator) * 3 + 0.25
+    exact = block_scaled_product(x.double().cpu().numpy(), w.double().T.cpu().numpy(), a_scale.cpu().numpy(),
+                                 b_scale.cpu().numpy())
+    return x, w, a_scale, b_scale, torch.from_numpy(exact).cuda()
+
+
+@pytest.mark.parametrize("m, n, k", [*ODD_SIZES, (4096, 4096, 4096)])
+def test_block_scales_match_float64_on_the_dequantized_operands(torch, m, n, k):
+    """C poisoned with NaN and fully overwritten; within BF16's rounding of float64 (promoted sums of at most 128
+    products keep the FP8 accumulator's truncation out)."""
+    import gemmdsl
+
+    x, w, a_scale, b_scale, exact = block_scaled_case(torch, m, n, k, seed=m + n + k)
+    kernel = gemmdsl.load(BLOCKWISE)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernel(x, w.T, c, a_scale=a_scale, b_scale=b_scale)
+    assert torch.isfinite(c).all()
+    error = float((c.double() - exact).norm() / exact.norm())
+    assert error < 4e-3, error
+    with pytest.raises(TypeError, match="a_scale="):
+        kernel(x, w.T, c, row_scale=a_scale[:, 0], col_scale=b_scale[0])
+    with pytest.raises(ValueError, match="a_scale must be"):
+        kernel(x, w.T, c, a_scale=a_scale[:, :1].contiguous(), b_scale=b_scale)
+
+
+def test_block_scales_against_scaled_mms_blockwise_mode(torch):
+    """torch._scaled_mm's 1x128 / 128x128 mode (A's scales outer-dim-major, as it asks) where this PyTorch has
+    it on this GPU: the kernel's error against float64 within 1.1x of torch's (or BF16's last bit)."""
+    import gemmdsl
+
+    m, n, k = 1024, 1024, 2048
+    x, w, a_scale, b_scale, exact = block_scaled_case(torch, m, n, k, seed=3)
+    try:
+        reference = torch._scaled_mm(x, w.T, scale_a=a_scale.t().contiguous().t(), scale_b=b_scale.t(),
+                                     out_dtype=torch.bfloat16)
+    except (RuntimeError, ValueError, TypeError) as refused:
+        pytest.skip(f"this PyTorch's torch._scaled_mm has no blockwise 1x128 / 128x128 mode here: {refused}")
+    c = gemmdsl.load(BLOCKWISE)(x, w.T, a_scale=a_scale, b_scale=b_scale)
+
+    def error(y):
+        return float((y.double() - exact).norm() / exact.norm())
+    assert error(reference) < 4e-3, f"torch._scaled_mm's blockwise layout differs from the one assumed: {error(reference)}"
+    assert error(c) <= max(1.1 * error(reference), 2e-3), (error(c), error(reference))

@@ -257,6 +257,10 @@ def _fuse_operands(fuse: ir.FuseChain) -> str:
         parts.append("row_scale: M f32 values")
     if fuse.scale is not None and fuse.scale.cols:
         parts.append("col_scale: N f32 values")
+    if fuse.scale is not None and fuse.scale.blocks:
+        parts.append("a_scale: M x ceil(K / 128) f32 values, row-major, one per row and 128 elements of K; "
+                     "b_scale: ceil(N / 128) x ceil(K / 128) f32 values, row-major, one per 128 x 128 block of B "
+                     "(DeepSeek's block scaling, applied to each k-tile's sum)")
     return "; ".join(parts) if parts else "no operands of its own"
 
 

@@ -178,6 +178,11 @@ class WgmmaLayout:
         return self.bk // self.shape.k
 
     @property
+    def instruction_note(self) -> str:
+        """The instruction the consumers issue, for check's report."""
+        return str(self.shape)
+
+    @property
     def accumulators(self) -> int:
         """f32 accumulators per consumer thread: each m64nN instruction spreads 64 x N over 128 threads."""
         return self.m_repeat * self.n_repeat * WGMMA_M * self.shape.n // WARPGROUP

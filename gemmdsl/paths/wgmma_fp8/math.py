@@ -12,6 +12,7 @@ group, as 3xTF32's k-tile does (paths/wgmma/split.py).
 from __future__ import annotations
 
 from ... import ir
+from ...validate_fuse import BLOCK_SCALE_K
 from ..wgmma.math import WgmmaMath
 
 
@@ -23,11 +24,15 @@ class PromotedWgmmaMath(WgmmaMath):
         self.overwrite = f"{self.function}_set"
 
     def constants(self) -> list[tuple[str, int]]:
-        return [*super().constants(), ("PART", self.layout.part_registers)]
+        scale_block = [("SCALE_BLOCK", BLOCK_SCALE_K)] if self.layout.block_scaled else []
+        return [*super().constants(), ("PART", self.layout.part_registers), *scale_block]
 
     def tiling_note(self) -> str:
+        layout = self.layout
+        chunks = (f"\n{layout.declared_shape} is issued as {layout.promotion_chunks} x {self.shape}: a {layout.declared_shape.n}-"
+                  f"column `part` would not fit beside the accumulators." if layout.promotion_chunks > 1 else "")
         return (super().tiling_note() + "\nPromoted accumulation: each k-tile's wgmma sum of one instruction's "
-                "columns goes to `part` (PART registers),\nthen into `acc` with f32 adds.")
+                "columns goes to `part` (PART registers),\nthen into `acc` with f32 adds." + chunks)
 
     def emit_helpers(self) -> None:
         super().emit_helpers()
@@ -45,6 +50,8 @@ class PromotedWgmmaMath(WgmmaMath):
         o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32(tile_a + consumer * "
                f"CONSUMER_ROWS * BK * {layout.element_bytes}));")
         o.line(f"const unsigned long long desc_b = {self.descriptor_function(b)}(smem_u32(tile_a + A_STAGE_BYTES));")
+        if layout.block_scaled:
+            self.emit_block_scales()
         k_step, m_step, n_step = layout.k_step(a), layout.row_step(a), layout.row_step(b)
         o.comment(f"Descriptor steps (>> 4): k{self.shape.k} = {k_step} ({k_step << 4} bytes), 64 rows of A = {m_step}, "
                   f"{self.shape.n} rows of B = {n_step}. One group per\ninstruction column: its k-steps sum into "
@@ -61,4 +68,26 @@ class PromotedWgmmaMath(WgmmaMath):
             o.line("wgmma_wait<0>();")
             with o.unrolled("mr", "M_REPEAT"):
                 with o.unrolled("i", "WGMMA_N / 2"):
-                    o.line("acc[(mr * N_REPEAT + nr) * (WGMMA_N / 2) + i] += part[mr * (WGMMA_N / 2) + i];")
+                    promoted = "part[mr * (WGMMA_N / 2) + i]"
+                    if layout.block_scaled:
+                        # Register i of an instruction: columns 8 (i / 4).., row l/4 + 8 ((i / 2) % 2).
+                        promoted += (" * (a_scales[mr][(i / 2) % 2] * b_scales[(nr * WGMMA_N + 8 * (i / 4)) / "
+                                     "SCALE_BLOCK])")
+                    o.line(f"acc[(mr * N_REPEAT + nr) * (WGMMA_N / 2) + i] += {promoted};")
+
+    def emit_block_scales(self) -> None:
+        """Load the k-tile's block scales through L1 before its wgmma are issued, so the loads run under them:
+        A's of the thread's rows (0 past M), B's of each 128 columns of the tile (0 past N)."""
+        o = self.out
+        o.comment("Block scales of k-tile kt (a_scale: M x k_tiles, b_scale: ceil(N / 128) x k_tiles, row-major); "
+                  "the loads\nrun while the k-tile's wgmma do. Rows l/4 and l/4 + 8 of each 64-row instruction tile.")
+        o.line("float a_scales[M_REPEAT][2], b_scales[BN / SCALE_BLOCK];")
+        o.line("const int scale_row = block_m + consumer * CONSUMER_ROWS + tid / 32 * 16 + tid % 32 / 4;")
+        with o.unrolled("mr", "M_REPEAT"):
+            with o.unrolled("h", "2"):
+                o.line("const int row = scale_row + mr * 64 + h * 8;")
+                o.line("a_scales[mr][h] = row < M ? __ldg(a_scale + (long long)row * k_tiles + kt) : 0.0f;")
+        with o.unrolled("j", "BN / SCALE_BLOCK"):
+            o.line("const int column_block = block_n / SCALE_BLOCK + j;")
+            o.line("b_scales[j] = column_block * SCALE_BLOCK < N ? "
+                   "__ldg(b_scale + (long long)column_block * k_tiles + kt) : 0.0f;")
