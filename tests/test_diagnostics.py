@@ -239,7 +239,7 @@ CASES = [
     Case("unknown_bounds", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; bounds: fast;")],
          [("bounds: |fast", "expected checked or exact, found 'fast'")]),
     Case("unknown_batch", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; batch: strides;")],
-         [("batch: |strides", "expected none or strided, found 'strides'")], ["did you mean 'strided'?"]),
+         [("batch: |strides", "expected none, strided or grouped, found 'strides'")], ["did you mean 'strided'?"]),
     Case("smem_a_order_of_b", [m("order: km", "order: kn")],
          [("order: |kn; pad", "order kn is not a layout of A; smem a is stored as mk or km")]),
     Case("smem_b_order_of_a", [m("smem b   { order: kn; }", "smem b   { order: mk; }")],
