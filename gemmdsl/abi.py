@@ -56,6 +56,11 @@ def scalar_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_scalar"
 
 
+def narrow_entry(spec: ir.KernelSpec, width_bytes: int, stream_k: bool = False) -> str:
+    """The kernel (or its stream-K twin) whose global accesses are at most `width_bytes` wide."""
+    return f"{spec.name}_kernel{'_stream_k' if stream_k else ''}_{width_bytes}byte"
+
+
 def interior_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_interior"
 

@@ -107,10 +107,9 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         # checked bounds' exact-bounds kernel for the tiles inside C (schedule.interior_launches);
         # entries["interior_partial_k"]: the same for K % BK != 0, with a partial last k-tile. entries["scale_c"]:
         # the K = 0 kernel (C = beta * C and the fuse chain), in every file.
-        "entries": {"vector": entries.vector, "scalar": entries.scalar, "stream_k": entries.stream_k,
-                    "stream_k_scalar": entries.stream_k_scalar, "prepare": entries.prepare,
-                    "interior": entries.interior, "interior_partial_k": entries.interior_partial_k,
-                    "scale_c": entries.scale_c},
+        # entries["narrow"] (checked cp.async kernels with narrower copies only): the kernels with 8- or
+        # 4-byte accesses, widest first, each with what its operands must be a multiple of and its stream-K twin.
+        "entries": entries.to_json(),
         # schedule: stream_k: the grid above is split between the two kernels (gemmdsl/schedule.py).
         "schedule": spec.block.schedule.value,
         **launch.launchers,

@@ -11,6 +11,7 @@ without loading them. The split itself is schedule.py's rule.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from .abi import Parameter
@@ -41,6 +42,23 @@ class StreamKLaunch(enum.Enum):
 
 
 @dataclass(frozen=True)
+class NarrowKernel:
+    """A kernel whose global accesses are narrower than the vector kernel's (cp.async of 8 or 4 bytes), for
+    operands aligned to less than the vector kernel needs but more than one element: what each operand's
+    pointer, leading dimension and batch stride must be a multiple of (elements, as
+    Requirements.vector_elements), and its stream-K twin with `schedule: stream_k`."""
+
+    entry: str
+    width_bytes: int  # its widest global access
+    vector_elements: dict[str, int]
+    stream_k: str | None = None
+
+    def to_json(self) -> dict:
+        return {"entry": self.entry, "width_bytes": self.width_bytes, "vector_elements": dict(self.vector_elements),
+                "stream_k": self.stream_k}
+
+
+@dataclass(frozen=True)
 class Entries:
     vector: str
     scalar: str | None = None  # None: the vector kernel is scalar already, or bounds are exact
@@ -50,10 +68,26 @@ class Entries:
     interior: str | None = None  # checked bounds: the exact-bounds code for the tiles inside C
     interior_partial_k: str | None = None  # ... and with a partial last k-tile, for K % BK != 0
     scale_c: str | None = None  # K = 0: C = beta * C and the fuse chain, no products (every file has one)
+    # checked cp.async kernels: the rungs between the vector and the scalar kernel, widest first
+    narrow: tuple[NarrowKernel, ...] = ()
 
     def all(self) -> tuple[str, ...]:
         """Every kernel of the file, the vector one first."""
-        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
+        named = [getattr(self, f.name) for f in fields(self) if f.name != "narrow"]
+        rungs = [entry for kernel in self.narrow for entry in (kernel.entry, kernel.stream_k)]
+        return tuple(entry for entry in named + rungs if entry is not None)
+
+    def to_json(self) -> dict:
+        """The entries by role; `narrow` only where there are narrow kernels."""
+        data: dict = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "narrow"}
+        if self.narrow:
+            data["narrow"] = [kernel.to_json() for kernel in self.narrow]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Entries":
+        narrow = tuple(NarrowKernel(**kernel) for kernel in data.get("narrow", ()))
+        return cls(**{name: value for name, value in data.items() if name != "narrow"}, narrow=narrow)
 
 
 @dataclass(frozen=True)
@@ -155,29 +189,38 @@ class LaunchPlan:
             return interior_launches(self.block_tile, m, n, k)
         return (SubLaunch(False, 0, 0, m, n),)
 
-    def choose_entry(self, misalignments: list[str], kernel: str) -> str:
-        """The kernel the launcher runs: the vector one when every vector access is aligned (no
-        `misalignments`), else the scalar one; without one the call is refused, as by the launcher."""
-        if not misalignments:
+    def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str) -> str:
+        """The kernel the launcher runs: the vector one when every vector access is aligned (`misalignments`
+        of the vector kernel's `vector_elements` is empty), else the first (widest) narrow kernel whose
+        accesses are, else the scalar one; without one the call is refused, as by the launcher."""
+        reasons = misalignments(self.requirements.vector_elements)
+        if not reasons:
             return self.entries.vector
+        for narrow in self.entries.narrow:
+            if not misalignments(narrow.vector_elements):
+                return narrow.entry
         if self.entries.scalar is not None:
             return self.entries.scalar
         if self.tma_operands:
-            raise ValueError("; ".join(misalignments) + f"; {kernel} reads A and B with TMA, which needs 16-byte "
+            raise ValueError("; ".join(reasons) + f"; {kernel} reads A and B with TMA, which needs 16-byte "
                                                         "aligned pointers and leading dimensions, and has no "
                                                         "fallback kernel")
-        raise ValueError("; ".join(misalignments) + f"; {kernel} has bounds: exact and no scalar fallback")
+        raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback")
 
     def stream_k_entry(self, entry: str) -> str | None:
-        """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel."""
-        return self.entries.stream_k_scalar if entry == self.entries.scalar else self.entries.stream_k
+        """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel,
+        a narrow kernel's twin for a narrow kernel."""
+        if entry == self.entries.scalar:
+            return self.entries.stream_k_scalar
+        twins = {narrow.entry: narrow.stream_k for narrow in self.entries.narrow}
+        return twins.get(entry, self.entries.stream_k)
 
     # --- NAME.json --------------------------------------------------------------------------------
 
     def to_json(self) -> dict:
         r = self.requirements
         return {
-            "entries": {f.name: getattr(self.entries, f.name) for f in fields(Entries)},
+            "entries": self.entries.to_json(),
             "parameters": [list(p) for p in self.parameters],
             "launchers": dict(self.launchers),
             "threads": self.threads,
@@ -198,7 +241,7 @@ class LaunchPlan:
     @classmethod
     def from_json(cls, data: dict) -> "LaunchPlan":
         workspace = data["workspace"]
-        return cls(entries=Entries(**data["entries"]), parameters=tuple(tuple(p) for p in data["parameters"]),
+        return cls(entries=Entries.from_json(data["entries"]), parameters=tuple(tuple(p) for p in data["parameters"]),
                    launchers=dict(data["launchers"]), threads=data["threads"], smem_bytes=data["smem_bytes"],
                    block_tile=tuple(data["block_tile"]), grid=tuple(data["grid"]),
                    requirements=Requirements(**data["requirements"]),

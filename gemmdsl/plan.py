@@ -13,6 +13,14 @@ and registers); for
 `schedule: stream_k`, `NAME_kernel_stream_k`, which shares the last wave's tiles (the vector
 kernel computes the others), and with a scalar kernel also `NAME_kernel_stream_k_scalar`, the
 same with one-element global accesses, so that calls on the scalar kernel are split alike.
+
+Checked kernels that copy with cp.async also hold narrow kernels between the vector and the scalar one,
+`NAME_kernel_8byte` and `NAME_kernel_4byte` (cp.async copies 16, 8 or 4 bytes): the same tiling with
+global accesses of at most that many bytes, which the launcher runs when the operands are aligned to
+that width but not to the vector kernel's (a K of 700 halves puts every row of a row-major A 1400 bytes
+apart: 8-byte aligned), so that such a call keeps asynchronous copies instead of one-element ones. A
+width whose kernel would need what the wider or the scalar one needs is left out; with stream-K each has
+a twin, `NAME_kernel_stream_k_8byte`.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from . import abi, ir
-from .launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch
+from .launch_plan import Entries, GridRule, LaunchPlan, NarrowKernel, Requirements, StreamKLaunch
 from .layout import TileLayout
 from .paths import InstructionPath, path_of
 from .targets import Arch, blocks_for_registers
@@ -31,6 +39,8 @@ class Role(enum.Enum):
     SCALAR = "scalar"  # one-element global accesses, for operands that are not vector-aligned
     STREAM_K = "stream_k"  # k-ranges of the last wave's tiles, added into C
     STREAM_K_SCALAR = "stream_k_scalar"  # the same with one-element global accesses (calls on the scalar kernel)
+    NARROW = "narrow"  # global accesses of 8 or 4 bytes at most, for operands aligned to that but not more
+    STREAM_K_NARROW = "stream_k_narrow"  # the same for stream-K (calls on a narrow kernel)
     INTERIOR = "interior"  # checked bounds: the tiles inside C, compiled as for exact bounds
     INTERIOR_PARTIAL_K = "interior_partial_k"  # the same when K % BK != 0: a partial last k-tile too
 
@@ -45,7 +55,7 @@ class Variant:
 
     @property
     def stream_k(self) -> bool:
-        return self.role in (Role.STREAM_K, Role.STREAM_K_SCALAR)
+        return self.role in (Role.STREAM_K, Role.STREAM_K_SCALAR, Role.STREAM_K_NARROW)
 
     @property
     def spec(self) -> ir.KernelSpec:
@@ -80,8 +90,17 @@ def tile_plan(spec: ir.KernelSpec, lowering: type[TileLayout], path: Instruction
     if spec.problem.checked and any(layout.global_vector(op) > 1 for op in ir.Operand):
         scalar = lowering(spec, max_global_vector=1)
         variants.append(Variant(abi.scalar_entry(spec), Role.SCALAR, scalar))
+    narrow = narrow_layouts(spec, lowering, layout, scalar)
+    narrow_kernels = []
+    for width_bytes, rung in narrow:
+        entry = abi.narrow_entry(spec, width_bytes)
+        variants.append(Variant(entry, Role.NARROW, rung))
+        stream_k = abi.narrow_entry(spec, width_bytes, stream_k=True) if spec.block.stream_k else None
+        narrow_kernels.append(NarrowKernel(entry, width_bytes, vector_elements(rung), stream_k))
     if spec.block.stream_k:
         variants.append(Variant(abi.stream_k_entry(spec), Role.STREAM_K, layout))
+        for kernel, (_, rung) in zip(narrow_kernels, narrow):
+            variants.append(Variant(kernel.stream_k, Role.STREAM_K_NARROW, rung))
         if scalar is not None:
             variants.append(Variant(abi.stream_k_scalar_entry(spec), Role.STREAM_K_SCALAR, scalar))
     if spec.problem.checked:
@@ -89,21 +108,50 @@ def tile_plan(spec: ir.KernelSpec, lowering: type[TileLayout], path: Instruction
         interior = lowering(exact)
         variants.append(Variant(abi.interior_entry(spec), Role.INTERIOR, interior))
         variants.append(Variant(abi.interior_partial_k_entry(spec), Role.INTERIOR_PARTIAL_K, interior))
-    return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants), path)
+    return KernelPlan(spec, layout.arch, tuple(variants), _launch_plan(spec, layout, variants, narrow_kernels), path)
 
 
-def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant]) -> LaunchPlan:
+# cp.async's copy sizes below 16 bytes, widest first: the narrow kernels' widths.
+NARROW_WIDTH_BYTES = (8, 4)
+
+
+def vector_elements(layout: TileLayout) -> dict[str, int]:
+    """What each operand's pointer, leading dimension and batch stride must be a multiple of (elements)."""
+    return {op.value: layout.global_vector(op) for op in ir.Operand}
+
+
+def narrow_layouts(spec: ir.KernelSpec, lowering: type[TileLayout], layout: TileLayout,
+                   scalar: TileLayout | None) -> list[tuple[int, TileLayout]]:
+    """(width in bytes, lowering) of each narrow kernel, widest first: checked cp.async kernels only, and
+    only the widths whose alignment differs from the vector kernel's, the wider rung's and the scalar's."""
+    if scalar is None or spec.pipeline.copy is not ir.CopyMode.CP_ASYNC:
+        return []
+    rungs: list[tuple[int, TileLayout]] = []
+    taken = [vector_elements(layout), vector_elements(scalar)]
+    for width_bytes in NARROW_WIDTH_BYTES:
+        elements = width_bytes // layout.element_bytes
+        if elements < 1:
+            continue
+        rung = lowering(spec, max_global_vector=elements)
+        if vector_elements(rung) not in taken:
+            taken.append(vector_elements(rung))
+            rungs.append((width_bytes, rung))
+    return rungs
+
+
+def _launch_plan(spec: ir.KernelSpec, layout: TileLayout, variants: list[Variant],
+                 narrow: list[NarrowKernel]) -> LaunchPlan:
     by_role = {v.role: v.entry for v in variants}
     entries = Entries(by_role[Role.VECTOR], by_role.get(Role.SCALAR), by_role.get(Role.STREAM_K),
                       by_role.get(Role.STREAM_K_SCALAR), abi.prepare_entry(spec), by_role.get(Role.INTERIOR),
-                      by_role.get(Role.INTERIOR_PARTIAL_K), abi.scale_c_entry(spec))
+                      by_role.get(Role.INTERIOR_PARTIAL_K), abi.scale_c_entry(spec), tuple(narrow))
     tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                        for extent, size in (("M", layout.bm), ("N", layout.bn)))
     checked = spec.problem.checked
     requirements = Requirements(
         m_multiple=1 if checked else layout.bm, n_multiple=1 if checked else layout.bn,
         k_multiple=1 if checked else layout.bk,
-        vector_elements={op.value: layout.global_vector(op) for op in ir.Operand},
+        vector_elements=vector_elements(layout),
         max_leading_dimension={op.value: abi.leading_dimension_limit(spec, op) for op in ir.Operand})
     return LaunchPlan(entries, abi.kernel_parameters(spec), abi.launcher_names(spec), layout.threads,
                       layout.smem_bytes, (layout.bm, layout.bn, layout.bk),

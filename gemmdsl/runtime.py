@@ -28,8 +28,8 @@ read out of bounds instead of failing. Every launch is checked first by
 `check_call`, a pure function over `arrays.ArrayView`s (tests build them from
 fakes): the dtype and layout each operand must have, the leading dimensions and
 batch strides its strides imply, whole tiles for `bounds: exact`, a C that overlaps
-A, B or itself, and the choice the host launcher makes between the vector kernel and
-the scalar one (`choose_entry`).
+A, B or itself, and the choice the host launcher makes between the vector kernel, the
+narrow ones and the scalar one (`choose_entry`).
 """
 from __future__ import annotations
 
@@ -309,11 +309,11 @@ def check_leading_dimension(req: Requirements, view: OperandView) -> None:
                          f"32-bit tile offsets allow")
 
 
-def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]:
-    """Why the vector kernel cannot take these operands (empty when it can)."""
+def misalignments(req: Requirements, views: dict[str, OperandView], vector_elements: dict[str, int]) -> list[str]:
+    """Why a kernel whose accesses need `vector_elements` cannot take these operands (empty when it can)."""
     reasons = []
     for view in views.values():
-        elements = req.launch.requirements.vector_elements[view.name.lower()]
+        elements = vector_elements[view.name.lower()]
         if view.pointer % (view.itemsize * elements):
             reasons.append(f"{view.name}'s data pointer {view.pointer:#x} is not {view.itemsize * elements}-byte "
                            f"aligned (an offset view into a larger array is the usual cause)")
@@ -330,7 +330,7 @@ def misalignments(req: Requirements, views: dict[str, OperandView]) -> list[str]
 
 def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
     """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError."""
-    return req.launch.choose_entry(misalignments(req, views), req.kernel)
+    return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel)
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:

@@ -4,7 +4,7 @@ Each size runs a few cases, each one launch on fresh inputs uniform in [-1, 1]:
 
 - `contiguous`: operands packed in the spec's layouts (row-major: ld = columns,
   column-major: ld = rows), alpha=1, beta=0. At odd sizes this makes unaligned
-  leading dimensions, so checked kernels run their scalar variant.
+  leading dimensions, so checked kernels run their narrow (8- or 4-byte copies) or scalar variant.
 - `padded`: every leading dimension rounded up to a multiple of 8 and 8 more (16 bytes of 16-bit
   elements: the vector kernel of every spec), with
   alpha=1.5, beta=-0.5 for alpha_beta kernels: strided views, the vector variant.
@@ -25,6 +25,8 @@ ones are compared with cuBLAS only (and 3xTF32 then with FP32 tolerance). Sizes 
 cannot take are reported as skipped.
 """
 from __future__ import annotations
+
+import re
 
 import argparse
 import json
@@ -515,7 +517,8 @@ def format_result(result: Result) -> str:
     if result.skipped:
         return f"SKIP  {result.kernel:<20} {shape:<16} {result.skipped}"
     verdict = "PASS" if result.passed else "FAIL"
-    variant = " (scalar kernel)" if result.entry.endswith("_scalar") else ""
+    narrow = re.search(r"_(\d+)byte$", result.entry)
+    variant = " (scalar kernel)" if result.entry.endswith("_scalar") else f" ({narrow[1]}-byte kernel)" if narrow else ""
     parts = [f"{verdict}  {result.kernel:<20} {shape:<16} {result.case + variant:<26} "
              f"alpha={result.alpha:g} beta={result.beta:g}"]
     if result.vs_float64 is not None:

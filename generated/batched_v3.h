@@ -19,7 +19,7 @@
 #define batched_v3_N_MULTIPLE 1
 #define batched_v3_K_MULTIPLE 1
 // Elements that an operand's pointer, leading dimension and batch stride must be a multiple of
-// for the kernel's vector accesses (else the launchers run a kernel with one-element accesses).
+// for the kernel's vector accesses (else the launchers run one with 8-byte accesses or a kernel with one-element accesses).
 #define batched_v3_A_VECTOR_ELEMENTS 1
 #define batched_v3_B_VECTOR_ELEMENTS 4
 #define batched_v3_C_VECTOR_ELEMENTS 4
@@ -45,7 +45,7 @@ extern "C" {
 // for a call the kernel cannot handle:
 // - M, N, K >= 0; 1 <= batch <= 65535;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
-// - vector accesses need pointer, leading dimension and batch stride aligned to (B 4, C 4) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension and batch stride aligned to (B 4, C 4) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 1, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with batched_v3_scale_c alone; neither needs the tile's multiples or the operands'

@@ -23,7 +23,7 @@
 #define hgemm_h100_any_N_MULTIPLE 1
 #define hgemm_h100_any_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of
-// for the kernel's vector accesses (else the launchers run a kernel with one-element accesses).
+// for the kernel's vector accesses (else the launchers run one with 8-byte or 4-byte accesses or a kernel with one-element accesses).
 #define hgemm_h100_any_A_VECTOR_ELEMENTS 8
 #define hgemm_h100_any_B_VECTOR_ELEMENTS 8
 #define hgemm_h100_any_C_VECTOR_ELEMENTS 2
@@ -49,7 +49,7 @@ extern "C" {
 // for a call the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 4, B 4, C 2; 4 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_any_scale_c alone; neither needs the tile's multiples or the operands'

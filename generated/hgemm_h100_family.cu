@@ -2494,6 +2494,12 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, u
 
 // cp.async (sm_80+): copy global -> shared without staging in registers.
 // 16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.
+static __device__ __forceinline__ void cp_async_4(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
+static __device__ __forceinline__ void cp_async_8(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
 static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
@@ -2501,6 +2507,12 @@ static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, cons
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
 // only where it starts inside).
+static __device__ __forceinline__ void cp_async_4_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_8_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
 static __device__ __forceinline__ void cp_async_16_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
@@ -3311,6 +3323,1016 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_scalar(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_8byte(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x32; 128 threads (2x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 2;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 4;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    __nv_bfloat16* const smem_a = smem;
+    __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (group(8)): which C tile this block computes.
+    // Groups of 8 tile rows are walked column by column, so blocks that
+    // run together share rows of A and columns of B in L2.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int group_size = 8;
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
+    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
+                __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + s * BK;
+                __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
+                __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + s * BK;
+                __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
+                __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + tid / 8 * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + (tid / 8 + 16) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + (tid / 8 + 32) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + (tid / 8 + 48) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + (tid / 8 + 64) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + (tid / 8 + 80) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + (tid / 8 + 96) * lda + tid % 8 * 4);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + (tid / 8 + 112) * lda + tid % 8 * 4);
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + next * BK;
+                __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + tid / 8 * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + (tid / 8 + 16) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + (tid / 8 + 32) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + (tid / 8 + 48) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + (tid / 8 + 64) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + (tid / 8 + 80) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + (tid / 8 + 96) * ldb + tid % 8 * 4);
+                cp_async_8(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + (tid / 8 + 112) * ldb + tid % 8 * 4);
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
+                __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 4), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 4), a_src);
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + next * BK;
+                __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 16, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 48, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 80, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 4;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 8 + 112, tid % 8 * 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 4), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k16_bf16(acc[i][j], a_frag[kk % 2][i], b_frag[kk % 2][j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_4byte(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x32; 128 threads (2x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k16 per k-step.
+    // Narrow variant: global accesses of at most 4 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 2;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 4;
+    constexpr int A_STAGE = 4096;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    __nv_bfloat16* const smem_a = smem;
+    __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (group(8)): which C tile this block computes.
+    // Groups of 8 tile rows are walked column by column, so blocks that
+    // run together share rows of A and columns of B in L2.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int group_size = 8;
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
+    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
+                __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + s * BK;
+                __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + s * BK;
+                __nv_bfloat16* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + s * BK;
+                __nv_bfloat16* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const unsigned a_first = smem_address(smem_a);
+    const unsigned b_first = smem_address(smem_b);
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
+                __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + (tid / 16 + 8) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + (tid / 16 + 24) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + (tid / 16 + 40) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + (tid / 16 + 56) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + (tid / 16 + 72) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + (tid / 16 + 88) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + (tid / 16 + 104) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + (tid / 16 + 120) * lda + tid % 16 * 2);
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + next * BK;
+                __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + (tid / 16 + 8) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + (tid / 16 + 24) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + (tid / 16 + 40) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + (tid / 16 + 56) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + (tid / 16 + 72) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + (tid / 16 + 88) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + (tid / 16 + 104) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + (tid / 16 + 120) * ldb + tid % 16 * 2);
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + next * BK;
+                __nv_bfloat16* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 8, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 24, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 40, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 56, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 72, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 88, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 104, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 16 + 120, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + next * BK;
+                __nv_bfloat16* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 8;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 8, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 24;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 24, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 40;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 40, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 56;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 56, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 72;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 72, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 88;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 88, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 104;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 104, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 120;
+                    const int col = tid % 16 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 16 + 120, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const unsigned a_read = smem_address(smem_a + (kt % STAGES) * A_STAGE);
+        const unsigned b_read = smem_address(smem_b + (kt % STAGES) * B_STAGE);
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 / 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 16 + lane / 8 % 2 * 8) * 2);
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const unsigned a_next = smem_address(smem_a + ((kt + 1) % STAGES) * A_STAGE);
+                    const unsigned b_next = smem_address(smem_b + ((kt + 1) % STAGES) * B_STAGE);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 8) * 2);
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k16_bf16(acc[i][j], a_frag[kk % 2][i], b_frag[kk % 2][j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_interior(
     const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -3737,7 +4759,7 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_any_scale_c(float* 
 // the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 4, B 4, C 2; 4 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_any_scale_c alone; neither needs the tile's multiples or the operands'
@@ -3764,7 +4786,11 @@ extern "C" cudaError_t hgemm_h100_any_launch_ld(const __nv_bfloat16* A, int lda,
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = hgemm_h100_any_aligned(A, lda, 0, 8, 2) && hgemm_h100_any_aligned(B, ldb, 0, 8, 2) && hgemm_h100_any_aligned(C, ldc, 0, 2, 4);
-    const auto kernel = vector_aligned ? hgemm_h100_any_kernel : hgemm_h100_any_kernel_scalar;
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 or 4 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = hgemm_h100_any_aligned(A, lda, 0, 4, 2) && hgemm_h100_any_aligned(B, ldb, 0, 4, 2) && hgemm_h100_any_aligned(C, ldc, 0, 2, 4);
+    const bool aligned_4byte = hgemm_h100_any_aligned(A, lda, 0, 2, 2) && hgemm_h100_any_aligned(B, ldb, 0, 2, 2) && hgemm_h100_any_aligned(C, ldc, 0, 2, 4);
+    const auto kernel = vector_aligned ? hgemm_h100_any_kernel : aligned_8byte ? hgemm_h100_any_kernel_8byte : aligned_4byte ? hgemm_h100_any_kernel_4byte : hgemm_h100_any_kernel_scalar;
     const size_t smem_bytes = 65536;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

@@ -179,7 +179,7 @@ cudaError_t hgemm_h100_64x128_sk_launch_ld(const __nv_bfloat16* A, int lda, cons
 // for a call the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (A 8, B 8, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 4, B 4, C 2; 4 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_any_scale_c alone; neither needs the tile's multiples or the operands'

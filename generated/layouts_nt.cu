@@ -886,6 +886,407 @@ extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel_scalar(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x16; 256 threads (4x2 warps of 4x8 row lanes); each thread owns 8x8 of C.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 16;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 2;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2112;
+    constexpr int B_STAGE = 2112;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 4x2, lanes 4x8 (row), micro tile 4x4, repeated 2x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int lane_m = lane / 8;
+    const int lane_n = lane % 8;
+    const int thread_m = warp_m * 16 + lane_m * 4;
+    const int thread_n = warp_n * 32 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + tid / 8 * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8, tid % 8 * 2 + 1), a_src + tid / 8 * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + (tid / 8 + 32) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), a_src + (tid / 8 + 32) * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + (tid / 8 + 64) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), a_src + (tid / 8 + 64) * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + (tid / 8 + 96) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), a_src + (tid / 8 + 96) * lda + tid % 8 * 2 + 1);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 8, tid % 8 * 2), b_src + tid / 8 * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8, tid % 8 * 2 + 1), b_src + tid / 8 * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2), b_src + (tid / 8 + 32) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), b_src + (tid / 8 + 32) * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2), b_src + (tid / 8 + 64) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), b_src + (tid / 8 + 64) * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2), b_src + (tid / 8 + 96) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), b_src + (tid / 8 + 96) * ldb + tid % 8 * 2 + 1);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_first + a_smem_offset(thread_m, 0));
+    *reinterpret_cast<float4*>(&a_frag[0][4]) = lds128(a_first + a_smem_offset(thread_m + 64, 0));
+    *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_first + b_smem_offset(thread_n, 0));
+    *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_first + b_smem_offset(thread_n + 64, 0));
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_4(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + tid / 8 * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8, tid % 8 * 2 + 1), a_src + tid / 8 * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + (tid / 8 + 32) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), a_src + (tid / 8 + 32) * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + (tid / 8 + 64) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), a_src + (tid / 8 + 64) * lda + tid % 8 * 2 + 1);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + (tid / 8 + 96) * lda + tid % 8 * 2);
+                cp_async_4(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), a_src + (tid / 8 + 96) * lda + tid % 8 * 2 + 1);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_4(b_dst + b_smem_offset(tid / 8, tid % 8 * 2), b_src + tid / 8 * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8, tid % 8 * 2 + 1), b_src + tid / 8 * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2), b_src + (tid / 8 + 32) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), b_src + (tid / 8 + 32) * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2), b_src + (tid / 8 + 64) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), b_src + (tid / 8 + 64) * ldb + tid % 8 * 2 + 1);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2), b_src + (tid / 8 + 96) * ldb + tid % 8 * 2);
+                cp_async_4(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), b_src + (tid / 8 + 96) * ldb + tid % 8 * 2 + 1);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 1), a_src);
+                    cp_async_4_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), a_src + row * lda + col + 1, bytes_inside(row, a_rows, col + 1, a_cols, 1), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 32, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 64, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 1), b_src);
+                    cp_async_4_zfill(b_dst + b_smem_offset(tid / 8 + 96, tid % 8 * 2 + 1), b_src + row * ldb + col + 1, bytes_inside(row, b_rows, col + 1, b_cols, 1), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk < BK - 1) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_read + a_smem_offset(thread_m + 64, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_next + a_smem_offset(thread_m, 0));
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][4]) = lds128(a_next + a_smem_offset(thread_m + 64, 0));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_next + b_smem_offset(thread_n, 0));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_next + b_smem_offset(thread_n + 64, 0));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 2 float(s) per store along each row of C.
+    if (block_inside) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 2) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float2 out = make_float2(alpha * acc[fm][fn], alpha * acc[fm][fn + 1]);
+                            if (beta != 0.0f) {
+                                const float2 old = *reinterpret_cast<const float2*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                            }
+                            *reinterpret_cast<float2*>(&c_line[offset]) = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) layouts_nt_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -1314,7 +1715,7 @@ extern "C" __global__ void __launch_bounds__(256) layouts_nt_scale_c(float* C, i
 // the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (C 4) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (C 4) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 1, B 1, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with layouts_nt_scale_c alone; neither needs the tile's multiples or the operands'
@@ -1341,7 +1742,10 @@ extern "C" cudaError_t layouts_nt_launch_ld(const float* A, int lda, const float
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = layouts_nt_aligned(C, ldc, 0, 4);
-    const auto kernel = vector_aligned ? layouts_nt_kernel : layouts_nt_kernel_scalar;
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = layouts_nt_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? layouts_nt_kernel : aligned_8byte ? layouts_nt_kernel_8byte : layouts_nt_kernel_scalar;
     const size_t smem_bytes = 50688;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

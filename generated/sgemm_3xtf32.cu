@@ -57,6 +57,9 @@ static __device__ __forceinline__ unsigned lds_word(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+static __device__ __forceinline__ void cp_async_8(float* smem_dst, const float* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
@@ -66,6 +69,9 @@ static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float*
 // only where it starts inside).
 static __device__ __forceinline__ void cp_async_4_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_8_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
 static __device__ __forceinline__ void cp_async_16_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
@@ -1047,6 +1053,430 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_scalar(
     }
 }
 
+extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x128x16; 128 threads (2x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k8 (3xtf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 128;
+    constexpr int BN = 128;
+    constexpr int BK = 16;
+    constexpr int K_STEPS = 2;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 2560;
+    constexpr int B_STAGE = 2176;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[BLOCKS_M][A_REGS];
+    unsigned b_frag[BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + tid / 8 * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 2), a_src + (tid / 8 + 16) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + (tid / 8 + 32) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 2), a_src + (tid / 8 + 48) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + (tid / 8 + 64) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 2), a_src + (tid / 8 + 80) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + (tid / 8 + 96) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 2), a_src + (tid / 8 + 112) * lda + tid % 8 * 2);
+                const float* b_src = B + (size_t)(s * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64), b_src + tid / 64 * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 2), b_src + (tid / 64 + 2) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 4), b_src + (tid / 64 + 4) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 6), b_src + (tid / 64 + 6) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 8), b_src + (tid / 64 + 8) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 10), b_src + (tid / 64 + 10) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 12), b_src + (tid / 64 + 12) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 14), b_src + (tid / 64 + 14) * ldb + tid % 64 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)(s * BK) * ldb + block_n;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = K - s * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 64;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 2;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 4;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 6;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 6), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 8;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 8), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 10;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 10), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 12;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 12), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 14;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 14), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + tid / 8 * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 2), a_src + (tid / 8 + 16) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + (tid / 8 + 32) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 2), a_src + (tid / 8 + 48) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + (tid / 8 + 64) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 2), a_src + (tid / 8 + 80) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + (tid / 8 + 96) * lda + tid % 8 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 2), a_src + (tid / 8 + 112) * lda + tid % 8 * 2);
+                const float* b_src = B + (size_t)(next * BK) * ldb + block_n;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64), b_src + tid / 64 * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 2), b_src + (tid / 64 + 2) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 4), b_src + (tid / 64 + 4) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 6), b_src + (tid / 64 + 6) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 8), b_src + (tid / 64 + 8) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 10), b_src + (tid / 64 + 10) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 12), b_src + (tid / 64 + 12) * ldb + tid % 64 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 14), b_src + (tid / 64 + 14) * ldb + tid % 64 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 16, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 32, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 48, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 64, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 80, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 96, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 8 + 112, tid % 8 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)(next * BK) * ldb + block_n;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = K - next * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 64;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 2;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 4;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 4), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 6;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 6), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 8;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 8), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 10;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 10), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 12;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 12), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 64 + 14;
+                    const int col = tid % 64 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid % 64 * 2, tid / 64 + 14), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            a_frag[0][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + group_id, kk * 8 + thread_in_group));
+            a_frag[0][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 8 + group_id, kk * 8 + thread_in_group));
+            a_frag[0][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[0][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[1][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 16 + group_id, kk * 8 + thread_in_group));
+            a_frag[1][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 24 + group_id, kk * 8 + thread_in_group));
+            a_frag[1][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[1][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[2][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 32 + group_id, kk * 8 + thread_in_group));
+            a_frag[2][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 40 + group_id, kk * 8 + thread_in_group));
+            a_frag[2][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[2][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[3][0] = lds_word(a_read + a_smem_offset(warp_m * 64 + 48 + group_id, kk * 8 + thread_in_group));
+            a_frag[3][1] = lds_word(a_read + a_smem_offset(warp_m * 64 + 56 + group_id, kk * 8 + thread_in_group));
+            a_frag[3][2] = lds_word(a_read + a_smem_offset(warp_m * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
+            a_frag[3][3] = lds_word(a_read + a_smem_offset(warp_m * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[0][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + thread_in_group));
+            b_frag[0][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[1][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + thread_in_group));
+            b_frag[1][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 8 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[2][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + thread_in_group));
+            b_frag[2][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 16 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[3][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + thread_in_group));
+            b_frag[3][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 24 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[4][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + thread_in_group));
+            b_frag[4][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 32 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[5][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + thread_in_group));
+            b_frag[5][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 40 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[6][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + thread_in_group));
+            b_frag[6][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 48 + group_id, kk * 8 + 4 + thread_in_group));
+            b_frag[7][0] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + thread_in_group));
+            b_frag[7][1] = lds_word(b_read + b_smem_offset(warp_n * 64 + 56 + group_id, kk * 8 + 4 + thread_in_group));
+            unsigned a_big[BLOCKS_M][A_REGS];
+            unsigned a_small[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[i][r]));
+                    a_small[i][r] = __float_as_uint(__uint_as_float(a_frag[i][r]) - __uint_as_float(a_big[i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            unsigned b_small[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[i][r]));
+                    b_small[i][r] = __float_as_uint(__uint_as_float(b_frag[i][r]) - __uint_as_float(b_big[i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_m16n8k8_tf32(d, a_small[i], b_big[j]);
+                    mma_m16n8k8_tf32(d, a_big[i], b_small[j]);
+                    mma_m16n8k8_tf32(d, a_big[i], b_big[j]);
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        acc[i][j][e] += d[e];
+                    }
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128) sgemm_3xtf32_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -1503,7 +1933,7 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_scale_c(float* C,
 // the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with sgemm_3xtf32_scale_c alone; neither needs the tile's multiples or the operands'
@@ -1530,7 +1960,10 @@ extern "C" cudaError_t sgemm_3xtf32_launch_ld(const float* A, int lda, const flo
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = sgemm_3xtf32_aligned(A, lda, 0, 4) && sgemm_3xtf32_aligned(B, ldb, 0, 4) && sgemm_3xtf32_aligned(C, ldc, 0, 2);
-    const auto kernel = vector_aligned ? sgemm_3xtf32_kernel : sgemm_3xtf32_kernel_scalar;
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = sgemm_3xtf32_aligned(A, lda, 0, 2) && sgemm_3xtf32_aligned(B, ldb, 0, 2) && sgemm_3xtf32_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? sgemm_3xtf32_kernel : aligned_8byte ? sgemm_3xtf32_kernel_8byte : sgemm_3xtf32_kernel_scalar;
     const size_t smem_bytes = 56832;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

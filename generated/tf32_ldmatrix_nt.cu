@@ -62,6 +62,9 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, u
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+static __device__ __forceinline__ void cp_async_8(float* smem_dst, const float* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
@@ -71,6 +74,9 @@ static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float*
 // only where it starts inside).
 static __device__ __forceinline__ void cp_async_4_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+static __device__ __forceinline__ void cp_async_8_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
 static __device__ __forceinline__ void cp_async_16_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
@@ -1294,6 +1300,527 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_scalar
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_8byte(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 256x128x32; 256 threads (4x2 warps); each warp owns 64x64 of C: 4x8 mma.sync m16n8k8 (tf32) per k-step.
+    // Narrow variant: global accesses of at most 8 bytes, for operands aligned to
+    // that but not to the vector kernel's width.
+    constexpr int BM = 256;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int K_STEPS = 4;
+    constexpr int BLOCKS_M = 4;
+    constexpr int BLOCKS_N = 8;
+    constexpr int A_REGS = 4;
+    constexpr int B_REGS = 2;
+    constexpr int STAGES = 3;
+    constexpr int A_STAGE = 8192;
+    constexpr int B_STAGE = 4096;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (group(8)): which C tile this block computes.
+    // Groups of 8 tile rows are walked column by column, so blocks that
+    // run together share rows of A and columns of B in L2.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int group_size = 8;
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
+    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
+    // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 2;
+    const int warp_n = warp_id % 2;
+    const int group_id = lane / 4;
+    const int thread_in_group = lane % 4;
+
+    float acc[BLOCKS_M][BLOCKS_N][4];
+    #pragma unroll
+    for (int i = 0; i < BLOCKS_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[i][j][e] = 0.0f;
+            }
+        }
+    }
+    unsigned a_frag[2][BLOCKS_M][A_REGS];
+    unsigned b_frag[2][BLOCKS_N][B_REGS];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // cp.async ring of STAGES buffers: STAGES-1 k-tiles are in flight while one is
+    // multiplied. Every iteration commits one group (possibly empty) so that
+    // wait<STAGES-2> always means 'the next tile has landed'. One barrier per k-tile:
+    // it also tells every thread that the stage refilled next is no longer read.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) {
+            if (block_inside && s < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 128, tid % 16 * 2), a_src + (tid / 16 + 128) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 144, tid % 16 * 2), a_src + (tid / 16 + 144) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 160, tid % 16 * 2), a_src + (tid / 16 + 160) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 176, tid % 16 * 2), a_src + (tid / 16 + 176) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 192, tid % 16 * 2), a_src + (tid / 16 + 192) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 208, tid % 16 * 2), a_src + (tid / 16 + 208) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 224, tid % 16 * 2), a_src + (tid / 16 + 224) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 240, tid % 16 * 2), a_src + (tid / 16 + 240) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + s * BK;
+                float* const a_dst = smem_a + s * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 128;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 128, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 144;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 144, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 160;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 160, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 176;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 176, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 192;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 192, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 208;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 208, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 224;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 224, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 240;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 240, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + s * BK;
+                float* const b_dst = smem_b + s * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - s * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const float* const a_first = smem_a;
+    const float* const b_first = smem_b;
+    ldmatrix_x4(a_frag[0][0][0], a_frag[0][0][1], a_frag[0][0][2], a_frag[0][0][3], a_first + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][1][0], a_frag[0][1][1], a_frag[0][1][2], a_frag[0][1][3], a_first + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][2][0], a_frag[0][2][1], a_frag[0][2][2], a_frag[0][2][3], a_first + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(a_frag[0][3][0], a_frag[0][3][1], a_frag[0][3][2], a_frag[0][3][3], a_first + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+    ldmatrix_x4(b_frag[0][0][0], b_frag[0][0][1], b_frag[0][1][0], b_frag[0][1][1], b_first + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][2][0], b_frag[0][2][1], b_frag[0][3][0], b_frag[0][3][1], b_first + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][4][0], b_frag[0][4][1], b_frag[0][5][0], b_frag[0][5][1], b_first + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    ldmatrix_x4(b_frag[0][6][0], b_frag[0][6][1], b_frag[0][7][0], b_frag[0][7][1], b_first + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) {
+            if (block_inside && next < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                cp_async_8(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + tid / 16 * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + (tid / 16 + 16) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + (tid / 16 + 32) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + (tid / 16 + 48) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + (tid / 16 + 64) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + (tid / 16 + 80) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + (tid / 16 + 96) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + (tid / 16 + 112) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 128, tid % 16 * 2), a_src + (tid / 16 + 128) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 144, tid % 16 * 2), a_src + (tid / 16 + 144) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 160, tid % 16 * 2), a_src + (tid / 16 + 160) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 176, tid % 16 * 2), a_src + (tid / 16 + 176) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 192, tid % 16 * 2), a_src + (tid / 16 + 192) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 208, tid % 16 * 2), a_src + (tid / 16 + 208) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 224, tid % 16 * 2), a_src + (tid / 16 + 224) * lda + tid % 16 * 2);
+                cp_async_8(a_dst + a_smem_offset(tid / 16 + 240, tid % 16 * 2), a_src + (tid / 16 + 240) * lda + tid % 16 * 2);
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                cp_async_8(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + tid / 16 * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + (tid / 16 + 16) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + (tid / 16 + 32) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + (tid / 16 + 48) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + (tid / 16 + 64) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + (tid / 16 + 80) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + (tid / 16 + 96) * ldb + tid % 16 * 2);
+                cp_async_8(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + (tid / 16 + 112) * ldb + tid % 16 * 2);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + next * BK;
+                float* const a_dst = smem_a + (next % STAGES) * A_STAGE;
+                const int a_rows = M - block_m;
+                const int a_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 16, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 32, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 48, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 64, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 80, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 96, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 112, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 128;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 128, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 144;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 144, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 160;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 160, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 176;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 176, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 192;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 192, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 208;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 208, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 224;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 224, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                {
+                    const int row = tid / 16 + 240;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(a_dst + a_smem_offset(tid / 16 + 240, tid % 16 * 2), a_src + row * lda + col, bytes_inside(row, a_rows, col, a_cols, 2), a_src);
+                }
+                const float* b_src = B + (size_t)block_n * ldb + next * BK;
+                float* const b_dst = smem_b + (next % STAGES) * B_STAGE;
+                const int b_rows = N - block_n;
+                const int b_cols = K - next * BK;
+                {
+                    const int row = tid / 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 16;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 16, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 32;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 32, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 48;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 48, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 64;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 64, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 80;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 80, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 96;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 96, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+                {
+                    const int row = tid / 16 + 112;
+                    const int col = tid % 16 * 2;
+                    cp_async_8_zfill(b_dst + b_smem_offset(tid / 16 + 112, tid % 16 * 2), b_src + row * ldb + col, bytes_inside(row, b_rows, col, b_cols, 2), b_src);
+                }
+            }
+        }
+        cp_async_commit();
+        const bool has_next = kt + 1 < k_tiles;
+        const float* const a_read = smem_a + (kt % STAGES) * A_STAGE;
+        const float* const b_read = smem_b + (kt % STAGES) * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < K_STEPS; ++kk) {
+            if (kk < K_STEPS - 1) {
+                ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_read + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_read + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_read + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_read + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 / 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_read + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_read + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_read + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+                ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_read + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, (kk + 1) * 8 + lane / 8 % 2 * 4));
+            }
+            else {
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (has_next) {
+                    const float* const a_next = smem_a + ((kt + 1) % STAGES) * A_STAGE;
+                    const float* const b_next = smem_b + ((kt + 1) % STAGES) * B_STAGE;
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][0][0], a_frag[(kk + 1) % 2][0][1], a_frag[(kk + 1) % 2][0][2], a_frag[(kk + 1) % 2][0][3], a_next + a_smem_offset(warp_m * 64 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][1][0], a_frag[(kk + 1) % 2][1][1], a_frag[(kk + 1) % 2][1][2], a_frag[(kk + 1) % 2][1][3], a_next + a_smem_offset(warp_m * 64 + 16 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][2][0], a_frag[(kk + 1) % 2][2][1], a_frag[(kk + 1) % 2][2][2], a_frag[(kk + 1) % 2][2][3], a_next + a_smem_offset(warp_m * 64 + 32 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(a_frag[(kk + 1) % 2][3][0], a_frag[(kk + 1) % 2][3][1], a_frag[(kk + 1) % 2][3][2], a_frag[(kk + 1) % 2][3][3], a_next + a_smem_offset(warp_m * 64 + 48 + lane / 8 % 2 * 8 + lane % 8, lane / 8 / 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][0][0], b_frag[(kk + 1) % 2][0][1], b_frag[(kk + 1) % 2][1][0], b_frag[(kk + 1) % 2][1][1], b_next + b_smem_offset(warp_n * 64 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][2][0], b_frag[(kk + 1) % 2][2][1], b_frag[(kk + 1) % 2][3][0], b_frag[(kk + 1) % 2][3][1], b_next + b_smem_offset(warp_n * 64 + 16 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][4][0], b_frag[(kk + 1) % 2][4][1], b_frag[(kk + 1) % 2][5][0], b_frag[(kk + 1) % 2][5][1], b_next + b_smem_offset(warp_n * 64 + 32 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                    ldmatrix_x4(b_frag[(kk + 1) % 2][6][0], b_frag[(kk + 1) % 2][6][1], b_frag[(kk + 1) % 2][7][0], b_frag[(kk + 1) % 2][7][1], b_next + b_smem_offset(warp_n * 64 + 48 + lane / 8 / 2 * 8 + lane % 8, lane / 8 % 2 * 4));
+                }
+            }
+            unsigned a_big[BLOCKS_M][A_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int r = 0; r < A_REGS; ++r) {
+                    a_big[i][r] = to_tf32(__uint_as_float(a_frag[kk % 2][i][r]));
+                }
+            }
+            unsigned b_big[BLOCKS_N][B_REGS];
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_N; ++i) {
+                #pragma unroll
+                for (int r = 0; r < B_REGS; ++r) {
+                    b_big[i][r] = to_tf32(__uint_as_float(b_frag[kk % 2][i][r]));
+                }
+            }
+            #pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < BLOCKS_N; ++j) {
+                    mma_m16n8k8_tf32(acc[i][j], a_big[i], b_big[j]);
+                }
+            }
+        }
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major float; each thread holds pairs of neighbours along n.
+    if (block_inside) {
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    float2* const pair = reinterpret_cast<float2*>(C + (size_t)row * ldc + col);
+                    if (beta != 0.0f) {
+                        const float2 old = *pair;
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                    }
+                    *pair = make_float2(out.x, out.y);
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: one element at a time, only inside C.
+        #pragma unroll
+        for (int i = 0; i < BLOCKS_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = block_m + warp_m * 64 + i * 16 + h * 8 + group_id;
+                    const int col = block_n + warp_n * 64 + j * 8 + thread_in_group * 2;
+                    float2 out = make_float2(alpha * acc[i][j][2 * h], alpha * acc[i][j][2 * h + 1]);
+                    if (row < M && col < N) {
+                        float* const element = C + (size_t)row * ldc + col;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.x + beta * old;
+                    }
+                    if (row < M && col + 1 < N) {
+                        float* const element = C + (size_t)row * ldc + col + 1;
+                        const float old = beta != 0.0f ? *element : 0.0f;
+                        *element = out.y + beta * old;
+                    }
+                }
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_kernel_interior(
     const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -1788,7 +2315,7 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_nt_scale_c(float
 // the kernel cannot handle:
 // - M, N, K >= 0;
 // - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
-// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the scalar kernel runs.
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 4, C 2) elements; otherwise the widest narrow kernel the operands are aligned for (8 bytes: A 2, B 2, C 2), otherwise the scalar kernel runs.
 // An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with tf32_ldmatrix_nt_scale_c alone; neither needs the tile's multiples or the
@@ -1815,7 +2342,10 @@ extern "C" cudaError_t tf32_ldmatrix_nt_launch_ld(const float* A, int lda, const
     const long long blocks = (long long)((M + 256 - 1) / 256) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = tf32_ldmatrix_nt_aligned(A, lda, 0, 4) && tf32_ldmatrix_nt_aligned(B, ldb, 0, 4) && tf32_ldmatrix_nt_aligned(C, ldc, 0, 2);
-    const auto kernel = vector_aligned ? tf32_ldmatrix_nt_kernel : tf32_ldmatrix_nt_kernel_scalar;
+    // Operands aligned to less than the vector kernel needs run the widest narrow kernel
+    // whose accesses they allow (cp.async of 8 bytes), the scalar kernel otherwise.
+    const bool aligned_8byte = tf32_ldmatrix_nt_aligned(A, lda, 0, 2) && tf32_ldmatrix_nt_aligned(B, ldb, 0, 2) && tf32_ldmatrix_nt_aligned(C, ldc, 0, 2);
+    const auto kernel = vector_aligned ? tf32_ldmatrix_nt_kernel : aligned_8byte ? tf32_ldmatrix_nt_kernel_8byte : tf32_ldmatrix_nt_kernel_scalar;
     const size_t smem_bytes = 147456;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

@@ -5,10 +5,11 @@
 #     bash scripts/sanitize.sh [SPEC...]          # SIZES=MxNxK,... to change the sizes
 #
 # Each run is `gemmdsl verify SPEC --sizes 333x517x129,256x256x256`: at each size one launch
-# on packed operands (the scalar kernel where leading dimensions are odd), one on padded
+# on packed operands (the scalar kernel where leading dimensions are odd, a narrow one where they
+# are aligned to 8 or 4 bytes but not 16), one on padded
 # operands (the vector kernel) and, for batched specs, one on a batch of 3; exact specs skip
 # the odd size, which their launcher refuses. memcheck and synccheck instrument only the spec's
-# own kernels (--kernel-name kns=NAME_ matches NAME_kernel, NAME_kernel_scalar and stream-K's
+# own kernels (--kernel-name kns=NAME_ matches NAME_kernel, NAME_kernel_scalar, NAME_kernel_8byte and stream-K's
 # NAME_prepare_c), so cuBLAS and CuPy's helper kernels run at full speed; racecheck instruments
 # every kernel, because under racecheck an uninstrumented cuBLAS BF16/FP16 GEMM (the reference
 # verify computes for 16-bit specs) ends in "Internal Sanitizer Error: The Sanitizer failed to

@@ -8,11 +8,14 @@
 #             the 12 awkward shapes (gemmdsl/shapes/default.txt's first 12) and the decode shapes
 #             (gemmdsl/shapes/decode.txt);
 #   tests     tests/test_gpu_shapes16.py: each family at those shapes against float64, the operands TMA refuses
-#             (K = 555, a leading dimension of 1001, a pointer one element off) on the fallback, and the empty
-#             problems (M, N or K = 0);
+#             (K = 555, a leading dimension of 1001, a pointer one element off) on the fallback, each of the
+#             fallback's kernels (vector, 8-byte, 4-byte, scalar) at the alignments that pick it (K = 700, 702,
+#             77, odd and even leading dimensions, A 1, 2 or 4 elements off) with C poisoned with NaN, and the
+#             empty problems (M, N or K = 0);
 #   bench     `bench --shapes` of both lists for the BF16, FP16, TF32, 3xTF32 and FP32 families against cuBLAS;
 #   sanitize  compute-sanitizer (scripts/sanitize.sh) on the fallback members, at sizes off every tile with
-#             odd leading dimensions (their scalar kernels), and on the BF16-C stream-K member at small sizes
+#             odd leading dimensions (their scalar kernels), K = 700 and 702 on packed operands (16-bit: the
+#             8-byte and the 4-byte kernel; TF32: the vector and the 8-byte one), and on the BF16-C stream-K member at small sizes
 #             whose tiles it shares among every SM (its workspace and flags);
 #   table     last: per family and shape list, every shape's ratio to cuBLAS (and at the decode shapes the
 #             bytes of A, B and C over the time against HBM's 3.35 TB/s), then the geometric mean and the
@@ -52,7 +55,7 @@ if wants bench; then
     done
 fi
 if wants sanitize; then
-    SIZES=1000x1000x555,33x4100x1029,16x4096x4095 bash scripts/sanitize.sh $FALLBACKS 2>&1 | tee "$OUT/sanitize.log"
+    SIZES=1000x1000x555,33x4100x1029,16x4096x4095,200x296x700,200x296x702 bash scripts/sanitize.sh $FALLBACKS 2>&1 | tee "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # 8 tiles of 64 k-tiles on every SM; 64x128 tiles split along K and across tiles; one row of a decode call
     SIZES=256x256x4096,200x296x1000,1x1024x8192 bash scripts/sanitize.sh $STREAM_K 2>&1 | tee -a "$OUT/sanitize.log"

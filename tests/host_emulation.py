@@ -27,6 +27,9 @@ INTERIOR_PARTIAL_K_ENTRY = 6
 # NAME_scale_c, the K = 0 kernel, on sk_blocks blocks of SCALE_C_THREADS; NO_LAUNCH: an empty C, nothing runs.
 SCALE_C_ENTRY = 7
 NO_LAUNCH = -1
+# Narrow kernel i (metadata entries["narrow"], widest first) is NARROW_FIRST_ENTRY + 2 * i, its stream-K twin the
+# number after it.
+NARROW_FIRST_ENTRY = 8
 
 
 def find_cxx() -> str | None:
@@ -67,6 +70,8 @@ def glue(metadata: dict) -> str:
              (entries["prepare"], f"p.C, p.M, p.N, p.ldc, {beta_first}{stride_c}, p.sk_tiles"),
              (entries["interior"], arguments), (entries.get("stream_k_scalar"), f"{arguments}, p.sk_tiles"),
              (entries.get("interior_partial_k"), arguments), (entries["scale_c"], f"{scale_c}{stride_c}")]
+    for narrow in entries.get("narrow", ()):
+        calls += [(narrow["entry"], arguments), (narrow["stream_k"], f"{arguments}, p.sk_tiles")]
     cases = "\n".join(f"    case {index}: {entry}({args}); break;"
                       for index, (entry, args) in enumerate(calls) if entry is not None)
     rows = ", ".join("true" if metadata["layouts"][op] == "row" else "false" for op in ("a", "b", "c"))
@@ -128,7 +133,7 @@ class Call:
     stride_c: int = 0
     alpha: float = 1.0
     beta: float = 0.0
-    entry: int = 0  # 0: the vector kernel, 1: the scalar kernel
+    entry: int = 0  # 0: the vector kernel, 1: the scalar kernel, NARROW_FIRST_ENTRY + 2 * i: narrow kernel i
     offset_a: int = 0
     offset_b: int = 0
     offset_c: int = 0

@@ -64,8 +64,8 @@ def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: i
 
 
 def entry_index(req: Requirements, call: Call) -> int:
-    """The kernel check_call picks for these operands: 0 = vector, 1 = scalar; for an empty problem
-    SCALE_C_ENTRY (K = 0) or NO_LAUNCH (M or N = 0)."""
+    """The kernel check_call picks for these operands: 0 = vector, 1 = scalar, NARROW_FIRST_ENTRY + 2 * i =
+    narrow kernel i; for an empty problem SCALE_C_ENTRY (K = 0) or NO_LAUNCH (M or N = 0)."""
     operands = {}
     for name, rows, cols in (("A", call.m, call.k), ("B", call.k, call.n), ("C", call.m, call.n)):
         p = name.lower()
@@ -78,7 +78,26 @@ def entry_index(req: Requirements, call: Call) -> int:
         return host_emulation.NO_LAUNCH
     if entry == req.launch.entries.scale_c:
         return host_emulation.SCALE_C_ENTRY
+    narrow = [kernel.entry for kernel in req.launch.entries.narrow]
+    if entry in narrow:
+        return host_emulation.NARROW_FIRST_ENTRY + 2 * narrow.index(entry)
     return 0 if entry == req.launch.entries.vector else 1
+
+
+def narrow_entries(req: Requirements) -> set[int]:
+    """The runner's numbers of the narrow kernels."""
+    return {host_emulation.NARROW_FIRST_ENTRY + 2 * i for i in range(len(req.launch.entries.narrow))}
+
+
+def narrow_calls(req: Requirements, size: tuple[int, int, int]) -> list[Call]:
+    """One call per narrow kernel: leading dimensions that are multiples of its widest operand's elements
+    but not of twice that, pointers aligned (and the same with B's pointer that many elements off)."""
+    calls = []
+    for kernel in req.launch.entries.narrow:
+        elements = max(kernel.vector_elements.values())
+        lds = {name: ld + elements for name, ld in natural(req, *size, pad=2 * elements).items()}
+        calls += [Call(*size, **lds, **scalars(req)), Call(*size, **lds, **scalars(req), offset_b=elements)]
+    return calls
 
 
 def natural(req: Requirements, m: int, n: int, k: int, pad: int = 0) -> dict[str, int]:
@@ -119,7 +138,8 @@ def checked_calls(req: Requirements) -> list[Call]:
              Call(*strips, **natural(req, *strips, pad=4), **scalars(req)),
              Call(*strips_partial_k, **natural(req, *strips_partial_k, pad=4), **scalars(req)),
              Call(*whole_vectors, **natural(req, *whole_vectors, pad=4), **scalars(req)),
-             Call(*whole_vectors, **natural(req, *whole_vectors, pad=4), **scalars(req), offset_a=1)]
+             Call(*whole_vectors, **natural(req, *whole_vectors, pad=4), **scalars(req), offset_a=1),
+             *narrow_calls(req, odd), *narrow_calls(req, strips_partial_k)]
     if req.batched:
         for m, n, k in (odd, strips):
             lds = natural(req, m, n, k, pad=4)
@@ -168,7 +188,8 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
         calls += stream_k_calls(req)
     assert run_all(binary, req, calls) == []
     if req.launch.entries.scalar is not None:
-        assert {entry_index(req, call) for call in calls} == {0, 1}, "both the vector and the scalar kernel ran"
+        ran = {entry_index(req, call) for call in calls}
+        assert ran == {0, 1} | narrow_entries(req), "the vector, every narrow and the scalar kernel ran"
     if req.launch.entries.stream_k_scalar is not None:
         assert any(call.sk_tiles and entry_index(req, call) == 1 for call in calls), "a scalar call was split"
     if req.multiples == (1, 1, 1):
@@ -220,7 +241,11 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
                "stride_c": -(-footprint(req, "C", m, n, lds["ldc"]) // 4) * 4}
     call = Call(m, n, k, **lds, batch=3, **strides, **scalars(req), sk_tiles=split.sk_tiles,
                 sk_blocks=split.sk_blocks)
-    assert run_all(binary, req, [call, replace(call, beta=1.0)]) == []
+    # leading dimensions and strides 8 bytes off: the 8-byte kernel and its stream-K twin
+    narrow = replace(call, lda=call.lda + 2, ldb=call.ldb + 2, ldc=call.ldc + 2, stride_a=call.stride_a + 2 * m,
+                     stride_c=call.stride_c + 2 * m)
+    assert entry_index(req, narrow) == host_emulation.NARROW_FIRST_ENTRY
+    assert run_all(binary, req, [call, replace(call, beta=1.0), narrow]) == []
 
 
 def as_launched(req: Requirements, call: Call) -> Call:

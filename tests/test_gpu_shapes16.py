@@ -131,3 +131,47 @@ def test_the_stream_k_member_adds_f32_partial_sums_and_applies_beta_once(family,
         c = member(a, b, c0.clone(), alpha=0.5, beta=-1.5)
         error = float(torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference))
         assert error <= FAMILIES[name][2]
+
+
+# (shape, lda, A's offset in elements): every alignment the fallback meets, so each of its kernels runs: 16-bit K = 700
+# puts A's and B's rows 1400 bytes apart (8-byte aligned), 702 1404 (4), 77 154 (2, the scalar kernel); odd and
+# even leading dimensions; A's pointer 1, 2 and 4 elements off.
+MISALIGNED = [((1000, 1000, 700), None, 0), ((1000, 1000, 702), None, 0), ((2048, 2048, 77), None, 0),
+              ((33, 33, 33), None, 0), ((777, 1000, 1000), 1003, 0), ((777, 1000, 1000), 1002, 0),
+              ((512, 512, 512), None, 1), ((512, 512, 512), None, 2), ((512, 512, 512), None, 4)]
+
+
+def fallback_kernel(name: str, m: int, n: int, k: int, lda: int, offset: int, kernel) -> str | None:
+    """The fallback kernel the launch rule must pick: by the bytes that A's pointer, A's and B's leading
+    dimensions share (C stays 16-byte aligned); None where TMA takes the operands (a wgmma member runs)."""
+    size = 4 if FAMILIES[name][0] == "float32" else 2
+    shared = 16
+    while (offset * size) % shared or (lda * size) % shared or (k * size) % shared:
+        shared //= 2
+    if shared == 16:
+        return None
+    fallback = next(model.name for model in kernel.models if model.fallback)
+    return f"{fallback}_kernel_scalar" if shared == size else f"{fallback}_kernel_{shared}byte"
+
+
+@pytest.mark.parametrize("shape, lda, offset", MISALIGNED,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_misaligned_operands_run_the_widest_copies_they_allow(family, shape, lda, offset):
+    """Against float64, C poisoned with NaN (beta = 0 must not read it) and padded with NaN that must stay."""
+    import torch
+
+    name, kernel = family
+    m, n, k = shape
+    a, b = operands(name, m, n, k, lda=lda, offset=offset)
+    c_dtype = getattr(torch, FAMILIES[name][1])
+    padded = torch.full((m, n + 8), float("nan"), device="cuda", dtype=c_dtype)
+    c = padded[:, :n]
+    expected = fallback_kernel(name, m, n, k, lda or k, offset, kernel)
+    launch = kernel.bind(a, b, c)
+    if expected is not None:
+        assert launch.entry == expected
+    assert kernel(a, b, c, alpha=1.0, beta=0.0) is c
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    assert torch.isnan(padded[:, n:]).all()
+    assert relative_error(c, a, b) <= FAMILIES[name][2]

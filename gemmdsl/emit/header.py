@@ -114,6 +114,10 @@ def _spec_constants(plan: KernelPlan) -> list[ConstantGroup]:
     bm, bn, bk = launch.block_tile
     fallback = ("else the launchers run a kernel with one-element accesses" if launch.entries.scalar
                 else "else the launchers refuse the call")
+    if launch.entries.narrow:
+        widths = " or ".join(f"{narrow.width_bytes}-byte" for narrow in launch.entries.narrow)
+        fallback = f"else the launchers run one with {widths} accesses or " + fallback.removeprefix(
+            "else the launchers run ")
     return [(f"What a call must satisfy; the launchers check it, and {name}.json holds the same figures.", []),
             ("The block's C tile (M x N), the k-slice it multiplies per step, and its threads.",
              [("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("THREADS", launch.threads)]),

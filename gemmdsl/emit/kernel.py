@@ -104,6 +104,9 @@ def _emit_constants(math: Any, variant: Variant, o: Emitter) -> None:
         o.comment("Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The\n"
                   "launcher runs it on the tiles that lie inside C when K is not a multiple of BK\n"
                   "(gemmdsl/schedule.py, interior_launches).")
+    if variant.role in (Role.NARROW, Role.STREAM_K_NARROW):
+        o.comment(f"Narrow variant: global accesses of at most {layout.max_global_vector * layout.element_bytes} "
+                  "bytes, for operands aligned to\nthat but not to the vector kernel's width.")
     if layout.max_global_vector == 1:
         o.comment("Scalar variant: every global load and store is one element wide, for operands\n"
                   "whose pointer, leading dimension or batch stride is not vector-aligned.")

@@ -12,7 +12,7 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS
+from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
 from ..plan import KernelPlan
 from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
                         MIN_K_TILES_PER_BLOCK)
@@ -32,6 +32,11 @@ def launch_contract(plan: KernelPlan) -> list[str]:
     elif vectors:
         parts = ", ".join(f"{op.value.upper()} {vector[op.value]}" for op in vectors)
         fallback = "otherwise the scalar kernel runs" if launch.entries.scalar else "otherwise the call is refused"
+        if launch.entries.narrow:
+            rungs = "; ".join(f"{narrow.width_bytes} bytes: "
+                              + ", ".join(f"{op.value.upper()} {narrow.vector_elements[op.value]}" for op in ir.Operand)
+                              for narrow in launch.entries.narrow)
+            fallback = f"otherwise the widest narrow kernel the operands are aligned for ({rungs}), {fallback}"
         what = "pointer, leading dimension" + (" and batch stride" if spec.problem.batched else "")
         lines.append(f"- vector accesses need {what} aligned to ({parts}) elements; {fallback}.")
     return lines
@@ -42,6 +47,11 @@ def refuses_misaligned(plan: KernelPlan) -> bool:
     one-element accesses to run instead (bounds: exact, wgmma)."""
     vector = plan.launch.requirements.vector_elements
     return plan.launch.entries.scalar is None and any(elements > 1 for elements in vector.values())
+
+
+def narrow_flag(kernel: NarrowKernel) -> str:
+    """The launcher's name for the test that a narrow kernel's accesses are aligned: `aligned_8byte`."""
+    return f"aligned_{kernel.width_bytes}byte"
 
 
 def shape_rule(spec: ir.KernelSpec, exact_tile: tuple[int, int, int] | None) -> str:
@@ -175,8 +185,11 @@ class LauncherEmitter:
                    f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         if entries.stream_k_scalar is not None:
-            o.comment("Calls on the scalar kernel share their tiles through its stream-K twin.")
-            o.line(f"const auto stream_k_kernel = vector_aligned ? {entries.stream_k} : {entries.stream_k_scalar};")
+            o.comment("Calls on the scalar kernel share their tiles through its stream-K twin"
+                      + (", those on a narrow kernel through its own." if entries.narrow else "."))
+            narrow = "".join(f"{narrow_flag(kernel)} ? {kernel.stream_k} : " for kernel in entries.narrow)
+            o.line(f"const auto stream_k_kernel = vector_aligned ? {entries.stream_k} : {narrow}"
+                   f"{entries.stream_k_scalar};")
         else:
             o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
@@ -327,21 +340,35 @@ class LauncherEmitter:
                 self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
 
-    def _emit_kernel_choice(self) -> None:
-        """Pick the vector kernel when every vector access is aligned; else the scalar kernel or an error."""
-        o, spec = self.out, self.spec
-        elements = self.launch.requirements.vector_elements
+    def _alignment_test(self, elements: dict[str, int]) -> str:
+        """C test that every operand is aligned for accesses of `elements` (empty: nothing to test)."""
+        spec = self.spec
         stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
         size = {op: "" if self._all_f32 else f", {spec.problem.matrix(op).dtype.bytes}" for op in ir.Operand}
-        tests = [f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
-                 f"{elements[op.value]}{size[op]})" for op in ir.Operand if elements[op.value] > 1]
-        vector, scalar = self.launch.entries.vector, self.launch.entries.scalar
+        return " && ".join(f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
+                           f"{elements[op.value]}{size[op]})" for op in ir.Operand if elements[op.value] > 1)
+
+    def _emit_kernel_choice(self) -> None:
+        """Pick the vector kernel when every vector access is aligned; else the widest narrow kernel whose
+        accesses are (`aligned_8byte`, ...), else the scalar kernel or an error (LaunchPlan.choose_entry)."""
+        o = self.out
+        entries = self.launch.entries
+        tests = self._alignment_test(self.launch.requirements.vector_elements)
+        vector, scalar = entries.vector, entries.scalar
         if not tests:
             o.line(f"const auto kernel = {vector};")
             return
-        o.line(f"const bool vector_aligned = {' && '.join(tests)};")
+        o.line(f"const bool vector_aligned = {tests};")
         if scalar is not None:
-            o.line(f"const auto kernel = vector_aligned ? {vector} : {scalar};")
+            choice = f"vector_aligned ? {vector} : "
+            if entries.narrow:
+                widths = " or ".join(str(narrow.width_bytes) for narrow in entries.narrow)
+                o.comment("Operands aligned to less than the vector kernel needs run the widest narrow kernel\n"
+                          f"whose accesses they allow (cp.async of {widths} bytes), the scalar kernel otherwise.")
+            for narrow in entries.narrow:
+                o.line(f"const bool {narrow_flag(narrow)} = {self._alignment_test(narrow.vector_elements)};")
+                choice += f"{narrow_flag(narrow)} ? {narrow.entry} : "
+            o.line(f"const auto kernel = {choice}{scalar};")
             return
         o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
         o.line(f"const auto kernel = {vector};")

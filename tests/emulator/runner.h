@@ -5,10 +5,11 @@
 //   runner M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry offset_a offset_b offset_c
 //          sk_tiles sk_blocks [entry row col m n]...
 //
-// entry picks the kernel (0 = vector, 1 = scalar); offset_x shifts an operand's first element that
+// entry picks the kernel (0 = vector, 1 = scalar, 8, 10, ... = the narrow ones); offset_x shifts an operand's first element that
 // many floats past a 16-byte-aligned allocation, to make misaligned pointers. sk_tiles > 0 runs a
 // stream-K call as the launcher makes it: the prepare kernel (entry 3) on the last sk_tiles tiles,
-// the stream-K kernel (entry 2; entry 5, its scalar twin, when entry is the scalar kernel) on
+// the stream-K kernel (entry 2; entry 5, its scalar twin, when entry is the scalar kernel; a narrow
+// kernel's twin is the entry after it) on
 // sk_blocks blocks, then the chosen kernel on the other tiles, each launch over the whole batch
 // (grid z). Trailing groups of five run, instead, one launch
 // each over a block of C as a GEMM of its own (the interior kernel is entry 4, its partial-k twin 6).
@@ -136,7 +137,7 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
         return;
     }
     if (!(layout.alpha_beta && p.beta == 1.0f)) run_blocks(layout, p, p.sk_tiles, batch, 3, launch);
-    run_blocks(layout, p, sk_blocks, batch, entry == 1 ? 5 : 2, launch);
+    run_blocks(layout, p, sk_blocks, batch, entry == 1 ? 5 : entry >= 8 ? entry + 1 : 2, launch);
     if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, batch, entry, launch);
 }
 
