@@ -220,7 +220,7 @@ def bench_size(kernels: list[Kernel], compared: Comparison, arrays: CupyArrays, 
                sets: list[tuple], runs: int, warmup: int, peak: float, kernel_peaks: list[float],
                progress: Progress) -> list[Row]:
     """cuBLAS at the kernels' precision alone first, then each kernel interleaved with it, on the same inputs."""
-    name = cublas_name(compared)
+    name = arrays.baseline_name or cublas_name(compared)
     label = format_batched_size(size, batch)
     progress.start(f"{name} at {label}")
     cublas = [partial(arrays.cublas_into, a, b, c) for a, b, c in sets]
@@ -241,7 +241,7 @@ def kernel_row(kernel: Kernel, arrays: CupyArrays, size: Size, batch: int, sets:
     fuse = kernel.metadata.get("fuse")
     try:
         operands = [in_layouts(kernel, arrays, operands) for operands in sets]
-        chains = [chain_operands(arrays, fuse, size[0], size[1], UNPADDED) if fuse else {} for _ in operands]
+        chains = [chain_operands(arrays, fuse, *size, UNPADDED) if fuse else {} for _ in operands]
         launches = [kernel.bind(*abc, **chain) for abc, chain in zip(operands, chains)]
     except ValueError as err:  # a size this exact-shape kernel cannot take
         return [skipped(note=f"skipped: {err}")]

@@ -87,11 +87,15 @@ def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str,
 
 
 def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int,
-               k: int = 0) -> dict[str, FuseView]:
-    """Check each chain operand against the chain and the problem (M x N x K); how the kernel addresses it."""
+               k: int = 0, groups: int = 0) -> dict[str, FuseView]:
+    """Check each chain operand against the chain and the problem (M x N x K, and a grouped kernel's G groups);
+    how the kernel addresses it."""
     views = {}
     for name in fuse.names:
         array = given[name]
+        if name == "col_scale" and groups:
+            views[name] = grouped_col_scale_view(array, groups, n)
+            continue
         if name in ("a_scale", "b_scale"):
             views[name] = block_scale_view(name, array, m, n, k)
             continue
@@ -110,6 +114,19 @@ def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: 
                              f"contiguous copy")
         views[name] = FuseView(name, array.pointer, array.itemsize, along=along)
     return views
+
+
+def grouped_col_scale_view(array: ArrayView, groups: int, n: int) -> FuseView:
+    """A grouped kernel's col_scale: one row of N values per group (G x N f32, row-major, contiguous), as
+    torch._scaled_grouped_mm takes its scale_b; the kernel reads group g's at g * N."""
+    check_dtype("col_scale", array, "float32")
+    if tuple(array.shape) != (groups, n):
+        raise ValueError(f"col_scale must be {groups} x {n} for a grouped kernel (one row of N values per group of "
+                         f"B), got shape {tuple(array.shape)}")
+    if (groups > 1 and array.strides[0] != n) or (n > 1 and array.strides[1] != 1):
+        raise ValueError(f"col_scale must be row-major and contiguous (strides ({n}, 1) elements), got "
+                         f"{tuple(array.strides)}; pass a contiguous copy")
+    return FuseView("col_scale", array.pointer, array.itemsize, ld=n, along="n")
 
 
 def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> FuseView:

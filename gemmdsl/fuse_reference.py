@@ -20,15 +20,21 @@ ACTIVATIONS = {
 }
 
 
+BLOCK_SCALES = ("a_scale", "b_scale")  # `scale: block`'s operands, applied inside the product
+
+
+def dequantize_blocks(a, b, a_scale, b_scale, block: int = 128):
+    """A[m, k] * a_scale[m, k // 128] and B[k, n] * b_scale[n // 128, k // 128], in the operands' own type and
+    library (NumPy arrays or GPU tensors: indexing by lists works alike in both)."""
+    k_blocks = [kk // block for kk in range(a.shape[1])]
+    n_blocks = [nn // block for nn in range(b.shape[1])]
+    return a * a_scale[:, k_blocks], b * b_scale[n_blocks][:, k_blocks].T
+
+
 def block_scaled_product(a: np.ndarray, b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray,
                          block: int = 128) -> np.ndarray:
-    """A @ B of the dequantized operands (`scale: block`): A[m, k] * a_scale[m, k // 128] times
-    B[k, n] * b_scale[n // 128, k // 128], in float64."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    a_scale, b_scale = np.asarray(a_scale, dtype=np.float64), np.asarray(b_scale, dtype=np.float64)
-    k_blocks = np.arange(a.shape[1]) // block
-    a = a * a_scale[:, k_blocks]
-    b = b * b_scale[np.arange(b.shape[1]) // block][:, k_blocks].T
+    """A @ B of the dequantized operands (`scale: block`), in float64."""
+    a, b = dequantize_blocks(*(np.asarray(x, dtype=np.float64) for x in (a, b, a_scale, b_scale)), block=block)
     return a @ b
 
 

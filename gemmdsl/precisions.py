@@ -24,7 +24,10 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   error of torch._scaled_mm at the same precision (rowwise scales, a BF16 C, `use_fast_accum` as the
   spec's `accumulate`), both against float64 over the dequantized inputs, on uniform and wide-range
   data. Both results round to BF16, which dominates; the factor leaves room for the accumulation
-  order, not for a lost k-tile or a mis-scaled row.
+  order, not for a lost k-tile or a mis-scaled row. With block scales (`scale: block`) the reference is
+  torch._scaled_mm's blockwise 1x128 / 128x128 mode where the installed PyTorch runs it, else the f32 product
+  of the dequantized operands rounded to C's type (verify.ScaledMmArrays), against float64 of the
+  dequantized operands.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class Comparison:
     output_dtype: str = ""  # of the C cuBLAS writes; empty: the inputs' type
     factor: float = TF32X3_FACTOR  # relative_to_cublas: the error allowed, in cuBLAS's own
     fast_accumulation: bool = False  # fp8: torch._scaled_mm's use_fast_accum
+    block_scales: bool = False  # fp8 with `scale: block`: torch._scaled_mm's blockwise 1x128 / 128x128 mode
 
     @property
     def c_dtype(self) -> str:
@@ -79,8 +83,9 @@ def comparison(metadata: dict) -> Comparison:
     if compared.unit == "fp8":  # the kernel's operand types and C, and its accumulation mode
         dtypes = metadata["dtypes"]
         fast = metadata.get("accumulate") == "fast"
-        return replace(compared, cublas=f"{compared.cublas}{' fast' if fast else ''}", input_dtype=dtypes["a"],
-                       output_dtype=dtypes["c"], fast_accumulation=fast)
+        block = (metadata.get("fuse") or {}).get("scale") == "block"
+        return replace(compared, cublas=f"{compared.cublas}{' blockwise' if block else ''}{' fast' if fast else ''}",
+                       input_dtype=dtypes["a"], output_dtype=dtypes["c"], fast_accumulation=fast, block_scales=block)
     if compared.input_dtype in ("bf16", "f16") and metadata.get("dtypes", {}).get("c") == "f32":
         return replace(compared, cublas=f"{compared.cublas} f32 C", output_dtype="f32")
     return compared

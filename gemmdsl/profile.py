@@ -153,7 +153,7 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     a = random_operand(arrays, dtypes["a"], layouts["A"], problem.m, problem.k)
     b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
     fuse = kernel.metadata.get("fuse")
-    chain = chain_operands(arrays, fuse, problem.m, problem.n, Case("plain", False, 1, False)) if fuse else {}
+    chain = chain_operands(arrays, fuse, problem.m, problem.n, problem.k, Case("plain", False, 1, False)) if fuse else {}
     kernel(a, b, stream_k=False, interior=False, **chain)
     cupy.cuda.runtime.deviceSynchronize()
 

@@ -934,7 +934,8 @@ class Kernel:
             groups = (numpy.uint64(offs.pointer), numpy.int32(call.batch))
         chain = {}
         if self.fuse is not None and call.entry is not None:  # M or N = 0: C has no elements for the chain
-            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n, call.k)
+            chain = fuse_views(self.name, self.fuse, {name: views[name] for name in fused}, call.m, call.n, call.k,
+                               call.batch if req.grouped else 0)
             c_view = call.views["C"]
             check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
                                     call.n)

@@ -35,8 +35,7 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
                                          "but a fuse chain needs each element's whole sum in one place",
               "use `schedule: tiles;` (or `persistent` on the wgmma path) with a fuse section")
     if problem.grouped:
-        error(fuse.span, "a fuse chain is not supported with batch: grouped yet: a mixture of experts' bias and "
-                         "scales are per group, which the chain's vectors are not", "remove the fuse section")
+        _check_grouped_chain(fuse, error)
     if fuse.residual is not None and problem.batched:
         error(fuse.at("residual"), "a residual is not supported with batch: strided (it would need a batch stride "
                                    "of its own)", "remove the residual, or `batch: strided;`")
@@ -49,6 +48,20 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
         elif spec.mma is None:  # the FMA path: f32 throughout, and its files include no 16-bit types
             error(fuse.at(key), f"the {key} is {dtype.value}, but the FMA path reads f32 only",
                   f"write `{key}: {_f32_spelling(key, fuse)};`")
+
+
+def _check_grouped_chain(fuse: ir.FuseChain, error: Report) -> None:
+    """batch: grouped takes row and column scales (row_scale per token, col_scale per group and column: G x N,
+    paths/wgmma/grouped.py) and an activation; a bias or a residual would be per group too, which the chain's
+    operands are not yet, and block scales are not generated for it."""
+    for key, present in (("bias", fuse.bias is not None), ("residual", fuse.residual is not None)):
+        if present:
+            error(fuse.at(key), f"a {key} is not supported with batch: grouped yet: an expert's {key} is per group, "
+                                "which the chain's operands are not", f"remove the {key}")
+    if fuse.scale is ir.ScaleVectors.BLOCK:
+        error(fuse.at("scale"), "block scales are not supported with batch: grouped yet",
+              "`scale: rowcol;` (row_scale per token, col_scale per group and column: G x N), or a spec without "
+              "batch: grouped")
 
 
 def _check_block_scales(spec: ir.KernelSpec, error: Report) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .family_kernel import run_on_specs_and_families
-from .fuse_reference import apply_chain
+from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
 from .grouped_bench import verify_grouped
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .arrays import DTYPE_NAMES, ITEM_SIZES
@@ -204,6 +204,7 @@ class CupyArrays:
     """FP32 inputs and cuBLAS SGEMM through CuPy."""
 
     b_layout = "row"  # of the B that bench's cuBLAS call reads
+    baseline_name = ""  # bench's name for cublas_into where it is not the comparison's (cublas_name)
 
     def __init__(self, seed: int):
         import cupy
@@ -247,6 +248,10 @@ class CupyArrays:
     def scales(self, count: int) -> Any:
         """A scale vector of the fuse chain."""
         return self.random(count, "f32")
+
+    def block_scales(self, rows: int, cols: int) -> Any:
+        """A matrix of block scales (`scale: block`), row-major."""
+        return self.scales(rows * cols).reshape(rows, cols)
 
     def baseline_applies(self, fuse: dict) -> bool:
         """Whether cuBLAS's call applies the whole chain itself, so that bench times the kernel against it
@@ -347,10 +352,12 @@ class ScaledMmArrays(TorchArrays):
     WIDE_EXPONENTS = {"e4m3": (-6, 8), "e5m2": (-14, 15)}
     b_layout = "col"  # torch._scaled_mm's second operand is column-major
 
-    def __init__(self, seed: int, output_dtype: str, fast: bool):
+    def __init__(self, seed: int, output_dtype: str, fast: bool, block: bool = False):
         super().__init__(seed, tf32=False, output_dtype=output_dtype)
         self.fast = fast
-        self.unit_scales: dict[int, Any] = {}
+        self.unit_scales: dict[Any, Any] = {}
+        self.block = block
+        self.blockwise = block and self._runs_blockwise()  # torch._scaled_mm's 1x128 / 128x128 mode, where it has one
 
     def random(self, elements: int, dtype: str, wide: bool = False) -> Any:
         if dtype not in self.WIDE_EXPONENTS:
@@ -366,17 +373,34 @@ class ScaledMmArrays(TorchArrays):
         """Positive, as quantization scales are: 0.25 to 1.75."""
         return self.xp.rand(count, device="cuda", generator=self.generator) * 1.5 + 0.25
 
-    def _scaled_mm(self, a: Any, b: Any, row_scale: Any = None, col_scale: Any = None) -> Any:
+    def _runs_blockwise(self) -> bool:
+        """Whether torch._scaled_mm takes blockwise scales (A's 1 x 128, B's 128 x 128) here: cuBLASLt 12.9+ on
+        sm_90, in the PyTorch versions that route them."""
+        torch = self.xp
+        a = torch.ones(128, 128, device="cuda").to(self._dtype("e4m3"))
+        try:
+            self._scaled_mm(a, a.T, block_scales=(torch.ones(128, 1, device="cuda"), torch.ones(1, 1, device="cuda")))
+        except (RuntimeError, ValueError, TypeError, NotImplementedError):
+            return False
+        return True
+
+    def _scaled_mm(self, a: Any, b: Any, row_scale: Any = None, col_scale: Any = None,
+                   block_scales: tuple[Any, Any] | None = None) -> Any:
         """One torch._scaled_mm (2-D; a batch matrix by matrix). It takes A row-major and B column-major with
         every extent a multiple of 16: operands of other shapes or strides are copied into zero-padded ones
-        (zeros add nothing to the sums), and the result is cut back to M x N."""
+        (zeros add nothing to the sums, and padding to 16 adds no 128-block), and the result is cut back to
+        M x N. `block_scales`: (a_scale M x ceil(K / 128), b_scale ceil(N / 128) x ceil(K / 128)), row-major,
+        passed as torch asks: A's outer-dim-major, B's as b_scale.t()."""
         torch = self.xp
         if a.dim() == 3:
-            return torch.stack([self._scaled_mm(x, y, row_scale, col_scale) for x, y in zip(a, b)])
+            return torch.stack([self._scaled_mm(x, y, row_scale, col_scale, block_scales) for x, y in zip(a, b)])
         (m, k), n = a.shape, b.shape[1]
         ones = partial(torch.ones, device="cuda", dtype=torch.float32)
         rowwise = self.output == torch.bfloat16 and (row_scale is not None or col_scale is not None)
-        if rowwise:
+        if block_scales is not None:
+            scale_a = _padded(torch, block_scales[0].float(), (-m % 16, 0), 1.0).t().contiguous().t()
+            scale_b = block_scales[1].float().t()
+        elif rowwise:
             scale_a = _padded(torch, (row_scale if row_scale is not None else ones(m)).reshape(-1, 1), (-m % 16, 0), 1.0)
             scale_b = _padded(torch, (col_scale if col_scale is not None else ones(n)).reshape(1, -1), (0, -n % 16), 1.0)
         else:
@@ -392,18 +416,39 @@ class ScaledMmArrays(TorchArrays):
 
     def cublas_into(self, a: Any, b: Any, c: Any) -> None:
         """bench's baseline: torch._scaled_mm into its own C from the caching allocator (C is not copied into
-        `c`, which would add a pass over C to its time); rowwise unit scales, timed as any scales."""
-        self._scaled_mm(a, b, self._ones(a.shape[-2]), self._ones(b.shape[-1]))
+        `c`, which would add a pass over C to its time); unit scales, timed as any scales: blockwise ones where
+        it has the mode, else rowwise (bench then names the row so)."""
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        if self.blockwise:
+            blocks = -(-k // 128)
+            self._scaled_mm(a, b, block_scales=(self._ones(m, blocks), self._ones(-(-n // 128), blocks)))
+        else:
+            self._scaled_mm(a, b, self._ones(m), self._ones(n))
 
-    def _ones(self, count: int) -> Any:
-        """Unit scales, made once per length (a fill kernel per timed call would be timed too)."""
-        if count not in self.unit_scales:
-            self.unit_scales[count] = self.xp.ones(count, device="cuda", dtype=self.xp.float32)
-        return self.unit_scales[count]
+    @property
+    def baseline_name(self) -> str:
+        """What cublas_into runs, where it is not the comparison's own call: a block-scaled kernel's fallback."""
+        return "" if self.blockwise or not self.block else "cuBLAS FP8 scaled_mm rowwise (no blockwise mode here)"
+
+    def _ones(self, *shape: int) -> Any:
+        """Unit scales, made once per shape (a fill kernel per timed call would be timed too)."""
+        if shape not in self.unit_scales:
+            self.unit_scales[shape] = self.xp.ones(*shape, device="cuda", dtype=self.xp.float32)
+        return self.unit_scales[shape]
 
     def reference(self, a: Any, b: Any, fuse: dict | None, chain: dict[str, Any], epilogue: str, c_in: Any | None,
                   alpha: float, beta: float) -> Any:
-        """torch._scaled_mm with the chain's scales inside (BF16 C), then the rest of the chain in float64."""
+        """torch._scaled_mm with the chain's scales inside (BF16 C), then the rest of the chain in float64. Block
+        scales: its blockwise mode, or where it has none the f32 product of the dequantized operands rounded to
+        C's type (each product exact, the sum in FP32: a reference at least as accurate as the kernel)."""
+        if fuse is not None and fuse["scale"] == "block":
+            if self.blockwise:
+                product = self._scaled_mm(a, b, block_scales=(chain["a_scale"], chain["b_scale"]))
+            else:
+                a32, b32 = dequantize_blocks(a.float(), b.float(), chain["a_scale"].float(), chain["b_scale"].float())
+                product = self.xp.mm(a32, b32).to(self.output)
+            rest = {name: value for name, value in chain.items() if name not in BLOCK_SCALES}
+            return chained(self, {**fuse, "scale": None}, rest, epilogue, product, c_in, alpha, beta)
         if fuse is None or fuse["scale"] is None or self.output != self.xp.bfloat16:
             return super().reference(a, b, fuse, chain, epilogue, c_in, alpha, beta)
         product = self._scaled_mm(a, b, chain.get("row_scale"), chain.get("col_scale"))
@@ -427,7 +472,7 @@ def _padded(torch: Any, x: Any, pad: tuple[int, int], fill: float = 0.0) -> Any:
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
     if comparison.unit == "fp8":
-        return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation)
+        return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation, comparison.block_scales)
     if comparison.library == "torch":
         return TorchArrays(seed, tf32=comparison.unit == "tf32", output_dtype=comparison.output_dtype)
     return CupyArrays(seed)
@@ -457,7 +502,7 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
     if c_in is not None:
         c[...] = c_in
     fuse = kernel.metadata.get("fuse")
-    chain = chain_operands(arrays, fuse, m, n, case) if fuse else {}
+    chain = chain_operands(arrays, fuse, m, n, k, case) if fuse else {}
     launch = kernel.bind(a, b, c, alpha, beta, **chain)
     launch()
     outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
@@ -466,8 +511,10 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
     cublas = arrays.reference(a, b, fuse, chain, kernel.epilogue, c_in, alpha, beta)
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
-        float64 = finish(arrays.float64(a) @ arrays.float64(b), None if c_in is None else arrays.float64(c_in),
-                         alpha, beta)
+        a64, b64 = arrays.float64(a), arrays.float64(b)
+        if "a_scale" in chain:  # block scales: the product of the dequantized operands
+            a64, b64 = dequantize_blocks(a64, b64, arrays.float64(chain["a_scale"]), arrays.float64(chain["b_scale"]))
+        float64 = finish(a64 @ b64, None if c_in is None else arrays.float64(c_in), alpha, beta)
     cublas_vs_float64 = None if float64 is None else arrays.error(cublas, float64)
     tolerance = comparison(kernel.metadata).tolerance(dtypes["c"], cublas_vs_float64 and cublas_vs_float64.relative)
     return Result(kernel=kernel.name, m=m, n=n, k=k, alpha=alpha, beta=beta,
@@ -484,9 +531,10 @@ def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
     return product if c_in is None else product + beta * c_in
 
 
-def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, case: Case) -> dict[str, Any]:
+def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case: Case) -> dict[str, Any]:
     """Fresh random operands for a fused kernel's chain (docs/fusion.md): the bias vector, the residual (in
-    its layout, padded as the case pads C), the row and column scales."""
+    its layout, padded as the case pads C), the row and column scales, the block scales (A's M x ceil(K / 128),
+    B's ceil(N / 128) x ceil(K / 128): a value per block)."""
     operands = {}
     if fuse["bias"] is not None:
         operands["bias"] = arrays.random(m if fuse["bias"]["along"] == "m" else n, fuse["bias"]["dtype"])
@@ -497,6 +545,10 @@ def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, case: Case) -
         operands["row_scale"] = arrays.scales(m)
     if fuse["scale"] in ("col", "rowcol"):
         operands["col_scale"] = arrays.scales(n)
+    if fuse["scale"] == "block":
+        k_blocks = -(-k // 128)
+        operands["a_scale"] = arrays.block_scales(m, k_blocks)
+        operands["b_scale"] = arrays.block_scales(-(-n // 128), k_blocks)
     return operands
 
 
@@ -504,7 +556,7 @@ def chained(arrays: CupyArrays, fuse: dict, chain: dict[str, Any], epilogue: str
             alpha: float, beta: float) -> Any:
     """The fused kernel's reference: the chain (fuse_reference.apply_chain) in float64 on the host over
     `product`, C and the chain's operands, back on the GPU."""
-    host = {name: arrays.host(arrays.float64(value)) for name, value in chain.items()}
+    host = {name: arrays.host(arrays.float64(value)) for name, value in chain.items() if name not in BLOCK_SCALES}
     result = apply_chain(fuse, arrays.host(arrays.float64(product)), alpha=alpha, beta=beta,
                          c=None if c_in is None else arrays.host(arrays.float64(c_in)),
                          alpha_beta=epilogue == "alpha_beta", **host)

@@ -10,6 +10,7 @@
 #   bench     `gemmdsl bench` of moe_grouped and moe_grouped_family: grouped_bench.CONFIGURATIONS (8 experts x
 #             16384 tokens, N = K = 4096, even and skewed; 64 experts x 32768 tokens, N = 2048, K = 4096, some
 #             empty; 8 experts x 64 tokens) against torch._grouped_mm and torch.mm per group;
+#   (moe_grouped_fp8, FP8 with row and column scales, is built; its verify and bench are not written yet);
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck (scripts/sanitize.sh) on verify's small cases.
 #
 # Logs go to $OUT (default out/); the bench's table comes last.
@@ -17,9 +18,10 @@ source scripts/device_env.sh
 STEPS=${*:-tests verify bench sanitize}
 wants() { [[ " $STEPS " == *" $1 "* ]]; }
 SPEC=specs/moe_grouped.gemm
+FP8=specs/moe_grouped_fp8.gemm
 FAMILY=specs/moe_grouped_family.gemmf
 status=0
-python3 scripts/prebuild_cubins.py $SPEC $FAMILY > "$OUT/prebuild_grouped.log" 2>&1 || status=1
+python3 scripts/prebuild_cubins.py $SPEC $FP8 $FAMILY > "$OUT/prebuild_grouped.log" 2>&1 || status=1
 if wants tests; then
     python3 -m pytest -m gpu -q -rs tests/test_gpu_grouped.py > "$OUT/pytest_grouped.log" 2>&1 || status=1
     tail -n 5 "$OUT/pytest_grouped.log"

@@ -125,3 +125,60 @@ def test_the_reference_sums_each_k_block_times_its_scales(m, n, k, seed):
         partial = a[:, ks] @ b[ks, :]
         expected += partial * a_scale[:, block][:, None] * b_scale[np.arange(n) // 128, block][None, :]
     np.testing.assert_allclose(block_scaled_product(a, b, a_scale, b_scale), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_verify_and_bench_compare_with_scaled_mms_blockwise_mode():
+    from gemmdsl.precisions import comparison
+
+    compared = comparison(compile_path(SPEC).metadata)
+    assert (compared.unit, compared.block_scales, compared.fast_accumulation) == ("fp8", True, False)
+    assert compared.cublas == "FP8 scaled_mm blockwise"
+    rowwise = comparison(compile_path(ROOT / "specs" / "fp8_rowwise.gemm").metadata)
+    assert not rowwise.block_scales and compared != rowwise  # timed in separate groups, each with its own call
+
+
+class HostArrays:
+    """verify's array calls on NumPy: scales in 0.25 .. 1.75 from a seeded generator."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def scales(self, count: int):
+        return self.rng.uniform(0.25, 1.75, count)
+
+    def block_scales(self, rows: int, cols: int):
+        from gemmdsl.verify import CupyArrays
+
+        return CupyArrays.block_scales(self, rows, cols)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 300), n=st.integers(1, 700), k=st.integers(1, 700), seed=st.integers(0, 99))
+def test_verify_draws_a_positive_varied_scale_per_block(m, n, k, seed):
+    from gemmdsl.verify import Case, chain_operands
+
+    fuse = compile_path(SPEC).metadata["fuse"]
+    chain = chain_operands(HostArrays(seed), fuse, m, n, k, Case("contiguous", False, 1, False))
+    blocks = -(-k // 128)
+    assert set(chain) == {"a_scale", "b_scale"}
+    assert chain["a_scale"].shape == (m, blocks) and chain["b_scale"].shape == (-(-n // 128), blocks)
+    for scales in chain.values():
+        assert (scales >= 0.25).all() and (scales <= 1.75).all()
+        assert scales.size == 1 or len(np.unique(scales)) > 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 300), k=st.integers(1, 300), seed=st.integers(0, 99))
+def test_the_float64_reference_multiplies_the_dequantized_operands_after_the_chain_drops_the_block_scales(
+        m, n, k, seed):
+    """verify's float64 side: dequantize_blocks then the chain, which takes no block scale (fuse_reference)."""
+    from gemmdsl.fuse_reference import apply_chain, dequantize_blocks
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    a_scale, b_scale = rng.uniform(0.25, 1.75, (m, -(-k // 128))), rng.uniform(0.25, 1.75, (-(-n // 128), -(-k // 128)))
+    da, db = dequantize_blocks(a, b, a_scale, b_scale)
+    assert da[m - 1, k - 1] == a[m - 1, k - 1] * a_scale[m - 1, (k - 1) // 128]
+    assert db[k - 1, n - 1] == b[k - 1, n - 1] * b_scale[(n - 1) // 128, (k - 1) // 128]
+    fuse = compile_path(SPEC).metadata["fuse"]
+    np.testing.assert_allclose(apply_chain(fuse, da @ db), block_scaled_product(a, b, a_scale, b_scale), rtol=1e-12)

@@ -148,7 +148,7 @@ def fused_spec(base: str, section: str) -> ir.KernelSpec:
 def test_a_chains_bytes_grow_with_m_and_n(base, section, m, n, more_m, more_n):
     spec = fused_spec(base, section)
     reads = (spec.fuse and analyze(spec, (128, 256, 64)).layout.chain_reads())
-    small, large = fuse_cost(spec, reads, m, n), fuse_cost(spec, reads, m + more_m, n + more_n)
+    small, large = fuse_cost(spec, reads, m, n, 1), fuse_cost(spec, reads, m + more_m, n + more_n, 1)
     for level in ("dram_bytes", "block_bytes", "thread_bytes"):
         before, after = getattr(small, level), getattr(large, level)
         assert set(before) == set(after) and all(after[name] >= before[name] for name in before)
@@ -237,3 +237,19 @@ def test_profile_drives_a_fused_kernel_with_its_chains_operands():
 
     for name in FUSED:
         drive(str(SPECS / f"{name}.gemm"), ProblemSize(256, 512, 128))
+
+
+def test_block_scales_count_both_scale_matrices_at_checks_problem_size():
+    """fp8_blockwise at 4096 x 4096 x 5000 (40 k-tiles, the last one partial): A's scales M x 40 f32, B's 32 x 40."""
+    m, n, k = 4096, 4096, 5000
+    cost = analyze(load_spec(SPECS / "fp8_blockwise.gemm"), (m, n, k)).facts["fuse"]
+    assert cost.dram_bytes == {"a_scale": m * 40 * 4, "b_scale": 32 * 40 * 4}
+    # 16 columns of blocks each read all rows' A scales; 32 rows of blocks all of B's.
+    assert cost.block_bytes == {"a_scale": 16 * m * 40 * 4, "b_scale": 32 * 32 * 40 * 4}
+    # 512 tiles x 40 k-tiles x 256 consumer threads: 2 rows' A scales and 2 column blocks' B scales each.
+    assert cost.thread_bytes == {"a_scale": 512 * 40 * 256 * 2 * 4, "b_scale": 512 * 40 * 256 * 2 * 4}
+    lines = summary_lines(analyze(load_spec(SPECS / "fp8_blockwise.gemm"), (m, n, k)))
+    line = next(line for line in lines if line.startswith("fuse:"))
+    # The scales are read in the k-loop: the epilogue has nothing of the chain to fetch.
+    assert any(line.startswith("epilogue: the fused epilogue costs ~0 cycles") for line in lines), lines
+    assert "+0.7 MB through DRAM (a_scale 0.7 MB, b_scale 5.1 KB); blocks fetch 10.6 MB" in line, line

@@ -116,3 +116,45 @@ def test_family_runs_the_member_its_rule_picks_and_matches_float64(torch, sizes,
     torch.cuda.synchronize()
     expected = reference(torch, a, w, offs.tolist(), True, a.shape[0], n)
     assert (c.double() - expected).abs().max().item() / expected.abs().max().item() < 1e-2
+
+
+FP8_SPEC = SPEC.with_name("moe_grouped_fp8.gemm")
+
+
+def test_fp8_groups_match_float64_of_the_dequantized_operands_and_scaled_grouped_mm(torch, load_kernel):
+    """moe_grouped_fp8: e4m3 tokens and weights, a scale per token and per expert column (G x N), odd group sizes
+    with an empty group; C poisoned with NaN, rows after the last group untouched; error against float64 of the
+    dequantized operands within 1.1x torch._scaled_grouped_mm's (where it runs here) or BF16's rounding."""
+    from gemmdsl.grouped_bench import cumulative
+
+    sizes, n, k, spare = (129, 0, 300, 7), 264, 256, 5
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    rows, groups = sum(sizes) + spare, len(sizes)
+    a = (torch.rand(rows, k, device="cuda", generator=generator) * 2 - 1).to(torch.float8_e4m3fn)
+    w = (torch.rand(groups, n, k, device="cuda", generator=generator) * 2 - 1).to(torch.float8_e4m3fn)
+    row_scale = torch.rand(rows, device="cuda", generator=generator) * 1.5 + 0.25
+    col_scale = torch.rand(groups, n, device="cuda", generator=generator) * 1.5 + 0.25
+    offs = torch.tensor(cumulative(list(sizes)), dtype=torch.int32, device="cuda")
+    c = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    load_kernel(FP8_SPEC)(a, w.mT, c, offs=offs, row_scale=row_scale, col_scale=col_scale)
+    exact = torch.zeros(sum(sizes), n, device="cuda", dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(cumulative(list(sizes))):
+        exact[start:end] = (a[start:end].double() * row_scale[start:end, None].double()) @ (
+            w[g].double() * col_scale[g, :, None].double()).T
+        start = end
+    grouped = c[:sum(sizes)].double()
+    assert torch.isfinite(grouped).all() and torch.isnan(c[sum(sizes):].float()).all()
+
+    def error(y):
+        return float((y.double() - exact).norm() / exact.norm())
+    bound = 2e-3
+    try:
+        reference = torch._scaled_grouped_mm(a[:sum(sizes)], w.mT, row_scale[:sum(sizes)], col_scale, offs=offs,
+                                             out_dtype=torch.bfloat16)
+        bound = max(bound, 1.1 * error(reference))
+    except (RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError):
+        pass  # this PyTorch has no FP8 grouped GEMM on this GPU: BF16's rounding alone
+    assert error(grouped) <= bound, (error(grouped), bound)
+    with pytest.raises(ValueError, match="col_scale must be 4 x 264 for a grouped kernel"):
+        load_kernel(FP8_SPEC)(a, w.mT, c, offs=offs, row_scale=row_scale, col_scale=col_scale[0])

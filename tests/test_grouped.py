@@ -130,9 +130,42 @@ def test_grouped_on_the_mma_sync_path_is_an_error_at_the_batch_key():
     assert "^" in rendered
 
 
-def test_grouped_with_a_fuse_chain_is_an_error():
-    spec = SPEC.replace("pipeline {", "fuse     { bias: n f32; }\n    pipeline {")
-    assert "a fuse chain is not supported with batch: grouped" in _error(spec)
+FP8_SPEC = (ROOT / "specs" / "moe_grouped_fp8.gemm").read_text()
+
+
+@pytest.mark.parametrize("section, message, key", [
+    ("scale: rowcol; bias: n f32;", "a bias is not supported with batch: grouped", "bias"),
+    ("scale: rowcol; residual: bf16 row;", "a residual is not supported with batch: grouped", "residual"),
+    ("scale: block;", "block scales are not supported with batch: grouped", "scale"),
+])
+def test_what_grouped_fp8_leaves_unsupported_is_an_error_at_its_key(section, message, key):
+    spec = FP8_SPEC.replace("scale: rowcol;", section)
+    rendered = _error(spec)
+    assert message in rendered and "hint:" in rendered
+    line = next(number for number, text in enumerate(spec.splitlines(), 1) if "fuse " in text)
+    column = spec.splitlines()[line - 1].index(f"{key}: ") + len(key) + 3  # at the key's value
+    assert f"case.gemm:{line}:{column}:" in rendered
+
+
+def test_grouped_fp8_offsets_col_scale_by_the_tiles_group_and_documents_its_shape():
+    """col_scale is G x N (torch._scaled_grouped_mm's scale_b): every chain call in the tiles' epilogue reads its
+    group's row; row_scale stays per row of A; the launch passes both before offs and groups."""
+    from gemmdsl.emit.header import emit_header
+
+    result = compile_source(SourceFile("moe_grouped_fp8.gemm", FP8_SPEC))
+    source = result.cuda
+    calls = re.findall(r"fuse_pair\(C, ldc, ([^M]*)M, N", source)
+    assert calls and all(call == "row_scale, col_scale + (long long)group * N, " for call in calls)
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in source
+    assert re.search(r"kernel<<<.*alpha, beta, row_scale, col_scale, offs, groups\);", source)
+    assert "col_scale: groups x N f32 values" in emit_header(result.plan)
+    assert "group g's N at col_scale + g * N" in source
+
+
+def test_a_16_bit_grouped_chain_offsets_col_scale_too():
+    spec = SPEC.replace("pipeline {", "fuse     { scale: col; activation: relu; }\n    pipeline {")
+    source = compile_source(SourceFile("moe_grouped.gemm", spec)).cuda
+    assert "fuse_pair(C, ldc, col_scale + (long long)group * N, M, N" in source
 
 
 def _view(shape, dtype="int32", strides=None, device=0):
@@ -170,3 +203,25 @@ def test_check_reports_the_assumed_grouped_schedule():
     text = " ".join(out.getvalue().split())
     assert "assuming M split evenly over 8 groups" in text
     assert "512 tiles" in text  # 4096 rows in 8 groups of 512: 4 x 16 tiles each
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups=st.integers(1, 70), n=st.integers(1, 5000), wrong_rows=st.integers(-1, 1), flat=st.booleans())
+def test_a_grouped_col_scale_must_be_g_by_n(groups, n, wrong_rows, flat):
+    """The Python API takes a grouped kernel's col_scale as G x N f32, contiguous: any other shape is refused
+    saying so; a vector of N (the single GEMM's shape) included."""
+    from gemmdsl.fuse_operands import FuseOperands, fuse_views
+
+    import json
+
+    fuse = FuseOperands.from_metadata(json.loads((ROOT / "generated" / "moe_grouped_fp8.json").read_text()))
+    row = ArrayView("torch", (9,), (1,), "float32", 4, 1 << 20, 0)
+    shape = (n,) if flat else (groups + wrong_rows, n)
+    col = ArrayView("torch", shape, (1,) if flat else (n, 1), "float32", 4, 1 << 24, 0)
+    given_ = {"row_scale": row, "col_scale": col}
+    if shape == (groups, n):
+        views = fuse_views("k", fuse, given_, 9, n, 64, groups)
+        assert views["col_scale"].ld == n and views["col_scale"].pointer == 1 << 24
+    else:
+        with pytest.raises(ValueError, match=f"col_scale must be {groups} x {n} for a grouped kernel"):
+            fuse_views("k", fuse, given_, 9, n, 64, groups)

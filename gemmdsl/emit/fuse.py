@@ -180,7 +180,15 @@ class FuseChain:
     def pair(self, c: str, row: str, m: str, x: str, y: str) -> str:
         """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
         `m` their row's loaded values."""
-        return f"fuse_pair({c}, ldc, {fuse_arguments(self.spec)}M, N, {row}, col, {m}, alpha, beta, {x}, {y});"
+        return f"fuse_pair({c}, ldc, {self.tile_arguments()}M, N, {row}, col, {m}, alpha, beta, {x}, {y});"
+
+    def tile_arguments(self) -> str:
+        """The chain's operands as a tile's epilogue passes them: a grouped spec's col_scale is G x N, so its
+        tile's group's N values start at group * N (`group`, the grouped scheduler's)."""
+        arguments = fuse_arguments(self.spec)
+        if self.spec.problem.grouped and self.chain.scale is not None and self.chain.scale.cols:
+            arguments = arguments.replace("col_scale, ", "col_scale + (long long)group * N, ")
+        return arguments
 
     def load_row(self, row: str) -> str:
         """A `fuse_m` for row `row` of C (0s past M)."""

@@ -228,7 +228,7 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     if spec.fuse is not None:
         what = (f"C = {spec.fuse.describe(alpha_beta).replace('acc', 'A*B')} (docs/fusion.md: " +
-                _fuse_operands(spec.fuse) + ("; alpha and beta are ignored)" if not alpha_beta else ")"))
+                _fuse_operands(spec) + ("; alpha and beta are ignored)" if not alpha_beta else ")"))
     elif alpha_beta:
         what = "C = alpha * A*B + beta * C (C is not read when beta is 0)"
     else:
@@ -248,9 +248,9 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
     return comments
 
 
-def _fuse_operands(fuse: ir.FuseChain) -> str:
+def _fuse_operands(spec: ir.KernelSpec) -> str:
     """What the launchers' fuse parameters point at."""
-    parts = []
+    fuse, parts = spec.fuse, []
     if fuse.bias is not None:
         parts.append(f"bias: {'M' if fuse.bias.along is ir.Broadcast.M else 'N'} {fuse.bias.dtype.value} values, "
                      f"one per {'row' if fuse.bias.along is ir.Broadcast.M else 'column'}")
@@ -260,7 +260,8 @@ def _fuse_operands(fuse: ir.FuseChain) -> str:
     if fuse.scale is not None and fuse.scale.rows:
         parts.append("row_scale: M f32 values")
     if fuse.scale is not None and fuse.scale.cols:
-        parts.append("col_scale: N f32 values")
+        parts.append("col_scale: groups x N f32 values, row-major (one row per group)" if spec.problem.grouped
+                     else "col_scale: N f32 values")
     if fuse.scale is not None and fuse.scale.blocks:
         parts.append("a_scale: M x ceil(K / 128) f32 values, row-major, one per row and 128 elements of K; "
                      "b_scale: ceil(N / 128) x ceil(K / 128) f32 values, row-major, one per 128 x 128 block of B "

@@ -2,12 +2,15 @@
 
 Bytes, at three levels, each counted from what the epilogue emits (the layout's `chain_reads`):
 
-- through DRAM at least: each vector once (M or N values), the residual once (M x N);
+- through DRAM at least: each vector once (M or N values), the residual once (M x N), block scales once
+  (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128), f32);
 - fetched by the blocks: each block its rows' values of a vector along m (so every column of blocks
   reads the whole vector), its columns' along n, and its tile of R;
 - requested by the threads' loads: every thread that keeps a row's (or column's) values loads them
   itself, and a path that reads column values per element loads them for every element of C. L1 serves
-  the repeats; the figure says how much load traffic the chain adds to the epilogue.
+  the repeats; the figure says how much load traffic the chain adds to the epilogue. Block scales are read
+  in the k-loop, not the epilogue: per k-tile each block its rows' A scales and its columns' B scales, each
+  consumer thread those of its rows and of every 128 columns of the tile (paths/wgmma_fp8/math.py).
 
 Loads past M or N are not made (`load_fuse_m` and `load_fuse_n` read 0 there, R is read inside C only),
 so the figures count the rows and columns inside C. C's old value, read where beta is not 0, is counted
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..layout import ChainReads
+from ..validate_fuse import BLOCK_SCALE_K
 from .framework import Context, PassResult
 
 # Per element: (FP32 and integer instructions, SFU instructions: ex2, rcp) of each activation, counted in the
@@ -52,11 +56,27 @@ def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
     return found
 
 
-def chain_dram_bytes(spec: ir.KernelSpec, m: int, n: int) -> dict[str, int]:
-    """What the chain's operands add to a launch's DRAM traffic at least: each vector and R read once."""
+K_LOOP_OPERANDS = ("a_scale", "b_scale")  # block scales: read per k-tile, applied as each k-tile is promoted
+
+
+def block_scaled(spec: ir.KernelSpec) -> bool:
+    return spec.fuse is not None and spec.fuse.scale is ir.ScaleVectors.BLOCK
+
+
+def scale_blocks(extent: int) -> int:
+    return -(-extent // BLOCK_SCALE_K)
+
+
+def chain_dram_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
+    """What the chain's operands add to a launch's DRAM traffic at least: each vector, R and the block scales
+    read once."""
     found = {name: (m if axis is ir.Broadcast.M else n) * dtype.bytes for name, axis, dtype in vectors(spec)}
     if spec.fuse is not None and spec.fuse.residual is not None:
         found["residual"] = m * n * spec.fuse.residual.dtype.bytes
+    if block_scaled(spec):
+        f32 = ir.DType.F32.bytes
+        found["a_scale"] = m * scale_blocks(k) * f32
+        found["b_scale"] = scale_blocks(n) * scale_blocks(k) * f32
     return found
 
 
@@ -120,9 +140,14 @@ class FuseCost:
     def extra_dram_bytes(self) -> int:
         return sum(self.dram_bytes.values())
 
+    @property
+    def epilogue_block_bytes(self) -> int:
+        """What the blocks fetch for the epilogue: the block scales are read in the k-loop instead."""
+        return sum(count for name, count in self.block_bytes.items() if name not in K_LOOP_OPERANDS)
 
-def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCost | None:
-    """The chain's figures for an M x N launch; None without a fuse section."""
+
+def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int, k: int) -> FuseCost | None:
+    """The chain's figures for an M x N x K launch; None without a fuse section."""
     if spec.fuse is None:
         return None
     bm, bn = spec.block.m, spec.block.n
@@ -130,7 +155,7 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCos
     extent = {ir.Broadcast.M: m, ir.Broadcast.N: n}
     loaders = {ir.Broadcast.M: reads.threads * reads.rows_per_thread // bm,
                ir.Broadcast.N: reads.threads * reads.cols_per_thread // bn}
-    dram = chain_dram_bytes(spec, m, n)
+    dram = chain_dram_bytes(spec, m, n, k)
     blocks, threads = {}, {}
     for name, axis, dtype in vectors(spec):
         blocks[name] = tiles[axis] * extent[axis] * dtype.bytes
@@ -140,6 +165,13 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCos
             threads[name] = tiles[axis] * extent[axis] * loaders[axis] * dtype.bytes
     if "residual" in dram:
         blocks["residual"] = threads["residual"] = dram["residual"]
+    if block_scaled(spec):
+        f32, k_tiles = ir.DType.F32.bytes, scale_blocks(k)
+        blocks["a_scale"] = tiles[ir.Broadcast.M] * m * k_tiles * f32
+        blocks["b_scale"] = tiles[ir.Broadcast.N] * scale_blocks(n) * k_tiles * f32
+        thread_loads = tiles[ir.Broadcast.M] * tiles[ir.Broadcast.N] * k_tiles * reads.threads * f32
+        threads["a_scale"] = thread_loads * reads.rows_per_thread
+        threads["b_scale"] = thread_loads * (bn // BLOCK_SCALE_K)
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
     return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
@@ -156,13 +188,14 @@ class FusePass:
     provides = frozenset({"fuse"})
 
     def run(self, context: Context) -> PassResult:
-        m, n, _ = context.problem
-        cost = fuse_cost(context.spec, context.layout.chain_reads(), m, n)
+        m, n, k = context.problem
+        cost = fuse_cost(context.spec, context.layout.chain_reads(), m, n, k)
         if cost is None:
             return PassResult({"fuse": None}, "")
         operands = ", ".join(f"{name} {_megabytes(count)}" for name, count in cost.dram_bytes.items())
         work = cost.work
-        verdict = (f"{cost.formula}: +{_megabytes(cost.extra_dram_bytes)} through DRAM ({operands}); blocks fetch "
+        verdict = (f"{cost.formula}: +{_megabytes(cost.extra_dram_bytes)} through DRAM"
+                   + (f" ({operands})" if operands else "") + "; blocks fetch "
                    f"{_megabytes(sum(cost.block_bytes.values()))}, threads request "
                    f"{_megabytes(sum(cost.thread_bytes.values()))}; "
                    + (f"{cost.registers} values kept per thread; " if cost.registers else "")

@@ -65,7 +65,7 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
     c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
     return {"a": m * k * size[ir.Operand.A], "b": k * n * size[ir.Operand.B], "c": m * n * c_passes * size[ir.Operand.C],
-            **chain_dram_bytes(spec, m, n)}
+            **chain_dram_bytes(spec, m, n, k)}
 
 
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:

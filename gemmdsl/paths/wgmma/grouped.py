@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ... import ir
-from ...abi import MAX_INT, contiguous_extent, leading_name, outer_extent, tile_count
+from ...abi import MAX_INT, contiguous_extent, fuse_arguments, leading_name, outer_extent, tile_count
 from ...emit.launcher import emit_empty_problem
 from ...emit.scheduler import emit_raster
 from .launcher import TensorMapLauncher
@@ -36,7 +36,9 @@ def grouped_contract(spec: ir.KernelSpec) -> list[str]:
     return [f"- 1 <= groups <= {MAX_GROUPS} and offs not null: offs holds `groups` int32 on the GPU, the groups'",
             "  cumulative row ends, nondecreasing, offs[groups - 1] <= M (group g owns rows offs[g - 1] .. offs[g] - 1",
             "  of A and C, offs[-1] = 0; the kernel clamps each end to [the previous end, M]); group g's B is at",
-            f"  B + g * ldb * {b_rows}. Rows of C from offs[groups - 1] on are never written, K = 0 included."]
+            f"  B + g * ldb * {b_rows}. Rows of C from offs[groups - 1] on are never written, K = 0 included."] + (
+        ["- row_scale: M f32 values, one per row of A (each token's); col_scale: groups x N f32 values, row-major",
+         "  (group g's N at col_scale + g * N)."] if spec.fuse is not None and spec.fuse.scale is not None else [])
 
 
 class GroupedScheduler(PersistentScheduler):
@@ -118,5 +120,5 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             o.line("if (err != cudaSuccess) return err;")
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, offs, groups);")
+                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, groups);")
             o.line("return cudaGetLastError();")

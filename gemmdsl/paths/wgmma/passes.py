@@ -322,7 +322,7 @@ class WgmmaFuseEpiloguePass:
         waves = context.fact("wgmma_waves")
         assert isinstance(waves, WgmmaWaves)
         # Per tile from L2: R's tile and each vector's values of the tile's rows or columns.
-        tile_bytes = (sum(cost.block_bytes.values()) // waves.tiles) if waves.tiles else 0
+        tile_bytes = (cost.epilogue_block_bytes // waves.tiles) if waves.tiles else 0
         epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms)
         return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))
 

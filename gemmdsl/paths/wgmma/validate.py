@@ -78,8 +78,8 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
 
 
 def _check_grouped(spec: ir.KernelSpec, error: Report) -> bool:
-    """`batch: grouped` (paths/wgmma/grouped.py): one persistent launch over every group's tiles, 16-bit
-    operands multiplied as they are."""
+    """`batch: grouped` (paths/wgmma/grouped.py): one persistent launch over every group's tiles, 16-bit or FP8
+    operands."""
     problem, block = spec.problem, spec.block
     if not problem.grouped:
         return True
@@ -93,8 +93,8 @@ def _check_grouped(spec: ir.KernelSpec, error: Report) -> bool:
                                     "tile's stores stop at that row", "write `bounds: checked;`")
         return False
     dtype = problem.a.dtype
-    if dtype not in (ir.DType.BF16, ir.DType.F16):
-        error(problem.at("a"), f"batch: grouped is generated for bf16 and f16 operands only (so far), not "
+    if dtype not in (ir.DType.BF16, ir.DType.F16) and not dtype.fp8:
+        error(problem.at("a"), f"batch: grouped is generated for bf16, f16 and FP8 operands only (so far), not "
                                f"{dtype.value}", "write `a: bf16 row; b: bf16 col;`")
         return False
     return True
