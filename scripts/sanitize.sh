@@ -16,7 +16,9 @@
 # handle a hardware exception" (compute-sanitizer 2025.3.1, driver 580.159.04: a plain 256^3
 # torch bf16 matmul does it alone, and runs clean once instrumented). GEMMDSL_NO_MEMORY_POOL=1
 # gives every array its own allocation so that memcheck knows each operand's bounds. verify's
-# own checks (NaN poison and guards, the float64 reference) run as usual. TOOLS="racecheck"
+# own checks (NaN poison and guards, the float64 reference) run as usual. Racecheck's hazards are
+# judged by the kernel they are in: those of other kernels (cuBLAS's split-K reductions, nvjet_*_splitK,
+# report some at small sizes) are counted on the line but leave the spec CLEAN. TOOLS="racecheck"
 # (say) runs a subset of the three tools.
 #
 # Prints one line per spec and tool, CLEAN or ERRORS or FAILED (wrong results or a crash),
@@ -40,6 +42,15 @@ for spec in "${specs[@]}"; do
         compute-sanitizer --tool "$tool" "${filter[@]}" --error-exitcode 99 \
             "$PYTHON" -m gemmdsl.cli verify "$spec" --sizes "$SIZES" >"$log" 2>&1
         code=$?
+        others=""
+        if [ "$tool" = racecheck ] && [ $code = 99 ]; then
+            ours=$(grep -E 'Race reported' "$log" | grep -c "${kernel}_")
+            theirs=$(grep -cE 'Race reported' "$log")
+            if [ "$ours" = 0 ] && [ "$theirs" -gt 0 ] && ! grep -q '^FAIL ' "$log"; then
+                code=0
+                others=" ($theirs race report(s), all in other kernels: $(grep -oE 'Race reported between [A-Za-z]+ access at [A-Za-z0-9_]+' "$log" | awk '{print $NF}' | sort -u | paste -sd,))"
+            fi
+        fi
         case $code in
             0) verdict=CLEAN ;;
             99) verdict=ERRORS; status=1 ;;
@@ -47,7 +58,7 @@ for spec in "${specs[@]}"; do
         esac
         launches=$(grep -cE '^(PASS|FAIL) ' "$log")
         summary=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//')
-        printf '%-16s %-9s %-18s %2d launches  %s\n' "$kernel" "$tool" "$verdict" "$launches" "$summary"
+        printf '%-16s %-9s %-18s %2d launches  %s%s\n' "$kernel" "$tool" "$verdict" "$launches" "$summary" "$others"
     done
 done
 exit $status
