@@ -154,6 +154,13 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
     fuse = kernel.metadata.get("fuse")
     chain = chain_operands(arrays, fuse, problem.m, problem.n, problem.k, Case("plain", False, 1, False)) if fuse else {}
+    if kernel.requirements.grouped:  # the groups `check` assumes: its rows split evenly (grouped_schedule.py)
+        from .grouped_schedule import ASSUMED_GROUPS, even_offs
+
+        b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n, batch=ASSUMED_GROUPS)
+        chain["offs"] = cupy.asarray(even_offs(problem.m, ASSUMED_GROUPS), dtype=cupy.int32)
+        if "col_scale" in chain:  # one row of column scales per group
+            chain["col_scale"] = cupy.tile(chain["col_scale"], (ASSUMED_GROUPS, 1))
     kernel(a, b, stream_k=False, interior=False, **chain)
     cupy.cuda.runtime.deviceSynchronize()
 
