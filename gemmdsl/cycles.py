@@ -68,6 +68,7 @@ class MemberModel:
     # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
     launch_cycles: int = 0
     min_saved_k_tiles: int = 0  # the launcher's stream-K floor (schedule.stream_k_split)
+    aligned_split: bool = False  # the launcher's stream-K gives every shared tile as many blocks (the wgmma path)
     # whether it runs operands of any alignment (a kernel with one-element accesses), where TMA members and
     # exact ones refuse misaligned pointers and leading dimensions: a family's fallback (family.choose)
     any_alignment: bool = True
@@ -131,7 +132,8 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
     plain, sk_tiles, cycles = tiles, 0, 0
     streaming = min(tiles, member.slots)
     if member.stream_k:
-        split = stream_k_split(tiles, k_tiles, member.slots, min_saved_k_tiles=member.min_saved_k_tiles)
+        split = stream_k_split(tiles, k_tiles, member.slots, min_saved_k_tiles=member.min_saved_k_tiles,
+                               aligned=member.aligned_split)
         if split.sk_tiles:
             plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
             streaming = max(split.sk_blocks, min(plain, member.slots))
@@ -254,7 +256,7 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     spec = layout.spec
     sm = spec.target.sm
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
-                  stream_k=spec.block.stream_k, sms=sms, **memory_fields(spec),
+                  stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
                   in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
     unit, _ = math_unit(spec)
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products

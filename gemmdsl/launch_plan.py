@@ -146,11 +146,11 @@ class LaunchPlan:
     def split_for(self, m: int, n: int, k: int, batch: int, sms: int, blocks_per_sm: int = 1) -> StreamKSplit:
         """The stream-K split of a call (without stream-K: no tile shared). The launched kernels share a wave of
         SMs x resident blocks and split only where that saves LAUNCHED_MIN_SAVED_K_TILES; the persistent
-        kernel shares one block per SM."""
+        kernel shares one block per SM, every shared tile the same number of blocks where that idles few."""
         if self.stream_k is StreamKLaunch.LAUNCHED:
             return call_split(self.block_tile, m, n, k, sms * blocks_per_sm, batch, LAUNCHED_MIN_SAVED_K_TILES)
         if self.stream_k is StreamKLaunch.PERSISTENT:
-            return call_split(self.block_tile, m, n, k, sms)
+            return call_split(self.block_tile, m, n, k, sms, aligned=True)
         return StreamKSplit(self.tiles(m, n), -(-k // self.block_tile[2]), sms, 0, 0)
 
     def grid_for(self, m: int, n: int, k: int, batch: int, sms: int) -> tuple[int, int, int]:

@@ -59,6 +59,11 @@ MIN_IDLE_PERCENT = 10
 # stream-K lives in its one persistent launch and takes no such floor (0).
 LAUNCHED_MIN_SAVED_K_TILES = 24
 MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
+# Where every shared tile can get the same whole number of stream-K blocks with at most this percentage of the
+# slots idle, the split takes that many blocks: the blocks of each tile then start at the same k-tiles and walk
+# them in step, so tiles that share rows of A or columns of B read them from L2 while the other tile's blocks
+# have just brought them in, and each tile's partial sums come from the same number of blocks.
+ALIGN_IDLE_PERCENT = 5
 # Waves of interior tiles per edge strip below which a checked call runs as one launch of the vector
 # kernel rather than as the interior kernel and its strips. Measured on the H100 (docs/performance.md, "The
 # interior split"; sgemm_any, checked_64x64 and checked_v3 at 27 shapes): with no strip the interior kernel ran 7-8%
@@ -127,19 +132,23 @@ class StreamKSplit:
         return pieces
 
 
-def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_saved_k_tiles: int = 0) -> StreamKSplit:
+def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_saved_k_tiles: int = 0,
+                   aligned: bool = False) -> StreamKSplit:
     """The split the launcher makes for one GEMM of `batch`: the last wave's T % S tiles go to
     stream-K blocks, unless stream-K would not shorten the launch (a whole tile of work per block
     or more, too few idle slots to pay for it, or, with `min_saved_k_tiles`, the idle share of the
     k-tiles below it: LAUNCHED_MIN_SAVED_K_TILES for the launchers that pay launches for it). Blocks
     get at least MIN_K_TILES_PER_BLOCK k-tiles, so a long K (or few tiles) takes every slot and a short
-    one fewer."""
+    one fewer; with `aligned` (the wgmma path's persistent stream-K), a long K takes a multiple of the shared
+    tiles where that idles few slots (ALIGN_IDLE_PERCENT)."""
     slots //= batch
     if slots < 1:
         return StreamKSplit(tiles, k_tiles, slots, 0, 0)
     shared = tiles % slots
     work = shared * k_tiles
     blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
+    if aligned and blocks == slots and shared and (slots % shared) * 100 <= ALIGN_IDLE_PERCENT * slots:
+        blocks -= slots % shared
     idle_enough = (slots - shared) * 100 >= MIN_IDLE_PERCENT * slots
     saves_enough = (slots - shared) * k_tiles >= min_saved_k_tiles * slots
     if blocks <= shared or work > MAX_WORK or not idle_enough or not saves_enough:
@@ -154,13 +163,13 @@ def persistent_blocks(split: StreamKSplit, sms: int) -> int:
 
 
 def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
-               min_saved_k_tiles: int = 0) -> StreamKSplit:
+               min_saved_k_tiles: int = 0, aligned: bool = False) -> StreamKSplit:
     """The split of one call (M, N, K, batch) on a GPU of `slots` resident blocks, for a kernel of
     `block_tile` (BM, BN, BK): edge tiles and a partial last k-tile count as whole ones. Calls on the
     scalar kernel split alike, on the scalar stream-K kernel."""
     bm, bn, bk = block_tile
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
-    return stream_k_split(tiles, _ceil_div(k, bk), slots, batch, min_saved_k_tiles)
+    return stream_k_split(tiles, _ceil_div(k, bk), slots, batch, min_saved_k_tiles, aligned)
 
 
 def _ceil_div(extent: int, tile: int) -> int:

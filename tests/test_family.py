@@ -19,6 +19,7 @@ from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
 from gemmdsl.family import DEFAULT_SHAPES, choose, compile_family, compile_family_path, estimate
+from gemmdsl.schedule import ALIGN_IDLE_PERCENT
 from gemmdsl.family_kernel import FamilyKernel, read_shapes
 from gemmdsl.schedule import CYCLE_CAP
 from gemmdsl.source import CompileError, SourceFile
@@ -805,7 +806,9 @@ def test_a_decode_call_is_memory_bound_and_the_stream_k_member_streams_on_every_
     chosen = family.models[choose(family.models, m, n, k)]
     figures = estimate(chosen, m, n, k)
     a, b, c = chosen.element_bytes
-    assert chosen.stream_k and figures.sk_tiles and figures.streaming_blocks == chosen.sms
+    # every SM, or all but the few an equal share of blocks per tile leaves idle (schedule.ALIGN_IDLE_PERCENT)
+    assert chosen.stream_k and figures.sk_tiles
+    assert chosen.sms * (100 - ALIGN_IDLE_PERCENT) <= figures.streaming_blocks * 100 <= chosen.sms * 100
     assert figures.cycles == figures.memory_cycles == -(-(m * k * a + n * k * b + m * n * c) // chosen.hbm_bytes_per_clock)
     assert figures.memory_cycles > figures.compute_cycles
     assert all(estimate(model, m, n, k).cycles >= figures.cycles for model in family.models)
@@ -888,9 +891,9 @@ def test_check_reports_the_stream_k_split_and_the_memory_floor():
     done = run_cli("check", str(ROOT / "specs" / "hgemm_h100_bf16c_64x128_sk.gemm"), "--problem", "1x8192x8192")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "stream-K: the last 64 tiles' 8,192 k-tiles shared by 132 blocks" in text
+    assert "stream-K: the last 64 tiles' 8,192 k-tiles shared by 128 blocks" in text
     floor = -(-(8192 * 2 + 8192 * 8192 * 2 + 8192 * 2) // 1909)
-    assert f"memory floor {floor:,} cycles" in text and "132 blocks streaming 7 k-tiles each in flight" in text
+    assert f"memory floor {floor:,} cycles" in text and "128 blocks streaming 7 k-tiles each in flight" in text
     assert "(sets the time" in text
     done = run_cli("check", str(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf"), "--problem", "1x8192x8192")
     assert done.returncode == 0 and "hgemm_h100_bf16c_64x128_sk runs" in done.stdout

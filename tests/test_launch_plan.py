@@ -67,7 +67,7 @@ def test_the_runtimes_decisions_from_the_json_are_the_compile_time_plans(spec, s
     if planned.stream_k is StreamKLaunch.LAUNCHED:
         assert split == call_split(tile, m, n, k, sms * per_sm, batch, LAUNCHED_MIN_SAVED_K_TILES)
     elif planned.stream_k is StreamKLaunch.PERSISTENT:
-        assert split == call_split(tile, m, n, k, sms)
+        assert split == call_split(tile, m, n, k, sms, aligned=True)
         assert read.grid_for(m, n, k, batch, sms) == (persistent_blocks(split, sms), 1, 1)
         sized = read.workspace_for(m, n, k, sms)
         assert (sized is None) == (split.sk_tiles == 0)

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
+from gemmdsl.schedule import (ALIGN_IDLE_PERCENT, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
                               MIN_K_TILES_PER_BLOCK, StreamKSplit, SubLaunch, call_split, interior_launches,
                               interior_split_pays, stream_k_split)
 
@@ -183,10 +183,36 @@ def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
     stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
     done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
     got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    floor = 0 if compile_path(ROOT / "specs" / f"{name}.gemm").plan.path.name == "wgmma" else LAUNCHED_MIN_SAVED_K_TILES
+    wgmma = compile_path(ROOT / "specs" / f"{name}.gemm").plan.path.name == "wgmma"
+    floor = 0 if wgmma else LAUNCHED_MIN_SAVED_K_TILES
     expected = [(split.sk_tiles, split.sk_blocks)
-                for split in (stream_k_split(*case, min_saved_k_tiles=floor) for case in cases)]
+                for split in (stream_k_split(*case, min_saved_k_tiles=floor, aligned=wgmma) for case in cases)]
     assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 2**16), slots=st.integers(1, 300))
+def test_an_aligned_split_gives_every_shared_tile_as_many_blocks_with_few_slots_idle(tiles, k_tiles, slots):
+    """The wgmma path's split (`aligned`): where the unaligned one takes every slot, it takes the most
+    blocks that are a multiple of the shared tiles if that leaves at most ALIGN_IDLE_PERCENT of the slots
+    idle (then each tile's blocks start at the same k-tiles), and otherwise the unaligned split."""
+    plain = stream_k_split(tiles, k_tiles, slots)
+    split = stream_k_split(tiles, k_tiles, slots, aligned=True)
+    assert split.sk_tiles == plain.sk_tiles
+    if split.sk_tiles and plain.sk_blocks == slots and (slots % split.sk_tiles) * 100 <= ALIGN_IDLE_PERCENT * slots:
+        assert split.sk_blocks % split.sk_tiles == 0 and split.sk_blocks > slots - split.sk_tiles
+        assert all(split.range_begin(b * split.sk_blocks // split.sk_tiles) % k_tiles == 0
+                   for b in range(split.sk_tiles))
+    else:
+        assert split == plain
+
+
+def test_long_k_over_few_tiles_splits_into_equal_shares_per_tile():
+    """256x256x65536 in 64x128 tiles: 8 tiles of 1024 k-tiles on 128 of the H100's 132 SMs, 16 blocks of 64
+    k-tiles each; decode's 64 tiles of 1x8192x8192 on 128 blocks, two a tile."""
+    assert stream_k_split(8, 1024, 132, aligned=True).sk_blocks == 128
+    assert stream_k_split(64, 128, 132, aligned=True).sk_blocks == 128
+    assert stream_k_split(8, 1024, 132).sk_blocks == 132
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,7 +14,7 @@ from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_p
 from ..emitter import Emitter
 from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
 from ..plan import KernelPlan
-from ..schedule import (INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
+from ..schedule import (ALIGN_IDLE_PERCENT, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
                         MIN_K_TILES_PER_BLOCK)
 from .ctext import OPERANDS, paren
 
@@ -374,8 +374,8 @@ class LauncherEmitter:
         o.line(f"const auto kernel = {vector};")
 
 
-def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int) -> None:
-    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split with `min_saved_k_tiles` (a test
+def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int, aligned: bool = False) -> None:
+    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split with `min_saved_k_tiles` and `aligned` (a test
     compiles it and compares)."""
     o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
               f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
@@ -389,6 +389,9 @@ def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int) -> None:
         o.line("const long long work = shared * k_tiles;")
         o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
         o.line("if (blocks > slots) blocks = slots;")
+        if aligned:
+            o.line(f"if (blocks == slots && shared > 0 && (slots % shared) * 100 <= {ALIGN_IDLE_PERCENT} * slots) "
+                   "blocks -= slots % shared;")
         o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
         if min_saved_k_tiles:
             o.line(f"const bool saves_enough = (slots - shared) * k_tiles >= {min_saved_k_tiles}LL * slots;")

@@ -50,7 +50,7 @@ class TensorMapLauncher:
         self._emit_cache()
         o.line()
         if self.layout.stream_k:
-            emit_stream_k_split(self.name, o, min_saved_k_tiles=0)  # one persistent launch: no launches to pay for
+            emit_stream_k_split(self.name, o, min_saved_k_tiles=0, aligned=True)  # one persistent launch: no launches to pay for
             o.line()
             self._emit_workspace()
             o.line()
