@@ -854,6 +854,7 @@ static void llama_block_h100_m0_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -1728,6 +1729,7 @@ static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -3155,6 +3157,7 @@ static void llama_block_h100_m3_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -4574,6 +4577,7 @@ static void llama_block_h100_m5_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -5448,6 +5452,7 @@ static void llama_block_h100_m6_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -6875,6 +6880,7 @@ static void llama_block_h100_m8_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -8334,6 +8340,7 @@ static void llama_block_h100_m10_stream_k_split(long long tiles, long long k_til
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -9200,6 +9207,7 @@ static void llama_block_h100_m11_stream_k_split(long long tiles, long long k_til
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;

@@ -807,6 +807,7 @@ static void llama_block_h100_m0_stream_k_split(long long tiles, long long k_tile
     const long long work = shared * k_tiles;
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
+    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
