@@ -312,8 +312,8 @@ def test_check_says_which_member_runs_and_why():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sgemm_family (family) at 33x33x33: checked_32x128 runs\n")
     assert "sgemm_h100 (bounds: exact) cannot take 33x33x33" in done.stdout
-    assert re.search(r"^\* checked_32x128 +32x128x8 +2 +5 +660 +1 +0 +11\.0% +3,000$", done.stdout, re.M)
-    assert re.search(r"^  checked_64x64 +64x64x8 +1 +5 +792 +1 +0 +21\.9% +3,200$", done.stdout, re.M)
+    assert re.search(r"^\* checked_32x128 +32x128x8 +2 +5 +660 +1 +0 +11\.0% +7 +3,000$", done.stdout, re.M)
+    assert re.search(r"^  checked_64x64 +64x64x8 +1 +5 +792 +1 +0 +21\.9% +7 +3,200$", done.stdout, re.M)
     done = run_cli("check", str(FAMILY), "--problem", "4096x4096x4096", "--json")
     assert '"member": "sgemm_h100"' in done.stdout
 
@@ -882,8 +882,10 @@ def test_the_16_bit_c_members_keep_f32_partial_sums_and_convert_once():
         artifacts = compile_source(SourceFile.read(ROOT / "specs" / f"{name}.gemm"))
         cuda = artifacts.cuda
         leave = cuda.index("slot[i * 128] = make_float4(acc[4 * i]")
-        add = cuda.index("acc[4 * i] += p.x;")
-        assert leave < add < cuda.rindex(convert)
+        add = cuda.index("acc[4 * i] += p.x;", leave)
+        # the conversion lives in the store helpers (store_pair, packed_pair), which the epilogue calls after the add
+        store = min(at for at in (cuda.find("packed_pair(", add), cuda.find("store_pair(", add)) if at >= 0)
+        assert leave < add < store and convert in cuda[:leave] and convert not in cuda[leave:store]
         assert artifacts.plan.launch.workspace.partial_bytes == 64 * 128 * 4
 
 
