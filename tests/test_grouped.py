@@ -230,16 +230,15 @@ def test_a_grouped_col_scale_must_be_g_by_n(groups, n, wrong_rows, flat):
 # verify and bench of grouped kernels (grouped_bench.py): what holds without a GPU.
 
 def _grouped_kernel(name: str):
-    """A stand-in for a loaded grouped kernel: what grouped_bench reads of one, from its metadata."""
+    """A stand-in for a loaded grouped kernel with only what a FamilyKernel has too: name, metadata and
+    requirements (grouped_bench reads nothing else, so families bench as kernels do)."""
     import json
     from types import SimpleNamespace
 
-    from gemmdsl.fuse_operands import FuseOperands
     from gemmdsl.runtime import Requirements
 
     metadata = json.loads((ROOT / "generated" / f"{name}.json").read_text())
-    return SimpleNamespace(name=name, metadata=metadata, requirements=Requirements.from_metadata(metadata),
-                           fuse=FuseOperands.from_metadata(metadata))
+    return SimpleNamespace(name=name, metadata=metadata, requirements=Requirements.from_metadata(metadata))
 
 
 @pytest.mark.parametrize("itemsize, ks", [(2, (200, 136, 64, 0)), (1, (208, 144, 64, 0))])
