@@ -6,11 +6,14 @@
 #
 #   tests     tests/test_gpu_grouped.py: moe_grouped against float64 and torch._grouped_mm at group sizes that
 #             are not multiples of the tile, empty groups, C poisoned with NaN, rows after the last group untouched;
-#   verify    `gemmdsl verify specs/moe_grouped.gemm` (grouped_bench.VERIFY_CASES);
-#   bench     `gemmdsl bench` of moe_grouped and moe_grouped_family: grouped_bench.CONFIGURATIONS (8 experts x
-#             16384 tokens, N = K = 4096, even and skewed; 64 experts x 32768 tokens, N = 2048, K = 4096, some
-#             empty; 8 experts x 64 tokens) against torch._grouped_mm and torch.mm per group;
-#   (moe_grouped_fp8, FP8 with row and column scales, is built; its verify and bench are not written yet);
+#             moe_grouped_fp8 against float64 of the dequantized operands and torch._scaled_grouped_mm;
+#   verify    `gemmdsl verify` of moe_grouped and moe_grouped_fp8 (grouped_bench.VERIFY_CASES; FP8: K rounded up
+#             to 16, e4m3 operands, row_scale (M,) and col_scale (G, N), within 1.1x torch._scaled_grouped_mm's
+#             error where this PyTorch runs it, else BF16's rounding);
+#   bench     `gemmdsl bench` of moe_grouped, moe_grouped_family and moe_grouped_fp8: grouped_bench.CONFIGURATIONS
+#             (8 experts x 16384 tokens, N = K = 4096, even and skewed; 64 experts x 32768 tokens, N = 2048,
+#             K = 4096, some empty; 8 experts x 64 tokens) against torch._grouped_mm and torch.mm per group (FP8:
+#             torch._scaled_grouped_mm where it runs, and torch._scaled_mm per group with rowwise scales);
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck (scripts/sanitize.sh) on verify's small cases.
 #
 # Logs go to $OUT (default out/); the bench's table comes last.
@@ -27,11 +30,11 @@ if wants tests; then
     tail -n 5 "$OUT/pytest_grouped.log"
 fi
 if wants verify; then
-    python3 -m gemmdsl.cli verify $SPEC > "$OUT/verify_grouped.log" 2>&1 || status=1
+    python3 -m gemmdsl.cli verify $SPEC $FP8 > "$OUT/verify_grouped.log" 2>&1 || status=1
     grep -E '^(FAIL|ERROR)|cases passed|Traceback' "$OUT/verify_grouped.log"
 fi
 if wants bench; then
-    python3 -m gemmdsl.cli bench $SPEC $FAMILY 2>"$OUT/bench_grouped.err" > "$OUT/bench_grouped.log" || status=1
+    python3 -m gemmdsl.cli bench $SPEC $FAMILY $FP8 2>"$OUT/bench_grouped.err" > "$OUT/bench_grouped.log" || status=1
 fi
 if wants sanitize; then
     bash scripts/sanitize.sh $SPEC 2>&1 | tee "$OUT/sanitize_grouped.log" || status=1

@@ -44,14 +44,14 @@ def operands(torch, sizes, n, k, spare, seed):
     ([515], 520, 136, 0),
 ], ids=["odd-with-empty", "whole-tiles", "large", "one-group"])
 def test_grouped_matches_float64_and_grouped_mm(torch, kernel, sizes, n, k, spare):
-    from gemmdsl.grouped_bench import reference
+    from gemmdsl.grouped_bench import float64_host, reference
 
     a, w, offs = operands(torch, sizes, n, k, spare, seed=len(sizes) + n)
     rows = a.shape[0]
     c = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert kernel(a, w.mT, c, offs=offs) is c
     torch.cuda.synchronize()
-    expected = reference(torch, a, w, offs.tolist(), True, rows, n)
+    expected = torch.from_numpy(reference(float64_host(a), float64_host(w.mT), offs.tolist(), rows)).cuda()
     used = sum(sizes)
     scale = expected[:used].abs().max().item()
     assert torch.isnan(c[used:].double()).all(), "rows after the last group were written"
@@ -94,10 +94,11 @@ def test_calls_without_offs_or_with_a_wrong_offs_are_refused(torch, kernel):
         kernel(a, w.mT, offs=offs[:1])
 
 
-def test_verify_passes(torch, kernel):
+@pytest.mark.parametrize("spec", ["moe_grouped.gemm", "moe_grouped_fp8.gemm"])
+def test_verify_passes(torch, load_kernel, spec):
     from gemmdsl.grouped_bench import VERIFY_CASES, verify_grouped
 
-    assert verify_grouped(kernel, seed=1) == (len(VERIFY_CASES), len(VERIFY_CASES))
+    assert verify_grouped(load_kernel(SPEC.with_name(spec)), seed=1) == (len(VERIFY_CASES), len(VERIFY_CASES))
 
 
 @pytest.mark.parametrize("sizes, n, member", [
@@ -106,7 +107,7 @@ def test_verify_passes(torch, kernel):
 ])
 def test_family_runs_the_member_its_rule_picks_and_matches_float64(torch, sizes, n, member):
     from gemmdsl.family_kernel import load_family
-    from gemmdsl.grouped_bench import reference
+    from gemmdsl.grouped_bench import float64_host, reference
 
     family = load_family(SPEC.parent / "moe_grouped_family.gemmf")
     a, w, offs = operands(torch, sizes, n, 512, 0, seed=len(sizes))
@@ -114,7 +115,7 @@ def test_family_runs_the_member_its_rule_picks_and_matches_float64(torch, sizes,
     c = torch.full((a.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert family(a, w.mT, c, offs=offs) is c
     torch.cuda.synchronize()
-    expected = reference(torch, a, w, offs.tolist(), True, a.shape[0], n)
+    expected = torch.from_numpy(reference(float64_host(a), float64_host(w.mT), offs.tolist(), a.shape[0])).cuda()
     assert (c.double() - expected).abs().max().item() / expected.abs().max().item() < 1e-2
 
 

@@ -225,3 +225,183 @@ def test_a_grouped_col_scale_must_be_g_by_n(groups, n, wrong_rows, flat):
     else:
         with pytest.raises(ValueError, match=f"col_scale must be {groups} x {n} for a grouped kernel"):
             fuse_views("k", fuse, given_, 9, n, 64, groups)
+
+
+# verify and bench of grouped kernels (grouped_bench.py): what holds without a GPU.
+
+def _grouped_kernel(name: str):
+    """A stand-in for a loaded grouped kernel with only what a FamilyKernel has too: name, metadata and
+    requirements (grouped_bench reads nothing else, so families bench as kernels do)."""
+    import json
+    from types import SimpleNamespace
+
+    from gemmdsl.runtime import Requirements
+
+    metadata = json.loads((ROOT / "generated" / f"{name}.json").read_text())
+    return SimpleNamespace(name=name, metadata=metadata, requirements=Requirements.from_metadata(metadata))
+
+
+@pytest.mark.parametrize("itemsize, ks", [(2, (200, 136, 64, 0)), (1, (208, 144, 64, 0))])
+def test_verify_cases_keep_tma_16_byte_rows_of_a_and_b(itemsize, ks):
+    """The FP8 cases are the 16-bit ones with K rounded up to 16 elements (TMA's 16-byte rows; torch's FP8
+    GEMMs ask the same); nothing else changes."""
+    from gemmdsl.grouped_bench import VERIFY_CASES, cases_for
+
+    cases = cases_for(itemsize)
+    assert tuple(case.k for case in cases) == ks
+    assert all(case.k * itemsize % 16 == 0 for case in cases)
+    assert [(c.name, c.sizes, c.n, c.spare_rows) for c in cases] == [
+        (c.name, c.sizes, c.n, c.spare_rows) for c in VERIFY_CASES]
+    assert any(not case.k for case in cases) and any(not sum(case.sizes) for case in cases)
+
+
+def test_grouped_types_follow_the_kernel():
+    from gemmdsl.grouped_bench import GroupedTypes, scale_shapes
+
+    fp8 = GroupedTypes.of(_grouped_kernel("moe_grouped_fp8"))
+    assert (fp8.a, fp8.b, fp8.c, fp8.b_col, fp8.fp8) == ("float8_e4m3fn", "float8_e4m3fn", "bfloat16", True, True)
+    assert fp8.scales == ("row_scale", "col_scale") and not fp8.fast_accumulation  # accumulate: promoted
+    assert (fp8.grouped_name, fp8.loop_name) == ("torch._scaled_grouped_mm", "torch._scaled_mm per group")
+    bf16 = GroupedTypes.of(_grouped_kernel("moe_grouped"))
+    assert (bf16.a, bf16.c, bf16.scales, bf16.fp8) == ("bfloat16", "bfloat16", (), False)
+    assert (bf16.grouped_name, bf16.loop_name) == ("torch._grouped_mm", "torch.mm per group")
+    assert scale_shapes(fp8.scales, 40, 3, 24) == {"row_scale": (40,), "col_scale": (3, 24)}
+    assert scale_shapes(("col_scale",), 40, 3, 24) == {"col_scale": (3, 24)}
+
+
+CHAIN = {"scale": "rowcol", "bias": None, "activation": None, "residual": None}
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 9), min_size=1, max_size=5), spare=st.integers(0, 4), n=st.integers(1, 6),
+       k=st.integers(0, 5), seed=st.integers(0, 1000), activation=st.sampled_from([None, "relu"]))
+def test_reference_is_the_product_of_each_groups_dequantized_operands(sizes, spare, n, k, seed, activation):
+    """Row r of group g: (A[r] * row_scale[r]) @ (W[g] * col_scale[g][:, None]).T, then the activation; the
+    rows after the last group NaN."""
+    import numpy as np
+
+    from gemmdsl.grouped_bench import reference
+
+    rng = np.random.default_rng(seed)
+    rows, groups = sum(sizes) + spare, len(sizes)
+    a, w = rng.standard_normal((rows, k)), rng.standard_normal((groups, n, k))
+    row_scale, col_scale = rng.uniform(0.25, 1.75, rows), rng.uniform(0.25, 1.75, (groups, n))
+    c = reference(a, w.transpose(0, 2, 1), cumulative(sizes), rows, {**CHAIN, "activation": activation},
+                  row_scale=row_scale, col_scale=col_scale)
+    assert c.shape == (rows, n)
+    group_of_row = [g for g, size in enumerate(sizes) for _ in range(size)]
+    for r, g in enumerate(group_of_row):
+        expected = (a[r] * row_scale[r]) @ (w[g] * col_scale[g][:, None]).T
+        assert np.allclose(c[r], np.maximum(expected, 0) if activation else expected, rtol=1e-12, atol=1e-12)
+    assert np.isnan(c[sum(sizes):]).all()
+    plain = reference(a, w.transpose(0, 2, 1), cumulative(sizes), rows)
+    for r, g in enumerate(group_of_row):
+        assert np.allclose(plain[r], a[r] @ w[g].T, rtol=1e-12, atol=1e-12)
+
+
+def _bf16(x):
+    """x rounded to the nearest BF16 (ties to even), as float64."""
+    import numpy as np
+
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    return rounded.view(np.float32).astype(np.float64)
+
+
+def test_allowed_error_is_scaled_grouped_mms_or_cs_rounding():
+    from gemmdsl.grouped_bench import allowed_error
+    from gemmdsl.precisions import FMA_TOLERANCE, FP8_FACTOR, comparison
+
+    fp8 = comparison(_grouped_kernel("moe_grouped_fp8").metadata)
+    bf16 = comparison(_grouped_kernel("moe_grouped").metadata)
+    rounding = FMA_TOLERANCE + 2.0 ** -8
+    assert allowed_error(fp8, 1.2e-3) == pytest.approx(FP8_FACTOR * 1.2e-3)
+    assert allowed_error(fp8, None) == rounding  # no FP8 grouped GEMM here, or nothing to compare (K = 0)
+    assert allowed_error(bf16, 1.2e-3) == allowed_error(bf16, None) == rounding
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=4).filter(sum), spare=st.integers(1, 5),
+       n=st.integers(1, 40), k=st.integers(1, 64), seed=st.integers(0, 1000))
+def test_check_case_passes_c_rounded_to_bf16_and_fails_what_a_kernel_gets_wrong(sizes, spare, n, k, seed):
+    """The fallback tolerance holds for the exact result rounded to BF16 on any data (its justification: C's
+    rounding is at most 2^-8 of each value); a lost group, a written spare row, a NaN left in a group fail."""
+    import numpy as np
+
+    from gemmdsl.grouped_bench import allowed_error, check_case, reference
+    from gemmdsl.precisions import comparison
+
+    rng = np.random.default_rng(seed)
+    rows, used = sum(sizes) + spare, sum(sizes)
+    a, w = rng.standard_normal((rows, k)), rng.standard_normal((len(sizes), k, n))
+    expected = reference(a, w, cumulative(sizes), rows)
+    tolerance = allowed_error(comparison(_grouped_kernel("moe_grouped_fp8").metadata), None)
+    got = _bf16(expected)
+    assert check_case(got, expected, used, tolerance).passed
+    spare_written = got.copy()
+    spare_written[used] = 0.0
+    assert check_case(spare_written, expected, used, tolerance).failures == ["rows after the last group were written"]
+    unwritten = got.copy()
+    unwritten[rng.integers(used), rng.integers(n)] = np.nan
+    assert check_case(unwritten, expected, used, tolerance).failures == ["non-finite values in the groups' rows"]
+    biggest = max(range(len(sizes)), key=lambda g: np.abs(expected[cumulative(sizes)[g] - sizes[g]:
+                                                                   cumulative(sizes)[g]]).sum())
+    lost = got.copy()
+    lost[cumulative(sizes)[biggest] - sizes[biggest]:cumulative(sizes)[biggest]] = 0.0
+    assert not check_case(lost, expected, used, tolerance).passed
+
+
+def test_check_case_of_a_zero_product_wants_zeros():
+    """K = 0 (or every group empty): nothing to scale the error by; C's rows must be exactly what was asked."""
+    import numpy as np
+
+    from gemmdsl.grouped_bench import check_case, reference
+
+    expected = reference(np.zeros((6, 0)), np.zeros((2, 0, 8)), [2, 5], 6)
+    got = np.where(np.isnan(expected), np.nan, 0.0)
+    assert check_case(got, expected, 5, 4e-3).passed
+    got[1, 3] = 0.01
+    assert check_case(got, expected, 5, 4e-3).failures == ["error 1.00e-02 over 4.0e-03"]
+    assert check_case(np.full((4, 8), np.nan), reference(np.zeros((4, 3)), np.zeros((3, 3, 8)), [0, 0, 0], 4),
+                      0, 4e-3).passed
+
+
+def test_the_loop_contender_calls_one_gemm_per_nonempty_group_at_the_kernels_precision():
+    """FP8: torch._scaled_mm on the group's rows of A and its column-major B, rowwise scales (m_g, 1) and (1, N)
+    from the group's rows of row_scale and its row of col_scale; 16-bit: torch.mm into the group's rows of C."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    from gemmdsl.grouped_bench import GroupedOperands, GroupedTypes, per_group_calls
+
+    class Tensor(np.ndarray):
+        def clone(self):
+            return self.copy()
+
+    calls = []
+    fake_torch = SimpleNamespace(_scaled_mm=lambda *args, **kwargs: calls.append(("_scaled_mm", args, kwargs)),
+                                 mm=lambda *args, **kwargs: calls.append(("mm", args, kwargs)))
+    sizes, n, k = [3, 0, 5], 4, 16
+    rows = sum(sizes) + 2
+    a = np.arange(rows * k, dtype=float).reshape(rows, k).view(Tensor)
+    mat_b = np.arange(3 * k * n, dtype=float).reshape(3, k, n).view(Tensor)
+    row_scale = np.arange(rows, dtype=float).view(Tensor)
+    col_scale = np.arange(3 * n, dtype=float).reshape(3, n).view(Tensor)
+    operands = GroupedOperands(a, mat_b, np.array(cumulative(sizes)), {}, row_scale, col_scale)
+    out = SimpleNamespace(dtype="bfloat16")
+    fp8 = GroupedTypes(*("float8_e4m3fn",) * 2, "bfloat16", ("row_scale", "col_scale"), True, fast_accumulation=True)
+    for call in per_group_calls(fake_torch, fp8, operands, out):
+        call()
+    assert [name for name, _, _ in calls] == ["_scaled_mm", "_scaled_mm"]
+    for (_, (a_g, b_g), kwargs), start, end, g in zip(calls, (0, 3), (3, 8), (0, 2)):
+        assert (a_g == a[start:end]).all() and (b_g == mat_b[g]).all()
+        assert kwargs["scale_a"].shape == (end - start, 1) and (kwargs["scale_a"][:, 0] == row_scale[start:end]).all()
+        assert kwargs["scale_b"].shape == (1, n) and (kwargs["scale_b"][0] == col_scale[g]).all()
+        assert kwargs["out_dtype"] == "bfloat16" and kwargs["use_fast_accum"]
+    calls.clear()
+    c = np.zeros((rows, n)).view(Tensor)
+    bf16 = GroupedTypes("bfloat16", "bfloat16", "bfloat16", (), True)
+    for call in per_group_calls(fake_torch, bf16, operands, c):
+        call()
+    assert [(name, args[0].shape, kwargs["out"].shape) for name, args, kwargs in calls] == [
+        ("mm", (3, k), (3, n)), ("mm", (5, k), (5, n))]
