@@ -900,3 +900,28 @@ def test_check_reports_the_stream_k_split_and_the_memory_floor():
     done = run_cli("check", str(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf"), "--problem", "1x8192x8192")
     assert done.returncode == 0 and "hgemm_h100_bf16c_64x128_sk runs" in done.stdout
     assert "memory floor" in done.stdout and f"{floor:,}" in done.stdout
+
+
+
+def test_the_candidate_64x64_stream_k_spec_keeps_more_bytes_in_flight_than_the_member_only_at_full_rows():
+    """docs/performance.md, "Long K over few tiles": the 64x64 stream-K spec (12 stages) measured faster than the
+    64x128 member at 64x8192x8192 and slower at 1x and 16x8192x8192, where the rule holds both to the same memory
+    floor. At all three it runs 128 whole tiles and the member shares its 64 between 128 blocks; what differs
+    with M is the bytes a block keeps in flight: 11 k-tiles of 64 rows of B against 7 of 128, and A's rows
+    inside the problem: more than the member at M = 64, fewer at M <= 16."""
+    from gemmdsl.compiler import compile_source
+    from gemmdsl.family import member_model
+
+    small, member = (member_model(compile_source(SourceFile.read(ROOT / "specs" / f"{name}.gemm")))
+                     for name in ("hgemm_h100_bf16c_64x64_sk", "hgemm_h100_bf16c_64x128_sk"))
+
+    def in_flight(model, m):
+        bm, bn, bk = model.tile
+        a, b, _ = model.element_bytes
+        return model.in_flight_k_tiles * bk * (min(m, bm) * a + bn * b)
+
+    assert in_flight(small, 64) == 180_224 > in_flight(member, 64) == 172_032
+    for m in (1, 8, 16, 64):
+        assert estimate(small, m, 8192, 8192).sk_tiles == 0 and estimate(member, m, 8192, 8192).sk_tiles == 64
+        if m < 64:
+            assert in_flight(small, m) < in_flight(member, m), m
