@@ -70,6 +70,7 @@ class FuseView:
     along: str = ""  # a vector's or block scale's axis: "m" (indexed by row) or "n" (by column); the residual: ""
     layout: str = ""  # the residual's
     per: int = 1  # rows (columns) of C one value (one row of block scales) covers: 128 for b_scale
+    groups: int = 1  # a grouped kernel's col_scale: one vector per group, back to back
 
 
 def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str, Any]) -> None:
@@ -126,7 +127,7 @@ def grouped_col_scale_view(array: ArrayView, groups: int, n: int) -> FuseView:
     if (groups > 1 and array.strides[0] != n) or (n > 1 and array.strides[1] != 1):
         raise ValueError(f"col_scale must be row-major and contiguous (strides ({n}, 1) elements), got "
                          f"{tuple(array.strides)}; pass a contiguous copy")
-    return FuseView("col_scale", array.pointer, array.itemsize, ld=n, along="n")
+    return FuseView("col_scale", array.pointer, array.itemsize, along="n", groups=groups)
 
 
 def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> FuseView:
@@ -164,7 +165,7 @@ def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:
     """[first, end) of the bytes the kernel reads of a chain operand."""
     if view.along:
         rows = -(-(m if view.along == "m" else n) // view.per)
-        return view.pointer, view.pointer + rows * max(view.ld, 1) * view.itemsize
+        return view.pointer, view.pointer + view.groups * rows * max(view.ld, 1) * view.itemsize
     outer, inner = (m, n) if view.layout == "row" else (n, m)
     return view.pointer, view.pointer + ((outer - 1) * view.ld + inner) * view.itemsize
 

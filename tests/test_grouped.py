@@ -210,7 +210,7 @@ def test_check_reports_the_assumed_grouped_schedule():
 def test_a_grouped_col_scale_must_be_g_by_n(groups, n, wrong_rows, flat):
     """The Python API takes a grouped kernel's col_scale as G x N f32, contiguous: any other shape is refused
     saying so; a vector of N (the single GEMM's shape) included."""
-    from gemmdsl.fuse_operands import FuseOperands, fuse_views
+    from gemmdsl.fuse_operands import FuseOperands, byte_span, fuse_views
 
     import json
 
@@ -221,10 +221,24 @@ def test_a_grouped_col_scale_must_be_g_by_n(groups, n, wrong_rows, flat):
     given_ = {"row_scale": row, "col_scale": col}
     if shape == (groups, n):
         views = fuse_views("k", fuse, given_, 9, n, 64, groups)
-        assert views["col_scale"].ld == n and views["col_scale"].pointer == 1 << 24
+        assert views["col_scale"].groups == groups and views["col_scale"].pointer == 1 << 24
+        assert byte_span(views["col_scale"], 9, n) == (1 << 24, (1 << 24) + 4 * groups * n)
     else:
         with pytest.raises(ValueError, match=f"col_scale must be {groups} x {n} for a grouped kernel"):
             fuse_views("k", fuse, given_, 9, n, 64, groups)
+
+
+def test_a_grouped_col_scale_beside_c_is_not_taken_for_an_overlap():
+    """The G x N scales end where C begins: no overlap (each scale vector is N values, not N rows of N); one more
+    value of C's first row under them is."""
+    from gemmdsl.fuse_operands import FuseView, check_no_overlap_with_c
+
+    groups, m, n = 8, 100, 264
+    scales = FuseView("col_scale", 4096, 4, along="n", groups=groups)
+    c_start = 4096 + 4 * groups * n
+    check_no_overlap_with_c({"col_scale": scales}, c_start, n, "row", 2, m, n)
+    with pytest.raises(ValueError, match="col_scale overlaps C"):
+        check_no_overlap_with_c({"col_scale": scales}, c_start - 4, n, "row", 2, m, n)
 
 
 # verify and bench of grouped kernels (grouped_bench.py): what holds without a GPU.

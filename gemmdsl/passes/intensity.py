@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
+from ..grouped_schedule import ASSUMED_GROUPS
 from ..paths import path_of
 from ..targets import MEMORY_TBPS
 from .framework import Context, PassResult
@@ -60,12 +61,14 @@ def launch_global_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str
 
 
 def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
-    """What any launch moves through DRAM at least: A and B read once, C written once (and read for beta),
-    the fuse chain's vectors and residual read once."""
+    """What any launch moves through DRAM at least: A and B read once (a grouped launch's B once per group, for
+    the groups `check` assumes), C written once (and read for beta), the fuse chain's vectors and residual
+    read once."""
     c_passes = 2 if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     size = {op: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
-    return {"a": m * k * size[ir.Operand.A], "b": k * n * size[ir.Operand.B], "c": m * n * c_passes * size[ir.Operand.C],
-            **chain_dram_bytes(spec, m, n, k)}
+    b_matrices = ASSUMED_GROUPS if spec.problem.grouped else 1
+    return {"a": m * k * size[ir.Operand.A], "b": b_matrices * k * n * size[ir.Operand.B],
+            "c": m * n * c_passes * size[ir.Operand.C], **chain_dram_bytes(spec, m, n, k)}
 
 
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
