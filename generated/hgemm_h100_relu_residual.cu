@@ -24,7 +24,7 @@
 //   traffic: 1,048,576 wgmma warp instructions; 65,536 TMA copies bring 1,611 MB from L2; wgmma reads 2,684 MB of A and B from shared memory (20,971,520 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
 //   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 744 TFLOP/s (75% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold)
-//   fuse: relu(acc) + R: +33.6 MB through DRAM (residual 33.6 MB); blocks fetch 33.6 MB, threads request 33.6 MB; per element 3 ALU + 0 SFU instructions, 1 load
+//   fuse: relu(acc) + R: +33.6 MB through DRAM (residual 33.6 MB); blocks fetch 33.6 MB, threads request 33.6 MB; per element 3 ALU + 0 SFU instructions, 1 global load
 //   epilogue: the fused epilogue costs ~1,725 cycles per tile (set by L2), 2.1% of a tile's main loop; hidden: the producer refills the ring's 4 stages meanwhile
 
 #ifndef __CUDACC_RTC__
@@ -192,9 +192,8 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)m; (void)n; (void)c; (void)alpha; (void)beta;
     return x;
 }
-static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y) {
+static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     if (row >= M) return;  // not stored
-    const fuse_n n0 = load_fuse_n(col, N), n1 = load_fuse_n(col + 1, N);
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
     if (col < N) r0 = load_residual(R, ldr, row, col);
@@ -413,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                 for (int mr = 0; mr < M_REPEAT; ++mr) {
                     #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        fuse_m_values[mr][h] = load_fuse_m(block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8, M);
+                        fuse_m_values[mr][h] = fuse_m{};
                     }
                 }
                 // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
@@ -428,8 +427,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
                             float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            fuse_pair(C, ldc, R, ldr, M, N, row, col, fuse_m_values[mr][0], alpha, beta, d[0], d[1]);
-                            fuse_pair(C, ldc, R, ldr, M, N, row + 8, col, fuse_m_values[mr][1], alpha, beta, d[2], d[3]);
+                            fuse_pair(C, ldc, R, ldr, M, N, row, col, fuse_m_values[mr][0], fuse_n{}, fuse_n{}, alpha, beta, d[0], d[1]);
+                            fuse_pair(C, ldc, R, ldr, M, N, row + 8, col, fuse_m_values[mr][1], fuse_n{}, fuse_n{}, alpha, beta, d[2], d[3]);
                         }
                     }
                 }

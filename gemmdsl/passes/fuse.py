@@ -39,17 +39,7 @@ ACTIVATION_OPS: dict[ir.Activation, tuple[int, int]] = {
 
 def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
     """The chain's vectors: (operand name, the axis it runs along, its element type)."""
-    chain = spec.fuse
-    if chain is None:
-        return []
-    found = []
-    if chain.bias is not None:
-        found.append(("bias", chain.bias.along, chain.bias.dtype))
-    if chain.scale is not None and chain.scale.rows:
-        found.append(("row_scale", ir.Broadcast.M, ir.DType.F32))
-    if chain.scale is not None and chain.scale.cols:
-        found.append(("col_scale", ir.Broadcast.N, ir.DType.F32))
-    return found
+    return list(spec.fuse.vectors) if spec.fuse is not None else []
 
 
 def chain_dram_bytes(spec: ir.KernelSpec, m: int, n: int) -> dict[str, int]:
@@ -79,6 +69,7 @@ class ChainWork:
     alu: int  # FP32 and integer instructions (scales, beta, bias, the activation, the residual, conversions)
     sfu: int  # the activation's special-function instructions
     loads: int  # global loads per element: a column's values read per element, R, C's old value (beta)
+    smem_loads: int = 0  # shared loads per element: a column's staged values read per element
 
 
 def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
@@ -90,10 +81,14 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
     loads = int(alpha_beta)
     if chain.bias is not None:
         alu += 1
+    smem_loads = 0
     if reads.cols_per_element:
         column = [dtype for _, axis, dtype in vectors(spec) if axis is ir.Broadcast.N]
-        loads += len(column)
-        alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
+        if reads.staged:  # staged as f32 by the producer
+            smem_loads = len(column)
+        else:
+            loads += len(column)
+            alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
     sfu = 0
     if chain.activation is not None:
         more, sfu = ACTIVATION_OPS[chain.activation]
@@ -101,7 +96,7 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
     if chain.residual is not None:
         alu += 1 + (chain.residual.dtype.bytes == 2)
         loads += 1
-    return ChainWork(alu, sfu, loads)
+    return ChainWork(alu, sfu, loads, smem_loads)
 
 
 @dataclass(frozen=True)
@@ -115,6 +110,13 @@ class FuseCost:
     c_read_bytes: int  # C's old value for beta (epilogue: alpha_beta), which the unfused epilogue reads too
     registers: int  # the rows' and columns' values a thread keeps
     work: ChainWork  # per element
+    staged_bytes: int = 0  # shared memory per block for a tile's vectors, loaded ahead of the epilogue (0: none)
+
+    @property
+    def epilogue_block_bytes(self) -> dict[str, int]:
+        """What the blocks fetch in their epilogues, where the consumers wait for it: all but staged vectors."""
+        return {name: count for name, count in self.block_bytes.items()
+                if not self.staged_bytes or name == "residual"}
 
     @property
     def extra_dram_bytes(self) -> int:
@@ -134,7 +136,9 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCos
     blocks, threads = {}, {}
     for name, axis, dtype in vectors(spec):
         blocks[name] = tiles[axis] * extent[axis] * dtype.bytes
-        if axis is ir.Broadcast.N and reads.cols_per_element:
+        if reads.staged:  # one warp loads the block's values once per tile
+            threads[name] = blocks[name]
+        elif axis is ir.Broadcast.N and reads.cols_per_element:
             threads[name] = m * n * dtype.bytes
         else:
             threads[name] = tiles[axis] * extent[axis] * loaders[axis] * dtype.bytes
@@ -143,7 +147,7 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCos
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
     return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
-                    chain_work(spec, reads))
+                    chain_work(spec, reads), reads.staged_bytes)
 
 
 def _megabytes(count: int) -> str:
@@ -166,6 +170,8 @@ class FusePass:
                    f"{_megabytes(sum(cost.block_bytes.values()))}, threads request "
                    f"{_megabytes(sum(cost.thread_bytes.values()))}; "
                    + (f"{cost.registers} values kept per thread; " if cost.registers else "")
-                   + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} "
-                     f"load{'s' * (work.loads != 1)}")
+                   + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} global "
+                     f"load{'s' * (work.loads != 1)}"
+                   + (f" and {work.smem_loads} shared; the vectors staged per tile in {cost.staged_bytes:,} bytes "
+                      "of shared memory by a producer warp during the main loop" if cost.staged_bytes else ""))
         return PassResult({"fuse": cost}, verdict)
