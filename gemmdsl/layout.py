@@ -117,6 +117,8 @@ class ChainReads:
     cols_per_thread: int
     cols_per_element: bool = False
     staged_bytes: int = 0  # shared memory of a tile's vectors, loaded ahead of the epilogue (0: read from global)
+    residual_ahead: float = 0.0  # the share of R's tile copied to shared memory before the epilogue (0: R read there)
+    residual_copied: bool = False  # R comes by 16-byte copies into shared memory, not per element
 
     @property
     def staged(self) -> bool:

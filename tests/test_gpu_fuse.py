@@ -82,16 +82,20 @@ def test_a_residual_may_be_c_itself(torch):
     assert error < 1e-5 + 2 ** -8
 
 
-def test_a_residual_has_its_own_leading_dimension(torch):
-    """R a view of a wider matrix (ldr > N) at an N that is no multiple of the tile, several tiles per block."""
+@pytest.mark.parametrize("n, offset", [(3000, 8), (3000, 1), (3001, 8)],
+                         ids=["copied-through-shared-memory", "R-misaligned-read-per-pair", "C-not-staged"])
+def test_a_residual_has_its_own_leading_dimension(torch, n, offset):
+    """R a view of a wider matrix (ldr > N) at an N that is no multiple of the tile, several tiles per block:
+    16-byte aligned R (ldr = N + 40) goes through C's staging buffers, R one element off is read per pair, and
+    an N that TMA cannot store takes the direct stores."""
     import gemmdsl
 
     kernel = gemmdsl.load(ROOT / "specs" / "hgemm_h100_relu_residual.gemm")
-    m, n, k = 2049, 3000, 136
+    m, k = 2049, 136
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).T
     wide = torch.randn(m, n + 40, device="cuda", dtype=torch.bfloat16)
-    residual = wide[:, 8:n + 8]
+    residual = wide[:, offset:n + offset]
     with torch.no_grad():
         c = kernel(a, b, residual=residual)
     reference = torch.relu(a.double() @ b.double()) + residual.double()

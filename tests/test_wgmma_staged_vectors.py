@@ -105,3 +105,42 @@ def test_three_tf32_products_refuse_staged_vectors_at_the_fuse_section():
     messages = [d.message for d in info.value.diagnostics]
     assert any("3xTF32's splitting occupies" in message for message in messages), messages
     assert "use `precision: tf32;`" in info.value.render()
+
+
+# --- the residual through C's staging buffers (paths/wgmma/stmatrix.py) ------------------------------------------
+
+def test_r_s_first_boxes_are_copied_before_the_main_loop():
+    _, consumers = sections(cuda_of("hgemm_h100_relu_residual"))
+    tile = consumers[consumers.index("for (int tile"):]
+    start = tile.index("if (residual_staged)")
+    assert tile.index("bulk_wait_read<0>()", start) < tile.index("residual_box(", start) < tile.index(
+        "for (int kt = 0")  # the buffers are free, then the copies start, then the main loop
+
+
+def test_the_epilogue_adds_r_from_shared_memory_after_its_copies_landed():
+    cuda = cuda_of("hgemm_h100_relu_residual")
+    _, consumers = sections(cuda)
+    boxes = consumers[consumers.index("for (int box = 0; box < C_BOXES"):]
+    wait = boxes.index("residual_wait<1>(); else residual_wait<0>();")
+    assert wait < boxes.index("ldmatrix_x4(base ^ (j * 16)") < boxes.index("stmatrix_x4(base ^ (j * 16)")
+    # the next box of the buffer: copied only once the store that read it is done
+    store = boxes.index("tma_store_2d(")
+    assert store < boxes.index("bulk_wait_read<0>()", store) < boxes.index("residual_box(smem_u32(buffer)", store)
+    # the chain reads R itself only where it is not staged
+    assert "fuse_pair(C, ldc, (residual_staged ? nullptr : R), ldr" in consumers
+    helper = cuda[cuda.index("void fuse_pair("):]
+    assert helper.index("if (R != nullptr)") < helper.index("load_residual(R")
+    assert "residual_staged = staged && reinterpret_cast<size_t>(R) % 16 == 0 && ldr % 8 == 0" in consumers
+
+
+@pytest.mark.parametrize("residual, staged", [("bf16 row", True), ("f16 row", True), ("bf16 col", False),
+                                              ("f32 row", False)])
+def test_only_a_row_major_16_bit_residual_goes_through_the_boxes(residual, staged):
+    spec = wgmma_spec(f"activation: relu; residual: {residual};", stages=4)
+    layout = WgmmaLayout(spec)
+    assert layout.staged_residual == staged
+    assert layout.residual_ahead == (0.5 if staged else 0.0)  # 2 buffers of a warp's 4 boxes
+    assert layout.chain_reads().residual_copied == staged
+    cuda = compile_source(SourceFile("staged.gemm", (SPECS / "linear_gelu.gemm").read_text().replace(
+        "bias: n; activation: gelu_tanh;", f"activation: relu; residual: {residual};"))).cuda
+    assert ("residual_box(" in cuda) == staged and ("ldmatrix_x4(" in cuda) == staged

@@ -158,7 +158,7 @@ class FuseChain:
         read (the wgmma path reads them from the tile's vectors in shared memory: a thread's wgmma tile spans
         too many columns to hold them all in registers, and holding a pair's for the two rows that share it
         spills where the accumulators leave no room: fp8_h100's promoted sums); C's old values (beta not 0)
-        and the residual are read here, inside C only."""
+        and the residual (unless its pointer is null: staged) are read here, inside C only."""
         c = self.spec.problem.c.dtype
         residual = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec) if name in ("R", "ldr"))
         with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {residual}int M, "
@@ -173,17 +173,19 @@ class FuseChain:
             else:
                 o.line("(void)C; (void)ldc;")
             if self.chain.residual is not None:
-                o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
-                o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+                o.line("// A null R: the epilogue adds R from shared memory itself.")
+                with o.block("if (R != nullptr)"):
+                    o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
+                    o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
             else:
                 o.line("(void)N; (void)col;")
             o.line("x = fuse_chain(x, m, n0, c0, r0, alpha, beta);")
             o.line("y = fuse_chain(y, m, n1, c1, r1, alpha, beta);")
 
-    def pair(self, c: str, row: str, m: str, n0: str, n1: str, x: str, y: str) -> str:
+    def pair(self, c: str, row: str, m: str, n0: str, n1: str, x: str, y: str, r: str = "R") -> str:
         """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
-        `m` their row's values, `n0` and `n1` their columns'."""
-        residual = "R, ldr, " if self.chain.residual is not None else ""
+        `m` their row's values, `n0` and `n1` their columns', `r` the residual's pointer (null: not read)."""
+        residual = f"{r}, ldr, " if self.chain.residual is not None else ""
         return f"fuse_pair({c}, ldc, {residual}M, N, {row}, col, {m}, {n0}, {n1}, alpha, beta, {x}, {y});"
 
     def staged(self, axis: ir.Broadcast, buffer: str, offsets: dict[str, int], index: str) -> str:

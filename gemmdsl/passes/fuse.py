@@ -95,7 +95,7 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
         alu += more
     if chain.residual is not None:
         alu += 1 + (chain.residual.dtype.bytes == 2)
-        loads += 1
+        loads += not reads.residual_copied  # copied: 16 bytes a copy, ldmatrix 4 pairs a lane: not per element
     return ChainWork(alu, sfu, loads, smem_loads)
 
 
@@ -112,11 +112,16 @@ class FuseCost:
     work: ChainWork  # per element
     staged_bytes: int = 0  # shared memory per block for a tile's vectors, loaded ahead of the epilogue (0: none)
 
+    residual_ahead: float = 0.0  # the share of R's tile copied to shared memory before the epilogue
+
     @property
     def epilogue_block_bytes(self) -> dict[str, int]:
-        """What the blocks fetch in their epilogues, where the consumers wait for it: all but staged vectors."""
-        return {name: count for name, count in self.block_bytes.items()
-                if not self.staged_bytes or name == "residual"}
+        """What the blocks fetch in their epilogues, where the consumers wait for it: all but staged vectors and
+        the share of R copied ahead."""
+        found = {name: count for name, count in self.block_bytes.items() if not self.staged_bytes or name == "residual"}
+        if "residual" in found:
+            found["residual"] = round(found["residual"] * (1 - self.residual_ahead))
+        return found
 
     @property
     def extra_dram_bytes(self) -> int:
@@ -147,7 +152,7 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int) -> FuseCos
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
     return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
-                    chain_work(spec, reads), reads.staged_bytes)
+                    chain_work(spec, reads), reads.staged_bytes, reads.residual_ahead)
 
 
 def _megabytes(count: int) -> str:
@@ -173,5 +178,7 @@ class FusePass:
                    + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} global "
                      f"load{'s' * (work.loads != 1)}"
                    + (f" and {work.smem_loads} shared; the vectors staged per tile in {cost.staged_bytes:,} bytes "
-                      "of shared memory by a producer warp during the main loop" if cost.staged_bytes else ""))
+                      "of shared memory by a producer warp during the main loop" if cost.staged_bytes else "")
+                   + (f"; R by 16-byte copies into C's staging buffers, {100 * cost.residual_ahead:.0f}% of its tile "
+                      "during the main loop (where R and C allow it)" if cost.residual_ahead else ""))
         return PassResult({"fuse": cost}, verdict)

@@ -133,6 +133,11 @@ class AccumulatorEpilogue:
         self.out.line(f"const bool pairs = reinterpret_cast<size_t>({self.c_pointer}) % {2 * self.c.bytes} == 0 && "
                       f"ldc % 2 == 0{batch};")
 
+    def emit_tile_start(self) -> None:
+        """Before a tile's main loop: nothing here (the stmatrix epilogue starts R's first boxes)."""
+
+    residual_argument = "R"  # what the chain's pairs read R through (a null R: staged in shared memory instead)
+
     def emit_tile(self) -> None:
         """The tile's epilogue: the fuse chain in place on the accumulators, if any, then the stores."""
         if self.fuse is not None:
@@ -160,7 +165,8 @@ class AccumulatorEpilogue:
                           "(broadcasts), so each read is one wavefront.")
             n0, n1 = (fuse.staged(ir.Broadcast.N, "vectors", offsets, f"col{step} - block_n").replace("{", "{{")
                       .replace("}", "}}") for step in ("", " + 1"))  # braces kept through emit_pair_loop's format
-            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", n0, n1, "{x}", "{y}"))
+            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", n0, n1, "{x}", "{y}",
+                                          self.residual_argument))
             if staged:
                 o.line("mbarrier_arrive(smem_u32(vectors_empty));  // read: the producer may stage the next tile's")
                 o.line("vectors_phase ^= 1;")

@@ -171,6 +171,7 @@ def _consumer_tile(parts, o: Emitter) -> None:
         o.line(f"{pointer_type(parts.layout.spec, Operand.C)} const C = C_batch + (size_t)gemm * stride_c;  "
                "// this tile's GEMM's C")
     parts.math.declare()
+    parts.epilogue.emit_tile_start()
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
     with o.block(f"for (int kt = 0; kt < {parts.scheduler.k_count}; ++kt, ++it)"):

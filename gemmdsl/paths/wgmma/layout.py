@@ -187,7 +187,24 @@ class WgmmaLayout:
         columns again (paths/wgmma/epilogue.py: too many columns per thread to keep), all from the tile's
         vectors the producer staged in shared memory."""
         return ChainReads(self.consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True,
-                          staged_bytes=self.vector_bytes)
+                          staged_bytes=self.vector_bytes, residual_ahead=self.residual_ahead,
+                          residual_copied=self.staged_residual)
+
+    @property
+    def staged_residual(self) -> bool:
+        """16-bit C stored by stmatrix boxes with a row-major 16-bit residual: R comes through the boxes' buffers
+        (paths/wgmma/stmatrix.py), where its 16-byte rows land as C's will leave."""
+        residual = self.spec.fuse.residual if self.spec.fuse is not None else None
+        return (self.stmatrix_store and residual is not None and residual.layout is ir.MatrixLayout.ROW
+                and residual.dtype.bytes == 2)
+
+    @property
+    def residual_ahead(self) -> float:
+        """The share of R's tile copied before the epilogue: each warp's first STORE_BUFFERS boxes, started with
+        the tile's main loop (the others follow in the epilogue, as buffers free up)."""
+        if not self.staged_residual:
+            return 0.0
+        return min(STORE_BUFFERS, self.c_box.count) / self.c_box.count
 
     @property
     def wgmma_per_k_tile(self) -> int:
