@@ -5,6 +5,11 @@ wgmma's accumulator layout (PTX ISA, "Matrix fragments for wgmma .m64nNk16"): in
 d[4j], d[4j+1] at row l/4, columns 8j + 2(l%4) and + 1, and d[4j+2], d[4j+3] eight rows below. So
 each thread stores pairs of neighbouring columns: one 8-byte (f32) or 4-byte (16-bit) store when C's
 pointer and ldc keep the pair aligned, two element stores otherwise.
+
+A fuse chain's vectors (a bias, the scales) come from shared memory: warp 1 of the producer warpgroup
+stages each tile's as f32 while the consumers multiply it (`emit_vector_tile`, behind the `vectors_full`
+and `vectors_empty` mbarriers of paths/wgmma/mbarrier.py), so the epilogue never waits on a global load
+for them (docs/fusion.md, "How each path runs it").
 """
 from __future__ import annotations
 

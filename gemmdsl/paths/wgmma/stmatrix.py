@@ -11,6 +11,12 @@ The staged epilogue of store.py, for bf16 and f16 C, in three changes measured o
   waits for the store that last used the buffer, and no warp waits for another (__syncwarp instead of
   two named barriers per box).
 f32 C keeps store.py's form: the same changes measured 0.5-1.5% slower there.
+
+A row-major 16-bit residual R comes through the same buffers: each warp copies R's rows of its boxes in
+by 16-byte cp.async copies, the first STORE_BUFFERS boxes before the tile's main loop, each later one once
+the store of the box before it in the buffer has read it; the box loop reads R with ldmatrix at the
+addresses stmatrix then writes C to, adds it (the chain's last step) and stores the box. R not 16-byte
+aligned, or an ldr that is not, leaves R to the chain's per-pair reads (`residual_staged`).
 """
 from __future__ import annotations
 
