@@ -313,7 +313,7 @@ def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles:
     One block per tile (`schedule: tiles`) hides nothing: the next block starts after this one ends."""
     sm = layout.spec.target.sm
     elements = layout.bm * layout.bn
-    rates = {"instruction issue": -(-elements * (work.alu + work.loads) // (WARP * ISSUE_PER_CLOCK)),
+    rates = {"instruction issue": -(-elements * (work.alu + work.loads + work.smem_loads) // (WARP * ISSUE_PER_CLOCK)),
              "the SFU": -(-elements * work.sfu // SFU_PER_CLOCK_PER_SM[sm]),
              "L2": -(-l2_bytes // L2_BYTES_PER_CLOCK_PER_SM[sm])}
     limit = max(rates, key=lambda name: rates[name])

@@ -455,6 +455,18 @@ class FuseChain(Node):
     def empty(self) -> bool:
         return self.scale is None and self.bias is None and self.activation is None and self.residual is None
 
+    @property
+    def vectors(self) -> tuple[tuple[str, Broadcast, DType], ...]:
+        """The chain's vectors, as the kernels' parameters name them: (name, the axis it runs along, its type)."""
+        found = []
+        if self.bias is not None:
+            found.append(("bias", self.bias.along, self.bias.dtype))
+        if self.scale is not None and self.scale.rows:
+            found.append(("row_scale", Broadcast.M, DType.F32))
+        if self.scale is not None and self.scale.cols:
+            found.append(("col_scale", Broadcast.N, DType.F32))
+        return tuple(found)
+
     def describe(self, alpha_beta: bool) -> str:
         """The chain as a formula of acc, e.g. `gelu_tanh(acc + bias[n])`."""
         x = "acc"

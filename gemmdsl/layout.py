@@ -108,12 +108,21 @@ class FragmentLoad:
 class ChainReads:
     """How a kernel's epilogue reads the fuse chain's per-row and per-column values (emit/fuse.py): the
     threads that run it, the rows and the columns whose values each loads once and keeps in registers
-    (`fuse_m`, `fuse_n`), or, where `cols_per_element`, columns read again for every element instead."""
+    (`fuse_m`, `fuse_n`), or, where `cols_per_element`, columns read again for every element instead; where
+    `staged`, from a tile's copy of the vectors in shared memory (the wgmma path's producer loads it during
+    the main loop), so the epilogue's own global loads are R's and C's only."""
 
     threads: int
     rows_per_thread: int
     cols_per_thread: int
     cols_per_element: bool = False
+    staged_bytes: int = 0  # shared memory of a tile's vectors, loaded ahead of the epilogue (0: read from global)
+    residual_ahead: float = 0.0  # the share of R's tile copied to shared memory before the epilogue (0: R read there)
+    residual_copied: bool = False  # R comes by 16-byte copies into shared memory, not per element
+
+    @property
+    def staged(self) -> bool:
+        return self.staged_bytes > 0
 
 
 @dataclass(frozen=True)

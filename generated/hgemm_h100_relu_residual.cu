@@ -24,8 +24,8 @@
 //   traffic: 1,048,576 wgmma warp instructions; 65,536 TMA copies bring 1,611 MB from L2; wgmma reads 2,684 MB of A and B from shared memory (20,971,520 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
 //   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 744 TFLOP/s (75% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 338,164)
-//   fuse: relu(acc) + R: +33.6 MB through DRAM (residual 33.6 MB); blocks fetch 33.6 MB, threads request 33.6 MB; per element 3 ALU + 0 SFU instructions, 1 load
-//   epilogue: the fused epilogue costs ~1,725 cycles per tile (set by L2), 2.1% of a tile's main loop; hidden: the producer refills the ring's 4 stages meanwhile
+//   fuse: relu(acc) + R: +33.6 MB through DRAM (residual 33.6 MB); blocks fetch 33.6 MB, threads request 33.6 MB; per element 3 ALU + 0 SFU instructions, 0 global loads; R by 16-byte copies into C's staging buffers, 50% of its tile during the main loop (where R and C allow it)
+//   epilogue: the fused epilogue costs ~863 cycles per tile (set by L2), 1.0% of a tile's main loop; hidden: the producer refills the ring's 4 stages meanwhile
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -192,13 +192,15 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)m; (void)n; (void)c; (void)alpha; (void)beta;
     return x;
 }
-static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y) {
+static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     if (row >= M) return;  // not stored
-    const fuse_n n0 = load_fuse_n(col, N), n1 = load_fuse_n(col + 1, N);
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
-    if (col < N) r0 = load_residual(R, ldr, row, col);
-    if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);
+    // A null R: the epilogue adds R from shared memory itself.
+    if (R != nullptr) {
+        if (col < N) r0 = load_residual(R, ldr, row, col);
+        if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);
+    }
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);
 }
@@ -259,6 +261,46 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+// Rows row.. row + 15, columns col.. col + 63 of R (one box of C's) into shared memory at `buffer`, in the
+// 128-byte swizzle stmatrix and TMA use, as 16-byte cp.async copies (lane l copies chunks l, l + 32, ...; 0s
+// past M and N: where C is staged, N is a whole number of chunks); one cp.async group.
+static __device__ __forceinline__ void residual_box(unsigned buffer, const __nv_bfloat16* R, int ldr, int M, int N, int row,
+                                                    int col, int lane)
+{
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int chunk = lane + 32 * i, r = chunk / 8, c = chunk % 8;
+        const bool inside = row + r < M && col + 8 * c < N;
+        const __nv_bfloat16* const source = inside ? R + (size_t)(row + r) * ldr + col + 8 * c : R;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"(buffer + r * 128 + (((c ^ r) & 7) << 4)), "l"(source), "r"(inside ? 16 : 0) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Wait until at most PENDING of this thread's cp.async groups are still in flight.
+template <int PENDING>
+static __device__ __forceinline__ void residual_wait()
+{
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory, addressed as stmatrix_x4 addresses them: register i
+// holds, in every lane, the lane's pair of matrix i in the accumulator layout.
+static __device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned& r0, unsigned& r1, unsigned& r2,
+                                                   unsigned& r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address) : "memory");
+}
+
+// x, y += the pair of R in `pair` (the first in the low half).
+static __device__ __forceinline__ void add_pair(unsigned pair, float& x, float& y)
+{
+    const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(&pair);
+    x += __low2float(r);
+    y += __high2float(r);
 }
 #endif
 
@@ -358,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
         const int consumer = warpgroup - 1;
         const bool pairs = reinterpret_cast<size_t>(C) % 4 == 0 && ldc % 2 == 0;
         const bool staged = reinterpret_cast<size_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0;  // TMA can store C (the launcher agrees)
+        const bool residual_staged = staged && reinterpret_cast<size_t>(R) % 16 == 0 && ldr % 8 == 0;  // R by 16-byte copies through the boxes
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
@@ -377,6 +420,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
                 acc[i] = 0.0f;
+            }
+            if (residual_staged) {
+                const int warp = tid / 32, lane = tid % 32;
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                if (lane == 0) bulk_wait_read<0>();  // the last tile's stores have read the buffers
+                __syncwarp();
+                #pragma unroll
+                for (int box = 0; box < (C_BOXES < STORE_BUFFERS ? C_BOXES : STORE_BUFFERS); ++box) {
+                    residual_box(smem_u32(buffers + box * C_BOX_BYTES), R, ldr, M, N, block_m + consumer * CONSUMER_ROWS + (box) / (BN / C_BOX_COLS) * 64 + warp * 16, block_n + (box) % (BN / C_BOX_COLS) * C_BOX_COLS, lane);
+                }
             }
             for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                 const int stage = it % STAGES;
@@ -413,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                 for (int mr = 0; mr < M_REPEAT; ++mr) {
                     #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        fuse_m_values[mr][h] = load_fuse_m(block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8, M);
+                        fuse_m_values[mr][h] = fuse_m{};
                     }
                 }
                 // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
@@ -428,8 +481,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
                             float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            fuse_pair(C, ldc, R, ldr, M, N, row, col, fuse_m_values[mr][0], alpha, beta, d[0], d[1]);
-                            fuse_pair(C, ldc, R, ldr, M, N, row + 8, col, fuse_m_values[mr][1], alpha, beta, d[2], d[3]);
+                            fuse_pair(C, ldc, (residual_staged ? nullptr : R), ldr, M, N, row, col, fuse_m_values[mr][0], fuse_n{}, fuse_n{}, alpha, beta, d[0], d[1]);
+                            fuse_pair(C, ldc, (residual_staged ? nullptr : R), ldr, M, N, row + 8, col, fuse_m_values[mr][1], fuse_n{}, fuse_n{}, alpha, beta, d[2], d[3]);
                         }
                     }
                 }
@@ -452,15 +505,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_relu_residual_ke
                     // Buffers start on 1024-byte boundaries (where TMA starts the swizzle's pattern), so the xor
                     // changes only the 16-byte chunk.
                     const unsigned base = smem_u32(buffer) + lane_offset;
+                    if (residual_staged) {
+                        if (box + 1 < C_BOXES) residual_wait<1>(); else residual_wait<0>();  // this box's R
+                        __syncwarp();  // every lane's copies have landed
+                    }
                     #pragma unroll
                     for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
-                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
-                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        if (residual_staged) {
+                            // R's pairs, where stmatrix puts C's: the chain's last step, + R.
+                            unsigned r0, r1, r2, r3;
+                            ldmatrix_x4(base ^ (j * 16), r0, r1, r2, r3);
+                            add_pair(r0, d[0], d[1]);
+                            add_pair(r1, d[2], d[3]);
+                            add_pair(r2, e[0], e[1]);
+                            add_pair(r3, e[2], e[3]);
+                        }
                         stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
                     }
                     fence_proxy_async();
                     __syncwarp();
                     if (lane == 0) tma_store_2d(&map_c, smem_u32(buffer), block_n + first, block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16);
+                    if (residual_staged && box + STORE_BUFFERS < C_BOXES) {
+                        // The box this buffer holds next: its R once the store has read the buffer, while the next box is
+                        // converted.
+                        if (lane == 0) bulk_wait_read<0>();
+                        __syncwarp();
+                        residual_box(smem_u32(buffer), R, ldr, M, N, block_m + consumer * CONSUMER_ROWS + (box + STORE_BUFFERS) / (BN / C_BOX_COLS) * 64 + warp * 16, block_n + (box + STORE_BUFFERS) % (BN / C_BOX_COLS) * C_BOX_COLS, lane);
+                    }
                 }
             }
             else {

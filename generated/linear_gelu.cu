@@ -17,14 +17,14 @@
 //   }
 //
 // Analysis (gemmdsl check):
-//   smem: 49152 bytes per stage (A 16384 + B 32768), 4 stages = 196608; 230464 bytes per block with barriers and 1024-byte alignment, of 232448 (99%): 1 block per SM
+//   smem: 49152 bytes per stage (A 16384 + B 32768), 4 stages = 196608 + 1024 bytes of the fuse chain's vectors (one tile's, as f32); 231504 bytes per block with barriers and 1024-byte alignment, of 232448 (100%): 1 block per SM
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 160 (128 accumulators)
-//   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x256) = 49152 bytes per k-tile; 4 wgmma m64n256k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
+//   pipeline: 4 stages, 10 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x256) = 49152 bytes per k-tile; 4 wgmma m64n256k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 1,048,576 wgmma warp instructions; 65,536 TMA copies bring 1,611 MB from L2; wgmma reads 2,684 MB of A and B from shared memory (20,971,520 wavefronts of 128 bytes, no bank conflicts)
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
 //   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 101 MB at 3.0 TB/s sustains 4096; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 744 TFLOP/s (75% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 338,164)
-//   fuse: gelu_tanh(acc + bias[n]): +8.2 KB through DRAM (bias 8.2 KB); blocks fetch 0.3 MB, threads request 33.6 MB; per element 24 ALU + 2 SFU instructions, 1 load
-//   epilogue: the fused epilogue costs ~6,400 cycles per tile (set by instruction issue), 7.7% of a tile's main loop; 81% hidden (the producer refills the ring's 4 stages meanwhile), ~1,224 exposed (1.5%)
+//   fuse: gelu_tanh(acc + bias[n]): +8.2 KB through DRAM (bias 8.2 KB); blocks fetch 0.3 MB, threads request 0.3 MB; per element 23 ALU + 2 SFU instructions, 0 global loads and 1 shared; the vectors staged per tile in 1,024 bytes of shared memory by a producer warp during the main loop
+//   epilogue: the fused epilogue costs ~6,144 cycles per tile (set by instruction issue), 7.4% of a tile's main loop; 84% hidden (the producer refills the ring's 4 stages meanwhile), ~968 exposed (1.2%)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -193,11 +193,11 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)m; (void)c; (void)r; (void)alpha; (void)beta;
     return x;
 }
-static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* bias, int M, int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y) {
+static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     if (row >= M) return;  // not stored
-    const fuse_n n0 = load_fuse_n(bias, col, N), n1 = load_fuse_n(bias, col + 1, N);
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
+    (void)N; (void)col;
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);
 }
@@ -263,7 +263,7 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
-// (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
+// (__launch_bounds__(384, 1)): the register split and the 226 KiB ring assume it.
 extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
     const __grid_constant__ linear_gelu_tensor_map map_a, const __grid_constant__ linear_gelu_tensor_map map_b,
     const __grid_constant__ linear_gelu_tensor_map map_c, __nv_bfloat16* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta, const __nv_bfloat16* __restrict__ bias)
@@ -280,6 +280,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
     constexpr int M_REPEAT = 1;
     constexpr int N_REPEAT = 1;
     constexpr int ACCUMULATORS = 128;
+    constexpr int VECTOR_BYTES = 1024;
     constexpr int C_BOX_COLS = 64;
     constexpr int C_BOX_BYTES = 2048;
     constexpr int C_BOXES = 4;
@@ -300,17 +301,24 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
     unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     // The staged boxes of C (store: tma, paths/wgmma/store.py).
     unsigned char* const staging = smem + STAGES * STAGE_BYTES;
-    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
+    // The fuse chain's vectors of the consumers' current tile, as f32 (paths/wgmma/epilogue.py).
+    float* const vectors = reinterpret_cast<float*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES);
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + STAGING_BYTES + VECTOR_BYTES);
     unsigned long long* const empty = full + STAGES;
+    unsigned long long* const vectors_full = empty + STAGES;
+    unsigned long long* const vectors_empty = vectors_full + 1;
     const int warpgroup = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
 
-    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup.
+    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup;
+    // `vectors_full`: one per lane of the warp that stages them; `vectors_empty`: every consumer thread.
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(smem_u32(full + s), 1);
             mbarrier_init(smem_u32(empty + s), CONSUMERS);
         }
+        mbarrier_init(smem_u32(vectors_full), 32);
+        mbarrier_init(smem_u32(vectors_empty), CONSUMERS * 128);
         // Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -350,6 +358,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
                 }
             }
         }
+        else if (tid / 32 == 1) {
+            // Warp 1 stages each tile's fuse chain vectors in shared memory while the consumers multiply, so their
+            // epilogue reads no vector from global memory.
+            const int lane = tid % 32;
+            unsigned vectors_phase = 0;
+            for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
+                // Rasterization (group(8)): where C tile `tile` lies.
+                // Groups of 8 tile rows are walked column by column, so blocks that
+                // run together share rows of A and columns of B in L2.
+                const int tiles_m = (M + BM - 1) / BM;
+                const int tiles_n = (N + BN - 1) / BN;
+                const int group_size = 8;
+                const int blocks_per_group = group_size * tiles_n;
+                const int first_tile_m = (tile / blocks_per_group) * group_size;
+                const int group_rows = min(tiles_m - first_tile_m, group_size);
+                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
+                const int tile_n = (tile % blocks_per_group) / group_rows;
+                const int block_m = tile_m * BM;
+                const int block_n = tile_n * BN;
+                mbarrier_wait(smem_u32(vectors_empty), vectors_phase ^ 1);
+                for (int i = lane; i < BN; i += 32) {
+                    const int index = block_n + i;
+                    vectors[0 + i] = index < N ? __bfloat162float(bias[index]) : 0.0f;
+                }
+                mbarrier_arrive(smem_u32(vectors_full));
+                vectors_phase ^= 1;
+            }
+        }
     }
     else {
         // Consumers.
@@ -357,6 +393,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
         const int consumer = warpgroup - 1;
         const bool pairs = reinterpret_cast<size_t>(C) % 4 == 0 && ldc % 2 == 0;
         const bool staged = reinterpret_cast<size_t>(C) % 16 == 0 && (long long)ldc * 2 % 16 == 0 && (long long)N * 2 % 16 == 0;  // TMA can store C (the launcher agrees)
+        unsigned vectors_phase = 0;
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
@@ -407,14 +444,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
             // Fused: C = gelu_tanh(acc + bias[n]), in place, before the stores.
             {
                 const int warp = tid / 32, lane = tid % 32;
+                mbarrier_wait(smem_u32(vectors_full), vectors_phase);  // this tile's vectors are staged
                 fuse_m fuse_m_values[M_REPEAT][2];  // rows l/4 and l/4 + 8 of each 64-row instruction tile
                 #pragma unroll
                 for (int mr = 0; mr < M_REPEAT; ++mr) {
                     #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        fuse_m_values[mr][h] = load_fuse_m(block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8, M);
+                        fuse_m_values[mr][h] = fuse_m{};
                     }
                 }
+                // A pair's columns: four lanes read 8 neighbouring floats, the warp's other lanes the same ones
+                // (broadcasts), so each read is one wavefront.
                 // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
                 // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
                 const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
@@ -427,11 +467,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_kernel(
                         for (int j = 0; j < WGMMA_N / 8; ++j) {
                             float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
                             const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            fuse_pair(C, ldc, bias, M, N, row, col, fuse_m_values[mr][0], alpha, beta, d[0], d[1]);
-                            fuse_pair(C, ldc, bias, M, N, row + 8, col, fuse_m_values[mr][1], alpha, beta, d[2], d[3]);
+                            fuse_pair(C, ldc, M, N, row, col, fuse_m_values[mr][0], fuse_n{vectors[0 + col - block_n]}, fuse_n{vectors[0 + col + 1 - block_n]}, alpha, beta, d[0], d[1]);
+                            fuse_pair(C, ldc, M, N, row + 8, col, fuse_m_values[mr][1], fuse_n{vectors[0 + col - block_n]}, fuse_n{vectors[0 + col + 1 - block_n]}, alpha, beta, d[2], d[3]);
                         }
                     }
                 }
+                mbarrier_arrive(smem_u32(vectors_empty));  // read: the producer may stage the next tile's
+                vectors_phase ^= 1;
             }
             if (staged) {
                 const int warp = tid / 32, lane = tid % 32;
@@ -627,7 +669,7 @@ extern "C" cudaError_t linear_gelu_launch_ld(const __nv_bfloat16* A, int lda, co
     cudaError_t err = linear_gelu_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
     const auto kernel = linear_gelu_kernel;
-    const size_t smem_bytes = 230464;
+    const size_t smem_bytes = 231504;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
     if (err != cudaSuccess) return err;
     kernel<<<dim3((unsigned)blocks), dim3(384), smem_bytes, stream>>>(maps->map_a, maps->map_b, maps->map_c, C, M, N, K, ldc, alpha, beta, bias);

@@ -9,7 +9,8 @@
 #   bench     linear_gelu and its unfused twin linear_bf16 at 4096^3, 8192^3, 16384x11008x4096 and
 #             4096x4096x1024 (against cuBLASLt's fused bias+GELU and torch unfused); sgemm_fused beside
 #             sgemm_v3, hgemm_mma_fused beside hgemm_mma and hgemm_h100_relu_residual beside linear_bf16 at
-#             4096^3;
+#             4096^3; then scripts/fuse_table.py's table of each fused kernel's ratios to its unfused twin,
+#             cuBLASLt's fused epilogue and torch unfused (baseline ms / kernel ms), also in $OUT/fuse_table.txt;
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on one fused spec per path.
 #
 # Logs go to $OUT (default out/).
@@ -36,9 +37,11 @@ if wants bench; then
     python3 -m gemmdsl.cli bench specs/sgemm_fused.gemm specs/sgemm_v3.gemm specs/hgemm_mma_fused.gemm \
         specs/hgemm_mma.gemm specs/hgemm_h100_relu_residual.gemm specs/linear_bf16.gemm --sizes 4096x4096x4096 \
         --json "$OUT/bench_fused.json" 2>/dev/null | tee "$OUT/bench_fused.log" || status=1
+    python3 scripts/fuse_table.py "$OUT/bench_linear.json" "$OUT/bench_fused.json" | tee "$OUT/fuse_table.txt" \
+        || status=1
 fi
 if wants sanitize; then
     SIZES=333x517x129,256x256x256 bash scripts/sanitize.sh specs/sgemm_fused.gemm specs/hgemm_mma_fused.gemm \
-        specs/linear_gelu.gemm 2>&1 | tee "$OUT/sanitize_fuse.log" || status=1
+        specs/linear_gelu.gemm specs/hgemm_h100_relu_residual.gemm 2>&1 | tee "$OUT/sanitize_fuse.log" || status=1
 fi
 exit $status

@@ -83,7 +83,8 @@ def test_an_mn_major_fp8_operand_is_an_error_at_its_layout_with_a_hint(operand, 
 def test_fp8_c_bias_and_residual_are_errors():
     [c] = errors_of("c: bf16 row", "c: e4m3 row")
     assert "C is e4m3" in c.message and "bf16" in c.hint
-    [bias] = errors_of("scale: rowcol;", "scale: rowcol; bias: n e5m2;")
+    # (the bias's values also overflow the shared memory beside the ring, a second error at `stages`)
+    [bias] = [d for d in errors_of("scale: rowcol;", "scale: rowcol; bias: n e5m2;") if "bias is" in d.message]
     assert "bias is e5m2" in bias.message
     [residual] = errors_of("scale: rowcol;", "scale: rowcol; residual: e4m3 row;")
     assert "residual is e4m3" in residual.message

@@ -17,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FUSED = sorted(path for path in (ROOT / "specs").glob("*.gemm") if "fuse " in path.read_text()
                or "fuse{" in path.read_text())
-ODD_SIZES = [(333, 517, 129), (1000, 1000, 1000), (129, 257, 4096)]
+# The last two give a persistent wgmma block several tiles (its staged vectors' buffer used again), N not a
+# multiple of the tile, with C stored by TMA (N = 3000) and by the direct stores (N = 3001).
+ODD_SIZES = [(333, 517, 129), (1000, 1000, 1000), (129, 257, 4096), (2049, 3000, 72), (1999, 3001, 64)]
 
 pytestmark = pytest.mark.gpu
 
@@ -76,6 +78,27 @@ def test_a_residual_may_be_c_itself(torch):
     reference = torch.relu(a.double() @ b.double()) + c.double()
     kernel(a, b, c, residual=c)
     torch.cuda.synchronize()
+    error = ((c.double() - reference).norm() / reference.norm()).item()
+    assert error < 1e-5 + 2 ** -8
+
+
+@pytest.mark.parametrize("n, offset", [(3000, 8), (3000, 1), (3001, 8)],
+                         ids=["copied-through-shared-memory", "R-misaligned-read-per-pair", "C-not-staged"])
+def test_a_residual_has_its_own_leading_dimension(torch, n, offset):
+    """R a view of a wider matrix (ldr > N) at an N that is no multiple of the tile, several tiles per block:
+    16-byte aligned R (ldr = N + 40) goes through C's staging buffers, R one element off is read per pair, and
+    an N that TMA cannot store takes the direct stores."""
+    import gemmdsl
+
+    kernel = gemmdsl.load(ROOT / "specs" / "hgemm_h100_relu_residual.gemm")
+    m, k = 2049, 136
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).T
+    wide = torch.randn(m, n + 40, device="cuda", dtype=torch.bfloat16)
+    residual = wide[:, offset:n + offset]
+    with torch.no_grad():
+        c = kernel(a, b, residual=residual)
+    reference = torch.relu(a.double() @ b.double()) + residual.double()
     error = ((c.double() - reference).norm() / reference.norm()).item()
     assert error < 1e-5 + 2 ** -8
 

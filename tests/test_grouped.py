@@ -148,14 +148,22 @@ def test_what_grouped_fp8_leaves_unsupported_is_an_error_at_its_key(section, mes
 
 
 def test_grouped_fp8_offsets_col_scale_by_the_tiles_group_and_documents_its_shape():
-    """col_scale is G x N (torch._scaled_grouped_mm's scale_b): every chain call in the tiles' epilogue reads its
-    group's row; row_scale stays per row of A; the launch passes both before offs and groups."""
+    """col_scale is G x N (torch._scaled_grouped_mm's scale_b): the producer warp that stages a tile's vectors reads
+    its group's row of col_scale, and row_scale per row of A up to the group's end; the epilogue reads only the
+    staged copy; the launch passes both before offs and groups."""
     from gemmdsl.emit.header import emit_header
 
     result = compile_source(SourceFile("moe_grouped_fp8.gemm", FP8_SPEC))
     source = result.cuda
-    calls = re.findall(r"fuse_pair\(C, ldc, ([^M]*)M, N", source)
-    assert calls and all(call == "row_scale, col_scale + (long long)group * N, " for call in calls)
+    loader = source.split("else if (tid / 32 == 1) {", 1)[1].split("// Consumers.", 1)[0]
+    assert "int group = 0" in loader  # the loader walks the grouped scheduler's tiles itself
+    [col_read] = re.findall(r"= index < N \? (col_scale\[[^\]]*\]) : 0\.0f;", loader)
+    assert col_read == "col_scale[(long long)group * N + index]"
+    assert re.findall(r"= index < (\w+) \? row_scale\[index\] : 0\.0f;", loader) == ["group_end"]
+    consumers = re.sub(r"//[^\n]*", "", source.split("// Consumers.", 1)[1].split("extern \"C\"", 1)[0])
+    assert "fuse_pair(" in consumers and not re.search(r"(row|col)_scale *[\[+,]", consumers)
+    calls = re.findall(r"fuse_pair\(C, ldc, M, N, row(?: \+ 8)?, col, [^;]*fuse_n\{vectors\[", source)
+    assert len(calls) == 2
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in source
     assert re.search(r"kernel<<<.*alpha, beta, row_scale, col_scale, offs, groups\);", source)
     assert "col_scale: groups x N f32 values" in emit_header(result.plan)
@@ -165,7 +173,8 @@ def test_grouped_fp8_offsets_col_scale_by_the_tiles_group_and_documents_its_shap
 def test_a_16_bit_grouped_chain_offsets_col_scale_too():
     spec = SPEC.replace("pipeline {", "fuse     { scale: col; activation: relu; }\n    pipeline {")
     source = compile_source(SourceFile("moe_grouped.gemm", spec)).cuda
-    assert "fuse_pair(C, ldc, col_scale + (long long)group * N, M, N" in source
+    assert "? col_scale[(long long)group * N + index] : 0.0f;" in source
+    assert "fuse_pair(C, ldc, M, N, row, col, fuse_m_values[mr][0], fuse_n{vectors[" in source
 
 
 def _view(shape, dtype="int32", strides=None, device=0):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ir
-from ..abi import fuse_arguments, fuse_parameters
+from ..abi import fuse_parameters
 from ..emitter import Emitter
 
 ACTIVATIONS = {
@@ -154,16 +154,17 @@ class FuseChain:
 
     def emit_pair_helper(self, o: Emitter) -> None:
         """`fuse_pair`: the chain in place on two neighbours of one row of row-major C (the wgmma accumulator
-        layout's pairs), for a path that applies it before its stores. Their row's values come loaded; their
-        columns' are read here (a thread's wgmma tile spans too many columns to hold them all in registers,
-        and holding a pair's for the two rows that share it spills where the accumulators leave no room:
-        fp8_h100's promoted sums), as are C's old values (beta not 0) and the residual, inside C only."""
+        layout's pairs), for a path that applies it before its stores. Their row's and columns' values come
+        read (the wgmma path reads them from the tile's vectors in shared memory: a thread's wgmma tile spans
+        too many columns to hold them all in registers, and holding a pair's for the two rows that share it
+        spills where the accumulators leave no room: fp8_h100's promoted sums); C's old values (beta not 0)
+        and the residual (unless its pointer is null: staged) are read here, inside C only."""
         c = self.spec.problem.c.dtype
-        declared = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec))
-        with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {declared}int M, "
-                     "int N, int row, int col, const fuse_m& m, float alpha, float beta, float& x, float& y)"):
+        residual = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec) if name in ("R", "ldr"))
+        with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {residual}int M, "
+                     "int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, "
+                     "float beta, float& x, float& y)"):
             o.line("if (row >= M) return;  // not stored")
-            o.line(f"const fuse_n n0 = {self.load_col('col')}, n1 = {self.load_col('col + 1')};")
             o.line("float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;")
             if self.alpha_beta:
                 with o.block("if (beta != 0.0f)"):
@@ -172,23 +173,33 @@ class FuseChain:
             else:
                 o.line("(void)C; (void)ldc;")
             if self.chain.residual is not None:
-                o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
-                o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+                o.line("// A null R: the epilogue adds R from shared memory itself.")
+                with o.block("if (R != nullptr)"):
+                    o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
+                    o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+            else:
+                o.line("(void)N; (void)col;")
             o.line("x = fuse_chain(x, m, n0, c0, r0, alpha, beta);")
             o.line("y = fuse_chain(y, m, n1, c1, r1, alpha, beta);")
 
-    def pair(self, c: str, row: str, m: str, x: str, y: str) -> str:
+    def pair(self, c: str, row: str, m: str, n0: str, n1: str, x: str, y: str, r: str = "R") -> str:
         """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
-        `m` their row's loaded values."""
-        return f"fuse_pair({c}, ldc, {self.tile_arguments()}M, N, {row}, col, {m}, alpha, beta, {x}, {y});"
+        `m` their row's values, `n0` and `n1` their columns', `r` the residual's pointer (null: not read)."""
+        residual = f"{r}, ldr, " if self.chain.residual is not None else ""
+        return f"fuse_pair({c}, ldc, {residual}M, N, {row}, col, {m}, {n0}, {n1}, alpha, beta, {x}, {y});"
 
-    def tile_arguments(self) -> str:
-        """The chain's operands as a tile's epilogue passes them: a grouped spec's col_scale is G x N, so its
-        tile's group's N values start at group * N (`group`, the grouped scheduler's)."""
-        arguments = fuse_arguments(self.spec)
-        if self.spec.problem.grouped and self.chain.scale is not None and self.chain.scale.cols:
-            arguments = arguments.replace("col_scale, ", "col_scale + (long long)group * N, ")
-        return arguments
+    def staged(self, axis: ir.Broadcast, buffer: str, offsets: dict[str, int], index: str) -> str:
+        """A `fuse_m` or `fuse_n` from a tile's vectors staged as f32 in `buffer` (each vector's first value at
+        `offsets[name]`), at `index` within the tile."""
+        fields = ", ".join(f"{buffer}[{offsets[member.pointer]} + {index}]" for member in self.members(axis))
+        return f"fuse_{axis.value}{{{fields}}}"
+
+    def load_for_tile(self, member: Member, index: str) -> str:
+        """`member`'s value at row or column `index` of the tile's GEMM: a grouped spec's col_scale is G x N, the
+        tile's group's N values starting at group * N (`group`, the grouped scheduler's)."""
+        if self.spec.problem.grouped and member.pointer == "col_scale":
+            index = f"(long long)group * N + {index}"
+        return member.load(index)
 
     def load_row(self, row: str) -> str:
         """A `fuse_m` for row `row` of C (0s past M)."""

@@ -43,17 +43,7 @@ ACTIVATION_OPS: dict[ir.Activation, tuple[int, int]] = {
 
 def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
     """The chain's vectors: (operand name, the axis it runs along, its element type)."""
-    chain = spec.fuse
-    if chain is None:
-        return []
-    found = []
-    if chain.bias is not None:
-        found.append(("bias", chain.bias.along, chain.bias.dtype))
-    if chain.scale is not None and chain.scale.rows:
-        found.append(("row_scale", ir.Broadcast.M, ir.DType.F32))
-    if chain.scale is not None and chain.scale.cols:
-        found.append(("col_scale", ir.Broadcast.N, ir.DType.F32))
-    return found
+    return list(spec.fuse.vectors) if spec.fuse is not None else []
 
 
 K_LOOP_OPERANDS = ("a_scale", "b_scale")  # block scales: read per k-tile, applied as each k-tile is promoted
@@ -99,6 +89,7 @@ class ChainWork:
     alu: int  # FP32 and integer instructions (scales, beta, bias, the activation, the residual, conversions)
     sfu: int  # the activation's special-function instructions
     loads: int  # global loads per element: a column's values read per element, R, C's old value (beta)
+    smem_loads: int = 0  # shared loads per element: a column's staged values read per element
 
 
 def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
@@ -110,18 +101,22 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
     loads = int(alpha_beta)
     if chain.bias is not None:
         alu += 1
+    smem_loads = 0
     if reads.cols_per_element:
         column = [dtype for _, axis, dtype in vectors(spec) if axis is ir.Broadcast.N]
-        loads += len(column)
-        alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
+        if reads.staged:  # staged as f32 by the producer
+            smem_loads = len(column)
+        else:
+            loads += len(column)
+            alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
     sfu = 0
     if chain.activation is not None:
         more, sfu = ACTIVATION_OPS[chain.activation]
         alu += more
     if chain.residual is not None:
         alu += 1 + (chain.residual.dtype.bytes == 2)
-        loads += 1
-    return ChainWork(alu, sfu, loads)
+        loads += not reads.residual_copied  # copied: 16 bytes a copy, ldmatrix 4 pairs a lane: not per element
+    return ChainWork(alu, sfu, loads, smem_loads)
 
 
 @dataclass(frozen=True)
@@ -135,6 +130,8 @@ class FuseCost:
     c_read_bytes: int  # C's old value for beta (epilogue: alpha_beta), which the unfused epilogue reads too
     registers: int  # the rows' and columns' values a thread keeps
     work: ChainWork  # per element
+    staged_bytes: int = 0  # shared memory per block for a tile's vectors, loaded ahead of the epilogue (0: none)
+    residual_ahead: float = 0.0  # the share of R's tile copied to shared memory before the epilogue
 
     @property
     def extra_dram_bytes(self) -> int:
@@ -142,8 +139,16 @@ class FuseCost:
 
     @property
     def epilogue_block_bytes(self) -> int:
-        """What the blocks fetch for the epilogue: the block scales are read in the k-loop instead."""
-        return sum(count for name, count in self.block_bytes.items() if name not in K_LOOP_OPERANDS)
+        """What the blocks fetch in their epilogues, where the consumers wait for it: the vectors unless a producer
+        warp staged them during the main loop, and the share of R not copied ahead; the block scales are read in
+        the k-loop instead."""
+        total = 0
+        for name, count in self.block_bytes.items():
+            if name == "residual":
+                total += round(count * (1 - self.residual_ahead))
+            elif name not in K_LOOP_OPERANDS and not self.staged_bytes:
+                total += count
+        return total
 
 
 def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int, k: int) -> FuseCost | None:
@@ -159,7 +164,9 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int, k: int) ->
     blocks, threads = {}, {}
     for name, axis, dtype in vectors(spec):
         blocks[name] = tiles[axis] * extent[axis] * dtype.bytes
-        if axis is ir.Broadcast.N and reads.cols_per_element:
+        if reads.staged:  # one warp loads the block's values once per tile
+            threads[name] = blocks[name]
+        elif axis is ir.Broadcast.N and reads.cols_per_element:
             threads[name] = m * n * dtype.bytes
         else:
             threads[name] = tiles[axis] * extent[axis] * loaders[axis] * dtype.bytes
@@ -175,7 +182,7 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int, k: int) ->
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
     return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
-                    chain_work(spec, reads))
+                    chain_work(spec, reads), reads.staged_bytes, reads.residual_ahead)
 
 
 def _megabytes(count: int) -> str:
@@ -199,6 +206,10 @@ class FusePass:
                    f"{_megabytes(sum(cost.block_bytes.values()))}, threads request "
                    f"{_megabytes(sum(cost.thread_bytes.values()))}; "
                    + (f"{cost.registers} values kept per thread; " if cost.registers else "")
-                   + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} "
-                     f"load{'s' * (work.loads != 1)}")
+                   + f"per element {work.alu} ALU + {work.sfu} SFU instructions, {work.loads} global "
+                     f"load{'s' * (work.loads != 1)}"
+                   + (f" and {work.smem_loads} shared; the vectors staged per tile in {cost.staged_bytes:,} bytes "
+                      "of shared memory by a producer warp during the main loop" if cost.staged_bytes else "")
+                   + (f"; R by 16-byte copies into C's staging buffers, {100 * cost.residual_ahead:.0f}% of its tile "
+                      "during the main loop (where R and C allow it)" if cost.residual_ahead else ""))
         return PassResult({"fuse": cost}, verdict)

@@ -5,6 +5,11 @@ wgmma's accumulator layout (PTX ISA, "Matrix fragments for wgmma .m64nNk16"): in
 d[4j], d[4j+1] at row l/4, columns 8j + 2(l%4) and + 1, and d[4j+2], d[4j+3] eight rows below. So
 each thread stores pairs of neighbouring columns: one 8-byte (f32) or 4-byte (16-bit) store when C's
 pointer and ldc keep the pair aligned, two element stores otherwise.
+
+A fuse chain's vectors (a bias, the scales) come from shared memory: warp 1 of the producer warpgroup
+stages each tile's as f32 while the consumers multiply it (`emit_vector_tile`, behind the `vectors_full`
+and `vectors_empty` mbarriers of paths/wgmma/mbarrier.py), so the epilogue never waits on a global load
+for them (docs/fusion.md, "How each path runs it").
 """
 from __future__ import annotations
 
@@ -88,7 +93,7 @@ class AccumulatorEpilogue:
                 o.line(f"p[1] = {_from_float(c, 'y')};")
 
     def constants(self) -> list[tuple[str, int]]:
-        return []
+        return [("VECTOR_BYTES", self.layout.vector_bytes)] if self.stages_vectors else []
 
     def emit_finish(self) -> None:
         """After the consumer's last tile: nothing is left in flight."""
@@ -98,10 +103,47 @@ class AccumulatorEpilogue:
         """The kernel's C parameter: a batch's first C (each tile names its GEMM's `C`: paths/wgmma/persistent.py)."""
         return "C_batch" if self.layout.batched else "C"
 
+    def emit_state(self) -> None:
+        """What a consumer keeps across its tiles: whether C's pairs are aligned, and with staged vectors the
+        parity of the tile's use of their buffer."""
+        self.emit_pairs_flag()
+        if self.stages_vectors:
+            self.out.line("unsigned vectors_phase = 0;")
+
+    @property
+    def stages_vectors(self) -> bool:
+        return self.fuse is not None and self.layout.staged_vectors
+
+    def emit_vector_loader_state(self) -> None:
+        """The state of the producer warp that stages the vectors: its lane, and the parity of the buffer's use."""
+        self.out.line("const int lane = tid % 32;")
+        self.out.line("unsigned vectors_phase = 0;")
+
+    def emit_vector_tile(self) -> None:
+        """One tile's vectors into shared memory as f32 (0 past the tile's rows and N), once the consumers have
+        read the last tile's; each lane arrives on `vectors_full` after its stores (the arrival releases them)."""
+        o, fuse = self.out, self.fuse
+        o.line("mbarrier_wait(smem_u32(vectors_empty), vectors_phase ^ 1);")
+        rows = "group_end" if self.layout.grouped else "M"  # a grouped tile's rows end with its group's
+        for axis, extent, start, bound in ((ir.Broadcast.M, "BM", "block_m", rows),
+                                           (ir.Broadcast.N, "BN", "block_n", "N")):
+            for member in fuse.members(axis):
+                with o.block(f"for (int i = lane; i < {extent}; i += 32)"):
+                    o.line(f"const int index = {start} + i;")
+                    o.line(f"vectors[{self.layout.vector_offsets[member.pointer]} + i] = index < {bound} ? "
+                           f"{fuse.load_for_tile(member, 'index')} : 0.0f;")
+        o.line("mbarrier_arrive(smem_u32(vectors_full));")
+        o.line("vectors_phase ^= 1;")
+
     def emit_pairs_flag(self) -> None:
         batch = " && stride_c % 2 == 0" if self.layout.batched else ""
         self.out.line(f"const bool pairs = reinterpret_cast<size_t>({self.c_pointer}) % {2 * self.c.bytes} == 0 && "
                       f"ldc % 2 == 0{batch};")
+
+    def emit_tile_start(self) -> None:
+        """Before a tile's main loop: nothing here (the stmatrix epilogue starts R's first boxes)."""
+
+    residual_argument = "R"  # what the chain's pairs read R through (a null R: staged in shared memory instead)
 
     def emit_tile(self) -> None:
         """The tile's epilogue: the fuse chain in place on the accumulators, if any, then the stores."""
@@ -110,17 +152,31 @@ class AccumulatorEpilogue:
         self.emit()
 
     def emit_chain(self, fuse: FuseChain) -> None:
-        """The fuse chain on every accumulator of this consumer, each row's values loaded once."""
+        """The fuse chain on every accumulator of this consumer: each row's values read once, each pair's
+        columns' per pair, from the tile's vectors that the producer staged in shared memory."""
         o = self.out
         o.comment(f"Fused: C = {self.spec.fuse.describe(self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}, "
                   "in place, before the stores.")
+        staged = self.stages_vectors
         with o.block(""):
             o.line("const int warp = tid / 32, lane = tid % 32;")
+            if staged:
+                o.line("mbarrier_wait(smem_u32(vectors_full), vectors_phase);  // this tile's vectors are staged")
             o.line("fuse_m fuse_m_values[M_REPEAT][2];  // rows l/4 and l/4 + 8 of each 64-row instruction tile")
+            offsets = self.layout.vector_offsets
             with o.unrolled("mr", "M_REPEAT"), o.unrolled("h", "2"):
-                row = "block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8"
-                o.line(f"fuse_m_values[mr][h] = {fuse.load_row(row)};")
-            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", "{x}", "{y}"))
+                row = "consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8"
+                o.line(f"fuse_m_values[mr][h] = {fuse.staged(ir.Broadcast.M, 'vectors', offsets, row)};")
+            if fuse.members(ir.Broadcast.N):
+                o.comment("A pair's columns: four lanes read 8 neighbouring floats, the warp's other lanes the same ones\n"
+                          "(broadcasts), so each read is one wavefront.")
+            n0, n1 = (fuse.staged(ir.Broadcast.N, "vectors", offsets, f"col{step} - block_n").replace("{", "{{")
+                      .replace("}", "}}") for step in ("", " + 1"))  # braces kept through emit_pair_loop's format
+            self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", n0, n1, "{x}", "{y}",
+                                          self.residual_argument))
+            if staged:
+                o.line("mbarrier_arrive(smem_u32(vectors_empty));  // read: the producer may stage the next tile's")
+                o.line("vectors_phase ^= 1;")
 
     def emit(self) -> None:
         """This consumer's rows of the tile at (block_m, block_n)."""

@@ -140,11 +140,17 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
                 with o.block(f"else if ({parts.splitter.guard})"):
                     o.line("int it = 0;")
                     parts.scheduler.emit_loop(lambda: _producer_tile(parts, o, parts.splitter.emit_k_tile), coordinates=False)
+            if parts.epilogue.stages_vectors:
+                with o.block("else if (tid / 32 == 1)"):
+                    o.comment("Warp 1 stages each tile's fuse chain vectors in shared memory while the consumers "
+                              "multiply, so their\nepilogue reads no vector from global memory.")
+                    parts.epilogue.emit_vector_loader_state()
+                    parts.scheduler.emit_loop(parts.epilogue.emit_vector_tile)
         with o.block("else"):
             o.comment("Consumers.")
             o.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {layout.consumer_registers};");')
             o.line("const int consumer = warpgroup - 1;")
-            parts.epilogue.emit_pairs_flag()
+            parts.epilogue.emit_state()
             o.line("int it = 0;")
             parts.scheduler.emit_loop(lambda: _consumer_tile(parts, o))
             parts.epilogue.emit_finish()
@@ -166,6 +172,7 @@ def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:
 def _consumer_tile(parts, o: Emitter) -> None:
     parts.scheduler.emit_consumer_names()
     parts.math.declare()
+    parts.epilogue.emit_tile_start()
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
     with o.block(f"for (int kt = 0; kt < {parts.scheduler.k_count}; ++kt, ++it)"):

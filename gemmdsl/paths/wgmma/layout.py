@@ -189,8 +189,27 @@ class WgmmaLayout:
 
     def chain_reads(self) -> ChainReads:
         """The consumers keep their rows' values (two rows per 64-row instruction tile) and read each pair's
-        columns again (paths/wgmma/epilogue.py: too many columns per thread to keep)."""
-        return ChainReads(self.consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True)
+        columns again (paths/wgmma/epilogue.py: too many columns per thread to keep), all from the tile's
+        vectors the producer staged in shared memory."""
+        return ChainReads(self.consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True,
+                          staged_bytes=self.vector_bytes, residual_ahead=self.residual_ahead,
+                          residual_copied=self.staged_residual)
+
+    @property
+    def staged_residual(self) -> bool:
+        """16-bit C stored by stmatrix boxes with a row-major 16-bit residual: R comes through the boxes' buffers
+        (paths/wgmma/stmatrix.py), where its 16-byte rows land as C's will leave."""
+        residual = self.spec.fuse.residual if self.spec.fuse is not None else None
+        return (self.stmatrix_store and residual is not None and residual.layout is ir.MatrixLayout.ROW
+                and residual.dtype.bytes == 2)
+
+    @property
+    def residual_ahead(self) -> float:
+        """The share of R's tile copied before the epilogue: each warp's first STORE_BUFFERS boxes, started with
+        the tile's main loop (the others follow in the epilogue, as buffers free up)."""
+        if not self.staged_residual:
+            return 0.0
+        return min(STORE_BUFFERS, self.c_box.count) / self.c_box.count
 
     @property
     def wgmma_per_k_tile(self) -> int:
@@ -251,15 +270,44 @@ class WgmmaLayout:
 
     @property
     def mbarriers(self) -> int:
-        """A `full` and an `empty` barrier per stage, and for 3xTF32 a `ready` one (B's stage is split)."""
-        return (3 if self.split else 2) * self.stages
+        """A `full` and an `empty` barrier per stage, and for 3xTF32 a `ready` one (B's stage is split); a
+        `vectors_full` and a `vectors_empty` one for the staged vectors of a fuse chain."""
+        return (3 if self.split else 2) * self.stages + 2 * self.staged_vectors
+
+    @cached_property
+    def vector_offsets(self) -> dict[str, int]:
+        """The fuse chain's vectors of one tile as the producer stages them (paths/wgmma/epilogue.py): each
+        vector's first float in the buffer; BM floats of a vector along m, BN of one along n."""
+        offsets, at = {}, 0
+        for name, extent in self._vector_extents:
+            offsets[name] = at
+            at += extent
+        return offsets
+
+    @property
+    def _vector_extents(self) -> list[tuple[str, int]]:
+        return [(name, self.bm if axis is ir.Broadcast.M else self.bn)
+                for name, axis, _ in (self.spec.fuse.vectors if self.spec.fuse is not None else ())]
+
+    @property
+    def staged_vectors(self) -> bool:
+        """The chain has vectors (a bias, scales), so the producer stages each tile's in shared memory."""
+        return bool(self.vector_offsets)
+
+    @property
+    def vector_bytes(self) -> int:
+        """The staged vectors' buffer: one tile's values as f32 (BM and BN are multiples of 64, so whole
+        16-byte units and the barriers after it stay aligned)."""
+        return 4 * sum(extent for _, extent in self._vector_extents)
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory per block: the ring, the split buffer (3xTF32), the barriers, and the
+        """Dynamic shared memory per block: the ring, the split buffer (3xTF32), C's staging (store: tma), the
+        fuse chain's staged vectors, the barriers, and the
         slack that lets the kernel align the ring to the swizzle's 1024-byte period (the runtime
         guarantees only 16 bytes)."""
-        return self.ring_bytes + self.split_bytes + self.staging_bytes + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM
+        return (self.ring_bytes + self.split_bytes + self.staging_bytes + self.vector_bytes
+                + self.mbarriers * MBARRIER_BYTES + SWIZZLE_ATOM)
 
     @property
     def staging_bytes(self) -> int:

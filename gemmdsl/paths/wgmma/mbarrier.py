@@ -7,7 +7,8 @@ Producer and consumers walk the same sequence of k-tiles (`it`, across tiles), s
 and phase `(it / STAGES) & 1` name the same use of the ring on both sides without any other
 communication. 3xTF32 adds a third barrier per stage, `ready[s]`, which counts one arrival per splitter
 thread (paths/wgmma/splitter.py) and completes when B's k-tile in stage s is split; the consumers wait
-for it after `full`. A fresh barrier is in phase 0, and waiting for the parity of the phase before it
+for it after `full`. A fuse chain with vectors adds one pair for the block, `vectors_full` and
+`vectors_empty` (paths/wgmma/epilogue.py). A fresh barrier is in phase 0, and waiting for the parity of the phase before it
 returns at once: so the producer's first pass, which waits on `empty` with parity 1, does not block.
 """
 from __future__ import annotations
@@ -88,14 +89,25 @@ class MbarrierRing:
             o.comment("The staged boxes of C (store: tma, paths/wgmma/store.py).")
             o.line(f"unsigned char* const staging = smem + {barriers};")
             barriers += " + STAGING_BYTES"
+        if self.layout.staged_vectors:
+            o.comment("The fuse chain's vectors of the consumers' current tile, as f32 (paths/wgmma/epilogue.py).")
+            o.line(f"float* const vectors = reinterpret_cast<float*>(smem + {barriers});")
+            barriers += " + VECTOR_BYTES"
         o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")
         o.line("unsigned long long* const empty = full + STAGES;")
+        last = "empty"
         if self.layout.split:
             o.line("unsigned long long* const ready = empty + STAGES;")
+            last = "ready"
+        if self.layout.staged_vectors:
+            o.line(f"unsigned long long* const vectors_full = {last} + STAGES;")
+            o.line("unsigned long long* const vectors_empty = vectors_full + 1;")
 
     def emit_init(self) -> None:
         o = self.out
         ready = "; `ready`: one per splitter thread" if self.layout.split else ""
+        if self.layout.staged_vectors:
+            ready += ";\n`vectors_full`: one per lane of the warp that stages them; `vectors_empty`: every consumer thread"
         o.comment(f"`full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup{ready}.")
         with o.block("if (threadIdx.x == 0)"):
             with o.block("for (int s = 0; s < STAGES; ++s)"):
@@ -103,6 +115,9 @@ class MbarrierRing:
                 o.line("mbarrier_init(smem_u32(empty + s), CONSUMERS);")
                 if self.layout.split:
                     o.line("mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);")
+            if self.layout.staged_vectors:
+                o.line("mbarrier_init(smem_u32(vectors_full), 32);")
+                o.line("mbarrier_init(smem_u32(vectors_empty), CONSUMERS * 128);")
             o.comment("Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.")
             o.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
         o.line("__syncthreads();")

@@ -49,6 +49,8 @@ class WgmmaSmemPass:
                          layout.stages, layout.ring_bytes, layout.mbarriers * 8, layout.smem_bytes,
                          layout.arch.smem_per_block)
         split = f" + a {layout.split_bytes}-byte split buffer (3xTF32: B's small parts)" if layout.split else ""
+        if layout.staged_vectors:
+            split += f" + {layout.vector_bytes} bytes of the fuse chain's vectors (one tile's, as f32)"
         verdict = (f"{layout.stage_bytes} bytes per stage (A {smem.stage_bytes['a']} + B {smem.stage_bytes['b']}), "
                    f"{smem.stages} stages = {smem.ring_bytes}{split}; {smem.block_bytes} bytes per block with barriers and "
                    f"1024-byte alignment, of {smem.limit} ({100 * smem.block_bytes / smem.limit:.0f}%): 1 block per SM")
@@ -321,7 +323,8 @@ class WgmmaFuseEpiloguePass:
         layout = _layout(context)
         waves = context.fact("wgmma_waves")
         assert isinstance(waves, WgmmaWaves)
-        # Per tile from L2: R's tile and each vector's values of the tile's rows or columns.
+        # Per tile from L2 in the epilogue: R's tile but the share copied ahead, and each vector's values of the
+        # tile's rows or columns unless a producer warp staged them during the main loop.
         tile_bytes = (cost.epilogue_block_bytes // waves.tiles) if waves.tiles else 0
         epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms)
         return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))

@@ -11,10 +11,16 @@ The staged epilogue of store.py, for bf16 and f16 C, in three changes measured o
   waits for the store that last used the buffer, and no warp waits for another (__syncwarp instead of
   two named barriers per box).
 f32 C keeps store.py's form: the same changes measured 0.5-1.5% slower there.
+
+A row-major 16-bit residual R comes through the same buffers: each warp copies R's rows of its boxes in
+by 16-byte cp.async copies, the first STORE_BUFFERS boxes before the tile's main loop, each later one once
+the store of the box before it in the buffer has read it; the box loop reads R with ldmatrix at the
+addresses stmatrix then writes C to, adds it (the chain's last step) and stores the box. R not 16-byte
+aligned, or an ldr that is not, leaves R to the chain's per-pair reads (`residual_staged`).
 """
 from __future__ import annotations
 
-from .layout import SWIZZLE_ATOM, SWIZZLE_SPAN, WARP_ROWS, WARPS_PER_WARPGROUP
+from .layout import CHUNK, SWIZZLE_ATOM, SWIZZLE_SPAN, WARP_ROWS, WARPS_PER_WARPGROUP
 from .epilogue import PAIR_TYPES, _pair
 from .store import StagedEpilogue
 
@@ -29,6 +35,49 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
 }'''
 
 
+RESIDUAL_COPY = r'''
+// Rows row.. row + 15, columns col.. col + 63 of R (one box of C's) into shared memory at `buffer`, in the
+// 128-byte swizzle stmatrix and TMA use, as 16-byte cp.async copies (lane l copies chunks l, l + 32, ...; 0s
+// past M and N: where C is staged, N is a whole number of chunks); one cp.async group.
+static __device__ __forceinline__ void residual_box(unsigned buffer, const R_TYPE* R, int ldr, int M, int N, int row,
+                                                    int col, int lane)
+{
+    #pragma unroll
+    for (int i = 0; i < RESIDUAL_CHUNKS; ++i) {
+        const int chunk = lane + 32 * i, r = chunk / 8, c = chunk % 8;
+        const bool inside = row + r < M && col + 8 * c < N;
+        const R_TYPE* const source = inside ? R + (size_t)(row + r) * ldr + col + 8 * c : R;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"(buffer + r * 128 + (((c ^ r) & 7) << 4)), "l"(source), "r"(inside ? 16 : 0) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Wait until at most PENDING of this thread's cp.async groups are still in flight.
+template <int PENDING>
+static __device__ __forceinline__ void residual_wait()
+{
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory, addressed as stmatrix_x4 addresses them: register i
+// holds, in every lane, the lane's pair of matrix i in the accumulator layout.
+static __device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned& r0, unsigned& r1, unsigned& r2,
+                                                   unsigned& r3)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address) : "memory");
+}
+
+// x, y += the pair of R in `pair` (the first in the low half).
+static __device__ __forceinline__ void add_pair(unsigned pair, float& x, float& y)
+{
+    const R_PAIR r = *reinterpret_cast<const R_PAIR*>(&pair);
+    x += __low2float(r);
+    y += __high2float(r);
+}'''
+
+
 def _chunk(col: str) -> str:
     """The first of the four accumulators a thread holds in the 8-column chunk at column `col` of the
     consumer's tile, in instruction tile `mr` (the layout: epilogue.py)."""
@@ -36,6 +85,48 @@ def _chunk(col: str) -> str:
 
 
 class StmatrixEpilogue(StagedEpilogue):
+    @property
+    def stages_residual(self) -> bool:
+        """A row-major 16-bit residual goes through the boxes' buffers (the module docstring)."""
+        return self.layout.staged_residual
+
+    @property
+    def residual_argument(self) -> str:
+        return "(residual_staged ? nullptr : R)" if self.stages_residual else "R"
+
+    def emit_pairs_flag(self) -> None:
+        super().emit_pairs_flag()
+        if self.stages_residual:
+            residual = self.fuse.chain.residual.dtype
+            self.out.line(f"const bool residual_staged = staged && reinterpret_cast<size_t>(R) % {CHUNK} == 0 && "
+                          f"ldr % {CHUNK // residual.bytes} == 0;  // R by 16-byte copies through the boxes")
+
+    def emit_tile_start(self) -> None:
+        """R's first boxes, one per buffer, into this warp's buffers while the tile's main loop runs."""
+        if not self.stages_residual:
+            return
+        o = self.out
+        with o.block("if (residual_staged)"):
+            o.line("const int warp = tid / 32, lane = tid % 32;")
+            o.line(f"unsigned char* const buffers = {self._buffers};")
+            o.line("if (lane == 0) bulk_wait_read<0>();  // the last tile's stores have read the buffers")
+            o.line("__syncwarp();")
+            with o.unrolled("box", "(C_BOXES < STORE_BUFFERS ? C_BOXES : STORE_BUFFERS)"):
+                o.line(f"residual_box(smem_u32(buffers + box * C_BOX_BYTES), R, ldr, M, N, {self._box_row('box')}, "
+                       f"{self._box_col('box')}, lane);")
+
+    @property
+    def _buffers(self) -> str:
+        return f"staging + (consumer * {WARPS_PER_WARPGROUP} + warp) * STORE_BUFFERS * C_BOX_BYTES"
+
+    @staticmethod
+    def _box_row(box: str) -> str:
+        return f"block_m + consumer * CONSUMER_ROWS + ({box}) / (BN / C_BOX_COLS) * 64 + warp * {WARP_ROWS}"
+
+    @staticmethod
+    def _box_col(box: str) -> str:
+        return f"block_n + ({box}) % (BN / C_BOX_COLS) * C_BOX_COLS"
+
     def emit_scaling_helpers(self) -> None:
         if not self.alpha_beta:
             return
@@ -56,6 +147,11 @@ class StmatrixEpilogue(StagedEpilogue):
             o.line(f"const {PAIR_TYPES[c]} pair = {_pair(c, 'x', 'y')};")
             o.line("return *reinterpret_cast<const unsigned*>(&pair);")
         o.lines(STMATRIX)
+        if self.stages_residual:
+            residual = self.fuse.chain.residual.dtype
+            chunks = WARP_ROWS * SWIZZLE_SPAN // CHUNK // 32  # a box's 16-byte chunks per lane
+            o.lines(RESIDUAL_COPY.replace("R_PAIR", PAIR_TYPES[residual]).replace("R_TYPE", residual.c_type)
+                    .replace("RESIDUAL_CHUNKS", str(chunks)))
 
     def emit(self) -> None:
         o = self.out
@@ -74,8 +170,7 @@ class StmatrixEpilogue(StagedEpilogue):
         o = self.out
         o.comment(f"{self.layout.c_box.count} boxes of {WARP_ROWS} rows x C_BOX_COLS columns per warp, in turn through "
                   "STORE_BUFFERS buffers of its own.")
-        o.line(f"unsigned char* const buffers = staging + (consumer * {WARPS_PER_WARPGROUP} + warp) * STORE_BUFFERS * "
-               "C_BOX_BYTES;")
+        o.line(f"unsigned char* const buffers = {self._buffers};")
         o.comment("stmatrix: lane l addresses the box's row l % 16 (matrices 0, 1: rows 0-7, 8-15 of an 8-column chunk;\n"
                   "2, 3: of the next chunk), its 16-byte chunk swizzled by the row's place in the 8-row pattern\n"
                   "(l % 8). The box's chunks j and j + 1 are then at lane_offset ^ (16 j).")
@@ -89,15 +184,37 @@ class StmatrixEpilogue(StagedEpilogue):
             o.comment(f"Buffers start on {SWIZZLE_ATOM}-byte boundaries (where TMA starts the swizzle's pattern), so "
                       "the xor\nchanges only the 16-byte chunk.")
             o.line("const unsigned base = smem_u32(buffer) + lane_offset;")
+            if self.stages_residual:
+                with o.block("if (residual_staged)"):
+                    o.line("if (box + 1 < C_BOXES) residual_wait<1>(); else residual_wait<0>();  // this box's R")
+                    o.line("__syncwarp();  // every lane's copies have landed")
             with o.unrolled("j", "C_BOX_COLS / 8", step=2):
-                o.line(f"const float* const d = {_chunk('first + 8 * j')};")
-                o.line(f"const float* const e = {_chunk('first + 8 * j + 8')};")
+                const = "" if self.stages_residual else "const "  # R is added in place
+                o.line(f"{const}float* const d = {_chunk('first + 8 * j')};")
+                o.line(f"{const}float* const e = {_chunk('first + 8 * j + 8')};")
+                if self.stages_residual:
+                    with o.block("if (residual_staged)"):
+                        o.comment("R's pairs, where stmatrix puts C's: the chain's last step, + R.")
+                        o.line("unsigned r0, r1, r2, r3;")
+                        o.line("ldmatrix_x4(base ^ (j * 16), r0, r1, r2, r3);")
+                        o.line("add_pair(r0, d[0], d[1]);")
+                        o.line("add_pair(r1, d[2], d[3]);")
+                        o.line("add_pair(r2, e[0], e[1]);")
+                        o.line("add_pair(r3, e[2], e[3]);")
                 o.line(f"stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), "
                        "packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));")
             o.line("fence_proxy_async();")
             o.line("__syncwarp();")
             o.line("if (lane == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
                                                       f"block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * {WARP_ROWS}"))
+            if self.stages_residual:
+                with o.block("if (residual_staged && box + STORE_BUFFERS < C_BOXES)"):
+                    o.comment("The box this buffer holds next: its R once the store has read the buffer, while the "
+                              "next box is\nconverted.")
+                    o.line("if (lane == 0) bulk_wait_read<0>();")
+                    o.line("__syncwarp();")
+                    o.line(f"residual_box(smem_u32(buffer), R, ldr, M, N, {self._box_row('box + STORE_BUFFERS')}, "
+                           f"{self._box_col('box + STORE_BUFFERS')}, lane);")
 
     def emit_finish(self) -> None:
         """After the consumer's last tile: each warp's stores must have read shared memory (and written C)

@@ -75,7 +75,7 @@ static __device__ __forceinline__ int swizzled_128b(int row, int byte)
 class StagedEpilogue(AccumulatorEpilogue):
     def constants(self) -> list[tuple[str, int]]:
         box = self.layout.c_box
-        return [("C_BOX_COLS", box.inner), ("C_BOX_BYTES", box.bytes), ("C_BOXES", box.count),
+        return [*super().constants(), ("C_BOX_COLS", box.inner), ("C_BOX_BYTES", box.bytes), ("C_BOXES", box.count),
                 ("STORE_BUFFERS", STORE_BUFFERS), ("STAGING_BYTES", self.layout.staging_bytes)]
 
     def emit_helpers(self) -> None:

@@ -275,9 +275,15 @@ def _check_fit(layout: WgmmaLayout, error: Report) -> None:
                               + (f", the {layout.split_bytes}-byte split buffer (3xTF32)" if layout.split else "")
                               + (f", {layout.staging_bytes} bytes of C staging (store: tma)" if layout.tma_store
                                  else "")
+                              + (f", {layout.vector_bytes} bytes of the fuse chain's staged vectors"
+                                 if layout.staged_vectors else "")
                               + f" and the barriers need {layout.smem_bytes} bytes, more than the "
                               f"{arch.smem_per_block} an sm_{arch.sm} block may have",
               f"use at most stages: {most}, or a smaller block tile")
+    if layout.split and layout.staged_vectors:
+        error(spec.fuse.span, "the fuse chain's vectors are staged by the producer warpgroup's warp 1, which 3xTF32's "
+                              "splitting occupies",
+              "use `precision: tf32;`, or a chain without a bias or scales")
     needed, have = layout.consumer_registers_needed, layout.consumer_registers
     where = spec.mma.at("shape")
     # No warning below `have`: ptxas allocates the code after setmaxnreg.inc up to its count, not the
