@@ -21,8 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ... import ir
-from ...abi import MAX_INT, contiguous_extent, fuse_arguments, leading_name, outer_extent, tile_count
-from ...emit.launcher import emit_empty_problem
+from ...abi import fuse_arguments, outer_extent, tile_count
 from ...emit.scheduler import emit_raster
 from .launcher import TensorMapLauncher
 from .persistent import PersistentScheduler
@@ -82,21 +81,12 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
 
     def emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
-        bm, bn, bk = launch.block_tile
+        bm, bn, _ = launch.block_tile
         invalid = "return cudaErrorInvalidValue;"
         with o.block(f'extern "C" cudaError_t {self.names["launcher_ld"]}({self.parameters["launcher_ld"]})'):
-            o.line(f"if (M < 0 || N < 0 || K < 0 || groups < 1 || groups > {MAX_GROUPS} || offs == nullptr) {invalid}")
-            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
-            o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
-            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
-            o.line(f"if ({bounds}) {invalid}")
-            emit_empty_problem(self.plan, o)
-            o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
-                      f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements); group g's B lies "
-                      f"g * ldb * {outer_extent(spec, ir.Operand.B)} elements after the first.")
-            o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "
-                   f"reinterpret_cast<uintptr_t>(B) % {layout.global_alignment_bytes} != 0) {invalid}")
-            o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
+            self._emit_extent_checks(invalid, first=f" || groups < 1 || groups > {MAX_GROUPS} || offs == nullptr")
+            self._emit_tma_alignment_checks(invalid, note=f"; group g's B lies g * ldb * "
+                                                          f"{outer_extent(spec, ir.Operand.B)} elements after the first")
             o.comment("Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is\n"
                       "(ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.")
             o.line(f"const long long bound = ((long long)(M + {bm - 1}) / {bm} + groups) * ((N + {bn - 1}) / {bn});")
@@ -114,10 +104,7 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda, stride_a, B, ldb, stride_b, {c_arguments}"
                    "M, N, K, groups, &maps);")
             o.line("if (err != cudaSuccess) return err;")
-            o.line(f"const auto kernel = {launch.entries.vector};")
-            o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
-            o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
-            o.line("if (err != cudaSuccess) return err;")
+            self._emit_kernel_smem()
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
                    f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, groups);")

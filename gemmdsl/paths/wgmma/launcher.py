@@ -8,6 +8,8 @@ the ring's shared memory and launches min(tiles, SMs) blocks (schedule: persiste
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from ... import ir
 from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, grouped_parameters,
                     launcher_parameters, leading_name, outer_extent, tensor_map_type, tile_count)
@@ -261,29 +263,51 @@ class TensorMapLauncher:
         o.comment("Each GEMM writes its own C (and the kernel's staged stores step C's map by stride_c).")
         o.line(f"if ({tests} || stride_c <= 0) {invalid}")
 
+    def _emit_extent_checks(self, invalid: str, first: str = "", refusals: Sequence[str] = ()) -> None:
+        """What every launcher refuses first: negative extents (or `first`'s further conditions, and the
+        `refusals` lines), tile coordinates past an int, leading dimensions below the contiguous extents;
+        then an empty problem's early return."""
+        o, spec = self.out, self.spec
+        bm, bn, bk = self.plan.launch.block_tile
+        o.line(f"if (M < 0 || N < 0 || K < 0{first}) {invalid}")
+        for line in refusals:
+            o.line(line)
+        o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
+        o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
+        bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
+        o.line(f"if ({bounds}) {invalid}")
+        emit_empty_problem(self.plan, o)
+
+    def _emit_kernel_smem(self) -> None:
+        """`kernel`, the vector entry, allowed its dynamic shared memory (`smem_bytes`) past the 48 KiB default."""
+        o, launch = self.out, self.plan.launch
+        o.line(f"const auto kernel = {launch.entries.vector};")
+        o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
+        o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
+        o.line("if (err != cudaSuccess) return err;")
+
+    def _emit_tma_alignment_checks(self, invalid: str, note: str = "") -> None:
+        """TMA's rule for A and B: 16-byte aligned addresses and row strides (`note` ends the comment)."""
+        o, layout = self.out, self.layout
+        o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
+                  f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements){note}.")
+        o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "
+               f"reinterpret_cast<uintptr_t>(B) % {layout.global_alignment_bytes} != 0) {invalid}")
+        o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
+
     def emit_launch(self) -> None:
         o, spec, layout, launch = self.out, self.spec, self.layout, self.plan.launch
         bm, bn, bk = launch.block_tile
         invalid = "return cudaErrorInvalidValue;"
         key = "launcher_batched" if layout.batched else "launcher_ld"
         with o.block(f'extern "C" cudaError_t {self.names[key]}({self.parameters[key]})'):
-            o.line(f"if (M < 0 || N < 0 || K < 0) {invalid}")
-            if layout.batched:
-                o.line(f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}")
-            o.comment("Tile coordinates (up to M + BM, N + BN, K + BK) are ints.")
-            o.line(f"if (M > {MAX_INT - bm} || N > {MAX_INT - bn} || K > {MAX_INT - bk}) {invalid}")
-            bounds = " || ".join(f"{leading_name(op)} < {contiguous_extent(spec, op)}" for op in ir.Operand)
-            o.line(f"if ({bounds}) {invalid}")
-            emit_empty_problem(self.plan, o)
+            self._emit_extent_checks(invalid, refusals=[f"if (batch <= 0 || batch > {MAX_BATCH}) {invalid}"]
+                                     if layout.batched else [])
             if layout.batched:
                 self._emit_batch_strides(invalid)
             if not spec.problem.checked:
                 o.line(f"if (M % {bm} != 0 || N % {bn} != 0 || K % {bk} != 0) {invalid}")
-            o.comment(f"TMA reads A and B: their addresses and row strides must be multiples of "
-                      f"{layout.global_alignment_bytes} bytes ({layout.ld_multiple} elements).")
-            o.line(f"if (reinterpret_cast<uintptr_t>(A) % {layout.global_alignment_bytes} != 0 || "
-                   f"reinterpret_cast<uintptr_t>(B) % {layout.global_alignment_bytes} != 0) {invalid}")
-            o.line(f"if (lda % {layout.ld_multiple} != 0 || ldb % {layout.ld_multiple} != 0) {invalid}")
+            self._emit_tma_alignment_checks(invalid)
             tiles = " * ".join(f"(long long)({tile_count(spec, extent, str(size))})"
                                for extent, size in (("M", bm), ("N", bn)))
             o.line(f"const long long tiles = {tiles}{' * batch' if layout.batched else ''};")
@@ -308,10 +332,7 @@ class TensorMapLauncher:
             o.line(f"cudaError_t err = {self.name}_tensor_maps(A, lda{stride['a']}, B, ldb{stride['b']}, {c_arguments}"
                    f"M, N, K{', batch' if batched else ''}, &maps);")
             o.line("if (err != cudaSuccess) return err;")
-            o.line(f"const auto kernel = {launch.entries.vector};")
-            o.line(f"const size_t smem_bytes = {launch.smem_bytes};")
-            o.line("err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);")
-            o.line("if (err != cudaSuccess) return err;")
+            self._emit_kernel_smem()
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
             batch = ", batch, stride_c" if batched else ""
