@@ -117,16 +117,20 @@ def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: 
     return views
 
 
+def check_f32_matrix(name: str, array: ArrayView, rows: int, cols: int, what: str) -> None:
+    """A scale operand: f32, rows x cols, row-major and contiguous; ValueError saying which (`what`: why that shape)."""
+    check_dtype(name, array, "float32")
+    if tuple(array.shape) != (rows, cols):
+        raise ValueError(f"{name} must be {rows} x {cols} {what}, got shape {tuple(array.shape)}")
+    if (rows > 1 and array.strides[0] != cols) or (cols > 1 and array.strides[1] != 1):
+        raise ValueError(f"{name} must be row-major and contiguous (strides ({cols}, 1) elements), got "
+                         f"{tuple(array.strides)}; pass a contiguous copy")
+
+
 def grouped_col_scale_view(array: ArrayView, groups: int, n: int) -> FuseView:
     """A grouped kernel's col_scale: one row of N values per group (G x N f32, row-major, contiguous), as
     torch._scaled_grouped_mm takes its scale_b; the kernel reads group g's at g * N."""
-    check_dtype("col_scale", array, "float32")
-    if tuple(array.shape) != (groups, n):
-        raise ValueError(f"col_scale must be {groups} x {n} for a grouped kernel (one row of N values per group of "
-                         f"B), got shape {tuple(array.shape)}")
-    if (groups > 1 and array.strides[0] != n) or (n > 1 and array.strides[1] != 1):
-        raise ValueError(f"col_scale must be row-major and contiguous (strides ({n}, 1) elements), got "
-                         f"{tuple(array.strides)}; pass a contiguous copy")
+    check_f32_matrix("col_scale", array, groups, n, "for a grouped kernel (one row of N values per group of B)")
     return FuseView("col_scale", array.pointer, array.itemsize, along="n", groups=groups)
 
 
@@ -134,13 +138,7 @@ def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> Fus
     """A's block scales (M x ceil(K / 128)) or B's (ceil(N / 128) x ceil(K / 128)): f32, row-major, contiguous."""
     blocks = -(-k // SCALE_BLOCK)
     rows, what = (m, "one row per row of A") if name == "a_scale" else (-(-n // SCALE_BLOCK), "one row per 128 columns of B")
-    check_dtype(name, array, "float32")
-    if tuple(array.shape) != (rows, blocks):
-        raise ValueError(f"{name} must be {rows} x {blocks} ({what}, one value per 128 elements of K={k}), got shape "
-                         f"{tuple(array.shape)}")
-    if (rows > 1 and array.strides[0] != blocks) or (blocks > 1 and array.strides[1] != 1):
-        raise ValueError(f"{name} must be row-major and contiguous (strides ({blocks}, 1) elements), got "
-                         f"{tuple(array.strides)}; pass a contiguous copy")
+    check_f32_matrix(name, array, rows, blocks, f"({what}, one value per 128 elements of K={k})")
     return FuseView(name, array.pointer, array.itemsize, ld=blocks, along="m" if name == "a_scale" else "n",
                     per=1 if name == "a_scale" else SCALE_BLOCK)
 
