@@ -288,7 +288,7 @@ class FusedEpilogue:
     cycles: int  # the chain on the tile's elements: the slowest of its rates
     limit: str  # which rate sets them
     main_loop_cycles: int  # the tile's k-tiles, at the cycle model's k-tile
-    hidden: int  # what the producer's refill of the ring covers meanwhile
+    hidden: int  # what another consumer's main loop covers meanwhile (schedule: pingpong)
 
     @property
     def exposed(self) -> int:
@@ -300,17 +300,19 @@ class FusedEpilogue:
         return self.cycles / self.main_loop_cycles
 
 
-def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int) -> FusedEpilogue:
+def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int,
+                   tiles: int) -> FusedEpilogue:
     """The chain on a tile of BM x BN elements: the slowest of the instructions the consumers' warps issue
     (`work`, per element: passes/fuse.chain_work), the activation's special-function results, and the
-    operands' bytes from L2 (`l2_bytes`, per tile).
+    operands' bytes from L2 (`l2_bytes`, per tile), for a launch of `tiles` tiles.
 
-    Both consumer warpgroups apply it to their rows of the same tile before either multiplies again, so
-    wgmma waits for it. What can hide it is the producer: a persistent block's producer goes on bringing
-    the next tile's k-tiles into the ring meanwhile, until its STAGES stages are full. Where wgmma sets
-    the k-tile's pace that gains nothing; where TMA or the ring do, the epilogue's cycles up to STAGES
-    k-tiles' are covered, as long as the consumers (at wgmma's pace) catch up within the tile's k-tiles.
-    One block per tile (`schedule: tiles`) hides nothing: the next block starts after this one ends."""
+    Under `schedule: persistent` both consumer warpgroups apply it to their rows of the same tile before
+    either multiplies again, so wgmma waits for it: nothing hides it. (The producer does go on filling the
+    ring with the next tile's k-tiles meanwhile; measured on the H100, that gains nothing: linear_gelu
+    against its unfused twin costs about the chain's cycles, 4% at 4096^3 and 20% at 4096x4096x1024,
+    docs/fusion.md.) One block per tile (`schedule: tiles`) hides nothing either. Under `schedule: pingpong`
+    another consumer multiplies its own tile meanwhile, so the epilogue hides under up to that tile's whole
+    main loop, where the block has another tile (more tiles than SMs)."""
     sm = layout.spec.target.sm
     elements = layout.bm * layout.bn
     rates = {"instruction issue": -(-elements * (work.alu + work.loads + work.smem_loads) // (WARP * ISSUE_PER_CLOCK)),
@@ -320,7 +322,7 @@ def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles:
     model = wgmma_member_model(layout, sms)
     k_tile = model.k_tile_cycles[0]
     cycles = rates[limit]
-    hidden = min(cycles, layout.stages * k_tile, k_tiles * (k_tile - model.tensor_cycles)) if layout.persistent else 0
+    hidden = min(cycles, k_tiles * k_tile) if layout.pingpong and tiles > sms else 0
     return FusedEpilogue(cycles, limit, k_tiles * k_tile, hidden)
 
 

@@ -85,6 +85,7 @@ class Schedule(enum.Enum):
     TILES = "tiles"  # one block per C tile
     STREAM_K = "stream_k"  # the last, partial wave's k-tiles are shared evenly by one wave of blocks
     PERSISTENT = "persistent"  # one wave of blocks (min(tiles, SMs)) walks the tiles (wgmma specs)
+    PINGPONG = "pingpong"  # persistent, each consumer warpgroup a tile of its own, their main loops in turn (wgmma)
 
 
 class FmaOrder(enum.Enum):

@@ -713,7 +713,7 @@ SECTIONS: dict[str, _Section] = {
     }, required=True),
     "target": _Section({"target": _Key(_target)}, short=True),
     "block": _Section({"tile": _Key(_tile, required=True), "raster": _Key(_raster),
-                       "schedule": _Key(_enum(ir.Schedule, "tiles, stream_k or persistent"))}, required=True),
+                       "schedule": _Key(_enum(ir.Schedule, "tiles, stream_k, persistent or pingpong"))}, required=True),
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True,
                       not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),

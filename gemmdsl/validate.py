@@ -159,8 +159,8 @@ class _Checker:
                                             "are walked by one persistent launch that reads B through a TMA map",
                        hint="use `batch: strided;` for GEMMs of one shape, or " + hint)
         block = self.spec.block
-        if block.schedule is ir.Schedule.PERSISTENT:
-            self.error(block.at("schedule"), "schedule: persistent is generated for wgmma specs only (so far)",
+        if block.schedule in (ir.Schedule.PERSISTENT, ir.Schedule.PINGPONG):
+            self.error(block.at("schedule"), f"schedule: {block.schedule.value} is generated for wgmma specs only (so far)",
                        hint="use `schedule: tiles;` or `schedule: stream_k;`, or " + hint)
 
     def check_target(self) -> None:

@@ -24,7 +24,7 @@
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
 //   bound: wgmma fp8 peak 1979 TFLOP/s (datasheet); DRAM 67 MB at 3.0 TB/s sustains 6141; bound 1919 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,930 cycles per SM, 1,294 set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 768, the ring's round trip 1,000) and 636 of the promotion's waits and FP32 adds, so about 990 TFLOP/s (50% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 35,154 cycles: 67.1 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 253,940)
 //   fuse: acc * row_scale[m] * col_scale[n]: +32.8 KB through DRAM (row_scale 16.4 KB, col_scale 16.4 KB); blocks fetch 0.8 MB, threads request 0.8 MB; 2 values kept per thread; per element 2 ALU + 0 SFU instructions, 0 global loads and 1 shared; the vectors staged per tile in 1,536 bytes of shared memory by a producer warp during the main loop
-//   epilogue: the fused epilogue costs ~768 cycles per tile (set by instruction issue), 1.2% of a tile's main loop; hidden: the producer refills the ring's 4 stages meanwhile
+//   epilogue: the fused epilogue costs ~768 cycles per tile (set by instruction issue), 1.2% of a tile's main loop; not hidden: both consumers share the tile, and wgmma waits for them (`schedule: pingpong` overlaps it with another tile's main loop)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -195,10 +195,10 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     return x;
 }
 static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
-    if (row >= M) return;  // not stored
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
     (void)N; (void)col;
+    (void)M; (void)row;
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);
 }

@@ -25,7 +25,7 @@
 //   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
 //   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,294 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 640, the ring's round trip 1,000), so about 744 TFLOP/s (75% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 338,164)
 //   fuse: relu(acc) + R: +33.6 MB through DRAM (residual 33.6 MB); blocks fetch 33.6 MB, threads request 33.6 MB; per element 3 ALU + 0 SFU instructions, 0 global loads; R by 16-byte copies into C's staging buffers, 50% of its tile during the main loop (where R and C allow it)
-//   epilogue: the fused epilogue costs ~863 cycles per tile (set by L2), 1.0% of a tile's main loop; hidden: the producer refills the ring's 4 stages meanwhile
+//   epilogue: the fused epilogue costs ~863 cycles per tile (set by L2), 1.0% of a tile's main loop; not hidden: both consumers share the tile, and wgmma waits for them (`schedule: pingpong` overlaps it with another tile's main loop)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -193,13 +193,13 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     return x;
 }
 static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, const __nv_bfloat16* R, int ldr, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
-    if (row >= M) return;  // not stored
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
+    const bool inside = row < M;  // rows past M are not stored: nothing to read for them
     (void)C; (void)ldc;
     // A null R: the epilogue adds R from shared memory itself.
     if (R != nullptr) {
-        if (col < N) r0 = load_residual(R, ldr, row, col);
-        if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);
+        if (inside && col < N) r0 = load_residual(R, ldr, row, col);
+        if (inside && col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);
     }
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);

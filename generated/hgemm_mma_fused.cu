@@ -26,7 +26,7 @@
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers and shared memory; 65,536 bytes of shared memory per block, 238 estimated registers per thread
 //   waves: 1,024 tiles in 4.74 waves of 216 blocks (108 SMs of an A100 x 2); the last wave 74% full
 //   intensity: 64.0 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 2,181 MB requested per launch, 134 MB through DRAM at least; bf16 peak 312 TFLOP/s on the A100, DRAM at 2.0 TB/s sustains 2048; bound 312 (bf16)
-//   fuse: silu(acc + bias[n]) + R: +33.6 MB through DRAM (bias 8.2 KB, residual 33.6 MB); blocks fetch 33.8 MB, threads request 37.7 MB; 16 values kept per thread; per element 12 ALU + 2 SFU instructions, 1 global load
+//   fuse: silu(acc + bias[n]) + R: +33.6 MB through DRAM (bias 8.2 KB, residual 33.6 MB); blocks fetch 33.8 MB, threads request 37.7 MB; 16 values kept per thread; per element 6 ALU + 1 SFU instructions, 1 global load
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

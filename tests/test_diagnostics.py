@@ -317,7 +317,7 @@ CASES = [
          [("gemm |kkk", "kernel name is 65 characters long; at most 64 are allowed")]),
     # --- stream-K, FMA order, unroll -------------------------------------------------------------
     Case("unknown_schedule", [m("raster: row;", "raster: row; schedule: streamk;")],
-         [("schedule: |streamk", "expected tiles, stream_k or persistent")], ["did you mean 'stream_k'?"]),
+         [("schedule: |streamk", "expected tiles, stream_k, persistent or pingpong")], ["did you mean 'stream_k'?"]),
     Case("unknown_fma_order", [m("repeat: 2x2 block;", "repeat: 2x2 block; fma_order: zigzag;")],
          [("fma_order: |zigzag", "expected row, col or snake")]),
     Case("unroll_out_of_range", [m("fragments: double;", "fragments: double; unroll: 0;")],

@@ -35,3 +35,15 @@ def test_each_size_gives_the_baselines_time_over_the_kernels(tmp_path):
     assert f"torch unfused: {residual} 1.300x" in lines[1] and "cuBLASLt" not in lines[1]
     assert lines[2].split() == ["8192x8192x8192", "linear_gelu", "1.0000", "ms"]  # no baseline there
     assert len(lines) == 3  # the unmeasured row is left out
+
+
+def test_a_kernel_is_held_to_the_baseline_run_interleaved_with_it(tmp_path):
+    """bench writes each kernel's baselines just before it: two kernels with one baseline get their own runs."""
+    script = _script()
+    gelu = script.formula("linear_gelu")
+    report = {"rows": [row(f"cuBLASLt: {gelu}", 0.200), row("linear_gelu", 0.200),
+                       row(f"cuBLASLt: {gelu}", 0.220), row("linear_gelu_pingpong", 0.200)]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    first, second = script.table([str(path)])
+    assert f"cuBLASLt: {gelu} 1.000x" in first and f"cuBLASLt: {gelu} 1.100x" in second

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..abi import fuse_parameters
 from ..emitter import Emitter
+from ..passes.fuse import fast_activations
 
 ACTIVATIONS = {
     ir.Activation.RELU: "fmaxf(x, 0.0f)",
@@ -81,7 +82,7 @@ class FuseChain:
     @property
     def activations(self) -> dict[ir.Activation, str]:
         """The activations' bodies for this spec's C: exact for f32, through the hardware's tanh for 16-bit."""
-        return ACTIVATIONS if self.spec.problem.c.dtype is ir.DType.F32 else FAST_ACTIVATIONS
+        return FAST_ACTIVATIONS if fast_activations(self.spec) else ACTIVATIONS
 
     @property
     def reads_residual(self) -> bool:
@@ -158,27 +159,34 @@ class FuseChain:
         read (the wgmma path reads them from the tile's vectors in shared memory: a thread's wgmma tile spans
         too many columns to hold them all in registers, and holding a pair's for the two rows that share it
         spills where the accumulators leave no room: fp8_h100's promoted sums); C's old values (beta not 0)
-        and the residual (unless its pointer is null: staged) are read here, inside C only."""
+        and the residual (unless its pointer is null: staged) are read here, inside C only. The chain itself runs
+        on every pair, inside C or not: the stores drop what lies outside, and an early return per pair would
+        keep ptxas from interleaving one pair's chain with the next's (measured on the H100: the epilogue then
+        runs one pair at a time, at the latency of its shared-memory read and tanh)."""
         c = self.spec.problem.c.dtype
         residual = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec) if name in ("R", "ldr"))
         with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {residual}int M, "
                      "int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, "
                      "float beta, float& x, float& y)"):
-            o.line("if (row >= M) return;  // not stored")
             o.line("float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;")
+            reads = self.alpha_beta or self.chain.residual is not None
+            if reads:
+                o.line("const bool inside = row < M;  // rows past M are not stored: nothing to read for them")
             if self.alpha_beta:
                 with o.block("if (beta != 0.0f)"):
-                    o.line(f"if (col < N) c0 = {to_float(c, 'C[(size_t)row * ldc + col]')};")
-                    o.line(f"if (col + 1 < N) c1 = {to_float(c, 'C[(size_t)row * ldc + col + 1]')};")
+                    o.line(f"if (inside && col < N) c0 = {to_float(c, 'C[(size_t)row * ldc + col]')};")
+                    o.line(f"if (inside && col + 1 < N) c1 = {to_float(c, 'C[(size_t)row * ldc + col + 1]')};")
             else:
                 o.line("(void)C; (void)ldc;")
             if self.chain.residual is not None:
                 o.line("// A null R: the epilogue adds R from shared memory itself.")
                 with o.block("if (R != nullptr)"):
-                    o.line("if (col < N) r0 = load_residual(R, ldr, row, col);")
-                    o.line("if (col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+                    o.line("if (inside && col < N) r0 = load_residual(R, ldr, row, col);")
+                    o.line("if (inside && col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
             else:
                 o.line("(void)N; (void)col;")
+            if not reads:
+                o.line("(void)M; (void)row;")
             o.line("x = fuse_chain(x, m, n0, c0, r0, alpha, beta);")
             o.line("y = fuse_chain(y, m, n1, c1, r1, alpha, beta);")
 

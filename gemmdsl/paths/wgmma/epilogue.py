@@ -9,7 +9,8 @@ pointer and ldc keep the pair aligned, two element stores otherwise.
 A fuse chain's vectors (a bias, the scales) come from shared memory: warp 1 of the producer warpgroup
 stages each tile's as f32 while the consumers multiply it (`emit_vector_tile`, behind the `vectors_full`
 and `vectors_empty` mbarriers of paths/wgmma/mbarrier.py), so the epilogue never waits on a global load
-for them (docs/fusion.md, "How each path runs it").
+for them (docs/fusion.md, "How each path runs it"). Under `schedule: pingpong` each consumer has a buffer and
+a pair of barriers of its own, and the warp fills them in the order the consumers take the block's tiles.
 """
 from __future__ import annotations
 
@@ -115,25 +116,43 @@ class AccumulatorEpilogue:
         return self.fuse is not None and self.layout.staged_vectors
 
     def emit_vector_loader_state(self) -> None:
-        """The state of the producer warp that stages the vectors: its lane, and the parity of the buffer's use."""
+        """The state of the producer warp that stages the vectors: its lane, the parity of the buffer's use, and
+        under pingpong which consumer's buffer the next tile's go to."""
         self.out.line("const int lane = tid % 32;")
         self.out.line("unsigned vectors_phase = 0;")
+        if self.layout.pingpong:
+            self.out.line("int slot = 0;  // the buffer of the consumer whose turn the next tile is")
+
+    def _vector_buffer(self, index: str) -> tuple[str, str, str]:
+        """The staged vectors' floats and their `full` and `empty` barriers: the block's, or under pingpong those
+        of consumer `index`."""
+        if not self.layout.pingpong:
+            return "vectors", "vectors_full", "vectors_empty"
+        floats = self.layout.tile_vector_bytes // 4
+        return f"vectors + {index} * {floats}", f"vectors_full + {index}", f"vectors_empty + {index}"
 
     def emit_vector_tile(self) -> None:
         """One tile's vectors into shared memory as f32 (0 past the tile's rows and N), once the consumers have
         read the last tile's; each lane arrives on `vectors_full` after its stores (the arrival releases them)."""
         o, fuse = self.out, self.fuse
-        o.line("mbarrier_wait(smem_u32(vectors_empty), vectors_phase ^ 1);")
+        buffer, full, empty = self._vector_buffer("slot")
+        o.line(f"mbarrier_wait(smem_u32({empty}), vectors_phase ^ 1);")
+        if self.layout.pingpong:
+            o.line(f"float* const tile_vectors = {buffer};")
+            buffer = "tile_vectors"
         rows = "group_end" if self.layout.grouped else "M"  # a grouped tile's rows end with its group's
         for axis, extent, start, bound in ((ir.Broadcast.M, "BM", "block_m", rows),
                                            (ir.Broadcast.N, "BN", "block_n", "N")):
             for member in fuse.members(axis):
                 with o.block(f"for (int i = lane; i < {extent}; i += 32)"):
                     o.line(f"const int index = {start} + i;")
-                    o.line(f"vectors[{self.layout.vector_offsets[member.pointer]} + i] = index < {bound} ? "
+                    o.line(f"{buffer}[{self.layout.vector_offsets[member.pointer]} + i] = index < {bound} ? "
                            f"{fuse.load_for_tile(member, 'index')} : 0.0f;")
-        o.line("mbarrier_arrive(smem_u32(vectors_full));")
-        o.line("vectors_phase ^= 1;")
+        o.line(f"mbarrier_arrive(smem_u32({full}));")
+        if self.layout.pingpong:
+            o.line("if (++slot == CONSUMERS) { slot = 0; vectors_phase ^= 1; }")
+        else:
+            o.line("vectors_phase ^= 1;")
 
     def emit_pairs_flag(self) -> None:
         batch = " && stride_c % 2 == 0" if self.layout.batched else ""
@@ -158,24 +177,28 @@ class AccumulatorEpilogue:
         o.comment(f"Fused: C = {self.spec.fuse.describe(self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}, "
                   "in place, before the stores.")
         staged = self.stages_vectors
+        buffer, full, empty = self._vector_buffer("consumer")
         with o.block(""):
             o.line("const int warp = tid / 32, lane = tid % 32;")
             if staged:
-                o.line("mbarrier_wait(smem_u32(vectors_full), vectors_phase);  // this tile's vectors are staged")
+                o.line(f"mbarrier_wait(smem_u32({full}), vectors_phase);  // this tile's vectors are staged")
+            if staged and self.layout.pingpong:
+                o.line(f"const float* const tile_vectors = {buffer};")
+                buffer = "tile_vectors"
             o.line("fuse_m fuse_m_values[M_REPEAT][2];  // rows l/4 and l/4 + 8 of each 64-row instruction tile")
             offsets = self.layout.vector_offsets
             with o.unrolled("mr", "M_REPEAT"), o.unrolled("h", "2"):
-                row = "consumer * CONSUMER_ROWS + warp * 16 + lane / 4 + mr * 64 + h * 8"
-                o.line(f"fuse_m_values[mr][h] = {fuse.staged(ir.Broadcast.M, 'vectors', offsets, row)};")
+                row = f"{self.layout.consumer_row}warp * 16 + lane / 4 + mr * 64 + h * 8"
+                o.line(f"fuse_m_values[mr][h] = {fuse.staged(ir.Broadcast.M, buffer, offsets, row)};")
             if fuse.members(ir.Broadcast.N):
                 o.comment("A pair's columns: four lanes read 8 neighbouring floats, the warp's other lanes the same ones\n"
                           "(broadcasts), so each read is one wavefront.")
-            n0, n1 = (fuse.staged(ir.Broadcast.N, "vectors", offsets, f"col{step} - block_n").replace("{", "{{")
+            n0, n1 = (fuse.staged(ir.Broadcast.N, buffer, offsets, f"col{step} - block_n").replace("{", "{{")
                       .replace("}", "}}") for step in ("", " + 1"))  # braces kept through emit_pair_loop's format
             self.emit_pair_loop(fuse.pair("C", "{row}", "fuse_m_values[mr][{half}]", n0, n1, "{x}", "{y}",
                                           self.residual_argument))
             if staged:
-                o.line("mbarrier_arrive(smem_u32(vectors_empty));  // read: the producer may stage the next tile's")
+                o.line(f"mbarrier_arrive(smem_u32({empty}));  // read: the producer may stage the next tile's")
                 o.line("vectors_phase ^= 1;")
 
     def emit(self) -> None:
@@ -194,7 +217,7 @@ class AccumulatorEpilogue:
         o = self.out
         o.comment("Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and\n"
                   "l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.")
-        o.line("const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;")
+        o.line(f"const int row0 = block_m + {self.layout.consumer_row}warp * 16 + lane / 4;")
         o.line("const int col0 = block_n + lane % 4 * 2;")
         with o.unrolled("mr", "M_REPEAT"):
             with o.unrolled("nr", "N_REPEAT"):

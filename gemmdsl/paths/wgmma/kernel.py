@@ -15,6 +15,7 @@ from .layout import WgmmaLayout
 from .mbarrier import MbarrierRing
 from .grouped import GroupedScheduler
 from .persistent import PersistentScheduler
+from .pingpong import PingPongScheduler
 from .tma import TmaProducer
 from .math import WgmmaMath
 from .epilogue import AccumulatorEpilogue
@@ -40,7 +41,7 @@ class WgmmaParts:
 def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     """One part per role: the math (the path's: wgmma, 3xTF32's split products with the producer's splitter
     warps, or FP8's promoted sums), the epilogue (direct or staged through shared memory and TMA stores), the scheduler
-    (persistent tiles, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
+    (persistent tiles, taken in turn by the consumers under pingpong, or with stream-K); another copy engine (TMA multicast) would be chosen here too."""
     layout = plan.layout
     assert isinstance(layout, WgmmaLayout)
     math = plan.path.math(layout, out)
@@ -49,7 +50,7 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
     else:
         epilogue = (StmatrixEpilogue if layout.stmatrix_store else StagedEpilogue)(layout, out)
     scheduler = (StreamKPersistentScheduler if layout.stream_k else GroupedScheduler if layout.grouped
-                 else PersistentScheduler)(layout, out)
+                 else PingPongScheduler if layout.pingpong else PersistentScheduler)(layout, out)
     splitter = StageSplitter(layout, out) if layout.split else None
     return WgmmaParts(layout, scheduler, MbarrierRing(layout, out), TmaProducer(layout, out), math, epilogue, splitter)
 
@@ -152,7 +153,7 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
             o.line("const int consumer = warpgroup - 1;")
             parts.epilogue.emit_state()
             o.line("int it = 0;")
-            parts.scheduler.emit_loop(lambda: _consumer_tile(parts, o))
+            parts.scheduler.emit_consumer_loop(lambda: _consumer_tile(parts, o))
             parts.epilogue.emit_finish()
         o.line("#else")
         o.comment(f"The compute_{target.sm} pass: no wgmma, so no kernel; a GPU that runs this kernel loads its "
@@ -175,11 +176,13 @@ def _consumer_tile(parts, o: Emitter) -> None:
     parts.epilogue.emit_tile_start()
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
+    parts.scheduler.emit_main_loop_start()
     with o.block(f"for (int kt = 0; kt < {parts.scheduler.k_count}; ++kt, ++it)"):
         parts.ring.emit_stage()
         parts.ring.emit_consumer_wait()
         parts.math.emit_k_tile()
         parts.math.emit_release()
+    parts.scheduler.emit_main_loop_end()
     parts.math.emit_drain()
     o.line()
     parts.scheduler.emit_tile_end(parts.epilogue.emit_tile)

@@ -20,6 +20,8 @@ The kernel it describes (gemmdsl/paths/wgmma/kernel.py):
 - registers move from the producers to the consumers with setmaxnreg after the launch;
 - blocks walk C tiles `tile = blockIdx.x; tile += gridDim.x` (schedule: persistent launches
   min(tiles, SMs) blocks; schedule: tiles one block per tile) through the spec's raster;
+  schedule: pingpong is persistent, and deals the block's tiles out to its consumer warpgroups in
+  turn, each multiplying a whole tile (paths/wgmma/pingpong.py);
   schedule: stream_k is persistent too, and its blocks first share the last wave's tiles' k-tiles
   (schedule.py; paths/wgmma/stream_k.py), leaving partial sums in a workspace for the block that
   finishes each shared tile.
@@ -160,9 +162,29 @@ class WgmmaLayout:
     # --- the consumers' tiles ------------------------------------------------------------------
 
     @property
+    def pingpong(self) -> bool:
+        """`schedule: pingpong`: each consumer warpgroup multiplies tiles of its own, their main loops in turn,
+        so one consumer's epilogue runs while another's main loop keeps the tensor cores busy."""
+        return self.spec.block.schedule is ir.Schedule.PINGPONG
+
+    @property
+    def tile_consumers(self) -> int:
+        """Consumer warpgroups that share one tile (and read each stage of the ring): all, or one (pingpong)."""
+        return 1 if self.pingpong else self.consumers
+
+    @property
     def consumer_rows(self) -> int:
         """Rows of the block tile each consumer warpgroup multiplies (all BN columns)."""
-        return self.bm // self.consumers
+        return self.bm // self.tile_consumers
+
+    @property
+    def consumer_row(self) -> str:
+        """C: a consumer's first row within its tile, followed by ` + `; nothing where each has a whole tile."""
+        return "" if self.pingpong else "consumer * CONSUMER_ROWS + "
+
+    def consumer_a(self, stage: str) -> str:
+        """C: where a consumer's rows of A begin in the stage at `stage`."""
+        return stage if self.pingpong else f"{stage} + consumer * CONSUMER_ROWS * BK * {self.element_bytes}"
 
     @property
     def m_repeat(self) -> int:
@@ -191,8 +213,8 @@ class WgmmaLayout:
         """The consumers keep their rows' values (two rows per 64-row instruction tile) and read each pair's
         columns again (paths/wgmma/epilogue.py: too many columns per thread to keep), all from the tile's
         vectors the producer staged in shared memory."""
-        return ChainReads(self.consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True,
-                          staged_bytes=self.vector_bytes, residual_ahead=self.residual_ahead,
+        return ChainReads(self.tile_consumers * WARPGROUP, 2 * self.m_repeat, 0, cols_per_element=True,
+                          staged_bytes=self.tile_vector_bytes, residual_ahead=self.residual_ahead,
                           residual_copied=self.staged_residual)
 
     @property
@@ -236,7 +258,7 @@ class WgmmaLayout:
         slice of B, and its 64 x k slice of A unless A comes from registers."""
         step = self.shape.k * self.element_bytes
         a_rows = 0 if self.a_in_registers else WGMMA_M
-        return self.consumers * self.wgmma_per_k_tile * (a_rows + self.shape.n) * step
+        return self.tile_consumers * self.wgmma_per_k_tile * (a_rows + self.shape.n) * step
 
     @property
     def split_lsu_bytes_per_k_tile(self) -> int:
@@ -271,8 +293,15 @@ class WgmmaLayout:
     @property
     def mbarriers(self) -> int:
         """A `full` and an `empty` barrier per stage, and for 3xTF32 a `ready` one (B's stage is split); a
-        `vectors_full` and a `vectors_empty` one for the staged vectors of a fuse chain."""
-        return (3 if self.split else 2) * self.stages + 2 * self.staged_vectors
+        `vectors_full` and a `vectors_empty` one per buffer of the staged vectors of a fuse chain; under pingpong a
+        `turn` one per consumer (paths/wgmma/pingpong.py)."""
+        return ((3 if self.split else 2) * self.stages + 2 * self.vector_buffers * self.staged_vectors
+                + self.consumers * self.pingpong)
+
+    @property
+    def vector_buffers(self) -> int:
+        """Tiles whose vectors are staged at once: the block's one, or under pingpong one per consumer."""
+        return self.consumers if self.pingpong else 1
 
     @cached_property
     def vector_offsets(self) -> dict[str, int]:
@@ -296,8 +325,13 @@ class WgmmaLayout:
 
     @property
     def vector_bytes(self) -> int:
-        """The staged vectors' buffer: one tile's values as f32 (BM and BN are multiples of 64, so whole
-        16-byte units and the barriers after it stay aligned)."""
+        """The staged vectors' buffers: `vector_buffers` tiles' values."""
+        return self.vector_buffers * self.tile_vector_bytes
+
+    @property
+    def tile_vector_bytes(self) -> int:
+        """One tile's staged vectors as f32 (BM and BN are multiples of 64, so whole 16-byte units and the
+        barriers after them stay aligned)."""
         return 4 * sum(extent for _, extent in self._vector_extents)
 
     @property
@@ -487,8 +521,8 @@ class WgmmaLayout:
 
     @property
     def persistent(self) -> bool:
-        """One wave of blocks walks the tiles (schedule: persistent, and stream_k, which is persistent)."""
-        return self.spec.block.schedule in (ir.Schedule.PERSISTENT, ir.Schedule.STREAM_K)
+        """One wave of blocks walks the tiles (schedule: persistent, and stream_k and pingpong, which are persistent)."""
+        return self.spec.block.schedule in (ir.Schedule.PERSISTENT, ir.Schedule.STREAM_K, ir.Schedule.PINGPONG)
 
     @property
     def stream_k(self) -> bool:

@@ -43,7 +43,8 @@ class WgmmaMath:
 
     def tiling_note(self) -> str:
         layout = self.layout
-        return (f"Each of the {layout.consumers} consumer warpgroups multiplies {layout.consumer_rows} rows by {layout.bn} "
+        turns = " (whole tiles, in turn: schedule: pingpong)" if layout.pingpong else ""
+        return (f"Each of the {layout.consumers} consumer warpgroups{turns} multiplies {layout.consumer_rows} rows by {layout.bn} "
                 f"columns: {layout.m_repeat} x {layout.n_repeat} {self.shape} per k-step, {layout.k_steps} steps "
                 f"per k-tile,\n{layout.accumulators} f32 accumulators per thread.")
 
@@ -177,8 +178,7 @@ static __device__ __forceinline__ void wgmma_wait()
         o, layout = self.out, self.layout
         o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
         a, b = ir.Operand.A, ir.Operand.B
-        o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32(tile_a + consumer * "
-               f"CONSUMER_ROWS * BK * {layout.element_bytes}));")
+        o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32({layout.consumer_a('tile_a')}));")
         o.line(f"const unsigned long long desc_b = {self.descriptor_function(b)}(smem_u32(tile_a + A_STAGE_BYTES));")
         o.line("wgmma_fence();")
         a_k, b_k, m_step, n_step = layout.k_step(a), layout.k_step(b), layout.row_step(a), layout.row_step(b)

@@ -8,7 +8,8 @@ and phase `(it / STAGES) & 1` name the same use of the ring on both sides withou
 communication. 3xTF32 adds a third barrier per stage, `ready[s]`, which counts one arrival per splitter
 thread (paths/wgmma/splitter.py) and completes when B's k-tile in stage s is split; the consumers wait
 for it after `full`. A fuse chain with vectors adds one pair for the block, `vectors_full` and
-`vectors_empty` (paths/wgmma/epilogue.py). A fresh barrier is in phase 0, and waiting for the parity of the phase before it
+`vectors_empty` (paths/wgmma/epilogue.py; one pair per consumer under pingpong, which also adds a `turn`
+barrier per consumer: paths/wgmma/pingpong.py). A fresh barrier is in phase 0, and waiting for the parity of the phase before it
 returns at once: so the producer's first pass, which waits on `empty` with parity 1, does not block.
 """
 from __future__ import annotations
@@ -99,25 +100,40 @@ class MbarrierRing:
         if self.layout.split:
             o.line("unsigned long long* const ready = empty + STAGES;")
             last = "ready"
+        buffers = self.layout.vector_buffers
         if self.layout.staged_vectors:
             o.line(f"unsigned long long* const vectors_full = {last} + STAGES;")
-            o.line("unsigned long long* const vectors_empty = vectors_full + 1;")
+            o.line(f"unsigned long long* const vectors_empty = vectors_full + {buffers};")
+            last = f"vectors_empty + {buffers}"
+        else:
+            last += " + STAGES"
+        if self.layout.pingpong:
+            o.line(f"unsigned long long* const turn = {last};")
 
     def emit_init(self) -> None:
         o = self.out
         ready = "; `ready`: one per splitter thread" if self.layout.split else ""
         if self.layout.staged_vectors:
             ready += ";\n`vectors_full`: one per lane of the warp that stages them; `vectors_empty`: every consumer thread"
-        o.comment(f"`full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup{ready}.")
+        readers = "the consumer warpgroup of the stage's tile" if self.layout.pingpong else "one arrival per consumer warpgroup"
+        if self.layout.pingpong:
+            ready += ";\n`turn`: every thread of the consumer before"
+        o.comment(f"`full`: the producer's arrival and TMA's bytes; `empty`: {readers}{ready}.")
         with o.block("if (threadIdx.x == 0)"):
             with o.block("for (int s = 0; s < STAGES; ++s)"):
                 o.line("mbarrier_init(smem_u32(full + s), 1);")
-                o.line("mbarrier_init(smem_u32(empty + s), CONSUMERS);")
+                o.line(f"mbarrier_init(smem_u32(empty + s), {1 if self.layout.pingpong else 'CONSUMERS'});")
                 if self.layout.split:
                     o.line("mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);")
-            if self.layout.staged_vectors:
+            if self.layout.staged_vectors and not self.layout.pingpong:
                 o.line("mbarrier_init(smem_u32(vectors_full), 32);")
                 o.line("mbarrier_init(smem_u32(vectors_empty), CONSUMERS * 128);")
+            if self.layout.pingpong:
+                with o.block("for (int c = 0; c < CONSUMERS; ++c)"):
+                    if self.layout.staged_vectors:
+                        o.line("mbarrier_init(smem_u32(vectors_full + c), 32);")
+                        o.line("mbarrier_init(smem_u32(vectors_empty + c), 128);")
+                    o.line("mbarrier_init(smem_u32(turn + c), 128);")
             o.comment("Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.")
             o.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
         o.line("__syncthreads();")

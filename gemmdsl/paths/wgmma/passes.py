@@ -50,7 +50,8 @@ class WgmmaSmemPass:
                          layout.arch.smem_per_block)
         split = f" + a {layout.split_bytes}-byte split buffer (3xTF32: B's small parts)" if layout.split else ""
         if layout.staged_vectors:
-            split += f" + {layout.vector_bytes} bytes of the fuse chain's vectors (one tile's, as f32)"
+            tiles = "one tile's" if layout.vector_buffers == 1 else f"{layout.vector_buffers} tiles', one per consumer"
+            split += f" + {layout.vector_bytes} bytes of the fuse chain's vectors ({tiles}, as f32)"
         verdict = (f"{layout.stage_bytes} bytes per stage (A {smem.stage_bytes['a']} + B {smem.stage_bytes['b']}), "
                    f"{smem.stages} stages = {smem.ring_bytes}{split}; {smem.block_bytes} bytes per block with barriers and "
                    f"1024-byte alignment, of {smem.limit} ({100 * smem.block_bytes / smem.limit:.0f}%): 1 block per SM")
@@ -219,7 +220,7 @@ class WgmmaTrafficPass:
         layout = _layout(context)
         m, n, k = context.problem
         tiles, k_tiles = context.plan.launch.tiles(m, n), -(-k // layout.bk)
-        instructions = tiles * k_tiles * layout.consumers * layout.wgmma_per_k_tile
+        instructions = tiles * k_tiles * layout.tile_consumers * layout.wgmma_per_k_tile
         read = tiles * k_tiles * layout.smem_read_bytes_per_k_tile
         copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())
         split = tiles * k_tiles * layout.split_lsu_bytes_per_k_tile
@@ -326,7 +327,7 @@ class WgmmaFuseEpiloguePass:
         # Per tile from L2 in the epilogue: R's tile but the share copied ahead, and each vector's values of the
         # tile's rows or columns unless a producer warp staged them during the main loop.
         tile_bytes = (cost.epilogue_block_bytes // waves.tiles) if waves.tiles else 0
-        epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms)
+        epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms, waves.tiles)
         return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))
 
 
@@ -335,13 +336,15 @@ def epilogue_verdict(epilogue: FusedEpilogue, layout: WgmmaLayout) -> str:
             f"{100 * epilogue.share:.1f}% of a tile's main loop")
     if not layout.persistent:
         return head + "; not hidden: one block per tile, the next starts when this one ends"
-    if epilogue.hidden == 0:
-        return head + "; not hidden: both consumers share the tile and wgmma sets the pace, so it waits"
-    refill = f"the producer refills the ring's {layout.stages} stages meanwhile"
-    if epilogue.exposed == 0:
-        return head + f"; hidden: {refill}"
-    return (head + f"; {100 * epilogue.hidden / epilogue.cycles:.0f}% hidden ({refill}), "
-            f"~{epilogue.exposed:,} exposed ({100 * epilogue.exposed / epilogue.main_loop_cycles:.1f}%)")
+    if layout.pingpong:
+        if epilogue.hidden == 0:
+            return head + "; not hidden: no block has a second tile for the other consumer to multiply meanwhile"
+        turn = "another consumer's main loop runs meanwhile (schedule: pingpong)"
+        if epilogue.exposed == 0:
+            return head + f"; hidden: {turn}"
+        return head + f"; {100 * epilogue.hidden / epilogue.cycles:.0f}% hidden ({turn}), ~{epilogue.exposed:,} exposed"
+    return head + ("; not hidden: both consumers share the tile, and wgmma waits for them (`schedule: pingpong` "
+                   "overlaps it with another tile's main loop)")
 
 
 # The rates a wgmma k-tile is the slowest of (cycles.wgmma_member_model's terms), as `check` names them.

@@ -56,6 +56,16 @@ class PersistentScheduler:
                 emit_raster(self.spec, o, "tile")
             body()
 
+    def emit_consumer_loop(self, body: Callable[[], None]) -> None:
+        """A consumer's walk: the block's tiles, every consumer on each (paths/wgmma/pingpong.py deals them out)."""
+        self.emit_loop(body)
+
+    def emit_main_loop_start(self) -> None:
+        """Before a consumer's first k-tile of a tile: nothing to wait for but the ring."""
+
+    def emit_main_loop_end(self) -> None:
+        """After a consumer has issued a tile's last k-tile: nobody to tell."""
+
     def emit_consumer_names(self) -> None:
         """What a consumer's epilogue names of its tile beyond block_m and block_n: a batch's tile's GEMM's C."""
         if self.layout.batched:

@@ -119,9 +119,8 @@ class StmatrixEpilogue(StagedEpilogue):
     def _buffers(self) -> str:
         return f"staging + (consumer * {WARPS_PER_WARPGROUP} + warp) * STORE_BUFFERS * C_BOX_BYTES"
 
-    @staticmethod
-    def _box_row(box: str) -> str:
-        return f"block_m + consumer * CONSUMER_ROWS + ({box}) / (BN / C_BOX_COLS) * 64 + warp * {WARP_ROWS}"
+    def _box_row(self, box: str) -> str:
+        return f"block_m + {self.layout.consumer_row}({box}) / (BN / C_BOX_COLS) * 64 + warp * {WARP_ROWS}"
 
     @staticmethod
     def _box_col(box: str) -> str:
@@ -206,7 +205,7 @@ class StmatrixEpilogue(StagedEpilogue):
             o.line("fence_proxy_async();")
             o.line("__syncwarp();")
             o.line("if (lane == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
-                                                      f"block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * {WARP_ROWS}"))
+                                                      f"block_m + {self.layout.consumer_row}mr * 64 + warp * {WARP_ROWS}"))
             if self.stages_residual:
                 with o.block("if (residual_staged && box + STORE_BUFFERS < C_BOXES)"):
                     o.comment("The box this buffer holds next: its R once the store has read the buffer, while the "

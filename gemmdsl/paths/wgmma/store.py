@@ -150,7 +150,7 @@ class StagedEpilogue(AccumulatorEpilogue):
                     o.line("const int col = first + 8 * j;")
                     o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
                            "4 * (col % WGMMA_N / 8);")
-                    o.line("const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;")
+                    o.line(f"const int row = block_m + {self.layout.consumer_row}mr * 64 + r;")
                     o.line("const int gcol = block_n + col + lane % 4 * 2;")
                     o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
                     o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
@@ -163,7 +163,7 @@ class StagedEpilogue(AccumulatorEpilogue):
                 o.line("fence_proxy_async();")
                 o.line("warpgroup_sync(consumer);")
                 o.line("if (tid == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
-                                                         "block_m + consumer * CONSUMER_ROWS + mr * 64"))
+                                                         f"block_m + {self.layout.consumer_row}mr * 64"))
         with o.block("else"):
             self.emit_direct()
 

@@ -74,7 +74,30 @@ def _check_problem(spec: ir.KernelSpec, error: Report) -> bool:
               "use `schedule: persistent` (its blocks walk the tiles of every GEMM of the batch)")
         ok = False
     ok = _check_grouped(spec, error) and ok
+    ok = _check_pingpong(spec, error) and ok
     return ok
+
+
+def _check_pingpong(spec: ir.KernelSpec, error: Report) -> bool:
+    """`schedule: pingpong` (paths/wgmma/pingpong.py): consumers that take turns need two of them, and the splitter
+    warps of 3xTF32 and the batch walks of strided and grouped GEMMs are not generated with it yet."""
+    block, problem = spec.block, spec.problem
+    if block.schedule is not ir.Schedule.PINGPONG:
+        return True
+    if spec.threads.warpgroups < 2:
+        error(block.at("schedule"), "schedule: pingpong alternates consumer warpgroups' main loops, and this spec has "
+                                    "one", "use `warpgroups: 2;` (each warpgroup then multiplies a whole tile), or "
+                                           "`schedule: persistent;`")
+        return False
+    if spec.mma.precision is ir.Precision.TF32X3:
+        error(block.at("schedule"), "schedule: pingpong with precision: tf32x3 is not supported yet (its splitter "
+                                    "warps split each stage for every consumer)", "use `schedule: persistent;`")
+        return False
+    if problem.batched:
+        error(problem.at("batch"), "batch: strided with schedule: pingpong is not supported yet on the wgmma path",
+              "use `schedule: persistent;`")
+        return False
+    return True
 
 
 def _check_grouped(spec: ir.KernelSpec, error: Report) -> bool:
@@ -216,8 +239,12 @@ def _check_tile(spec: ir.KernelSpec, error: Report) -> bool:
     block, t, shape = spec.block, spec.threads, spec.mma.shape
     element = spec.problem.a.dtype.bytes
     ok = True
-    rows = WGMMA_M * t.warpgroups
-    if block.m % rows:
+    if block.schedule is ir.Schedule.PINGPONG:  # each consumer multiplies the whole tile
+        if block.m % WGMMA_M:
+            error(block.at("tile"), f"BM = {block.m} is not a whole number of {WGMMA_M}-row wgmma tiles",
+                  f"use BM = {max(WGMMA_M, block.m // WGMMA_M * WGMMA_M)}")
+            ok = False
+    elif block.m % (rows := WGMMA_M * t.warpgroups):
         error(block.at("tile"), f"BM = {block.m} does not split into {t.warpgroups} consumer warpgroups of "
                                 f"whole {WGMMA_M}-row wgmma tiles (a multiple of {rows})",
               f"use BM = {max(rows, block.m // rows * rows)}, or {max(1, block.m // WGMMA_M)} warpgroups")

@@ -47,8 +47,7 @@ class PromotedWgmmaMath(WgmmaMath):
         o, layout = self.out, self.layout
         a, b = ir.Operand.A, ir.Operand.B
         o.line("unsigned char* const tile_a = smem + stage * STAGE_BYTES;")
-        o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32(tile_a + consumer * "
-               f"CONSUMER_ROWS * BK * {layout.element_bytes}));")
+        o.line(f"const unsigned long long desc_a = {self.descriptor_function(a)}(smem_u32({layout.consumer_a('tile_a')}));")
         o.line(f"const unsigned long long desc_b = {self.descriptor_function(b)}(smem_u32(tile_a + A_STAGE_BYTES));")
         if layout.block_scaled:
             self.emit_block_scales()
@@ -82,7 +81,7 @@ class PromotedWgmmaMath(WgmmaMath):
         o.comment("Block scales of k-tile kt (a_scale: M x k_tiles, b_scale: ceil(N / 128) x k_tiles, row-major); "
                   "the loads\nrun while the k-tile's wgmma do. Rows l/4 and l/4 + 8 of each 64-row instruction tile.")
         o.line("float a_scales[M_REPEAT][2], b_scales[BN / SCALE_BLOCK];")
-        o.line("const int scale_row = block_m + consumer * CONSUMER_ROWS + tid / 32 * 16 + tid % 32 / 4;")
+        o.line(f"const int scale_row = block_m + {self.layout.consumer_row}tid / 32 * 16 + tid % 32 / 4;")
         with o.unrolled("mr", "M_REPEAT"):
             with o.unrolled("h", "2"):
                 o.line("const int row = scale_row + mr * 64 + h * 8;")
