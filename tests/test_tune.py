@@ -9,7 +9,7 @@ import pytest
 
 from gemmdsl import bench, tune
 from gemmdsl.cli import main
-from gemmdsl.frontend import load
+from gemmdsl.frontend import load, load_spec
 from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +134,21 @@ def test_shipped_templates_expand_to_bounded_spaces():
     space = tune.expand((TEMPLATES / "sgemm_space.tgemm").read_text())
     assert len(space) == 3456 <= tune.DEFAULT_MAX_CANDIDATES
     assert len(tune.expand((TEMPLATES / "sgemm_warp.tgemm").read_text())) == 216
+
+
+def test_the_fp8_template_offers_both_schedules_and_holds_its_tuned_winner():
+    """fp8_h100.tgemm: 120 candidates, 21 past the front end (promoted accumulators over a consumer's registers,
+    a ring over 227 KiB, 64-row tiles for two persistent consumers are refused), ping-pong ones among them; the
+    tuned spec it produced on the H100 (specs/fp8_h100_tuned.gemm) is one of them."""
+    report = tune.screen(tune.expand((TEMPLATES / "fp8_h100.tgemm").read_text(), "fp8_h100.tgemm"),
+                         [(8192, 8192, 8192)], path="fp8_h100.tgemm", conflict_pct=0.0)
+    assert report.generated == 120 and report.valid == 21
+    schedules = {survivor.spec.block.schedule.value for survivor in report.survivors}
+    assert schedules == {"persistent", "pingpong"}
+    tuned = load_spec(ROOT / "specs" / "fp8_h100_tuned.gemm")
+    shape = lambda spec: (spec.block.m, spec.block.n, spec.block.k, spec.block.schedule, spec.mma.shape,
+                          spec.pipeline.stages)
+    assert shape(tuned) in {shape(survivor.spec) for survivor in report.survivors}
 
 
 def test_template_stem():
