@@ -96,19 +96,17 @@ class MbarrierRing:
             barriers += " + VECTOR_BYTES"
         o.line(f"unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + {barriers});")
         o.line("unsigned long long* const empty = full + STAGES;")
-        last = "empty"
+        after = "empty + STAGES"  # the next free barrier
         if self.layout.split:
             o.line("unsigned long long* const ready = empty + STAGES;")
-            last = "ready"
-        buffers = self.layout.vector_buffers
+            after = "ready + STAGES"
         if self.layout.staged_vectors:
-            o.line(f"unsigned long long* const vectors_full = {last} + STAGES;")
+            buffers = self.layout.vector_buffers
+            o.line(f"unsigned long long* const vectors_full = {after};")
             o.line(f"unsigned long long* const vectors_empty = vectors_full + {buffers};")
-            last = f"vectors_empty + {buffers}"
-        else:
-            last += " + STAGES"
+            after = f"vectors_empty + {buffers}"
         if self.layout.pingpong:
-            o.line(f"unsigned long long* const turn = {last};")
+            o.line(f"unsigned long long* const turn = {after};")
 
     def emit_init(self) -> None:
         o = self.out
