@@ -136,19 +136,22 @@ def test_shipped_templates_expand_to_bounded_spaces():
     assert len(tune.expand((TEMPLATES / "sgemm_warp.tgemm").read_text())) == 216
 
 
-def test_the_fp8_template_offers_both_schedules_and_holds_its_tuned_winner():
-    """fp8_h100.tgemm: 120 candidates, 21 past the front end (promoted accumulators over a consumer's registers,
-    a ring over 227 KiB, 64-row tiles for two persistent consumers are refused), ping-pong ones among them; the
-    tuned spec it produced on the H100 (specs/fp8_h100_tuned.gemm) is one of them."""
-    report = tune.screen(tune.expand((TEMPLATES / "fp8_h100.tgemm").read_text(), "fp8_h100.tgemm"),
-                         [(8192, 8192, 8192)], path="fp8_h100.tgemm", conflict_pct=0.0)
-    assert report.generated == 120 and report.valid == 21
+@pytest.mark.parametrize("template, valid, tuned", [("fp8_h100", 21, "fp8_h100_tuned"),
+                                                    ("linear_gelu_h100", 20, "linear_gelu_tuned")])
+def test_a_wgmma_template_offers_both_schedules_and_holds_its_tuned_winner(template, valid, tuned):
+    """fp8_h100.tgemm and linear_gelu_h100.tgemm: what passes the front end (accumulators over a consumer's
+    registers, a ring over 227 KiB, 64-row tiles for two persistent consumers are refused) includes ping-pong
+    candidates, and the spec each produced on the H100 (specs/*_tuned.gemm) is one of them."""
+    text = (TEMPLATES / f"{template}.tgemm").read_text()
+    report = tune.screen(tune.expand(text, f"{template}.tgemm"), [(8192, 8192, 8192)], path=f"{template}.tgemm",
+                         conflict_pct=0.0)
+    assert report.valid == valid
     schedules = {survivor.spec.block.schedule.value for survivor in report.survivors}
     assert schedules == {"persistent", "pingpong"}
-    tuned = load_spec(ROOT / "specs" / "fp8_h100_tuned.gemm")
+    winner = load_spec(ROOT / "specs" / f"{tuned}.gemm")
     shape = lambda spec: (spec.block.m, spec.block.n, spec.block.k, spec.block.schedule, spec.mma.shape,
-                          spec.pipeline.stages)
-    assert shape(tuned) in {shape(survivor.spec) for survivor in report.survivors}
+                          spec.pipeline.stages, spec.fuse.describe(False))
+    assert shape(winner) in {shape(survivor.spec) for survivor in report.survivors}
 
 
 def test_template_stem():
