@@ -16,6 +16,7 @@ from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
 from .family import compile_family_path, is_family_path, parse_family
+from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TARGETS, TargetName, parse_target
 
@@ -100,8 +101,8 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
             print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
             return False
         resources = result.resources
-        others = [(entry, parse_ptxas(result.log, entry)) for entry in artifacts.metadata["entries"].values()
-                  if entry not in (None, artifacts.metadata["entry"])]
+        entries = Entries.from_json(artifacts.metadata["entries"]).all()  # the narrow rungs' too
+        others = [(entry, parse_ptxas(result.log, entry)) for entry in entries if entry != artifacts.metadata["entry"]]
         artifacts = artifacts.with_ptxas(resources)
         files.update({f"{name}.{kind}": data for kind, data in result.outputs.items()})
     _write(name, artifacts.cuda, artifacts.header, artifacts.metadata_json(), files, args)

@@ -1,8 +1,11 @@
 """The compile command: outputs, determinism, atomic writes, and errors without tracebacks."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from gemmdsl.cli import main
 from gemmdsl.compiler import compile_path
@@ -165,3 +168,14 @@ def test_a_family_named_twice_is_refused(tmp_path):
     done = run_cli("compile", str(family), str(family), "-o", str(tmp_path), "--no-nvcc")
     assert done.returncode == 1
     assert f"error: kernel name 'sgemm_family' is also that of {family}" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_compile_reports_ptxas_for_every_kernel_of_the_file_the_narrow_rungs_included(tmp_path):
+    """A checked cp.async spec's file holds 8- and 4-byte kernels listed under entries.narrow in NAME.json (a list
+    of kernels, not a name): compile prints each one's ptxas figures instead of failing on them."""
+    done = run_cli("compile", str(ROOT / "specs" / "hgemm_mma.gemm"), "-o", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    for entry in ("hgemm_mma_kernel_8byte: ptxas:", "hgemm_mma_kernel_4byte: ptxas:", "hgemm_mma_kernel_scalar: ptxas:"):
+        assert entry in done.stdout, done.stdout
