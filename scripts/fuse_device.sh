@@ -9,7 +9,7 @@
 #   bench     linear_gelu and its unfused twin linear_bf16, linear_gelu_pingpong and its twin
 #             linear_bf16_pingpong at 4096^3, 8192^3, 16384x11008x4096 and 4096x4096x1024 (against cuBLASLt's
 #             fused bias+GELU and torch unfused); sgemm_fused beside
-#             sgemm_v3, hgemm_mma_fused beside hgemm_mma and hgemm_h100_relu_residual beside linear_bf16 at
+#             sgemm_v3, hgemm_mma_fused beside hgemm_mma_bf16c and hgemm_h100_relu_residual beside linear_bf16 at
 #             4096^3; then scripts/fuse_table.py's table of each fused kernel's ratios to its unfused twin,
 #             cuBLASLt's fused epilogue and torch unfused (baseline ms / kernel ms), also in $OUT/fuse_table.txt;
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on one fused spec per path (and the
@@ -24,7 +24,7 @@ FUSED="specs/sgemm_fused.gemm specs/hgemm_mma_fused.gemm specs/linear_gelu.gemm 
        specs/linear_gelu_pingpong.gemm"
 status=0
 python3 scripts/prebuild_cubins.py $FUSED specs/linear_bf16.gemm specs/linear_bf16_pingpong.gemm specs/sgemm_v3.gemm \
-    specs/hgemm_mma.gemm \
+    specs/hgemm_mma_bf16c.gemm \
     > "$OUT/prebuild.log" 2>&1 || status=1
 if wants tests; then
     python3 -m pytest -m gpu -q -rs tests/test_gpu_fuse.py > "$OUT/pytest_fuse.log" 2>&1 || status=1
@@ -41,7 +41,7 @@ if wants bench; then
         --sizes 4096x4096x4096,8192x8192x8192,16384x11008x4096,4096x4096x1024 --json "$OUT/bench_linear.json" \
         2>/dev/null | tee "$OUT/bench_linear.log" || status=1
     python3 -m gemmdsl.cli bench specs/sgemm_fused.gemm specs/sgemm_v3.gemm specs/hgemm_mma_fused.gemm \
-        specs/hgemm_mma.gemm specs/hgemm_h100_relu_residual.gemm specs/linear_bf16.gemm --sizes 4096x4096x4096 \
+        specs/hgemm_mma_bf16c.gemm specs/hgemm_h100_relu_residual.gemm specs/linear_bf16.gemm --sizes 4096x4096x4096 \
         --json "$OUT/bench_fused.json" 2>/dev/null | tee "$OUT/bench_fused.log" || status=1
     python3 scripts/fuse_table.py "$OUT/bench_linear.json" "$OUT/bench_fused.json" | tee "$OUT/fuse_table.txt" \
         || status=1

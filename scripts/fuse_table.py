@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Each fused kernel and its unfused twin; the rows of bench's library baselines name the chain's formula.
 COMPARISONS = (("linear_gelu", "linear_bf16"), ("linear_gelu_pingpong", "linear_bf16_pingpong"),
-               ("hgemm_h100_relu_residual", "linear_bf16"))
+               ("hgemm_h100_relu_residual", "linear_bf16"), ("hgemm_mma_fused", "hgemm_mma_bf16c"),
+               ("sgemm_fused", "sgemm_v3"))
 LIBRARY_BASELINES = ("cuBLASLt", "torch unfused")
 
 
