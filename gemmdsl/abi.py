@@ -61,6 +61,16 @@ def narrow_entry(spec: ir.KernelSpec, width_bytes: int, stream_k: bool = False) 
     return f"{spec.name}_kernel{'_stream_k' if stream_k else ''}_{width_bytes}byte"
 
 
+def pad_operands_entry(spec: ir.KernelSpec) -> str:
+    """The kernel that copies A and B into rows TMA can read (paths/wgmma/pad.py)."""
+    return f"{spec.name}_pad_operands"
+
+
+def padded_launcher_name(spec: ir.KernelSpec) -> str:
+    """The launcher that runs NAME_launch_ld on those copies (paths/wgmma/pad.py)."""
+    return f"{spec.name}_launch_ld_padded"
+
+
 def interior_entry(spec: ir.KernelSpec) -> str:
     return f"{spec.name}_kernel_interior"
 

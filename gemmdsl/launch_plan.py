@@ -22,6 +22,9 @@ from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call
 
 SCALE_C_THREADS = 256  # the K = 0 kernel's block
 SCALE_C_MAX_BLOCKS = 1024  # its blocks per GEMM, at most: they stride over C's elements
+PAD_THREADS = 256  # the padded copies' kernel (paths/wgmma/pad.py): a warp to a row
+PAD_ROWS_PER_BLOCK = PAD_THREADS // 32
+PAD_MAX_BLOCKS = 4096  # its blocks, at most: they stride over the rows
 
 
 class GridRule(enum.Enum):
@@ -70,6 +73,7 @@ class Entries:
     scale_c: str | None = None  # K = 0: C = beta * C and the fuse chain, no products (every file has one)
     # checked cp.async kernels: the rungs between the vector and the scalar kernel, widest first
     narrow: tuple[NarrowKernel, ...] = ()
+    pad_operands: str | None = None  # TMA specs: copies A and B into rows TMA reads (paths/wgmma/pad.py)
 
     def all(self) -> tuple[str, ...]:
         """Every kernel of the file, the vector one first."""
@@ -78,8 +82,11 @@ class Entries:
         return tuple(entry for entry in named + rungs if entry is not None)
 
     def to_json(self) -> dict:
-        """The entries by role; `narrow` only where there are narrow kernels."""
-        data: dict = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "narrow"}
+        """The entries by role; `narrow` and `pad_operands` only where the file has them."""
+        data: dict = {f.name: getattr(self, f.name) for f in fields(self)
+                      if f.name not in ("narrow", "pad_operands")}
+        if self.pad_operands is not None:
+            data["pad_operands"] = self.pad_operands
         if self.narrow:
             data["narrow"] = [kernel.to_json() for kernel in self.narrow]
         return data

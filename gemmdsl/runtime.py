@@ -57,7 +57,7 @@ from .devices import Driver, PackedParameters, check_stream_device, operands_dev
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
 from .grouped_call import check_b_packed, check_grouped_operands, check_offs, check_offs_given, map_batches
-from .launch_plan import SCALE_C_THREADS, LaunchPlan
+from .launch_plan import PAD_MAX_BLOCKS, PAD_ROWS_PER_BLOCK, PAD_THREADS, SCALE_C_THREADS, LaunchPlan
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
@@ -407,6 +407,40 @@ def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> Checked
     views = {"A": moved(call.views["A"], launch.row, 0), "B": moved(call.views["B"], 0, launch.col),
              "C": moved(call.views["C"], launch.row, launch.col)}
     return replace(call, m=launch.m, n=launch.n, views=views)
+
+
+def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
+    """The operands among A and B that TMA refuses, each as (rows, elements per row, padded leading dimension)
+    of the copy the padded launcher makes (paths/wgmma/pad.py); empty for a kernel without that launcher or
+    operands TMA reads."""
+    if req.launch.entries.pad_operands is None:
+        return {}
+    copies = {}
+    for name in ("A", "B"):
+        view = views[name]
+        multiple = req.launch.requirements.vector_elements[name.lower()]
+        if view.pointer % (multiple * view.itemsize) == 0 and view.ld % multiple == 0:
+            continue
+        outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)
+        copies[name] = (outer, inner, -(-inner // multiple) * multiple)
+    return copies
+
+
+def empty_padded(like: Any, library: str, rows: int, cols: int, ld: int, transpose: bool, device: int) -> Any:
+    """An uninitialised rows x cols matrix of `like`'s element type with leading dimension `ld`, transposed for
+    a column-major operand, in the caller's library (PyTorch or CuPy; None for another library)."""
+    if library == "torch":
+        import torch
+
+        copy = torch.empty((rows, ld), dtype=like.dtype, device=torch.device("cuda", device))[:, :cols]
+    elif library == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device):
+            copy = cupy.empty((rows, ld), dtype=like.dtype)[:, :cols]
+    else:
+        return None
+    return copy.T if transpose else copy
 
 
 def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
@@ -915,6 +949,48 @@ class Kernel:
         if key is not None and not bound.workspace:
             self._last = (key, replace(bound, c=None, operands=()))
         return bound
+
+    def bind_padded(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
+                    stream_k: bool = True, interior: bool = True, **chain: Any) -> BoundLaunch | None:
+        """`bind` on copies of A and B whose rows TMA reads, as the C launcher NAME_launch_ld_padded runs
+        (paths/wgmma/pad.py): each launch copies the operands TMA refuses first. None where the kernel has
+        no such launcher or the operands' library cannot allocate the copies (then call `bind`)."""
+        if self.requirements.launch.entries.pad_operands is None:
+            return None
+        views, device = self._views({"A": a, "B": b})
+        req = self.requirements
+        operands = {name: operand_view(req, name, views[name]) for name in ("A", "B")}
+        copies = padded_copies(req, operands)
+        if not copies or min(operands["A"].rows, operands["A"].cols, operands["B"].cols) == 0 \
+                or max(view.batch for view in operands.values()) > 1:
+            return None
+        given = {"A": a, "B": b}
+        padded = dict(given)
+        for name, (rows, cols, ld) in copies.items():
+            padded[name] = empty_padded(given[name], views[name].library, rows, cols, ld, req.layouts[name] == "col",
+                                        device)
+            if padded[name] is None:
+                return None
+        bound = self.bind(padded["A"], padded["B"], c, alpha, beta, stream_k, interior, **chain)
+        arguments = []
+        for name in ("A", "B"):
+            view = operands[name]
+            if name in copies:
+                rows, cols, ld = copies[name]
+                copy = array_view(name, padded[name])
+                arguments += [numpy.uint64(view.pointer), numpy.int64(view.ld), numpy.uint64(copy.pointer),
+                              numpy.int64(ld), numpy.int32(rows), numpy.int32(cols)]
+            else:
+                arguments += [numpy.uint64(0), numpy.int64(0), numpy.uint64(0), numpy.int64(0), numpy.int32(0),
+                              numpy.int32(0)]
+        rows = sum(copy[0] for copy in copies.values())
+        grid = (min(-(-rows // PAD_ROWS_PER_BLOCK), PAD_MAX_BLOCKS), 1, 1)
+        loaded = self._module_on(device)
+        pad = KernelLaunch(loaded.functions[req.launch.entries.pad_operands], grid, (PAD_THREADS, 1, 1),
+                           tuple(arguments), 0)
+        # The caller's A and B, the copies (the launches hold their addresses) and what the launch holds.
+        return replace(bound, launches=(pad, *bound.launches),
+                       operands=(a, b, bound.c, *bound.operands[3:], *(padded[name] for name in copies)))
 
     def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
                       alpha: float, beta: float, stream_k: bool, interior: bool,

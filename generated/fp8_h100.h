@@ -72,6 +72,13 @@ cudaError_t fp8_h100_launch_ld(const __nv_fp8_e4m3* A, int lda, const __nv_fp8_e
                                __nv_bfloat16* C, int ldc, int M, int N, int K, const float* row_scale,
                                const float* col_scale, float alpha, float beta, cudaStream_t stream);
 
+// fp8_h100_launch_ld for operands TMA cannot read (pointers or leading dimensions not
+// multiples of 16 bytes): each such operand is copied into stream-ordered scratch with rows TMA reads
+// (cudaMallocAsync, freed after the launch); it returns those calls' errors too.
+cudaError_t fp8_h100_launch_ld_padded(const __nv_fp8_e4m3* A, int lda, const __nv_fp8_e4m3* B, int ldb,
+                                      __nv_bfloat16* C, int ldc, int M, int N, int K, const float* row_scale,
+                                      const float* col_scale, float alpha, float beta, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

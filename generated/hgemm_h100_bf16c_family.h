@@ -95,6 +95,9 @@ cudaError_t hgemm_h100_bf16c_launch(const __nv_bfloat16* A, const __nv_bfloat16*
 cudaError_t hgemm_h100_bf16c_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                        __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                        float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_bf16c_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                              int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                              float alpha, float beta, cudaStream_t stream);
 
 // Member hgemm_h100_bf16c_128x192 (hgemm_h100_bf16c_128x192.gemm: 128x192x64 tiles, bounds: checked).
 // Its launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
@@ -121,6 +124,10 @@ cudaError_t hgemm_h100_bf16c_128x192_launch(const __nv_bfloat16* A, const __nv_b
 cudaError_t hgemm_h100_bf16c_128x192_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
                                                int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
                                                float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_bf16c_128x192_launch_ld_padded(const __nv_bfloat16* A, int lda,
+                                                      const __nv_bfloat16* B, int ldb, __nv_bfloat16* C,
+                                                      int ldc, int M, int N, int K, float alpha, float beta,
+                                                      cudaStream_t stream);
 
 // Member hgemm_h100_bf16c_128x64 (hgemm_h100_bf16c_128x64.gemm: 128x64x64 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,
@@ -146,6 +153,9 @@ cudaError_t hgemm_h100_bf16c_128x64_launch(const __nv_bfloat16* A, const __nv_bf
 cudaError_t hgemm_h100_bf16c_128x64_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
                                               int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
                                               float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_bf16c_128x64_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                     int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                     float alpha, float beta, cudaStream_t stream);
 
 // Member hgemm_h100_bf16c_64x128_sk (hgemm_h100_bf16c_64x128_sk.gemm: 64x128x64 tiles, bounds:
 // checked). Its launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it
@@ -176,6 +186,10 @@ cudaError_t hgemm_h100_bf16c_64x128_sk_launch(const __nv_bfloat16* A, const __nv
 cudaError_t hgemm_h100_bf16c_64x128_sk_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
                                                  float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_bf16c_64x128_sk_launch_ld_padded(const __nv_bfloat16* A, int lda,
+                                                        const __nv_bfloat16* B, int ldb, __nv_bfloat16* C,
+                                                        int ldc, int M, int N, int K, float alpha,
+                                                        float beta, cudaStream_t stream);
 
 // Member hgemm_h100_bf16c_any (hgemm_h100_bf16c_any.gemm: 128x128x32 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_bf16c_family's of the same kind and run it alone,

@@ -92,6 +92,9 @@ cudaError_t hgemm_h100_f16_launch(const __half* A, const __half* B, __half* C, i
                                   float alpha, float beta, cudaStream_t stream);
 cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C, int ldc,
                                      int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_f16_launch_ld_padded(const __half* A, int lda, const __half* B, int ldb, __half* C,
+                                            int ldc, int M, int N, int K, float alpha, float beta,
+                                            cudaStream_t stream);
 
 // Member hgemm_h100_f16_128x192 (hgemm_h100_f16_128x192.gemm: 128x192x64 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_f16_family's of the same kind and run it alone, without
@@ -117,6 +120,9 @@ cudaError_t hgemm_h100_f16_128x192_launch(const __half* A, const __half* B, __ha
 cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,
                                              int ldc, int M, int N, int K, float alpha, float beta,
                                              cudaStream_t stream);
+cudaError_t hgemm_h100_f16_128x192_launch_ld_padded(const __half* A, int lda, const __half* B, int ldb,
+                                                    __half* C, int ldc, int M, int N, int K, float alpha,
+                                                    float beta, cudaStream_t stream);
 
 // Member hgemm_h100_f16_128x64 (hgemm_h100_f16_128x64.gemm: 128x64x64 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_f16_family's of the same kind and run it alone, without
@@ -142,6 +148,9 @@ cudaError_t hgemm_h100_f16_128x64_launch(const __half* A, const __half* B, __hal
 cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,
                                             int ldc, int M, int N, int K, float alpha, float beta,
                                             cudaStream_t stream);
+cudaError_t hgemm_h100_f16_128x64_launch_ld_padded(const __half* A, int lda, const __half* B, int ldb,
+                                                   __half* C, int ldc, int M, int N, int K, float alpha,
+                                                   float beta, cudaStream_t stream);
 
 // Member hgemm_h100_f16_64x128_sk (hgemm_h100_f16_64x128_sk.gemm: 64x128x64 tiles, bounds: checked).
 // Its launchers take the parameters of hgemm_h100_f16_family's of the same kind and run it alone,
@@ -171,6 +180,9 @@ cudaError_t hgemm_h100_f16_64x128_sk_launch(const __half* A, const __half* B, __
 cudaError_t hgemm_h100_f16_64x128_sk_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C,
                                                int ldc, int M, int N, int K, float alpha, float beta,
                                                cudaStream_t stream);
+cudaError_t hgemm_h100_f16_64x128_sk_launch_ld_padded(const __half* A, int lda, const __half* B, int ldb,
+                                                      __half* C, int ldc, int M, int N, int K, float alpha,
+                                                      float beta, cudaStream_t stream);
 
 // Member hgemm_h100_f16_any (hgemm_h100_f16_any.gemm: 128x128x32 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_f16_family's of the same kind and run it alone, without

@@ -92,6 +92,9 @@ cudaError_t hgemm_h100_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, fl
                               float alpha, float beta, cudaStream_t stream);
 cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C,
                                  int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t hgemm_h100_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
+                                        float* C, int ldc, int M, int N, int K, float alpha, float beta,
+                                        cudaStream_t stream);
 
 // Member hgemm_h100_128x192 (hgemm_h100_128x192.gemm: 128x192x64 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_family's of the same kind and run it alone, without the
@@ -117,6 +120,9 @@ cudaError_t hgemm_h100_128x192_launch(const __nv_bfloat16* A, const __nv_bfloat1
 cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                          float* C, int ldc, int M, int N, int K, float alpha, float beta,
                                          cudaStream_t stream);
+cudaError_t hgemm_h100_128x192_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                int ldb, float* C, int ldc, int M, int N, int K, float alpha,
+                                                float beta, cudaStream_t stream);
 
 // Member hgemm_h100_128x64 (hgemm_h100_128x64.gemm: 128x64x64 tiles, bounds: checked). Its launchers
 // take the parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.
@@ -141,6 +147,9 @@ cudaError_t hgemm_h100_128x64_launch(const __nv_bfloat16* A, const __nv_bfloat16
 cudaError_t hgemm_h100_128x64_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                         float* C, int ldc, int M, int N, int K, float alpha, float beta,
                                         cudaStream_t stream);
+cudaError_t hgemm_h100_128x64_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                               int ldb, float* C, int ldc, int M, int N, int K, float alpha,
+                                               float beta, cudaStream_t stream);
 
 // Member hgemm_h100_64x128_sk (hgemm_h100_64x128_sk.gemm: 64x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of hgemm_h100_family's of the same kind and run it alone, without the
@@ -170,6 +179,9 @@ cudaError_t hgemm_h100_64x128_sk_launch(const __nv_bfloat16* A, const __nv_bfloa
 cudaError_t hgemm_h100_64x128_sk_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                            float* C, int ldc, int M, int N, int K, float alpha, float beta,
                                            cudaStream_t stream);
+cudaError_t hgemm_h100_64x128_sk_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, float* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
 
 // Member hgemm_h100_any (hgemm_h100_any.gemm: 128x128x32 tiles, bounds: checked). Its launchers take
 // the parameters of hgemm_h100_family's of the same kind and run it alone, without the rule.

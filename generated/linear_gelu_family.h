@@ -94,6 +94,10 @@ cudaError_t linear_gelu_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, _
 cudaError_t linear_gelu_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                   __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias,
                                   float alpha, float beta, cudaStream_t stream);
+cudaError_t linear_gelu_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
+                                         __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                         const __nv_bfloat16* bias, float alpha, float beta,
+                                         cudaStream_t stream);
 
 // Member linear_gelu_128x128 (linear_gelu_128x128.gemm: 128x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of linear_gelu_family's of the same kind and run it alone, without the
@@ -121,6 +125,10 @@ cudaError_t linear_gelu_128x128_launch_ld(const __nv_bfloat16* A, int lda, const
                                           __nv_bfloat16* C, int ldc, int M, int N, int K,
                                           const __nv_bfloat16* bias, float alpha, float beta,
                                           cudaStream_t stream);
+cudaError_t linear_gelu_128x128_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 const __nv_bfloat16* bias, float alpha, float beta,
+                                                 cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -561,6 +561,31 @@ extern "C" __global__ void __launch_bounds__(256) linear_gelu_tuned_scale_c(__nv
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) linear_gelu_tuned_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -687,5 +712,36 @@ extern "C" cudaError_t linear_gelu_tuned_launch_ld(const __nv_bfloat16* A, int l
 
 extern "C" cudaError_t linear_gelu_tuned_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
     return linear_gelu_tuned_launch_ld(A, K, B, K, C, N, M, N, K, bias, alpha, beta, stream);
+}
+
+// linear_gelu_tuned_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t linear_gelu_tuned_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const __nv_bfloat16* bias, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return linear_gelu_tuned_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    linear_gelu_tuned_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = linear_gelu_tuned_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, bias, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif

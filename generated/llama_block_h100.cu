@@ -756,6 +756,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m0_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m0_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -941,6 +966,37 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m0_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m0_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m0_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m0_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m0_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m0_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m0_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m0
@@ -1631,6 +1687,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m1_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m1_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -1816,6 +1897,37 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m1_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m1_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m1_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m1_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m1_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m1_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m1_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m1
@@ -2251,6 +2363,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m2_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m2_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -2377,6 +2514,37 @@ extern "C" cudaError_t llama_block_h100_m2_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m2_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m2_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m2_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m2_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m2_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m2_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m2_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m2
@@ -3059,6 +3227,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m3_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m3_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -3244,6 +3437,37 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m3_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m3_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m3_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m3_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m3_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m3_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m3_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m3
@@ -3671,6 +3895,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m4_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m4_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -3797,6 +4046,37 @@ extern "C" cudaError_t llama_block_h100_m4_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m4_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m4_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m4_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m4_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m4_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m4_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m4_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m4
@@ -4479,6 +4759,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m5_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m5_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -4664,6 +4969,37 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m5_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m5_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m5_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m5_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m5_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m5_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m5_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m5
@@ -5354,6 +5690,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m6_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m6_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -5539,6 +5900,37 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m6_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m6_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m6_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m6_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m6_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m6_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m6_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m6
@@ -5966,6 +6358,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m7_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m7_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -6092,6 +6509,37 @@ extern "C" cudaError_t llama_block_h100_m7_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m7_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m7_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m7_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m7_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m7_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m7_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m7_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m7
@@ -6782,6 +7230,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m8_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m8_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -6967,6 +7440,37 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m8_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m8_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m8_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m8_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m8_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m8_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m8_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m8
@@ -7410,6 +7914,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m9_scale_c(__
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m9_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -7536,6 +8065,37 @@ extern "C" cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int
 
 extern "C" cudaError_t llama_block_h100_m9_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m9_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m9_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m9_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m9_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m9_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m9_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m9
@@ -8242,6 +8802,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m10_scale_c(_
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m10_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -8427,6 +9012,37 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
 
 extern "C" cudaError_t llama_block_h100_m10_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m10_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m10_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m10_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m10_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m10_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m10_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m10
@@ -9109,6 +9725,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m11_scale_c(_
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m11_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -9294,6 +9935,37 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
 
 extern "C" cudaError_t llama_block_h100_m11_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m11_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m11_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m11_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m11_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m11_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m11_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m11
@@ -9745,6 +10417,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m12_scale_c(_
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m12_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -9871,6 +10568,37 @@ extern "C" cudaError_t llama_block_h100_m12_launch_ld(const __nv_bfloat16* A, in
 
 extern "C" cudaError_t llama_block_h100_m12_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m12_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m12_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m12_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m12_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m12_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m12_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m12
@@ -10298,6 +11026,31 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m13_scale_c(_
     #endif
 }
 
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m13_pad_operands(
+    const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned short v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
 #ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
 // Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
 // the kernel cannot handle:
@@ -10424,6 +11177,37 @@ extern "C" cudaError_t llama_block_h100_m13_launch_ld(const __nv_bfloat16* A, in
 
 extern "C" cudaError_t llama_block_h100_m13_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     return llama_block_h100_m13_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// llama_block_h100_m13_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
+// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
+// launch. The family launchers run it for operands TMA refuses.
+extern "C" cudaError_t llama_block_h100_m13_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m13_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 7) / 8 * 8;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
+    __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    llama_block_h100_m13_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = llama_block_h100_m13_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
 }
 #endif
 }  // namespace llama_block_h100_m13
@@ -10580,6 +11364,10 @@ static int llama_block_h100_choose(long long M, long long N, long long K, bool a
     return best;
 }
 
+// Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
+// or its calls are batched).
+static cudaError_t (*const llama_block_h100_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {llama_block_h100_m0::llama_block_h100_m0_launch_ld_padded, llama_block_h100_m1::llama_block_h100_m1_launch_ld_padded, llama_block_h100_m2::llama_block_h100_m2_launch_ld_padded, llama_block_h100_m3::llama_block_h100_m3_launch_ld_padded, llama_block_h100_m4::llama_block_h100_m4_launch_ld_padded, llama_block_h100_m5::llama_block_h100_m5_launch_ld_padded, llama_block_h100_m6::llama_block_h100_m6_launch_ld_padded, llama_block_h100_m7::llama_block_h100_m7_launch_ld_padded, llama_block_h100_m8::llama_block_h100_m8_launch_ld_padded, llama_block_h100_m9::llama_block_h100_m9_launch_ld_padded, llama_block_h100_m10::llama_block_h100_m10_launch_ld_padded, llama_block_h100_m11::llama_block_h100_m11_launch_ld_padded, llama_block_h100_m12::llama_block_h100_m12_launch_ld_padded, llama_block_h100_m13::llama_block_h100_m13_launch_ld_padded};
+
 static cudaError_t (*const llama_block_h100_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {llama_block_h100_m0::llama_block_h100_m0_launch, llama_block_h100_m1::llama_block_h100_m1_launch, llama_block_h100_m2::llama_block_h100_m2_launch, llama_block_h100_m3::llama_block_h100_m3_launch, llama_block_h100_m4::llama_block_h100_m4_launch, llama_block_h100_m5::llama_block_h100_m5_launch, llama_block_h100_m6::llama_block_h100_m6_launch, llama_block_h100_m7::llama_block_h100_m7_launch, llama_block_h100_m8::llama_block_h100_m8_launch, llama_block_h100_m9::llama_block_h100_m9_launch, llama_block_h100_m10::llama_block_h100_m10_launch, llama_block_h100_m11::llama_block_h100_m11_launch, llama_block_h100_m12::llama_block_h100_m12_launch, llama_block_h100_m13::llama_block_h100_m13_launch};
 extern "C" cudaError_t llama_block_h100_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
@@ -10589,6 +11377,11 @@ extern "C" cudaError_t llama_block_h100_launch(const __nv_bfloat16* A, const __n
     const cudaError_t status = llama_block_h100_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !llama_block_h100_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
+        // The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.
+        if (llama_block_h100_padded[member] != nullptr && !llama_block_h100_members[member].exact) {
+            const cudaError_t padded = llama_block_h100_padded[member](A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+            if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason
+        }
         const int fallback = llama_block_h100_choose(M, N, K, false);
         if (fallback >= 0) return llama_block_h100_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
@@ -10604,6 +11397,11 @@ extern "C" cudaError_t llama_block_h100_launch_ld(const __nv_bfloat16* A, int ld
     const cudaError_t status = llama_block_h100_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !llama_block_h100_members[member].any_alignment) {
         // It refused the operands (alignment) before launching anything.
+        // The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.
+        if (llama_block_h100_padded[member] != nullptr && !llama_block_h100_members[member].exact) {
+            const cudaError_t padded = llama_block_h100_padded[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+            if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason
+        }
         const int fallback = llama_block_h100_choose(M, N, K, false);
         if (fallback >= 0) return llama_block_h100_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }

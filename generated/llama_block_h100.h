@@ -99,6 +99,9 @@ cudaError_t llama_block_h100_m0_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m0_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m1 (llama_block_h100_m1.gemm: 64x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -128,6 +131,9 @@ cudaError_t llama_block_h100_m1_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m1_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m2 (llama_block_h100_m2.gemm: 64x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -153,6 +159,9 @@ cudaError_t llama_block_h100_m2_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m2_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m2_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m3 (llama_block_h100_m3.gemm: 64x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -182,6 +191,9 @@ cudaError_t llama_block_h100_m3_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m3_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m4 (llama_block_h100_m4.gemm: 64x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -207,6 +219,9 @@ cudaError_t llama_block_h100_m4_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m4_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m4_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m5 (llama_block_h100_m5.gemm: 128x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -236,6 +251,9 @@ cudaError_t llama_block_h100_m5_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m5_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m6 (llama_block_h100_m6.gemm: 128x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -265,6 +283,9 @@ cudaError_t llama_block_h100_m6_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m6_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m7 (llama_block_h100_m7.gemm: 128x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -290,6 +311,9 @@ cudaError_t llama_block_h100_m7_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m7_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m7_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m8 (llama_block_h100_m8.gemm: 128x128x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -319,6 +343,9 @@ cudaError_t llama_block_h100_m8_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m8_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m9 (llama_block_h100_m9.gemm: 128x192x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -344,6 +371,9 @@ cudaError_t llama_block_h100_m9_launch(const __nv_bfloat16* A, const __nv_bfloat
 cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                           __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                           float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m9_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                 int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                 float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m10 (llama_block_h100_m10.gemm: 128x256x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -373,6 +403,9 @@ cudaError_t llama_block_h100_m10_launch(const __nv_bfloat16* A, const __nv_bfloa
 cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                            float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m10_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m11 (llama_block_h100_m11.gemm: 128x256x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -402,6 +435,9 @@ cudaError_t llama_block_h100_m11_launch(const __nv_bfloat16* A, const __nv_bfloa
 cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                            float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m11_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m12 (llama_block_h100_m12.gemm: 128x256x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -427,6 +463,9 @@ cudaError_t llama_block_h100_m12_launch(const __nv_bfloat16* A, const __nv_bfloa
 cudaError_t llama_block_h100_m12_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                            float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m12_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
 
 // Member llama_block_h100_m13 (llama_block_h100_m13.gemm: 128x256x64 tiles, bounds: checked). Its
 // launchers take the parameters of llama_block_h100's of the same kind and run it alone, without the
@@ -452,6 +491,9 @@ cudaError_t llama_block_h100_m13_launch(const __nv_bfloat16* A, const __nv_bfloa
 cudaError_t llama_block_h100_m13_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb,
                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                            float beta, cudaStream_t stream);
+cudaError_t llama_block_h100_m13_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -74,6 +74,13 @@ cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, int lda, cons
                                            __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha,
                                            float beta, cudaStream_t stream);
 
+// llama_block_h100_m11_launch_ld for operands TMA cannot read (pointers or leading dimensions not
+// multiples of 16 bytes): each such operand is copied into stream-ordered scratch with rows TMA reads
+// (cudaMallocAsync, freed after the launch); it returns those calls' errors too.
+cudaError_t llama_block_h100_m11_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B,
+                                                  int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K,
+                                                  float alpha, float beta, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

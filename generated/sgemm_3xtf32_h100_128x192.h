@@ -66,6 +66,13 @@ cudaError_t sgemm_3xtf32_h100_128x192_launch_ld(const float* A, int lda, const f
                                                 int ldc, int M, int N, int K, float alpha, float beta,
                                                 cudaStream_t stream);
 
+// sgemm_3xtf32_h100_128x192_launch_ld for operands TMA cannot read (pointers or leading dimensions not
+// multiples of 16 bytes): each such operand is copied into stream-ordered scratch with rows TMA reads
+// (cudaMallocAsync, freed after the launch); it returns those calls' errors too.
+cudaError_t sgemm_3xtf32_h100_128x192_launch_ld_padded(const float* A, int lda, const float* B, int ldb,
+                                                       float* C, int ldc, int M, int N, int K, float alpha,
+                                                       float beta, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -92,6 +92,9 @@ cudaError_t sgemm_3xtf32_h100_sk_launch(const float* A, const float* B, float* C
 cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C,
                                            int ldc, int M, int N, int K, float alpha, float beta,
                                            cudaStream_t stream);
+cudaError_t sgemm_3xtf32_h100_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C,
+                                                  int ldc, int M, int N, int K, float alpha, float beta,
+                                                  cudaStream_t stream);
 
 // Member sgemm_3xtf32_h100_128x192_sk (sgemm_3xtf32_h100_128x192_sk.gemm: 128x192x32 tiles, bounds:
 // checked). Its launchers take the parameters of sgemm_3xtf32_h100_family's of the same kind and run
@@ -121,6 +124,9 @@ cudaError_t sgemm_3xtf32_h100_128x192_sk_launch(const float* A, const float* B, 
 cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld(const float* A, int lda, const float* B, int ldb,
                                                    float* C, int ldc, int M, int N, int K, float alpha,
                                                    float beta, cudaStream_t stream);
+cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb,
+                                                          float* C, int ldc, int M, int N, int K,
+                                                          float alpha, float beta, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

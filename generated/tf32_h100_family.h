@@ -87,6 +87,8 @@ cudaError_t tf32_h100_launch(const float* A, const float* B, float* C, int M, in
                              float beta, cudaStream_t stream);
 cudaError_t tf32_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M,
                                 int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t tf32_h100_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                                       int M, int N, int K, float alpha, float beta, cudaStream_t stream);
 
 // Member tf32_h100_128x192 (tf32_h100_128x192.gemm: 128x192x32 tiles, bounds: checked). Its launchers
 // take the parameters of tf32_h100_family's of the same kind and run it alone, without the rule.
@@ -110,6 +112,9 @@ cudaError_t tf32_h100_128x192_launch(const float* A, const float* B, float* C, i
                                      float alpha, float beta, cudaStream_t stream);
 cudaError_t tf32_h100_128x192_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                                         int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t tf32_h100_128x192_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C,
+                                               int ldc, int M, int N, int K, float alpha, float beta,
+                                               cudaStream_t stream);
 
 // Member tf32_h100_128x64 (tf32_h100_128x64.gemm: 128x64x32 tiles, bounds: checked). Its launchers
 // take the parameters of tf32_h100_family's of the same kind and run it alone, without the rule.
@@ -133,6 +138,9 @@ cudaError_t tf32_h100_128x64_launch(const float* A, const float* B, float* C, in
                                     float alpha, float beta, cudaStream_t stream);
 cudaError_t tf32_h100_128x64_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                                        int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+cudaError_t tf32_h100_128x64_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C,
+                                              int ldc, int M, int N, int K, float alpha, float beta,
+                                              cudaStream_t stream);
 
 // Member tf32_h100_64x128_sk (tf32_h100_64x128_sk.gemm: 64x128x32 tiles, bounds: checked). Its
 // launchers take the parameters of tf32_h100_family's of the same kind and run it alone, without the
@@ -162,6 +170,9 @@ cudaError_t tf32_h100_64x128_sk_launch(const float* A, const float* B, float* C,
 cudaError_t tf32_h100_64x128_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C,
                                           int ldc, int M, int N, int K, float alpha, float beta,
                                           cudaStream_t stream);
+cudaError_t tf32_h100_64x128_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C,
+                                                 int ldc, int M, int N, int K, float alpha, float beta,
+                                                 cudaStream_t stream);
 
 // Member tf32_h100_any (tf32_h100_any.gemm: 256x128x32 tiles, bounds: checked). Its launchers take the
 // parameters of tf32_h100_family's of the same kind and run it alone, without the rule.

@@ -398,6 +398,11 @@ def fake_hopper(monkeypatch):
 
 
 class TmaKernel(FakeKernel):
+    """A wgmma member refuses misaligned operands and takes them on padded copies (Kernel.bind_padded), unless its
+    caller's library cannot allocate them (`copies` False: bind_padded returns None)."""
+
+    copies = True
+
     def __init__(self, name, refuses_misaligned):
         super().__init__(name, (1, 1, 1))
         self.refuses_misaligned = refuses_misaligned
@@ -409,16 +414,24 @@ class TmaKernel(FakeKernel):
             raise ValueError("inner dimensions disagree")
         return self.name
 
+    def bind_padded(self, a, b, c, alpha, beta, stream_k=True, interior=True):
+        if not (self.refuses_misaligned and a.aligned is False and TmaKernel.copies):
+            return None  # nothing TMA refuses, or no copies
+        return f"{self.bind(FakeArray(*a.shape), b, c, alpha, beta)} on padded copies"
+
 
 @pytest.mark.parametrize("shape", ISSUE_SHAPES[:12] + [(1, 8192, 8192), (555, 1001, 555)])
-def test_a_tma_family_runs_its_fast_member_when_it_can_and_the_fallback_when_tma_refuses(fake_hopper, shape):
+def test_a_tma_family_runs_its_fast_member_on_padded_copies_where_tma_refuses_the_operands(fake_hopper, shape,
+                                                                                         monkeypatch):
     family, loaded = fake_hopper
     m, n, k = shape
     chosen = loaded.bind(FakeArray(m, k), FakeArray(k, n))
     assert chosen == family.models[choose(family.models, m, n, k)].name != "hgemm_h100_bf16c_any"
-    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == "hgemm_h100_bf16c_any"
-    with pytest.raises(ValueError, match="inner dimensions disagree"):  # not alignment: no fallback
+    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == f"{chosen} on padded copies"
+    with pytest.raises(ValueError, match="inner dimensions disagree"):  # not alignment: no copies, no fallback
         loaded.bind(FakeArray(m, k), FakeArray(k + 1, n))
+    monkeypatch.setattr(TmaKernel, "copies", False)  # a library the runtime cannot allocate in: the fallback
+    assert loaded.bind(FakeArray(m, k, aligned=False), FakeArray(k, n)) == "hgemm_h100_bf16c_any"
 
 
 def test_a_fallback_member_must_take_any_alignment_and_a_family_needs_a_checked_use(tmp_path):

@@ -3,8 +3,10 @@
 - The 12 awkward shapes (gemmdsl/shapes/default.txt's first 12) and the decode shapes
   (gemmdsl/shapes/decode.txt: M = 1..128 tokens, B column-major as nn.Linear stores its weight), each against
   float64 over the same operands.
-- Operands TMA refuses, which the fallback member runs: K = 555, a leading dimension of 1001, a pointer one
-  element off; and the operands it takes still run on a wgmma member.
+- Operands TMA refuses: K = 555, a leading dimension of 1001, a pointer one element off. The family runs them on
+  the rule's wgmma member over padded copies of A and B (paths/wgmma/pad.py); its `fallback` member, called
+  alone, runs them on the widest of its copy kernels the alignment allows; the operands TMA takes run on a wgmma
+  member as they are.
 - Empty problems: M or N = 0 (an empty C, nothing launched), K = 0 (C = beta * C).
 
 All marked `gpu`: they skip themselves without CuPy and a GPU (tests/conftest.py); PyTorch gives the
@@ -69,14 +71,14 @@ def test_every_shape(family, shape):
 @pytest.mark.parametrize("shape, lda, offset", [((1000, 1000, 555), None, 0), ((777, 1024, 1000), 1001, 0),
                                                 ((1024, 1024, 1024), None, 1), ((16, 4096, 4096), None, 1)],
                          ids=["K=555", "lda=1001", "A+1", "decode A+1"])
-def test_what_tma_refuses_runs_on_the_fallback(family, shape, lda, offset):
+def test_what_tma_refuses_runs_on_the_fallback_or_padded_copies(family, shape, lda, offset):
     name, kernel = family
     a, b = operands(name, *shape, lda=lda, offset=offset)
     c = kernel(a, b)
     assert relative_error(c, a, b) <= FAMILIES[name][2]
     m, n, k = shape
     fallback = next(model.name for model in kernel.models if model.fallback)
-    assert kernel.member_for(m, n, k).name != fallback  # the rule's pick refuses, so the fallback ran
+    assert kernel.member_for(m, n, k).name != fallback  # the rule's pick refuses the operands themselves
     with pytest.raises(ValueError, match="TMA"):
         kernel.member_for(m, n, k).bind(a, b)
 
@@ -142,8 +144,9 @@ MISALIGNED = [((1000, 1000, 700), None, 0), ((1000, 1000, 702), None, 0), ((2048
 
 
 def fallback_kernel(name: str, m: int, n: int, k: int, lda: int, offset: int, kernel) -> str | None:
-    """The fallback kernel the launch rule must pick: by the bytes that A's pointer, A's and B's leading
-    dimensions share (C stays 16-byte aligned); None where TMA takes the operands (a wgmma member runs)."""
+    """The kernel the fallback member's launch rule must pick: by the bytes that A's pointer, A's and B's leading
+    dimensions share (C stays 16-byte aligned); None where TMA takes the operands (the family runs a wgmma member
+    on them as they are; elsewhere on padded copies)."""
     size = 4 if FAMILIES[name][0] == "float32" else 2
     shared = 16
     while (offset * size) % shared or (lda * size) % shared or (k * size) % shared:
@@ -156,8 +159,10 @@ def fallback_kernel(name: str, m: int, n: int, k: int, lda: int, offset: int, ke
 
 @pytest.mark.parametrize("shape, lda, offset", MISALIGNED,
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
-def test_misaligned_operands_run_the_widest_copies_they_allow(family, shape, lda, offset):
-    """Against float64, C poisoned with NaN (beta = 0 must not read it) and padded with NaN that must stay."""
+def test_misaligned_operands_run_padded_or_on_the_widest_copies_they_allow(family, shape, lda, offset):
+    """The family (the wgmma member on padded copies) and its fallback member alone (the widest copy kernel the
+    operands allow), each against float64, C poisoned with NaN (beta = 0 must not read it) and padded with NaN that
+    must stay; the family twice, with new values in A between, so that the padded path copies at every launch."""
     import torch
 
     name, kernel = family
@@ -168,10 +173,23 @@ def test_misaligned_operands_run_the_widest_copies_they_allow(family, shape, lda
     c = padded[:, :n]
     expected = fallback_kernel(name, m, n, k, lda or k, offset, kernel)
     launch = kernel.bind(a, b, c)
+    assert launch.entry == kernel.member_for(m, n, k).requirements.launch.entries.vector
+    assert launch.launches[0].function.name.endswith("_pad_operands") == (expected is not None)
     if expected is not None:
-        assert launch.entry == expected
-    assert kernel(a, b, c, alpha=1.0, beta=0.0) is c
+        fallback = kernel.kernels[next(i for i, model in enumerate(kernel.models) if model.fallback)]
+        assert fallback.bind(a, b, c).entry == expected
+        assert fallback(a, b, c) is c
+        torch.cuda.synchronize()
+        assert torch.isnan(padded[:, n:]).all()
+        assert relative_error(c, a, b) <= FAMILIES[name][2]
+        c.fill_(float("nan"))
+    for _ in range(2):
+        assert kernel(a, b, c, alpha=1.0, beta=0.0) is c
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any()
+        assert torch.isnan(padded[:, n:]).all()
+        assert relative_error(c, a, b) <= FAMILIES[name][2]
+        a.mul_(-0.5)
+    launch(None)  # the bound launch again, after A changed: it copies A again
     torch.cuda.synchronize()
-    assert not torch.isnan(c).any()
-    assert torch.isnan(padded[:, n:]).all()
     assert relative_error(c, a, b) <= FAMILIES[name][2]

@@ -215,9 +215,13 @@ def test_a_batch_through_the_c_launcher_and_a_shared_b_refused(tmp_path, cupy, l
         kernel(a3, b2)
 
 
-# Unfused: a fused family takes its chain's operands too (tests/test_gpu_fuse.py runs linear_gelu_family).
+# Unfused: a fused family takes its chain's operands too (tests/test_gpu_fuse.py runs linear_gelu_family); grouped
+# ones take offs (tests/test_gpu_grouped.py). The tuner's
+# families (a measured table, members named by their place in the tuning) pick by their own timings:
+# tests/test_family.py and tests/test_tune.py check those.
 HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf"))
-                   if path_of(compile_family_path(path).spec).name == "wgmma" and compile_family_path(path).spec.fuse is None]
+                   if path_of(compile_family_path(path).spec).name == "wgmma" and compile_family_path(path).spec.fuse is None
+                   and not compile_family_path(path).measured and not compile_family_path(path).spec.problem.grouped]
 
 
 def _bf16_bits(rng, shape):
@@ -265,6 +269,33 @@ def test_a_hopper_family_s_c_launcher_dispatches_to_its_members(tmp_path, cupy):
         assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n, m, n, k, 1.0, 0.0, None) == 0
         cupy.cuda.Device().synchronize()
         assert _relative_error(cupy, c, exact(a) @ exact(b).T) < 1e-5, (m, n, k)
+
+
+def test_a_hopper_family_s_c_launcher_pads_what_its_fallback_would_read_element_by_element(tmp_path, cupy):
+    """Operands TMA refuses through hgemm_h100_family_launch_ld: K = 77 and 33 (2-byte aligned rows: the wgmma
+    member on padded copies), A one element off, and K = 702 (4-byte rows: the fallback's 4-byte kernel); each
+    against float64 with C's padding columns left NaN, then the member's own padded launcher alone."""
+    family = compile_family_path(ROOT / "specs" / "hgemm_h100_family.gemmf")
+    library = _shared_library(tmp_path, family.name, family.cuda)
+    arguments = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
+    launchers = [getattr(library, f"{family.name}_launch_ld"), library.hgemm_h100_128x64_launch_ld_padded,
+                 library.hgemm_h100_128x64_launch_ld]
+    for launcher in launchers:
+        launcher.restype, launcher.argtypes = ctypes.c_int, arguments
+    family_launch, padded_launch, member_launch = launchers
+    rng = cupy.random.default_rng(23)
+    exact = lambda x: (x.astype("uint32") << 16).view("float32").astype("float64")  # noqa: E731
+    for (m, n, k), offset in [((2048, 2048, 77), 0), ((33, 33, 33), 0), ((1000, 1000, 512), 1), ((1000, 1000, 702), 0)]:
+        a = _bf16_bits(rng, (m * k + offset,))[offset:].reshape(m, k)
+        b = _bf16_bits(rng, (n, k))
+        for launch in (family_launch, padded_launch):
+            c = cupy.full((m, n + 3), float("nan"), dtype="float32")
+            assert launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n + 3, m, n, k, 1.0, 0.0, None) == 0
+            cupy.cuda.Device().synchronize()
+            assert _relative_error(cupy, c[:, :n], exact(a) @ exact(b).T) < 1e-5, (m, n, k, offset)
+            assert bool(cupy.isnan(c[:, n:]).all())
+        assert member_launch(a.data.ptr, k, b.data.ptr, k, c.data.ptr, n + 3, m, n, k, 1.0, 0.0, None) != 0
 
 
 def test_nvrtc_builds_an_arch_specific_kernel(nvrtc_failures):

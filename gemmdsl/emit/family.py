@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..abi import build_command, launcher_names, launcher_parameters
+from .. import ir
+from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, padded_launcher_name
 from ..emitter import Emitter
 from ..schedule import CYCLE_CAP
 from . import emit_definitions, includes
@@ -41,6 +42,9 @@ def emit_family(family: Any) -> str:
     o.line()
     o.line("#ifndef __CUDACC_RTC__")
     _emit_rule(family, o)
+    if _pads(family):
+        o.line()
+        _emit_padded_table(family, o)
     for key, parameters in launcher_parameters(family.launcher_spec).items():
         o.line()
         _emit_dispatcher(family, key, parameters, o)
@@ -165,16 +169,36 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("return best;")
 
 
+def _pads(family: Any) -> bool:
+    """Whether a member has the padded launcher (paths/wgmma/pad.py): TMA members of 2-D calls."""
+    return any(m.artifacts.plan.launch.entries.pad_operands is not None for m in family.members)
+
+
+def _emit_padded_table(family: Any, o: Emitter) -> None:
+    """The members' launchers on padded copies of A and B (paths/wgmma/pad.py), by member."""
+    parameters = launcher_parameters(family.launcher_spec)["launcher_ld"]
+    padded = ", ".join(f"{m.artifacts.name}::{padded_launcher_name(m.artifacts.spec)}"
+                       if m.artifacts.plan.launch.entries.pad_operands is not None else "nullptr"
+                       for m in family.members)
+    o.comment("Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,\n"
+              "or its calls are batched).")
+    o.line(f"static cudaError_t (*const {family.name}_padded[])({parameters}) = {{{padded}}};")
+
+
 def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None:
     """One family launcher: check the shape, choose, call the member's launcher of the same kind;
-    when the member refuses the operands (an exact or a TMA member; it launched nothing), the best member
-    among those that run operands of any alignment."""
+    when the member refuses the operands (a TMA member; it launched nothing), the same member on padded copies
+    of A and B that TMA reads (paths/wgmma/pad.py: cheaper than the fallback at every shape measured), and
+    where it has no such launcher or is exact, the best member among those that run any alignment."""
     name = family.name
     launcher = launcher_names(family.launcher_spec)[key]
     arguments = ", ".join(parameter.split()[-1].lstrip("*") for parameter in parameters.split(", "))
     table = f"{launcher}_members"
     members = ", ".join(f"{m.artifacts.name}::{m.artifacts.metadata[key]}" for m in family.members)
     o.line(f"static cudaError_t (*const {table}[])({parameters}) = {{{members}}};")
+    padding = _pads(family) and key in ("launcher", "launcher_ld")
+    spec = family.launcher_spec
+    lds = {op: (f"ld{op}" if key == "launcher_ld" else contiguous_extent(spec, ir.Operand(op))) for op in "abc"}
     with o.block(f'extern "C" cudaError_t {launcher}({parameters})'):
         o.line("if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;")
         o.comment("An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.")
@@ -183,6 +207,13 @@ def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None
         o.line(f"const cudaError_t status = {table}[member]({arguments});")
         with o.block(f"if (status == cudaErrorInvalidValue && !{name}_members[member].any_alignment)"):
             o.comment("It refused the operands (alignment) before launching anything.")
+            if padding:
+                rest = arguments.split("K, ", 1)[1]
+                o.comment("The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.")
+                with o.block(f"if ({name}_padded[member] != nullptr && !{name}_members[member].exact)"):
+                    o.line(f"const cudaError_t padded = {name}_padded[member](A, {lds['a']}, B, {lds['b']}, C, {lds['c']}, "
+                           f"M, N, K, {rest});")
+                    o.line("if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason")
             o.line(f"const int fallback = {name}_choose(M, N, K, false);")
             o.line(f"if (fallback >= 0) return {table}[fallback]({arguments});")
         o.line("return status;")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__, ir
-from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, leading_name
+from ..abi import (build_command, contiguous_extent, launcher_names, launcher_parameters, leading_name,
+                   padded_launcher_name)
 from ..emitter import Emitter
 from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
@@ -34,6 +35,7 @@ def emit_header(plan: KernelPlan) -> str:
     def declare(o: Emitter) -> None:
         o.comment("\n".join(_returns(plan)))
         _emit_prototypes(o, spec, launch.launchers, with_comments=True)
+        _emit_padded_prototype(o, plan, with_comments=True)
 
     return _emit_file(spec.name, spec, Path(spec.span.file).name, "the spec", _spec_constants(plan), declare)
 
@@ -55,6 +57,7 @@ def emit_family_header(family: Any) -> str:
                        "the same kind and run it alone, without the rule.")
             o.comment(textwrap.fill(heading, COMMENT_WIDTH) + "\n\n" + "\n".join(_returns(plan)))
             _emit_prototypes(o, plan.spec, plan.launch.launchers, with_comments=False)
+            _emit_padded_prototype(o, plan, with_comments=False)
 
     return _emit_file(name, spec, Path(family.source.path).name, "the family or its members",
                       _family_constants(family), declare)
@@ -278,6 +281,18 @@ def _emit_prototypes(o: Emitter, spec: ir.KernelSpec, names: dict[str, str | Non
             o.line()
             o.comment(text)
         _emit_prototype(o, f"cudaError_t {names[key]}(", parameters[key])
+
+
+def _emit_padded_prototype(o: Emitter, plan: KernelPlan, with_comments: bool) -> None:
+    """A TMA file's launcher on padded copies of A and B (paths/wgmma/pad.py), where it has one."""
+    if plan.launch.entries.pad_operands is None:
+        return
+    if with_comments:
+        o.line()
+        o.comment(f"{plan.launch.launchers['launcher_ld']} for operands TMA cannot read (pointers or leading dimensions not\n"
+                  "multiples of 16 bytes): each such operand is copied into stream-ordered scratch with rows TMA reads\n"
+                  "(cudaMallocAsync, freed after the launch); it returns those calls' errors too.")
+    _emit_prototype(o, f"cudaError_t {padded_launcher_name(plan.spec)}(", launcher_parameters(plan.spec)["launcher_ld"])
 
 
 def _emit_prototype(o: Emitter, opening: str, parameters: str) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ...abi import tensor_map_type
 from ...ir import Operand
 from ...emit.scale_c import emit_scale_c_kernel
+from .pad import emit_pad_kernel
 from ...emitter import Emitter
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
@@ -89,6 +90,9 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line()
     emit_scale_c_kernel(plan, o, guard=arch_guard(plan))
     o.line()
+    if plan.launch.entries.pad_operands is not None:
+        emit_pad_kernel(plan, o)
+        o.line()
     (GroupedTensorMapLauncher if parts.layout.grouped else TensorMapLauncher)(plan, o).emit()
 
 

@@ -17,6 +17,7 @@ from ...emitter import Emitter
 from ...launch_plan import GridRule
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
+from .pad import emit_padded_launcher
 from ...emit.launcher import emit_empty_problem, emit_stream_k_split, empty_problem_rule, launch_contract
 
 # By layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
@@ -59,6 +60,9 @@ class TensorMapLauncher:
         self.emit_launch()
         o.line()
         self.emit_wrappers()
+        if self.plan.launch.entries.pad_operands is not None:
+            o.line()
+            emit_padded_launcher(self.plan, o)
         o.line("#endif")
 
     def emit_wrappers(self) -> None:

@@ -9,6 +9,7 @@ from ...abi import tile_count
 from ...cycles import MemberModel, wgmma_member_model
 from .grouped import grouped_contract
 from .kernel import emit_wgmma_definitions
+from .pad import pads_operands
 from ...launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch, Workspace
 from .passes import WGMMA_PASSES
 from ...plan import KernelPlan, Role, Variant
@@ -67,7 +68,8 @@ class WgmmaPath(InstructionPath):
                 else GridRule.PERSISTENT if layout.persistent else GridRule.BATCH_TILES)
         stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
         workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
-        launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec)), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
+        pad = abi.pad_operands_entry(spec) if pads_operands(spec) else None  # paths/wgmma/pad.py
+        launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec), pad_operands=pad), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
                             layout.threads, layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1),
                             requirements, 1, rule, stream_k, workspace, tma_operands=True)
         return KernelPlan(spec, layout.arch, variants, launch, self)

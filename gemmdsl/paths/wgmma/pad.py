@@ -1,0 +1,119 @@
+"""Padded copies of A and B for TMA: `NAME_pad_operands` and `NAME_launch_ld_padded`.
+
+TMA reads a matrix only where its address and row stride are multiples of 16 bytes, so a call with
+K = 77 (rows of 154 bytes), an odd leading dimension or a pointer one element off is refused by the
+wgmma launchers. A family used to run such calls on its `fallback` member (mma.sync, cp.async of 8 or 4
+bytes, or one element at a time); copying the refused operands into rows TMA reads and running the
+wgmma member on the copies measured faster at every shape tried on the H100, from 33^3 to
+4096x4096x4094 and decode calls (docs/performance.md, "Operands TMA cannot read"), so the family
+launchers (emit/family.py) and FamilyKernel do that, and keep the fallback for the calls this launcher
+does not take (batched and grouped specs).
+
+`NAME_launch_ld_padded` takes `NAME_launch_ld`'s parameters. It copies A and/or B (whichever TMA
+refuses) into one stream-ordered scratch allocation (cudaMallocAsync, freed with cudaFreeAsync after the
+launch, so CUDA graphs can capture it), each row padded to a whole number of 16-byte units and each
+copy 16-byte aligned, and calls `NAME_launch_ld` on the copies; the padding is never read (the tensor
+maps' extents are the matrices' own). The Python runtime launches the same kernel on copies it
+allocates (runtime.Kernel.bind_padded).
+"""
+from __future__ import annotations
+
+from ... import ir
+from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguous_extent, pad_operands_entry,
+                    padded_launcher_name)
+from ...emitter import Emitter
+from ...launch_plan import PAD_ROWS_PER_BLOCK, PAD_THREADS, PAD_MAX_BLOCKS
+from ...plan import KernelPlan
+
+
+def pads_operands(spec: ir.KernelSpec) -> bool:
+    """Whether the file has the padded launcher: 2-D calls (a batch's or a group's strides would need
+    copies of every matrix; those calls keep the launchers' refusal)."""
+    return not (spec.problem.batched or spec.problem.grouped)
+
+
+STORAGE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}  # the copy moves elements as their bits
+PAD_CHUNK = 16  # elements a lane loads before it stores any: 16 loads in flight per lane, whatever the alignment
+
+
+def storage_type(spec: ir.KernelSpec) -> str:
+    """The unsigned type of A's and B's element size (the wgmma specs' A and B have one size)."""
+    sizes = {spec.problem.matrix(op).dtype.bytes for op in (ir.Operand.A, ir.Operand.B)}
+    assert len(sizes) == 1, "A and B of one wgmma spec have one element size"
+    return STORAGE[sizes.pop()]
+
+
+def emit_pad_kernel(plan: KernelPlan, o: Emitter) -> None:
+    spec = plan.spec
+    t = storage_type(spec)
+    o.comment("Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,\n"
+              f"a warp to a row, each lane loading {PAD_CHUNK} elements 32 apart before storing them, so that a warp has\n"
+              f"{PAD_CHUNK} loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.")
+    o.line(f'extern "C" __global__ void __launch_bounds__({PAD_THREADS}) {pad_operands_entry(spec)}(')
+    o.line(f"    const {t}* __restrict__ a, long long lda, {t}* __restrict__ a_copy, long long lda_copy, "
+           "int a_rows, int a_cols,")
+    o.line(f"    const {t}* __restrict__ b, long long ldb, {t}* __restrict__ b_copy, long long ldb_copy, "
+           "int b_rows, int b_cols)")
+    with o.block(""):
+        o.line(f"constexpr int CHUNK = {PAD_CHUNK};")
+        o.line(f"const long long warps = (long long)gridDim.x * {PAD_ROWS_PER_BLOCK};")
+        o.line("const int lane = threadIdx.x % 32;")
+        with o.block(f"for (long long row = (long long)blockIdx.x * {PAD_ROWS_PER_BLOCK} + threadIdx.x / 32; "
+                     "row < (long long)a_rows + b_rows; row += warps)"):
+            o.line("const bool of_a = row < a_rows;")
+            o.line(f"const {t}* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;")
+            o.line(f"{t}* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;")
+            o.line("const int cols = of_a ? a_cols : b_cols;")
+            with o.block("for (int first = lane; first < cols; first += 32 * CHUNK)"):
+                o.line(f"{t} v[CHUNK];")
+                o.line("#pragma unroll")
+                o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];")
+                o.line("#pragma unroll")
+                o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];")
+
+
+def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
+    spec, layout = plan.spec, plan.layout
+    name = spec.name
+    align, multiple = layout.global_alignment_bytes, layout.ld_multiple
+    parameters = launcher_parameters(spec)["launcher_ld"]
+    a, b = (spec.problem.matrix(op).dtype.c_type for op in (ir.Operand.A, ir.Operand.B))
+    o.comment(f"{plan.launch.launchers['launcher_ld']} on copies of A and B that TMA can read: each one it refuses is copied\n"
+              f"with rows padded to {multiple} elements ({align} bytes) into stream-ordered scratch, freed after the\n"
+              "launch. The family launchers run it for operands TMA refuses.")
+    with o.block(f'extern "C" cudaError_t {padded_launcher_name(spec)}({parameters})'):
+        o.line("const bool pad_a = reinterpret_cast<uintptr_t>(A) % "
+               f"{align} != 0 || lda % {multiple} != 0;")
+        o.line("const bool pad_b = reinterpret_cast<uintptr_t>(B) % "
+               f"{align} != 0 || ldb % {multiple} != 0;")
+        rest = f"C, ldc, M, N, K, {fuse_arguments(spec)}alpha, beta, stream"
+        o.line(f"if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) "
+               f"return {plan.launch.launchers['launcher_ld']}(A, lda, B, ldb, {rest});")
+        o.line(f"if (lda < {contiguous_extent(spec, ir.Operand.A)} || ldb < {contiguous_extent(spec, ir.Operand.B)}) "
+               "return cudaErrorInvalidValue;")
+        for op, flag in (("a", "pad_a"), ("b", "pad_b")):
+            operand = ir.Operand(op)
+            o.line(f"const long long {op}_rows = {flag} ? {outer_extent(spec, operand)} : 0, "
+                   f"{op}_cols = {contiguous_extent(spec, operand)};")
+            o.line(f"const long long ld{op}_copy = ({op}_cols + {multiple - 1}) / {multiple} * {multiple};")
+        o.line(f"const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof({a}) + {align - 1}) / {align} * {align};")
+        o.line(f"const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof({b});")
+        o.line("if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) "
+               "return cudaErrorInvalidValue;")
+        o.line("void* scratch = nullptr;")
+        o.line("cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);")
+        o.line("if (err != cudaSuccess) return err;")
+        o.line(f"{a}* const a_copy = static_cast<{a}*>(scratch);")
+        o.line(f"{b}* const b_copy = reinterpret_cast<{b}*>(static_cast<char*>(scratch) + a_bytes);")
+        o.line(f"const long long rows_blocks = (a_rows + b_rows + {PAD_ROWS_PER_BLOCK - 1}) / {PAD_ROWS_PER_BLOCK};")
+        o.line(f"const unsigned blocks = (unsigned)(rows_blocks < {PAD_MAX_BLOCKS} ? rows_blocks : {PAD_MAX_BLOCKS});")
+        t = storage_type(spec)
+        o.line(f"{pad_operands_entry(spec)}<<<blocks, {PAD_THREADS}, 0, stream>>>(reinterpret_cast<const {t}*>(A), lda, "
+               f"reinterpret_cast<{t}*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const {t}*>(B), "
+               f"ldb, reinterpret_cast<{t}*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);")
+        o.line("err = cudaGetLastError();")
+        with o.block("if (err == cudaSuccess)"):
+            o.line(f"err = {plan.launch.launchers['launcher_ld']}(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, "
+                   f"pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, {rest});")
+        o.line("const cudaError_t freed = cudaFreeAsync(scratch, stream);")
+        o.line("return err != cudaSuccess ? err : freed;")

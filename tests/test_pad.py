@@ -1,0 +1,79 @@
+"""Padded copies for TMA (paths/wgmma/pad.py): which operands are copied and how, the padded launcher and kernel
+in every 2-D wgmma file, and the family launchers that run a refused call on them before the fallback."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from gemmdsl.compiler import compile_path
+from gemmdsl.family import compile_family_path
+from gemmdsl.paths import path_of
+from gemmdsl.runtime import OperandView, Requirements, padded_copies
+
+ROOT = Path(__file__).resolve().parent.parent
+WGMMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
+               if path_of(compile_path(path).spec).name in ("wgmma", "wgmma_fp8")]
+
+
+def requirements(name: str) -> Requirements:
+    return Requirements.from_metadata(compile_path(ROOT / "specs" / f"{name}.gemm").metadata)
+
+
+@given(spec=st.sampled_from(["hgemm_h100_bf16c", "hgemm_h100_nn", "tf32_h100", "fp8_h100"]),
+       m=st.integers(1, 5000), n=st.integers(1, 5000), k=st.integers(1, 5000),
+       extra=st.tuples(st.integers(0, 20), st.integers(0, 20)), offset=st.tuples(st.integers(0, 17), st.integers(0, 17)))
+def test_an_operand_is_copied_exactly_when_tma_refuses_it_into_rows_tma_reads(spec, m, n, k, extra, offset):
+    req = requirements(spec)
+    views = {}
+    for (name, rows, cols), more, off in zip((("A", m, k), ("B", k, n)), extra, offset):
+        itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}.get(req.dtypes[name], 1)
+        inner = cols if req.layouts[name] == "row" else rows
+        views[name] = OperandView(name, rows, cols, 1, inner + more, 0, 1 << 20 | off * itemsize, itemsize)
+    copies = padded_copies(req, views)
+    for name, view in views.items():
+        multiple = req.launch.requirements.vector_elements[name.lower()]
+        refused = view.pointer % 16 != 0 or (view.ld * view.itemsize) % 16 != 0
+        assert (name in copies) == refused
+        if refused:
+            rows, cols, ld = copies[name]
+            outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)
+            assert (rows, cols) == (outer, inner)
+            assert ld % multiple == 0 and (ld * view.itemsize) % 16 == 0 and cols <= ld < cols + multiple
+
+
+@pytest.mark.parametrize("path", WGMMA_SPECS, ids=lambda path: path.stem)
+def test_every_2d_wgmma_file_has_the_padded_launcher_over_its_own(path):
+    artifacts = compile_path(path)
+    name, problem = artifacts.name, artifacts.spec.problem
+    entry = artifacts.metadata["entries"].get("pad_operands")
+    if problem.batched or problem.grouped:
+        assert entry is None and "_launch_ld_padded" not in artifacts.cuda
+        return
+    assert entry == f"{name}_pad_operands"
+    assert f'extern "C" __global__ void __launch_bounds__(256) {entry}(' in artifacts.cuda
+    launcher = artifacts.cuda[artifacts.cuda.index(f'extern "C" cudaError_t {name}_launch_ld_padded('):]
+    launcher = launcher[:launcher.index("\n}\n")]
+    # copies what TMA refuses, launches the copy and then the member's own launcher on the copies, frees after
+    order = ["cudaMallocAsync", f"{entry}<<<", f"{name}_launch_ld(pad_a ? a_copy : A", "cudaFreeAsync"]
+    assert [launcher.index(step) for step in order] == sorted(launcher.index(step) for step in order)
+    assert "% 16 != 0" in launcher
+
+
+@pytest.mark.parametrize("family", ["hgemm_h100_bf16c_family", "tf32_h100_family", "linear_gelu_family",
+                                    "moe_grouped_family"])
+def test_a_family_launcher_runs_a_refused_call_on_padded_copies_before_its_fallback(family):
+    compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
+    cuda = compiled.cuda
+    padded = [member.artifacts.plan.launch.entries.pad_operands is not None for member in compiled.members]
+    if not any(padded):
+        assert f"{family}_padded" not in cuda
+        return
+    table = re.search(rf"{family}_padded\[\]\)\(.*?\) = \{{(.*)\}};", cuda).group(1).split(", ")
+    assert [entry != "nullptr" for entry in table] == padded
+    for launcher in ("launch", "launch_ld"):
+        body = cuda[cuda.index(f'extern "C" cudaError_t {family}_{launcher}('):]
+        body = body[:body.index("\n}\n")]
+        assert body.index(f"{family}_padded[member](") < body.index(f"{family}_choose(M, N, K, false)")
