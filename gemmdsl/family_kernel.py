@@ -62,32 +62,24 @@ class FamilyKernel:
 
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
-        """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there); where
-        it refuses the operands, the same member on padded copies of A and B (Kernel.bind_padded), or where it
-        cannot take those, the member the rule picks among those that run any alignment, as the C launcher."""
+        """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there), on padded
+        copies of A and B where it has that launcher and they need one (Kernel.bind_padded); where it refuses the
+        operands, the member the rule picks among those that run any alignment, as the C launcher falls back."""
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
         index = self._choose(m, n, k, True)
+        kernel = self.kernels[index]
         try:
-            return self.kernels[index].bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            # A TMA member on copies of the operands TMA refuses or reads slowly (paths/wgmma/pad.py), as the C
+            # launcher; bind_padded is None where there is nothing to copy.
+            padded = kernel.bind_padded(a, b, c, alpha, beta, stream_k, interior, **chain)
+            return padded if padded is not None else kernel.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
         except DeviceMismatch:
             raise
         except ValueError:
-            if self.models[index].any_alignment:
-                raise  # not the operands' alignment
-            # The member on copies TMA reads (paths/wgmma/pad.py), as the C launcher: one pass over the refused
-            # operands costs less than the fallback member; the fallback where the member has no such launcher.
-            padded = None
-            if not self.models[index].exact:
-                try:
-                    padded = self.kernels[index].bind_padded(a, b, c, alpha, beta, stream_k, interior, **chain)
-                except ValueError:
-                    pass  # refused for another reason: the fallback may take it
-            if padded is not None:
-                return padded
             fallback = self.member_for(m, n, k, aligned=False)
-            if fallback is None:
-                raise  # no member runs them
+            if self.models[index].any_alignment or fallback is None:
+                raise  # not the operands' alignment, or no member runs them
             return fallback.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,

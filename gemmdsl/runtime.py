@@ -57,7 +57,8 @@ from .devices import Driver, PackedParameters, check_stream_device, operands_dev
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
 from .grouped_call import check_b_packed, check_grouped_operands, check_offs, check_offs_given, map_batches
-from .launch_plan import PAD_MAX_BLOCKS, PAD_ROWS_PER_BLOCK, PAD_THREADS, SCALE_C_THREADS, LaunchPlan
+from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
+                          SCALE_C_THREADS, SECTOR_BYTES, LaunchPlan)
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
 from .source import CompileError
@@ -410,19 +411,24 @@ def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> Checked
 
 
 def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
-    """The operands among A and B that TMA refuses, each as (rows, elements per row, padded leading dimension)
-    of the copy the padded launcher makes (paths/wgmma/pad.py); empty for a kernel without that launcher or
-    operands TMA reads."""
+    """The operands among A and B that the padded launcher copies (paths/wgmma/pad.py): those TMA refuses, and
+    those whose rows start off a 32-byte sector where the kernel uses each element at least PAD_MIN_REUSE times;
+    each as (rows, elements per row, leading dimension of the copy: rows PAD_ROW_BYTES apart). Empty for a kernel
+    without that launcher."""
     if req.launch.entries.pad_operands is None:
         return {}
     copies = {}
+    reuse = {"A": views["B"].cols, "B": views["A"].rows}  # N uses of each element of A, M of each of B
     for name in ("A", "B"):
         view = views[name]
         multiple = req.launch.requirements.vector_elements[name.lower()]
-        if view.pointer % (multiple * view.itemsize) == 0 and view.ld % multiple == 0:
+        refused = view.pointer % (multiple * view.itemsize) != 0 or view.ld % multiple != 0
+        off_sector = view.pointer % SECTOR_BYTES != 0 or view.ld * view.itemsize % SECTOR_BYTES != 0
+        if not (refused or off_sector and reuse[name] >= PAD_MIN_REUSE):
             continue
         outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)
-        copies[name] = (outer, inner, -(-inner // multiple) * multiple)
+        row = PAD_ROW_BYTES // view.itemsize
+        copies[name] = (outer, inner, -(-inner // row) * row)
     return copies
 
 
@@ -837,6 +843,7 @@ class Kernel:
         # by a call with the same key: a call's checks and launch arguments cost several times what a launch
         # does, and callers repeat their calls. Replaced whole, so threads sharing the kernel read either.
         self._last: tuple[tuple, BoundLaunch] | None = None
+        self._uncopied: tuple | None = None  # bind_padded: the last operands' signatures that needed no copies
         # Built and loaded now on the current GPU, so that build errors surface at load.
         self._home = self._module_on(cupy.cuda.runtime.getDevice())
 
@@ -952,10 +959,14 @@ class Kernel:
 
     def bind_padded(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                     stream_k: bool = True, interior: bool = True, **chain: Any) -> BoundLaunch | None:
-        """`bind` on copies of A and B whose rows TMA reads, as the C launcher NAME_launch_ld_padded runs
-        (paths/wgmma/pad.py): each launch copies the operands TMA refuses first. None where the kernel has
-        no such launcher or the operands' library cannot allocate the copies (then call `bind`)."""
+        """`bind` on copies of A and B whose rows TMA reads at full speed, as the C launcher
+        NAME_launch_ld_padded runs (paths/wgmma/pad.py, `padded_copies`): each launch copies those operands
+        first. None where nothing is to be copied, the kernel has no such launcher or the operands' library
+        cannot allocate the copies (then call `bind`)."""
         if self.requirements.launch.entries.pad_operands is None:
+            return None
+        key = (signature(a), signature(b))  # operands like the last call's that needed no copies need none
+        if None not in key and key == self._uncopied:
             return None
         views, device = self._views({"A": a, "B": b})
         req = self.requirements
@@ -963,6 +974,7 @@ class Kernel:
         copies = padded_copies(req, operands)
         if not copies or min(operands["A"].rows, operands["A"].cols, operands["B"].cols) == 0 \
                 or max(view.batch for view in operands.values()) > 1:
+            self._uncopied = key
             return None
         given = {"A": a, "B": b}
         padded = dict(given)

@@ -724,19 +724,21 @@ extern "C" cudaError_t fp8_h100_launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4
     return fp8_h100_launch_ld(A, K, B, K, C, N, M, N, K, row_scale, col_scale, alpha, beta, stream);
 }
 
-// fp8_h100_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 16 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// fp8_h100_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t fp8_h100_launch_ld_padded(const __nv_fp8_e4m3* A, int lda, const __nv_fp8_e4m3* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, const float* row_scale, const float* col_scale, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 16 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 16 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 16 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_fp8_e4m3) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 16 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_fp8_e4m3) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return fp8_h100_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, row_scale, col_scale, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 15) / 16 * 16;
+    const long long lda_copy = (a_cols + 127) / 128 * 128;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 15) / 16 * 16;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_fp8_e4m3) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 127) / 128 * 128;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_fp8_e4m3) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_fp8_e4m3);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;

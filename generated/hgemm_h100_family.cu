@@ -599,19 +599,21 @@ extern "C" cudaError_t hgemm_h100_launch(const __nv_bfloat16* A, const __nv_bflo
     return hgemm_h100_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 
-// hgemm_h100_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// hgemm_h100_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t hgemm_h100_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return hgemm_h100_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long lda_copy = (a_cols + 63) / 64 * 64;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 7) / 8 * 8;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 63) / 64 * 64;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;
@@ -1197,19 +1199,21 @@ extern "C" cudaError_t hgemm_h100_128x192_launch(const __nv_bfloat16* A, const _
     return hgemm_h100_128x192_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 
-// hgemm_h100_128x192_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// hgemm_h100_128x192_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t hgemm_h100_128x192_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return hgemm_h100_128x192_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long lda_copy = (a_cols + 63) / 64 * 64;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 7) / 8 * 8;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 63) / 64 * 64;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;
@@ -1779,19 +1783,21 @@ extern "C" cudaError_t hgemm_h100_128x64_launch(const __nv_bfloat16* A, const __
     return hgemm_h100_128x64_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 
-// hgemm_h100_128x64_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// hgemm_h100_128x64_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t hgemm_h100_128x64_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return hgemm_h100_128x64_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long lda_copy = (a_cols + 63) / 64 * 64;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 7) / 8 * 8;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 63) / 64 * 64;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;
@@ -2660,19 +2666,21 @@ extern "C" cudaError_t hgemm_h100_64x128_sk_launch(const __nv_bfloat16* A, const
     return hgemm_h100_64x128_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 
-// hgemm_h100_64x128_sk_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// hgemm_h100_64x128_sk_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t hgemm_h100_64x128_sk_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return hgemm_h100_64x128_sk_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long lda_copy = (a_cols + 63) / 64 * 64;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 7) / 8 * 8;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 63) / 64 * 64;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;
@@ -5178,14 +5186,11 @@ extern "C" cudaError_t hgemm_h100_family_launch(const __nv_bfloat16* A, const __
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
     if (M == 0 || N == 0 || K == 0) return hgemm_h100_family_launch_members[0](A, B, C, M, N, K, alpha, beta, stream);
     const int member = hgemm_h100_family_choose(M, N, K, true);
-    const cudaError_t status = hgemm_h100_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
+    const cudaError_t status = hgemm_h100_family_padded[member] != nullptr
+        ? hgemm_h100_family_padded[member](A, K, B, K, C, N, M, N, K, alpha, beta, stream)
+        : hgemm_h100_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !hgemm_h100_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
-        // The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.
-        if (hgemm_h100_family_padded[member] != nullptr && !hgemm_h100_family_members[member].exact) {
-            const cudaError_t padded = hgemm_h100_family_padded[member](A, K, B, K, C, N, M, N, K, alpha, beta, stream);
-            if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason
-        }
+        // It refused the operands before launching anything.
         const int fallback = hgemm_h100_family_choose(M, N, K, false);
         if (fallback >= 0) return hgemm_h100_family_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
@@ -5198,14 +5203,11 @@ extern "C" cudaError_t hgemm_h100_family_launch_ld(const __nv_bfloat16* A, int l
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
     if (M == 0 || N == 0 || K == 0) return hgemm_h100_family_launch_ld_members[0](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     const int member = hgemm_h100_family_choose(M, N, K, true);
-    const cudaError_t status = hgemm_h100_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    const cudaError_t status = hgemm_h100_family_padded[member] != nullptr
+        ? hgemm_h100_family_padded[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream)
+        : hgemm_h100_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !hgemm_h100_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
-        // The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.
-        if (hgemm_h100_family_padded[member] != nullptr && !hgemm_h100_family_members[member].exact) {
-            const cudaError_t padded = hgemm_h100_family_padded[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
-            if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason
-        }
+        // It refused the operands before launching anything.
         const int fallback = hgemm_h100_family_choose(M, N, K, false);
         if (fallback >= 0) return hgemm_h100_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }

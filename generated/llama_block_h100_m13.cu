@@ -605,19 +605,21 @@ extern "C" cudaError_t llama_block_h100_m13_launch(const __nv_bfloat16* A, const
     return llama_block_h100_m13_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
 }
 
-// llama_block_h100_m13_launch_ld on copies of A and B that TMA can read: each one it refuses is copied
-// with rows padded to 8 elements (16 bytes) into stream-ordered scratch, freed after the
-// launch. The family launchers run it for operands TMA refuses.
+// llama_block_h100_m13_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t llama_block_h100_m13_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
-    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0;
-    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0;
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m13_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;
-    const long long lda_copy = (a_cols + 7) / 8 * 8;
+    const long long lda_copy = (a_cols + 63) / 64 * 64;
     const long long b_rows = pad_b ? N : 0, b_cols = K;
-    const long long ldb_copy = (b_cols + 7) / 8 * 8;
-    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 15) / 16 * 16;
+    const long long ldb_copy = (b_cols + 63) / 64 * 64;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(__nv_bfloat16) + 127) / 128 * 128;
     const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(__nv_bfloat16);
     if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
     void* scratch = nullptr;

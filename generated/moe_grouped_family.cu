@@ -1282,7 +1282,7 @@ extern "C" cudaError_t moe_grouped_family_launch(const __nv_bfloat16* A, const _
     const int member = moe_grouped_family_choose(M, N, K, true);
     const cudaError_t status = moe_grouped_family_launch_members[member](A, B, C, M, N, K, offs, groups, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !moe_grouped_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
+        // It refused the operands before launching anything.
         const int fallback = moe_grouped_family_choose(M, N, K, false);
         if (fallback >= 0) return moe_grouped_family_launch_members[fallback](A, B, C, M, N, K, offs, groups, alpha, beta, stream);
     }
@@ -1297,7 +1297,7 @@ extern "C" cudaError_t moe_grouped_family_launch_ld(const __nv_bfloat16* A, int 
     const int member = moe_grouped_family_choose(M, N, K, true);
     const cudaError_t status = moe_grouped_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, offs, groups, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !moe_grouped_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
+        // It refused the operands before launching anything.
         const int fallback = moe_grouped_family_choose(M, N, K, false);
         if (fallback >= 0) return moe_grouped_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, offs, groups, alpha, beta, stream);
     }

@@ -7316,7 +7316,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     const int member = sgemm_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_family_launch_members[member](A, B, C, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !sgemm_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
+        // It refused the operands before launching anything.
         const int fallback = sgemm_family_choose(M, N, K, false);
         if (fallback >= 0) return sgemm_family_launch_members[fallback](A, B, C, M, N, K, alpha, beta, stream);
     }
@@ -7331,7 +7331,7 @@ extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const flo
     const int member = sgemm_family_choose(M, N, K, true);
     const cudaError_t status = sgemm_family_launch_ld_members[member](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (status == cudaErrorInvalidValue && !sgemm_family_members[member].any_alignment) {
-        // It refused the operands (alignment) before launching anything.
+        // It refused the operands before launching anything.
         const int fallback = sgemm_family_choose(M, N, K, false);
         if (fallback >= 0) return sgemm_family_launch_ld_members[fallback](A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     }

@@ -16,7 +16,9 @@
 #   sanitize  compute-sanitizer (scripts/sanitize.sh) on the fallback members, at sizes off every tile with
 #             odd leading dimensions (their scalar kernels), K = 700 and 702 on packed operands (16-bit: the
 #             8-byte and the 4-byte kernel; TF32: the vector and the 8-byte one), and on the BF16-C stream-K member at small sizes
-#             whose tiles it shares among every SM (its workspace and flags);
+#             whose tiles it shares among every SM (its workspace and flags), and the families' padded path
+#             (paths/wgmma/pad.py): `verify` of each family at sizes whose packed operands TMA refuses (K = 33, 77,
+#             129), under each tool, every kernel instrumented;
 #   table     last: per family and shape list, every shape's ratio to cuBLAS (and at the decode shapes the
 #             bytes of A, B and C over the time against HBM's 3.35 TB/s), then the geometric mean and the
 #             lowest ratio, from the bench JSON.
@@ -60,6 +62,17 @@ if wants sanitize; then
     # 8 tiles of 64 k-tiles on every SM; 64x128 tiles split along K and across tiles; one row of a decode call
     SIZES=256x256x4096,200x296x1000,1x1024x8192 bash scripts/sanitize.sh $STREAM_K 2>&1 | tee -a "$OUT/sanitize.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    for family in $FAMILIES16; do
+        for tool in memcheck racecheck synccheck; do
+            log="$OUT/sanitize/$(basename "$family" .gemmf).padded.$tool.log"
+            GEMMDSL_NO_MEMORY_POOL=1 compute-sanitizer --tool "$tool" python3 -m gemmdsl.cli verify "$family" \
+                --sizes 33x33x33,200x296x77,333x517x129 > "$log" 2>&1
+            verdict=$(grep -E "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log" > /dev/null && ! grep -q "^FAIL" "$log" \
+                      && echo CLEAN || echo ERRORS)
+            [ "$verdict" = CLEAN ] || status=1
+            echo "$(basename "$family" .gemmf) padded path: $tool $verdict" | tee -a "$OUT/sanitize.log"
+        done
+    done
 fi
 if wants table; then
     python3 - "$OUT" <<'PY' | tee "$OUT/table.txt"

@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 from gemmdsl.compiler import compile_path
 from gemmdsl.family import compile_family_path
 from gemmdsl.paths import path_of
+from gemmdsl.launch_plan import PAD_MIN_REUSE
 from gemmdsl.runtime import OperandView, Requirements, padded_copies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,9 @@ def requirements(name: str) -> Requirements:
 @given(spec=st.sampled_from(["hgemm_h100_bf16c", "hgemm_h100_nn", "tf32_h100", "fp8_h100"]),
        m=st.integers(1, 5000), n=st.integers(1, 5000), k=st.integers(1, 5000),
        extra=st.tuples(st.integers(0, 20), st.integers(0, 20)), offset=st.tuples(st.integers(0, 17), st.integers(0, 17)))
-def test_an_operand_is_copied_exactly_when_tma_refuses_it_into_rows_tma_reads(spec, m, n, k, extra, offset):
+def test_an_operand_is_copied_where_tma_refuses_it_or_reads_it_slowly_and_its_reuse_pays(spec, m, n, k, extra, offset):
+    """Copied: what TMA refuses (not 16-byte aligned), and rows off a 32-byte sector where each element is used
+    PAD_MIN_REUSE times or more (N for A, M for B); the copy's rows 128 bytes apart, as the C launcher makes them."""
     req = requirements(spec)
     views = {}
     for (name, rows, cols), more, off in zip((("A", m, k), ("B", k, n)), extra, offset):
@@ -34,14 +37,15 @@ def test_an_operand_is_copied_exactly_when_tma_refuses_it_into_rows_tma_reads(sp
         views[name] = OperandView(name, rows, cols, 1, inner + more, 0, 1 << 20 | off * itemsize, itemsize)
     copies = padded_copies(req, views)
     for name, view in views.items():
-        multiple = req.launch.requirements.vector_elements[name.lower()]
         refused = view.pointer % 16 != 0 or (view.ld * view.itemsize) % 16 != 0
-        assert (name in copies) == refused
-        if refused:
+        off_sector = view.pointer % 32 != 0 or (view.ld * view.itemsize) % 32 != 0
+        reuse = n if name == "A" else m
+        assert (name in copies) == (refused or off_sector and reuse >= PAD_MIN_REUSE)
+        if name in copies:
             rows, cols, ld = copies[name]
             outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)
             assert (rows, cols) == (outer, inner)
-            assert ld % multiple == 0 and (ld * view.itemsize) % 16 == 0 and cols <= ld < cols + multiple
+            assert (ld * view.itemsize) % 128 == 0 and cols <= ld < cols + 128 // view.itemsize
 
 
 @pytest.mark.parametrize("path", WGMMA_SPECS, ids=lambda path: path.stem)
@@ -56,15 +60,16 @@ def test_every_2d_wgmma_file_has_the_padded_launcher_over_its_own(path):
     assert f'extern "C" __global__ void __launch_bounds__(256) {entry}(' in artifacts.cuda
     launcher = artifacts.cuda[artifacts.cuda.index(f'extern "C" cudaError_t {name}_launch_ld_padded('):]
     launcher = launcher[:launcher.index("\n}\n")]
-    # copies what TMA refuses, launches the copy and then the member's own launcher on the copies, frees after
+    # copies what TMA refuses or reads off its sectors, launches the copy and then the member's own launcher on the
+    # copies, frees after
     order = ["cudaMallocAsync", f"{entry}<<<", f"{name}_launch_ld(pad_a ? a_copy : A", "cudaFreeAsync"]
     assert [launcher.index(step) for step in order] == sorted(launcher.index(step) for step in order)
-    assert "% 16 != 0" in launcher
+    assert "% 16 != 0" in launcher and "% 32 != 0" in launcher and f">= {PAD_MIN_REUSE}" in launcher
 
 
 @pytest.mark.parametrize("family", ["hgemm_h100_bf16c_family", "tf32_h100_family", "linear_gelu_family",
                                     "moe_grouped_family"])
-def test_a_family_launcher_runs_a_refused_call_on_padded_copies_before_its_fallback(family):
+def test_a_family_launcher_calls_its_tma_members_padded_launcher_then_the_fallback(family):
     compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
     cuda = compiled.cuda
     padded = [member.artifacts.plan.launch.entries.pad_operands is not None for member in compiled.members]

@@ -186,10 +186,10 @@ def _emit_padded_table(family: Any, o: Emitter) -> None:
 
 
 def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None:
-    """One family launcher: check the shape, choose, call the member's launcher of the same kind;
-    when the member refuses the operands (a TMA member; it launched nothing), the same member on padded copies
-    of A and B that TMA reads (paths/wgmma/pad.py: cheaper than the fallback at every shape measured), and
-    where it has no such launcher or is exact, the best member among those that run any alignment."""
+    """One family launcher: check the shape, choose, call the member's launcher of the same kind, or for a TMA
+    member of a 2-D call its launcher on padded copies (paths/wgmma/pad.py: it copies the operands TMA refuses
+    or reads slowly, and calls the member's own launcher); when the member refuses the operands (it launched
+    nothing), the best member among those that run any alignment."""
     name = family.name
     launcher = launcher_names(family.launcher_spec)[key]
     arguments = ", ".join(parameter.split()[-1].lstrip("*") for parameter in parameters.split(", "))
@@ -204,16 +204,15 @@ def _emit_dispatcher(family: Any, key: str, parameters: str, o: Emitter) -> None
         o.comment("An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.")
         o.line(f"if (M == 0 || N == 0 || K == 0) return {table}[0]({arguments});")
         o.line(f"const int member = {name}_choose(M, N, K, true);")
-        o.line(f"const cudaError_t status = {table}[member]({arguments});")
+        if padding:
+            rest = arguments.split("K, ", 1)[1]
+            o.line(f"const cudaError_t status = {name}_padded[member] != nullptr")
+            o.line(f"    ? {name}_padded[member](A, {lds['a']}, B, {lds['b']}, C, {lds['c']}, M, N, K, {rest})")
+            o.line(f"    : {table}[member]({arguments});")
+        else:
+            o.line(f"const cudaError_t status = {table}[member]({arguments});")
         with o.block(f"if (status == cudaErrorInvalidValue && !{name}_members[member].any_alignment)"):
-            o.comment("It refused the operands (alignment) before launching anything.")
-            if padding:
-                rest = arguments.split("K, ", 1)[1]
-                o.comment("The member on copies TMA reads: one pass over the refused operands, cheaper than the fallback.")
-                with o.block(f"if ({name}_padded[member] != nullptr && !{name}_members[member].exact)"):
-                    o.line(f"const cudaError_t padded = {name}_padded[member](A, {lds['a']}, B, {lds['b']}, C, {lds['c']}, "
-                           f"M, N, K, {rest});")
-                    o.line("if (padded != cudaErrorInvalidValue) return padded;  // else refused for another reason")
+            o.comment("It refused the operands before launching anything.")
             o.line(f"const int fallback = {name}_choose(M, N, K, false);")
             o.line(f"if (fallback >= 0) return {table}[fallback]({arguments});")
         o.line("return status;")

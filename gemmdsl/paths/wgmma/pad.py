@@ -2,19 +2,24 @@
 
 TMA reads a matrix only where its address and row stride are multiples of 16 bytes, so a call with
 K = 77 (rows of 154 bytes), an odd leading dimension or a pointer one element off is refused by the
-wgmma launchers. A family used to run such calls on its `fallback` member (mma.sync, cp.async of 8 or 4
-bytes, or one element at a time); copying the refused operands into rows TMA reads and running the
-wgmma member on the copies measured faster at every shape tried on the H100, from 33^3 to
-4096x4096x4094 and decode calls (docs/performance.md, "Operands TMA cannot read"), so the family
-launchers (emit/family.py) and FamilyKernel do that, and keep the fallback for the calls this launcher
-does not take (batched and grouped specs).
-
-`NAME_launch_ld_padded` takes `NAME_launch_ld`'s parameters. It copies A and/or B (whichever TMA
-refuses) into one stream-ordered scratch allocation (cudaMallocAsync, freed with cudaFreeAsync after the
-launch, so CUDA graphs can capture it), each row padded to a whole number of 16-byte units and each
-copy 16-byte aligned, and calls `NAME_launch_ld` on the copies; the padding is never read (the tensor
-maps' extents are the matrices' own). The Python runtime launches the same kernel on copies it
-allocates (runtime.Kernel.bind_padded).
+wgmma launchers. Where it does read them, rows that start 16 bytes into a 32-byte sector (BF16 rows of
+K = 1000, 1016, 1032...: every other 16-byte-aligned K) cost the members about 1.6x the time of the same
+call with 32-byte-aligned rows (H100: 4096x4096x1000 87.9 us, with rows 1,024 elements apart 54.5 us;
+cuBLAS 56.3; docs/performance.md, "Operands TMA cannot read, or reads slowly"). Copying such operands
+into rows 128 bytes apart costs one read and one write of them: the family launchers (emit/family.py)
+and FamilyKernel call NAME_launch_ld_padded, which copies
+- an operand TMA refuses, always: this measured faster than the `fallback` member at every shape tried,
+  from 33^3 to 4096x4096x4094 and decode calls, so the fallback now runs only what this launcher does not
+  take (batched and grouped calls, libraries the Python runtime cannot allocate in);
+- an operand whose rows start off a sector, where the kernel uses each of its elements at least
+  PAD_MIN_REUSE times (N for A, M for B): there the copy costs less than the penalty. A BF16 element's copy
+  moves 4 bytes, 1.2 ps at HBM's 3.35 TB/s; 768 uses are 1,536 flops, 2.2 ps at a sustained 700 TFLOP/s, of
+  which the penalty is 0.6, 1.3 ps (TF32: 8 bytes, 2.4 ps, against 0.6 x 1,536 flops at 350 TFLOP/s, 2.6 ps).
+  Decode calls (B used M <= 128 times) keep their rows;
+and otherwise calls NAME_launch_ld itself. The copies share one stream-ordered scratch allocation
+(cudaMallocAsync, freed with cudaFreeAsync after the launch, so CUDA graphs can capture it); the padding is
+never read (the tensor maps' extents are the matrices' own). The Python runtime launches the same kernel on
+copies it allocates (runtime.Kernel.bind_padded, runtime.padded_copies).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from ... import ir
 from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguous_extent, pad_operands_entry,
                     padded_launcher_name)
 from ...emitter import Emitter
-from ...launch_plan import PAD_ROWS_PER_BLOCK, PAD_THREADS, PAD_MAX_BLOCKS
+from ...launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
+                            SECTOR_BYTES)
 from ...plan import KernelPlan
 
 
@@ -78,14 +84,16 @@ def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
     align, multiple = layout.global_alignment_bytes, layout.ld_multiple
     parameters = launcher_parameters(spec)["launcher_ld"]
     a, b = (spec.problem.matrix(op).dtype.c_type for op in (ir.Operand.A, ir.Operand.B))
-    o.comment(f"{plan.launch.launchers['launcher_ld']} on copies of A and B that TMA can read: each one it refuses is copied\n"
-              f"with rows padded to {multiple} elements ({align} bytes) into stream-ordered scratch, freed after the\n"
-              "launch. The family launchers run it for operands TMA refuses.")
+    row = {op: PAD_ROW_BYTES // spec.problem.matrix(ir.Operand(op)).dtype.bytes for op in "ab"}
+    o.comment(f"{plan.launch.launchers['launcher_ld']} on copies of the operands TMA refuses ({align}-byte rows) or reads slowly\n"
+              f"(rows off a {SECTOR_BYTES}-byte sector, where each element is used at least {PAD_MIN_REUSE} times), "
+              f"rows {PAD_ROW_BYTES} bytes apart in\nstream-ordered scratch freed after the launch; "
+              "without such operands, that launcher itself. The family launchers call it.")
     with o.block(f'extern "C" cudaError_t {padded_launcher_name(spec)}({parameters})'):
-        o.line("const bool pad_a = reinterpret_cast<uintptr_t>(A) % "
-               f"{align} != 0 || lda % {multiple} != 0;")
-        o.line("const bool pad_b = reinterpret_cast<uintptr_t>(B) % "
-               f"{align} != 0 || ldb % {multiple} != 0;")
+        for op, pointer, reuse, element in (("a", "A", "N", a), ("b", "B", "M", b)):
+            o.line(f"const bool pad_{op} = reinterpret_cast<uintptr_t>({pointer}) % {align} != 0 || ld{op} % {multiple} != 0 ||")
+            o.line(f"    ((reinterpret_cast<uintptr_t>({pointer}) % {SECTOR_BYTES} != 0 || "
+                   f"ld{op} * sizeof({element}) % {SECTOR_BYTES} != 0) && {reuse} >= {PAD_MIN_REUSE});")
         rest = f"C, ldc, M, N, K, {fuse_arguments(spec)}alpha, beta, stream"
         o.line(f"if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) "
                f"return {plan.launch.launchers['launcher_ld']}(A, lda, B, ldb, {rest});")
@@ -95,8 +103,9 @@ def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
             operand = ir.Operand(op)
             o.line(f"const long long {op}_rows = {flag} ? {outer_extent(spec, operand)} : 0, "
                    f"{op}_cols = {contiguous_extent(spec, operand)};")
-            o.line(f"const long long ld{op}_copy = ({op}_cols + {multiple - 1}) / {multiple} * {multiple};")
-        o.line(f"const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof({a}) + {align - 1}) / {align} * {align};")
+            o.line(f"const long long ld{op}_copy = ({op}_cols + {row[op] - 1}) / {row[op]} * {row[op]};")
+        o.line(f"const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof({a}) + {PAD_ROW_BYTES - 1}) / "
+               f"{PAD_ROW_BYTES} * {PAD_ROW_BYTES};")
         o.line(f"const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof({b});")
         o.line("if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) "
                "return cudaErrorInvalidValue;")
