@@ -28,6 +28,7 @@ PAD_MAX_BLOCKS = 4096  # its blocks, at most: they stride over the rows
 PAD_ROW_BYTES = 128  # the copies' rows start 128 bytes apart: whole L2 lines, whole 32-byte sectors
 SECTOR_BYTES = 32  # TMA reads rows that start 16 bytes into a 32-byte sector at about 1.6x the time (pad.py)
 PAD_MIN_REUSE = 768  # copy such an operand only where the kernel uses each of its elements this many times (pad.py)
+PAD_MIN_WORK = 1 << 33  # ... and the call has this many multiply-adds: the copy's launch costs microseconds (pad.py)
 
 
 class GridRule(enum.Enum):

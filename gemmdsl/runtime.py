@@ -57,7 +57,7 @@ from .devices import Driver, PackedParameters, check_stream_device, operands_dev
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
 from .grouped_call import check_b_packed, check_grouped_operands, check_offs, check_offs_given, map_batches
-from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
+from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
                           SCALE_C_THREADS, SECTOR_BYTES, LaunchPlan)
 from .schedule import SubLaunch
 from .targets import ARCHS, arch, occupancy_of
@@ -412,19 +412,21 @@ def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> Checked
 
 def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
     """The operands among A and B that the padded launcher copies (paths/wgmma/pad.py): those TMA refuses, and
-    those whose rows start off a 32-byte sector where the kernel uses each element at least PAD_MIN_REUSE times;
+    those whose rows start off a 32-byte sector where the kernel uses each element at least PAD_MIN_REUSE times
+    in a call of at least PAD_MIN_WORK multiply-adds;
     each as (rows, elements per row, leading dimension of the copy: rows PAD_ROW_BYTES apart). Empty for a kernel
     without that launcher."""
     if req.launch.entries.pad_operands is None:
         return {}
     copies = {}
     reuse = {"A": views["B"].cols, "B": views["A"].rows}  # N uses of each element of A, M of each of B
+    large = views["A"].rows * views["B"].cols * views["A"].cols >= PAD_MIN_WORK
     for name in ("A", "B"):
         view = views[name]
         multiple = req.launch.requirements.vector_elements[name.lower()]
         refused = view.pointer % (multiple * view.itemsize) != 0 or view.ld % multiple != 0
         off_sector = view.pointer % SECTOR_BYTES != 0 or view.ld * view.itemsize % SECTOR_BYTES != 0
-        if not (refused or off_sector and reuse[name] >= PAD_MIN_REUSE):
+        if not (refused or off_sector and reuse[name] >= PAD_MIN_REUSE and large):
             continue
         outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)
         row = PAD_ROW_BYTES // view.itemsize

@@ -622,13 +622,14 @@ extern "C" cudaError_t llama_block_h100_m9_launch(const __nv_bfloat16* A, const 
 }
 
 // llama_block_h100_m9_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
-// (rows off a 32-byte sector, where each element is used at least 768 times), rows 128 bytes apart in
+// (rows off a 32-byte sector, each element used 768+ times, 8589934592 multiply-adds), rows 128 bytes apart in
 // stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
 extern "C" cudaError_t llama_block_h100_m9_launch_ld_padded(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool large = (long long)M * N >= (8589934592LL + K - 1) / K;  // M N K >= PAD_MIN_WORK, without overflow
     const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 8 != 0 ||
-        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768);
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(__nv_bfloat16) % 32 != 0) && N >= 768 && large);
     const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 8 != 0 ||
-        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768);
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(__nv_bfloat16) % 32 != 0) && M >= 768 && large);
     if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return llama_block_h100_m9_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
     if (lda < K || ldb < K) return cudaErrorInvalidValue;
     const long long a_rows = pad_a ? M : 0, a_cols = K;

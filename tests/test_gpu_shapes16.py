@@ -135,7 +135,8 @@ def test_the_stream_k_member_adds_f32_partial_sums_and_applies_beta_once(family,
         assert error <= FAMILIES[name][2]
 
 
-# (shape, lda, A's offset in elements): every alignment the fallback meets, so each of its kernels runs: 16-bit K = 700
+# (shape, lda, A's offset in elements): every alignment the fallback meets, so each of its kernels runs (the calls are
+# below launch_plan.PAD_MIN_WORK, so the family copies only what TMA refuses, not rows off a sector): 16-bit K = 700
 # puts A's and B's rows 1400 bytes apart (8-byte aligned), 702 1404 (4), 77 154 (2, the scalar kernel); odd and
 # even leading dimensions; A's pointer 1, 2 and 4 elements off.
 MISALIGNED = [((1000, 1000, 700), None, 0), ((1000, 1000, 702), None, 0), ((2048, 2048, 77), None, 0),

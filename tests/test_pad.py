@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 from gemmdsl.compiler import compile_path
 from gemmdsl.family import compile_family_path
 from gemmdsl.paths import path_of
-from gemmdsl.launch_plan import PAD_MIN_REUSE
+from gemmdsl.launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK
 from gemmdsl.runtime import OperandView, Requirements, padded_copies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,11 +24,12 @@ def requirements(name: str) -> Requirements:
 
 
 @given(spec=st.sampled_from(["hgemm_h100_bf16c", "hgemm_h100_nn", "tf32_h100", "fp8_h100"]),
-       m=st.integers(1, 5000), n=st.integers(1, 5000), k=st.integers(1, 5000),
+       m=st.integers(1, 9000), n=st.integers(1, 9000), k=st.integers(1, 9000),
        extra=st.tuples(st.integers(0, 20), st.integers(0, 20)), offset=st.tuples(st.integers(0, 17), st.integers(0, 17)))
 def test_an_operand_is_copied_where_tma_refuses_it_or_reads_it_slowly_and_its_reuse_pays(spec, m, n, k, extra, offset):
     """Copied: what TMA refuses (not 16-byte aligned), and rows off a 32-byte sector where each element is used
-    PAD_MIN_REUSE times or more (N for A, M for B); the copy's rows 128 bytes apart, as the C launcher makes them."""
+    PAD_MIN_REUSE times or more (N for A, M for B) in a call of PAD_MIN_WORK multiply-adds or more; the copy's rows
+    128 bytes apart, as the C launcher makes them."""
     req = requirements(spec)
     views = {}
     for (name, rows, cols), more, off in zip((("A", m, k), ("B", k, n)), extra, offset):
@@ -40,7 +41,7 @@ def test_an_operand_is_copied_where_tma_refuses_it_or_reads_it_slowly_and_its_re
         refused = view.pointer % 16 != 0 or (view.ld * view.itemsize) % 16 != 0
         off_sector = view.pointer % 32 != 0 or (view.ld * view.itemsize) % 32 != 0
         reuse = n if name == "A" else m
-        assert (name in copies) == (refused or off_sector and reuse >= PAD_MIN_REUSE)
+        assert (name in copies) == (refused or off_sector and reuse >= PAD_MIN_REUSE and m * n * k >= PAD_MIN_WORK)
         if name in copies:
             rows, cols, ld = copies[name]
             outer, inner = (view.rows, view.cols) if req.layouts[name] == "row" else (view.cols, view.rows)

@@ -15,7 +15,9 @@ and FamilyKernel call NAME_launch_ld_padded, which copies
   PAD_MIN_REUSE times (N for A, M for B): there the copy costs less than the penalty. A BF16 element's copy
   moves 4 bytes, 1.2 ps at HBM's 3.35 TB/s; 768 uses are 1,536 flops, 2.2 ps at a sustained 700 TFLOP/s, of
   which the penalty is 0.6, 1.3 ps (TF32: 8 bytes, 2.4 ps, against 0.6 x 1,536 flops at 350 TFLOP/s, 2.6 ps).
-  Decode calls (B used M <= 128 times) keep their rows;
+  Decode calls (B used M <= 128 times) keep their rows, and so do calls of fewer than PAD_MIN_WORK (2^33)
+  multiply-adds, where the copy's own launch and pass outweigh the penalty (1000^3 ran in 15.4 us as it is
+  and 16 us copied, 768x768x1000 9 us against 19);
 and otherwise calls NAME_launch_ld itself. The copies share one stream-ordered scratch allocation
 (cudaMallocAsync, freed with cudaFreeAsync after the launch, so CUDA graphs can capture it); the padding is
 never read (the tensor maps' extents are the matrices' own). The Python runtime launches the same kernel on
@@ -27,7 +29,7 @@ from ... import ir
 from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguous_extent, pad_operands_entry,
                     padded_launcher_name)
 from ...emitter import Emitter
-from ...launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
+from ...launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
                             SECTOR_BYTES)
 from ...plan import KernelPlan
 
@@ -86,14 +88,16 @@ def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
     a, b = (spec.problem.matrix(op).dtype.c_type for op in (ir.Operand.A, ir.Operand.B))
     row = {op: PAD_ROW_BYTES // spec.problem.matrix(ir.Operand(op)).dtype.bytes for op in "ab"}
     o.comment(f"{plan.launch.launchers['launcher_ld']} on copies of the operands TMA refuses ({align}-byte rows) or reads slowly\n"
-              f"(rows off a {SECTOR_BYTES}-byte sector, where each element is used at least {PAD_MIN_REUSE} times), "
+              f"(rows off a {SECTOR_BYTES}-byte sector, each element used {PAD_MIN_REUSE}+ times, {PAD_MIN_WORK} multiply-adds), "
               f"rows {PAD_ROW_BYTES} bytes apart in\nstream-ordered scratch freed after the launch; "
               "without such operands, that launcher itself. The family launchers call it.")
     with o.block(f'extern "C" cudaError_t {padded_launcher_name(spec)}({parameters})'):
+        o.line(f"const bool large = (long long)M * N >= ({PAD_MIN_WORK}LL + K - 1) / K;  // M N K >= PAD_MIN_WORK, "
+               "without overflow")
         for op, pointer, reuse, element in (("a", "A", "N", a), ("b", "B", "M", b)):
             o.line(f"const bool pad_{op} = reinterpret_cast<uintptr_t>({pointer}) % {align} != 0 || ld{op} % {multiple} != 0 ||")
             o.line(f"    ((reinterpret_cast<uintptr_t>({pointer}) % {SECTOR_BYTES} != 0 || "
-                   f"ld{op} * sizeof({element}) % {SECTOR_BYTES} != 0) && {reuse} >= {PAD_MIN_REUSE});")
+                   f"ld{op} * sizeof({element}) % {SECTOR_BYTES} != 0) && {reuse} >= {PAD_MIN_REUSE} && large);")
         rest = f"C, ldc, M, N, K, {fuse_arguments(spec)}alpha, beta, stream"
         o.line(f"if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) "
                f"return {plan.launch.launchers['launcher_ld']}(A, lda, B, ldb, {rest});")
