@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy
 
+from .launch_plan import SECTOR_BYTES
+
 TENSOR_MAP_BYTES = 128
 # CU_TENSOR_MAP_DATA_TYPE_UINT8 (FP8 operands, copied as bytes), _FLOAT16, _BFLOAT16, _FLOAT32 and _TFLOAT32
 # (TMA rounds each f32 word to TF32 on the way in), by the metadata's data type (paths/wgmma/layout.py's
@@ -25,6 +27,7 @@ TENSOR_MAP_BYTES = 128
 DATA_TYPES = {"u8": 0, "f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
 SWIZZLES = {32: 1, 64: 2, 128: 3}  # CU_TENSOR_MAP_SWIZZLE_32B, _64B, _128B
 INTERLEAVE_NONE = 0
+L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 OOB_FILL_ZERO = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the tensor read as zero
 # The kernel's parameter type: `struct alignas(64) NAME_tensor_map { unsigned long long opaque[16]; }`.
@@ -43,6 +46,16 @@ class TensorMapRequest:
     strides: tuple[int, ...]  # bytes between rows (dimension 1) and between GEMMs; dimension 0's is the element
     box: tuple[int, ...]  # elements along dimension 0 and 1 (and 1 GEMM)
     swizzle: int
+    promotion: int = L2_PROMOTION_256B  # l2_promotion
+
+
+def l2_promotion(address: int, row_bytes: int) -> int:
+    """The L2 promotion of a map whose rows start at `address` + i * `row_bytes`: 256-byte fetches where every row
+    starts on a 32-byte sector, 128-byte ones where rows start 16 bytes into one. On the H100 (2026-11-27,
+    docs/performance.md, "Operands TMA cannot read, or reads slowly") 256 bytes streamed decode calls' B 4%
+    faster than 128, and 128 ran BF16 calls with rows off a sector 8-15% faster (1000^3: 15.0 against 13.8 us)."""
+    off_sector = address % SECTOR_BYTES != 0 or row_bytes % SECTOR_BYTES != 0
+    return L2_PROMOTION_128B if off_sector else L2_PROMOTION_256B
 
 
 def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: int, k: int,
@@ -68,7 +81,8 @@ def tensor_map_requests(maps: dict, pointers: dict[str, int | None], m: int, n: 
             dims, strides, box = (*dims, count), (*strides, batch_strides[operand] * size), (*box, 1)
         requests[operand] = TensorMapRequest(data_type=DATA_TYPES[entry["dtype"]], address=pointers[operand],
                                              dims=dims, strides=strides, box=box,
-                                             swizzle=SWIZZLES[entry["swizzle_bytes"]])
+                                             swizzle=SWIZZLES[entry["swizzle_bytes"]],
+                                             promotion=l2_promotion(pointers[operand], strides[0]))
     return requests
 
 
@@ -139,7 +153,7 @@ def driver_encoder() -> Encoder:
         box = (ctypes.c_uint32 * rank)(*request.box)
         steps = (ctypes.c_uint32 * rank)(*[1] * rank)
         result = encode(address, request.data_type, rank, request.address, dims, strides, box, steps, INTERLEAVE_NONE,
-                        request.swizzle, L2_PROMOTION_256B, OOB_FILL_ZERO)
+                        request.swizzle, request.promotion, OOB_FILL_ZERO)
         if result != 0:
             raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {result}) for {request}")
         ctypes.memmove(out, address, TENSOR_MAP_BYTES)

@@ -821,8 +821,12 @@ static cudaError_t llama_block_h100_m0_tensor_map_of(llama_block_h100_m0_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -1755,8 +1759,12 @@ static cudaError_t llama_block_h100_m1_tensor_map_of(llama_block_h100_m1_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -2434,8 +2442,12 @@ static cudaError_t llama_block_h100_m2_tensor_map_of(llama_block_h100_m2_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -3301,8 +3313,12 @@ static cudaError_t llama_block_h100_m3_tensor_map_of(llama_block_h100_m3_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -3972,8 +3988,12 @@ static cudaError_t llama_block_h100_m4_tensor_map_of(llama_block_h100_m4_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -4839,8 +4859,12 @@ static cudaError_t llama_block_h100_m5_tensor_map_of(llama_block_h100_m5_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -5773,8 +5797,12 @@ static cudaError_t llama_block_h100_m6_tensor_map_of(llama_block_h100_m6_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -6444,8 +6472,12 @@ static cudaError_t llama_block_h100_m7_tensor_map_of(llama_block_h100_m7_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -7319,8 +7351,12 @@ static cudaError_t llama_block_h100_m8_tensor_map_of(llama_block_h100_m8_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -8006,8 +8042,12 @@ static cudaError_t llama_block_h100_m9_tensor_map_of(llama_block_h100_m9_tensor_
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -8897,8 +8937,12 @@ static cudaError_t llama_block_h100_m10_tensor_map_of(llama_block_h100_m10_tenso
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -9823,8 +9867,12 @@ static cudaError_t llama_block_h100_m11_tensor_map_of(llama_block_h100_m11_tenso
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -10518,8 +10566,12 @@ static cudaError_t llama_block_h100_m12_tensor_map_of(llama_block_h100_m12_tenso
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);
@@ -11130,8 +11182,12 @@ static cudaError_t llama_block_h100_m13_tensor_map_of(llama_block_h100_m13_tenso
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);

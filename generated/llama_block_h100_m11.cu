@@ -774,8 +774,12 @@ static cudaError_t llama_block_h100_m11_tensor_map_of(llama_block_h100_m11_tenso
     const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
     const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
     std::memcpy(out, &map, sizeof map);

@@ -83,3 +83,20 @@ def test_a_family_launcher_calls_its_tma_members_padded_launcher_then_the_fallba
         body = cuda[cuda.index(f'extern "C" cudaError_t {family}_{launcher}('):]
         body = body[:body.index("\n}\n")]
         assert body.index(f"{family}_padded[member](") < body.index(f"{family}_choose(M, N, K, false)")
+
+
+@pytest.mark.parametrize("k, offset, promotion", [(1024, 0, "256"), (1000, 0, "128"), (1008, 0, "256"), (1024, 8, "128"),
+                                                  (1024, 16, "256")])
+def test_a_tensor_map_fetches_256_bytes_into_l2_unless_its_rows_start_off_a_sector(k, offset, promotion):
+    """BF16 rows of K = 1000 start 16 bytes into a 32-byte sector every other row (a pointer 8 elements in, every
+    row): those maps use 128-byte L2 promotion, as the C launcher's tensor_map_of decides."""
+    from gemmdsl.tensor_maps import L2_PROMOTION_128B, L2_PROMOTION_256B, tensor_map_requests
+
+    artifacts = compile_path(ROOT / "specs" / "hgemm_h100_bf16c.gemm")
+    base = 1 << 20
+    requests = tensor_map_requests(artifacts.metadata["tensor_maps"], {"a": base + 2 * offset, "b": base, "c": None},
+                                   512, 512, k, {"a": k, "b": 1024, "c": 512})
+    expected = {"128": L2_PROMOTION_128B, "256": L2_PROMOTION_256B}[promotion]
+    assert requests["a"].promotion == expected and requests["b"].promotion == L2_PROMOTION_256B
+    assert ("off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
+            in artifacts.cuda)

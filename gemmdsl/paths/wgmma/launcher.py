@@ -14,7 +14,7 @@ from ... import ir
 from ...abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, grouped_parameters,
                     launcher_parameters, leading_name, outer_extent, tensor_map_type, tile_count)
 from ...emitter import Emitter
-from ...launch_plan import GridRule
+from ...launch_plan import SECTOR_BYTES, GridRule
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from .pad import emit_padded_launcher
@@ -130,9 +130,14 @@ class TensorMapLauncher:
                        "the element")
                 o.line("const cuuint32_t box[2] = {box_inner, box_outer};")
                 o.line("const cuuint32_t steps[2] = {1, 1};")
+            o.comment(f"L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a {SECTOR_BYTES}-byte "
+                      "sector, 128-byte\nones where they start 16 bytes into one.")
+            o.line(f"const bool off_sector = reinterpret_cast<uintptr_t>(base) % {SECTOR_BYTES} != 0 || "
+                   f"(long long)ld * element_bytes % {SECTOR_BYTES} != 0;")
             o.line(f"const CUresult result = encode(&map, type, {rank}, const_cast<void*>(base), dims, strides, box, "
                    "steps,")
-            o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
+            o.line("    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,")
+            o.line("    off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,")
             o.line("    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);")
             o.line("if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;")
             o.line("std::memcpy(out, &map, sizeof map);")
