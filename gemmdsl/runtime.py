@@ -413,9 +413,8 @@ def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> Checked
 def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
     """The operands among A and B that the padded launcher copies (paths/wgmma/pad.py): those TMA refuses, and
     those whose rows start off a 32-byte sector where the kernel uses each element at least PAD_MIN_REUSE times
-    in a call of at least PAD_MIN_WORK multiply-adds;
-    each as (rows, elements per row, leading dimension of the copy: rows PAD_ROW_BYTES apart). Empty for a kernel
-    without that launcher."""
+    in a call of at least PAD_MIN_WORK multiply-adds; each as (rows, elements per row, leading dimension of the
+    copy: rows PAD_ROW_BYTES apart). Empty for a kernel without that launcher."""
     if req.launch.entries.pad_operands is None:
         return {}
     copies = {}
