@@ -22,7 +22,7 @@ from .family import compile_family_path, explain, format_explanation, is_family_
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
-from .source import CompileError, SourceFile
+from .source import CompileError, SourceFile, printable
 
 
 # --- the text report ---------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def check_main(args: argparse.Namespace) -> int:
             status = 1
             continue
         except (BuildError, ProblemSizeError) as err:
-            print(f"{path}: error: {err}", file=sys.stderr)
+            print(f"{printable(path)}: error: {err}", file=sys.stderr)
             status = 1
             continue
         reports.append(to_json(analysis) if args.json else format_report(analysis, args.verbose))

@@ -17,7 +17,7 @@ from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
 from .family import compile_family_path, is_family_path, parse_family
 from .launch_plan import Entries
-from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span, printable
 from .targets import TARGETS, TargetName, parse_target
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
@@ -98,7 +98,7 @@ def _build_and_write(artifacts: Artifacts, args: argparse.Namespace, nvcc: str |
         try:
             result = build(artifacts.cuda, name, artifacts.spec.target.code, args.emit, nvcc)
         except BuildError as err:
-            print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
+            print(f"{printable(artifacts.spec.span.file)}: error: {err}", file=sys.stderr)
             return False
         resources = result.resources
         entries = Entries.from_json(artifacts.metadata["entries"]).all()  # the narrow rungs' too
@@ -145,14 +145,14 @@ def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None, sourc
             result = build(family.cuda, family.name, family.spec.target.code, args.emit, nvcc,
                            entry=family.members[0].artifacts.metadata["entry"])
         except BuildError as err:
-            print(f"{path}: error: {err}", file=sys.stderr)
+            print(f"{printable(path)}: error: {err}", file=sys.stderr)
             return False
         log = result.log
         files.update({f"{family.name}.{kind}": data for kind, data in result.outputs.items()})
     _write(family.name, family.cuda, family.header, family.metadata_json(), files, args)
     for member in family.members:
         model = member.model
-        line = (f"  member {model.name} ({member.path}): {'x'.join(map(str, model.tile))} tile, "
+        line = (f"  member {model.name} ({printable(member.path)}): {'x'.join(map(str, model.tile))} tile, "
                 f"{member.artifacts.metadata['bounds']} bounds, {model.blocks_per_sm} blocks per SM")
         if log is not None:
             line += f"; {parse_ptxas(log, member.artifacts.metadata['entry'])}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import enum
 import re
+from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +22,7 @@ import lark
 from lark import Token, Tree
 
 from . import ir
-from .source import CompileError, Diagnostic, Severity, SourceFile, Span, word_list
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, word_list
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARP, TargetName, parse_target
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
@@ -55,6 +56,11 @@ TERMINAL_WORDS = {
     "<END-OF-FILE>": "end of file",
 }
 MAX_SYNTAX_ERRORS = 20  # syntax errors one run reports before it stops cutting out damaged entries
+# Pieces of the text the syntax-error helpers look for (each a regex, so that they stay linear in the text).
+COMMENT = re.compile(r"(?://|#)[^\n]*")
+STRUCTURAL = re.compile(r"[{};]")
+BRACE = re.compile(r"[{}]")
+WORD = re.compile(r"[{};:]|[^\s{};:]+")
 MAX_SHOWN = 40  # longest piece of source quoted in a message
 WORD_TERMINALS = ("NAME", "COUNTED_NAME")  # tokens a named value may be (`row`, `3xtf32`)
 
@@ -79,8 +85,14 @@ def parse(source: SourceFile) -> ir.KernelSpec:
     After a syntax error the damaged entry is blanked out (see `_blank_damaged`) and the text is
     parsed again, so one run reports every syntax error it can get past, and then the schema
     errors of what is left."""
+    too_long = beyond_token_limit(source, "spec")
+    if too_long is not None:
+        raise CompileError([too_long], source)
     syntax: list[Diagnostic] = []
-    text = source.text
+    # Lark parses the text with its comments blanked (every offset kept, and so every token and position):
+    # it skips them all the same, and the syntax-error helpers below, which look around an error, then
+    # find no comment to skip either.
+    text = _blank_comments(source.text)
     while True:
         try:
             tree = _lark().parse(text)
@@ -132,18 +144,16 @@ def _blank_damaged(text: str, err: lark.exceptions.UnexpectedInput) -> str | Non
         pos = token.start_pos
     if pos is None or not 0 <= pos < len(text):
         return None
-    code = "\n".join(_strip_comment(line).ljust(len(line)) for line in text.split("\n"))
-    depth, start = 0, 0
-    for index, char in enumerate(code[:pos]):
-        if char in "{};":
-            depth += {"{": 1, "}": -1, ";": 0}[char]
-            start = index + 1
+    code = _blank_comments(text)
+    depth = code.count("{", 0, pos) - code.count("}", 0, pos)
+    start = max(code.rfind(mark, 0, pos) for mark in "{};") + 1
     stray_char = isinstance(err, lark.exceptions.UnexpectedCharacters)
     if not (depth == 2 or (depth == 1 and stray_char)):
         return None
-    stop = next((index for index in range(pos, len(code)) if code[index] in "{};"), None)
-    if stop is None:
+    structural = STRUCTURAL.search(code, pos)
+    if structural is None:
         return None
+    stop = structural.start()
     if code[stop] == ";":
         end = stop + 1
     elif code[stop] == "}" and depth == 2:
@@ -156,16 +166,16 @@ def _blank_damaged(text: str, err: lark.exceptions.UnexpectedInput) -> str | Non
         return None
     if not code[start:end].strip():
         return None
-    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+    return text[:start] + re.sub(r"\S+", lambda word: " " * len(word.group()), text[start:end]) + text[end:]
 
 
 def _matching_brace(code: str, opening: int) -> int | None:
     """The offset just past the `}` closing the `{` at `opening` in comment-free `code`, if any."""
     depth = 0
-    for index in range(opening, len(code)):
-        depth += {"{": 1, "}": -1}.get(code[index], 0)
+    for brace in BRACE.finditer(code, opening):
+        depth += 1 if brace.group() == "{" else -1
         if depth == 0:
-            return index + 1
+            return brace.end()
     return None
 
 
@@ -238,37 +248,35 @@ def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> D
 
 def _unclosed_brace(text: str) -> tuple[int, int] | None:
     """Line and column of the innermost '{' that is still open at the end of the text."""
-    stack: list[tuple[int, int]] = []
-    for number, code in enumerate(text.split("\n"), start=1):
-        code = _strip_comment(code)
-        for index, char in enumerate(code):
-            if char == "{":
-                stack.append((number, index + 1))
-            elif char == "}" and stack:
-                stack.pop()
-    return stack[-1] if stack else None
+    stack: list[int] = []
+    for brace in BRACE.finditer(_blank_comments(text)):
+        if brace.group() == "{":
+            stack.append(brace.start())
+        elif stack:
+            stack.pop()
+    return _line_and_column(text, stack[-1]) if stack else None
 
 
 def _previous_words(text: str, pos: int, count: int) -> list[tuple[str, int]]:
     """Up to `count` blank-separated words right before `pos` (nearest last), with their offsets.
 
     Comments are skipped; `{`, `}`, `;` and `:` count as words of their own."""
-    found: list[tuple[str, int]] = []
-    offset = 0
-    for line in text[:pos].split("\n"):
-        code = _strip_comment(line)
-        found.extend((m.group(), offset + m.start()) for m in re.finditer(r"[{};:]|[^\s{};:]+", code))
-        offset += len(line) + 1
-    return found[-count:]
+    words = WORD.finditer(_blank_comments(text[:pos]))
+    return [(match.group(), match.start()) for match in deque(words, maxlen=count)]
 
 
 def _is_name(word: str) -> bool:
     return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) is not None
 
 
-def _strip_comment(code: str) -> str:
-    cuts = [code.index(marker) for marker in ("//", "#") if marker in code]
-    return code[: min(cuts)] if cuts else code
+def _blank_comments(text: str) -> str:
+    """`text` with each comment replaced by as many blanks: every other character keeps its offset."""
+    return COMMENT.sub(lambda comment: " " * len(comment.group()), text) if COMMENT.search(text) else text
+
+
+def _line_and_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of `offset` in `text`."""
+    return text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
 
 
 def _quote(text: str) -> str:
@@ -280,12 +288,8 @@ def _quote(text: str) -> str:
 
 def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
     """Line and column just after the last non-blank, non-comment character before `pos`."""
-    lines = text[:pos].split("\n")
-    for index in range(len(lines) - 1, -1, -1):
-        code = _strip_comment(lines[index]).rstrip()
-        if code:
-            return index + 1, len(code) + 1
-    return None
+    end = len(_blank_comments(text[:pos]).rstrip())
+    return _line_and_column(text, end) if end else None
 
 
 # --- reading sections against the schema -----------------------------------------------------

@@ -8,9 +8,21 @@
 from __future__ import annotations
 
 import enum
+import errno
+import os
+import re
+import stat
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable
+
+MAX_ERRORS_SHOWN = 20  # errors a rendering shows per file before it counts the rest (clang's default limit)
+MAX_SOURCE_BYTES = 64 * 2**20  # the largest spec, family or template read (comments included)
+MAX_TOKENS = 20_000  # tokens a spec or family may hold; the largest shipped file holds a few hundred
+BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -42,11 +54,18 @@ class SourceFile:
             raise CompileError([Diagnostic(Severity.ERROR, where, f"not a {suffix} file",
                                            hint=f"{kind} files end in {suffix}")])
         try:
-            data = Path(path).read_bytes()
+            data = _read_regular_file(name)
         except OSError as err:
             raise CompileError([Diagnostic(Severity.ERROR, where, f"cannot read file: {err.strerror or err}")]) from None
+        except ValueError:  # os.open's refusal of a NUL byte, which no file name holds
+            raise CompileError([Diagnostic(Severity.ERROR, where, "cannot read file: its name holds a NUL byte",
+                                           hint="no file name holds one; is the path mistyped?")]) from None
+        if len(data) > MAX_SOURCE_BYTES:
+            raise CompileError([Diagnostic(Severity.ERROR, where, f"the file is larger than "
+                                           f"{MAX_SOURCE_BYTES // 2**20} MiB, the most gemmdsl reads",
+                                           hint=f"a {kind} is a few kilobytes; is this the right file?")]) from None
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a byte order mark before the first line is dropped
         except UnicodeDecodeError as err:
             line = data[: err.start].count(b"\n") + 1
             col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
@@ -54,9 +73,52 @@ class SourceFile:
                                            "file is not valid UTF-8")]) from None
         return cls(name, text)
 
+    def __post_init__(self) -> None:
+        if self.text.startswith(BOM):  # text given directly (the Python API, the tuner), as `read` drops it
+            object.__setattr__(self, "text", self.text[len(BOM):])
+
+    @cached_property
+    def _lines(self) -> list[str]:
+        return self.text.split("\n")
+
     def line_text(self, line: int) -> str:
-        lines = self.text.split("\n")
+        lines = self._lines
         return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+_COUNTED = re.compile(r"(?://|#)[^\n]*|(?P<token>\w+|[^\s\w])")  # comments, or a word or mark counted
+
+
+def beyond_token_limit(source: SourceFile, kind: str) -> Diagnostic | None:
+    """An error at the first token past MAX_TOKENS (words and punctuation marks; comments are free), or None.
+
+    Checked before parsing: parsing and checking take time per token, and a file of megabytes of tokens
+    (440,000 repeated keys) is no spec, so it gets one error at once."""
+    count = 0
+    for match in _COUNTED.finditer(source.text):
+        if match.lastgroup:
+            count += 1
+            if count > MAX_TOKENS:
+                offset = match.start()
+                line = source.text.count("\n", 0, offset) + 1
+                column = offset - (source.text.rfind("\n", 0, offset) + 1) + 1
+                return Diagnostic(Severity.ERROR, Span(source.path, line, column, line, column + 1),
+                                  f"the {kind} holds more than {MAX_TOKENS:,} tokens; gemmdsl reads no further",
+                                  hint=f"a {kind} holds a few hundred names, numbers and marks (comments are not "
+                                       "counted); see docs/language.md, \"Input limits\"")
+    return None
+
+
+def _read_regular_file(path: str) -> bytes:
+    """Up to MAX_SOURCE_BYTES + 1 bytes of a regular file: a directory, a FIFO or a device (a path that would
+    block, or never end) raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer opens and is then refused
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+            raise OSError(code, os.strerror(code) if stat.S_ISDIR(mode) else "not a regular file")
+        return handle.read(MAX_SOURCE_BYTES + 1)
 
 
 class Severity(enum.Enum):
@@ -73,7 +135,9 @@ class Diagnostic:
     hint: str | None = None
 
     def render(self, source: SourceFile | None = None) -> str:
-        out = [f"{self.span}: {self.severity.value}: {self.message}"]
+        """The diagnostic as a terminal shows it; what it quotes of the input (the file's name, the line, the
+        message's and hint's pieces of source) has its control characters escaped (`printable`)."""
+        out = [f"{printable(str(self.span))}: {self.severity.value}: {printable(self.message)}"]
         text = source.line_text(self.span.line) if source is not None else ""
         if text:
             gutter = f"{self.span.line:>5}"
@@ -81,13 +145,43 @@ class Diagnostic:
             end = self.span.end_column if self.span.end_line == self.span.line else len(text) + 1
             end = min(end, len(text) + 1)
             text, start, end = _window(text, start, end)
-            out.append(f"{gutter} | {text}")
-            width = max(1, end - start)
-            pad = "".join("\t" if ch == "\t" else " " for ch in text[: start - 1])
+            shown = [printable(char) for char in text]  # an escaped character is wider: the caret follows
+            out.append(f"{gutter} | {''.join(shown)}")
+            width = max(1, sum(map(len, shown[start - 1:end - 1])))
+            pad = "".join("\t" if char == "\t" else " " * len(escaped)
+                          for char, escaped in zip(text[: start - 1], shown))
             out.append(f"{' ' * len(gutter)} | {pad}^{'~' * (width - 1)}")
         if self.hint:
-            out.append(f"  hint: {self.hint}")
+            out.append(f"  hint: {printable(self.hint)}")
         return "\n".join(out)
+
+
+# What `printable` escapes: C0 and C1 controls (a tab is kept), DEL, the line and paragraph separators
+# (U+2028/9), format characters (bidi overrides, zero-width marks) and surrogates. Some of them end a
+# line for C compilers (a lone CR) or other tools, some drive a terminal (ESC), some hide text from a reader.
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_MAYBE_UNPRINTABLE = re.compile(r"[^\t\x20-\x7e]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
+
+
+def printable(text: str) -> str:
+    """`text` with every character `_UNPRINTABLE_CATEGORIES` names written as an escape: `\\r`, `\\n`, `\\f`,
+    `\\v`, else its code (`\\x00`, `\\x1b`, `\\x7f`, `\\u2028`). A surrogate that stands for an undecodable
+    byte of a file name (Python's surrogateescape) is written as that byte, `\\xff`. Printable text, non-ASCII
+    letters included, is kept."""
+    return _MAYBE_UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if unicodedata.category(char) not in _UNPRINTABLE_CATEGORIES:
+        return char
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for the byte code - 0xDC00
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 WINDOW = 100  # columns of a long source line a diagnostic quotes, around its caret
@@ -121,4 +215,25 @@ class CompileError(Exception):
         self.source = source
 
     def render(self) -> str:
-        return "\n".join(d.render(self.source) for d in self.diagnostics)
+        """Every diagnostic, each against its file's text, up to MAX_ERRORS_SHOWN errors per file; then, per
+        file, a note of how many more errors (and warnings) were left out."""
+        rendered: list[str] = []
+        shown: Counter[str] = Counter()
+        left_out: dict[str, Counter[Severity]] = {}
+        for diagnostic in self.diagnostics:
+            file = diagnostic.span.file
+            if shown[file] >= MAX_ERRORS_SHOWN:
+                left_out.setdefault(file, Counter())[diagnostic.severity] += 1
+                continue
+            shown[file] += diagnostic.severity is Severity.ERROR
+            rendered.append(diagnostic.render(self.source_of(diagnostic)))
+        for file, counts in left_out.items():
+            parts = [f"{count:,} more {severity.value}{'s' if count > 1 else ''}"
+                     for severity, count in sorted(counts.items(), key=lambda item: list(Severity).index(item[0]))]
+            rendered.append(f"{printable(file)}: note: and {' and '.join(parts)} (the first {MAX_ERRORS_SHOWN} "
+                            "errors of a file are shown)")
+        return "\n".join(rendered)
+
+    def source_of(self, diagnostic: Diagnostic) -> SourceFile | None:
+        """The text `diagnostic` quotes a line of."""
+        return self.source

@@ -1168,7 +1168,7 @@ def read_template(args: argparse.Namespace) -> tuple[str, list, list[Size]] | in
         return 2
     path = args.template
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte order mark is dropped, as specs' are
     except (OSError, UnicodeDecodeError) as err:
         print(f"{path}: error: cannot read the template: {err}", file=sys.stderr)
         return 1
