@@ -75,6 +75,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -88,7 +89,7 @@ from .emit.header import emit_family_header
 from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
 from .cycles import MemberModel, estimate
-from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
 from .targets import TargetName
 
 FAMILY_SUFFIX = ".gemmf"
@@ -241,6 +242,9 @@ MEASURED_HINT = "a measured table reads `measured { 16x4096x4096: member.gemm; }
 def parse_family(source: SourceFile) -> tuple[str, Span, list[tuple[_Token, bool]], list[tuple[_Token, _Token]]]:
     """The family's name, its span, the members' path tokens (each with whether it is a `fallback` member)
     and the measured table's (shape, path) tokens; syntax errors raise CompileError."""
+    too_long = beyond_token_limit(source, "family")
+    if too_long is not None:
+        raise CompileError([too_long], source)
     tokens = _tokens(source)
     end = Span(source.path, source.text.count("\n") + 1, 1, source.text.count("\n") + 1, 2)
     position = 0
@@ -316,9 +320,25 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
     directory = Path(source.path).parent
     members: list[Member] = []
     errors: list[Diagnostic] = []
+    listed: dict[str, _Token] = {}  # the file each member names, resolved -> the path token that named it first
     for token, fallback in paths:
+        first = listed.setdefault(_member_file(directory, token.text), token)
+        if first is not token:
+            same = "is" if first.text == token.text else f"names the same file as {first.text}, which is"
+            errors.append(_error(token.span, f"{token.text} {same} a member already (line {first.span.line})",
+                                 "a family lists each member once; remove this line"))
+            continue
         try:
-            artifacts = compile_source(SourceFile.read(directory / token.text), target)
+            member_source = SourceFile.read(directory / token.text)
+        except CompileError as err:  # a file that cannot be read (or decoded): said at the `use` line
+            (reason,) = err.diagnostics
+            where = reason.span.line, reason.span.column
+            at = "" if where == (1, 1) else f" (line {where[0]}, column {where[1]})"
+            errors.append(_error(token.span, f"member {token.text} cannot be read: "
+                                 f"{reason.message.removeprefix('cannot read file: ')}{at}", reason.hint))
+            continue
+        try:
+            artifacts = compile_source(member_source, target)
         except CompileError as err:
             errors.append(_error(token.span, f"member {token.text} does not compile",
                                  "its own diagnostics follow; `gemmdsl compile` it alone to fix them"))
@@ -357,6 +377,15 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
     return FamilyArtifacts(name, source, tuple(members), measured)
 
 
+def _member_file(directory: Path, path: str) -> str:
+    """The file a member's path names, symbolic links and `..` resolved, so that two spellings of one file
+    are one member; a path no file can have (a NUL byte) stays as written, for `SourceFile.read` to refuse."""
+    try:
+        return os.path.realpath(directory / path)
+    except (OSError, ValueError):
+        return str(directory / path)
+
+
 def _measured_table(entries: list[tuple[_Token, _Token]], members: list[Member],
                     errors: list[Diagnostic]) -> tuple[tuple[Size, int], ...]:
     """The measured table as (shape, member index); a path that is no member, a shape listed twice or an
@@ -384,12 +413,17 @@ def _measured_table(entries: list[tuple[_Token, _Token]], members: list[Member],
 class _FamilyError(CompileError):
     """Diagnostics in the family file and in its members' files: each renders against its own text."""
 
-    def render(self) -> str:
-        rendered = []
-        for diagnostic in self.diagnostics:
-            own = self.source if diagnostic.span.file == self.source.path else _read_or_none(diagnostic.span.file)
-            rendered.append(diagnostic.render(own))
-        return "\n".join(rendered)
+    def source_of(self, diagnostic: Diagnostic) -> SourceFile | None:
+        file = diagnostic.span.file
+        if file == self.source.path:
+            return self.source
+        if file not in self._members_read:  # read once, however many of its diagnostics there are
+            self._members_read[file] = _read_or_none(file)
+        return self._members_read[file]
+
+    @cached_property
+    def _members_read(self) -> dict[str, SourceFile | None]:
+        return {}
 
 
 def _read_or_none(path: str) -> SourceFile | None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gemmdsl import family as family_module
 from gemmdsl.compiler import compile_source
 from gemmdsl.family import compile_family_path
 from gemmdsl.frontend import load
@@ -130,3 +131,54 @@ def test_a_byte_order_mark_starts_a_spec_a_family_and_a_template(tmp_path):
     args = argparse.Namespace(template=str(tmp_path / "t.tgemm"), sizes="256x256x256", max_candidates=5000)
     path, candidates, sizes = read_template(args)
     assert candidates and sizes == [(256, 256, 256)]
+
+
+# --- a family's `use` paths --------------------------------------------------------------------
+
+
+def family_error(tmp_path: Path, text: str) -> str:
+    (tmp_path / "f.gemmf").write_text(text)
+    with pytest.raises(CompileError) as info:
+        compile_family_path(tmp_path / "f.gemmf")
+    return info.value.render()
+
+
+def test_a_member_path_the_os_refuses_is_an_error_at_its_line(tmp_path):
+    (tmp_path / "dir.gemm").mkdir()
+    os.mkfifo(tmp_path / "pipe.gemm")
+    too_long = "x" * 300 + ".gemm"
+    lines = ["checked\0.gemm", "dir.gemm", "pipe.gemm", too_long, "missing.gemm"]
+    rendered = family_error(tmp_path, "family f {\n" + "".join(f"    use {line};\n" for line in lines) + "}\n")
+    assert "f.gemmf:2:9: error: member checked\\x00.gemm cannot be read: its name holds a NUL byte" in rendered
+    assert "f.gemmf:3:9: error: member dir.gemm cannot be read: Is a directory" in rendered
+    assert "f.gemmf:4:9: error: member pipe.gemm cannot be read: not a regular file" in rendered
+    assert f"f.gemmf:5:9: error: member {too_long} cannot be read: File name too long" in rendered
+    assert "f.gemmf:6:9: error: member missing.gemm cannot be read: No such file or directory" in rendered
+    assert not raw_controls(rendered) and "Traceback" not in rendered
+
+
+def test_a_repeated_member_is_compiled_once_and_each_repeat_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "a.gemm").write_text(CHECKED)
+    (tmp_path / "b.gemm").write_text(CHECKED.replace("checked_64x64", "other"))
+    compiled = []
+    monkeypatch.setattr(family_module, "compile_source",
+                        lambda source, target=None: compiled.append(source.path) or compile_source(source, target))
+    repeats = 300
+    text = "family f {\n" + "    use a.gemm;\n" * (repeats + 1) + "    use ./a.gemm;\n    use b.gemm;\n}\n"
+    rendered = family_error(tmp_path, text)
+    assert sorted(Path(path).name for path in compiled) == ["a.gemm", "b.gemm"]
+    assert "f.gemmf:3:9: error: a.gemm is a member already (line 2)" in rendered
+    assert rendered.count(": error: ") == MAX_ERRORS_SHOWN
+    assert rendered.endswith(f"f.gemmf: note: and {repeats + 1 - MAX_ERRORS_SHOWN} more errors "
+                             f"(the first {MAX_ERRORS_SHOWN} errors of a file are shown)")
+
+
+def test_two_spellings_of_one_member_are_one_member(tmp_path):
+    (tmp_path / "a.gemm").write_text(CHECKED)
+    rendered = family_error(tmp_path, "family f {\n    use a.gemm;\n    use ./a.gemm;\n}\n")
+    assert "f.gemmf:3:9: error: ./a.gemm names the same file as a.gemm, which is a member already (line 2)" in rendered
+
+
+def test_a_family_past_the_token_limit_gets_one_error(tmp_path):
+    rendered = family_error(tmp_path, "family f {\n" + "    use a.gemm;\n" * MAX_TOKENS + "}\n")
+    assert rendered.count(": error: ") == 1 and f"more than {MAX_TOKENS:,} tokens" in rendered
