@@ -4,6 +4,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+from .source import printable
+
 
 class Emitter:
     def __init__(self, indent: str = "    "):
@@ -20,7 +22,9 @@ class Emitter:
             self.line(row)
 
     def comment(self, text: str) -> None:
+        """`text` as `//` lines, one per line of it, each made safe to end there (`comment_row`)."""
         for row in text.split("\n"):
+            row = comment_row(row)
             self.line(f"// {row}" if row else "//")
 
     @contextmanager
@@ -44,3 +48,12 @@ class Emitter:
 
     def text(self) -> str:
         return "\n".join(self._lines) + "\n"
+
+
+def comment_row(row: str) -> str:
+    """One line of text as the body of a `//` comment that nothing in it can end early or extend: characters
+    that end a line for some compiler or tool (a lone CR ends one for nvcc, GCC and Clang) are escaped
+    (`source.printable`), and so is a backslash at the end, which would join the next line to the comment,
+    and the trigraph `??/` (a backslash where trigraphs are on: GCC's -std=c++14). Trailing blanks are dropped."""
+    row = printable(row).replace("??/", "?\\?/").rstrip()
+    return row[:-1] + "\\x5c" if row.endswith("\\") else row

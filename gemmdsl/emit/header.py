@@ -20,6 +20,7 @@ from ..emitter import Emitter
 from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
 from ..plan import KernelPlan
+from ..source import printable
 from .launcher import empty_problem_rule, launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
@@ -37,7 +38,8 @@ def emit_header(plan: KernelPlan) -> str:
         _emit_prototypes(o, spec, launch.launchers, with_comments=True)
         _emit_padded_prototype(o, plan, with_comments=True)
 
-    return _emit_file(spec.name, spec, Path(spec.span.file).name, "the spec", _spec_constants(plan), declare)
+    return _emit_file(spec.name, spec, printable(Path(spec.span.file).name), "the spec", _spec_constants(plan),
+                      declare)
 
 
 def emit_family_header(family: Any) -> str:
@@ -52,14 +54,14 @@ def emit_family_header(family: Any) -> str:
             plan = member.artifacts.plan
             bm, bn, bk = plan.launch.block_tile
             o.line()
-            heading = (f"Member {member.artifacts.name} ({member.path}: {bm}x{bn}x{bk} tiles, bounds: "
+            heading = (f"Member {member.artifacts.name} ({printable(member.path)}: {bm}x{bn}x{bk} tiles, bounds: "
                        f"{plan.spec.problem.bounds.value}). Its launchers take the parameters of {name}'s of "
                        "the same kind and run it alone, without the rule.")
             o.comment(textwrap.fill(heading, COMMENT_WIDTH) + "\n\n" + "\n".join(_returns(plan)))
             _emit_prototypes(o, plan.spec, plan.launch.launchers, with_comments=False)
             _emit_padded_prototype(o, plan, with_comments=False)
 
-    return _emit_file(name, spec, Path(family.source.path).name, "the family or its members",
+    return _emit_file(name, spec, printable(Path(family.source.path).name), "the family or its members",
                       _family_constants(family), declare)
 
 
