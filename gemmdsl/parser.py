@@ -22,7 +22,8 @@ import lark
 from lark import Token, Tree
 
 from . import ir
-from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, word_list
+from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
+                     word_list)
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARP, TargetName, parse_target
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
@@ -57,7 +58,6 @@ TERMINAL_WORDS = {
 }
 MAX_SYNTAX_ERRORS = 20  # syntax errors one run reports before it stops cutting out damaged entries
 # Pieces of the text the syntax-error helpers look for (each a regex, so that they stay linear in the text).
-COMMENT = re.compile(r"(?://|#)[^\n]*")
 STRUCTURAL = re.compile(r"[{};]")
 BRACE = re.compile(r"[{}]")
 WORD = re.compile(r"[{};:]|[^\s{};:]+")
@@ -92,7 +92,7 @@ def parse(source: SourceFile) -> ir.KernelSpec:
     # Lark parses the text with its comments blanked (every offset kept, and so every token and position):
     # it skips them all the same, and the syntax-error helpers below, which look around an error, then
     # find no comment to skip either.
-    text = _blank_comments(source.text)
+    text = blank_comments(source.text)
     while True:
         try:
             tree = _lark().parse(text)
@@ -127,6 +127,7 @@ def _too_deep(source: SourceFile) -> Diagnostic:
 
 
 # --- syntax errors --------------------------------------------------------------------------
+# The helpers below read the text as `parse` hands it to Lark, its comments blanked.
 
 
 def _blank_damaged(text: str, err: lark.exceptions.UnexpectedInput) -> str | None:
@@ -144,35 +145,36 @@ def _blank_damaged(text: str, err: lark.exceptions.UnexpectedInput) -> str | Non
         pos = token.start_pos
     if pos is None or not 0 <= pos < len(text):
         return None
-    code = _blank_comments(text)
-    depth = code.count("{", 0, pos) - code.count("}", 0, pos)
-    start = max(code.rfind(mark, 0, pos) for mark in "{};") + 1
+    depth = text.count("{", 0, pos) - text.count("}", 0, pos)
+    start = max(text.rfind(mark, 0, pos) for mark in "{};") + 1
     stray_char = isinstance(err, lark.exceptions.UnexpectedCharacters)
     if not (depth == 2 or (depth == 1 and stray_char)):
         return None
-    structural = STRUCTURAL.search(code, pos)
+    structural = STRUCTURAL.search(text, pos)
     if structural is None:
         return None
     stop = structural.start()
-    if code[stop] == ";":
+    if text[stop] == ";":
         end = stop + 1
-    elif code[stop] == "}" and depth == 2:
+    elif text[stop] == "}" and depth == 2:
         end = stop
-    elif code[stop] == "{" and depth == 1:
-        end = _matching_brace(code, stop)
+    elif text[stop] == "{" and depth == 1:
+        end = _matching_brace(text, stop)
         if end is None:
             return None
     else:
         return None
-    if not code[start:end].strip():
+    entry = text[start:end]
+    if not entry.strip():
         return None
-    return text[:start] + re.sub(r"\S+", lambda word: " " * len(word.group()), text[start:end]) + text[end:]
+    first, last = start + len(entry) - len(entry.lstrip()), start + len(entry.rstrip())  # blanks stay blanks
+    return text[:first] + re.sub(r"\S+", lambda word: " " * len(word.group()), text[first:last]) + text[last:]
 
 
-def _matching_brace(code: str, opening: int) -> int | None:
-    """The offset just past the `}` closing the `{` at `opening` in comment-free `code`, if any."""
+def _matching_brace(text: str, opening: int) -> int | None:
+    """The offset just past the `}` closing the `{` at `opening`, if any."""
     depth = 0
-    for brace in BRACE.finditer(code, opening):
+    for brace in BRACE.finditer(text, opening):
         depth += 1 if brace.group() == "{" else -1
         if depth == 0:
             return brace.end()
@@ -249,7 +251,7 @@ def _syntax_error(err: lark.exceptions.UnexpectedInput, source: SourceFile) -> D
 def _unclosed_brace(text: str) -> tuple[int, int] | None:
     """Line and column of the innermost '{' that is still open at the end of the text."""
     stack: list[int] = []
-    for brace in BRACE.finditer(_blank_comments(text)):
+    for brace in BRACE.finditer(text):
         if brace.group() == "{":
             stack.append(brace.start())
         elif stack:
@@ -261,17 +263,12 @@ def _previous_words(text: str, pos: int, count: int) -> list[tuple[str, int]]:
     """Up to `count` blank-separated words right before `pos` (nearest last), with their offsets.
 
     Comments are skipped; `{`, `}`, `;` and `:` count as words of their own."""
-    words = WORD.finditer(_blank_comments(text[:pos]))
+    words = WORD.finditer(text, 0, pos)
     return [(match.group(), match.start()) for match in deque(words, maxlen=count)]
 
 
 def _is_name(word: str) -> bool:
     return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word) is not None
-
-
-def _blank_comments(text: str) -> str:
-    """`text` with each comment replaced by as many blanks: every other character keeps its offset."""
-    return COMMENT.sub(lambda comment: " " * len(comment.group()), text) if COMMENT.search(text) else text
 
 
 def _line_and_column(text: str, offset: int) -> tuple[int, int]:
@@ -288,7 +285,7 @@ def _quote(text: str) -> str:
 
 def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
     """Line and column just after the last non-blank, non-comment character before `pos`."""
-    end = len(_blank_comments(text[:pos]).rstrip())
+    end = len(text[:pos].rstrip())
     return _line_and_column(text, end) if end else None
 
 

@@ -86,7 +86,15 @@ class SourceFile:
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-_COUNTED = re.compile(r"(?://|#)[^\n]*|(?P<token>\w+|[^\s\w])")  # comments, or a word or mark counted
+# A comment (`//` or `#` to the end of the line, in specs and families alike) and the lines of comments only
+# that follow it, blanked in one piece.
+_COMMENTS = re.compile(r"(?://|#)[^\n]*(?:\n[ \t]*(?://|#)[^\n]*)*")
+_COUNTED = re.compile(r"\s*(\w+|[^\s\w])")  # a word or a mark, and the blanks before it
+
+
+def blank_comments(text: str) -> str:
+    """`text` with its comments replaced by blanks: every other character keeps its offset, line and column."""
+    return _COMMENTS.sub(lambda comments: "\n".join(" " * len(line) for line in comments.group().split("\n")), text)
 
 
 def beyond_token_limit(source: SourceFile, kind: str) -> Diagnostic | None:
@@ -94,18 +102,15 @@ def beyond_token_limit(source: SourceFile, kind: str) -> Diagnostic | None:
 
     Checked before parsing: parsing and checking take time per token, and a file of megabytes of tokens
     (440,000 repeated keys) is no spec, so it gets one error at once."""
-    count = 0
-    for match in _COUNTED.finditer(source.text):
-        if match.lastgroup:
-            count += 1
-            if count > MAX_TOKENS:
-                offset = match.start()
-                line = source.text.count("\n", 0, offset) + 1
-                column = offset - (source.text.rfind("\n", 0, offset) + 1) + 1
-                return Diagnostic(Severity.ERROR, Span(source.path, line, column, line, column + 1),
-                                  f"the {kind} holds more than {MAX_TOKENS:,} tokens; gemmdsl reads no further",
-                                  hint=f"a {kind} holds a few hundred names, numbers and marks (comments are not "
-                                       "counted); see docs/language.md, \"Input limits\"")
+    for count, match in enumerate(_COUNTED.finditer(blank_comments(source.text)), start=1):
+        if count > MAX_TOKENS:
+            offset = match.start(1)
+            line = source.text.count("\n", 0, offset) + 1
+            column = offset - (source.text.rfind("\n", 0, offset) + 1) + 1
+            return Diagnostic(Severity.ERROR, Span(source.path, line, column, line, column + 1),
+                              f"the {kind} holds more than {MAX_TOKENS:,} tokens; gemmdsl reads no further",
+                              hint=f"a {kind} holds a few hundred names, numbers and marks (comments are not "
+                                   "counted); see docs/language.md, \"Input limits\"")
     return None
 
 

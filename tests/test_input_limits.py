@@ -70,7 +70,7 @@ def test_a_spec_past_the_token_limit_gets_one_error_at_the_first_token_beyond():
     assert len(info.value.render()) < 600
 
 
-@pytest.mark.parametrize("shape", sorted(_script().SHAPES))
+@pytest.mark.parametrize("shape", sorted(set(_script().SHAPES) - {"none"}))
 def test_a_5_megabyte_adversarial_spec_gets_a_short_answer(shape, tmp_path):
     """Each shape of scripts/adversarial_specs.py through the CLI: a capped answer, no traceback. Its time is
     the script's to measure; the timeout only stops a hang."""
