@@ -14,9 +14,18 @@ Parameter = tuple[str, str]  # (C type, name)
 
 
 def build_command(name: str, target: ir.Target) -> str:
-    """How to compile NAME.cu for its target, as the file's comments and NAME.h state it. It builds for
-    an arch-specific target too: the kernel file guards that target's code (emit/wgmma_kernel.arch_guard)."""
-    return f"nvcc -arch={target} -c {name}.cu"
+    """How to compile NAME.cu for its target, as the file's comments and NAME.h state it."""
+    return f"nvcc {arch_flag(str(target))} -c {name}.cu"
+
+
+def arch_flag(target: str) -> str:
+    """nvcc's flag for one target: -arch=sm_XX; for an arch-specific sm_XXa the explicit
+    -gencode=arch=compute_XXa,code=sm_XXa, since nvcc 13's -arch=sm_90a also compiles a compute_90 pass
+    (embedded as PTX), which has no wgmma or setmaxnreg and which the file's guard stops (emit.arch_guard)."""
+    if target.endswith("a"):
+        code = target.removeprefix("sm_")
+        return f"-gencode=arch=compute_{code},code=sm_{code}"
+    return f"-arch={target}"
 
 
 def prepare_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:

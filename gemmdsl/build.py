@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .abi import arch_flag
+
 NVCC_TIMEOUT_S = 600
 # What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map
 # stalls to source lines), beside the architecture.
@@ -85,16 +87,6 @@ def parse_ptxas(log: str, entry: str) -> PtxasResources:
                           spill_stores=int(stack.group(2)), spill_loads=int(stack.group(3)),
                           static_smem=int(smem.group(1)) if smem else 0,
                           wgmma_serialized=any(match.group(1) == entry for match in _SERIALIZED.finditer(log)))
-
-
-def arch_flag(target: str) -> str:
-    """nvcc's flag for one target: -arch=sm_XX; for an arch-specific sm_XXa the explicit
-    -gencode=arch=compute_XXa,code=sm_XXa, since nvcc 13's -arch=sm_90a also embeds compute_90 PTX,
-    which ptxas then assembles and which has no wgmma or setmaxnreg."""
-    if target.endswith("a"):
-        code = target.removeprefix("sm_")
-        return f"-gencode=arch=compute_{code},code=sm_{code}"
-    return f"-arch={target}"
 
 
 def _run(cmd: list[str], cwd: Path) -> str:

@@ -12,6 +12,17 @@ class Emitter:
         self._lines: list[str] = []
         self._depth = 0
         self._indent = indent
+        # The instructions the text uses that not every target has (keys of targets.INSTRUCTION_TARGETS):
+        # the file's architecture guard reads them.
+        self.instructions: set[str] = set()
+
+    def uses(self, instruction: str) -> None:
+        self.instructions.add(instruction)
+
+    def extend(self, other: "Emitter") -> None:
+        """Append `other`'s lines (at their own indentation) and instructions."""
+        self._lines.extend(other._lines)
+        self.instructions |= other.instructions
 
     def line(self, text: str = "") -> None:
         self._lines.append(f"{self._indent * self._depth}{text}" if text else "")

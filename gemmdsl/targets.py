@@ -79,6 +79,19 @@ TARGETS: tuple[TargetName, ...] = (tuple(TargetName(sm) for sm in ARCHS)
                                    + tuple(TargetName(sm, True) for sm in ARCH_SPECIFIC))
 
 
+# The oldest target each instruction (or group) the emitted kernels may use runs on, from the PTX ISA's
+# requirements; an `a` target's run on exactly that architecture. A .cu stops any device pass for a target
+# older than its kernels' instructions need (emit.arch_guard), where nvcc would otherwise compile a wgmma
+# file for sm_80 without a word into kernels that trap.
+INSTRUCTION_TARGETS: dict[str, TargetName] = {
+    "ldmatrix": TargetName(75),
+    "cp.async": TargetName(80),
+    "mma.sync": TargetName(80),  # its bf16 and tf32 shapes, and f16's m16n8k16
+    "float2 and float4 atomicAdd": TargetName(90),
+    "wgmma, setmaxnreg and TMA": TargetName(90, True),
+}
+
+
 def parse_target(text: str) -> TargetName | None:
     """The target `text` names (`sm_80`, `sm_90a`), or None when the language has no such target."""
     return next((target for target in TARGETS if str(target) == text), None)

@@ -31,6 +31,11 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "cp_async3.cu: its kernels use cp.async, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
+#endif
+
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {

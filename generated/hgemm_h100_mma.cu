@@ -34,6 +34,11 @@
 #endif
 #include <cuda_bf16.h>
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "hgemm_h100_mma.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_80)"
+#endif
+
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 64, swizzle xor(3, 3, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {

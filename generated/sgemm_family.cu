@@ -19,6 +19,11 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "sgemm_family.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
+#endif
+
 // ---- member sgemm_h100, from sgemm_h100.gemm ----
 namespace sgemm_h100 {
 

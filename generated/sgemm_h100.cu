@@ -38,6 +38,11 @@
 #include <cuda_runtime.h>
 #endif
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "sgemm_h100.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
+#endif
+
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {

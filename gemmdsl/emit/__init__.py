@@ -22,11 +22,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import __version__, ir
-from ..abi import build_command
+from ..abi import arch_flag, build_command
 from ..emitter import Emitter
 from ..paths import path_of
 from ..plan import KernelPlan
-from ..source import printable
+from ..source import printable, word_list
+from ..targets import INSTRUCTION_TARGETS
 from .fuse import FuseChain
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
@@ -77,6 +78,30 @@ def quote_source(text: str, o: Emitter) -> None:
                   f"most {COPIED_LINES} lines and {COPIED_BYTES:,} bytes of it]")
 
 
+def arch_guard(name: str, target: ir.Target, instructions: set[str], o: Emitter) -> None:
+    """The #error that stops a device pass for a target older than `instructions` need
+    (targets.INSTRUCTION_TARGETS), or for another architecture than an `a` target's, naming the flag to build
+    with; nothing where no instruction needs more than every target has. The host pass and the CPU emulator
+    (no __CUDA_ARCH__) and NVRTC for the target pass it."""
+    if not instructions:
+        return
+    oldest = max(INSTRUCTION_TARGETS[instruction] for instruction in instructions)
+    named = word_list(sorted(i for i in instructions if INSTRUCTION_TARGETS[i] == oldest), "and")
+    if oldest.arch_specific:
+        test = f"!defined(__CUDA_ARCH_FEAT_SM{oldest.sm}_ALL)"
+        fix = (f"instructions of {oldest} alone: build it with {arch_flag(str(oldest))} (-arch={oldest} also "
+               f"compiles a compute_{oldest.sm} pass)")
+    else:
+        test = f"__CUDA_ARCH__ < {oldest.sm * 10}"
+        fix = (f"instructions of {oldest} and later: build it for one of those (its target's flag: "
+               f"{arch_flag(str(target))})")
+    o.line()
+    o.comment("A device pass for a GPU these kernels cannot run on stops here.")
+    o.line(f"#if defined(__CUDA_ARCH__) && {test}")
+    o.line(f'#error "{name}.cu: its kernels use {named}, {fix}"')
+    o.line("#endif")
+
+
 def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
     """The whole .cu file: header comment, helpers, kernels, launchers."""
     o = Emitter()
@@ -94,8 +119,11 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
             o.line(f"//   {row}")
     o.line()
     o.lines(includes(plan.spec))
+    body = Emitter()
+    emit_definitions(plan, body)
+    arch_guard(plan.spec.name, plan.spec.target, body.instructions, o)
     o.line()
-    emit_definitions(plan, o)
+    o.extend(body)
     return o.text()
 
 

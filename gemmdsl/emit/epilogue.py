@@ -254,6 +254,7 @@ class Epilogue:
         float4 in one instruction), one per element otherwise."""
         o = self.out
         if width > 1 and self.layout.arch.has_vector_atomic_add:
+            o.uses("float2 and float4 atomicAdd")
             o.line(f"atomicAdd(reinterpret_cast<{VECTOR_TYPES[width]}*>(&c_line[offset]), out);")
             return
         for e in range(width):

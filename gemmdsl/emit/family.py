@@ -16,7 +16,7 @@ from ..abi import build_command, contiguous_extent, launcher_names, launcher_par
 from ..emitter import Emitter
 from ..schedule import CYCLE_CAP
 from ..source import printable
-from . import emit_definitions, includes, quote_source
+from . import arch_guard, emit_definitions, includes, quote_source
 
 
 def emit_family(family: Any) -> str:
@@ -32,13 +32,16 @@ def emit_family(family: Any) -> str:
     quote_source(family.source.text, o)
     o.line()
     o.lines(includes(*(member.artifacts.spec for member in family.members)))
+    body = Emitter()
     for member in family.members:
-        o.line()
-        o.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
-        o.line(f"namespace {member.artifacts.name} {{")
-        o.line()
-        emit_definitions(member.artifacts.plan, o)
-        o.line(f"}}  // namespace {member.artifacts.name}")
+        body.line()
+        body.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
+        body.line(f"namespace {member.artifacts.name} {{")
+        body.line()
+        emit_definitions(member.artifacts.plan, body)
+        body.line(f"}}  // namespace {member.artifacts.name}")
+    arch_guard(family.name, family.spec.target, body.instructions, o)
+    o.extend(body)
     o.line()
     o.line("#ifndef __CUDACC_RTC__")
     _emit_rule(family, o)

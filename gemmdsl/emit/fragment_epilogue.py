@@ -147,6 +147,7 @@ class FragmentEpilogue:
         """Stream-K: add the pair into f32 C (exact bounds, so always inside C)."""
         o = self.out
         if self.row_major and self.layout.arch.has_vector_atomic_add:
+            o.uses("float2 and float4 atomicAdd")
             o.line(f"atomicAdd(reinterpret_cast<float2*>({self._address('col')}), out);")
             return
         o.line(f"atomicAdd({self._address('col')}, out.x);")

@@ -69,6 +69,7 @@ class HelperEmitter:
 
     def _emit_cp_async_helpers(self) -> None:
         o = self.out
+        o.uses("cp.async")
         o.comment("cp.async (sm_80+): copy global -> shared without staging in registers.\n"
                   "16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.")
         # Stores narrower than 4 bytes (16-bit scalar variants) are copied directly, not by cp.async.

@@ -78,6 +78,8 @@ def emit_fragment_load_helpers(layout: MmaLayout, out: Emitter) -> None:
                     if layout.read[op] is ir.SmemRead.LDMATRIX for load in layout.matrix_loads(op, 0)})
     source, address = (("unsigned address", "address") if addresses_ldmatrix(layout)
                        else (f"const {element}* p", "smem_address(p)"))
+    if forms:
+        out.uses("ldmatrix")
     for count, transpose in forms:
         registers = ", ".join(f"unsigned& r{i}" for i in range(count))
         outputs = ", ".join(f'"=r"(r{i})' for i in range(count))

@@ -98,6 +98,7 @@ def emit_mma_helpers(layout: MmaLayout, out: Emitter) -> None:
     c = ", ".join(f"%{i}" for i in range(4))
     a = ", ".join(f"%{4 + i}" for i in range(a_regs))
     b = ", ".join(f"%{4 + a_regs + i}" for i in range(b_regs))
+    out.uses("mma.sync")
     out.comment(f"D = A * B + C on the tensor cores: one warp, {shape.m}x{shape.n}x{shape.k}, {kind} inputs, "
                 "FP32 accumulators\n(the fragment layouts of the PTX ISA's mma.sync).")
     with out.block(f"static __device__ __forceinline__ void {mma_name(layout)}(float* c, const unsigned* a, "

@@ -70,9 +70,9 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line("    unsigned long long opaque[16];")
     o.line("};")
     o.line()
-    o.comment(f"The device code exists in {plan.spec.target} passes only: nvcc -arch={plan.spec.target} also compiles "
-              f"a compute_{plan.spec.target.sm}\npass, which has no wgmma or setmaxnreg (CUTLASS guards its sm_90a "
-              "code the same way).")
+    o.uses("wgmma, setmaxnreg and TMA")
+    o.comment(f"The device code exists in {plan.spec.target} passes only (a device pass for another target stops at "
+              "the file's #error;\nthe host pass compiles none of it; CUTLASS guards its sm_90a code the same way).")
     o.line(arch_guard(plan))
     parts.ring.emit_helpers()
     o.line()
