@@ -114,3 +114,56 @@ def test_relative_links_point_to_files(page):
         if not (page.parent / target.split("#")[0]).exists():
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
+
+
+# --- the catalogue, the index and counts --------------------------------------------------------
+
+SPECS = ROOT / "specs"
+CATALOGUE = ROOT / "docs" / "specs.md"
+
+
+def shipped_names() -> set[str]:
+    return {path.stem for path in SPECS.iterdir() if path.suffix in (".gemm", ".gemmf")}
+
+
+def catalogued_names(text: str) -> set[str]:
+    """The names in the first column of the catalogue's tables."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([^`]+)`", line.split(" | ")[0]))
+    return names
+
+
+def test_every_shipped_spec_is_in_the_catalogue():
+    missing = shipped_names() - catalogued_names(CATALOGUE.read_text())
+    assert not missing, f"docs/specs.md does not list: {sorted(missing)}"
+
+
+def test_every_catalogued_name_is_a_shipped_spec():
+    unknown = catalogued_names(CATALOGUE.read_text()) - shipped_names()
+    assert not unknown, f"docs/specs.md lists specs that specs/ does not hold: {sorted(unknown)}"
+
+
+def test_the_catalogue_check_notices_a_missing_spec():
+    text = CATALOGUE.read_text().replace("| `zigzag` |", "| zigzag |")
+    assert shipped_names() - catalogued_names(text) == {"zigzag"}
+
+
+INDEX = ROOT / "docs" / "README.md"
+
+
+def test_every_docs_page_is_in_the_index():
+    linked = {target.split("#")[0] for target in LINK.findall(INDEX.read_text())}
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert not pages - linked, f"docs/README.md does not index: {sorted(pages - linked)}"
+
+
+# "specs/ holds 92 of them": a count of the shipped files, which goes stale with the next spec.
+SPEC_COUNT = re.compile(r"`specs/` (?:holds|has|ships|contains) (\d+)")
+
+
+@pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_counts_the_shipped_specs(page):
+    counts = SPEC_COUNT.findall(" ".join(page.read_text().split()))
+    assert not counts, f"{page.relative_to(ROOT)} counts the files of specs/ ({counts}); name the catalogue instead"
