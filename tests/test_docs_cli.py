@@ -74,7 +74,7 @@ def test_readme_synopsis_names_each_commands_argument():
 
 def test_readme_says_which_commands_take_families():
     sentence = re.search(r"SPEC is a `\.gemm` spec or, for (.*?), a `\.gemmf` kernel family", readme_commands(), re.S)
-    assert sentence, "the README's command list no longer says which commands take a .gemmf family"
+    assert sentence, "the README's command list does not say which commands take a .gemmf family"
     assert set(re.findall(r"`(\w+)`", sentence[1])) == {c for c, kinds in COMMAND_INPUTS.items() if FAMILY_SUFFIX in kinds}
 
 
