@@ -88,10 +88,10 @@ from .emit.header import emit_family_header
 from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
 from .cycles import MemberModel, estimate
+from .file_kinds import FAMILY_SUFFIX
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TargetName
 
-FAMILY_SUFFIX = ".gemmf"
 SHAPES_DIR = Path(__file__).with_name("shapes")
 DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
 

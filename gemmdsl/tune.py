@@ -9,7 +9,7 @@
 
 Templates
 ---------
-A template is a `.gemm` file in which any value, or part of one, may be a choice
+A template (`.tgemm`) is a spec in which any value, or part of one, may be a choice
 group `{a,b,c}`: `tile: {128x128,256x128}x{8,16}`, `lanes: {4x8 row,8x4 col}`,
 `raster: {row,group(8)}`. The candidates are every combination of the groups, in
 source order with the last group varying fastest, numbered t0, t1, ...; each
@@ -84,6 +84,7 @@ from .cost_model import cost_facts, efficiency, register_cap
 from .paths import path_of
 from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
+from .file_kinds import inputs_help
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .tune_workers import build_failure  # noqa: F401  (tune's name for it, where the workers' backend uses it)
 
@@ -217,7 +218,7 @@ def kernel_name_span(text: str, path: str = "<template>") -> tuple[int, int, str
     match = _KERNEL.search(mask_comments(text))
     if match is None:
         raise template_error(path, text, 0, "the template holds no `gemm NAME {` block",
-                             "a template is a .gemm spec whose values may be choice groups `{a,b}`")
+                             "a template (.tgemm) is a spec whose values may be choice groups `{a,b}`")
     return match.start(), match.start(1), match.group(1)
 
 
@@ -1042,7 +1043,8 @@ def write_results_json(path: str | Path, data: dict) -> None:
 
 
 def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("template", metavar="TEMPLATE", help="a .gemm spec whose values may be choice groups {a,b}")
+    parser.add_argument("template", metavar="TEMPLATE",
+                        help=inputs_help("tune", "file: a spec whose values may be choice groups {a,b}"))
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated MxNxK sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--budget", type=_positive, default=DEFAULT_BUDGET, metavar="N",
                         help=f"candidates to time after pruning (default {DEFAULT_BUDGET})")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .family_kernel import run_on_specs_and_families
+from .file_kinds import inputs_help
 from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
 from .grouped_bench import verify_grouped
 from .precisions import FMA_TOLERANCE, Comparison, comparison
@@ -588,7 +589,7 @@ def write_json(results: list[Result], path: str | Path) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to compile and check")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("verify", "files to compile and check"))
     parser.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
     parser.add_argument("--json", metavar="FILE", help="also write every result to FILE as JSON")

@@ -36,7 +36,7 @@ def phase_of_each_lane(op: str, width_bytes: int, addresses: np.ndarray) -> np.n
 
     - A phase returns at most 128 bytes of lane data, one register per lane, so a
       32-bit access is one phase of 32 lanes, a 64-bit access two half-warps and a
-      128-bit access four quarter-warps, in lane order (seeds 000 §5.1 and 002).
+      128-bit access four quarter-warps, in lane order (the classic SGEMM write-ups' rule).
     - Loads (not stores) in which every lane n reads the same address as lane n^1,
       or every lane the same as lane n^2, return one value to two lanes, so each
       phase holds twice the lanes: 64-bit loads take one phase, 128-bit loads two
