@@ -1218,10 +1218,8 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
 
 def time_with_options(args: argparse.Namespace, path: str, work: Callable):
     """`work(pool, db)` on the pool and database the options name; an exit status when it cannot time."""
-    import sqlite3
-
     from .runtime import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
-    from .tune_db import TuneDB
+    from .tune_db import TuneDB, TuneDBError
     from .tune_workers import GPU_BACKEND, WorkerError
 
     reason = gpu_unavailable_reason() if args.backend == GPU_BACKEND and args.ray is None else None
@@ -1237,7 +1235,7 @@ def time_with_options(args: argparse.Namespace, path: str, work: Callable):
     except (GpuUnavailable, WorkerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (CompileError, ValueError, sqlite3.DatabaseError) as err:
+    except (CompileError, ValueError, TuneDBError) as err:
         print(f"error: {err.render() if isinstance(err, CompileError) else err}", file=sys.stderr)
         return 1
 
@@ -1284,15 +1282,16 @@ def report_and_write(args: argparse.Namespace, path: str, name: str, output: str
 def print_report(db_path: str, path: str, candidates: Sequence[Candidate], sizes: Sequence[Size]) -> int:
     """`--report`: per GPU model, the template's candidates the database holds at every size, fastest first
     (geomean of % cuBLAS), beside the rank the cost model gave them, and the failures; nothing is timed."""
-    from .tune_db import TuneDB, spearman, spec_hash
+    from .tune_db import TuneDB, TuneDBError, spearman, spec_hash
 
-    if not Path(db_path).expanduser().is_file():
-        print(f"error: {db_path}: no such tuning database", file=sys.stderr)
-        return 1
     names = {spec_hash(c.text): c.name for c in candidates}
     choices = {c.name: c.describe() for c in candidates}
-    with TuneDB(db_path) as db:
-        rows = db.rows(names)
+    try:
+        with TuneDB(db_path, read_only=True) as db:
+            rows = db.rows(names)
+    except TuneDBError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     wanted = set(map(tuple, sizes))
     rows = [row for row in rows if row.size in wanted]
     if not rows:

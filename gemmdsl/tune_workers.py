@@ -477,10 +477,10 @@ def measure(pool, tasks: Sequence[Task], db, progress: Callable[[str], None] = l
     def record(outcome: Outcome) -> None:
         nonlocal done
         done += 1
-        db.record(row_of(outcome), outcome.task.text)
-        task, timed = outcome.task, outcome.timed
-        figures = (f"{timed.median_ms:.3f} ms, {100 * timed.cublas_ms / timed.median_ms:.1f}% of cuBLAS" if timed
-                   else f"{outcome.status}: {outcome.error}")
+        row = db.record(row_of(outcome), outcome.task.text)  # a timing that is no time comes back failed
+        task = outcome.task
+        figures = (f"{row.median_ms:.3f} ms, {row.pct_cublas:.1f}% of cuBLAS" if row.status == "ok"
+                   else f"{row.status}: {row.error}")
         progress(f"[{done}/{len(tasks)}] {task.name} {'x'.join(map(str, task.size))} on {outcome.worker}: {figures}")
 
     pool.run(tasks, record)
