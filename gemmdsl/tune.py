@@ -1031,10 +1031,19 @@ def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequenc
     return out
 
 
-def write_results_json(path: str | Path, data: dict) -> None:
+def write_results_json(path: str | Path, data: dict) -> bool:
+    """Write `data` to `path` whole or not at all; False (after the error) when it cannot be written."""
     import json
 
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    from .compiler import OutputError, write_outputs
+
+    path = Path(path)
+    try:
+        write_outputs(path.parent, {path.name: (json.dumps(data, indent=1) + "\n").encode()})
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -1083,7 +1092,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--gpus", type=gpus_argument, default=None, metavar="N|all",
                        help="time on the first N GPUs of this host (CUDA_VISIBLE_DEVICES's, else all CUDA finds), "
                             "one worker process each (default all)")
-    scale.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    scale.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
                        help=f"seconds one measurement may take before its worker is killed and restarted and the "
                             f"candidate recorded as timed out (default {DEFAULT_TIMEOUT_S:g})")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -1112,6 +1121,16 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
     return value
 
 
@@ -1185,6 +1204,10 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
     stem = template_stem(path)
     name = args.name or f"{stem}_best"
     output = args.output or f"{stem}_best.gemm"
+    files = [("--json", args.json)] if args.screen_only else [("--json", args.json), ("-o", output)]
+    refused = refuse_late_failures(args, [] if args.screen_only else [name], files)
+    if refused is not None:
+        return refused
     report, ranked, kept, dropped, compiler = search(candidates, sizes, args, path)
     print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
     print("\n".join(screen_lines(report, kept, dropped, args.budget)))
@@ -1195,10 +1218,9 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
     if not kept:
         print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
         return 1
-    if args.json:
-        scored = rank(report.timeable, sizes, args.sms)
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, template=path,
-                                                   scored=scored))
+    if args.json and not write_results_json(args.json, results_json(
+            report, ranked, kept, dropped, sizes, template=path, scored=rank(report.timeable, sizes, args.sms))):
+        return 1
     if args.screen_only:
         return 0
 
@@ -1210,10 +1232,62 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
         to_time, sizes, args.runs, args.warmup, pool, db, args.jobs, path, _progress))
     if isinstance(timing, int):
         return timing
-    if args.json:
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing, template=path,
-                                                   scored=rank(report.timeable, sizes, args.sms)))
-    return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+    written = not args.json or write_results_json(args.json, results_json(
+        report, ranked, kept, dropped, sizes, timing, template=path, scored=rank(report.timeable, sizes, args.sms)))
+    status = report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+    return status or (0 if written else 1)
+
+
+def refuse_late_failures(args: argparse.Namespace, names: Sequence[str],
+                         files: Sequence[tuple[str, str | None]]) -> int | None:
+    """Refuse, before screening or timing, what would otherwise fail only once the timing is done: the
+    kernel names the winners get, the files to be written (`files`: (option, path)), and when `names`
+    is not empty (a run that times) the database and the backend. Prints every problem and returns
+    2, else None."""
+    from .tune_db import TuneDB, TuneDBError
+    from .tune_workers import error_text, resolve
+    from .validate import kernel_name_problem
+
+    problems = []
+    for name in names:
+        if (problem := kernel_name_problem(name)) is not None:
+            source = "--name" if args.name else "the name made from a file name (set one with --name)"
+            problems.append(f"error: {source}: {problem[0]}\n  hint: {problem[1]}")
+    for option, path in files:
+        if path is not None and (reason := unwritable(path)) is not None:
+            problems.append(f"error: {option}: cannot write {path}: {reason}")
+    if names:
+        try:
+            if Path(args.db).expanduser().exists():
+                TuneDB(args.db, read_only=True).close()
+            elif (reason := unwritable(Path(args.db).expanduser())) is not None:
+                problems.append(f"error: --db: cannot create {args.db}: {reason}")
+        except TuneDBError as err:
+            problems.append(f"error: --db: {err}")
+        if args.ray is None:  # a Ray cluster may hold a backend this host does not
+            try:
+                resolve(args.backend)
+            except Exception as err:
+                problems.append(f"error: --backend {args.backend}: cannot load it ({error_text(err)})")
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    return None
+
+
+def unwritable(path: str | Path) -> str | None:
+    """Why compiler.write_outputs could not write a file at `path` (found without writing), or None."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:  # write_outputs creates the missing folders
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    return None
 
 
 def time_with_options(args: argparse.Namespace, path: str, work: Callable):

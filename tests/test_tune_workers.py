@@ -312,3 +312,49 @@ def test_tune_and_its_report_skip_bad_rows_with_a_warning_and_time_their_keys_ag
     assert len(timings(log)) == timed + 3
     with tune_db.TuneDB(database) as db:
         assert len(db.rows()) == timed and all(row.status == "ok" for row in db.rows())
+
+
+@pytest.mark.parametrize("option, refusal", [
+    (["--name", "../../evil"], "error: --name: kernel name '../../evil' is not an identifier"),
+    (["--name", "int"], "error: --name: kernel name 'int' is a C/C++ keyword"),
+    (["--name", "k" * 65], "error: --name: kernel name is 65 characters long"),
+    (["-o", "{tmp}/file.txt/best.gemm"], "error: -o: cannot write {tmp}/file.txt/best.gemm: {tmp}/file.txt is not a "
+                                         "directory"),
+    (["--json", "{tmp}"], "error: --json: cannot write {tmp}: it is a directory"),
+    (["--db", "{tmp}/file.txt"], "error: --db: {tmp}/file.txt: file is not a database"),
+    (["--backend", "fake_timing:NoSuchBackend"], "error: --backend fake_timing:NoSuchBackend: cannot load it"),
+    (["--shapes", "{tmp}/shapes.txt", "--name", "../../evil"], "error: --name: kernel name '../../evil' is not an"),
+    (["--shapes", "{tmp}/shapes.txt", "--name", "k" * 62], "kernel name is 65 characters long"),
+])
+def test_what_would_fail_after_timing_is_refused_before_anything_is_timed(log, tmp_path, capsys, option, refusal):
+    from gemmdsl.cli import main
+
+    (tmp_path / "v3.tgemm").write_text(V3)
+    (tmp_path / "file.txt").write_text("not a database\n" * 100)
+    (tmp_path / "shapes.txt").write_text("4096x4096x4096\n2048x2048x2048\n")
+    command = ["tune", str(tmp_path / "v3.tgemm"), "--budget", "2", "--no-nvcc", "--backend", FAKE, "--jobs", "1",
+               "--gpus", "1", "--db", str(tmp_path / "t.sqlite"), "-o", str(tmp_path / "best.gemm")]
+    assert main(command + [part.format(tmp=tmp_path) for part in option]) == 2
+    err = capsys.readouterr().err
+    assert refusal.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert not log.exists() and not (tmp_path / "t.sqlite").exists()
+
+
+def test_the_name_made_from_a_long_template_file_name_is_refused_before_timing(log, tmp_path, capsys):
+    from gemmdsl.cli import main
+
+    template = tmp_path / ("v" * 60 + ".tgemm")
+    template.write_text(V3)
+    assert main(["tune", str(template), "--no-nvcc", "--backend", FAKE, "--gpus", "1",
+                 "--db", str(tmp_path / "t.sqlite"), "-o", str(tmp_path / "best.gemm")]) == 2
+    assert "the name made from a file name (set one with --name)" in capsys.readouterr().err
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_no_time_is_refused(seconds, capsys):
+    from gemmdsl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "t.tgemm", "--timeout", seconds])
+    assert exit_.value.code == 2 and "expected a positive number of seconds" in capsys.readouterr().err
