@@ -118,17 +118,71 @@ class ChoiceGroup:
     alternatives: tuple[str, ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Template:
+    """A template's text cut at its kernel name and its choice groups. Every candidate holds this one
+    object and renders its text on demand, so a candidate costs the same whatever the template's size."""
+
+    text: str
+    name: str  # the kernel's name in the template
+    name_start: int  # offset of the name
+    body_start: int  # offset of the `gemm` keyword (what precedes it is the leading comment)
+    groups: tuple[ChoiceGroup, ...]
+    entries: tuple[tuple[int, int, tuple[int, ...]], ...]  # (start, end, group numbers) of each entry holding choices
+
+    def render(self, name: str, choices: Sequence[str]) -> str:
+        """The template's text with the kernel named `name` and each group replaced by its choice."""
+        cuts = [(self.name_start, self.name_start + len(self.name), name)]
+        cuts += [(group.start, group.end, choice) for group, choice in zip(self.groups, choices)]
+        out, position = [], 0
+        for start, end, fill in cuts:
+            out += [self.text[position:start], fill]
+            position = end
+        out.append(self.text[position:])
+        return "".join(out)
+
+    def entry(self, number: int, choices: Sequence[str]) -> str:
+        """Entry `number` of `entries` with its groups replaced by their choices: `tile: 128x128x8`."""
+        start, end, groups = self.entries[number]
+        out, position = [], start
+        for group in groups:
+            out += [self.text[position:self.groups[group].start], choices[group]]
+            position = self.groups[group].end
+        out.append(self.text[position:end])
+        return " ".join("".join(out).split())
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One concrete spec of a template."""
+    """One concrete spec of a template: its number and the alternative taken from each group."""
 
     index: int
-    name: str  # the kernel name, NAME_tI
-    text: str
-    choices: tuple[str, ...]  # the alternative taken from each group, in source order
-    name_start: int  # offset of the kernel name in `text`
-    body_start: int  # offset of the `gemm` keyword in `text` (what precedes it is the leading comment)
-    summary: str = ""  # the entries that hold choices, concrete: `tile: 128x128x8; stages: 2`
+    choices: tuple[str, ...]  # in source order
+    template: Template = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """The kernel name, NAME_tI."""
+        return f"{self.template.name}_t{self.index}"
+
+    @property
+    def text(self) -> str:
+        return self.template.render(self.name, self.choices)
+
+    @property
+    def name_start(self) -> int:
+        """Offset of the kernel name in `text`."""
+        return self.template.name_start
+
+    @property
+    def body_start(self) -> int:
+        """Offset of the `gemm` keyword in `text` (what precedes it is the leading comment)."""
+        return self.template.body_start
+
+    @property
+    def summary(self) -> str:
+        """The entries that hold choices, concrete: `tile: 128x128x8; stages: 2`."""
+        return "; ".join(self.template.entry(number, self.choices) for number in range(len(self.template.entries)))
 
     def describe(self) -> str:
         return self.summary or "(no choices)"
@@ -241,44 +295,23 @@ def expand(template_text: str, path: str = "<template>",
                              f"the template expands to {total:,} candidates ({sizes}), more than the "
                              f"limit of {max_candidates:,}",
                              "narrow some choice groups, or raise the limit with --max-candidates")
-    # The fixed text around the name and the groups, which all follow the name.
-    cuts = [(name_start, name_start + len(name))] + [(group.start, group.end) for group in groups]
-    pieces = [template_text[:name_start]]
-    pieces += [template_text[end:next_start] for (_, end), (next_start, _) in zip(cuts, cuts[1:] + [(None, None)])]
-    entries = choice_entries(template_text, groups)
-    candidates = []
-    for index, choices in enumerate(itertools.product(*(group.alternatives for group in groups))):
-        candidate_name = f"{name}_t{index}"
-        fills = [candidate_name, *choices, ""]
-        text = "".join(piece + fill for piece, fill in zip(pieces, fills))
-        summary = "; ".join(entry(choices) for entry in entries)
-        candidates.append(Candidate(index, candidate_name, text, tuple(choices), name_start, body_start, summary))
-    return candidates
+    template = Template(template_text, name, name_start, body_start, tuple(groups),
+                        choice_entries(template_text, groups))
+    return [Candidate(index, choices, template)
+            for index, choices in enumerate(itertools.product(*(group.alternatives for group in groups)))]
 
 
-def choice_entries(text: str, groups: Sequence[ChoiceGroup]) -> list[Callable[[Sequence[str]], str]]:
-    """For each entry (`key: value;`) that holds choice groups, a function from the choices to its concrete text."""
-    masked = list(mask_comments(text))
-    for group in groups:
-        masked[group.start:group.end] = "x" * (group.end - group.start)
-    masked_text = "".join(masked)
+def choice_entries(text: str, groups: Sequence[ChoiceGroup]) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """Each entry (`key: value;`) that holds choice groups, as (start, end, the numbers of its groups)."""
+    masked = mask_comments(text)
+    cut = [0, *(offset for group in groups for offset in (group.start, group.end)), len(text)]
+    masked = "".join(masked[a:b] if i % 2 == 0 else "x" * (b - a) for i, (a, b) in enumerate(zip(cut, cut[1:])))
     spans: dict[tuple[int, int], list[int]] = {}
     for number, group in enumerate(groups):
-        start = max(masked_text.rfind(char, 0, group.start) for char in ";{}") + 1
-        ends = [e for e in (masked_text.find(char, group.end) for char in ";}") if e >= 0]
+        start = max(masked.rfind(char, 0, group.start) for char in ";{}") + 1
+        ends = [e for e in (masked.find(char, group.end) for char in ";}") if e >= 0]
         spans.setdefault((start, min(ends, default=len(text))), []).append(number)
-
-    def entry(span: tuple[int, int], numbers: list[int]) -> Callable[[Sequence[str]], str]:
-        def render(choices: Sequence[str]) -> str:
-            out, position = [], span[0]
-            for number in numbers:
-                out += [text[position:groups[number].start], choices[number]]
-                position = groups[number].end
-            out.append(text[position:span[1]])
-            return " ".join("".join(out).split())
-        return render
-
-    return [entry(span, numbers) for span, numbers in spans.items()]
+    return tuple((start, end, tuple(numbers)) for (start, end), numbers in spans.items())
 
 
 def template_stem(path: str | Path) -> str:
@@ -811,13 +844,15 @@ def _cubin_or_none(source: str, target: str) -> bytes | None:
 
 def timing_tasks(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
                  template_path: str = "<template>.gemm") -> list:
-    """One tune_workers.Task per candidate and size."""
+    """One tune_workers.Task per candidate and size, each holding its candidate, which renders the text
+    when a worker needs it (so that many tasks of a large template do not each hold a copy)."""
     from .tune_db import spec_hash
     from .tune_workers import Task
 
-    return [Task(spec_hash(s.candidate.text), tuple(size), s.candidate.name, s.candidate.text,
-                 candidate_path(template_path, s.candidate), runs, warmup, s.prediction.score)
-            for s in survivors for size in sizes]
+    hashes = [spec_hash(s.candidate.text) for s in survivors]
+    return [Task(key, tuple(size), s.candidate.name, s.candidate, candidate_path(template_path, s.candidate), runs,
+                 warmup, s.prediction.score)
+            for s, key in zip(survivors, hashes) for size in sizes]
 
 
 def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int, pool, db,

@@ -57,7 +57,7 @@ class Task:
     spec_hash: str
     size: Size
     name: str  # the candidate's kernel name
-    text: str  # its spec
+    source: object  # its spec: the text, or what renders it on demand (`.text`: a template's candidate)
     path: str  # where diagnostics say it comes from: template.tgemm[t12]
     runs: int
     warmup: int
@@ -66,6 +66,10 @@ class Task:
     @property
     def key(self) -> tuple[str, Size]:
         return (self.spec_hash, self.size)
+
+    @property
+    def text(self) -> str:
+        return self.source if isinstance(self.source, str) else self.source.text
 
 
 @dataclass(frozen=True)
