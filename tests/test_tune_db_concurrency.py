@@ -5,7 +5,11 @@ import os
 import random
 import signal
 import sqlite3
+import tempfile
 import time
+from pathlib import Path
+
+import pytest
 
 from gemmdsl import tune_db
 from gemmdsl.tune_db import COLUMNS, SCHEMA, TuneDB
@@ -13,6 +17,14 @@ from gemmdsl.tune_workers import Device, Outcome, Task, Timed, measure
 
 FORK = multiprocessing.get_context("fork")  # the children start at once, with gemmdsl imported
 KEYS = 4000
+
+
+@pytest.fixture
+def tmp_path():
+    """A RAM disk where there is one: these tests are about locks and transactions, which it has, and they
+    commit hundreds of times, which a busy disk makes slow."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as folder:
+        yield Path(folder)
 
 
 def bulk(path, status, keys=KEYS, gpu="GPU A"):
@@ -72,20 +84,24 @@ def test_merges_killed_at_random_and_run_again_end_as_a_serial_merge_does(tmp_pa
     good, bad = bulk(tmp_path / "a.sqlite", "ok"), bulk(tmp_path / "b.sqlite", "failed")
     tune_db.merge(tmp_path / "serial.sqlite", [good, bad])
     expected = contents(tmp_path / "serial.sqlite")
+    killed = 0
     for seed in range(3):
         output = tmp_path / f"out{seed}.sqlite"
         jobs = [(tune_db.merge, (output, [path])) for path in (bad, good, bad, good)]
         unfinished = run_killing_some(jobs, seed, within_s=0.6)
+        killed += len(unfinished)
         for target, args in unfinished:
             target(*args)
         assert contents(output) == expected, f"seed {seed}"
+    assert killed  # some merge was killed before it finished
 
 
-def write_outcomes(path, outcomes):
-    """A tuner's writes: `measure` on a pool that reports these outcomes, one at a time."""
+def write_outcomes(path, outcomes, pace_s=0.0):
+    """A tuner's writes: `measure` on a pool that reports these outcomes, one each `pace_s`."""
     class Reported:
         def run(self, tasks, record):
             for outcome in outcomes:
+                time.sleep(pace_s)
                 record(outcome)
 
     with TuneDB(path) as db:
@@ -93,12 +109,12 @@ def write_outcomes(path, outcomes):
 
 
 def outcomes_of(worker, seed):
-    """A tuner's outcomes over 48 shared keys, some ok, some failed; each worker times with its own number
+    """A tuner's outcomes over 150 shared keys, some ok, some failed; each worker times with its own number
     of launches, so that the precedence rule, not the time of writing, decides every key."""
     chance = random.Random(seed)
     device = Device("GPU A", "13.0", "nvcc 13.0", "14.0", f"host{worker}")
     outcomes = []
-    for i in chance.sample(range(48), 30):
+    for i in chance.sample(range(150), 100):
         text = f"gemm k_t{i} {{ block {{ tile: {i}x1x1; }} }}"
         task = Task(tune_db.spec_hash(text), (64, 64, 64), f"k_t{i}", text, "t.tgemm", 20 + worker, 5)
         if chance.random() < 0.5:
@@ -120,7 +136,10 @@ def test_concurrent_tuner_writes_killed_at_random_end_as_a_serial_run_does(tmp_p
     expected = comparable(contents(tmp_path / "forward.sqlite"))
     assert comparable(contents(tmp_path / "backward.sqlite")) == expected
     assert len(expected) == len({o.task.key for outcomes in work for o in outcomes})
-    jobs = [(write_outcomes, (tmp_path / "shared.sqlite", outcomes)) for outcomes in work]
-    for target, args in run_killing_some(jobs, seed=7, within_s=0.4):
+    # Paced as measurements arrive, the writers overlap, and a kill finds them busy.
+    jobs = [(write_outcomes, (tmp_path / "shared.sqlite", outcomes, 0.003)) for outcomes in work]
+    unfinished = run_killing_some(jobs, seed=7, within_s=0.2)
+    assert unfinished
+    for target, args in unfinished:
         target(*args)
     assert comparable(contents(tmp_path / "shared.sqlite")) == expected
