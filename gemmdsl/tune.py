@@ -1292,10 +1292,11 @@ def refuse_late_failures(args: argparse.Namespace, names: Sequence[str],
         if path is not None and (reason := unwritable(path)) is not None:
             problems.append(f"error: {option}: cannot write {path}: {reason}")
     if names:
+        database = Path(args.db).expanduser()
         try:
-            if Path(args.db).expanduser().exists():
+            if database.is_file() and database.stat().st_size:  # an empty file becomes a new database
                 TuneDB(args.db, read_only=True).close()
-            elif (reason := unwritable(Path(args.db).expanduser())) is not None:
+            elif (reason := unwritable(database)) is not None:
                 problems.append(f"error: --db: cannot create {args.db}: {reason}")
         except TuneDBError as err:
             problems.append(f"error: --db: {err}")
