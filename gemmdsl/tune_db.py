@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import datetime
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -37,10 +38,9 @@ import secrets
 import sqlite3
 import sys
 import urllib.parse
-from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 Size = tuple[int, int, int]
 STATUSES = ("ok", "failed", "timeout")
@@ -74,9 +74,9 @@ def spec_hash(text: str) -> str:
     return hashlib.sha256(" ".join(body.split()).encode()).hexdigest()[:20]
 
 
-@dataclass(frozen=True)
-class Row:
-    """One measurement, as stored."""
+class Row(NamedTuple):
+    """One measurement, as stored: a tuple in the table's column order (a merge reads and writes rows by
+    the hundred thousand)."""
 
     spec_hash: str
     m: int
@@ -111,13 +111,24 @@ class Row:
         return None if self.status != "ok" else 100 * self.cublas_ms / self.median_ms
 
 
-COLUMNS = tuple(field.name for field in fields(Row))
+COLUMNS = Row._fields
 KEY_COLUMNS = ("spec_hash", "m", "n", "k", "gpu")
 TEXT_COLUMNS = ("spec_hash", "gpu", "status", "driver", "compiler", "cupy", "name", "host", "worker", "error",
                 "measured_at")
 TIMINGS = ("median_ms", "cublas_ms", "peak_tflops")  # what an ok row needs, each finite and positive
-SELECT_KEY = f"SELECT {', '.join(COLUMNS)} FROM measurements WHERE {' AND '.join(f'{c} = ?' for c in KEY_COLUMNS)}"
-VALUES = attrgetter(*COLUMNS)
+COUNT_COLUMNS = ("m", "n", "k", "runs")
+REAL_COLUMNS = (*TIMINGS, "predicted")
+TEXT_VALUES, COUNT_VALUES, REAL_VALUES, TIMING_VALUES = (
+    attrgetter(*columns) for columns in (TEXT_COLUMNS, COUNT_COLUMNS, REAL_COLUMNS, TIMINGS))
+# Rows a merge compares with what their keys hold in one query: 5 parameters each, under the 999 a
+# statement that SQLite before 3.32 allows.
+MERGE_BATCH = 190
+SELECT = f"SELECT {', '.join(COLUMNS)} FROM measurements"
+# The rows of the keys listed in {keys} (a VALUES list), each found through the primary key's index
+# (`WHERE (...) IN (VALUES ...)` would scan the table).
+SELECT_KEYS = (f"SELECT {', '.join(f'held.{c}' for c in COLUMNS)} FROM (VALUES {{keys}}) AS wanted "
+               f"JOIN measurements AS held ON "
+               + " AND ".join(f"held.{c} = wanted.column{i}" for i, c in enumerate(KEY_COLUMNS, 1)))
 INSERT = f"INSERT OR REPLACE INTO measurements ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 
 
@@ -125,30 +136,40 @@ def _finite(value) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def _positive_int(value) -> bool:
-    return type(value) is int and value >= 1
+def _finite_or_none(value) -> bool:
+    return value is None or _finite(value)
+
+
+def _positive_finite(value) -> bool:
+    return _finite(value) and value > 0
+
+
+def _first_bad(columns: Sequence[str], values: Sequence, good: Callable[[object], bool]) -> str:
+    column, value = next((column, value) for column, value in zip(columns, values) if not good(value))
+    return f"{column} {value!r}"
 
 
 def timing_problem(row: Row) -> str | None:
     """What makes an ok row's figures no timing (missing, zero, negative, NaN, infinite), or None."""
-    bad = [f"{column} {getattr(row, column)!r}" for column in TIMINGS
-           if not (_finite(getattr(row, column)) and getattr(row, column) > 0)]
-    return ", ".join(bad) or None
+    values = TIMING_VALUES(row)
+    if all(map(_positive_finite, values)):
+        return None
+    return ", ".join(f"{column} {value!r}" for column, value in zip(TIMINGS, values) if not _positive_finite(value))
 
 
 def row_problem(row: Row) -> str | None:
     """What makes a row read from a database no measurement (a wrong type, a bad status or timing), or None."""
-    for column in TEXT_COLUMNS:
-        if type(getattr(row, column)) is not str:
-            return f"{column} is {getattr(row, column)!r}, not text"
-    for column in ("m", "n", "k", "runs"):
-        if not _positive_int(getattr(row, column)):
-            return f"{column} is {getattr(row, column)!r}, not a positive integer"
+    texts = TEXT_VALUES(row)
+    if set(map(type, texts)) != {str}:
+        return f"{_first_bad(TEXT_COLUMNS, texts, lambda v: type(v) is str)}: not text"
+    counts = COUNT_VALUES(row)
+    if set(map(type, counts)) != {int} or min(counts) < 1:
+        return f"{_first_bad(COUNT_COLUMNS, counts, lambda v: type(v) is int and v >= 1)}: not a positive integer"
     if row.status not in STATUSES:
         return f"status {row.status!r} is not one of {', '.join(STATUSES)}"
-    for column in (*TIMINGS, "predicted"):
-        if getattr(row, column) is not None and not _finite(getattr(row, column)):
-            return f"{column} is {getattr(row, column)!r}, not a finite number"
+    reals = REAL_VALUES(row)
+    if not all(map(_finite_or_none, reals)):
+        return f"{_first_bad(REAL_COLUMNS, reals, _finite_or_none)}: not a finite number"
     if row.status == "ok" and (problem := timing_problem(row)):
         return f"an ok row whose timing is no time ({problem})"
     return None
@@ -185,9 +206,9 @@ def as_written(row: Row) -> Row:
     """A measurement as the tuner stores it: an ok row whose timing is no time turned into a failure that
     says why, the time of writing filled in. Raises ValueError for a row no backend produces."""
     if row.status == "ok" and (problem := timing_problem(row)):
-        row = replace(row, status="failed", median_ms=None, cublas_ms=None, peak_tflops=None,
-                      error=f"the backend's timing is no time: {problem}")
-    row = row if row.measured_at else replace(row, measured_at=now())
+        row = row._replace(status="failed", median_ms=None, cublas_ms=None, peak_tflops=None,
+                           error=f"the backend's timing is no time: {problem}")
+    row = row if row.measured_at else row._replace(measured_at=now())
     problem = row_problem(row)
     if problem is not None:
         raise ValueError(f"not a measurement ({describe_key(row)}): {problem}")
@@ -294,21 +315,21 @@ class TuneDB:
         precedence, and when given the spec's text; returns the row as written."""
         row = as_written(row)
         with self._writing():
-            self._put(row)
+            self._put([row])
             if text is not None:
                 self.connection.execute("INSERT OR IGNORE INTO specs VALUES (?, ?)", (row.spec_hash, text))
         return row
 
-    def _put(self, row: Row) -> bool:
-        """Inside a write transaction: store the row unless its key holds a measurement that it does not
-        outrank. Returns whether it was stored."""
-        held = self.connection.execute(SELECT_KEY, row.key).fetchone()
-        if held is not None:
-            held = Row(*held)
-            if row_problem(held) is None and not outranks(row, held):
-                return False
-        self.connection.execute(INSERT, VALUES(row))
-        return True
+    def _put(self, rows: Sequence[Row]) -> int:
+        """Inside a write transaction: store each row (of distinct keys) unless its key holds a measurement
+        that it does not outrank, reading what the keys hold in one query. Returns how many were stored."""
+        keys = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+        held = {row.key: row for row in itertools.starmap(Row, self.connection.execute(
+            SELECT_KEYS.format(keys=keys), [value for row in rows for value in row.key]))}
+        stored = [row for row in rows if (old := held.get(row.key)) is None or row_problem(old) is not None
+                  or outranks(row, old)]
+        self.connection.executemany(INSERT, stored)
+        return len(stored)
 
     def _read(self, hashes: Iterable[str] | None = None, gpu: str | None = None) -> Iterator[Row]:
         """The measurements of these spec hashes (all, without), on this GPU model (any, without), in key
@@ -316,10 +337,8 @@ class TuneDB:
         where, parameters = ("WHERE gpu = ?", [gpu]) if gpu is not None else ("", [])
         wanted = None if hashes is None else set(hashes)
         with self._naming():
-            for values in self.connection.execute(
-                    f"SELECT {', '.join(COLUMNS)} FROM measurements {where} ORDER BY {', '.join(KEY_COLUMNS)}",
-                    parameters):
-                row = Row(*values)
+            for row in itertools.starmap(Row, self.connection.execute(
+                    f"{SELECT} {where} ORDER BY {', '.join(KEY_COLUMNS)}", parameters)):
                 if wanted is not None and row.spec_hash not in wanted:
                     continue
                 problem = row_problem(row)
@@ -355,15 +374,20 @@ class TuneDB:
         lines = []
         with self._writing():
             for source in sources:
-                taken = kept = 0
-                for row in source._read():
-                    if self._put(row):
-                        taken += 1
-                    else:
-                        kept += 1
+                read = taken = 0
+                for batch in batched(source._read(), MERGE_BATCH):
+                    read += len(batch)
+                    taken += self._put(batch)
+                kept = read - taken
                 self.connection.executemany("INSERT OR IGNORE INTO specs VALUES (?, ?)", source.spec_texts().items())
                 lines.append(f"{source.name}: {taken} measurement(s) taken, {kept} already held as good or better")
         return lines
+
+
+def batched(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    iterator = iter(rows)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -129,10 +129,8 @@ def test_a_failed_merge_leaves_no_new_output_and_an_existing_one_untouched(tmp_p
 @pytest.mark.parametrize("field", ["median_ms", "cublas_ms", "peak_tflops"])
 @pytest.mark.parametrize("value", [0.0, math.nan, math.inf, -1.0])
 def test_a_non_finite_or_non_positive_timing_is_stored_as_failed_with_the_reason(tmp_path, field, value):
-    from dataclasses import replace
-
     with TuneDB(tmp_path / "t.sqlite") as db:
-        db.record(replace(row(), **{field: value}))
+        db.record(row()._replace(**{field: value}))
         [stored] = db.rows()
     assert stored.status == "failed" and stored.median_ms is None and stored.pct_cublas is None
     assert f"{field} {value}" in stored.error
@@ -197,7 +195,7 @@ def written(path, rows):
     connection = sqlite3.connect(path)
     with connection:
         connection.executescript(tune_db.SCHEMA)
-        connection.executemany(tune_db.INSERT, map(tune_db.VALUES, rows))
+        connection.executemany(tune_db.INSERT, rows)
     connection.close()
     return path
 
