@@ -472,7 +472,8 @@ def fake_cupy(launches, compute_capability="90", current_stream=0x77, state=None
                                                              compute_capability),
                            Stream=FakeStream, get_current_stream=lambda: FakeStream(current_stream),
                            runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0),
-                                                   getDevice=lambda: state.current, setDevice=set_device))
+                                                   getDevice=lambda: state.current, setDevice=set_device,
+                                                   getDeviceCount=lambda: 2, CUDARuntimeError=RuntimeError))
     return SimpleNamespace(__version__="14.2.0", cuda=cuda, RawModule=raw_module,
                            empty=lambda shape, dtype: cuda_array(shape, numpy.dtype(dtype).str, ptr=next(REGIONS)))
 
