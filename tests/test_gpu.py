@@ -160,8 +160,9 @@ def test_exact_kernels_take_whole_tiles_only(m, n, k, message):
 def test_empty_problems_launch_nothing_or_the_k0_kernel_whatever_the_multiples(m, n, k, entry):
     exact = replace(ALPHA_BETA, launch=replace(ALPHA_BETA.launch, entries=Entries("sgemm_test_kernel",
                                                                                    scale_c="sgemm_test_scale_c")))
-    # Pointers 2 bytes off and odd leading dimensions: an empty problem runs no GEMM kernel, so none of it matters.
-    arrays = {"a": fake_matrix(m, k, offset=2), "b": fake_matrix(k, n, offset=2), "c": fake_matrix(m, n)}
+    # Pointers one element off (no vector access is aligned) and odd leading dimensions: an empty problem runs no
+    # GEMM kernel, so none of it matters.
+    arrays = {"a": fake_matrix(m, k, offset=4), "b": fake_matrix(k, n, offset=4), "c": fake_matrix(m, n)}
     call = check_call(exact, **arrays, alpha=2.0, beta=0.5)
     assert (call.size, call.entry) == ((m, n, k), entry)
 
