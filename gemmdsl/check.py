@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 from . import ir
+from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
 from .compiler import ptxas_resources
 from .family import compile_family_path, explain, format_explanation, is_family_path
@@ -281,7 +282,11 @@ def parse_problem(text: str) -> ProblemSize:
     parts = text.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, such as 4096x4096x4096, not {text!r}")
-    return ProblemSize(*map(int, parts))
+    size = ProblemSize(*map(int, parts))
+    beyond = size_errors(size)
+    if beyond:
+        raise argparse.ArgumentTypeError("; ".join(beyond))
+    return size
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:

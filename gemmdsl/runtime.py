@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import numpy
 
-from .abi import MAX_BATCH, MAX_INT
+from .abi import MAX_BATCH, size_errors
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
                     old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signature, type_name
@@ -290,13 +290,13 @@ def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
     """No dimension negative; for bounds: exact, whole block tiles only, unless the problem is empty (a
     dimension 0: no GEMM kernel runs, as in the C launchers)."""
     empty = 0 in (m, n, k)
-    for dim, extent, multiple, tile_name, tile in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK"),
-                                                      req.block_tile):
+    for dim, extent in zip("MNK", (m, n, k)):
         if extent < 0:
             raise ValueError(f"{dim}={extent}: a dimension cannot be negative")
-        if extent > MAX_INT - tile:
-            raise ValueError(f"{dim}={extent} is too large: the kernel's tile coordinates (up to {dim} + {tile_name}) "
-                             f"are 32-bit")
+    beyond = size_errors((m, n, k), req.block_tile)
+    if beyond:
+        raise ValueError("; ".join(beyond))
+    for dim, extent, multiple, tile_name in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK")):
         if extent % multiple and not empty:
             bm, bn, bk = req.multiples
             raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={multiple}; "
@@ -1284,7 +1284,11 @@ def parse_sizes(text: str) -> list[Size]:
             dims *= 3
         if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
             raise ValueError(f"bad size {item!r}: expected MxNxK with positive integers, e.g. 2048x1024x512")
-        sizes.append((int(dims[0]), int(dims[1]), int(dims[2])))
+        size = (int(dims[0]), int(dims[1]), int(dims[2]))
+        beyond = size_errors(size)
+        if beyond:
+            raise ValueError(f"bad size {item!r}: {'; '.join(beyond)}")
+        sizes.append(size)
     if not sizes:
         raise ValueError("no sizes given")
     return sizes

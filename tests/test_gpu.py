@@ -227,7 +227,7 @@ def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
 
 def test_dimensions_whose_tile_coordinates_overflow_are_refused():
     big = 2 ** 31 - 100
-    with pytest.raises(ValueError, match=f"M={big} is too large: the kernel's tile coordinates"):
+    with pytest.raises(ValueError, match=f"M={big} is more than {2 ** 31 - 1 - 128}: the kernels' tile coordinates"):
         check_call(CHECKED, a=fake_matrix(big, 1), b=fake_matrix(1, 1), c=None, alpha=1.0, beta=0.0)
 
 
