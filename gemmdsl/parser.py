@@ -837,12 +837,15 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
         swizzle = values.get("swizzle")
-        if wgmma:  # TMA lands a box as it lies in global memory, in the 128-byte swizzle unless said otherwise
+        # The order that keeps the operand as it lies in global memory: TMA lands a box so, and cp.async cannot
+        # transpose elements narrower than its 4-byte copies (mma.sync's ldmatrix transposes where it needs to).
+        if wgmma or mma is not None and problem.matrix(operand).dtype.bytes < 4:
             row = problem.matrix(operand).layout is ir.MatrixLayout.ROW
             if operand is ir.Operand.A:
                 default = ir.SmemOrder.MK if row else ir.SmemOrder.KM
             else:
                 default = ir.SmemOrder.KN if row else ir.SmemOrder.NK
+        if wgmma:  # in the 128-byte swizzle unless said otherwise
             swizzle = 128 if swizzle is None else swizzle
         layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
                       swizzle=None if isinstance(swizzle, int) else swizzle)
