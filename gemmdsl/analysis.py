@@ -44,9 +44,10 @@ class Analysis:
 
 
 def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
-            ptxas: dict | None = None, plan: KernelPlan | None = None) -> Analysis:
+            ptxas: dict | None = None, plan: KernelPlan | None = None, hints: bool = True) -> Analysis:
     """Run every pass on a validated spec (lowered to `plan` unless given); with `bounds: exact`,
-    `problem` must be a multiple of the tile."""
+    `problem` must be a multiple of the tile. hints=False leaves out the warnings' hints that cost analysis of
+    their own (Context.hints)."""
     size = ProblemSize(*problem)
     tile = (spec.block.m, spec.block.n, spec.block.k)
     if any(extent <= 0 for extent in size):
@@ -57,7 +58,7 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
     if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
-    context = Context(plan or plan_kernel(spec), size, ptxas)
+    context = Context(plan or plan_kernel(spec), size, ptxas, hints=hints)
     outcomes = PassManager(context.plan.path.passes).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
 

@@ -441,7 +441,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     """Run the analysis passes on a valid spec and read off what screening and ranking use."""
     from .analysis import analyze
 
-    analysis = analyze(spec, size, ptxas)
+    analysis = analyze(spec, size, ptxas, hints=False)
     own = analysis.path.predict(analysis, ptxas)
     if own is not None:
         return own

@@ -111,3 +111,10 @@ def test_every_named_change_validates_and_leaves_fewer_excess_wavefronts(name):
         assert ("removes every bank conflict" in warning.hint) == (after == 0)
         if after:
             assert f"from {before} to {after}" in warning.hint
+
+
+def test_the_tuners_analysis_leaves_the_search_out_and_keeps_the_warnings():
+    spec = load_spec(SPECS / "transpose_nopad.gemm")
+    with_hints, without = analyze(spec).warnings, analyze(spec, hints=False).warnings
+    assert [w.message for w in without] == [w.message for w in with_hints]
+    assert all(w.hint is None for w in without) and all(w.hint for w in with_hints)

@@ -12,6 +12,7 @@ words any one bank must deliver.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache, partial
 
 import numpy as np
 
@@ -248,17 +249,17 @@ def _validation_warnings(spec: ir.KernelSpec) -> int | None:
     return len(diagnostics)
 
 
-def conflict_hint(layout: TileLayout, operand: ir.Operand, op: str) -> str:
-    """The change `remedy` finds and what it does, or, where none does better, that none does and what to try."""
-    written, best, widest = remedy(layout, operand)
-    name = operand.name
+def conflict_hint(found: tuple[Remedy, Remedy, int], smem: ir.SmemLayout, op: str) -> str:
+    """What `remedy` found for the operand of `smem`: the change and what it does, or, where none does better,
+    that none does and what to try."""
+    written, best, widest = found
+    name = smem.operand.name
     if best.change is not None and best.excess == 0:
         return f"{best.change} removes every bank conflict of {name}'s shared-memory accesses"
     if best.change is not None:
         return (f"{best.change} cuts the excess wavefronts of {name}'s shared-memory accesses from "
                 f"{written.excess} to {best.excess} per block and k-tile, the fewest of the pads and swizzles "
                 f"that keep them as wide")
-    smem = layout.spec.smem(operand)
     current = (f"its swizzle {smem.swizzle}" if smem.swizzle is not None else
                f"its pad {smem.pad}" if smem.pad else "no pad")
     pads = f"no pad (a multiple of {widest} elements)" if widest > 1 else "no pad"
@@ -266,15 +267,15 @@ def conflict_hint(layout: TileLayout, operand: ir.Operand, op: str) -> str:
             f"better than {current}; {STRUCTURAL_HINTS[op]}")
 
 
-def conflict_warning(layout: TileLayout, key: tuple[ir.Operand, str, int], costs: list[AccessCost]) -> Diagnostic:
+def conflict_warning(layout: TileLayout, key: tuple[ir.Operand, str, int], costs: list[AccessCost],
+                     hint: str | None) -> Diagnostic:
     operand, op, bits = key
     ways = max(c.max_ways for c in costs)
     wavefronts = sum(c.wavefronts for c in costs)
     ideal = sum(c.ideal_wavefronts for c in costs)
     message = (f"{ways}-way bank conflict on {operand.name} {op}s ({bits}-bit, {len(costs)} per thread): "
                f"{wavefronts} shared wavefronts per block and k-tile where {ideal} would do")
-    return Diagnostic(Severity.WARNING, layout.spec.smem(operand).span, message,
-                      hint=conflict_hint(layout, operand, op))
+    return Diagnostic(Severity.WARNING, layout.spec.smem(operand).span, message, hint=hint)
 
 
 class BankConflictPass:
@@ -287,7 +288,12 @@ class BankConflictPass:
         env = layout.thread_env()
         costs = [cost_access(layout, access, env) for access in layout.smem_accesses()]
         groups = conflict_groups(costs)
-        warnings = tuple(conflict_warning(layout, key, group) for key, group in groups.items())
+        found = cache(partial(remedy, layout))  # an operand's stores and loads share its search
+
+        def hint(operand: ir.Operand, op: str) -> str | None:
+            return conflict_hint(found(operand), layout.spec.smem(operand), op) if context.hints else None
+
+        warnings = tuple(conflict_warning(layout, key, group, hint(*key[:2])) for key, group in groups.items())
         return PassResult({"smem_accesses": costs}, self._verdict(costs, groups), warnings)
 
     @staticmethod
