@@ -23,6 +23,7 @@ from .build import PtxasResources, kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
 from .emit.header import emit_header
+from .errors import GemmdslError
 from .frontend import load
 from .layout import TileLayout
 from .passes.intensity import math_unit
@@ -161,7 +162,7 @@ def fuse_metadata(spec: ir.KernelSpec) -> dict:
     }}
 
 
-class OutputError(Exception):
+class OutputError(GemmdslError):
     """A file that cannot be written: the CLI prints it as `error: cannot write PATH: reason`."""
 
     def __init__(self, path: Path, reason: str):
