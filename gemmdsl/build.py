@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .abi import arch_flag
+from .errors import GemmdslError
 
 NVCC_TIMEOUT_S = 600
 # What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map
@@ -33,7 +34,7 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _SERIALIZED = re.compile(r"\(C75\d\d\) Potential Performance Loss: wgmma.* in the function '(\w+)'")
 
 
-class BuildError(Exception):
+class BuildError(GemmdslError):
     """nvcc failed; the message carries nvcc's own output."""
 
 

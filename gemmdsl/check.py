@@ -16,9 +16,11 @@ import sys
 import textwrap
 
 from . import ir
+from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
 from .compiler import ptxas_resources
 from .family import compile_family_path, explain, format_explanation, is_family_path
+from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
@@ -280,12 +282,16 @@ def parse_problem(text: str) -> ProblemSize:
     parts = text.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, such as 4096x4096x4096, not {text!r}")
-    return ProblemSize(*map(int, parts))
+    size = ProblemSize(*map(int, parts))
+    beyond = size_errors(size)
+    if beyond:
+        raise argparse.ArgumentTypeError("; ".join(beyond))
+    return size
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help=".gemm files to analyse; for a .gemmf family, which member runs --problem and why")
+                        help=inputs_help("check", "files to analyse; for a family, which member runs --problem and why"))
     parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",

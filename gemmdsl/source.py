@@ -19,6 +19,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
+from .errors import GemmdslError
+
 MAX_ERRORS_SHOWN = 20  # errors a rendering shows per file before it counts the rest (clang's default limit)
 MAX_SOURCE_BYTES = 64 * 2**20  # the largest spec, family or template read (comments included)
 MAX_TOKENS = 20_000  # tokens a spec or family may hold; the largest shipped file holds a few hundred
@@ -211,8 +213,9 @@ def word_list(words: Iterable[object], last: str = "or") -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
-class CompileError(Exception):
-    """One or more error diagnostics; the CLI prints them and exits with status 1."""
+class CompileError(GemmdslError):
+    """One or more error diagnostics; the CLI prints them and exits with status 1. Its text (`str`) is the
+    rendered diagnostics, as the CLI prints them: file:line:col, the line, a caret and the hint."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: SourceFile | None = None):
         super().__init__("\n".join(d.message for d in diagnostics))
@@ -242,3 +245,6 @@ class CompileError(Exception):
     def source_of(self, diagnostic: Diagnostic) -> SourceFile | None:
         """The text `diagnostic` quotes a line of."""
         return self.source
+
+    def __str__(self) -> str:
+        return self.render()
