@@ -262,7 +262,7 @@ def _unclosed_brace(text: str) -> tuple[int, int] | None:
 def _previous_words(text: str, pos: int, count: int) -> list[tuple[str, int]]:
     """Up to `count` blank-separated words right before `pos` (nearest last), with their offsets.
 
-    Comments are skipped; `{`, `}`, `;` and `:` count as words of their own."""
+    `{`, `}`, `;` and `:` count as words of their own (the comments are blanks already)."""
     words = WORD.finditer(text, 0, pos)
     return [(match.group(), match.start()) for match in deque(words, maxlen=count)]
 

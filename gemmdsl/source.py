@@ -22,7 +22,7 @@ from typing import Iterable
 from .errors import GemmdslError
 
 MAX_ERRORS_SHOWN = 20  # errors a rendering shows per file before it counts the rest (clang's default limit)
-MAX_SOURCE_BYTES = 64 * 2**20  # the largest spec, family or template read (comments included)
+MAX_SOURCE_BYTES = 64 * 2**20  # the largest spec or family file read (comments included)
 MAX_TOKENS = 20_000  # tokens a spec or family may hold; the largest shipped file holds a few hundred
 BOM = "\ufeff"
 
@@ -96,7 +96,7 @@ _COUNTED = re.compile(r"\s*(\w+|[^\s\w])")  # a word or a mark, and the blanks b
 
 def blank_comments(text: str) -> str:
     """`text` with its comments replaced by blanks: every other character keeps its offset, line and column."""
-    return _COMMENTS.sub(lambda comments: "\n".join(" " * len(line) for line in comments.group().split("\n")), text)
+    return _COMMENTS.sub(lambda run: "\n".join(" " * len(line) for line in run.group().split("\n")), text)
 
 
 def beyond_token_limit(source: SourceFile, kind: str) -> Diagnostic | None:

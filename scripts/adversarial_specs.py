@@ -32,9 +32,11 @@ SHAPES = {
     # The spec itself: what `check` takes anyway (with nvcc on PATH, mostly nvcc's build for ptxas's figures).
     "none": lambda size: BASE,
     # One line of repeated keys, each a duplicate-key error.
-    "repeated_keys": lambda size: BASE.replace("epilogue: alpha_beta;", "epilogue: alpha_beta; " + KEY * (size // len(KEY))),
+    "repeated_keys": lambda size: BASE.replace("epilogue: alpha_beta;",
+                                               "epilogue: alpha_beta; " + KEY * (size // len(KEY))),
     # Braces nested as deep as the size allows.
-    "deep_nesting": lambda size: BASE.replace("gemm sgemm_v3 {", "gemm sgemm_v3 {" + "{" * (size // 2) + "}" * (size // 2)),
+    "deep_nesting": lambda size: BASE.replace("gemm sgemm_v3 {",
+                                              "gemm sgemm_v3 {" + "{" * (size // 2) + "}" * (size // 2)),
     # One number of `size` digits.
     "huge_number": lambda size: BASE.replace("pad: 4;", f"pad: {'9' * size};"),
     # One comment line of `size` bytes: a valid spec.

@@ -14,11 +14,13 @@ from gemmdsl.targets import INSTRUCTION_TARGETS, TargetName
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"
-GUARD = re.compile(r"#if defined\(__CUDA_ARCH__\) && (?:__CUDA_ARCH__ < (\d+)0|!defined\(__CUDA_ARCH_FEAT_SM(\d+)_ALL\))\n"
+GUARD = re.compile(r"#if defined\(__CUDA_ARCH__\) && "
+                   r"(?:__CUDA_ARCH__ < (\d+)0|!defined\(__CUDA_ARCH_FEAT_SM(\d+)_ALL\))\n"
                    r"#error \"(\w+)\.cu: its kernels use ([^\"]*)\"\n#endif\n")
 # What each instruction looks like in the emitted text.
 SPELLED = {"ldmatrix": "ldmatrix.sync", "cp.async": "cp.async.", "mma.sync": "mma.sync.aligned",
-           "float2 and float4 atomicAdd": "atomicAdd(reinterpret_cast<float", "wgmma, setmaxnreg and TMA": "wgmma.mma_async"}
+           "float2 and float4 atomicAdd": "atomicAdd(reinterpret_cast<float",
+           "wgmma, setmaxnreg and TMA": "wgmma.mma_async"}
 
 
 def guard_of(cuda: str) -> TargetName | None:
@@ -55,8 +57,8 @@ def test_every_shipped_file_guards_what_its_instructions_need(path):
 ])
 def test_nvcc_stops_a_build_for_a_gpu_the_kernels_cannot_run_on(name, flag, stops, tmp_path):
     """`nvcc -E` runs every pass's preprocessor, the guard's included, without compiling: seconds per build."""
-    done = subprocess.run(["nvcc", flag, "-std=c++17", "-E", str(GENERATED / f"{name}.cu"), "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=300)
+    command = ["nvcc", flag, "-std=c++17", "-E", str(GENERATED / f"{name}.cu"), "-o", str(tmp_path / "out")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert (done.returncode != 0) == stops, done.stderr[-2000:]
     if stops:
         needs = "-gencode=arch=compute_90a,code=sm_90a" if name == "hgemm_h100" else "sm_80 and later"

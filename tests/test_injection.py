@@ -142,7 +142,7 @@ def test_a_file_name_of_undecodable_bytes_is_written_as_escapes(tmp_path):
     path.write_text(SPEC)
     artifacts = compile_path(path)
     assert "from spec\\xff\\xfe.gemm." in artifacts.cuda and "from spec\\xff\\xfe.gemm." in artifacts.header
-    artifacts.cuda.encode(), artifacts.header.encode()  # no lone surrogate left to stop the write
+    assert artifacts.cuda.encode() and artifacts.header.encode()  # no lone surrogate left to stop the write
 
 
 def test_the_copied_text_is_capped_with_a_note_of_what_was_left_out():
@@ -153,7 +153,7 @@ def test_the_copied_text_is_capped_with_a_note_of_what_was_left_out():
     assert len(quoted) == COPIED_LINES + 1
     left_lines = 50_000 + SPEC.strip("\n").count("\n") + 1 - COPIED_LINES
     left_bytes = len(comments + SPEC.strip("\n")) - sum(len(f"// line {index}\n") for index in range(COPIED_LINES))
-    assert quoted[-1] == (f"//   [{left_lines:,} more lines ({left_bytes:,} bytes) of the source left out: a .cu quotes "
-                          f"at most {COPIED_LINES} lines and {COPIED_BYTES:,} bytes of it]")
+    assert quoted[-1] == (f"//   [{left_lines:,} more lines ({left_bytes:,} bytes) of the source left out: a .cu "
+                          f"quotes at most {COPIED_LINES} lines and {COPIED_BYTES:,} bytes of it]")
     one_line = compile_text("// " + "x" * 1_000_000 + "\n" + SPEC).cuda
     assert len(one_line) < len(cuda) + COPIED_BYTES and "x" * (COPIED_BYTES - 100) in one_line
