@@ -24,6 +24,7 @@ import argparse
 import collections
 import concurrent.futures
 import datetime
+import itertools
 import json
 import multiprocessing
 import os
@@ -248,7 +249,7 @@ def build_sample(args: argparse.Namespace, results: dict[int, dict], builds: dic
             except CompileError as err:  # accepted by `check` but refused by `compile`: a finding too
                 refused.append({"index": index, "built": False, "seconds": 0.0,
                                 "error": "compile refused it: " + err.render()})
-        for item in [*refused, *(future.result() for future in concurrent.futures.as_completed(futures))]:
+        for item in itertools.chain(refused, (future.result() for future in concurrent.futures.as_completed(futures))):
             builds[item["index"]] = item
             log.write(json.dumps(item) + "\n")
             log.flush()
