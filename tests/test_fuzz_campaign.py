@@ -23,7 +23,7 @@ def campaign():
 
 def test_a_hang_and_a_dead_worker_are_findings_and_the_rest_runs_on(campaign, tmp_path, monkeypatch):
     judge = campaign.run_mutant
-    hanging, dying = campaign.mutant_at("1", 2), campaign.mutant_at("1", 4)
+    hanging, dying = campaign.mutant_at("1", 3), campaign.mutant_at("1", 4)  # 2 to 5: specs and a family, quick
 
     def run(mutant, workdir):  # the workers are forked after this patch, so they run it
         if mutant == hanging:
@@ -35,13 +35,13 @@ def test_a_hang_and_a_dead_worker_are_findings_and_the_rest_runs_on(campaign, tm
     monkeypatch.setattr(campaign, "run_mutant", run)
     pool = campaign.Pool(2, "1", tmp_path, timeout=5.0, memory_bytes=2 ** 30)
     try:
-        records = {item["index"]: item for item in pool.run(list(range(7)))}
+        records = {item["index"]: item for item in pool.run([2, 3, 4, 5])}
     finally:
         pool.close()
-    assert sorted(records) == list(range(7))
-    assert records[2]["verdict"] == "hang"
+    assert sorted(records) == [2, 3, 4, 5]
+    assert records[3]["verdict"] == "hang"
     assert records[4]["verdict"] == "crash" and "exit status 3" in records[4]["detail"]
-    assert {records[i]["verdict"] for i in (0, 1, 3, 5, 6)} <= {"accepted", "refused"}
+    assert {records[i]["verdict"] for i in (2, 5)} <= {"accepted", "refused"}
 
 
 def test_a_campaign_resumes_and_summarizes(tmp_path):
