@@ -15,6 +15,7 @@ outputs (where it is refused, none).
 from __future__ import annotations
 
 import contextlib
+import enum
 import io
 import json
 import math
@@ -101,8 +102,6 @@ def narrow_template(text: str, limit: int = TEMPLATE_CANDIDATES) -> str:
 def vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(names, values): the language's section names, keys, family keywords, labels and named values;
     and every value an entry of a shipped input holds, enum values and targets besides."""
-    import enum
-
     from gemmdsl import ir
     from gemmdsl.parser import SECTIONS
     from gemmdsl.targets import TARGETS
@@ -115,9 +114,8 @@ def vocabulary() -> tuple[tuple[str, ...], tuple[str, ...]]:
                     if isinstance(item, type) and issubclass(item, enum.Enum) and item is not enum.Enum
                     for member in item if isinstance(member.value, str)}
     named_values.update(str(target) for target in TARGETS)
-    values = set(named_values)
-    for seed in corpus():
-        values.update(match.group(3).strip() for match in ENTRY.finditer(mask_comments(seed.text)))
+    values = named_values.union(*values_by_key().values())
+    for seed in corpus():  # file names, as `use` lines and comments give them
         values.update(re.findall(r"[\w.]+\.gemm\b", seed.text))
     return tuple(sorted(names | named_values)), tuple(sorted(values))
 
