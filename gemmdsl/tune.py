@@ -988,6 +988,27 @@ def screen_lines(report: ScreenReport, kept: Sequence[Survivor], dropped: dict[s
     return lines
 
 
+def nothing_survived(path: str, first: Candidate, report: ScreenReport) -> str:
+    """The error when screening keeps no candidate, at the template's kernel name; where the front end
+    rejected candidates, the most common reason follows, positioned in the first candidate it rejected."""
+    line, column = line_column(first.text, first.name_start)  # the text before the name is the template's
+    name = first.name.removesuffix(f"_t{first.index}")
+    try:
+        template = SourceFile.read(path, suffix="")
+    except CompileError:  # gone since it was read: the message without the quoted line
+        template = None
+    hint, reason = None, None
+    if report.rejected:
+        _, count, diagnostic = report.rejected_by_reason()[0]
+        candidate = next(candidate for candidate, rejected in report.rejected if rejected is diagnostic)
+        reason = diagnostic.render(SourceFile(candidate_path(path, candidate), candidate.text))
+        hint = (f"{len(report.rejected):,} of {report.generated:,} candidates were rejected by the front end; "
+                f"the most common reason ({count:,}) follows")
+    error = Diagnostic(Severity.ERROR, Span(path, line, column, line, column + len(name)),
+                       "no candidate survived the screening; nothing to time", hint)
+    return "\n".join(filter(None, (error.render(template), reason)))
+
+
 def kept_lines(kept: Sequence[Survivor]) -> list[str]:
     width = max((len(s.candidate.name) for s in kept), default=4)
     return [f"  {s.candidate.name:<{width}}  score {s.prediction.score:.3f}  {s.prediction.summary()}  "
@@ -1223,13 +1244,8 @@ def read_template(args: argparse.Namespace) -> tuple[str, list, list[Size]] | in
         print(f"error: {err}", file=sys.stderr)
         return 2
     path = args.template
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a byte order mark is dropped, as specs' are
-    except (OSError, UnicodeDecodeError) as err:
-        print(f"{path}: error: cannot read the template: {err}", file=sys.stderr)
-        return 1
-    try:
-        return path, expand(text, path, args.max_candidates), sizes
+    try:  # any suffix: a template may be a .tgemm or a .gemm
+        return path, expand(SourceFile.read(path, suffix="").text, path, args.max_candidates), sizes
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -1253,7 +1269,7 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
         print("note: ptxas spill check skipped, and mma.sync candidates ranked on the register estimate"
               + (" (--no-nvcc)" if args.no_nvcc else " (neither nvcc on PATH nor NVRTC through CuPy)"))
     if not kept:
-        print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
+        print(nothing_survived(path, candidates[0], report), file=sys.stderr)
         return 1
     if args.json and not write_results_json(args.json, results_json(
             report, ranked, kept, dropped, sizes, template=path, scored=rank(report.timeable, sizes, args.sms))):

@@ -467,7 +467,26 @@ def test_nothing_surviving_exits_1(tmp_path, capsys, no_gpu):
     path = tmp_path / "small.tgemm"
     path.write_text(SMALL)
     assert main(["tune", str(path), "--no-nvcc", "--min-warps", "64"]) == 1
-    assert "no candidate survived" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{path}:2:6: error: no candidate survived the screening" in err
+    assert "4 of 8 candidates were rejected by the front end" in err and f"{path}[t4]:5:" in err  # 4x3 warps
+
+
+def test_nothing_surviving_the_front_end_shows_why_in_a_candidate(tmp_path, capsys):
+    path = tmp_path / "small.tgemm"
+    path.write_text(SMALL.replace("copy: registers", "colour: registers"))
+    assert main(["tune", str(path), "--no-nvcc", "--screen-only"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2:6: error: no candidate survived the screening; nothing to time\n    2 | gemm small {{" in err
+    assert "8 of 8 candidates were rejected by the front end; the most common reason (8) follows" in err
+    assert f"{path}[t0]:7:27: error: unknown key 'colour' in section 'pipeline'" in err
+
+
+def test_an_unreadable_template_is_an_error_at_the_byte(tmp_path, capsys):
+    path = tmp_path / "bad.tgemm"
+    path.write_bytes(SMALL.encode().replace(b"bounds", b"bou\xffnds"))
+    assert main(["tune", str(path), "--no-nvcc", "--screen-only"]) == 1
+    assert f"{path}:3:55: error: file is not valid UTF-8" in capsys.readouterr().err
 
 
 def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
