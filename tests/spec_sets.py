@@ -1,12 +1,14 @@
 """The quick set of shipped specs: the tests that build or run each spec (nvcc, g++) take these by default and
 every other spec only in the full run (`pytest --full`, or `pytest -m slow` for the rest alone).
 
-Every feature that chooses what a kernel's code looks like is in the quick set at least once, per element
-type and with or without a fuse chain: the element types, layouts, bounds, schedule, batch, epilogue, target
-and narrow kernels of the spec's metadata (generated/NAME.json), and each `key: value` of its sections, sizes
-aside (tile, warps, lanes, stages...: the value's numbers do not count). A family's features are its target,
-batch, epilogue, layouts, fuse chain, measured table and its members' schedules. The set is a greedy cover of
-those features, the smallest generated files first, so that a new spec with a new feature joins it.
+For each instruction path (FMA, mma.sync, wgmma), every feature that the compiler reads from a spec's
+problem and schedule is in the quick set at least once: the unit, element types, layouts, bounds,
+schedule, batch, epilogue, target, fuse chain and narrow kernels (from generated/NAME.json). A family's
+features are its target, batch, epilogue, layouts, fuse chain, measured table and its members'
+schedules. The set is a greedy cover of those features, the smallest generated files first, so that a
+new spec with a new feature joins it. What the quick set leaves out are the tilings (tile, warp and
+lane shapes, staging, swizzles): golden files, the analysis tests and the random specs of the fuzz and
+emulator tests cover those in every run, and the full run builds each shipped one.
 """
 from __future__ import annotations
 
@@ -20,43 +22,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
 GENERATED = ROOT / "generated"
-# Keys whose values are sizes: their numbers are replaced by '#', which keeps `lanes: 4x8 row` apart from
-# `lanes: 4x8 zigzag` and `swizzle: 128B` from `swizzle: xor(1, 4, 5)`.
-SIZE_KEYS = frozenset({"tile", "warps", "lanes", "micro", "repeat", "shape", "pad", "unroll", "blocks_per_sm",
-                       "raster", "swizzle", "stages", "vector", "warpgroups", "producer"})
-SECTION = re.compile(r"^\s*(\w+(?: [ab])?)\s*\{([^{}]*)\}", re.MULTILINE)
 
 
-def section_features(text: str) -> set[tuple[str, ...]]:
-    """(section, key, value) of every `key: value;` of the spec's sections, sizes as '#'."""
-    features = set()
-    for section, body in SECTION.findall(re.sub(r"//[^\n]*", "", text)):
-        if section == "problem":  # its features come from the metadata, as the compiler read them
-            continue
-        for item in filter(None, (" ".join(part.split()) for part in body.split(";"))):
-            key, _, value = (part.strip() for part in item.partition(":"))
-            value = value.replace(", ", ",")
-            features.add((section, key, re.sub(r"\d+", "#", value) if key in SIZE_KEYS else value))
-    return features
+def instruction_path(text: str) -> str:
+    """wgmma (a spec with warpgroups), mma.sync (an `mma` section without) or FMA."""
+    code = re.sub(r"//[^\n]*", "", text)
+    if re.search(r"\bwarpgroups\s*:", code):
+        return "wgmma"
+    return "mma.sync" if re.search(r"^\s*mma\s*\{", code, re.MULTILINE) else "fma"
 
 
 def spec_features(name: str) -> set[tuple]:
     metadata = json.loads((GENERATED / f"{name}.json").read_text())
+    features = {("target", metadata["target"]), ("batch", metadata["batch"]), ("fuse", bool(metadata.get("fuse"))),
+                ("epilogue", metadata["epilogue"]), ("layouts", *metadata["layouts"].values())}
     if "members" in metadata:
-        fused = bool(metadata.get("fuse"))
-        features = {("target", metadata["target"]), ("batch", metadata["batch"]), ("fuse", fused),
-                    ("epilogue", metadata["epilogue"]), ("layouts", *metadata["layouts"].values()),
-                    ("measured", "measured" in metadata)}
+        features |= {("measured", "measured" in metadata)}
         features |= {("member schedule", member["schedule"]) for member in metadata["members"]}
         return {("family", feature) for feature in features}
-    entries = metadata["entries"]
-    features = {("dtypes", *metadata["dtypes"].values()), ("layouts", *metadata["layouts"].values()),
-                ("bounds", metadata["bounds"]), ("schedule", metadata["schedule"]), ("batch", metadata["batch"]),
-                ("epilogue", metadata["epilogue"]), ("target", metadata["target"]),
-                ("narrow", bool(entries.get("narrow")))}
-    features |= section_features((SPECS / f"{name}.gemm").read_text())
-    group = (metadata["unit"], bool(metadata.get("fuse")))
-    return {(group, feature) for feature in features}
+    features |= {("unit", metadata["unit"]), ("dtypes", *metadata["dtypes"].values()), ("bounds", metadata["bounds"]),
+                 ("schedule", metadata["schedule"]), ("narrow", bool(metadata["entries"].get("narrow")))}
+    path = instruction_path((SPECS / f"{name}.gemm").read_text())
+    return {(path, feature) for feature in features}
 
 
 @cache

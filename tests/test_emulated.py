@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Tensor-core kernels use ldmatrix and mma.sync, which the host emulation has no stand-in for;
 # tests/test_mma_layout.py checks their fragment layouts on the CPU, tests/test_gpu_mma.py runs them.
 # Fused specs (a `fuse` section) run in tests/test_emulated_fuse.py, against the chain's float64 reference.
-SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
-         if load_spec(path).mma is None and load_spec(path).fuse is None]
+SPECS = [path for path, spec in ((path, load_spec(path)) for path in sorted((ROOT / "specs").glob("*.gemm")))
+         if spec.mma is None and spec.fuse is None]
 BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
 OPERAND_SPACING = 1 << 40  # A, B and C far apart: separate allocations never overlap
 pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")
@@ -306,9 +306,10 @@ def test_random_specs_compute_the_product(text, data, tmp_path_factory):
 
 
 def test_the_emulator_catches_a_misaligned_vector_load(runners):
-    binary, req = runners("checked_v3")
+    binary, req = runners("layouts_tn")  # A column-major, read 4 floats at a time along m
     size = (256, 128, 16)
-    lds = natural(req, *size) | {"lda": 17}  # the launcher would pick the scalar kernel here
+    lds = natural(req, *size)
+    lds["lda"] += 1  # the launcher would pick the scalar kernel here
     passed, output = host_emulation.run(binary, Call(*size, **lds, entry=0))
     assert not passed and host_emulation.sanitizer_reported(output)
 
