@@ -1,6 +1,6 @@
 """Make the package importable, in pytest and the commands it starts, when pytest runs from a checkout
-that is not pip-installed and from any directory;
-skip GPU tests without a GPU; fixtures the GPU test modules share."""
+that is not pip-installed and from any directory; run the quick set on every core (`--full` adds the tests
+marked `slow`); skip GPU tests without a GPU; fixtures the test modules share."""
 import os
 import sys
 from pathlib import Path
@@ -14,12 +14,40 @@ if str(ROOT) not in sys.path:
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` skip themselves when CuPy or a CUDA device is missing.
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="also run the tests marked `slow` (every shipped spec's builds, the full tuning studies)")
 
-    Done at collection rather than in a fixture so that it also covers module-scoped
-    fixtures, which would otherwise touch the GPU before a skip could happen.
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With pytest-xdist installed, and no -n given, spread the tests over every core (-n auto). GPU runs
+    (a -m expression naming `gpu`) stay in one process: their tests share the device and time kernels."""
+    # A worker runs this hook too, with -n cleared: it must not start workers of its own.
+    worker = hasattr(config, "workerinput")
+    if worker or not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
+        return
+    # An xdist worker runs this hook too: without this guard each worker would start workers of its own.
+    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if "gpu" not in (config.option.markexpr or "") and not config.option.collectonly:
+        config.option.numprocesses = "auto"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick set by default: tests marked `slow` are deselected unless --full, a -m expression (`pytest -m
+    slow` runs them alone) or a test's node id on the command line asks for them. Tests marked `gpu` skip
+    themselves when CuPy or a CUDA device is missing.
+
+    Both are done at collection rather than in a fixture so that they also cover module-scoped
+    fixtures, which would otherwise build or touch the GPU before a skip could happen.
     """
+    named = any("::" in arg for arg in config.args)
+    if not (config.getoption("--full") or config.option.markexpr or named):
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -71,18 +99,28 @@ def cupy():
 
 @pytest.fixture(scope="session")
 def nvcc_build():
-    """nvcc's build of a shipped spec for its target (`gemmdsl.build.build`), made once per test run:
-    tests/test_nvcc.py, test_analysis.py and test_wgmma.py read the same ptxas figures, and each build
-    takes seconds. Returns (artifacts, BuildResult)."""
-    from gemmdsl.build import build
+    """nvcc's build of a shipped spec for its target (`gemmdsl.build.build`), made once for its source, gemmdsl's
+    build commands and nvcc's release (tests/build_cache.py): tests/test_nvcc.py, test_analysis.py and
+    test_wgmma.py read the same ptxas figures, and each build takes seconds. Returns (artifacts, BuildResult)."""
+    import gemmdsl.build
+    from build_cache import cached_build, tool_version
+    from gemmdsl.build import BuildResult, build, find_nvcc, parse_ptxas
     from gemmdsl.compiler import compile_path
 
+    commands = Path(gemmdsl.build.__file__).read_text()
     built = {}
 
     def build_spec(path):
         if path not in built:
             artifacts = compile_path(path)
-            built[path] = (artifacts, build(artifacts.cuda, artifacts.name, artifacts.spec.target.code))
+            sm = artifacts.spec.target.code
+            key = "\n".join([artifacts.cuda, artifacts.name, str(sm), commands, tool_version(find_nvcc() or "nvcc")])
+
+            def make(directory):
+                (directory / "nvcc.log").write_text(build(artifacts.cuda, artifacts.name, sm).log)
+
+            log = (cached_build("nvcc", key, make) / "nvcc.log").read_text()
+            built[path] = (artifacts, BuildResult(parse_ptxas(log, f"{artifacts.name}_kernel"), log=log))
         return built[path]
 
     return build_spec

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from build_cache import cached_build, tool_version
+
 EMULATOR = Path(__file__).resolve().parent / "emulator"
 CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
              "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
@@ -164,6 +166,14 @@ def build(cuda: str, metadata: dict, directory: Path) -> Path:
     if done.returncode != 0:
         raise EmulationBuildError(f"{' '.join(command)}\n{done.stdout}{done.stderr}")
     return binary
+
+
+def shared_build(cuda: str, metadata: dict) -> Path:
+    """build()'s runner, made once for this generated file, emulator and compiler (tests/build_cache.py): the
+    tests and workers that run the same kernels share it."""
+    headers = [path.read_text() for path in sorted(EMULATOR.glob("*.h"))]
+    key = "\n".join([host_source(cuda), glue(metadata), *headers, *CXX_FLAGS, tool_version(find_cxx() or "g++")])
+    return cached_build("emulator", key, lambda directory: build(cuda, metadata, directory)) / "runner"
 
 
 def run(binary: Path, call: Call) -> tuple[bool, str]:

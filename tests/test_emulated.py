@@ -9,8 +9,6 @@ operand (AddressSanitizer). Skipped without g++.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,33 +23,34 @@ from gemmdsl.arrays import ArrayView
 from gemmdsl.runtime import Requirements, check_call
 from gemmdsl.schedule import call_split, interior_launches
 from host_emulation import Call
+from spec_sets import spec_params
 from spec_strategies import spec_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tensor-core kernels use ldmatrix and mma.sync, which the host emulation has no stand-in for;
 # tests/test_mma_layout.py checks their fragment layouts on the CPU, tests/test_gpu_mma.py runs them.
 # Fused specs (a `fuse` section) run in tests/test_emulated_fuse.py, against the chain's float64 reference.
-SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
-         if load_spec(path).mma is None and load_spec(path).fuse is None]
+SPECS = [path for path, spec in ((path, load_spec(path)) for path in sorted((ROOT / "specs").glob("*.gemm")))
+         if spec.mma is None and spec.fuse is None]
 BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
 OPERAND_SPACING = 1 << 40  # A, B and C far apart: separate allocations never overlap
 pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")
 
 
 @pytest.fixture(scope="module")
-def runners(tmp_path_factory):
-    """Every spec's runner, built in parallel: spec stem -> (binary, requirements)."""
-    root = tmp_path_factory.mktemp("emulated")
+def runners():
+    """A spec's runner, built when a test first asks for it (host_emulation.shared_build): spec stem ->
+    (binary, requirements)."""
+    built = {}
 
-    def build(path: Path):
-        artifacts = compile_path(path)
-        directory = root / path.stem
-        directory.mkdir()
-        binary = host_emulation.build(artifacts.cuda, artifacts.metadata, directory)
-        return path.stem, (binary, Requirements.from_metadata(artifacts.metadata))
+    def runner(stem: str):
+        if stem not in built:
+            artifacts = compile_path(ROOT / "specs" / f"{stem}.gemm")
+            built[stem] = (host_emulation.shared_build(artifacts.cuda, artifacts.metadata),
+                           Requirements.from_metadata(artifacts.metadata))
+        return built[stem]
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        return dict(pool.map(build, SPECS))
+    return runner
 
 
 def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: int, stride: int, offset: int):
@@ -180,9 +179,9 @@ def stream_k_calls(req: Requirements) -> list[Call]:
     return calls
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", spec_params(SPECS))
 def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
-    binary, req = runners[spec.stem]
+    binary, req = runners(spec.stem)
     calls = checked_calls(req) if req.multiples == (1, 1, 1) else exact_calls(req)
     if req.launch.entries.stream_k is not None:
         calls += stream_k_calls(req)
@@ -214,11 +213,11 @@ def empty_calls(req: Requirements) -> list[Call]:
     return calls
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", spec_params(SPECS))
 def test_empty_problems_run_the_k0_kernel_or_nothing(spec, runners):
     """What the launchers do with empty problems, run on the real kernels: K = 0 leaves beta * C (0 where beta
     is 0) in C and writes nothing outside it; M or N = 0 runs nothing."""
-    binary, req = runners[spec.stem]
+    binary, req = runners(spec.stem)
     calls = empty_calls(req)
     assert [entry_index(req, call) for call in calls[:4]] == [host_emulation.SCALE_C_ENTRY] * 2 + [
         host_emulation.NO_LAUNCH] * 2
@@ -307,9 +306,10 @@ def test_random_specs_compute_the_product(text, data, tmp_path_factory):
 
 
 def test_the_emulator_catches_a_misaligned_vector_load(runners):
-    binary, req = runners["checked_v3"]
+    binary, req = runners("layouts_tn")  # A column-major, read 4 floats at a time along m
     size = (256, 128, 16)
-    lds = natural(req, *size) | {"lda": 17}  # the launcher would pick the scalar kernel here
+    lds = natural(req, *size)
+    lds["lda"] += 1  # the launcher would pick the scalar kernel here
     passed, output = host_emulation.run(binary, Call(*size, **lds, entry=0))
     assert not passed and host_emulation.sanitizer_reported(output)
 

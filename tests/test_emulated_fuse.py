@@ -43,11 +43,10 @@ def spec_text(fuse: str, alpha_beta: bool) -> str:
 
 
 @pytest.fixture(scope="module", params=CHAINS, ids=[c[0] for c in CHAINS])
-def runner(request, tmp_path_factory):
+def runner(request):
     _, fuse, alpha_beta = request.param
     artifacts = compile_text(spec_text(fuse, alpha_beta), "sgemm_fused.gemm")
-    directory = tmp_path_factory.mktemp(request.param[0])
-    binary = host_emulation.build(artifacts.cuda, artifacts.metadata, directory)
+    binary = host_emulation.shared_build(artifacts.cuda, artifacts.metadata)
     return binary, artifacts.metadata, Requirements.from_metadata(artifacts.metadata)
 
 

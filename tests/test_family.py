@@ -644,8 +644,8 @@ hopper_sizes = st.integers(1, 20000) | st.integers(1, 100).map(lambda t: 64 * t)
 
 @settings(max_examples=200, deadline=None)
 @given(m=hopper_sizes, n=hopper_sizes, k=hopper_sizes)
-def test_a_wgmma_member_s_cycles_cover_its_multiply_adds_spread_over_every_sm(m, n, k):
-    for model in compile_family_path(HOPPER_FAMILY).models:
+def test_a_wgmma_member_s_cycles_cover_its_multiply_adds_spread_over_every_sm(hopper_families, m, n, k):
+    for model in hopper_families[HOPPER_FAMILY.stem].models:
         if model.fallback:  # the mma.sync member
             continue
         figures = estimate(model, m, n, k)

@@ -219,9 +219,10 @@ def test_a_batch_through_the_c_launcher_and_a_shared_b_refused(tmp_path, cupy, l
 # ones take offs (tests/test_gpu_grouped.py). The tuner's
 # families (a measured table, members named by their place in the tuning) pick by their own timings:
 # tests/test_family.py and tests/test_tune.py check those.
-HOPPER_FAMILIES = [path for path in sorted((ROOT / "specs").glob("*.gemmf"))
-                   if path_of(compile_family_path(path).spec).name == "wgmma" and compile_family_path(path).spec.fuse is None
-                   and not compile_family_path(path).measured and not compile_family_path(path).spec.problem.grouped]
+HOPPER_FAMILIES = [path for path, family in ((path, compile_family_path(path))
+                                              for path in sorted((ROOT / "specs").glob("*.gemmf")))
+                   if path_of(family.spec).name == "wgmma" and family.spec.fuse is None and not family.measured
+                   and not family.spec.problem.grouped]
 
 
 def _bf16_bits(rng, shape):

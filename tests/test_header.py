@@ -16,6 +16,7 @@ from gemmdsl.frontend import load_path
 from gemmdsl.ir import DType, Operand
 from gemmdsl.plan import plan_kernel
 from gemmdsl.source import SourceFile
+from spec_sets import spec_params
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm")) + sorted((ROOT / "specs").glob("*.gemmf"))
@@ -138,7 +139,7 @@ def element_types(path: Path) -> set[DType]:
 
 @pytest.mark.nvcc
 @needs_nvcc
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", spec_params(SPECS))
 def test_header_matches_the_cu_and_compiles_as_c(spec, tmp_path):
     """The header declares every `extern "C"` launcher the .cu defines, with its parameters, and
     nothing else. One translation unit with the header first and the .cu after it: a launcher whose

@@ -6,6 +6,7 @@ import pytest
 
 from gemmdsl.build import BuildError, build, find_nvcc, parse_ptxas
 from gemmdsl.cli import main
+from spec_sets import spec_params
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -47,7 +48,7 @@ SPEC_SPILL_BYTES = {
 # keep more in local memory at 255 registers (nvcc 13.0: 108 and 44 bytes; not timed on a GPU).
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", spec_params(SPECS))
 def test_spec_compiles_without_spills(spec, nvcc_build):
     artifacts, result = nvcc_build(spec)
     entries = artifacts.metadata["entries"]

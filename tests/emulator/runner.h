@@ -23,6 +23,8 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -77,27 +79,71 @@ inline float uniform(uint64_t& state) {
     return static_cast<float>((state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-inline void run_blocks(const Layout& layout, const Problem& p, int blocks, int batch, int entry,
-                       const std::function<void(int, const Problem&)>& launch) {
-    gridDim = {static_cast<unsigned>(blocks), 1, static_cast<unsigned>(batch)};
-    blockDim = {static_cast<unsigned>(layout.threads), 1, 1};
-    for (int z = 0; z < batch; ++z) {
-        for (int x = 0; x < blocks; ++x) {
-            std::barrier<> barrier(layout.threads);
-            emulated_barrier = &barrier;
-            std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
-            std::vector<std::thread> threads;
-            for (int t = 0; t < layout.threads; ++t) {
-                threads.emplace_back([&, t] {
+// The emulated device's threads for blocks of one size: made once per process and reused by every launch,
+// since creating a thread costs far more than a block of a test-sized problem (more still under
+// AddressSanitizer). Thread t runs threadIdx t of every block of a launch, the blocks one after another:
+// `between_blocks` has every thread leave block b before shared memory is poisoned with NaN for block b + 1,
+// and none enter it before then.
+class EmulatedThreads {
+public:
+    explicit EmulatedThreads(int count)
+        : start_(count + 1), done_(count + 1), between_blocks_(count), block_barrier_(count) {
+        for (int t = 0; t < count; ++t) threads_.emplace_back([this, t] { serve(t); });
+    }
+    ~EmulatedThreads() {
+        stopping_ = true;
+        start_.arrive_and_wait();
+        for (std::thread& thread : threads_) thread.join();
+    }
+
+    void launch(const Problem& p, int blocks, int batch, int entry, const std::function<void(int, const Problem&)>& run) {
+        job_ = {&p, blocks, batch, entry, &run};
+        emulated_barrier = &block_barrier_;
+        start_.arrive_and_wait();
+        done_.arrive_and_wait();
+    }
+
+private:
+    struct Job {
+        const Problem* p;
+        int blocks, batch, entry;
+        const std::function<void(int, const Problem&)>* run;
+    };
+
+    void serve(int t) {
+        threadIdx = {static_cast<unsigned>(t), 0, 0};
+        for (;;) {
+            start_.arrive_and_wait();
+            if (stopping_) return;
+            for (int z = 0; z < job_.batch; ++z) {
+                for (int x = 0; x < job_.blocks; ++x) {
+                    between_blocks_.arrive_and_wait();
+                    if (t == 0) std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
+                    between_blocks_.arrive_and_wait();
                     reset_emulated_thread();
-                    threadIdx = {static_cast<unsigned>(t), 0, 0};
                     blockIdx = {static_cast<unsigned>(x), 0, static_cast<unsigned>(z)};
-                    launch(entry, p);
-                });
+                    (*job_.run)(job_.entry, *job_.p);
+                }
             }
-            for (std::thread& thread : threads) thread.join();
+            done_.arrive_and_wait();
         }
     }
+
+    std::barrier<> start_, done_, between_blocks_, block_barrier_;
+    Job job_{};
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
+
+inline void run_blocks(const Layout& layout, const Problem& p, int blocks, int batch, int entry,
+                       const std::function<void(int, const Problem&)>& launch) {
+    if (blocks == 0 || batch == 0) return;
+    static std::map<int, std::unique_ptr<EmulatedThreads>> by_size;
+    std::unique_ptr<EmulatedThreads>& threads = by_size[layout.threads];
+    if (!threads) threads = std::make_unique<EmulatedThreads>(layout.threads);
+    gridDim = {static_cast<unsigned>(blocks), 1, static_cast<unsigned>(batch)};
+    blockDim = {static_cast<unsigned>(layout.threads), 1, 1};
+    threads->launch(p, blocks, batch, entry, launch);
 }
 
 // One launch over the block of C at (row, col), m x n, with A, B and C offset to it

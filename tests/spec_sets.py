@@ -1,0 +1,75 @@
+"""The quick set of shipped specs: the tests that build or run each spec (nvcc, g++) take these by default and
+every other spec only in the full run (`pytest --full`, or `pytest -m slow` for the rest alone).
+
+For each instruction path (FMA, mma.sync, wgmma), every feature that the compiler reads from a spec's
+problem and schedule is in the quick set at least once: the unit, element types, layouts, bounds,
+schedule, batch, epilogue, target, fuse chain and narrow kernels (from generated/NAME.json). A family's
+features are its target, batch, epilogue, layouts, fuse chain, measured table and its members'
+schedules. The set is a greedy cover of those features, the smallest generated files first, so that a
+new spec with a new feature joins it. What the quick set leaves out are the tilings (tile, warp and
+lane shapes, staging, swizzles): golden files, the analysis tests and the random specs of the fuzz and
+emulator tests cover those in every run, and the full run builds each shipped one.
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "specs"
+GENERATED = ROOT / "generated"
+
+
+def instruction_path(text: str) -> str:
+    """wgmma (a spec with warpgroups), mma.sync (an `mma` section without) or FMA."""
+    code = re.sub(r"//[^\n]*", "", text)
+    if re.search(r"\bwarpgroups\s*:", code):
+        return "wgmma"
+    return "mma.sync" if re.search(r"^\s*mma\s*\{", code, re.MULTILINE) else "fma"
+
+
+def spec_features(name: str) -> set[tuple]:
+    metadata = json.loads((GENERATED / f"{name}.json").read_text())
+    features = {("target", metadata["target"]), ("batch", metadata["batch"]), ("fuse", bool(metadata.get("fuse"))),
+                ("epilogue", metadata["epilogue"]), ("layouts", *metadata["layouts"].values())}
+    if "members" in metadata:
+        features |= {("measured", "measured" in metadata)}
+        features |= {("member schedule", member["schedule"]) for member in metadata["members"]}
+        return {("family", feature) for feature in features}
+    features |= {("unit", metadata["unit"]), ("dtypes", *metadata["dtypes"].values()), ("bounds", metadata["bounds"]),
+                 ("schedule", metadata["schedule"]), ("narrow", bool(metadata["entries"].get("narrow")))}
+    path = instruction_path((SPECS / f"{name}.gemm").read_text())
+    return {(path, feature) for feature in features}
+
+
+@cache
+def quick_set() -> frozenset[str]:
+    """The names of the quick set's specs and families (see the module's docstring)."""
+    paths = sorted(SPECS.glob("*.gemm")) + sorted(SPECS.glob("*.gemmf"))
+    features = {path.stem: spec_features(path.stem) for path in paths}
+    size = {path.stem: (GENERATED / f"{path.stem}.cu").stat().st_size for path in paths}
+    uncovered = set().union(*features.values())
+    chosen = set()
+    while uncovered:
+        best = min(features, key=lambda name: (-len(features[name] & uncovered), size[name], name))
+        chosen.add(best)
+        uncovered -= features[best]
+    return frozenset(chosen)
+
+
+def spec_params(paths: list[Path]) -> list:
+    """`paths` as parameters named by their stems, those outside the quick set marked `slow`."""
+    return [pytest.param(path, id=path.stem, marks=() if path.stem in quick_set() else pytest.mark.slow)
+            for path in paths]
+
+
+def spec_set_params(paths: list[Path]) -> list:
+    """`paths` as two parameters for a test that takes a list of specs: the quick set's, and the others
+    marked `slow`."""
+    quick = [path for path in paths if path.stem in quick_set()]
+    return [pytest.param(quick, id="quick"),
+            pytest.param([path for path in paths if path not in quick], id="others", marks=pytest.mark.slow)]
