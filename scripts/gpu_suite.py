@@ -6,8 +6,12 @@ before its time budget is spent, and writes the state back. A test that is still
 budget's hard limit kills pytest is recorded as `killed` and is not run again.
 
     # on the device, from the repository root; carry the state folder between calls
-    python3 scripts/gpu_suite.py run --state .gpu_suite/state.json --budget 480 [-- extra pytest args]
+    python3 scripts/gpu_suite.py run --state .gpu_suite/state.json --budget 480 --prebuild [-- extra pytest args]
     python3 scripts/gpu_suite.py summary --state .gpu_suite/state.json
+
+`--prebuild` first builds every shipped spec's cubin on all cores (scripts/prebuild_cubins.py) into
+the state's folder, which the tests' `load_kernel` fixture and gemmdsl's cache then read
+($GEMMDSL_TEST_CACHE, $GEMMDSL_CACHE); a warm machine keeps the folder between calls.
 
 `run` prints the summary of everything recorded so far as its last lines and exits 0 when every test
 that ran passed or skipped (whether or not tests remain), 1 otherwise; `summary` exits 0 only when
@@ -113,16 +117,26 @@ def run(args: argparse.Namespace) -> int:
     state_path.parent.mkdir(parents=True, exist_ok=True)
     log = state_path.with_suffix(".log.jsonl")
     log.unlink(missing_ok=True)
-    recorder = Recorder(set(state["outcomes"]), log, time.monotonic() + args.budget)
+    deadline = time.monotonic() + args.budget
+    recorder = Recorder(set(state["outcomes"]), log, deadline)
     if args.child:
         return int(pytest.main(["-m", "gpu", "-q", "-p", "no:cacheprovider", *args.pytest_args], plugins=[recorder]))
+    if args.prebuild:
+        cubins = str((state_path.parent / "cubins").resolve())
+        os.environ["GEMMDSL_CACHE"] = os.environ["GEMMDSL_TEST_CACHE"] = cubins
+        specs = sorted(str(path) for path in (ROOT / "specs").glob("*.gemm"))
+        built = subprocess.run([sys.executable, str(ROOT / "scripts" / "prebuild_cubins.py"), *specs], cwd=ROOT,
+                               capture_output=True, text=True)
+        print(f"gpu_suite: prebuilt {built.stdout.count('built ')} cubins into {cubins}"
+              + ("" if built.returncode == 0 else f"; the prebuild failed:\n{built.stderr[-2000:]}"))
     # pytest runs in a child process so that a test that hangs past the budget can be killed whole.
+    left = max(deadline - time.monotonic(), 0.0)
     command = [sys.executable, __file__, "run", "--child", "--state", str(state_path),
-               "--budget", str(args.budget), "--", *args.pytest_args]
+               "--budget", str(left), "--", *args.pytest_args]
     try:
-        subprocess.run(command, cwd=ROOT, timeout=args.budget + args.kill_after)
+        subprocess.run(command, cwd=ROOT, timeout=left + args.kill_after)
     except subprocess.TimeoutExpired:
-        print(f"gpu_suite: pytest killed after {args.budget + args.kill_after:.0f} s", file=sys.stderr)
+        print(f"gpu_suite: pytest killed after {left + args.kill_after:.0f} s", file=sys.stderr)
     collected_path = log.with_suffix(".collected.json")
     if collected_path.exists():
         state["collected"] = sorted(set(state.get("collected", [])) | set(json.loads(collected_path.read_text())))
@@ -143,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                             help="seconds after which no new test starts")
     run_parser.add_argument("--kill-after", type=float, default=60.0,
                             help="seconds past the budget after which pytest is killed, with the test in flight")
+    run_parser.add_argument("--prebuild", action="store_true",
+                            help="first build every shipped spec's cubin on all cores into the state's folder")
     run_parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     run_parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (paths, -k)")
     summary_parser = sub.add_parser("summary", help="print the summary of the recorded outcomes")
