@@ -6,14 +6,16 @@ Beside the runtime, above family.py, so that `check` and `compile` of a family n
 from __future__ import annotations
 
 import sys
-
+from collections import OrderedDict
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
 from .family import FamilyArtifacts, choose, compile_family_path, is_family_path
 from .devices import DeviceMismatch
-from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
+from .call_plan import MISS, Signature, call_signature, keep
+from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
+                      run_on_kernels, run_returning_c)
 from .source import CompileError
 
 
@@ -53,6 +55,8 @@ class FamilyKernel:
                          if key in self.kernels[0].metadata}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
+        # By call signature and options: the member that ran it and whether on padded copies (its route).
+        self._routes: OrderedDict[tuple, tuple[Kernel, bool]] = OrderedDict()
 
     def member_for(self, m: int, n: int, k: int, aligned: bool = True) -> Any:
         """The member the rule picks (aligned=False: among those that run operands of any alignment; None when
@@ -65,28 +69,51 @@ class FamilyKernel:
         """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there), on padded
         copies of A and B where it has that launcher and they need one (Kernel.bind_padded); where it refuses the
         operands, the member the rule picks among those that run any alignment, as the C launcher falls back."""
+        return self._bind(call_operands(a, b, c, chain), (alpha, beta, stream_k, interior))
+
+    def _bind(self, operands: tuple, options: tuple, signature: Signature | None = None) -> Any:
+        """`bind` of `operands` (runtime.CALL_OPERANDS) with `options` (alpha, beta, stream_k, interior). Each
+        signature's route (the member that ran it, and whether on padded copies) is kept, so that its next call
+        goes to that member's plan without choosing again."""
+        a, b, c = operands[:3]
+        chain = {name: operand for name, operand in zip(CALL_OPERANDS[3:], operands[3:]) if operand is not None}
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
         index = self._choose(m, n, k, True)
-        kernel = self.kernels[index]
+        kernel, padded = self.kernels[index], True
         try:
             # A TMA member on copies of the operands TMA refuses or reads slowly (paths/wgmma/pad.py), as the C
             # launcher; bind_padded is None where there is nothing to copy.
-            padded = kernel.bind_padded(a, b, c, alpha, beta, stream_k, interior, **chain)
-            return padded if padded is not None else kernel.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            bound = kernel.bind_padded(a, b, c, *options, **chain)
+            if bound is None:
+                bound, padded = kernel.bind(a, b, c, *options, **chain), False
         except DeviceMismatch:
             raise
         except ValueError:
             fallback = self.member_for(m, n, k, aligned=False)
             if self.models[index].any_alignment or fallback is None:
                 raise  # not the operands' alignment, or no member runs them
-            return fallback.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            kernel, padded = fallback, False
+            bound = kernel.bind(a, b, c, *options, **chain)
+        signature = signature or call_signature(operands)
+        if signature is not None:
+            keep(self._routes, (signature.key, options), (kernel, padded), PLANS_KEPT)
+        return bound
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
         """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams,
         fuse chain operands and returned C."""
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+        operands = call_operands(a, b, c, chain)
+        options = (alpha, beta, stream_k, interior)
+        signature = call_signature(operands)
+        if signature is not None:  # a repeated call: the member its signature went to, and that member's plan
+            route = self._routes.get((signature.key, options))
+            if route is not None:
+                made = route[0]._planned_call(signature, options, route[1], stream)
+                if made is not MISS:
+                    return c if c is not None else made
+        launch = self._bind(operands, options, signature)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
 

@@ -1,0 +1,270 @@
+"""Repeated calls of a kernel: what a call's checks decided and the launches they built, kept per call
+signature and rebound to each later call's addresses (pure: no CuPy; runtime.py and family_kernel.py use it,
+the CPU tests drive it with fakes, docs/python-api.md "What a call costs on the host").
+
+A call's signature is everything its checks and launches depend on but its operands' addresses: per operand
+its type, shape, strides, dtype and device (PyTorch tensors and CuPy arrays, read from their attributes), and
+the address's alignment class, its remainder modulo ALIGNMENT_CLASS_BYTES, which decides every alignment rule
+(the vector kernels' widths, TMA's 16 bytes, the 32-byte sectors of the padded launcher and of the maps' L2
+promotion, the alignment a TMA store of C needs); and which operands share an address. The kernel adds the
+scalars and options. Two calls of one signature pass the same checks and get the same launches, but for the
+addresses in them.
+
+A `CallPlan` is made from the first call's launches. Every address among their arguments (the uint64 ones) and
+in their tensor maps' inputs lies inside the memory of one operand, or of one array the call allocated (C left
+out, the padded launcher's copies, stream-K's workspace): it is kept as that slot and an offset. A later call
+of the signature allocates the same arrays anew, writes each address as its slot's new address plus the offset
+into the plan's own launches' parameters, takes the tensor maps of its addresses from the plan's maps (encoded
+once per set of addresses) and launches. The one check that depends on addresses, that C shares no memory with
+what the call reads, is repeated on the new addresses; a call that fails it goes the full way, and is refused
+there with the full message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Callable
+
+import numpy
+
+from .arrays import ArrayView, library_of_type
+from .tensor_maps import pack
+
+# Every alignment a kernel, its launcher or a tensor map asks of an address divides this (tests/test_call_plan.py
+# holds the metadata's to it): two addresses with one remainder pass and fail the same alignment rules.
+ALIGNMENT_CLASS_BYTES = 256
+MAPS_KEPT = 64  # sets of addresses whose tensor maps a plan keeps (a loop's buffers take turns)
+MISS = object()  # a plan that cannot serve this call: go the full way
+
+
+def keep(table: OrderedDict, key: Any, value: Any, limit: int) -> None:
+    """Put `value` under `key`, dropping the oldest entry beyond `limit` (OrderedDict.popitem is one step, so
+    threads sharing the table never see it half done)."""
+    table[key] = value
+    if len(table) > limit:
+        table.popitem(last=False)
+
+
+def torch_operand(tensor: Any) -> tuple[tuple, int]:
+    """A PyTorch tensor's signature (everything arrays.view_of_torch_tensor reads but the address, unconverted)
+    and its address."""
+    pointer = tensor.data_ptr()
+    return ((type(tensor), tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device(), tensor.is_conj(),
+             tensor.is_neg(), pointer % ALIGNMENT_CLASS_BYTES), pointer)
+
+
+def cupy_operand(array: Any) -> tuple[tuple, int]:
+    """A CuPy array's signature (what arrays.view_of_cupy_array reads but the address) and its address."""
+    memory = array.data
+    pointer = memory.ptr
+    return (type(array), memory.device_id, array.shape, array.strides, array.dtype,
+            pointer % ALIGNMENT_CLASS_BYTES), pointer
+
+
+READERS = {"torch": torch_operand, "cupy": cupy_operand}
+
+
+@cache
+def reader_of(kind: type) -> Callable[[Any], tuple[tuple, int]] | None:
+    return READERS.get(library_of_type(kind))
+
+
+@dataclass(frozen=True)
+class Signature:
+    key: tuple  # per operand its signature (None where it is left out), and which operands share an address
+    pointers: tuple[int, ...]  # the given operands' addresses, in argument order
+
+
+def call_signature(operands: tuple) -> Signature | None:
+    """The signature of a call's operands (None where left out), or None where one of them has no cheap
+    signature (a library other than PyTorch and CuPy: such calls are checked in full every time)."""
+    keys, pointers = [], []
+    for operand in operands:
+        if operand is None:
+            keys.append(None)
+            continue
+        reader = reader_of(type(operand))
+        if reader is None:
+            return None
+        try:
+            key, pointer = reader(operand)
+        except (AttributeError, TypeError):  # an object of the library that is not an array
+            return None
+        keys.append(key)
+        pointers.append(pointer)
+    shared = None if len(set(pointers)) == len(pointers) else tuple(map(pointers.index, pointers))
+    return Signature((*keys, shared), tuple(pointers))
+
+
+def pointer_of(array: Any) -> int:
+    """The address of an array the runtime allocated (PyTorch's or CuPy's)."""
+    return reader_of(type(array))(array)[1]
+
+
+def extent_bytes(view: ArrayView) -> int | None:
+    """Bytes from the view's first element to just past its last (0: no elements); None for negative strides."""
+    if 0 in view.shape:
+        return 0
+    if any(stride < 0 for stride in view.strides):
+        return None
+    return (sum((extent - 1) * stride for extent, stride in zip(view.shape, view.strides)) + 1) * view.itemsize
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Arrays a call made (C left out, the padded launcher's copies, stream-K's workspace) and how to make
+    their like again."""
+
+    arrays: tuple
+    make: Callable[[], tuple]
+
+
+class Ambiguous(Exception):
+    """An address lies in the memory of two operands at different addresses: it cannot be told which it moves with."""
+
+
+def locate(address: int, pointers: tuple[int, ...], extents: tuple[int, ...]) -> tuple[int, int] | None:
+    """(slot, offset) of the one operand whose memory holds `address`, None where none does (a null
+    address, or an empty operand's, which nothing reads); operands at one address are one (the signature
+    keeps them so)."""
+    holders = [slot for slot, (start, extent) in enumerate(zip(pointers, extents)) if start <= address < start + extent]
+    if not holders:
+        return None
+    if len({pointers[slot] for slot in holders}) > 1:
+        raise Ambiguous(address)
+    return holders[0], address - pointers[holders[0]]
+
+
+@dataclass(frozen=True)
+class PlannedLaunch:
+    launch: Any  # the plan's own runtime.KernelLaunch, whose parameters it rewrites
+    addresses: tuple[tuple[int, int, int], ...]  # (argument index, slot, offset)
+    maps: Any = None  # tensor_maps.MapInputs of its first arguments
+    map_pointers: tuple[tuple[str, tuple[int, int] | None], ...] = ()  # operand -> (slot, offset)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and what a plan's call runs, as its first call did."""
+
+    entry: str | None  # the kernel it runs (runtime.BoundLaunch.entry)
+    library: str  # A's library, whose current stream the launches follow
+    device: int  # the GPU of the operands
+    c_index: int | None  # C among the allocated arrays, where the call left it out
+    queue: Callable[..., Any]  # runtime.queue(launches, library, device, stream)
+
+
+class CallPlan:
+    """The launches of one call signature, rebound to each call's addresses (the module's docstring).
+
+    Threads may share a plan: the rewrite of its launches' parameters and their launch hold its lock."""
+
+    def __init__(self, launches: tuple[PlannedLaunch, ...], pointers: tuple[int, ...], extents: tuple[int, ...],
+                 given: int, checked: tuple[tuple[int, int], ...], allocations: tuple[Allocation, ...],
+                 map_cache: Any, placement: Placement):
+        self.placement = placement
+        self.launches = launches
+        self.extents = extents
+        self.checked = checked  # (C's slot, another's): memory the two must not share
+        self.makers = tuple(allocation.make for allocation in allocations)
+        self.classes = tuple(pointer % ALIGNMENT_CLASS_BYTES for pointer in pointers[given:])  # the allocations'
+        self.map_cache = map_cache  # tensor_maps.TensorMapCache of the launches' GPU
+        self.maps: OrderedDict[tuple, tuple[bytes, ...]] = OrderedDict()  # by launch and maps' addresses
+        for planned in launches:  # the first call's maps, for a later call at its addresses
+            if planned.maps is not None:
+                count = len(planned.map_pointers)
+                self.maps[(id(planned), *planned.maps.pointers.values())] = tuple(
+                    arg.tobytes() for arg in planned.launch.args[:count])
+        self.last = pointers  # the addresses the launches' parameters hold now
+        self.queued = tuple(planned.launch for planned in launches)
+        self.lock = threading.Lock()
+
+    @classmethod
+    def build(cls, launches: tuple, pointers: tuple[int, ...], extents: tuple[int, ...], given: int,
+              checked: tuple[tuple[int, int], ...], allocations: tuple[Allocation, ...], map_cache: Any,
+              placement: Placement) -> "CallPlan | None":
+        """The plan of a call whose launches are `launches` (runtime.KernelLaunch), on slots at `pointers` spanning
+        `extents` bytes: the `given` operands, then each allocation's arrays. None where an address cannot be
+        placed (two operands overlap at different addresses)."""
+        planned = []
+        try:
+            for launch in launches:
+                addresses = tuple((index, *located) for index, arg in enumerate(launch.args)
+                                  if arg.dtype == numpy.uint64
+                                  and (located := locate(int(arg), pointers, extents)) is not None)
+                map_pointers = () if launch.maps is None else tuple(
+                    (operand, None if pointer is None else locate(pointer, pointers, extents))
+                    for operand, pointer in launch.maps.pointers.items())
+                planned.append(PlannedLaunch(dataclasses.replace(launch), addresses, launch.maps, map_pointers))
+        except Ambiguous:
+            return None
+        return cls(tuple(planned), pointers, extents, given, checked, allocations, map_cache, placement)
+
+    def take(self, pointers: tuple[int, ...]) -> tuple[tuple[Allocation, ...], tuple, tuple[int, ...]] | object:
+        """Whether the plan takes a call on the given operands' `pointers`: C must share no memory with what the
+        call reads, at these addresses, and new arrays, made as the first call's allocations made them, must land
+        in the same alignment classes. Then: the allocations, their arrays, and every slot's address; else MISS."""
+        extents = self.extents
+        for c, other in self.checked:
+            if pointers[c] < pointers[other] + extents[other] and pointers[other] < pointers[c] + extents[c]:
+                return MISS
+        if not self.makers:
+            return (), (), pointers
+        allocations = tuple(Allocation(make(), make) for make in self.makers)
+        arrays = tuple(array for allocation in allocations for array in allocation.arrays)
+        allocated = tuple(map(pointer_of, arrays))
+        if any(pointer % ALIGNMENT_CLASS_BYTES != expected for pointer, expected in zip(allocated, self.classes)):
+            return MISS
+        return allocations, arrays, pointers + allocated
+
+    def call(self, pointers: tuple[int, ...], stream: Any) -> Any:
+        """Launch the plan on the given operands' `pointers` (on `stream`, as runtime.queue takes it): the C it
+        allocated (None where C was given), or MISS."""
+        taken = self.take(pointers)
+        if taken is MISS:
+            return MISS
+        _, arrays, pointers = taken
+        where = self.placement
+        with self.lock:
+            if pointers != self.last:
+                self._rewrite(pointers)
+            where.queue(self.queued, where.library, where.device, stream)
+        return None if where.c_index is None else arrays[where.c_index]
+
+    def _rewrite(self, pointers: tuple[int, ...]) -> None:
+        for planned in self.launches:
+            parameters = planned.launch.parameters
+            for index, slot, offset in planned.addresses:
+                parameters.write_address(index, pointers[slot] + offset)
+            if planned.maps is not None:
+                for index, raw in enumerate(self._maps_at(planned, pointers)):
+                    parameters.write_bytes(index, raw)
+        self.last = pointers
+
+    def _maps_at(self, planned: PlannedLaunch, pointers: tuple[int, ...]) -> tuple[bytes, ...]:
+        """The launch's tensor maps for these addresses, encoded once per set of them."""
+        moved = {operand: None if place is None else pointers[place[0]] + place[1]
+                 for operand, place in planned.map_pointers}
+        key = (id(planned), *moved.values())
+        maps = self.maps.get(key)
+        if maps is None:
+            encoded = dataclasses.replace(planned.maps, pointers=moved).encode(self.map_cache)
+            maps = tuple(packed.tobytes() for packed in encoded)
+            keep(self.maps, key, maps, MAPS_KEPT)
+        return maps
+
+    def relocated(self, pointers: tuple[int, ...]) -> tuple[tuple, ...]:
+        """Each launch's arguments at these addresses (for a bound call that keeps its own)."""
+        out = []
+        for planned in self.launches:
+            args = list(planned.launch.args)
+            for index, slot, offset in planned.addresses:
+                args[index] = numpy.uint64(pointers[slot] + offset)
+            if planned.maps is not None:
+                for index, raw in enumerate(self._maps_at(planned, pointers)):
+                    args[index] = pack(raw)
+            out.append(tuple(args))
+        return tuple(out)
