@@ -1,7 +1,8 @@
 """Kernel families on the GPU: a family's members loaded as runtime Kernels, each call run on the member the
 family's rule (family.choose) picks, as its C launcher does; and the shape lists bench and verify read.
 
-Beside the runtime, above family.py, so that `check` and `compile` of a family never load the runtime.
+Beside the runtime, above family.py, so that `check` and `compile` of a family never load the runtime; it
+imports the rule (cycles.choose) but not the compiler, which a family read back from the cache does not need.
 """
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .family import FamilyArtifacts, choose, compile_family_path, is_family_path
+from .cycles import choose
 from .devices import DeviceMismatch
+from .load_cache import compiled_family
 from .call_plan import MISS, Signature, call_signature, keep
 from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
                       run_on_kernels, run_returning_c)
-from .source import CompileError
+from .source import CompileError, is_family_path
 
 
 
@@ -44,7 +46,8 @@ def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
 class FamilyKernel:
     """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
 
-    def __init__(self, family: FamilyArtifacts):
+    def __init__(self, family: Any):
+        """`family`: family.FamilyArtifacts, or load_cache.CompiledFamily."""
         self.name = family.name
         self.models = family.models
         self.kernels = [Kernel(member.artifacts) for member in family.members]
@@ -123,7 +126,7 @@ def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[
     then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
     compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
     try:
-        families = [compile_family_path(path) for path in paths if is_family_path(path)]
+        families = [compiled_family(path) for path in paths if is_family_path(path)]
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -143,5 +146,6 @@ def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[
 
 
 def load_family(path: str | Path) -> FamilyKernel:
-    """Compile a `.gemmf` family and load every member on the current device."""
-    return FamilyKernel(compile_family_path(path))
+    """Compile a `.gemmf` family (or read it back from the cache of compiled families) and load every member on
+    the current device."""
+    return FamilyKernel(compiled_family(path))

@@ -51,8 +51,8 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, MAX_INT
-from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
-                    old_nvrtc_note)
+from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvcc_release, nvrtc_compile,
+                    nvrtc_version, old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, type_name
 from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, call_signature, extent_bytes, keep,
                         pointer_of)
@@ -65,7 +65,8 @@ from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_B
 from .schedule import SubLaunch
 from .tensor_maps import MapInputs
 from .targets import ARCHS, arch, occupancy_of
-from .source import CompileError
+from .load_cache import cache_dir, compiled_spec, write_atomically
+from .source import CompileError, SourceFile
 
 COMPILERS = ("nvcc", "nvrtc")
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
@@ -596,10 +597,6 @@ def build_target(target: str, compute_capability: str) -> str:
 # Binary cache
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("GEMMDSL_CACHE") or Path.home() / ".cache" / "gemmdsl")
-
-
 def cache_key(metadata: dict, source: str, cupy_version: str, built_for: str, compiler: str) -> str:
     """Everything that decides the cubin's bytes.
 
@@ -631,15 +628,8 @@ def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str 
 
 @cache
 def compiler_version(compiler: str) -> str:
-    """nvcc's release ("13.0.88", from `nvcc --version`) or NVRTC's ("13.1", as CuPy loaded it)."""
-    if compiler == "nvrtc":
-        return nvrtc_version()
-    try:
-        done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):  # no nvcc: the build that follows says so clearly
-        return "unavailable"
-    release = re.search(r"V(\d+(?:\.\d+)+)", done.stdout)
-    return release.group(1) if release else done.stdout.strip()
+    """nvcc's release ("13.0.88", build.nvcc_release) or NVRTC's ("13.1", as CuPy loaded it)."""
+    return nvrtc_version() if compiler == "nvrtc" else nvcc_release()
 
 
 class BinaryCache:
@@ -652,19 +642,8 @@ class BinaryCache:
         """Path of the cached binary, calling `build` only when it is not there yet."""
         path = self.directory / file_name
         if not path.is_file():
-            self._write_atomically(path, build())
+            write_atomically(path, build())
         return path
-
-    def _write_atomically(self, path: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
 
 
 # ---------------------------------------------------------------------------
@@ -874,7 +853,7 @@ class Kernel:
     its module on each GPU the first time a call runs there (one cubin per architecture)."""
 
     def __init__(self, artifacts: Any):
-        self.spec = artifacts.spec
+        self._artifacts = artifacts  # compiler.Artifacts, or load_cache.CompiledSpec (its IR compiled on demand)
         self.metadata = artifacts.metadata
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
@@ -887,6 +866,11 @@ class Kernel:
         self._plans: OrderedDict[tuple, CallPlan] = OrderedDict()
         # Built and loaded now on the current GPU, so that build errors surface at load.
         self._home = self._module_on(current_device())
+
+    @property
+    def spec(self) -> Any:
+        """The spec's IR (ir.KernelSpec)."""
+        return self._artifacts.spec
 
     @property
     def built_for(self) -> str:
@@ -1295,14 +1279,14 @@ def load(spec_or_path: Any, *, text: str | None = None) -> Kernel:
 
 
 def compile_spec(spec_or_path: Any, *, text: str | None = None) -> Any:
-    from .compiler import compile_path, compile_text
-
+    """A spec compiled, read back from the cache of compiled specs where it is there (load_cache.py)."""
     if text is not None:
-        return compile_text(text, path=os.fspath(spec_or_path) if spec_or_path is not None else "<string>.gemm")
+        path = os.fspath(spec_or_path) if spec_or_path is not None else "<string>.gemm"
+        return compiled_spec(SourceFile(path, text))
     if hasattr(spec_or_path, "cuda") and hasattr(spec_or_path, "metadata"):
         return spec_or_path
     if isinstance(spec_or_path, (str, os.PathLike)):
-        return compile_path(spec_or_path)
+        return compiled_spec(SourceFile.read(spec_or_path))
     raise TypeError(f"load() takes a .gemm path, compiled Artifacts or text=..., got {type(spec_or_path).__name__}")
 
 

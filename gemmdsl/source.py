@@ -122,3 +122,10 @@ class CompileError(Exception):
 
     def render(self) -> str:
         return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+
+FAMILY_SUFFIX = ".gemmf"  # a kernel family's file (family.py); a spec's ends in .gemm
+
+
+def is_family_path(path: str | Path) -> bool:
+    return str(path).endswith(FAMILY_SUFFIX)
