@@ -205,3 +205,19 @@ def fake_cupy():
     module = SimpleNamespace(get_function=lambda name: function)
     return SimpleNamespace(__version__="13.6.0", cuda=SimpleNamespace(Device=Device),
                            RawModule=lambda path: module)
+
+
+def test_importing_gemmdsl_imports_none_of_its_modules_until_one_is_named():
+    script = textwrap.dedent("""
+        import sys
+        import gemmdsl
+        print(sorted(name for name in sys.modules if name.startswith("gemmdsl")))
+        assert gemmdsl.Kernel is gemmdsl.runtime.Kernel and gemmdsl.FamilyKernel.__name__ == "FamilyKernel"
+        try:
+            gemmdsl.no_such_module
+        except AttributeError as err:
+            print(err)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['gemmdsl']", "module 'gemmdsl' has no attribute 'no_such_module'"]
