@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy
 
@@ -36,7 +36,8 @@ from .tensor_maps import pack
 # Every alignment a kernel, its launcher or a tensor map asks of an address divides this (tests/test_call_plan.py
 # holds the metadata's to it): two addresses with one remainder pass and fail the same alignment rules.
 ALIGNMENT_CLASS_BYTES = 256
-MAPS_KEPT = 64  # sets of addresses whose tensor maps a plan keeps (a loop's buffers take turns)
+SETS_KEPT = 16  # sets of addresses whose launches a plan keeps, ready to launch (a loop's buffers take turns)
+MAPS_KEPT = 256  # tensor maps a plan keeps, by operand and address
 MISS = object()  # a plan that cannot serve this call: go the full way
 
 
@@ -72,8 +73,7 @@ def reader_of(kind: type) -> Callable[[Any], tuple[tuple, int]] | None:
     return READERS.get(library_of_type(kind))
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):  # a named tuple: made on every call, it costs a third of a frozen dataclass
     key: tuple  # per operand its signature (None where it is left out), and which operands share an address
     pointers: tuple[int, ...]  # the given operands' addresses, in argument order
 
@@ -99,9 +99,10 @@ def call_signature(operands: tuple) -> Signature | None:
     return Signature((*keys, shared), tuple(pointers))
 
 
-def pointer_of(array: Any) -> int:
-    """The address of an array the runtime allocated (PyTorch's or CuPy's)."""
-    return reader_of(type(array))(array)[1]
+def address_of(array: Any) -> int:
+    """The address of an array the runtime allocated (PyTorch's or CuPy's), read alone: a call that allocates
+    reads it every time."""
+    return array.data_ptr() if library_of_type(type(array)) == "torch" else array.data.ptr
 
 
 def extent_bytes(view: ArrayView) -> int | None:
@@ -160,7 +161,10 @@ class Placement:
 class CallPlan:
     """The launches of one call signature, rebound to each call's addresses (the module's docstring).
 
-    Threads may share a plan: the rewrite of its launches' parameters and their launch hold its lock."""
+    The plan keeps the launches of the last SETS_KEPT sets of addresses, each with parameters of its own: a call
+    at addresses seen before (a loop's buffers, PyTorch's allocator handing out the blocks it got back) launches
+    those as they are; one at new addresses takes the oldest set's launches and rewrites their addresses and
+    tensor maps in place. Threads may share a plan: finding, rewriting and launching a set hold its lock."""
 
     def __init__(self, launches: tuple[PlannedLaunch, ...], pointers: tuple[int, ...], extents: tuple[int, ...],
                  given: int, checked: tuple[tuple[int, int], ...], allocations: tuple[Allocation, ...],
@@ -170,16 +174,21 @@ class CallPlan:
         self.extents = extents
         self.checked = checked  # (C's slot, another's): memory the two must not share
         self.makers = tuple(allocation.make for allocation in allocations)
+        # C among the allocations (maker, array), where the call left it out.
+        self.c_at = None if placement.c_index is None else \
+            [(maker, index) for maker, allocation in enumerate(allocations)
+             for index in range(len(allocation.arrays))][placement.c_index]
         self.classes = tuple(pointer % ALIGNMENT_CLASS_BYTES for pointer in pointers[given:])  # the allocations'
-        self.map_cache = map_cache  # tensor_maps.TensorMapCache of the launches' GPU
-        self.maps: OrderedDict[tuple, tuple[bytes, ...]] = OrderedDict()  # by launch and maps' addresses
-        for planned in launches:  # the first call's maps, for a later call at its addresses
-            if planned.maps is not None:
-                count = len(planned.map_pointers)
-                self.maps[(id(planned), *planned.maps.pointers.values())] = tuple(
-                    arg.tobytes() for arg in planned.launch.args[:count])
-        self.last = pointers  # the addresses the launches' parameters hold now
-        self.queued = tuple(planned.launch for planned in launches)
+        self.map_cache = map_cache  # tensor_maps.TensorMapCache of the launches' GPU: its encoder
+        # By launch, operand and address: the map's bytes (the first call's too), for the sets rewritten.
+        self.maps: OrderedDict[tuple, bytes] = OrderedDict()
+        for planned in launches:
+            for index, (operand, place) in enumerate(planned.map_pointers):
+                if place is not None:
+                    address = pointers[place[0]] + place[1]
+                    self.maps[(id(planned), operand, address)] = planned.launch.args[index].tobytes()
+        self.sets: OrderedDict[tuple[int, ...], tuple] = OrderedDict(
+            {pointers: tuple(planned.launch for planned in launches)})
         self.lock = threading.Lock()
 
     @classmethod
@@ -203,22 +212,21 @@ class CallPlan:
             return None
         return cls(tuple(planned), pointers, extents, given, checked, allocations, map_cache, placement)
 
-    def take(self, pointers: tuple[int, ...]) -> tuple[tuple[Allocation, ...], tuple, tuple[int, ...]] | object:
+    def take(self, pointers: tuple[int, ...]) -> tuple[tuple[tuple, ...], tuple[int, ...]] | object:
         """Whether the plan takes a call on the given operands' `pointers`: C must share no memory with what the
         call reads, at these addresses, and new arrays, made as the first call's allocations made them, must land
-        in the same alignment classes. Then: the allocations, their arrays, and every slot's address; else MISS."""
+        in the same alignment classes. Then: each allocation's new arrays, and every slot's address; else MISS."""
         extents = self.extents
         for c, other in self.checked:
             if pointers[c] < pointers[other] + extents[other] and pointers[other] < pointers[c] + extents[c]:
                 return MISS
         if not self.makers:
-            return (), (), pointers
-        allocations = tuple(Allocation(make(), make) for make in self.makers)
-        arrays = tuple(array for allocation in allocations for array in allocation.arrays)
-        allocated = tuple(map(pointer_of, arrays))
+            return (), pointers
+        made = tuple(make() for make in self.makers)
+        allocated = tuple(address_of(array) for arrays in made for array in arrays)
         if any(pointer % ALIGNMENT_CLASS_BYTES != expected for pointer, expected in zip(allocated, self.classes)):
             return MISS
-        return allocations, arrays, pointers + allocated
+        return made, pointers + allocated
 
     def call(self, pointers: tuple[int, ...], stream: Any) -> Any:
         """Launch the plan on the given operands' `pointers` (on `stream`, as runtime.queue takes it): the C it
@@ -226,34 +234,45 @@ class CallPlan:
         taken = self.take(pointers)
         if taken is MISS:
             return MISS
-        _, arrays, pointers = taken
+        made, pointers = taken
         where = self.placement
         with self.lock:
-            if pointers != self.last:
-                self._rewrite(pointers)
-            where.queue(self.queued, where.library, where.device, stream)
-        return None if where.c_index is None else arrays[where.c_index]
+            launches = self.sets.get(pointers)
+            if launches is None:
+                launches = self._launches_at(pointers)
+            where.queue(launches, where.library, where.device, stream)
+        return None if self.c_at is None else made[self.c_at[0]][self.c_at[1]]
 
-    def _rewrite(self, pointers: tuple[int, ...]) -> None:
-        for planned in self.launches:
-            parameters = planned.launch.parameters
+    def _launches_at(self, pointers: tuple[int, ...]) -> tuple:
+        """Launches at new addresses: the oldest set's once SETS_KEPT are kept, else copies of the first call's,
+        their addresses and tensor maps rewritten."""
+        if len(self.sets) >= SETS_KEPT:
+            launches = self.sets.popitem(last=False)[1]
+        else:
+            launches = tuple(dataclasses.replace(planned.launch) for planned in self.launches)
+        for planned, launch in zip(self.launches, launches):
+            parameters = launch.parameters
             for index, slot, offset in planned.addresses:
                 parameters.write_address(index, pointers[slot] + offset)
-            if planned.maps is not None:
-                for index, raw in enumerate(self._maps_at(planned, pointers)):
-                    parameters.write_bytes(index, raw)
-        self.last = pointers
+            for index, raw in self._maps_at(planned, pointers):
+                parameters.write_bytes(index, raw)
+        self.sets[pointers] = launches
+        return launches
 
-    def _maps_at(self, planned: PlannedLaunch, pointers: tuple[int, ...]) -> tuple[bytes, ...]:
-        """The launch's tensor maps for these addresses, encoded once per set of them."""
-        moved = {operand: None if place is None else pointers[place[0]] + place[1]
-                 for operand, place in planned.map_pointers}
-        key = (id(planned), *moved.values())
-        maps = self.maps.get(key)
-        if maps is None:
-            encoded = dataclasses.replace(planned.maps, pointers=moved).encode(self.map_cache)
-            maps = tuple(packed.tobytes() for packed in encoded)
-            keep(self.maps, key, maps, MAPS_KEPT)
+    def _maps_at(self, planned: PlannedLaunch, pointers: tuple[int, ...]) -> list[tuple[int, bytes]]:
+        """(argument index, bytes) of the launch's tensor maps that follow an operand, at these addresses: each
+        encoded once per address (a C that TMA cannot store keeps its all-zero map)."""
+        maps = []
+        for index, (operand, place) in enumerate(planned.map_pointers):
+            if place is None:
+                continue
+            address = pointers[place[0]] + place[1]
+            key = (id(planned), operand, address)
+            raw = self.maps.get(key)
+            if raw is None:
+                raw = planned.maps.encode_operand(operand, address, self.map_cache.encoder)
+                keep(self.maps, key, raw, MAPS_KEPT)
+            maps.append((index, raw))
         return maps
 
     def relocated(self, pointers: tuple[int, ...]) -> tuple[tuple, ...]:
@@ -263,8 +282,7 @@ class CallPlan:
             args = list(planned.launch.args)
             for index, slot, offset in planned.addresses:
                 args[index] = numpy.uint64(pointers[slot] + offset)
-            if planned.maps is not None:
-                for index, raw in enumerate(self._maps_at(planned, pointers)):
-                    args[index] = pack(raw)
+            for index, raw in self._maps_at(planned, pointers):
+                args[index] = pack(raw)
             out.append(tuple(args))
         return tuple(out)

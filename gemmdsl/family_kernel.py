@@ -18,6 +18,8 @@ from .load_cache import compiled_family
 from .call_plan import MISS, Signature, call_signature, keep
 from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
                       run_on_kernels, run_returning_c)
+
+NO_CHAIN = (None,) * (len(CALL_OPERANDS) - 3)  # a call's operands beyond A, B and C, none given
 from .source import CompileError, is_family_path
 
 
@@ -58,8 +60,8 @@ class FamilyKernel:
                          if key in self.kernels[0].metadata}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
-        # By call signature and options: the member that ran it and whether on padded copies (its route).
-        self._routes: OrderedDict[tuple, tuple[Kernel, bool]] = OrderedDict()
+        # By call signature and options: the plan (call_plan.py) of the member that ran it, on padded copies or not.
+        self._routes: OrderedDict[tuple, Any] = OrderedDict()
 
     def member_for(self, m: int, n: int, k: int, aligned: bool = True) -> Any:
         """The member the rule picks (aligned=False: among those that run operands of any alignment; None when
@@ -75,9 +77,9 @@ class FamilyKernel:
         return self._bind(call_operands(a, b, c, chain), (alpha, beta, stream_k, interior))
 
     def _bind(self, operands: tuple, options: tuple, signature: Signature | None = None) -> Any:
-        """`bind` of `operands` (runtime.CALL_OPERANDS) with `options` (alpha, beta, stream_k, interior). Each
-        signature's route (the member that ran it, and whether on padded copies) is kept, so that its next call
-        goes to that member's plan without choosing again."""
+        """`bind` of `operands` (runtime.CALL_OPERANDS) with `options` (alpha, beta, stream_k, interior). The plan
+        the chosen member made for the call (on padded copies or not) is kept by signature, so that the next call
+        goes to it without choosing again."""
         a, b, c = operands[:3]
         chain = {name: operand for name, operand in zip(CALL_OPERANDS[3:], operands[3:]) if operand is not None}
         m, k = (a.shape[-2], a.shape[-1])
@@ -99,23 +101,23 @@ class FamilyKernel:
             kernel, padded = fallback, False
             bound = kernel.bind(a, b, c, *options, **chain)
         signature = signature or call_signature(operands)
-        if signature is not None:
-            keep(self._routes, (signature.key, options), (kernel, padded), PLANS_KEPT)
+        plan = None if signature is None else getattr(kernel, "_plans", {}).get((signature.key, options, padded))
+        if plan is not None:
+            keep(self._routes, (signature.key, options), plan, PLANS_KEPT)
         return bound
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
         """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams,
         fuse chain operands and returned C."""
-        operands = call_operands(a, b, c, chain)
+        operands = call_operands(a, b, c, chain) if chain else (a, b, c, *NO_CHAIN)
         options = (alpha, beta, stream_k, interior)
         signature = call_signature(operands)
-        if signature is not None:  # a repeated call: the member its signature went to, and that member's plan
-            route = self._routes.get((signature.key, options))
-            if route is not None:
-                made = route[0]._planned_call(signature, options, route[1], stream)
-                if made is not MISS:
-                    return c if c is not None else made
+        plan = None if signature is None else self._routes.get((signature.key, options))
+        if plan is not None:  # a repeated call: the plan of the member it went to, nothing chosen again
+            made = plan.call(signature.pointers, stream)
+            if made is not MISS:
+                return c if c is not None else made
         launch = self._bind(operands, options, signature)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 

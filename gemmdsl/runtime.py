@@ -54,8 +54,8 @@ from .abi import MAX_BATCH, MAX_INT
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvcc_release, nvrtc_compile,
                     nvrtc_version, old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, type_name
-from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, call_signature, extent_bytes, keep,
-                        pointer_of)
+from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, address_of, call_signature, extent_bytes,
+                        keep)
 from .devices import Driver, ParameterBlock, check_stream_device, operands_device, stream_handle
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
@@ -399,8 +399,8 @@ def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tup
     split, (partial_bytes, flags_count) = sized
     make = partial(allocate_workspace, partial_bytes, flags_count)
     partials, flags = make()
-    return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(pointer_of(partials)),
-             numpy.uint64(pointer_of(flags))), (Allocation((partials, flags), make),))
+    return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(address_of(partials)),
+             numpy.uint64(address_of(flags))), (Allocation((partials, flags), make),))
 
 
 def allocate_workspace(partial_bytes: int, flags_count: int) -> tuple[Any, Any]:
@@ -446,21 +446,26 @@ def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str,
     return copies
 
 
-def empty_padded(dtype: Any, library: str, rows: int, cols: int, ld: int, transpose: bool, device: int) -> Any:
-    """An uninitialised rows x cols matrix of the library's element type `dtype` with leading dimension `ld`,
-    transposed for a column-major operand, in the caller's library (PyTorch or CuPy; None for another library)."""
+def padded_maker(dtype: Any, library: str, rows: int, cols: int, ld: int, transpose: bool,
+                 device: int) -> Callable[[], tuple] | None:
+    """A function making an uninitialised rows x cols matrix of the library's element type `dtype` with leading
+    dimension `ld`, transposed for a column-major operand, in the caller's library, as a 1-tuple (an allocation's
+    maker, call_plan.Allocation); None for a library other than PyTorch and CuPy."""
     if library == "torch":
         import torch
 
-        copy = torch.empty((rows, ld), dtype=dtype, device=torch.device("cuda", device))[:, :cols]
-    elif library == "cupy":
+        empty = partial(torch.empty, (rows, ld), dtype=dtype, device=torch.device("cuda", device))
+        return lambda: ((empty()[:, :cols].T if transpose else empty()[:, :cols]),)
+    if library != "cupy":
+        return None
+
+    def make() -> tuple:
         import cupy
 
         with cupy.cuda.Device(device):
             copy = cupy.empty((rows, ld), dtype=dtype)[:, :cols]
-    else:
-        return None
-    return copy.T if transpose else copy
+        return (copy.T if transpose else copy),
+    return make
 
 
 def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
@@ -483,27 +488,31 @@ def pointer_device(name: str, view: ArrayView) -> int:
     return attributes.device
 
 
-def empty_c(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Any:
-    """An uninitialised C in the spec's layout and element type, in the caller's library where it can
-    make one: PyTorch and CuPy their own, Numba a view of a CuPy array, anything else (JAX, whose
-    arrays are immutable) a CuPy array for `to_library` to hand over after the launch."""
+def c_maker(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Callable[[], tuple]:
+    """A function making an uninitialised C in the spec's layout and element type, as a 1-tuple (an
+    allocation's maker, call_plan.Allocation), in the caller's library where it can make one: PyTorch and CuPy
+    their own, Numba a view of a CuPy array, anything else (JAX, whose arrays are immutable) a CuPy array for
+    `to_library` to hand over after the launch. For PyTorch all but the allocation is done once."""
     shape, transpose = c_shape(req, m, n, batch)
     dtype = req.dtypes["C"]
     if library == "torch":
         import torch
 
-        c = torch.empty(shape, dtype=getattr(torch, dtype), device=torch.device("cuda", device))
-        return c.transpose(-1, -2) if transpose else c
-    import cupy
+        empty = partial(torch.empty, shape, dtype=getattr(torch, dtype), device=torch.device("cuda", device))
+        return (lambda: (empty().transpose(-1, -2),)) if transpose else (lambda: (empty(),))
 
-    with cupy.cuda.Device(device):
-        c = cupy.empty(shape, dtype="uint16" if dtype == "bfloat16" else dtype)  # CuPy has no bfloat16: its bits
-    c = c.swapaxes(-1, -2) if transpose else c
-    if library == "numba":
-        from numba import cuda
+    def make() -> tuple:
+        import cupy
 
-        return cuda.as_cuda_array(c)
-    return c
+        with cupy.cuda.Device(device):
+            c = cupy.empty(shape, dtype="uint16" if dtype == "bfloat16" else dtype)  # CuPy has no bfloat16: its bits
+        c = c.swapaxes(-1, -2) if transpose else c
+        if library == "numba":
+            from numba import cuda
+
+            return (cuda.as_cuda_array(c),)
+        return (c,)
+    return make
 
 
 def to_library(c: Any, library: str, dtype: str, stream: Any) -> Any:
@@ -781,9 +790,6 @@ def call_operands(a: Any, b: Any, c: Any, chain: dict[str, Any]) -> tuple:
     return (a, b, c, *(chain.get(name) for name in CALL_OPERANDS[3:]))
 
 
-def tuple_of(make: Callable[[], Any]) -> tuple:
-    """An allocation's maker of one array (call_plan.Allocation.make)."""
-    return (make(),)
 
 
 @cache
@@ -986,12 +992,6 @@ class Kernel:
             self._remember(key, bound, operands, signature.pointers)
         return bound
 
-    def _planned_call(self, signature: Signature, options: tuple, padded: bool, stream: Any) -> Any:
-        """A call through the plan of its signature: the C it allocated (None where C was given), or MISS where
-        there is no plan or it cannot take these addresses."""
-        plan = self._plans.get((signature.key, options, padded))
-        return MISS if plan is None else plan.call(signature.pointers, stream)
-
     def _remember(self, key: tuple, bound: BoundLaunch, operands: tuple, pointers: tuple[int, ...]) -> None:
         """Keep the plan of a call checked in full (call_plan.py), for its signature's later calls."""
         named = [(name, operand) for name, operand in zip(CALL_OPERANDS, operands) if operand is not None]
@@ -1007,7 +1007,7 @@ class Kernel:
             checked = tuple((c, slot) for slot, name in enumerate(names)
                             if name not in ("C", "offs") and extents[slot] and pointers[slot] != pointers[c])
         c_index = next((index for index, array in enumerate(allocated) if array is bound.c), None)
-        plan = CallPlan.build(bound.launches, pointers + tuple(map(pointer_of, allocated)), extents, len(names),
+        plan = CallPlan.build(bound.launches, pointers + tuple(map(address_of, allocated)), extents, len(names),
                               checked, bound.allocations, self._module_on(bound.device).tensor_maps,
                               Placement(bound.entry, bound.library, bound.device, c_index, queue))
         if plan is None:
@@ -1020,7 +1020,9 @@ class Kernel:
         taken = plan.take(pointers)
         if taken is MISS:
             return MISS
-        allocations, arrays, pointers = taken
+        made, pointers = taken
+        allocations = tuple(Allocation(arrays, make) for arrays, make in zip(made, plan.makers))
+        arrays = tuple(array for allocation in allocations for array in allocation.arrays)
         args = plan.relocated(pointers)
         launches = tuple(replace(planned.launch, args=launch_args, maps=None)
                          for planned, launch_args in zip(plan.launches, args))
@@ -1065,12 +1067,12 @@ class Kernel:
                               numpy.int32(0)]
                 continue
             rows, cols, ld = copies[name]
-            make = partial(empty_padded, getattr(operands[name == "B"], "dtype", None), views[name].library, rows,
-                           cols, ld, req.layouts[name] == "col", device)
-            padded[name] = make()
-            if padded[name] is None:  # a library the runtime cannot allocate in
+            make = padded_maker(getattr(operands[name == "B"], "dtype", None), views[name].library, rows, cols, ld,
+                                req.layouts[name] == "col", device)
+            if make is None:  # a library the runtime cannot allocate in
                 return None
-            allocations.append(Allocation((padded[name],), partial(tuple_of, make)))
+            allocations.append(Allocation(make(), make))
+            padded[name] = allocations[-1].arrays[0]
             arguments += [numpy.uint64(view.pointer), numpy.int64(view.ld),
                           numpy.uint64(array_view(name, padded[name]).pointer), numpy.int64(ld), numpy.int32(rows),
                           numpy.int32(cols)]
@@ -1093,9 +1095,9 @@ class Kernel:
         library = views["A"].library
         allocations: tuple[Allocation, ...] = ()
         if c is None:
-            make = partial(empty_c, req, library, call.m, call.n, 1 if req.grouped else call.batch, loaded.device)
-            c = make()
-            allocations = (Allocation((c,), partial(tuple_of, make)),)
+            make = c_maker(req, library, call.m, call.n, 1 if req.grouped else call.batch, loaded.device)
+            allocations = (Allocation(make(), make),)
+            c = allocations[0].arrays[0]
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         groups = ()  # a grouped kernel's trailing arguments: offs and G
@@ -1254,8 +1256,9 @@ class Kernel:
         operands = (a, b, c, bias, residual, row_scale, col_scale, a_scale, b_scale, offs)
         options = (alpha, beta, stream_k, interior)
         signature = call_signature(operands)
-        if signature is not None:  # a repeated call: its plan's launches at these addresses, nothing else
-            made = self._planned_call(signature, options, False, stream)
+        plan = None if signature is None else self._plans.get((signature.key, options, False))
+        if plan is not None:  # a repeated call: its plan's launches at these addresses, nothing else
+            made = plan.call(signature.pointers, stream)
             if made is not MISS:
                 return c if c is not None else made
         launch = self._bind(operands, options, signature=signature)

@@ -147,6 +147,11 @@ class MapInputs:
     def encode(self, cache: TensorMapCache) -> tuple[numpy.void, ...]:
         return cache.get(self.maps, self.pointers, self.m, self.n, self.k, self.lds, self.batch_strides, self.batch)
 
+    def encode_operand(self, operand: str, address: int, encoder: Encoder) -> bytes:
+        """The bytes of one operand's map with its data at `address`, the rest of its inputs as they are."""
+        return encoder(tensor_map_requests(self.maps, {operand: address}, self.m, self.n, self.k, self.lds,
+                                           self.batch_strides, self.batch)[operand])
+
 
 class TensorMapError(ValueError):
     """cuTensorMapEncodeTiled refused a map (the operands break a TMA rule the checks did not catch)."""

@@ -218,8 +218,11 @@ print(json.dumps(times))
 
 
 def child_times(path: Path, mode: str) -> dict[str, float]:
+    path_entries = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     done = subprocess.run([sys.executable, "-c", LOAD_CHILD, str(path), mode], capture_output=True, text=True,
-                          check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path_entries)})
+    if done.returncode != 0:
+        raise RuntimeError(f"the load of {path} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

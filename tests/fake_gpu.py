@@ -210,8 +210,8 @@ class FakeGpu:
         monkeypatch.setattr(runtime, "on_device", NoDeviceSwitch)
         monkeypatch.setattr(runtime, "callers_stream", lambda library, device: STREAM)
         monkeypatch.setattr(runtime.Kernel, "_load_on", fake_module)
-        monkeypatch.setattr(runtime, "empty_c", self.empty_c)
-        monkeypatch.setattr(runtime, "empty_padded", self.empty_padded)
+        monkeypatch.setattr(runtime, "c_maker", lambda *args: lambda: (self.empty_c(*args),))
+        monkeypatch.setattr(runtime, "padded_maker", lambda *args: lambda: (self.empty_padded(*args),))
         monkeypatch.setattr(runtime, "allocate_workspace", self.allocate_workspace)
         monkeypatch.setattr(tensor_maps, "driver_encoder", lambda: self.counting_encoder)
         return self

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from fake_arrays import FakeDLPack
 from fake_gpu import STREAM, FakeGpu, FakeTensor, fake_family, fake_kernel, matrix
-from gemmdsl import call_plan, family_kernel, runtime, tensor_maps
+from gemmdsl import call_plan, family_kernel, runtime
 from gemmdsl.arrays import DL_FLOAT, DTYPE_NAMES, ITEM_SIZES, array_view
 from gemmdsl.launch_plan import SECTOR_BYTES
 
@@ -27,14 +27,13 @@ def gpu(monkeypatch):
 
 class Counts:
     """How often the full way's steps ran: the checks of a call, of its fuse operands and offs, the padded
-    launcher's choice of copies, tensor-map requests, and a family's rule."""
+    launcher's choice of copies and a family's rule; and how many tensor maps were encoded."""
 
-    def __init__(self, monkeypatch):
-        self.seen = dict.fromkeys(("check_call", "fuse_views", "check_offs", "padded_copies", "maps", "choose"), 0)
+    def __init__(self, monkeypatch, gpu):
+        self.gpu = gpu
+        self.seen = dict.fromkeys(("check_call", "fuse_views", "check_offs", "padded_copies", "choose"), 0)
         for name in ("check_call", "fuse_views", "check_offs", "padded_copies"):
             monkeypatch.setattr(runtime, name, self.counting(name, getattr(runtime, name)))
-        monkeypatch.setattr(tensor_maps.TensorMapCache, "get",
-                            self.counting("maps", tensor_maps.TensorMapCache.get))
         monkeypatch.setattr(family_kernel, "choose", self.counting("choose", family_kernel.choose))
 
     def counting(self, name, function):
@@ -44,12 +43,12 @@ class Counts:
         return counted
 
     def snapshot(self) -> dict[str, int]:
-        return dict(self.seen)
+        return {**self.seen, "maps": self.gpu.encodes}
 
 
 @pytest.fixture
 def counts(monkeypatch, gpu):
-    return Counts(monkeypatch)
+    return Counts(monkeypatch, gpu)
 
 
 def bf16(rows, cols, layout="row"):
