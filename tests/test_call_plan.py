@@ -261,3 +261,29 @@ def test_call_signatures_list_the_operands_given_and_which_share_an_address():
     assert apart.key[3:] == (None, None)  # no fourth operand; no address shared
     assert shared.key[-1] == (0, 1, 2, 2) and apart.key[:3] == shared.key[:3]
     assert call_plan.call_signature((a, b, FakeDLPack((8, 8), DL_FLOAT, 32, 0x7F0000000000))) is None
+
+
+@pytest.mark.parametrize("name,make,c_left_out", [case for case in CASES if case.id in (
+    "wgmma spec", "fma spec, interior split", "family, padded copies, C left out", "grouped fp8 with scales")])
+def test_launches_rewritten_for_more_addresses_than_a_plan_keeps_stay_exact(gpu, name, make, c_left_out):
+    """More sets of addresses than SETS_KEPT, then the first ones again: the plan rewrites its oldest launches
+    in place, and every call launches what a kernel without plans launches."""
+    kernel, fresh = load(SPECS / name), load(SPECS / name)
+    sets = [operands(make, c_left_out) for _ in range(call_plan.SETS_KEPT + 3)]
+    for args, kwargs in [*sets, *sets[:4]]:
+        mark, count = gpu.mark(), len(gpu.launched)
+        kernel(*args, **kwargs)
+        planned = gpu.launched[count:]
+        gpu.rewind(mark)
+        count = len(gpu.launched)
+        forget_plans(fresh)
+        fresh(*args, **kwargs)
+        assert planned == gpu.launched[count:]
+        gpu.rewind(mark)
+
+
+def forget_plans(kernel):
+    """Drop a kernel's plans (a family's routes and its members' plans): its next call is checked in full."""
+    for member in getattr(kernel, "kernels", [kernel]):
+        member._plans.clear()
+    getattr(kernel, "_routes", {}).clear()
