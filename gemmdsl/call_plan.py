@@ -13,11 +13,12 @@ addresses in them.
 A `CallPlan` is made from the first call's launches. Every address among their arguments (the uint64 ones) and
 in their tensor maps' inputs lies inside the memory of one operand, or of one array the call allocated (C left
 out, the padded launcher's copies, stream-K's workspace): it is kept as that slot and an offset. A later call
-of the signature allocates the same arrays anew, writes each address as its slot's new address plus the offset
-into the plan's own launches' parameters, takes the tensor maps of its addresses from the plan's maps (encoded
-once per set of addresses) and launches. The one check that depends on addresses, that C shares no memory with
-what the call reads, is repeated on the new addresses; a call that fails it goes the full way, and is refused
-there with the full message.
+of the signature allocates the same arrays anew and launches the plan's launches for its addresses: ready
+where the plan has launched at those addresses lately, else made by writing each address (its slot's new
+address plus the offset) and each tensor map (encoded once per operand and address) into the parameters of
+the launches made longest ago. The one check that depends on addresses, that C shares no
+memory with what the call reads, is repeated on the new addresses; a call that fails it goes the full way, and
+is refused there with the full message.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A GPU for the CPU tests of the runtime's call path: PyTorch-like tensors that hold only a shape, strides, a
-dtype and an address, a driver that records each launch instead of running it, a tensor-map encoder that
-writes its request into the map's bytes, and modules whose functions are names. Nothing is ever dereferenced.
+dtype and an address, a driver that records each launch instead of running it, a tensor-map encoder whose maps'
+bytes name the request they were encoded from, and modules whose functions are names. Nothing is dereferenced.
 
 `FakeGpu.install(monkeypatch)` swaps these in for the runtime's GPU touch points (the current device, the
 caller's stream, the driver, module loading, the allocations and the tensor-map encoder); `fake_kernel(path)`
@@ -133,14 +133,10 @@ class FakeDriver:
     would hand cuLaunchKernel."""
 
     launched: list[Launched] = field(default_factory=list)
-    record: bool = True  # False: count the launches only (timing the host's own work)
-    launches: int = 0
 
     def launch(self, launch, stream: int) -> None:
-        self.launches += 1
-        if self.record:
-            self.launched.append(Launched(launch.function.name, tuple(launch.grid), tuple(launch.block),
-                                          launch.shared_mem, stream, decode(launch)))
+        self.launched.append(Launched(launch.function.name, tuple(launch.grid), tuple(launch.block),
+                                      launch.shared_mem, stream, decode(launch)))
 
     def handle_device(self, handle: int) -> int | None:
         return 0
@@ -178,12 +174,10 @@ class FakeFunction:
 
 
 class FakeGpu:
-    """The fakes, installed with `install`; `launched` is every launch since, `allocated` every array the
-    runtime allocated (C left out, padded copies, workspaces)."""
+    """The fakes, installed with `install`; `launched` is every launch since, `encodes` the tensor maps encoded."""
 
     def __init__(self):
         self.driver = FakeDriver()
-        self.allocated: list[FakeTensor] = []
         self.encodes = 0
         self.memory = Memory(0x7E0000000000)  # the runtime's allocations, apart from the tests' operands
 
@@ -196,9 +190,8 @@ class FakeGpu:
         self.memory.next = mark
 
     def new(self, shape, dtype, device=0) -> FakeTensor:
-        array = FakeTensor(shape, dtype, ptr=self.memory.allocate(math.prod(shape) * ITEM_SIZES[dtype]), device=device)
-        self.allocated.append(array)
-        return array
+        """An array the runtime allocates (C left out, a padded copy, stream-K's workspace)."""
+        return FakeTensor(shape, dtype, ptr=self.memory.allocate(math.prod(shape) * ITEM_SIZES[dtype]), device=device)
 
     @property
     def launched(self) -> list[Launched]:
