@@ -843,7 +843,7 @@ def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: An
 @dataclass
 class DeviceModule:
     """A kernel's cubin loaded on one GPU: its functions, that GPU's SM count, and what calls there
-    remember (the last call's launches, the tensor maps). Nothing in it serves another GPU."""
+    remember (the tensor maps, the resident blocks). Nothing in it serves another GPU."""
 
     device: int
     built_for: str
