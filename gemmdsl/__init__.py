@@ -5,24 +5,36 @@
     c = kernel(a, b)
     family = gemmdsl.load("specs/sgemm_family.gemmf")   # a kernel family: each call runs the member it fits
 
-Everything but `load` works without CuPy; `load` imports it on first use. Importing the package imports
-nothing else: its modules (`gemmdsl.runtime`, `gemmdsl.compiler`, ...) and `Kernel` and `FamilyKernel` load
-when first named, and a `load` from the cache of compiled specs never imports the compiler.
+Everything but `load` works without CuPy; `load` imports it on first use. Without a GPU, for build systems
+and notebooks (gemmdsl/api.py, docs/python-api.md):
+
+    gemmdsl.compile_spec("specs/sgemm_v3.gemm", output="build")   # NAME.cu, NAME.h, NAME.json
+    gemmdsl.check_spec("specs/sgemm_v3.gemm", (4096, 4096, 4096))  # what `gemmdsl check --json` prints
+    gemmdsl.choose_member("specs/sgemm_family.gemmf", (16, 4096, 4096))  # which member runs it, and why
+
+Every error gemmdsl raises for what a caller can fix is a `gemmdsl.GemmdslError`.
+
+Importing the package imports nothing but its errors: the API above, `Kernel`, `FamilyKernel` and the modules
+(`gemmdsl.runtime`, `gemmdsl.compiler`, ...) load when first named, and a `load` from the cache of compiled
+specs never imports the compiler.
 """
 import importlib
 import os
 
-__version__ = "0.1.0"
+from .errors import GemmdslError
 
-# Names this module gives without importing their modules until asked: name -> (module, attribute).
-LAZY = {"Kernel": ("runtime", "Kernel"), "FamilyKernel": ("family_kernel", "FamilyKernel")}
+__version__ = "0.1.0"
+__all__ = ["GemmdslError", "check_spec", "choose_member", "compile_spec", "load"]
+# Names this module gives without importing their modules until asked: name -> its module.
+LAZY = {**dict.fromkeys(("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec"), "api"),
+        "Kernel": "runtime", "FamilyKernel": "family_kernel"}
 
 
 def load(spec_or_path, *, text: str | None = None):
     """Compile and load a spec (`runtime.load`: a `.gemm` path, `text=...` or compiled Artifacts) or
     a `.gemmf` kernel family (`family_kernel.load_family`); either then runs on any GPU. What was compiled
     before, in any process, is read back from the cache (load_cache.py) instead."""
-    from .source import is_family_path
+    from .file_kinds import is_family_path
 
     if text is None and isinstance(spec_or_path, (str, os.PathLike)) and is_family_path(os.fspath(spec_or_path)):
         from .family_kernel import load_family
@@ -34,10 +46,10 @@ def load(spec_or_path, *, text: str | None = None):
 
 
 def __getattr__(name: str):
-    """`gemmdsl.Kernel`, `gemmdsl.FamilyKernel`, and any submodule (`gemmdsl.runtime`), imported when first named."""
+    """The GPU-free API (gemmdsl/api.py), `Kernel`, `FamilyKernel` and any submodule (`gemmdsl.runtime`),
+    imported when first named."""
     if name in LAZY:
-        module, attribute = LAZY[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+        return getattr(importlib.import_module(f".{LAZY[name]}", __name__), name)
     if not name.startswith("__"):
         try:
             return importlib.import_module(f".{name}", __name__)

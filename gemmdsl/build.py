@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import GemmdslError
 from .load_cache import cache_dir, read_entry, write_entry
 
 NVCC_TIMEOUT_S = 600
@@ -34,7 +35,7 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _SERIALIZED = re.compile(r"\(C75\d\d\) Potential Performance Loss: wgmma.* in the function '(\w+)'")
 
 
-class BuildError(Exception):
+class BuildError(GemmdslError):
     """nvcc failed; the message carries nvcc's own output."""
 
 

@@ -50,20 +50,25 @@ def keep(table: OrderedDict, key: Any, value: Any, limit: int) -> None:
         table.popitem(last=False)
 
 
+def alignment_class(pointer: int) -> int:
+    """The address's remainder modulo ALIGNMENT_CLASS_BYTES; a null address is a class of its own (the full
+    checks refuse it for an array with elements)."""
+    return pointer % ALIGNMENT_CLASS_BYTES if pointer else -1
+
+
 def torch_operand(tensor: Any) -> tuple[tuple, int]:
     """A PyTorch tensor's signature (everything arrays.view_of_torch_tensor reads but the address, unconverted)
     and its address."""
     pointer = tensor.data_ptr()
     return ((type(tensor), tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device(), tensor.is_conj(),
-             tensor.is_neg(), pointer % ALIGNMENT_CLASS_BYTES), pointer)
+             tensor.is_neg(), alignment_class(pointer)), pointer)
 
 
 def cupy_operand(array: Any) -> tuple[tuple, int]:
     """A CuPy array's signature (what arrays.view_of_cupy_array reads but the address) and its address."""
     memory = array.data
     pointer = memory.ptr
-    return (type(array), memory.device_id, array.shape, array.strides, array.dtype,
-            pointer % ALIGNMENT_CLASS_BYTES), pointer
+    return (type(array), memory.device_id, array.shape, array.strides, array.dtype, alignment_class(pointer)), pointer
 
 
 READERS = {"torch": torch_operand, "cupy": cupy_operand}
@@ -179,7 +184,7 @@ class CallPlan:
         self.c_at = None if placement.c_index is None else \
             [(maker, index) for maker, allocation in enumerate(allocations)
              for index in range(len(allocation.arrays))][placement.c_index]
-        self.classes = tuple(pointer % ALIGNMENT_CLASS_BYTES for pointer in pointers[given:])  # the allocations'
+        self.classes = tuple(map(alignment_class, pointers[given:]))  # the allocations'
         self.map_cache = map_cache  # tensor_maps.TensorMapCache of the launches' GPU: its encoder
         # By launch, operand and address: the map's bytes (the first call's too), for the sets rewritten.
         self.maps: OrderedDict[tuple, bytes] = OrderedDict()
@@ -225,7 +230,7 @@ class CallPlan:
             return (), pointers
         made = tuple(make() for make in self.makers)
         allocated = tuple(address_of(array) for arrays in made for array in arrays)
-        if any(pointer % ALIGNMENT_CLASS_BYTES != expected for pointer, expected in zip(allocated, self.classes)):
+        if any(alignment_class(pointer) != expected for pointer, expected in zip(allocated, self.classes)):
             return MISS
         return made, pointers + allocated
 

@@ -16,10 +16,12 @@ import sys
 import textwrap
 
 from . import ir
+from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
 from .build import PtxasFigures
 from .compiler import compile_path, ptxas_figures
 from .family import compile_family_path, explain, format_explanation, is_family_path
+from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
@@ -281,12 +283,16 @@ def parse_problem(text: str) -> ProblemSize:
     parts = text.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, such as 4096x4096x4096, not {text!r}")
-    return ProblemSize(*map(int, parts))
+    size = ProblemSize(*map(int, parts))
+    beyond = size_errors(size)
+    if beyond:
+        raise argparse.ArgumentTypeError("; ".join(beyond))
+    return size
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help=".gemm files to analyse; for a .gemmf family, which member runs --problem and why")
+                        help=inputs_help("check", "files to analyse; for a family, which member runs --problem and why"))
     parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",
@@ -295,6 +301,13 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the bank map of the worst shared-memory access even where no bank conflicts")
     parser.add_argument("--no-ptxas", action="store_true",
                         help="leave out ptxas's figures (registers, spills): build nothing with nvcc or NVRTC")
+
+
+def report_json(analysis: Analysis, figures: PtxasFigures | None) -> dict:
+    """`check --json`'s object for one spec: the analysis' figures (`to_json`), and which compiler gave ptxas's
+    and whether they came from the cache."""
+    return {**to_json(analysis), "ptxas_figures": None if figures is None else
+            {"compiler": figures.compiler, "cached": figures.cached}}
 
 
 def analyze_with_ptxas(path: str, problem: ProblemSize, ptxas: bool) -> tuple[Analysis, PtxasFigures | None]:
@@ -338,11 +351,7 @@ def check_main(args: argparse.Namespace) -> int:
             status = 1
             continue
         note = figures.note() if figures is not None else "ptxas's figures: none (--no-ptxas, or no nvcc or NVRTC)"
-        if args.json:
-            reports.append({**to_json(analysis), "ptxas_figures": None if figures is None else
-                            {"compiler": figures.compiler, "cached": figures.cached}})
-        else:
-            reports.append(f"{format_report(analysis, args.verbose)}{note}\n")
+        reports.append(report_json(analysis, figures) if args.json else f"{format_report(analysis, args.verbose)}{note}\n")
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

@@ -12,16 +12,16 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
+from .call_plan import MISS, Signature, call_signature, keep
 from .cycles import choose
 from .devices import DeviceMismatch
+from .file_kinds import is_family_path
 from .load_cache import compiled_family
-from .call_plan import MISS, Signature, call_signature, keep
 from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
                       run_on_kernels, run_returning_c)
+from .source import CompileError
 
 NO_CHAIN = (None,) * (len(CALL_OPERANDS) - 3)  # a call's operands beyond A, B and C, none given
-from .source import CompileError, is_family_path
-
 
 
 def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:

@@ -5,11 +5,12 @@ runtime needs (each kernel's launch metadata, NAME.json's, and its CUDA source) 
 An entry is keyed by everything that decides the compiler's output: the file's text and the path it was loaded
 by (the .cu quotes it), and gemmdsl itself, by its version and the names, sizes and modification times of the
 package's own files, so that an edited compiler never serves an entry of the old one. A family's entry also
-holds the hash of each member file it compiled; a load compares them with the files as they are now. The cubin
-has its own cache (runtime.BinaryCache), keyed by the source, the architecture, the compiler and its version.
+holds the hash of each member file it compiled, which a load compares with the member files it reads. The
+cubin has its own cache (runtime.BinaryCache), keyed by the source, the architecture, the compiler and its
+version.
 
-Entries are JSON files under $GEMMDSL_CACHE/compiled/, written atomically. An entry that cannot be read, or no
-longer matches, is compiled again and replaced; compile errors are never cached.
+Entries are JSON files under $GEMMDSL_CACHE/compiled/, written atomically. An entry that cannot be read, or
+whose member files differ, is compiled again and replaced; compile errors are never cached.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .source import FAMILY_SUFFIX, SourceFile
+from .file_kinds import FAMILY_SUFFIX
+from .source import SourceFile
 
 PACKAGE = Path(__file__).resolve().parent
 FORMAT = 1  # of the entries' JSON

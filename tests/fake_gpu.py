@@ -198,6 +198,7 @@ class FakeGpu:
         return self.driver.launched
 
     def install(self, monkeypatch) -> "FakeGpu":
+        monkeypatch.setattr(runtime, "require_gpu", lambda: None)
         monkeypatch.setattr(runtime, "cuda_driver", lambda: self.driver)
         monkeypatch.setattr(runtime, "current_device", lambda: 0)
         monkeypatch.setattr(runtime, "on_device", NoDeviceSwitch)

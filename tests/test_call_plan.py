@@ -239,7 +239,7 @@ def test_operands_without_a_signature_are_checked_every_time(gpu, counts):
 TENSORS = st.builds(FakeTensor, shape=st.sampled_from([(4, 4), (4, 8), (2, 4, 4)]),
                     dtype=st.sampled_from(["float32", "bfloat16"]),
                     strides=st.sampled_from([(4, 1), (1, 4), (8, 1)]),
-                    ptr=st.sampled_from([0x7F0000000000, 0x7F0000000040, 0x7F0000010000, 0x7F0000010002]),
+                    ptr=st.sampled_from([0x7F0000000000, 0x7F0000000040, 0x7F0000010000, 0x7F0000010004]),
                     device=st.integers(0, 1))
 
 
