@@ -13,32 +13,47 @@ and notebooks (gemmdsl/api.py, docs/python-api.md):
     gemmdsl.choose_member("specs/sgemm_family.gemmf", (16, 4096, 4096))  # which member runs it, and why
 
 Every error gemmdsl raises for what a caller can fix is a `gemmdsl.GemmdslError`.
+
+Importing the package imports nothing but its errors: the API above, `Kernel`, `FamilyKernel` and the modules
+(`gemmdsl.runtime`, `gemmdsl.compiler`, ...) load when first named, and a `load` from the cache of compiled
+specs never imports the compiler.
 """
+import importlib
 import os
 
 from .errors import GemmdslError
 
 __version__ = "0.1.0"
 __all__ = ["GemmdslError", "check_spec", "choose_member", "compile_spec", "load"]
-_API_NAMES = ("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec")  # gemmdsl/api.py's
-
-
-def __getattr__(name: str):
-    """The GPU-free API, imported on first use (the compiler's modules load with it)."""
-    if name in _API_NAMES:
-        from . import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'gemmdsl' has no attribute {name!r}")
+# Names this module gives without importing their modules until asked: name -> its module.
+LAZY = {**dict.fromkeys(("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec"), "api"),
+        "Kernel": "runtime", "FamilyKernel": "family_kernel"}
 
 
 def load(spec_or_path, *, text: str | None = None):
     """Compile and load a spec (`runtime.load`: a `.gemm` path, `text=...` or compiled Artifacts) or
-    a `.gemmf` kernel family (`family_kernel.load_family`); either then runs on any GPU."""
-    from .family import is_family_path
-    from .family_kernel import load_family
-    from .runtime import load as load_spec
+    a `.gemmf` kernel family (`family_kernel.load_family`); either then runs on any GPU. What was compiled
+    before, in any process, is read back from the cache (load_cache.py) instead."""
+    from .file_kinds import is_family_path
 
     if text is None and isinstance(spec_or_path, (str, os.PathLike)) and is_family_path(os.fspath(spec_or_path)):
+        from .family_kernel import load_family
+
         return load_family(spec_or_path)
+    from .runtime import load as load_spec
+
     return load_spec(spec_or_path, text=text)
+
+
+def __getattr__(name: str):
+    """The GPU-free API (gemmdsl/api.py), `Kernel`, `FamilyKernel` and any submodule (`gemmdsl.runtime`),
+    imported when first named."""
+    if name in LAZY:
+        return getattr(importlib.import_module(f".{LAZY[name]}", __name__), name)
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

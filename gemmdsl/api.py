@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .analysis import ProblemSizeError, analyze
-from .build import find_nvcc, kernel_resources
-from .check import to_json
+from .build import cached_kernel_resources, find_nvcc
+from .check import report_json
 from .compiler import compile_source, write_outputs
 from .errors import GemmdslError
 from .family import FamilyArtifacts, compile_family, explain, is_family_path
@@ -92,13 +92,14 @@ def check_spec(spec: Spec, problem: Sequence[int] | str = DEFAULT_PROBLEM, *, te
     if is_family_path(source.path):
         return explain(compile_family(source, arch), size)
     artifacts = compile_source(source, arch)
-    resources = None
+    figures = None
     if ptxas:
         if find_nvcc() is None:
             raise UsageError("ptxas=True needs nvcc on PATH: install the CUDA toolkit (or leave ptxas out; "
                              "`gemmdsl check` reads them from NVRTC where CuPy is installed)")
-        resources = kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, "nvcc").as_dict()
-    return to_json(analyze(artifacts.spec, size, resources, plan=artifacts.plan))
+        figures = cached_kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, "nvcc")
+    resources = None if figures is None else figures.resources.as_dict()
+    return report_json(analyze(artifacts.spec, size, resources, plan=artifacts.plan), figures)
 
 
 def choose_member(family: Spec | FamilyArtifacts, problem: Sequence[int] | str, *, text: str | None = None,

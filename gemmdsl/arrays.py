@@ -168,35 +168,6 @@ def numeric_dtype(dtype: numpy.dtype) -> tuple[str | None, int]:
     return (dtype.name if dtype.kind in "biufc" else None), dtype.itemsize
 
 
-def torch_signature(tensor: Any) -> tuple:
-    """Everything `view_of_torch_tensor` reads, in the fewest calls and unconverted: equal signatures
-    mean equal views, so a repeated call is recognised without building them."""
-    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.get_device(), tensor.is_conj(),
-            tensor.is_neg())
-
-
-def cupy_signature(array: Any) -> tuple:
-    """Everything `view_of_cupy_array` reads, unconverted (see torch_signature)."""
-    memory = array.data
-    return memory.ptr, memory.device_id, array.shape, array.strides, array.dtype
-
-
-SIGNATURES = {"torch": torch_signature, "cupy": cupy_signature}
-
-
-def signature(obj: Any) -> tuple | None:
-    """A cheap key that equals another's only where the two objects' views are equal, or None for
-    libraries without one (their calls are checked in full every time)."""
-    kind = type(obj)
-    reader = SIGNATURES.get(library_of_type(kind))
-    if reader is None:
-        return None
-    try:
-        return kind, reader(obj)
-    except (AttributeError, TypeError):  # an object of the library that is not an array
-        return None
-
-
 # Libraries whose arrays are read from their attributes before the protocols are asked.
 ATTRIBUTE_READERS = {"torch": view_of_torch_tensor, "cupy": view_of_cupy_array}
 

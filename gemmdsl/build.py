@@ -7,6 +7,7 @@ same figures for the kernel the runtime would load: `check` and `tune` use it th
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .abi import arch_flag
 from .errors import GemmdslError
+from .load_cache import cache_dir, read_entry, write_entry
 
 NVCC_TIMEOUT_S = 600
 # What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map
@@ -72,6 +74,34 @@ class BuildResult:
 
 def find_nvcc() -> str | None:
     return shutil.which("nvcc")
+
+
+def nvcc_release() -> str:
+    """The release of the nvcc on PATH ("13.0.88", from `nvcc --version`; "unavailable" without one), asked once
+    per toolkit: kept in the cache under nvcc's and ptxas's paths, sizes and modification times, since running
+    nvcc takes longer than loading a kernel from the cache may."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return "unavailable"
+    stamps = []
+    for tool in (Path(nvcc).resolve(), Path(nvcc).resolve().with_name("ptxas")):
+        try:
+            status = tool.stat()
+        except OSError:
+            continue
+        stamps.append(f"{tool}:{status.st_size}:{status.st_mtime_ns}")
+    key = "|".join(stamps)
+    record = cache_dir() / "nvcc-releases.json"
+    known = read_entry(record) or {}
+    if key not in known:
+        try:
+            done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):  # the build that follows says what is wrong
+            return "unavailable"
+        release = re.search(r"V(\d+(?:\.\d+)+)", done.stdout)
+        known = {**known, key: release.group(1) if release else done.stdout.strip()}
+        write_entry(record, known)
+    return known[key]
 
 
 def parse_ptxas(log: str, entry: str) -> PtxasResources:
@@ -203,6 +233,37 @@ def kernel_resources(cuda: str, name: str, sm: int | str, compiler: str, entry: 
     if compiler == "nvcc":
         return build(cuda, name, sm, entry=entry).resources
     return parse_ptxas(nvrtc_ptxas_log(cuda, f"sm_{sm}"), entry or f"{name}_kernel")
+
+
+@dataclass(frozen=True)
+class PtxasFigures:
+    """ptxas's figures for a kernel, which compiler gave them, and whether they were read back from the cache."""
+
+    resources: PtxasResources
+    compiler: str  # "nvcc 13.0.88", "nvrtc 13.1"
+    cached: bool
+
+    def note(self) -> str:
+        return f"ptxas's figures: {self.compiler}{', from the cache' if self.cached else ''}"
+
+
+PTXAS_CACHE_FORMAT = 1  # of the cache's records, and of the builds `kernel_resources` runs
+
+
+def cached_kernel_resources(cuda: str, name: str, sm: int | str, compiler: str,
+                            entry: str | None = None) -> PtxasFigures:
+    """`kernel_resources`, kept in the cache by the hash of `cuda`, the target, the entry and the compiler's
+    release: a spec whose .cu has not changed is not built again (a second `gemmdsl check` waits on no nvcc)."""
+    release = nvcc_release() if compiler == "nvcc" else nvrtc_version()
+    key = hashlib.sha256(f"{PTXAS_CACHE_FORMAT}\0{name}\0{sm}\0{entry}\0{compiler} {release}\0".encode()
+                         + cuda.encode()).hexdigest()
+    record = cache_dir() / "ptxas" / f"{name}-{key[:32]}.json"
+    known = read_entry(record)
+    if known is not None:
+        return PtxasFigures(PtxasResources(**known), f"{compiler} {release}", True)
+    resources = kernel_resources(cuda, name, sm, compiler, entry)
+    write_entry(record, resources.as_dict())
+    return PtxasFigures(resources, f"{compiler} {release}", False)
 
 
 def nvrtc_ptxas_log(source: str, target: str) -> str:

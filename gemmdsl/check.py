@@ -18,7 +18,8 @@ import textwrap
 from . import ir
 from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
-from .compiler import ptxas_resources
+from .build import PtxasFigures
+from .compiler import compile_path, ptxas_figures
 from .family import compile_family_path, explain, format_explanation, is_family_path
 from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
@@ -298,14 +299,35 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print JSON: one object for one spec, a list for several")
     parser.add_argument("--verbose", action="store_true",
                         help="print the bank map of the worst shared-memory access even where no bank conflicts")
+    parser.add_argument("--no-ptxas", action="store_true",
+                        help="leave out ptxas's figures (registers, spills): build nothing with nvcc or NVRTC")
+
+
+def report_json(analysis: Analysis, figures: PtxasFigures | None) -> dict:
+    """`check --json`'s object for one spec: the analysis' figures (`to_json`), and which compiler gave ptxas's
+    and whether they came from the cache."""
+    return {**to_json(analysis), "ptxas_figures": None if figures is None else
+            {"compiler": figures.compiler, "cached": figures.cached}}
+
+
+def analyze_with_ptxas(path: str, problem: ProblemSize, ptxas: bool) -> tuple[Analysis, PtxasFigures | None]:
+    """The analysis of the spec at `path` for `problem`, with ptxas's figures (build.cached_kernel_resources: from
+    the cache where its .cu was built before) unless `ptxas` is False."""
+    from .frontend import load_path
+
+    if not ptxas:
+        return analyze(load_path(path)[0], problem), None
+    artifacts = compile_path(path)
+    figures = ptxas_figures(artifacts)
+    resources = None if figures is None else figures.resources.as_dict()
+    return analyze(artifacts.spec, problem, resources, plan=artifacts.plan), figures
 
 
 def check_main(args: argparse.Namespace) -> int:
     """Analyse each spec; exit status 1 if any failed to load or build, or does not tile the problem."""
     from .build import BuildError, nvrtc_version, old_nvrtc_note, ptxas_compiler
-    from .frontend import load_path
 
-    if ptxas_compiler() == "nvrtc" and not all(map(is_family_path, args.specs)):
+    if not args.no_ptxas and ptxas_compiler() == "nvrtc" and not all(map(is_family_path, args.specs)):
         print(f"note: ptxas's figures from NVRTC {nvrtc_version()} (nvcc not on PATH): the kernel the runtime "
               f"builds here", file=sys.stderr)
         note = old_nvrtc_note()
@@ -319,8 +341,7 @@ def check_main(args: argparse.Namespace) -> int:
                 explanation = explain(compile_family_path(path), args.problem)
                 reports.append(explanation if args.json else format_explanation(explanation))
                 continue
-            spec, _ = load_path(path)
-            analysis = analyze(spec, args.problem, ptxas_resources(path))
+            analysis, figures = analyze_with_ptxas(path, args.problem, not args.no_ptxas)
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
@@ -329,7 +350,8 @@ def check_main(args: argparse.Namespace) -> int:
             print(f"{printable(path)}: error: {err}", file=sys.stderr)
             status = 1
             continue
-        reports.append(to_json(analysis) if args.json else format_report(analysis, args.verbose))
+        note = figures.note() if figures is not None else "ptxas's figures: none (--no-ptxas, or no nvcc or NVRTC)"
+        reports.append(report_json(analysis, figures) if args.json else f"{format_report(analysis, args.verbose)}{note}\n")
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

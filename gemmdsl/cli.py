@@ -161,7 +161,9 @@ def _compile_family(path: str, args: argparse.Namespace, nvcc: str | None, sourc
     return True
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with `command` (the subcommand named on it) only that tool's module is
+    imported, to read its arguments: the GPU tools import the runtime, which `check` does not need."""
     parser = argparse.ArgumentParser(prog="gemmdsl", description="Compile .gemm tiling specs to CUDA C.")
     parser.add_argument("--version", action="version", version=f"gemmdsl {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -177,16 +179,20 @@ def build_parser() -> argparse.ArgumentParser:
                              help="do not run nvcc (no ptxas figures; what the golden files hold)")
     compile_cmd.set_defaults(handler=compile_main)
 
+    named = command in {name for name, _, _ in TOOLS}
     for name, module_name, help_text in TOOLS:
-        module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text)
+        if named and name != command:
+            continue  # listed, not read: another command runs
+        module = importlib.import_module(module_name)
         getattr(module, f"add_{name}_arguments")(sub)
         sub.set_defaults(handler=getattr(module, f"{name}_main"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(next((arg for arg in argv if not arg.startswith("-")), None)).parse_args(argv)
     try:
         return args.handler(args)
     except BrokenPipeError:  # the reader went away (`gemmdsl check ... | head`): stop quietly, as cat does

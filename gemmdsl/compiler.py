@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import __version__, ir
-from .build import PtxasResources, kernel_resources, ptxas_compiler
+from .build import PtxasFigures, PtxasResources, cached_kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
 from .emit.header import emit_header
@@ -80,14 +80,20 @@ def compile_source(source: SourceFile, target: TargetName | int | None = None) -
     return Artifacts(spec, plan, analysis, cuda, launch_metadata(plan, source), warnings)
 
 
-def ptxas_resources(path: str) -> dict | None:
-    """ptxas's registers and spills for a spec's kernel: nvcc's where it is on PATH, else NVRTC's
-    where CuPy loads it (`build.ptxas_compiler`), else None."""
+def ptxas_figures(artifacts: Artifacts) -> PtxasFigures | None:
+    """ptxas's registers and spills for a compiled spec's kernel: nvcc's where it is on PATH, else NVRTC's
+    where CuPy loads it (`build.ptxas_compiler`), else None; kept in the cache by the .cu's hash and the
+    compiler's release (`build.cached_kernel_resources`)."""
     compiler = ptxas_compiler()
     if compiler is None:
         return None
-    artifacts = compile_path(path)
-    return kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, compiler).as_dict()
+    return cached_kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, compiler)
+
+
+def ptxas_resources(path: str) -> dict | None:
+    """`ptxas_figures` of the spec at `path`, as the analysis takes them."""
+    figures = ptxas_figures(compile_path(path))
+    return None if figures is None else figures.resources.as_dict()
 
 
 def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:

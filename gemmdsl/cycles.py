@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import ir
-from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
-from .passes.banks import WAVEFRONT_BYTES
-from .passes.intensity import math_unit
+# The model builders below import the analysis (cost_model, passes) where they run: the rule (`choose`, `estimate`)
+# is all a family loaded from the cache (load_cache.py) needs, and importing the analysis would double its time.
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
 from .targets import (HBM_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
                       RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
@@ -151,6 +150,32 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
                     cycles, memory, streaming)
 
 
+def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
+           measured: tuple[tuple[tuple[int, int, int], int], ...] = ()) -> int | None:
+    """A kernel family's rule (family.py states it): the index of the member that runs M x N x K: the one the measured table names for the shape, else the
+    fewest predicted cycles among those that accept the shape; on a tie (members held to the same memory
+    floor) the fewest compute cycles, then the first listed.
+    `fallback` members (declared so in the family) only where aligned=False: among the members that run
+    operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
+    alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
+    launcher."""
+    if 0 in (m, n, k):
+        return 0
+    for shape, index in measured:
+        if shape == (m, n, k) and (aligned or members[index].any_alignment):
+            return index
+    best = None
+    for index, member in enumerate(members):
+        if not (member.any_alignment if not aligned else not member.fallback):
+            continue
+        figures = estimate(member, m, n, k)
+        key = (figures.cycles, figures.compute_cycles)
+        if figures.accepted and (best is None or key < best[1]):
+            best = (index, key)
+    assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
+    return None if best is None else best[0]
+
+
 def memory_cycles(member: MemberModel, m: int, n: int, k: int, streaming: int) -> int:
     """The memory floor of M x N x K: A and B are read and C written at least once, at no more than HBM's rate, nor
     (where the member keeps a ring of k-tiles in flight) than `streaming` blocks draw by Little's law: each
@@ -199,6 +224,9 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (docs/tuning.md, "The mma.sync templates")."""
+    from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
+    from .passes.intensity import math_unit
+
     unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]
@@ -253,6 +281,9 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
     (`memory_cycles`). The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
     too."""
+    from .passes.banks import WAVEFRONT_BYTES
+    from .passes.intensity import math_unit
+
     spec = layout.spec
     sm = spec.target.sm
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
@@ -313,6 +344,8 @@ def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles:
     docs/fusion.md.) One block per tile (`schedule: tiles`) hides nothing either. Under `schedule: pingpong`
     another consumer multiplies its own tile meanwhile, so the epilogue hides under up to that tile's whole
     main loop, where the block has another tile (more tiles than SMs)."""
+    from .cost_model import ISSUE_PER_CLOCK
+
     sm = layout.spec.target.sm
     elements = layout.bm * layout.bn
     rates = {"instruction issue": -(-elements * (work.alu + work.loads + work.smem_loads) // (WARP * ISSUE_PER_CLOCK)),

@@ -95,26 +95,48 @@ def stream_handle(stream: Any) -> int:
                     f"(int), got {type_name(stream)}")
 
 
-@dataclass(frozen=True)
-class PackedParameters:
+class ParameterBlock:
     """cuLaunchKernel's `kernelParams` for a launch's arguments (NumPy scalars: addresses as uint64, int32,
     float32, int64, and 128-byte tensor maps): `address` is that of an array of pointers, one to each
-    argument's bytes; `holders` keeps the pointed-to memory alive. The driver copies each parameter's
-    declared size from its pointer, so the holders need no particular alignment."""
+    argument's bytes, which lie in one buffer, each at an offset of its own size's alignment (64 bytes for a
+    tensor map).
 
-    address: int
-    holders: tuple
+    A repeated call rewrites its addresses in place (`write_address`, `write_bytes`) instead of packing anew:
+    cuLaunchKernel copies each parameter when it queues the launch, as a stream capture does when it records
+    one, so a later write changes no launch already queued or captured."""
 
-    @classmethod
-    def of(cls, args: Iterable[Any]) -> "PackedParameters":
-        values = []
+    def __init__(self, args: Iterable[Any]):
+        offsets, size = [], 0
         for arg in args:
             if not isinstance(arg, numpy.generic):
                 raise TypeError(f"kernel arguments must be NumPy scalars of the parameter's type, got "
                                 f"{type_name(arg)}")
-            values.append(numpy.array(arg))
-        pointers = (ctypes.c_void_p * max(1, len(values)))(*(value.ctypes.data for value in values))
-        return cls(ctypes.addressof(pointers), (pointers, *values))
+            alignment = min(arg.nbytes, PARAMETER_ALIGNMENT)
+            size = -(-size // alignment) * alignment
+            offsets.append((size, arg.tobytes()))
+            size += arg.nbytes
+        self._buffer = ctypes.create_string_buffer(size + PARAMETER_ALIGNMENT)
+        base = -(-ctypes.addressof(self._buffer) // PARAMETER_ALIGNMENT) * PARAMETER_ALIGNMENT
+        for offset, raw in offsets:
+            ctypes.memmove(base + offset, raw, len(raw))
+        self._addresses = tuple(base + offset for offset, _ in offsets)
+        self._pointers = (ctypes.c_void_p * max(1, len(offsets)))(*self._addresses)
+        self.address = ctypes.addressof(self._pointers)
+        self._words: dict[int, ctypes.c_uint64] = {}  # argument index -> its 64 bits, for write_address
+
+    def write_address(self, index: int, value: int) -> None:
+        """Set argument `index`, a 64-bit address."""
+        word = self._words.get(index)
+        if word is None:
+            word = self._words[index] = ctypes.c_uint64.from_address(self._addresses[index])
+        word.value = value
+
+    def write_bytes(self, index: int, raw: bytes) -> None:
+        """Set argument `index` to `raw`, its whole value (a tensor map's 128 bytes)."""
+        ctypes.memmove(self._addresses[index], raw, len(raw))
+
+
+PARAMETER_ALIGNMENT = 64  # CUtensorMap's
 
 
 @dataclass

@@ -89,8 +89,8 @@ from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
-from .cycles import MemberModel, estimate
-from .file_kinds import FAMILY_SUFFIX
+from .cycles import MemberModel, choose, estimate
+from .file_kinds import FAMILY_SUFFIX, is_family_path
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
 from .targets import TargetName
 
@@ -98,37 +98,7 @@ SHAPES_DIR = Path(__file__).with_name("shapes")
 DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
 
 
-def is_family_path(path: str | Path) -> bool:
-    return str(path).endswith(FAMILY_SUFFIX)
-
-
-# --- the rule ----------------------------------------------------------------------------------
-
-
-def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
-           measured: tuple[tuple[Size, int], ...] = ()) -> int | None:
-    """Index of the member that runs M x N x K: the one the measured table names for the shape, else the
-    fewest predicted cycles among those that accept the shape; on a tie (members held to the same memory
-    floor) the fewest compute cycles, then the first listed.
-    `fallback` members (declared so in the family) only where aligned=False: among the members that run
-    operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
-    alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
-    launcher."""
-    if 0 in (m, n, k):
-        return 0
-    for shape, index in measured:
-        if shape == (m, n, k) and (aligned or members[index].any_alignment):
-            return index
-    best = None
-    for index, member in enumerate(members):
-        if not (member.any_alignment if not aligned else not member.fallback):
-            continue
-        figures = estimate(member, m, n, k)
-        key = (figures.cycles, figures.compute_cycles)
-        if figures.accepted and (best is None or key < best[1]):
-            best = (index, key)
-    assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
-    return None if best is None else best[0]
+# --- the rule (cycles.choose) ------------------------------------------------------------------
 
 
 def member_model(artifacts: Artifacts, fallback: bool = False) -> MemberModel:

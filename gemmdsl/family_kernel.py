@@ -1,21 +1,27 @@
 """Kernel families on the GPU: a family's members loaded as runtime Kernels, each call run on the member the
 family's rule (family.choose) picks, as its C launcher does; and the shape lists bench and verify read.
 
-Beside the runtime, above family.py, so that `check` and `compile` of a family never load the runtime.
+Beside the runtime, above family.py, so that `check` and `compile` of a family never load the runtime; it
+imports the rule (cycles.choose) but not the compiler, which a family read back from the cache does not need.
 """
 from __future__ import annotations
 
 import sys
-
+from collections import OrderedDict
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .family import FamilyArtifacts, choose, compile_family_path, is_family_path
+from .call_plan import MISS, Signature, call_signature, keep
+from .cycles import choose
 from .devices import DeviceMismatch
-from .runtime import Kernel, KernelBuildError, Size, parse_sizes, run_on_kernels, run_returning_c
+from .file_kinds import is_family_path
+from .load_cache import compiled_family
+from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
+                      run_on_kernels, run_returning_c)
 from .source import CompileError
 
+NO_CHAIN = (None,) * (len(CALL_OPERANDS) - 3)  # a call's operands beyond A, B and C, none given
 
 
 def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
@@ -42,7 +48,8 @@ def read_shapes(path: str | Path) -> list[tuple[int, int, int]]:
 class FamilyKernel:
     """A family loaded on the GPU: each call runs the member the rule picks, as the C launcher does."""
 
-    def __init__(self, family: FamilyArtifacts):
+    def __init__(self, family: Any):
+        """`family`: family.FamilyArtifacts, or load_cache.CompiledFamily."""
         self.name = family.name
         self.models = family.models
         self.kernels = [Kernel(member.artifacts) for member in family.members]
@@ -53,6 +60,8 @@ class FamilyKernel:
                          if key in self.kernels[0].metadata}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))
+        # By call signature and options: the plan (call_plan.py) of the member that ran it, on padded copies or not.
+        self._routes: OrderedDict[tuple, Any] = OrderedDict()
 
     def member_for(self, m: int, n: int, k: int, aligned: bool = True) -> Any:
         """The member the rule picks (aligned=False: among those that run operands of any alignment; None when
@@ -65,28 +74,51 @@ class FamilyKernel:
         """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there), on padded
         copies of A and B where it has that launcher and they need one (Kernel.bind_padded); where it refuses the
         operands, the member the rule picks among those that run any alignment, as the C launcher falls back."""
+        return self._bind(call_operands(a, b, c, chain), (alpha, beta, stream_k, interior))
+
+    def _bind(self, operands: tuple, options: tuple, signature: Signature | None = None) -> Any:
+        """`bind` of `operands` (runtime.CALL_OPERANDS) with `options` (alpha, beta, stream_k, interior). The plan
+        the chosen member made for the call (on padded copies or not) is kept by signature, so that the next call
+        goes to it without choosing again."""
+        a, b, c = operands[:3]
+        chain = {name: operand for name, operand in zip(CALL_OPERANDS[3:], operands[3:]) if operand is not None}
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
         index = self._choose(m, n, k, True)
-        kernel = self.kernels[index]
+        kernel, padded = self.kernels[index], True
         try:
             # A TMA member on copies of the operands TMA refuses or reads slowly (paths/wgmma/pad.py), as the C
             # launcher; bind_padded is None where there is nothing to copy.
-            padded = kernel.bind_padded(a, b, c, alpha, beta, stream_k, interior, **chain)
-            return padded if padded is not None else kernel.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            bound = kernel.bind_padded(a, b, c, *options, **chain)
+            if bound is None:
+                bound, padded = kernel.bind(a, b, c, *options, **chain), False
         except DeviceMismatch:
             raise
         except ValueError:
             fallback = self.member_for(m, n, k, aligned=False)
             if self.models[index].any_alignment or fallback is None:
                 raise  # not the operands' alignment, or no member runs them
-            return fallback.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+            kernel, padded = fallback, False
+            bound = kernel.bind(a, b, c, *options, **chain)
+        signature = signature or call_signature(operands)
+        plan = None if signature is None else getattr(kernel, "_plans", {}).get((signature.key, options, padded))
+        if plan is not None:
+            keep(self._routes, (signature.key, options), plan, PLANS_KEPT)
+        return bound
 
     def __call__(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                  stream: Any = None, stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
         """`Kernel.__call__` on the member the rule picks for A's and B's shape: the same operands, streams,
         fuse chain operands and returned C."""
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior, **chain)
+        operands = call_operands(a, b, c, chain) if chain else (a, b, c, *NO_CHAIN)
+        options = (alpha, beta, stream_k, interior)
+        signature = call_signature(operands)
+        plan = None if signature is None else self._routes.get((signature.key, options))
+        if plan is not None:  # a repeated call: the plan of the member it went to, nothing chosen again
+            made = plan.call(signature.pointers, stream)
+            if made is not MISS:
+                return c if c is not None else made
+        launch = self._bind(operands, options, signature)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
 
@@ -96,7 +128,7 @@ def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[
     then each family as one FamilyKernel or, with as_members, as its members' kernels. Families
     compile before anything needs the GPU, as specs do; the exit statuses are run_on_kernels'."""
     try:
-        families = [compile_family_path(path) for path in paths if is_family_path(path)]
+        families = [compiled_family(path) for path in paths if is_family_path(path)]
     except CompileError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -116,5 +148,6 @@ def run_on_specs_and_families(paths: list[str], sizes_text: str, work: Callable[
 
 
 def load_family(path: str | Path) -> FamilyKernel:
-    """Compile a `.gemmf` family and load every member on the current device."""
-    return FamilyKernel(compile_family_path(path))
+    """Compile a `.gemmf` family (or read it back from the cache of compiled families) and load every member on
+    the current device."""
+    return FamilyKernel(compiled_family(path))

@@ -8,6 +8,11 @@ FAMILY_SUFFIX = ".gemmf"
 TEMPLATE_SUFFIX = ".tgemm"
 FILE_KINDS = {SPEC_SUFFIX: "spec", FAMILY_SUFFIX: "kernel family", TEMPLATE_SUFFIX: "tuning template"}
 
+
+def is_family_path(path: object) -> bool:
+    """Whether `path` (a str or os.PathLike) names a kernel family's file."""
+    return str(path).endswith(FAMILY_SUFFIX)
+
 COMMAND_INPUTS: dict[str, tuple[str, ...]] = {
     "compile": (SPEC_SUFFIX, FAMILY_SUFFIX),
     "check": (SPEC_SUFFIX, FAMILY_SUFFIX),

@@ -67,8 +67,10 @@ WORD_TERMINALS = ("NAME", "COUNTED_NAME")  # tokens a named value may be (`row`,
 
 @lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
+    # cache: lark keeps the LALR tables it builds from the grammar (a quarter of a second, most of what a second
+    # `gemmdsl check` would spend) in a file named by the grammar's, the options' and lark's own hash.
     return lark.Lark(GRAMMAR_PATH.read_text(), parser="lalr", propagate_positions=True,
-                     maybe_placeholders=False)
+                     maybe_placeholders=False, cache=True)
 
 
 def parse_file(path: str | Path) -> ir.KernelSpec:

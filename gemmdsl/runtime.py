@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
@@ -50,19 +51,23 @@ from typing import Any, Callable
 import numpy
 
 from .abi import MAX_BATCH, size_errors
-from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
-                    old_nvrtc_note)
-from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signature, type_name
+from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvcc_release, nvrtc_compile,
+                    nvrtc_version, old_nvrtc_note)
+from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, type_name
+from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, address_of, call_signature, extent_bytes,
+                        keep)
 from .errors import GemmdslError
-from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
+from .devices import Driver, ParameterBlock, check_stream_device, operands_device, stream_handle
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
 from .grouped_call import check_b_packed, check_grouped_operands, check_offs, check_offs_given, map_batches
 from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
                           SCALE_C_THREADS, SECTOR_BYTES, LaunchPlan)
 from .schedule import SubLaunch
+from .tensor_maps import MapInputs
 from .targets import ARCHS, arch, occupancy_of
-from .source import CompileError
+from .load_cache import cache_dir, compiled_spec, write_atomically
+from .source import CompileError, SourceFile
 
 COMPILERS = ("nvcc", "nvrtc")
 MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
@@ -82,6 +87,9 @@ class GpuUnavailable(GemmdslError, RuntimeError):
 # Launch requirements and argument checks (pure; no CuPy needed)
 
 OPERAND_NAMES = ("A", "B", "C")
+# A call's operands in the order its plan's signature lists them (call_plan.py).
+CALL_OPERANDS = (*OPERAND_NAMES, *FUSE_OPERANDS, "offs")
+PLANS_KEPT = 256  # call signatures whose plans a kernel keeps; the oldest goes first
 
 
 @dataclass(frozen=True)
@@ -382,20 +390,25 @@ def matrix_extent(req: Requirements, view: OperandView) -> int:
     return view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
 
 
-def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple]:
+def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple[Allocation, ...]]:
     """A stream-K wgmma call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
-    arrays that hold the workspace the launch plan sizes (LaunchPlan.workspace_for), the flags zeroed once
+    allocation of the workspace the launch plan sizes (LaunchPlan.workspace_for), the flags zeroed once
     (the kernel lowers every flag it raises, so the bound call can be launched again)."""
-    import cupy
-
     sized = req.launch.workspace_for(call.m, call.n, call.k, sms)
     if sized is None:
         return (numpy.int32(0), numpy.int32(0), numpy.uint64(0), numpy.uint64(0)), ()
     split, (partial_bytes, flags_count) = sized
-    partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
-    flags = cupy.zeros(flags_count, dtype=cupy.uint32)
-    return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(partials.data.ptr),
-             numpy.uint64(flags.data.ptr)), (partials, flags))
+    make = partial(allocate_workspace, partial_bytes, flags_count)
+    partials, flags = make()
+    return ((numpy.int32(split.sk_tiles), numpy.int32(split.sk_blocks), numpy.uint64(address_of(partials)),
+             numpy.uint64(address_of(flags))), (Allocation((partials, flags), make),))
+
+
+def allocate_workspace(partial_bytes: int, flags_count: int) -> tuple[Any, Any]:
+    """Stream-K's partial sums (uninitialised f32) and flags (zeroed), on the current GPU."""
+    import cupy
+
+    return cupy.empty(partial_bytes // 4, dtype=cupy.float32), cupy.zeros(flags_count, dtype=cupy.uint32)
 
 
 def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
@@ -434,21 +447,26 @@ def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str,
     return copies
 
 
-def empty_padded(like: Any, library: str, rows: int, cols: int, ld: int, transpose: bool, device: int) -> Any:
-    """An uninitialised rows x cols matrix of `like`'s element type with leading dimension `ld`, transposed for
-    a column-major operand, in the caller's library (PyTorch or CuPy; None for another library)."""
+def padded_maker(dtype: Any, library: str, rows: int, cols: int, ld: int, transpose: bool,
+                 device: int) -> Callable[[], tuple] | None:
+    """A function making an uninitialised rows x cols matrix of the library's element type `dtype` with leading
+    dimension `ld`, transposed for a column-major operand, in the caller's library, as a 1-tuple (an allocation's
+    maker, call_plan.Allocation); None for a library other than PyTorch and CuPy."""
     if library == "torch":
         import torch
 
-        copy = torch.empty((rows, ld), dtype=like.dtype, device=torch.device("cuda", device))[:, :cols]
-    elif library == "cupy":
+        empty = partial(torch.empty, (rows, ld), dtype=dtype, device=torch.device("cuda", device))
+        return lambda: ((empty()[:, :cols].T if transpose else empty()[:, :cols]),)
+    if library != "cupy":
+        return None
+
+    def make() -> tuple:
         import cupy
 
         with cupy.cuda.Device(device):
-            copy = cupy.empty((rows, ld), dtype=like.dtype)[:, :cols]
-    else:
-        return None
-    return copy.T if transpose else copy
+            copy = cupy.empty((rows, ld), dtype=dtype)[:, :cols]
+        return (copy.T if transpose else copy),
+    return make
 
 
 def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
@@ -471,27 +489,31 @@ def pointer_device(name: str, view: ArrayView) -> int:
     return attributes.device
 
 
-def empty_c(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Any:
-    """An uninitialised C in the spec's layout and element type, in the caller's library where it can
-    make one: PyTorch and CuPy their own, Numba a view of a CuPy array, anything else (JAX, whose
-    arrays are immutable) a CuPy array for `to_library` to hand over after the launch."""
+def c_maker(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Callable[[], tuple]:
+    """A function making an uninitialised C in the spec's layout and element type, as a 1-tuple (an
+    allocation's maker, call_plan.Allocation), in the caller's library where it can make one: PyTorch and CuPy
+    their own, Numba a view of a CuPy array, anything else (JAX, whose arrays are immutable) a CuPy array for
+    `to_library` to hand over after the launch. For PyTorch all but the allocation is done once."""
     shape, transpose = c_shape(req, m, n, batch)
     dtype = req.dtypes["C"]
     if library == "torch":
         import torch
 
-        c = torch.empty(shape, dtype=getattr(torch, dtype), device=torch.device("cuda", device))
-        return c.transpose(-1, -2) if transpose else c
-    import cupy
+        empty = partial(torch.empty, shape, dtype=getattr(torch, dtype), device=torch.device("cuda", device))
+        return (lambda: (empty().transpose(-1, -2),)) if transpose else (lambda: (empty(),))
 
-    with cupy.cuda.Device(device):
-        c = cupy.empty(shape, dtype="uint16" if dtype == "bfloat16" else dtype)  # CuPy has no bfloat16: its bits
-    c = c.swapaxes(-1, -2) if transpose else c
-    if library == "numba":
-        from numba import cuda
+    def make() -> tuple:
+        import cupy
 
-        return cuda.as_cuda_array(c)
-    return c
+        with cupy.cuda.Device(device):
+            c = cupy.empty(shape, dtype="uint16" if dtype == "bfloat16" else dtype)  # CuPy has no bfloat16: its bits
+        c = c.swapaxes(-1, -2) if transpose else c
+        if library == "numba":
+            from numba import cuda
+
+            return (cuda.as_cuda_array(c),)
+        return (c,)
+    return make
 
 
 def to_library(c: Any, library: str, dtype: str, stream: Any) -> Any:
@@ -537,14 +559,21 @@ def callers_stream(library: str, device: int) -> int:
     """The stream a caller of this library launches on now on `device`: PyTorch's current stream of that
     device for PyTorch operands, CuPy's current stream otherwise (JAX and Numba have no current stream to
     follow). CuPy keeps a current stream per device: this is called with `device` current."""
-    if library == "torch":
+    return current_stream_of(library == "torch")(device)
+
+
+@cache
+def current_stream_of(torch_operands: bool) -> Callable[[int], int]:
+    """The function giving the current stream's handle on a device, found once: PyTorch's raw handle (no Stream
+    object made), else CuPy's current stream."""
+    if torch_operands:
         import torch
 
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, without a Stream object
-        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw if raw is not None else lambda device: torch.cuda.current_stream(device).cuda_stream
     import cupy
 
-    return cupy.cuda.get_current_stream().ptr
+    return lambda device: cupy.cuda.get_current_stream().ptr
 
 
 def parse_target(target: str) -> tuple[int, bool]:
@@ -578,10 +607,6 @@ def build_target(target: str, compute_capability: str) -> str:
 # Binary cache
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("GEMMDSL_CACHE") or Path.home() / ".cache" / "gemmdsl")
-
-
 def cache_key(metadata: dict, source: str, cupy_version: str, built_for: str, compiler: str) -> str:
     """Everything that decides the cubin's bytes.
 
@@ -613,15 +638,8 @@ def cubin_cache_name(metadata: dict, source: str, built_for: str, compiler: str 
 
 @cache
 def compiler_version(compiler: str) -> str:
-    """nvcc's release ("13.0.88", from `nvcc --version`) or NVRTC's ("13.1", as CuPy loaded it)."""
-    if compiler == "nvrtc":
-        return nvrtc_version()
-    try:
-        done = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):  # no nvcc: the build that follows says so clearly
-        return "unavailable"
-    release = re.search(r"V(\d+(?:\.\d+)+)", done.stdout)
-    return release.group(1) if release else done.stdout.strip()
+    """nvcc's release ("13.0.88", build.nvcc_release) or NVRTC's ("13.1", as CuPy loaded it)."""
+    return nvrtc_version() if compiler == "nvrtc" else nvcc_release()
 
 
 class BinaryCache:
@@ -634,19 +652,8 @@ class BinaryCache:
         """Path of the cached binary, calling `build` only when it is not there yet."""
         path = self.directory / file_name
         if not path.is_file():
-            self._write_atomically(path, build())
+            write_atomically(path, build())
         return path
-
-    def _write_atomically(self, path: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
 
 
 # ---------------------------------------------------------------------------
@@ -724,10 +731,13 @@ class KernelLaunch:
     block: tuple[int, int, int]
     args: tuple
     shared_mem: int
-    parameters: PackedParameters = field(init=False, compare=False, repr=False)
+    # What its leading tensor-map arguments were encoded from (a wgmma kernel's), for the plan of its call
+    # (call_plan.py), which encodes them anew for other addresses; None for a launch without maps.
+    maps: MapInputs | None = field(default=None, compare=False, repr=False)
+    parameters: ParameterBlock = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:  # packed once: a repeated call launches these very bytes again
-        object.__setattr__(self, "parameters", PackedParameters.of(self.args))
+        object.__setattr__(self, "parameters", ParameterBlock(self.args))
 
     def __call__(self, driver: Driver, stream: int) -> None:
         driver.launch(self, stream)
@@ -737,37 +747,68 @@ class KernelLaunch:
 class BoundLaunch:
     """One validated call, ready to repeat without re-checking (what the benchmark times): one
     kernel launch, or for stream-K up to three (set the shared tiles of C to beta * C, the stream-K
-    kernel on them, the plain kernel on the other tiles)."""
+    kernel on them, the plain kernel on the other tiles), after the padded launcher's copy where it has one."""
 
     entry: str | None  # the kernel the call runs: the vector or the scalar one (K = 0: scale_c; M or N = 0: none)
     launches: tuple[KernelLaunch, ...]
     c: Any  # the output matrix the kernel writes (for JAX callers, the CuPy array the call hands over)
-    operands: tuple  # A, B (and C): the kernels hold only their addresses, so this keeps them alive
+    operands: tuple  # the arrays the caller passed: the kernels hold only their addresses, so this keeps them alive
     library: str  # A's library, whose current stream a launch follows
     device: int  # the GPU that holds the operands, where the launches run
+    allocations: tuple[Allocation, ...] = ()  # what the call made: C left out, padded copies, stream-K's workspace
 
     @property
     def workspace(self) -> tuple:
-        """Arrays the launch owns beside the operands (wgmma stream-K's partial sums and flags)."""
-        return self.operands[3:]
+        """Arrays the launch owns beside the operands and C (the padded copies, wgmma stream-K's partial sums
+        and flags)."""
+        return tuple(array for allocation in self.allocations for array in allocation.arrays if array is not self.c)
 
     def __call__(self, stream: Any = None) -> int:
-        """Queue the launches on `stream` (any stream `devices.stream_handle` takes; one of another GPU is
-        refused), else on the caller's current stream of the operands' GPU, with that GPU current; returns
-        the cudaStream_t used."""
-        driver = cuda_driver()
-        if stream is not None:
-            check_stream_device(stream, self.device, driver.handle_device)
-        with on_device(self.device):
-            handle = stream_handle(stream) if stream is not None else callers_stream(self.library, self.device)
-            for launch in self.launches:
-                launch(driver, handle)
-        return handle
+        """Queue the launches (`queue`); returns the cudaStream_t used."""
+        return queue(self.launches, self.library, self.device, stream)
+
+
+def queue(launches: tuple, library: str, device: int, stream: Any = None) -> int:
+    """Queue `launches` on `stream` (any stream `devices.stream_handle` takes; one of another GPU is refused),
+    else on the caller's current stream of `device` in A's `library`, with that GPU current; returns the
+    cudaStream_t used."""
+    driver = cuda_driver()
+    if stream is not None:
+        check_stream_device(stream, device, driver.handle_device)
+    with on_device(device):
+        handle = stream_handle(stream) if stream is not None else callers_stream(library, device)
+        for launch in launches:
+            driver.launch(launch, handle)
+    return handle
+
+
+def call_operands(a: Any, b: Any, c: Any, chain: dict[str, Any]) -> tuple:
+    """A call's operands in CALL_OPERANDS order, from A, B, C and the keyword arguments of the fuse chain and
+    offs (TypeError for another keyword, as Python gives it)."""
+    unknown = sorted(set(chain) - set(CALL_OPERANDS[3:]))
+    if unknown:
+        raise TypeError(f"got an unexpected keyword argument {unknown[0]!r}")
+    return (a, b, c, *(chain.get(name) for name in CALL_OPERANDS[3:]))
+
+
 
 
 @cache
 def cuda_driver() -> Driver:
     return Driver.load()
+
+
+def current_device() -> int:
+    """The calling thread's current CUDA device."""
+    return cuda_runtime().getDevice()
+
+
+@cache
+def cuda_runtime() -> Any:
+    """CuPy's CUDA runtime module, imported once."""
+    import cupy
+
+    return cupy.cuda.runtime
 
 
 class on_device:
@@ -779,18 +820,14 @@ class on_device:
         self.previous: int | None = None
 
     def __enter__(self) -> None:
-        import cupy
-
-        current = cupy.cuda.runtime.getDevice()
+        current = current_device()
         if current != self.device:
-            cupy.cuda.runtime.setDevice(self.device)
+            cuda_runtime().setDevice(self.device)
             self.previous = current
 
     def __exit__(self, *exc: Any) -> None:
         if self.previous is not None:
-            import cupy
-
-            cupy.cuda.runtime.setDevice(self.previous)
+            cuda_runtime().setDevice(self.previous)
             self.previous = None
 
 
@@ -804,18 +841,10 @@ def run_returning_c(launch: BoundLaunch, c_given: bool, c_dtype: str, stream: An
         return to_library(launch.c, launch.library, c_dtype, launch_stream(used))
 
 
-def call_key(a: Any, b: Any, c: Any, alpha: float, beta: float, stream_k: bool, interior: bool,
-             fused: dict[str, Any]) -> tuple | None:
-    """What decides a call with C given: equal keys, equal checks and launches. None where an operand's
-    library has no cheap signature (arrays.signature)."""
-    operands = (signature(a), signature(b), signature(c), *(signature(x) for x in fused.values()))
-    return None if None in operands else (*operands, tuple(fused), alpha, beta, stream_k, interior)
-
-
 @dataclass
 class DeviceModule:
     """A kernel's cubin loaded on one GPU: its functions, that GPU's SM count, and what calls there
-    remember (the last call's launches, the tensor maps). Nothing in it serves another GPU."""
+    remember (the tensor maps, the resident blocks). Nothing in it serves another GPU."""
 
     device: int
     built_for: str
@@ -832,9 +861,7 @@ class Kernel:
 
     def __init__(self, artifacts: Any):
         require_gpu()  # no CuPy or no usable driver: a GpuUnavailable saying so, as the commands print it
-        import cupy
-
-        self.spec = artifacts.spec
+        self._artifacts = artifacts  # compiler.Artifacts, or load_cache.CompiledSpec (its IR compiled on demand)
         self.metadata = artifacts.metadata
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
@@ -842,13 +869,16 @@ class Kernel:
         self.fuse = FuseOperands.from_metadata(self.metadata)  # what the fuse chain reads; None without one
         self._modules: dict[int, DeviceModule] = {}
         self._loading = threading.Lock()
-        # The last call's key (operand signatures, scalars, options) and its launches without operands, reused
-        # by a call with the same key: a call's checks and launch arguments cost several times what a launch
-        # does, and callers repeat their calls. Replaced whole, so threads sharing the kernel read either.
-        self._last: tuple[tuple, BoundLaunch] | None = None
-        self._uncopied: tuple | None = None  # bind_padded: the last operands' signatures that needed no copies
+        # The plans of the calls checked in full, by signature, scalars, options and padding (call_plan.py): a
+        # call's checks and launch arguments cost several times what a launch does, and callers repeat calls.
+        self._plans: OrderedDict[tuple, CallPlan] = OrderedDict()
         # Built and loaded now on the current GPU, so that build errors surface at load.
-        self._home = self._module_on(cupy.cuda.runtime.getDevice())
+        self._home = self._module_on(current_device())
+
+    @property
+    def spec(self) -> Any:
+        """The spec's IR (ir.KernelSpec)."""
+        return self._artifacts.spec
 
     @property
     def built_for(self) -> str:
@@ -906,9 +936,7 @@ class Kernel:
         views = {name: array_view(name, array) for name, array in operands.items()}
         device = operands_device(views, pointer_device)
         if device is None:  # empty arrays that name no GPU: the current one serves
-            import cupy
-
-            device = cupy.cuda.runtime.getDevice()
+            device = current_device()
         return views, device
 
     def _fused(self, bias: Any, residual: Any, row_scale: Any, col_scale: Any, a_scale: Any = None,
@@ -938,27 +966,8 @@ class Kernel:
 
         offs: a `batch: grouped` kernel's groups (docs/grouped.md): G int32 cumulative row ends on the GPU, as
         torch._grouped_mm takes them, with A M x K, B G x K x N (for `b: col`: `w.mT` of G x N x K weights), C M x N."""
-        fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
-        check_offs_given(self.name, self.requirements.grouped, offs is not None)
-        keyed = fused if offs is None else {**fused, "offs": offs}
-        key = None if c is None else call_key(a, b, c, alpha, beta, stream_k, interior, keyed)
-        last = self._last
-        if key is not None and last is not None and last[0] == key:
-            return replace(last[1], c=c, operands=(a, b, c, *fused.values()))
-        views, device = self._views({"A": a, "B": b, **({} if c is None else {"C": c}), **fused,
-                                     **({} if offs is None else {"offs": offs})})
-        loaded = self._module_on(device)
-        if c is not None:
-            check_writable(views["C"])
-        offs_view = views.pop("offs", None)
-        with on_device(device):
-            bound = self._bind_checked(loaded, a, b, c, views, alpha, beta, stream_k, interior, fused, offs_view)
-        if offs is not None:
-            bound = replace(bound, operands=(*bound.operands, offs))
-        # A launch with a workspace (wgmma stream-K) gets its own: calls on two streams must not share one.
-        if key is not None and not bound.workspace:
-            self._last = (key, replace(bound, c=None, operands=()))
-        return bound
+        return self._bind((a, b, c, bias, residual, row_scale, col_scale, a_scale, b_scale, offs),
+                          (alpha, beta, stream_k, interior))
 
     def bind_padded(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
                     stream_k: bool = True, interior: bool = True, **chain: Any) -> BoundLaunch | None:
@@ -966,57 +975,131 @@ class Kernel:
         NAME_launch_ld_padded runs (paths/wgmma/pad.py, `padded_copies`): each launch copies those operands
         first. None where nothing is to be copied, the kernel has no such launcher or the operands' library
         cannot allocate the copies (then call `bind`)."""
+        return self._bind(call_operands(a, b, c, chain), (alpha, beta, stream_k, interior), padded=True)
+
+    def _bind(self, operands: tuple, options: tuple, padded: bool = False,
+              signature: Signature | None = None) -> BoundLaunch | None:
+        """`bind` (padded: `bind_padded`) of `operands` (CALL_OPERANDS) with `options` (alpha, beta, stream_k,
+        interior): from the plan of their signature where there is one, else checked in full, which makes the
+        plan for the next call."""
+        signature = signature or call_signature(operands)
+        key = None if signature is None else (signature.key, options, padded)
+        plan = None if key is None else self._plans.get(key)
+        if plan is not None:
+            bound = self._bound_from(plan, signature.pointers, operands)
+            if bound is not MISS:
+                return bound
+        bound = self._bind_padded_checked(operands, options) if padded else self._bind_operands(operands, options)
+        if key is not None and bound is not None:
+            self._remember(key, bound, operands, signature.pointers)
+        return bound
+
+    def _remember(self, key: tuple, bound: BoundLaunch, operands: tuple, pointers: tuple[int, ...]) -> None:
+        """Keep the plan of a call checked in full (call_plan.py), for its signature's later calls."""
+        named = [(name, operand) for name, operand in zip(CALL_OPERANDS, operands) if operand is not None]
+        allocated = [array for allocation in bound.allocations for array in allocation.arrays]
+        views = [array_view(name, operand) for name, operand in (*named, *(("allocated", a) for a in allocated))]
+        extents = tuple(map(extent_bytes, views))
+        if None in extents:
+            return
+        names = [name for name, _ in named]
+        checked = ()
+        if operands[2] is not None and extents[names.index("C")]:  # C given: it must not overlap what is read
+            c = names.index("C")
+            checked = tuple((c, slot) for slot, name in enumerate(names)
+                            if name not in ("C", "offs") and extents[slot] and pointers[slot] != pointers[c])
+        c_index = next((index for index, array in enumerate(allocated) if array is bound.c), None)
+        plan = CallPlan.build(bound.launches, pointers + tuple(map(address_of, allocated)), extents, len(names),
+                              checked, bound.allocations, self._module_on(bound.device).tensor_maps,
+                              Placement(bound.entry, bound.library, bound.device, c_index, queue))
+        if plan is None:
+            return
+        keep(self._plans, key, plan, PLANS_KEPT)
+
+    def _bound_from(self, plan: CallPlan, pointers: tuple[int, ...], operands: tuple) -> BoundLaunch | object:
+        """A BoundLaunch of its own for these operands, from the plan of their signature; MISS where the plan
+        cannot take their addresses."""
+        taken = plan.take(pointers)
+        if taken is MISS:
+            return MISS
+        made, pointers = taken
+        allocations = tuple(Allocation(arrays, make) for arrays, make in zip(made, plan.makers))
+        arrays = tuple(array for allocation in allocations for array in allocation.arrays)
+        args = plan.relocated(pointers)
+        launches = tuple(replace(planned.launch, args=launch_args, maps=None)
+                         for planned, launch_args in zip(plan.launches, args))
+        where = plan.placement
+        c = operands[2] if where.c_index is None else arrays[where.c_index]
+        return BoundLaunch(where.entry, launches, c, tuple(operand for operand in operands if operand is not None),
+                           where.library, where.device, allocations)
+
+    def _bind_operands(self, operands: tuple, options: tuple) -> BoundLaunch:
+        """`bind` checked in full."""
+        a, b, c, *chain, offs = operands
+        alpha, beta, stream_k, interior = options
+        fused = self._fused(*chain)
+        check_offs_given(self.name, self.requirements.grouped, offs is not None)
+        views, device = self._views({"A": a, "B": b, **({} if c is None else {"C": c}), **fused,
+                                     **({} if offs is None else {"offs": offs})})
+        loaded = self._module_on(device)
+        if c is not None:
+            check_writable(views["C"])
+        offs_view = views.pop("offs", None)
+        with on_device(device):
+            bound = self._bind_checked(loaded, c, views, alpha, beta, stream_k, interior, fused, offs_view)
+        return replace(bound, operands=tuple(operand for operand in operands if operand is not None))
+
+    def _bind_padded_checked(self, operands: tuple, options: tuple) -> BoundLaunch | None:
+        """`bind_padded` checked in full."""
         if self.requirements.launch.entries.pad_operands is None:
             return None
-        key = (signature(a), signature(b))  # operands like the last call's that needed no copies need none
-        if None not in key and key == self._uncopied:
-            return None
+        a, b = operands[:2]
         views, device = self._views({"A": a, "B": b})
         req = self.requirements
-        operands = {name: operand_view(req, name, views[name]) for name in ("A", "B")}
-        copies = padded_copies(req, operands)
-        if not copies or min(operands["A"].rows, operands["A"].cols, operands["B"].cols) == 0 \
-                or max(view.batch for view in operands.values()) > 1:
-            self._uncopied = key
+        given = {name: operand_view(req, name, views[name]) for name in ("A", "B")}
+        copies = padded_copies(req, given)
+        if not copies or min(given["A"].rows, given["A"].cols, given["B"].cols) == 0 \
+                or max(view.batch for view in given.values()) > 1:
             return None
-        given = {"A": a, "B": b}
-        padded = dict(given)
-        for name, (rows, cols, ld) in copies.items():
-            padded[name] = empty_padded(given[name], views[name].library, rows, cols, ld, req.layouts[name] == "col",
-                                        device)
-            if padded[name] is None:
-                return None
-        bound = self.bind(padded["A"], padded["B"], c, alpha, beta, stream_k, interior, **chain)
-        arguments = []
+        padded, allocations, arguments = {"A": a, "B": b}, [], []
         for name in ("A", "B"):
-            view = operands[name]
-            if name in copies:
-                rows, cols, ld = copies[name]
-                copy = array_view(name, padded[name])
-                arguments += [numpy.uint64(view.pointer), numpy.int64(view.ld), numpy.uint64(copy.pointer),
-                              numpy.int64(ld), numpy.int32(rows), numpy.int32(cols)]
-            else:
+            view = given[name]
+            if name not in copies:
                 arguments += [numpy.uint64(0), numpy.int64(0), numpy.uint64(0), numpy.int64(0), numpy.int32(0),
                               numpy.int32(0)]
+                continue
+            rows, cols, ld = copies[name]
+            make = padded_maker(getattr(operands[name == "B"], "dtype", None), views[name].library, rows, cols, ld,
+                                req.layouts[name] == "col", device)
+            if make is None:  # a library the runtime cannot allocate in
+                return None
+            allocations.append(Allocation(make(), make))
+            padded[name] = allocations[-1].arrays[0]
+            arguments += [numpy.uint64(view.pointer), numpy.int64(view.ld),
+                          numpy.uint64(array_view(name, padded[name]).pointer), numpy.int64(ld), numpy.int32(rows),
+                          numpy.int32(cols)]
+        bound = self._bind_operands((padded["A"], padded["B"], *operands[2:]), options)
         rows = sum(copy[0] for copy in copies.values())
         grid = (min(-(-rows // PAD_ROWS_PER_BLOCK), PAD_MAX_BLOCKS), 1, 1)
-        loaded = self._module_on(device)
-        pad = KernelLaunch(loaded.functions[req.launch.entries.pad_operands], grid, (PAD_THREADS, 1, 1),
-                           tuple(arguments), 0)
-        # The caller's A and B, the copies (the launches hold their addresses) and what the launch holds.
-        return replace(bound, launches=(pad, *bound.launches),
-                       operands=(a, b, bound.c, *bound.operands[3:], *(padded[name] for name in copies)))
+        pad = KernelLaunch(self._module_on(device).functions[req.launch.entries.pad_operands], grid,
+                           (PAD_THREADS, 1, 1), tuple(arguments), 0)
+        # The caller's operands, and the copies (the launches hold their addresses) before what the call made.
+        return replace(bound, launches=(pad, *bound.launches), operands=tuple(o for o in operands if o is not None),
+                       allocations=(*allocations, *bound.allocations))
 
-    def _bind_checked(self, loaded: DeviceModule, a: Any, b: Any, c: Any | None, views: dict[str, ArrayView],
+    def _bind_checked(self, loaded: DeviceModule, c: Any | None, views: dict[str, ArrayView],
                       alpha: float, beta: float, stream_k: bool, interior: bool,
                       fused: dict[str, Any], offs: ArrayView | None = None) -> BoundLaunch:
         """`bind` after the operands' views, with their GPU current: check the call and the fuse chain's
-        operands, allocate C if it is None, build the launches."""
+        operands, allocate C if it is None, build the launches (the BoundLaunch's operands are left to the caller)."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
         library = views["A"].library
+        allocations: tuple[Allocation, ...] = ()
         if c is None:
-            c = empty_c(req, library, call.m, call.n, 1 if req.grouped else call.batch, loaded.device)
+            make = c_maker(req, library, call.m, call.n, 1 if req.grouped else call.batch, loaded.device)
+            allocations = (Allocation(make(), make),)
+            c = allocations[0].arrays[0]
             views["C"] = array_view("C", c)
             call = check_call(req, views["A"], views["B"], views["C"], alpha, beta)  # C's alignment counts too
         groups = ()  # a grouped kernel's trailing arguments: offs and G
@@ -1030,20 +1113,18 @@ class Kernel:
             c_view = call.views["C"]
             check_no_overlap_with_c(chain, c_view.pointer, c_view.ld, req.layouts["C"], c_view.itemsize, call.m,
                                     call.n)
-        operands = (a, b, c, *fused.values())
+        bound = partial(BoundLaunch, call.entry, c=c, operands=(), library=library, device=loaded.device,
+                        allocations=allocations)
         if call.entry in (None, req.launch.entries.scale_c):
-            return BoundLaunch(call.entry, self._empty_problem_launches(loaded, call, beta, chain, groups), c=c,
-                               operands=operands, library=library, device=loaded.device)
+            return bound(self._empty_problem_launches(loaded, call, beta, chain, groups))
         block = (self.metadata["threads"], 1, 1)
         function = loaded.functions[call.entry]
         if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
             launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain),
                                                    groups)
-            return BoundLaunch(call.entry, (launch,), c=c, operands=(*operands, *workspace), library=library,
-                               device=loaded.device)
+            return bound((launch,), allocations=allocations + workspace)
         args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
         smem = self.dynamic_smem_bytes
-        bound = partial(BoundLaunch, call.entry, c=c, operands=operands, library=library, device=loaded.device)
         split = None
         if stream_k and req.launch.stream_k is not None:
             split = req.launch.split_for(call.m, call.n, call.k, call.batch, loaded.sms,
@@ -1084,8 +1165,9 @@ class Kernel:
                              (SCALE_C_THREADS, 1, 1), arguments, 0),)
 
     def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
-                      block: tuple[int, int, int], fuse: tuple, groups: tuple = ()) -> tuple[KernelLaunch, tuple]:
-        """The launch, and the workspace arrays it needs alive (stream-K)."""
+                      block: tuple[int, int, int], fuse: tuple,
+                      groups: tuple = ()) -> tuple[KernelLaunch, tuple[Allocation, ...]]:
+        """The launch, and the workspace it allocated (stream-K)."""
         from .tensor_maps import TensorMapCache, driver_encoder
 
         if loaded.tensor_maps is None:
@@ -1105,14 +1187,15 @@ class Kernel:
                 staged = staged and c.batch_stride * size % alignment == 0
             pointers["c"] = c.pointer if staged else None
         batch = map_batches(call.batch) if req.grouped else call.batch
-        maps = loaded.tensor_maps.get(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, batch)
+        inputs = MapInputs(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, batch)
+        maps = inputs.encode(loaded.tensor_maps)
         sms = loaded.sms
         arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched, fuse) + groups, ()
         if req.launch.workspace is not None:
             stream_k, workspace = wgmma_workspace(req, call, sms)
             arguments += stream_k
         grid = req.launch.grid_for(call.m, call.n, call.k, call.batch, sms)
-        return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes), workspace
+        return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes, inputs), workspace
 
     def _tile_launches(self, loaded: DeviceModule, call: CheckedCall, alpha: float, beta: float,
                        block: tuple[int, int, int], smem: int, interior: bool,
@@ -1172,15 +1255,15 @@ class Kernel:
         refused), else on that GPU's current stream of A's library: PyTorch's for tensors, CuPy's for
         the rest. stream_k=False and interior=False: see `bind`.
         """
-        if c is not None:  # a repeated call launches the last call's launches again, nothing else
-            last = self._last
-            fused = self._fused(bias, residual, row_scale, col_scale, a_scale, b_scale)
-            keyed = fused if offs is None else {**fused, "offs": offs}
-            if last is not None and last[0] == call_key(a, b, c, alpha, beta, stream_k, interior, keyed):
-                last[1](stream)
-                return c
-        launch = self.bind(a, b, c, alpha, beta, stream_k, interior, bias=bias, residual=residual,
-                           row_scale=row_scale, col_scale=col_scale, a_scale=a_scale, b_scale=b_scale, offs=offs)
+        operands = (a, b, c, bias, residual, row_scale, col_scale, a_scale, b_scale, offs)
+        options = (alpha, beta, stream_k, interior)
+        signature = call_signature(operands)
+        plan = None if signature is None else self._plans.get((signature.key, options, False))
+        if plan is not None:  # a repeated call: its plan's launches at these addresses, nothing else
+            made = plan.call(signature.pointers, stream)
+            if made is not MISS:
+                return c if c is not None else made
+        launch = self._bind(operands, options, signature=signature)
         return run_returning_c(launch, c is not None, self.requirements.dtypes["C"], stream)
 
     def __repr__(self) -> str:
@@ -1201,14 +1284,14 @@ def load(spec_or_path: Any, *, text: str | None = None) -> Kernel:
 
 
 def compile_spec(spec_or_path: Any, *, text: str | None = None) -> Any:
-    from .compiler import compile_path, compile_text
-
+    """A spec compiled, read back from the cache of compiled specs where it is there (load_cache.py)."""
     if text is not None:
-        return compile_text(text, path=os.fspath(spec_or_path) if spec_or_path is not None else "<string>.gemm")
+        path = os.fspath(spec_or_path) if spec_or_path is not None else "<string>.gemm"
+        return compiled_spec(SourceFile(path, text))
     if hasattr(spec_or_path, "cuda") and hasattr(spec_or_path, "metadata"):
         return spec_or_path
     if isinstance(spec_or_path, (str, os.PathLike)):
-        return compile_path(spec_or_path)
+        return compiled_spec(SourceFile.read(spec_or_path))
     raise TypeError(f"load() takes a .gemm path, compiled Artifacts or text=..., got {type(spec_or_path).__name__}")
 
 

@@ -130,6 +130,29 @@ class TensorMapCache:
         return encoded
 
 
+@dataclass(frozen=True)
+class MapInputs:
+    """What one launch's tensor maps are encoded from (`TensorMapCache.get`'s arguments), kept with the launch
+    so that a call on other addresses encodes its maps from the same inputs with only the pointers changed."""
+
+    maps: dict  # metadata['tensor_maps']
+    pointers: dict[str, int | None]  # per operand a, b (and c): its address; None for a C that TMA cannot store
+    m: int
+    n: int
+    k: int
+    lds: dict[str, int]
+    batch_strides: dict[str, int] | None = None
+    batch: int | dict[str, int] = 1
+
+    def encode(self, cache: TensorMapCache) -> tuple[numpy.void, ...]:
+        return cache.get(self.maps, self.pointers, self.m, self.n, self.k, self.lds, self.batch_strides, self.batch)
+
+    def encode_operand(self, operand: str, address: int, encoder: Encoder) -> bytes:
+        """The bytes of one operand's map with its data at `address`, the rest of its inputs as they are."""
+        return encoder(tensor_map_requests(self.maps, {operand: address}, self.m, self.n, self.k, self.lds,
+                                           self.batch_strides, self.batch)[operand])
+
+
 class TensorMapError(ValueError):
     """cuTensorMapEncodeTiled refused a map (the operands break a TMA rule the checks did not catch)."""
 

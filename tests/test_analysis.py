@@ -487,11 +487,54 @@ def test_worst_access_prefers_the_widest_conflict():
 
 @pytest.fixture
 def no_nvcc(monkeypatch):
-    monkeypatch.setattr("gemmdsl.check.ptxas_resources", lambda path: None)
+    monkeypatch.setattr("gemmdsl.check.ptxas_figures", lambda artifacts: None)
 
 
-def check_args(*specs: str, problem: str = "4096x4096x4096", as_json: bool = False) -> argparse.Namespace:
-    return argparse.Namespace(specs=list(specs), problem=parse_problem(problem), json=as_json, verbose=False)
+def check_args(*specs: str, problem: str = "4096x4096x4096", as_json: bool = False,
+               no_ptxas: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(specs=list(specs), problem=parse_problem(problem), json=as_json, verbose=False,
+                              no_ptxas=no_ptxas)
+
+
+@pytest.fixture
+def ptxas_builds(monkeypatch, tmp_path):
+    """ptxas's figures as nvcc 13.0.88 would give them, each build recorded, in a cache of the test's own."""
+    from gemmdsl import build
+
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "ptxas_compiler", lambda: "nvcc")
+    monkeypatch.setattr("gemmdsl.compiler.ptxas_compiler", lambda: "nvcc")
+    monkeypatch.setattr(build, "nvcc_release", lambda: "13.0.88")
+    builds = []
+
+    def kernel_resources(cuda, name, sm, compiler, entry=None):
+        builds.append(name)
+        return build.PtxasResources(registers=125, spill_stores=0, spill_loads=0, stack=0, static_smem=0)
+    monkeypatch.setattr(build, "kernel_resources", kernel_resources)
+    return builds
+
+
+def test_a_second_check_reads_ptxas_figures_from_the_cache_and_says_so(ptxas_builds, capsys, monkeypatch):
+    from gemmdsl import build
+
+    for _ in range(2):
+        assert check_main(check_args(str(SPECS / "sgemm_v3.gemm"))) == 0
+    first, second = capsys.readouterr().out.split("sgemm_v3 (sm_90)")[1:]
+    assert ptxas_builds == ["sgemm_v3"]
+    assert "ptxas 125" in first and "ptxas 125" in second
+    assert first.rstrip().endswith("ptxas's figures: nvcc 13.0.88")
+    assert second.rstrip().endswith("ptxas's figures: nvcc 13.0.88, from the cache")
+    monkeypatch.setattr(build, "nvcc_release", lambda: "13.1.40")  # another toolkit: built again
+    assert check_main(check_args(str(SPECS / "sgemm_v3.gemm"), as_json=True)) == 0
+    assert json.loads(capsys.readouterr().out)["ptxas_figures"] == {"compiler": "nvcc 13.1.40", "cached": False}
+    assert ptxas_builds == ["sgemm_v3"] * 2
+
+
+def test_check_without_ptxas_builds_nothing(ptxas_builds, capsys):
+    assert check_main(check_args(str(SPECS / "sgemm_v3.gemm"), no_ptxas=True)) == 0
+    out = capsys.readouterr().out
+    assert ptxas_builds == [] and "ptxas 1" not in out
+    assert out.rstrip().endswith("ptxas's figures: none (--no-ptxas, or no nvcc or NVRTC)")
 
 
 def test_check_prints_a_report(no_nvcc, capsys):

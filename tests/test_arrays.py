@@ -4,11 +4,10 @@ from types import SimpleNamespace
 
 import numpy
 import pytest
-from hypothesis import given, strategies as st
 
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl import arrays
-from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of, signature
+from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of
 from gemmdsl.fuse_operands import FUSE_OPERANDS
 
 PTR = 0x7F0000000000
@@ -188,25 +187,6 @@ def test_cupy_arrays_the_attributes_cannot_vouch_for_go_to_the_protocols():
         array_view("B", FakeCupyArray((4, 4), (16, 6)))
     structured = array_view("B", FakeCupyArray((4, 4), (64, 16), dtype="V16"))
     assert structured.device is None and structured.dtype == "void128"
-
-
-TENSORS = st.builds(FakeTorchTensor, shape=st.sampled_from([(4, 4), (4, 8), (2, 4, 4)]),
-                    strides=st.sampled_from([(4, 1), (1, 4), (8, 1)]), ptr=st.sampled_from([PTR, PTR + 64]),
-                    device=st.integers(0, 1))
-
-
-@given(TENSORS, TENSORS)
-def test_equal_signatures_mean_equal_views(first, second):
-    """The repeated-call check compares signatures instead of views: it must never call two different
-    views the same."""
-    if signature(first) == signature(second):
-        assert array_view("A", first) == array_view("A", second)
-
-
-def test_libraries_without_a_signature_are_checked_in_full():
-    assert signature(cuda_array((4, 4), ptr=PTR)) is None
-    assert signature(FakeDLPack((2, 2), arrays.DL_FLOAT, 32, PTR)) is None
-    assert signature(FakeTorchTensor((4, 4), (4, 1))) != signature(FakeTorchTensor((4, 4), (4, 1), device=0))
 
 
 @pytest.mark.parametrize("code, name", [(10, "float8_e4m3fn"), (12, "float8_e5m2")])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gemmdsl.arrays import ArrayView
-from gemmdsl.devices import (DEFAULT_STREAM_HANDLES, DeviceMismatch, PackedParameters, check_stream_device,
+from gemmdsl.devices import (DEFAULT_STREAM_HANDLES, DeviceMismatch, ParameterBlock, check_stream_device,
                              operands_device, stream_device, stream_handle)
 
 
@@ -84,17 +84,33 @@ def test_stream_handles_from_each_library():
         stream_handle("default")
 
 
-def test_packed_parameters_point_at_each_arguments_bytes():
+def arguments_at(block, args):
+    """Each argument's bytes as the driver would copy them from the block's pointers."""
+    pointers = (ctypes.c_void_p * len(args)).from_address(block.address)
+    return [ctypes.string_at(pointer, numpy.asarray(arg).nbytes) for pointer, arg in zip(pointers, args)]
+
+
+def test_parameter_blocks_point_at_each_arguments_bytes():
     tensor_map = numpy.zeros((), dtype=[("opaque", "<u8", (16,))])
     tensor_map["opaque"] = numpy.arange(16, dtype="<u8")
     args = (numpy.uint64(0xDEADBEEF00), numpy.int32(-7), numpy.float32(2.5), numpy.int64(1 << 40), tensor_map[()])
-    packed = PackedParameters.of(args)
-    pointers = (ctypes.c_void_p * len(args)).from_address(packed.address)
-    for pointer, arg in zip(pointers, args):
-        size = numpy.asarray(arg).nbytes
-        assert ctypes.string_at(pointer, size) == numpy.asarray(arg).tobytes()
+    block = ParameterBlock(args)
+    assert arguments_at(block, args) == [numpy.asarray(arg).tobytes() for arg in args]
+    pointers = (ctypes.c_void_p * len(args)).from_address(block.address)
+    assert pointers[4] % 64 == 0  # a tensor map at CUtensorMap's alignment
+
+
+def test_a_parameter_block_rewrites_addresses_and_maps_in_place_and_nothing_else():
+    args = (numpy.uint64(0x1000), numpy.int32(-7), numpy.uint64(0x2000), numpy.zeros((), dtype="V128")[()])
+    block = ParameterBlock(args)
+    address = block.address
+    block.write_address(2, 0x7F0000001234)
+    block.write_bytes(3, bytes(range(128)))
+    assert block.address == address
+    assert arguments_at(block, args) == [numpy.uint64(0x1000).tobytes(), numpy.int32(-7).tobytes(),
+                                         numpy.uint64(0x7F0000001234).tobytes(), bytes(range(128))]
 
 
 def test_python_numbers_are_refused_as_kernel_arguments():
     with pytest.raises(TypeError, match="NumPy scalars"):
-        PackedParameters.of((1, numpy.int32(2)))
+        ParameterBlock((1, numpy.int32(2)))

@@ -80,13 +80,17 @@ def test_torch_operands_are_used_in_place(load_kernel, torch):
     assert close(c.cpu(), (2 * a @ b - 1).cpu())
 
 
-def test_a_repeated_call_reuses_its_launches_and_a_changed_one_does_not(load_kernel, torch):
+def test_a_repeated_call_takes_its_plan_and_computes_on_its_own_operands(load_kernel, torch, monkeypatch):
     kernel = load_kernel(CHECKED)
+    checked = []
+    check_call = runtime.check_call
+    monkeypatch.setattr(runtime, "check_call", lambda *args: checked.append(args) or check_call(*args))
     a, b = torch.rand(300, 70, device="cuda"), torch.rand(70, 200, device="cuda")
     c, other_c = torch.zeros(300, 200, device="cuda"), torch.zeros(300, 200, device="cuda")
-    first = kernel.bind(a, b, c)
-    assert kernel.bind(a, b, c).launches is first.launches
-    assert kernel.bind(a.clone(), b, c).launches is not first.launches  # new A: a new pointer
+    kernel._plans.clear()  # the module's kernel: no plan of an earlier test's
+    kernel.bind(a, b, c)
+    kernel.bind(a.clone(), b, other_c)  # new A and C, one signature: the plan, no checks
+    assert len(checked) == 1
     for beta, out in [(0.0, c), (0.0, other_c), (-1.0, c)]:  # new C, then new scalars: each launches anew
         out.fill_(1.0)
         kernel(a, b, out, alpha=2.0, beta=beta)

@@ -114,7 +114,7 @@ def cli_json(capsys, monkeypatch, *argv):
     from gemmdsl import check
     from gemmdsl.cli import main
 
-    monkeypatch.setattr(check, "ptxas_resources", lambda path: None)
+    monkeypatch.setattr(check, "ptxas_figures", lambda artifacts: None)
     monkeypatch.setattr("gemmdsl.build.ptxas_compiler", lambda: None)
     assert main(["check", "--json", *argv]) == 0
     return json.loads(capsys.readouterr().out)
