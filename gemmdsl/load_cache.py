@@ -25,16 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .cache_root import cache_dir
 from .file_kinds import FAMILY_SUFFIX
 from .source import SourceFile
 
 PACKAGE = Path(__file__).resolve().parent
 FORMAT = 1  # of the entries' JSON
-
-
-def cache_dir() -> Path:
-    """$GEMMDSL_CACHE, default ~/.cache/gemmdsl: compiled entries and cubins."""
-    return Path(os.environ.get("GEMMDSL_CACHE") or Path.home() / ".cache" / "gemmdsl")
 
 
 @cache

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import difflib
 import enum
+import hashlib
+import os
 import re
+import tempfile
+import threading
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +25,7 @@ import lark
 from lark import Token, Tree
 
 from . import ir
+from .cache_root import cache_dir
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARP, TargetName, parse_target
@@ -65,12 +69,42 @@ MAX_SHOWN = 40  # longest piece of source quoted in a message
 WORD_TERMINALS = ("NAME", "COUNTED_NAME")  # tokens a named value may be (`row`, `3xtf32`)
 
 
-@lru_cache(maxsize=1)
+LARK_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": False}
+_parser: lark.Lark | None = None
+_parser_lock = threading.Lock()
+
+
 def _lark() -> lark.Lark:
-    # cache: lark keeps the LALR tables it builds from the grammar (a quarter of a second, most of what a second
-    # `gemmdsl check` would spend) in a file named by the grammar's, the options' and lark's own hash.
-    return lark.Lark(GRAMMAR_PATH.read_text(), parser="lalr", propagate_positions=True,
-                     maybe_placeholders=False, cache=True)
+    """The one parser of the process, built once even when threads ask for it at the same time."""
+    global _parser
+    with _parser_lock:
+        if _parser is None:
+            _parser = _load_or_build_parser()
+        return _parser
+
+
+def _load_or_build_parser() -> lark.Lark:
+    """Building the LALR tables takes a quarter of a second, most of what a second `gemmdsl check` spends, so
+    they are kept in the user's cache folder, named by the grammar's, the options' and lark's hash. The file
+    is written under another name and renamed into place: a reader in another process sees all of it or
+    none (lark's own `cache=True` writes in place, and a half-written file read back broke the parser)."""
+    grammar = GRAMMAR_PATH.read_text()
+    key = hashlib.sha256(repr((grammar, sorted(LARK_OPTIONS.items()), lark.__version__)).encode()).hexdigest()
+    path = cache_dir() / f"grammar-{key[:24]}.lark"
+    try:
+        with path.open("rb") as tables:
+            return lark.Lark.load(tables)
+    except Exception:  # noqa: BLE001 - missing, damaged or unreadable: build the tables instead
+        pass
+    parser = lark.Lark(grammar, **LARK_OPTIONS)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tables:
+            parser.save(tables)
+        os.replace(tables.name, path)
+    except OSError:  # a read-only or full disk: every process builds its own tables
+        pass
+    return parser
 
 
 def parse_file(path: str | Path) -> ir.KernelSpec:

@@ -112,7 +112,7 @@ def summarise(state: dict) -> tuple[str, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    state_path = Path(args.state)
+    state_path = Path(args.state).resolve()  # tests may change the working directory
     state = load_state(state_path)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     log = state_path.with_suffix(".log.jsonl")

@@ -326,3 +326,31 @@ def test_counted_name_is_one_value():
     text = MINIMAL.replace("problem { }", "problem { }\n    mma { shape: m16n8k8; precision: 3xtf32; }")
     spec = parser.parse_text(text.replace(" lanes: 4x8; micro: 4x4; repeat: 2x2;", ""))
     assert spec.mma.precision is ir.Precision.TF32X3
+
+
+def test_the_parser_tables_are_built_once_for_threads_and_a_damaged_tables_file_is_rebuilt(tmp_path, monkeypatch):
+    import threading
+
+    import gemmdsl.parser as parser_module
+
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
+    text = (Path(__file__).resolve().parents[1] / "specs" / "sgemm_v3.gemm").read_text()
+    for damage in (None, b"not a pickle", b""):
+        monkeypatch.setattr(parser_module, "_parser", None)
+        if damage is not None:
+            next(tmp_path.glob("grammar-*.lark")).write_bytes(damage)
+        names, errors = [], []
+
+        def parse_one():
+            try:
+                names.append(parser_module.parse_text(text, "sgemm_v3.gemm").name)
+            except Exception as err:  # noqa: BLE001 - any error fails the test below
+                errors.append(err)
+
+        threads = [threading.Thread(target=parse_one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors and names == ["sgemm_v3"] * 8
+        assert len(list(tmp_path.glob("grammar-*.lark"))) == 1 and not list(tmp_path.glob(".grammar-*"))
