@@ -92,8 +92,6 @@ from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TargetName
 
 FAMILY_SUFFIX = ".gemmf"
-SHAPES_DIR = Path(__file__).with_name("shapes")
-DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
 
 
 def is_family_path(path: str | Path) -> bool:

@@ -18,10 +18,11 @@ from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
-from gemmdsl.family import DEFAULT_SHAPES, choose, compile_family, compile_family_path, estimate
+from gemmdsl.family import choose, compile_family, compile_family_path, estimate
 from gemmdsl.schedule import ALIGN_IDLE_PERCENT
 from gemmdsl.family_kernel import FamilyKernel, read_shapes
 from gemmdsl.schedule import CYCLE_CAP
+from gemmdsl.shape_sets import DEFAULT_SHAPES
 from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
