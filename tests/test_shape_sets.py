@@ -1,4 +1,5 @@
-"""The shape sets of `bench --shapes` (gemmdsl/shape_sets.py): the random draw and the shipped lists by name."""
+"""The shape sets of `bench --shapes` (gemmdsl/shape_sets.py): the random draw, the shipped lists by name, and
+gemmdsl/shapes/models.txt against the model configurations it states."""
 from __future__ import annotations
 
 import math
@@ -11,10 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gemmdsl.family_kernel import read_shapes
+from gemmdsl.runtime import parse_sizes
 from gemmdsl.shape_sets import (MAX_OPERAND, MAX_PRODUCT, MAX_RANDOM_COUNT, MAX_SIZE, MIN_PRODUCT, SHAPES_DIR,
                                 RandomShapes, in_bounds, named_lists, parse_random, sample_shapes, shape_source)
 
 ROOT = Path(__file__).resolve().parent.parent
+MODELS = SHAPES_DIR / "models.txt"
+TOKENS = (1, 8, 64, 512, 4096, 16384)
 seeds = st.integers(0, 2 ** 64)
 
 
@@ -88,12 +93,12 @@ def test_random_sources_parse():
 
 
 def test_a_shipped_list_is_named_by_its_stem_and_a_file_that_exists_wins(tmp_path, monkeypatch):
-    assert {"default", "decode"} <= set(named_lists())
-    assert shape_source("default") == SHAPES_DIR / "default.txt"
-    assert shape_source(str(SHAPES_DIR / "default.txt")) == SHAPES_DIR / "default.txt"
+    assert {"default", "decode", "models"} <= set(named_lists())
+    assert shape_source("models") == MODELS
+    assert shape_source(str(MODELS)) == MODELS
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "default").write_text("64\n")
-    assert shape_source("default") == Path("default")
+    (tmp_path / "models").write_text("64\n")
+    assert shape_source("models") == Path("models")
 
 
 def test_an_unknown_source_names_the_choices():
@@ -107,3 +112,50 @@ def test_bench_refuses_a_malformed_source_before_it_compiles_anything():
                            "--shapes", "random:5"], capture_output=True, text=True)
     assert done.returncode == 2
     assert "error: bad shape source 'random:5': expected random:COUNT:SEED" in done.stderr
+
+
+# --- models.txt --------------------------------------------------------------------------------
+
+
+def decoder_layers(hidden: int, mlp: int, heads: int, kv_heads: int, head_dim: int) -> set[tuple[int, int]]:
+    """(out_features, in_features) of a Llama-style block: q, k, v, o, gate, up, down."""
+    return {(heads * head_dim, hidden), (kv_heads * head_dim, hidden), (hidden, heads * head_dim),
+            (mlp, hidden), (hidden, mlp)}
+
+
+def encoder_layers(hidden: int, mlp: int) -> set[tuple[int, int]]:
+    """BERT's and ViT's: query, key, value and the attention output, then the MLP."""
+    return {(hidden, hidden), (mlp, hidden), (hidden, mlp)}
+
+
+# The configurations the file's header states, as (out_features, in_features) of each linear layer.
+MODEL_LAYERS = {
+    "Llama 3 8B": decoder_layers(4096, 14336, 32, 8, 128),
+    "Llama 3 70B": decoder_layers(8192, 28672, 64, 8, 128),
+    "Mixtral 8x7B": decoder_layers(4096, 14336, 32, 8, 128) | {(8, 4096)},  # and the router
+    "Qwen2.5 7B": decoder_layers(3584, 18944, 28, 4, 128),
+    "GPT-2": {(3 * 768, 768), (768, 768), (3072, 768), (768, 3072), (50257, 768)},
+    "BERT-large": encoder_layers(1024, 4096),
+    "ViT-L/16": encoder_layers(1024, 4096),
+}
+
+
+def test_the_models_list_holds_every_layer_of_the_stated_configurations_at_every_token_count():
+    shapes = read_shapes(MODELS)
+    assert len(shapes) == len(set(shapes))  # equal N x K pairs once per token count
+    expected = set().union(*MODEL_LAYERS.values())
+    assert {m for m, _, _ in shapes} == set(TOKENS)
+    for tokens in TOKENS:
+        assert {(n, k) for m, n, k in shapes if m == tokens} == expected
+
+
+def test_every_line_of_the_models_list_names_its_layers():
+    text = MODELS.read_text()
+    for model in MODEL_LAYERS:
+        assert f"# - {model}" in text  # the configuration in the header
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            shape, comment = line.split("#", 1)
+            [(m, n, k)] = parse_sizes(shape)
+            named = [model for model in MODEL_LAYERS if model in comment]
+            assert named and all((n, k) in MODEL_LAYERS[model] for model in named), line
