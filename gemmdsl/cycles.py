@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import ir
-from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
+from .cost_model import KTILE_OVERHEAD
 from .passes.banks import WAVEFRONT_BYTES
 from .passes.intensity import math_unit
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (HBM_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
-                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
+from .targets import (HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
+                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SMEM_LATENCY, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
                       WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
