@@ -17,8 +17,9 @@ import textwrap
 
 from . import ir
 from .analysis import Analysis, ProblemSizeError, analyze
-from .compiler import ptxas_resources
-from .family import compile_family_path, explain, format_explanation, is_family_path
+from .compiler import compile_path, ptxas_resources
+from .family import (compile_family_path, explain, format_explanation, format_predicted_time, is_family_path,
+                     member_model, predicted_time)
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
@@ -315,6 +316,9 @@ def check_main(args: argparse.Namespace) -> int:
                 continue
             spec, _ = load_path(path)
             analysis = analyze(spec, args.problem, ptxas_resources(path))
+            # The family rule's model of the spec (its analysis at the default problem), so that a member's
+            # time here is the one its family's explanation gives.
+            time = predicted_time(member_model(compile_path(path)), spec.target.sm, args.problem)
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
@@ -323,7 +327,8 @@ def check_main(args: argparse.Namespace) -> int:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1
             continue
-        reports.append(to_json(analysis) if args.json else format_report(analysis, args.verbose))
+        reports.append({**to_json(analysis), "predicted_time": time} if args.json
+                       else f"{format_report(analysis, args.verbose)}\n{format_predicted_time(time)}\n")
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

@@ -40,24 +40,31 @@ class Arch:
     has_wgmma: bool = False
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
     has_vector_atomic_add: bool = False  # atomicAdd on float2 / float4 in one instruction
-    # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
+    # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time), and the
+    # SM clock in MHz at which the cycle model's figures become times (`check --problem`'s microseconds).
     reference_gpu: str = ""
     reference_sms: int = 0
+    reference_clock_mhz: int = 0
     # FP32 FMA lanes per SM: an SM issues fp32_lanes_per_sm / 32 warp FMA instructions per clock.
     fp32_lanes_per_sm: int = 128
 
 
+# Reference clocks: the boost clocks of the A100 (1410 MHz), RTX 3090 (1695) and RTX 4090 (2520), at which
+# MMA_SYNC_MACS_PER_CLOCK's datasheet rates hold; for the H100, 1755 MHz, the clock its measured cycle
+# figures were taken at (L2_BYTES_PER_CLOCK_PER_SM, HBM_BYTES_PER_CLOCK, the launch cost).
 ARCHS: dict[int, Arch] = {
     80: Arch(80, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="A100", reference_sms=108,
-             fp32_lanes_per_sm=64),
+             reference_clock_mhz=1410, fp32_lanes_per_sm=64),
     86: Arch(86, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82),
+             max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82,
+             reference_clock_mhz=1695),
     89: Arch(89, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128),
+             max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128,
+             reference_clock_mhz=2520),
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True, reference_gpu="H100 SXM",
-             reference_sms=132),
+             reference_sms=132, reference_clock_mhz=1755),
 }
 
 # Arch-specific targets (`target sm_90a;`): the same limits as the plain target, plus the instructions
