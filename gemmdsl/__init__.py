@@ -5,11 +5,31 @@
     c = kernel(a, b)
     family = gemmdsl.load("specs/sgemm_family.gemmf")   # a kernel family: each call runs the member it fits
 
-Everything but `load` works without CuPy; `load` imports it on first use.
+Everything but `load` works without CuPy; `load` imports it on first use. Without a GPU, for build systems
+and notebooks (gemmdsl/api.py, docs/python-api.md):
+
+    gemmdsl.compile_spec("specs/sgemm_v3.gemm", output="build")   # NAME.cu, NAME.h, NAME.json
+    gemmdsl.check_spec("specs/sgemm_v3.gemm", (4096, 4096, 4096))  # what `gemmdsl check --json` prints
+    gemmdsl.choose_member("specs/sgemm_family.gemmf", (16, 4096, 4096))  # which member runs it, and why
+
+Every error gemmdsl raises for what a caller can fix is a `gemmdsl.GemmdslError`.
 """
 import os
 
+from .errors import GemmdslError
+
 __version__ = "0.1.0"
+__all__ = ["GemmdslError", "check_spec", "choose_member", "compile_spec", "load"]
+_API_NAMES = ("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec")  # gemmdsl/api.py's
+
+
+def __getattr__(name: str):
+    """The GPU-free API, imported on first use (the compiler's modules load with it)."""
+    if name in _API_NAMES:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gemmdsl' has no attribute {name!r}")
 
 
 def load(spec_or_path, *, text: str | None = None):

@@ -13,6 +13,23 @@ MAX_INT = 2147483647
 Parameter = tuple[str, str]  # (C type, name)
 
 
+def size_errors(size: tuple[int, int, int], tile: tuple[int, int, int] | None = None) -> list[str]:
+    """Why the C launchers refuse the problem M x N x K: each size is an int, and with a spec's block tile
+    BM x BN x BK so is each tile coordinate, up to the size plus its block tile, and the count of C's tiles
+    (the blocks of a launch). Empty where they take it."""
+    if tile is None:
+        return [f"{dim}={extent} is more than {MAX_INT}, the largest size the launchers take (M, N and K are "
+                f"C ints)" for dim, extent in zip("MNK", size) if extent > MAX_INT]
+    errors = [f"{dim}={extent} is more than {MAX_INT - step}: the kernels' tile coordinates, up to {dim} + "
+              f"{tile_name} = {dim} + {step}, are 32-bit ints"
+              for dim, extent, tile_name, step in zip("MNK", size, ("BM", "BN", "BK"), tile) if extent > MAX_INT - step]
+    tiles = -(-size[0] // tile[0]) * -(-size[1] // tile[1])
+    if not errors and tiles > MAX_INT:
+        errors.append(f"{size[0]}x{size[1]} is {tiles:,} tiles of {tile[0]}x{tile[1]}: a launch of more blocks "
+                      f"than the launchers count in an int ({MAX_INT:,})")
+    return errors
+
+
 def build_command(name: str, target: ir.Target) -> str:
     """How to compile NAME.cu for its target, as the file's comments and NAME.h state it. It builds for
     an arch-specific target too: the kernel file guards that target's code (emit/wgmma_kernel.arch_guard)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ir
+from .abi import size_errors
+from .errors import GemmdslError
 from .layout import TileLayout
 from .passes import DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
 from .paths import InstructionPath, path_of
@@ -17,8 +19,9 @@ from .plan import KernelPlan, plan_kernel
 from .source import Diagnostic
 
 
-class ProblemSizeError(ValueError):
-    """The problem size is below 1, or not a multiple of the block tile of a `bounds: exact` spec."""
+class ProblemSizeError(GemmdslError, ValueError):
+    """The problem size is below 1, beyond what the launchers take (abi.size_errors), or not a multiple of the
+    block tile of a `bounds: exact` spec."""
 
 
 @dataclass(frozen=True)
@@ -41,17 +44,21 @@ class Analysis:
 
 
 def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
-            ptxas: dict | None = None, plan: KernelPlan | None = None) -> Analysis:
+            ptxas: dict | None = None, plan: KernelPlan | None = None, hints: bool = True) -> Analysis:
     """Run every pass on a validated spec (lowered to `plan` unless given); with `bounds: exact`,
-    `problem` must be a multiple of the tile."""
+    `problem` must be a multiple of the tile. hints=False leaves out the warnings' hints that cost analysis of
+    their own (Context.hints)."""
     size = ProblemSize(*problem)
     tile = (spec.block.m, spec.block.n, spec.block.k)
     if any(extent <= 0 for extent in size):
         raise ProblemSizeError(f"problem {size} has a size below 1")
+    beyond = size_errors(size, tile)
+    if beyond:
+        raise ProblemSizeError("; ".join(beyond))
     if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
         raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
                                f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
-    context = Context(plan or plan_kernel(spec), size, ptxas)
+    context = Context(plan or plan_kernel(spec), size, ptxas, hints=hints)
     outcomes = PassManager(context.plan.path.passes).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)
 

@@ -19,8 +19,11 @@ and an item size, and launches pass raw device pointers.
 from __future__ import annotations
 
 import ctypes
+import numbers
+import sys
 from dataclasses import dataclass
 from functools import cache
+from math import prod
 from typing import Any
 
 import numpy
@@ -71,7 +74,28 @@ def type_name(obj: Any) -> str:
 
 
 def array_view(name: str, obj: Any) -> ArrayView:
-    """The view of operand `name`; TypeError for what is not a GPU array, with what to pass instead."""
+    """The view of operand `name`; TypeError for what is not a GPU array, with what to pass instead, and
+    ValueError for one no kernel can address (`check_addressable`)."""
+    view = read_view(name, obj)
+    check_addressable(name, view)
+    return view
+
+
+def check_addressable(name: str, view: ArrayView) -> None:
+    """A non-empty array needs a data pointer, aligned to its elements: every kernel (the scalar one too)
+    reads whole elements, and a misaligned one faults."""
+    if 0 in view.shape:
+        return
+    if view.pointer == 0:
+        raise ValueError(f"{name} has a null data pointer but {prod(view.shape)} elements; pass an allocated array")
+    if view.pointer % view.itemsize:
+        raise ValueError(f"{name}'s data pointer {view.pointer:#x} is not {view.itemsize}-byte aligned for its "
+                         f"{view.dtype} elements (a view that starts inside an element, e.g. a byte offset into a "
+                         f"reinterpreted buffer); pass an aligned array or a copy")
+
+
+def read_view(name: str, obj: Any) -> ArrayView:
+    """`array_view` before the address checks."""
     library = library_of(obj)
     if library in ATTRIBUTE_READERS:
         view = ATTRIBUTE_READERS[library](obj)
@@ -180,8 +204,13 @@ ATTRIBUTE_READERS = {"torch": view_of_torch_tensor, "cupy": view_of_cupy_array}
 def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:
     """A view from a `__cuda_array_interface__` dict (byte strides; None: C-contiguous)."""
     dtype = numpy.dtype(interface["typestr"])
-    shape = tuple(int(extent) for extent in interface["shape"])
+    if dtype.byteorder == ">" or dtype.byteorder == "=" and sys.byteorder == "big":
+        raise TypeError(f"{name} is big-endian ({interface['typestr']!r}): the kernels read little-endian "
+                        f"{dtype.name}; pass a little-endian copy (x.astype('{dtype.newbyteorder('<').str}'))")
+    shape = whole_numbers(name, "shape", interface["shape"])
     byte_strides = interface.get("strides")
+    if byte_strides is not None:
+        byte_strides = whole_numbers(name, "stride", byte_strides)
     if byte_strides is None:
         strides = contiguous_strides(shape)
     elif any(stride % dtype.itemsize for stride in byte_strides):
@@ -191,6 +220,14 @@ def view_of_interface(name: str, interface: dict, library: str) -> ArrayView:
         strides = tuple(int(stride) // dtype.itemsize for stride in byte_strides)
     pointer, readonly = interface["data"]
     return ArrayView(library, shape, strides, dtype.name, dtype.itemsize, int(pointer), None, bool(readonly))
+
+
+def whole_numbers(name: str, what: str, values: Any) -> tuple[int, ...]:
+    """A shape's or strides' values as ints; TypeError for any that is not an integer (2.5, "2", True), which
+    int() would silently round or read."""
+    if not all(isinstance(value, numbers.Integral) and not isinstance(value, bool) for value in values):
+        raise TypeError(f"{name} has a non-integer {what} {tuple(values)!r}; an array interface gives integers")
+    return tuple(int(value) for value in values)
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

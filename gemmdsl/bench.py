@@ -47,6 +47,7 @@ import numpy
 
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .family_kernel import read_shapes, run_on_specs_and_families
+from .file_kinds import inputs_help
 from .grouped_bench import bench_grouped
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
@@ -445,8 +446,7 @@ batch_argument = checked_int_argument(check_batch)
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help=".gemm specs and .gemmf kernel families to compile and time")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("bench", "files to compile and time"))
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
     sizes.add_argument("--shapes", nargs="?", const=str(DEFAULT_SHAPES), metavar="SOURCE",

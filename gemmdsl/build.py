@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import GemmdslError
+
 NVCC_TIMEOUT_S = 600
 # What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map
 # stalls to source lines), beside the architecture.
@@ -31,7 +33,7 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _SERIALIZED = re.compile(r"\(C75\d\d\) Potential Performance Loss: wgmma.* in the function '(\w+)'")
 
 
-class BuildError(Exception):
+class BuildError(GemmdslError):
     """nvcc failed; the message carries nvcc's own output."""
 
 

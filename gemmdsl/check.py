@@ -16,10 +16,12 @@ import sys
 import textwrap
 
 from . import ir
+from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
-from .compiler import compile_path, ptxas_resources
+from .compiler import Artifacts, compile_path, ptxas_resources
 from .family import (compile_family_path, explain, format_explanation, format_predicted_time, is_family_path,
                      member_model, predicted_time)
+from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
@@ -183,6 +185,18 @@ def to_json(analysis: Analysis) -> dict:
     }
 
 
+def report_json(analysis: Analysis, artifacts: Artifacts) -> dict:
+    """What `check --json` prints for a spec: the analysis' figures and the predicted time."""
+    return {**to_json(analysis), "predicted_time": spec_time(artifacts, analysis.problem)}
+
+
+def spec_time(artifacts: Artifacts, problem: tuple[int, int, int]) -> dict:
+    """The predicted time of the spec at the problem, from the family rule's model of it (built from its
+    analysis at the default problem, as a family builds its members'), so that a member's time is the one
+    its family's explanation gives."""
+    return predicted_time(member_model(artifacts), artifacts.spec.target.sm, problem)
+
+
 def _tile_facts(analysis: Analysis) -> dict:
     """The FMA and mma.sync paths' figures."""
     facts = analysis.facts
@@ -281,12 +295,16 @@ def parse_problem(text: str) -> ProblemSize:
     parts = text.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise argparse.ArgumentTypeError(f"expected MxNxK with positive sizes, such as 4096x4096x4096, not {text!r}")
-    return ProblemSize(*map(int, parts))
+    size = ProblemSize(*map(int, parts))
+    beyond = size_errors(size)
+    if beyond:
+        raise argparse.ArgumentTypeError("; ".join(beyond))
+    return size
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("specs", nargs="+", metavar="SPEC",
-                        help=".gemm files to analyse; for a .gemmf family, which member runs --problem and why")
+                        help=inputs_help("check", "files to analyse; for a family, which member runs --problem and why"))
     parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
                         help="problem size for per-launch figures (default 4096x4096x4096)")
     parser.add_argument("--json", action="store_true",
@@ -316,9 +334,7 @@ def check_main(args: argparse.Namespace) -> int:
                 continue
             spec, _ = load_path(path)
             analysis = analyze(spec, args.problem, ptxas_resources(path))
-            # The family rule's model of the spec (its analysis at the default problem), so that a member's
-            # time here is the one its family's explanation gives.
-            time = predicted_time(member_model(compile_path(path)), spec.target.sm, args.problem)
+            artifacts = compile_path(path)
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
@@ -327,8 +343,9 @@ def check_main(args: argparse.Namespace) -> int:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1
             continue
-        reports.append({**to_json(analysis), "predicted_time": time} if args.json
-                       else f"{format_report(analysis, args.verbose)}\n{format_predicted_time(time)}\n")
+        time = format_predicted_time(spec_time(artifacts, args.problem))
+        reports.append(report_json(analysis, artifacts) if args.json
+                       else f"{format_report(analysis, args.verbose)}\n{time}\n")
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

@@ -16,6 +16,7 @@ from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
 from .family import compile_family_path, is_family_path, parse_family
+from .file_kinds import inputs_help
 from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TARGETS, TargetName, parse_target
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compile_cmd = commands.add_parser("compile", help="emit <name>.cu, <name>.h and <name>.json for each spec "
                                                       "and kernel family")
-    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm specs and .gemmf kernel families")
+    compile_cmd.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("compile", "files to compile"))
     compile_cmd.add_argument("-o", "--output", default=".", metavar="DIR", help="output directory (default: .)")
     compile_cmd.add_argument("--arch", type=parse_arch, metavar="sm_XX", help="override the spec's target (sm_80, ..., sm_90a)")
     compile_cmd.add_argument("--emit", type=parse_emit, default=frozenset({"cu"}), metavar="KINDS",

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from . import __version__, ir
 from .build import PtxasResources, kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, summary_lines
 from .emit import emit_cuda
 from .emit.header import emit_header
+from .errors import GemmdslError
 from .frontend import load
 from .layout import TileLayout
 from .passes.intensity import math_unit
@@ -158,7 +162,7 @@ def fuse_metadata(spec: ir.KernelSpec) -> dict:
     }}
 
 
-class OutputError(Exception):
+class OutputError(GemmdslError):
     """A file that cannot be written: the CLI prints it as `error: cannot write PATH: reason`."""
 
     def __init__(self, path: Path, reason: str):
@@ -167,7 +171,8 @@ class OutputError(Exception):
 
 
 def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:
-    """Write every file or none: each goes to a temporary name first, then all are renamed.
+    """Write every file or none: each goes to a temporary name first, then all are renamed, holding the
+    directory's lock (`renaming_lock`), so that writers of the same set at once leave one writer's whole set.
 
     Files get the mode a plain `open` would (0666 less the umask). Anything the file system refuses
     raises OutputError, with no temporary file left behind."""
@@ -189,9 +194,10 @@ def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:
             target = final
             if final.is_dir():
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        for tmp, final in staged:
-            target = final
-            os.replace(tmp, final)
+        with renaming_lock(directory):
+            for tmp, final in staged:
+                target = final
+                os.replace(tmp, final)
     except OSError as err:
         _remove(tmp for tmp, _ in staged)
         raise OutputError(target, err.strerror or str(err)) from None
@@ -199,6 +205,22 @@ def write_outputs(directory: Path, files: dict[str, bytes]) -> list[Path]:
         _remove(tmp for tmp, _ in staged)
         raise
     return [final for _, final in staged]
+
+
+@contextmanager
+def renaming_lock(directory: Path) -> Iterator[None]:
+    """An exclusive flock on the directory itself, held while a set's files are renamed into it: nothing to
+    create or clean up, and released by the kernel when a writer dies. Where the file system has no flock
+    (some network mounts), the renames go ahead unlocked, as atomic per file as before."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _umask() -> int:

@@ -81,17 +81,17 @@ from functools import cached_property
 from pathlib import Path
 
 from . import __version__, ir
-from .abi import launcher_names, launcher_parameters
+from .abi import launcher_names, launcher_parameters, size_errors
+from .analysis import ProblemSizeError
 from .compiler import Artifacts, compile_source, fuse_metadata
 from .emit.family import emit_family
 from .emit.header import emit_family_header
 from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
 from .cycles import MemberModel, estimate
+from .file_kinds import FAMILY_SUFFIX
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import TargetName, arch
-
-FAMILY_SUFFIX = ".gemmf"
 
 
 def is_family_path(path: str | Path) -> bool:
@@ -434,7 +434,11 @@ def family_metadata(family: FamilyArtifacts) -> dict:
 
 
 def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
-    """Which member runs the problem and the rule's figures for every member."""
+    """Which member runs the problem and the rule's figures for every member; ProblemSizeError for a size the
+    launchers do not take."""
+    beyond = size_errors(problem)
+    if beyond:
+        raise ProblemSizeError("; ".join(beyond))
     m, n, k = problem
     models = family.models
     chosen = choose(models, m, n, k, measured=family.measured)

@@ -65,6 +65,24 @@ def group_sizes(groups: int, tokens: int, seed: int, split: str) -> list[int]:
     return sizes
 
 
+VERIFY_GROUPS = (4, 9)  # gemmdsl.verify's group counts on a grouped spec: drawn from this range
+
+
+def verify_group_ends(rows: int, seed: int) -> list[int]:
+    """offs for `verify` on a grouped spec at M = rows (the group count is B's first dimension): VERIFY_GROUPS
+    groups drawn from `seed`, each row in one group, sizes split at random points (uneven, mostly off any tile),
+    an empty group between others and at times an empty first or last group; as cumulative row ends."""
+    rng = random.Random(seed)
+    groups = rng.randint(*VERIFY_GROUPS)
+    empty = {rng.randrange(1, groups - 1)} | {g for g in (0, groups - 1) if rng.random() < 0.3}
+    live = [g for g in range(groups) if g not in empty]
+    cuts = sorted(rng.randint(0, rows) for _ in live[1:])
+    sizes = dict.fromkeys(range(groups), 0)
+    for g, start, end in zip(live, [0] + cuts, cuts + [rows]):
+        sizes[g] = end - start
+    return cumulative(list(sizes.values()))
+
+
 def cumulative(sizes: list[int]) -> list[int]:
     ends, end = [], 0
     for size in sizes:

@@ -577,16 +577,38 @@ def _matrix(reader: _SpecReader, value: _Value) -> ir.MatrixType:
     return ir.MatrixType(ir.DType(dtype), ir.MatrixLayout(layout))
 
 
-def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = None) -> Reader:
+@dataclass(frozen=True)
+class Choice:
+    """A value naming one of an enum's members (`choices`, their spellings): the one statement of the
+    words a key takes, which docs/language.md's tables are checked against."""
+
+    enum_type: type
+    what: str
+    choices: tuple[str, ...]
+
+    def __call__(self, reader: _SpecReader, value: _Value) -> Any:
+        return self.enum_type(reader.name(value, self.choices, self.what))
+
+
+def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = None) -> Choice:
     """A value naming one of `members` (default: every member of the enum)."""
-    choices = tuple(member.value for member in (members or enum_type))
-    return lambda reader, value: enum_type(reader.name(value, choices, what))
+    return Choice(enum_type, what, tuple(member.value for member in (members or enum_type)))
 
 
-def _int(what: str, low: int = 0, high: int = MAX_INT, hint: str | None = None) -> Reader:
+@dataclass(frozen=True)
+class IntRange:
     """An integer in [low, high]: the one statement of a key's range, which validate does not narrow
-    for every spec (only for some, with its reason: a target's limit, a path's rule)."""
-    return lambda reader, value: reader.integer(reader.one(value, what), what, low, high, hint)
+    for every spec (only for some, with its reason: a target's limit, a path's rule), and which
+    docs/language.md's tables are checked against."""
+
+    what: str
+    low: int = 0
+    high: int = MAX_INT
+    hint: str | None = None
+
+    def __call__(self, reader: _SpecReader, value: _Value) -> int:
+        return reader.integer(reader.one(value, self.what), self.what, self.low, self.high, self.hint)
+
 
 
 def _pair_with_word(what: str, enum_type: type | None, default: Any = None) -> Reader:
@@ -716,11 +738,11 @@ SECTIONS: dict[str, _Section] = {
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True,
                       not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
-        "warpgroups": _Key(_int("a consumer warpgroup count", 1, MAX_CONSUMER_WARPGROUPS,
+        "warpgroups": _Key(IntRange("a consumer warpgroup count", 1, MAX_CONSUMER_WARPGROUPS,
                                 f"a block holds at most {MAX_CONSUMER_WARPGROUPS + 1} warpgroups of "
                                 f"{WARPGROUP} threads ({MAX_BLOCK_THREADS}), one of them the producer"),
                            required=True, wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
-        "producer": _Key(_int("a producer warpgroup count", 1, 1,
+        "producer": _Key(IntRange("a producer warpgroup count", 1, 1,
                               "the wgmma path has exactly one producer warpgroup (one thread of it issues every "
                               "TMA copy): write `producer: 1;` or leave it out"),
                          wgmma_only="producer warpgroups issue TMA copies for the wgmma consumers"),
@@ -742,18 +764,18 @@ SECTIONS: dict[str, _Section] = {
                            wgmma_only="FP8 operands are multiplied by wgmma only (sm_90a)"),
     }),
     "smem": _Section({
-        "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(_int("a padding in elements", 0, 1024)),
+        "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(IntRange("a padding in elements", 0, 1024)),
         "swizzle": _Key(_swizzle),
         "read": _Key(_smem_read, not_wgmma="wgmma reads its operands from shared memory itself, through descriptors"),
     }, labels=("a", "b")),
     "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
     "pipeline": _Section({
-        "stages": _Key(_int("a stage count", 1, MAX_STAGES,
+        "stages": _Key(IntRange("a stage count", 1, MAX_STAGES,
                             "1 = load then compute; 2 = double buffering; more need `copy: cp_async`")),
         "copy": _Key(_enum(ir.CopyMode, "registers, cp_async or tma")),
         "fragments": _Key(_enum(ir.FragmentBuffering, "single or double"),
                           not_wgmma="wgmma reads shared memory directly: there are no register fragments"),
-        "unroll": _Key(_int("an unroll factor", 1, MAX_UNROLL)),
+        "unroll": _Key(IntRange("an unroll factor", 1, MAX_UNROLL)),
         "store": _Key(_enum(ir.StoreMode, "direct or tma"),
                       wgmma_only="C goes through shared memory and TMA on Hopper's own path"),
     }),
@@ -764,8 +786,8 @@ SECTIONS: dict[str, _Section] = {
         "residual": _Key(_matrix),
     }),
     "budget": _Section({
-        "registers": _Key(_int("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
-        "blocks_per_sm": _Key(_int("a block count", 1, MAX_BLOCKS_PER_SM)),
+        "registers": _Key(IntRange("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
+        "blocks_per_sm": _Key(IntRange("a block count", 1, MAX_BLOCKS_PER_SM)),
     }),
 }
 
@@ -814,12 +836,15 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
         swizzle = values.get("swizzle")
-        if wgmma:  # TMA lands a box as it lies in global memory, in the 128-byte swizzle unless said otherwise
+        # The order that keeps the operand as it lies in global memory: TMA lands a box so, and cp.async cannot
+        # transpose elements narrower than its 4-byte copies (mma.sync's ldmatrix transposes where it needs to).
+        if wgmma or mma is not None and problem.matrix(operand).dtype.bytes < 4:
             row = problem.matrix(operand).layout is ir.MatrixLayout.ROW
             if operand is ir.Operand.A:
                 default = ir.SmemOrder.MK if row else ir.SmemOrder.KM
             else:
                 default = ir.SmemOrder.KN if row else ir.SmemOrder.NK
+        if wgmma:  # in the 128-byte swizzle unless said otherwise
             swizzle = 128 if swizzle is None else swizzle
         layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
                       swizzle=None if isinstance(swizzle, int) else swizzle)

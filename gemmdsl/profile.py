@@ -28,6 +28,7 @@ from .build import BuildError
 from .analysis import Analysis, ProblemSizeError, analyze
 from .check import parse_problem
 from .compiler import ptxas_resources
+from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.intensity import compulsory_bytes
 from .paths import path_of
@@ -279,7 +280,7 @@ def comparison_json(analysis: Analysis, rows: list[Row], metrics: dict[str, floa
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to profile")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("profile", "files to profile"))
     parser.add_argument("--problem", type=parse_problem, default=DEFAULT_PROBLEM, metavar="MxNxK",
                         help="problem size of the profiled launch (default 4096x4096x4096)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON to FILE")

@@ -49,10 +49,11 @@ from typing import Any, Callable
 
 import numpy
 
-from .abi import MAX_BATCH, MAX_INT
+from .abi import MAX_BATCH, size_errors
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvrtc_compile, nvrtc_version,
                     old_nvrtc_note)
 from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, signature, type_name
+from .errors import GemmdslError
 from .devices import Driver, PackedParameters, check_stream_device, operands_device, stream_handle
 from .fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                             fuse_arguments, fuse_views, moved)
@@ -69,11 +70,11 @@ MEMORY_TYPE_DEVICE, MEMORY_TYPE_MANAGED = 2, 3  # cudaPointerAttributes.type
 Size = tuple[int, int, int]  # (M, N, K)
 
 
-class KernelBuildError(RuntimeError):
+class KernelBuildError(GemmdslError, RuntimeError):
     """Neither NVRTC nor nvcc could turn the generated CUDA into a cubin."""
 
 
-class GpuUnavailable(RuntimeError):
+class GpuUnavailable(GemmdslError, RuntimeError):
     """No CuPy, no CUDA device, or no true-FP32 cuBLAS: the GPU commands cannot run (exit status 2)."""
 
 
@@ -289,13 +290,13 @@ def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
     """No dimension negative; for bounds: exact, whole block tiles only, unless the problem is empty (a
     dimension 0: no GEMM kernel runs, as in the C launchers)."""
     empty = 0 in (m, n, k)
-    for dim, extent, multiple, tile_name, tile in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK"),
-                                                      req.block_tile):
+    for dim, extent in zip("MNK", (m, n, k)):
         if extent < 0:
             raise ValueError(f"{dim}={extent}: a dimension cannot be negative")
-        if extent > MAX_INT - tile:
-            raise ValueError(f"{dim}={extent} is too large: the kernel's tile coordinates (up to {dim} + {tile_name}) "
-                             f"are 32-bit")
+    beyond = size_errors((m, n, k), req.block_tile)
+    if beyond:
+        raise ValueError("; ".join(beyond))
+    for dim, extent, multiple, tile_name in zip("MNK", (m, n, k), req.multiples, ("BM", "BN", "BK")):
         if extent % multiple and not empty:
             bm, bn, bk = req.multiples
             raise ValueError(f"{dim}={extent} is not a multiple of the block tile's {tile_name}={multiple}; "
@@ -830,6 +831,7 @@ class Kernel:
     its module on each GPU the first time a call runs there (one cubin per architecture)."""
 
     def __init__(self, artifacts: Any):
+        require_gpu()  # no CuPy or no usable driver: a GpuUnavailable saying so, as the commands print it
         import cupy
 
         self.spec = artifacts.spec
@@ -1214,16 +1216,28 @@ def compile_spec(spec_or_path: Any, *, text: str | None = None) -> Any:
 # Environment checks and the shared body of `gemmdsl verify` / `gemmdsl bench`
 
 
+# What a CUDA runtime error at the first device query means, by its name, for the errors that say so.
+CUDA_ERROR_MEANINGS = {
+    "cudaErrorInsufficientDriver": "the NVIDIA driver is older than the CUDA runtime CuPy was built for; update "
+                                   "the driver, or install the CuPy wheel of the CUDA version the driver supports",
+    "cudaErrorNoDevice": "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and that the driver sees the GPU)",
+    "cudaErrorInitializationError": "the CUDA driver failed to initialise (is the NVIDIA kernel module loaded?)",
+}
+
+
 def gpu_unavailable_reason() -> str | None:
-    """Why CuPy cannot run kernels here, or None when it can."""
+    """Why CuPy cannot run kernels here, or None when it can: the words `gemmdsl.load` raises and the GPU
+    commands print."""
     try:
         import cupy
     except ImportError as err:
-        return f"CuPy is not installed ({err}); install cupy-cuda13x on a machine with an NVIDIA GPU"
+        return (f"CuPy is not installed ({err}); the GPU side of gemmdsl needs it: pip install 'gemmdsl[gpu]' "
+                f"(CuPy for CUDA 13), on a machine with an NVIDIA GPU and driver")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as err:
-        return f"no usable CUDA device: {err}"
+        meaning = next((text for name, text in CUDA_ERROR_MEANINGS.items() if name in str(err)), None)
+        return f"no usable CUDA device: {err}" + (f": {meaning}" if meaning else "")
     return None if count > 0 else "no CUDA device found"
 
 
@@ -1270,7 +1284,11 @@ def parse_sizes(text: str) -> list[Size]:
             dims *= 3
         if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
             raise ValueError(f"bad size {item!r}: expected MxNxK with positive integers, e.g. 2048x1024x512")
-        sizes.append((int(dims[0]), int(dims[1]), int(dims[2])))
+        size = (int(dims[0]), int(dims[1]), int(dims[2]))
+        beyond = size_errors(size)
+        if beyond:
+            raise ValueError(f"bad size {item!r}: {'; '.join(beyond)}")
+        sizes.append(size)
     if not sizes:
         raise ValueError("no sizes given")
     return sizes

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .errors import GemmdslError
+
 
 @dataclass(frozen=True)
 class Span:
@@ -112,8 +114,9 @@ def word_list(words: Iterable[object], last: str = "or") -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
-class CompileError(Exception):
-    """One or more error diagnostics; the CLI prints them and exits with status 1."""
+class CompileError(GemmdslError):
+    """One or more error diagnostics; the CLI prints them and exits with status 1. Its text (`str`) is the
+    rendered diagnostics, as the CLI prints them: file:line:col, the line, a caret and the hint."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: SourceFile | None = None):
         super().__init__("\n".join(d.message for d in diagnostics))
@@ -122,3 +125,6 @@ class CompileError(Exception):
 
     def render(self) -> str:
         return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+    def __str__(self) -> str:
+        return self.render()

@@ -9,7 +9,7 @@
 
 Templates
 ---------
-A template is a `.gemm` file in which any value, or part of one, may be a choice
+A template (`.tgemm`) is a spec in which any value, or part of one, may be a choice
 group `{a,b,c}`: `tile: {128x128,256x128}x{8,16}`, `lanes: {4x8 row,8x4 col}`,
 `raster: {row,group(8)}`. The candidates are every combination of the groups, in
 source order with the last group varying fastest, numbered t0, t1, ...; each
@@ -84,6 +84,7 @@ from .cost_model import cost_facts, efficiency, register_cap
 from .paths import path_of
 from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
+from .file_kinds import inputs_help
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
 from .targets import WARP, arch
 from .tune_workers import build_failure  # noqa: F401  (tune's name for it, where the workers' backend uses it)
@@ -118,17 +119,71 @@ class ChoiceGroup:
     alternatives: tuple[str, ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Template:
+    """A template's text cut at its kernel name and its choice groups. Every candidate holds this one
+    object and renders its text on demand, so a candidate costs the same whatever the template's size."""
+
+    text: str
+    name: str  # the kernel's name in the template
+    name_start: int  # offset of the name
+    body_start: int  # offset of the `gemm` keyword (what precedes it is the leading comment)
+    groups: tuple[ChoiceGroup, ...]
+    entries: tuple[tuple[int, int, tuple[int, ...]], ...]  # (start, end, group numbers) of each entry holding choices
+
+    def render(self, name: str, choices: Sequence[str]) -> str:
+        """The template's text with the kernel named `name` and each group replaced by its choice."""
+        cuts = [(self.name_start, self.name_start + len(self.name), name)]
+        cuts += [(group.start, group.end, choice) for group, choice in zip(self.groups, choices)]
+        out, position = [], 0
+        for start, end, fill in cuts:
+            out += [self.text[position:start], fill]
+            position = end
+        out.append(self.text[position:])
+        return "".join(out)
+
+    def entry(self, number: int, choices: Sequence[str]) -> str:
+        """Entry `number` of `entries` with its groups replaced by their choices: `tile: 128x128x8`."""
+        start, end, groups = self.entries[number]
+        out, position = [], start
+        for group in groups:
+            out += [self.text[position:self.groups[group].start], choices[group]]
+            position = self.groups[group].end
+        out.append(self.text[position:end])
+        return " ".join("".join(out).split())
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One concrete spec of a template."""
+    """One concrete spec of a template: its number and the alternative taken from each group."""
 
     index: int
-    name: str  # the kernel name, NAME_tI
-    text: str
-    choices: tuple[str, ...]  # the alternative taken from each group, in source order
-    name_start: int  # offset of the kernel name in `text`
-    body_start: int  # offset of the `gemm` keyword in `text` (what precedes it is the leading comment)
-    summary: str = ""  # the entries that hold choices, concrete: `tile: 128x128x8; stages: 2`
+    choices: tuple[str, ...]  # in source order
+    template: Template = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """The kernel name, NAME_tI."""
+        return f"{self.template.name}_t{self.index}"
+
+    @property
+    def text(self) -> str:
+        return self.template.render(self.name, self.choices)
+
+    @property
+    def name_start(self) -> int:
+        """Offset of the kernel name in `text`."""
+        return self.template.name_start
+
+    @property
+    def body_start(self) -> int:
+        """Offset of the `gemm` keyword in `text` (what precedes it is the leading comment)."""
+        return self.template.body_start
+
+    @property
+    def summary(self) -> str:
+        """The entries that hold choices, concrete: `tile: 128x128x8; stages: 2`."""
+        return "; ".join(self.template.entry(number, self.choices) for number in range(len(self.template.entries)))
 
     def describe(self) -> str:
         return self.summary or "(no choices)"
@@ -217,7 +272,7 @@ def kernel_name_span(text: str, path: str = "<template>") -> tuple[int, int, str
     match = _KERNEL.search(mask_comments(text))
     if match is None:
         raise template_error(path, text, 0, "the template holds no `gemm NAME {` block",
-                             "a template is a .gemm spec whose values may be choice groups `{a,b}`")
+                             "a template (.tgemm) is a spec whose values may be choice groups `{a,b}`")
     return match.start(), match.start(1), match.group(1)
 
 
@@ -241,44 +296,23 @@ def expand(template_text: str, path: str = "<template>",
                              f"the template expands to {total:,} candidates ({sizes}), more than the "
                              f"limit of {max_candidates:,}",
                              "narrow some choice groups, or raise the limit with --max-candidates")
-    # The fixed text around the name and the groups, which all follow the name.
-    cuts = [(name_start, name_start + len(name))] + [(group.start, group.end) for group in groups]
-    pieces = [template_text[:name_start]]
-    pieces += [template_text[end:next_start] for (_, end), (next_start, _) in zip(cuts, cuts[1:] + [(None, None)])]
-    entries = choice_entries(template_text, groups)
-    candidates = []
-    for index, choices in enumerate(itertools.product(*(group.alternatives for group in groups))):
-        candidate_name = f"{name}_t{index}"
-        fills = [candidate_name, *choices, ""]
-        text = "".join(piece + fill for piece, fill in zip(pieces, fills))
-        summary = "; ".join(entry(choices) for entry in entries)
-        candidates.append(Candidate(index, candidate_name, text, tuple(choices), name_start, body_start, summary))
-    return candidates
+    template = Template(template_text, name, name_start, body_start, tuple(groups),
+                        choice_entries(template_text, groups))
+    return [Candidate(index, choices, template)
+            for index, choices in enumerate(itertools.product(*(group.alternatives for group in groups)))]
 
 
-def choice_entries(text: str, groups: Sequence[ChoiceGroup]) -> list[Callable[[Sequence[str]], str]]:
-    """For each entry (`key: value;`) that holds choice groups, a function from the choices to its concrete text."""
-    masked = list(mask_comments(text))
-    for group in groups:
-        masked[group.start:group.end] = "x" * (group.end - group.start)
-    masked_text = "".join(masked)
+def choice_entries(text: str, groups: Sequence[ChoiceGroup]) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """Each entry (`key: value;`) that holds choice groups, as (start, end, the numbers of its groups)."""
+    masked = mask_comments(text)
+    cut = [0, *(offset for group in groups for offset in (group.start, group.end)), len(text)]
+    masked = "".join(masked[a:b] if i % 2 == 0 else "x" * (b - a) for i, (a, b) in enumerate(zip(cut, cut[1:])))
     spans: dict[tuple[int, int], list[int]] = {}
     for number, group in enumerate(groups):
-        start = max(masked_text.rfind(char, 0, group.start) for char in ";{}") + 1
-        ends = [e for e in (masked_text.find(char, group.end) for char in ";}") if e >= 0]
+        start = max(masked.rfind(char, 0, group.start) for char in ";{}") + 1
+        ends = [e for e in (masked.find(char, group.end) for char in ";}") if e >= 0]
         spans.setdefault((start, min(ends, default=len(text))), []).append(number)
-
-    def entry(span: tuple[int, int], numbers: list[int]) -> Callable[[Sequence[str]], str]:
-        def render(choices: Sequence[str]) -> str:
-            out, position = [], span[0]
-            for number in numbers:
-                out += [text[position:groups[number].start], choices[number]]
-                position = groups[number].end
-            out.append(text[position:span[1]])
-            return " ".join("".join(out).split())
-        return render
-
-    return [entry(span, numbers) for span, numbers in spans.items()]
+    return tuple((start, end, tuple(numbers)) for (start, end), numbers in spans.items())
 
 
 def template_stem(path: str | Path) -> str:
@@ -407,7 +441,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
     """Run the analysis passes on a valid spec and read off what screening and ranking use."""
     from .analysis import analyze
 
-    analysis = analyze(spec, size, ptxas)
+    analysis = analyze(spec, size, ptxas, hints=False)
     own = analysis.path.predict(analysis, ptxas)
     if own is not None:
         return own
@@ -819,13 +853,15 @@ def _cubin_or_none(source: str, target: str) -> bytes | None:
 
 def timing_tasks(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int,
                  template_path: str = "<template>.gemm") -> list:
-    """One tune_workers.Task per candidate and size."""
+    """One tune_workers.Task per candidate and size, each holding its candidate, which renders the text
+    when a worker needs it (so that many tasks of a large template do not each hold a copy)."""
     from .tune_db import spec_hash
     from .tune_workers import Task
 
-    return [Task(spec_hash(s.candidate.text), tuple(size), s.candidate.name, s.candidate.text,
-                 candidate_path(template_path, s.candidate), runs, warmup, s.prediction.score)
-            for s in survivors for size in sizes]
+    hashes = [spec_hash(s.candidate.text) for s in survivors]
+    return [Task(key, tuple(size), s.candidate.name, s.candidate, candidate_path(template_path, s.candidate), runs,
+                 warmup, s.prediction.score)
+            for s, key in zip(survivors, hashes) for size in sizes]
 
 
 def time_candidates(survivors: Sequence[Survivor], sizes: Sequence[Size], runs: int, warmup: int, pool, db,
@@ -1039,10 +1075,19 @@ def results_json(report: ScreenReport, ranked: Sequence[Survivor], kept: Sequenc
     return out
 
 
-def write_results_json(path: str | Path, data: dict) -> None:
+def write_results_json(path: str | Path, data: dict) -> bool:
+    """Write `data` to `path` whole or not at all; False (after the error) when it cannot be written."""
     import json
 
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    from .compiler import OutputError, write_outputs
+
+    path = Path(path)
+    try:
+        write_outputs(path.parent, {path.name: (json.dumps(data, indent=1) + "\n").encode()})
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -1050,7 +1095,8 @@ def write_results_json(path: str | Path, data: dict) -> None:
 
 
 def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("template", metavar="TEMPLATE", help="a .gemm spec whose values may be choice groups {a,b}")
+    parser.add_argument("template", metavar="TEMPLATE",
+                        help=inputs_help("tune", "file: a spec whose values may be choice groups {a,b}"))
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated MxNxK sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--budget", type=_positive, default=DEFAULT_BUDGET, metavar="N",
                         help=f"candidates to time after pruning (default {DEFAULT_BUDGET})")
@@ -1092,7 +1138,7 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--gpus", type=gpus_argument, default=None, metavar="N|all",
                        help="time on the first N GPUs of this host (CUDA_VISIBLE_DEVICES's, else all CUDA finds), "
                             "one worker process each (default all)")
-    scale.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    scale.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
                        help=f"seconds one measurement may take before its worker is killed and restarted and the "
                             f"candidate recorded as timed out (default {DEFAULT_TIMEOUT_S:g})")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -1121,6 +1167,16 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
     return value
 
 
@@ -1194,6 +1250,10 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
     stem = template_stem(path)
     name = args.name or f"{stem}_best"
     output = args.output or f"{stem}_best.gemm"
+    files = [("--json", args.json)] if args.screen_only else [("--json", args.json), ("-o", output)]
+    refused = refuse_late_failures(args, [] if args.screen_only else [name], files)
+    if refused is not None:
+        return refused
     report, ranked, kept, dropped, compiler = search(candidates, sizes, args, path)
     print(f"{path}: {len(candidates)} candidates for {', '.join('x'.join(map(str, s)) for s in sizes)}")
     print("\n".join(screen_lines(report, kept, dropped, args.budget)))
@@ -1204,10 +1264,9 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
     if not kept:
         print(f"{path}: error: no candidate survived the screening; nothing to time", file=sys.stderr)
         return 1
-    if args.json:
-        scored = rank(report.timeable, sizes, args.sms)
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, template=path,
-                                                   scored=scored))
+    if args.json and not write_results_json(args.json, results_json(
+            report, ranked, kept, dropped, sizes, template=path, scored=rank(report.timeable, sizes, args.sms))):
+        return 1
     if args.screen_only:
         return 0
 
@@ -1219,18 +1278,69 @@ def tune_sizes_main(args: argparse.Namespace, path: str, candidates: Sequence, s
         to_time, sizes, args.runs, args.warmup, pool, db, args.jobs, path, _progress))
     if isinstance(timing, int):
         return timing
-    if args.json:
-        write_results_json(args.json, results_json(report, ranked, kept, dropped, sizes, timing, template=path,
-                                                   scored=rank(report.timeable, sizes, args.sms)))
-    return report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+    written = not args.json or write_results_json(args.json, results_json(
+        report, ranked, kept, dropped, sizes, timing, template=path, scored=rank(report.timeable, sizes, args.sms)))
+    status = report_and_write(args, path, name, output, report, kept, dropped, to_time, timing)
+    return status or (0 if written else 1)
+
+
+def refuse_late_failures(args: argparse.Namespace, names: Sequence[str],
+                         files: Sequence[tuple[str, str | None]]) -> int | None:
+    """Refuse, before screening or timing, what would otherwise fail only once the timing is done: the
+    kernel names the winners get, the files to be written (`files`: (option, path)), and when `names`
+    is not empty (a run that times) the database and the backend. Prints every problem and returns
+    2, else None."""
+    from .tune_db import TuneDB, TuneDBError
+    from .tune_workers import error_text, resolve
+    from .validate import kernel_name_problem
+
+    problems = []
+    for name in names:
+        if (problem := kernel_name_problem(name)) is not None:
+            source = "--name" if args.name else "the name made from a file name (set one with --name)"
+            problems.append(f"error: {source}: {problem[0]}\n  hint: {problem[1]}")
+    for option, path in files:
+        if path is not None and (reason := unwritable(path)) is not None:
+            problems.append(f"error: {option}: cannot write {path}: {reason}")
+    if names:
+        database = Path(args.db).expanduser()
+        try:
+            if database.is_file() and database.stat().st_size:  # an empty file becomes a new database
+                TuneDB(args.db, read_only=True).close()
+            elif (reason := unwritable(database)) is not None:
+                problems.append(f"error: --db: cannot create {args.db}: {reason}")
+        except TuneDBError as err:
+            problems.append(f"error: --db: {err}")
+        if args.ray is None:  # a Ray cluster may hold a backend this host does not
+            try:
+                resolve(args.backend)
+            except Exception as err:
+                problems.append(f"error: --backend {args.backend}: cannot load it ({error_text(err)})")
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    return None
+
+
+def unwritable(path: str | Path) -> str | None:
+    """Why compiler.write_outputs could not write a file at `path` (found without writing), or None."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:  # write_outputs creates the missing folders
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    return None
 
 
 def time_with_options(args: argparse.Namespace, path: str, work: Callable):
     """`work(pool, db)` on the pool and database the options name; an exit status when it cannot time."""
-    import sqlite3
-
     from .runtime import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
-    from .tune_db import TuneDB
+    from .tune_db import TuneDB, TuneDBError
     from .tune_workers import GPU_BACKEND, WorkerError
 
     reason = gpu_unavailable_reason() if args.backend == GPU_BACKEND and args.ray is None else None
@@ -1246,7 +1356,7 @@ def time_with_options(args: argparse.Namespace, path: str, work: Callable):
     except (GpuUnavailable, WorkerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (CompileError, ValueError, sqlite3.DatabaseError) as err:
+    except (CompileError, ValueError, TuneDBError) as err:
         print(f"error: {err.render() if isinstance(err, CompileError) else err}", file=sys.stderr)
         return 1
 
@@ -1293,15 +1403,16 @@ def report_and_write(args: argparse.Namespace, path: str, name: str, output: str
 def print_report(db_path: str, path: str, candidates: Sequence[Candidate], sizes: Sequence[Size]) -> int:
     """`--report`: per GPU model, the template's candidates the database holds at every size, fastest first
     (geomean of % cuBLAS), beside the rank the cost model gave them, and the failures; nothing is timed."""
-    from .tune_db import TuneDB, spearman, spec_hash
+    from .tune_db import TuneDB, TuneDBError, spearman, spec_hash
 
-    if not Path(db_path).expanduser().is_file():
-        print(f"error: {db_path}: no such tuning database", file=sys.stderr)
-        return 1
     names = {spec_hash(c.text): c.name for c in candidates}
     choices = {c.name: c.describe() for c in candidates}
-    with TuneDB(db_path) as db:
-        rows = db.rows(names)
+    try:
+        with TuneDB(db_path, read_only=True) as db:
+            rows = db.rows(names)
+    except TuneDBError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     wanted = set(map(tuple, sizes))
     rows = [row for row in rows if row.size in wanted]
     if not rows:

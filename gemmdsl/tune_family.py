@@ -20,8 +20,8 @@ from typing import Sequence
 
 from .runtime import Size, parse_sizes
 from .source import CompileError, SourceFile
-from .tune import (_progress, run_tasks, search, template_stem, time_with_options, timing_from_rows, timing_tasks,
-                   winner_text)
+from .tune import (_progress, refuse_late_failures, run_tasks, search, template_stem, time_with_options,
+                   timing_from_rows, timing_tasks, winner_text)
 
 
 def read_weighted_shapes(path: str | Path) -> list[tuple[Size, float]]:
@@ -61,6 +61,9 @@ def tune_family_main(args: argparse.Namespace, path: str, candidates: Sequence) 
         return 2
     output = Path(args.output or f"{template_stem(path)}_family.gemmf")
     name = args.name or template_stem(output)
+    refused = refuse_late_failures(args, [name, f"{name}_m{len(shapes) - 1}"], [("-o", str(output))])
+    if refused is not None:
+        return refused
     kept_by_shape, tasks = {}, []
     for shape, weight in sorted(shapes, key=lambda item: -item[1]):  # the heaviest shapes are timed first
         _, _, kept, _, _ = search(candidates, [shape], args, path)

@@ -57,7 +57,7 @@ class Task:
     spec_hash: str
     size: Size
     name: str  # the candidate's kernel name
-    text: str  # its spec
+    source: object  # its spec: the text, or what renders it on demand (`.text`: a template's candidate)
     path: str  # where diagnostics say it comes from: template.tgemm[t12]
     runs: int
     warmup: int
@@ -66,6 +66,10 @@ class Task:
     @property
     def key(self) -> tuple[str, Size]:
         return (self.spec_hash, self.size)
+
+    @property
+    def text(self) -> str:
+        return self.source if isinstance(self.source, str) else self.source.text
 
 
 @dataclass(frozen=True)
@@ -477,10 +481,10 @@ def measure(pool, tasks: Sequence[Task], db, progress: Callable[[str], None] = l
     def record(outcome: Outcome) -> None:
         nonlocal done
         done += 1
-        db.record(row_of(outcome), outcome.task.text)
-        task, timed = outcome.task, outcome.timed
-        figures = (f"{timed.median_ms:.3f} ms, {100 * timed.cublas_ms / timed.median_ms:.1f}% of cuBLAS" if timed
-                   else f"{outcome.status}: {outcome.error}")
+        row = db.record(row_of(outcome), outcome.task.text)  # a timing that is no time comes back failed
+        task = outcome.task
+        figures = (f"{row.median_ms:.3f} ms, {row.pct_cublas:.1f}% of cuBLAS" if row.status == "ok"
+                   else f"{row.status}: {row.error}")
         progress(f"[{done}/{len(tasks)}] {task.name} {'x'.join(map(str, task.size))} on {outcome.worker}: {figures}")
 
     pool.run(tasks, record)

@@ -8,6 +8,7 @@ error and warning, in source order, each pointing at the value it objects to.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from math import prod
 
@@ -34,6 +35,24 @@ RESERVED_NAMES = frozenset("""
     _Imaginary _Noreturn _Static_assert _Thread_local
     main threadIdx blockIdx blockDim gridDim warpSize
 """.split())
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # the grammar's NAME
+
+
+def kernel_name_problem(name: str) -> tuple[str, str] | None:
+    """(message, hint) when `name` cannot name a kernel, else None; for names that do not come through
+    the parser too (the tuner's --name)."""
+    if not IDENTIFIER.match(name):
+        return (f"kernel name {name!r} is not an identifier",
+                "a kernel name is a letter or '_' followed by letters, digits and '_'")
+    if name in RESERVED_NAMES:
+        return (f"kernel name '{name}' is a C/C++ keyword or CUDA built-in",
+                f"the name becomes a C++ function name; try '{name}_gemm'")
+    if len(name) > MAX_NAME:
+        return (f"kernel name is {len(name)} characters long; at most {MAX_NAME} are allowed",
+                "the name is used for the kernel and its files; pick a shorter one")
+    return None
+
 
 _ORDERS = {
     ir.Operand.A: (ir.SmemOrder.MK, ir.SmemOrder.KM),
@@ -108,13 +127,9 @@ class _Checker:
     # --- name, problem, target -----------------------------------------------------------
 
     def check_name(self) -> None:
-        name, span = self.spec.name, self.spec.at("name")
-        if name in RESERVED_NAMES:
-            self.error(span, f"kernel name '{name}' is a C/C++ keyword or CUDA built-in",
-                       hint=f"the name becomes a C++ function name; try '{name}_gemm'")
-        if len(name) > MAX_NAME:
-            self.error(span, f"kernel name is {len(name)} characters long; at most {MAX_NAME} are allowed",
-                       hint="the name is used for the kernel and its files; pick a shorter one")
+        problem = kernel_name_problem(self.spec.name)
+        if problem is not None:
+            self.error(self.spec.at("name"), problem[0], hint=problem[1])
 
     def check_problem(self) -> None:
         problem = self.spec.problem

@@ -35,9 +35,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from .family_kernel import run_on_specs_and_families
+from .file_kinds import inputs_help
 from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
-from .grouped_bench import verify_grouped
+from .grouped_bench import verify_group_ends, verify_grouped
+from .grouped_schedule import group_rows
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .runtime import Kernel, Size, format_size, require_fp32_cublas
@@ -126,7 +130,9 @@ def cases(kernel: Kernel) -> list[Case]:
 
 
 def verify(kernel: Kernel, sizes: list[Size], seed: int = 0) -> list[Result]:
-    """Run `kernel` on every size in every case of `cases(kernel)`."""
+    """Run `kernel` on every size in every case of `cases(kernel)`. A `batch: grouped` kernel's offs are drawn
+    from the seed at each size (grouped_bench.verify_group_ends: uneven groups, some empty), B one matrix per
+    group."""
     require_fp32_cublas()
     arrays = arrays_for(comparison(kernel.metadata), seed)
     results = []
@@ -135,10 +141,11 @@ def verify(kernel: Kernel, sizes: list[Size], seed: int = 0) -> list[Result]:
         if why:
             results.append(skipped_result(kernel, size, why))
             continue
+        group_ends = verify_group_ends(size[0], seed) if kernel.requirements.grouped else None
         for case in cases(kernel):
             why = case_refused(kernel, size, case)
             results.append(skipped_result(kernel, size, f"{case.name}: {why}") if why
-                           else check_case(kernel, arrays, size, case))
+                           else check_case(kernel, arrays, size, case, group_ends))
     return results
 
 
@@ -267,6 +274,10 @@ class CupyArrays:
         """A copy of each matrix (the last two dimensions) in column-major order."""
         return self.xp.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
 
+    def concatenate(self, parts: list[Any]) -> Any:
+        """Matrices stacked along their rows."""
+        return self.xp.concatenate(parts)
+
     def count_nonfinite(self, x: Any) -> int:
         return int((~self.xp.isfinite(x)).sum())
 
@@ -340,6 +351,9 @@ class TorchArrays(CupyArrays):
 
     def column_major(self, x: Any) -> Any:
         return x.mT.contiguous().mT
+
+    def concatenate(self, parts: list[Any]) -> Any:
+        return self.xp.cat(parts)
 
 
 class ScaledMmArrays(TorchArrays):
@@ -486,13 +500,17 @@ def random_operand(arrays: CupyArrays, dtype: str, layout: str, rows: int, cols:
     return operand_in(arrays.random(elements, dtype, wide), layout, rows, cols, padded, batch, align)
 
 
-def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Result:
+def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case,
+               group_ends: list[int] | None = None) -> Result:
+    """One launch of the case at `size`; `group_ends`: a grouped kernel's offs (B then holds one matrix per
+    group, and the references are each group's rows stacked)."""
     m, n, k = size
     layouts = kernel.requirements.layouts
     dtypes = kernel.metadata.get("dtypes", {"a": "f32", "b": "f32", "c": "f32"})
     alpha, beta = scalar_cases(kernel.epilogue)[-1] if case.scalars else (1.0, 0.0)
+    groups = 0 if group_ends is None else len(group_ends)
     a = random_operand(arrays, dtypes["a"], layouts["A"], m, k, case.padded, case.batch, case.wide)
-    b = random_operand(arrays, dtypes["b"], layouts["B"], k, n, case.padded, case.batch, case.wide)
+    b = random_operand(arrays, dtypes["b"], layouts["B"], k, n, case.padded, groups or case.batch, case.wide)
     c_in = random_operand(arrays, dtypes["c"], layouts["C"], m, n, case.padded, case.batch) if beta else None
     elements = operand_elements(layouts["C"], m, n, case.padded, case.batch)
     buffer = arrays.poisoned(elements + 2 * GUARD_ELEMENTS, dtypes["c"])
@@ -502,19 +520,32 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
     if c_in is not None:
         c[...] = c_in
     fuse = kernel.metadata.get("fuse")
-    chain = chain_operands(arrays, fuse, m, n, k, case) if fuse else {}
-    launch = kernel.bind(a, b, c, alpha, beta, **chain)
+    chain = chain_operands(arrays, fuse, m, n, k, case, groups) if fuse else {}
+    offs = {} if group_ends is None else {"offs": arrays.device(np.array(group_ends, dtype=np.int32))}
+    launch = kernel.bind(a, b, c, alpha, beta, **chain, **offs)
     launch()
     outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
     c_of(outside)[...] = float("nan")
-    finish = partial(chained, arrays, fuse, chain, kernel.epilogue) if fuse else expected
-    cublas = arrays.reference(a, b, fuse, chain, kernel.epilogue, c_in, alpha, beta)
+    # (A's rows, B's group) of each reference product: all of A and B, or each group's rows and matrix
+    parts = [(slice(None), None)] if group_ends is None else \
+        [(slice(start, end), g) for g, (start, end) in enumerate(group_rows(group_ends, m)) if end > start]
+    stacked = partial(stacked_parts, arrays, parts)
+    cublas = stacked(lambda rows, g: arrays.reference(a[rows], b if g is None else b[g], fuse,
+                                                      group_chain(chain, rows, g), kernel.epilogue,
+                                                      None if c_in is None else c_in[rows], alpha, beta))
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
         a64, b64 = arrays.float64(a), arrays.float64(b)
         if "a_scale" in chain:  # block scales: the product of the dequantized operands
             a64, b64 = dequantize_blocks(a64, b64, arrays.float64(chain["a_scale"]), arrays.float64(chain["b_scale"]))
-        float64 = finish(a64 @ b64, None if c_in is None else arrays.float64(c_in), alpha, beta)
+        c64 = None if c_in is None else arrays.float64(c_in)
+
+        def float64_part(rows: slice, g: int | None) -> Any:
+            part_chain = group_chain(chain, rows, g)
+            finish = partial(chained, arrays, fuse, part_chain, kernel.epilogue) if fuse else expected
+            return finish(a64[rows] @ (b64 if g is None else b64[g]), None if c64 is None else c64[rows], alpha, beta)
+
+        float64 = stacked(float64_part)
     cublas_vs_float64 = None if float64 is None else arrays.error(cublas, float64)
     tolerance = comparison(kernel.metadata).tolerance(dtypes["c"], cublas_vs_float64 and cublas_vs_float64.relative)
     return Result(kernel=kernel.name, m=m, n=n, k=k, alpha=alpha, beta=beta,
@@ -522,7 +553,8 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case) -> Re
                   vs_cublas=arrays.error(c, cublas), vs_float64=None if float64 is None else arrays.error(c, float64),
                   cublas_vs_float64=cublas_vs_float64, tolerance=tolerance or TOLERANCE,
                   cublas_tolerance=TOLERANCE if comparison(kernel.metadata).cublas == "SGEMM" else None,
-                  case=case.name, batch=case.batch, entry=launch.entry)
+                  case=case.name if group_ends is None else f"{case.name}, offs {group_ends}", batch=case.batch,
+                  entry=launch.entry)
 
 
 def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
@@ -531,10 +563,12 @@ def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
     return product if c_in is None else product + beta * c_in
 
 
-def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case: Case) -> dict[str, Any]:
+def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case: Case,
+                   groups: int = 0) -> dict[str, Any]:
     """Fresh random operands for a fused kernel's chain (docs/fusion.md): the bias vector, the residual (in
-    its layout, padded as the case pads C), the row and column scales, the block scales (A's M x ceil(K / 128),
-    B's ceil(N / 128) x ceil(K / 128): a value per block)."""
+    its layout, padded as the case pads C), the row and column scales (a grouped kernel's `groups` x N column
+    scales, a row per group), the block scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128): a value
+    per block)."""
     operands = {}
     if fuse["bias"] is not None:
         operands["bias"] = arrays.random(m if fuse["bias"]["along"] == "m" else n, fuse["bias"]["dtype"])
@@ -544,12 +578,27 @@ def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case:
     if fuse["scale"] in ("row", "rowcol"):
         operands["row_scale"] = arrays.scales(m)
     if fuse["scale"] in ("col", "rowcol"):
-        operands["col_scale"] = arrays.scales(n)
+        operands["col_scale"] = arrays.scales(n) if not groups else arrays.scales(groups * n).reshape(groups, n)
     if fuse["scale"] == "block":
         k_blocks = -(-k // 128)
         operands["a_scale"] = arrays.block_scales(m, k_blocks)
         operands["b_scale"] = arrays.block_scales(-(-n // 128), k_blocks)
     return operands
+
+
+def group_chain(chain: dict[str, Any], rows: slice, group: int | None) -> dict[str, Any]:
+    """The chain's operands of one group's rows (`group` None: the whole chain): its rows of the row scales, its
+    row of the column scales (the only operands a grouped chain takes)."""
+    if group is None:
+        return chain
+    return {name: value[group] if name == "col_scale" else value[rows] for name, value in chain.items()}
+
+
+def stacked_parts(arrays: CupyArrays, parts: list[tuple[slice, int | None]],
+                  compute: Callable[[slice, int | None], Any]) -> Any:
+    """compute(rows, group) of each part, the parts' rows stacked into one C (one part: its own result)."""
+    results = [compute(rows, group) for rows, group in parts]
+    return results[0] if len(results) == 1 else arrays.concatenate(results)
 
 
 def chained(arrays: CupyArrays, fuse: dict, chain: dict[str, Any], epilogue: str, product: Any, c_in: Any | None,
@@ -588,7 +637,7 @@ def write_json(results: list[Result], path: str | Path) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help=".gemm files to compile and check")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("verify", "files to compile and check"))
     parser.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
     parser.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
     parser.add_argument("--json", metavar="FILE", help="also write every result to FILE as JSON")

@@ -4,7 +4,8 @@
 //
 // Spec:
 //   // sgemm_h100's tiling (zigzag lanes, snake FMAs, four k-tiles per iteration, 2 blocks per SM) for
-//   // any M, N, K >= 1: the family's member for large shapes that 128x128x8 does not divide (docs/families.md). Interior blocks run the unguarded code; stream-K needs `bounds: exact`.
+//   // any M, N, K >= 1, one block per tile: sgemm_any without stream-K. Interior blocks run the
+//   // unguarded code.
 //   gemm checked_h100 {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;

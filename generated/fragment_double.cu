@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c fragment_double.cu
 //
 // Spec:
-//   // Seed 004: fragment double buffering alone: the shared -> register loads of slice k+1
+//   // Fragment double buffering alone: the shared -> register loads of slice k+1
 //   // are issued before the outer product of slice k (single shared buffer).
 //   gemm fragment_double {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }

@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c lanes_2x16_km.cu
 //
 // Spec:
-//   // Seed 000 §5.2 (1): a 2x16 warp shape. A is stored transposed (km) so a thread's 8 rows
+//   // 2x16 lanes with a k-major A: A is stored transposed (km) so a thread's 8 rows
 //   // are contiguous and read as two float4; B's float4 reads from lanes 4 apart collide (2-way).
 //   gemm lanes_2x16_km {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }

@@ -3,9 +3,9 @@
 // Build: nvcc -arch=sm_90 -c lanes_4x8_km.cu
 //
 // Spec:
-//   // Seed 000 §5.2 (2): the same 8x8 thread tiles with a 4x8 warp shape. A warp now reads
-//   // 32 floats of A and 64 of B per k instead of 16 and 128: better intensity. Lanes are in
-//   // the seed's column order (lane_m = lane % 4): neighbouring lanes share B's float4, which
+//   // lanes_2x16_km's 8x8 thread tiles with a 4x8 warp shape. A warp reads 32 floats of A
+//   // and 64 of B per k instead of 16 and 128: better intensity. Lanes are in column order
+//   // (lane_m = lane % 4): neighbouring lanes share B's float4, which
 //   // the H100 serves in half-warp phases, so no load conflicts (in row order B is 2-way).
 //   gemm lanes_4x8_km {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }

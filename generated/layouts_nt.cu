@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c layouts_nt.cu
 //
 // Spec:
-//   // Layouts: column-major B (an "NT" GEMM). B's global tile now runs along k, so a 3-stage
+//   // Layouts: column-major B (an "NT" GEMM). B's global tile runs along k, so a 3-stage
 //   // cp.async ring transposes it into kn with 4-byte copies, as it does A into km; both tiles
 //   // stay n- and m-contiguous in shared memory and their fragments are read as float4.
 //   gemm layouts_nt {

@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c register_double.cu
 //
 // Spec:
-//   // Seed 004: register-staged double buffering alone. Tile k+1 is read from global memory
+//   // Register-staged double buffering alone. Tile k+1 is read from global memory
 //   // into registers while tile k is multiplied, then stored to the other shared buffer:
 //   // one barrier per k-tile instead of two.
 //   gemm register_double {

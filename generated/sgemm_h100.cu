@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c sgemm_h100.cu
 //
 // Spec:
-//   // Seed 004's 128x128x8 tiling with register-staged double buffering at both levels, plus
+//   // sgemm_v3's 128x128x8 tiling with register-staged double buffering at both levels, plus
 //   // what the H100 rewards (docs/performance.md, notes 9-16):
 //   // - 8x4 zigzag lanes: every fragment load is a half-warp broadcast, 512 shared wavefronts
 //   //   per k-tile instead of sgemm_v3's 768;

@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c sgemm_v1.cu
 //
 // Spec:
-//   // Seed 000, sgemm_V1: 16x16 threads, each an 8x8 contiguous tile; warps are 2x16 lanes.
+//   // The textbook register-tiled SGEMM: 16x16 threads, each an 8x8 contiguous tile; warps are 2x16 lanes.
 //   gemm sgemm_v1 {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }
 //       target   sm_90;

@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c sgemm_v3.cu
 //
 // Spec:
-//   // Seed 004, sgemm_v3: warps 4x2, lanes 4x8, 4x4 micro-tiles repeated 2x2 across the block.
+//   // The classic SGEMM, double-buffered at both levels: warps 4x2, lanes 4x8, 4x4 micro-tiles repeated 2x2.
 //   gemm sgemm_v3 {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: alpha_beta; bounds: exact; }
 //       target   sm_90;

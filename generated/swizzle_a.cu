@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c swizzle_a.cu
 //
 // Spec:
-//   // Seeds 002/003: the transposed-A store conflict of transpose_nopad removed with an XOR
+//   // Swizzling against a store conflict: the transposed-A store conflict of transpose_nopad removed with an XOR
 //   // swizzle instead of padding: bit 2 of k (offset bit 9) flips bit 4 of m, so the two
 //   // threads that share a row of A land 16 banks apart. No shared memory is spent on pads.
 //   gemm swizzle_a {

@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c transpose_nopad.cu
 //
 // Spec:
-//   // Seed 002: A loaded as float4 along k and stored transposed (km) with scalar stores.
+//   // A transposed through registers: A loaded as float4 along k and stored transposed (km) with scalar stores.
 //   // Without padding, the two threads that load one row of A write the same bank: 2-way
 //   // store conflict (compare transpose_pad).
 //   gemm transpose_nopad {

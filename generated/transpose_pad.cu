@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c transpose_pad.cu
 //
 // Spec:
-//   // Seed 002: transpose_nopad with 4 floats of padding per row of the transposed A tile:
+//   // Padding against a store conflict: transpose_nopad with 4 floats of padding per row of the transposed A tile:
 //   // the store conflict disappears and float4 fragment reads stay aligned.
 //   gemm transpose_pad {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }

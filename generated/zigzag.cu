@@ -3,7 +3,7 @@
 // Build: nvcc -arch=sm_90 -c zigzag.cu
 //
 // Spec:
-//   // Seed 004 / maxas: 2x4 warps of 8x4 lanes in zigzag order (lane bit 0 picks n, bits 1-3
+//   // maxas's zigzag lane order: 2x4 warps of 8x4 lanes in zigzag order (lane bit 0 picks n, bits 1-3
 //   // pick m), each thread's 8x8 split into four 4x4 tiles 64 apart.
 //   gemm zigzag {
 //       problem  { a: f32 row; b: f32 row; c: f32 row; epilogue: store; bounds: exact; }

@@ -32,7 +32,7 @@ FAILING = ("failed", "error", "killed")
 
 class Recorder:
     """A pytest plugin: skips the tests the state already holds, appends each finished test's outcome
-    to a log as it ends (so a kill loses nothing), and stops the session once the budget is spent."""
+    to a log as it ends (so a kill loses nothing), and lets no test start once the budget is spent."""
 
     def __init__(self, done: set[str], log: Path, deadline: float):
         self.done, self.log, self.deadline = done, log, deadline
@@ -56,12 +56,9 @@ class Recorder:
             outcome = "error" if report.when != "call" and report.failed else report.outcome
             self._append({"nodeid": report.nodeid, "outcome": outcome, "seconds": round(report.duration, 3)})
 
-    def pytest_runtest_logfinish(self, nodeid, location):
+    def pytest_runtest_teardown(self, item, nextitem):
         if time.monotonic() > self.deadline:
-            self.session.shouldstop = "gpu_suite: time budget spent"
-
-    def pytest_sessionstart(self, session):
-        self.session = session
+            item.session.shouldstop = "gpu_suite: time budget spent"
 
     def _append(self, record: dict) -> None:
         with self.log.open("a") as log:

@@ -111,7 +111,7 @@ def study(data: dict, template: str | None = None, recorded: bool = False, sms: 
         places = {s.candidate.name: place for place, s in enumerate(ranked, 1)}
         missing = wanted - set(scored)
         if missing:
-            raise ValueError(f"{len(missing)} timed candidates are not timeable now, e.g. {sorted(missing)[0]}")
+            raise ValueError(f"the screening leaves out {len(missing)} timed candidates, e.g. {sorted(missing)[0]}")
     points = [Point(row["name"], scored[row["name"]], row["measured"]["geomean_pct_cublas"],
                     row["measured"]["geomean_tflops"], places[row["name"]] <= TOP, places[row["name"]])
               for row in rows]

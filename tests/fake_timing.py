@@ -7,16 +7,22 @@ A task's spec text may carry a plant in a comment:
     // plant: lost    the backend raises ContextLost (the fake)
     // plant: error   the backend raises an ordinary error (the fake)
     // plant: slow    the timing takes a second longer (the fake)
+    // plant: zero, nan, inf, negative   the fake reports a median time that is no time
 Environment: FAKE_TIMING_LOG, a file every timing appends `spec_hash MxNxK pid` to; FAKE_TIMING_SLEEP,
 seconds each fake timing takes; FAKE_GPU, the fake device's name.
 """
+import dataclasses
 import hashlib
+import math
 import os
 import re
 import signal
 import time
 
 from gemmdsl.tune_workers import ContextLost, Device, GpuBackend, Timed
+
+
+NO_TIME = {"zero": 0.0, "nan": math.nan, "inf": math.inf, "negative": -1.0}
 
 
 def plant(text: str) -> str | None:
@@ -54,6 +60,8 @@ class FakeBackend:
             raise ContextLost("CUDA error: cudaErrorIllegalAddress: an illegal memory access was encountered")
         if kind == "error":
             raise ValueError("planted error")
+        if kind in NO_TIME:
+            return dataclasses.replace(fake_figures(task), median_ms=NO_TIME[kind])
         return fake_figures(task)
 
 

@@ -1,4 +1,4 @@
-"""The analysis passes: known answers from the seed articles, H100 measurements, properties.
+"""The analysis passes: known answers for the classic SGEMM layouts, H100 measurements, properties.
 
 Specs are written as text and parsed, so the tests exercise the same lowering the
 compiler uses. Figures marked "measured" were read with Nsight Compute 2025.3 and
@@ -63,14 +63,14 @@ def costs(analysis, operand: str, op: str):
             if c.access.operand is ir.Operand(operand) and c.access.op == op]
 
 
-EIGHT_BY_EIGHT = dict(micro="8x8", repeat="1x1 block")  # seed 000 §5.2: 128x128x8 blocks, 8x8 per thread
+EIGHT_BY_EIGHT = dict(micro="8x8", repeat="1x1 block")  # sgemm_v1's tiles: 128x128x8 blocks, 8x8 per thread
 
 
-# --- known answers (seeds 000 §5, 002, 004) ----------------------------------------------------
+# --- known answers: the FP32 ladder of docs/specs.md ----------------------------------------------
 
 
 def test_lanes_2x16_reading_b_as_float4_conflict_two_ways():
-    # Seed 000 §5.2 (1): lanes 4 apart read float4s 32 floats apart, the same four banks.
+    # lanes_2x16_km: lanes 4 apart read float4s 32 floats apart, the same four banks.
     analysis = analyze(spec(warps="8x1", lanes="2x16 row", **EIGHT_BY_EIGHT))
     b_loads = costs(analysis, "b", "load")
     assert {c.width_bits for c in b_loads} == {128}
@@ -80,15 +80,15 @@ def test_lanes_2x16_reading_b_as_float4_conflict_two_ways():
 
 
 def test_a_stored_mk_and_read_a_float_at_a_time_conflicts_two_ways():
-    # Seed 000 §5.2 (1): lanes 0-15 and 16-31 read rows 8 apart, 64 floats apart: one bank, two words.
+    # 2x16 lanes: lanes 0-15 and 16-31 read rows 8 apart, 64 floats apart: one bank, two words.
     analysis = analyze(spec(warps="8x1", lanes="2x16 row", smem_a="order: mk;", **EIGHT_BY_EIGHT))
     a_loads = costs(analysis, "a", "load")
     assert len(a_loads) == 8 * 8 and {c.width_bits for c in a_loads} == {32}
     assert {c.max_ways for c in a_loads} == {2}
 
 
-def test_lanes_4x8_in_the_seeds_column_order_with_transposed_a_have_no_load_conflicts():
-    # Seed 000 §5.2 (2) and its warp_tile_gemm.cu: lane_m = lane & 3, lane_n = lane >> 2.
+def test_lanes_4x8_in_column_order_with_transposed_a_have_no_load_conflicts():
+    # lanes_4x8_km: lane_m = lane & 3, lane_n = lane >> 2.
     analysis = analyze(spec(warps="4x2", lanes="4x8 col", **EIGHT_BY_EIGHT))
     loads = costs(analysis, "a", "load") + costs(analysis, "b", "load")
     assert {c.max_ways for c in loads} == {1}
@@ -104,15 +104,15 @@ def test_lanes_4x8_in_row_order_still_conflict_on_b_as_measured():
 
 
 def test_two_by_two_repeat_of_four_by_four_tiles_has_no_conflicts():
-    # Seed 000 §5.2 (3) and seed 004's sgemm_v3: a quarter-warp reads one 128-byte row of banks.
+    # sgemm_v3's 4x4 tiles repeated 2x2: a quarter-warp reads one 128-byte row of banks.
     analysis = analyze(parse_text((SPECS / "sgemm_v3.gemm").read_text()))
     assert all(c.max_ways == 1 and c.wavefronts == c.ideal_wavefronts for c in analysis.facts["smem_accesses"])
     assert analysis.warnings == []
 
 
 def test_transposed_a_store_without_padding_conflicts_two_ways():
-    # Seed 002: the two threads that load one row of A (as two float4s along k) write k and k+4 of
-    # the same m, 4 rows of 128 floats apart: the same bank. Seed 002 calls it severe; it is 2-way,
+    # transpose_nopad: the two threads that load one row of A (as two float4s along k) write k and k+4 of
+    # the same m, 4 rows of 128 floats apart: the same bank. It is 2-way,
     # which the H100 confirms (probe tposeA_nopad: 2 wavefronts, 1 conflict per 32-bit store).
     analysis = analyze(spec(smem_a="order: km;"))
     a_stores = costs(analysis, "a", "store")
@@ -131,7 +131,7 @@ def test_padding_or_swizzle_removes_the_transposed_store_conflict(smem_a):
 
 
 def test_zigzag_lanes_halve_the_fragment_load_wavefronts():
-    # Seed 002 found zigzag faster and could not say why: every lane pair (n, n^1) reads the same A
+    # Why zigzag lanes are faster: every lane pair (n, n^1) reads the same A
     # and every (n, n^2) the same B, so each float4 load returns in two phases, not four.
     row = analyze(spec(warps="4x2", lanes="4x8 row"))
     zigzag = analyze(spec(warps="2x4", lanes="8x4 zigzag"))
@@ -154,7 +154,7 @@ H100_PROBES = [
     ("load", 32, 0 * L, 1, 0),
     ("load", 32, L * 2, 2, 1),
     ("load", 32, L * 32, 32, 31),
-    ("load", 32, (L // 16) * 64, 2, 1),  # seed 000 A reads
+    ("load", 32, (L // 16) * 64, 2, 1),  # sgemm_v1's A reads
     ("load", 32, (L % 2) * 512 + L // 2, 2, 1),  # transposed A, no pad
     ("load", 64, L * 2, 2, 0),
     ("load", 64, 0 * L, 1, 0),  # all lanes one address: n == n^1, one phase
@@ -166,12 +166,12 @@ H100_PROBES = [
     ("load", 128, L * 4, 4, 0),
     ("load", 128, 0 * L, 2, 0),
     ("load", 128, (L % 8) * 4, 4, 0),  # quarter-warps reading the same 128 bytes are not merged
-    ("load", 128, (L % 16) * 8, 8, 4),  # seed 000 B reads with 2x16 lanes
+    ("load", 128, (L % 16) * 8, 8, 4),  # sgemm_v1's B reads with 2x16 lanes
     ("load", 128, (L // 8) * 4, 2, 0),  # A reads with 4x8 row lanes
     ("load", 128, (L % 8) * 4, 4, 0),  # B reads with 4x8 row lanes
     ("load", 128, (L % 8) * 8, 8, 4),  # B reads with 4x8 row lanes and 8x8 tiles
-    ("load", 128, (L // 4) * 8, 2, 0),  # the seed's 4x8 column order, B
-    ("load", 128, (L % 4) * 8, 4, 0),  # the seed's 4x8 column order, A
+    ("load", 128, (L // 4) * 8, 2, 0),  # 4x8 lanes in column order, B
+    ("load", 128, (L % 4) * 8, 4, 0),  # 4x8 lanes in column order, A
     ("load", 128, ((L // 2) % 8) * 4, 2, 0),  # zigzag A
     ("load", 128, ((L // 16) * 2 + L % 2) * 4, 2, 0),  # zigzag B
     ("load", 128, np.where(L % 2 == 0, 0, 32), 4, 2),  # pairs share, but two words per bank

@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl import arrays
 from gemmdsl.arrays import ArrayView, array_view, contiguous_strides, library_of, signature
+from gemmdsl.fuse_operands import FUSE_OPERANDS
 
 PTR = 0x7F0000000000
 
@@ -218,3 +219,55 @@ def test_dlpack_float8_codes_read_as_pytorchs_names(code, name):
 def test_other_float8_codes_keep_a_code_name_no_kernel_takes():
     view = array_view("A", RefusesInterface((4, 16), 11, 8, PTR))  # kDLFloat8_e4m3fnuz: other values
     assert view.dtype == "dlpack-code-11-8" and view.dtype not in arrays.ITEM_SIZES
+
+
+# --- views a kernel cannot address: refused for every kind of operand, with the reason ----------------
+
+# Every operand a launch reads or writes: the matrices, the fuse chain's (fuse_operands.FUSE_OPERANDS) and offs.
+OPERAND_NAMES = ("A", "B", "C", *FUSE_OPERANDS, "offs")
+
+
+@pytest.mark.parametrize("name", OPERAND_NAMES)
+def test_a_null_pointer_on_a_non_empty_array_is_refused(name):
+    with pytest.raises(ValueError, match=rf"^{name} has a null data pointer but 6 elements"):
+        array_view(name, cuda_array((2, 3), ptr=0))
+    with pytest.raises(ValueError, match=rf"^{name} has a null data pointer"):
+        array_view(name, FakeDLPack((6,), arrays.DL_FLOAT, 32, 0))
+    assert array_view(name, cuda_array((0, 3), ptr=0)).pointer == 0  # an empty array addresses nothing
+
+
+@pytest.mark.parametrize("name", OPERAND_NAMES)
+def test_a_pointer_off_its_elements_alignment_is_refused(name):
+    with pytest.raises(ValueError, match=rf"^{name}'s data pointer {PTR + 2:#x} is not 4-byte aligned for its "
+                                         r"float32 elements"):
+        array_view(name, cuda_array((2, 3), ptr=PTR + 2))
+    with pytest.raises(ValueError, match=rf"^{name}'s data pointer .* is not 2-byte aligned"):
+        array_view(name, FakeDLPack((4,), arrays.DL_BFLOAT, 16, PTR, byte_offset=1))
+    assert array_view(name, cuda_array((2, 3), "<f2", ptr=PTR + 2)).pointer == PTR + 2  # 2-byte elements: fine
+
+
+@pytest.mark.parametrize("name", OPERAND_NAMES)
+def test_a_byte_swapped_array_is_refused(name):
+    with pytest.raises(TypeError, match=rf"^{name} is big-endian \('>f4'\): the kernels read little-endian float32"):
+        array_view(name, cuda_array((2, 3), ">f4", ptr=PTR))
+
+
+@pytest.mark.parametrize("name", OPERAND_NAMES)
+@pytest.mark.parametrize("shape, strides", [((2.5, 3), None), ((2, 3), (12.0, 4)), ((True, 3), None),
+                                            (("2", 3), None)])
+def test_a_non_integer_shape_or_stride_is_refused(name, shape, strides):
+    with pytest.raises(TypeError, match=rf"^{name} has a non-integer (shape|stride)"):
+        array_view(name, cuda_array(shape, strides=strides, ptr=PTR))
+
+
+def test_numpy_integers_are_integers():
+    view = array_view("A", cuda_array((numpy.int64(2), numpy.int32(3)), strides=(numpy.int64(12), 4), ptr=PTR))
+    assert (view.shape, view.strides) == ((2, 3), (3, 1))
+    assert all(type(extent) is int for extent in view.shape + view.strides)
+
+
+def test_torch_and_cupy_attribute_readers_are_checked_too():
+    with pytest.raises(ValueError, match="A has a null data pointer"):
+        array_view("A", FakeTorchTensor((4, 8), (8, 1), ptr=0))
+    with pytest.raises(ValueError, match="A's data pointer .* is not 2-byte aligned"):
+        array_view("A", FakeTorchTensor((4, 8), (8, 1), ptr=PTR + 1))

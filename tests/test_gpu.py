@@ -160,8 +160,9 @@ def test_exact_kernels_take_whole_tiles_only(m, n, k, message):
 def test_empty_problems_launch_nothing_or_the_k0_kernel_whatever_the_multiples(m, n, k, entry):
     exact = replace(ALPHA_BETA, launch=replace(ALPHA_BETA.launch, entries=Entries("sgemm_test_kernel",
                                                                                    scale_c="sgemm_test_scale_c")))
-    # Pointers 2 bytes off and odd leading dimensions: an empty problem runs no GEMM kernel, so none of it matters.
-    arrays = {"a": fake_matrix(m, k, offset=2), "b": fake_matrix(k, n, offset=2), "c": fake_matrix(m, n)}
+    # Pointers one element off (no vector access is aligned) and odd leading dimensions: an empty problem runs no
+    # GEMM kernel, so none of it matters.
+    arrays = {"a": fake_matrix(m, k, offset=4), "b": fake_matrix(k, n, offset=4), "c": fake_matrix(m, n)}
     call = check_call(exact, **arrays, alpha=2.0, beta=0.5)
     assert (call.size, call.entry) == ((m, n, k), entry)
 
@@ -226,7 +227,7 @@ def test_checked_kernels_run_the_scalar_kernel_for_unaligned_operands():
 
 def test_dimensions_whose_tile_coordinates_overflow_are_refused():
     big = 2 ** 31 - 100
-    with pytest.raises(ValueError, match=f"M={big} is too large: the kernel's tile coordinates"):
+    with pytest.raises(ValueError, match=f"M={big} is more than {2 ** 31 - 1 - 128}: the kernels' tile coordinates"):
         check_call(CHECKED, a=fake_matrix(big, 1), b=fake_matrix(1, 1), c=None, alpha=1.0, beta=0.0)
 
 
@@ -472,7 +473,8 @@ def fake_cupy(launches, compute_capability="90", current_stream=0x77, state=None
                                                              compute_capability),
                            Stream=FakeStream, get_current_stream=lambda: FakeStream(current_stream),
                            runtime=SimpleNamespace(pointerGetAttributes=lambda ptr: SimpleNamespace(type=2, device=0),
-                                                   getDevice=lambda: state.current, setDevice=set_device))
+                                                   getDevice=lambda: state.current, setDevice=set_device,
+                                                   getDeviceCount=lambda: 2, CUDARuntimeError=RuntimeError))
     return SimpleNamespace(__version__="14.2.0", cuda=cuda, RawModule=raw_module,
                            empty=lambda shape, dtype: cuda_array(shape, numpy.dtype(dtype).str, ptr=next(REGIONS)))
 

@@ -428,3 +428,34 @@ def test_the_loop_contender_calls_one_gemm_per_nonempty_group_at_the_kernels_pre
         call()
     assert [(name, args[0].shape, kwargs["out"].shape) for name, args, kwargs in calls] == [
         ("mm", (3, k), (3, n)), ("mm", (5, k), (5, n))]
+
+
+# --- verify's own offs (gemmdsl.verify on a grouped spec: no offs given) -------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(0, 100_000), seed=st.integers(0, 2**32))
+def test_verify_draws_offs_the_kernel_takes_with_empty_groups(rows, seed):
+    from gemmdsl.grouped_bench import verify_group_ends
+
+    ends = verify_group_ends(rows, seed)
+    assert ends == verify_group_ends(rows, seed)  # a seed gives one offs
+    sizes = [end - start for start, end in zip([0] + ends, ends)]
+    assert min(sizes) >= 0 and ends[-1] == rows  # cumulative row ends, nondecreasing, every row in a group
+    assert 0 in sizes[1:-1]  # an empty group between others; the first or last may be empty too
+    assert group_rows(ends, rows) == list(zip([0] + ends, ends))  # the kernel's clamping changes nothing
+    # What the runtime asks of offs: G int32 values, one per group of B, within the groups the launcher takes.
+    assert 4 <= len(ends) <= grouped_call.MAX_GROUPS and max(ends) < 2**31
+    grouped_call.check_offs("moe_grouped", ArrayView("torch", (len(ends),), (1,), "int32", 4, 0x1000, 0),
+                            len(ends), 0)
+
+
+def test_verify_draws_uneven_groups_off_the_tile():
+    """Over seeds, group sizes that are not multiples of a 128-row tile (partial tiles' guarded stores) and empty
+    first and last groups all occur."""
+    from gemmdsl.grouped_bench import verify_group_ends
+
+    drawn = [verify_group_ends(4095, seed) for seed in range(40)]
+    sizes = [[end - start for start, end in zip([0] + ends, ends)] for ends in drawn]
+    assert all(any(size % 128 for size in group) for group in sizes)
+    assert any(group[0] == 0 for group in sizes) and any(group[-1] == 0 for group in sizes)

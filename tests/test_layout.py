@@ -101,8 +101,8 @@ def test_vector_accesses_are_aligned(text):
         assert (offsets % access.width == 0).all()
 
 
-def test_sgemm_v3_thread_zero_owns_the_seed_rows():
-    # Seed 004: thread 0 of warp 0 reads A rows 0..3 and 64..67, B columns 0..3 and 64..67.
+def test_sgemm_v3_thread_zero_owns_rows_and_columns_64_apart():
+    # sgemm_v3: thread 0 of warp 0 reads A rows 0..3 and 64..67, B columns 0..3 and 64..67.
     layout = layout_of(open(ROOT / "specs" / "sgemm_v3.gemm").read())
     env = layout.thread_env()
     rows = sorted(int(np.asarray(e.evaluate(env))[0]) for _, e in layout.fragment_rows("m"))

@@ -109,3 +109,42 @@ def test_an_mma_register_overflow_warning_says_a_small_spill_can_pay():
     warnings = compile_path(ROOT / "specs" / "tf32_ldmatrix.gemm").warnings
     [warning] = [w for w in warnings if "exceed the limit" in w.message]
     assert "smaller mma repeat" in warning.hint and "small spill can cost less" in warning.hint
+
+
+NATURAL = """gemm natural {
+    problem  { a: bf16 LAYOUT_A; b: bf16 LAYOUT_B; c: f32 row; bounds: checked; }
+    target   sm_80;
+    block    { tile: 128x128x32; }
+    threads  { warps: 2x2; }
+    mma      { shape: m16n8k16; repeat: 4x8; }
+    pipeline { stages: 3; copy: cp_async; }
+}
+"""
+
+
+@pytest.mark.parametrize("a", ["row", "col"])
+@pytest.mark.parametrize("b", ["row", "col"])
+def test_16_bit_mma_specs_without_smem_sections_keep_each_operand_as_it_lies(a, b):
+    """cp.async cannot transpose 16-bit elements, so the default shared-memory order is the one that keeps the
+    global layout's contiguous dimension contiguous (ldmatrix transposes where the instruction needs it)."""
+    text = NATURAL.replace("LAYOUT_A", a).replace("LAYOUT_B", b)
+    spec, diagnostics = load(SourceFile("natural.gemm", text))
+    assert not [d for d in diagnostics if d.severity is Severity.ERROR]
+    assert spec.smem_a.order is (ir.SmemOrder.MK if a == "row" else ir.SmemOrder.KM)
+    assert spec.smem_b.order is (ir.SmemOrder.KN if b == "row" else ir.SmemOrder.NK)
+
+
+def test_an_order_the_copy_cannot_make_is_reported_at_the_order_with_the_one_that_works():
+    text = NATURAL.replace("LAYOUT_A", "row").replace("LAYOUT_B", "col").replace(
+        "    pipeline", "    smem b   { order: kn; }\n    pipeline")
+    with pytest.raises(CompileError) as caught:
+        load(SourceFile("natural.gemm", text))
+    (error,) = caught.value.diagnostics
+    assert (error.span.line, error.span.column) == (7, 23) and "use `order: nk;`" in error.hint
+
+
+def test_tf32_mma_specs_keep_their_default_order():
+    """4-byte elements: cp.async copies them one by one into either order, and 32-bit fragment reads take kn."""
+    text = NATURAL.replace("bf16 LAYOUT_A", "f32 row").replace("bf16 LAYOUT_B", "f32 col").replace(
+        "m16n8k16; repeat", "m16n8k8; precision: tf32; repeat")
+    assert load_spec(SourceFile("natural.gemm", text)).smem_b.order is ir.SmemOrder.KN

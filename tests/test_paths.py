@@ -85,12 +85,15 @@ def test_shared_modules_import_no_path_package():
 
 
 def test_compile_and_check_load_no_runtime():
-    """The CPU-only stages sit below the runtime: compiling and checking a family loads neither it nor CuPy."""
+    """The CPU-only stages sit below the runtime: compiling and checking a family, and the GPU-free Python API
+    (gemmdsl/api.py), load neither it nor CuPy."""
     import subprocess
     import sys
 
     code = ("import sys, gemmdsl.check, gemmdsl.compiler, gemmdsl.family; "
             "gemmdsl.family.compile_family_path('specs/sgemm_family.gemmf'); "
+            "gemmdsl.compile_spec('specs/sgemm_v3.gemm'); gemmdsl.check_spec('specs/sgemm_v3.gemm'); "
+            "gemmdsl.choose_member('specs/sgemm_family.gemmf', (64, 64, 64)); "
             "print(sorted(m for m in sys.modules if m in ('gemmdsl.runtime', 'gemmdsl.family_kernel', 'cupy')))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"

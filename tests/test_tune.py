@@ -65,6 +65,26 @@ def test_choice_groups_expand_in_source_order_last_fastest():
     assert candidates[3].summary == "tile: 128x128x16"
 
 
+def test_a_candidate_costs_the_same_memory_whatever_the_size_of_its_template():
+    import tracemalloc
+
+    groups = "gemm k {\n    block { tile: {64,128,256}x{64,128}x{8,16}; raster: {row,group(8)}; }\n" \
+             "    pipeline { stages: {2,3}; }\n}\n"
+    text = "// a long note\n" * 20000 + groups  # 300 KB, 48 candidates
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        candidates = tune.expand(text)
+        retained, peak = (figure - before for figure in tracemalloc.get_traced_memory())
+    finally:
+        tracemalloc.stop()
+    assert len(candidates) == 48
+    assert retained < 2000 * len(candidates)  # a copy of the text each would be 300 KB a candidate
+    assert peak < 10 * len(text)  # passes over the text (masking its comments), never a copy per candidate (48x)
+    assert candidates[-1].text == text.replace("gemm k ", "gemm k_t47 ").replace(
+        "{64,128,256}x{64,128}x{8,16}", "256x128x16").replace("{row,group(8)}", "group(8)").replace("{2,3}", "3")
+
+
 def test_alternatives_are_trimmed_words_and_may_hold_calls_with_commas():
     text = template(raster="{row, group(8)}", lanes="{ 4x8 row , 8x4 col }", stages="{2,3}",
                     copy="{registers,cp_async}")

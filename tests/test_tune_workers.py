@@ -127,6 +127,20 @@ def test_measure_writes_every_outcome_and_a_second_run_reuses_them(log, tmp_path
     assert len(timings(log)) == before + 1  # only the new task: the failed one is not retried
 
 
+def test_a_timing_that_is_no_time_is_stored_as_failed_with_the_reason(log, tmp_path):
+    kinds = ["zero", "nan", "inf", "negative"]
+    tasks = make_tasks(5, dict(enumerate(kinds)))
+    lines = []
+    with tune_db.TuneDB(tmp_path / "t.sqlite") as db, LocalPool(FAKE, ["0"]) as pool:
+        measure(pool, pending(tasks, db, pool.start().gpu), db, lines.append)
+        rows = {row.name: row for row in db.rows()}
+    assert [rows[f"k_t{i}"].status for i in range(5)] == ["failed"] * 4 + ["ok"]
+    for i, shown in enumerate(["0.0", "nan", "inf", "-1.0"]):
+        assert rows[f"k_t{i}"].error == f"the backend's timing is no time: median_ms {shown}"
+        assert rows[f"k_t{i}"].median_ms is None
+    assert sum(": failed: the backend's timing is no time" in line for line in lines) == 4
+
+
 def test_timings_of_another_gpu_model_are_kept_apart(log, tmp_path, monkeypatch):
     tasks = make_tasks(3)
     with tune_db.TuneDB(tmp_path / "t.sqlite") as db:
@@ -270,3 +284,77 @@ def test_a_bad_shape_line_names_its_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"s\.txt:2: the weight -1 is not a positive number"):
         read_weighted_shapes(tmp_path / "s.txt")
     assert read_weighted_shapes(ROOT / "examples" / "shapes" / "llama_block.txt")[0] == ((1, 6144, 4096), 1.0)
+
+
+def test_tune_and_its_report_skip_bad_rows_with_a_warning_and_time_their_keys_again(log, tmp_path, capsys):
+    import sqlite3
+
+    from gemmdsl.cli import main
+
+    (tmp_path / "v3.tgemm").write_text(V3.replace("pad: 4;", "pad: {4,8};"))  # 4 valid candidates
+    database = tmp_path / "t.sqlite"
+    common = ["tune", str(tmp_path / "v3.tgemm"), "--sizes", "4096", "--budget", "4", "--no-nvcc", "--backend", FAKE,
+              "--db", str(database), "--jobs", "1", "--gpus", "1", "-o", str(tmp_path / "best.gemm")]
+    assert main(common) == 0
+    timed = len(timings(log))
+    connection = sqlite3.connect(database)
+    with connection:  # hand edits: a zero time, a missing one, a word for a count
+        connection.execute("UPDATE measurements SET median_ms = 0 WHERE rowid = 1")
+        connection.execute("UPDATE measurements SET median_ms = NULL WHERE rowid = 2")
+        connection.execute("UPDATE measurements SET runs = 'many' WHERE rowid = 3")
+    connection.close()
+    capsys.readouterr()
+    assert main(common + ["--report"]) == 0
+    assert capsys.readouterr().err.count("warning: skipped the row of ") == 3
+    assert timed == 4
+    assert main(["tunedb", "merge", str(database), "-o", str(tmp_path / "merged.sqlite")]) == 0
+    assert main(common) == 0
+    assert len(timings(log)) == timed + 3
+    with tune_db.TuneDB(database) as db:
+        assert len(db.rows()) == timed and all(row.status == "ok" for row in db.rows())
+
+
+@pytest.mark.parametrize("option, refusal", [
+    (["--name", "../../evil"], "error: --name: kernel name '../../evil' is not an identifier"),
+    (["--name", "int"], "error: --name: kernel name 'int' is a C/C++ keyword"),
+    (["--name", "k" * 65], "error: --name: kernel name is 65 characters long"),
+    (["-o", "{tmp}/file.txt/best.gemm"], "error: -o: cannot write {tmp}/file.txt/best.gemm: {tmp}/file.txt is not a "
+                                         "directory"),
+    (["--json", "{tmp}"], "error: --json: cannot write {tmp}: it is a directory"),
+    (["--db", "{tmp}/file.txt"], "error: --db: {tmp}/file.txt: file is not a database"),
+    (["--backend", "fake_timing:NoSuchBackend"], "error: --backend fake_timing:NoSuchBackend: cannot load it"),
+    (["--shapes", "{tmp}/shapes.txt", "--name", "../../evil"], "error: --name: kernel name '../../evil' is not an"),
+    (["--shapes", "{tmp}/shapes.txt", "--name", "k" * 62], "kernel name is 65 characters long"),
+])
+def test_what_would_fail_after_timing_is_refused_before_anything_is_timed(log, tmp_path, capsys, option, refusal):
+    from gemmdsl.cli import main
+
+    (tmp_path / "v3.tgemm").write_text(V3)
+    (tmp_path / "file.txt").write_text("not a database\n" * 100)
+    (tmp_path / "shapes.txt").write_text("4096x4096x4096\n2048x2048x2048\n")
+    command = ["tune", str(tmp_path / "v3.tgemm"), "--budget", "2", "--no-nvcc", "--backend", FAKE, "--jobs", "1",
+               "--gpus", "1", "--db", str(tmp_path / "t.sqlite"), "-o", str(tmp_path / "best.gemm")]
+    assert main(command + [part.format(tmp=tmp_path) for part in option]) == 2
+    err = capsys.readouterr().err
+    assert refusal.format(tmp=tmp_path) in err and "Traceback" not in err
+    assert not log.exists() and not (tmp_path / "t.sqlite").exists()
+
+
+def test_the_name_made_from_a_long_template_file_name_is_refused_before_timing(log, tmp_path, capsys):
+    from gemmdsl.cli import main
+
+    template = tmp_path / ("v" * 60 + ".tgemm")
+    template.write_text(V3)
+    assert main(["tune", str(template), "--no-nvcc", "--backend", FAKE, "--gpus", "1",
+                 "--db", str(tmp_path / "t.sqlite"), "-o", str(tmp_path / "best.gemm")]) == 2
+    assert "the name made from a file name (set one with --name)" in capsys.readouterr().err
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_no_time_is_refused(seconds, capsys):
+    from gemmdsl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "t.tgemm", "--timeout", seconds])
+    assert exit_.value.code == 2 and "expected a positive number of seconds" in capsys.readouterr().err

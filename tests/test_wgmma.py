@@ -337,7 +337,7 @@ def test_16_bit_c_is_staged_per_warp_by_stmatrix_where_tma_reads_it_back():
 
 
 def test_a_store_epilogue_stages_c_too():
-    """`epilogue: store` with `store: tma` used to leave the bulk-store helpers out of the kernel."""
+    """`epilogue: store` with `store: tma` gets the bulk-store helpers, as `alpha_beta` does."""
     for name in ("hgemm_h100", "hgemm_h100_bf16c"):
         text = (ROOT / "specs" / f"{name}.gemm").read_text().replace("epilogue: alpha_beta", "epilogue: store")
         cuda = compile_text(text, "case.gemm").cuda

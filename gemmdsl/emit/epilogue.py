@@ -42,7 +42,7 @@ class StagedAdds:
     thread line, each `pitch` floats: the tile's extent along the other axis and a pad), then the
     block adds the buffer to C, consecutive threads on consecutive elements. It needs the threads'
     lines to be the multiples of MICRO below `slots` x MICRO, with each slot covered whole, and the
-    buffer to fit in the pipeline's shared memory, which the share no longer reads."""
+    buffer to fit in the pipeline's shared memory, which the share has finished reading."""
 
     line: str  # "m" or "n": the axis of C's lines
     slots: int

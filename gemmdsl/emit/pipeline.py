@@ -101,7 +101,7 @@ class KLoop:
                 self.math.step("")
 
     def _emit_compute_with_handoff(self, stage: str, next_stage: str, handoff: Callable[[], None]) -> None:
-        """The k-tile's math with fragments double-buffered across k-tiles (seed 004).
+        """The k-tile's math with fragments double-buffered across k-tiles, as sgemm_v3 does.
 
         In the last slice, `handoff` makes the next k-tile's stage ready (and ends with the
         k-tile's one barrier); the first fragments of that tile are then loaded before the

@@ -12,13 +12,14 @@ words any one bank must deliver.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache, partial
 
 import numpy as np
 
 from .. import ir
 from ..layout import WARP, SmemAccess, TileLayout
-from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
+from ..validate import validate
 from .framework import Context, PassResult
 
 BANKS = 32
@@ -36,7 +37,7 @@ def phase_of_each_lane(op: str, width_bytes: int, addresses: np.ndarray) -> np.n
 
     - A phase returns at most 128 bytes of lane data, one register per lane, so a
       32-bit access is one phase of 32 lanes, a 64-bit access two half-warps and a
-      128-bit access four quarter-warps, in lane order (seeds 000 §5.1 and 002).
+      128-bit access four quarter-warps, in lane order (the classic SGEMM write-ups' rule).
     - Loads (not stores) in which every lane n reads the same address as lane n^1,
       or every lane the same as lane n^2, return one value to two lanes, so each
       phase holds twice the lanes: 64-bit loads take one phase, 128-bit loads two
@@ -143,50 +144,137 @@ def conflict_groups(costs: list[AccessCost]) -> dict[tuple[ir.Operand, str, int]
     return groups
 
 
-FIX_HINTS = {
-    "store": "pad the leading dimension (`pad: 4`) or add a swizzle so a warp's stores spread over all banks",
+# What to try where no pad or swizzle of the operand's tile does better (`remedy`).
+STRUCTURAL_HINTS = {
+    "store": "the copy's stores put a warp's elements in few banks: an order that keeps the operand's global "
+             "layout stores whole rows, or a pad that is not a multiple of the accesses' width, at the cost of "
+             "narrower fragment reads",
     "load": "try a squarer lane grid (4x8), a lane order whose neighbours share a row (col, zigzag), "
             "a k-major order so fragments are read as float4, or `repeat` to split the micro tile",
-    "ldmatrix": "swizzle the layout so the eight 16-byte rows of each ldmatrix phase fall in different banks",
+    "ldmatrix": "rows of a k-step's ldmatrix phases fall in the same banks whatever the padding: try another "
+                "mma repeat or warp grid",
 }
-# Swizzles tried for tensor-core tiles: xor(B, M, S) with M at the 16-byte unit and S >= B.
+# The candidates `remedy` costs: pads of 1 to PAD_STEPS times the accesses' widest width, and swizzles
+# xor(B, M, S) with M at that width, B in SWIZZLE_BITS, B <= S in SWIZZLE_SHIFTS.
+PAD_STEPS = 8
 SWIZZLE_BITS = (1, 2, 3)
 SWIZZLE_SHIFTS = range(1, 9)
 
 
-def conflict_free_swizzle(layout: TileLayout, operand: ir.Operand) -> ir.Swizzle | None:
-    """The first swizzle (fewest bits, then the nearest shift) under which the operand's shared-memory
-    instructions of an mma kernel have no conflicts: what a warning can name."""
-    if not isinstance(layout, MmaLayout):
+@dataclass(frozen=True)
+class Remedy:
+    """A change to one operand's `smem` section, as a hint writes it, and the excess wavefronts (beyond ideal, per
+    block and k-tile) of that operand's shared-memory accesses under it; `change` is None for the section as
+    written."""
+
+    change: str | None
+    excess: int
+
+
+class RelaidAddresses:
+    """One operand's shared-memory accesses (a k-tile's, every warp's), with the excess wavefronts they would
+    cost under another pad or swizzle of its tile: each lane's element offset, unswizzled, is the tile's
+    row * ld + column, laid out again with the new row length and swizzle. Stages start on 128-byte
+    boundaries, so the operand's base changes no bank."""
+
+    def __init__(self, layout: TileLayout, operand: ir.Operand):
+        self.geometry = geometry = layout.smem[operand]
+        env = layout.thread_env()
+        self.accesses = [access for access in layout.smem_accesses() if access.operand is operand]
+        groups: dict[tuple[str, int], list[np.ndarray]] = {}
+        for access in self.accesses:  # accesses of one op and width are costed together, a warp per row
+            offsets = np.broadcast_to(access.offset.evaluate(env), (layout.threads,)).reshape(-1, WARP)
+            groups.setdefault((access.op, access.width_bytes, access.lanes), []).append(offsets[:, :access.lanes])
+        self.tile = {key: divmod(_unswizzled(np.concatenate(rows), geometry.swizzle), geometry.ld)
+                     for key, rows in groups.items()}
+
+    @property
+    def widest(self) -> int:
+        """The widest access, in elements."""
+        return max(access.width for access in self.accesses)
+
+    def excess(self, pad: int, swizzle: ir.Swizzle | None) -> int:
+        """Wavefronts beyond ideal, per block and k-tile, under this pad and swizzle."""
+        total = 0
+        for (op, width_bytes, _), (row, column) in self.tile.items():
+            offsets = _unswizzled(row * (self.geometry.inner + pad) + column, swizzle)
+            wavefronts, ideal = phase_costs(bank_demand(offsets * self.geometry.element_bytes, width_bytes, op))
+            total += int((wavefronts - ideal).sum())
+        return total
+
+
+def remedy(layout: TileLayout, operand: ir.Operand) -> tuple[Remedy, Remedy, int]:
+    """(the layout as written, the pad or swizzle of the operand's tile that leaves the fewest excess wavefronts,
+    the accesses' widest width in elements). Candidates keep every access as wide (pads a multiple of that
+    width, swizzles moving whole accesses) and must validate with no more warnings; each is costed with the
+    bank model on the lowering's own addresses (RelaidAddresses). On a tie the first of: smaller pads, then
+    swizzles of fewer bits."""
+    addresses = RelaidAddresses(layout, operand)
+    widest = addresses.widest
+    smem = layout.spec.smem(operand)
+    written = Remedy(None, addresses.excess(smem.pad, smem.swizzle))
+    base = widest.bit_length() - 1
+    candidates = [(f"`pad: {widest * step};`", replace(smem, pad=widest * step, swizzle=None))
+                  for step in range(1, PAD_STEPS + 1)]
+    candidates += [(f"`swizzle: {swizzle};` (pad 0)", replace(smem, pad=0, swizzle=swizzle))
+                   for swizzle in (ir.Swizzle(bits, base, shift) for bits in SWIZZLE_BITS for shift in SWIZZLE_SHIFTS
+                                   if shift >= bits)]
+    costed = sorted((addresses.excess(changed.pad, changed.swizzle), index, change, changed)
+                    for index, (change, changed) in enumerate(candidates)
+                    if (changed.pad, changed.swizzle) != (smem.pad, smem.swizzle))
+    warnings = _validation_warnings(layout.spec)
+    for cost, _, change, changed in costed:
+        if cost >= written.excess:
+            break
+        found = _validation_warnings(replace(layout.spec, **{f"smem_{operand.value}": changed}))
+        if found is not None and found <= warnings:
+            return written, Remedy(change, cost), widest
+    return written, written, widest
+
+
+def _unswizzled(offsets: np.ndarray, swizzle: ir.Swizzle | None) -> np.ndarray:
+    """Offsets under (or, applied again, without) an xor swizzle: it xors bits [M, M+B) with [M+S, M+S+B),
+    which S >= B leaves unchanged, so it is its own inverse."""
+    if swizzle is None:
+        return offsets
+    mask = ((1 << swizzle.bits) - 1) << swizzle.base
+    return offsets ^ ((offsets >> swizzle.shift) & mask)
+
+
+def _validation_warnings(spec: ir.KernelSpec) -> int | None:
+    """How many warnings the validator gives the spec; None where it refuses it."""
+    diagnostics = validate(spec)
+    if any(d.severity is Severity.ERROR for d in diagnostics):
         return None
-    spec, smem = layout.spec, layout.spec.smem(operand)
-    base = (16 // layout.element_bytes).bit_length() - 1
-    for bits in SWIZZLE_BITS:
-        for shift in SWIZZLE_SHIFTS:
-            if shift < bits:
-                continue
-            swizzle = ir.Swizzle(bits, base, shift)
-            changed = replace(smem, swizzle=swizzle, pad=0)
-            candidate = MmaLayout(replace(spec, smem_a=changed) if operand is ir.Operand.A
-                                  else replace(spec, smem_b=changed))
-            env = candidate.thread_env()
-            if not any(cost_access(candidate, a, env).excess_wavefronts for a in candidate.smem_accesses()
-                       if a.operand is operand):
-                return swizzle
-    return None
+    return len(diagnostics)
 
 
-def conflict_warning(layout: TileLayout, key: tuple[ir.Operand, str, int], costs: list[AccessCost]) -> Diagnostic:
+def conflict_hint(found: tuple[Remedy, Remedy, int], smem: ir.SmemLayout, op: str) -> str:
+    """What `remedy` found for the operand of `smem`: the change and what it does, or, where none does better,
+    that none does and what to try."""
+    written, best, widest = found
+    name = smem.operand.name
+    if best.change is not None and best.excess == 0:
+        return f"{best.change} removes every bank conflict of {name}'s shared-memory accesses"
+    if best.change is not None:
+        return (f"{best.change} cuts the excess wavefronts of {name}'s shared-memory accesses from "
+                f"{written.excess} to {best.excess} per block and k-tile, the fewest of the pads and swizzles "
+                f"that keep them as wide")
+    current = (f"its swizzle {smem.swizzle}" if smem.swizzle is not None else
+               f"its pad {smem.pad}" if smem.pad else "no pad")
+    pads = f"no pad (a multiple of {widest} elements)" if widest > 1 else "no pad"
+    return (f"{pads} or swizzle xor(B, {widest.bit_length() - 1}, S) that keeps {name}'s accesses as wide does "
+            f"better than {current}; {STRUCTURAL_HINTS[op]}")
+
+
+def conflict_warning(layout: TileLayout, key: tuple[ir.Operand, str, int], costs: list[AccessCost],
+                     hint: str | None) -> Diagnostic:
     operand, op, bits = key
     ways = max(c.max_ways for c in costs)
     wavefronts = sum(c.wavefronts for c in costs)
     ideal = sum(c.ideal_wavefronts for c in costs)
     message = (f"{ways}-way bank conflict on {operand.name} {op}s ({bits}-bit, {len(costs)} per thread): "
                f"{wavefronts} shared wavefronts per block and k-tile where {ideal} would do")
-    hint = FIX_HINTS[op]
-    swizzle = conflict_free_swizzle(layout, operand)
-    if swizzle is not None:
-        hint = f"`swizzle: {swizzle};` (pad 0) removes every conflict of {operand.name}'s shared-memory accesses"
     return Diagnostic(Severity.WARNING, layout.spec.smem(operand).span, message, hint=hint)
 
 
@@ -200,7 +288,12 @@ class BankConflictPass:
         env = layout.thread_env()
         costs = [cost_access(layout, access, env) for access in layout.smem_accesses()]
         groups = conflict_groups(costs)
-        warnings = tuple(conflict_warning(layout, key, group) for key, group in groups.items())
+        found = cache(partial(remedy, layout))  # an operand's stores and loads share its search
+
+        def hint(operand: ir.Operand, op: str) -> str | None:
+            return conflict_hint(found(operand), layout.spec.smem(operand), op) if context.hints else None
+
+        warnings = tuple(conflict_warning(layout, key, group, hint(*key[:2])) for key, group in groups.items())
         return PassResult({"smem_accesses": costs}, self._verdict(costs, groups), warnings)
 
     @staticmethod

@@ -41,6 +41,9 @@ class Context:
     # build.PtxasResources.as_dict(): {registers, spill_stores, spill_loads, stack, static_smem}; None = not compiled
     ptxas: dict | None = None
     facts: dict[str, object] = field(default_factory=dict)
+    # Whether warnings carry hints that cost analysis of their own (the bank pass's search for a better pad or
+    # swizzle); the tuner's screening reads the facts only.
+    hints: bool = True
 
     @property
     def spec(self) -> ir.KernelSpec:

@@ -9,7 +9,7 @@ cuBLAS 56.3; docs/performance.md, "Operands TMA cannot read, or reads slowly"). 
 into rows 128 bytes apart costs one read and one write of them: the family launchers (emit/family.py)
 and FamilyKernel call NAME_launch_ld_padded, which copies
 - an operand TMA refuses, always: this measured faster than the `fallback` member at every shape tried,
-  from 33^3 to 4096x4096x4094 and decode calls, so the fallback now runs only what this launcher does not
+  from 33^3 to 4096x4096x4094 and decode calls, so the fallback runs only what this launcher does not
   take (batched and grouped calls, libraries the Python runtime cannot allocate in);
 - an operand whose rows start off a sector, where the kernel uses each of its elements at least
   PAD_MIN_REUSE times (N for A, M for B): there the copy costs less than the penalty. A BF16 element's copy
