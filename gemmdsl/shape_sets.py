@@ -5,11 +5,11 @@ format, and shapes drawn at random.
     shape_source("my_shapes.txt")   # a file, one MxNxK a line
     shape_source("random:200:7")    # RandomShapes(200, 7): sample_shapes(200, 7)
 
-The random draw stands for shapes no list anticipated: M, N and K each log-uniform from 1 to MAX_SIZE, so
-a size of 3 is as likely as one of 3,000 within its octave, kept (rejection sampling) where the problem
-has between MIN_PRODUCT and MAX_PRODUCT multiply-adds (a launch of a few microseconds to a few hundred
-milliseconds) and no operand holds more than MAX_OPERAND elements (a GiB of f32 each). The shapes of one
-draw are distinct, and a seed gives the same list on every run.
+The random draw stands for shapes no list anticipated: M, N and K each log-uniform from 1 to MAX_SIZE (each
+octave of sizes as likely as another), kept (rejection sampling) where the problem has between MIN_PRODUCT
+and MAX_PRODUCT multiply-adds (8 MFLOP, a launch's few microseconds, to 275 GFLOP, some milliseconds on an
+H100) and no operand holds more than MAX_OPERAND elements (a GiB of f32 each). The shapes of one draw are
+distinct, and a seed gives the same list on every run.
 """
 from __future__ import annotations
 
