@@ -99,7 +99,7 @@ def check_spec(spec: Spec, problem: Sequence[int] | str = DEFAULT_PROBLEM, *, te
                              "`gemmdsl check` reads them from NVRTC where CuPy is installed)")
         figures = cached_kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, "nvcc")
     resources = None if figures is None else figures.resources.as_dict()
-    return report_json(analyze(artifacts.spec, size, resources, plan=artifacts.plan), figures)
+    return report_json(analyze(artifacts.spec, size, resources, plan=artifacts.plan), figures, artifacts)
 
 
 def choose_member(family: Spec | FamilyArtifacts, problem: Sequence[int] | str, *, text: str | None = None,

@@ -46,12 +46,12 @@ from typing import Any, Callable, TextIO
 import numpy
 
 from .arrays import DTYPE_NAMES, ITEM_SIZES
-from .family import DEFAULT_SHAPES
 from .family_kernel import read_shapes, run_on_specs_and_families
 from .file_kinds import inputs_help
 from .grouped_bench import bench_grouped
 from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
+from .shape_sets import DEFAULT_SHAPES, RANDOM_PREFIX, RandomShapes, named_lists, shape_source
 from .paths import path_of
 from .targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
 from .bench_fuse import baselines
@@ -449,10 +449,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("specs", nargs="+", metavar="SPEC", help=inputs_help("bench", "files to compile and time"))
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--sizes", help=f"comma-separated MxNxK problem sizes (default {DEFAULT_SIZES})")
-    sizes.add_argument("--shapes", nargs="?", const=str(DEFAULT_SHAPES), metavar="FILE",
-                       help="the sizes listed in FILE, one MxNxK per line (without FILE: "
-                            "gemmdsl/shapes/default.txt, the awkward shapes and the usual sizes; "
-                            "gemmdsl/shapes/decode.txt holds decode shapes)")
+    sizes.add_argument("--shapes", nargs="?", const=str(DEFAULT_SHAPES), metavar="SOURCE",
+                       help="the sizes listed in a file, one MxNxK per line; a shipped list by name ("
+                            f"{', '.join(named_lists())}: gemmdsl/shapes/NAME.txt); or {RANDOM_PREFIX}COUNT:SEED, "
+                            "COUNT shapes drawn log-uniformly (gemmdsl/shape_sets.py). Without SOURCE: default, "
+                            "the awkward shapes and the usual sizes")
     parser.add_argument("--runs", type=runs_argument, default=MIN_RUNS,
                         help=f"timed launches per kernel and size, median reported (default and minimum {MIN_RUNS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
@@ -472,7 +473,9 @@ def bench_main(args: argparse.Namespace) -> int:
     sizes_text = args.sizes or DEFAULT_SIZES
     if getattr(args, "shapes", None):
         try:
-            sizes_text = ",".join(map(format_size, read_shapes(args.shapes)))
+            source = shape_source(args.shapes)
+            shapes = source.shapes() if isinstance(source, RandomShapes) else read_shapes(source)
+            sizes_text = ",".join(map(format_size, shapes))
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

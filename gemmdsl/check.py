@@ -19,8 +19,9 @@ from . import ir
 from .abi import size_errors
 from .analysis import Analysis, ProblemSizeError, analyze
 from .build import PtxasFigures
-from .compiler import compile_path, ptxas_figures
-from .family import compile_family_path, explain, format_explanation, is_family_path
+from .compiler import Artifacts, compile_path, ptxas_figures
+from .family import (compile_family_path, explain, format_explanation, format_predicted_time, is_family_path,
+                     member_model, predicted_time)
 from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
@@ -185,6 +186,13 @@ def to_json(analysis: Analysis) -> dict:
     }
 
 
+def spec_time(artifacts: Artifacts, problem: tuple[int, int, int]) -> dict:
+    """The predicted time of the spec at the problem, from the family rule's model of it (built from its
+    analysis at the default problem, as a family builds its members'), so that a member's time is the one
+    its family's explanation gives."""
+    return predicted_time(member_model(artifacts), artifacts.spec.target.sm, problem)
+
+
 def _tile_facts(analysis: Analysis) -> dict:
     """The FMA and mma.sync paths' figures."""
     facts = analysis.facts
@@ -303,24 +311,21 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out ptxas's figures (registers, spills): build nothing with nvcc or NVRTC")
 
 
-def report_json(analysis: Analysis, figures: PtxasFigures | None) -> dict:
-    """`check --json`'s object for one spec: the analysis' figures (`to_json`), and which compiler gave ptxas's
-    and whether they came from the cache."""
+def report_json(analysis: Analysis, figures: PtxasFigures | None, artifacts: Artifacts) -> dict:
+    """`check --json`'s object for one spec: the analysis' figures (`to_json`), which compiler gave ptxas's and
+    whether they came from the cache, and the predicted time."""
     return {**to_json(analysis), "ptxas_figures": None if figures is None else
-            {"compiler": figures.compiler, "cached": figures.cached}}
+            {"compiler": figures.compiler, "cached": figures.cached},
+            "predicted_time": spec_time(artifacts, analysis.problem)}
 
 
-def analyze_with_ptxas(path: str, problem: ProblemSize, ptxas: bool) -> tuple[Analysis, PtxasFigures | None]:
+def analyze_with_ptxas(path: str, problem: ProblemSize, ptxas: bool) -> tuple[Analysis, PtxasFigures | None, Artifacts]:
     """The analysis of the spec at `path` for `problem`, with ptxas's figures (build.cached_kernel_resources: from
-    the cache where its .cu was built before) unless `ptxas` is False."""
-    from .frontend import load_path
-
-    if not ptxas:
-        return analyze(load_path(path)[0], problem), None
+    the cache where its .cu was built before) unless `ptxas` is False, and the spec's compiled artifacts."""
     artifacts = compile_path(path)
-    figures = ptxas_figures(artifacts)
+    figures = ptxas_figures(artifacts) if ptxas else None
     resources = None if figures is None else figures.resources.as_dict()
-    return analyze(artifacts.spec, problem, resources, plan=artifacts.plan), figures
+    return analyze(artifacts.spec, problem, resources, plan=artifacts.plan), figures, artifacts
 
 
 def check_main(args: argparse.Namespace) -> int:
@@ -341,7 +346,7 @@ def check_main(args: argparse.Namespace) -> int:
                 explanation = explain(compile_family_path(path), args.problem)
                 reports.append(explanation if args.json else format_explanation(explanation))
                 continue
-            analysis, figures = analyze_with_ptxas(path, args.problem, not args.no_ptxas)
+            analysis, figures, artifacts = analyze_with_ptxas(path, args.problem, not args.no_ptxas)
         except CompileError as err:
             print(err.render(), file=sys.stderr)
             status = 1
@@ -351,7 +356,9 @@ def check_main(args: argparse.Namespace) -> int:
             status = 1
             continue
         note = figures.note() if figures is not None else "ptxas's figures: none (--no-ptxas, or no nvcc or NVRTC)"
-        reports.append(report_json(analysis, figures) if args.json else f"{format_report(analysis, args.verbose)}{note}\n")
+        time = format_predicted_time(spec_time(artifacts, args.problem))
+        reports.append(report_json(analysis, figures, artifacts) if args.json
+                       else f"{format_report(analysis, args.verbose)}{time}\n{note}\n")
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
     else:

@@ -12,12 +12,12 @@ Per warp-level FFMA of one block (all figures are per k-tile of the block, divid
              L1 serves shared memory and global accesses on one pipe, one wavefront per clock. A
              transposing cp.async copies 4 bytes a lane, so it touches as many lines as a float4
              load with a quarter of the bytes (what makes `copy: cp_async` slow with `order: km` A);
-  global     the bytes the blocks request, at L2_BYTES_PER_CLOCK per SM.
+  global     the bytes the blocks request, at targets.L2_BYTES_PER_CLOCK_PER_SM.
 
-The slowest of the three is the pipe's time. On top of it, latency the warps cannot hide: with
-`fragments: double` a warp loads step kk+1's fragments while step kk multiplies, which needs a second
-fragment set in registers beside the demand the registers pass counts; where the register cap leaves
-less room than that, every k step waits for its fragment loads, SMEM_LATENCY clocks per block and k
+The slowest of the three (or the FFMAs themselves, at the SM's FP32 lanes) is the pipe's time. On top of
+it, latency the warps cannot hide: with `fragments: double` a warp loads step kk+1's fragments while step
+kk multiplies, which needs a second fragment set in registers beside the demand the registers pass counts;
+where the register cap leaves less room than that, every k step waits for its fragment loads, SMEM_LATENCY clocks per block and k
 step, shared by the blocks resident on the SM (another block issues while one waits).
 
 The pipe's rate assumes a scheduler always has a warp to issue from. Each SM has ISSUE_PER_CLOCK
@@ -38,8 +38,7 @@ What the model does not see, and the ranking's tie-breaks take up (tune.rank): F
 much of it; an FFMA whose A and B operands both differ from the previous one's cannot take either from
 the register reuse caches), and the slack left on the LSU pipe and in the register file.
 
-Constants: the clock rates are the SM's (targets.py, the CUDA guide); SMEM_LATENCY is the H100's
-shared-memory load latency (microbenchmarks put it at 29-33 clocks on Hopper); GLOBAL_LINE_WAVEFRONTS
+Constants: the clock rates and SMEM_LATENCY are the SM's (targets.py, the CUDA guide); GLOBAL_LINE_WAVEFRONTS
 (1 or 2; 2 ranks every template better, and leave-one-template-out picks 2 each time) and
 WARP_STALL_SHARE are chosen on the measurements: scripts/tune_ranking.py and the docs/tuning.md give the study.
 """
@@ -52,21 +51,16 @@ from typing import Sequence
 import numpy as np
 
 from . import ir
-from .passes.registers import HEADROOM
+from .passes.registers import HEADROOM, launch_bounds_cap
 from .schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import WARP, arch, occupancy_of, registers_for_blocks
+from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK, WARP, arch,
+                      ffma_per_clock, l2_bytes_per_clock_per_sm, occupancy_of)
 
-ISSUE_PER_CLOCK = 4  # warp instructions an SM issues per clock (four schedulers)
-FFMA_PER_CLOCK = 4  # warp-level FFMAs an SM executes per clock (128 FP32 lanes)
-SMEM_WAVEFRONTS_PER_CLOCK = 1  # L1's data pipe: one wavefront of 128 bytes per clock
-L2_BYTES_PER_CLOCK = 32  # per SM
 KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
 # ... with `pipeline { unroll: 2 or more }`, where stage indices and loop tests fold into constants
 # (ptxas 13.0, sgemm_v3's tiling: 39 such instructions per k-tile, 19 unrolled twice, 17 four times)
 KTILE_OVERHEAD_UNROLLED = 18
 GLOBAL_LINE_WAVEFRONTS = 2  # L1 wavefronts per 128-byte line a warp's global load or cp.async touches
-LINE_BYTES = 128
-SMEM_LATENCY = 33  # clocks from a shared-memory load to its use (H100)
 # Share of the time one warp has no instruction ready. On the H100 (tests/fixtures/tune_h100) sgemm_space's
 # 128x128x8 register-staged kernels at two blocks of 8 warps per SM ran at 94.2% of cuBLAS and its 128x256x16
 # cp.async ones at one block at 88.1%, where the pipes alone predict the opposite (0.84 vs 0.90 of the peak);
@@ -99,7 +93,7 @@ def global_lines(layout, spec: ir.KernelSpec) -> int:
     """128-byte lines the global loads (or cp.async copies) of one block and k-tile touch, warp by warp.
 
     Rows of a tile in global memory are taken to lie in different lines (leading dimensions of at least
-    32 floats); within a row, a line is LINE_BYTES of it."""
+    32 floats); within a row, a line is GLOBAL_LINE_BYTES of it."""
     env = layout.thread_env()
     cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
     element_bytes = layout.element_bytes
@@ -110,7 +104,7 @@ def global_lines(layout, spec: ir.KernelSpec) -> int:
             rows = np.broadcast_to(chunk.row.evaluate(env), (layout.threads,))
             cols = np.broadcast_to(chunk.col.evaluate(env), (layout.threads,))
             for element in range(0, layout.load_vector(operand), width):
-                line = (cols + element) * element_bytes // LINE_BYTES
+                line = (cols + element) * element_bytes // GLOBAL_LINE_BYTES
                 keys = (rows.astype(np.int64) << 32) + line
                 total += sum(len(np.unique(warp)) for warp in keys.reshape(-1, WARP))
     return total
@@ -168,9 +162,10 @@ def wave_efficiency(spec: ir.KernelSpec, blocks_per_sm: int, size: Size, sms: in
 def clocks_per_ffma(facts: CostFacts, spec: ir.KernelSpec, blocks_per_sm: int, launch_flops_per_byte: float) -> float:
     """SM clocks per warp-level FFMA with `blocks_per_sm` blocks resident: the slowest pipe, plus the latency
     no resident block hides, over the share of clocks a scheduler finds a warp ready."""
-    global_clocks = (2 * WARP / launch_flops_per_byte) / L2_BYTES_PER_CLOCK
-    pipe = max(facts.issue_per_ffma / ISSUE_PER_CLOCK, facts.lsu_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK,
-               global_clocks)
+    sm = spec.target.sm
+    global_clocks = (2 * WARP / launch_flops_per_byte) / l2_bytes_per_clock_per_sm(sm)
+    pipe = max(facts.issue_per_ffma / ISSUE_PER_CLOCK, 1 / ffma_per_clock(arch(sm)),
+               facts.lsu_per_ffma / SMEM_WAVEFRONTS_PER_CLOCK, global_clocks)
     clocks = pipe + facts.exposed_latency_per_ffma / blocks_per_sm
     return clocks / issue_share(spec.threads.threads // WARP * blocks_per_sm)
 
@@ -187,7 +182,8 @@ def efficiency_at(facts: CostFacts, spec: ir.KernelSpec, blocks_per_sm: int, lau
     if blocks_per_sm < 1:
         return 0.0
     waves = math.prod(wave_efficiency(spec, blocks_per_sm, size, sms) for size in sizes) ** (1 / len(sizes))
-    return (1 / FFMA_PER_CLOCK) / clocks_per_ffma(facts, spec, blocks_per_sm, launch_flops_per_byte) * waves
+    return (1 / ffma_per_clock(arch(spec.target.sm))) / clocks_per_ffma(facts, spec, blocks_per_sm,
+                                                                       launch_flops_per_byte) * waves
 
 
 def issue_share(warps_per_sm: int) -> float:
@@ -196,14 +192,11 @@ def issue_share(warps_per_sm: int) -> float:
     return 1 - WARP_STALL_SHARE ** (warps_per_sm / ISSUE_PER_CLOCK)
 
 
-def register_cap(spec: ir.KernelSpec, threads: int, arch_limit: int) -> int:
-    """The most registers per thread ptxas may use for this spec without spilling."""
-    cap = min(arch_limit, 65536 // (-(-threads // 32) * 32) // 8 * 8)  # __launch_bounds__(threads)
-    if spec.budget.registers is not None:
-        cap = min(cap, spec.budget.registers)
-    if spec.budget.blocks_per_sm:
-        cap = min(cap, registers_for_blocks(arch(spec.target.sm), spec.budget.blocks_per_sm, threads))
-    return cap
+def register_cap(spec: ir.KernelSpec, threads: int) -> int:
+    """The most registers per thread the spec may use without a predicted spill: ptxas's cap under the
+    kernel's `__launch_bounds__`, and at most the spec's register budget."""
+    cap = launch_bounds_cap(arch(spec.target.sm), spec, threads)
+    return cap if spec.budget.registers is None else min(cap, spec.budget.registers)
 
 
 def register_band(demand: int, cap: int) -> range:

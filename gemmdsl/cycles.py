@@ -19,8 +19,8 @@ from . import ir
 # The model builders below import the analysis (cost_model, passes) where they run: the rule (`choose`, `estimate`)
 # is all a family loaded from the cache (load_cache.py) needs, and importing the analysis would double its time.
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (HBM_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
-                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
+from .targets import (HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
+                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SMEM_LATENCY, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
                       WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (docs/tuning.md, "The mma.sync templates")."""
-    from .cost_model import ISSUE_PER_CLOCK, KTILE_OVERHEAD, SMEM_LATENCY
+    from .cost_model import KTILE_OVERHEAD
     from .passes.intensity import math_unit
 
     unit, _ = math_unit(spec)
@@ -344,7 +344,6 @@ def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles:
     docs/fusion.md.) One block per tile (`schedule: tiles`) hides nothing either. Under `schedule: pingpong`
     another consumer multiplies its own tile meanwhile, so the epilogue hides under up to that tile's whole
     main loop, where the block has another tile (more tiles than SMs)."""
-    from .cost_model import ISSUE_PER_CLOCK
 
     sm = layout.spec.target.sm
     elements = layout.bm * layout.bn

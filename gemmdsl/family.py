@@ -92,10 +92,7 @@ from .launch_plan import Requirements
 from .cycles import MemberModel, choose, estimate
 from .file_kinds import FAMILY_SUFFIX, is_family_path
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
-from .targets import TargetName
-
-SHAPES_DIR = Path(__file__).with_name("shapes")
-DEFAULT_SHAPES = SHAPES_DIR / "default.txt"
+from .targets import TargetName, arch
 
 
 # --- the rule (cycles.choose) ------------------------------------------------------------------
@@ -473,13 +470,31 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
     if rejected:
         reason += f"; {', '.join(rejected)} (bounds: exact) cannot take {m}x{n}x{k}"
     return {"family": family.name, "problem": [m, n, k], "member": models[chosen].name, "reason": reason,
-            "members": rows}
+            "predicted_time": predicted_time(models[chosen], family.spec.target.sm, problem), "members": rows}
+
+
+def predicted_time(model: MemberModel, sm: int, problem: tuple[int, int, int]) -> dict:
+    """The cycle model's figure for the member at M x N x K as a time: its cycles (the rule's, at least the memory
+    floor) at the clock of the target's reference GPU (targets.Arch.reference_clock_mhz), where its constants
+    were measured or taken from the datasheet. What `check --problem` prints."""
+    figures = estimate(model, *problem)
+    target = arch(sm)
+    return {"microseconds": round(figures.cycles / target.reference_clock_mhz, 2), "cycles": figures.cycles,
+            "memory_floor": figures.memory_cycles >= figures.compute_cycles, "gpu": target.reference_gpu,
+            "sms": model.sms, "clock_mhz": target.reference_clock_mhz}
+
+
+def format_predicted_time(time: dict) -> str:
+    floor = " (the memory floor)" if time["memory_floor"] else ""
+    return (f"predicted time: {time['microseconds']:,.2f} us: {time['cycles']:,} cycles{floor} of the cycle model "
+            f"on the {time['gpu']}'s {time['sms']} SMs at {time['clock_mhz']} MHz (docs/analysis.md)")
 
 
 def format_explanation(explanation: dict) -> str:
     m, n, k = explanation["problem"]
     lines = [f"{explanation['family']} (family) at {m}x{n}x{k}: {explanation['member']} runs",
              f"  why: {explanation['reason']}",
+             f"  {format_predicted_time(explanation['predicted_time'])}",
              "",
              f"  {'member':<20}{'tile':>12}{'tiles':>9}{'k-tiles':>9}{'slots':>7}{'waves':>7}{'stream-K':>10}"
              f"{'useful':>8}{'memory floor':>14}{'cycles':>16}"]

@@ -28,7 +28,7 @@ from . import ir
 from .cache_root import cache_dir
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
-from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARP, TargetName, parse_target
+from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARPGROUP, TargetName, parse_target
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
@@ -39,8 +39,7 @@ MIN_REGISTERS = 16  # the fewest registers per thread a budget may ask ptxas for
 MAX_REGISTERS_PER_THREAD = max(arch.max_registers_per_thread for arch in ARCHS.values())
 MAX_BLOCKS_PER_SM = max(arch.max_blocks_per_sm for arch in ARCHS.values())
 MAX_BLOCK_THREADS = max(arch.max_threads_per_block for arch in ARCH_SPECIFIC.values())
-WARPGROUP_THREADS = 4 * WARP
-MAX_CONSUMER_WARPGROUPS = MAX_BLOCK_THREADS // WARPGROUP_THREADS - 1  # beside the one producer
+MAX_CONSUMER_WARPGROUPS = MAX_BLOCK_THREADS // WARPGROUP - 1  # beside the one producer
 
 # How Lark's terminal names read in a message.
 TERMINAL_WORDS = {
@@ -778,7 +777,7 @@ SECTIONS: dict[str, _Section] = {
                       not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
         "warpgroups": _Key(IntRange("a consumer warpgroup count", 1, MAX_CONSUMER_WARPGROUPS,
                                 f"a block holds at most {MAX_CONSUMER_WARPGROUPS + 1} warpgroups of "
-                                f"{WARPGROUP_THREADS} threads ({MAX_BLOCK_THREADS}), one of them the producer"),
+                                f"{WARPGROUP} threads ({MAX_BLOCK_THREADS}), one of them the producer"),
                            required=True, wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
         "producer": _Key(IntRange("a producer warpgroup count", 1, 1,
                               "the wgmma path has exactly one producer warpgroup (one thread of it issues every "

@@ -31,7 +31,7 @@ from . import abi, ir
 from .launch_plan import Entries, GridRule, LaunchPlan, NarrowKernel, Requirements, StreamKLaunch
 from .layout import TileLayout
 from .paths import InstructionPath, path_of
-from .targets import Arch, blocks_for_registers
+from .targets import WARP, Arch, register_limit
 
 
 class Role(enum.Enum):
@@ -164,11 +164,12 @@ def min_blocks_per_sm(spec: ir.KernelSpec, target: Arch) -> int | None:
     """`__launch_bounds__`' second argument from the spec's budget, if any.
 
     A register budget R alone becomes the number of blocks that fit when each thread
-    holds R registers, which makes ptxas cap registers at about R.
+    holds R registers, so that ptxas's cap (targets.launch_register_cap) is the least above R that
+    still fits them.
     """
     budget = spec.budget
     if budget.blocks_per_sm:
         return budget.blocks_per_sm
     if budget.registers:
-        return max(1, blocks_for_registers(target, budget.registers, spec.threads.threads))
+        return max(1, register_limit(target, budget.registers, -(-spec.threads.threads // WARP)))
     return None

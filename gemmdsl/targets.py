@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 WARP = 32
+WARPGROUP = 4 * WARP  # threads: four warps, one per scheduler, issue one wgmma together (sm_90a)
 SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
-REGISTER_GRANULE = 8  # per-thread register counts round up to a multiple of this
 
 
 @dataclass(frozen=True)
@@ -40,24 +40,31 @@ class Arch:
     has_wgmma: bool = False
     default_smem_per_block: int = 48 * 1024  # above this the launcher must opt in
     has_vector_atomic_add: bool = False  # atomicAdd on float2 / float4 in one instruction
-    # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time).
+    # The GPU whose SM count the wave analysis assumes (launchers read the real count at run time), and the
+    # SM clock in MHz at which the cycle model's figures become times (`check --problem`'s microseconds).
     reference_gpu: str = ""
     reference_sms: int = 0
+    reference_clock_mhz: int = 0
     # FP32 FMA lanes per SM: an SM issues fp32_lanes_per_sm / 32 warp FMA instructions per clock.
     fp32_lanes_per_sm: int = 128
 
 
+# Reference clocks: the boost clocks of the A100 (1410 MHz), RTX 3090 (1695) and RTX 4090 (2520), at which
+# MMA_SYNC_MACS_PER_CLOCK's datasheet rates hold; for the H100, 1755 MHz, the clock its measured cycle
+# figures were taken at (L2_BYTES_PER_CLOCK_PER_SM, HBM_BYTES_PER_CLOCK, the launch cost).
 ARCHS: dict[int, Arch] = {
     80: Arch(80, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=2048, max_blocks_per_sm=32, reference_gpu="A100", reference_sms=108,
-             fp32_lanes_per_sm=64),
+             reference_clock_mhz=1410, fp32_lanes_per_sm=64),
     86: Arch(86, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82),
+             max_threads_per_sm=1536, max_blocks_per_sm=16, reference_gpu="RTX 3090", reference_sms=82,
+             reference_clock_mhz=1695),
     89: Arch(89, smem_per_sm=100 * 1024, smem_per_block=99 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128),
+             max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128,
+             reference_clock_mhz=2520),
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True, reference_gpu="H100 SXM",
-             reference_sms=132),
+             reference_sms=132, reference_clock_mhz=1755),
 }
 
 # Arch-specific targets (`target sm_90a;`): the same limits as the plain target, plus the instructions
@@ -137,7 +144,9 @@ HBM_BYTES_PER_CLOCK: dict[int, int] = {90: 1909}
 WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024, "fp8": 4096}}
 # Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100
 # (2026-11-23, docs/families.md), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
-# ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak.
+# ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak. The FMA
+# cost model's global term reads it too (l2_bytes_per_clock_per_sm), on every target: no other GPU's
+# figure has been measured. (That model had 32 of its own; the H100's FMA templates rank the same with 38.)
 L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
 # Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
 # before it reloads A's fragments and adds `part` (paths/wgmma/split.py). cycles.wgmma_member_model counts
@@ -161,6 +170,27 @@ SFU_PER_CLOCK_PER_SM: dict[int, int] = {80: 16, 86: 16, 89: 16, 90: 16}
 RING_ROUND_TRIP_CYCLES: dict[int, int] = {90: 3000}
 
 
+# The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a
+# shared-memory load: ISSUE_PER_CLOCK warp instructions a clock (one per scheduler); the L1 data pipe,
+# which serves shared memory and global accesses alike, moves one wavefront a clock; a global access
+# touches 128-byte lines. SMEM_LATENCY is the H100's, in clocks from a shared-memory load to its use
+# (microbenchmarks put it at 29-33 on Hopper), taken for every target.
+ISSUE_PER_CLOCK = SUBPARTITIONS_PER_SM
+SMEM_WAVEFRONTS_PER_CLOCK = 1
+GLOBAL_LINE_BYTES = 128
+SMEM_LATENCY = 33
+
+
+def l2_bytes_per_clock_per_sm(sm: int) -> int:
+    """L2_BYTES_PER_CLOCK_PER_SM of the target, the H100's where the target has none."""
+    return L2_BYTES_PER_CLOCK_PER_SM.get(sm, L2_BYTES_PER_CLOCK_PER_SM[90])
+
+
+def ffma_per_clock(arch: Arch) -> int:
+    """Warp-level FFMA instructions an SM executes per clock."""
+    return arch.fp32_lanes_per_sm // WARP
+
+
 def arch(sm: int) -> Arch:
     return ARCHS[sm]
 
@@ -174,24 +204,29 @@ def round_up(value: int, unit: int) -> int:
     return -(-value // unit) * unit
 
 
-# --- registers as a budget: the spec's `budget` and ptxas's cap ----------------------------------
+# --- the register cap, and occupancy: resident blocks per SM, as cudaOccupancyMaxActiveBlocksPerMultiprocessor
+# computes them
 
 
-def blocks_for_registers(arch: Arch, registers_per_thread: int, threads: int) -> int:
-    """Blocks of `threads` threads the register file holds at `registers_per_thread` each (0 if none):
-    what `__launch_bounds__` asks of ptxas for a register budget."""
-    return arch.registers_per_sm // (round_up(registers_per_thread, REGISTER_GRANULE) * threads)
+def launch_register_cap(arch: Arch, threads: int, blocks: int = 1) -> int:
+    """The most registers per thread at which `blocks` blocks of `threads` threads are resident on an SM at
+    once (the inverse of `register_limit`): what ptxas caps a kernel at under `__launch_bounds__(threads,
+    blocks)`, what a block of Hopper's warp-specialized kernels holds at launch before setmaxnreg moves
+    registers, and the most a register budget may ask for.
 
-
-def registers_for_blocks(arch: Arch, blocks: int, threads: int) -> int:
-    """The most registers per thread that let `blocks` blocks of `threads` threads share the register file."""
-    return arch.registers_per_sm // (blocks * threads) // REGISTER_GRANULE * REGISTER_GRANULE
-
-
-# --- occupancy: resident blocks per SM, as cudaOccupancyMaxActiveBlocksPerMultiprocessor computes them
+    The warps spread over the SM's sub-partitions, each holding a quarter of the register file; the fullest
+    holds ceil(warps / 4) of them, and each warp is given registers in units of `register_alloc_unit`. So
+    the figure is a multiple of 8 below the per-thread maximum: ptxas -v (nvcc 13.0, sm_90) reports 96 for
+    `__launch_bounds__(192, 3)`, where 65,536 registers / 576 threads would allow 112, and 255 for 256
+    threads."""
+    warps = -(-threads // WARP) * blocks
+    fullest = -(-warps // SUBPARTITIONS_PER_SM)
+    per_warp = arch.registers_per_sm // SUBPARTITIONS_PER_SM // fullest
+    return min(arch.max_registers_per_thread, per_warp // arch.register_alloc_unit * arch.register_alloc_unit // WARP)
 
 
 def register_limit(arch: Arch, registers_per_thread: int, warps_per_block: int) -> int:
+    """Blocks of `warps_per_block` warps the register file holds at `registers_per_thread` each (0 if none)."""
     per_warp = round_up(registers_per_thread * WARP, arch.register_alloc_unit)
     # The hardware checks a block's registers as if its warps filled all sub-partitions evenly.
     if per_warp * round_up(warps_per_block, SUBPARTITIONS_PER_SM) > arch.registers_per_sm:

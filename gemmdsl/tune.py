@@ -86,13 +86,13 @@ from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_memb
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
 from .file_kinds import inputs_help
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
+from .targets import WARP, arch
 from .tune_workers import build_failure  # noqa: F401  (tune's name for it, where the workers' backend uses it)
 
 DEFAULT_SIZES = "4096x4096x4096"
 DEFAULT_BUDGET = 8
 DEFAULT_MAX_CANDIDATES = 5000
 DEFAULT_MIN_WARPS = 8
-DEFAULT_SMS = 132  # H100 SXM; the ranking's wave-quantization term and the wgmma cycle model use it
 
 REASONS = ("tile", "conflicts", "registers", "occupancy")
 REASON_WORDS = {
@@ -451,7 +451,7 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
         mma_model = mma_sync_member_model(spec, facts, analysis.layout.arch.reference_sms)
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
-    cap = register_cap(spec, analysis.layout.threads, registers.limit)
+    cap = register_cap(spec, analysis.layout.threads)
     costs = cost_facts(spec, analysis, cap)
     return Prediction(
         registers=registers.per_thread,
@@ -488,13 +488,18 @@ def predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
     flops_per_byte = 2 * layout.bm * layout.bn * layout.bk / layout.stage_bytes
     return Prediction(
         registers=registers, register_cap=layout.entry_registers, register_low=registers, blocks_per_sm=1,
-        warps_per_sm=layout.threads // 32, load_conflicts=0, store_conflicts=0, conflict_pct=0.0,
+        warps_per_sm=layout.threads // WARP, load_conflicts=0, store_conflicts=0, conflict_pct=0.0,
         smem_wavefronts_per_ffma=0.0, issue_per_ffma=0.0, block_flops_per_byte=flops_per_byte,
         warp_flops_per_byte=flops_per_byte, launch_flops_per_byte=bound.flops / bound.dram_bytes,
         threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas, wgmma=True)
 
 
-def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
+def reference_sms(spec: ir.KernelSpec) -> int:
+    """The SM count the ranking assumes without --sms: the target's reference GPU's (targets.Arch)."""
+    return arch(spec.target.sm).reference_sms
+
+
+def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int | None = None) -> float:
     """The cycles a family of wgmma specs picks its member by (cycles.wgmma_member_model: per k-tile the
     slowest of wgmma's rate, its shared-memory reads, TMA's bytes from L2 and the ring's round trip over
     the stages in flight; C through L2 per tile; the grid's rounds over the SMs), as the share of them
@@ -505,7 +510,8 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int = DEFA
     differ only there tie, and rank_key orders them."""
     from .paths import path_of
 
-    model = wgmma_member_model(path_of(spec).lowering(spec), sms)  # the lowering alone: no second run of the passes
+    # the lowering alone: no second run of the passes
+    model = wgmma_member_model(path_of(spec).lowering(spec), sms or reference_sms(spec))
     return _geomean([tensor_share(model, *size) for size in sizes])
 
 
@@ -586,11 +592,13 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 # Ranking and selection
 
 
-def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> float:
+def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int | None = None) -> float:
     """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill;
     for Hopper's path, `wgmma_efficiency`; for mma.sync, the share of mma.sync's peak its cycle model
-    predicts (cycles.mma_sync_member_model, as the family rule), 0 for a predicted spill."""
+    predicts (cycles.mma_sync_member_model, as the family rule), 0 for a predicted spill. `sms`: the SMs
+    the grid's rounds are counted over, by default the target's reference GPU's."""
     p = survivor.prediction
+    sms = sms or reference_sms(survivor.spec)
     if p.wgmma:
         return wgmma_efficiency(survivor.spec, sizes, sms)
     if p.mma_model is not None:
@@ -615,7 +623,7 @@ def rank_key(survivor: Survivor) -> tuple:
             survivor.candidate.index)
 
 
-def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int = DEFAULT_SMS) -> list[Survivor]:
+def rank(survivors: Sequence[Survivor], sizes: Sequence[Size], sms: int | None = None) -> list[Survivor]:
     """Survivors with their score set, in rank_key order."""
     scored = [Survivor(s.candidate, s.spec, _with_score(s.prediction, predicted_efficiency(s, sizes, sms)))
               for s in survivors]
@@ -1120,8 +1128,9 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conflict-tolerance", type=float, default=None, metavar="PCT",
                         help="prune candidates whose predicted bank-conflict wavefronts are PCT%% or more of all "
                              "shared-memory wavefronts (default: prune none; the cost model prices them)")
-    parser.add_argument("--sms", type=_positive, default=DEFAULT_SMS,
-                        help=f"SM count for the ranking's wave-quantization term (default {DEFAULT_SMS})")
+    parser.add_argument("--sms", type=_positive, default=None,
+                        help="SM count for the ranking's wave-quantization term (default: the target's reference "
+                             "GPU's, gemmdsl/targets.py: 132 for sm_90, the H100 SXM)")
     parser.add_argument("--exhaustive", action="store_true",
                         help="also time every valid candidate and compare winners")
     parser.add_argument("--screen-only", action="store_true", help="stop after the pruning report (exit 0)")

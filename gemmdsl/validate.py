@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from math import prod
 
 from . import ir
-from .layout import KernelLayout, SmemGeometry, widest_dividing
+from .layout import STAGE_ALIGN_BYTES, KernelLayout, SmemGeometry, widest_dividing
 from .paths import path_of
 from .source import Diagnostic, Severity, Span, word_list
-from .targets import ARCHS, Arch
+from .targets import ARCHS, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
 from .validate_fuse import check_fuse
 
-WARP = 32
 MAX_NAME = 64
 MAX_SWIZZLE_BITS = 16  # B + M + S; larger swizzles span more than any stage
 
@@ -60,7 +59,6 @@ _ORDERS = {
     ir.Operand.B: (ir.SmemOrder.KN, ir.SmemOrder.NK),
 }
 _THREAD_KEYS = ("warps", "lanes", "micro", "repeat")
-STAGE_ALIGN_BYTES = 128  # each shared-memory stage starts on a 128-byte boundary (as layout.py does)
 SMEM_READ_BYTES = {ir.SmemRead.LDMATRIX: 16, ir.SmemRead.LDS32: 4}  # bytes one lane reads at once
 
 
@@ -598,16 +596,21 @@ class _Checker:
         regs = budget.registers
         if regs is None:
             return
-        unit = arch.register_alloc_unit
-        per_warp = -(-regs * WARP // unit) * unit
-        total = per_warp * warps * blocks
-        if blocks_ok and total > arch.registers_per_sm:
-            self.error(budget.at("registers"),
-                       f"{regs} registers x {threads} threads x {blocks} block(s) per SM need {total} registers "
-                       f"(allocated {per_warp} per warp), more than the {arch.registers_per_sm} of an "
-                       f"sm_{arch.sm} SM",
-                       hint=f"use at most {self._max_registers(arch, warps * blocks)} registers, "
-                            "fewer blocks_per_sm or fewer warps")
+        cap = launch_register_cap(arch, threads, blocks)
+        if blocks_ok and regs > cap:
+            unit = arch.register_alloc_unit
+            per_warp = -(-regs * WARP // unit) * unit
+            total = per_warp * warps * blocks
+            if total > arch.registers_per_sm:
+                why = (f"need {total} registers (allocated {per_warp} per warp), more than the "
+                       f"{arch.registers_per_sm} of an sm_{arch.sm} SM")
+            else:  # the fullest of the SM's schedulers holds more warps than its quarter of the file allows
+                quarter = arch.registers_per_sm // SUBPARTITIONS_PER_SM
+                why = (f"do not fit an sm_{arch.sm} SM: each of its {SUBPARTITIONS_PER_SM} schedulers holds "
+                       f"{quarter} registers, {quarter // per_warp} warps of {per_warp}, and {warps * blocks} warps "
+                       f"put {-(-warps * blocks // SUBPARTITIONS_PER_SM)} on one of them")
+            self.error(budget.at("registers"), f"{regs} registers x {threads} threads x {blocks} block(s) per SM {why}",
+                       hint=f"use at most {cap} registers, fewer blocks_per_sm or fewer warps")
             return
         accumulators, live = self.live_registers()
         if regs < live:
@@ -632,11 +635,6 @@ class _Checker:
         a = mma.repeat.m * shape.m * shape.k * dtype.bytes // (4 * WARP)
         b = mma.repeat.n * shape.n * shape.k * dtype.bytes // (4 * WARP)
         return f"{accumulators}", accumulators + parts * (a + b)
-
-    @staticmethod
-    def _max_registers(arch: Arch, warps: int) -> int:
-        per_warp = arch.registers_per_sm // max(warps, 1) // arch.register_alloc_unit * arch.register_alloc_unit
-        return min(arch.max_registers_per_thread, per_warp // WARP)
 
 
 def mma_smem_bytes(spec: ir.KernelSpec) -> int:

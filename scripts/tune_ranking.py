@@ -34,9 +34,11 @@ from xml.sax.saxutils import escape
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gemmdsl.targets import ARCHS  # noqa: E402
 from gemmdsl.tune_db import average_ranks, spearman  # noqa: E402,F401  (average_ranks: the tests read it here)
 
 TOP = 8  # the tuner's default budget
+TIMED_ON_SMS = ARCHS[90].reference_sms  # tests/fixtures/tune_h100 were timed on an H100 SXM, every template
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def study(data: dict, template: str | None = None, recorded: bool = False, sms: 
                           if not estimate and row.get("prediction", {}).get("ptxas")}
         if recorded_ptxas:  # a candidate without figures is "not built" and keeps its estimate
             report, _ = tune.with_ptxas(report, sizes, lambda survivor: recorded_ptxas[survivor.candidate.name])
-        ranked = tune.rank(report.timeable, sizes, sms or tune.DEFAULT_SMS)
+        ranked = tune.rank(report.timeable, sizes, sms or TIMED_ON_SMS)
         scored = {s.candidate.name: s.prediction.score for s in ranked}
         places = {s.candidate.name: place for place, s in enumerate(ranked, 1)}
         missing = wanted - set(scored)
@@ -222,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--estimate", action="store_true",
                         help="rescore on the register estimate, ignoring the ptxas figures the results record "
                              "(as `tune --no-nvcc` ranks)")
-    parser.add_argument("--sms", type=int, default=None, help="SM count for the wave term (default: tune's)")
+    parser.add_argument("--sms", type=int, default=None,
+                        help=f"SM count for the wave term (default {TIMED_ON_SMS}: the H100 SXM the fixtures ran on)")
     parser.add_argument("--svg-dir", metavar="DIR", help="write <template stem>.svg scatter plots there")
     parser.add_argument("--strip", metavar="DIR", help="write stripped copies of the results there and stop")
     args = parser.parse_args(argv)

@@ -18,11 +18,13 @@ from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
-from gemmdsl.family import DEFAULT_SHAPES, choose, compile_family, compile_family_path, estimate
+from gemmdsl.family import choose, compile_family, compile_family_path, estimate
 from gemmdsl.schedule import ALIGN_IDLE_PERCENT
 from gemmdsl.family_kernel import FamilyKernel, read_shapes
 from gemmdsl.schedule import CYCLE_CAP
+from gemmdsl.shape_sets import DEFAULT_SHAPES
 from gemmdsl.source import CompileError, SourceFile
+from gemmdsl.targets import ARCHS, SMEM_LATENCY, ffma_per_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = ROOT / "specs" / "sgemm_family.gemmf"
@@ -76,7 +78,7 @@ def test_predicted_cycles_cover_the_launched_work(family, m, n, k):
         if not figures.accepted:
             continue
         bm, bn, bk = model.tile
-        ffma_cycles = figures.tiles * figures.k_tiles * (bm * bn * bk // 32) // cost_model.FFMA_PER_CLOCK
+        ffma_cycles = figures.tiles * figures.k_tiles * (bm * bn * bk // 32) // ffma_per_clock(ARCHS[90])
         assert figures.cycles * model.sms >= ffma_cycles
         assert figures.useful == pytest.approx(m * n * k / (figures.tiles * bm * bn * figures.k_tiles * bk))
 
@@ -698,11 +700,11 @@ def test_an_mma_sync_k_tile_takes_its_slowest_rate_plus_the_fragment_loads_no_mu
     model = member_model(compile_source(SourceFile("mma.gemm", text)))
     terms = dict(model.terms)
     assert model.tensor_cycles == terms["mma_cycles_per_k_tile"] == 512
-    assert terms["exposed_latency_per_k_tile"] == waits * cost_model.SMEM_LATENCY
+    assert terms["exposed_latency_per_k_tile"] == waits * SMEM_LATENCY
     for resident, cycles in enumerate(model.k_tile_cycles, 1):
         rates = (512, terms["smem_wavefronts_per_k_tile"], terms["instructions_per_k_tile"] / 4,
                  terms["smem_instructions_per_k_tile"] / MMA_SMEM_INSTRUCTIONS_PER_CLOCK)
-        exposed = math.ceil(waits * cost_model.SMEM_LATENCY / resident)  # another resident block issues meanwhile
+        exposed = math.ceil(waits * SMEM_LATENCY / resident)  # another resident block issues meanwhile
         assert cycles == math.ceil(max(resident * rate for rate in rates)) + exposed
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gemmdsl.cycles import estimate
-from gemmdsl.family import DEFAULT_SHAPES
+from gemmdsl.shape_sets import DEFAULT_SHAPES
 from gemmdsl.family_kernel import load_family, read_shapes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -522,9 +522,10 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
     assert best.prediction.score > small.prediction.score
     assert [s.spec.pipeline.stages for s in ranked[:4]] == [4, 4, 4, 4]
     # The score is the family rule's: wgmma's own cycles over the cycles the rule predicts.
-    model = cycles.wgmma_member_model(analyze(best.spec, size).layout, tune.DEFAULT_SMS)
+    sms = tune.reference_sms(best.spec)
+    model = cycles.wgmma_member_model(analyze(best.spec, size).layout, sms)
     figures = cycles.estimate(model, *size)
-    wgmma_cycles = figures.tiles * figures.k_tiles * dict(model.terms)["wgmma_cycles_per_k_tile"] / tune.DEFAULT_SMS
+    wgmma_cycles = figures.tiles * figures.k_tiles * dict(model.terms)["wgmma_cycles_per_k_tile"] / sms
     assert best.prediction.score == pytest.approx(wgmma_cycles / figures.cycles)
     # At 1024^3, 128x256 tiles give 32 tiles for 132 SMs and 128x128 ones 64: the smaller tile ranks first.
     ranked = tune.rank(report.survivors, [(1024, 1024, 1024)])

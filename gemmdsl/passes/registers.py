@@ -43,7 +43,7 @@ from ..layout import KernelLayout, TileLayout
 from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
 from ..plan import min_blocks_per_sm
-from ..targets import Arch, occupancy_of, registers_for_blocks
+from ..targets import Arch, launch_register_cap, occupancy_of
 from .framework import Context, PassResult
 from .fuse import kept_registers
 
@@ -122,8 +122,7 @@ class Registers:
 def launch_bounds_cap(arch: Arch, spec: ir.KernelSpec, threads: int) -> int:
     """The most registers per thread ptxas may use under `__launch_bounds__(threads, blocks)` (blocks as the
     plan derives them from the budget; 1 without one), at most the architecture's limit."""
-    blocks = min_blocks_per_sm(spec, arch) or 1
-    return min(arch.max_registers_per_thread, registers_for_blocks(arch, blocks, -(-threads // 32) * 32))
+    return launch_register_cap(arch, threads, min_blocks_per_sm(spec, arch) or 1)
 
 
 def occupancy_cliff(arch: Arch, registers: int, threads: int) -> int:

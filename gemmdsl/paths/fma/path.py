@@ -31,7 +31,7 @@ class FmaPath(TilePath):
         spec, facts = artifacts.spec, artifacts.analysis.facts
         common = launched_fields(spec, artifacts.plan.arch.reference_sms)
         blocks = facts["occupancy"].blocks_per_sm
-        cap = register_cap(spec, artifacts.analysis.layout.threads, facts["registers"].limit)
+        cap = register_cap(spec, artifacts.analysis.layout.threads)
         costs = cost_facts(spec, artifacts.analysis, cap)
         flops_per_byte = facts["intensity"].launch_flops_per_byte
         return MemberModel(**common, blocks_per_sm=blocks,

@@ -38,15 +38,14 @@ from functools import cached_property
 
 from ... import ir
 from ...layout import ChainReads
-from ...targets import Arch, arch_of
+from ...targets import WARP, WARPGROUP, Arch, arch_of, launch_register_cap
 
-WARPGROUP = 128  # threads: 4 warps issue one wgmma together
 WGMMA_M = 64  # rows of C one wgmma produces
 SWIZZLE_SPAN = 128  # bytes: the 128-byte swizzle's row, one k-tile row (BK = 64 16-bit or 32 f32 elements)
 SWIZZLE_ATOM = 1024  # bytes: 8 rows of 128 bytes, the pattern's period; stages start on this boundary
 CHUNK = 16  # bytes: the unit the swizzle permutes
 STORE_BUFFERS = 2  # staged C boxes per warp (`store: tma`): one filling while the other is stored
-WARPS_PER_WARPGROUP = WARPGROUP // 32
+WARPS_PER_WARPGROUP = WARPGROUP // WARP
 WARP_ROWS = WGMMA_M // WARPS_PER_WARPGROUP  # rows of a wgmma tile's accumulators one warp holds
 MAX_BOX = 256  # elements: the most a TMA box may span in any dimension
 MBARRIER_BYTES = 8
@@ -98,12 +97,6 @@ def descriptor(address: int, leading: int = K_MAJOR_LBO, stride: int = ATOM_SBO)
     """The 64-bit wgmma descriptor of a 128B-swizzled tile at shared address `address`; `leading` and
     `stride` are the byte offsets >> 4 (a k-major tile's by default)."""
     return (((address & 0x3FFFF) >> 4) | leading << 16 | stride << 32 | DESCRIPTOR_SWIZZLE_128B << 62)
-
-
-def registers_at_entry(arch: Arch, threads: int) -> int:
-    """The cap `__launch_bounds__(threads, 1)` gives ptxas: the register file shared by one block."""
-    per_thread = arch.registers_per_sm // threads
-    return min(per_thread, arch.max_registers_per_thread) // 8 * 8
 
 
 @dataclass(frozen=True)
@@ -273,7 +266,7 @@ class WgmmaLayout:
     def splitter_threads(self) -> int:
         """3xTF32: the producer warpgroup's warps 1-3, which split each landed stage of B (warp 0 issues
         TMA); 0 on the other paths."""
-        return WARPGROUP - 32 if self.split else 0
+        return WARPGROUP - WARP if self.split else 0
 
     # --- shared memory ------------------------------------------------------------------------
 
@@ -420,7 +413,7 @@ class WgmmaLayout:
     @property
     def entry_registers(self) -> int:
         """Registers per thread at launch (the cap ptxas compiles the whole kernel under)."""
-        return registers_at_entry(self.arch, self.threads)
+        return launch_register_cap(self.arch, self.threads)
 
     @cached_property
     def producer_registers(self) -> int:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from ... import ir
 from ...cycles import FusedEpilogue, estimate, fused_epilogue, tensor_share, wgmma_member_model
 from ...grouped_schedule import ASSUMED_GROUPS, even_offs, tile_count as grouped_tile_count
-from ...targets import MEMORY_TBPS, WGMMA_MEASURED_TFLOPS
-from .layout import WARPGROUP, WgmmaLayout
+from ...targets import MEMORY_TBPS, WARP, WARPGROUP, WGMMA_MEASURED_TFLOPS
+from .layout import WgmmaLayout
 from ...passes.banks import WAVEFRONT_BYTES  # ncu counts shared-memory traffic in these 128-byte wavefronts
 from ...passes.framework import Context, PassResult
 from ...passes.fuse import FuseCost, FusePass, kept_registers
@@ -224,7 +224,7 @@ class WgmmaTrafficPass:
         read = tiles * k_tiles * layout.smem_read_bytes_per_k_tile
         copies = tiles * k_tiles * sum(box.count for box in layout.boxes.values())
         split = tiles * k_tiles * layout.split_lsu_bytes_per_k_tile
-        traffic = WgmmaTraffic(tiles, k_tiles, instructions * WARPGROUP // 32, copies,
+        traffic = WgmmaTraffic(tiles, k_tiles, instructions * WARPGROUP // WARP, copies,
                                tiles * k_tiles * layout.stage_bytes, read, 0, split)
         operands = "B (A from registers)" if layout.a_in_registers else "A and B"
         verdict = (f"{traffic.wgmma_warp_instructions:,} wgmma warp instructions; {copies:,} TMA copies bring "

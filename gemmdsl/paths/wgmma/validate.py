@@ -11,8 +11,8 @@ from typing import Callable
 
 from ... import ir
 from ...source import Span
-from .layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WARPGROUP, WGMMA_M, WgmmaLayout
-from ...targets import ARCH_SPECIFIC
+from .layout import CONSUMER_RESERVE, MAX_BOX, SWIZZLE_SPAN, WGMMA_M, WgmmaLayout
+from ...targets import ARCH_SPECIFIC, WARPGROUP
 
 MAX_WGMMA_N = 256
 WGMMA_K_BYTES = 32  # one wgmma k-step reads 32 bytes of each row of A and B: k16 (16-bit), k8 (TF32), k32 (FP8)
