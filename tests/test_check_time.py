@@ -19,7 +19,7 @@ SPECS = ROOT / "specs"
 @pytest.fixture(autouse=True)
 def no_ptxas(monkeypatch):
     """The analysis without ptxas's figures: the time does not read them, and nvcc is slow."""
-    monkeypatch.setattr(check, "ptxas_resources", lambda path: None)
+    monkeypatch.setattr(check, "ptxas_figures", lambda artifacts: None)
 
 
 def check_json(capsys, *args) -> dict:
