@@ -93,6 +93,7 @@ from .cycles import MemberModel, choose, estimate
 from .file_kinds import FAMILY_SUFFIX, is_family_path
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
 from .targets import TargetName, arch
+from .validate import kernel_name_problem
 
 
 # --- the rule (cycles.choose) ------------------------------------------------------------------
@@ -229,6 +230,9 @@ def parse_family(source: SourceFile) -> tuple[str, Span, list[tuple[_Token, bool
 
     expect("'family'", lambda text: text == "family")
     name = expect("the family's name", lambda text: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None)
+    bad_name = kernel_name_problem(name.text, "family name")
+    if bad_name is not None:  # the name becomes the family's C functions' and files' names
+        raise CompileError([_error(name.span, *bad_name)], source)
     expect("'{'", lambda text: text == "{")
     paths = []
     while position < len(tokens) and tokens[position].text in ("use", "fallback"):

@@ -39,17 +39,17 @@ RESERVED_NAMES = frozenset("""
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # the grammar's NAME
 
 
-def kernel_name_problem(name: str) -> tuple[str, str] | None:
-    """(message, hint) when `name` cannot name a kernel, else None; for names that do not come through
-    the parser too (the tuner's --name)."""
+def kernel_name_problem(name: str, what: str = "kernel name") -> tuple[str, str] | None:
+    """(message, hint) when `name` cannot name a kernel (or, with `what`, a family), else None; for names that
+    do not come through the parser too (the tuner's --name, a family's name)."""
     if not IDENTIFIER.match(name):
-        return (f"kernel name {name!r} is not an identifier",
-                "a kernel name is a letter or '_' followed by letters, digits and '_'")
+        return (f"{what} {name!r} is not an identifier",
+                f"a {what} is a letter or '_' followed by letters, digits and '_'")
     if name in RESERVED_NAMES:
-        return (f"kernel name '{name}' is a C/C++ keyword or CUDA built-in",
+        return (f"{what} '{name}' is a C/C++ keyword or CUDA built-in",
                 f"the name becomes a C++ function name; try '{name}_gemm'")
     if len(name) > MAX_NAME:
-        return (f"kernel name is {len(name)} characters long; at most {MAX_NAME} are allowed",
+        return (f"{what} is {len(name)} characters long; at most {MAX_NAME} are allowed",
                 "the name is used for the kernel and its files; pick a shorter one")
     return None
 

@@ -944,3 +944,19 @@ def test_the_candidate_64x64_stream_k_spec_keeps_more_bytes_in_flight_than_the_m
         assert estimate(small, m, 8192, 8192).sk_tiles == 0 and estimate(member, m, 8192, 8192).sk_tiles == 64
         if m < 64:
             assert in_flight(small, m) < in_flight(member, m), m
+
+
+@pytest.mark.parametrize("name, message", [
+    ("f" * 65, "family name is 65 characters long; at most 64 are allowed"),
+    ("int", "family name 'int' is a C/C++ keyword or CUDA built-in"),
+])
+def test_a_family_name_that_cannot_name_its_files_and_functions_is_an_error_at_the_name(name, message, tmp_path):
+    from gemmdsl.source import CompileError, SourceFile
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "specs" / "sgemm_v3.gemm", tmp_path)
+    path = tmp_path / "named.gemmf"
+    path.write_text(f"family {name} {{\n    use sgemm_v3.gemm;\n}}\n")
+    with pytest.raises(CompileError) as raised:
+        compile_family(SourceFile.read(path, suffix=".gemmf"))
+    assert raised.value.diagnostics[0].message == message
+    assert (raised.value.diagnostics[0].span.line, raised.value.diagnostics[0].span.column) == (1, 8)
