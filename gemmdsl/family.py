@@ -155,10 +155,14 @@ class FamilyArtifacts:
     def requirements(self) -> Requirements:
         return family_requirements(self.members)
 
-    @property
+    @cached_property
     def spec(self) -> ir.KernelSpec:
-        """The first member's spec: what every member computes (problem section, target)."""
-        return self.members[0].artifacts.spec
+        """The first member's spec: what every member computes (problem section), with the target the family's
+        .cu is built for: arch-specific (sm_90a) where any member's kernels need it, whichever member is first."""
+        first = self.members[0].artifacts.spec
+        if first.target.arch_specific or not any(member.artifacts.spec.target.arch_specific for member in self.members):
+            return first
+        return dataclasses.replace(first, target=dataclasses.replace(first.target, arch_specific=True))
 
     @property
     def launcher_spec(self) -> ir.KernelSpec:

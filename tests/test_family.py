@@ -960,3 +960,18 @@ def test_a_family_name_that_cannot_name_its_files_and_functions_is_an_error_at_t
         compile_family(SourceFile.read(path, suffix=".gemmf"))
     assert raised.value.diagnostics[0].message == message
     assert (raised.value.diagnostics[0].span.line, raised.value.diagnostics[0].span.column) == (1, 8)
+
+
+def test_a_family_whose_first_member_runs_anywhere_is_built_for_sm_90a_when_another_member_needs_it(tmp_path):
+    """The family's .cu, header and metadata state the build its most demanding member needs (a family's
+    members may be listed in any order; the arch guard stops a build for sm_90 of a wgmma member)."""
+    specs = Path(__file__).resolve().parents[1] / "specs"
+    for name in ("hgemm_h100_bf16c_any", "hgemm_h100_bf16c"):
+        shutil.copy(specs / f"{name}.gemm", tmp_path)
+    path = tmp_path / "any_first.gemmf"
+    path.write_text("family any_first {\n    use hgemm_h100_bf16c_any.gemm;\n    use hgemm_h100_bf16c.gemm;\n}\n")
+    family = compile_family_path(path)
+    assert not family.members[0].artifacts.spec.target.arch_specific
+    assert str(family.spec.target) == "sm_90a" and family.metadata["target"] == "sm_90a"
+    command = "nvcc -gencode=arch=compute_90a,code=sm_90a -c any_first.cu"
+    assert f"// Build: {command}" in family.cuda and command in family.header
