@@ -161,7 +161,7 @@ def test_an_nvrtc_failure_carries_its_log(fake_nvrtc):
 def test_check_without_nvcc_reports_nvrtcs_figures_and_says_so(monkeypatch, fake_nvrtc, nvrtc_in_process, capsys):
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
     args = argparse.Namespace(specs=[str(ROOT / "specs" / "sgemm_v3.gemm")], problem=parse_problem("4096x4096x4096"),
-                              json=False, verbose=False)
+                              json=False, verbose=False, no_ptxas=False)
     assert check.check_main(args) == 0
     out, err = capsys.readouterr()
     assert "note: ptxas's figures from NVRTC 13.1 (nvcc not on PATH)" in err and "more registers" not in err
@@ -174,7 +174,7 @@ def test_check_with_an_nvrtc_before_13_1_says_what_it_costs_and_the_fix(monkeypa
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
     fake_nvrtc.version = (13, 0)
     args = argparse.Namespace(specs=[str(ROOT / "specs" / "sgemm_v3.gemm")], problem=parse_problem("4096x4096x4096"),
-                              json=False, verbose=False)
+                              json=False, verbose=False, no_ptxas=False)
     assert check.check_main(args) == 0
     err = capsys.readouterr().err
     assert "note: ptxas's figures from NVRTC 13.0 (nvcc not on PATH)" in err

@@ -488,6 +488,8 @@ def fake_gpu(monkeypatch, tmp_path):
     launches = RecordedLaunches(state)
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, state=state))
     monkeypatch.setattr(runtime, "cuda_driver", lambda: FakeDriver(state, launches))
+    # runtime keeps the CuPy runtime module it first imported: this test's fake, not an earlier test's.
+    monkeypatch.setattr(runtime, "cuda_runtime", lambda: sys.modules["cupy"].cuda.runtime)
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
     return launches
