@@ -1,14 +1,15 @@
 """Random valid specs (tests/spec_strategies.py) must give CUDA that nvcc compiles, host launchers
-included. A handful per run, different each run, so CI covers the generator's space over time;
-tests/test_gpu_shapes.py runs many more on the GPU. Skipped without nvcc; about 30 s."""
+included. A few per run (6 in the full run), different each run, so CI covers the generator's space over
+time; tests/test_gpu_shapes.py runs many more on the GPU. Skipped without nvcc."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from budget import examples
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.compiler import compile_text
 from spec_strategies import spec_texts
 
-SPECS_PER_RUN = 6
+SPECS_PER_RUN = examples(2, 6)
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")]
 
