@@ -34,6 +34,12 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = "auto"
 
 
+def pytest_configure(config):
+    import budget
+
+    budget.FULL = config.getoption("--full")
+
+
 def pytest_collection_modifyitems(config, items):
     """The quick set by default: tests marked `slow` are deselected unless --full, a -m expression (`pytest -m
     slow` runs them alone) or a test's node id on the command line asks for them. Tests marked `gpu` skip

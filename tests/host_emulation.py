@@ -18,7 +18,9 @@ from pathlib import Path
 from build_cache import cached_build, tool_version
 
 EMULATOR = Path(__file__).resolve().parent / "emulator"
-CXX_FLAGS = ("-std=c++20", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+# -Og: a checked spec's runner builds in 2.8 s of CPU instead of -O1's 6.9 s and runs its calls 25% slower
+# (1.6 s instead of 1.2 s), g++ 12; a stream-K one builds in 4 s instead of 13 s.
+CXX_FLAGS = ("-std=c++20", "-Og", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
              "-fno-omit-frame-pointer", "-pthread", "-Wno-unknown-pragmas")
 BUILD_TIMEOUT_S = 600
 RUN_TIMEOUT_S = 600

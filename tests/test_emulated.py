@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import host_emulation
+from budget import examples
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
 from gemmdsl.arrays import ArrayView
@@ -293,11 +294,11 @@ def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
     return call
 
 
-@settings(max_examples=3, deadline=None, database=None,
+@settings(max_examples=examples(1, 3), deadline=None, database=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(text=spec_texts(name="fuzzed"), data=st.data())
 def test_random_specs_compute_the_product(text, data, tmp_path_factory):
-    """A few random valid specs per run, each at two random shapes."""
+    """A random valid spec per run (3 in the full run), each at two random shapes."""
     artifacts = compile_text(text, "fuzzed.gemm")
     binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path_factory.mktemp("fuzzed"))
     req = Requirements.from_metadata(artifacts.metadata)

@@ -200,7 +200,10 @@ def test_a_batched_family_dispatches_the_batched_launcher_too(tmp_path):
                      r'M, N, K, batch, alpha, beta, stream\);', family.cuda, re.M)
 
 
+# A family's whole .cu through ptxas is in the full run; the quick run compiles the quick set's families with their
+# headers (tests/test_header.py: the host code and PTX) and builds the quick set's specs (tests/test_nvcc.py).
 @pytest.mark.nvcc
+@pytest.mark.slow
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
 def test_the_family_builds_with_nvcc(family):
     result = build(family.cuda, family.name, family.spec.target.sm, entry="checked_64x64_kernel")
@@ -681,6 +684,7 @@ def test_a_wgmma_ring_too_shallow_for_its_round_trip_bounds_the_k_tile(stages, r
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
 def test_a_hopper_family_builds_with_nvcc_for_sm_90a():
     family = compile_family_path(HOPPER_FAMILY)

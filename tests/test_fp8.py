@@ -241,7 +241,9 @@ def test_metadata_names_the_unit_and_the_accumulation():
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("name", sorted(SPECS))
+# fp8_h100 in the quick run; the promoted (fp8_rowwise) and fast (fp8_h100_fast) kernels in the full one.
+@pytest.mark.parametrize("name", [name if name == "fp8_h100" else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in sorted(SPECS)])
 def test_the_specs_build_for_sm_90a_without_spills_into_qgmma(name, tmp_path):
     artifacts = compile_path(SPECS[name])
     result = build(artifacts.cuda, artifacts.name, "90a", emit=frozenset({"cubin"}))

@@ -23,6 +23,7 @@ from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
 from gemmdsl.paths.wgmma.layout import WgmmaLayout, descriptor, swizzled_offset
 from gemmdsl.targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
+from spec_sets import spec_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "hgemm_h100.gemm"
@@ -582,21 +583,20 @@ def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100",
-                                  "sgemm_3xtf32_h100", "sgemm_3xtf32_h100_sk", "sgemm_3xtf32_h100_128x192",
-                                  "sgemm_3xtf32_h100_128x192_sk", "hgemm_h100_batched",
-                                  "hgemm_h100_128x64", "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64",
-                                  "hgemm_h100_128x192", "hgemm_h100_bf16c_128x192", "hgemm_h100_f16_128x192",
-                                  "tf32_h100_128x192"])
-def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(name, nvcc_build):
+@pytest.mark.parametrize("spec", spec_params([ROOT / "specs" / f"{name}.gemm" for name in [
+    "hgemm_h100", "hgemm_h100_bf16c", "hgemm_h100_f16", "hgemm_h100_nn", "tf32_h100", "sgemm_3xtf32_h100",
+    "sgemm_3xtf32_h100_sk", "sgemm_3xtf32_h100_128x192", "sgemm_3xtf32_h100_128x192_sk", "hgemm_h100_batched",
+    "hgemm_h100_128x64", "hgemm_h100_bf16c_128x64", "hgemm_h100_f16_128x64", "tf32_h100_128x64", "hgemm_h100_128x192",
+    "hgemm_h100_bf16c_128x192", "hgemm_h100_f16_128x192", "tf32_h100_128x192"]]))
+def test_nvcc_builds_the_hopper_specs_for_sm_90a_without_spills(spec, nvcc_build):
     """... and without ptxas serializing the wgmma (C7515), which a stream-K loop from a variable first
     k-tile once caused: 10% slower at every size (docs/performance.md, Hopper)."""
-    resources = nvcc_build(ROOT / "specs" / f"{name}.gemm")[1].resources
+    resources = nvcc_build(spec)[1].resources
     assert resources.registers <= 168 and resources.spills == 0 and not resources.wgmma_serialized
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "hgemm_h100_bf16c"])
+@pytest.mark.parametrize("name", ["hgemm_h100", pytest.param("hgemm_h100_bf16c", marks=pytest.mark.slow)])
 def test_nvcc_builds_a_store_epilogue_staged_through_tma(name):
     from gemmdsl.build import build
 
@@ -608,7 +608,7 @@ def test_nvcc_builds_a_store_epilogue_staged_through_tma(name):
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("name", ["hgemm_h100", "sgemm_3xtf32_h100_sk"])
+@pytest.mark.parametrize("name", ["hgemm_h100", pytest.param("sgemm_3xtf32_h100_sk", marks=pytest.mark.slow)])
 def test_the_stated_build_command_builds_the_wgmma_kernel(name, tmp_path):
     """`nvcc -gencode=arch=compute_90a,code=sm_90a -c NAME.cu`, the command the .cu and NAME.h state, builds the
     sm_90a code alone, the whole kernel with its wgmma (the compute_90 pass `-arch=sm_90a` adds stops at the
