@@ -43,6 +43,15 @@ class Analysis:
         return [w for outcome in self.outcomes for w in outcome.warnings]
 
 
+def default_problem(spec: ir.KernelSpec) -> tuple[int, int, int]:
+    """The problem `compile` analyses a spec at: DEFAULT_PROBLEM, each extent rounded up to the block tile
+    where the spec says `bounds: exact` (a 96-row tile cannot run 4096 rows)."""
+    if spec.problem.bounds is not ir.Bounds.EXACT:
+        return tuple(DEFAULT_PROBLEM)
+    tile = (spec.block.m, spec.block.n, spec.block.k)
+    return tuple(-(-extent // step) * step for extent, step in zip(DEFAULT_PROBLEM, tile))
+
+
 def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM,
             ptxas: dict | None = None, plan: KernelPlan | None = None, hints: bool = True) -> Analysis:
     """Run every pass on a validated spec (lowered to `plan` unless given); with `bounds: exact`,

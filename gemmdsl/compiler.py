@@ -20,7 +20,7 @@ from typing import Iterator
 
 from . import __version__, ir
 from .build import PtxasFigures, PtxasResources, cached_kernel_resources, ptxas_compiler
-from .analysis import Analysis, analyze, summary_lines
+from .analysis import Analysis, analyze, default_problem, summary_lines
 from .emit import emit_cuda
 from .emit.header import emit_header
 from .errors import GemmdslError
@@ -74,7 +74,7 @@ def compile_source(source: SourceFile, target: TargetName | int | None = None) -
     """Parse, validate, analyse and emit one spec; `target` overrides the spec's target."""
     spec, warnings = load(source, target)
     plan = plan_kernel(spec)
-    analysis = analyze(spec, plan=plan)
+    analysis = analyze(spec, default_problem(spec), plan=plan)
     warnings = warnings + analysis.warnings
     cuda = emit_cuda(plan, source.text, summary_lines(analysis))
     return Artifacts(spec, plan, analysis, cuda, launch_metadata(plan, source), warnings)

@@ -179,3 +179,18 @@ def test_compile_reports_ptxas_for_every_kernel_of_the_file_the_narrow_rungs_inc
     assert "Traceback" not in done.stderr
     for entry in ("hgemm_mma_kernel_8byte: ptxas:", "hgemm_mma_kernel_4byte: ptxas:", "hgemm_mma_kernel_scalar: ptxas:"):
         assert entry in done.stdout, done.stdout
+
+
+def test_an_exact_spec_whose_tile_does_not_divide_the_default_problem_compiles(tmp_path):
+    """compile analyses such a spec at the default problem rounded up to its tile, not at one it refuses."""
+    text = V3.read_text()
+    for old, new in (("tile: 128x128x8;", "tile: 96x128x8;"), ("micro: 4x4;", "micro: 3x4;"),
+                     ("load a   { vector: 4; }", "load a   { vector: 1; }")):
+        assert old in text
+        text = text.replace(old, new)
+    spec = tmp_path / "exact96.gemm"
+    spec.write_text(text.replace("gemm sgemm_v3", "gemm exact96"))
+    done = subprocess.run([sys.executable, "-m", "gemmdsl.cli", "compile", str(spec), "-o", str(tmp_path / "out"),
+                           "--no-nvcc"], capture_output=True, text=True)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "4128x4096x4096" in (tmp_path / "out" / "exact96.cu").read_text()
