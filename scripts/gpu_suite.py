@@ -11,7 +11,7 @@ budget's hard limit kills pytest is recorded as `killed` and is not run again.
 
 `--prebuild` first builds every shipped spec's cubin on all cores (scripts/prebuild_cubins.py) into
 the state's folder, which the tests' `load_kernel` fixture and gemmdsl's cache then read
-($GEMMDSL_TEST_CACHE, $GEMMDSL_CACHE); a warm machine keeps the folder between calls.
+($GEMMDSL_TEST_CUBINS, $GEMMDSL_CACHE); a warm machine keeps the folder between calls.
 
 `run` prints the summary of everything recorded so far as its last lines and exits 0 when every test
 that ran passed or skipped (whether or not tests remain), 1 otherwise; `summary` exits 0 only when
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         return int(pytest.main(["-m", "gpu", "-q", "-p", "no:cacheprovider", *args.pytest_args], plugins=[recorder]))
     if args.prebuild:
         cubins = str((state_path.parent / "cubins").resolve())
-        os.environ["GEMMDSL_CACHE"] = os.environ["GEMMDSL_TEST_CACHE"] = cubins
+        os.environ["GEMMDSL_CACHE"] = os.environ["GEMMDSL_TEST_CUBINS"] = cubins
         specs = sorted(str(path) for path in (ROOT / "specs").glob("*.gemm"))
         built = subprocess.run([sys.executable, str(ROOT / "scripts" / "prebuild_cubins.py"), *specs], cwd=ROOT,
                                capture_output=True, text=True)

@@ -84,13 +84,13 @@ def nvrtc_failures(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def load_kernel(tmp_path_factory):
     """Load each spec once for the module, caching cubins in a temporary directory, or in
-    $GEMMDSL_TEST_CACHE where it is set (scripts/gpu_suite.py prebuilds every spec's cubin there on all
+    $GEMMDSL_TEST_CUBINS where it is set (scripts/gpu_suite.py prebuilds every spec's cubin there on all
     cores, so that the suite does not build them one at a time)."""
     from gemmdsl import runtime
 
     loaded = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GEMMDSL_CACHE", os.environ.get("GEMMDSL_TEST_CACHE") or str(tmp_path_factory.mktemp("cubins")))
+        patch.setenv("GEMMDSL_CACHE", os.environ.get("GEMMDSL_TEST_CUBINS") or str(tmp_path_factory.mktemp("cubins")))
 
         def load(path):
             if path not in loaded:
