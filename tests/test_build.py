@@ -158,8 +158,10 @@ def test_an_nvrtc_failure_carries_its_log(fake_nvrtc):
     assert fake_nvrtc.destroyed
 
 
-def test_check_without_nvcc_reports_nvrtcs_figures_and_says_so(monkeypatch, fake_nvrtc, nvrtc_in_process, capsys):
+def test_check_without_nvcc_reports_nvrtcs_figures_and_says_so(monkeypatch, fake_nvrtc, nvrtc_in_process, capsys,
+                                                               tmp_path):
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))  # ptxas's figures from NVRTC, not from another test's cache
     args = argparse.Namespace(specs=[str(ROOT / "specs" / "sgemm_v3.gemm")], problem=parse_problem("4096x4096x4096"),
                               json=False, verbose=False, no_ptxas=False)
     assert check.check_main(args) == 0
@@ -170,8 +172,9 @@ def test_check_without_nvcc_reports_nvrtcs_figures_and_says_so(monkeypatch, fake
 
 
 def test_check_with_an_nvrtc_before_13_1_says_what_it_costs_and_the_fix(monkeypatch, fake_nvrtc, nvrtc_in_process,
-                                                                          capsys):
+                                                                          capsys, tmp_path):
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     fake_nvrtc.version = (13, 0)
     args = argparse.Namespace(specs=[str(ROOT / "specs" / "sgemm_v3.gemm")], problem=parse_problem("4096x4096x4096"),
                               json=False, verbose=False, no_ptxas=False)
