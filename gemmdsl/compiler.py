@@ -74,7 +74,7 @@ def compile_source(source: SourceFile, target: TargetName | int | None = None) -
     """Parse, validate, analyse and emit one spec; `target` overrides the spec's target."""
     spec, warnings = load(source, target)
     plan = plan_kernel(spec)
-    analysis = analyze(spec, default_problem(spec), plan=plan)
+    analysis = analyze(spec, problem=default_problem(spec), plan=plan)
     warnings = warnings + analysis.warnings
     cuda = emit_cuda(plan, source.text, summary_lines(analysis))
     return Artifacts(spec, plan, analysis, cuda, launch_metadata(plan, source), warnings)
@@ -97,7 +97,8 @@ def ptxas_resources(path: str) -> dict | None:
 
 
 def spec_hash(source: SourceFile, spec: ir.KernelSpec) -> str:
-    digest = hashlib.sha256(source.text.encode())
+    # surrogatepass: text given to the Python API may hold a lone surrogate, which a file read never does
+    digest = hashlib.sha256(source.text.encode("utf-8", "surrogatepass"))
     digest.update(f"\0{spec.target}\0{__version__}".encode())
     return digest.hexdigest()[:16]
 

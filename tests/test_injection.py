@@ -157,3 +157,8 @@ def test_the_copied_text_is_capped_with_a_note_of_what_was_left_out():
                           f"quotes at most {COPIED_LINES} lines and {COPIED_BYTES:,} bytes of it]")
     one_line = compile_text("// " + "x" * 1_000_000 + "\n" + SPEC).cuda
     assert len(one_line) < len(cuda) + COPIED_BYTES and "x" * (COPIED_BYTES - 100) in one_line
+
+
+def test_a_lone_surrogate_in_text_given_to_the_api_compiles_to_encodable_output():
+    artifacts = compile_text(f"// \ud800\n{SPEC}", "case.gemm")
+    assert artifacts.cuda.encode() and "\\ud800" in artifacts.cuda
