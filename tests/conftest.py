@@ -23,12 +23,9 @@ def pytest_addoption(parser):
 def pytest_cmdline_main(config):
     """With pytest-xdist installed, and no -n given, spread the tests over every core (-n auto). GPU runs
     (a -m expression naming `gpu`) stay in one process: their tests share the device and time kernels."""
-    # A worker runs this hook too, with -n cleared: it must not start workers of its own.
-    worker = hasattr(config, "workerinput")
+    # An xdist worker runs this hook too, with -n cleared: without this guard each would start workers of its own.
+    worker = hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER")
     if worker or not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
-        return
-    # An xdist worker runs this hook too: without this guard each worker would start workers of its own.
-    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if "gpu" not in (config.option.markexpr or "") and not config.option.collectonly:
         config.option.numprocesses = "auto"
