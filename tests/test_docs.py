@@ -82,7 +82,6 @@ DATA_SUFFIXES = (".json", ".svg")  # measurements and plots, no prose
 # Hits that mean a moment of a running program, not a change of the code: (file, the hit's line holds).
 ALLOWED = {
     ("tests/conftest.py", 'scope="session"'),  # pytest's fixture scope
-    ("scripts/gpu_suite.py", "item.session.shouldstop"),  # pytest's run of the tests
     ("gemmdsl/emit/pipeline.py", "is no longer read"),  # emitted: the stage within the k-loop
     ("gemmdsl/emit/epilogue.py", "stages are no longer read"),  # emitted: after the main loop
     ("gemmdsl/runtime.py", "launches on now on"),  # the current stream at the call
