@@ -19,8 +19,8 @@ from . import ir
 # The model builders below import the analysis (cost_model, passes) where they run: the rule (`choose`, `estimate`)
 # is all a family loaded from the cache (load_cache.py) needs, and importing the analysis would double its time.
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
-                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SMEM_LATENCY, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
+from .targets import (CALL_CYCLES, EXTRA_LAUNCH_CYCLES, HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
+                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SMEM_LATENCY, SPLIT_WAIT_CYCLES_PER_K_TILE, STREAM_K_FIXUP_BYTES_PER_CLOCK, WARP,
                       WGMMA_MACS_PER_CLOCK)
 
 if TYPE_CHECKING:
@@ -37,13 +37,6 @@ if TYPE_CHECKING:
 # Not a measured rate: which limit of the load/store path it stands for is not known.
 MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
 
-# What one more kernel launch adds to a call, in SM clock cycles: on the H100 (`gemmdsl
-# bench`, whose spin kernel keeps the host's enqueueing out of the timing, checked_64x64 at K = 64) a
-# call took 6.1 us more per launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in
-# two, 22.5 for 1000x1000x64 in three, before the interior split was limited to long interiors):
-# the GPU's time at a kernel boundary, 10,700 cycles at 1,755 MHz. Taken for every target (unmeasured
-# elsewhere).
-EXTRA_LAUNCH_CYCLES = 10_700
 
 
 @dataclass(frozen=True)
@@ -63,6 +56,11 @@ class MemberModel:
     tensor_cycles: int = 0  # tensor-core kernels: one block's k-tile of multiply-adds at the instruction's peak
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
+    # per contributor to a shared tile beyond the first: the tile's last block waits for each and adds its partial
+    # sums, one after another (the wgmma path's stream-K)
+    fixup_cycles: int = 0
+    # per call, whatever its size: the launch and the pipeline's fill and drain (`call_latency_ns` of the profile)
+    call_cycles: int = 0
     # per launch a call makes beyond its first: the FMA and mma.sync paths' stream-K launches a kernel that
     # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
     launch_cycles: int = 0
@@ -138,6 +136,8 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
             streaming = max(split.sk_blocks, min(plain, member.slots))
             per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
             cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
+            contributors = -(-split.sk_blocks // split.sk_tiles)
+            cycles = _sum(cycles, _product(contributors - 1, member.fixup_cycles))
             cycles = _sum(cycles, _product(member.launch_cycles, 2 if plain else 1))
     full_waves, left = divmod(plain, member.slots)
     wave = _sum(_product(k_tiles, full), resident * member.tile_cycles)
@@ -146,8 +146,8 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
         last = -(-left // member.sms)
         cycles = _sum(cycles, _sum(_product(k_tiles, member.cycles_per_k_tile(last)), last * member.tile_cycles))
     memory = memory_cycles(member, m, n, k, streaming)
-    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful, max(cycles, memory),
-                    cycles, memory, streaming)
+    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful,
+                    _sum(max(cycles, memory), member.call_cycles), cycles, memory, streaming)
 
 
 def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
@@ -300,12 +300,14 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
     epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
+    fixup = -(-layout.partial_bytes // STREAM_K_FIXUP_BYTES_PER_CLOCK[sm]) if layout.stream_k else 0
     # 3xTF32 and promoted FP8: the consumer's wait for each of its groups, then `acc += part`: 4 warps a
     # warpgroup over 4 schedulers, so each scheduler issues accumulators x consumers adds per k-tile.
     groups = layout.waited_groups_per_k_tile
     wait = groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if groups else 0
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
-                       tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial,
+                       tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial, fixup_cycles=fixup,
+                       call_cycles=CALL_CYCLES.get(sm, 0),
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
                               ("ring_cycles_per_k_tile", ring),

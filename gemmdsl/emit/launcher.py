@@ -14,7 +14,7 @@ from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_p
 from ..emitter import Emitter
 from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
 from ..plan import KernelPlan
-from ..schedule import (ALIGN_IDLE_PERCENT, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
+from ..schedule import (ALIGN_IDLE_PERCENT, FIXUP_K_TILES_PER_SHARER, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
                         MIN_K_TILES_PER_BLOCK)
 from .ctext import OPERANDS, paren
 
@@ -392,6 +392,9 @@ def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int, aligned: 
         if aligned:
             o.line(f"if (blocks == slots && shared > 0 && (slots % shared) * 100 <= {ALIGN_IDLE_PERCENT} * slots) "
                    "blocks -= slots % shared;")
+            o.line(f"const long long sharers = k_tiles / {FIXUP_K_TILES_PER_SHARER} > 2 ? k_tiles / "
+                   f"{FIXUP_K_TILES_PER_SHARER} : 2;  // a tile's partial sums are added one after another")
+            o.line("if (blocks > shared * sharers) blocks = shared * sharers;")
         o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
         if min_saved_k_tiles:
             o.line(f"const bool saves_enough = (slots - shared) * k_tiles >= {min_saved_k_tiles}LL * slots;")
