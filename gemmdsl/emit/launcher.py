@@ -14,8 +14,8 @@ from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_p
 from ..emitter import Emitter
 from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
 from ..plan import KernelPlan
-from ..schedule import (ALIGN_IDLE_PERCENT, FIXUP_K_TILES_PER_SHARER, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
-                        MIN_K_TILES_PER_BLOCK)
+from ..schedule import (ALIGN_IDLE_PERCENT, FIXUP_K_TILES_PER_SHARER, INTERIOR_MIN_WAVES_PER_STRIP,
+                        LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK)
 from .ctext import OPERANDS, paren
 
 
