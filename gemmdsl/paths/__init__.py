@@ -16,7 +16,8 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
 - `launch_contract(plan)`, `launcher_notes(plan)`, `batch_strides_note`: what the launchers refuse and
   do beyond the shared rules, for the .cu's and the header's comments;
 - `metadata(plan)`: NAME.json's keys beyond the shared ones and the launch plan;
-- `member_model(artifacts)`: a kernel family's cycle model of a member;
+- `member_model(analysis, sms)`: a kernel family's cycle model of a member (cycles.MemberModel), and
+  `lowered_member_model(layout, sms)` where the model needs no analysis;
 - `peak_tflops(sm)`: the instruction's peaks by unit;
 - what the tools print of it: `report(analysis)` and `report_facts(analysis)` (check),
   `ncu_metrics` and `comparison_rows(analysis, metrics)` (profile), `predict(analysis, ptxas)` (tune);
@@ -37,6 +38,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..cycles import MemberModel
     from ..emitter import Emitter
     from ..ir import KernelSpec
 # `KernelPlan` (plan.py) and `Analysis` (analysis.py) in the annotations below name the stages that ask for a
@@ -78,8 +80,13 @@ class InstructionPath(ABC):
         """Defined by each path."""
 
     @abstractmethod
-    def member_model(self, artifacts: Any) -> Any:
+    def member_model(self, analysis: Analysis, sms: int) -> MemberModel:
         """Defined by each path."""
+
+    def lowered_member_model(self, layout: Any, sms: int) -> MemberModel | None:
+        """The member model from the lowering alone, where the path's model reads no analysis pass (the
+        tuner's score of many candidates skips the passes so); None otherwise."""
+        return None
 
     def host_includes(self, spec: KernelSpec) -> list[str]:
         return []

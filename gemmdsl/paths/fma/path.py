@@ -25,14 +25,14 @@ class FmaPath(TilePath):
         return MathParts(SharedLoads(layout, out, double), FmaOuterProduct(spec, layout, out),
                          Epilogue(spec, layout, out))
 
-    def member_model(self, artifacts) -> MemberModel:
+    def member_model(self, analysis, sms: int) -> MemberModel:
         """The tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the family rule and
         the tuner rank FMA tilings alike."""
-        spec, facts = artifacts.spec, artifacts.analysis.facts
-        common = launched_fields(spec, artifacts.plan.arch.reference_sms)
+        spec, facts = analysis.spec, analysis.facts
+        common = launched_fields(spec, sms)
         blocks = facts["occupancy"].blocks_per_sm
-        cap = register_cap(spec, artifacts.analysis.layout.threads)
-        costs = cost_facts(spec, artifacts.analysis, cap)
+        cap = register_cap(spec, analysis.layout.threads)
+        costs = cost_facts(spec, analysis, cap)
         flops_per_byte = facts["intensity"].launch_flops_per_byte
         return MemberModel(**common, blocks_per_sm=blocks,
                            k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte)

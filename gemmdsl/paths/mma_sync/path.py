@@ -4,13 +4,14 @@ mma.sync math (emit/mma_sync.py) and the fragment epilogue (emit/fragment_epilog
 from __future__ import annotations
 
 from ... import ir
-from ...cycles import MemberModel, mma_sync_member_model
+from ...cycles import MemberModel
 from ...emit.fragment_epilogue import FragmentEpilogue
 from ...emit.kernel import MathParts
 from ...emit.ldmatrix import MmaFragments
 from ...emit.mma_sync import MmaSync
 from ...mma_layout import MmaLayout
 from ..tiles import TilePath
+from .cycles import mma_sync_member_model
 
 
 class MmaSyncPath(TilePath):
@@ -24,8 +25,8 @@ class MmaSyncPath(TilePath):
     def math_parts(self, spec, layout, out, double: bool) -> MathParts:
         return MathParts(MmaFragments(layout, out, double), MmaSync(layout, out), FragmentEpilogue(spec, layout, out))
 
-    def member_model(self, artifacts) -> MemberModel:
-        return mma_sync_member_model(artifacts.spec, artifacts.analysis.facts, artifacts.plan.arch.reference_sms)
+    def member_model(self, analysis, sms: int) -> MemberModel:
+        return mma_sync_member_model(analysis.spec, analysis.facts, sms)
 
 
 PATH = MmaSyncPath()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ... import abi, ir
 from ...abi import tile_count
-from ...cycles import MemberModel, wgmma_member_model
+from ...cycles import MemberModel
+from .cycles import wgmma_member_model
 from .grouped import grouped_contract
 from .kernel import emit_wgmma_definitions
 from .pad import pads_operands
@@ -115,8 +116,11 @@ class WgmmaPath(InstructionPath):
                 for op, box in boxes.items()}
         return {"tensor_maps": maps, "alignment_bytes": layout.global_alignment_bytes}
 
-    def member_model(self, artifacts) -> MemberModel:
-        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
+    def member_model(self, analysis, sms: int) -> MemberModel:
+        return wgmma_member_model(analysis.layout, sms)
+
+    def lowered_member_model(self, layout: WgmmaLayout, sms: int) -> MemberModel:
+        return wgmma_member_model(layout, sms)
 
     def peak_tflops(self, sm: int) -> dict[str, float]:
         return WGMMA_PEAK_TFLOPS.get(sm, {})
