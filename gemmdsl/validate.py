@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from math import prod
+from typing import Any
 
 from . import ir
 from .layout import STAGE_ALIGN_BYTES, KernelLayout, SmemGeometry, widest_dividing
@@ -94,35 +95,41 @@ class _Checker:
         check_fuse(self.spec, self.error)
         path_of(self.spec).validate(self)
 
-    def check_tiles(self) -> None:
-        """The rules of the paths whose kernels are lowered to a TileLayout (FMA, mma.sync)."""
+    def check_tiles(self, path: Any) -> None:
+        """The rules of the paths whose kernels are lowered to a TileLayout (paths/tiles.py's TilePath: FMA,
+        mma.sync); `path` supplies its own rules of the threads and of the lowered stages."""
         self.check_hopper_only()
         self.check_target()
         block_ok = self.check_block()
-        mma = self.spec.mma
-        threads_ok = (self.check_threads() if mma is None else self.check_mma(mma)) and block_ok
+        threads_ok = path.check_threads(self) and block_ok
         smem_ok = all([self.check_smem(ir.Operand.A), self.check_smem(ir.Operand.B)])
         if threads_ok:
             self.check_load(ir.Operand.A)
             self.check_load(ir.Operand.B)
-        pipeline_ok = self.check_pipeline()
+        pipeline_ok = self.check_pipeline(path)
         smem_bytes = None
         if block_ok and smem_ok and pipeline_ok and self.arch is not None:
-            if mma is None:
-                layout = KernelLayout(self.spec)
-                smem_bytes = layout.smem_bytes
-                self.check_smem_size(smem_bytes)
-                if threads_ok:
-                    self.check_widths(layout, ir.Operand.A)
-                    self.check_widths(layout, ir.Operand.B)
-            else:  # KernelLayout lowers the FMA path only; an mma layout will replace mma_smem_bytes
-                smem_bytes = mma_smem_bytes(self.spec)
-                self.check_mma_smem_size(smem_bytes)
-                self.check_mma_reads(ir.Operand.A)
-                self.check_mma_reads(ir.Operand.B)
-                self.check_mma_copy(ir.Operand.A)
-                self.check_mma_copy(ir.Operand.B)
-        self.check_budget(smem_bytes)
+            smem_bytes = path.check_stages(self, threads_ok)
+        self.check_budget(smem_bytes, path)
+
+    def check_fma_stages(self, threads_ok: bool) -> int:
+        """The FMA path's stages (KernelLayout): their shared memory and access widths; their bytes."""
+        layout = KernelLayout(self.spec)
+        self.check_smem_size(layout.smem_bytes)
+        if threads_ok:
+            self.check_widths(layout, ir.Operand.A)
+            self.check_widths(layout, ir.Operand.B)
+        return layout.smem_bytes
+
+    def check_mma_stages(self) -> int:
+        """The mma.sync path's stages: their shared memory, fragment reads and copies; their bytes."""
+        smem_bytes = mma_smem_bytes(self.spec)
+        self.check_mma_smem_size(smem_bytes)
+        self.check_mma_reads(ir.Operand.A)
+        self.check_mma_reads(ir.Operand.B)
+        self.check_mma_copy(ir.Operand.A)
+        self.check_mma_copy(ir.Operand.B)
+        return smem_bytes
 
     # --- name, problem, target -----------------------------------------------------------
 
@@ -142,8 +149,10 @@ class _Checker:
             self.error(problem.at("c"), f"C is {problem.c.dtype.value}; FP8 is an operand type only: the kernels write "
                                         "C from f32 accumulators as f32, bf16 or f16",
                        hint=f"write `c: bf16 {problem.c.layout.value};` (torch._scaled_mm's usual output)")
-        if self.spec.mma is not None:
-            return
+
+    def check_f32_operands(self) -> None:
+        """The FMA path multiplies f32 only."""
+        problem = self.spec.problem
         narrow = [key for key in ("a", "b", "c") if problem.matrix(ir.Operand(key)).dtype is not ir.DType.F32]
         if narrow:
             key = narrow[0]
@@ -194,13 +203,15 @@ class _Checker:
         if block.raster.kind is ir.RasterKind.GROUP and block.raster.group < 1:
             self.error(block.at("raster"), f"group({block.raster.group}) needs at least one row of blocks per group",
                        hint="write group(G) with G >= 1, e.g. group(8)")
-        if block.stream_k:
-            problem = self.spec.problem
-            if self.spec.mma is not None and problem.c.dtype is not ir.DType.F32:
-                self.error(block.at("schedule"), f"schedule: stream_k adds partial sums into C with f32 atomics, "
-                                                 f"but C is {problem.c.dtype.value}",
-                           hint=f"use `c: f32 {problem.c.layout.value};` or `schedule: tiles;`")
         return ok
+
+    def check_stream_k_c(self) -> None:
+        """A tile path's stream-K adds partial sums into C with atomics (the FMA path's C is f32 anyway)."""
+        block, problem = self.spec.block, self.spec.problem
+        if block.stream_k and problem.c.dtype is not ir.DType.F32:
+            self.error(block.at("schedule"), f"schedule: stream_k adds partial sums into C with f32 atomics, "
+                                             f"but C is {problem.c.dtype.value}",
+                       hint=f"use `c: f32 {problem.c.layout.value};` or `schedule: tiles;`")
 
     def check_threads(self) -> bool:
         t = self.spec.threads
@@ -550,13 +561,13 @@ class _Checker:
 
     # --- pipeline and budget -------------------------------------------------------------
 
-    def check_pipeline(self) -> bool:
+    def check_pipeline(self, path: Any) -> bool:
         p = self.spec.pipeline
         ok = True
         if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
             self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
                        hint="use `copy: registers;`")
-        if self.spec.mma is not None and p.copy is ir.CopyMode.REGISTERS:
+        if p.copy is ir.CopyMode.REGISTERS and not path.register_copies:
             self.error(p.at("copy"), "copy: registers is not supported for mma specs yet; their code generation "
                                      "copies tiles with cp.async only",
                        hint="use `copy: cp_async;` (the default for mma specs)")
@@ -567,7 +578,7 @@ class _Checker:
                             f"`pipeline {{ stages: {p.stages}; copy: cp_async; }}`")
         return ok
 
-    def check_budget(self, smem_bytes: int | None) -> None:
+    def check_budget(self, smem_bytes: int | None, path: Any) -> None:
         budget, arch = self.spec.budget, self.arch
         if arch is None or (budget.registers is None and budget.blocks_per_sm is None):
             return
@@ -612,29 +623,12 @@ class _Checker:
             self.error(budget.at("registers"), f"{regs} registers x {threads} threads x {blocks} block(s) per SM {why}",
                        hint=f"use at most {cap} registers, fewer blocks_per_sm or fewer warps")
             return
-        accumulators, live = self.live_registers()
+        accumulators, live = path.live_registers(self.spec)
         if regs < live:
-            shrink = "the micro tile or repeat" if self.spec.mma is None else "the mma repeat"
             self.warning(budget.at("registers"),
                          f"registers: {regs} cannot hold a thread's {accumulators} accumulators "
                          f"and fragments ({live} values); nvcc will spill to local memory",
-                         hint=f"raise the register budget or shrink {shrink}")
-
-    def live_registers(self) -> tuple[str, int]:
-        """A thread's accumulators (as words) and the 32-bit registers they and one k-step's fragments hold."""
-        mma = self.spec.mma
-        if mma is None:
-            f = self.spec.threads.fragment
-            return f"{f.m}x{f.n}", f.m * f.n + f.m + f.n
-        accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
-        dtype = self.spec.problem.a.dtype
-        # One instruction's A and B fragments, spread over the warp's 32 lanes in 32-bit registers;
-        # 3xTF32 keeps a big and a small part of each.
-        parts = 2 if mma.precision is ir.Precision.TF32X3 else 1
-        shape = mma.shape
-        a = mma.repeat.m * shape.m * shape.k * dtype.bytes // (4 * WARP)
-        b = mma.repeat.n * shape.n * shape.k * dtype.bytes // (4 * WARP)
-        return f"{accumulators}", accumulators + parts * (a + b)
+                         hint=f"raise the register budget or shrink {path.register_tile}")
 
 
 def mma_smem_bytes(spec: ir.KernelSpec) -> int:

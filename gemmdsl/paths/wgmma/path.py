@@ -24,9 +24,9 @@ from .. import InstructionPath
 TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
 
 
-def fp8_operands(spec: ir.KernelSpec) -> bool:
+def fp8_operands(a: ir.DType | None, b: ir.DType | None) -> bool:
     """Whether A or B is FP8: such wgmma specs are the FP8 path's (paths/wgmma_fp8)."""
-    return spec.problem.a.dtype.fp8 or spec.problem.b.dtype.fp8
+    return any(dtype is not None and dtype.fp8 for dtype in (a, b))
 
 
 class WgmmaPath(InstructionPath):
@@ -34,9 +34,15 @@ class WgmmaPath(InstructionPath):
     passes = WGMMA_PASSES
     batch_strides_note = "(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)."
     lowering = WgmmaLayout  # the layout class; a path built on this one (FP8) gives its own
+    key_sets = frozenset({"warpgroups"})
+    default_copy = ir.CopyMode.TMA
+    default_swizzle_bytes = 128
 
-    def selects(self, spec: ir.KernelSpec) -> bool:
-        return spec.mma is not None and spec.mma.wgmma and not fp8_operands(spec)
+    def takes(self, shape, a, b) -> bool:
+        return shape is ir.WgmmaShape and not fp8_operands(a, b)
+
+    def smem_in_global_order(self, dtype: ir.DType) -> bool:
+        return True  # TMA lands a box as it lies in global memory
 
     def validate(self, checker) -> None:
         check_wgmma(checker.spec, checker.error, checker.warning, self.lowering)
