@@ -14,6 +14,7 @@ from ...passes.registers import estimate_mma_registers
 from ...targets import WARP
 from ..tiles import TilePath
 from .cycles import mma_sync_member_model
+from .validate import check_mma, check_mma_stages, check_stream_k_c
 
 
 class MmaSyncPath(TilePath):
@@ -25,11 +26,11 @@ class MmaSyncPath(TilePath):
     register_tile = "the mma repeat"
 
     def check_threads(self, checker) -> bool:
-        checker.check_stream_k_c()
-        return checker.check_mma(checker.spec.mma)
+        check_stream_k_c(checker)
+        return check_mma(checker, checker.spec.mma)
 
     def check_stages(self, checker, threads_ok: bool) -> int:
-        return checker.check_mma_stages()
+        return check_mma_stages(checker)
 
     def emit_fragment_helpers(self, helpers, out) -> None:
         emit_fragment_load_helpers(helpers.layout, out)
