@@ -535,7 +535,7 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
 
 def test_mma_sync_candidates_are_scored_by_the_cycle_model_that_ranks_double_fragments_first():
     """On the H100, hgemm_h100_mma's tiling with single fragments ran 18% slower than with double
-    (tests/fixtures/tune_h100/tune_hgemm_mma.json): the score is cycles.mma_sync_member_model's share of
+    (tests/fixtures/tune_h100/tune_hgemm_mma.json): the score is paths.mma_sync.cycles.mma_sync_member_model's share of
     mma.sync's peak, which charges a fragment wait per k-step, not the FMA path's per-FFMA model."""
     text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace("fragments: double",
                                                                          "fragments: {single,double}")
