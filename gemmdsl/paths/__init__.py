@@ -45,6 +45,8 @@ from abc import ABC, abstractmethod
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ..ir import Precision
+
 if TYPE_CHECKING:
     from ..cycles import MemberModel
     from ..emitter import Emitter
@@ -97,8 +99,6 @@ class InstructionPath(ABC):
     def unit(self, spec: KernelSpec) -> str:
         """What multiplies, as precisions.py and the peaks name it: the tensor cores' element type, or TF32's
         precision (the FMA and FP8 paths say otherwise)."""
-        from ..ir import Precision
-
         precision = spec.mma.precision
         if precision is Precision.TF32X3:
             return "3xtf32"

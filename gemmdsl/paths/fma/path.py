@@ -24,6 +24,12 @@ class FmaPath(TilePath):
     register_copies = True
     register_tile = "the micro tile or repeat"
 
+    def takes(self, shape, a, b) -> bool:
+        return shape is None
+
+    def smem_read(self, read, dtype) -> dict:
+        return {"read_bits": read}  # a width in bits, or the widest allowed
+
     def validate(self, checker) -> None:
         checker.check_f32_operands()
         super().validate(checker)
@@ -47,12 +53,6 @@ class FmaPath(TilePath):
     def live_registers(self, spec: ir.KernelSpec) -> tuple[str, int]:
         f = spec.threads.fragment
         return f"{f.m}x{f.n}", f.m * f.n + f.m + f.n
-
-    def takes(self, shape, a, b) -> bool:
-        return shape is None
-
-    def smem_read(self, read, dtype) -> dict:
-        return {"read_bits": read}  # a width in bits, or the widest allowed
 
     def unit(self, spec: ir.KernelSpec) -> str:
         return "fma"
