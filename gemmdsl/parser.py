@@ -26,7 +26,7 @@ from lark import Token, Tree
 
 from . import ir
 from .cache_root import cache_dir
-from .paths import path_taking
+from .paths import path_taking, registered
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARPGROUP, TargetName, parse_target
@@ -392,7 +392,7 @@ class _SpecReader:
         # element types of the problem section (read before the others), and the operand
         # label of the section being read.
         self.has_mma = False
-        # The mma section's shape as a type (ir.MmaShape or ir.WgmmaShape; None without the section), which with
+        # The mma section's shape as a type (ir.MmaShape, or a path's own; None without the section), which with
         # the operand types chooses the path whose keys the spec may hold (`path`).
         self.shape: type | None = None
         self._path: Any = None
@@ -607,10 +607,21 @@ def _shape_type(sections: list[Tree]) -> type:
         for entry in section.children[1:]:
             if isinstance(entry, Tree) and entry.data == "entry" and entry.children[0].value == "shape":
                 atoms = entry.children[1].children
-                if len(atoms) == 1 and isinstance(atoms[0], Token) and WGMMA_SHAPE.fullmatch(atoms[0].value):
-                    return ir.WgmmaShape
+                form = _shape_form(atoms[0].value) if len(atoms) == 1 and isinstance(atoms[0], Token) else None
+                if form is not None:
+                    return form[0]
                 break
     return ir.MmaShape
+
+
+def _shape_form(word: str) -> tuple[type, re.Match] | None:
+    """The shape type a path's own syntax reads `word` as (its `shape_syntax`: wgmma's m64nNk16) and the match of
+    its sizes; None for any other word (ir.MmaShape's names)."""
+    for path in registered():
+        match = path.shape_syntax.fullmatch(word) if path.shape_syntax is not None else None
+        if match:
+            return path.shape_type, match
+    return None
 
 
 def _section_meant(word: str) -> str | None:
@@ -715,20 +726,21 @@ def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle | int:
     return ir.Swizzle(bits, base, shift)
 
 
-WGMMA_SHAPE = re.compile(r"m64n(\d+)k(\d+)")
 SWIZZLE_MODES = (32, 64, 128)  # bytes of one swizzle span: the modes TMA and the wgmma descriptor share
 
 
-def _mma_shape(reader: _SpecReader, value: _Value) -> ir.MmaShape | ir.WgmmaShape:
-    """An mma.sync shape (m16n8k16, m16n8k8) or a wgmma shape m64nNk16 / m64nNk8 (validate checks N and k)."""
+def _mma_shape(reader: _SpecReader, value: _Value) -> Any:
+    """An mma.sync shape (an ir.MmaShape: m16n8k16, m16n8k8), or a shape a path's own syntax reads (`_shape_form`:
+    a wgmma shape m64nNk16 / m64nNk8, whose N and k validate checks)."""
     atom = reader.one(value, "an mma shape")
     if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
-        match = WGMMA_SHAPE.fullmatch(atom.value)
-        if match:
-            n, k = _number(match[1]), _number(match[2])
-            if n is None or k is None or not 1 <= n <= MAX_INT or not 1 <= k <= MAX_INT:
+        form = _shape_form(atom.value)
+        if form is not None:
+            shape_type, match = form
+            sizes = {name: _number(digits) for name, digits in match.groupdict().items()}
+            if any(size is None or not 1 <= size <= MAX_INT for size in sizes.values()):
                 raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
-            return ir.WgmmaShape(n=n, k=k)
+            return shape_type(**sizes)
     choices = tuple(shape.value for shape in ir.MmaShape)
     return ir.MmaShape(reader.name(value, choices, "m16n8k16, m16n8k8 or a wgmma shape m64nNk16"))
 

@@ -26,12 +26,10 @@ FRONT_END_FAMILY = re.compile(r"wgmma|mma_sync|fp8", re.IGNORECASE)
 FAMILY_TYPE = re.compile(r"(Layout|Shape)$")
 
 # What may name a family outside its package, (module, name) -> mentions: the IR's type of Hopper's instruction
-# shape, and the front end's reading of its syntax (`m64nNk16`) into it. Neither gates a key nor picks a default:
-# the path whose `takes` accepts ir.WgmmaShape does.
+# shape, which the wgmma path's own syntax reads into (`shape_syntax`). It gates no key and picks no default: the
+# path whose `takes` accepts ir.WgmmaShape does.
 ALLOWED = Counter({
     ("gemmdsl/ir.py", "WgmmaShape"): 2,  # the class, and MmaTile.shape's type
-    ("gemmdsl/parser.py", "WGMMA_SHAPE"): 3,  # the shape's syntax: _mma_shape reads it, _shape_type peeks at it
-    ("gemmdsl/parser.py", "WgmmaShape"): 3,  # what it reads as (and _mma_shape's return type)
 })
 
 

@@ -9,7 +9,7 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
 - what the front end asks before a spec exists (parser.py): `takes(shape, a, b)`, whether a spec whose
   `mma` section's shape reads as the type `shape` (None: no `mma` section) with operands of types a and b
   is the path's (`selects(spec)` asks the same of a spec); `key_sets`, the parser's key sets
-  (parser.KEY_SETS) its specs may hold; and the defaults of the keys a spec leaves out (`default_copy`,
+  (parser.KEY_SETS) its specs may hold; `shape_syntax` and `shape_type`, a shape of its own; and the defaults of the keys a spec leaves out (`default_copy`,
   `default_swizzle_bytes`, `default_accumulate`, `smem_in_global_order`, `smem_read`);
 - `unit(spec)` and `warp_tile(spec)`: what multiplies and what one warp accumulates (passes/intensity.py);
 - `validate(checker)`: its rules (validate.py's checker collects the diagnostics);
@@ -41,6 +41,7 @@ tests/test_toy_path.py compiles a spec on a path registered from a module of its
 from __future__ import annotations
 
 import importlib
+import re
 from abc import ABC, abstractmethod
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,10 @@ class InstructionPath(ABC):
     default_copy: CopyMode  # `pipeline { copy: ...; }` left out
     default_swizzle_bytes: int | None = None  # `smem a|b { swizzle: ...; }` left out: a swizzle mode, or none
     default_accumulate: Accumulate | None = None  # `mma { accumulate: ...; }` left out
+    # A shape of the path's own (`mma { shape: ...; }` beyond ir.MmaShape's names): its syntax, whose named
+    # groups are the sizes `shape_type` is built from.
+    shape_syntax: re.Pattern | None = None
+    shape_type: type | None = None
 
     @abstractmethod
     def takes(self, shape: type | None, a: DType | None, b: DType | None) -> bool:

@@ -4,6 +4,8 @@ stream-K sharing the last wave's k-tiles through a workspace), and the launchers
 Its lowering is `WgmmaLayout`, not a TileLayout; its rules, passes and emitters are its own."""
 from __future__ import annotations
 
+import re
+
 from ... import abi, ir
 from ...abi import tile_count
 from ...cycles import MemberModel
@@ -37,6 +39,8 @@ class WgmmaPath(InstructionPath):
     key_sets = frozenset({"warpgroups"})
     default_copy = ir.CopyMode.TMA
     default_swizzle_bytes = 128
+    shape_syntax = re.compile(r"m64n(?P<n>\d+)k(?P<k>\d+)")
+    shape_type = ir.WgmmaShape
 
     def takes(self, shape, a, b) -> bool:
         return shape is ir.WgmmaShape and not fp8_operands(a, b)
