@@ -358,10 +358,6 @@ class MmaTile(Node):
         """Rows and columns of C that one warp accumulates."""
         return Pair(self.repeat.m * self.shape.m, self.repeat.n * self.shape.n)
 
-    @property
-    def wgmma(self) -> bool:
-        return isinstance(self.shape, WgmmaShape)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Pipeline(Node):

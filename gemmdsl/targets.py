@@ -155,7 +155,7 @@ WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: dict(HOPPER.wgmma_macs_pe
 # figure has been measured. (That model had 32 of its own; the H100's FMA templates rank the same with 38.)
 L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: HOPPER.l2_bytes_per_clock_per_sm}
 # Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
-# before it reloads A's fragments and adds `part` (paths/wgmma/split.py). cycles.wgmma_member_model counts
+# before it reloads A's fragments and adds `part` (paths/wgmma/split.py). paths/wgmma/cycles.py counts
 # the adds (one FADD per accumulator and thread, one issue slot each: accumulators x the consumer warps a
 # scheduler holds); this is the rest, measured on the H100 at 8192^3 at 1755 MHz: 130.8 TFLOP/s for
 # sgemm_3xtf32_h100_sk with the two-loop stream-K kernel (T18) (1,857 cycles per k-tile and SM against

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from gemmdsl import cost_model
 from gemmdsl.bench import BenchReport, Row, geomean_lines
 from gemmdsl.build import build, find_nvcc
-from gemmdsl.cycles import EXTRA_LAUNCH_CYCLES, MMA_SMEM_INSTRUCTIONS_PER_CLOCK
+from gemmdsl.targets import EXTRA_LAUNCH_CYCLES
 from gemmdsl.family import choose, compile_family, compile_family_path, estimate
+from gemmdsl.paths.mma_sync.cycles import MMA_SMEM_INSTRUCTIONS_PER_CLOCK
 from gemmdsl.schedule import ALIGN_IDLE_PERCENT
 from gemmdsl.family_kernel import FamilyKernel, read_shapes
 from gemmdsl.schedule import CYCLE_CAP
@@ -675,7 +676,7 @@ TMA_CYCLES_128X256 = -(-49152 // L2_BYTES_PER_CLOCK_PER_SM[90])  # 48 KiB per k-
 @pytest.mark.parametrize("stages, ring, k_tile", [(2, 3000, 3000), (3, 1500, 1500), (4, 1000, TMA_CYCLES_128X256)])
 def test_a_wgmma_ring_too_shallow_for_its_round_trip_bounds_the_k_tile(stages, ring, k_tile):
     from gemmdsl.compiler import compile_source
-    from gemmdsl.cycles import wgmma_member_model
+    from gemmdsl.paths.wgmma.cycles import wgmma_member_model
 
     text = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text().replace("stages: 4;", f"stages: {stages};")
     layout = compile_source(SourceFile("ring.gemm", text)).plan.layout
@@ -697,7 +698,7 @@ def test_a_hopper_family_builds_with_nvcc_for_sm_90a():
 
 @pytest.mark.parametrize("fragments, waits", [("single", 2), ("double", 1)])
 def test_an_mma_sync_k_tile_takes_its_slowest_rate_plus_the_fragment_loads_no_multiply_covers(fragments, waits):
-    """cycles.mma_sync_member_model, which the family rule and the tuner read: hgemm_mma (sm_80) multiplies
+    """paths/mma_sync/cycles.py's model, which the family rule and the tuner read: hgemm_mma (sm_80) multiplies
     128x128x32 bf16 per k-tile, 524,288 multiply-adds at an A100 SM's 1,024 a clock; its two k-steps each wait
     for their fragments with single buffering, only the first with double."""
     from gemmdsl.compiler import compile_source

@@ -1,4 +1,4 @@
-"""What `check` says a fuse chain costs (passes/fuse.py, cycles.fused_epilogue): the figures of every shipped
+"""What `check` says a fuse chain costs (passes/fuse.py, paths/wgmma/cycles.py): the figures of every shipped
 fused spec, the layouts' chain reads against the arrays the epilogues declare, properties over chains and
 sizes, and the activations' instruction counts against nvcc's PTX."""
 import re
