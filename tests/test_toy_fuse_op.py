@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 import host_emulation
-from gemmdsl import ir
+from gemmdsl import fuse_ops, ir
 from gemmdsl.analysis import analyze
 from gemmdsl.compiler import compile_text
 from gemmdsl.frontend import load
@@ -92,7 +92,6 @@ def clamp(tmp_path_factory):
         module = importlib.import_module("toy_clamp")
         yield module.Clamp
     finally:
-        from gemmdsl import fuse_ops
         fuse_ops.unregister(sys.modules["toy_clamp"].Clamp)
         del sys.modules["toy_clamp"]
         sys.path.remove(str(folder))
@@ -161,5 +160,11 @@ def test_the_op_is_priced(clamp, spec):
         assert after.facts["wgmma_epilogue"].cycles > before.facts["wgmma_epilogue"].cycles
 
 
-def test_the_op_leaves_with_its_module(clamp):
+def test_the_op_is_a_key_of_the_chain(clamp):
     assert ir.FUSE_KEYS >= {"scale", "bias", "activation", "residual", "clamp"}
+
+
+@pytest.mark.parametrize("key", ["bias", "steps", "describe"])
+def test_a_key_taken_by_an_op_or_the_chain_is_refused(clamp, key):
+    with pytest.raises(ValueError, match=repr(key)):
+        fuse_ops.register(type("Taken", (clamp,), {"key": key}))

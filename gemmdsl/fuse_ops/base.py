@@ -16,7 +16,7 @@ Two orders, both fixed by the op rather than by the spec's text:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar
 
 from .. import ir
@@ -152,6 +152,8 @@ def register(op: type[FuseStep]) -> type[FuseStep]:
     """Make `op` a key of the `fuse` section (usable as a class decorator)."""
     if op.key in _REGISTRY and _REGISTRY[op.key] is not op:
         raise ValueError(f"fuse op {op.key!r} is registered already")
+    if op.key in {f.name for f in fields(ir.FuseChain)} or hasattr(ir.FuseChain, op.key):
+        raise ValueError(f"fuse op key {op.key!r} would hide FuseChain's own {op.key!r}")
     _REGISTRY[op.key] = op
     ir.FUSE_KEYS.add(op.key)
     return op
