@@ -61,7 +61,8 @@ def test_views_and_arguments():
 def test_a_vector_may_not_overlap_c_but_the_residual_may_be_c(offset, m, n):
     c_at = BASE + 65536
     bias_at = c_at - 2048 + offset
-    bias = fuse_views("k", chain(bias={"along": "m", "dtype": "f32"}), {"bias": view((m,), (1,), "float32", 4, bias_at)}, m, n)
+    bias = fuse_views("k", chain(bias={"along": "m", "dtype": "f32"}), {"bias": view((m,), (1,), "float32", 4, bias_at)},
+                      m, n)
     if bias_at < c_at + 4 * m * n and c_at < bias_at + 4 * m:
         with pytest.raises(ValueError, match="bias overlaps C"):
             check_no_overlap_with_c(bias, c_at, n, "row", 4, m, n)

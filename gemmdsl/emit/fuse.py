@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..abi import fuse_parameters
 from ..emitter import Emitter
+from ..fuse_ops import Operand
 
 
 def to_float(dtype: ir.DType, value: str) -> str:
@@ -52,7 +53,7 @@ class FuseChain:
                 for operand in step.operands() if operand.kind == "vector" and operand.along is axis]
 
     @property
-    def matrix(self):
+    def matrix(self) -> Operand | None:
         """The chain's matrix operand (fuse_ops.Operand), read per element as `r`; None without one."""
         return next((operand for operand in self.chain.operands if operand.kind == "matrix"), None)
 
