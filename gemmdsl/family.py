@@ -283,9 +283,7 @@ def _describe_chain(spec: ir.KernelSpec) -> str:
     fuse = spec.fuse
     if fuse is None:
         return "has no fuse section"
-    types = [f"bias {fuse.bias.dtype.value}" if fuse.bias else "",
-             f"R {fuse.residual.dtype.value} {fuse.residual.layout.value}" if fuse.residual else ""]
-    read = "; ".join(filter(None, types))
+    read = "; ".join(filter(None, (step.types() for step in sorted(fuse.steps, key=lambda step: step.operand_order))))
     return f"fuses C = {fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}" + (f" ({read})" if read else "")
 
 

@@ -17,6 +17,7 @@ import re
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -24,12 +25,13 @@ from typing import Any, Callable
 import lark
 from lark import Token, Tree
 
-from . import ir
+from . import fuse_ops, ir
 from .cache_root import cache_dir
 from .paths import path_taking, registered
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARPGROUP, TargetName, parse_target
+from .value_readers import BadValue, Choice, Value, matrix
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
@@ -328,20 +330,8 @@ def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
 # --- reading sections against the schema -----------------------------------------------------
 
 
-class _Bad(Exception):
-    """A value that does not fit its key; carries the diagnostic to report."""
-
-    def __init__(self, span: Span, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.diagnostic = Diagnostic(Severity.ERROR, span, message, hint)
-
-
-@dataclass(frozen=True)
-class _Value:
-    """One entry's value: its atoms (tokens or call trees) and the span they cover."""
-
-    atoms: tuple[Any, ...]
-    span: Span
+_Bad = BadValue
+_Value = Value
 
 
 Reader = Callable[["_SpecReader", _Value], Any]
@@ -377,7 +367,7 @@ class _Key:
 
 @dataclass(frozen=True)
 class _Section:
-    keys: dict[str, _Key]
+    keys: Mapping[str, _Key]
     labels: tuple[str, ...] = ()  # allowed labels, e.g. `smem a`; empty = no label
     required: bool = False
     short: bool = False  # `target sm_90;` form
@@ -637,26 +627,7 @@ def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
 # --- the schema -----------------------------------------------------------------------------
 
 
-def _matrix(reader: _SpecReader, value: _Value) -> ir.MatrixType:
-    if len(value.atoms) != 2:
-        raise _Bad(value.span, "expected a type and a layout, as in `f32 row`")
-    dtype = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])),
-                        tuple(t.value for t in ir.DType), "an element type")
-    layout = reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), ("row", "col"), "a layout")
-    return ir.MatrixType(ir.DType(dtype), ir.MatrixLayout(layout))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A value naming one of an enum's members (`choices`, their spellings): the one statement of the
-    words a key takes, which docs/language.md's tables are checked against."""
-
-    enum_type: type
-    what: str
-    choices: tuple[str, ...]
-
-    def __call__(self, reader: _SpecReader, value: _Value) -> Any:
-        return self.enum_type(reader.name(value, self.choices, self.what))
+_matrix = matrix
 
 
 def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = None) -> Choice:
@@ -780,19 +751,19 @@ def _target(reader: _SpecReader, value: _Value) -> TargetName:
     return target
 
 
-def _bias(reader: _SpecReader, value: _Value) -> ir.Bias:
-    """`m` or `n` (the index of C it runs along), then an optional element type (default: C's)."""
-    if not 1 <= len(value.atoms) <= 2:
-        raise _Bad(value.span, "expected `m` or `n` and an optional element type, as in `bias: n;` or `bias: n f32;`")
-    along = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])), ("m", "n"),
-                        "m (one value per row) or n (one per column)")
-    if len(value.atoms) == 1:
-        dtype = reader.element_type("c") or ir.DType.F32
-    else:
-        types = tuple(t.value for t in ir.DType)
-        dtype = ir.DType(reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), types,
-                                     "the bias's element type"))
-    return ir.Bias(ir.Broadcast(along), dtype)
+class _FuseKeys(Mapping):
+    """The `fuse` section's keys: the registered ops' (gemmdsl/fuse_ops/), read when asked, in chain order."""
+
+    def __getitem__(self, key: str) -> _Key:
+        if key not in ir.FUSE_KEYS:
+            raise KeyError(key)
+        return _Key(fuse_ops.op(key).syntax)
+
+    def __iter__(self) -> Iterator[str]:
+        return (op.key for op in fuse_ops.ops())
+
+    def __len__(self) -> int:
+        return len(fuse_ops.ops())
 
 
 SECTIONS: dict[str, _Section] = {
@@ -849,12 +820,7 @@ SECTIONS: dict[str, _Section] = {
         "store": _Key(_enum(ir.StoreMode, "direct or tma"),
                       only=WARPGROUPS, why="C goes through shared memory and TMA on Hopper's own path"),
     }),
-    "fuse": _Section({
-        "scale": _Key(_enum(ir.ScaleVectors, "row, col, rowcol or block")),
-        "bias": _Key(_bias),
-        "activation": _Key(_enum(ir.Activation, "an activation")),
-        "residual": _Key(_matrix),
-    }),
+    "fuse": _Section(_FuseKeys()),
     "budget": _Section({
         "registers": _Key(IntRange("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
         "blocks_per_sm": _Key(IntRange("a block count", 1, MAX_BLOCKS_PER_SM)),
@@ -942,7 +908,10 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     fuse = None
     if "fuse" in found:
         values, where = section("fuse")
-        fuse = ir.FuseChain(**where, **values)
+        spans = dict(where["key_spans"])
+        steps = sorted((fuse_ops.op(key).from_value(value, spans[key]) for key, value in values.items()),
+                       key=lambda step: step.order)
+        fuse = ir.FuseChain(**where, steps=tuple(steps))
 
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),

@@ -165,7 +165,7 @@ L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: HOPPER.l2_bytes_per_clock_per_s
 SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: HOPPER.split_wait_cycles_per_k_tile}
 # Special-function results (ex2, rcp, tanh.approx) an SM returns per clock: 16 on 8.x and 9.0 (the CUDA C++
 # Programming Guide's throughput table; four units per SM sub-partition). The fuse chain's activations
-# use them (passes/fuse.py, ACTIVATION_OPS).
+# use them (fuse_ops/activation.py, ACTIVATION_OPS).
 SFU_PER_CLOCK_PER_SM: dict[int, int] = {80: 16, 86: 16, 89: 16, 90: 16}
 # Cycles from the moment a consumer frees a stage of the TMA ring to the moment that stage's next k-tile
 # has landed, under the load of every SM streaming (Little's law: with STAGES - 1 stages in flight a ring

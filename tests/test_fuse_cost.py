@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from gemmdsl import ir
 from gemmdsl.analysis import analyze, summary_lines
 from gemmdsl.compiler import compile_source
-from gemmdsl.emit.fuse import ACTIVATIONS, FAST_ACTIVATIONS, TANH_APPROX
+from gemmdsl.fuse_ops.activation import ACTIVATION_OPS, ACTIVATIONS, FAST_ACTIVATION_OPS, FAST_ACTIVATIONS, TANH_APPROX
 from gemmdsl.frontend import load, load_spec
-from gemmdsl.passes.fuse import ACTIVATION_OPS, FAST_ACTIVATION_OPS, fuse_cost
+from gemmdsl.passes.fuse import fuse_cost
 from gemmdsl.passes.intensity import compulsory_bytes
 from gemmdsl.source import SourceFile
 
