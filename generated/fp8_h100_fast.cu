@@ -41,15 +41,9 @@
 #error "fp8_h100_fast.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) fp8_h100_fast_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -171,17 +165,21 @@ static __device__ __forceinline__ void wgmma_m64n256k32(float* d, unsigned long 
 
 // The fuse chain: C = acc * row_scale[m] * col_scale[n], in f32, then C's type.
 struct fuse_m { float scale; };
+
 static __device__ __forceinline__ fuse_m load_fuse_m(const float* row_scale, int row, int M) {
     fuse_m v;
     v.scale = row < M ? row_scale[row] : 0.0f;
     return v;
 }
+
 struct fuse_n { float scale; };
+
 static __device__ __forceinline__ fuse_n load_fuse_n(const float* col_scale, int col, int N) {
     fuse_n v;
     v.scale = col < N ? col_scale[col] : 0.0f;
     return v;
 }
+
 // One element: acc its accumulator, m and n its row's and column's values, c its old value in C
 // (read only where beta is not 0), r its residual.
 static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, const fuse_n& n, float c, float r, float alpha, float beta) {
@@ -189,6 +187,7 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)c; (void)r; (void)alpha; (void)beta;
     return x;
 }
+
 static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
@@ -236,17 +235,12 @@ static __device__ __forceinline__ void bulk_wait_all()
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -256,6 +250,13 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) fp8_h100_fast_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM

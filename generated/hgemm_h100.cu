@@ -42,15 +42,9 @@
 #error "hgemm_h100.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) hgemm_h100_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -206,6 +200,7 @@ static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, 
     }
     return make_float2(x, y);
 }
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -240,6 +235,13 @@ static __device__ __forceinline__ int swizzled_128b(int row, int byte)
     return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) hgemm_h100_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM

@@ -37,11 +37,13 @@
 #error "hgemm_mma.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_80)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
 }
+
 // B: order kn, leading dimension 128, swizzle xor(3, 3, 4)
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return (k * 128 + mn) ^ (((k * 128 + mn) >> 4) & 56);
@@ -54,9 +56,11 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
@@ -66,12 +70,15 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned&
 static __device__ __forceinline__ void cp_async_4(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -79,17 +86,21 @@ static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, cons
 static __device__ __forceinline__ void cp_async_4_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 2 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);

@@ -42,15 +42,9 @@
 #error "sgemm_3xtf32_h100_sk.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -189,11 +183,13 @@ static __device__ __forceinline__ unsigned to_tf32(float x)
 {
     return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
 }
+
 // x rounded to TF32, kept in an f32 word: what wgmma reads exactly.
 static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
+
 // What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32 as wgmma will read it: half a TF32
 // unit added to the bits, the 13 below left for wgmma to ignore (B's small part, wgmma_splitter.py).
 static __device__ __forceinline__ float tf32_rest(float x)
@@ -247,6 +243,13 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
