@@ -200,6 +200,19 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
 // d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
 // B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
 // (A k-major and B k-major).
@@ -319,18 +332,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                     if (group == groups) break;
                     const int group_local = tile - group_tile;  // the tile's number within its group
                     // Rasterization (group(8)): where C tile `group_local` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                    const int tile_n = (group_local % blocks_per_group) / group_rows;
-                    const int block_m = group_row + tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                    const int block_m = group_row + tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -369,18 +373,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                 if (group == groups) break;
                 const int group_local = tile - group_tile;  // the tile's number within its group
                 // Rasterization (group(8)): where C tile `group_local` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                const int tile_n = (group_local % blocks_per_group) / group_rows;
-                const int block_m = group_row + tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                const int block_m = group_row + tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 const int M = group_end;  // the tile's rows end with its group's
                 float acc[ACCUMULATORS];
                 #pragma unroll
@@ -727,18 +722,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                     if (group == groups) break;
                     const int group_local = tile - group_tile;  // the tile's number within its group
                     // Rasterization (group(8)): where C tile `group_local` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                    const int tile_n = (group_local % blocks_per_group) / group_rows;
-                    const int block_m = group_row + tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                    const int block_m = group_row + tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -777,18 +763,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                 if (group == groups) break;
                 const int group_local = tile - group_tile;  // the tile's number within its group
                 // Rasterization (group(8)): where C tile `group_local` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                const int tile_n = (group_local % blocks_per_group) / group_rows;
-                const int block_m = group_row + tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                const int block_m = group_row + tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 const int M = group_end;  // the tile's rows end with its group's
                 float acc[ACCUMULATORS];
                 #pragma unroll

@@ -142,3 +142,7 @@ def test_a_family_file_defines_a_helper_its_members_write_alike_once(path):
     repeated = {name for name in definitions if definitions.count(name) > 1}
     assert repeated <= {"a_smem_offset", "b_smem_offset"}  # the members' own tilings
 
+
+@pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.stem)
+def test_the_group_raster_is_one_function(path):
+    assert code_of(path.read_text()).count("const int blocks_per_group =") <= 1

@@ -1,5 +1,5 @@
 """A .cu file's prelude: the device helpers its kernels call (PTX wrappers, mbarrier and TMA helpers,
-shared-memory layout functions, the fuse chain's functions), each defined once, before the kernels.
+shared-memory layout functions, the fuse chain's functions, the raster), each defined once, before the kernels.
 
 A kernel's parts write the helpers they may call inside `Emitter.helpers()`, which keeps them out of the
 kernel's text. From what the parts offered, the file defines:
