@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gemmdsl.emit.prelude import Helper, plan_prelude, split_helpers
+from gemmdsl.emit.prelude import plan_prelude, split_helpers
 from gemmdsl.emitter import Emitter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,8 +92,10 @@ def families(draw):
             if name not in offered:
                 offered.add(name)
                 waiting += calls[name, chosen[name]]
-        texts = {name: f"static __device__ int {name}() {{ return {' + '.join(f'{c}()' for c in sorted(calls[name, chosen[name]])) or '0'}; }}  // v{chosen[name]}"
-                 for name in offered}
+        texts = {}
+        for name in offered:
+            sum_of_calls = " + ".join(f"{callee}()" for callee in sorted(calls[name, chosen[name]])) or "0"
+            texts[name] = f"static __device__ int {name}() {{ return {sum_of_calls}; }}  // v{chosen[name]}"
         called = draw(st.sets(st.sampled_from(sorted(offered)))) if offered else set()
         bodies.append((texts, called))
     return bodies
@@ -117,7 +119,8 @@ def test_each_body_sees_its_own_version_of_what_it_calls_and_nothing_else_is_def
             if name not in reachable:
                 reachable.add(name)
                 waiting += re.findall(r"(h\d)\(\)", texts[name].split("{", 1)[1])
-        assert {name: mine.get(name, shared.get(name)) for name in reachable} == {name: texts[name] for name in reachable}
+        seen = {name: mine.get(name, shared.get(name)) for name in reachable}
+        assert seen == {name: texts[name] for name in reachable}
         assert mine.keys() <= reachable
         reachable_anywhere |= reachable
     assert shared.keys() <= reachable_anywhere

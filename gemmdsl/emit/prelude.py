@@ -4,15 +4,15 @@ shared-memory layout functions, the fuse chain's functions, the raster), each de
 A kernel's parts write the helpers they may call inside `Emitter.helpers()`, which keeps them out of the
 kernel's text. From what the parts offered, the file defines:
 - the helpers something in the file calls: a kernel, a launcher, or another helper that is defined. A part
-  may offer one that the kernels it was chosen for do not call (the staged store's `warpgroup_sync`, which
-  only stream-K's flags use); it is left out. Whether the text calls a helper is the test, the one nvcc's
-  "declared but never referenced" applies, so a helper is defined exactly where the compiler would not warn,
-  whatever a part's condition for calling it.
+  may offer one that the kernels it was chosen for do not call (the staged store offers `warpgroup_sync`,
+  which its 16-bit form, by stmatrix, never calls); it is left out. Whether the code names a helper is the
+  test, the one behind nvcc's "declared but never referenced", so a helper is defined exactly where the
+  compiler would not warn, whatever a part's own condition for calling it.
 - at file scope, once for all of a family's members, every helper that each member that offers it writes the
-  same way (under its guard, the `#if` of an sm_90a member's helpers; a helper that members under different
-  guards write alike is plain C++, for every pass); a helper that two members write differently under one name (their shared-memory layout functions,
-  a store for exact and one for checked bounds), and every helper that calls such a one, stays in each member's
-  namespace, where that member's kernels find it first.
+  same way (under its guard: the `#if` of an sm_90a member's helpers; one that members under different guards
+  write alike is plain C++, for every pass). A helper that two members write differently under one name
+  (their shared-memory layout functions, a store for exact and one for checked bounds), and every helper that
+  calls such a one, stays in each member's namespace, where that member's kernels find it first.
 """
 from __future__ import annotations
 
