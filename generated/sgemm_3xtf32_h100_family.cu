@@ -2489,7 +2489,7 @@ struct sgemm_3xtf32_h100_family_member {
 };
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1856};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2689};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk[] = {1023};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk[] = {1213};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[3] = {
     {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
     {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk

@@ -12,6 +12,8 @@ from ...targets import (CALL_CYCLES, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM,
                         SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, STREAM_K_FIXUP_BYTES_PER_CLOCK, WARP,
                         WGMMA_MACS_PER_CLOCK)
 
+WAIT_MEASURED_CONSUMERS = 2  # consumer warpgroups of the kernel SPLIT_WAIT_CYCLES_PER_K_TILE was measured on
+
 if TYPE_CHECKING:
     from ...passes.fuse import ChainWork
     from .layout import WgmmaLayout
@@ -48,9 +50,14 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
     fixup = -(-layout.partial_bytes // STREAM_K_FIXUP_BYTES_PER_CLOCK[sm]) if layout.stream_k else 0
     # 3xTF32 and promoted FP8: the consumer's wait for each of its groups, then `acc += part`: 4 warps a
-    # warpgroup over 4 schedulers, so each scheduler issues accumulators x consumers adds per k-tile.
+    # warpgroup over 4 schedulers, so each scheduler issues accumulators x consumers adds per k-tile. The wait was
+    # measured with two consumers, each waiting while the other's wgmma runs; a lone consumer leaves the tensor
+    # cores idle for all of it, about twice as long (the 64x128 3xTF32 member on the H200: 1.36x the time the
+    # two-consumer figure predicted at calls of 2^33 multiply-adds or more, 1.1x with it doubled).
     groups = layout.waited_groups_per_k_tile
-    wait = groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if groups else 0
+    exposed_waits = max(1, WAIT_MEASURED_CONSUMERS // layout.consumers)
+    wait = (groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] * exposed_waits + layout.accumulators * layout.consumers
+            if groups else 0)
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial, fixup_cycles=fixup,
                        call_cycles=CALL_CYCLES.get(sm, 0),
