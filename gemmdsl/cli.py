@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
@@ -20,6 +19,7 @@ from .file_kinds import inputs_help
 from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, printable
 from .targets import TARGETS, TargetName, parse_target
+from .version import __version__
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
 

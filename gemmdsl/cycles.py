@@ -225,9 +225,9 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (docs/tuning.md, "The mma.sync templates")."""
     from .cost_model import KTILE_OVERHEAD
-    from .passes.intensity import math_unit
+    from .passes.intensity import unit_of
 
-    unit, _ = math_unit(spec)
+    unit = unit_of(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]
     products = 3 if unit == "3xtf32" else 1
@@ -279,17 +279,17 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
     back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
-    (`memory_cycles`). The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
+    (`memory_cycles`). The tuner (paths/wgmma/facts.py's prediction) and the wgmma bound pass (`check`) read it
     too."""
     from .passes.banks import WAVEFRONT_BYTES
-    from .passes.intensity import math_unit
+    from .passes.intensity import unit_of
 
     spec = layout.spec
     sm = spec.target.sm
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
                   stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
                   in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
-    unit, _ = math_unit(spec)
+    unit = unit_of(spec)
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
     problem = spec.problem

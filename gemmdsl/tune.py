@@ -50,7 +50,7 @@ the bottleneck of instruction issue, the L1 pipe that serves shared memory and g
 L2 bandwidth, per FFMA; fragment-load latency where the register cap leaves no room for double
 buffering; occupancy averaged over the register estimate's band; wave quantization over --sms SMs).
 Tensor-core candidates are scored by the cycle model the families pick their members by, as a share
-of the instruction's peak: mma.sync by cycles.mma_sync_member_model, wgmma by wgmma_member_model.
+of the instruction's peak (each path's prediction carries its model: paths/*/facts.py).
 Equal scores go to the candidate with fewer FFMAs that switch both operands (FMA order), then to
 more registers left under the cap, then to fewer L1 wavefronts per FFMA, then to the earlier one.
 The model sees neither raster nor pipeline depth: variants that differ only there tie on all of
@@ -80,13 +80,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from . import ir
-from .cost_model import cost_facts, efficiency, register_cap
+from .cost_model import efficiency
 from .paths import path_of
-from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
-from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
+from .cycles import tensor_share
+from .prediction import Prediction
 from .file_kinds import inputs_help
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
-from .targets import WARP, arch
+from .targets import arch
 from .tune_workers import build_failure  # noqa: F401  (tune's name for it, where the workers' backend uses it)
 
 DEFAULT_SIZES = "4096x4096x4096"
@@ -327,75 +327,6 @@ def template_stem(path: str | Path) -> str:
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """What the analysis passes say of one valid candidate, and the cost model's figures."""
-
-    registers: int  # per thread: the estimate, or ptxas's count once built
-    register_cap: int
-    register_low: int  # the fewest registers per thread the estimate's measured band allows, or ptxas's count
-    blocks_per_sm: int
-    warps_per_sm: int
-    load_conflicts: int  # excess wavefronts per launch
-    store_conflicts: int
-    conflict_pct: float  # excess wavefronts as a percentage of all shared-memory wavefronts
-    smem_wavefronts_per_ffma: float  # per warp-level FFMA
-    issue_per_ffma: float  # warp instructions issued per warp-level FFMA
-    block_flops_per_byte: float
-    warp_flops_per_byte: float
-    launch_flops_per_byte: float
-    # The cost model's other inputs (cost_model.CostFacts), per warp-level FFMA unless said otherwise
-    global_wavefronts_per_ffma: float = 0.0  # L1 wavefronts of the global loads or cp.async copies
-    exposed_latency_per_ffma: float = 0.0  # clocks per block FFMA no warp of the block hides
-    register_demand: int = 0  # registers the main loop keeps live (the estimate's demand), or ptxas's count
-    fma_switches_per_ffma: float = 0.0  # FFMAs whose A and B operands both differ from the previous one's
-    threads: int = 0  # per block
-    smem_bytes: int = 0  # per block
-    ptxas: dict | None = None
-    score: float = 0.0  # predicted efficiency, filled in by rank()
-    wgmma: bool = False  # Hopper's path: the per-FFMA figures do not apply (zero), the score is wgmma_efficiency
-    mma_model: MemberModel | None = None  # mma.sync: the cycle model the score reads (tensor_share), not the FMA one
-
-    @property
-    def lsu_per_ffma(self) -> float:
-        """L1 wavefronts (shared memory and global loads) per warp-level FFMA."""
-        return self.smem_wavefronts_per_ffma + self.global_wavefronts_per_ffma
-
-    @property
-    def spills(self) -> bool:
-        """Predicted (or, once built, ptxas-reported) register spills that the register pruning rule drops;
-        an mma.sync kernel's small spills are kept (`spill_prunes`)."""
-        if self.ptxas is not None:
-            return self.registers > self.register_cap or spill_prunes(self.ptxas, mma_sync=self.mma_model is not None)
-        return self.predicted_spill
-
-    @property
-    def predicted_spill(self) -> bool:
-        """The estimate's fewest registers exceed the cap; for mma.sync by more than the spill it tolerates
-        (4 bytes a register), since ptxas then spills the excess and such kernels ran fastest (3xTF32)."""
-        over = self.register_low - self.register_cap
-        return 4 * over > MMA_SYNC_TOLERATED_SPILL_BYTES if self.mma_model is not None else over > 0
-
-    def costs(self):
-        from .cost_model import CostFacts
-
-        return CostFacts(self.issue_per_ffma, self.smem_wavefronts_per_ffma, self.global_wavefronts_per_ffma,
-                         self.exposed_latency_per_ffma, self.register_demand, self.fma_switches_per_ffma)
-
-    def summary(self) -> str:
-        source = "ptxas" if self.ptxas is not None else "est."
-        if self.wgmma:
-            return (f"{self.registers:>3} regs at launch ({source}), {self.warps_per_sm:>2} warps/SM, "
-                    f"{self.smem_bytes // 1024} KiB smem, {self.block_flops_per_byte:.0f} flop/B")
-        if self.mma_model is not None:
-            model = self.mma_model
-            return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
-                    f"k-tile {model.k_tile_cycles[-1]:,} cycles for mma's {model.tensor_cycles:,} "
-                    f"x {model.blocks_per_sm}, {self.block_flops_per_byte:.0f} flop/B")
-        return (f"{self.registers:>3} regs ({source}), {self.warps_per_sm:>2} warps/SM, "
-                f"{self.smem_wavefronts_per_ffma:.3f} smem wf/FFMA, {self.block_flops_per_byte:.0f} flop/B")
-
-
-@dataclass(frozen=True)
 class Survivor:
     candidate: Candidate
     spec: ir.KernelSpec
@@ -438,81 +369,17 @@ def message_shape(message: str) -> str:
 
 
 def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Prediction:
-    """Run the analysis passes on a valid spec and read off what screening and ranking use."""
+    """Run the analysis passes on a valid spec and read off what screening and ranking use: the prediction
+    the spec's path makes of it (its `facts`, paths/facts.py)."""
     from .analysis import analyze
 
     analysis = analyze(spec, size, ptxas, hints=False)
-    own = analysis.path.predict(analysis, ptxas)
-    if own is not None:
-        return own
-    facts = analysis.facts
-    mma_model = None
-    if spec.mma is not None:  # the family rule's model (cycles.mma_sync_member_model), which the score reads
-        mma_model = mma_sync_member_model(spec, facts, analysis.layout.arch.reference_sms)
-    traffic = facts["smem_traffic"]
-    registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
-    cap = register_cap(spec, analysis.layout.threads)
-    costs = cost_facts(spec, analysis, cap)
-    return Prediction(
-        registers=registers.per_thread,
-        register_cap=cap,
-        register_low=registers.ptxas if registers.ptxas is not None else registers.estimate.low,
-        blocks_per_sm=occupancy.blocks_per_sm,
-        warps_per_sm=occupancy.warps_per_sm,
-        load_conflicts=traffic.load_conflicts,
-        store_conflicts=traffic.store_conflicts,
-        conflict_pct=100 * (traffic.load_conflicts + traffic.store_conflicts)
-        / max(1, traffic.load_wavefronts + traffic.store_wavefronts),
-        smem_wavefronts_per_ffma=costs.smem_wavefronts_per_ffma,
-        issue_per_ffma=costs.issue_per_ffma,
-        block_flops_per_byte=intensity.block_flops_per_byte,
-        warp_flops_per_byte=intensity.warp_flops_per_byte,
-        launch_flops_per_byte=intensity.launch_flops_per_byte,
-        global_wavefronts_per_ffma=costs.global_wavefronts_per_ffma,
-        exposed_latency_per_ffma=costs.exposed_latency_per_ffma,
-        register_demand=costs.register_demand,
-        fma_switches_per_ffma=costs.fma_switches_per_ffma,
-        threads=analysis.layout.threads,
-        smem_bytes=occupancy.smem_bytes,
-        ptxas=ptxas,
-        mma_model=mma_model,
-    )
-
-
-def predict_wgmma(analysis, ptxas: dict | None) -> Prediction:
-    """Hopper's path: validation has already refused what does not fit (the ring, the consumers'
-    accumulators), so screening sees the launch's registers and warps, the block's intensity per
-    stage and, through `wgmma_efficiency`, the cycle model the families pick members by."""
-    layout, bound = analysis.layout, analysis.facts["wgmma_bound"]
-    registers = ptxas["registers"] if ptxas is not None else layout.entry_registers
-    flops_per_byte = 2 * layout.bm * layout.bn * layout.bk / layout.stage_bytes
-    return Prediction(
-        registers=registers, register_cap=layout.entry_registers, register_low=registers, blocks_per_sm=1,
-        warps_per_sm=layout.threads // WARP, load_conflicts=0, store_conflicts=0, conflict_pct=0.0,
-        smem_wavefronts_per_ffma=0.0, issue_per_ffma=0.0, block_flops_per_byte=flops_per_byte,
-        warp_flops_per_byte=flops_per_byte, launch_flops_per_byte=bound.flops / bound.dram_bytes,
-        threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas, wgmma=True)
+    return analysis.path.facts.prediction(analysis, ptxas)
 
 
 def reference_sms(spec: ir.KernelSpec) -> int:
     """The SM count the ranking assumes without --sms: the target's reference GPU's (targets.Arch)."""
     return arch(spec.target.sm).reference_sms
-
-
-def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int | None = None) -> float:
-    """The cycles a family of wgmma specs picks its member by (cycles.wgmma_member_model: per k-tile the
-    slowest of wgmma's rate, its shared-memory reads, TMA's bytes from L2 and the ring's round trip over
-    the stages in flight; C through L2 per tile; the grid's rounds over the SMs), as the share of them
-    wgmma's multiply-adds alone would take; geometric mean over the sizes. So a tile that brings more
-    bytes per multiply-add scores lower (128x128 below 128x256), so does a ring too shallow to cover the
-    round trip (3 stages of 128x256x64 below 4), and the tuner and the families rank Hopper kernels by
-    one model. It sees neither the instruction shape, the raster nor the schedule: candidates that
-    differ only there tie, and rank_key orders them."""
-    from .paths import path_of
-
-    # the lowering alone: no second run of the passes
-    model = wgmma_member_model(path_of(spec).lowering(spec), sms or reference_sms(spec))
-    return _geomean([tensor_share(model, *size) for size in sizes])
 
 
 def checked_bounds(spec: ir.KernelSpec) -> bool:
@@ -548,8 +415,7 @@ def prune_reason(spec: ir.KernelSpec, prediction: Prediction | None, sizes: Sequ
     if p.ptxas is not None and p.registers > p.register_cap:
         return "registers", f"ptxas {p.registers} > cap {p.register_cap}"
     if p.ptxas is None and p.predicted_spill:
-        band = MMA_ESTIMATE_BAND if spec.mma is not None else ESTIMATE_BAND
-        return "registers", (f"estimate at least {p.register_low} (its {100 * band:.0f}% band, "
+        return "registers", (f"estimate at least {p.register_low} (its {100 * p.estimate_band:.0f}% band, "
                              f"accumulators and fragments) > cap {p.register_cap}")
     if p.warps_per_sm < min_warps:
         return "occupancy", f"{p.warps_per_sm} warps per SM < {min_warps}"
@@ -594,13 +460,12 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 
 def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int | None = None) -> float:
     """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill;
-    for Hopper's path, `wgmma_efficiency`; for mma.sync, the share of mma.sync's peak its cycle model
-    predicts (cycles.mma_sync_member_model, as the family rule), 0 for a predicted spill. `sms`: the SMs
-    the grid's rounds are counted over, by default the target's reference GPU's."""
+    where the path's prediction carries a cycle model (mma.sync's and wgmma's, which the family rule picks
+    members by), the share of the instruction's peak it predicts, geometric mean over the sizes, 0 for a
+    predicted spill. `sms`: the SMs the grid's rounds are counted over, by default the target's reference
+    GPU's."""
     p = survivor.prediction
     sms = sms or reference_sms(survivor.spec)
-    if p.wgmma:
-        return wgmma_efficiency(survivor.spec, sizes, sms)
     if p.mma_model is not None:
         model = replace(p.mma_model, sms=sms)  # --sms sets the grid's rounds here as on the FMA path
         return 0.0 if p.spills else _geomean([tensor_share(model, *size) for size in sizes])
@@ -616,10 +481,11 @@ def rank_key(survivor: Survivor) -> tuple:
     measured 8% slower than their cp.async twins), fewer L1 wavefronts per FFMA (slack on the pipe
     shared memory and global loads share), then template order. On Hopper's path, whose other figures
     are zero, more stages come before template order: more bytes in flight from L2 (on the H100 every
-    4-stage hgemm_h100 candidate ran 3-40% faster than its 3-stage twin; docs/tuning.md)."""
+    4-stage hgemm_h100 candidate ran 3-40% faster than its 3-stage twin; docs/tuning.md): the prediction's
+    `tie_break`, which its path sets."""
     p = survivor.prediction
     return (-round(p.score, 6), round(p.fma_switches_per_ffma, 6), p.register_demand - p.register_cap,
-            round(p.lsu_per_ffma, 6), -survivor.spec.pipeline.stages if p.wgmma else 0,
+            round(p.lsu_per_ffma, 6), p.tie_break,
             survivor.candidate.index)
 
 
@@ -646,29 +512,10 @@ def ptxas_of(survivor: Survivor, template_path: str = "<template>.gemm", compile
     return kernel_resources(artifacts.cuda, artifacts.name, artifacts.spec.target.code, compiler).as_dict()
 
 
-# Spill bytes per thread (stores or loads) an mma.sync kernel may have and still be kept. On the H100
-# (tests/fixtures/tune_h100 and docs/performance.md, T13) mma.sync kernels whose double-buffered fragments
-# made ptxas spill ran faster than their single-fragment twins that did not: 256x128x32 bf16 in 16 warps
-# spilling 56 bytes 334.8 against 315.7 TFLOP/s, tf32_ldmatrix's interior kernel spilling 72 bytes 12.5%
-# faster, tf32_ldmatrix_nt's 148 bytes 9.9% faster; the slowest read-32 TF32 kernels spill 248. On the
-# FMA path spilling kernels ran about 10x slower, and any spill drops them.
-MMA_SYNC_TOLERATED_SPILL_BYTES = 160
-
-
-def spill_prunes(ptxas: dict, mma_sync: bool) -> bool:
-    """Whether ptxas's spills drop a candidate: any spill, or for mma.sync more than MMA_SYNC_TOLERATED_SPILL_BYTES."""
-    spilled = max(ptxas.get("spill_stores", 0), ptxas.get("spill_loads", 0))
-    return spilled > (MMA_SYNC_TOLERATED_SPILL_BYTES if mma_sync else 0)
-
-
 def ranks_on_ptxas(spec: ir.KernelSpec) -> bool:
-    """Whether a survivor is scored on ptxas's figures when nvcc is there: mma.sync kernels, whose score
-    (the cycle model) reads registers only for occupancy and spills. On the H100 timings (docs/tuning.md,
-    "How well it ranks") ptxas's figures raised all three mma.sync templates' rank correlation, most
-    where spills decide (sgemm_3xtf32_mma 0.32 -> 0.53); the FMA cost model, whose occupancy term was
-    fitted over the estimate's register band, fell on sgemm_h100 (0.72 -> 0.26), and wgmma scores do not
-    read registers."""
-    return path_of(spec).tune_reads_ptxas
+    """Whether a survivor is scored on ptxas's figures when nvcc is there: as its path says (its
+    `facts.scores_on_ptxas`; mma.sync's, whose score reads registers only for occupancy and spills)."""
+    return path_of(spec).facts.scores_on_ptxas
 
 
 def with_ptxas(report: ScreenReport, sizes: Sequence[Size], build_fn: BuildFn, jobs: int = 1,
@@ -720,7 +567,7 @@ def select(ranked: Sequence[Survivor], budget: int, sizes: Sequence[Size], min_w
                     dropped.setdefault("build", []).append((survivor.candidate, error))
                     continue
                 spills = ptxas.get("spill_stores", 0) + ptxas.get("spill_loads", 0)
-                if spill_prunes(ptxas, mma_sync=survivor.spec.mma is not None):
+                if survivor.prediction.ptxas_spill_prunes(ptxas):
                     dropped.setdefault("ptxas spills", []).append(
                         (survivor.candidate, f"{ptxas['registers']} registers, {spills} bytes of spills"))
                     continue

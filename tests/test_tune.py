@@ -10,6 +10,7 @@ import pytest
 from gemmdsl import bench, tune
 from gemmdsl.cli import main
 from gemmdsl.frontend import load, load_spec
+from gemmdsl.prediction import spill_prunes
 from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -553,7 +554,7 @@ def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores
     """tf32_ldmatrix's double-buffered fragments spill 72 bytes and ran 12.5% faster on the H100 (docs/performance.md,
     T13); tf32_mma_t1053 spills 248 and is slow; FMA kernels that spill ran about 10x slower."""
     ptxas = {"registers": 255, "spill_stores": stores, "spill_loads": loads}
-    assert tune.spill_prunes(ptxas, mma_sync=mma_sync) is prunes
+    assert spill_prunes(ptxas, mma_sync=mma_sync) is prunes
 
 
 def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():

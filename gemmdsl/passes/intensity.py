@@ -17,14 +17,17 @@ and it ran at 196 (docs/performance.md, T13).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ir
 from ..grouped_schedule import ASSUMED_GROUPS
-from ..paths import path_of
 from ..targets import MEMORY_TBPS
 from .framework import Context, PassResult
 from .fuse import chain_dram_bytes
 from .launch import tiles
+
+if TYPE_CHECKING:
+    from ..paths import InstructionPath
 
 
 @dataclass(frozen=True)
@@ -71,19 +74,23 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
             "c": m * n * c_passes * size[ir.Operand.C], **chain_dram_bytes(spec, m, n, k)}
 
 
-def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
-    """What multiplies (fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's reference GPU in
-    TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
-    peaks = path_of(spec).peak_tflops(spec.target.sm)
+def unit_of(spec: ir.KernelSpec) -> str:
+    """What multiplies: fma, bf16, f16, tf32, 3xtf32 or fp8."""
     if spec.mma is None:
-        unit = "fma"
-    elif spec.mma.precision is ir.Precision.TF32X3:
-        return "3xtf32", peaks["tf32"] / 3
-    elif spec.mma.precision is ir.Precision.TF32:
-        unit = "tf32"
-    else:  # FP8 is one unit whatever the pairing of e4m3 and e5m2
-        unit = "fp8" if spec.problem.a.dtype.fp8 else spec.problem.a.dtype.value
-    return unit, peaks[unit]
+        return "fma"
+    if spec.mma.precision is ir.Precision.TF32X3:
+        return "3xtf32"
+    if spec.mma.precision is ir.Precision.TF32:
+        return "tf32"
+    return "fp8" if spec.problem.a.dtype.fp8 else spec.problem.a.dtype.value  # FP8 is one unit, any pairing
+
+
+def math_unit(spec: ir.KernelSpec, path: InstructionPath) -> tuple[str, float]:
+    """What multiplies, and its peak on the target's reference GPU in TFLOP/s by the spec's path
+    (`peak_tflops`: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's)."""
+    unit = unit_of(spec)
+    peaks = path.peak_tflops(spec.target.sm)
+    return unit, peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
 
 
 def warp_tile(spec: ir.KernelSpec) -> ir.Pair:
@@ -103,7 +110,7 @@ class IntensityPass:
         tile = warp_tile(spec)
         element_bytes = spec.problem.a.dtype.bytes
         m, n, k = context.problem
-        unit, peak = math_unit(spec)
+        unit, peak = math_unit(spec, context.plan.path)
         flops = 2 * m * n * k
         dram = sum(compulsory_bytes(spec, m, n, k).values())
         memory = flops / dram * MEMORY_TBPS[spec.target.sm]

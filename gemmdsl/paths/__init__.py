@@ -2,9 +2,10 @@
 the family does differently.
 
     path = path_of(spec)          # the registered path whose `selects` takes the spec
-    plan = path.lower(spec)       # plan.plan_kernel: the KernelPlan, which keeps `path`
+    plan = path.lower(spec)       # plan_kernel(spec): the KernelPlan, which keeps `path`
 
-Shared code never asks which family a spec is; it asks the plan's path. A path supplies:
+Shared code never asks which family a spec is; it asks the plan's path. A path (an `InstructionPath`,
+paths/interface.py) supplies:
 
 - `validate(checker)`: its rules (validate.py's checker collects the diagnostics);
 - `lower(spec)`: the KernelPlan, its kernels' layouts and its LaunchPlan (launch_plan.py);
@@ -18,9 +19,9 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
 - `metadata(plan)`: NAME.json's keys beyond the shared ones and the launch plan;
 - `member_model(artifacts)`: a kernel family's cycle model of a member;
 - `peak_tflops(sm)`: the instruction's peaks by unit;
-- what the tools print of it: `report(analysis)` and `report_facts(analysis)` (check),
-  `ncu_metrics` and `comparison_rows(analysis, metrics)` (profile), `predict(analysis, ptxas)` (tune);
-  None where the tile report, metrics or prediction shared by the FMA and mma.sync paths apply.
+- `facts`: what the tools (check, profile, tune) read of it, a `ToolFacts` (paths/facts.py): its report's
+  figures, its counters, its prediction. The tools never ask which path a spec is on; paths never import
+  the tools (tests/test_imports.py holds the layers).
 
 Adding a path (FP8 wgmma, sm_100's tcgen05): make a package `gemmdsl/paths/<name>/` holding that
 path's own modules (its layout, validation rules, passes, emitters, launcher) and `path.py`, which
@@ -32,84 +33,24 @@ gemmdsl changes: tests/test_paths.py checks that shared modules do not branch on
 from __future__ import annotations
 
 import importlib
-from abc import ABC, abstractmethod
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .interface import InstructionPath
 
 if TYPE_CHECKING:
-    from ..emitter import Emitter
     from ..ir import KernelSpec
-# `KernelPlan` (plan.py) and `Analysis` (analysis.py) in the annotations below name the stages that ask for a
-# path: they import this module, so it names them without importing them back.
+    from ..plan import KernelPlan
 
-# The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked, since
-# a path's modules (its emitters, passes) sit above the plan that asks for them.
+# The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked: a path's
+# modules (its emitters, passes) import the shared stages, which this registry sits above (the shared stages
+# are handed the plan's path, never look it up: tests/test_imports.py).
 REGISTERED = (
     "gemmdsl.paths.wgmma_fp8.path",
     "gemmdsl.paths.wgmma.path",
     "gemmdsl.paths.mma_sync.path",
     "gemmdsl.paths.fma.path",
 )
-
-
-class InstructionPath(ABC):
-    """What an instruction family supplies; see the module docstring. Defaults are the shared behaviour."""
-
-    name: str
-    passes: tuple = ()
-    batch_strides_note = "(a stride of 0\nshares one matrix)."
-    ncu_metrics: tuple[str, ...] | None = None
-    tune_reads_ptxas = False  # the tuner scores survivors on ptxas's registers and spills (tune.ranks_on_ptxas)
-
-    @abstractmethod
-    def selects(self, spec: KernelSpec) -> bool:
-        """Defined by each path."""
-
-    @abstractmethod
-    def validate(self, checker: Any) -> None:
-        """Defined by each path."""
-
-    @abstractmethod
-    def lower(self, spec: KernelSpec) -> KernelPlan:
-        """Defined by each path."""
-
-    @abstractmethod
-    def emit_definitions(self, plan: KernelPlan, out: Emitter) -> None:
-        """Defined by each path."""
-
-    @abstractmethod
-    def member_model(self, artifacts: Any) -> Any:
-        """Defined by each path."""
-
-    def host_includes(self, spec: KernelSpec) -> list[str]:
-        return []
-
-    def launch_contract(self, plan: KernelPlan) -> list[str] | None:
-        """The contract's lines on operand alignment, or None for the shared vector-access rule."""
-        return None
-
-    def launcher_notes(self, plan: KernelPlan) -> list[str]:
-        return []
-
-    def metadata(self, plan: KernelPlan) -> dict:
-        return {}
-
-    def peak_tflops(self, sm: int) -> dict[str, float]:
-        from ..targets import PEAK_TFLOPS
-
-        return PEAK_TFLOPS.get(sm, {})
-
-    def report(self, analysis: Analysis) -> str | None:
-        return None
-
-    def report_facts(self, analysis: Analysis) -> dict | None:
-        return None
-
-    def comparison_rows(self, analysis: Analysis, metrics: dict[str, float]) -> list | None:
-        return None
-
-    def predict(self, analysis: Analysis, ptxas: dict | None) -> Any:
-        return None
 
 
 @cache
@@ -120,3 +61,8 @@ def registered() -> tuple[InstructionPath, ...]:
 def path_of(spec: KernelSpec) -> InstructionPath:
     """The path that generates `spec`: the first registered one that selects it."""
     return next(path for path in registered() if path.selects(spec))
+
+
+def plan_kernel(spec: KernelSpec) -> KernelPlan:
+    """Lower a validated spec through its instruction path, chosen here once."""
+    return path_of(spec).lower(spec)

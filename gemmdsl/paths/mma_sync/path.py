@@ -11,12 +11,13 @@ from ...emit.ldmatrix import MmaFragments
 from ...emit.mma_sync import MmaSync
 from ...mma_layout import MmaLayout
 from ..tiles import TilePath
+from .facts import MmaSyncFacts
 
 
 class MmaSyncPath(TilePath):
     name = "mma_sync"
     lowering = MmaLayout
-    tune_reads_ptxas = True
+    facts = MmaSyncFacts()
 
     def selects(self, spec: ir.KernelSpec) -> bool:
         return spec.mma is not None and not spec.mma.wgmma

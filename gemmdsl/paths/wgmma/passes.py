@@ -270,7 +270,7 @@ class WgmmaBoundPass:
         waves = context.fact("wgmma_waves")
         assert isinstance(waves, WgmmaWaves)
         sm = spec.target.sm
-        unit, peak = math_unit(spec)
+        unit, peak = math_unit(spec, context.plan.path)
         dram = sum(compulsory_bytes(spec, m, n, k).values())
         flops = 2 * m * n * k
         memory = flops / dram * MEMORY_TBPS[sm]
@@ -314,12 +314,12 @@ class WgmmaFuseEpiloguePass:
 
     name = "epilogue"
     needs = frozenset({"fuse", "wgmma_waves"})
-    provides = frozenset({"wgmma_epilogue"})
+    provides = frozenset({"epilogue_cycles"})
 
     def run(self, context: Context) -> PassResult:
         cost = context.fact("fuse")
         if cost is None:
-            return PassResult({"wgmma_epilogue": None}, "")
+            return PassResult({"epilogue_cycles": None}, "")
         assert isinstance(cost, FuseCost)
         layout = _layout(context)
         waves = context.fact("wgmma_waves")
@@ -328,7 +328,7 @@ class WgmmaFuseEpiloguePass:
         # tile's rows or columns unless a producer warp staged them during the main loop.
         tile_bytes = (cost.epilogue_block_bytes // waves.tiles) if waves.tiles else 0
         epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms, waves.tiles)
-        return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))
+        return PassResult({"epilogue_cycles": epilogue}, epilogue_verdict(epilogue, layout))
 
 
 def epilogue_verdict(epilogue: FusedEpilogue, layout: WgmmaLayout) -> str:
