@@ -1,7 +1,7 @@
 """What the tuner reads of one candidate: its analysis' figures and the cost model's inputs (`Prediction`), and
 the spill rules its screening applies. Each instruction path builds its candidates' predictions (the path's
 `facts.prediction`, paths/facts.py); `tile_prediction` is the FMA and mma.sync paths' shared one. The tuner
-(tune.py) scores and ranks them without asking which path made them."""
+(gemmdsl/tune) scores and ranks them without asking which path made them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -205,7 +205,7 @@ class Record:
 
     @property
     def pruned(self) -> bool:
-        """Whether the tuner's register rule (gemmdsl/tune.py) would drop this spec."""
+        """Whether the tuner's register rule (gemmdsl/tune/screen.py) would drop this spec."""
         return self.terms["accumulators"] + self.terms["fragments"] > self.cap or \
             self.demand * (1 - ESTIMATE_BAND) > self.cap
 

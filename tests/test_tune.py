@@ -12,6 +12,7 @@ from gemmdsl.cli import main
 from gemmdsl.frontend import load, load_spec
 from gemmdsl.prediction import spill_prunes
 from gemmdsl.source import CompileError, SourceFile
+from gemmdsl.tune.timing import _cubin_or_none
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -592,6 +593,18 @@ def test_a_candidate_that_does_not_build_is_left_out_with_the_compilers_reason(m
         raise runtime.KernelBuildError(log)
 
     monkeypatch.setattr(runtime, "compile_cubin", fails)
-    assert tune._cubin_or_none("", "sm_90a") is None
+    assert _cubin_or_none("", "sm_90a") is None
     assert tune.build_failure(log) == "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction"
     assert tune.build_failure("nvcc failed") == "nvcc failed"
+
+
+def test_ray_tasks_carry_the_whole_gemmdsl_package(monkeypatch):
+    """Ray ships `py_modules` to nodes without gemmdsl installed: the package's folder, not the tuner's own."""
+    import argparse
+
+    import gemmdsl
+    from gemmdsl import tune_workers
+
+    monkeypatch.setattr(tune_workers, "import_ray", lambda: None)
+    pool = tune.timing_pool(argparse.Namespace(ray="", backend="fake_timing:FakeBackend", timeout=1, gpus=None))
+    assert pool.runtime_env["py_modules"] == [str(Path(gemmdsl.__file__).resolve().parent)]
