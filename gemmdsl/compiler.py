@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import ir
+from . import fuse_ops, ir
 from .build import PtxasFigures, PtxasResources, cached_kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, default_problem, summary_lines
 from .emit import emit_cuda
@@ -26,7 +26,6 @@ from .emit.header import emit_header
 from .errors import GemmdslError
 from .frontend import load
 from .layout import TileLayout
-from .passes.intensity import unit_of
 from .paths import plan_kernel
 from .plan import KernelPlan
 from .source import Diagnostic, SourceFile
@@ -145,7 +144,7 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         "epilogue": spec.problem.epilogue.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
         # What multiplies (fma | bf16 | f16 | tf32 | 3xtf32): verify and bench compare with cuBLAS at that precision.
-        "unit": unit_of(spec),
+        "unit": plan.path.unit(spec),
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,
@@ -161,14 +160,9 @@ def fuse_metadata(spec: ir.KernelSpec) -> dict:
     fuse = spec.fuse
     if fuse is None:
         return {}
-    return {"fuse": {
-        "formula": fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA),
-        "scale": fuse.scale.value if fuse.scale else None,
-        "bias": {"along": fuse.bias.along.value, "dtype": fuse.bias.dtype.value} if fuse.bias else None,
-        "activation": fuse.activation.value if fuse.activation else None,
-        "residual": {"dtype": fuse.residual.dtype.value, "layout": fuse.residual.layout.value}
-        if fuse.residual else None,
-    }}
+    steps = {step.key: step.metadata() for step in fuse.steps}
+    return {"fuse": {"formula": fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA),
+                     **{op.key: steps.get(op.key) for op in fuse_ops.ops()}}}
 
 
 class OutputError(GemmdslError):

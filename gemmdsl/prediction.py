@@ -10,19 +10,11 @@ from .cost_model import CostFacts, cost_facts, register_cap
 from .cycles import MemberModel
 from .passes.registers import ESTIMATE_BAND
 
-# Spill bytes per thread (stores or loads) an mma.sync kernel may have and still be kept. On the H100
-# (tests/fixtures/tune_h100 and docs/performance.md, T13) mma.sync kernels whose double-buffered fragments
-# made ptxas spill ran faster than their single-fragment twins that did not: 256x128x32 bf16 in 16 warps
-# spilling 56 bytes 334.8 against 315.7 TFLOP/s, tf32_ldmatrix's interior kernel spilling 72 bytes 12.5%
-# faster, tf32_ldmatrix_nt's 148 bytes 9.9% faster; the slowest read-32 TF32 kernels spill 248. On the
-# FMA path spilling kernels ran about 10x slower, and any spill drops them.
-MMA_SYNC_TOLERATED_SPILL_BYTES = 160
-
-
-def spill_prunes(ptxas: dict, mma_sync: bool) -> bool:
-    """Whether ptxas's spills drop a candidate: any spill, or for mma.sync more than MMA_SYNC_TOLERATED_SPILL_BYTES."""
+def spill_prunes(ptxas: dict, tolerated_bytes: int = 0) -> bool:
+    """Whether ptxas's spills drop a candidate: spill bytes per thread (stores or loads) beyond what its path
+    tolerates (none on the FMA path, where spilling kernels ran about 10x slower)."""
     spilled = max(ptxas.get("spill_stores", 0), ptxas.get("spill_loads", 0))
-    return spilled > (MMA_SYNC_TOLERATED_SPILL_BYTES if mma_sync else 0)
+    return spilled > tolerated_bytes
 
 
 @dataclass(frozen=True)
@@ -52,8 +44,9 @@ class Prediction:
     ptxas: dict | None = None
     score: float = 0.0  # predicted efficiency, filled in by rank()
     # The tensor-core paths' cycle model (cycles.MemberModel), which the score reads (tensor_share) instead of
-    # the FMA cost model; its presence also lets small ptxas spills pass (MMA_SYNC_TOLERATED_SPILL_BYTES).
+    # the FMA cost model.
     mma_model: MemberModel | None = None
+    tolerated_spill_bytes: int = 0  # per thread, what ptxas may spill and the candidate still be kept (its path's)
     estimate_band: float = ESTIMATE_BAND  # the register estimate's band its predicted spill is stated with
     tie_break: int = 0  # ranks equal scores before template order (lower first): a path's own preference
     summary_text: str | None = None  # the path's own line for `summary`, where the figures below do not apply
@@ -66,21 +59,21 @@ class Prediction:
     @property
     def spills(self) -> bool:
         """Predicted (or, once built, ptxas-reported) register spills that the register pruning rule drops;
-        an mma.sync kernel's small spills are kept (`spill_prunes`)."""
+        spills up to `tolerated_spill_bytes` are kept (`spill_prunes`)."""
         if self.ptxas is not None:
             return self.registers > self.register_cap or self.ptxas_spill_prunes(self.ptxas)
         return self.predicted_spill
 
     def ptxas_spill_prunes(self, ptxas: dict) -> bool:
         """Whether ptxas's spills drop the candidate (`spill_prunes`)."""
-        return spill_prunes(ptxas, mma_sync=self.mma_model is not None)
+        return spill_prunes(ptxas, self.tolerated_spill_bytes)
 
     @property
     def predicted_spill(self) -> bool:
-        """The estimate's fewest registers exceed the cap; for mma.sync by more than the spill it tolerates
-        (4 bytes a register), since ptxas then spills the excess and such kernels ran fastest (3xTF32)."""
+        """The estimate's fewest registers exceed the cap by more than the spill the path tolerates (4 bytes a
+        register): ptxas then spills the excess, which some paths' kernels run fastest with (mma.sync's 3xTF32)."""
         over = self.register_low - self.register_cap
-        return 4 * over > MMA_SYNC_TOLERATED_SPILL_BYTES if self.mma_model is not None else over > 0
+        return 4 * over > self.tolerated_spill_bytes
 
     def costs(self) -> CostFacts:
         return CostFacts(self.issue_per_ffma, self.smem_wavefronts_per_ffma, self.global_wavefronts_per_ffma,
@@ -100,9 +93,10 @@ class Prediction:
 
 
 def tile_prediction(analysis, ptxas: dict | None, mma_model: MemberModel | None = None,
-                    estimate_band: float = ESTIMATE_BAND) -> Prediction:
+                    estimate_band: float = ESTIMATE_BAND, tolerated_spill_bytes: int = 0) -> Prediction:
     """The FMA and mma.sync paths' prediction from their tile passes' facts; `mma_model`, mma.sync's cycle
-    model (cycles.mma_sync_member_model), which its score reads, with its register estimate's band."""
+    model (its path's member_model), which its score reads, with its register estimate's band and the spill
+    it tolerates."""
     spec, facts = analysis.spec, analysis.facts
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
@@ -132,4 +126,5 @@ def tile_prediction(analysis, ptxas: dict | None, mma_model: MemberModel | None 
         ptxas=ptxas,
         mma_model=mma_model,
         estimate_band=estimate_band,
+        tolerated_spill_bytes=tolerated_spill_bytes,
     )

@@ -23,8 +23,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 83,886,080 store (0 from conflicts)
 //   registers: estimate 96 registers per thread (+-65%; demand 82: 32 accumulators, 12 fragments, 10 staging, 2 global addresses, 6 bound checks, 20 indices and loop state)
 //   occupancy: 5 blocks per SM (20 of 64 warps), limited by registers; 10,496 bytes of shared memory per block, 96 estimated registers per thread
-//   waves: 4,096 tiles in 6.21 waves of 660 blocks (132 SMs of an H100 SXM x 5); the last wave 21% full; stream-K: 660 blocks share the last 136 tiles' 69,632 k-tiles
-//   intensity: 12.8 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 10,872 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 4,096 tiles in 6.21 waves of 660 blocks (132 SMs of an H200 x 5); the last wave 21% full; stream-K: 660 blocks share the last 136 tiles' 69,632 k-tiles
+//   intensity: 12.8 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 10,872 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -27,8 +27,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
 //   registers: estimate 80 registers per thread (+-65%; demand 77: 32 accumulators, 12 fragments, 8 staging, 1 global addresses, 4 bound checks, 20 indices and loop state)
 //   occupancy: 6 blocks per SM (24 of 64 warps), limited by registers; 8,448 bytes of shared memory per block, 80 estimated registers per thread
-//   waves: 4,096 tiles in 5.17 waves of 792 blocks (132 SMs of an H100 SXM x 6); the last wave 17% full
-//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,724 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 4,096 tiles in 5.17 waves of 792 blocks (132 SMs of an H200 x 6); the last wave 17% full
+//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,724 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -21,8 +21,8 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 204 (128 accumulators + 64 of `part` (promoted sums) + 4 block scales)
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (128x128, 128x256) = 49152 bytes per k-tile; 8 wgmma m64n128k32 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
 //   traffic: 1,048,576 wgmma warp instructions; 32,768 TMA copies bring 805 MB from L2; wgmma reads 1,611 MB of A and B from shared memory (12,582,912 wavefronts of 128 bytes, no bank conflicts)
-//   waves: 512 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
-//   bound: wgmma fp8 peak 1979 TFLOP/s (datasheet); DRAM 68 MB at 3.0 TB/s sustains 6096; bound 1919 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,930 cycles per SM, 1,294 set by TMA's bytes from L2 (wgmma's multiply-adds 1,024, shared-memory reads 768, the ring's round trip 1,000) and 636 of the promotion's waits and FP32 adds, so about 990 TFLOP/s (50% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 35,154 cycles: 67.1 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 253,940)
+//   waves: 512 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 3.88 tiles per SM, 97% of SM time busy
+//   bound: wgmma fp8 peak 1979 TFLOP/s (datasheet); DRAM 68 MB at 4.788 TB/s sustains 9729; bound 1919 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 1,865 cycles per SM, 1,229 set by TMA's bytes from L2 (wgmma's multiply-adds 1,025, shared-memory reads 768, the ring's round trip 1,000) and 636 of the promotion's waits and FP32 adds, so about 1000 TFLOP/s (51% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 24,810 cycles: 67.1 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 245,276)
 //   fuse: sum_kb(acc_kb * a_scale[m, kb] * b_scale[n / 128, kb]): +0.5 MB through DRAM (a_scale 0.5 MB, b_scale 4.1 KB); blocks fetch 8.5 MB, threads request 67.1 MB; per element 0 ALU + 0 SFU instructions, 0 global loads
 //   epilogue: the fused epilogue costs ~0 cycles per tile (set by instruction issue), 0.0% of a tile's main loop; not hidden: both consumers share the tile, and wgmma waits for them (`schedule: pingpong` overlaps it with another tile's main loop)
 
@@ -250,6 +250,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -499,22 +506,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_blockwise_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
                         }
                     }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }

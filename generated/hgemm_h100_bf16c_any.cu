@@ -25,8 +25,8 @@
 //   smem_traffic: per launch: 33,554,432 shared load wavefronts (0 from conflicts), 16,777,216 store (0 from conflicts)
 //   registers: estimate 238 registers per thread (+-75%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers; 65,536 bytes of shared memory per block, 238 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 64.0 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 2,215 MB requested per launch, 134 MB through DRAM at least; bf16 peak 640 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 3072; bound 640 (bf16)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 64.0 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 2,215 MB requested per launch, 134 MB through DRAM at least; bf16 peak 640 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 4903; bound 640 (bf16)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

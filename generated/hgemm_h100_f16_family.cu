@@ -195,6 +195,13 @@ static __device__ __forceinline__ void add_c(const __half* C, int ldc, int M, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __half* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __half* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __half2float(p[0]);
+    if (col + 1 < N) y += beta * __half2float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -220,6 +227,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __half2, in a register as stmatrix takes it (the first in the low half).
@@ -434,22 +448,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __half*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -827,6 +877,13 @@ static __device__ __forceinline__ void add_c(const __half* C, int ldc, int M, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __half* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __half* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __half2float(p[0]);
+    if (col + 1 < N) y += beta * __half2float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -852,6 +909,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __half2, in a register as stmatrix takes it (the first in the low half).
@@ -1066,22 +1130,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_128x192_kern
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __half*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -1443,6 +1543,13 @@ static __device__ __forceinline__ void add_c(const __half* C, int ldc, int M, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __half* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __half* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __half2float(p[0]);
+    if (col + 1 < N) y += beta * __half2float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -1468,6 +1575,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __half2, in a register as stmatrix takes it (the first in the low half).
@@ -1682,22 +1796,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_128x64_kerne
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __half*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -2067,6 +2217,13 @@ static __device__ __forceinline__ void add_c(const __half* C, int ldc, int M, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __half* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __half* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __half2float(p[0]);
+    if (col + 1 < N) y += beta * __half2float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -2092,6 +2249,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __half2, in a register as stmatrix takes it (the first in the low half).
@@ -2404,22 +2568,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_f16_64x128_sk_ke
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __half*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -2560,22 +2760,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_f16_64x128_sk_ke
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __half*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -2733,6 +2969,8 @@ static void hgemm_h100_f16_64x128_sk_stream_k_split(long long tiles, long long k
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -5239,22 +5477,24 @@ struct hgemm_h100_f16_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16[] = {1294};
-static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x192[] = {1078};
-static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x64[] = {647};
-static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_64x128_sk[] = {647};
-static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_any[] = {429, 809};
+static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16[] = {1229};
+static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x192[] = {1024};
+static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x64[] = {615};
+static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_64x128_sk[] = {615};
+static const long long hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_any[] = {424, 799};
 static const hgemm_h100_f16_family_member hgemm_h100_f16_family_members[5] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // hgemm_h100_f16
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x192, 2587, 0, 0, 1909, 2, 2, 2, 3, 3000},  // hgemm_h100_f16_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x64, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // hgemm_h100_f16_128x64
-    {64, 128, 64, false, false, false, hgemm_h100_f16_64x128_sk::hgemm_h100_f16_64x128_sk_stream_k_split, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_64x128_sk, 863, 1725, 0, 1909, 2, 2, 2, 7, 3000},  // hgemm_h100_f16_64x128_sk
-    {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_any, 0, 0, 10700, 1909, 2, 2, 2, 0, 0},  // hgemm_h100_f16_any
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // hgemm_h100_f16
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x192, 2458, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // hgemm_h100_f16_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_128x64, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // hgemm_h100_f16_128x64
+    {64, 128, 64, false, false, false, hgemm_h100_f16_64x128_sk::hgemm_h100_f16_64x128_sk_stream_k_split, 132, 1, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_64x128_sk, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // hgemm_h100_f16_64x128_sk
+    {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_f16_family_k_tile_cycles_hgemm_h100_f16_any, 0, 0, 0, 0, 1366, 2705, 2, 2, 2, 0, 0},  // hgemm_h100_f16_any
 };
 
 static const long long hgemm_h100_f16_family_CYCLE_CAP = 2305843009213693952LL;
@@ -5299,6 +5539,8 @@ static long long hgemm_h100_f16_family_cycles(const hgemm_h100_f16_family_member
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_product(contributors - 1, m.fixup_cycles));
             cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -5311,7 +5553,7 @@ static long long hgemm_h100_f16_family_cycles(const hgemm_h100_f16_family_member
     }
     *compute = cycles;
     const long long memory = hgemm_h100_f16_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return hgemm_h100_f16_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any

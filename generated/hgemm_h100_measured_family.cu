@@ -405,20 +405,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1010,20 +1024,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1599,20 +1627,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1850,18 +1892,20 @@ struct hgemm_h100_measured_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {1294};
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1078};
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {647};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {1229};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1024};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {615};
 static const hgemm_h100_measured_family_member hgemm_h100_measured_family_members[3] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0, 1909, 2, 2, 4, 7, 3000},  // hgemm_h100_128x64
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6554, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 3000},  // hgemm_h100
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 4916, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 3000},  // hgemm_h100_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1639, 0, 0, 6549, 0, 2705, 2, 2, 4, 7, 3000},  // hgemm_h100_128x64
 };
 
 static const long long hgemm_h100_measured_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1906,6 +1950,8 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(contributors - 1, m.fixup_cycles));
             cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -1918,7 +1964,7 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
     }
     *compute = cycles;
     const long long memory = hgemm_h100_measured_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return hgemm_h100_measured_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.

@@ -24,8 +24,8 @@
 //   smem_traffic: per launch: 335,544,320 shared load wavefronts (0 from conflicts), 33,554,432 store (8,388,608 from conflicts)
 //   registers: estimate 228 registers per thread (+-65%; demand 175: 128 accumulators, 24 fragments, 3 global addresses, 20 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers; 74,496 bytes of shared memory per block, 228 estimated registers per thread
-//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
-//   intensity: 42.7 flop/B from global memory per block, 12.8 flop/B from shared memory per 32x128 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H200 x 1); the last wave 88% full
+//   intensity: 42.7 flop/B from global memory per block, 12.8 flop/B from shared memory per 32x128 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -24,8 +24,8 @@
 //   smem_traffic: per launch: 536,870,912 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
 //   registers: estimate 72 registers per thread (+-65%; demand 72: 32 accumulators, 12 fragments, 2 global addresses, 6 bound checks, 20 indices and loop state)
 //   occupancy: 7 blocks per SM (28 of 64 warps), limited by registers; 4,224 bytes of shared memory per block, 72 estimated registers per thread
-//   waves: 4,096 tiles in 4.43 waves of 924 blocks (132 SMs of an H100 SXM x 7); the last wave 43% full
-//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,657 MB requested per launch, 201 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 2048; bound 65 (fma)
+//   waves: 4,096 tiles in 4.43 waves of 924 blocks (132 SMs of an H200 x 7); the last wave 43% full
+//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,657 MB requested per launch, 201 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 3269; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

@@ -223,6 +223,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -248,6 +255,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -560,22 +574,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -716,22 +766,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -889,6 +975,8 @@ static void llama_block_h100_m0_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -1161,6 +1249,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -1186,6 +1281,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -1498,22 +1600,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -1654,22 +1792,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -1827,6 +2001,8 @@ static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -2099,6 +2275,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -2124,6 +2307,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -2338,22 +2528,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -2715,6 +2941,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -2740,6 +2973,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -3052,22 +3292,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -3208,22 +3484,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -3381,6 +3693,8 @@ static void llama_block_h100_m3_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -3645,6 +3959,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -3670,6 +3991,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -3884,22 +4212,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -4261,6 +4625,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -4286,6 +4657,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -4598,22 +4976,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -4754,22 +5168,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -4927,6 +5377,8 @@ static void llama_block_h100_m5_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -5199,6 +5651,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -5224,6 +5683,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -5536,22 +6002,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -5692,22 +6194,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -5865,6 +6403,8 @@ static void llama_block_h100_m6_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -6129,6 +6669,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -6154,6 +6701,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -6368,22 +6922,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -6753,6 +7343,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -6778,6 +7375,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -7090,22 +7694,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -7246,22 +7886,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -7419,6 +8095,8 @@ static void llama_block_h100_m8_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -7699,6 +8377,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -7724,6 +8409,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -7938,22 +8630,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -8339,6 +9067,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -8364,6 +9099,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -8676,22 +9418,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -8832,22 +9610,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -9005,6 +9819,8 @@ static void llama_block_h100_m10_stream_k_split(long long tiles, long long k_til
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -9269,6 +10085,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -9294,6 +10117,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -9606,22 +10436,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -9762,22 +10628,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -9935,6 +10837,8 @@ static void llama_block_h100_m11_stream_k_split(long long tiles, long long k_til
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -10223,6 +11127,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -10248,6 +11159,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -10462,22 +11380,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -10839,6 +11793,13 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -10864,6 +11825,13 @@ static __device__ __forceinline__ void bulk_wait_all()
 static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+}
+
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -11078,22 +12046,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -11329,40 +12333,42 @@ struct llama_block_h100_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m0[] = {647};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m0[] = {615};
 static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m1[] = {750};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m2[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m3[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m4[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m5[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m6[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m7[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m8[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m9[] = {1078};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m10[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m11[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m12[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m13[] = {1294};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m2[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m3[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m4[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m5[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m6[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m7[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m8[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m9[] = {1024};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m10[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m11[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m12[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m13[] = {1229};
 static const llama_block_h100_member llama_block_h100_members[14] = {
-    {64, 128, 64, false, false, false, llama_block_h100_m0::llama_block_h100_m0_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m0, 863, 1725, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m0
-    {64, 128, 64, false, false, false, llama_block_h100_m1::llama_block_h100_m1_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m1, 863, 1725, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m1
-    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m2, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m2
-    {64, 128, 64, false, false, false, llama_block_h100_m3::llama_block_h100_m3_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m3, 863, 1725, 0, 1909, 2, 2, 2, 5, 3000},  // llama_block_h100_m3
-    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m4, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m4
-    {128, 128, 64, false, false, false, llama_block_h100_m5::llama_block_h100_m5_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m5, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m5
-    {128, 128, 64, false, false, false, llama_block_h100_m6::llama_block_h100_m6_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m6, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m6
-    {128, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m7, 1725, 0, 0, 1909, 2, 2, 2, 5, 3000},  // llama_block_h100_m7
-    {128, 128, 64, false, false, false, llama_block_h100_m8::llama_block_h100_m8_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m8, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m8
-    {128, 192, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m9, 2587, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m9
-    {128, 256, 64, false, false, false, llama_block_h100_m10::llama_block_h100_m10_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m10, 3450, 6899, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m10
-    {128, 256, 64, false, false, false, llama_block_h100_m11::llama_block_h100_m11_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m11, 3450, 6899, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m11
-    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m12, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m12
-    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m13, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m13
+    {64, 128, 64, false, false, false, llama_block_h100_m0::llama_block_h100_m0_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m0, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m0
+    {64, 128, 64, false, false, false, llama_block_h100_m1::llama_block_h100_m1_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m1, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m1
+    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m2, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m2
+    {64, 128, 64, false, false, false, llama_block_h100_m3::llama_block_h100_m3_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m3, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // llama_block_h100_m3
+    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m4, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m4
+    {128, 128, 64, false, false, false, llama_block_h100_m5::llama_block_h100_m5_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m5, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m5
+    {128, 128, 64, false, false, false, llama_block_h100_m6::llama_block_h100_m6_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m6, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m6
+    {128, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m7, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // llama_block_h100_m7
+    {128, 128, 64, false, false, false, llama_block_h100_m8::llama_block_h100_m8_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m8, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m8
+    {128, 192, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m9, 2458, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m9
+    {128, 256, 64, false, false, false, llama_block_h100_m10::llama_block_h100_m10_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m10, 3277, 6554, 8192, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m10
+    {128, 256, 64, false, false, false, llama_block_h100_m11::llama_block_h100_m11_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m11, 3277, 6554, 8192, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m11
+    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m12, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m12
+    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m13, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m13
 };
 
 static const long long llama_block_h100_CYCLE_CAP = 2305843009213693952LL;
@@ -11407,6 +12413,8 @@ static long long llama_block_h100_cycles(const llama_block_h100_member& m, long 
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = llama_block_h100_sum(llama_block_h100_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = llama_block_h100_sum(cycles, llama_block_h100_product(contributors - 1, m.fixup_cycles));
             cycles = llama_block_h100_sum(cycles, llama_block_h100_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -11419,7 +12427,7 @@ static long long llama_block_h100_cycles(const llama_block_h100_member& m, long 
     }
     *compute = cycles;
     const long long memory = llama_block_h100_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return llama_block_h100_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.

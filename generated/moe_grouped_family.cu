@@ -200,6 +200,13 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
@@ -421,22 +428,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
                             }
                         }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -773,6 +793,13 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
@@ -994,22 +1021,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
                             }
                         }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -1200,16 +1240,18 @@ struct moe_grouped_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1294};
-static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {863};
+static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1229};
+static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {820};
 static const moe_grouped_family_member moe_grouped_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1725, 0, 0, 1909, 2, 2, 2, 3, 3000},  // moe_grouped
-    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 863, 0, 0, 1909, 2, 2, 2, 5, 3000},  // moe_grouped_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // moe_grouped
+    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // moe_grouped_128x128
 };
 
 static const long long moe_grouped_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1254,6 +1296,8 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = moe_grouped_family_sum(moe_grouped_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = moe_grouped_family_sum(cycles, moe_grouped_family_product(contributors - 1, m.fixup_cycles));
             cycles = moe_grouped_family_sum(cycles, moe_grouped_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -1266,7 +1310,7 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
     }
     *compute = cycles;
     const long long memory = moe_grouped_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return moe_grouped_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any

@@ -853,6 +853,8 @@ static void sgemm_3xtf32_h100_sk_stream_k_split(long long tiles, long long k_til
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -1820,6 +1822,8 @@ static void sgemm_3xtf32_h100_128x192_sk_stream_k_split(long long tiles, long lo
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -1958,16 +1962,18 @@ struct sgemm_3xtf32_h100_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1854};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2686};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1856};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2689};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
-    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0, 1909, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0, 1909, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk
+    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2012,6 +2018,8 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = sgemm_3xtf32_h100_family_sum(cycles, sgemm_3xtf32_h100_family_product(contributors - 1, m.fixup_cycles));
             cycles = sgemm_3xtf32_h100_family_sum(cycles, sgemm_3xtf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -2024,7 +2032,7 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     }
     *compute = cycles;
     const long long memory = sgemm_3xtf32_h100_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return sgemm_3xtf32_h100_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any

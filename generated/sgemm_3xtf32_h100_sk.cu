@@ -25,8 +25,8 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 168 (2 x 64 accumulators, 32 of A's fragment words)
 //   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
 //   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 6,442 MB more (B's stages split, A's fragments loaded)
-//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,854 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 134 TFLOP/s (81% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 105,462 cycles: 201.3 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 1,872,072)
+//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 4.788 TB/s sustains 2451; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,856 cycles per SM, 1,538 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 820, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 134 TFLOP/s (81% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 74,428 cycles: 201.3 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 1,876,597)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -866,6 +866,8 @@ static void sgemm_3xtf32_h100_sk_stream_k_split(long long tiles, long long k_til
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;

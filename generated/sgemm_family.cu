@@ -7220,6 +7220,8 @@ struct sgemm_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
@@ -7231,11 +7233,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7280,6 +7282,8 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = sgemm_family_sum(cycles, sgemm_family_product(contributors - 1, m.fixup_cycles));
             cycles = sgemm_family_sum(cycles, sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -7292,7 +7296,7 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     }
     *compute = cycles;
     const long long memory = sgemm_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return sgemm_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any

@@ -21,8 +21,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
 //   registers: estimate 128 registers per thread (+-65%; demand 113: 64 accumulators, 16 fragments, 8 staging, 1 global addresses, 4 bound checks, 20 indices and loop state; the epilogue 92, with 8 fuse chain values)
 //   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 16,640 bytes of shared memory per block, 128 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 336 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1229; bound 65 (fma)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 336 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 1961; bound 65 (fma)
 //   fuse: relu(alpha * acc + beta * C + bias[m]) + R: +67.1 MB through DRAM (bias 16.4 KB, residual 67.1 MB); blocks fetch 67.6 MB, threads request 75.5 MB; 8 values kept per thread; per element 5 ALU + 0 SFU instructions, 2 global loads
 
 #ifndef __CUDACC_RTC__

@@ -21,8 +21,8 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 128 (96 accumulators)
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (32x128, 32x192) = 40960 bytes per k-tile; 4 wgmma m64n192k8 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 2,883,584 wgmma warp instructions; 180,224 TMA copies bring 3,691 MB from L2; wgmma reads 5,906 MB of A and B from shared memory (46,137,344 wavefronts of 128 bytes, no bank conflicts)
-//   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
-//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 440 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 293 TFLOP/s (59% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 105,462 cycles: 201.3 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 858,948)
+//   waves: 704 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
+//   bound: wgmma tf32 peak 495 TFLOP/s (datasheet; cuBLAS measured 404); DRAM 268 MB at 4.788 TB/s sustains 2451; bound 440 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,024 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 769, shared-memory reads 512, the ring's round trip 1,000), so about 306 TFLOP/s (62% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 74,428 cycles: 201.3 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 815,928)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -400,20 +400,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x192_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }

@@ -405,20 +405,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1009,20 +1023,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x192_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1597,20 +1625,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) tf32_h100_128x64_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -2291,20 +2333,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) tf32_h100_64x128_sk_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
+                        const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                        unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            warpgroup_sync(consumer);  // the last box's rows have been read
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
-                                #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                                const int col = first + 8 * j;
+                                const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                                const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                                const int gcol = block_n + col + lane % 4 * 2;
+                                const int byte = (8 * j + lane % 4 * 2) * 4;
+                                const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                                const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                                *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                                *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                            }
+                            warpgroup_sync(consumer);
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                            // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                            #pragma unroll
+                            for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                                const int index = step * 128 + tid;
+                                const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                                if (box_row + row < M && block_n + first + col < N) {
+                                    C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                                 }
                             }
                         }
@@ -2424,20 +2480,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) tf32_h100_64x128_sk_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
+                    const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                    unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        warpgroup_sync(consumer);  // the last box's rows have been read
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                            const int col = first + 8 * j;
+                            const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                            const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                            const int gcol = block_n + col + lane % 4 * 2;
+                            const int byte = (8 * j + lane % 4 * 2) * 4;
+                            const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                            const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                            *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                            *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                        }
+                        warpgroup_sync(consumer);
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                        // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                        #pragma unroll
+                        for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                            const int index = step * 128 + tid;
+                            const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                            if (box_row + row < M && block_n + first + col < N) {
+                                C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                             }
                         }
                     }
@@ -2597,6 +2667,8 @@ static void tf32_h100_64x128_sk_stream_k_split(long long tiles, long long k_tile
     long long blocks = (work + 3) / 4;
     if (blocks > slots) blocks = slots;
     if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
+    if (blocks > shared * sharers) blocks = shared * sharers;
     const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
     if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
     *sk_tiles = (int)shared;
@@ -4948,22 +5020,24 @@ struct tf32_h100_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long tf32_h100_family_k_tile_cycles_tf32_h100[] = {1294};
-static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {1078};
-static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x64[] = {647};
-static const long long tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk[] = {647};
-static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1716};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100[] = {1229};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {1024};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x64[] = {615};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk[] = {615};
+static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1693};
 static const tf32_h100_family_member tf32_h100_family_members[5] = {
-    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6899, 0, 0, 1909, 4, 4, 4, 3, 3000},  // tf32_h100
-    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 5174, 0, 0, 1909, 4, 4, 4, 3, 3000},  // tf32_h100_128x192
-    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1725, 0, 0, 1909, 4, 4, 4, 7, 3000},  // tf32_h100_128x64
-    {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1725, 1725, 0, 1909, 4, 4, 4, 7, 3000},  // tf32_h100_64x128_sk
-    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // tf32_h100_any
+    {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 3000},  // tf32_h100
+    {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 3000},  // tf32_h100_128x192
+    {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 3000},  // tf32_h100_128x64
+    {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1639, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 7, 3000},  // tf32_h100_64x128_sk
+    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // tf32_h100_any
 };
 
 static const long long tf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -5008,6 +5082,8 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
             if (sk_blocks > streaming) streaming = sk_blocks;
             const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
             cycles = tf32_h100_family_sum(tf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
+            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
+            cycles = tf32_h100_family_sum(cycles, tf32_h100_family_product(contributors - 1, m.fixup_cycles));
             cycles = tf32_h100_family_sum(cycles, tf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
         }
     }
@@ -5020,7 +5096,7 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     }
     *compute = cycles;
     const long long memory = tf32_h100_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    return tf32_h100_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any

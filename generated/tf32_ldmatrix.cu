@@ -30,8 +30,8 @@
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
 //   registers: estimate 255 registers per thread (+-75%; demand 270: 128 accumulators, 96 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 255 estimated registers per thread
-//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
-//   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; tf32 peak 320 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 320 (tf32)
+//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H200 x 1); the last wave 88% full
+//   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; tf32 peak 320 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 320 (tf32)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>

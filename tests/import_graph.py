@@ -13,7 +13,8 @@ The house has three layers, each importing only its own layer and those below (t
 
     tools     what a user runs: the CLI, the GPU runtime, verify, bench, profile, tune, check, the Python API
     pipeline  source -> IR -> plan -> passes -> C: parser, validate, lowering, paths, passes, emit, compiler
-    ir        the data every stage reads: the IR, source positions, expressions, targets, errors
+    ir        the data every stage reads: the IR and its fuse ops, source positions, expressions, targets and
+              the GPU profiles, errors
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ PACKAGE = "gemmdsl"
 LAYERS = {
     "ir": ("gemmdsl.errors", "gemmdsl.source", "gemmdsl.ir", "gemmdsl.expr", "gemmdsl.targets",
            "gemmdsl.precisions", "gemmdsl.file_kinds", "gemmdsl.cache_root", "gemmdsl.shape_sets", "gemmdsl.version",
-           "gemmdsl.ncu_counters"),
+           "gemmdsl.ncu_counters", "gemmdsl.gpu_profile", "gemmdsl.value_readers", "gemmdsl.fuse_ops"),
     "pipeline": ("gemmdsl.parser", "gemmdsl.validate", "gemmdsl.validate_fuse", "gemmdsl.frontend",
                  "gemmdsl.layout", "gemmdsl.mma_layout", "gemmdsl.abi", "gemmdsl.launch_plan", "gemmdsl.plan",
                  "gemmdsl.schedule", "gemmdsl.grouped_schedule", "gemmdsl.paths", "gemmdsl.passes",
@@ -42,7 +43,8 @@ LAYERS = {
               "gemmdsl.arrays", "gemmdsl.devices", "gemmdsl.call_plan", "gemmdsl.load_cache",
               "gemmdsl.fuse_operands", "gemmdsl.grouped_call", "gemmdsl.family_kernel", "gemmdsl.verify",
               "gemmdsl.bench", "gemmdsl.bench_fuse", "gemmdsl.grouped_bench", "gemmdsl.profile", "gemmdsl.tune",
-              "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers"),
+              "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers", "gemmdsl.calibrate",
+              "gemmdsl.calibrate_kernels"),
 }
 LEVEL = {layer: level for level, layer in enumerate(LAYERS)}
 

@@ -71,6 +71,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
         o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
         o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
+        o.line("long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another")
+        o.line("long long call_cycles;  // per call: the launch, the pipeline's fill and drain")
         o.line("long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)")
         o.line("long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)")
         o.line("long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once")
@@ -85,7 +87,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, "
                    f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
-                   f"{m.partial_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
+                   f"{m.partial_cycles}, {m.fixup_cycles}, {m.call_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
                    f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}}},"
                    f"  // {m.name}")
     o.line()
@@ -132,6 +134,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                 o.line("const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;")
                 o.line(f"cycles = {name}_sum({name}_product(per_block, full), "
                        "m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));")
+                o.line("const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;")
+                o.line(f"cycles = {name}_sum(cycles, {name}_product(contributors - 1, m.fixup_cycles));")
                 o.line(f"cycles = {name}_sum(cycles, {name}_product(m.launch_cycles, plain > 0 ? 2 : 1));")
         o.line("const long long left = plain % slots;")
         o.line(f"const long long wave = {name}_sum({name}_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);")
@@ -142,7 +146,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                    "last * m.tile_cycles));")
         o.line("*compute = cycles;")
         o.line(f"const long long memory = {name}_memory_cycles(m, M, N, K, streaming);")
-        o.line("return memory > cycles ? memory : cycles;")
+        o.line(f"return {name}_sum(memory > cycles ? memory : cycles, m.call_cycles);")
     o.line()
     if family.measured:
         o.comment("The measured table: {M, N, K, member} where a member timed fastest and the model picks another.")

@@ -74,30 +74,15 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
             "c": m * n * c_passes * size[ir.Operand.C], **chain_dram_bytes(spec, m, n, k)}
 
 
-def unit_of(spec: ir.KernelSpec) -> str:
-    """What multiplies: fma, bf16, f16, tf32, 3xtf32 or fp8."""
-    if spec.mma is None:
-        return "fma"
-    if spec.mma.precision is ir.Precision.TF32X3:
-        return "3xtf32"
-    if spec.mma.precision is ir.Precision.TF32:
-        return "tf32"
-    return "fp8" if spec.problem.a.dtype.fp8 else spec.problem.a.dtype.value  # FP8 is one unit, any pairing
-
-
 def math_unit(spec: ir.KernelSpec, path: InstructionPath) -> tuple[str, float]:
-    """What multiplies, and its peak on the target's reference GPU in TFLOP/s by the spec's path
-    (`peak_tflops`: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's)."""
-    unit = unit_of(spec)
+    """What multiplies (the path's `unit`: fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's
+    reference GPU in TFLOP/s by the spec's path (`peak_tflops`: wgmma's for Hopper's own path, else the FMA
+    pipe's or mma.sync's)."""
     peaks = path.peak_tflops(spec.target.sm)
-    return unit, peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
-
-
-def warp_tile(spec: ir.KernelSpec) -> ir.Pair:
-    if spec.mma is not None:
-        return spec.mma.warp_tile
-    threads = spec.threads
-    return ir.Pair(threads.lanes.m * threads.fragment.m, threads.lanes.n * threads.fragment.n)
+    unit = path.unit(spec)
+    if unit == "3xtf32":  # three TF32 products
+        return unit, peaks["tf32"] / 3
+    return unit, peaks[unit]
 
 
 class IntensityPass:
@@ -107,7 +92,7 @@ class IntensityPass:
 
     def run(self, context: Context) -> PassResult:
         spec = context.spec
-        tile = warp_tile(spec)
+        tile = context.plan.path.warp_tile(spec)
         element_bytes = spec.problem.a.dtype.bytes
         m, n, k = context.problem
         unit, peak = math_unit(spec, context.plan.path)

@@ -37,15 +37,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ir
-from ..layout import KernelLayout, TileLayout
+from ..layout import KernelLayout
 from ..mma_layout import MmaLayout
 from ..source import Diagnostic, Severity
 from ..plan import min_blocks_per_sm
 from ..targets import Arch, launch_register_cap, occupancy_of
 from .framework import Context, PassResult
 from .fuse import kept_registers
+
+if TYPE_CHECKING:
+    from ..paths.interface import InstructionPath  # the plan's, handed over
 
 SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
 ADDRESS_REGISTERS = 0.5  # per global load a thread issues per k-tile: a 64-bit address for every two
@@ -170,10 +174,7 @@ def global_loads(layout: KernelLayout) -> int:
     return sum(len(layout.global_chunks(operand)) for operand in (ir.Operand.A, ir.Operand.B))
 
 
-def estimate_registers(layout: TileLayout) -> RegisterEstimate:
-    if isinstance(layout, MmaLayout):
-        return estimate_mma_registers(layout)
-    assert isinstance(layout, KernelLayout)
+def estimate_fma_registers(layout: KernelLayout) -> RegisterEstimate:
     spec = layout.spec
     fragment = spec.threads.fragment
     sets = fragment_sets(layout)
@@ -223,18 +224,10 @@ def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
                             cap=launch_bounds_cap(layout.arch, layout.spec, layout.threads), band=MMA_ESTIMATE_BAND)
 
 
-def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagnostic, ...]:
+def register_warnings(spec: ir.KernelSpec, registers: Registers, path: InstructionPath) -> tuple[Diagnostic, ...]:
+    """The budget's warnings, with the advice of the spec's path (`register_advice`)."""
     warnings = []
-    spills_can_pay = None
-    if spec.mma is None:
-        micro, smaller = spec.threads.at("micro"), "a smaller micro tile or repeat needs fewer registers"
-    else:
-        micro = spec.mma.at("repeat")
-        # Measured on the H100: double-buffered TF32 fragments spilling 32-176 bytes ran 12.5% faster than the
-        # single-buffered twin that does not spill (docs/performance.md, T13); so the hint says so.
-        spills_can_pay = ("on mma.sync a small spill can cost less than what the registers buy (tf32_ldmatrix "
-                          "spills up to 176 bytes and ran 12.5% faster for it on the H100): time both")
-        smaller = f"a smaller mma repeat (more warps for the same tile) needs fewer registers; but {spills_can_pay}"
+    micro, smaller, spills_can_pay = path.register_advice(spec)
     if registers.estimate.demand > registers.estimate.cap:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,
@@ -264,14 +257,15 @@ class RegisterPass:
     def run(self, context: Context) -> PassResult:
         ptxas = context.ptxas or {}
         registers = Registers(
-            estimate=estimate_registers(context.layout),
+            estimate=context.plan.path.register_estimate(context.layout),  # the FMA model or the tensor cores'
+
             limit=context.layout.arch.max_registers_per_thread,
             ptxas=ptxas.get("registers"),
             spill_store_bytes=ptxas.get("spill_stores", 0),
             spill_load_bytes=ptxas.get("spill_loads", 0),
         )
         return PassResult({"registers": registers}, self._verdict(registers),
-                          register_warnings(context.spec, registers))
+                          register_warnings(context.spec, registers, context.plan.path))
 
     @staticmethod
     def _verdict(registers: Registers) -> str:

@@ -1,12 +1,19 @@
 """What the tools read of the mma.sync path (paths/facts.py): the tile report and counters, and a prediction
-scored by the cycle model the families pick members by (cycles.mma_sync_member_model), on ptxas's figures
+scored by the cycle model the families pick members by (paths/mma_sync/cycles.py), on ptxas's figures
 when nvcc is there."""
 from __future__ import annotations
 
-from ...cycles import mma_sync_member_model
 from ...passes.registers import MMA_ESTIMATE_BAND
 from ...prediction import Prediction, tile_prediction
 from ..tiles import TileFacts
+
+# Spill bytes per thread (stores or loads) an mma.sync kernel may have and still be kept. On the H100
+# (tests/fixtures/tune_h100 and docs/performance.md, T13) mma.sync kernels whose double-buffered fragments
+# made ptxas spill ran faster than their single-fragment twins that did not: 256x128x32 bf16 in 16 warps
+# spilling 56 bytes 334.8 against 315.7 TFLOP/s, tf32_ldmatrix's interior kernel spilling 72 bytes 12.5%
+# faster, tf32_ldmatrix_nt's 148 bytes 9.9% faster; the slowest read-32 TF32 kernels spill 248. On the
+# FMA path spilling kernels ran about 10x slower, and any spill drops them.
+MMA_SYNC_TOLERATED_SPILL_BYTES = 160
 
 
 class MmaSyncFacts(TileFacts):
@@ -17,5 +24,5 @@ class MmaSyncFacts(TileFacts):
     scores_on_ptxas = True
 
     def prediction(self, analysis, ptxas: dict | None) -> Prediction:
-        model = mma_sync_member_model(analysis.spec, analysis.facts, analysis.layout.arch.reference_sms)
-        return tile_prediction(analysis, ptxas, model, MMA_ESTIMATE_BAND)
+        model = analysis.path.member_model(analysis, analysis.layout.arch.reference_sms)
+        return tile_prediction(analysis, ptxas, model, MMA_ESTIMATE_BAND, MMA_SYNC_TOLERATED_SPILL_BYTES)

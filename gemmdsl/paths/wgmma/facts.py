@@ -1,11 +1,10 @@
 """What the tools read of the wgmma path (paths/facts.py): its passes' figures for `check`, the GMMA and TMA
 counters `profile` compares them with, and the prediction `tune` ranks by, whose score is the cycle model the
-families pick members by (cycles.wgmma_member_model)."""
+families pick members by (paths/wgmma/cycles.py)."""
 from __future__ import annotations
 
 import dataclasses
 
-from ...cycles import wgmma_member_model
 from ...ncu_counters import DYNAMIC_SMEM, GRID_SIZE, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, REGISTERS
 from ...prediction import Prediction
 from ...targets import WARP
@@ -84,6 +83,7 @@ class WgmmaFacts(ToolFacts):
             smem_wavefronts_per_ffma=0.0, issue_per_ffma=0.0, block_flops_per_byte=flops_per_byte,
             warp_flops_per_byte=flops_per_byte, launch_flops_per_byte=bound.flops / bound.dram_bytes,
             threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas,
-            mma_model=wgmma_member_model(layout, layout.arch.reference_sms), tie_break=-analysis.spec.pipeline.stages,
+            mma_model=analysis.path.lowered_member_model(layout, layout.arch.reference_sms),
+            tie_break=-analysis.spec.pipeline.stages,
             summary_text=(f"{registers:>3} regs at launch ({source}), {warps:>2} warps/SM, "
                           f"{layout.smem_bytes // 1024} KiB smem, {flops_per_byte:.0f} flop/B"))
