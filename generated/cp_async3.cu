@@ -36,11 +36,13 @@
 #error "cp_async3.cu: its kernels use cp.async, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -53,6 +55,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
@@ -64,9 +67,11 @@ static __device__ __forceinline__ float4 lds128(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);

@@ -40,15 +40,9 @@
 #error "fp8_rowwise.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) fp8_rowwise_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -181,17 +175,21 @@ static __device__ __forceinline__ void wgmma_m64n128k32_set(float* d, unsigned l
 
 // The fuse chain: C = acc * row_scale[m] * col_scale[n], in f32, then C's type.
 struct fuse_m { float scale; };
+
 static __device__ __forceinline__ fuse_m load_fuse_m(const float* row_scale, int row, int M) {
     fuse_m v;
     v.scale = row < M ? row_scale[row] : 0.0f;
     return v;
 }
+
 struct fuse_n { float scale; };
+
 static __device__ __forceinline__ fuse_n load_fuse_n(const float* col_scale, int col, int N) {
     fuse_n v;
     v.scale = col < N ? col_scale[col] : 0.0f;
     return v;
 }
+
 // One element: acc its accumulator, m and n its row's and column's values, c its old value in C
 // (read only where beta is not 0), r its residual.
 static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, const fuse_n& n, float c, float r, float alpha, float beta) {
@@ -199,6 +197,7 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)c; (void)r; (void)alpha; (void)beta;
     return x;
 }
+
 static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
@@ -206,23 +205,6 @@ static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc
     (void)M; (void)row;
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);
-}
-
-// C(row, col) and C(row, col + 1) = acc, inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    (void)alpha;
-    (void)beta;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        p[1] = __float2bfloat16_rn(y);
-    }
 }
 
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
@@ -246,12 +228,6 @@ static __device__ __forceinline__ void bulk_wait_all()
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
 // Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
 // xor-ed with row % 8, as TMA reads it back.
 static __device__ __forceinline__ int swizzled_128b(int row, int byte)
@@ -264,6 +240,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -272,7 +249,27 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) fp8_rowwise_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -351,18 +348,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_rowwise_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -382,18 +370,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_rowwise_kernel(
             unsigned vectors_phase = 0;
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 mbarrier_wait(smem_u32(vectors_empty), vectors_phase ^ 1);
                 for (int i = lane; i < BM; i += 32) {
                     const int index = block_m + i;
@@ -418,18 +397,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) fp8_rowwise_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {

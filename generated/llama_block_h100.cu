@@ -83,18 +83,9 @@
 #error "llama_block_h100.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member llama_block_h100_m0, from llama_block_h100_m0.gemm ----
-namespace llama_block_h100_m0 {
-
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) llama_block_h100_m0_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -191,30 +182,6 @@ static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long l
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -223,6 +190,7 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
 // Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
 static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
     if (row >= M) return;
@@ -230,6 +198,7 @@ static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, in
     if (col < N) x += beta * __bfloat162float(p[0]);
     if (col + 1 < N) y += beta * __bfloat162float(p[1]);
 }
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -269,6 +238,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -293,7 +263,138 @@ static __device__ __forceinline__ void flag_wait(const unsigned* flag)
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
     } while (raised == 0);
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
+// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
+
+// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " %96, %97, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a), "l"(b));
+}
+
+// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
+        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
+        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
+        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
+        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
+        " %128, %129, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b));
+}
 #endif
+
+// ---- member llama_block_h100_m0, from llama_block_h100_m0.gemm ----
+namespace llama_block_h100_m0 {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) llama_block_h100_m0_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
@@ -374,18 +475,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -401,18 +493,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -442,18 +525,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -634,18 +708,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1111,216 +1176,6 @@ struct alignas(64) llama_block_h100_m1_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 137 KiB ring assume it.
@@ -1400,18 +1255,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -1427,18 +1273,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -1468,18 +1305,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1660,18 +1488,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -2137,200 +1956,6 @@ struct alignas(64) llama_block_h100_m2_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -2396,18 +2021,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -2430,18 +2046,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -2811,208 +2418,6 @@ struct alignas(64) llama_block_h100_m3_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 161 KiB ring assume it.
@@ -3092,18 +2497,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -3119,18 +2515,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -3160,18 +2547,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -3352,18 +2730,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -3829,192 +3198,6 @@ struct alignas(64) llama_block_h100_m4_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -4080,18 +3263,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -4114,18 +3288,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -4495,208 +3660,6 @@ struct alignas(64) llama_block_h100_m5_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -4776,18 +3739,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -4803,18 +3757,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -4844,18 +3789,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -5036,18 +3972,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -5513,216 +4440,6 @@ struct alignas(64) llama_block_h100_m6_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
@@ -5802,18 +4519,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -5829,18 +4537,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -5870,18 +4569,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -6062,18 +4752,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -6539,192 +5220,6 @@ struct alignas(64) llama_block_h100_m7_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -6790,18 +5285,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -6824,18 +5310,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -7205,216 +5682,6 @@ struct alignas(64) llama_block_h100_m8_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -7494,18 +5761,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -7521,18 +5779,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -7562,18 +5811,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -7754,18 +5994,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -8231,208 +6462,6 @@ struct alignas(64) llama_block_h100_m9_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " %96, %97, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -8498,18 +6527,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -8532,18 +6552,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -8913,232 +6924,6 @@ struct alignas(64) llama_block_h100_m10_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
-        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
-        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
-        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
-        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
-        " %128, %129, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -9218,18 +7003,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -9245,18 +7021,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -9286,18 +7053,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -9478,18 +7236,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -9955,208 +7704,6 @@ struct alignas(64) llama_block_h100_m11_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -10236,18 +7783,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -10263,18 +7801,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -10304,18 +7833,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -10496,18 +8016,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -10973,216 +8484,6 @@ struct alignas(64) llama_block_h100_m12_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
-        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
-        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
-        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
-        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
-        " %128, %129, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -11248,18 +8549,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -11282,18 +8574,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -11663,192 +8946,6 @@ struct alignas(64) llama_block_h100_m13_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
-static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M) return;
-    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (col < N) x += beta * __bfloat162float(p[0]);
-    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -11914,18 +9011,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -11948,18 +9036,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {

@@ -39,15 +39,9 @@
 #error "llama_block_h100_m8.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) llama_block_h100_m8_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -152,30 +146,6 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -184,6 +154,7 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
 // Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
 static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
     if (row >= M) return;
@@ -191,6 +162,7 @@ static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, in
     if (col < N) x += beta * __bfloat162float(p[0]);
     if (col + 1 < N) y += beta * __bfloat162float(p[1]);
 }
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -230,6 +202,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -254,7 +227,27 @@ static __device__ __forceinline__ void flag_wait(const unsigned* flag)
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
     } while (raised == 0);
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) llama_block_h100_m8_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
@@ -335,18 +328,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -362,18 +346,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -403,18 +378,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -595,18 +561,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {

@@ -24,19 +24,7 @@
 #error "sgemm_family.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
-// ---- member sgemm_h100, from sgemm_h100.gemm ----
-namespace sgemm_h100 {
-
-// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
-// A: order km, leading dimension 132
-static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
-    return k * 132 + mn;
-}
-// B: order kn, leading dimension 128
-static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
-    return k * 128 + mn;
-}
-
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Every shared-memory load and store goes through these PTX wrappers. nvcc and
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
@@ -44,16 +32,38 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+
+static __device__ __forceinline__ void sts64(float* p, float2 v) {
+    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
+}
+
+// ---- member sgemm_h100, from sgemm_h100.gemm ----
+namespace sgemm_h100 {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 132
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+// B: order kn, leading dimension 128
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 128 + mn;
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_kernel(
@@ -499,33 +509,16 @@ extern "C" cudaError_t sgemm_h100_launch(const float* A, const float* B, float* 
 // ---- member sgemm_any, from sgemm_any.gemm ----
 namespace sgemm_any {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
@@ -2315,33 +2308,16 @@ extern "C" cudaError_t sgemm_any_launch(const float* A, const float* B, float* C
 // ---- member checked_64x64, from checked_64x64.gemm ----
 namespace checked_64x64 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 68
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 68 + mn;
 }
+
 // B: order kn, leading dimension 64
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 64 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
@@ -3391,33 +3367,16 @@ extern "C" cudaError_t checked_64x64_launch(const float* A, const float* B, floa
 // ---- member checked_32x128, from checked_32x128.gemm ----
 namespace checked_32x128 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 36
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 36 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel(
@@ -5280,33 +5239,16 @@ extern "C" cudaError_t checked_32x128_launch(const float* A, const float* B, flo
 // ---- member checked_128x32, from checked_128x32.gemm ----
 namespace checked_128x32 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 32
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 32 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts64(float* p, float2 v) {
-    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
 }
 
 extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(

@@ -44,11 +44,13 @@
 #error "sgemm_h100_tuned.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -61,14 +63,17 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }

@@ -1,5 +1,6 @@
-"""A kernel family's .cu: every member's helpers, kernels and launchers, each in a namespace of its
-own (their helpers share names), then the family's rule and launchers.
+"""A kernel family's .cu: the prelude of device helpers the members share (emit/prelude.py), then every
+member's kernels and launchers, each in a namespace of its own (with the helpers it writes differently from
+another member under the same name), then the family's rule and launchers.
 
 The rule is gemmdsl/family.py's `choose`, printed as a table of the members' figures and the same
 integer arithmetic; `NAME_launch`, `NAME_launch_ld` (and `NAME_launch_batched`) take the members'
@@ -16,7 +17,8 @@ from ..emitter import Emitter
 from ..schedule import CYCLE_CAP
 from ..source import printable
 from ..version import __version__
-from . import arch_guard, emit_definitions, includes, quote_source
+from . import arch_guard, emit_definitions, emit_prelude, includes, quote_source
+from .prelude import emit_helpers, plan_prelude
 
 
 def emit_family(family: Any) -> str:
@@ -32,16 +34,24 @@ def emit_family(family: Any) -> str:
     quote_source(family.source.text, o)
     o.line()
     o.lines(includes(*(member.artifacts.plan for member in family.members)))
-    body = Emitter()
+    bodies = []
     for member in family.members:
-        body.line()
-        body.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
-        body.line(f"namespace {member.artifacts.name} {{")
-        body.line()
-        emit_definitions(member.artifacts.plan, body)
-        body.line(f"}}  // namespace {member.artifacts.name}")
-    arch_guard(family.name, family.spec.target, body.instructions, o)
-    o.extend(body)
+        bodies.append(Emitter())
+        emit_definitions(member.artifacts.plan, bodies[-1])
+    prelude = plan_prelude(bodies)
+    arch_guard(family.name, family.spec.target, set().union(*(body.instructions for body in bodies)), o)
+    emit_prelude(prelude.shared, o)
+    for member, body, own in zip(family.members, bodies, prelude.local):
+        o.line()
+        o.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
+        o.line(f"namespace {member.artifacts.name} {{")
+        o.line()
+        if own:
+            o.comment("This member's own helpers (another member writes helpers of these names differently).")
+            emit_helpers(own, o)
+            o.line()
+        o.extend(body)
+        o.line(f"}}  // namespace {member.artifacts.name}")
     o.line()
     o.line("#ifndef __CUDACC_RTC__")
     _emit_rule(family, o)
