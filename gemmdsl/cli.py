@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
@@ -21,6 +20,7 @@ from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, printable
 from .gpu_profile import PROFILE_ENV
 from .targets import PROFILE_ERROR, TARGETS, TargetName, parse_target
+from .version import __version__
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
 

@@ -298,3 +298,10 @@ def occupancy_of(arch: Arch, registers_per_thread: int, threads: int, smem_bytes
         "blocks": arch.max_blocks_per_sm,
     }
     return Occupancy(smem_bytes, registers_per_thread, limits, warps, max_warps)
+
+
+def unit_peak_tflops(unit: str, sm: int) -> float:
+    """A unit's peak on the target's reference GPU, whichever instruction reaches it: the mma.sync or FMA
+    table's, FP8's from wgmma (the only instruction that runs it); 3xTF32 a third of TF32's."""
+    peaks = {**WGMMA_PEAK_TFLOPS.get(sm, {}), **PEAK_TFLOPS[sm]}
+    return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
