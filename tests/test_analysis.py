@@ -29,7 +29,7 @@ from gemmdsl.passes.registers import ESTIMATE_BAND, HEADROOM
 from gemmdsl.paths import path_of, plan_kernel
 from gemmdsl.profile import OCCUPANCY_LIMITS, comparison_rows, ncu_command, parse_metric_value, parse_ncu_csv
 from gemmdsl.source import CompileError, Severity, SourceFile
-from gemmdsl.targets import arch, occupancy_of
+from gemmdsl.targets import MEMORY_TBPS, arch, occupancy_of
 from spec_sets import spec_set_params
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
@@ -395,10 +395,10 @@ def test_the_intensity_bound_is_a_roofline_no_tiling_moves():
                    for tile, repeat in (("128x128x8", "2x2 block"), ("128x256x8", "2x4 block")))
     assert small.block_flops_per_byte < wide.block_flops_per_byte
     assert small.dram_bytes == wide.dram_bytes == 4 * 3 * 1024 * 1024  # A, B and C once (epilogue: store)
-    assert small.memory_tflops == wide.memory_tflops == pytest.approx(2 * 1024**3 / small.dram_bytes * 3.0)
+    assert small.memory_tflops == wide.memory_tflops == pytest.approx(2 * 1024**3 / small.dram_bytes * MEMORY_TBPS[90])
     assert small.bound_tflops == min(small.peak_tflops, small.memory_tflops)
     tf32 = analyze(load_spec(SPECS / "tf32_ldmatrix.gemm")).facts["intensity"]
-    assert tf32.block_flops_per_byte * 3.0 < 196 <= tf32.bound_tflops
+    assert tf32.block_flops_per_byte * MEMORY_TBPS[90] < 196 <= tf32.bound_tflops
     tiny = analyze(spec(), (128, 128, 8)).facts["intensity"]  # 8 flops per 12 bytes: memory-bound
     assert tiny.limit == "memory" and tiny.bound_tflops == tiny.memory_tflops < tiny.peak_tflops
 

@@ -126,8 +126,10 @@ def test_leading_dimension_from_strides():
     assert leading_dimension((8, 8), (1, 10), "col") == 10
     assert leading_dimension((8, 8), (10, 1), "col") is None
     assert leading_dimension((8, 8), (4, 1), "row") is None  # rows would overlap
-    assert leading_dimension((1, 7), (999, 1), "row") == 8  # one row: any ld >= 7; 8 keeps vectors aligned
-    assert leading_dimension((9, 1), (1, 999), "col") == 12
+    # one row: any ld >= 7; a multiple of 16 elements keeps vectors and TMA's 16 bytes aligned for any element size
+    assert leading_dimension((1, 7), (999, 1), "row") == 16
+    assert leading_dimension((1, 6489), (6489, 1), "row") == 6496  # a decode call's A, read in place by TMA
+    assert leading_dimension((9, 1), (1, 999), "col") == 16
     assert leading_dimension((9, 1), (1, 999), "row") == 1  # a column vector is row-major with ld 1
 
 

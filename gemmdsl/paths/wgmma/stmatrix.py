@@ -200,7 +200,8 @@ class StmatrixEpilogue(StagedEpilogue):
                        "packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));")
             o.line("__syncwarp();")
             o.line(f"const int box_row = block_m + {self.layout.consumer_row}mr * 64 + warp * {WARP_ROWS};")
-            with o.unrolled("r", str(WARP_ROWS)):
+            o.comment("Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.")
+            with o.block(f"for (int r = 0; r < {WARP_ROWS}; ++r)"):
                 with o.block("if (box_row + r < M)"):
                     with o.unrolled("part", "C_BOX_COLS / 32"):
                         o.line("const int col = first + part * 32 + lane;")

@@ -195,7 +195,7 @@ class StagedEpilogue(AccumulatorEpilogue):
             o.line("warpgroup_sync(consumer);")
             o.line(f"const int box_row = block_m + {self.layout.consumer_row}mr * 64;")
             o.comment("The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.")
-            with o.unrolled("step", "64 * C_BOX_COLS / 128"):
+            with o.block("for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step)"):
                 o.line("const int index = step * 128 + tid;")
                 o.line("const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;")
                 with o.block("if (box_row + row < M && block_n + first + col < N)"):
