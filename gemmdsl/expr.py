@@ -17,7 +17,7 @@ import numpy as np
 Value = Union[int, np.ndarray]
 
 # C precedence (higher binds tighter); Python orders these operators the same way.
-_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": 12, ">>": 11, "<<": 11, "&": 8, "^": 7, "|": 6}
+_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": 12, "-": 12, ">>": 11, "<<": 11, "&": 8, "^": 7, "|": 6}
 _ASSOCIATIVE = {"*", "+", "&", "^", "|"}
 _BITWISE = {">>", "<<", "&", "^", "|"}
 
@@ -42,6 +42,12 @@ class Expr:
 
     def __radd__(self, other: int) -> "Expr":
         return binop("+", other, self)
+
+    def __sub__(self, other: "Expr | int") -> "Expr":
+        return binop("-", self, other)
+
+    def __rsub__(self, other: int) -> "Expr":
+        return binop("-", other, self)
 
     def __mul__(self, other: "Expr | int") -> "Expr":
         return binop("*", self, other)
@@ -130,6 +136,7 @@ class BinOp(Expr):
 
 _APPLY = {
     "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
     "/": lambda a, b: a // b,
     "%": lambda a, b: a % b,
@@ -175,7 +182,7 @@ def binop(op: str, lhs: "Expr | int", rhs: "Expr | int") -> Expr:
         return a
     if op == "%" and b == Const(1):
         return Const(0)
-    if op in ("^", ">>", "<<", "|") and b == Const(0):
+    if op in ("-", "^", ">>", "<<", "|") and b == Const(0):
         return a
     if op == "&" and b == Const(0):
         return Const(0)

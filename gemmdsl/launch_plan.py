@@ -11,10 +11,12 @@ without loading them. The split itself is schedule.py's rule.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from .abi import Parameter
+from .expr import Const, Expr, Func, Var
+from .rule import Address, Let, Refuse, Refused, Rule, Symbol, all_of, eq, not_, select
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks)
@@ -29,6 +31,22 @@ PAD_ROW_BYTES = 128  # the copies' rows start 128 bytes apart: whole L2 lines, w
 SECTOR_BYTES = 32  # TMA reads rows that start 16 bytes into a 32-byte sector at about 1.6x the time (pad.py)
 PAD_MIN_REUSE = 768  # copy such an operand only where the kernel uses each of its elements this many times (pad.py)
 PAD_MIN_WORK = 1 << 33  # ... and the call has this many multiply-adds: the copy's launch costs microseconds (pad.py)
+
+
+def narrow_flag(kernel: NarrowKernel) -> str:
+    """The launcher's name for the test that a narrow kernel's accesses are aligned: `aligned_8byte`."""
+    return f"aligned_{kernel.width_bytes}byte"
+
+
+def aligned_helper(name: str, element_bytes: Mapping[str, int]) -> Func:
+    """Whether an operand's vector accesses of `elements` are aligned: its address, leading dimension and batch
+    stride. With operands of one element size that size is a constant, else the call gives the operand's."""
+    sizes = set(element_bytes.values())
+    params = ("p", "ld", "stride", "elements") + (() if len(sizes) == 1 else ("element_bytes",))
+    size = Const(sizes.pop()) if len(sizes) == 1 else Var("element_bytes")
+    elements = Var("elements")
+    return Func(name, params, all_of(eq(Address("p") % (elements * size), 0), eq(Var("ld") % elements, 0),
+                                     eq(Var("stride") % elements, 0)))
 
 
 class GridRule(enum.Enum):
@@ -200,23 +218,65 @@ class LaunchPlan:
             return interior_launches(self.block_tile, m, n, k)
         return (SubLaunch(False, 0, 0, m, n),)
 
-    def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str) -> str:
-        """The kernel the launcher runs: the vector one when every vector access is aligned (`misalignments`
-        of the vector kernel's `vector_elements` is empty), else the first (widest) narrow kernel whose
-        accesses are, else the scalar one; without one the call is refused, as by the launcher."""
+    @property
+    def batched(self) -> bool:
+        """Whether the kernels take a batch stride per operand."""
+        return any(name == "stride_a" for _, name in self.parameters)
+
+    def kernel_choice_rule(self, element_bytes: Mapping[str, int], helper: str = "aligned") -> Rule:
+        """Which kernel runs a call (`kernel`): the vector one when every vector access is aligned
+        (`vector_aligned`), else the widest narrow kernel whose accesses are (`aligned_8byte`, ...), else the
+        scalar one; without a scalar kernel a misaligned call is refused. Inputs: the operands' addresses
+        `A`, `B`, `C`, leading dimensions `lda`, ... and, batched, strides `stride_a`, ...; `element_bytes`
+        per operand (a, b, c). The C launcher prints it (`helper`: its alignment test, `aligned_helper`)."""
+        aligned = aligned_helper(helper, element_bytes)
+        uniform = len(set(element_bytes.values())) == 1
+
+        def test(elements: Mapping[str, int]) -> Expr:
+            return all_of(*(aligned(Var(op.upper()), Var(f"ld{op}"), Var(f"stride_{op}") if self.batched else 0,
+                                    elements[op], *(() if uniform else (element_bytes[op],)))
+                            for op in "abc" if elements[op] > 1))
+
+        vector = test(self.requirements.vector_elements)
+        steps: list = []
+        if isinstance(vector, Const):
+            steps.append(Let("kernel", Symbol(self.entries.vector), "auto"))
+        else:
+            steps.append(Let("vector_aligned", vector, "bool"))
+            if self.entries.scalar is None:
+                steps += [Refuse(not_(Var("vector_aligned"))), Let("kernel", Symbol(self.entries.vector), "auto")]
+            else:
+                choice: Expr = Symbol(self.entries.scalar)
+                for narrow in reversed(self.entries.narrow):
+                    choice = select(Var(narrow_flag(narrow)), Symbol(narrow.entry), choice)
+                widths = " or ".join(str(narrow.width_bytes) for narrow in self.entries.narrow)
+                steps += [Let(narrow_flag(narrow), test(narrow.vector_elements), "bool",
+                              comment=None if i else "Operands aligned to less than the vector kernel needs run the "
+                                                     "widest narrow kernel\nwhose accesses they allow (cp.async of "
+                                                     f"{widths} bytes), the scalar kernel otherwise.")
+                          for i, narrow in enumerate(self.entries.narrow)]
+                steps.append(Let("kernel", select(Var("vector_aligned"), Symbol(self.entries.vector), choice), "auto"))
+        inputs = tuple(name for op in "abc" for name in (op.upper(), f"ld{op}", f"stride_{op}")
+                       if self.batched or not name.startswith("stride_"))
+        return Rule("kernel_choice", inputs, tuple(steps))
+
+    def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str,
+                     operands: Mapping[str, int], element_bytes: Mapping[str, int]) -> str:
+        """The kernel the launcher runs for `operands` (kernel_choice_rule's inputs): the vector one, a narrow one
+        or the scalar one; a refused call raises ValueError with `misalignments` of the vector kernel's
+        `vector_elements` as the reasons. TMA operands have their own launcher and test (paths/wgmma): the vector
+        kernel where `misalignments` is empty."""
         reasons = misalignments(self.requirements.vector_elements)
-        if not reasons:
-            return self.entries.vector
-        for narrow in self.entries.narrow:
-            if not misalignments(narrow.vector_elements):
-                return narrow.entry
-        if self.entries.scalar is not None:
-            return self.entries.scalar
         if self.tma_operands:
+            if not reasons:
+                return self.entries.vector
             raise ValueError("; ".join(reasons) + f"; {kernel} reads A and B with TMA, which needs 16-byte "
                                                         "aligned pointers and leading dimensions, and has no "
                                                         "fallback kernel")
-        raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback")
+        try:
+            return self.kernel_choice_rule(element_bytes).evaluate(operands)["kernel"]
+        except Refused:
+            raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback") from None
 
     def stream_k_entry(self, entry: str) -> str | None:
         """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel,

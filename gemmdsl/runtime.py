@@ -53,7 +53,7 @@ import numpy
 from .abi import MAX_BATCH, size_errors
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvcc_release, nvrtc_compile,
                     nvrtc_version, old_nvrtc_note)
-from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, type_name
+from .arrays import DTYPE_NAMES, ITEM_SIZES, ArrayView, array_view, leading_dimension, type_name
 from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, address_of, call_signature, extent_bytes,
                         keep)
 from .errors import GemmdslError
@@ -339,8 +339,17 @@ def misalignments(req: Requirements, views: dict[str, OperandView], vector_eleme
 
 
 def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
-    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError."""
-    return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel)
+    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError. An operand not
+    given yet (a C the runtime allocates) constrains nothing: address, leading dimension and stride 0."""
+    operands: dict[str, int] = {}
+    for name in OPERAND_NAMES:
+        view = views.get(name)
+        op = name.lower()
+        operands |= {name: view.pointer, f"ld{op}": view.ld, f"stride_{op}": view.batch_stride} if view else \
+            {name: 0, f"ld{op}": 0, f"stride_{op}": 0}
+    element_bytes = {name.lower(): ITEM_SIZES[req.dtypes[name]] for name in OPERAND_NAMES}
+    return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel, operands,
+                                   element_bytes)
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:

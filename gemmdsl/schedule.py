@@ -36,12 +36,16 @@ does that last k-tile (`contributors`), which adds them before the epilogue: any
 applied once, and the same sums in the same order on every run.
 
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
-analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
-call's shape), and the launcher's copy of it is tested against it.
+analysis all follow this module; `stream_k_split_rule` is the rule (rule.py: the launchers print it as C,
+`stream_k_split` evaluates it, `call_split` applies it to a call's shape).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+
+from .expr import Var
+from .rule import Let, Rule, all_of, ceil_div, eq, ge, gt, le, lt, minimum, select
 
 # A stream-K block's range must be long enough to pay for its prologue, epilogue and
 # atomics; with fewer k-tiles of work than this per block, fewer blocks share it.
@@ -132,6 +136,44 @@ class StreamKSplit:
         return pieces
 
 
+@cache
+def stream_k_split_rule(min_saved_k_tiles: int = 0, aligned: bool = False) -> Rule:
+    """`stream_k_split` as a rule (rule.py): the launchers print it as `NAME_stream_k_split`, Python evaluates it.
+    Inputs: the tiles and k-tiles of one GEMM, the slots of the GPU, the batch; outputs: sk_tiles and
+    sk_blocks (both 0: no stream-K)."""
+    tiles, k_tiles, slots, batch = Var("tiles"), Var("k_tiles"), Var("slots"), Var("batch")
+    gemm_slots, shared, work, blocks = Var("gemm_slots"), Var("shared"), Var("work"), Var("blocks")
+    steps: list = [
+        Let("gemm_slots", slots // batch, comment="Each GEMM of the batch gets slots / batch slots;"),
+        Let("shared", select(lt(gemm_slots, 1), 0, tiles % gemm_slots), comment="its last wave's tiles are shared"),
+        Let("work", shared * k_tiles),
+        Let("fewest", ceil_div(work, MIN_K_TILES_PER_BLOCK),
+            comment=f"by blocks of at least {MIN_K_TILES_PER_BLOCK} k-tiles, one wave at most"),
+        Let("blocks", minimum(Var("fewest"), gemm_slots)),
+    ]
+    if aligned:
+        spare = Var("spare")
+        steps += [Let("spare", select(gt(shared, 0), gemm_slots % shared, 0),
+                      comment=f"as many blocks for every shared tile, where that idles at most {ALIGN_IDLE_PERCENT}% "
+                              "of the slots"),
+                  Let("even_blocks", select(all_of(eq(blocks, gemm_slots), gt(shared, 0),
+                                                   le(spare * 100, ALIGN_IDLE_PERCENT * gemm_slots)),
+                                            blocks - spare, blocks))]
+        blocks = Var("even_blocks")
+    steps.append(Let("idle_enough", ge((gemm_slots - shared) * 100, MIN_IDLE_PERCENT * gemm_slots), ctype="bool"))
+    pays = [gt(blocks, shared), le(work, MAX_WORK), Var("idle_enough")]
+    if min_saved_k_tiles:
+        steps.append(Let("saves_enough", ge((gemm_slots - shared) * k_tiles, min_saved_k_tiles * gemm_slots),
+                         ctype="bool"))
+        pays.append(Var("saves_enough"))
+    steps.append(Let("pays", all_of(*pays), ctype="bool",
+                     comment="unless stream-K would not shorten the launch"))
+    return Rule("stream_k_split", ("tiles", "k_tiles", "slots", "batch"), tuple(steps),
+                (("sk_tiles", select(Var("pays"), shared, 0)), ("sk_blocks", select(Var("pays"), blocks, 0))),
+                comment="gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go "
+                        "to\nstream-K blocks, unless that would not shorten the launch.")
+
+
 def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_saved_k_tiles: int = 0,
                    aligned: bool = False) -> StreamKSplit:
     """The split the launcher makes for one GEMM of `batch`: the last wave's T % S tiles go to
@@ -140,20 +182,10 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_sav
     k-tiles below it: LAUNCHED_MIN_SAVED_K_TILES for the launchers that pay launches for it). Blocks
     get at least MIN_K_TILES_PER_BLOCK k-tiles, so a long K (or few tiles) takes every slot and a short
     one fewer; with `aligned` (the wgmma path's persistent stream-K), a long K takes a multiple of the shared
-    tiles where that idles few slots (ALIGN_IDLE_PERCENT)."""
-    slots //= batch
-    if slots < 1:
-        return StreamKSplit(tiles, k_tiles, slots, 0, 0)
-    shared = tiles % slots
-    work = shared * k_tiles
-    blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
-    if aligned and blocks == slots and shared and (slots % shared) * 100 <= ALIGN_IDLE_PERCENT * slots:
-        blocks -= slots % shared
-    idle_enough = (slots - shared) * 100 >= MIN_IDLE_PERCENT * slots
-    saves_enough = (slots - shared) * k_tiles >= min_saved_k_tiles * slots
-    if blocks <= shared or work > MAX_WORK or not idle_enough or not saves_enough:
-        shared = blocks = 0
-    return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
+    tiles where that idles few slots (ALIGN_IDLE_PERCENT). The rule is `stream_k_split_rule`."""
+    split = stream_k_split_rule(min_saved_k_tiles, aligned).evaluate(
+        {"tiles": tiles, "k_tiles": k_tiles, "slots": slots, "batch": batch})
+    return StreamKSplit(tiles, k_tiles, split["gemm_slots"], split["sk_tiles"], split["sk_blocks"])
 
 
 def persistent_blocks(split: StreamKSplit, sms: int) -> int:

@@ -12,10 +12,10 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
+from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, aligned_helper, narrow_flag
+from ..rule import render_func
 from ..plan import KernelPlan
-from ..schedule import (ALIGN_IDLE_PERCENT, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
-                        MIN_K_TILES_PER_BLOCK)
+from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
 from .ctext import OPERANDS, paren
 
 
@@ -47,11 +47,6 @@ def refuses_misaligned(plan: KernelPlan) -> bool:
     one-element accesses to run instead (bounds: exact, wgmma)."""
     vector = plan.launch.requirements.vector_elements
     return plan.launch.entries.scalar is None and any(elements > 1 for elements in vector.values())
-
-
-def narrow_flag(kernel: NarrowKernel) -> str:
-    """The launcher's name for the test that a narrow kernel's accesses are aligned: `aligned_8byte`."""
-    return f"aligned_{kernel.width_bytes}byte"
 
 
 def shape_rule(spec: ir.KernelSpec, exact_tile: tuple[int, int, int] | None) -> str:
@@ -144,18 +139,13 @@ class LauncherEmitter:
                                      "the kernel cannot handle:", *launch_contract(self.plan),
                                      *empty_problem_rule(self.launch.entries.scale_c)]))
 
-    @property
-    def _all_f32(self) -> bool:
-        return all(self.spec.problem.matrix(op).dtype is ir.DType.F32 for op in ir.Operand)
-
     def _emit_aligned_helper(self) -> None:
-        """Whether an operand's vector accesses are aligned; with operands of several element sizes the
-        call gives the operand's element size."""
-        size, parameter = ("4u", "") if self._all_f32 else ("element_bytes", ", unsigned element_bytes")
-        with self.out.block(f"static bool {self.spec.name}_aligned(const void* p, long long ld, long long stride, "
-                            f"int elements{parameter})"):
-            self.out.line(f"return reinterpret_cast<uintptr_t>(p) % ({size} * elements) == 0 && ld % elements == 0 "
-                          "&& stride % elements == 0;")
+        """Whether an operand's vector accesses are aligned (launch_plan.aligned_helper); with operands of several
+        element sizes the call gives the operand's element size."""
+        helper = aligned_helper(f"{self.spec.name}_aligned", self._element_bytes)
+        types = {"p": "const void*", "ld": "long long", "stride": "long long", "elements": "int",
+                 "element_bytes": "unsigned"}
+        render_func(self.out, helper, [f"{types[name]} {name}" for name in helper.params], "bool")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
         """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
@@ -340,63 +330,17 @@ class LauncherEmitter:
                 self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
 
-    def _alignment_test(self, elements: dict[str, int]) -> str:
-        """C test that every operand is aligned for accesses of `elements` (empty: nothing to test)."""
-        spec = self.spec
-        stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
-        size = {op: "" if self._all_f32 else f", {spec.problem.matrix(op).dtype.bytes}" for op in ir.Operand}
-        return " && ".join(f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
-                           f"{elements[op.value]}{size[op]})" for op in ir.Operand if elements[op.value] > 1)
+    @property
+    def _element_bytes(self) -> dict[str, int]:
+        return {op.value: self.spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
 
     def _emit_kernel_choice(self) -> None:
-        """Pick the vector kernel when every vector access is aligned; else the widest narrow kernel whose
-        accesses are (`aligned_8byte`, ...), else the scalar kernel or an error (LaunchPlan.choose_entry)."""
-        o = self.out
-        entries = self.launch.entries
-        tests = self._alignment_test(self.launch.requirements.vector_elements)
-        vector, scalar = entries.vector, entries.scalar
-        if not tests:
-            o.line(f"const auto kernel = {vector};")
-            return
-        o.line(f"const bool vector_aligned = {tests};")
-        if scalar is not None:
-            choice = f"vector_aligned ? {vector} : "
-            if entries.narrow:
-                widths = " or ".join(str(narrow.width_bytes) for narrow in entries.narrow)
-                o.comment("Operands aligned to less than the vector kernel needs run the widest narrow kernel\n"
-                          f"whose accesses they allow (cp.async of {widths} bytes), the scalar kernel otherwise.")
-            for narrow in entries.narrow:
-                o.line(f"const bool {narrow_flag(narrow)} = {self._alignment_test(narrow.vector_elements)};")
-                choice += f"{narrow_flag(narrow)} ? {narrow.entry} : "
-            o.line(f"const auto kernel = {choice}{scalar};")
-            return
-        o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
-        o.line(f"const auto kernel = {vector};")
+        """`kernel`: LaunchPlan.kernel_choice_rule, which the runtime evaluates."""
+        self.launch.kernel_choice_rule(self._element_bytes, f"{self.spec.name}_aligned").render_inline(self.out)
 
 
 def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int, aligned: bool = False) -> None:
-    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split with `min_saved_k_tiles` and `aligned` (a test
-    compiles it and compares)."""
-    o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
-              f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
-              "k-tiles each,\nunless that would not shorten the launch.")
-    with o.block(f"static void {name}_stream_k_split(long long tiles, long long k_tiles, "
-                 "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
-        o.line("*sk_tiles = *sk_blocks = 0;")
-        o.line("slots /= batch;")
-        o.line("if (slots < 1) return;")
-        o.line("const long long shared = tiles % slots;")
-        o.line("const long long work = shared * k_tiles;")
-        o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
-        o.line("if (blocks > slots) blocks = slots;")
-        if aligned:
-            o.line(f"if (blocks == slots && shared > 0 && (slots % shared) * 100 <= {ALIGN_IDLE_PERCENT} * slots) "
-                   "blocks -= slots % shared;")
-        o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-        if min_saved_k_tiles:
-            o.line(f"const bool saves_enough = (slots - shared) * k_tiles >= {min_saved_k_tiles}LL * slots;")
-            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough || !saves_enough) return;")
-        else:
-            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
-        o.line("*sk_tiles = (int)shared;")
-        o.line("*sk_blocks = (int)blocks;")
+    """`NAME_stream_k_split`: schedule.py's stream_k_split_rule with `min_saved_k_tiles` and `aligned`, as C."""
+    stream_k_split_rule(min_saved_k_tiles, aligned).render_function(
+        o, f"{name}_stream_k_split", ("long long tiles", "long long k_tiles", "long long slots", "long long batch"),
+        "int")

@@ -1,0 +1,362 @@
+"""Launch rules, written once: rendered to the C launcher, evaluated by the Python runtime.
+
+A host launcher decides things from a call's sizes and operands (which kernel runs, how a stream-K
+launch splits, how many blocks each launch gets). The Python runtime must decide the same, and the
+analysis predicts the same. So each decision is a `Rule`: named inputs, a list of `Let` bindings (each
+an expression of the inputs and earlier bindings) and `Refuse` steps (the call is refused), built from
+expr.py's integer expressions and the nodes below (comparisons, `&&`, `||`, `!`, `?:`, min, max, ceil-div,
+casts, kernel names). `Rule.render_function` and `Rule.render_inline` print it as C (a `const` local per
+binding, so the launcher reads like hand-written code); `Rule.evaluate` computes it in Python.
+
+Semantics are C's `long long` on the values the rules see: every value is an integer (a comparison is
+0 or 1) and non-negative where it is divided, so C's truncating `/` and `%` equal Python's `//` and `%`;
+`&&`, `||` and `?:` evaluate only what C evaluates. A `Symbol` (a kernel's name) is a value too: C prints
+it, Python gets its name. A rule's inputs and bindings are plain names; C sees them as variables of the
+same names (the function's parameters, or locals of the launcher for an inline rule).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ContextManager, Mapping, Protocol, Sequence, Union
+
+from .expr import Const, Expr, Func, lift
+
+Operand = Union[Expr, int]
+
+# C precedence (higher binds tighter), below expr.py's arithmetic (12-13) and shifts (11).
+_COMPARE_PRECEDENCE = {"<": 10, "<=": 10, ">": 10, ">=": 10, "==": 9, "!=": 9}
+_LOGIC_PRECEDENCE = {"&&": 5, "||": 4}
+_SELECT_PRECEDENCE = 3
+_UNARY_PRECEDENCE = 14
+_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+            ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def _wrap(child: Expr, precedence: int, strict: bool = False) -> str:
+    """`child` as an operand of an operator of `precedence`, in parentheses where C would bind it otherwise
+    (`strict`: also at equal precedence, for a right operand or a mix of relational operators)."""
+    text = child.render()
+    if child.precedence < precedence or (strict and child.precedence == precedence):
+        return f"({text})"
+    return text
+
+
+@dataclass(frozen=True, eq=True)
+class Compare(Expr):
+    """`lhs op rhs`: 1 or 0."""
+
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+    @property
+    def precedence(self) -> int:  # type: ignore[override]
+        return _COMPARE_PRECEDENCE[self.op]
+
+    def render(self) -> str:
+        return f"{_wrap(self.lhs, self.precedence, strict=True)} {self.op} {_wrap(self.rhs, self.precedence, True)}"
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return int(_COMPARE[self.op](self.lhs.evaluate(env), self.rhs.evaluate(env)))
+
+    def variables(self) -> frozenset[str]:
+        return self.lhs.variables() | self.rhs.variables()
+
+
+@dataclass(frozen=True, eq=True)
+class Logic(Expr):
+    """`a && b && ...` or `a || b || ...`, short-circuit as in C: 1 or 0."""
+
+    op: str
+    terms: tuple[Expr, ...]
+
+    @property
+    def precedence(self) -> int:  # type: ignore[override]
+        return _LOGIC_PRECEDENCE[self.op]
+
+    def render(self) -> str:
+        # A mix of && and || gets parentheses: compilers warn about it, readers misread it.
+        return f" {self.op} ".join(f"({t.render()})" if isinstance(t, Logic) or t.precedence < self.precedence
+                                   else t.render() for t in self.terms)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        want = self.op == "&&"
+        for term in self.terms:
+            if bool(term.evaluate(env)) != want:
+                return int(not want)
+        return int(want)
+
+    def variables(self) -> frozenset[str]:
+        return frozenset().union(*(t.variables() for t in self.terms))
+
+
+@dataclass(frozen=True, eq=True)
+class Not(Expr):
+    operand: Expr
+    precedence = _UNARY_PRECEDENCE
+
+    def render(self) -> str:
+        return "!" + _wrap(self.operand, self.precedence)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return int(not self.operand.evaluate(env))
+
+    def variables(self) -> frozenset[str]:
+        return self.operand.variables()
+
+
+@dataclass(frozen=True, eq=True)
+class Select(Expr):
+    """`condition ? then : other`; only the branch taken is evaluated."""
+
+    condition: Expr
+    then: Expr
+    other: Expr
+    precedence = _SELECT_PRECEDENCE
+
+    def render(self) -> str:
+        # a ? b : c ? d : e chains to the right without parentheses, as readers expect
+        other = self.other.render() if isinstance(self.other, Select) else _wrap(self.other, self.precedence, True)
+        return (f"{_wrap(self.condition, self.precedence, True)} ? {_wrap(self.then, self.precedence, True)} : "
+                f"{other}")
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return (self.then if self.condition.evaluate(env) else self.other).evaluate(env)
+
+    def variables(self) -> frozenset[str]:
+        return self.condition.variables() | self.then.variables() | self.other.variables()
+
+
+@dataclass(frozen=True, eq=True)
+class Cast(Expr):
+    """`(ctype)operand`: C widens (or narrows) the value; Python's integers need neither."""
+
+    ctype: str
+    operand: Expr
+    precedence = _UNARY_PRECEDENCE
+
+    def render(self) -> str:
+        return f"({self.ctype})" + _wrap(self.operand, self.precedence)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return self.operand.evaluate(env)
+
+    def variables(self) -> frozenset[str]:
+        return self.operand.variables()
+
+
+@dataclass(frozen=True, eq=True)
+class Symbol(Expr):
+    """A name C knows (a kernel): C prints it, Python evaluates to the name."""
+
+    name: str
+
+    def render(self) -> str:
+        return self.name
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return self.name
+
+    def variables(self) -> frozenset[str]:
+        return frozenset()
+
+
+@dataclass(frozen=True, eq=True)
+class Address(Expr):
+    """A pointer as an integer: C's `reinterpret_cast<uintptr_t>(name)`, Python's env[name] (the address)."""
+
+    name: str
+
+    def render(self) -> str:
+        return f"reinterpret_cast<uintptr_t>({self.name})"
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return env[self.name]
+
+    def variables(self) -> frozenset[str]:
+        return frozenset({self.name})
+
+
+def compare(op: str, lhs: Operand, rhs: Operand) -> Expr:
+    a, b = lift(lhs), lift(rhs)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(int(_COMPARE[op](a.value, b.value)))
+    return Compare(op, a, b)
+
+
+def lt(a: Operand, b: Operand) -> Expr:
+    return compare("<", a, b)
+
+
+def le(a: Operand, b: Operand) -> Expr:
+    return compare("<=", a, b)
+
+
+def gt(a: Operand, b: Operand) -> Expr:
+    return compare(">", a, b)
+
+
+def ge(a: Operand, b: Operand) -> Expr:
+    return compare(">=", a, b)
+
+
+def eq(a: Operand, b: Operand) -> Expr:
+    return compare("==", a, b)
+
+
+def ne(a: Operand, b: Operand) -> Expr:
+    return compare("!=", a, b)
+
+
+def _logic(op: str, terms: Sequence[Operand]) -> Expr:
+    """`op` over `terms`, flattened, with constant terms folded (a true term of && drops out)."""
+    absorbing, identity = (0, 1) if op == "&&" else (1, 0)
+    kept: list[Expr] = []
+    for term in map(lift, terms):
+        if isinstance(term, Const):
+            if bool(term.value) == bool(absorbing):
+                return Const(absorbing)
+            continue
+        kept.extend(term.terms if isinstance(term, Logic) and term.op == op else (term,))
+    if not kept:
+        return Const(identity)
+    return kept[0] if len(kept) == 1 else Logic(op, tuple(kept))
+
+
+def all_of(*terms: Operand) -> Expr:
+    return _logic("&&", terms)
+
+
+def any_of(*terms: Operand) -> Expr:
+    return _logic("||", terms)
+
+
+def not_(operand: Operand) -> Expr:
+    a = lift(operand)
+    return Const(int(not a.value)) if isinstance(a, Const) else Not(a)
+
+
+def select(condition: Operand, then: Operand, other: Operand) -> Expr:
+    c = lift(condition)
+    if isinstance(c, Const):
+        return lift(then) if c.value else lift(other)
+    return Select(c, lift(then), lift(other))
+
+
+def minimum(a: Operand, b: Operand) -> Expr:
+    """min(a, b), as C's `a < b ? a : b` (its operands should be names or constants: C repeats them)."""
+    return select(lt(a, b), a, b)
+
+
+def maximum(a: Operand, b: Operand) -> Expr:
+    return select(gt(a, b), a, b)
+
+
+def ceil_div(a: Operand, b: int) -> Expr:
+    """ceil(a / b) for a >= 0 and a constant b >= 1: `(a + b - 1) / b`."""
+    return (lift(a) + (b - 1)) // b
+
+
+def cast(ctype: str, operand: Operand) -> Expr:
+    return Cast(ctype, lift(operand))
+
+
+# --- rules -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Let:
+    """`const ctype name = value;`, with a comment saying what it is."""
+
+    name: str
+    value: Expr
+    ctype: str = "long long"
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """The call is refused where `condition` holds: the C launcher returns `cudaErrorInvalidValue` and
+    launches nothing; `Rule.evaluate` raises `Refused`."""
+
+    condition: Expr
+    comment: str | None = None
+
+
+class Refused(Exception):
+    """A rule refused its inputs (a `Refuse` step held)."""
+
+
+class Lines(Protocol):
+    def line(self, text: str = "") -> None: ...
+
+    def comment(self, text: str) -> None: ...
+
+    def block(self, header: str) -> ContextManager[None]: ...
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A launch decision: `inputs`, then `steps` in order, then `outputs` (name, expression) read off."""
+
+    name: str
+    inputs: tuple[str, ...]
+    steps: tuple[Union[Let, Refuse], ...]
+    outputs: tuple[tuple[str, Expr], ...] = ()
+    comment: str | None = None
+
+    def __post_init__(self) -> None:
+        known = set(self.inputs)
+        for step in self.steps:
+            missing = step.value.variables() - known if isinstance(step, Let) else step.condition.variables() - known
+            assert not missing, f"rule {self.name}: {sorted(missing)} used before bound"
+            if isinstance(step, Let):
+                assert step.name not in known, f"rule {self.name}: {step.name} bound twice"
+                known.add(step.name)
+        for _, value in self.outputs:
+            assert value.variables() <= known, f"rule {self.name}: an output reads an unbound name"
+
+    def evaluate(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Every binding and output for `inputs` (a name each); raises `Refused` where a `Refuse` holds."""
+        env = {name: inputs[name] for name in self.inputs}
+        for step in self.steps:
+            if isinstance(step, Refuse):
+                if step.condition.evaluate(env):
+                    raise Refused(step.comment or self.name)
+            else:
+                env[step.name] = step.value.evaluate(env)
+        env.update((name, value.evaluate(env)) for name, value in self.outputs)
+        return env
+
+    def render_inline(self, o: Lines, refuse: str = "return cudaErrorInvalidValue;") -> None:
+        """The steps as statements of the enclosing C function, whose variables hold the inputs."""
+        if self.comment:
+            o.comment(self.comment)
+        self._render_steps(o, refuse)
+
+    def _render_steps(self, o: Lines, refuse: str) -> None:
+        for step in self.steps:
+            if step.comment:
+                o.comment(step.comment)
+            if isinstance(step, Refuse):
+                o.line(f"if ({step.condition.render()}) {refuse}")
+            else:
+                o.line(f"const {step.ctype} {step.name} = {step.value.render()};")
+
+    def render_function(self, o: Lines, c_name: str, parameters: Sequence[str], output_type: str) -> None:
+        """`static void c_name(parameters..., output_type* out...)`: the steps, then each output through its
+        pointer. `parameters` declares the inputs in order (`long long tiles`, ...)."""
+        assert not any(isinstance(step, Refuse) for step in self.steps), "a function rule has no refusal"
+        outputs = ", ".join(f"{output_type}* {name}" for name, _ in self.outputs)
+        if self.comment:
+            o.comment(self.comment)
+        with o.block(f"static void {c_name}({', '.join(parameters)}, {outputs})"):
+            self._render_steps(o, "return;")
+            for name, value in self.outputs:
+                o.line(f"*{name} = ({output_type})" + _wrap(value, _UNARY_PRECEDENCE) + ";")
+
+
+def render_func(o: Lines, func: Func, parameters: Sequence[str], return_type: str) -> None:
+    """`static return_type name(parameters...) { return body; }`: a helper the rules call (expr.Call)."""
+    with o.block(f"static {return_type} {func.name}({', '.join(parameters)})"):
+        o.line(f"return {func.body.render()};")

@@ -1,0 +1,230 @@
+"""Launch rules (gemmdsl/rule.py): what a rule renders as C computes what it evaluates to in Python.
+
+Each rule is compiled with the host compiler in a harness that reads inputs and prints every binding, and
+run on inputs hypothesis draws; the launchers print these very rules, so the C launcher and the runtime
+decide alike. Random expressions test the renderer itself (precedence, short-circuit, ?:, casts)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gemmdsl import ir
+from gemmdsl.compiler import compile_path
+from gemmdsl.emitter import Emitter
+from gemmdsl.expr import Const, Expr, Var
+from gemmdsl.rule import (Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum,
+                          ne, not_, select)
+from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
+
+HARNESS = r"""
+#include <cstdint>
+#include <cstdio>
+%(symbols)s
+%(helpers)s
+%(function)s
+int main() {
+    long long in[%(count)d];
+    for (;;) {
+        for (int i = 0; i < %(count)d; ++i)
+            if (std::scanf("%%lld", &in[i]) != 1) return 0;
+%(declarations)s
+%(body)s
+        std::printf("\n");
+    }
+}
+"""
+
+
+def harness(rule: Rule, pointers: tuple[str, ...] = (), helpers: Emitter | None = None,
+            function: tuple[str, str] | None = None, symbols: tuple[str, ...] = ()) -> str:
+    """A C++ program that reads the rule's inputs (one line each call) and prints its bindings, `refused`
+    for a refused call; with `function` (C name, output type), the rule as a function and its outputs."""
+    declarations = "\n".join(
+        f"        const void* {name} = (const void*)(uintptr_t)in[{i}];" if name in pointers
+        else f"        const long long {name} = in[{i}];" for i, name in enumerate(rule.inputs))
+    body = Emitter()
+    body._depth = 2
+    printed: list[tuple[str, str]] = []
+    source = Emitter()
+    if function is None:
+        rule.render_inline(body, refuse='{ std::printf("refused\\n"); continue; }')
+        printed = [(step.name, step.ctype) for step in rule.steps if isinstance(step, Let)]
+    else:
+        c_name, output_type = function
+        rule.render_function(source, c_name, [f"long long {name}" for name in rule.inputs], output_type)
+        body.line(f"{output_type} " + ", ".join(f"{name} = 0" for name, _ in rule.outputs) + ";")
+        body.line(f"{c_name}({', '.join([*rule.inputs, *(f'&{name}' for name, _ in rule.outputs)])});")
+        printed = [(name, output_type) for name, _ in rule.outputs]
+    for name, ctype in printed:
+        body.line(f'std::printf("%s ", {name});' if ctype == "auto" else f'std::printf("%lld ", (long long){name});')
+    return HARNESS % {"symbols": "\n".join(f'static const char* const {s} = "{s}";' for s in symbols),
+                      "helpers": helpers.text() if helpers else "", "function": source.text(),
+                      "count": len(rule.inputs), "declarations": declarations, "body": body.text()}
+
+
+def build(source: str, directory: Path, strict: bool = True) -> Path:
+    """The harness, compiled; `strict`: warnings fail it (random expressions compare a name with itself)."""
+    (directory / "rule.cpp").write_text(source)
+    warnings = ["-Wall", "-Werror", "-Wno-unused-variable"] if strict else []
+    subprocess.run(["g++", "-std=c++17", "-O1", *warnings, "-o", "rule", "rule.cpp"], cwd=directory, check=True)
+    return directory / "rule"
+
+
+def run(binary: Path, cases: list[tuple[int, ...]]) -> list[str]:
+    stdin = "".join(" ".join(map(str, case)) + "\n" for case in cases)
+    return subprocess.run([str(binary)], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def expected(rule: Rule, case: tuple[int, ...], names: list[str]) -> str:
+    try:
+        values = rule.evaluate(dict(zip(rule.inputs, case)))
+    except Refused:
+        return "refused"
+    return "".join(f"{int(values[n]) if not isinstance(values[n], str) else values[n]} " for n in names)
+
+
+# --- the renderer on random expressions -------------------------------------------------------------
+
+LEAVES = st.one_of(st.sampled_from([Var("x"), Var("y"), Var("z")]), st.integers(0, 100).map(Const))
+
+
+def _grow(children: st.SearchStrategy) -> st.SearchStrategy:
+    small = st.integers(1, 100)
+    nonnegative = children.map(lambda e: maximum(e, 0))  # C's / and % equal Python's on non-negative values
+    return st.one_of(
+        st.tuples(children, children).map(lambda p: p[0] + p[1]),
+        st.tuples(children, children).map(lambda p: p[0] - p[1]),
+        st.tuples(children, small).map(lambda p: p[0] * p[1]),
+        st.tuples(nonnegative, small).map(lambda p: p[0] // p[1]),
+        st.tuples(nonnegative, small).map(lambda p: p[0] % p[1]),
+        st.tuples(nonnegative, small).map(lambda p: ceil_div(*p)),
+        st.tuples(children, children).map(lambda p: minimum(*p)),
+        st.tuples(children, children).map(lambda p: maximum(*p)),
+        st.tuples(st.sampled_from([lt, le, gt, ge, eq, ne]), children, children).map(lambda p: p[0](p[1], p[2])),
+        st.lists(children, min_size=2, max_size=3).map(lambda terms: all_of(*terms)),
+        st.lists(children, min_size=2, max_size=3).map(lambda terms: any_of(*terms)),
+        children.map(not_),
+        st.tuples(children, children, children).map(lambda p: select(*p)),
+        children.map(lambda e: cast("long long", e)),
+    )
+
+
+EXPRESSIONS = st.recursive(LEAVES, _grow, max_leaves=6)
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # min and max repeat their operands
+@settings(max_examples=8, deadline=None)
+@given(expressions=st.lists(EXPRESSIONS, min_size=6, max_size=10),
+       cases=st.lists(st.tuples(*[st.integers(0, 1 << 16)] * 3), min_size=1, max_size=60))
+def test_a_rendered_expression_computes_what_python_evaluates(tmp_path_factory, expressions, cases):
+    """Products of leaves with constants stay far inside long long; divisors are positive constants."""
+    rule = Rule("random", ("x", "y", "z"), tuple(Let(f"e{i}", e) for i, e in enumerate(expressions)))
+    binary = build(harness(rule), tmp_path_factory.mktemp("random"), strict=False)
+    names = [f"e{i}" for i in range(len(expressions))]
+    assert run(binary, cases) == [expected(rule, case, names) for case in cases]
+
+
+def test_the_renderer_keeps_c_precedence_and_folds_constants():
+    x, y = Var("x"), Var("y")
+    assert select(lt(x, y), x - y, y - x).render() == "x < y ? x - y : y - x"
+    assert (x - (y - 1)).render() == "x - (y - 1)"
+    assert all_of(any_of(lt(x, 1), gt(y, 2)), not_(eq(x, y))).render() == "(x < 1 || y > 2) && !(x == y)"
+    assert (select(gt(x, 0), 1, 2) + 3).render() == "(x > 0 ? 1 : 2) + 3"
+    assert all_of(1, lt(x, y), Const(1)).render() == "x < y"
+    assert any_of(0, Const(1), lt(x, y)) == Const(1)
+    assert select(lt(x, y), 1, select(gt(x, y), 2, 3)).render() == "x < y ? 1 : x > y ? 2 : 3"
+
+
+def test_a_refusal_stops_the_rule():
+    rule = Rule("refusing", ("x",), (Let("half", Var("x") // 2), Refuse(gt(Var("half"), 3)), Let("twice", Var("x") * 2)))
+    assert rule.evaluate({"x": 6})["twice"] == 12
+    with pytest.raises(Exception, match="refusing"):
+        rule.evaluate({"x": 8})
+
+
+def test_a_binding_must_come_after_what_it_reads():
+    with pytest.raises(AssertionError, match="before bound"):
+        Rule("unordered", ("x",), (Let("a", Var("b") + 1), Let("b", Var("x"))))
+
+
+# --- the launchers' rules ---------------------------------------------------------------------------
+
+SPLIT_CASES = st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 2**23), st.integers(1, 600),
+                                 st.integers(1, 70000)), min_size=1, max_size=200)
+
+
+@pytest.mark.parametrize("floor, aligned", [(0, False), (LAUNCHED_MIN_SAVED_K_TILES, False), (0, True)],
+                         ids=["tiles", "launched", "persistent"])
+def test_the_stream_k_split_the_launchers_print_splits_as_python_does(tmp_path_factory, floor, aligned):
+    """schedule.stream_k_split_rule as NAME_stream_k_split (the FMA and mma.sync launchers' floor, the wgmma
+    path's aligned split), against `stream_k_split` on inputs up to a million tiles of 2^23 k-tiles."""
+    rule = stream_k_split_rule(floor, aligned)
+    binary = build(harness(rule, function=("split", "int")), tmp_path_factory.mktemp("split"))
+
+    @settings(max_examples=30, deadline=None)
+    @given(cases=SPLIT_CASES)
+    def check(cases):
+        got = [tuple(map(int, line.split())) for line in run(binary, cases)]
+        splits = [stream_k_split(*case, min_saved_k_tiles=floor, aligned=aligned) for case in cases]
+        assert got == [(split.sk_tiles, split.sk_blocks) for split in splits]
+
+    check()
+
+
+def test_the_launchers_print_the_stream_k_split_rule():
+    """The FMA path's launcher and the wgmma path's each print the rule with their own floor and alignment."""
+    for name, floor, aligned in (("sgemm_h100", LAUNCHED_MIN_SAVED_K_TILES, False), ("sgemm_3xtf32_h100_sk", 0, True)):
+        o = Emitter()
+        stream_k_split_rule(floor, aligned).render_function(
+            o, f"{name}_stream_k_split", [f"long long {n}" for n in ("tiles", "k_tiles", "slots", "batch")], "int")
+        assert o.text() in compile_path(ROOT / "specs" / f"{name}.gemm").cuda
+
+
+CHOICE_SPECS = ["hgemm_h100_f16_any", "checked_64x64", "sgemm_v1", "batched_v3"]
+
+
+@pytest.mark.parametrize("name", CHOICE_SPECS)
+def test_the_kernel_choice_the_launcher_prints_chooses_as_python_does(tmp_path_factory, name):
+    """LaunchPlan.kernel_choice_rule as the launcher prints it (with its alignment helper), on addresses and
+    leading dimensions of every residue: narrow rungs (hgemm_h100_f16_any), a scalar fallback (checked), a
+    refusal (sgemm_v1: bounds exact), batch strides (batched_v3)."""
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    launch, spec = artifacts.plan.launch, artifacts.spec
+    element_bytes = {op.value: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
+    rule = launch.kernel_choice_rule(element_bytes, f"{name}_aligned")
+    rendered = Emitter()
+    rule.render_inline(rendered)
+    assert _dedented(rendered.text()) in _dedented(artifacts.cuda)
+    helper = artifacts.cuda[artifacts.cuda.index(f"static bool {name}_aligned("):]
+    helper = helper[:helper.index("\n}\n") + 3]
+    binary = build(harness(rule, pointers=("A", "B", "C"), helpers=_text(helper), symbols=launch.entries.all()),
+                   tmp_path_factory.mktemp("choice"))
+    names = [step.name for step in rule.steps if isinstance(step, Let)]
+    operand = st.tuples(st.integers(0, 1 << 20).map(lambda a: (1 << 40) + a), st.integers(0, 4096),
+                        st.integers(0, 1 << 20))
+
+    @settings(max_examples=20, deadline=None)
+    @given(operands=st.lists(st.tuples(operand, operand, operand), min_size=1, max_size=100))
+    def check(operands):
+        cases = [tuple(value for pointer, ld, stride in triple
+                       for value in (pointer, ld, *((stride,) if launch.batched else ()))) for triple in operands]
+        assert run(binary, cases) == [expected(rule, case, names) for case in cases]
+
+    check()
+
+
+def _text(text: str) -> Emitter:
+    o = Emitter()
+    o.lines(text)
+    return o
+
+
+def _dedented(text: str) -> str:
+    return "\n".join(line.strip() for line in text.splitlines())
