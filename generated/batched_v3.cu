@@ -1734,7 +1734,7 @@ extern "C" __global__ void __launch_bounds__(256) batched_v3_scale_c(float* C, i
 // chain if any, with batched_v3_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool batched_v3_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, float* C, int ldc, long long stride_c, int M, int N, int K, int batch, float alpha, float beta, cudaStream_t stream) {

@@ -1819,25 +1819,26 @@ extern "C" __global__ void __launch_bounds__(256) checked_32x128_scale_c(float* 
 // chain if any, with checked_32x128_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool checked_32x128_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void checked_32x128_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {

@@ -2721,22 +2721,25 @@ static cudaError_t hgemm_h100_bf16c_64x128_sk_tensor_maps(const void* A, int lda
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void hgemm_h100_bf16c_64x128_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? even_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -5153,8 +5156,8 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_bf16c_any_scale_c(_
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_bf16c_any_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
-static bool hgemm_h100_bf16c_any_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
-    return reinterpret_cast<uintptr_t>(p) % (element_bytes * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+static bool hgemm_h100_bf16c_any_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t hgemm_h100_bf16c_any_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -5174,11 +5177,11 @@ extern "C" cudaError_t hgemm_h100_bf16c_any_launch_ld(const __nv_bfloat16* A, in
     if (lda > 16777215 || ldb > 16777215) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = hgemm_h100_bf16c_any_aligned(A, lda, 0, 8, 2) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 8, 2) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2, 2);
+    const bool vector_aligned = hgemm_h100_bf16c_any_aligned(A, lda, 0, 8) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 8) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2);
     // Operands aligned to less than the vector kernel needs run the widest narrow kernel
     // whose accesses they allow (cp.async of 8 or 4 bytes), the scalar kernel otherwise.
-    const bool aligned_8byte = hgemm_h100_bf16c_any_aligned(A, lda, 0, 4, 2) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 4, 2) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2, 2);
-    const bool aligned_4byte = hgemm_h100_bf16c_any_aligned(A, lda, 0, 2, 2) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 2, 2) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2, 2);
+    const bool aligned_8byte = hgemm_h100_bf16c_any_aligned(A, lda, 0, 4) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 4) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2);
+    const bool aligned_4byte = hgemm_h100_bf16c_any_aligned(A, lda, 0, 2) && hgemm_h100_bf16c_any_aligned(B, ldb, 0, 2) && hgemm_h100_bf16c_any_aligned(C, ldc, 0, 2);
     const auto kernel = vector_aligned ? hgemm_h100_bf16c_any_kernel : aligned_8byte ? hgemm_h100_bf16c_any_kernel_8byte : aligned_4byte ? hgemm_h100_bf16c_any_kernel_4byte : hgemm_h100_bf16c_any_kernel_scalar;
     const size_t smem_bytes = 65536;
     if (smem_bytes > 48 * 1024) {

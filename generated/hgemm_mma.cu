@@ -2334,7 +2334,7 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_mma_scale_c(float* C, in
 // chain if any, with hgemm_mma_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool hgemm_mma_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
-    return reinterpret_cast<uintptr_t>(p) % (element_bytes * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * element_bytes) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t hgemm_mma_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {

@@ -2299,8 +2299,8 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_mma_bf16c_scale_c(__nv_b
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_mma_bf16c_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
-static bool hgemm_mma_bf16c_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
-    return reinterpret_cast<uintptr_t>(p) % (element_bytes * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+static bool hgemm_mma_bf16c_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t hgemm_mma_bf16c_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -2320,11 +2320,11 @@ extern "C" cudaError_t hgemm_mma_bf16c_launch_ld(const __nv_bfloat16* A, int lda
     if (lda > 16777215 || ldb > 67108863) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = hgemm_mma_bf16c_aligned(A, lda, 0, 8, 2) && hgemm_mma_bf16c_aligned(B, ldb, 0, 8, 2) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2, 2);
+    const bool vector_aligned = hgemm_mma_bf16c_aligned(A, lda, 0, 8) && hgemm_mma_bf16c_aligned(B, ldb, 0, 8) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2);
     // Operands aligned to less than the vector kernel needs run the widest narrow kernel
     // whose accesses they allow (cp.async of 8 or 4 bytes), the scalar kernel otherwise.
-    const bool aligned_8byte = hgemm_mma_bf16c_aligned(A, lda, 0, 4, 2) && hgemm_mma_bf16c_aligned(B, ldb, 0, 4, 2) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2, 2);
-    const bool aligned_4byte = hgemm_mma_bf16c_aligned(A, lda, 0, 2, 2) && hgemm_mma_bf16c_aligned(B, ldb, 0, 2, 2) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2, 2);
+    const bool aligned_8byte = hgemm_mma_bf16c_aligned(A, lda, 0, 4) && hgemm_mma_bf16c_aligned(B, ldb, 0, 4) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2);
+    const bool aligned_4byte = hgemm_mma_bf16c_aligned(A, lda, 0, 2) && hgemm_mma_bf16c_aligned(B, ldb, 0, 2) && hgemm_mma_bf16c_aligned(C, ldc, 0, 2);
     const auto kernel = vector_aligned ? hgemm_mma_bf16c_kernel : aligned_8byte ? hgemm_mma_bf16c_kernel_8byte : aligned_4byte ? hgemm_mma_bf16c_kernel_4byte : hgemm_mma_bf16c_kernel_scalar;
     const size_t smem_bytes = 65536;
     if (smem_bytes > 48 * 1024) {

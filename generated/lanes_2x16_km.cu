@@ -196,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(256) lanes_2x16_km_scale_c(float* C
 // chain if any, with lanes_2x16_km_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool lanes_2x16_km_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t lanes_2x16_km_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {

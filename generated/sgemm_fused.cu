@@ -1124,7 +1124,7 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_fused_scale_c(float* C, 
 // chain if any, with sgemm_fused_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool sgemm_fused_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t sgemm_fused_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, const float* bias, const float* R, int ldr, float alpha, float beta, cudaStream_t stream) {
