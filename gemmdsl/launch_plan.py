@@ -16,10 +16,11 @@ from dataclasses import dataclass, fields
 
 from .abi import Parameter
 from .expr import Const, Expr, Func, Var
-from .rule import Address, Let, Refuse, Refused, Rule, Symbol, all_of, eq, not_, select
+from .rule import (Address, Apply, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div, eq, gt, ne,
+                   not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
-                       interior_split_pays, persistent_blocks)
+                       interior_split_pays, persistent_blocks, stream_k_split_rule)
 
 
 SCALE_C_THREADS = 256  # the K = 0 kernel's block
@@ -277,6 +278,32 @@ class LaunchPlan:
             return self.kernel_choice_rule(element_bytes).evaluate(operands)["kernel"]
         except Refused:
             raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback") from None
+
+    def stream_k_launch_rule(self, alpha_beta: bool, split: str = "stream_k_split") -> Rule:
+        """How a launched stream-K call (StreamKLaunch.LAUNCHED) divides its tiles: the split
+        (schedule.stream_k_split_rule with LAUNCHED_MIN_SAVED_K_TILES, C's function `split`) on this GPU's
+        SMs x resident blocks, then the grids of its kernels: `prepare_blocks` tiles of C set to beta * C first
+        (none where beta is 1), `sk_blocks` stream-K blocks, `plain_blocks` tiles for the plain kernel. Inputs:
+        `blocks` (tiles of one GEMM), `K`, `sms`, `per_sm`, `batch` (batched kernels) and `beta` (a float)."""
+        tiles, sk_tiles = Var("blocks"), Var("sk_tiles")
+        batch = Var("batch") if self.batched else Const(1)
+        keeps_c = ne(Var("beta"), Literal("1.0f", 1.0)) if alpha_beta else Const(1)
+        steps = (Let("slots", cast("long long", Var("sms")) * Var("per_sm")),
+                 Apply(stream_k_split_rule(LAUNCHED_MIN_SAVED_K_TILES), split,
+                       (tiles, ceil_div(Var("K"), self.block_tile[2]), Var("slots"), batch)),
+                 Let("prepare_blocks", select(all_of(gt(sk_tiles, 0), keeps_c), sk_tiles, 0),
+                     comment="The shared tiles of C are set to beta * C first" +
+                             (", unless beta is 1." if alpha_beta else " (to 0: the epilogue stores).")),
+                 Let("plain_blocks", tiles - sk_tiles, comment="The plain kernel computes the other tiles."))
+        return Rule("stream_k_launch", ("blocks", "K", "sms", "per_sm", *(("batch",) if self.batched else ()),
+                                        "beta"), steps)
+
+    def stream_k_launch(self, m: int, n: int, k: int, batch: int, sms: int, per_sm: int, beta: float,
+                        alpha_beta: bool) -> dict[str, int]:
+        """stream_k_launch_rule evaluated for a call: sk_tiles, sk_blocks, prepare_blocks and plain_blocks."""
+        values = self.stream_k_launch_rule(alpha_beta).evaluate(
+            {"blocks": self.tiles(m, n), "K": k, "sms": sms, "per_sm": per_sm, "batch": batch, "beta": beta})
+        return {name: values[name] for name in ("sk_tiles", "sk_blocks", "prepare_blocks", "plain_blocks")}
 
     def stream_k_entry(self, entry: str) -> str | None:
         """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel,

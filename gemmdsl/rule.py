@@ -177,6 +177,23 @@ class Address(Expr):
         return frozenset({self.name})
 
 
+@dataclass(frozen=True, eq=True)
+class Literal(Expr):
+    """A constant C spells its own way (`1.0f`): C prints `text`, Python evaluates to `value`."""
+
+    text: str
+    value: Any
+
+    def render(self) -> str:
+        return self.text
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return self.value
+
+    def variables(self) -> frozenset[str]:
+        return frozenset()
+
+
 def compare(op: str, lhs: Operand, rhs: Operand) -> Expr:
     a, b = lift(lhs), lift(rhs)
     if isinstance(a, Const) and isinstance(b, Const):
@@ -283,6 +300,22 @@ class Refuse:
     comment: str | None = None
 
 
+@dataclass(frozen=True)
+class Apply:
+    """Another rule's outputs, bound under their names: C calls the rule's function (`render_function` as
+    `c_name`, outputs of `output_type` through pointers), Python evaluates it on `arguments`."""
+
+    rule: "Rule"
+    c_name: str
+    arguments: tuple[Expr, ...]
+    output_type: str = "int"
+    comment: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.rule.outputs)
+
+
 class Refused(Exception):
     """A rule refused its inputs (a `Refuse` step held)."""
 
@@ -301,18 +334,18 @@ class Rule:
 
     name: str
     inputs: tuple[str, ...]
-    steps: tuple[Union[Let, Refuse], ...]
+    steps: tuple[Union[Let, Refuse, Apply], ...]
     outputs: tuple[tuple[str, Expr], ...] = ()
     comment: str | None = None
 
     def __post_init__(self) -> None:
         known = set(self.inputs)
         for step in self.steps:
-            missing = step.value.variables() - known if isinstance(step, Let) else step.condition.variables() - known
+            missing = _reads(step) - known
             assert not missing, f"rule {self.name}: {sorted(missing)} used before bound"
-            if isinstance(step, Let):
-                assert step.name not in known, f"rule {self.name}: {step.name} bound twice"
-                known.add(step.name)
+            for name in _binds(step):
+                assert name not in known, f"rule {self.name}: {name} bound twice"
+                known.add(name)
         for _, value in self.outputs:
             assert value.variables() <= known, f"rule {self.name}: an output reads an unbound name"
 
@@ -323,6 +356,9 @@ class Rule:
             if isinstance(step, Refuse):
                 if step.condition.evaluate(env):
                     raise Refused(step.comment or self.name)
+            elif isinstance(step, Apply):
+                inner = step.rule.evaluate(dict(zip(step.rule.inputs, (a.evaluate(env) for a in step.arguments))))
+                env.update((name, inner[name]) for name in step.names)
             else:
                 env[step.name] = step.value.evaluate(env)
         env.update((name, value.evaluate(env)) for name, value in self.outputs)
@@ -340,6 +376,10 @@ class Rule:
                 o.comment(step.comment)
             if isinstance(step, Refuse):
                 o.line(f"if ({step.condition.render()}) {refuse}")
+            elif isinstance(step, Apply):
+                o.line(f"{step.output_type} " + ", ".join(f"{name} = 0" for name in step.names) + ";")
+                arguments = [a.render() for a in step.arguments] + [f"&{name}" for name in step.names]
+                o.line(f"{step.c_name}({', '.join(arguments)});")
             else:
                 o.line(f"const {step.ctype} {step.name} = {step.value.render()};")
 
@@ -354,6 +394,18 @@ class Rule:
             self._render_steps(o, "return;")
             for name, value in self.outputs:
                 o.line(f"*{name} = ({output_type})" + _wrap(value, _UNARY_PRECEDENCE) + ";")
+
+
+def _reads(step: Union[Let, Refuse, Apply]) -> frozenset[str]:
+    if isinstance(step, Let):
+        return step.value.variables()
+    if isinstance(step, Refuse):
+        return step.condition.variables()
+    return frozenset().union(*(a.variables() for a in step.arguments))
+
+
+def _binds(step: Union[Let, Refuse, Apply]) -> tuple[str, ...]:
+    return (step.name,) if isinstance(step, Let) else step.names if isinstance(step, Apply) else ()
 
 
 def render_func(o: Lines, func: Func, parameters: Sequence[str], return_type: str) -> None:

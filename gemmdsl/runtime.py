@@ -1134,28 +1134,30 @@ class Kernel:
             return bound((launch,), allocations=allocations + workspace)
         args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
         smem = self.dynamic_smem_bytes
-        split = None
+        grids = None
         if stream_k and req.launch.stream_k is not None:
-            split = req.launch.split_for(call.m, call.n, call.k, call.batch, loaded.sms,
-                                         self._blocks_per_sm(loaded, call.entry))
-        if split is None or not split.sk_tiles:
+            grids = req.launch.stream_k_launch(call.m, call.n, call.k, call.batch, loaded.sms,
+                                               self._blocks_per_sm(loaded, call.entry), numpy.float32(beta),
+                                               req.epilogue == "alpha_beta")
+        if grids is None or not grids["sk_tiles"]:
             return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior, chain))
-        # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
+        # The launcher's steps (emit/launcher.py's stream-K launch, LaunchPlan.stream_k_launch_rule), in the same
+        # order, over the batch.
         launches = []
-        if not (req.epilogue == "alpha_beta" and beta == 1.0):
+        sk_tiles = numpy.int32(grids["sk_tiles"])
+        if grids["prepare_blocks"]:
             beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
             c_view = call.views["C"]
             prepare_args = (numpy.uint64(c_view.pointer), numpy.int32(call.m), numpy.int32(call.n),
                             numpy.int32(c_view.ld), beta_first)
             if req.batched:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
-            launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare], (split.sk_tiles, 1, call.batch),
-                                         block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
+            launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare],
+                                         (grids["prepare_blocks"], 1, call.batch), block, prepare_args + (sk_tiles,), 0))
         launches.append(KernelLaunch(loaded.functions[req.launch.stream_k_entry(call.entry)],
-                                     (split.sk_blocks, 1, call.batch),
-                                     block, args + (numpy.int32(split.sk_tiles),), smem))
-        if split.dp_tiles:
-            launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
+                                     (grids["sk_blocks"], 1, call.batch), block, args + (sk_tiles,), smem))
+        if grids["plain_blocks"]:
+            launches.append(KernelLaunch(function, (grids["plain_blocks"], 1, call.batch), block, args, smem))
         return bound(tuple(launches))
 
     def _empty_problem_launches(self, loaded: DeviceModule, call: CheckedCall, beta: float,

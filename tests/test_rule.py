@@ -16,7 +16,7 @@ from gemmdsl import ir
 from gemmdsl.compiler import compile_path
 from gemmdsl.emitter import Emitter
 from gemmdsl.expr import Const, Expr, Var
-from gemmdsl.rule import (Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum,
+from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum,
                           ne, not_, select)
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
 
@@ -55,7 +55,7 @@ def harness(rule: Rule, pointers: tuple[str, ...] = (), helpers: Emitter | None 
     source = Emitter()
     if function is None:
         rule.render_inline(body, refuse='{ std::printf("refused\\n"); continue; }')
-        printed = [(step.name, step.ctype) for step in rule.steps if isinstance(step, Let)]
+        printed = bindings(rule)
     else:
         c_name, output_type = function
         rule.render_function(source, c_name, [f"long long {name}" for name in rule.inputs], output_type)
@@ -67,6 +67,13 @@ def harness(rule: Rule, pointers: tuple[str, ...] = (), helpers: Emitter | None 
     return HARNESS % {"symbols": "\n".join(f'static const char* const {s} = "{s}";' for s in symbols),
                       "helpers": helpers.text() if helpers else "", "function": source.text(),
                       "count": len(rule.inputs), "declarations": declarations, "body": body.text()}
+
+
+def bindings(rule: Rule) -> list[tuple[str, str]]:
+    """(name, C type) of every binding of the rule, in order."""
+    return [pair for step in rule.steps
+            for pair in ([(step.name, step.ctype)] if isinstance(step, Let) else
+                         [(name, step.output_type) for name in step.names] if isinstance(step, Apply) else [])]
 
 
 def build(source: str, directory: Path, strict: bool = True) -> Path:
@@ -206,7 +213,7 @@ def test_the_kernel_choice_the_launcher_prints_chooses_as_python_does(tmp_path_f
     helper = helper[:helper.index("\n}\n") + 3]
     binary = build(harness(rule, pointers=("A", "B", "C"), helpers=_text(helper), symbols=launch.entries.all()),
                    tmp_path_factory.mktemp("choice"))
-    names = [step.name for step in rule.steps if isinstance(step, Let)]
+    names = [name for name, _ in bindings(rule)]
     operand = st.tuples(st.integers(0, 1 << 20).map(lambda a: (1 << 40) + a), st.integers(0, 4096),
                         st.integers(0, 1 << 20))
 
@@ -228,3 +235,36 @@ def _text(text: str) -> Emitter:
 
 def _dedented(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines())
+
+
+@pytest.mark.parametrize("name", ["sgemm_h100", "sgemm_any", "checked_128x32"])
+def test_the_stream_k_launch_the_launcher_prints_launches_as_python_does(tmp_path_factory, name):
+    """LaunchPlan.stream_k_launch_rule (the split on SMs x resident blocks, then the prepare, stream-K and plain
+    kernels' grids) as the launcher prints it, with the split's function it calls, against its evaluation."""
+    artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
+    launch, spec = artifacts.plan.launch, artifacts.spec
+    alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+    rule = launch.stream_k_launch_rule(alpha_beta, f"{name}_stream_k_split")
+    rendered = Emitter()
+    rule.render_inline(rendered)
+    assert _dedented(rendered.text()) in _dedented(artifacts.cuda)
+    split = Emitter()
+    stream_k_split_rule(LAUNCHED_MIN_SAVED_K_TILES).render_function(
+        split, f"{name}_stream_k_split", [f"long long {n}" for n in ("tiles", "k_tiles", "slots", "batch")], "int")
+    # beta arrives as a float: the harness reads it as a whole number of 64ths
+    beta = f"const long long beta = in[{len(rule.inputs) - 1}];"
+    source = harness(rule, helpers=split)
+    assert beta in source
+    source = source.replace(beta, f"const float beta = (float)in[{len(rule.inputs) - 1}] / 64;")
+    binary = build(source, tmp_path_factory.mktemp("launch"))
+    names = [name for name, _ in bindings(rule)]
+
+    @settings(max_examples=20, deadline=None)
+    @given(cases=st.lists(st.tuples(st.integers(1, 10**5), st.integers(1, 2**20), st.integers(1, 200),
+                                    st.integers(1, 8), *((st.integers(1, 300),) if launch.batched else ()),
+                                    st.sampled_from([0, 32, 64, 96])), min_size=1, max_size=100))
+    def check(cases):
+        as_python = [case[:-1] + (case[-1] / 64,) for case in cases]
+        assert run(binary, cases) == [expected(rule, case, names) for case in as_python]
+
+    check()

@@ -155,23 +155,18 @@ class LauncherEmitter:
         threads, entries = launch.threads, launch.entries
         o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
         self._emit_slots()
-        o.line("int sk_tiles = 0, sk_blocks = 0;")
-        batch = "batch" if spec.problem.batched else "1"
-        k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
-        o.line(f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
-               "&sk_blocks);")
+        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        launch.stream_k_launch_rule(alpha_beta, f"{spec.name}_stream_k_split").render_inline(o)
         z = "(unsigned)batch" if spec.problem.batched else "1"
         stride_c = ", stride_c" if spec.problem.batched else ""
-        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
-        condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
             self._emit_tiles_launch(slots_known=True)
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
-        with o.block(f"if ({condition})"):
-            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles, 1, {z}), dim3({threads}), 0, stream>>>"
+        with o.block("if (prepare_blocks > 0)"):
+            o.line(f"{entries.prepare}<<<dim3((unsigned)prepare_blocks, 1, {z}), dim3({threads}), 0, stream>>>"
                    f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         if entries.stream_k_scalar is not None:
@@ -189,8 +184,8 @@ class LauncherEmitter:
         o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>("
                f"{arguments}, sk_tiles);")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
-        with o.block("if (blocks > sk_tiles)"):
-            self._emit_launch("kernel", "blocks - sk_tiles", {})
+        with o.block("if (plain_blocks > 0)"):
+            self._emit_launch("kernel", "plain_blocks", {})
 
     def _emit_slots(self) -> None:
         """`sms` and `per_sm`: this GPU's SMs and the blocks of `kernel` each holds at once."""
