@@ -1872,8 +1872,13 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    checked_32x128_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    checked_32x128_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
         // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
@@ -1904,8 +1909,8 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        checked_32x128_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        checked_32x128_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
     // Calls on the scalar kernel share their tiles through its stream-K twin.
@@ -1916,8 +1921,8 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }
