@@ -165,6 +165,13 @@ class LaunchPlan:
     stream_k: StreamKLaunch | None = None  # schedule: stream_k, and how its split is launched
     workspace: Workspace | None = None  # persistent stream-K's scratch
     tma_operands: bool = False  # A and B reach the kernel as TMA tensor maps (no fallback kernel)
+    # Thread-block cluster dimensions of the GEMM kernels' launches (x, y, z): (1, 1, 1) launches plainly; others
+    # through cudaLaunchKernelEx's cluster attribute (TMA multicast, 2-SM MMA). The grid must divide by them.
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def clustered(self) -> bool:
+        return tuple(self.cluster) != (1, 1, 1)
 
     # --- the rule --------------------------------------------------------------------------------
 
@@ -334,6 +341,7 @@ class LaunchPlan:
             "workspace": ({"partial_bytes": self.workspace.partial_bytes, "consumers": self.workspace.consumers}
                           if self.workspace is not None else None),
             "tma_operands": self.tma_operands,
+            **({"cluster": list(self.cluster)} if self.clustered else {}),  # only where clusters are launched
         }
 
     @classmethod
@@ -346,4 +354,4 @@ class LaunchPlan:
                    min_blocks_per_sm=data["min_blocks_per_sm"], grid_rule=GridRule(data["grid_rule"]),
                    stream_k=StreamKLaunch(data["stream_k"]) if data["stream_k"] is not None else None,
                    workspace=Workspace(**workspace) if workspace is not None else None,
-                   tma_operands=data["tma_operands"])
+                   tma_operands=data["tma_operands"], cluster=tuple(data.get("cluster", (1, 1, 1))))

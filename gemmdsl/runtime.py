@@ -188,6 +188,15 @@ def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | Non
                        else choose_entry(req, views))
 
 
+def check_unclustered(req: Requirements) -> None:
+    """The runtime launches through cuLaunchKernel, which has no cluster dimensions: a plan with clusters
+    (LaunchPlan.cluster) runs through its C launcher, which launches them with cudaLaunchKernelEx."""
+    if req.launch.clustered:
+        x, y, z = req.launch.cluster
+        raise ValueError(f"{req.kernel} launches thread-block clusters of {x}x{y}x{z}, which the Python runtime "
+                         "does not launch; call its C launcher (NAME_launch) instead")
+
+
 def empty_problem_entry(req: Requirements, m: int, n: int, k: int) -> str | None:
     """The kernel of an empty problem, as the C launchers decide (emit/launcher.py's emit_empty_problem): none
     for M or N = 0 (C has no elements), the K = 0 kernel (C = beta * C and the fuse chain) for K = 0."""
@@ -1103,6 +1112,8 @@ class Kernel:
         operands, allocate C if it is None, build the launches (the BoundLaunch's operands are left to the caller)."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
+        if call.entry not in (None, req.launch.entries.scale_c):
+            check_unclustered(req)
         library = views["A"].library
         allocations: tuple[Allocation, ...] = ()
         if c is None:

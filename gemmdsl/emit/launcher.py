@@ -12,7 +12,7 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, aligned_helper, narrow_flag
+from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, LaunchPlan, aligned_helper, narrow_flag
 from ..rule import render_func
 from ..plan import KernelPlan
 from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
@@ -181,8 +181,8 @@ class LauncherEmitter:
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")
             o.line("if (status != cudaSuccess) return status;")
-        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>("
-               f"{arguments}, sk_tiles);")
+        emit_kernel_launch(o, launch, "stream_k_kernel", f"dim3((unsigned)sk_blocks, 1, {z})", "smem_bytes",
+                           f"{arguments}, sk_tiles")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
         with o.block("if (plain_blocks > 0)"):
             self._emit_launch("kernel", "plain_blocks", {})
@@ -279,8 +279,8 @@ class LauncherEmitter:
         """kernel<<<blocks x batch>>> with the kernel's parameters, some replaced by `overrides`."""
         z = "(unsigned)batch" if self.spec.problem.batched else "1"
         arguments = ", ".join(overrides.get(name, name) for _, name in self.launch.parameters)
-        self.out.line(f"{kernel}<<<dim3((unsigned){paren(blocks)}, 1, {z}), dim3({self.launch.threads}), smem_bytes, "
-                      f"stream>>>({arguments});")
+        emit_kernel_launch(self.out, self.launch, kernel, f"dim3((unsigned){paren(blocks)}, 1, {z})", "smem_bytes",
+                           arguments)
 
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
         target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
@@ -332,6 +332,33 @@ class LauncherEmitter:
     def _emit_kernel_choice(self) -> None:
         """`kernel`: LaunchPlan.kernel_choice_rule, which the runtime evaluates."""
         self.launch.kernel_choice_rule(self._element_bytes, f"{self.spec.name}_aligned").render_inline(self.out)
+
+
+def emit_kernel_launch(o: Emitter, launch: LaunchPlan, kernel: str, grid: str, smem: str, arguments: str,
+                       failed: str | None = None) -> None:
+    """`kernel<<<grid, threads, smem, stream>>>(arguments);`, or with cluster dimensions (LaunchPlan.cluster)
+    cudaLaunchKernelEx with the cluster attribute, which returns its error at once (`failed`: what to do
+    with it; by default return it)."""
+    if not launch.clustered:
+        o.line(f"{kernel}<<<{grid}, dim3({launch.threads}), {smem}, stream>>>({arguments});")
+        return
+    x, y, z = launch.cluster
+    with o.block(""):
+        o.comment(f"Thread-block clusters of {x}x{y}x{z}.")
+        o.line("cudaLaunchAttribute cluster[1];")
+        o.line("cluster[0].id = cudaLaunchAttributeClusterDimension;")
+        o.line(f"cluster[0].val.clusterDim.x = {x};")
+        o.line(f"cluster[0].val.clusterDim.y = {y};")
+        o.line(f"cluster[0].val.clusterDim.z = {z};")
+        o.line(f"cudaLaunchConfig_t config = {{}};")
+        o.line(f"config.gridDim = {grid};")
+        o.line(f"config.blockDim = dim3({launch.threads});")
+        o.line(f"config.dynamicSmemBytes = {smem};")
+        o.line("config.stream = stream;")
+        o.line("config.attrs = cluster;")
+        o.line("config.numAttrs = 1;")
+        o.line(f"const cudaError_t launched = cudaLaunchKernelEx(&config, {kernel}, {arguments});")
+        o.line(f"if (launched != cudaSuccess) {failed or 'return launched;'}")
 
 
 def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int, aligned: bool = False) -> None:

@@ -22,6 +22,7 @@ from typing import Callable
 
 from ... import ir
 from ...abi import fuse_arguments, outer_extent, tile_count
+from ...emit.launcher import emit_kernel_launch
 from ...emit.scheduler import emit_raster
 from .launcher import TensorMapLauncher
 from .persistent import PersistentScheduler
@@ -106,6 +107,7 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             o.line("if (err != cudaSuccess) return err;")
             self._emit_kernel_smem()
             c_map = "maps->map_c, " if layout.c_box is not None else ""
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, groups);")
+            emit_kernel_launch(o, launch, "kernel", "dim3((unsigned)blocks)", "smem_bytes",
+                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, "
+                               "groups")
             o.line("return cudaGetLastError();")

@@ -18,7 +18,8 @@ from ...launch_plan import SECTOR_BYTES, GridRule
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from .pad import emit_padded_launcher
-from ...emit.launcher import emit_empty_problem, emit_stream_k_split, empty_problem_rule, launch_contract
+from ...emit.launcher import (emit_empty_problem, emit_kernel_launch, emit_stream_k_split, empty_problem_rule,
+                             launch_contract)
 
 # By layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
@@ -346,6 +347,6 @@ class TensorMapLauncher:
             stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
             batch = ", batch, stride_c" if batched else ""
             fuse = "".join(f", {name}" for _, name in fuse_parameters(self.spec))
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{fuse}{batch}{stream_k});")
+            emit_kernel_launch(o, launch, "kernel", "dim3((unsigned)blocks)", "smem_bytes",
+                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{fuse}{batch}{stream_k}")
             o.line("return cudaGetLastError();")
