@@ -115,7 +115,9 @@ class BinOp(Expr):
         if self.lhs.precedence < self.precedence or self._mixes_bitwise(self.lhs):
             left = f"({left})"
         if self.rhs.precedence < self.precedence or self._mixes_bitwise(self.rhs) or (
-            self.rhs.precedence == self.precedence and self.op not in _ASSOCIATIVE
+            # x * (y / 2) and x + (y - 1) keep theirs: only the same associative operator regroups freely
+            self.rhs.precedence == self.precedence
+            and not (self.op in _ASSOCIATIVE and getattr(self.rhs, "op", None) == self.op)
         ):
             right = f"({right})"
         return f"{left} {self.op} {right}"
