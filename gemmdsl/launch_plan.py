@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 from .abi import Parameter
 from .expr import Const, Expr, Func, Var
-from .rule import (Address, Apply, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div, eq, gt, ne,
+from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div, eq, gt, ne,
                    not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
@@ -296,8 +296,8 @@ class LaunchPlan:
         batch = Var("batch") if self.batched else Const(1)
         keeps_c = ne(Var("beta"), Literal("1.0f", 1.0)) if alpha_beta else Const(1)
         steps = (Let("slots", cast("long long", Var("sms")) * Var("per_sm")),
-                 Apply(stream_k_split_rule(LAUNCHED_MIN_SAVED_K_TILES), split,
-                       (tiles, ceil_div(Var("K"), self.block_tile[2]), Var("slots"), batch)),
+                 Apply(Function(split, stream_k_split_rule(LAUNCHED_MIN_SAVED_K_TILES)),
+                       (tiles, ceil_div(Var("K"), self.block_tile[2]), Var("slots"), batch), ("sk_tiles", "sk_blocks")),
                  Let("prepare_blocks", select(all_of(gt(sk_tiles, 0), keeps_c), sk_tiles, 0),
                      comment="The shared tiles of C are set to beta * C first" +
                              (", unless beta is 1." if alpha_beta else " (to 0: the epilogue stores).")),

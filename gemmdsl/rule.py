@@ -194,6 +194,59 @@ class Literal(Expr):
         return frozenset()
 
 
+@dataclass(frozen=True, eq=True)
+class Field(Expr):
+    """A field of a struct the rule reads (a family member's figures): C's `struct.name`, Python's
+    env[struct][name]."""
+
+    struct: str
+    name: str
+
+    def render(self) -> str:
+        return f"{self.struct}.{self.name}"
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return env[self.struct][self.name]
+
+    def variables(self) -> frozenset[str]:
+        return frozenset({self.struct})
+
+
+@dataclass(frozen=True, eq=True)
+class Index(Expr):
+    """`array[index]`."""
+
+    array: Expr
+    index: Expr
+    precedence = 16
+
+    def render(self) -> str:
+        return f"{_wrap(self.array, self.precedence)}[{self.index.render()}]"
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return self.array.evaluate(env)[self.index.evaluate(env)]
+
+    def variables(self) -> frozenset[str]:
+        return self.array.variables() | self.index.variables()
+
+
+@dataclass(frozen=True, eq=True)
+class Function(Expr):
+    """A rule printed as a C function (`Rule.render_function`) that `Apply` calls: C's name, Python's rule."""
+
+    name: str
+    rule: "Rule"
+
+    def render(self) -> str:
+        return self.name
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return self.rule
+
+    def variables(self) -> frozenset[str]:
+        return frozenset()
+
+
 def compare(op: str, lhs: Operand, rhs: Operand) -> Expr:
     a, b = lift(lhs), lift(rhs)
     if isinstance(a, Const) and isinstance(b, Const):
@@ -269,9 +322,11 @@ def maximum(a: Operand, b: Operand) -> Expr:
     return select(gt(a, b), a, b)
 
 
-def ceil_div(a: Operand, b: int) -> Expr:
-    """ceil(a / b) for a >= 0 and a constant b >= 1: `(a + b - 1) / b`."""
-    return (lift(a) + (b - 1)) // b
+def ceil_div(a: Operand, b: Operand) -> Expr:
+    """ceil(a / b) for a >= 0 and b >= 1: `(a + b - 1) / b` (b is printed twice: a name or a constant)."""
+    divisor = lift(b)
+    rounded = lift(a) + (divisor.value - 1) if isinstance(divisor, Const) else lift(a) + divisor - 1
+    return rounded // divisor
 
 
 def cast(ctype: str, operand: Operand) -> Expr:
@@ -302,18 +357,19 @@ class Refuse:
 
 @dataclass(frozen=True)
 class Apply:
-    """Another rule's outputs, bound under their names: C calls the rule's function (`render_function` as
-    `c_name`, outputs of `output_type` through pointers), Python evaluates it on `arguments`."""
+    """A rule printed as a C function, called: its outputs bound under `names`, of `output_type`. `callee`
+    renders as the function (a `Function`, or a struct's pointer to one) and evaluates to the rule; with
+    `when`, only where it holds (the outputs are 0 otherwise)."""
 
-    rule: "Rule"
-    c_name: str
+    callee: Expr
     arguments: tuple[Expr, ...]
+    names: tuple[str, ...]
     output_type: str = "int"
+    when: Expr | None = None
     comment: str | None = None
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.rule.outputs)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arguments", tuple(lift(a) for a in self.arguments))
 
 
 class Refused(Exception):
@@ -357,8 +413,11 @@ class Rule:
                 if step.condition.evaluate(env):
                     raise Refused(step.comment or self.name)
             elif isinstance(step, Apply):
-                inner = step.rule.evaluate(dict(zip(step.rule.inputs, (a.evaluate(env) for a in step.arguments))))
-                env.update((name, inner[name]) for name in step.names)
+                env.update(dict.fromkeys(step.names, 0))
+                if step.when is None or step.when.evaluate(env):
+                    rule = step.callee.evaluate(env)
+                    inner = rule.evaluate(dict(zip(rule.inputs, (a.evaluate(env) for a in step.arguments))))
+                    env.update((name, inner[output]) for name, (output, _) in zip(step.names, rule.outputs))
             else:
                 env[step.name] = step.value.evaluate(env)
         env.update((name, value.evaluate(env)) for name, value in self.outputs)
@@ -379,21 +438,26 @@ class Rule:
             elif isinstance(step, Apply):
                 o.line(f"{step.output_type} " + ", ".join(f"{name} = 0" for name in step.names) + ";")
                 arguments = [a.render() for a in step.arguments] + [f"&{name}" for name in step.names]
-                o.line(f"{step.c_name}({', '.join(arguments)});")
+                call = f"{step.callee.render()}({', '.join(arguments)});"
+                o.line(call if step.when is None else f"if ({step.when.render()}) {call}")
             else:
                 o.line(f"const {step.ctype} {step.name} = {step.value.render()};")
 
-    def render_function(self, o: Lines, c_name: str, parameters: Sequence[str], output_type: str) -> None:
+    def render_function(self, o: Lines, c_name: str, parameters: Sequence[str], output_type: str,
+                        returns: str | None = None, refused: str = "") -> None:
         """`static void c_name(parameters..., output_type* out...)`: the steps, then each output through its
-        pointer. `parameters` declares the inputs in order (`long long tiles`, ...)."""
-        assert not any(isinstance(step, Refuse) for step in self.steps), "a function rule has no refusal"
-        outputs = ", ".join(f"{output_type}* {name}" for name, _ in self.outputs)
+        pointer. `parameters` declares the inputs in order (`long long tiles`, ...). With `returns`, that output
+        is the function's value (of `output_type`) and `refused` what a `Refuse` returns."""
+        pointers = [f"{output_type}* {name}" for name, _ in self.outputs if name != returns]
         if self.comment:
             o.comment(self.comment)
-        with o.block(f"static void {c_name}({', '.join(parameters)}, {outputs})"):
-            self._render_steps(o, "return;")
+        with o.block(f"static {output_type if returns else 'void'} {c_name}({', '.join([*parameters, *pointers])})"):
+            self._render_steps(o, f"return {refused};" if returns else "return;")
             for name, value in self.outputs:
-                o.line(f"*{name} = ({output_type})" + _wrap(value, _UNARY_PRECEDENCE) + ";")
+                if name != returns:
+                    o.line(f"*{name} = ({output_type})" + _wrap(value, _UNARY_PRECEDENCE) + ";")
+            if returns:
+                o.line(f"return {dict(self.outputs)[returns].render()};")
 
 
 def _reads(step: Union[Let, Refuse, Apply]) -> frozenset[str]:
@@ -401,7 +465,8 @@ def _reads(step: Union[Let, Refuse, Apply]) -> frozenset[str]:
         return step.value.variables()
     if isinstance(step, Refuse):
         return step.condition.variables()
-    return frozenset().union(*(a.variables() for a in step.arguments))
+    when = step.when.variables() if step.when is not None else frozenset()
+    return frozenset().union(step.callee.variables(), when, *(a.variables() for a in step.arguments))
 
 
 def _binds(step: Union[Let, Refuse, Apply]) -> tuple[str, ...]:

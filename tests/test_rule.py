@@ -5,6 +5,7 @@ run on inputs hypothesis draws; the launchers print these very rules, so the C l
 decide alike. Random expressions test the renderer itself (precedence, short-circuit, ?:, casts)."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,6 +110,7 @@ def _grow(children: st.SearchStrategy) -> st.SearchStrategy:
         st.tuples(children, children).map(lambda p: p[0] + p[1]),
         st.tuples(children, children).map(lambda p: p[0] - p[1]),
         st.tuples(children, small).map(lambda p: p[0] * p[1]),
+        st.tuples(children, children).map(lambda p: _bounded(p[0]) * _bounded(p[1])),
         st.tuples(nonnegative, small).map(lambda p: p[0] // p[1]),
         st.tuples(nonnegative, small).map(lambda p: p[0] % p[1]),
         st.tuples(nonnegative, small).map(lambda p: ceil_div(*p)),
@@ -121,6 +123,11 @@ def _grow(children: st.SearchStrategy) -> st.SearchStrategy:
         st.tuples(children, children, children).map(lambda p: select(*p)),
         children.map(lambda e: cast("long long", e)),
     )
+
+
+def _bounded(e: Expr) -> Expr:
+    """`e` clamped to [-1000, 1000], so that products of expressions stay inside long long."""
+    return maximum(minimum(e, 1000), -1000)
 
 
 EXPRESSIONS = st.recursive(LEAVES, _grow, max_leaves=6)
@@ -142,6 +149,8 @@ def test_the_renderer_keeps_c_precedence_and_folds_constants():
     x, y = Var("x"), Var("y")
     assert select(lt(x, y), x - y, y - x).render() == "x < y ? x - y : y - x"
     assert (x - (y - 1)).render() == "x - (y - 1)"
+    assert (x * (y // 2)).render() == "x * (y / 2)" and (x * (y % 3)).render() == "x * (y % 3)"
+    assert (x * (y * 2)).render() == "x * y * 2" and (x + (y - 1)).render() == "x + (y - 1)"
     assert all_of(any_of(lt(x, 1), gt(y, 2)), not_(eq(x, y))).render() == "(x < 1 || y > 2) && !(x == y)"
     assert (select(gt(x, 0), 1, 2) + 3).render() == "(x > 0 ? 1 : 2) + 3"
     assert all_of(1, lt(x, y), Const(1)).render() == "x < y"
@@ -266,5 +275,76 @@ def test_the_stream_k_launch_the_launcher_prints_launches_as_python_does(tmp_pat
     def check(cases):
         as_python = [case[:-1] + (case[-1] / 64,) for case in cases]
         assert run(binary, cases) == [expected(rule, case, names) for case in as_python]
+
+    check()
+
+
+ESTIMATE_HARNESS = r"""
+#include <cstdio>
+%(split)s
+%(rule)s
+int main() {
+    long long v[25];
+    for (;;) {
+        for (int i = 0; i < 25; ++i)
+            if (std::scanf("%%lld", &v[i]) != 1) return 0;
+        const long long k_tile_cycles[4] = {v[8], v[9], v[10], v[11]};
+        void (*const splits[3])(long long, long long, long long, long long, int*, int*) = {nullptr, launched, aligned};
+        const %(name)s_member m = {v[0], v[1], v[2], v[3] != 0, true, false, splits[v[4]], v[5], v[6], k_tile_cycles,
+                                   v[12], v[13], v[14], v[15], v[16], v[17], v[18], v[19], v[20]};
+        long long compute = 0;
+        const long long cycles = %(name)s_cycles(m, v[21], v[22], v[23], &compute);
+        std::printf("%%lld %%lld\n", cycles, cycles < 0 ? -1 : compute);
+    }
+}
+"""
+
+MEMBERS = st.fixed_dictionaries({
+    "tile": st.tuples(st.sampled_from([16, 32, 64, 128, 192, 256]), st.sampled_from([32, 64, 128, 256]),
+                      st.sampled_from([8, 16, 32, 64])),
+    "exact": st.booleans(), "split": st.sampled_from([0, 1, 2]), "sms": st.integers(1, 200),
+    "k_tile_cycles": st.lists(st.integers(1, 10**6), min_size=1, max_size=4), "tile_cycles": st.integers(0, 10**5),
+    "partial_cycles": st.integers(0, 10**5), "launch_cycles": st.integers(0, 20000), "hbm": st.integers(0, 40),
+    "bytes": st.tuples(*[st.integers(1, 4)] * 3), "in_flight": st.integers(0, 8), "round_trip": st.integers(0, 2000)})
+EXTENTS = st.one_of(st.integers(1, 5000), st.integers(1, 2**31 - 257), st.sampled_from([64, 128, 4096, 65536]))
+
+
+def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
+    """cycles.estimate_rule as a family's .cu prints it (NAME_cycles, with the saturating helpers and the member
+    table's struct), on members of random figures, against `estimate`, up to shapes that saturate at CYCLE_CAP."""
+    from gemmdsl.cycles import MemberModel, estimate
+    from gemmdsl.family import compile_family_path
+
+    family = compile_family_path(ROOT / "specs" / "sgemm_family.gemmf")
+    name = family.name
+    rule = "".join(re.search(pattern, family.cuda, re.M | re.S).group(0) for pattern in (
+        rf"^struct {name}_member .*?^}};\n", rf"^static const long long {name}_CYCLE_CAP.*?^static long long {name}_cycles\(.*?^}}\n"))
+    split = Emitter()
+    for c_name, floor, aligned in (("launched", LAUNCHED_MIN_SAVED_K_TILES, False), ("aligned", 0, True)):
+        stream_k_split_rule(floor, aligned).render_function(
+            split, c_name, [f"long long {n}" for n in ("tiles", "k_tiles", "slots", "batch")], "int")
+    binary = build(ESTIMATE_HARNESS % {"split": split.text(), "rule": rule, "name": name}, tmp_path)
+
+    @settings(max_examples=25, deadline=None)
+    @given(cases=st.lists(st.tuples(MEMBERS, EXTENTS, EXTENTS, EXTENTS), min_size=1, max_size=60))
+    def check(cases):
+        rows, want = [], []
+        for member, m, n, k in cases:
+            cycles = (member["k_tile_cycles"] * 4)[:4]
+            rows.append((*member["tile"], int(member["exact"]), member["split"], member["sms"],
+                         len(member["k_tile_cycles"]), 0, *cycles, member["tile_cycles"], member["partial_cycles"],
+                         member["launch_cycles"], member["hbm"], *member["bytes"], member["in_flight"],
+                         member["round_trip"], m, n, k, 0))
+            model = MemberModel("m", member["tile"], member["exact"], member["split"] > 0, member["sms"],
+                                len(member["k_tile_cycles"]), tuple(member["k_tile_cycles"]),
+                                tile_cycles=member["tile_cycles"], partial_cycles=member["partial_cycles"],
+                                launch_cycles=member["launch_cycles"],
+                                min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES if member["split"] == 1 else 0,
+                                aligned_split=member["split"] == 2, hbm_bytes_per_clock=member["hbm"],
+                                element_bytes=member["bytes"], in_flight_k_tiles=member["in_flight"],
+                                round_trip_cycles=member["round_trip"])
+            figures = estimate(model, m, n, k)
+            want.append(f"{figures.cycles} {figures.compute_cycles}" if figures.accepted else "-1 -1")
+        assert run(binary, rows) == want
 
     check()
