@@ -5139,51 +5139,43 @@ static long long hgemm_h100_family_sum(long long a, long long b) {
     return a + b > hgemm_h100_family_CYCLE_CAP ? hgemm_h100_family_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long hgemm_h100_family_memory_cycles(const hgemm_h100_family_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = hgemm_h100_family_sum(hgemm_h100_family_sum(hgemm_h100_family_product(hgemm_h100_family_product(M, K), m.a_bytes), hgemm_h100_family_product(hgemm_h100_family_product(N, K), m.b_bytes)), hgemm_h100_family_product(hgemm_h100_family_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (hgemm_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long hgemm_h100_family_cycles(const hgemm_h100_family_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = hgemm_h100_family_sum(hgemm_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            cycles = hgemm_h100_family_sum(cycles, hgemm_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
+    const long long stream_k_cycles = shares ? hgemm_h100_family_sum(hgemm_h100_family_sum(hgemm_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = hgemm_h100_family_sum(hgemm_h100_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = hgemm_h100_family_sum(cycles, hgemm_h100_family_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = hgemm_h100_family_sum(cycles, hgemm_h100_family_sum(hgemm_h100_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = hgemm_h100_family_memory_cycles(m, M, N, K, streaming);
-    return memory > cycles ? memory : cycles;
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? hgemm_h100_family_sum(hgemm_h100_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = hgemm_h100_family_sum(hgemm_h100_family_sum(stream_k_cycles, hgemm_h100_family_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = hgemm_h100_family_sum(hgemm_h100_family_sum(hgemm_h100_family_product(hgemm_h100_family_product(M, K), m.a_bytes), hgemm_h100_family_product(hgemm_h100_family_product(N, K), m.b_bytes)), hgemm_h100_family_product(hgemm_h100_family_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (hgemm_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return memory > compute_cycles ? memory : compute_cycles;
 }
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
