@@ -247,6 +247,32 @@ class Function(Expr):
         return frozenset()
 
 
+@dataclass(frozen=True, eq=True)
+class Extremum(Expr):
+    """C's `min(a, b)` or `max(a, b)` function, as CUDA device code has them (host code reads `minimum`'s ?:)."""
+
+    function: str
+    lhs: Expr
+    rhs: Expr
+
+    def render(self) -> str:
+        return f"{self.function}({self.lhs.render()}, {self.rhs.render()})"
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return (min if self.function == "min" else max)(self.lhs.evaluate(env), self.rhs.evaluate(env))
+
+    def variables(self) -> frozenset[str]:
+        return self.lhs.variables() | self.rhs.variables()
+
+
+def call_min(a: Operand, b: Operand) -> Expr:
+    return Extremum("min", lift(a), lift(b))
+
+
+def call_max(a: Operand, b: Operand) -> Expr:
+    return Extremum("max", lift(a), lift(b))
+
+
 def compare(op: str, lhs: Operand, rhs: Operand) -> Expr:
     a, b = lift(lhs), lift(rhs)
     if isinstance(a, Const) and isinstance(b, Const):

@@ -19,14 +19,18 @@ from gemmdsl.emitter import Emitter
 from gemmdsl.expr import Const, Expr, Var
 from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum,
                           ne, not_, select)
+from gemmdsl.grouped_schedule import grid_rule, group_end, group_tiles
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
 
 HARNESS = r"""
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+using std::max;  // CUDA's device min and max (rule.call_min, call_max), on the host
+using std::min;
 %(symbols)s
 %(helpers)s
 %(function)s
@@ -346,5 +350,34 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
             figures = estimate(model, m, n, k)
             want.append(f"{figures.cycles} {figures.compute_cycles}" if figures.accepted else "-1 -1")
         assert run(binary, rows) == want
+
+    check()
+
+
+@pytest.mark.parametrize("tile", [(128, 256), (64, 128)])
+def test_the_grouped_launch_and_walk_the_kernel_prints_are_grouped_schedules(tmp_path_factory, tile):
+    """grouped_schedule's grid rule (the launcher's blocks) and the cursor's group end and tile count (the
+    kernel's), printed as paths/wgmma/grouped.py prints them, against their evaluation: offs that decrease or
+    run past the rows included."""
+    bm, bn = tile
+    grid = grid_rule(bm, bn)
+    grid_binary = build(harness(grid), tmp_path_factory.mktemp("grid"))
+    walk = Rule("walk", ("off", "group_row", "rows", "BM", "n_tiles"),
+                (Let("group_end", group_end(Var("off"), Var("group_row"))),
+                 Let("group_tiles", group_tiles(Var("group_row"), Var("group_end")))))
+    walk_binary = build(harness(walk), tmp_path_factory.mktemp("walk"))
+    extent = st.integers(1, 2**31 - 257)
+
+    @settings(max_examples=20, deadline=None)
+    @given(grids=st.lists(st.tuples(extent, extent, st.integers(1, 65535), st.integers(1, 200)), min_size=1,
+                          max_size=50),
+           walks=st.lists(st.tuples(st.integers(-5, 10**6), st.integers(0, 10**6), st.integers(0, 10**6),
+                                    st.sampled_from([64, 128, 256]), st.integers(1, 64)), min_size=1, max_size=50))
+    def check(grids, walks):
+        walks = [(off, min(row, rows), rows, b, n) for off, row, rows, b, n in walks]  # a cursor's row <= rows
+        assert run(grid_binary, grids) == [expected(grid, case, ["bound", "one_wave", "blocks"]) for case in grids]
+        assert run(walk_binary, walks) == [expected(walk, case, ["group_end", "group_tiles"]) for case in walks]
+        assert [grid.evaluate(dict(zip(grid.inputs, case)))["blocks"] for case in grids] == \
+            [max(1, min(sms, (-(-m // bm) + g) * -(-n // bn))) for m, n, g, sms in grids]
 
     check()
