@@ -116,7 +116,7 @@ class Estimate:
 
 
 def saturating(prefix: str = "") -> tuple[Func, Func]:
-    """The rule's product and sum, saturating at CYCLE_CAP (so that the C launcher's copy stays inside long
+    """The rule's product and sum, saturating at CYCLE_CAP (so that the C launcher's rule stays inside long
     long at any shape it accepts): C's `{prefix}product` and `{prefix}sum`, which read `{prefix}CYCLE_CAP`."""
     cap, a, b = Literal(f"{prefix}CYCLE_CAP", CYCLE_CAP), Var("a"), Var("b")
     return (Func(f"{prefix}product", ("a", "b"), select(all_of(ne(b, 0), gt(a, cap // b)), cap, a * b)),
@@ -169,9 +169,10 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("plain_wave", minimum(plain, slots), comment="blocks that stream k-tiles at once"),
         Let("streaming", select(shares, maximum(sk_blocks, Var("plain_wave")), minimum(tiles, slots))),
         Let("per_block", select(shares, ceil_div(sk_tiles * k_tiles, sk_blocks), 0)),
-        Let("stream_k_cycles", select(shares, total(total(product(Var("per_block"), full),
-                                                          m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
-                                                    product(m("launch_cycles"), select(gt(plain, 0), 2, 1))), 0),
+        Let("stream_k_cycles",
+            select(shares, total(total(product(Var("per_block"), full),
+                                       m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
+                                 product(m("launch_cycles"), select(gt(plain, 0), 2, 1))), 0),
             comment="the stream-K blocks' ranges, their partial sums, and the launches beyond the first"),
         Let("left", plain % slots),
         Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * m("tile_cycles")), comment="a whole wave"),

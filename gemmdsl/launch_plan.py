@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 
 from .abi import Parameter
 from .expr import Const, Expr, Func, Var
-from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div, eq, gt, ne,
-                   not_, select)
+from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div,
+                   eq, gt, maximum, minimum, ne, not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, persistent_blocks, stream_k_split_rule)
@@ -190,18 +190,35 @@ class LaunchPlan:
             return call_split(self.block_tile, m, n, k, sms, aligned=True)
         return StreamKSplit(self.tiles(m, n), -(-k // self.block_tile[2]), sms, 0, 0)
 
+    def persistent_grid_rule(self, split: str = "stream_k_split") -> Rule:
+        """The blocks (`blocks`) of the TMA launcher's one launch over `tiles` (every GEMM of the batch's) on
+        `sms` SMs: one per tile (BATCH_TILES); one wave at most (PERSISTENT); or with stream-K
+        (PERSISTENT_STREAM_K) the split of the call on one block per SM (schedule.stream_k_split_rule, aligned,
+        C's function `split`: `sk_tiles`, `sk_blocks`) and enough blocks for its ranges and for one wave of the
+        other tiles (schedule.persistent_blocks). Inputs: `tiles`, `K`, `sms`."""
+        tiles, sms = Var("tiles"), Var("sms")
+        if self.grid_rule is GridRule.BATCH_TILES:
+            steps: tuple = (Let("blocks", tiles),)
+        elif self.grid_rule is GridRule.PERSISTENT_STREAM_K:
+            wave = Var("wave_sms")
+            steps = (Let("wave_sms", maximum(sms, 1)),
+                     Apply(Function(split, stream_k_split_rule(0, aligned=True)),
+                           (tiles, ceil_div(cast("long long", Var("K")), self.block_tile[2]), wave, 1),
+                           ("sk_tiles", "sk_blocks")),
+                     Let("plain_wave", minimum(tiles - Var("sk_tiles"), wave)),
+                     Let("blocks", maximum(Var("sk_blocks"), Var("plain_wave"))))
+        else:
+            steps = (Let("blocks", select(all_of(gt(sms, 0), gt(tiles, sms)), sms, tiles)),)
+        return Rule("persistent_grid", ("tiles", "K", "sms"), steps)
+
     def grid_for(self, m: int, n: int, k: int, batch: int, sms: int) -> tuple[int, int, int]:
         """The grid of one launch over all of C on a GPU of `sms` SMs, as the C launcher computes it."""
         tiles = self.tiles(m, n)
         if self.grid_rule is GridRule.TILES:
             return tiles, 1, batch
-        if self.grid_rule is GridRule.BATCH_TILES:
-            return tiles * batch, 1, 1
-        if self.grid_rule is GridRule.PERSISTENT_STREAM_K:
-            return persistent_blocks(self.split_for(m, n, k, 1, sms), sms), 1, 1
         if self.grid_rule is GridRule.PERSISTENT_GROUPED:
             return grid_blocks(m, n, batch, self.block_tile[0], self.block_tile[1], sms), 1, 1
-        return min(tiles * batch, sms), 1, 1
+        return self.persistent_grid_rule().evaluate({"tiles": tiles * batch, "K": k, "sms": sms})["blocks"], 1, 1
 
     def scale_c_grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
         """The grid of the K = 0 kernel (Entries.scale_c): a grid-stride loop over each GEMM's M x N elements,

@@ -75,9 +75,8 @@ ALIGN_IDLE_PERCENT = 5
 # whole k-loop; the split lost 3% to 2.7x at 4 waves per strip or fewer (8000x4000x4000, 3.6, won 1%),
 # was within 0.5% at 5.5-5.6 and won 1.6-8.5% from 6.5 up.
 INTERIOR_MIN_WAVES_PER_STRIP = 6
-# A kernel family's rule (family.py) predicts cycles that saturate here, so that the C launcher's copy of
-# the rule stays inside long long (twice this fits) at any shape it accepts; no shape that fits in memory
-# comes near it.
+# A kernel family's rule (family.py) predicts cycles that saturate here, so that the rule, printed as C, stays
+# inside long long (twice this fits) at any shape it accepts; no shape that fits in memory comes near it.
 CYCLE_CAP = 2**61
 
 

@@ -17,8 +17,8 @@ from gemmdsl import ir
 from gemmdsl.compiler import compile_path
 from gemmdsl.emitter import Emitter
 from gemmdsl.expr import Const, Expr, Var
-from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum,
-                          ne, not_, select)
+from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt,
+                          maximum, minimum, ne, not_, select)
 from gemmdsl.grouped_schedule import grid_rule, group_end, group_tiles
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
 
@@ -84,7 +84,7 @@ def bindings(rule: Rule) -> list[tuple[str, str]]:
 def build(source: str, directory: Path, strict: bool = True) -> Path:
     """The harness, compiled; `strict`: warnings fail it (random expressions compare a name with itself)."""
     (directory / "rule.cpp").write_text(source)
-    warnings = ["-Wall", "-Werror", "-Wno-unused-variable"] if strict else []
+    warnings = ["-Wall", "-Werror", "-Wno-unused-variable", "-Wno-unused-function"] if strict else []
     subprocess.run(["g++", "-std=c++17", "-O1", *warnings, "-o", "rule", "rule.cpp"], cwd=directory, check=True)
     return directory / "rule"
 
@@ -163,7 +163,8 @@ def test_the_renderer_keeps_c_precedence_and_folds_constants():
 
 
 def test_a_refusal_stops_the_rule():
-    rule = Rule("refusing", ("x",), (Let("half", Var("x") // 2), Refuse(gt(Var("half"), 3)), Let("twice", Var("x") * 2)))
+    rule = Rule("refusing", ("x",),
+                (Let("half", Var("x") // 2), Refuse(gt(Var("half"), 3)), Let("twice", Var("x") * 2)))
     assert rule.evaluate({"x": 6})["twice"] == 12
     with pytest.raises(Exception, match="refusing"):
         rule.evaluate({"x": 8})
@@ -322,7 +323,8 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
     family = compile_family_path(ROOT / "specs" / "sgemm_family.gemmf")
     name = family.name
     rule = "".join(re.search(pattern, family.cuda, re.M | re.S).group(0) for pattern in (
-        rf"^struct {name}_member .*?^}};\n", rf"^static const long long {name}_CYCLE_CAP.*?^static long long {name}_cycles\(.*?^}}\n"))
+        rf"^struct {name}_member .*?^}};\n",
+        rf"^static const long long {name}_CYCLE_CAP.*?^static long long {name}_cycles\(.*?^}}\n"))
     split = Emitter()
     for c_name, floor, aligned in (("launched", LAUNCHED_MIN_SAVED_K_TILES, False), ("aligned", 0, True)):
         stream_k_split_rule(floor, aligned).render_function(
@@ -379,5 +381,33 @@ def test_the_grouped_launch_and_walk_the_kernel_prints_are_grouped_schedules(tmp
         assert run(walk_binary, walks) == [expected(walk, case, ["group_end", "group_tiles"]) for case in walks]
         assert [grid.evaluate(dict(zip(grid.inputs, case)))["blocks"] for case in grids] == \
             [max(1, min(sms, (-(-m // bm) + g) * -(-n // bn))) for m, n, g, sms in grids]
+
+    check()
+
+
+@pytest.mark.parametrize("name", ["hgemm_h100", "sgemm_3xtf32_h100_sk", "hgemm_h100_batched"])
+def test_the_tma_launchers_grid_is_the_launch_plans(tmp_path_factory, name):
+    """LaunchPlan.persistent_grid_rule as the TMA launcher prints it (one wave; stream-K's split and its blocks;
+    a batch's tiles), with the split it calls, against grid_for's evaluation of it."""
+    path = ROOT / "specs" / f"{name}.gemm"
+    if not path.exists():
+        pytest.skip(f"no {name}.gemm")
+    artifacts = compile_path(path)
+    launch = artifacts.plan.launch
+    rule = launch.persistent_grid_rule(f"{name}_stream_k_split")
+    rendered = Emitter()
+    rule.render_inline(rendered)
+    assert _dedented(rendered.text()) in _dedented(artifacts.cuda)
+    split = Emitter()
+    stream_k_split_rule(0, aligned=True).render_function(
+        split, f"{name}_stream_k_split", [f"long long {n}" for n in ("tiles", "k_tiles", "slots", "batch")], "int")
+    binary = build(harness(rule, helpers=split), tmp_path_factory.mktemp("grid"))
+    names = [name for name, _ in bindings(rule)]
+
+    @settings(max_examples=20, deadline=None)
+    @given(cases=st.lists(st.tuples(st.integers(1, 2**31 - 1), st.integers(1, 2**31 - 257), st.integers(0, 300)),
+                          min_size=1, max_size=100))
+    def check(cases):
+        assert run(binary, cases) == [expected(rule, case, names) for case in cases]
 
     check()

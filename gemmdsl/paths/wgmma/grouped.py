@@ -108,6 +108,6 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             self._emit_kernel_smem()
             c_map = "maps->map_c, " if layout.c_box is not None else ""
             emit_kernel_launch(o, launch, "kernel", "dim3((unsigned)blocks)", "smem_bytes",
-                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, "
-                               "groups")
+                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, "
+                               f"{fuse_arguments(spec)}offs, groups")
             o.line("return cudaGetLastError();")

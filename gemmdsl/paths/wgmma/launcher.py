@@ -243,20 +243,13 @@ class TensorMapLauncher:
             o.line("*flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);")
             o.line("return cudaSuccess;")
 
-    def _emit_stream_k_grid(self, bk: int) -> None:
-        """The split of the call, the blocks for it, and the workspace when tiles are shared."""
+    def _emit_workspace_call(self) -> None:
+        """The workspace, when tiles are shared (after the split: `sk_tiles`)."""
         o = self.out
-        o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk "
-                  "the\nother tiles (schedule.py's stream_k_split and persistent_blocks).")
-        o.line("if (sms < 1) sms = 1;")
-        o.line("int sk_tiles = 0, sk_blocks = 0;")
-        o.line(f"{self.name}_stream_k_split(tiles, ((long long)K + {bk} - 1) / {bk}, sms, 1, &sk_tiles, &sk_blocks);")
-        o.line("blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;")
-        o.line("if (sk_blocks > blocks) blocks = sk_blocks;")
         o.line("float* partials = nullptr;")
         o.line("unsigned* flags = nullptr;")
         with o.block("if (sk_tiles > 0)"):
-            o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
+            o.line(f"status = {self.name}_workspace(device, stream, wave_sms, &partials, &flags);")
             o.line("if (status != cudaSuccess) return status;")
 
     def _emit_batch_strides(self, invalid: str) -> None:
@@ -322,7 +315,6 @@ class TensorMapLauncher:
                                for extent, size in (("M", bm), ("N", bn)))
             o.line(f"const long long tiles = {tiles}{' * batch' if layout.batched else ''};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
-            o.line("long long blocks = tiles;")
             if launch.grid_rule is not GridRule.BATCH_TILES:
                 o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
                           "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
@@ -331,10 +323,12 @@ class TensorMapLauncher:
                 o.line("if (status == cudaSuccess) "
                        "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
                 o.line("if (status != cudaSuccess) return status;")
-                if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
-                    self._emit_stream_k_grid(bk)
-                else:
-                    o.line("if (sms > 0 && blocks > sms) blocks = sms;")
+            if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
+                o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which "
+                          "then walk the\nother tiles (LaunchPlan.persistent_grid_rule).")
+            launch.persistent_grid_rule(f"{self.name}_stream_k_split").render_inline(o)
+            if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
+                self._emit_workspace_call()
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
             batched = layout.batched
             stride = {op: ", stride_" + op if batched else "" for op in "abc"}
