@@ -945,7 +945,6 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -953,16 +952,16 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m0_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m0_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m0_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m0_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m0_map_cache* maps = nullptr;
@@ -1886,7 +1885,6 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -1894,16 +1892,16 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m1_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m1_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m1_map_cache* maps = nullptr;
@@ -2522,14 +2520,13 @@ extern "C" cudaError_t llama_block_h100_m2_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m2_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m2_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -3443,7 +3440,6 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -3451,16 +3447,16 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m3_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m3_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m3_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m3_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m3_map_cache* maps = nullptr;
@@ -4071,14 +4067,13 @@ extern "C" cudaError_t llama_block_h100_m4_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m4_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m4_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -4992,7 +4987,6 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -5000,16 +4994,16 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m5_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m5_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m5_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m5_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m5_map_cache* maps = nullptr;
@@ -5933,7 +5927,6 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -5941,16 +5934,16 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m6_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m6_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m6_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m6_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m6_map_cache* maps = nullptr;
@@ -6561,14 +6554,13 @@ extern "C" cudaError_t llama_block_h100_m7_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m7_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m7_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -7490,7 +7482,6 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -7498,16 +7489,16 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m8_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m8_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m8_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m8_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m8_map_cache* maps = nullptr;
@@ -8134,14 +8125,13 @@ extern "C" cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m9_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m9_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -9079,7 +9069,6 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -9087,16 +9076,16 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m10_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m10_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m10_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m10_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m10_map_cache* maps = nullptr;
@@ -10012,7 +10001,6 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -10020,16 +10008,16 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m11_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m11_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m11_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m11_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m11_map_cache* maps = nullptr;
@@ -10664,14 +10652,13 @@ extern "C" cudaError_t llama_block_h100_m12_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m12_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m12_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -11280,14 +11267,13 @@ extern "C" cudaError_t llama_block_h100_m13_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m13_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m13_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;

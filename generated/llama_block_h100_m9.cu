@@ -607,14 +607,13 @@ extern "C" cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m9_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m9_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;

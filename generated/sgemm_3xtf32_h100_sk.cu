@@ -922,7 +922,6 @@ extern "C" cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, c
     if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -930,16 +929,16 @@ extern "C" cudaError_t sgemm_3xtf32_h100_sk_launch_ld(const float* A, int lda, c
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    sgemm_3xtf32_h100_sk_stream_k_split(tiles, ((long long)K + 32 - 1) / 32, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    sgemm_3xtf32_h100_sk_stream_k_split(tiles, ((long long)K + 31) / 32, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = sgemm_3xtf32_h100_sk_workspace(device, stream, sms, &partials, &flags);
+        status = sgemm_3xtf32_h100_sk_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const sgemm_3xtf32_h100_sk_map_cache* maps = nullptr;
