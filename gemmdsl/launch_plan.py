@@ -50,6 +50,13 @@ def aligned_helper(name: str, element_bytes: Mapping[str, int]) -> Func:
                                      eq(Var("stride") % elements, 0)))
 
 
+# The K = 0 kernel's blocks per GEMM (Entries.scale_c): a grid-stride loop over C's M x N elements.
+SCALE_C_GRID = Rule("scale_c_grid", ("M", "N"), (
+    Let("elements", cast("long long", Var("M")) * Var("N")),
+    Let("element_blocks", ceil_div(Var("elements"), SCALE_C_THREADS)),
+    Let("scale_blocks", minimum(Var("element_blocks"), SCALE_C_MAX_BLOCKS))))
+
+
 class GridRule(enum.Enum):
     TILES = "tiles"  # one block per BM x BN tile of C along x; the batch along z
     BATCH_TILES = "batch_tiles"  # one block per tile of every GEMM of the batch, all along x
@@ -222,9 +229,10 @@ class LaunchPlan:
 
     def scale_c_grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
         """The grid of the K = 0 kernel (Entries.scale_c): a grid-stride loop over each GEMM's M x N elements,
-        the batch along z (a grouped call's groups share one C: one z). A call with M or N = 0 launches nothing."""
+        the batch along z (a grouped call's groups share one C: one z), SCALE_C_GRID's blocks along x. A call with
+        M or N = 0 launches nothing."""
         z = 1 if self.grid_rule is GridRule.PERSISTENT_GROUPED else batch
-        return min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS), 1, z
+        return SCALE_C_GRID.evaluate({"M": m, "N": n})["scale_blocks"], 1, z
 
     def workspace_for(self, m: int, n: int, k: int, sms: int) -> tuple[StreamKSplit, tuple[int, int]] | None:
         """A persistent stream-K call's split and workspace sizes (bytes of partial sums, flags); None when the

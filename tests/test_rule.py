@@ -20,6 +20,7 @@ from gemmdsl.expr import Const, Expr, Var
 from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cast, ceil_div, eq, ge, gt, le, lt,
                           maximum, minimum, ne, not_, select)
 from gemmdsl.grouped_schedule import grid_rule, group_end, group_tiles
+from gemmdsl.launch_plan import SCALE_C_GRID, SCALE_C_MAX_BLOCKS, SCALE_C_THREADS
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -411,3 +412,21 @@ def test_the_tma_launchers_grid_is_the_launch_plans(tmp_path_factory, name):
         assert run(binary, cases) == [expected(rule, case, names) for case in cases]
 
     check()
+
+
+def test_the_k_0_kernels_grid_is_scale_c_grid(tmp_path):
+    """launch_plan.SCALE_C_GRID (the K = 0 kernel's blocks, at most SCALE_C_MAX_BLOCKS) as the launchers print
+    it, against its evaluation, up to the largest M x N."""
+    binary = build(harness(SCALE_C_GRID), tmp_path)
+    names = [name for name, _ in bindings(SCALE_C_GRID)]
+    cases = [(m, n) for m in (1, 2, 255, 256, 257, 4096, 2**31 - 1) for n in (1, 3, 1000, 2**20, 2**31 - 1)]
+    assert run(binary, cases) == [expected(SCALE_C_GRID, case, names) for case in cases]
+    assert [SCALE_C_GRID.evaluate({"M": m, "N": n})["scale_blocks"] for m, n in cases] == \
+        [min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS) for m, n in cases]
+    assert _dedented(_rendered(SCALE_C_GRID)) in _dedented(compile_path(ROOT / "specs" / "sgemm_v1.gemm").cuda)
+
+
+def _rendered(rule: Rule) -> str:
+    o = Emitter()
+    rule.render_inline(o)
+    return o.text()

@@ -12,7 +12,7 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, LaunchPlan, aligned_helper, narrow_flag
+from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper, narrow_flag
 from ..rule import render_func
 from ..plan import KernelPlan
 from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
@@ -77,13 +77,12 @@ def emit_empty_problem(plan: KernelPlan, o: Emitter) -> None:
     o.comment("An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.")
     o.line("if (M == 0 || N == 0) return cudaSuccess;")
     with o.block("if (K == 0)"):
-        o.line("const long long elements = (long long)M * N;")
-        o.line(f"const long long scale_blocks = (elements + {SCALE_C_THREADS - 1}) / {SCALE_C_THREADS};")
+        SCALE_C_GRID.render_inline(o)
         beta = "beta" if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else "0.0f"
         arguments = ", ".join(beta if name == "beta" else name for _, name in scale_c_parameters(spec))
         z = "(unsigned)batch" if batched else "1"
-        o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)(scale_blocks < {SCALE_C_MAX_BLOCKS} ? scale_blocks : "
-               f"{SCALE_C_MAX_BLOCKS}), 1, {z}), dim3({SCALE_C_THREADS}), 0, stream>>>({arguments});")
+        o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)scale_blocks, 1, {z}), dim3({SCALE_C_THREADS}), 0, "
+               f"stream>>>({arguments});")
         o.line("return cudaGetLastError();")
 
 
