@@ -1059,8 +1059,9 @@ extern "C" cudaError_t checked_h100_launch_ld(const float* A, int lda, const flo
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        checked_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        checked_h100_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.

@@ -596,8 +596,9 @@ extern "C" cudaError_t hgemm_h100_batched_launch_batched(const __nv_bfloat16* A,
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_batched_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, (unsigned)batch), dim3(256), 0, stream>>>(C, M, N, ldc, beta, stride_c);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_batched_scale_c<<<dim3((unsigned)scale_blocks, 1, (unsigned)batch), dim3(256), 0, stream>>>(C, M, N, ldc, beta, stride_c);
         return cudaGetLastError();
     }
     if (batch == 1) {

@@ -603,8 +603,9 @@ extern "C" cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const 
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1234,8 +1235,9 @@ extern "C" cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_128x192_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_128x192_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1849,8 +1851,9 @@ extern "C" cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda,
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_128x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_128x64_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -2777,8 +2780,9 @@ extern "C" cudaError_t hgemm_h100_f16_64x128_sk_launch_ld(const __half* A, int l
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_64x128_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_64x128_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -5165,8 +5169,9 @@ extern "C" cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, co
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_any_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_any_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.

@@ -576,8 +576,9 @@ extern "C" cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, con
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1180,8 +1181,9 @@ extern "C" cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int 
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_128x192_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_128x192_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1768,8 +1770,9 @@ extern "C" cudaError_t hgemm_h100_128x64_launch_ld(const __nv_bfloat16* A, int l
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_128x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_128x64_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -2646,8 +2649,9 @@ extern "C" cudaError_t hgemm_h100_64x128_sk_launch_ld(const __nv_bfloat16* A, in
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_64x128_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_64x128_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -5034,8 +5038,9 @@ extern "C" cudaError_t hgemm_h100_any_launch_ld(const __nv_bfloat16* A, int lda,
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_any_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_any_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.

@@ -670,8 +670,9 @@ extern "C" cudaError_t linear_gelu_launch_ld(const __nv_bfloat16* A, int lda, co
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        linear_gelu_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        linear_gelu_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1367,8 +1368,9 @@ extern "C" cudaError_t linear_gelu_128x128_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        linear_gelu_128x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        linear_gelu_128x128_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).

@@ -889,8 +889,9 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m0_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m0_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).

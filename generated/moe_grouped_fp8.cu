@@ -736,8 +736,9 @@ extern "C" cudaError_t moe_grouped_fp8_launch_ld(const __nv_fp8_e4m3* A, int lda
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        moe_grouped_fp8_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, row_scale, col_scale, offs, groups);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        moe_grouped_fp8_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, row_scale, col_scale, offs, groups);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (16 elements); group g's B lies g * ldb * N elements after the first.

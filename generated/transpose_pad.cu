@@ -208,8 +208,9 @@ extern "C" cudaError_t transpose_pad_launch_ld(const float* A, int lda, const fl
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        transpose_pad_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        transpose_pad_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f);
         return cudaGetLastError();
     }
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
