@@ -44,8 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from .expr import Var
-from .rule import Let, Rule, all_of, ceil_div, eq, ge, gt, le, lt, minimum, select
+from .expr import Const, Var
+from .rule import Let, Rule, all_of, cast, ceil_div, eq, ge, gt, le, lt, minimum, select
 
 # A stream-K block's range must be long enough to pay for its prologue, epilogue and
 # atomics; with fewer k-tiles of work than this per block, fewer blocks share it.
@@ -220,16 +220,37 @@ class SubLaunch:
     partial_k: bool = False  # an interior launch whose K is not a multiple of BK: the partial-k interior kernel
 
 
+@cache
+def interior_rules(block_tile: tuple[int, int, int], batched: bool) -> tuple[Rule, Rule]:
+    """`interior_split_pays` as two rules, which the launcher prints around its query of the GPU's slots: whether
+    C has a whole tile and K a whole k-tile (`has_interior`; inputs M, N, K), then whether the split pays on
+    `sms` x `per_sm` slots (`interior_pays`; inputs M, N, `batch` where `batched`, `sms`, `per_sm`), with the
+    interior's extent (`inner_m`, `inner_n`) the launches take."""
+    bm, bn, bk = block_tile
+    M, N = Var("M"), Var("N")
+    inner_m, inner_n = Var("inner_m"), Var("inner_n")
+    batch = Var("batch") if batched else Const(1)
+    has_interior = Rule("has_interior", ("M", "N", "K"),
+                        (Let("has_interior", all_of(ge(M, bm), ge(N, bn), ge(Var("K"), bk)), "bool"),))
+    slots = cast("long long", Var("sms")) * Var("per_sm")
+    pays = Rule("interior_pays", ("M", "N", *(("batch",) if batched else ()), "sms", "per_sm"), (
+        Let("inner_m", M - M % bm, "int"),
+        Let("inner_n", N - N % bn, "int"),
+        Let("strips", gt(M, inner_m) + gt(N, inner_n)),
+        Let("inner_tiles", cast("long long", inner_m // bm) * (inner_n // bn) * batch),
+        Let("interior_pays", ge(Var("inner_tiles"), INTERIOR_MIN_WAVES_PER_STRIP * Var("strips") * slots), "bool")))
+    return has_interior, pays
+
+
 def interior_split_pays(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> bool:
     """Whether a checked call on a GPU of `slots` resident blocks (SMs x blocks per SM) runs as
     `interior_launches` says rather than as one launch of the vector kernel: when it has an interior
-    of at least INTERIOR_MIN_WAVES_PER_STRIP waves per edge strip (with no strip, whenever it has one)."""
-    bm, bn, bk = block_tile
-    inner_m, inner_n = m - m % bm, n - n % bn
-    if k < bk or not inner_m or not inner_n:
+    of at least INTERIOR_MIN_WAVES_PER_STRIP waves per edge strip (with no strip, whenever it has one).
+    The rule is `interior_rules`."""
+    has_interior, pays = interior_rules(block_tile, batched=True)
+    if not has_interior.evaluate({"M": m, "N": n, "K": k})["has_interior"]:
         return False
-    strips = (m > inner_m) + (n > inner_n)
-    return (inner_m // bm) * (inner_n // bn) * batch >= INTERIOR_MIN_WAVES_PER_STRIP * strips * slots
+    return bool(pays.evaluate({"M": m, "N": n, "batch": batch, "sms": slots, "per_sm": 1})["interior_pays"])
 
 
 def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:

@@ -21,7 +21,8 @@ from gemmdsl.rule import (Apply, Let, Refuse, Refused, Rule, all_of, any_of, cas
                           maximum, minimum, ne, not_, select)
 from gemmdsl.grouped_schedule import grid_rule, group_end, group_tiles
 from gemmdsl.launch_plan import SCALE_C_GRID, SCALE_C_MAX_BLOCKS, SCALE_C_THREADS
-from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split, stream_k_split_rule
+from gemmdsl.schedule import (LAUNCHED_MIN_SAVED_K_TILES, interior_rules, interior_split_pays, stream_k_split,
+                              stream_k_split_rule)
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
@@ -430,3 +431,28 @@ def _rendered(rule: Rule) -> str:
     o = Emitter()
     rule.render_inline(o)
     return o.text()
+
+
+@pytest.mark.parametrize("block_tile, batched", [((64, 64, 8), False), ((128, 32, 16), True)])
+def test_the_interior_split_the_launcher_prints_pays_where_python_says(tmp_path_factory, block_tile, batched):
+    """schedule.interior_rules (a whole tile and k-tile; then enough interior waves per edge strip) as the checked
+    launchers print them, against their evaluation and interior_split_pays."""
+    has_interior, pays = interior_rules(block_tile, batched)
+    whole = Rule("interior", ("M", "N", "K", *pays.inputs[2:]), has_interior.steps + pays.steps)
+    binary = build(harness(whole), tmp_path_factory.mktemp("interior"))
+    names = [name for name, _ in bindings(whole)]
+    extent = st.one_of(st.integers(1, 5000), st.integers(1, 2**31 - 257))
+
+    @settings(max_examples=20, deadline=None)
+    @given(cases=st.lists(st.tuples(extent, extent, extent, *((st.integers(1, 65535),) if batched else ()),
+                                    st.integers(1, 200), st.integers(1, 8)), min_size=1, max_size=100))
+    def check(cases):
+        assert run(binary, cases) == [expected(whole, case, names) for case in cases]
+        for case in cases:
+            m, n, k, *rest = case
+            batch = rest[0] if batched else 1
+            values = whole.evaluate(dict(zip(whole.inputs, case)))
+            assert interior_split_pays(block_tile, m, n, k, rest[-2] * rest[-1], batch) == \
+                bool(values["has_interior"] and values["interior_pays"])
+
+    check()

@@ -15,7 +15,7 @@ from ..emitter import Emitter
 from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper, narrow_flag
 from ..rule import render_func
 from ..plan import KernelPlan
-from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
+from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, interior_rules, stream_k_split_rule
 from .ctext import OPERANDS, paren
 
 
@@ -212,15 +212,14 @@ class LauncherEmitter:
                       "strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own\n"
                       "on operands offset to the strip; only where the interior holds at least "
                       f"{INTERIOR_MIN_WAVES_PER_STRIP} waves\nper strip, since each strip runs after it.")
+            has_interior, pays = interior_rules(launch.block_tile, self.spec.problem.batched)
+            has_interior.render_inline(o)
             aligned = "vector_aligned && " if self._has_vector_test() else ""
-            with o.block(f"if ({aligned}M >= {bm} && N >= {bn} && K >= {bk})"):
-                o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
+            with o.block(f"if ({aligned}has_interior)"):
                 if not slots_known:
                     self._emit_slots()
-                batch = " * batch" if self.spec.problem.batched else ""
-                o.line(f"const long long strips = (M > inner_m) + (N > inner_n), "
-                       f"inner_tiles = (long long)(inner_m / {bm}) * (inner_n / {bn}){batch};")
-                with o.block(f"if (inner_tiles >= {INTERIOR_MIN_WAVES_PER_STRIP}LL * strips * sms * per_sm)"):
+                pays.render_inline(o)
+                with o.block("if (interior_pays)"):
                     self._emit_interior_split()
         self._emit_launch("kernel", "blocks", {})
 
