@@ -1886,10 +1886,14 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
         // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
         // on operands offset to the strip; only where the interior holds at least 6 waves
         // per strip, since each strip runs after it.
-        if (vector_aligned && M >= 32 && N >= 128 && K >= 8) {
-            const int inner_m = M - M % 32, inner_n = N - N % 128;
-            const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
-            if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const bool has_interior = M >= 32 && N >= 128 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 32;
+            const int inner_n = N - N % 128;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
                 const auto interior = K % 8 == 0 ? checked_32x128_kernel_interior : checked_32x128_kernel_interior_partial_k;
                 if (smem_bytes > 48 * 1024) {
                     const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
