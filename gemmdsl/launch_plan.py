@@ -270,35 +270,47 @@ class LaunchPlan:
                                     elements[op], *(() if uniform else (element_bytes[op],)))
                             for op in "abc" if elements[op] > 1))
 
+        entries = self.entries
         vector = test(self.requirements.vector_elements)
         steps: list = []
-        if isinstance(vector, Const):
-            steps.append(Let("kernel", Symbol(self.entries.vector), "auto"))
+        if isinstance(vector, Const) or entries.scalar is None:
+            if not isinstance(vector, Const):
+                steps += [Let("vector_aligned", vector, "bool"), Refuse(not_(Var("vector_aligned")))]
+            steps.append(Let("kernel", Symbol(entries.vector), "auto"))
+            if entries.stream_k is not None:
+                steps.append(Let("stream_k_kernel", Symbol(entries.stream_k), "auto"))
         else:
-            steps.append(Let("vector_aligned", vector, "bool"))
-            if self.entries.scalar is None:
-                steps += [Refuse(not_(Var("vector_aligned"))), Let("kernel", Symbol(self.entries.vector), "auto")]
-            else:
-                choice: Expr = Symbol(self.entries.scalar)
-                for narrow in reversed(self.entries.narrow):
-                    choice = select(Var(narrow_flag(narrow)), Symbol(narrow.entry), choice)
-                widths = " or ".join(str(narrow.width_bytes) for narrow in self.entries.narrow)
-                steps += [Let(narrow_flag(narrow), test(narrow.vector_elements), "bool",
-                              comment=None if i else "Operands aligned to less than the vector kernel needs run the "
-                                                     "widest narrow kernel\nwhose accesses they allow (cp.async of "
-                                                     f"{widths} bytes), the scalar kernel otherwise.")
-                          for i, narrow in enumerate(self.entries.narrow)]
-                steps.append(Let("kernel", select(Var("vector_aligned"), Symbol(self.entries.vector), choice), "auto"))
+            widths = " or ".join(str(narrow.width_bytes) for narrow in entries.narrow)
+            steps += [Let("vector_aligned", vector, "bool"),
+                      *(Let(narrow_flag(narrow), test(narrow.vector_elements), "bool",
+                            comment=None if i else "Operands aligned to less than the vector kernel needs run the "
+                                                   "widest narrow kernel\nwhose accesses they allow (cp.async of "
+                                                   f"{widths} bytes), the scalar kernel otherwise.")
+                        for i, narrow in enumerate(entries.narrow)),
+                      Let("kernel", self._chain(entries.vector, [n.entry for n in entries.narrow], entries.scalar),
+                          "auto")]
+            if entries.stream_k is not None:
+                twins = [narrow.stream_k for narrow in entries.narrow]
+                steps.append(Let("stream_k_kernel", self._chain(entries.stream_k, twins, entries.stream_k_scalar), "auto",
+                                 comment="Calls on the scalar kernel share their tiles through its stream-K twin"
+                                         + (", those on a narrow kernel through its own." if entries.narrow else ".")))
         inputs = tuple(name for op in "abc" for name in (op.upper(), f"ld{op}", f"stride_{op}")
                        if self.batched or not name.startswith("stride_"))
         return Rule("kernel_choice", inputs, tuple(steps))
 
+    def _chain(self, vector: str, narrow: list[str | None], scalar: str | None) -> Expr:
+        """`vector_aligned ? vector : aligned_8byte ? narrow[0] : ... : scalar`."""
+        choice: Expr = Symbol(scalar)
+        for rung, entry in reversed(list(zip(self.entries.narrow, narrow))):
+            choice = select(Var(narrow_flag(rung)), Symbol(entry), choice)
+        return select(Var("vector_aligned"), Symbol(vector), choice)
+
     def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str,
-                     operands: Mapping[str, int], element_bytes: Mapping[str, int]) -> str:
+                     operands: Mapping[str, int], element_bytes: Mapping[str, int], which: str = "kernel") -> str:
         """The kernel the launcher runs for `operands` (kernel_choice_rule's inputs): the vector one, a narrow one
-        or the scalar one; a refused call raises ValueError with `misalignments` of the vector kernel's
-        `vector_elements` as the reasons. TMA operands have their own launcher and test (paths/wgmma): the vector
-        kernel where `misalignments` is empty."""
+        or the scalar one (`which`: "kernel"; or "stream_k_kernel", its stream-K twin); a refused call raises
+        ValueError with `misalignments` of the vector kernel's `vector_elements` as the reasons. TMA operands
+        have their own launcher and test (paths/wgmma): the vector kernel where `misalignments` is empty."""
         reasons = misalignments(self.requirements.vector_elements)
         if self.tma_operands:
             if not reasons:
@@ -307,7 +319,7 @@ class LaunchPlan:
                                                         "aligned pointers and leading dimensions, and has no "
                                                         "fallback kernel")
         try:
-            return self.kernel_choice_rule(element_bytes).evaluate(operands)["kernel"]
+            return self.kernel_choice_rule(element_bytes).evaluate(operands)[which]
         except Refused:
             raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback") from None
 
@@ -336,14 +348,6 @@ class LaunchPlan:
         values = self.stream_k_launch_rule(alpha_beta).evaluate(
             {"blocks": self.tiles(m, n), "K": k, "sms": sms, "per_sm": per_sm, "batch": batch, "beta": beta})
         return {name: values[name] for name in ("sk_tiles", "sk_blocks", "prepare_blocks", "plain_blocks")}
-
-    def stream_k_entry(self, entry: str) -> str | None:
-        """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel,
-        a narrow kernel's twin for a narrow kernel."""
-        if entry == self.entries.scalar:
-            return self.entries.stream_k_scalar
-        twins = {narrow.entry: narrow.stream_k for narrow in self.entries.narrow}
-        return twins.get(entry, self.entries.stream_k)
 
     # --- NAME.json --------------------------------------------------------------------------------
 

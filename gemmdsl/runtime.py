@@ -347,9 +347,10 @@ def misalignments(req: Requirements, views: dict[str, OperandView], vector_eleme
     return reasons
 
 
-def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
-    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError. An operand not
-    given yet (a C the runtime allocates) constrains nothing: address, leading dimension and stride 0."""
+def choose_entry(req: Requirements, views: dict[str, OperandView], which: str = "kernel") -> str:
+    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry; `which`: "stream_k_kernel" for its
+    stream-K twin), or ValueError. An operand not given yet (a C the runtime allocates) constrains nothing:
+    address, leading dimension and stride 0."""
     operands: dict[str, int] = {}
     for name in OPERAND_NAMES:
         view = views.get(name)
@@ -358,7 +359,7 @@ def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
             {name: 0, f"ld{op}": 0, f"stride_{op}": 0}
     element_bytes = {name.lower(): ITEM_SIZES[req.dtypes[name]] for name in OPERAND_NAMES}
     return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel, operands,
-                                   element_bytes)
+                                   element_bytes, which)
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:
@@ -1165,7 +1166,7 @@ class Kernel:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
             launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare],
                                          (grids["prepare_blocks"], 1, call.batch), block, prepare_args + (sk_tiles,), 0))
-        launches.append(KernelLaunch(loaded.functions[req.launch.stream_k_entry(call.entry)],
+        launches.append(KernelLaunch(loaded.functions[choose_entry(req, call.views, "stream_k_kernel")],
                                      (grids["sk_blocks"], 1, call.batch), block, args + (sk_tiles,), smem))
         if grids["plain_blocks"]:
             launches.append(KernelLaunch(function, (grids["plain_blocks"], 1, call.batch), block, args, smem))

@@ -210,14 +210,14 @@ def test_the_launchers_print_the_stream_k_split_rule():
         assert o.text() in compile_path(ROOT / "specs" / f"{name}.gemm").cuda
 
 
-CHOICE_SPECS = ["hgemm_h100_f16_any", "checked_64x64", "sgemm_v1", "batched_v3"]
+CHOICE_SPECS = ["hgemm_h100_f16_any", "checked_64x64", "sgemm_v1", "batched_v3", "sgemm_any"]
 
 
 @pytest.mark.parametrize("name", CHOICE_SPECS)
 def test_the_kernel_choice_the_launcher_prints_chooses_as_python_does(tmp_path_factory, name):
     """LaunchPlan.kernel_choice_rule as the launcher prints it (with its alignment helper), on addresses and
     leading dimensions of every residue: narrow rungs (hgemm_h100_f16_any), a scalar fallback (checked), a
-    refusal (sgemm_v1: bounds exact), batch strides (batched_v3)."""
+    refusal (sgemm_v1: bounds exact), batch strides (batched_v3), a stream-K twin (sgemm_any)."""
     artifacts = compile_path(ROOT / "specs" / f"{name}.gemm")
     launch, spec = artifacts.plan.launch, artifacts.spec
     element_bytes = {op.value: spec.problem.matrix(op).dtype.bytes for op in ir.Operand}

@@ -168,14 +168,6 @@ class LauncherEmitter:
             o.line(f"{entries.prepare}<<<dim3((unsigned)prepare_blocks, 1, {z}), dim3({threads}), 0, stream>>>"
                    f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
-        if entries.stream_k_scalar is not None:
-            o.comment("Calls on the scalar kernel share their tiles through its stream-K twin"
-                      + (", those on a narrow kernel through its own." if entries.narrow else "."))
-            narrow = "".join(f"{narrow_flag(kernel)} ? {kernel.stream_k} : " for kernel in entries.narrow)
-            o.line(f"const auto stream_k_kernel = vector_aligned ? {entries.stream_k} : {narrow}"
-                   f"{entries.stream_k_scalar};")
-        else:
-            o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")
