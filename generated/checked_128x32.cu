@@ -1896,6 +1896,8 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_128x32_aligned(A, lda, 0, 4) && checked_128x32_aligned(B, ldb, 0, 2) && checked_128x32_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_128x32_kernel : checked_128x32_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -1953,8 +1955,6 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
         checked_128x32_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;

@@ -1861,6 +1861,8 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_32x128_aligned(A, lda, 0, 2) && checked_32x128_aligned(B, ldb, 0, 4) && checked_32x128_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_32x128_kernel : checked_32x128_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -1918,8 +1920,6 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
         checked_32x128_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;

@@ -1785,6 +1785,8 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = sgemm_any_aligned(A, lda, 0, 4) && sgemm_any_aligned(B, ldb, 0, 4) && sgemm_any_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? sgemm_any_kernel : sgemm_any_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -1842,8 +1844,6 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
         sgemm_any_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;

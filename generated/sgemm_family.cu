@@ -455,6 +455,7 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     const bool vector_aligned = sgemm_h100_aligned(A, lda, 0, 4) && sgemm_h100_aligned(B, ldb, 0, 4) && sgemm_h100_aligned(C, ldc, 0, 4);
     if (!vector_aligned) return cudaErrorInvalidValue;
     const auto kernel = sgemm_h100_kernel;
+    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -484,7 +485,6 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
         sgemm_h100_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
@@ -2253,6 +2253,8 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = sgemm_any_aligned(A, lda, 0, 4) && sgemm_any_aligned(B, ldb, 0, 4) && sgemm_any_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? sgemm_any_kernel : sgemm_any_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -2310,8 +2312,6 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
         sgemm_any_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
@@ -5234,6 +5234,8 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_32x128_aligned(A, lda, 0, 2) && checked_32x128_aligned(B, ldb, 0, 4) && checked_32x128_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_32x128_kernel : checked_32x128_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -5291,8 +5293,6 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
         checked_32x128_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
@@ -7174,6 +7174,8 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_128x32_aligned(A, lda, 0, 4) && checked_128x32_aligned(B, ldb, 0, 2) && checked_128x32_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_128x32_kernel : checked_128x32_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -7231,8 +7233,6 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
         checked_128x32_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;

@@ -471,6 +471,7 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     const bool vector_aligned = sgemm_h100_aligned(A, lda, 0, 4) && sgemm_h100_aligned(B, ldb, 0, 4) && sgemm_h100_aligned(C, ldc, 0, 4);
     if (!vector_aligned) return cudaErrorInvalidValue;
     const auto kernel = sgemm_h100_kernel;
+    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -500,7 +501,6 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
         sgemm_h100_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
