@@ -17,9 +17,9 @@ from functools import cache, lru_cache, partial
 from typing import TYPE_CHECKING
 
 from . import ir
-from .expr import Func, Var
-from .rule import (Apply, Field, Index, Let, Literal, Refuse, Refused, Rule, all_of, any_of, ceil_div, gt, maximum,
-                   minimum, ne, select)
+from .expr import Const, Func, Var
+from .rule import (Apply, Field, Function, Index, Let, Literal, Loop, Refuse, Refused, Rule, Skip, all_of, any_of,
+                   ceil_div, eq, ge, gt, lt, maximum, minimum, ne, not_, select)
 # The model builders below import the analysis (cost_model, passes) where they run: the rule (`choose`, `estimate`)
 # is all a family loaded from the cache (load_cache.py) needs, and importing the analysis would double its time.
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
@@ -133,7 +133,8 @@ def _member_fields(member: MemberModel) -> dict:
     bm, bn, bk = member.tile
     a, b, c = member.element_bytes
     split = stream_k_split_rule(member.min_saved_k_tiles, member.aligned_split) if member.stream_k else None
-    return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), stream_k_split=split, sms=member.sms,
+    return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), any_alignment=int(member.any_alignment),
+                fallback=int(member.fallback), stream_k_split=split, sms=member.sms,
                 blocks_per_sm=member.blocks_per_sm, k_tile_cycles=member.k_tile_cycles, tile_cycles=member.tile_cycles,
                 partial_cycles=member.partial_cycles, launch_cycles=member.launch_cycles,
                 hbm_bytes_per_clock=member.hbm_bytes_per_clock, a_bytes=a, b_bytes=b, c_bytes=c,
@@ -148,7 +149,7 @@ def estimate_rule(prefix: str = "") -> Rule:
     and C's bytes at HBM's rate, and where the member keeps k-tiles in flight what its `streaming` blocks draw by
     Little's law). Refused where an exact member cannot take the shape. C: `{prefix}cycles` (emit/family.py)."""
     product, total = saturating(prefix)
-    m = partial(Field, "m")
+    m = partial(Field, Var("m"))
     M, N, K = Var("M"), Var("N"), Var("K")
     tiles, k_tiles, slots, full = Var("tiles"), Var("k_tiles"), Var("slots"), Var("full")
     sk_tiles, sk_blocks, plain, left = Var("sk_tiles"), Var("sk_blocks"), Var("plain"), Var("left")
@@ -210,30 +211,57 @@ def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
                     values["compute_cycles"], values["memory"], values["streaming"])
 
 
+@cache
+def choose_rule(prefix: str = "", measured: bool = False) -> Rule:
+    """A kernel family's rule (family.py states it): `chosen`, the index of the member of `{prefix}members` (their
+    figures, `member_fields`; `{prefix}member_count` of them) that runs M x N x K. With `measured`, the
+    `{prefix}measured` table's entry for the shape ({M, N, K, member}, `{prefix}measured_count` of them)
+    where it names one; else the fewest cycles (`estimate_rule`, C's `{prefix}cycles`) among the members that
+    accept the shape, on a tie the fewest compute cycles, then the first listed. `fallback` members (declared so in
+    the family) only where `aligned` is false: then among the members that run operands of any alignment
+    (`any_alignment`), for a call the chosen member refused for its operands' alignment (an exact member, or a TMA
+    one); -1 when none does. C: `{prefix}choose` (emit/family.py)."""
+    members, M, N, K, aligned = Var(f"{prefix}members"), Var("M"), Var("N"), Var("K"), Var("aligned")
+    member = partial(lambda index, name: Field(Index(members, index), name))
+    best, found = Var("best"), Var("found")
+    cycles, compute = Var("cycles"), Var("compute")
+    steps: list = []
+    if measured:
+        entry = partial(Index, Var("entry"))
+        steps.append(Loop(
+            "e", Var(f"{prefix}measured_count"), (("found", "int", Const(-1)),),
+            (Let("entry", Index(Var(f"{prefix}measured"), Var("e")), "long long* const"),),
+            all_of(eq(M, entry(0)), eq(N, entry(1)), eq(K, entry(2)), any_of(aligned, member(entry(3), "any_alignment"))),
+            (("found", entry(3)),), stop=ge(found, 0),
+            comment="The measured table: {M, N, K, member} where a member timed fastest and the model picks another."))
+    count = Var(f"{prefix}member_count")
+    steps.append(Loop(
+        "i", select(ge(found, 0), 0, count) if measured else count,
+        (("best", "int", Const(-1)), ("best_cycles", "long long", Const(0)), ("best_compute", "long long", Const(0))),
+        (Skip(select(aligned, member(Var("i"), "fallback"), not_(member(Var("i"), "any_alignment")))),
+         Apply(Function(f"{prefix}cycles", estimate_rule(prefix)), (Index(members, Var("i")), M, N, K),
+               ("cycles", "compute"), "long long", returns="cycles")),
+        all_of(ge(cycles, 0), any_of(lt(best, 0), lt(cycles, Var("best_cycles")),
+                                     all_of(eq(cycles, Var("best_cycles")), lt(compute, Var("best_compute"))))),
+        (("best", Var("i")), ("best_cycles", cycles), ("best_compute", compute))))
+    return Rule("choose", ("M", "N", "K", "aligned", f"{prefix}members", f"{prefix}member_count",
+                           *((f"{prefix}measured", f"{prefix}measured_count") if measured else ())),
+                tuple(steps), (("chosen", select(ge(found, 0), found, best) if measured else best),))
+
+
 def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
            measured: tuple[tuple[tuple[int, int, int], int], ...] = ()) -> int | None:
-    """A kernel family's rule (family.py states it): the index of the member that runs M x N x K: the one the measured table names for the shape, else the
-    fewest predicted cycles among those that accept the shape; on a tie (members held to the same memory
-    floor) the fewest compute cycles, then the first listed.
-    `fallback` members (declared so in the family) only where aligned=False: among the members that run
-    operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
-    alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
-    launcher."""
+    """`choose_rule` for M x N x K: the index of the member that runs it, None where no member runs operands of
+    any alignment (aligned=False). An empty problem (M, N or K = 0) has no products to spread: the first member,
+    as in the C launcher."""
     if 0 in (m, n, k):
         return 0
-    for shape, index in measured:
-        if shape == (m, n, k) and (aligned or members[index].any_alignment):
-            return index
-    best = None
-    for index, member in enumerate(members):
-        if not (member.any_alignment if not aligned else not member.fallback):
-            continue
-        figures = estimate(member, m, n, k)
-        key = (figures.cycles, figures.compute_cycles)
-        if figures.accepted and (best is None or key < best[1]):
-            best = (index, key)
-    assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
-    return None if best is None else best[0]
+    table = [(*shape, index) for shape, index in measured]
+    chosen = choose_rule(measured=bool(table)).evaluate({
+        "M": m, "N": n, "K": k, "aligned": int(aligned), "members": [member_fields(x) for x in members],
+        "member_count": len(members), "measured": table, "measured_count": len(table)})["chosen"]
+    assert chosen >= 0 or not aligned, "a family has a checked member, which accepts every shape"
+    return None if chosen < 0 else chosen
 
 
 def memory_fields(spec: ir.KernelSpec) -> dict:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ContextManager, Mapping, Protocol, Sequence, Union
 
-from .expr import Const, Expr, Func, lift
+from .expr import Const, Expr, Func, Var, lift
 
 Operand = Union[Expr, int]
 
@@ -197,19 +197,20 @@ class Literal(Expr):
 @dataclass(frozen=True, eq=True)
 class Field(Expr):
     """A field of a struct the rule reads (a family member's figures): C's `struct.name`, Python's
-    env[struct][name]."""
+    struct[name] (a mapping)."""
 
-    struct: str
+    struct: Expr
     name: str
+    precedence = 16
 
     def render(self) -> str:
-        return f"{self.struct}.{self.name}"
+        return f"{_wrap(self.struct, self.precedence)}.{self.name}"
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return env[self.struct][self.name]
+        return self.struct.evaluate(env)[self.name]
 
     def variables(self) -> frozenset[str]:
-        return frozenset({self.struct})
+        return self.struct.variables()
 
 
 @dataclass(frozen=True, eq=True)
@@ -219,6 +220,9 @@ class Index(Expr):
     array: Expr
     index: Expr
     precedence = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", lift(self.index))
 
     def render(self) -> str:
         return f"{_wrap(self.array, self.precedence)}[{self.index.render()}]"
@@ -385,7 +389,8 @@ class Refuse:
 class Apply:
     """A rule printed as a C function, called: its outputs bound under `names`, of `output_type`. `callee`
     renders as the function (a `Function`, or a struct's pointer to one) and evaluates to the rule; with
-    `when`, only where it holds (the outputs are 0 otherwise)."""
+    `when`, only where it holds (the outputs are 0 otherwise). With `returns` (one of `names`), the function
+    returns that output (`render_function`'s `returns`), `refused` where the rule refuses."""
 
     callee: Expr
     arguments: tuple[Expr, ...]
@@ -393,13 +398,47 @@ class Apply:
     output_type: str = "int"
     when: Expr | None = None
     comment: str | None = None
+    returns: str | None = None
+    refused: int = -1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arguments", tuple(lift(a) for a in self.arguments))
 
 
+@dataclass(frozen=True)
+class Skip:
+    """Inside a `Loop`: the rest of this iteration is skipped where `condition` holds (C's `continue`)."""
+
+    condition: Expr
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for (int index = 0; index < count; ++index)` over `steps` (bindings of one iteration), then where `when`
+    holds the `state` variables take their `updates` (evaluated before any is assigned: they must not read the
+    state); the loop ends after an iteration where `stop` holds. `state` is (name, C type, initial value),
+    declared before the loop and read after it."""
+
+    index: str
+    count: Expr
+    state: tuple[tuple[str, str, Expr], ...]
+    steps: tuple["Step", ...]
+    when: Expr
+    updates: tuple[tuple[str, Expr], ...]
+    stop: Expr | None = None
+    comment: str | None = None
+
+
+Step = Union[Let, Refuse, Apply, Skip, Loop]
+
+
 class Refused(Exception):
     """A rule refused its inputs (a `Refuse` step held)."""
+
+
+class _Skipped(Exception):
+    """A `Skip` held: the loop's next iteration."""
 
 
 class Lines(Protocol):
@@ -416,36 +455,19 @@ class Rule:
 
     name: str
     inputs: tuple[str, ...]
-    steps: tuple[Union[Let, Refuse, Apply], ...]
+    steps: tuple[Step, ...]
     outputs: tuple[tuple[str, Expr], ...] = ()
     comment: str | None = None
 
     def __post_init__(self) -> None:
-        known = set(self.inputs)
-        for step in self.steps:
-            missing = _reads(step) - known
-            assert not missing, f"rule {self.name}: {sorted(missing)} used before bound"
-            for name in _binds(step):
-                assert name not in known, f"rule {self.name}: {name} bound twice"
-                known.add(name)
+        known = _check(self.name, self.steps, set(self.inputs))
         for _, value in self.outputs:
             assert value.variables() <= known, f"rule {self.name}: an output reads an unbound name"
 
     def evaluate(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Every binding and output for `inputs` (a name each); raises `Refused` where a `Refuse` holds."""
         env = {name: inputs[name] for name in self.inputs}
-        for step in self.steps:
-            if isinstance(step, Refuse):
-                if step.condition.evaluate(env):
-                    raise Refused(step.comment or self.name)
-            elif isinstance(step, Apply):
-                env.update(dict.fromkeys(step.names, 0))
-                if step.when is None or step.when.evaluate(env):
-                    rule = step.callee.evaluate(env)
-                    inner = rule.evaluate(dict(zip(rule.inputs, (a.evaluate(env) for a in step.arguments))))
-                    env.update((name, inner[output]) for name, (output, _) in zip(step.names, rule.outputs))
-            else:
-                env[step.name] = step.value.evaluate(env)
+        _run(self.name, self.steps, env)
         env.update((name, value.evaluate(env)) for name, value in self.outputs)
         return env
 
@@ -453,21 +475,7 @@ class Rule:
         """The steps as statements of the enclosing C function, whose variables hold the inputs."""
         if self.comment:
             o.comment(self.comment)
-        self._render_steps(o, refuse)
-
-    def _render_steps(self, o: Lines, refuse: str) -> None:
-        for step in self.steps:
-            if step.comment:
-                o.comment(step.comment)
-            if isinstance(step, Refuse):
-                o.line(f"if ({step.condition.render()}) {refuse}")
-            elif isinstance(step, Apply):
-                o.line(f"{step.output_type} " + ", ".join(f"{name} = 0" for name in step.names) + ";")
-                arguments = [a.render() for a in step.arguments] + [f"&{name}" for name in step.names]
-                call = f"{step.callee.render()}({', '.join(arguments)});"
-                o.line(call if step.when is None else f"if ({step.when.render()}) {call}")
-            else:
-                o.line(f"const {step.ctype} {step.name} = {step.value.render()};")
+        _render(self.steps, o, refuse)
 
     def render_function(self, o: Lines, c_name: str, parameters: Sequence[str], output_type: str,
                         returns: str | None = None, refused: str = "") -> None:
@@ -478,7 +486,7 @@ class Rule:
         if self.comment:
             o.comment(self.comment)
         with o.block(f"static {output_type if returns else 'void'} {c_name}({', '.join([*parameters, *pointers])})"):
-            self._render_steps(o, f"return {refused};" if returns else "return;")
+            _render(self.steps, o, f"return {refused};" if returns else "return;")
             for name, value in self.outputs:
                 if name != returns:
                     o.line(f"*{name} = ({output_type})" + _wrap(value, _UNARY_PRECEDENCE) + ";")
@@ -486,16 +494,110 @@ class Rule:
                 o.line(f"return {dict(self.outputs)[returns].render()};")
 
 
-def _reads(step: Union[Let, Refuse, Apply]) -> frozenset[str]:
+def _check(rule: str, steps: Sequence[Step], known: set[str]) -> set[str]:
+    """The names bound after `steps`, asserting each step reads only names bound before it and binds new ones."""
+    for step in steps:
+        if isinstance(step, Loop):
+            for name, _, initial in step.state:
+                assert initial.variables() <= known and name not in known, f"rule {rule}: loop state {name}"
+            known |= {name for name, _, _ in step.state}
+            inner = _check(rule, step.steps, known | {step.index})
+            for expr in (step.count, step.when, *(value for _, value in step.updates)):
+                assert expr.variables() <= inner, f"rule {rule}: the loop over {step.index} reads an unbound name"
+            assert not {v for _, value in step.updates for v in value.variables()} & {n for n, _, _ in step.state}
+            continue
+        missing = _reads(step) - known
+        assert not missing, f"rule {rule}: {sorted(missing)} used before bound"
+        for name in _binds(step):
+            assert name not in known, f"rule {rule}: {name} bound twice"
+            known.add(name)
+    return known
+
+
+def _run(rule: str, steps: Sequence[Step], env: dict[str, Any]) -> None:
+    for step in steps:
+        if isinstance(step, Refuse):
+            if step.condition.evaluate(env):
+                raise Refused(step.comment or rule)
+        elif isinstance(step, Skip):
+            if step.condition.evaluate(env):
+                raise _Skipped
+        elif isinstance(step, Apply):
+            env.update(dict.fromkeys(step.names, 0))
+            if step.when is None or step.when.evaluate(env):
+                callee = step.callee.evaluate(env)
+                try:
+                    inner = callee.evaluate(dict(zip(callee.inputs, (a.evaluate(env) for a in step.arguments))))
+                except Refused:
+                    if step.returns is None:
+                        raise
+                    env[step.returns] = step.refused
+                    continue
+                env.update((name, inner[output]) for name, (output, _) in zip(step.names, callee.outputs))
+        elif isinstance(step, Loop):
+            _loop(rule, step, env)
+        else:
+            env[step.name] = step.value.evaluate(env)
+
+
+def _loop(rule: str, loop: Loop, env: dict[str, Any]) -> None:
+    env.update((name, initial.evaluate(env)) for name, _, initial in loop.state)
+    for index in range(loop.count.evaluate(env)):
+        inner = {**env, loop.index: index}
+        try:
+            _run(rule, loop.steps, inner)
+        except _Skipped:
+            continue
+        if loop.when.evaluate(inner):
+            env.update([(name, value.evaluate(inner)) for name, value in loop.updates])
+        if loop.stop is not None and loop.stop.evaluate(env):
+            break
+
+
+def _render(steps: Sequence[Step], o: Lines, refuse: str) -> None:
+    for step in steps:
+        if step.comment:
+            o.comment(step.comment)
+        if isinstance(step, Refuse):
+            o.line(f"if ({step.condition.render()}) {refuse}")
+        elif isinstance(step, Skip):
+            o.line(f"if ({step.condition.render()}) continue;")
+        elif isinstance(step, Apply):
+            pointers = [name for name in step.names if name != step.returns]
+            if pointers:
+                o.line(f"{step.output_type} " + ", ".join(f"{name} = 0" for name in pointers) + ";")
+            arguments = [a.render() for a in step.arguments] + [f"&{name}" for name in pointers]
+            call = f"{step.callee.render()}({', '.join(arguments)})"
+            if step.returns is not None:
+                assert step.when is None, "a returned output is bound unconditionally"
+                o.line(f"const {step.output_type} {step.returns} = {call};")
+            else:
+                o.line(f"{call};" if step.when is None else f"if ({step.when.render()}) {call};")
+        elif isinstance(step, Loop):
+            for name, ctype, initial in step.state:
+                o.line(f"{ctype} {name} = {initial.render()};")
+            test = Compare("<", Var(step.index), step.count).render()
+            with o.block(f"for (int {step.index} = 0; {test}; ++{step.index})"):
+                _render(step.steps, o, refuse)
+                with o.block(f"if ({step.when.render()})"):
+                    for name, value in step.updates:
+                        o.line(f"{name} = {value.render()};")
+                if step.stop is not None:
+                    o.line(f"if ({step.stop.render()}) break;")
+        else:
+            o.line(f"const {step.ctype} {step.name} = {step.value.render()};")
+
+
+def _reads(step: Union[Let, Refuse, Apply, Skip]) -> frozenset[str]:
     if isinstance(step, Let):
         return step.value.variables()
-    if isinstance(step, Refuse):
+    if isinstance(step, (Refuse, Skip)):
         return step.condition.variables()
     when = step.when.variables() if step.when is not None else frozenset()
     return frozenset().union(step.callee.variables(), when, *(a.variables() for a in step.arguments))
 
 
-def _binds(step: Union[Let, Refuse, Apply]) -> tuple[str, ...]:
+def _binds(step: Union[Let, Refuse, Apply, Skip]) -> tuple[str, ...]:
     return (step.name,) if isinstance(step, Let) else step.names if isinstance(step, Apply) else ()
 
 

@@ -14,7 +14,7 @@ from .. import __version__
 from .. import ir
 from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, padded_launcher_name
 from ..emitter import Emitter
-from ..cycles import estimate_rule, saturating
+from ..cycles import choose_rule, estimate_rule, saturating
 from ..rule import render_func
 from ..schedule import CYCLE_CAP
 from ..source import printable
@@ -102,32 +102,17 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                                                                     "long long K"], "long long", returns="cycles",
                                               refused="-1")
     o.line()
+    o.line(f"static const int {name}_member_count = {len(family.members)};")
     if family.measured:
-        o.comment("The measured table: {M, N, K, member} where a member timed fastest and the model picks another.")
         with o.block(f"static const long long {name}_measured[{len(family.measured)}][4] =", close="};"):
             for (m, n, k), index in family.measured:
                 o.line(f"{{{m}, {n}, {k}, {index}}},  // {family.members[index].artifacts.name}")
-        o.line()
+        o.line(f"static const int {name}_measured_count = {len(family.measured)};")
+    o.line()
     o.comment("The member that runs M x N x K; aligned = false: among the members that run operands of any\n"
-              "alignment only (-1: none does).")
-    with o.block(f"static int {name}_choose(long long M, long long N, long long K, bool aligned)"):
-        if family.measured:
-            with o.block(f"for (int i = 0; i < {len(family.measured)}; ++i)"):
-                o.line(f"const long long* entry = {name}_measured[i];")
-                o.line("if (entry[0] == M && entry[1] == N && entry[2] == K && "
-                       f"(aligned || {name}_members[entry[3]].any_alignment)) return (int)entry[3];")
-        o.line("int best = -1;")
-        o.line("long long best_cycles = 0, best_compute = 0;")
-        with o.block(f"for (int i = 0; i < {len(family.members)}; ++i)"):
-            o.line(f"if (aligned ? {name}_members[i].fallback : !{name}_members[i].any_alignment) continue;")
-            o.line("long long compute = 0;")
-            o.line(f"const long long cycles = {name}_cycles({name}_members[i], M, N, K, &compute);")
-            with o.block("if (cycles >= 0 && (best < 0 || cycles < best_cycles || "
-                         "(cycles == best_cycles && compute < best_compute)))"):
-                o.line("best = i;")
-                o.line("best_cycles = cycles;")
-                o.line("best_compute = compute;")
-        o.line("return best;")
+              "alignment only (-1: none does). cycles.choose_rule.")
+    choose_rule(f"{name}_", measured=bool(family.measured)).render_function(
+        o, f"{name}_choose", ["long long M", "long long N", "long long K", "bool aligned"], "int", returns="chosen")
 
 
 def _pads(family: Any) -> bool:
