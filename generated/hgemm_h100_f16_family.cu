@@ -5314,12 +5314,15 @@ static long long hgemm_h100_f16_family_cycles(const hgemm_h100_f16_family_member
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
+static const int hgemm_h100_f16_family_member_count = 5;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int hgemm_h100_f16_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 5; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < hgemm_h100_f16_family_member_count; ++i) {
         if (aligned ? hgemm_h100_f16_family_members[i].fallback : !hgemm_h100_f16_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = hgemm_h100_f16_family_cycles(hgemm_h100_f16_family_members[i], M, N, K, &compute);

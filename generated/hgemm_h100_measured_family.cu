@@ -1913,22 +1913,29 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
-// The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+static const int hgemm_h100_measured_family_member_count = 3;
 static const long long hgemm_h100_measured_family_measured[2][4] = {
     {128, 4096, 4096, 1},  // hgemm_h100_128x192
     {1, 12288, 4096, 2},  // hgemm_h100_128x64
 };
+static const int hgemm_h100_measured_family_measured_count = 2;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int hgemm_h100_measured_family_choose(long long M, long long N, long long K, bool aligned) {
-    for (int i = 0; i < 2; ++i) {
-        const long long* entry = hgemm_h100_measured_family_measured[i];
-        if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) return (int)entry[3];
+    // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+    int found = -1;
+    for (int e = 0; e < hgemm_h100_measured_family_measured_count; ++e) {
+        const long long* const entry = hgemm_h100_measured_family_measured[e];
+        if (M == entry[0] && N == entry[1] && K == entry[2] && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) {
+            found = entry[3];
+        }
+        if (found >= 0) break;
     }
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 3; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < (found >= 0 ? 0 : hgemm_h100_measured_family_member_count); ++i) {
         if (aligned ? hgemm_h100_measured_family_members[i].fallback : !hgemm_h100_measured_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = hgemm_h100_measured_family_cycles(hgemm_h100_measured_family_members[i], M, N, K, &compute);
@@ -1938,7 +1945,7 @@ static int hgemm_h100_measured_family_choose(long long M, long long N, long long
             best_compute = compute;
         }
     }
-    return best;
+    return found >= 0 ? found : best;
 }
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,

@@ -1511,12 +1511,15 @@ static long long linear_gelu_family_cycles(const linear_gelu_family_member& m, l
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
+static const int linear_gelu_family_member_count = 2;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int linear_gelu_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 2; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < linear_gelu_family_member_count; ++i) {
         if (aligned ? linear_gelu_family_members[i].fallback : !linear_gelu_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = linear_gelu_family_cycles(linear_gelu_family_members[i], M, N, K, &compute);

@@ -11438,7 +11438,7 @@ static long long llama_block_h100_cycles(const llama_block_h100_member& m, long 
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
-// The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+static const int llama_block_h100_member_count = 14;
 static const long long llama_block_h100_measured[19][4] = {
     {1, 4096, 4096, 1},  // llama_block_h100_m1
     {1, 14336, 4096, 2},  // llama_block_h100_m2
@@ -11460,17 +11460,24 @@ static const long long llama_block_h100_measured[19][4] = {
     {8192, 4096, 4096, 12},  // llama_block_h100_m12
     {8192, 4096, 14336, 12},  // llama_block_h100_m12
 };
+static const int llama_block_h100_measured_count = 19;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int llama_block_h100_choose(long long M, long long N, long long K, bool aligned) {
-    for (int i = 0; i < 19; ++i) {
-        const long long* entry = llama_block_h100_measured[i];
-        if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || llama_block_h100_members[entry[3]].any_alignment)) return (int)entry[3];
+    // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+    int found = -1;
+    for (int e = 0; e < llama_block_h100_measured_count; ++e) {
+        const long long* const entry = llama_block_h100_measured[e];
+        if (M == entry[0] && N == entry[1] && K == entry[2] && (aligned || llama_block_h100_members[entry[3]].any_alignment)) {
+            found = entry[3];
+        }
+        if (found >= 0) break;
     }
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 14; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < (found >= 0 ? 0 : llama_block_h100_member_count); ++i) {
         if (aligned ? llama_block_h100_members[i].fallback : !llama_block_h100_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = llama_block_h100_cycles(llama_block_h100_members[i], M, N, K, &compute);
@@ -11480,7 +11487,7 @@ static int llama_block_h100_choose(long long M, long long N, long long K, bool a
             best_compute = compute;
         }
     }
-    return best;
+    return found >= 0 ? found : best;
 }
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,

@@ -2025,12 +2025,15 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
+static const int sgemm_3xtf32_h100_family_member_count = 2;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 2; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < sgemm_3xtf32_h100_family_member_count; ++i) {
         if (aligned ? sgemm_3xtf32_h100_family_members[i].fallback : !sgemm_3xtf32_h100_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = sgemm_3xtf32_h100_family_cycles(sgemm_3xtf32_h100_family_members[i], M, N, K, &compute);

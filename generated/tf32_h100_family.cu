@@ -5023,12 +5023,15 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     return memory > compute_cycles ? memory : compute_cycles;
 }
 
+static const int tf32_h100_family_member_count = 5;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int tf32_h100_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 5; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < tf32_h100_family_member_count; ++i) {
         if (aligned ? tf32_h100_family_members[i].fallback : !tf32_h100_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = tf32_h100_family_cycles(tf32_h100_family_members[i], M, N, K, &compute);
