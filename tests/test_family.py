@@ -130,7 +130,7 @@ def test_a_family_needs_a_checked_member(tmp_path):
     assert "f.gemmf:1:8: error: family f has no `bounds: checked` member" in caught.value.render()
 
 
-# --- the C launcher's copy of the rule -----------------------------------------------------------
+# --- the rule as the C launcher prints it -----------------------------------------------------------
 
 RULE_TEST = r"""
 #include <cstdio>
