@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .abi import Parameter
 from .expr import Const, Expr, Func, Var
@@ -175,6 +175,13 @@ class LaunchPlan:
     # Thread-block cluster dimensions of the GEMM kernels' launches (x, y, z): (1, 1, 1) launches plainly; others
     # through cudaLaunchKernelEx's cluster attribute (TMA multicast, 2-SM MMA). The grid must divide by them.
     cluster: tuple[int, int, int] = (1, 1, 1)
+    # The rules built from this plan, kept: the runtime evaluates them on every call it checks.
+    _rules: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _rule(self, key: tuple, build: Callable[[], Rule]) -> Rule:
+        if key not in self._rules:
+            self._rules[key] = build()
+        return self._rules[key]
 
     @property
     def clustered(self) -> bool:
@@ -203,6 +210,9 @@ class LaunchPlan:
         (PERSISTENT_STREAM_K) the split of the call on one block per SM (schedule.stream_k_split_rule, aligned,
         C's function `split`: `sk_tiles`, `sk_blocks`) and enough blocks for its ranges and for one wave of the
         other tiles (schedule.persistent_blocks). Inputs: `tiles`, `K`, `sms`."""
+        return self._rule(("persistent_grid", split), lambda: self._persistent_grid_rule(split))
+
+    def _persistent_grid_rule(self, split: str) -> Rule:
         tiles, sms = Var("tiles"), Var("sms")
         if self.grid_rule is GridRule.BATCH_TILES:
             steps: tuple = (Let("blocks", tiles),)
@@ -262,6 +272,10 @@ class LaunchPlan:
         scalar one; without a scalar kernel a misaligned call is refused. Inputs: the operands' addresses
         `A`, `B`, `C`, leading dimensions `lda`, ... and, batched, strides `stride_a`, ...; `element_bytes`
         per operand (a, b, c). The C launcher prints it (`helper`: its alignment test, `aligned_helper`)."""
+        return self._rule(("kernel_choice", tuple(sorted(element_bytes.items())), helper),
+                          lambda: self._kernel_choice_rule(element_bytes, helper))
+
+    def _kernel_choice_rule(self, element_bytes: Mapping[str, int], helper: str) -> Rule:
         aligned = aligned_helper(helper, element_bytes)
         uniform = len(set(element_bytes.values())) == 1
 
@@ -329,6 +343,9 @@ class LaunchPlan:
         SMs x resident blocks, then the grids of its kernels: `prepare_blocks` tiles of C set to beta * C first
         (none where beta is 1), `sk_blocks` stream-K blocks, `plain_blocks` tiles for the plain kernel. Inputs:
         `blocks` (tiles of one GEMM), `K`, `sms`, `per_sm`, `batch` (batched kernels) and `beta` (a float)."""
+        return self._rule(("stream_k_launch", alpha_beta, split), lambda: self._stream_k_launch_rule(alpha_beta, split))
+
+    def _stream_k_launch_rule(self, alpha_beta: bool, split: str) -> Rule:
         tiles, sk_tiles = Var("blocks"), Var("sk_tiles")
         batch = Var("batch") if self.batched else Const(1)
         keeps_c = ne(Var("beta"), Literal("1.0f", 1.0)) if alpha_beta else Const(1)
