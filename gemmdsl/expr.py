@@ -34,6 +34,11 @@ class Expr:
     def variables(self) -> frozenset[str]:
         raise NotImplementedError
 
+    def python(self, names: dict) -> str:
+        """The expression as Python source over variables `v_NAME`; what it calls or refers to is put in `names`
+        (the namespace the source runs in). rule.py compiles rules from it."""
+        raise NotImplementedError
+
     def __str__(self) -> str:
         return self.render()
 
@@ -81,6 +86,9 @@ class Const(Expr):
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         return self.value
 
+    def python(self, names: dict) -> str:
+        return repr(self.value)
+
     def variables(self) -> frozenset[str]:
         return frozenset()
 
@@ -94,6 +102,9 @@ class Var(Expr):
 
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         return env[self.name]
+
+    def python(self, names: dict) -> str:
+        return f"v_{self.name}"
 
     def variables(self) -> frozenset[str]:
         return frozenset({self.name})
@@ -131,6 +142,9 @@ class BinOp(Expr):
         a = self.lhs.evaluate(env)
         b = self.rhs.evaluate(env)
         return _APPLY[self.op](a, b)
+
+    def python(self, names: dict) -> str:
+        return f"({self.lhs.python(names)} {'//' if self.op == '/' else self.op} {self.rhs.python(names)})"
 
     def variables(self) -> frozenset[str]:
         return self.lhs.variables() | self.rhs.variables()
@@ -218,6 +232,14 @@ class Call(Expr):
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         inner = {p: a.evaluate(env) for p, a in zip(self.func.params, self.args)}
         return self.func.body.evaluate(inner)
+
+    def python(self, names: dict) -> str:
+        name = f"f_{self.func.name}"
+        if name not in names:
+            source = f"def {name}({', '.join(f'v_{p}' for p in self.func.params)}):\n" \
+                     f"    return {self.func.body.python(names)}\n"
+            exec(compile(source, f"<{self.func.name}>", "exec"), names)
+        return f"{name}({', '.join(a.python(names) for a in self.args)})"
 
     def variables(self) -> frozenset[str]:
         return frozenset().union(*(a.variables() for a in self.args))

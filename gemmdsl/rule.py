@@ -2,11 +2,13 @@
 
 A host launcher decides things from a call's sizes and operands (which kernel runs, how a stream-K
 launch splits, how many blocks each launch gets). The Python runtime must decide the same, and the
-analysis predicts the same. So each decision is a `Rule`: named inputs, a list of `Let` bindings (each
-an expression of the inputs and earlier bindings) and `Refuse` steps (the call is refused), built from
-expr.py's integer expressions and the nodes below (comparisons, `&&`, `||`, `!`, `?:`, min, max, ceil-div,
-casts, kernel names). `Rule.render_function` and `Rule.render_inline` print it as C (a `const` local per
-binding, so the launcher reads like hand-written code); `Rule.evaluate` computes it in Python.
+analysis predicts the same. So each decision is a `Rule`: named inputs and steps: `Let` bindings (each
+an expression of the inputs and earlier bindings), `Refuse` (the call is refused), `Apply` (another rule,
+printed as a C function, called) and `Loop` over a table (with `Skip`), built from expr.py's integer
+expressions and the nodes below (comparisons, `&&`, `||`, `!`, `?:`, min, max, ceil-div, casts, kernel names,
+struct fields, array elements). `Rule.render_function` and `Rule.render_inline` print it as C (a `const`
+local per binding, so the launcher reads like hand-written code); `Rule.evaluate` runs it in Python, as a
+function compiled once from each node's `python` source.
 
 Semantics are C's `long long` on the values the rules see: every value is an integer (a comparison is
 0 or 1) and non-negative where it is divided, so C's truncating `/` and `%` equal Python's `//` and `%`;
@@ -17,7 +19,8 @@ same names (the function's parameters, or locals of the launcher for an inline r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ContextManager, Mapping, Protocol, Sequence, Union
+from functools import cached_property, lru_cache
+from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence, Union
 
 from .expr import Const, Expr, Func, Var, lift
 
@@ -32,6 +35,23 @@ _COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b
             ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 
 
+class RuleExpr(Expr):
+    """A node of the rules' own: Python evaluates it through its `python` source (compiled once per node), the
+    one Python meaning it has, which the rules' compiled functions (`Rule.evaluate`) use too."""
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        function, free = _compiled_expression(self)
+        return function(*(env[name] for name in free))
+
+
+@lru_cache(maxsize=1024)
+def _compiled_expression(expr: Expr) -> tuple[Callable[..., Any], tuple[str, ...]]:
+    names: dict = {}
+    free = tuple(sorted(expr.variables()))
+    source = f"lambda {', '.join(f'v_{name}' for name in free)}: {expr.python(names)}"
+    return eval(compile(source, "<rule expression>", "eval"), names), free
+
+
 def _wrap(child: Expr, precedence: int, strict: bool = False) -> str:
     """`child` as an operand of an operator of `precedence`, in parentheses where C would bind it otherwise
     (`strict`: also at equal precedence, for a right operand or a mix of relational operators)."""
@@ -42,7 +62,7 @@ def _wrap(child: Expr, precedence: int, strict: bool = False) -> str:
 
 
 @dataclass(frozen=True, eq=True)
-class Compare(Expr):
+class Compare(RuleExpr):
     """`lhs op rhs`: 1 or 0."""
 
     op: str
@@ -56,15 +76,15 @@ class Compare(Expr):
     def render(self) -> str:
         return f"{_wrap(self.lhs, self.precedence, strict=True)} {self.op} {_wrap(self.rhs, self.precedence, True)}"
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return int(_COMPARE[self.op](self.lhs.evaluate(env), self.rhs.evaluate(env)))
+    def python(self, names: dict) -> str:
+        return f"int({self.lhs.python(names)} {self.op} {self.rhs.python(names)})"
 
     def variables(self) -> frozenset[str]:
         return self.lhs.variables() | self.rhs.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Logic(Expr):
+class Logic(RuleExpr):
     """`a && b && ...` or `a || b || ...`, short-circuit as in C: 1 or 0."""
 
     op: str
@@ -79,34 +99,31 @@ class Logic(Expr):
         return f" {self.op} ".join(f"({t.render()})" if isinstance(t, Logic) or t.precedence < self.precedence
                                    else t.render() for t in self.terms)
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        want = self.op == "&&"
-        for term in self.terms:
-            if bool(term.evaluate(env)) != want:
-                return int(not want)
-        return int(want)
+    def python(self, names: dict) -> str:
+        joined = f" {'and' if self.op == '&&' else 'or'} ".join(t.python(names) for t in self.terms)
+        return f"(1 if {joined} else 0)"
 
     def variables(self) -> frozenset[str]:
         return frozenset().union(*(t.variables() for t in self.terms))
 
 
 @dataclass(frozen=True, eq=True)
-class Not(Expr):
+class Not(RuleExpr):
     operand: Expr
     precedence = _UNARY_PRECEDENCE
 
     def render(self) -> str:
         return "!" + _wrap(self.operand, self.precedence)
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return int(not self.operand.evaluate(env))
+    def python(self, names: dict) -> str:
+        return f"int(not {self.operand.python(names)})"
 
     def variables(self) -> frozenset[str]:
         return self.operand.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Select(Expr):
+class Select(RuleExpr):
     """`condition ? then : other`; only the branch taken is evaluated."""
 
     condition: Expr
@@ -120,15 +137,15 @@ class Select(Expr):
         return (f"{_wrap(self.condition, self.precedence, True)} ? {_wrap(self.then, self.precedence, True)} : "
                 f"{other}")
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return (self.then if self.condition.evaluate(env) else self.other).evaluate(env)
+    def python(self, names: dict) -> str:
+        return f"({self.then.python(names)} if {self.condition.python(names)} else {self.other.python(names)})"
 
     def variables(self) -> frozenset[str]:
         return self.condition.variables() | self.then.variables() | self.other.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Cast(Expr):
+class Cast(RuleExpr):
     """`(ctype)operand`: C widens (or narrows) the value; Python's integers need neither."""
 
     ctype: str
@@ -138,15 +155,15 @@ class Cast(Expr):
     def render(self) -> str:
         return f"({self.ctype})" + _wrap(self.operand, self.precedence)
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.operand.evaluate(env)
+    def python(self, names: dict) -> str:
+        return self.operand.python(names)
 
     def variables(self) -> frozenset[str]:
         return self.operand.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Symbol(Expr):
+class Symbol(RuleExpr):
     """A name C knows (a kernel): C prints it, Python evaluates to the name."""
 
     name: str
@@ -154,15 +171,15 @@ class Symbol(Expr):
     def render(self) -> str:
         return self.name
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.name
+    def python(self, names: dict) -> str:
+        return repr(self.name)
 
     def variables(self) -> frozenset[str]:
         return frozenset()
 
 
 @dataclass(frozen=True, eq=True)
-class Address(Expr):
+class Address(RuleExpr):
     """A pointer as an integer: C's `reinterpret_cast<uintptr_t>(name)`, Python's env[name] (the address)."""
 
     name: str
@@ -170,15 +187,15 @@ class Address(Expr):
     def render(self) -> str:
         return f"reinterpret_cast<uintptr_t>({self.name})"
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return env[self.name]
+    def python(self, names: dict) -> str:
+        return f"v_{self.name}"
 
     def variables(self) -> frozenset[str]:
         return frozenset({self.name})
 
 
 @dataclass(frozen=True, eq=True)
-class Literal(Expr):
+class Literal(RuleExpr):
     """A constant C spells its own way (`1.0f`): C prints `text`, Python evaluates to `value`."""
 
     text: str
@@ -187,15 +204,15 @@ class Literal(Expr):
     def render(self) -> str:
         return self.text
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.value
+    def python(self, names: dict) -> str:
+        return repr(self.value)
 
     def variables(self) -> frozenset[str]:
         return frozenset()
 
 
 @dataclass(frozen=True, eq=True)
-class Field(Expr):
+class Field(RuleExpr):
     """A field of a struct the rule reads (a family member's figures): C's `struct.name`, Python's
     struct[name] (a mapping)."""
 
@@ -206,15 +223,15 @@ class Field(Expr):
     def render(self) -> str:
         return f"{_wrap(self.struct, self.precedence)}.{self.name}"
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.struct.evaluate(env)[self.name]
+    def python(self, names: dict) -> str:
+        return f"{self.struct.python(names)}[{self.name!r}]"
 
     def variables(self) -> frozenset[str]:
         return self.struct.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Index(Expr):
+class Index(RuleExpr):
     """`array[index]`."""
 
     array: Expr
@@ -227,15 +244,15 @@ class Index(Expr):
     def render(self) -> str:
         return f"{_wrap(self.array, self.precedence)}[{self.index.render()}]"
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.array.evaluate(env)[self.index.evaluate(env)]
+    def python(self, names: dict) -> str:
+        return f"{self.array.python(names)}[{self.index.python(names)}]"
 
     def variables(self) -> frozenset[str]:
         return self.array.variables() | self.index.variables()
 
 
 @dataclass(frozen=True, eq=True)
-class Function(Expr):
+class Function(RuleExpr):
     """A rule printed as a C function (`Rule.render_function`) that `Apply` calls: C's name, Python's rule."""
 
     name: str
@@ -244,15 +261,16 @@ class Function(Expr):
     def render(self) -> str:
         return self.name
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return self.rule
+    def python(self, names: dict) -> str:
+        names[f"r_{self.name}"] = self.rule
+        return f"r_{self.name}"
 
     def variables(self) -> frozenset[str]:
         return frozenset()
 
 
 @dataclass(frozen=True, eq=True)
-class Extremum(Expr):
+class Extremum(RuleExpr):
     """C's `min(a, b)` or `max(a, b)` function, as CUDA device code has them (host code reads `minimum`'s ?:)."""
 
     function: str
@@ -262,8 +280,8 @@ class Extremum(Expr):
     def render(self) -> str:
         return f"{self.function}({self.lhs.render()}, {self.rhs.render()})"
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
-        return (min if self.function == "min" else max)(self.lhs.evaluate(env), self.rhs.evaluate(env))
+    def python(self, names: dict) -> str:
+        return f"{self.function}({self.lhs.python(names)}, {self.rhs.python(names)})"
 
     def variables(self) -> frozenset[str]:
         return self.lhs.variables() | self.rhs.variables()
@@ -437,10 +455,6 @@ class Refused(Exception):
     """A rule refused its inputs (a `Refuse` step held)."""
 
 
-class _Skipped(Exception):
-    """A `Skip` held: the loop's next iteration."""
-
-
 class Lines(Protocol):
     def line(self, text: str = "") -> None: ...
 
@@ -465,11 +479,24 @@ class Rule:
             assert value.variables() <= known, f"rule {self.name}: an output reads an unbound name"
 
     def evaluate(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Every binding and output for `inputs` (a name each); raises `Refused` where a `Refuse` holds."""
-        env = {name: inputs[name] for name in self.inputs}
-        _run(self.name, self.steps, env)
-        env.update((name, value.evaluate(env)) for name, value in self.outputs)
-        return env
+        """Every input, binding and output for `inputs` (a name each); raises `Refused` where a `Refuse` holds."""
+        return self._function(*(inputs[name] for name in self.inputs))
+
+    @cached_property
+    def _function(self) -> Callable[..., dict[str, Any]]:
+        """The rule as a Python function of its inputs (`python_source`), compiled once."""
+        names: dict = {"Refused": Refused}
+        exec(compile(self.python_source(names), f"<rule {self.name}>", "exec"), names)
+        return names["rule"]
+
+    def python_source(self, names: dict) -> str:
+        """`def rule(v_INPUT, ...)`: the steps as Python statements (each node's `python`), returning every
+        binding the C function would hold at its end, by name."""
+        lines = [f"def rule({', '.join(f'v_{name}' for name in self.inputs)}):"]
+        bound = _python(self.name, self.steps, names, lines, 1) + [name for name, _ in self.outputs]
+        lines += [f"    v_{name} = {value.python(names)}" for name, value in self.outputs]
+        lines.append("    return {" + ", ".join(f"{name!r}: v_{name}" for name in [*self.inputs, *bound]) + "}")
+        return "\n".join(lines) + "\n"
 
     def render_inline(self, o: Lines, refuse: str = "return cudaErrorInvalidValue;") -> None:
         """The steps as statements of the enclosing C function, whose variables hold the inputs."""
@@ -514,44 +541,43 @@ def _check(rule: str, steps: Sequence[Step], known: set[str]) -> set[str]:
     return known
 
 
-def _run(rule: str, steps: Sequence[Step], env: dict[str, Any]) -> None:
+def _python(rule: str, steps: Sequence[Step], names: dict, lines: list[str], depth: int) -> list[str]:
+    """`steps` as Python statements at `depth`, appended to `lines`; the names they bind for the code after them."""
+    pad = "    " * depth
+    bound: list[str] = []
     for step in steps:
-        if isinstance(step, Refuse):
-            if step.condition.evaluate(env):
-                raise Refused(step.comment or rule)
-        elif isinstance(step, Skip):
-            if step.condition.evaluate(env):
-                raise _Skipped
+        if isinstance(step, (Refuse, Skip)):
+            lines.append(f"{pad}if {step.condition.python(names)}:")
+            lines.append(f"{pad}    raise Refused({(step.comment or rule)!r})" if isinstance(step, Refuse)
+                         else f"{pad}    continue")
         elif isinstance(step, Apply):
-            env.update(dict.fromkeys(step.names, 0))
-            if step.when is None or step.when.evaluate(env):
-                callee = step.callee.evaluate(env)
-                try:
-                    inner = callee.evaluate(dict(zip(callee.inputs, (a.evaluate(env) for a in step.arguments))))
-                except Refused:
-                    if step.returns is None:
-                        raise
-                    env[step.returns] = step.refused
-                    continue
-                env.update((name, inner[output]) for name, (output, _) in zip(step.names, callee.outputs))
+            lines.append(f"{pad}{' = '.join(f'v_{name}' for name in step.names)} = 0")
+            inner = pad
+            if step.when is not None:
+                lines.append(f"{pad}if {step.when.python(names)}:")
+                inner += "    "
+            arguments = "".join(f"{a.python(names)}, " for a in step.arguments)
+            lines += [f"{inner}callee = {step.callee.python(names)}", f"{inner}try:",
+                      f"{inner}    out = callee.evaluate(dict(zip(callee.inputs, ({arguments}))))",
+                      f"{inner}except Refused:",
+                      f"{inner}    " + ("raise" if step.returns is None else f"v_{step.returns} = {step.refused!r}"),
+                      f"{inner}else:"]
+            lines += [f"{inner}    v_{name} = out[callee.outputs[{k}][0]]" for k, name in enumerate(step.names)]
+            bound += step.names
         elif isinstance(step, Loop):
-            _loop(rule, step, env)
+            lines += [f"{pad}v_{name} = {initial.python(names)}" for name, _, initial in step.state]
+            lines.append(f"{pad}for v_{step.index} in range({step.count.python(names)}):")
+            _python(rule, step.steps, names, lines, depth + 1)
+            lines.append(f"{pad}    if {step.when.python(names)}:")
+            lines += [f"{pad}        update_{k} = {value.python(names)}" for k, (_, value) in enumerate(step.updates)]
+            lines += [f"{pad}        v_{name} = update_{k}" for k, (name, _) in enumerate(step.updates)]
+            if step.stop is not None:
+                lines += [f"{pad}    if {step.stop.python(names)}:", f"{pad}        break"]
+            bound += [name for name, _, _ in step.state]
         else:
-            env[step.name] = step.value.evaluate(env)
-
-
-def _loop(rule: str, loop: Loop, env: dict[str, Any]) -> None:
-    env.update((name, initial.evaluate(env)) for name, _, initial in loop.state)
-    for index in range(loop.count.evaluate(env)):
-        inner = {**env, loop.index: index}
-        try:
-            _run(rule, loop.steps, inner)
-        except _Skipped:
-            continue
-        if loop.when.evaluate(inner):
-            env.update([(name, value.evaluate(inner)) for name, value in loop.updates])
-        if loop.stop is not None and loop.stop.evaluate(env):
-            break
+            lines.append(f"{pad}v_{step.name} = {step.value.python(names)}")
+            bound.append(step.name)
+    return bound
 
 
 def _render(steps: Sequence[Step], o: Lines, refuse: str) -> None:
