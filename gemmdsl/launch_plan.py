@@ -20,7 +20,7 @@ from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule
                    eq, gt, maximum, minimum, ne, not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
-                       interior_split_pays, persistent_blocks, stream_k_split_rule)
+                       interior_split_pays, stream_k_split_rule)
 
 
 SCALE_C_THREADS = 256  # the K = 0 kernel's block
@@ -209,7 +209,7 @@ class LaunchPlan:
         `sms` SMs: one per tile (BATCH_TILES); one wave at most (PERSISTENT); or with stream-K
         (PERSISTENT_STREAM_K) the split of the call on one block per SM (schedule.stream_k_split_rule, aligned,
         C's function `split`: `sk_tiles`, `sk_blocks`) and enough blocks for its ranges and for one wave of the
-        other tiles (schedule.persistent_blocks). Inputs: `tiles`, `K`, `sms`."""
+        other tiles, which the blocks then walk blockIdx.x, + gridDim.x, ... Inputs: `tiles`, `K`, `sms`."""
         return self._rule(("persistent_grid", split), lambda: self._persistent_grid_rule(split))
 
     def _persistent_grid_rule(self, split: str) -> Rule:

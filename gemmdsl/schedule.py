@@ -187,12 +187,6 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_sav
     return StreamKSplit(tiles, k_tiles, split["gemm_slots"], split["sk_tiles"], split["sk_blocks"])
 
 
-def persistent_blocks(split: StreamKSplit, sms: int) -> int:
-    """Blocks of a persistent launch with stream-K (the wgmma path): enough for the stream-K ranges and
-    for one wave of the plain tiles, which the blocks then walk blockIdx.x, + gridDim.x, ..."""
-    return max(split.sk_blocks, min(split.dp_tiles, sms))
-
-
 def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
                min_saved_k_tiles: int = 0, aligned: bool = False) -> StreamKSplit:
     """The split of one call (M, N, K, batch) on a GPU of `slots` resident blocks, for a kernel of

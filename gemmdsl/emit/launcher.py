@@ -12,7 +12,7 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper, narrow_flag
+from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper
 from ..rule import render_func
 from ..plan import KernelPlan
 from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, interior_rules, stream_k_split_rule
@@ -340,7 +340,7 @@ def emit_kernel_launch(o: Emitter, launch: LaunchPlan, kernel: str, grid: str, s
         o.line(f"cluster[0].val.clusterDim.x = {x};")
         o.line(f"cluster[0].val.clusterDim.y = {y};")
         o.line(f"cluster[0].val.clusterDim.z = {z};")
-        o.line(f"cudaLaunchConfig_t config = {{}};")
+        o.line("cudaLaunchConfig_t config = {};")
         o.line(f"config.gridDim = {grid};")
         o.line(f"config.blockDim = dim3({launch.threads});")
         o.line(f"config.dynamicSmemBytes = {smem};")
