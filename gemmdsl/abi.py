@@ -125,24 +125,12 @@ def pointer_type(spec: ir.KernelSpec, operand: ir.Operand) -> str:
 
 
 def fuse_parameters(spec: ir.KernelSpec) -> tuple[Parameter, ...]:
-    """(C type, name) of what the spec's fuse chain reads (docs/fusion.md): the bias vector, the residual
-    and its leading dimension, the row and column scales or A's and B's block scales; none without a fuse
-    section."""
-    fuse = spec.fuse
-    if fuse is None:
+    """(C type, name) of what the spec's fuse chain reads (docs/fusion.md), each step's operands in the ops'
+    operand order (gemmdsl/fuse_ops/base.py): the bias vector, the residual and its leading dimension, the row
+    and column scales or A's and B's block scales; none without a fuse section."""
+    if spec.fuse is None:
         return ()
-    parameters: list[Parameter] = []
-    if fuse.bias is not None:
-        parameters.append((f"const {fuse.bias.dtype.c_type}*", "bias"))
-    if fuse.residual is not None:
-        parameters += [(f"const {fuse.residual.dtype.c_type}*", "R"), ("int", "ldr")]
-    if fuse.scale is not None and fuse.scale.rows:
-        parameters.append(("const float*", "row_scale"))
-    if fuse.scale is not None and fuse.scale.cols:
-        parameters.append(("const float*", "col_scale"))
-    if fuse.scale is not None and fuse.scale.blocks:
-        parameters += [("const float*", "a_scale"), ("const float*", "b_scale")]
-    return tuple(parameters)
+    return tuple(parameter for operand in spec.fuse.operands for parameter in operand.parameters)
 
 
 def fuse_arguments(spec: ir.KernelSpec) -> str:

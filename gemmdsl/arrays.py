@@ -250,7 +250,9 @@ def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: 
     column-major layout, or None when the strides are not that layout.
 
     A matrix of one row (row-major) or one column (column-major) never steps by its leading
-    dimension, so any value at least its length addresses it; a multiple of 4 keeps it vector-aligned.
+    dimension, so any value at least its length addresses it; a multiple of 16 elements keeps it
+    vector-aligned and 16-byte aligned for any element size, which TMA needs (a decode call's A of one
+    row and K = 6489 is then read in place, not refused or copied).
     An empty matrix addresses nothing: its strides do not matter, and it gets the contiguous leading
     dimension (at least 1).
     """
@@ -262,5 +264,5 @@ def leading_dimension(shape: tuple[int, int], strides: tuple[int, int], layout: 
     if inner > 1 and inner_stride != 1:
         return None
     if outer == 1:
-        return -(-inner // 4) * 4
+        return -(-inner // 16) * 16
     return outer_stride if outer_stride >= inner else None

@@ -257,7 +257,7 @@ def _fuse_json(analysis: Analysis) -> dict | None:
     if cost is None:
         return None
     epilogue = analysis.facts.get("wgmma_epilogue")
-    return {**dataclasses.asdict(cost), "extra_dram_bytes": cost.extra_dram_bytes,
+    return {**cost.figures(), "extra_dram_bytes": cost.extra_dram_bytes,
             "epilogue": None if epilogue is None else {**dataclasses.asdict(epilogue), "exposed": epilogue.exposed,
                                                        "share": round(epilogue.share, 4)}}
 

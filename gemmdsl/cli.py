@@ -31,6 +31,7 @@ TOOLS = (
     ("profile", "gemmdsl.profile", "compare predictions with Nsight Compute counters"),
     ("tune", "gemmdsl.tune_cli", "search a template's space: prune with the analysis, time the best on the GPU"),
     ("tunedb", "gemmdsl.tune_db", "merge tuning databases from several hosts"),
+    ("calibrate", "gemmdsl.calibrate", "measure this GPU's rates for the cycle model (a profile)"),
 )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import __version__, ir
+from . import __version__, fuse_ops, ir
 from .build import PtxasFigures, PtxasResources, cached_kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, default_problem, summary_lines
 from .emit import emit_cuda
@@ -159,14 +159,9 @@ def fuse_metadata(spec: ir.KernelSpec) -> dict:
     fuse = spec.fuse
     if fuse is None:
         return {}
-    return {"fuse": {
-        "formula": fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA),
-        "scale": fuse.scale.value if fuse.scale else None,
-        "bias": {"along": fuse.bias.along.value, "dtype": fuse.bias.dtype.value} if fuse.bias else None,
-        "activation": fuse.activation.value if fuse.activation else None,
-        "residual": {"dtype": fuse.residual.dtype.value, "layout": fuse.residual.layout.value}
-        if fuse.residual else None,
-    }}
+    steps = {step.key: step.metadata() for step in fuse.steps}
+    return {"fuse": {"formula": fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA),
+                     **{op.key: steps.get(op.key) for op in fuse_ops.ops()}}}
 
 
 class OutputError(GemmdslError):

@@ -3,51 +3,25 @@
 A `MemberModel` holds what the model knows of one kernel (its tile, blocks per SM, the cycles of one
 k-tile for each number of resident blocks, per-tile and stream-K costs); `estimate` turns it into
 cycles for M x N x K over the grid's waves (the formula is family.py's module docstring). The family
-rule picks members by it (family.py builds FMA models from the tuner's cost model, cost_model.py);
-`mma_sync_member_model` builds it for mma.sync from the analysis passes' figures and
-`wgmma_member_model` for Hopper's own path from the lowered layout alone, so for tensor-core kernels
-the tuner's score (`tensor_share`), the families and, for wgmma, the bound pass (`gemmdsl check`) all
-read one model.
+rule picks members by it. Each instruction path builds its own members' models
+(`InstructionPath.member_model`): the FMA path from the tuner's cost model (cost_model.py), mma.sync
+from the analysis passes' figures (paths/mma_sync/cycles.py) and Hopper's own path from the lowered
+layout alone (paths/wgmma/cycles.py), so for tensor-core kernels the tuner's score (`tensor_share`),
+the families and, for wgmma, the bound pass (`gemmdsl check`) all read one model.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache, lru_cache, partial
-from typing import TYPE_CHECKING
 
 from . import ir
 from .expr import Const, Func, Var
 from .rule import (Apply, Field, Function, Index, Let, Literal, Loop, Refuse, Refused, Rule, Skip, all_of, any_of,
                    ceil_div, eq, ge, gt, lt, maximum, minimum, ne, not_, select)
-# The model builders below import the analysis (cost_model, passes) where they run: the rule (`choose`, `estimate`)
-# is all a family loaded from the cache (load_cache.py) needs, and importing the analysis would double its time.
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
-from .targets import (HBM_BYTES_PER_CLOCK, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, MMA_SYNC_MACS_PER_CLOCK,
-                      RING_ROUND_TRIP_CYCLES, SFU_PER_CLOCK_PER_SM, SMEM_LATENCY, SPLIT_WAIT_CYCLES_PER_K_TILE, WARP,
-                      WGMMA_MACS_PER_CLOCK)
-
-if TYPE_CHECKING:
-    from .passes.fuse import ChainWork
-    from .paths.wgmma.layout import WgmmaLayout
+from .targets import EXTRA_LAUNCH_CYCLES, HBM_BYTES_PER_CLOCK
 
 
-# Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted
-# on the H100 timings of gemmdsl/templates/tf32_mma.tgemm, where TF32 fragments read with
-# 32-bit loads (one instruction per mma) ran 20-40% slower than their wavefronts say and ldmatrix's
-# (four wavefronts per instruction) did not. With the fragment latency unshared by resident blocks,
-# 0.4-0.5 ranked that template at Spearman 0.73-0.74, 0.6 at 0.67, 1 (no term) at 0.61; hgemm_mma's
-# 16-bit kernels (ldmatrix only) rank the same with any of them.
-# Not a measured rate: which limit of the load/store path it stands for is not known.
-MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
-
-# What one more kernel launch adds to a call, in SM clock cycles: on the H100 (`gemmdsl
-# bench`, whose spin kernel keeps the host's enqueueing out of the timing, checked_64x64 at K = 64) a
-# call took 6.1 us more per launch (10.4 us for 1024x1024x64 in one launch; 16.6 for 1000x1024x64 in
-# two, 22.5 for 1000x1000x64 in three, before the interior split was limited to long interiors):
-# the GPU's time at a kernel boundary, 10,700 cycles at 1,755 MHz. Taken for every target (unmeasured
-# elsewhere).
-EXTRA_LAUNCH_CYCLES = 10_700
 
 
 @dataclass(frozen=True)
@@ -67,6 +41,11 @@ class MemberModel:
     tensor_cycles: int = 0  # tensor-core kernels: one block's k-tile of multiply-adds at the instruction's peak
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
+    # per contributor to a shared tile beyond the first: the tile's last block waits for each and adds its partial
+    # sums, one after another (the wgmma path's stream-K)
+    fixup_cycles: int = 0
+    # per call, whatever its size: the launch and the pipeline's fill and drain (`call_latency_ns` of the profile)
+    call_cycles: int = 0
     # per launch a call makes beyond its first: the FMA and mma.sync paths' stream-K launches a kernel that
     # sets the shared tiles of C to beta * C before the stream-K kernel, and the plain tiles' after it
     launch_cycles: int = 0
@@ -136,7 +115,8 @@ def _member_fields(member: MemberModel) -> dict:
     return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), any_alignment=int(member.any_alignment),
                 fallback=int(member.fallback), stream_k_split=split, sms=member.sms,
                 blocks_per_sm=member.blocks_per_sm, k_tile_cycles=member.k_tile_cycles, tile_cycles=member.tile_cycles,
-                partial_cycles=member.partial_cycles, launch_cycles=member.launch_cycles,
+                partial_cycles=member.partial_cycles, fixup_cycles=member.fixup_cycles, call_cycles=member.call_cycles,
+                launch_cycles=member.launch_cycles,
                 hbm_bytes_per_clock=member.hbm_bytes_per_clock, a_bytes=a, b_bytes=b, c_bytes=c,
                 in_flight_k_tiles=member.in_flight_k_tiles, round_trip_cycles=member.round_trip_cycles)
 
@@ -147,7 +127,8 @@ def estimate_rule(prefix: str = "") -> Rule:
     docstring: the stream-K blocks' share (the launcher's split), the plain tiles' whole waves and the last
     partial one at its residency, each step saturating (`saturating`); at least the memory floor (`memory`: A, B
     and C's bytes at HBM's rate, and where the member keeps k-tiles in flight what its `streaming` blocks draw by
-    Little's law). Refused where an exact member cannot take the shape. C: `{prefix}cycles` (emit/family.py)."""
+    Little's law); plus the call's own cycles. Refused where an exact member cannot take the shape. C:
+    `{prefix}cycles` (emit/family.py)."""
     product, total = saturating(prefix)
     m = partial(Field, Var("m"))
     M, N, K = Var("M"), Var("N"), Var("K")
@@ -170,11 +151,15 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("plain_wave", minimum(plain, slots), comment="blocks that stream k-tiles at once"),
         Let("streaming", select(shares, maximum(sk_blocks, Var("plain_wave")), minimum(tiles, slots))),
         Let("per_block", select(shares, ceil_div(sk_tiles * k_tiles, sk_blocks), 0)),
+        Let("contributors", select(shares, ceil_div(sk_blocks, sk_tiles), 1),
+            comment="blocks on a shared tile, whose partial sums are added one after another"),
         Let("stream_k_cycles",
-            select(shares, total(total(product(Var("per_block"), full),
-                                       m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
+            select(shares, total(total(total(product(Var("per_block"), full),
+                                             m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
+                                       product(Var("contributors") - 1, m("fixup_cycles"))),
                                  product(m("launch_cycles"), select(gt(plain, 0), 2, 1))), 0),
-            comment="the stream-K blocks' ranges, their partial sums, and the launches beyond the first"),
+            comment="the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the "
+                    "first"),
         Let("left", plain % slots),
         Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * m("tile_cycles")), comment="a whole wave"),
         Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
@@ -194,7 +179,8 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("memory", maximum(Var("hbm_cycles"), Var("drawn"))),
     )
     return Rule("cycles", ("m", "M", "N", "K"), steps,
-                (("cycles", maximum(Var("memory"), Var("compute_cycles"))), ("compute", Var("compute_cycles"))))
+                (("cycles", total(maximum(Var("memory"), Var("compute_cycles")), m("call_cycles"))),
+                 ("compute", Var("compute_cycles"))))
 
 
 def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
@@ -277,154 +263,6 @@ def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
     return dict(name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked,
                 stream_k=spec.block.stream_k, sms=sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
                 min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES, **memory_fields(spec))
-
-
-def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberModel:
-    """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
-    target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
-    and cp.async stores, conflicts included; one per clock), the shared-memory instructions at
-    MMA_SMEM_INSTRUCTIONS_PER_CLOCK, and the warps' instruction issue (the mma, the shared accesses, TF32's
-    conversions and KTILE_OVERHEAD per warp, ISSUE_PER_CLOCK a clock); plus the shared-memory latency a warp waits for
-    its fragments with nothing to multiply: once per k-step with single fragments, once per k-tile with
-    double ones (the next stage's first fragments, after the barrier), shared by the resident blocks
-    (another block issues while one waits), as in the FMA model (cost_model.clocks_per_ffma).
-
-    On the H100 timings of every candidate of gemmdsl/templates/hgemm_mma.tgemm (216) and
-    tf32_mma.tgemm (288): Spearman 0.70 and 0.75, the best kernel in the top 8 of both; on
-    sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
-    (docs/tuning.md, "The mma.sync templates")."""
-    from .cost_model import KTILE_OVERHEAD
-    from .passes.intensity import math_unit
-
-    unit, _ = math_unit(spec)
-    common = launched_fields(spec, sms)
-    bm, bn, bk = common["tile"]
-    products = 3 if unit == "3xtf32" else 1
-    macs = bm * bn * bk * products
-    shape = spec.mma.shape
-    tensor = -(-macs // MMA_SYNC_MACS_PER_CLOCK[spec.target.sm][unit.removeprefix("3x")])
-    accesses = facts["smem_accesses"]
-    wavefronts = sum(cost.wavefronts for cost in accesses)
-    smem_instructions = sum(cost.instructions for cost in accesses)
-    warps = facts["launch"].warps_per_block
-    instructions = (macs // (shape.m * shape.n * shape.k) + smem_instructions + KTILE_OVERHEAD * warps
-                    + warps * (bk // shape.k) * _conversions_per_k_step(spec))
-    waits = bk // shape.k if spec.pipeline.fragments is ir.FragmentBuffering.SINGLE else 1
-    exposed = waits * SMEM_LATENCY
-    blocks = facts["occupancy"].blocks_per_sm
-
-    def k_tile(resident: int) -> int:
-        rates = (resident * tensor, resident * wavefronts,
-                 math.ceil(resident * smem_instructions / MMA_SMEM_INSTRUCTIONS_PER_CLOCK),
-                 math.ceil(resident * instructions / ISSUE_PER_CLOCK))
-        return max(rates) + math.ceil(exposed / resident)  # another resident block issues while one waits
-
-    return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
-                       tensor_cycles=tensor,
-                       terms=(("mma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
-                              ("smem_instructions_per_k_tile", smem_instructions),
-                              ("instructions_per_k_tile", instructions), ("exposed_latency_per_k_tile", exposed)))
-
-
-def _conversions_per_k_step(spec: ir.KernelSpec) -> int:
-    """Instructions a warp issues per k-step beyond the mma and the loads (emit/mma_sync.py): TF32 rounds
-    each fragment word (two integer instructions, ctext.TF32_HELPER); 3xTF32 rounds it and subtracts
-    (three), and adds each block's three-product sum to the accumulator (four FADD)."""
-    mma = spec.mma
-    shape, repeat = mma.shape, mma.repeat
-    words = (repeat.m * shape.m * shape.k + repeat.n * shape.k * shape.n) // 32
-    if mma.precision is ir.Precision.TF32:
-        return 2 * words
-    if mma.precision is ir.Precision.TF32X3:
-        return 3 * words + 4 * repeat.m * repeat.n
-    return 0
-
-
-def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
-    """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
-    datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
-    clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
-    STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's wait for each k-tile's group (measured) and
-    its FP32 adds of `part` (counted);
-    a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
-    back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
-    (estimate_rule's `memory`). The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
-    too."""
-    from .passes.banks import WAVEFRONT_BYTES
-    from .passes.intensity import math_unit
-
-    spec = layout.spec
-    sm = spec.target.sm
-    common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
-                  stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
-                  in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
-    unit, _ = math_unit(spec)
-    macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
-    l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
-    problem = spec.problem
-    tensor = -(-layout.bm * layout.bn * layout.bk * layout.products // macs_per_clock)
-    wavefronts = -(-(layout.smem_read_bytes_per_k_tile + layout.split_lsu_bytes_per_k_tile) // WAVEFRONT_BYTES)
-    tma = -(-layout.stage_bytes // l2)
-    ring = -(-RING_ROUND_TRIP_CYCLES[sm] // max(layout.stages - 1, 1))
-    c_passes = 2 if problem.epilogue is ir.Epilogue.ALPHA_BETA else 1
-    epilogue = -(-layout.bm * layout.bn * problem.c.dtype.bytes * c_passes // l2)
-    partial = -(-2 * layout.partial_bytes // l2) if layout.stream_k else 0
-    # 3xTF32 and promoted FP8: the consumer's wait for each of its groups, then `acc += part`: 4 warps a
-    # warpgroup over 4 schedulers, so each scheduler issues accumulators x consumers adds per k-tile.
-    groups = layout.waited_groups_per_k_tile
-    wait = groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] + layout.accumulators * layout.consumers if groups else 0
-    return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
-                       tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial,
-                       terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
-                              ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
-                              ("ring_cycles_per_k_tile", ring),
-                              ("split_wait_cycles_per_k_tile", wait)))
-
-
-@dataclass(frozen=True)
-class FusedEpilogue:
-    """The fuse chain's cost in one tile's epilogue on one SM of the wgmma path, against the tile's main loop."""
-
-    cycles: int  # the chain on the tile's elements: the slowest of its rates
-    limit: str  # which rate sets them
-    main_loop_cycles: int  # the tile's k-tiles, at the cycle model's k-tile
-    hidden: int  # what another consumer's main loop covers meanwhile (schedule: pingpong)
-
-    @property
-    def exposed(self) -> int:
-        return self.cycles - self.hidden
-
-    @property
-    def share(self) -> float:
-        """The chain's cycles against the main loop's."""
-        return self.cycles / self.main_loop_cycles
-
-
-def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int,
-                   tiles: int) -> FusedEpilogue:
-    """The chain on a tile of BM x BN elements: the slowest of the instructions the consumers' warps issue
-    (`work`, per element: passes/fuse.chain_work), the activation's special-function results, and the
-    operands' bytes from L2 (`l2_bytes`, per tile), for a launch of `tiles` tiles.
-
-    Under `schedule: persistent` both consumer warpgroups apply it to their rows of the same tile before
-    either multiplies again, so wgmma waits for it: nothing hides it. (The producer does go on filling the
-    ring with the next tile's k-tiles meanwhile; measured on the H100, that gains nothing: linear_gelu
-    against its unfused twin costs about the chain's cycles, 2.3% at 4096^3 and 9% at 4096x4096x1024,
-    docs/fusion.md.) One block per tile (`schedule: tiles`) hides nothing either. Under `schedule: pingpong`
-    another consumer multiplies its own tile meanwhile, so the epilogue hides under up to that tile's whole
-    main loop, where the block has another tile (more tiles than SMs)."""
-
-    sm = layout.spec.target.sm
-    elements = layout.bm * layout.bn
-    rates = {"instruction issue": -(-elements * (work.alu + work.loads + work.smem_loads) // (WARP * ISSUE_PER_CLOCK)),
-             "the SFU": -(-elements * work.sfu // SFU_PER_CLOCK_PER_SM[sm]),
-             "L2": -(-l2_bytes // L2_BYTES_PER_CLOCK_PER_SM[sm])}
-    limit = max(rates, key=lambda name: rates[name])
-    model = wgmma_member_model(layout, sms)
-    k_tile = model.k_tile_cycles[0]
-    cycles = rates[limit]
-    hidden = min(cycles, k_tiles * k_tile) if layout.pingpong and tiles > sms else 0
-    return FusedEpilogue(cycles, limit, k_tiles * k_tile, hidden)
 
 
 def tensor_share(model: MemberModel, m: int, n: int, k: int) -> float:

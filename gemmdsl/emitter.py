@@ -15,14 +15,32 @@ class Emitter:
         # The instructions the text uses that not every target has (keys of targets.INSTRUCTION_TARGETS):
         # the file's architecture guard reads them.
         self.instructions: set[str] = set()
+        # Device helpers, kept apart from the text for the file's prelude (emit/prelude.py), which defines each
+        # once and only where something calls it: (the guard they were written under, their lines).
+        self.helper_blocks: list[tuple[tuple[str, str] | None, list[str]]] = []
+        # The `#if` line (and a comment on why) that the helpers written from here on need, or None.
+        self.helper_guard: tuple[str, str] | None = None
 
     def uses(self, instruction: str) -> None:
         self.instructions.add(instruction)
 
     def extend(self, other: "Emitter") -> None:
-        """Append `other`'s lines (at their own indentation) and instructions."""
+        """Append `other`'s lines (at their own indentation), instructions and helpers."""
         self._lines.extend(other._lines)
         self.instructions |= other.instructions
+        self.helper_blocks += other.helper_blocks
+
+    @contextmanager
+    def helpers(self) -> Iterator[None]:
+        """Definitions of device helpers (functions and structs at file scope): what is written inside goes to
+        `helper_blocks`, under the current `helper_guard`, not to the text."""
+        lines, depth = self._lines, self._depth
+        self._lines, self._depth = [], 0
+        try:
+            yield
+        finally:
+            self.helper_blocks.append((self.helper_guard, self._lines))
+            self._lines, self._depth = lines, depth
 
     def line(self, text: str = "") -> None:
         self._lines.append(f"{self._indent * self._depth}{text}" if text else "")

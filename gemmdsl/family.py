@@ -31,7 +31,7 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         wavefronts (the bank pass's figures; one per clock), r x the shared-memory instructions /
         0.5 a clock, r x the warps' instructions / 4 a clock) plus the shared-memory latency of
         the fragment loads no multiply covers (once per k-step with single fragments, per k-tile
-        with double) over r (cycles.mma_sync_member_model; the tuner scores mma.sync by it too)
+        with double) over r (paths/mma_sync/cycles.py; the tuner scores mma.sync by it too)
         wgmma (one block per SM): max(BM*BN*BK / wgmma's multiply-adds per clock, the shared-
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
         clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
@@ -102,7 +102,7 @@ from .validate import kernel_name_problem
 def member_model(artifacts: Artifacts, fallback: bool = False) -> MemberModel:
     """The member's cycle model, as its instruction path predicts it, whether its launchers run operands
     of any alignment, and whether the family names it a `fallback` (it runs only calls the others refuse)."""
-    return dataclasses.replace(artifacts.plan.path.member_model(artifacts),
+    return dataclasses.replace(artifacts.plan.path.member_model(artifacts.analysis, artifacts.plan.arch.reference_sms),
                                any_alignment=not refuses_misaligned(artifacts.plan), fallback=fallback)
 
 
@@ -283,9 +283,7 @@ def _describe_chain(spec: ir.KernelSpec) -> str:
     fuse = spec.fuse
     if fuse is None:
         return "has no fuse section"
-    types = [f"bias {fuse.bias.dtype.value}" if fuse.bias else "",
-             f"R {fuse.residual.dtype.value} {fuse.residual.layout.value}" if fuse.residual else ""]
-    read = "; ".join(filter(None, types))
+    read = "; ".join(filter(None, (step.types() for step in sorted(fuse.steps, key=lambda step: step.operand_order))))
     return f"fuses C = {fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}" + (f" ({read})" if read else "")
 
 

@@ -1,11 +1,12 @@
 """The fuse chain's operands in the Python API: which a fused kernel reads, their checks, their launch
 arguments (pure: no CuPy; the runtime calls it, the CPU tests drive it with fakes).
 
-A fused kernel (docs/fusion.md) takes, after its own parameters, the operands its chain reads, in this
-order: `bias`, then `R, ldr` (the residual), then `row_scale`, `col_scale`, or `a_scale`, `b_scale`
-(block scales: A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128), f32, row-major). NAME.json records the chain
-under "fuse"; `FuseOperands.from_metadata` reads it back, so the runtime passes exactly what the C
-launcher passes.
+A fused kernel (docs/fusion.md) takes, after its own parameters, the operands its chain reads, each step's
+in the ops' operand order (gemmdsl/fuse_ops/): `bias`, then `R, ldr` (the residual), then `row_scale`,
+`col_scale`, or `a_scale`, `b_scale` (block scales: A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128),
+f32, row-major). NAME.json records the chain under "fuse"; `FuseOperands.from_metadata` asks each op what its
+entry reads, so the runtime passes exactly what the C launcher passes. The checks go by the operand's kind
+(a vector, a matrix, k-loop block scales), not by its op.
 
 Checks, each naming the operand: every operand the chain reads is given and nothing else; vectors are
 1-D, contiguous, of their declared type and length (M values along m, N along n); the residual is M x N
@@ -20,23 +21,20 @@ from typing import Any
 
 import numpy
 
+from . import fuse_ops
 from .arrays import DTYPE_NAMES, ArrayView, leading_dimension
 
-# The keyword arguments, in the order the kernels take them.
+# The keyword arguments the runtime takes for the chain (gemmdsl/runtime.py's `bind` and `__call__`).
 FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale", "a_scale", "b_scale")
 SCALE_BLOCK = 128  # elements of K (and columns of B) one block scale covers
 
 
 @dataclass(frozen=True)
 class FuseOperands:
-    """What a fused kernel's chain reads, from its metadata: per operand, its element type, and for the
-    bias its axis, for the residual its layout."""
+    """What a fused kernel's chain reads, from its metadata: each step's operands (fuse_ops.Operand: name,
+    kind, element type, a vector's axis, a matrix's layout), in the kernels' order."""
 
-    bias: tuple[str, str] | None = None  # (along "m" | "n", dtype name)
-    residual: tuple[str, str] | None = None  # (layout "row" | "col", dtype name)
-    row_scale: bool = False
-    col_scale: bool = False
-    block_scales: bool = False  # a_scale and b_scale
+    operands: tuple[fuse_ops.Operand, ...] = ()
     formula: str = ""
 
     @classmethod
@@ -44,19 +42,13 @@ class FuseOperands:
         fuse = metadata.get("fuse")
         if fuse is None:
             return None
-        bias, residual, scale = fuse["bias"], fuse["residual"], fuse["scale"] or ""
-        return cls(bias=(bias["along"], DTYPE_NAMES[bias["dtype"]]) if bias else None,
-                   residual=(residual["layout"], DTYPE_NAMES[residual["dtype"]]) if residual else None,
-                   row_scale=scale in ("row", "rowcol"), col_scale=scale in ("col", "rowcol"),
-                   block_scales=scale == "block", formula=fuse["formula"])
+        steps = sorted((op for op in fuse_ops.ops() if fuse.get(op.key) is not None), key=lambda op: op.operand_order)
+        return cls(tuple(operand for op in steps for operand in op.operands_of(fuse[op.key])), fuse["formula"])
 
     @property
     def names(self) -> tuple[str, ...]:
         """The keyword arguments a call must give, in the kernels' order."""
-        wanted = {"bias": self.bias is not None, "residual": self.residual is not None,
-                  "row_scale": self.row_scale, "col_scale": self.col_scale, "a_scale": self.block_scales,
-                  "b_scale": self.block_scales}
-        return tuple(name for name in FUSE_OPERANDS if wanted[name])
+        return tuple(operand.name for operand in self.operands)
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class FuseView:
 def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str, Any]) -> None:
     """Every operand the chain reads is given, and nothing else (TypeError, naming them)."""
     wanted = fuse.names if fuse is not None else ()
-    present = tuple(name for name in FUSE_OPERANDS if given.get(name) is not None)
+    present = tuple(name for name, value in given.items() if value is not None)
     missing = [name for name in wanted if name not in present]
     extra = [name for name in present if name not in wanted]
     if extra:
@@ -90,31 +82,32 @@ def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str,
 def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int,
                k: int = 0, groups: int = 0) -> dict[str, FuseView]:
     """Check each chain operand against the chain and the problem (M x N x K, and a grouped kernel's G groups);
-    how the kernel addresses it."""
+    how the kernel addresses it, in the kernels' order."""
     views = {}
-    for name in fuse.names:
-        array = given[name]
-        if name == "col_scale" and groups:
-            views[name] = grouped_col_scale_view(array, groups, n)
-            continue
-        if name in ("a_scale", "b_scale"):
+    for operand in fuse.operands:
+        name, array, dtype = operand.name, given[operand.name], DTYPE_NAMES[operand.dtype.value]
+        if operand.kind == "k_loop":
             views[name] = block_scale_view(name, array, m, n, k)
-            continue
-        if name == "residual":
-            layout, dtype = fuse.residual
-            views[name] = residual_view(kernel, array, layout, dtype, m, n)
-            continue
-        along, dtype = fuse.bias if name == "bias" else ("m" if name == "row_scale" else "n", "float32")
-        length = m if along == "m" else n
-        check_dtype(name, array, dtype)
-        if tuple(array.shape) != (length,):
-            raise ValueError(f"{name} must be a vector of {length} values (one per {'row' if along == 'm' else 'column'}"
-                             f" of C, {'M' if along == 'm' else 'N'}={length}), got shape {tuple(array.shape)}")
-        if length > 1 and array.strides[0] != 1:
-            raise ValueError(f"{name} must be contiguous (stride 1), got stride {array.strides[0]} elements; pass a "
-                             f"contiguous copy")
-        views[name] = FuseView(name, array.pointer, array.itemsize, along=along)
+        elif operand.kind == "matrix":
+            views[name] = residual_view(kernel, name, array, operand.layout.value, dtype, m, n)
+        elif operand.along.value == "n" and groups:  # one vector per group: a grouped kernel's col_scale
+            views[name] = grouped_col_scale_view(name, array, groups, n)
+        else:
+            views[name] = vector_view(name, array, operand.along.value, dtype, m, n)
     return views
+
+
+def vector_view(name: str, array: ArrayView, along: str, dtype: str, m: int, n: int) -> FuseView:
+    """A vector of M values (along m) or N (along n): 1-D, contiguous, of its declared type."""
+    length = m if along == "m" else n
+    check_dtype(name, array, dtype)
+    if tuple(array.shape) != (length,):
+        raise ValueError(f"{name} must be a vector of {length} values (one per {'row' if along == 'm' else 'column'}"
+                         f" of C, {'M' if along == 'm' else 'N'}={length}), got shape {tuple(array.shape)}")
+    if length > 1 and array.strides[0] != 1:
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {array.strides[0]} elements; pass a "
+                         f"contiguous copy")
+    return FuseView(name, array.pointer, array.itemsize, along=along)
 
 
 def check_f32_matrix(name: str, array: ArrayView, rows: int, cols: int, what: str) -> None:
@@ -127,11 +120,11 @@ def check_f32_matrix(name: str, array: ArrayView, rows: int, cols: int, what: st
                          f"{tuple(array.strides)}; pass a contiguous copy")
 
 
-def grouped_col_scale_view(array: ArrayView, groups: int, n: int) -> FuseView:
-    """A grouped kernel's col_scale: one row of N values per group (G x N f32, row-major, contiguous), as
-    torch._scaled_grouped_mm takes its scale_b; the kernel reads group g's at g * N."""
-    check_f32_matrix("col_scale", array, groups, n, "for a grouped kernel (one row of N values per group of B)")
-    return FuseView("col_scale", array.pointer, array.itemsize, along="n", groups=groups)
+def grouped_col_scale_view(name: str, array: ArrayView, groups: int, n: int) -> FuseView:
+    """A grouped kernel's vector along n (its col_scale): one row of N values per group (G x N f32, row-major,
+    contiguous), as torch._scaled_grouped_mm takes its scale_b; the kernel reads group g's at g * N."""
+    check_f32_matrix(name, array, groups, n, "for a grouped kernel (one row of N values per group of B)")
+    return FuseView(name, array.pointer, array.itemsize, along="n", groups=groups)
 
 
 def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> FuseView:
@@ -148,15 +141,16 @@ def check_dtype(name: str, array: ArrayView, dtype: str) -> None:
         raise TypeError(f"{name} must be {dtype}, got {array.dtype}")
 
 
-def residual_view(kernel: str, array: ArrayView, layout: str, dtype: str, m: int, n: int) -> FuseView:
-    check_dtype("residual", array, dtype)
+def residual_view(kernel: str, name: str, array: ArrayView, layout: str, dtype: str, m: int, n: int) -> FuseView:
+    """An M x N matrix (the residual) in its declared layout and type, with any leading dimension."""
+    check_dtype(name, array, dtype)
     if tuple(array.shape) != (m, n):
-        raise ValueError(f"residual must be MxN = {m}x{n}, got shape {tuple(array.shape)}")
+        raise ValueError(f"{name} must be MxN = {m}x{n}, got shape {tuple(array.shape)}")
     ld = leading_dimension((m, n), tuple(array.strides), layout)
     if ld is None:
-        raise ValueError(f"residual must be {layout}-major: {kernel} was compiled with `residual: ... {layout}`, but "
+        raise ValueError(f"{name} must be {layout}-major: {kernel} was compiled with `{name}: ... {layout}`, but "
                          f"strides {tuple(array.strides)} (elements) for shape {(m, n)} are not {layout}-major")
-    return FuseView("residual", array.pointer, array.itemsize, ld=ld, layout=layout)
+    return FuseView(name, array.pointer, array.itemsize, ld=ld, layout=layout)
 
 
 def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:
@@ -175,7 +169,7 @@ def check_no_overlap_with_c(views: dict[str, FuseView], c_pointer: int, c_ld: in
     c_start, c_end = byte_span(c, m, n)
     single = (m if c_layout == "row" else n) == 1  # one row (column) of C: its leading dimension is never used
     for view in views.values():
-        if view.name == "residual" and (view.pointer, view.layout, view.itemsize) == (c_pointer, c_layout, c_itemsize) \
+        if view.layout and (view.pointer, view.layout, view.itemsize) == (c_pointer, c_layout, c_itemsize) \
                 and (view.ld == c_ld or single):
             continue  # C = f(A @ B) + C, in place: each element is read, then written, by one thread
         start, end = byte_span(view, m, n)
@@ -200,13 +194,11 @@ def moved(views: dict[str, FuseView], row: int, col: int) -> dict[str, FuseView]
 
 
 def fuse_arguments(views: dict[str, FuseView]) -> tuple:
-    """The kernels' trailing parameters, in order: bias, R and ldr, row_scale, col_scale, a_scale, b_scale."""
+    """The kernels' trailing parameters, in the order `fuse_views` made the views (the kernels'): each pointer,
+    a matrix's followed by its leading dimension."""
     arguments: tuple = ()
-    for name in FUSE_OPERANDS:
-        view = views.get(name)
-        if view is None:
-            continue
+    for view in views.values():
         arguments += (numpy.uint64(view.pointer),)
-        if name == "residual":
+        if view.layout:
             arguments += (numpy.int32(view.ld),)
     return arguments

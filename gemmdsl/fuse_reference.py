@@ -5,19 +5,10 @@ file's own account of what it computes.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-GELU_TANH_C = math.sqrt(2.0 / math.pi)
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-ACTIVATIONS = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(GELU_TANH_C * (x + 0.044715 * x ** 3))),
-    "silu": lambda x: x / (1.0 + np.exp(-x)),
-}
+from . import fuse_ops
+from .ir import FUSE_BETA_ORDER
 
 
 BLOCK_SCALES = ("a_scale", "b_scale")  # `scale: block`'s operands, applied inside the product
@@ -39,26 +30,20 @@ def block_scaled_product(a: np.ndarray, b: np.ndarray, a_scale: np.ndarray, b_sc
 
 
 def apply_chain(fuse: dict, product: np.ndarray, *, alpha: float = 1.0, beta: float = 0.0,
-                c: np.ndarray | None = None, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
-                row_scale: np.ndarray | None = None, col_scale: np.ndarray | None = None,
-                alpha_beta: bool = False) -> np.ndarray:
+                c: np.ndarray | None = None, alpha_beta: bool = False, **operands) -> np.ndarray:
     """C as the chain computes it from the M x N `product` A * B (of the dequantized operands for block
-    scales: block_scaled_product), every operand read as float64."""
+    scales: block_scaled_product), every operand (`bias`, `residual`, `row_scale`, ... by keyword) read as
+    float64. Each step is its op's `reference` (gemmdsl/fuse_ops/), in chain order."""
     x = np.asarray(product, dtype=np.float64)
-    if fuse["scale"] not in (None, "block"):
-        if fuse["scale"] in ("row", "rowcol"):
-            x = x * np.asarray(row_scale, dtype=np.float64)[:, None]
-        if fuse["scale"] in ("col", "rowcol"):
-            x = x * np.asarray(col_scale, dtype=np.float64)[None, :]
-    elif alpha_beta:
+    steps = [(op, fuse[op.key]) for op in fuse_ops.ops() if fuse.get(op.key) is not None]
+    scaling = [(op, entry) for op, entry in steps if op.order < FUSE_BETA_ORDER]
+    for op, entry in scaling:
+        x = op.reference(entry, x, operands)
+    if alpha_beta and not scaling:
         x = alpha * x
     if alpha_beta and beta != 0.0:
         x = x + beta * np.asarray(c, dtype=np.float64)
-    if fuse["bias"] is not None:
-        vector = np.asarray(bias, dtype=np.float64)
-        x = x + (vector[:, None] if fuse["bias"]["along"] == "m" else vector[None, :])
-    if fuse["activation"] is not None:
-        x = ACTIVATIONS[fuse["activation"]](x)
-    if fuse["residual"] is not None:
-        x = x + np.asarray(residual, dtype=np.float64)
+    for op, entry in steps:
+        if op.order >= FUSE_BETA_ORDER:
+            x = op.reference(entry, x, operands)
     return x

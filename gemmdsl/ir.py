@@ -358,10 +358,6 @@ class MmaTile(Node):
         """Rows and columns of C that one warp accumulates."""
         return Pair(self.repeat.m * self.shape.m, self.repeat.n * self.shape.n)
 
-    @property
-    def wgmma(self) -> bool:
-        return isinstance(self.shape, WgmmaShape)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Pipeline(Node):
@@ -437,54 +433,63 @@ class Bias:
     dtype: DType
 
 
+FUSE_BETA_ORDER = 20  # a fuse step's `order` below which it scales the product, before `+ beta * C`
+FUSE_KEYS: set[str] = set()  # the registered fuse ops' keys (gemmdsl/fuse_ops/base.py's `register`)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FuseChain(Node):
-    """The `fuse` section: steps applied to each f32 accumulator before C's conversion, in this order:
-    scale (vectors), + beta * C (`epilogue: alpha_beta`), + bias, activation, + residual R."""
+    """The `fuse` section: steps applied to each f32 accumulator before C's conversion, each one a registered
+    op's node (gemmdsl/fuse_ops/), in the ops' chain order; `+ beta * C` (`epilogue: alpha_beta`) comes after
+    the steps that scale the product (order below FUSE_BETA_ORDER), which take alpha's place.
 
-    scale: ScaleVectors | None = None
-    bias: Bias | None = None
-    activation: Activation | None = None
-    residual: MatrixType | None = None
+    `chain.KEY` (`chain.bias`, `chain.activation`, ...) is the value the op's key was given, None without it."""
+
+    steps: tuple[Node, ...] = ()
+
+    def step(self, key: str) -> Node | None:
+        return next((step for step in self.steps if step.key == key), None)
+
+    def __getattr__(self, key: str):
+        if key not in FUSE_KEYS:
+            raise AttributeError(key)
+        step = self.step(key)
+        return None if step is None else step.value
+
+    @property
+    def operands(self) -> tuple:
+        """Every step's operands (fuse_ops.Operand), in the kernels' parameter order."""
+        steps = sorted(self.steps, key=lambda step: step.operand_order)
+        return tuple(operand for step in steps for operand in step.operands())
 
     @property
     def dtypes(self) -> tuple[DType, ...]:
-        """The element types the chain reads besides f32 scales: the bias's and the residual's."""
-        return tuple(t for t in (self.bias and self.bias.dtype, self.residual and self.residual.dtype) if t)
+        """The element types of the chain's operands."""
+        return tuple(operand.dtype for operand in self.operands)
 
     @property
     def empty(self) -> bool:
-        return self.scale is None and self.bias is None and self.activation is None and self.residual is None
+        return not self.steps
 
     @property
     def vectors(self) -> tuple[tuple[str, Broadcast, DType], ...]:
         """The chain's vectors, as the kernels' parameters name them: (name, the axis it runs along, its type)."""
-        found = []
-        if self.bias is not None:
-            found.append(("bias", self.bias.along, self.bias.dtype))
-        if self.scale is not None and self.scale.rows:
-            found.append(("row_scale", Broadcast.M, DType.F32))
-        if self.scale is not None and self.scale.cols:
-            found.append(("col_scale", Broadcast.N, DType.F32))
-        return tuple(found)
+        return tuple((operand.parameter, operand.along, operand.dtype) for operand in self.operands
+                     if operand.kind == "vector")
 
     def describe(self, alpha_beta: bool) -> str:
         """The chain as a formula of acc, e.g. `gelu_tanh(acc + bias[n])`."""
         x = "acc"
-        if self.scale is not None and self.scale.blocks:
-            x = "sum_kb(acc_kb * a_scale[m, kb] * b_scale[n / 128, kb])"
-        elif self.scale is not None:
-            x = " * ".join([x] + ["row_scale[m]"] * self.scale.rows + ["col_scale[n]"] * self.scale.cols)
-        elif alpha_beta:
+        scaling = [step for step in self.steps if step.order < FUSE_BETA_ORDER]
+        for step in scaling:
+            x = step.describe(x)
+        if alpha_beta and not scaling:
             x = "alpha * acc"
         if alpha_beta:
             x += " + beta * C"
-        if self.bias is not None:
-            x += f" + bias[{self.bias.along.value}]"
-        if self.activation is not None:
-            x = f"{self.activation.value}({x})"
-        if self.residual is not None:
-            x += " + R"
+        for step in self.steps:
+            if step.order >= FUSE_BETA_ORDER:
+                x = step.describe(x)
         return x
 
 

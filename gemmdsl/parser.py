@@ -17,6 +17,7 @@ import re
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -24,11 +25,13 @@ from typing import Any, Callable
 import lark
 from lark import Token, Tree
 
-from . import ir
+from . import fuse_ops, ir
 from .cache_root import cache_dir
+from .paths import path_taking, registered
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
 from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARPGROUP, TargetName, parse_target
+from .value_readers import BadValue, Choice, Value, matrix
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
 MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounded
@@ -327,41 +330,44 @@ def _previous_token_end(text: str, pos: int) -> tuple[int, int] | None:
 # --- reading sections against the schema -----------------------------------------------------
 
 
-class _Bad(Exception):
-    """A value that does not fit its key; carries the diagnostic to report."""
-
-    def __init__(self, span: Span, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.diagnostic = Diagnostic(Severity.ERROR, span, message, hint)
-
-
-@dataclass(frozen=True)
-class _Value:
-    """One entry's value: its atoms (tokens or call trees) and the span they cover."""
-
-    atoms: tuple[Any, ...]
-    span: Span
+_Bad = BadValue
+_Value = Value
 
 
 Reader = Callable[["_SpecReader", _Value], Any]
 
 
 @dataclass(frozen=True)
+class KeySet:
+    """Keys that only some instruction paths take: those whose `key_sets` name it (paths/__init__.py). In a spec
+    of another path such a key is an error, "'KEY' {refusal}: {the key's reason}", with `hint`; a required one
+    is required only where it is taken."""
+
+    name: str
+    refusal: str
+    hint: str | None = None  # None: the keys of the section outside `listed_without`, as fma threads' hint says
+
+
+# The key sets, each named by the paths that take it.
+FMA_THREADS = KeySet("fma threads", "does not apply to an mma spec")  # lanes and micro tiles of FMA threads
+WARP_TILES = KeySet("warp tiles", "does not apply to a wgmma spec",  # warps with register fragments
+                    "remove it; see docs/language.md for what a wgmma spec holds")
+WARPGROUPS = KeySet("warpgroups", "applies to wgmma specs only",  # producer and consumer warpgroups
+                    "Hopper's own path takes `mma { shape: m64n256k16; }` with `target sm_90a;`")
+KEY_SETS = (FMA_THREADS, WARP_TILES, WARPGROUPS)
+
+
+@dataclass(frozen=True)
 class _Key:
     read: Reader
     required: bool = False
-    # Keys of the FMA path only: in a spec with an `mma` section they are an error, and this
-    # says why; a required one is required only without `mma`.
-    fma_only: str | None = None
-    # Keys of one tensor-core path only: `wgmma_only` keys are an error without a wgmma shape (m64nNk16),
-    # `not_wgmma` keys with one; each says why. A required `not_wgmma` key is required only without.
-    wgmma_only: str | None = None
-    not_wgmma: str | None = None
+    only: KeySet | None = None  # the key set it belongs to, taken by some paths only
+    why: str | None = None  # with `only`: why the other paths' specs do not take it
 
 
 @dataclass(frozen=True)
 class _Section:
-    keys: dict[str, _Key]
+    keys: Mapping[str, _Key]
     labels: tuple[str, ...] = ()  # allowed labels, e.g. `smem a`; empty = no label
     required: bool = False
     short: bool = False  # `target sm_90;` form
@@ -376,10 +382,20 @@ class _SpecReader:
         # element types of the problem section (read before the others), and the operand
         # label of the section being read.
         self.has_mma = False
-        self.has_wgmma = False  # the mma section's shape is a wgmma shape (m64nNk16): Hopper's own path
+        # The mma section's shape as a type (ir.MmaShape, or a path's own; None without the section), which with
+        # the operand types chooses the path whose keys the spec may hold (`path`).
+        self.shape: type | None = None
+        self._path: Any = None
         self.found: dict[str, tuple] = {}
         self.rejected: set[tuple[str, str]] = set()  # (section, key) of values reported as errors
         self.operand: str | None = None
+
+    @property
+    def path(self) -> Any:
+        """The instruction path the spec takes (paths/__init__.py), asked once the problem section is read."""
+        if self._path is None:
+            self._path = path_taking(self.shape, self.element_type("a"), self.element_type("b"))
+        return self._path
 
     def element_type(self, operand: str | None) -> ir.DType | None:
         """The element type of operand 'a', 'b' or 'c' (default f32); None when its value is in error."""
@@ -465,7 +481,7 @@ class _SpecReader:
         sections = sorted(kernel.children[1:], key=lambda section: section.children[0].value != "problem")
         # A misspelt `mma` section still makes an mma spec, so its threads are not asked for lanes.
         self.has_mma = any(_section_meant(section.children[0].value) == "mma" for section in sections)
-        self.has_wgmma = self.has_mma and any(_is_wgmma_section(section) for section in sections)
+        self.shape = _shape_type(sections) if self.has_mma else None
         for section in sections:
             self._read_section(section, seen, found)
         for key, schema in SECTIONS.items():
@@ -476,6 +492,10 @@ class _SpecReader:
         if self.diagnostics or not self.whole:  # a text with entries cut out builds no spec
             return None  # type: ignore[return-value]
         return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
+
+    def takes(self, key: _Key) -> bool:
+        """Whether the spec's path takes the key."""
+        return key.only is None or key.only.name in self.path.key_sets
 
     def _read_section(self, section: Tree, seen: dict[str, Span], found: dict) -> None:
         head = section.children[0]
@@ -534,24 +554,13 @@ class _SpecReader:
                     self.error(self.span(key_token), f"duplicate key '{key_token.value}' in section '{kind}'",
                                hint=f"first set at line {names[key_token.value].line}")
                     continue
-                reason = schema.keys[key_token.value].fma_only
-                if reason and self.has_mma and self.whole:
-                    self.error(self.span(key_token), f"'{key_token.value}' does not apply to an mma spec: {reason}",
-                               hint=f"remove it; in an mma spec '{kind}' holds only "
-                                    f"{', '.join(k for k, v in schema.keys.items() if not (v.fma_only or v.wgmma_only))}, "
-                                    "and "
-                                    "`mma { shape: ...; repeat: ...; }` sets each warp's tile")
-                    continue
                 spec_key = schema.keys[key_token.value]
-                if spec_key.wgmma_only and not self.has_wgmma and self.whole:
-                    self.error(self.span(key_token), f"'{key_token.value}' applies to wgmma specs only: "
-                                                     f"{spec_key.wgmma_only}",
-                               hint="Hopper's own path takes `mma { shape: m64n256k16; }` with `target sm_90a;`")
-                    continue
-                if spec_key.not_wgmma and self.has_wgmma and self.whole:
-                    self.error(self.span(key_token), f"'{key_token.value}' does not apply to a wgmma spec: "
-                                                     f"{spec_key.not_wgmma}",
-                               hint="remove it; see docs/language.md for what a wgmma spec holds")
+                if self.whole and not self.takes(spec_key):
+                    only = spec_key.only
+                    hint = only.hint or (f"remove it; in an mma spec '{kind}' holds only "
+                                         f"{', '.join(k for k, v in schema.keys.items() if v.only in (None, WARP_TILES))}, "
+                                         "and `mma { shape: ...; repeat: ...; }` sets each warp's tile")
+                    self.error(self.span(key_token), f"'{key_token.value}' {only.refusal}: {spec_key.why}", hint=hint)
                     continue
                 names[key_token.value] = key_token
                 entries.append((key_token, _Value(tuple(value_tree.children), self.span(value_tree))))
@@ -565,9 +574,7 @@ class _SpecReader:
                 self.diagnostics.append(bad.diagnostic)
                 self.rejected.add((key, key_token.value))
         for name, spec_key in schema.keys.items():
-            if spec_key.fma_only and self.has_mma:
-                continue
-            if (spec_key.not_wgmma and self.has_wgmma) or (spec_key.wgmma_only and not self.has_wgmma):
+            if not self.takes(spec_key):
                 continue
             if (self.whole and spec_key.required and name not in names
                     and (schema.short or name not in typos)):
@@ -581,15 +588,30 @@ def _number(digits: str) -> int | None:
     return int(digits) if len(digits) <= 18 else None
 
 
-def _is_wgmma_section(section: Tree) -> bool:
-    """Whether a section is `mma { shape: m64n...; }`: a wgmma shape, which makes the spec take Hopper's path."""
-    if section.children[0].value != "mma":
-        return False
-    for entry in section.children[1:]:
-        if isinstance(entry, Tree) and entry.data == "entry" and entry.children[0].value == "shape":
-            atoms = entry.children[1].children
-            return len(atoms) == 1 and isinstance(atoms[0], Token) and WGMMA_SHAPE.fullmatch(atoms[0].value) is not None
-    return False
+def _shape_type(sections: list[Tree]) -> type:
+    """The type of shape the `mma` section's `shape` reads as (`_mma_shape`), before it is read: its sizes may
+    still be out of range; ir.MmaShape where the section or its shape is misspelt."""
+    for section in sections:
+        if section.children[0].value != "mma":
+            continue
+        for entry in section.children[1:]:
+            if isinstance(entry, Tree) and entry.data == "entry" and entry.children[0].value == "shape":
+                atoms = entry.children[1].children
+                form = _shape_form(atoms[0].value) if len(atoms) == 1 and isinstance(atoms[0], Token) else None
+                if form is not None:
+                    return form[0]
+                break
+    return ir.MmaShape
+
+
+def _shape_form(word: str) -> tuple[type, re.Match] | None:
+    """The shape type a path's own syntax reads `word` as (its `shape_syntax`: wgmma's m64nNk16) and the match of
+    its sizes; None for any other word (ir.MmaShape's names)."""
+    for path in registered():
+        match = path.shape_syntax.fullmatch(word) if path.shape_syntax is not None else None
+        if match:
+            return path.shape_type, match
+    return None
 
 
 def _section_meant(word: str) -> str | None:
@@ -605,26 +627,7 @@ def _did_you_mean(word: str, choices: tuple[str, ...]) -> str | None:
 # --- the schema -----------------------------------------------------------------------------
 
 
-def _matrix(reader: _SpecReader, value: _Value) -> ir.MatrixType:
-    if len(value.atoms) != 2:
-        raise _Bad(value.span, "expected a type and a layout, as in `f32 row`")
-    dtype = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])),
-                        tuple(t.value for t in ir.DType), "an element type")
-    layout = reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), ("row", "col"), "a layout")
-    return ir.MatrixType(ir.DType(dtype), ir.MatrixLayout(layout))
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A value naming one of an enum's members (`choices`, their spellings): the one statement of the
-    words a key takes, which docs/language.md's tables are checked against."""
-
-    enum_type: type
-    what: str
-    choices: tuple[str, ...]
-
-    def __call__(self, reader: _SpecReader, value: _Value) -> Any:
-        return self.enum_type(reader.name(value, self.choices, self.what))
+_matrix = matrix
 
 
 def _enum(enum_type: type, what: str, members: tuple[enum.Enum, ...] | None = None) -> Choice:
@@ -694,20 +697,21 @@ def _swizzle(reader: _SpecReader, value: _Value) -> ir.Swizzle | int:
     return ir.Swizzle(bits, base, shift)
 
 
-WGMMA_SHAPE = re.compile(r"m64n(\d+)k(\d+)")
 SWIZZLE_MODES = (32, 64, 128)  # bytes of one swizzle span: the modes TMA and the wgmma descriptor share
 
 
-def _mma_shape(reader: _SpecReader, value: _Value) -> ir.MmaShape | ir.WgmmaShape:
-    """An mma.sync shape (m16n8k16, m16n8k8) or a wgmma shape m64nNk16 / m64nNk8 (validate checks N and k)."""
+def _mma_shape(reader: _SpecReader, value: _Value) -> Any:
+    """An mma.sync shape (an ir.MmaShape: m16n8k16, m16n8k8), or a shape a path's own syntax reads (`_shape_form`:
+    a wgmma shape m64nNk16 / m64nNk8, whose N and k validate checks)."""
     atom = reader.one(value, "an mma shape")
     if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
-        match = WGMMA_SHAPE.fullmatch(atom.value)
-        if match:
-            n, k = _number(match[1]), _number(match[2])
-            if n is None or k is None or not 1 <= n <= MAX_INT or not 1 <= k <= MAX_INT:
+        form = _shape_form(atom.value)
+        if form is not None:
+            shape_type, match = form
+            sizes = {name: _number(digits) for name, digits in match.groupdict().items()}
+            if any(size is None or not 1 <= size <= MAX_INT for size in sizes.values()):
                 raise _Bad(value.span, f"the sizes of {atom.value} are out of range")
-            return ir.WgmmaShape(n=n, k=k)
+            return shape_type(**sizes)
     choices = tuple(shape.value for shape in ir.MmaShape)
     return ir.MmaShape(reader.name(value, choices, "m16n8k16, m16n8k8 or a wgmma shape m64nNk16"))
 
@@ -747,19 +751,19 @@ def _target(reader: _SpecReader, value: _Value) -> TargetName:
     return target
 
 
-def _bias(reader: _SpecReader, value: _Value) -> ir.Bias:
-    """`m` or `n` (the index of C it runs along), then an optional element type (default: C's)."""
-    if not 1 <= len(value.atoms) <= 2:
-        raise _Bad(value.span, "expected `m` or `n` and an optional element type, as in `bias: n;` or `bias: n f32;`")
-    along = reader.name(_Value(value.atoms[:1], reader.span(value.atoms[0])), ("m", "n"),
-                        "m (one value per row) or n (one per column)")
-    if len(value.atoms) == 1:
-        dtype = reader.element_type("c") or ir.DType.F32
-    else:
-        types = tuple(t.value for t in ir.DType)
-        dtype = ir.DType(reader.name(_Value(value.atoms[1:], reader.span(value.atoms[1])), types,
-                                     "the bias's element type"))
-    return ir.Bias(ir.Broadcast(along), dtype)
+class _FuseKeys(Mapping):
+    """The `fuse` section's keys: the registered ops' (gemmdsl/fuse_ops/), read when asked, in chain order."""
+
+    def __getitem__(self, key: str) -> _Key:
+        if key not in ir.FUSE_KEYS:
+            raise KeyError(key)
+        return _Key(fuse_ops.op(key).syntax)
+
+    def __iter__(self) -> Iterator[str]:
+        return (op.key for op in fuse_ops.ops())
+
+    def __len__(self) -> int:
+        return len(fuse_ops.ops())
 
 
 SECTIONS: dict[str, _Section] = {
@@ -774,36 +778,36 @@ SECTIONS: dict[str, _Section] = {
                        "schedule": _Key(_enum(ir.Schedule, "tiles, stream_k, persistent or pingpong"))}, required=True),
     "threads": _Section({
         "warps": _Key(_pair_with_word("a warp grid", None), required=True,
-                      not_wgmma="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
+                      only=WARP_TILES, why="wgmma runs on warpgroups of 4 warps; count them with `warpgroups` and `producer`"),
         "warpgroups": _Key(IntRange("a consumer warpgroup count", 1, MAX_CONSUMER_WARPGROUPS,
                                 f"a block holds at most {MAX_CONSUMER_WARPGROUPS + 1} warpgroups of "
                                 f"{WARPGROUP} threads ({MAX_BLOCK_THREADS}), one of them the producer"),
-                           required=True, wgmma_only="consumer warpgroups issue wgmma, an sm_90a instruction"),
+                           required=True, only=WARPGROUPS, why="consumer warpgroups issue wgmma, an sm_90a instruction"),
         "producer": _Key(IntRange("a producer warpgroup count", 1, 1,
                               "the wgmma path has exactly one producer warpgroup (one thread of it issues every "
                               "TMA copy): write `producer: 1;` or leave it out"),
-                         wgmma_only="producer warpgroups issue TMA copies for the wgmma consumers"),
+                         only=WARPGROUPS, why="producer warpgroups issue TMA copies for the wgmma consumers"),
         "lanes": _Key(_pair_with_word("a lane grid", ir.LaneOrder, ir.LaneOrder.ROW), required=True,
-                      fma_only="the mma instruction fixes which lane holds which element"),
+                      only=FMA_THREADS, why="the mma instruction fixes which lane holds which element"),
         "micro": _Key(_pair_with_word("a micro tile", None), required=True,
-                      fma_only="each warp's tile is the mma shape times the mma section's `repeat`"),
+                      only=FMA_THREADS, why="each warp's tile is the mma shape times the mma section's `repeat`"),
         "repeat": _Key(_pair_with_word("a repeat", ir.RepeatLevel, ir.RepeatLevel.BLOCK),
-                       fma_only="the mma section's `repeat` says how often each warp repeats the instruction"),
+                       only=FMA_THREADS, why="the mma section's `repeat` says how often each warp repeats the instruction"),
         "fma_order": _Key(_enum(ir.FmaOrder, "row, col or snake"),
-                          fma_only="tensor-core instructions multiply, not FMAs"),
+                          only=FMA_THREADS, why="tensor-core instructions multiply, not FMAs"),
     }, required=True),
     "mma": _Section({
         "shape": _Key(_mma_shape, required=True),
         "repeat": _Key(_pair_with_word("an mma repeat", None),
-                       not_wgmma="each consumer warpgroup's tile is BM / warpgroups rows by BN columns"),
+                       only=WARP_TILES, why="each consumer warpgroup's tile is BM / warpgroups rows by BN columns"),
         "precision": _Key(_enum(ir.Precision, "tf32 or 3xtf32", (ir.Precision.TF32, ir.Precision.TF32X3))),
         "accumulate": _Key(_enum(ir.Accumulate, "fast or promoted"),
-                           wgmma_only="FP8 operands are multiplied by wgmma only (sm_90a)"),
+                           only=WARPGROUPS, why="FP8 operands are multiplied by wgmma only (sm_90a)"),
     }),
     "smem": _Section({
         "order": _Key(_enum(ir.SmemOrder, "an order")), "pad": _Key(IntRange("a padding in elements", 0, 1024)),
         "swizzle": _Key(_swizzle),
-        "read": _Key(_smem_read, not_wgmma="wgmma reads its operands from shared memory itself, through descriptors"),
+        "read": _Key(_smem_read, only=WARP_TILES, why="wgmma reads its operands from shared memory itself, through descriptors"),
     }, labels=("a", "b")),
     "load": _Section({"vector": _Key(_vector)}, labels=("a", "b")),
     "pipeline": _Section({
@@ -811,22 +815,23 @@ SECTIONS: dict[str, _Section] = {
                             "1 = load then compute; 2 = double buffering; more need `copy: cp_async`")),
         "copy": _Key(_enum(ir.CopyMode, "registers, cp_async or tma")),
         "fragments": _Key(_enum(ir.FragmentBuffering, "single or double"),
-                          not_wgmma="wgmma reads shared memory directly: there are no register fragments"),
+                          only=WARP_TILES, why="wgmma reads shared memory directly: there are no register fragments"),
         "unroll": _Key(IntRange("an unroll factor", 1, MAX_UNROLL)),
         "store": _Key(_enum(ir.StoreMode, "direct or tma"),
-                      wgmma_only="C goes through shared memory and TMA on Hopper's own path"),
+                      only=WARPGROUPS, why="C goes through shared memory and TMA on Hopper's own path"),
     }),
-    "fuse": _Section({
-        "scale": _Key(_enum(ir.ScaleVectors, "row, col, rowcol or block")),
-        "bias": _Key(_bias),
-        "activation": _Key(_enum(ir.Activation, "an activation")),
-        "residual": _Key(_matrix),
-    }),
+    "fuse": _Section(_FuseKeys()),
     "budget": _Section({
         "registers": _Key(IntRange("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
         "blocks_per_sm": _Key(IntRange("a block count", 1, MAX_BLOCKS_PER_SM)),
     }),
 }
+
+
+# The threads section's keys and the ir.ThreadLayout fields they set (a key read as a pair with a word sets two).
+_THREAD_FIELDS = {"warps": ("warps",), "lanes": ("lanes", "lane_order"), "micro": ("micro",),
+                  "repeat": ("repeat", "repeat_level"), "fma_order": ("fma_order",), "warpgroups": ("warpgroups",),
+                  "producer": ("producers",)}
 
 
 def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.KernelSpec:
@@ -848,52 +853,40 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     block = ir.BlockTile(**where, m=bm, n=bn, k=bk, raster=values.get("raster", ir.Raster(ir.RasterKind.ROW)),
                          schedule=values.get("schedule", ir.Schedule.TILES))
 
+    # The path the spec takes says what the keys it leaves out default to.
+    shape = found["mma"][0]["shape"] if "mma" in found else None
+    path = path_taking(None if shape is None else type(shape), problem.a.dtype, problem.b.dtype)
     mma = None
     if "mma" in found:
         values, where = section("mma")
-        fp8 = problem.a.dtype.fp8 or problem.b.dtype.fp8
         mma = ir.MmaTile(**where, shape=values["shape"], repeat=values.get("repeat", ir.Pair(1, 1)),
                          precision=values.get("precision", ir.Precision.NATIVE),
-                         accumulate=values.get("accumulate", ir.Accumulate.PROMOTED if fp8 else None))
+                         accumulate=values.get("accumulate", path.default_accumulate))
 
     values, where = section("threads")
-    if mma is None:
-        lanes, lane_order = values["lanes"]
-        repeat, repeat_level = values.get("repeat", (ir.Pair(1, 1), ir.RepeatLevel.BLOCK))
-        threads = ir.ThreadLayout(**where, warps=values["warps"], lanes=lanes, lane_order=lane_order,
-                                  micro=values["micro"], repeat=repeat, repeat_level=repeat_level,
-                                  fma_order=values.get("fma_order", ir.FmaOrder.ROW))
-    elif mma.wgmma:  # consumers issue wgmma, producers TMA; the warp grid means nothing
-        threads = ir.ThreadLayout(**where, warpgroups=values["warpgroups"], producers=values.get("producer", 1))
-    else:  # the mma instruction fixes the rest of the thread layout
-        threads = ir.ThreadLayout(**where, warps=values["warps"])
-
-    wgmma = mma is not None and mma.wgmma
+    # The keys the path took (the parser refused the others), the rest the IR's defaults. Consumer warpgroups
+    # come with one producer unless said otherwise.
+    fields = {field: value for key, names in _THREAD_FIELDS.items() if key in values
+              for field, value in zip(names, values[key] if len(names) > 1 else (values[key],))}
+    if "warpgroups" in fields:
+        fields.setdefault("producers", 1)
+    threads = ir.ThreadLayout(**where, **fields)
 
     def smem(operand: ir.Operand, default: ir.SmemOrder) -> ir.SmemLayout:
         values, where = section(f"smem {operand.value}")
-        swizzle = values.get("swizzle")
-        # The order that keeps the operand as it lies in global memory: TMA lands a box so, and cp.async cannot
-        # transpose elements narrower than its 4-byte copies (mma.sync's ldmatrix transposes where it needs to).
-        if wgmma or mma is not None and problem.matrix(operand).dtype.bytes < 4:
+        dtype = problem.matrix(operand).dtype
+        swizzle = values.get("swizzle", path.default_swizzle_bytes)
+        if path.smem_in_global_order(dtype):  # the order that keeps the operand as it lies in global memory
             row = problem.matrix(operand).layout is ir.MatrixLayout.ROW
             if operand is ir.Operand.A:
                 default = ir.SmemOrder.MK if row else ir.SmemOrder.KM
             else:
                 default = ir.SmemOrder.KN if row else ir.SmemOrder.NK
-        if wgmma:  # in the 128-byte swizzle unless said otherwise
-            swizzle = 128 if swizzle is None else swizzle
         layout = dict(**where, operand=operand, order=values.get("order", default), pad=values.get("pad", 0),
                       swizzle=None if isinstance(swizzle, int) else swizzle)
         if isinstance(swizzle, int):
             layout["swizzle_bytes"] = swizzle
-        if wgmma:
-            return ir.SmemLayout(**layout)
-        if mma is None:
-            return ir.SmemLayout(**layout, read_bits=values.get("read"))
-        # TF32 fragments default to 32-bit loads (ldmatrix serves them only where k is contiguous).
-        f32 = problem.matrix(operand).dtype is ir.DType.F32
-        return ir.SmemLayout(**layout, read=values.get("read", ir.SmemRead.LDS32 if f32 else ir.SmemRead.LDMATRIX))
+        return ir.SmemLayout(**layout, **path.smem_read(values.get("read"), dtype))
 
     def load(operand: ir.Operand) -> ir.GlobalLoad:
         values, where = section(f"load {operand.value}")
@@ -904,9 +897,7 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
 
     values, where = section("pipeline")
     stages = values.get("stages", 1)
-    # mma specs are generated for cp.async only (so far); validate rejects `copy: registers` there.
-    default_copy = ir.CopyMode.REGISTERS if mma is None else ir.CopyMode.TMA if wgmma else ir.CopyMode.CP_ASYNC
-    copy = values.get("copy", default_copy)
+    copy = values.get("copy", path.default_copy)
     pipeline = ir.Pipeline(**where, stages=stages, copy=copy,
                            fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),
                            unroll=values.get("unroll", 1), store=values.get("store", ir.StoreMode.DIRECT))
@@ -917,7 +908,10 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
     fuse = None
     if "fuse" in found:
         values, where = section("fuse")
-        fuse = ir.FuseChain(**where, **values)
+        spans = dict(where["key_spans"])
+        steps = sorted((fuse_ops.op(key).from_value(value, spans[key]) for key, value in values.items()),
+                       key=lambda step: step.order)
+        fuse = ir.FuseChain(**where, steps=tuple(steps))
 
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from .expr import Const, Var
-from .rule import Let, Rule, all_of, cast, ceil_div, eq, ge, gt, le, lt, minimum, select
+from .rule import Let, Rule, all_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum, select
 
 # A stream-K block's range must be long enough to pay for its prologue, epilogue and
 # atomics; with fewer k-tiles of work than this per block, fewer blocks share it.
@@ -68,6 +68,13 @@ MAX_WORK = 2**31 - 1  # the kernel counts stream-K work in int
 # them in step, so tiles that share rows of A or columns of B read them from L2 while the other tile's blocks
 # have just brought them in, and each tile's partial sums come from the same number of blocks.
 ALIGN_IDLE_PERCENT = 5
+# The wgmma path's stream-K sums a tile's partial sums in its last block, one contributor after another (each a
+# flag wait and a BM x BN read through L2, about 1.1 us for 64x128 f32 on the H200), so a tile shared by every SM
+# spent more time in that chain than in its k-tiles: 44x33x26964 ran 154 us on 132 blocks where cuBLAS took 22.
+# With c blocks on a tile of k k-tiles the time is about k / c k-tiles plus c - 1 such reads; at the measured
+# costs (a k-tile about a quarter of a read) that is least near c = sqrt(k / 4), and flat around it: the split
+# gives a tile at most max(2, k_tiles / FIXUP_K_TILES_PER_SHARER) blocks (k = 422: 13).
+FIXUP_K_TILES_PER_SHARER = 32
 # Waves of interior tiles per edge strip below which a checked call runs as one launch of the vector
 # kernel rather than as the interior kernel and its strips. Measured on the H100 (docs/performance.md, "The
 # interior split"; sgemm_any, checked_64x64 and checked_v3 at 27 shapes): with no strip the interior kernel ran 7-8%
@@ -157,8 +164,11 @@ def stream_k_split_rule(min_saved_k_tiles: int = 0, aligned: bool = False) -> Ru
                               "of the slots"),
                   Let("even_blocks", select(all_of(eq(blocks, gemm_slots), gt(shared, 0),
                                                    le(spare * 100, ALIGN_IDLE_PERCENT * gemm_slots)),
-                                            blocks - spare, blocks))]
-        blocks = Var("even_blocks")
+                                            blocks - spare, blocks)),
+                  Let("sharers", maximum(k_tiles // FIXUP_K_TILES_PER_SHARER, 2),
+                      comment="and at most this many blocks a tile: its partial sums are added one after another"),
+                  Let("capped_blocks", minimum(Var("even_blocks"), shared * Var("sharers")))]
+        blocks = Var("capped_blocks")
     steps.append(Let("idle_enough", ge((gemm_slots - shared) * 100, MIN_IDLE_PERCENT * gemm_slots), ctype="bool"))
     pays = [gt(blocks, shared), le(work, MAX_WORK), Var("idle_enough")]
     if min_saved_k_tiles:
@@ -181,7 +191,9 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_sav
     k-tiles below it: LAUNCHED_MIN_SAVED_K_TILES for the launchers that pay launches for it). Blocks
     get at least MIN_K_TILES_PER_BLOCK k-tiles, so a long K (or few tiles) takes every slot and a short
     one fewer; with `aligned` (the wgmma path's persistent stream-K), a long K takes a multiple of the shared
-    tiles where that idles few slots (ALIGN_IDLE_PERCENT). The rule is `stream_k_split_rule`."""
+    tiles where that idles few slots (ALIGN_IDLE_PERCENT), and a tile takes at most max(2, k_tiles /
+    FIXUP_K_TILES_PER_SHARER) blocks (its partial sums are added one after another). The rule is
+    `stream_k_split_rule`."""
     split = stream_k_split_rule(min_saved_k_tiles, aligned).evaluate(
         {"tiles": tiles, "k_tiles": k_tiles, "slots": slots, "batch": batch})
     return StreamKSplit(tiles, k_tiles, split["gemm_slots"], split["sk_tiles"], split["sk_blocks"])

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from .gpu_profile import profile_for
+
 WARP = 32
 WARPGROUP = 4 * WARP  # threads: four warps, one per scheduler, issue one wgmma together (sm_90a)
 SUBPARTITIONS_PER_SM = 4  # sm_70 and later: the register file is split across four schedulers
@@ -63,9 +65,13 @@ ARCHS: dict[int, Arch] = {
              max_threads_per_sm=1536, max_blocks_per_sm=24, reference_gpu="RTX 4090", reference_sms=128,
              reference_clock_mhz=2520),
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
-             max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True, reference_gpu="H100 SXM",
-             reference_sms=132, reference_clock_mhz=1755),
+             max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True),
 }
+# sm_90's reference GPU, its SMs and clock, and the rates below come from its profile (gpu_profile.py: the H200's,
+# measured by `gemmdsl calibrate`, unless $GEMMDSL_GPU names another).
+HOPPER = profile_for(90)
+ARCHS[90] = replace(ARCHS[90], reference_gpu=HOPPER.gpu.removeprefix("NVIDIA "), reference_sms=HOPPER.sms,
+                    reference_clock_mhz=HOPPER.clock_mhz)
 
 # Arch-specific targets (`target sm_90a;`): the same limits as the plain target, plus the instructions
 # that exist on exactly that architecture. Code for them runs only there (runtime.build_target).
@@ -122,7 +128,7 @@ MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
     80: {"f16": 1024, "bf16": 1024, "tf32": 512},
     86: {"f16": 256, "bf16": 256, "tf32": 128},
     89: {"f16": 256, "bf16": 256, "tf32": 128},
-    90: {"f16": 1325, "bf16": 1325, "tf32": 662},
+    90: dict(HOPPER.mma_sync_macs_per_clock),
 }
 # wgmma's dense peak, which Hopper's own path (sm_90a) multiplies on, by unit. The H100 SXM datasheet
 # figures (989.4 TFLOP/s BF16/FP16 and 494.7 TF32 dense, at the 1830 MHz boost clock): no register-only
@@ -134,32 +140,32 @@ MMA_SYNC_MACS_PER_CLOCK: dict[int, dict[str, int]] = {
 # FP8 (e4m3 and e5m2, any pairing) runs at twice the 16-bit rate: 1978.9 TFLOP/s dense.
 WGMMA_PEAK_TFLOPS: dict[int, dict[str, float]] = {90: {"f16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp8": 1978.9}}
 WGMMA_MEASURED_TFLOPS: dict[int, dict[str, float]] = {90: {"bf16": 790.0, "tf32": 404.2}}  # cuBLAS, 2026-11-23
-MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: 3.0}
+MEMORY_TBPS: dict[int, float] = {80: 2.0, 86: 0.94, 89: 1.01, 90: HOPPER.hbm_tbps}
 # HBM's bandwidth in bytes per SM clock, the memory floor of the cycle model (cycles.memory_cycles): the
 # H100 SXM datasheet's 3.35 TB/s (HBM3) at 1755 MHz, the clock L2_BYTES_PER_CLOCK_PER_SM was measured at
 # (3.35e12 / 1.755e9 = 1909). The datasheet's figure, not the 3.0 TB/s a device copy reached (MEMORY_TBPS):
 # the floor is a bound no kernel passes. Only the H100 has one; elsewhere the model has no memory floor.
-HBM_BYTES_PER_CLOCK: dict[int, int] = {90: 1909}
+HBM_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.hbm_bytes_per_clock}
 # The same peaks per SM and clock, in multiply-adds: 989.4 TFLOP/s = 132 SMs x 2048 x 2 at 1830 MHz.
-WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: {"f16": 2048, "bf16": 2048, "tf32": 1024, "fp8": 4096}}
+WGMMA_MACS_PER_CLOCK: dict[int, dict[str, int]] = {90: dict(HOPPER.wgmma_macs_per_clock)}
 # Bytes per clock that one SM's TMA copies bring from L2 when every SM streams: measured on the H100
 # (2026-11-23, docs/families.md), where wgmma tilings of 128x256x64 and 128x64x64 bf16 both
 # ran at the rate their k-tiles arrive at 38 bytes per clock (at 1755 MHz), not at wgmma's peak. The FMA
 # cost model's global term reads it too (l2_bytes_per_clock_per_sm), on every target: no other GPU's
 # figure has been measured. (That model had 32 of its own; the H100's FMA templates rank the same with 38.)
-L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: 38}
+L2_BYTES_PER_CLOCK_PER_SM: dict[int, int] = {90: HOPPER.l2_bytes_per_clock_per_sm}
 # Cycles a 3xTF32 wgmma k-tile takes beyond its slowest rate: each consumer waits for its k-tile's group
-# before it reloads A's fragments and adds `part` (paths/wgmma/split.py). cycles.wgmma_member_model counts
+# before it reloads A's fragments and adds `part` (paths/wgmma/split.py). paths/wgmma/cycles.py counts
 # the adds (one FADD per accumulator and thread, one issue slot each: accumulators x the consumer warps a
 # scheduler holds); this is the rest, measured on the H100 at 8192^3 at 1755 MHz: 130.8 TFLOP/s for
 # sgemm_3xtf32_h100_sk with the two-loop stream-K kernel (T18) (1,857 cycles per k-tile and SM against
 # wgmma's 1,536, less 2 x 64 cycles of adds = 193). The 128x192 spec then comes out at 2,686 cycles per
 # k-tile, where it measured 2,709 (134.5 TFLOP/s). Before: one wait for both tilings, 400 cycles (385 and 416
 # measured on the persistent kernels after T15-T16), 724 and 767 before them.
-SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: 190}
+SPLIT_WAIT_CYCLES_PER_K_TILE: dict[int, int] = {90: HOPPER.split_wait_cycles_per_k_tile}
 # Special-function results (ex2, rcp, tanh.approx) an SM returns per clock: 16 on 8.x and 9.0 (the CUDA C++
 # Programming Guide's throughput table; four units per SM sub-partition). The fuse chain's activations
-# use them (passes/fuse.py, ACTIVATION_OPS).
+# use them (fuse_ops/activation.py, ACTIVATION_OPS).
 SFU_PER_CLOCK_PER_SM: dict[int, int] = {80: 16, 86: 16, 89: 16, 90: 16}
 # Cycles from the moment a consumer frees a stage of the TMA ring to the moment that stage's next k-tile
 # has landed, under the load of every SM streaming (Little's law: with STAGES - 1 stages in flight a ring
@@ -167,7 +173,17 @@ SFU_PER_CLOCK_PER_SM: dict[int, int] = {80: 16, 86: 16, 89: 16, 90: 16}
 # the H100 (2026-11-25) on one template, gemmdsl/templates/tf32_h100.tgemm timed exhaustively at 4096^3
 # and 2048^3 (2 to 6 stages): the rank correlation peaks at 3,000 (1.7 us at 1755 MHz); the bf16
 # templates, timed apart, were the held-out check (docs/tuning.md).
-RING_ROUND_TRIP_CYCLES: dict[int, int] = {90: 3000}
+RING_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.ring_round_trip_cycles}
+# What one more kernel launch adds to a call, in SM clock cycles (the FMA and mma.sync paths' stream-K launches
+# a kernel that sets the shared tiles of C before it): the GPU time of a kernel boundary, measured as a CUDA
+# graph of empty kernels (`gemmdsl calibrate`). Taken for every target (unmeasured elsewhere).
+EXTRA_LAUNCH_CYCLES = HOPPER.launch_cycles
+# The stream-K fixup's rate: bytes of partial sums per clock that a tile's last block waits for and adds, one
+# contributor after another (fitted on the wgmma members' stream-K calls, scripts/fit_cost_model.py).
+STREAM_K_FIXUP_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.stream_k_fixup_bytes_per_clock}
+# A call's time beyond its cycles at any size: the launch as a caller's stream sees it, the first k-tile's trip
+# and the last tile's stores (fitted on the same calls; the wgmma path: the family rule's members).
+CALL_CYCLES: dict[int, int] = {90: HOPPER.call_cycles}
 
 
 # The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a

@@ -50,7 +50,7 @@ the bottleneck of instruction issue, the L1 pipe that serves shared memory and g
 L2 bandwidth, per FFMA; fragment-load latency where the register cap leaves no room for double
 buffering; occupancy averaged over the register estimate's band; wave quantization over --sms SMs).
 Tensor-core candidates are scored by the cycle model the families pick their members by, as a share
-of the instruction's peak: mma.sync by cycles.mma_sync_member_model, wgmma by wgmma_member_model.
+of the instruction's peak: mma.sync and wgmma by their paths' member models (paths/*/cycles.py).
 Equal scores go to the candidate with fewer FFMAs that switch both operands (FMA order), then to
 more registers left under the cap, then to fewer L1 wavefronts per FFMA, then to the earlier one.
 The model sees neither raster nor pipeline depth: variants that differ only there tie on all of
@@ -82,7 +82,7 @@ from typing import Callable, Iterable, Sequence
 from . import ir
 from .cost_model import cost_facts, efficiency, register_cap
 from .paths import path_of
-from .cycles import MemberModel, mma_sync_member_model, tensor_share, wgmma_member_model
+from .cycles import MemberModel, tensor_share
 from .passes.registers import ESTIMATE_BAND, MMA_ESTIMATE_BAND
 from .file_kinds import inputs_help
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span
@@ -447,8 +447,8 @@ def predict(spec: ir.KernelSpec, size: Size, ptxas: dict | None = None) -> Predi
         return own
     facts = analysis.facts
     mma_model = None
-    if spec.mma is not None:  # the family rule's model (cycles.mma_sync_member_model), which the score reads
-        mma_model = mma_sync_member_model(spec, facts, analysis.layout.arch.reference_sms)
+    if spec.mma is not None:  # the family rule's model (paths/mma_sync/cycles.py), which the score reads
+        mma_model = analysis.path.member_model(analysis, analysis.layout.arch.reference_sms)
     traffic = facts["smem_traffic"]
     registers, occupancy, intensity = facts["registers"], facts["occupancy"], facts["intensity"]
     cap = register_cap(spec, analysis.layout.threads)
@@ -500,7 +500,7 @@ def reference_sms(spec: ir.KernelSpec) -> int:
 
 
 def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int | None = None) -> float:
-    """The cycles a family of wgmma specs picks its member by (cycles.wgmma_member_model: per k-tile the
+    """The cycles a family of wgmma specs picks its member by (paths/wgmma/cycles.py: per k-tile the
     slowest of wgmma's rate, its shared-memory reads, TMA's bytes from L2 and the ring's round trip over
     the stages in flight; C through L2 per tile; the grid's rounds over the SMs), as the share of them
     wgmma's multiply-adds alone would take; geometric mean over the sizes. So a tile that brings more
@@ -511,7 +511,8 @@ def wgmma_efficiency(spec: ir.KernelSpec, sizes: Sequence[Size], sms: int | None
     from .paths import path_of
 
     # the lowering alone: no second run of the passes
-    model = wgmma_member_model(path_of(spec).lowering(spec), sms or reference_sms(spec))
+    path = path_of(spec)
+    model = path.lowered_member_model(path.lowering(spec), sms or reference_sms(spec))
     return _geomean([tensor_share(model, *size) for size in sizes])
 
 
@@ -595,7 +596,7 @@ def candidate_path(template_path: str, candidate: Candidate) -> str:
 def predicted_efficiency(survivor: Survivor, sizes: Sequence[Size], sms: int | None = None) -> float:
     """The cost model's score (cost_model.py): predicted fraction of the FMA peak, 0 for a predicted spill;
     for Hopper's path, `wgmma_efficiency`; for mma.sync, the share of mma.sync's peak its cycle model
-    predicts (cycles.mma_sync_member_model, as the family rule), 0 for a predicted spill. `sms`: the SMs
+    predicts (paths/mma_sync/cycles.py, as the family rule), 0 for a predicted spill. `sms`: the SMs
     the grid's rounds are counted over, by default the target's reference GPU's."""
     p = survivor.prediction
     sms = sms or reference_sms(survivor.spec)

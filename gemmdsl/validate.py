@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from math import prod
+from typing import Any
 
 from . import ir
-from .layout import STAGE_ALIGN_BYTES, KernelLayout, SmemGeometry, widest_dividing
+from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .paths import path_of
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
@@ -94,35 +95,31 @@ class _Checker:
         check_fuse(self.spec, self.error)
         path_of(self.spec).validate(self)
 
-    def check_tiles(self) -> None:
-        """The rules of the paths whose kernels are lowered to a TileLayout (FMA, mma.sync)."""
+    def check_tiles(self, path: Any) -> None:
+        """The rules of the paths whose kernels are lowered to a TileLayout (paths/tiles.py's TilePath: FMA,
+        mma.sync); `path` supplies its own rules of the threads and of the lowered stages."""
         self.check_hopper_only()
         self.check_target()
         block_ok = self.check_block()
-        mma = self.spec.mma
-        threads_ok = (self.check_threads() if mma is None else self.check_mma(mma)) and block_ok
+        threads_ok = path.check_threads(self) and block_ok
         smem_ok = all([self.check_smem(ir.Operand.A), self.check_smem(ir.Operand.B)])
         if threads_ok:
             self.check_load(ir.Operand.A)
             self.check_load(ir.Operand.B)
-        pipeline_ok = self.check_pipeline()
+        pipeline_ok = self.check_pipeline(path)
         smem_bytes = None
         if block_ok and smem_ok and pipeline_ok and self.arch is not None:
-            if mma is None:
-                layout = KernelLayout(self.spec)
-                smem_bytes = layout.smem_bytes
-                self.check_smem_size(smem_bytes)
-                if threads_ok:
-                    self.check_widths(layout, ir.Operand.A)
-                    self.check_widths(layout, ir.Operand.B)
-            else:  # KernelLayout lowers the FMA path only; an mma layout will replace mma_smem_bytes
-                smem_bytes = mma_smem_bytes(self.spec)
-                self.check_mma_smem_size(smem_bytes)
-                self.check_mma_reads(ir.Operand.A)
-                self.check_mma_reads(ir.Operand.B)
-                self.check_mma_copy(ir.Operand.A)
-                self.check_mma_copy(ir.Operand.B)
-        self.check_budget(smem_bytes)
+            smem_bytes = path.check_stages(self, threads_ok)
+        self.check_budget(smem_bytes, path)
+
+    def check_fma_stages(self, threads_ok: bool) -> int:
+        """The FMA path's stages (KernelLayout): their shared memory and access widths; their bytes."""
+        layout = KernelLayout(self.spec)
+        self.check_smem_size(layout.smem_bytes)
+        if threads_ok:
+            self.check_widths(layout, ir.Operand.A)
+            self.check_widths(layout, ir.Operand.B)
+        return layout.smem_bytes
 
     # --- name, problem, target -----------------------------------------------------------
 
@@ -142,8 +139,10 @@ class _Checker:
             self.error(problem.at("c"), f"C is {problem.c.dtype.value}; FP8 is an operand type only: the kernels write "
                                         "C from f32 accumulators as f32, bf16 or f16",
                        hint=f"write `c: bf16 {problem.c.layout.value};` (torch._scaled_mm's usual output)")
-        if self.spec.mma is not None:
-            return
+
+    def check_f32_operands(self) -> None:
+        """The FMA path multiplies f32 only."""
+        problem = self.spec.problem
         narrow = [key for key in ("a", "b", "c") if problem.matrix(ir.Operand(key)).dtype is not ir.DType.F32]
         if narrow:
             key = narrow[0]
@@ -194,12 +193,6 @@ class _Checker:
         if block.raster.kind is ir.RasterKind.GROUP and block.raster.group < 1:
             self.error(block.at("raster"), f"group({block.raster.group}) needs at least one row of blocks per group",
                        hint="write group(G) with G >= 1, e.g. group(8)")
-        if block.stream_k:
-            problem = self.spec.problem
-            if self.spec.mma is not None and problem.c.dtype is not ir.DType.F32:
-                self.error(block.at("schedule"), f"schedule: stream_k adds partial sums into C with f32 atomics, "
-                                                 f"but C is {problem.c.dtype.value}",
-                           hint=f"use `c: f32 {problem.c.layout.value};` or `schedule: tiles;`")
         return ok
 
     def check_threads(self) -> bool:
@@ -289,130 +282,6 @@ class _Checker:
             if extent % rest == 0:
                 return key, node, extent // rest
         return None
-
-    # --- tensor cores --------------------------------------------------------------------
-
-    def check_mma(self, mma: ir.MmaTile) -> bool:
-        """The mma section against the operands, the target and the block tile."""
-        t, block, arch = self.spec.threads, self.spec.block, self.arch
-        dtype = self.spec.problem.a.dtype
-        if dtype.fp8:
-            self.error(self.spec.problem.at("a"),
-                       f"{dtype.value} operands are multiplied by wgmma only; mma.sync has no FP8 form on this path",
-                       hint="use Hopper's path: `target sm_90a;`, `mma { shape: m64n256k32; }`, "
-                            "`threads { warpgroups: 2; producer: 1; }` (docs/fp8.md)")
-            return False
-        if arch is not None and not arch.has_mma_sync:
-            self.error(mma.span, f"mma needs sm_80 or newer; sm_{arch.sm} has no mma.sync for these types",
-                       hint="use `target sm_80;` or newer")
-        if dtype is ir.DType.F32:
-            if mma.precision is ir.Precision.NATIVE:
-                self.error(mma.span, "f32 operands on tensor cores need a precision: tf32 or 3xtf32",
-                           hint="add `precision: tf32;` (one product, 10-bit mantissa) or `precision: 3xtf32;` "
-                                "(three products, about FP32 accuracy)")
-            if mma.shape is not ir.MmaShape.M16N8K8:
-                self.error(mma.at("shape"), f"shape {mma.shape.value} takes 16-bit operands; TF32 mma is m16n8k8",
-                           hint="use `shape: m16n8k8;`")
-        elif mma.precision is not ir.Precision.NATIVE:
-            self.error(mma.at("precision"), f"precision: {mma.precision.value} applies to f32 operands; "
-                                            f"{dtype.value} operands are multiplied as {dtype.value}",
-                       hint="remove `precision`")
-        ok = self.check_thread_count("mma repeat")
-        shape = ir.Pair(mma.shape.m, mma.shape.n)
-        factors = {"warps": t.warps, "repeat": mma.repeat, "shape": shape}
-        ok = self.check_products(factors, (("repeat", mma), ("warps", t)), fallback=("warps", t)) and ok
-        if block.k % mma.shape.k:
-            fix = "" if dtype is ir.DType.F32 or mma.shape.k == 8 else " or `shape: m16n8k8;`"
-            self.error(block.at("tile"), f"BK = {block.k} is not a multiple of the k of {mma.shape.value} "
-                                         f"({mma.shape.k})",
-                       hint=f"use a BK that is a multiple of {mma.shape.k}, e.g. "
-                            f"{block.m}x{block.n}x{-(-block.k // mma.shape.k) * mma.shape.k}{fix}")
-            ok = False
-        accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
-        if accumulators > (arch.max_registers_per_thread if arch else 255):
-            self.warning(mma.at("repeat"), f"each thread accumulates {accumulators} values of its warp's "
-                                           f"{mma.warp_tile} tile, more than the registers a thread can have; "
-                                           "nvcc will spill", hint="use more warps or a smaller repeat")
-        return ok
-
-    def check_mma_reads(self, operand: ir.Operand) -> None:
-        """The swizzle and the padding must keep each lane's fragment read in one piece."""
-        smem = self.spec.smem(operand)
-        assert smem.read is not None  # the parser sets it for every mma spec
-        dtype = self.spec.problem.matrix(operand).dtype
-        group = SMEM_READ_BYTES[smem.read] // dtype.bytes  # elements one lane reads at once
-        if group == 1:
-            return
-        if smem.read is ir.SmemRead.LDMATRIX and dtype.bytes == 4 and smem.order.k_major:
-            contiguous = "m" if operand is ir.Operand.A else "n"
-            k_first = "mk" if operand is ir.Operand.A else "nk"
-            self.error(smem.at("read"), f"read: ldmatrix gives f32 (TF32) fragments only from rows that run along k, "
-                                        f"but order {smem.order.value} keeps {contiguous} contiguous; "
-                                        "ldmatrix.trans moves 16-bit elements only",
-                       hint=f"use `order: {k_first};` (k contiguous), or `read: 32;` (one 32-bit load per "
-                            "fragment register)")
-            return
-        if smem.read is ir.SmemRead.LDS32 and smem.order.k_major:
-            contiguous = "m" if operand is ir.Operand.A else "n"
-            k_first = "mk" if operand is ir.Operand.A else "nk"
-            self.error(smem.at("read"), f"read: 32 loads {group} {dtype.value} that lie along k, but order "
-                                        f"{smem.order.value} keeps {contiguous} contiguous",
-                       hint=f"use `read: ldmatrix;` (it transposes), or `order: {k_first};`")
-            return
-        how = (f"ldmatrix reads rows of 16 bytes ({group} {dtype.value})" if smem.read is ir.SmemRead.LDMATRIX
-               else f"32-bit reads take {group} {dtype.value} at once")
-        s, need = smem.swizzle, group.bit_length() - 1
-        if s is not None and s.base < need:
-            self.error(smem.at("swizzle"), f"the swizzle {s} moves elements in groups of 2^{s.base} = "
-                                           f"{1 << s.base}, but {how}",
-                       hint=f"use M >= {need}, e.g. xor({s.bits}, {need}, {max(s.shift, s.bits)})")
-        mn = self.spec.block.m if operand is ir.Operand.A else self.spec.block.n
-        ld = (mn if smem.order.k_major else self.spec.block.k) + smem.pad
-        if ld % group:
-            self.error(smem.at("pad"), f"rows of {ld} {dtype.value} ({ld * dtype.bytes} bytes) break the "
-                                       f"alignment of the reads: {how}",
-                       hint=f"use a pad that keeps rows a multiple of {group} elements "
-                            f"({group * dtype.bytes} bytes)")
-
-    def check_mma_copy(self, operand: ir.Operand) -> None:
-        """cp.async copies 4, 8 or 16 bytes: a 16-bit tile read one element per global load, or transposed
-        on its way to shared memory, would need one 2-byte copy per element."""
-        dtype = self.spec.problem.matrix(operand).dtype
-        smem, load = self.spec.smem(operand), self.spec.load(operand)
-        if dtype.bytes >= 4:
-            return
-        if load.vector * dtype.bytes < 4:
-            written = any(key == "vector" for key, _ in load.key_spans)
-            self.error(load.at("vector") if written else self.spec.block.at("tile"),
-                       f"vector {load.vector} copies {load.vector * dtype.bytes}-byte pieces of {dtype.value}, "
-                       "but cp.async copies 4, 8 or 16 bytes",
-                       hint=f"use `vector: {4 // dtype.bytes};` or wider in `load {operand.value}`")
-            return
-        if self.spec.k_contiguous(operand) != smem.order.k_major:
-            return
-        keep = {(ir.Operand.A, True): "mk", (ir.Operand.A, False): "km",
-                (ir.Operand.B, True): "nk", (ir.Operand.B, False): "kn"}[operand, self.spec.k_contiguous(operand)]
-        layout = self.spec.problem.matrix(operand).layout.value
-        self.error(smem.at("order"), f"order {smem.order.value} transposes the {layout}-major {dtype.value} tile of "
-                                     f"{operand.value.upper()} on its way to shared memory, which cp.async cannot "
-                                     "do for 2-byte elements",
-                   hint=f"use `order: {keep};` (ldmatrix transposes where the instruction needs it)")
-
-    def check_mma_smem_size(self, used: int) -> None:
-        arch, p = self.arch, self.spec.pipeline
-        assert arch is not None
-        limit = arch.smem_per_block
-        if used <= limit:
-            return
-        block, a, b = self.spec.block, self.spec.problem.a.dtype, self.spec.problem.b.dtype
-        per_stage = used // p.stages
-        fit = limit // per_stage
-        hint = (f"use `stages: {fit};`, the most that fit, a smaller BK or a smaller block tile" if fit
-                else "one stage alone is too large; use a smaller BK or a smaller block tile")
-        self.error(p.at("stages"),
-                   f"the tiles of A ({block.m}x{block.k} {a.value}) and B ({block.k}x{block.n} {b.value}) in "
-                   f"{p.stages} stage(s) need {used} bytes of shared memory ({used / 1024:.1f} KiB), more than the "
-                   f"{limit} bytes ({limit // 1024} KiB) sm_{arch.sm} allows per block", hint=hint)
 
     # --- shared memory layouts -----------------------------------------------------------
 
@@ -550,13 +419,13 @@ class _Checker:
 
     # --- pipeline and budget -------------------------------------------------------------
 
-    def check_pipeline(self) -> bool:
+    def check_pipeline(self, path: Any) -> bool:
         p = self.spec.pipeline
         ok = True
         if p.copy is ir.CopyMode.CP_ASYNC and self.arch is not None and not self.arch.has_cp_async:
             self.error(p.at("copy"), f"copy: cp_async needs sm_80 or newer; sm_{self.arch.sm} has no cp.async",
                        hint="use `copy: registers;`")
-        if self.spec.mma is not None and p.copy is ir.CopyMode.REGISTERS:
+        if p.copy is ir.CopyMode.REGISTERS and not path.register_copies:
             self.error(p.at("copy"), "copy: registers is not supported for mma specs yet; their code generation "
                                      "copies tiles with cp.async only",
                        hint="use `copy: cp_async;` (the default for mma specs)")
@@ -567,7 +436,7 @@ class _Checker:
                             f"`pipeline {{ stages: {p.stages}; copy: cp_async; }}`")
         return ok
 
-    def check_budget(self, smem_bytes: int | None) -> None:
+    def check_budget(self, smem_bytes: int | None, path: Any) -> None:
         budget, arch = self.spec.budget, self.arch
         if arch is None or (budget.registers is None and budget.blocks_per_sm is None):
             return
@@ -612,45 +481,9 @@ class _Checker:
             self.error(budget.at("registers"), f"{regs} registers x {threads} threads x {blocks} block(s) per SM {why}",
                        hint=f"use at most {cap} registers, fewer blocks_per_sm or fewer warps")
             return
-        accumulators, live = self.live_registers()
+        accumulators, live = path.live_registers(self.spec)
         if regs < live:
-            shrink = "the micro tile or repeat" if self.spec.mma is None else "the mma repeat"
             self.warning(budget.at("registers"),
                          f"registers: {regs} cannot hold a thread's {accumulators} accumulators "
                          f"and fragments ({live} values); nvcc will spill to local memory",
-                         hint=f"raise the register budget or shrink {shrink}")
-
-    def live_registers(self) -> tuple[str, int]:
-        """A thread's accumulators (as words) and the 32-bit registers they and one k-step's fragments hold."""
-        mma = self.spec.mma
-        if mma is None:
-            f = self.spec.threads.fragment
-            return f"{f.m}x{f.n}", f.m * f.n + f.m + f.n
-        accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
-        dtype = self.spec.problem.a.dtype
-        # One instruction's A and B fragments, spread over the warp's 32 lanes in 32-bit registers;
-        # 3xTF32 keeps a big and a small part of each.
-        parts = 2 if mma.precision is ir.Precision.TF32X3 else 1
-        shape = mma.shape
-        a = mma.repeat.m * shape.m * shape.k * dtype.bytes // (4 * WARP)
-        b = mma.repeat.n * shape.n * shape.k * dtype.bytes // (4 * WARP)
-        return f"{accumulators}", accumulators + parts * (a + b)
-
-
-def mma_smem_bytes(spec: ir.KernelSpec) -> int:
-    """Shared memory of an mma spec's A and B stages, with element sizes (the FMA path's is KernelLayout's).
-
-    A stage is outer x (inner + pad) elements, rounded up to 128 bytes or to the swizzle's period,
-    as layout.py rounds the FMA path's stages; a later layout for mma specs replaces this."""
-    block, total = spec.block, 0
-    for operand in (ir.Operand.A, ir.Operand.B):
-        smem, dtype = spec.smem(operand), spec.problem.matrix(operand).dtype
-        mn = block.m if operand is ir.Operand.A else block.n
-        outer, inner = (block.k, mn) if smem.order.k_major else (mn, block.k)
-        align = STAGE_ALIGN_BYTES // dtype.bytes
-        if smem.swizzle is not None:
-            s = smem.swizzle
-            align = max(align, 1 << (s.bits + s.base + s.shift))
-        stage = -(-outer * (inner + smem.pad) // align) * align
-        total += stage * spec.pipeline.stages * dtype.bytes
-    return total
+                         hint=f"raise the register budget or shrink {path.register_tile}")

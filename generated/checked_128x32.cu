@@ -23,8 +23,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 83,886,080 store (0 from conflicts)
 //   registers: estimate 96 registers per thread (+-65%; demand 82: 32 accumulators, 12 fragments, 10 staging, 2 global addresses, 6 bound checks, 20 indices and loop state)
 //   occupancy: 5 blocks per SM (20 of 64 warps), limited by registers; 10,496 bytes of shared memory per block, 96 estimated registers per thread
-//   waves: 4,096 tiles in 6.21 waves of 660 blocks (132 SMs of an H100 SXM x 5); the last wave 21% full; stream-K: 660 blocks share the last 136 tiles' 69,632 k-tiles
-//   intensity: 12.8 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 10,872 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 4,096 tiles in 6.21 waves of 660 blocks (132 SMs of an H200 x 5); the last wave 21% full; stream-K: 660 blocks share the last 136 tiles' 69,632 k-tiles
+//   intensity: 12.8 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 10,872 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -36,11 +36,13 @@
 #error "checked_128x32.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 32
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 32 + mn;
@@ -53,14 +55,17 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts64(float* p, float2 v) {
     asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
 }

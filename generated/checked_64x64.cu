@@ -27,19 +27,21 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 67,108,864 store (0 from conflicts)
 //   registers: estimate 80 registers per thread (+-65%; demand 77: 32 accumulators, 12 fragments, 8 staging, 1 global addresses, 4 bound checks, 20 indices and loop state)
 //   occupancy: 6 blocks per SM (24 of 64 warps), limited by registers; 8,448 bytes of shared memory per block, 80 estimated registers per thread
-//   waves: 4,096 tiles in 5.17 waves of 792 blocks (132 SMs of an H100 SXM x 6); the last wave 17% full
-//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,724 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 4,096 tiles in 5.17 waves of 792 blocks (132 SMs of an H200 x 6); the last wave 17% full
+//   intensity: 16.0 flop/B from global memory per block, 8.0 flop/B from shared memory per 32x32 warp tile; 8,724 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
 #include <cuda_runtime.h>
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 68
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 68 + mn;
 }
+
 // B: order kn, leading dimension 64
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 64 + mn;
@@ -52,14 +54,17 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }

@@ -23,8 +23,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 50,331,648 store (16,777,216 from conflicts)
 //   registers: estimate 128 registers per thread (+-65%; demand 102: 64 accumulators, 16 fragments, 2 global addresses, 20 indices and loop state)
 //   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 66,560 bytes of shared memory per block, 128 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -36,11 +36,13 @@
 #error "cp_async4.cu: its kernels use cp.async, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -53,6 +55,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
@@ -64,9 +67,11 @@ static __device__ __forceinline__ float4 lds128(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);

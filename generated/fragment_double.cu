@@ -23,19 +23,21 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
 //   registers: estimate 128 registers per thread (+-65%; demand 101: 64 accumulators, 16 fragments, 1 global addresses, 20 indices and loop state)
 //   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 8,320 bytes of shared memory per block, 128 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,362 MB requested per launch, 201 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 2048; bound 65 (fma)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,362 MB requested per launch, 201 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 3269; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
 #include <cuda_runtime.h>
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -48,14 +50,17 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }

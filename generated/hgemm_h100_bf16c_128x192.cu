@@ -21,8 +21,8 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 128 (96 accumulators)
 //   pipeline: 4 stages, 8 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x192) = 40960 bytes per k-tile; 4 wgmma m64n192k16 per consumer per k-tile, 1 group in flight, 2 stages of lookahead for TMA
 //   traffic: 1,441,792 wgmma warp instructions; 90,112 TMA copies bring 1,845 MB from L2; wgmma reads 2,953 MB of A and B from shared memory (23,068,672 wavefronts of 128 bytes, no bank conflicts)
-//   waves: 704 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 879 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,078 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 768, shared-memory reads 512, the ring's round trip 1,000), so about 586 TFLOP/s (59% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 429,474)
+//   waves: 704 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 5.33 tiles per SM, 89% of SM time busy
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 4.788 TB/s sustains 4903; bound 879 TFLOP/s (wgmma, x 0.89 for the waves); cycle model: a k-tile takes 1,024 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 769, shared-memory reads 512, the ring's round trip 1,000), so about 608 TFLOP/s (61% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 37,214 cycles: 100.7 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 407,964)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -37,15 +37,9 @@
 #error "hgemm_h100_bf16c_128x192.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) hgemm_h100_bf16c_128x192_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -158,30 +152,6 @@ static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -190,6 +160,15 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -211,10 +190,11 @@ static __device__ __forceinline__ void bulk_wait_all()
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
 {
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -222,6 +202,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -230,7 +211,27 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) hgemm_h100_bf16c_128x192_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -297,18 +298,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -331,18 +323,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -429,22 +412,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }

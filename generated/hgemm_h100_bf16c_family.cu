@@ -31,18 +31,99 @@
 #error "hgemm_h100_bf16c_family.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member hgemm_h100_bf16c, from hgemm_h100_bf16c.gemm ----
-namespace hgemm_h100_bf16c {
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) hgemm_h100_bf16c_tensor_map {
-    unsigned long long opaque[16];
-};
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
+}
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// B: order nk, leading dimension 32, swizzle xor(2, 3, 3)
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
+}
+
+// Every shared-memory load and store goes through these PTX wrappers. nvcc and
+// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
+// leave as written, so the instructions the bank-conflict analysis counts are the
+// ones that run. (`asm volatile` also keeps them in order around barriers.)
+static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
+}
+
+// cp.async (sm_80+): copy global -> shared without staging in registers.
+// 16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.
+static __device__ __forceinline__ void cp_async_4(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
+
+static __device__ __forceinline__ void cp_async_8(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
+
+static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
+}
+
+// Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
+// zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
+// the tile's first element, which always lies in the matrix (a block or k-tile exists
+// only where it starts inside).
+static __device__ __forceinline__ void cp_async_4_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_8_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_16_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
+}
+
+// Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
+// given the rows and the contiguous elements the matrix has left from the tile's origin.
+static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
+    return row < rows ? 2 * max(0, min(width, cols - col)) : 0;
+}
+
+static __device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int PENDING>
+static __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
+}
+
+// D = A * B + C on the tensor cores: one warp, 16x8x16, bf16 inputs, FP32 accumulators
+// (the fragment layouts of the PTX ISA's mma.sync).
+static __device__ __forceinline__ void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -163,30 +244,6 @@ static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -195,6 +252,15 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -222,11 +288,19 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -235,7 +309,117 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " %96, %97, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a), "l"(b));
+}
+
+// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
+        " %32, %33, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b));
+}
+
+// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
+
+// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
+// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
+static __device__ __forceinline__ void flag_raise(unsigned* flag)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
+}
+
+// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
+static __device__ __forceinline__ void flag_wait(const unsigned* flag)
+{
+    unsigned raised = 0;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
+    } while (raised == 0);
+}
 #endif
+
+// ---- member hgemm_h100_bf16c, from hgemm_h100_bf16c.gemm ----
+namespace hgemm_h100_bf16c {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) hgemm_h100_bf16c_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -302,18 +486,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -336,18 +511,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -434,22 +600,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -681,194 +883,6 @@ struct alignas(64) hgemm_h100_bf16c_128x192_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " %96, %97, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
@@ -934,18 +948,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -968,18 +973,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1066,22 +1062,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x192_ke
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -1313,178 +1345,6 @@ struct alignas(64) hgemm_h100_bf16c_128x64_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -1550,18 +1410,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x64_ker
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -1584,18 +1435,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x64_ker
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1682,22 +1524,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_bf16c_128x64_ker
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -1929,202 +1807,6 @@ struct alignas(64) hgemm_h100_bf16c_64x128_sk_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -2204,18 +1886,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -2231,18 +1904,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -2272,18 +1936,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -2404,22 +2059,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -2428,18 +2119,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -2560,22 +2242,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x128_sk_
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -2735,11 +2453,14 @@ static void hgemm_h100_bf16c_64x128_sk_stream_k_split(long long tiles, long long
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -2863,75 +2584,6 @@ extern "C" cudaError_t hgemm_h100_bf16c_64x128_sk_launch_ld_padded(const __nv_bf
 // ---- member hgemm_h100_bf16c_any, from hgemm_h100_bf16c_any.gemm ----
 namespace hgemm_h100_bf16c_any {
 
-// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
-// A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
-static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
-    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
-}
-// B: order nk, leading dimension 32, swizzle xor(2, 3, 3)
-static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
-    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
-}
-
-// cp.async (sm_80+): copy global -> shared without staging in registers.
-// 16-byte copies bypass L1 (.cg); 4- and 8-byte copies must use .ca.
-static __device__ __forceinline__ void cp_async_4(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
-}
-static __device__ __forceinline__ void cp_async_8(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
-}
-static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
-}
-// Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
-// zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
-// the tile's first element, which always lies in the matrix (a block or k-tile exists
-// only where it starts inside).
-static __device__ __forceinline__ void cp_async_4_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
-}
-static __device__ __forceinline__ void cp_async_8_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
-}
-static __device__ __forceinline__ void cp_async_16_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
-}
-// Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
-// given the rows and the contiguous elements the matrix has left from the tile's origin.
-static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
-    return row < rows ? 2 * max(0, min(width, cols - col)) : 0;
-}
-static __device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int PENDING>
-static __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING));
-}
-
-// D = A * B + C on the tensor cores: one warp, 16x8x16, bf16 inputs, FP32 accumulators
-// (the fragment layouts of the PTX ISA's mma.sync).
-static __device__ __forceinline__ void mma_m16n8k16_bf16(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel(
     const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
@@ -2955,18 +2607,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -3268,18 +2911,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_sc
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -3740,18 +3374,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_8b
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -4149,18 +3774,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_4b
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -4750,18 +4366,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_in
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
@@ -4928,18 +4535,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_in
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
@@ -5247,22 +4845,24 @@ struct hgemm_h100_bf16c_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c[] = {1294};
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192[] = {1078};
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64[] = {647};
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk[] = {647};
-static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any[] = {429, 809};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c[] = {1229};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192[] = {1024};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64[] = {615};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk[] = {615};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any[] = {424, 799};
 static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[5] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // hgemm_h100_bf16c
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2587, 0, 0, 1909, 2, 2, 2, 3, 3000},  // hgemm_h100_bf16c_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // hgemm_h100_bf16c_128x64
-    {64, 128, 64, false, false, false, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_stream_k_split, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk, 863, 1725, 0, 1909, 2, 2, 2, 7, 3000},  // hgemm_h100_bf16c_64x128_sk
-    {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any, 0, 0, 10700, 1909, 2, 2, 2, 0, 0},  // hgemm_h100_bf16c_any
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // hgemm_h100_bf16c
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2458, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // hgemm_h100_bf16c_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // hgemm_h100_bf16c_128x64
+    {64, 128, 64, false, false, false, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_stream_k_split, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // hgemm_h100_bf16c_64x128_sk
+    {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any, 0, 0, 0, 0, 1366, 2705, 2, 2, 2, 0, 0},  // hgemm_h100_bf16c_any
 };
 
 static const long long hgemm_h100_bf16c_family_CYCLE_CAP = 2305843009213693952LL;
@@ -5294,8 +4894,10 @@ static long long hgemm_h100_bf16c_family_cycles(const hgemm_h100_bf16c_family_me
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_bf16c_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_bf16c_family_product(contributors - 1, m.fixup_cycles)), hgemm_h100_bf16c_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -5311,7 +4913,7 @@ static long long hgemm_h100_bf16c_family_cycles(const hgemm_h100_bf16c_family_me
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (hgemm_h100_bf16c_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return hgemm_h100_bf16c_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
 static const int hgemm_h100_bf16c_family_member_count = 5;

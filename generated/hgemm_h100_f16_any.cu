@@ -25,8 +25,8 @@
 //   smem_traffic: per launch: 33,554,432 shared load wavefronts (0 from conflicts), 16,777,216 store (0 from conflicts)
 //   registers: estimate 238 registers per thread (+-75%; demand 238: 128 accumulators, 64 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers; 65,536 bytes of shared memory per block, 238 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 64.0 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 2,215 MB requested per launch, 134 MB through DRAM at least; f16 peak 640 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 3072; bound 640 (f16)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 64.0 flop/B from global memory per block, 32.0 flop/B from shared memory per 64x64 warp tile; 2,215 MB requested per launch, 134 MB through DRAM at least; f16 peak 640 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 4903; bound 640 (f16)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -39,11 +39,13 @@
 #error "hgemm_h100_f16_any.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
 }
+
 // B: order nk, leading dimension 32, swizzle xor(2, 3, 3)
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
@@ -56,6 +58,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const __half* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
@@ -65,12 +68,15 @@ static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, u
 static __device__ __forceinline__ void cp_async_4(__half* smem_dst, const __half* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(__half* smem_dst, const __half* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(__half* smem_dst, const __half* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -78,17 +84,21 @@ static __device__ __forceinline__ void cp_async_16(__half* smem_dst, const __hal
 static __device__ __forceinline__ void cp_async_4_zfill(__half* smem_dst, const __half* gmem_src, int src_bytes, const __half* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(__half* smem_dst, const __half* gmem_src, int src_bytes, const __half* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(__half* smem_dst, const __half* gmem_src, int src_bytes, const __half* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 2 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -106,6 +116,19 @@ static __device__ __forceinline__ void mma_m16n8k16_f16(float* c, const unsigned
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel(
@@ -131,18 +154,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel(
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -444,18 +458,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_scal
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -916,18 +921,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_8byt
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1325,18 +1321,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_4byt
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1926,18 +1913,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
@@ -2104,18 +2082,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     __half* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).

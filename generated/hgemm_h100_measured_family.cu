@@ -29,18 +29,9 @@
 #error "hgemm_h100_measured_family.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member hgemm_h100, from hgemm_h100.gemm ----
-namespace hgemm_h100 {
-
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) hgemm_h100_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -161,30 +152,6 @@ static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
-static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    float* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            x += beta * old.x;
-            y += beta * old.y;
-        }
-        *reinterpret_cast<float2*>(p) = make_float2(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * p[0];
-    p[0] = x;
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * p[1];
-        p[1] = y;
-    }
-}
-
 // The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
 static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
     x *= alpha;
@@ -196,6 +163,7 @@ static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, 
     }
     return make_float2(x, y);
 }
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -229,7 +197,86 @@ static __device__ __forceinline__ int swizzled_128b(int row, int byte)
 {
     return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
+// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " %96, %97, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a), "l"(b));
+}
+
+// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
+        " %32, %33, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b));
+}
 #endif
+
+// ---- member hgemm_h100, from hgemm_h100.gemm ----
+namespace hgemm_h100 {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) hgemm_h100_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -296,18 +343,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -330,18 +368,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -405,20 +434,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -652,190 +695,6 @@ struct alignas(64) hgemm_h100_128x192_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " %96, %97, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
-static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    float* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            x += beta * old.x;
-            y += beta * old.y;
-        }
-        *reinterpret_cast<float2*>(p) = make_float2(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * p[0];
-    p[0] = x;
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * p[1];
-        p[1] = y;
-    }
-}
-
-// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
-static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
-    x *= alpha;
-    y *= alpha;
-    if (beta != 0.0f && row < M) {
-        const float* const p = C + (size_t)row * ldc + col;
-        if (col < N) x += beta * p[0];
-        if (col + 1 < N) y += beta * p[1];
-    }
-    return make_float2(x, y);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
@@ -901,18 +760,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -935,18 +785,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1010,20 +851,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x192_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1257,174 +1112,6 @@ struct alignas(64) hgemm_h100_128x64_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
-static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    float* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            x += beta * old.x;
-            y += beta * old.y;
-        }
-        *reinterpret_cast<float2*>(p) = make_float2(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * p[0];
-    p[0] = x;
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * p[1];
-        p[1] = y;
-    }
-}
-
-// The pair C(row, col), C(row, col + 1) would be alpha * acc + beta * C (C read only when beta is not 0 and inside C).
-static __device__ __forceinline__ float2 c_pair(const float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta) {
-    x *= alpha;
-    y *= alpha;
-    if (beta != 0.0f && row < M) {
-        const float* const p = C + (size_t)row * ldc + col;
-        if (col < N) x += beta * p[0];
-        if (col + 1 < N) y += beta * p[1];
-    }
-    return make_float2(x, y);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
-// xor-ed with row % 8, as TMA reads it back.
-static __device__ __forceinline__ int swizzled_128b(int row, int byte)
-{
-    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -1490,18 +1177,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -1524,18 +1202,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1599,20 +1268,34 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_128x64_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below
+                unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    warpgroup_sync(consumer);  // the last box's rows have been read
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; ++j) {
+                        const int col = first + 8 * j;
+                        const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + 4 * (col % WGMMA_N / 8);
+                        const int row = block_m + consumer * CONSUMER_ROWS + mr * 64 + r;
+                        const int gcol = block_n + col + lane % 4 * 2;
+                        const int byte = (8 * j + lane % 4 * 2) * 4;
+                        const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);
+                        const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r, byte)) = make_float2(top.x, top.y);
+                        *reinterpret_cast<float2*>(buffer + swizzled_128b(r + 8, byte)) = make_float2(bottom.x, bottom.y);
+                    }
+                    warpgroup_sync(consumer);
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
+                    // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
+                    #pragma unroll
+                    for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
+                        const int index = step * 128 + tid;
+                        const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;
+                        if (box_row + row < M && block_n + first + col < N) {
+                            C[(size_t)(box_row + row) * ldc + block_n + first + col] = *reinterpret_cast<const float*>(buffer + swizzled_128b(row, col * 4));
                         }
                     }
                 }
@@ -1850,18 +1533,20 @@ struct hgemm_h100_measured_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {1294};
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1078};
-static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {647};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100[] = {1229};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192[] = {1024};
+static const long long hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64[] = {615};
 static const hgemm_h100_measured_family_member hgemm_h100_measured_family_members[3] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6899, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100
-    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 5174, 0, 0, 1909, 2, 2, 4, 3, 3000},  // hgemm_h100_128x192
-    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1725, 0, 0, 1909, 2, 2, 4, 7, 3000},  // hgemm_h100_128x64
+    {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100, 6554, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 3000},  // hgemm_h100
+    {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x192, 4916, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 3000},  // hgemm_h100_128x192
+    {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_measured_family_k_tile_cycles_hgemm_h100_128x64, 1639, 0, 0, 6549, 0, 2705, 2, 2, 4, 7, 3000},  // hgemm_h100_128x64
 };
 
 static const long long hgemm_h100_measured_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1893,8 +1578,10 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_measured_family_product(contributors - 1, m.fixup_cycles)), hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -1910,7 +1597,7 @@ static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_fam
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (hgemm_h100_measured_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return hgemm_h100_measured_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
 static const int hgemm_h100_measured_family_member_count = 3;

@@ -37,11 +37,13 @@
 #error "hgemm_mma.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_80)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
 }
+
 // B: order kn, leading dimension 128, swizzle xor(3, 3, 4)
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return (k * 128 + mn) ^ (((k * 128 + mn) >> 4) & 56);
@@ -54,9 +56,11 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }
@@ -66,12 +70,15 @@ static __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned&
 static __device__ __forceinline__ void cp_async_4(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -79,17 +86,21 @@ static __device__ __forceinline__ void cp_async_16(__nv_bfloat16* smem_dst, cons
 static __device__ __forceinline__ void cp_async_4_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(__nv_bfloat16* smem_dst, const __nv_bfloat16* gmem_src, int src_bytes, const __nv_bfloat16* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 2 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -107,6 +118,19 @@ static __device__ __forceinline__ void mma_m16n8k16_bf16(float* c, const unsigne
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel(
@@ -132,18 +156,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -445,18 +460,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel_scalar(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -917,18 +923,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel_8byte(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1326,18 +1323,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel_4byte(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1927,18 +1915,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel_interior(
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
@@ -2105,18 +2084,9 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_kernel_interior_part
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).

@@ -22,10 +22,10 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 160 (128 accumulators)
 //   pipeline: 5 stages, 16 mbarriers (full + empty per stage); 2 TMA boxes (64x128, 64x128) = 32768 bytes per k-tile; 8 wgmma m64n128k16 per consumer per k-tile, 1 group in flight, 3 stages of lookahead for TMA
 //   traffic: 2,097,152 wgmma warp instructions; 131,072 TMA copies bring 2,147 MB from L2; wgmma reads 3,221 MB of A and B from shared memory (25,165,824 wavefronts of 128 bytes, no bank conflicts)
-//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM, 97% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 101 MB at 3.0 TB/s sustains 4096; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 863 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 512, shared-memory reads 384, the ring's round trip 750), so about 560 TFLOP/s (57% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 4 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 448,760)
+//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 7.76 tiles per SM, 97% of SM time busy
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 101 MB at 4.788 TB/s sustains 6537; bound 959 TFLOP/s (wgmma, x 0.97 for the waves); cycle model: a k-tile takes 820 cycles per SM, set by TMA's bytes from L2 (wgmma's multiply-adds 513, shared-memory reads 384, the ring's round trip 750), so about 582 TFLOP/s (59% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 37,214 cycles: 100.7 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 4 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 426,400)
 //   fuse: gelu_tanh(acc + bias[n]): +8.2 KB through DRAM (bias 8.2 KB); blocks fetch 0.3 MB, threads request 0.3 MB; per element 8 ALU + 1 SFU instructions, 0 global loads and 1 shared; the vectors staged per tile in 512 bytes of shared memory by a producer warp during the main loop
-//   epilogue: the fused epilogue costs ~1,152 cycles per tile (set by instruction issue), 2.1% of a tile's main loop; hidden: another consumer's main loop runs meanwhile (schedule: pingpong)
+//   epilogue: the fused epilogue costs ~1,152 cycles per tile (set by instruction issue), 2.2% of a tile's main loop; hidden: another consumer's main loop runs meanwhile (schedule: pingpong)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -40,15 +40,9 @@
 #error "linear_gelu_pingpong.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) linear_gelu_pingpong_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -155,25 +149,31 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long 
 
 // The fuse chain: C = gelu_tanh(acc + bias[n]), in f32, then C's type.
 struct fuse_m {};
+
 static __device__ __forceinline__ fuse_m load_fuse_m(int row, int M) {
     fuse_m v;
     (void)row; (void)M;
     return v;
 }
+
 struct fuse_n { float bias; };
+
 static __device__ __forceinline__ fuse_n load_fuse_n(const __nv_bfloat16* bias, int col, int N) {
     fuse_n v;
     v.bias = col < N ? __bfloat162float(bias[col]) : 0.0f;
     return v;
 }
+
 static __device__ __forceinline__ float tanh_approx(float x) {
     float y;
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+
 static __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanh_approx(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
+
 // One element: acc its accumulator, m and n its row's and column's values, c its old value in C
 // (read only where beta is not 0), r its residual.
 static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, const fuse_n& n, float c, float r, float alpha, float beta) {
@@ -183,6 +183,7 @@ static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, c
     (void)m; (void)c; (void)r; (void)alpha; (void)beta;
     return x;
 }
+
 static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, float beta, float& x, float& y) {
     float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;
     (void)C; (void)ldc;
@@ -190,23 +191,6 @@ static __device__ __forceinline__ void fuse_pair(const __nv_bfloat16* C, int ldc
     (void)M; (void)row;
     x = fuse_chain(x, m, n0, c0, r0, alpha, beta);
     y = fuse_chain(y, m, n1, c1, r1, alpha, beta);
-}
-
-// C(row, col) and C(row, col + 1) = acc, inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    (void)alpha;
-    (void)beta;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        p[1] = __float2bfloat16_rn(y);
-    }
 }
 
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
@@ -230,10 +214,11 @@ static __device__ __forceinline__ void bulk_wait_all()
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
 {
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -241,6 +226,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -249,7 +235,27 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) linear_gelu_pingpong_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -329,18 +335,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_pingpong_kernel
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -361,18 +358,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_pingpong_kernel
             int slot = 0;  // the buffer of the consumer whose turn the next tile is
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 mbarrier_wait(smem_u32(vectors_empty + slot), vectors_phase ^ 1);
                 float* const tile_vectors = vectors + slot * 128;
                 for (int i = lane; i < BN; i += 32) {
@@ -395,18 +383,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_pingpong_kernel
         unsigned turn_phase = 0;  // the parity of this consumer's next wait on turn[consumer]
         for (int tile = blockIdx.x + consumer * gridDim.x, nth = consumer; tile < tile_count; tile += CONSUMERS * gridDim.x, nth += CONSUMERS) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             it = nth * k_tiles;  // the block's k-tiles before this tile's: the producer brought them first
             float acc[ACCUMULATORS];
             #pragma unroll
@@ -512,22 +491,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_pingpong_kernel
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
-                        #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
                         }
                     }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }

@@ -83,18 +83,9 @@
 #error "llama_block_h100.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member llama_block_h100_m0, from llama_block_h100_m0.gemm ----
-namespace llama_block_h100_m0 {
-
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) llama_block_h100_m0_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -191,30 +182,6 @@ static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long l
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -223,6 +190,15 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -250,11 +226,19 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -279,7 +263,138 @@ static __device__ __forceinline__ void flag_wait(const unsigned* flag)
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
     } while (raised == 0);
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
+// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
+
+// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " %96, %97, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(a), "l"(b));
+}
+
+// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
+        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
+        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
+        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
+        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
+        " %128, %129, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a), "l"(b));
+}
 #endif
+
+// ---- member llama_block_h100_m0, from llama_block_h100_m0.gemm ----
+namespace llama_block_h100_m0 {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) llama_block_h100_m0_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
@@ -360,18 +475,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -387,18 +493,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -428,18 +525,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -560,22 +648,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -584,18 +708,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -716,22 +831,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -891,11 +1042,14 @@ static void llama_block_h100_m0_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -1026,202 +1180,6 @@ struct alignas(64) llama_block_h100_m1_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 137 KiB ring assume it.
@@ -1301,18 +1259,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -1328,18 +1277,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -1369,18 +1309,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1501,22 +1432,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -1525,18 +1492,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1657,22 +1615,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -1832,11 +1826,14 @@ static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -1967,186 +1964,6 @@ struct alignas(64) llama_block_h100_m2_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -2212,18 +2029,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -2246,18 +2054,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -2344,22 +2143,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -2591,194 +2426,6 @@ struct alignas(64) llama_block_h100_m3_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 161 KiB ring assume it.
@@ -2858,18 +2505,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -2885,18 +2523,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -2926,18 +2555,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -3058,22 +2678,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -3082,18 +2738,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -3214,22 +2861,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -3389,11 +3072,14 @@ static void llama_block_h100_m3_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -3524,178 +3210,6 @@ struct alignas(64) llama_block_h100_m4_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -3761,18 +3275,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -3795,18 +3300,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -3893,22 +3389,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -4140,194 +3672,6 @@ struct alignas(64) llama_block_h100_m5_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -4407,18 +3751,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -4434,18 +3769,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -4475,18 +3801,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -4607,22 +3924,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -4631,18 +3984,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -4763,22 +4107,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -4938,11 +4318,14 @@ static void llama_block_h100_m5_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -5073,202 +4456,6 @@ struct alignas(64) llama_block_h100_m6_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
@@ -5348,18 +4535,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -5375,18 +4553,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -5416,18 +4585,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -5548,22 +4708,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -5572,18 +4768,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -5704,22 +4891,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -5879,11 +5102,14 @@ static void llama_block_h100_m6_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -6014,178 +5240,6 @@ struct alignas(64) llama_block_h100_m7_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 209 KiB ring assume it.
@@ -6251,18 +5305,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -6285,18 +5330,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -6383,22 +5419,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -6630,202 +5702,6 @@ struct alignas(64) llama_block_h100_m8_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -6905,18 +5781,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -6932,18 +5799,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -6973,18 +5831,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -7105,22 +5954,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -7129,18 +6014,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -7261,22 +6137,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -7436,11 +6348,14 @@ static void llama_block_h100_m8_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -7571,194 +6486,6 @@ struct alignas(64) llama_block_h100_m9_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 96 accumulators of one m64n192k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " %96, %97, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
 // (__launch_bounds__(256, 1)): the register split and the 177 KiB ring assume it.
@@ -7824,18 +6551,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -7858,18 +6576,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -7956,22 +6665,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -8203,218 +6948,6 @@ struct alignas(64) llama_block_h100_m10_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
-        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
-        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
-        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
-        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
-        " %128, %129, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -8494,18 +7027,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -8521,18 +7045,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -8562,18 +7077,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -8694,22 +7200,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -8718,18 +7260,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -8850,22 +7383,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -9025,11 +7594,14 @@ static void llama_block_h100_m10_stream_k_split(long long tiles, long long k_til
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (131072 bytes) per SM, then a flag per SM and consumer
@@ -9160,194 +7732,6 @@ struct alignas(64) llama_block_h100_m11_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -9427,18 +7811,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -9454,18 +7829,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -9495,18 +7861,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -9627,22 +7984,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -9651,18 +8044,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -9783,22 +8167,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -9958,11 +8378,14 @@ static void llama_block_h100_m11_stream_k_split(long long tiles, long long k_til
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (131072 bytes) per SM, then a flag per SM and consumer
@@ -10093,202 +8516,6 @@ struct alignas(64) llama_block_h100_m12_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 128 accumulators of one m64n256k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 256, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95,\n"
-        " %96, %97, %98, %99, %100, %101, %102, %103,\n"
-        " %104, %105, %106, %107, %108, %109, %110, %111,\n"
-        " %112, %113, %114, %115, %116, %117, %118, %119,\n"
-        " %120, %121, %122, %123, %124, %125, %126, %127},\n"
-        " %128, %129, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -10354,18 +8581,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -10388,18 +8606,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -10486,22 +8695,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -10733,178 +8978,6 @@ struct alignas(64) llama_block_h100_m13_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 32 accumulators of one m64n64k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 64, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n64k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31},\n"
-        " %32, %33, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
-// and aligned): x, y += beta * C(row, col), C(row, col + 1).
-static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
-    if (row >= M || col >= N) return;
-    const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(C + (size_t)row * ldc + col);
-    x += beta * __low2float(old);
-    y += beta * __high2float(old);
-}
-// Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
-static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -10970,18 +9043,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
             int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
             for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -11004,18 +9068,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
         int it = 0;
         for (int tile = blockIdx.x; tile < tile_count; tile += gridDim.x) {
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -11102,22 +9157,58 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
             }
             else {
                 const int warp = tid / 32, lane = tid % 32;
-                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                const int col0 = block_n + lane % 4 * 2;
                 #pragma unroll
-                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] *= alpha;
+                }
+                if (beta != 0.0f) {
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
                         #pragma unroll
-                        for (int j = 0; j < WGMMA_N / 8; ++j) {
-                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                            }
                         }
                     }
+                }
+                unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                #pragma unroll
+                for (int box = 0; box < C_BOXES; ++box) {
+                    const int mr = box / (BN / C_BOX_COLS);
+                    const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                    unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned base = smem_u32(buffer) + lane_offset;
+                    #pragma unroll
+                    for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                        const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                        const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                        stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                    }
+                    __syncwarp();
+                    const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                    #pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        if (box_row + r < M) {
+                            #pragma unroll
+                            for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                const int col = first + part * 32 + lane;
+                                if (block_n + col < N) {
+                                    C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                }
+                            }
+                        }
+                    }
+                    __syncwarp();  // read before the buffer's next box
                 }
             }
         }
@@ -11353,40 +9444,42 @@ struct llama_block_h100_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m0[] = {647};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m0[] = {615};
 static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m1[] = {750};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m2[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m3[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m4[] = {647};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m5[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m6[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m7[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m8[] = {863};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m9[] = {1078};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m10[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m11[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m12[] = {1294};
-static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m13[] = {1294};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m2[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m3[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m4[] = {615};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m5[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m6[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m7[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m8[] = {820};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m9[] = {1024};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m10[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m11[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m12[] = {1229};
+static const long long llama_block_h100_k_tile_cycles_llama_block_h100_m13[] = {1229};
 static const llama_block_h100_member llama_block_h100_members[14] = {
-    {64, 128, 64, false, false, false, llama_block_h100_m0::llama_block_h100_m0_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m0, 863, 1725, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m0
-    {64, 128, 64, false, false, false, llama_block_h100_m1::llama_block_h100_m1_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m1, 863, 1725, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m1
-    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m2, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m2
-    {64, 128, 64, false, false, false, llama_block_h100_m3::llama_block_h100_m3_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m3, 863, 1725, 0, 1909, 2, 2, 2, 5, 3000},  // llama_block_h100_m3
-    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m4, 863, 0, 0, 1909, 2, 2, 2, 7, 3000},  // llama_block_h100_m4
-    {128, 128, 64, false, false, false, llama_block_h100_m5::llama_block_h100_m5_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m5, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m5
-    {128, 128, 64, false, false, false, llama_block_h100_m6::llama_block_h100_m6_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m6, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m6
-    {128, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m7, 1725, 0, 0, 1909, 2, 2, 2, 5, 3000},  // llama_block_h100_m7
-    {128, 128, 64, false, false, false, llama_block_h100_m8::llama_block_h100_m8_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m8, 1725, 3450, 0, 1909, 2, 2, 2, 4, 3000},  // llama_block_h100_m8
-    {128, 192, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m9, 2587, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m9
-    {128, 256, 64, false, false, false, llama_block_h100_m10::llama_block_h100_m10_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m10, 3450, 6899, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m10
-    {128, 256, 64, false, false, false, llama_block_h100_m11::llama_block_h100_m11_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m11, 3450, 6899, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m11
-    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m12, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m12
-    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m13, 3450, 0, 0, 1909, 2, 2, 2, 3, 3000},  // llama_block_h100_m13
+    {64, 128, 64, false, false, false, llama_block_h100_m0::llama_block_h100_m0_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m0, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m0
+    {64, 128, 64, false, false, false, llama_block_h100_m1::llama_block_h100_m1_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m1, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m1
+    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m2, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m2
+    {64, 128, 64, false, false, false, llama_block_h100_m3::llama_block_h100_m3_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m3, 820, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // llama_block_h100_m3
+    {64, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m4, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 3000},  // llama_block_h100_m4
+    {128, 128, 64, false, false, false, llama_block_h100_m5::llama_block_h100_m5_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m5, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m5
+    {128, 128, 64, false, false, false, llama_block_h100_m6::llama_block_h100_m6_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m6, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m6
+    {128, 128, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m7, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // llama_block_h100_m7
+    {128, 128, 64, false, false, false, llama_block_h100_m8::llama_block_h100_m8_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m8, 1639, 3277, 4096, 6549, 0, 2705, 2, 2, 2, 4, 3000},  // llama_block_h100_m8
+    {128, 192, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m9, 2458, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m9
+    {128, 256, 64, false, false, false, llama_block_h100_m10::llama_block_h100_m10_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m10, 3277, 6554, 8192, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m10
+    {128, 256, 64, false, false, false, llama_block_h100_m11::llama_block_h100_m11_stream_k_split, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m11, 3277, 6554, 8192, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m11
+    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m12, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m12
+    {128, 256, 64, false, false, false, nullptr, 132, 1, llama_block_h100_k_tile_cycles_llama_block_h100_m13, 3277, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // llama_block_h100_m13
 };
 
 static const long long llama_block_h100_CYCLE_CAP = 2305843009213693952LL;
@@ -11418,8 +9511,10 @@ static long long llama_block_h100_cycles(const llama_block_h100_member& m, long 
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), llama_block_h100_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), llama_block_h100_product(contributors - 1, m.fixup_cycles)), llama_block_h100_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = llama_block_h100_sum(llama_block_h100_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -11435,7 +9530,7 @@ static long long llama_block_h100_cycles(const llama_block_h100_member& m, long 
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (llama_block_h100_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return llama_block_h100_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
 static const int llama_block_h100_member_count = 14;

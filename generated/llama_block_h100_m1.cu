@@ -21,8 +21,8 @@
 //   registers: 255 per thread at launch (256 threads, 1 block); setmaxnreg: producer 40, consumers 240; a consumer needs about 96 (64 accumulators)
 //   pipeline: 5 stages, 10 mbarriers (full + empty per stage); 2 TMA boxes (64x64, 64x128) = 24576 bytes per k-tile; 4 wgmma m64n128k16 per consumer per k-tile, 1 group in flight, 3 stages of lookahead for TMA
 //   traffic: 2,097,152 wgmma warp instructions; 262,144 TMA copies bring 3,221 MB from L2; wgmma reads 3,221 MB of A and B from shared memory (25,165,824 wavefronts of 128 bytes, no bank conflicts)
-//   waves: 2048 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 15.52 tiles per SM; stream-K: the last 68 tiles' 4,352 k-tiles shared by 132 blocks, whose partial sums move 4.2 MB through L2 each way (not in the bound), 100% of SM time busy
-//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 3.0 TB/s sustains 3072; bound 989 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 750 cycles per SM, set by the ring's round trip (wgmma's multiply-adds 256, shared-memory reads 192, TMA's bytes from L2 647), so about 331 TFLOP/s (33% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 52,731 cycles: 100.7 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 4 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 760,283)
+//   waves: 2048 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 15.52 tiles per SM; stream-K: the last 68 tiles' 4,352 k-tiles shared by 132 blocks, whose partial sums move 4.2 MB through L2 each way (not in the bound), 100% of SM time busy
+//   bound: wgmma bf16 peak 989 TFLOP/s (datasheet; cuBLAS measured 790); DRAM 134 MB at 4.788 TB/s sustains 4903; bound 989 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 750 cycles per SM, set by the ring's round trip (wgmma's multiply-adds 257, shared-memory reads 192, TMA's bytes from L2 615), so about 329 TFLOP/s (33% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 37,214 cycles: 100.7 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 4 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 761,557)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -39,15 +39,9 @@
 #error "llama_block_h100_m1.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) llama_block_h100_m1_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -152,30 +146,6 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(p);
-            x += beta * __low2float(old);
-            y += beta * __high2float(old);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * __bfloat162float(p[0]);
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * __bfloat162float(p[1]);
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Staged calls only (C 16-byte aligned, ldc and N whole 16-byte units, so a pair inside C is whole
 // and aligned): x, y += beta * C(row, col), C(row, col + 1).
 static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
@@ -184,6 +154,15 @@ static __device__ __forceinline__ void add_c(const __nv_bfloat16* C, int ldc, in
     x += beta * __low2float(old);
     y += beta * __high2float(old);
 }
+
+// Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.
+static __device__ __forceinline__ void add_c_elements(const __nv_bfloat16* C, int ldc, int M, int N, int row, int col, float beta, float& x, float& y) {
+    if (row >= M) return;
+    const __nv_bfloat16* const p = C + (size_t)row * ldc + col;
+    if (col < N) x += beta * __bfloat162float(p[0]);
+    if (col + 1 < N) y += beta * __bfloat162float(p[1]);
+}
+
 // Box (inner, outer) of `map` from shared memory at `source`, as one bulk group.
 static __device__ __forceinline__ void tma_store_2d(const void* map, unsigned source, int inner, int outer)
 {
@@ -211,11 +190,19 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
 
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
+{
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
 static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -240,7 +227,27 @@ static __device__ __forceinline__ void flag_wait(const unsigned* flag)
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
     } while (raised == 0);
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) llama_block_h100_m1_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
@@ -321,18 +328,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -348,18 +346,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -389,18 +378,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -521,22 +501,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                     }
                     else {
                         const int warp = tid / 32, lane = tid % 32;
-                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        for (int i = 0; i < ACCUMULATORS; ++i) {
+                            acc[i] *= alpha;
+                        }
+                        if (beta != 0.0f) {
+                            // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                            // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                            const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                            const int col0 = block_n + lane % 4 * 2;
                             #pragma unroll
-                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            for (int mr = 0; mr < M_REPEAT; ++mr) {
                                 #pragma unroll
-                                for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                    store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                    store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                                for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                    #pragma unroll
+                                    for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                        float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                        const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                        add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                        add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                    }
                                 }
                             }
+                        }
+                        unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                        #pragma unroll
+                        for (int box = 0; box < C_BOXES; ++box) {
+                            const int mr = box / (BN / C_BOX_COLS);
+                            const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                            unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                            const unsigned base = smem_u32(buffer) + lane_offset;
+                            #pragma unroll
+                            for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                                const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                                const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                                stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                            }
+                            __syncwarp();
+                            const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                            #pragma unroll
+                            for (int r = 0; r < 16; ++r) {
+                                if (box_row + r < M) {
+                                    #pragma unroll
+                                    for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                        const int col = first + part * 32 + lane;
+                                        if (block_n + col < N) {
+                                            C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                        }
+                                    }
+                                }
+                            }
+                            __syncwarp();  // read before the buffer's next box
                         }
                     }
                 }
@@ -545,18 +561,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -677,22 +684,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] *= alpha;
+                    }
+                    if (beta != 0.0f) {
+                        // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                        // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                        const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                        const int col0 = block_n + lane % 4 * 2;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
                             #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                #pragma unroll
+                                for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                    float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                    const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                    add_c_elements(C, ldc, M, N, row, col, beta, d[0], d[1]);
+                                    add_c_elements(C, ldc, M, N, row + 8, col, beta, d[2], d[3]);
+                                }
                             }
                         }
+                    }
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
+                    #pragma unroll
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
+                        #pragma unroll
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
+                            }
+                        }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -852,11 +895,14 @@ static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tile
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer

@@ -24,18 +24,9 @@
 #error "moe_grouped_family.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member moe_grouped, from moe_grouped.gemm ----
-namespace moe_grouped {
-
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) moe_grouped_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -155,23 +146,6 @@ static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long 
         : "l"(a), "l"(b));
 }
 
-// C(row, col) and C(row, col + 1) = acc, inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    (void)alpha;
-    (void)beta;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
 // Box (inner, outer) of GEMM `gemm` of a batch (the map's third dimension) from shared memory at `source`, as one
 // bulk group.
 static __device__ __forceinline__ void tma_store_3d(const void* map, unsigned source, int inner, int outer, int gemm)
@@ -194,10 +168,11 @@ static __device__ __forceinline__ void bulk_wait_all()
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
+// Byte offset of (row, byte) in a box of 128-byte rows in the 128-byte swizzle: the 16-byte chunk is
+// xor-ed with row % 8, as TMA reads it back.
+static __device__ __forceinline__ int swizzled_128b(int row, int byte)
 {
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
 // Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
@@ -205,6 +180,7 @@ static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const unsigned*>(&pair);
 }
+
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
 // of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
 // layout (row l / 4, columns 2(l % 4) and + 1).
@@ -213,7 +189,58 @@ static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
+// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
+// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
+// (A k-major and B k-major).
+static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
+        " %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b));
+}
 #endif
+
+// ---- member moe_grouped, from moe_grouped.gemm ----
+namespace moe_grouped {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) moe_grouped_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -295,18 +322,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                     if (group == groups) break;
                     const int group_local = tile - group_tile;  // the tile's number within its group
                     // Rasterization (group(8)): where C tile `group_local` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                    const int tile_n = (group_local % blocks_per_group) / group_rows;
-                    const int block_m = group_row + tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                    const int block_m = group_row + tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -345,18 +363,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                 if (group == groups) break;
                 const int group_local = tile - group_tile;  // the tile's number within its group
                 // Rasterization (group(8)): where C tile `group_local` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                const int tile_n = (group_local % blocks_per_group) / group_rows;
-                const int block_m = group_row + tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                const int block_m = group_row + tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 const int M = group_end;  // the tile's rows end with its group's
                 float acc[ACCUMULATORS];
                 #pragma unroll
@@ -421,22 +430,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
                             }
                         }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -625,171 +647,6 @@ struct alignas(64) moe_grouped_128x128_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One box of GEMM `gemm` of a batch: the maps' third dimension is the GEMM (its stride the batch stride).
-static __device__ __forceinline__ void tma_load_3d(unsigned destination, const void* map, int inner, int outer, int gemm,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(gemm), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 64 accumulators of one m64n128k16 per thread) += A (64 x 16, descriptor a) *
-// B (16 x 128, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1, transposes 0 and 0
-// (A k-major and B k-major).
-static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63},\n"
-        " %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b));
-}
-
-// C(row, col) and C(row, col + 1) = acc, inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 4-byte aligned, so one __nv_bfloat162 store writes both.
-static __device__ __forceinline__ void store_pair(__nv_bfloat16* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    (void)alpha;
-    (void)beta;
-    __nv_bfloat16* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-        return;
-    }
-    p[0] = __float2bfloat16_rn(x);
-    if (col + 1 < N) {
-        p[1] = __float2bfloat16_rn(y);
-    }
-}
-
-// Box (inner, outer) of GEMM `gemm` of a batch (the map's third dimension) from shared memory at `source`, as one
-// bulk group.
-static __device__ __forceinline__ void tma_store_3d(const void* map, unsigned source, int inner, int outer, int gemm)
-{
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
-                 :: "l"(map), "r"(inner), "r"(outer), "r"(gemm), "r"(source) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most N of this thread's bulk groups still read shared memory.
-template <int N>
-static __device__ __forceinline__ void bulk_wait_read()
-{
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-// Wait until this thread's bulk groups have completed (their writes are done).
-static __device__ __forceinline__ void bulk_wait_all()
-{
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-
-// Two floats as one __nv_bfloat162, in a register as stmatrix takes it (the first in the low half).
-static __device__ __forceinline__ unsigned packed_pair(float x, float y) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-// Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
-// of matrix l / 8; register i holds, in every lane, the lane's pair of matrix i in the accumulator
-// layout (row l / 4, columns 2(l % 4) and + 1).
-static __device__ __forceinline__ void stmatrix_x4(unsigned address, unsigned r0, unsigned r1, unsigned r2, unsigned r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                 :: "r"(address), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 225 KiB ring assume it.
@@ -870,18 +727,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                     if (group == groups) break;
                     const int group_local = tile - group_tile;  // the tile's number within its group
                     // Rasterization (group(8)): where C tile `group_local` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                    const int tile_n = (group_local % blocks_per_group) / group_rows;
-                    const int block_m = group_row + tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                    const int block_m = group_row + tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -920,18 +768,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                 if (group == groups) break;
                 const int group_local = tile - group_tile;  // the tile's number within its group
                 // Rasterization (group(8)): where C tile `group_local` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = ((group_end - group_row) + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (group_local / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (group_local % blocks_per_group) % group_rows;
-                const int tile_n = (group_local % blocks_per_group) / group_rows;
-                const int block_m = group_row + tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);
+                const int block_m = group_row + tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 const int M = group_end;  // the tile's rows end with its group's
                 float acc[ACCUMULATORS];
                 #pragma unroll
@@ -996,22 +835,35 @@ extern "C" __global__ void __launch_bounds__(384, 1) moe_grouped_128x128_kernel(
                 }
                 else {
                     const int warp = tid / 32, lane = tid % 32;
-                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
-                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
-                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
-                    const int col0 = block_n + lane % 4 * 2;
+                    unsigned char* const buffers = staging + (consumer * 4 + warp) * STORE_BUFFERS * C_BOX_BYTES;
+                    const unsigned lane_offset = (lane & 15) * 128 + ((((lane >> 4) ^ lane) & 7) << 4);
                     #pragma unroll
-                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    for (int box = 0; box < C_BOXES; ++box) {
+                        const int mr = box / (BN / C_BOX_COLS);
+                        const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column
+                        unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;
+                        const unsigned base = smem_u32(buffer) + lane_offset;
                         #pragma unroll
-                        for (int nr = 0; nr < N_REPEAT; ++nr) {
-                            #pragma unroll
-                            for (int j = 0; j < WGMMA_N / 8; ++j) {
-                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
-                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
-                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
-                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        for (int j = 0; j < C_BOX_COLS / 8; j += 2) {
+                            const float* const d = acc + (mr * N_REPEAT + (first + 8 * j) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j) % WGMMA_N / 8);
+                            const float* const e = acc + (mr * N_REPEAT + (first + 8 * j + 8) / WGMMA_N) * (WGMMA_N / 2) + 4 * ((first + 8 * j + 8) % WGMMA_N / 8);
+                            stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));
+                        }
+                        __syncwarp();
+                        const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
+                        #pragma unroll
+                        for (int r = 0; r < 16; ++r) {
+                            if (box_row + r < M) {
+                                #pragma unroll
+                                for (int part = 0; part < C_BOX_COLS / 32; ++part) {
+                                    const int col = first + part * 32 + lane;
+                                    if (block_n + col < N) {
+                                        C[(size_t)(box_row + r) * ldc + block_n + col] = *reinterpret_cast<const __nv_bfloat16*>(buffer + swizzled_128b(r, (col - first) * 2));
+                                    }
+                                }
                             }
                         }
+                        __syncwarp();  // read before the buffer's next box
                     }
                 }
             }
@@ -1204,16 +1056,18 @@ struct moe_grouped_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1294};
-static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {863};
+static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1229};
+static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {820};
 static const moe_grouped_family_member moe_grouped_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1725, 0, 0, 1909, 2, 2, 2, 3, 3000},  // moe_grouped
-    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 863, 0, 0, 1909, 2, 2, 2, 5, 3000},  // moe_grouped_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 3000},  // moe_grouped
+    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 3000},  // moe_grouped_128x128
 };
 
 static const long long moe_grouped_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1245,8 +1099,10 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), moe_grouped_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), moe_grouped_family_product(contributors - 1, m.fixup_cycles)), moe_grouped_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = moe_grouped_family_sum(moe_grouped_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -1262,7 +1118,7 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (moe_grouped_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return moe_grouped_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
 static const int moe_grouped_family_member_count = 2;

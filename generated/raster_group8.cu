@@ -23,19 +23,21 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
 //   registers: estimate 128 registers per thread (+-65%; demand 109: 64 accumulators, 16 fragments, 8 staging, 1 global addresses, 20 indices and loop state)
 //   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 16,640 bytes of shared memory per block, 128 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 65 (fma)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 65 (fma)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
 #include <cuda_runtime.h>
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -48,16 +50,32 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(256) raster_group8_kernel(
@@ -86,18 +104,9 @@ extern "C" __global__ void __launch_bounds__(256) raster_group8_kernel(
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: warps 4x2, lanes 4x8 (row), micro tile 4x4, repeated 2x2 at block level.
     const int tid = threadIdx.x;

@@ -34,11 +34,13 @@
 #error "sgemm_3xtf32.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_80)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 20
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return mn * 20 + k;
 }
+
 // B: order kn, leading dimension 136
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 136 + mn;
@@ -51,6 +53,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ unsigned lds_word(const float* p) {
     unsigned v;
     asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_address(p)));
@@ -62,12 +65,15 @@ static __device__ __forceinline__ unsigned lds_word(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -75,17 +81,21 @@ static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float*
 static __device__ __forceinline__ void cp_async_4_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 4 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -104,6 +114,7 @@ static __device__ __forceinline__ void mma_m16n8k8_tf32(float* c, const unsigned
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
 // x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
 // the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
 // it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an

@@ -3,13 +3,14 @@
 // Build: nvcc -gencode=arch=compute_90a,code=sm_90a -c sgemm_3xtf32_h100_family.cu
 //
 // Family:
-//   // FP32-accurate GEMM on Hopper's own path, per call the faster of two 3xTF32 tilings (gemmdsl/family.py;
+//   // FP32-accurate GEMM on Hopper's own path, per call the fastest of three 3xTF32 tilings (gemmdsl/family.py;
 //   // `gemmdsl check specs/sgemm_3xtf32_h100_family.gemmf --problem MxNxK` says which and why). The rule
 //   // prices each k-tile with the consumer's wait for its group (targets.SPLIT_WAIT_CYCLES_PER_K_TILE, measured)
 //   // and its FP32 adds of each k-tile's products (counted: 64 or 96 accumulators per thread).
 //   family sgemm_3xtf32_h100_family {
 //       use sgemm_3xtf32_h100_sk.gemm;          // 128x128x32, stream-K: small and mid-sized problems
 //       use sgemm_3xtf32_h100_128x192_sk.gemm;  // 128x192x32, stream-K: large ones
+//       use sgemm_3xtf32_h100_64x128_sk.gemm;   // 64x128x32, stream-K: decode (small M) and long K over few tiles
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -26,18 +27,9 @@
 #error "sgemm_3xtf32_h100_family.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// ---- member sgemm_3xtf32_h100_sk, from sgemm_3xtf32_h100_sk.gemm ----
-namespace sgemm_3xtf32_h100_sk {
-
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -176,11 +168,13 @@ static __device__ __forceinline__ unsigned to_tf32(float x)
 {
     return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
 }
+
 // x rounded to TF32, kept in an f32 word: what wgmma reads exactly.
 static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
+
 // What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32 as wgmma will read it: half a TF32
 // unit added to the bits, the 13 below left for wgmma to ignore (B's small part, wgmma_splitter.py).
 static __device__ __forceinline__ float tf32_rest(float x)
@@ -233,7 +227,100 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
+
+// d (the 96 accumulators of one m64n192k8 per thread) += A (64 x 8, 4 fragment words a per thread) *
+// B (8 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1.
+static __device__ __forceinline__ void wgmma_m64n192k8_rs(float* d, const unsigned* a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " {%96, %97, %98, %99}, %100, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d (the 96 accumulators of one m64n192k8 per thread) = A (64 x 8, 4 fragment words a per thread) *
+// B (8 x 192, descriptor b). The immediates: scale-d 0 (overwrite), A and B scaled by 1.
+static __device__ __forceinline__ void wgmma_m64n192k8_rs_set(float* d, const unsigned* a, unsigned long long b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32\n"
+        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
+        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
+        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
+        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
+        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
+        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
+        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
+        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
+        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
+        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
+        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
+        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
+        " {%96, %97, %98, %99}, %100, 0, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
 #endif
+
+// ---- member sgemm_3xtf32_h100_sk, from sgemm_3xtf32_h100_sk.gemm ----
+namespace sgemm_3xtf32_h100_sk {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -316,18 +403,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -343,18 +421,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -430,18 +499,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -571,18 +631,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -855,11 +906,14 @@ static void sgemm_3xtf32_h100_sk_stream_k_split(long long tiles, long long k_til
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -990,221 +1044,6 @@ struct alignas(64) sgemm_3xtf32_h100_128x192_sk_tensor_map {
     unsigned long long opaque[16];
 };
 
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
-static __device__ __forceinline__ unsigned smem_u32(const void* p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(barrier), "r"(arrivals));
-}
-
-// Arrive and announce `bytes` more transaction bytes: the phase completes once TMA has written them.
-static __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(barrier), "r"(bytes) : "memory");
-}
-
-static __device__ __forceinline__ void mbarrier_arrive(unsigned barrier)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(barrier) : "memory");
-}
-
-// Make this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads).
-static __device__ __forceinline__ void fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// Spin until the phase with this parity has completed.
-static __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" :: "r"(barrier), "r"(parity) : "memory");
-}
-
-// One 2-D box of `map` at coordinates (inner, outer) into shared memory at `destination`; completes
-// as transaction bytes on `barrier`.
-static __device__ __forceinline__ void tma_load_2d(unsigned destination, const void* map, int inner, int outer,
-                                                   unsigned barrier)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :: "r"(destination), "l"(map), "r"(inner), "r"(outer), "r"(barrier) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor of a k-major tile in the 128-byte swizzle: start address >> 4
-// (bits 0-13), leading byte offset >> 4 = 1 (unused by this mode, bits 16-29), stride byte offset >> 4 = 64
-// (1024 bytes between 8-row groups, bits 32-45), swizzle mode 1 = 128B (bits 62-63).
-static __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned address) {
-    return (unsigned long long)((address & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Order this warpgroup's register accesses before the wgmma that follow (the accumulators were written).
-static __device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-// Wait until at most N committed groups of this warpgroup's wgmma are still running.
-template <int N>
-static __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-
-// d (the 96 accumulators of one m64n192k8 per thread) += A (64 x 8, 4 fragment words a per thread) *
-// B (8 x 192, descriptor b). The immediates: scale-d 1 (accumulate), A and B scaled by 1.
-static __device__ __forceinline__ void wgmma_m64n192k8_rs(float* d, const unsigned* a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " {%96, %97, %98, %99}, %100, 1, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-
-// d (the 96 accumulators of one m64n192k8 per thread) = A (64 x 8, 4 fragment words a per thread) *
-// B (8 x 192, descriptor b). The immediates: scale-d 0 (overwrite), A and B scaled by 1.
-static __device__ __forceinline__ void wgmma_m64n192k8_rs_set(float* d, const unsigned* a, unsigned long long b) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32\n"
-        "{%0, %1, %2, %3, %4, %5, %6, %7,\n"
-        " %8, %9, %10, %11, %12, %13, %14, %15,\n"
-        " %16, %17, %18, %19, %20, %21, %22, %23,\n"
-        " %24, %25, %26, %27, %28, %29, %30, %31,\n"
-        " %32, %33, %34, %35, %36, %37, %38, %39,\n"
-        " %40, %41, %42, %43, %44, %45, %46, %47,\n"
-        " %48, %49, %50, %51, %52, %53, %54, %55,\n"
-        " %56, %57, %58, %59, %60, %61, %62, %63,\n"
-        " %64, %65, %66, %67, %68, %69, %70, %71,\n"
-        " %72, %73, %74, %75, %76, %77, %78, %79,\n"
-        " %80, %81, %82, %83, %84, %85, %86, %87,\n"
-        " %88, %89, %90, %91, %92, %93, %94, %95},\n"
-        " {%96, %97, %98, %99}, %100, 0, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-
-// x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
-// the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
-// it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an
-// infinity; the 3xTF32 small part x - big of it stays NaN.)
-static __device__ __forceinline__ unsigned to_tf32(float x)
-{
-    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
-}
-// x rounded to TF32, kept in an f32 word: what wgmma reads exactly.
-static __device__ __forceinline__ float tf32_round(float x)
-{
-    return __uint_as_float(to_tf32(x));
-}
-// What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32 as wgmma will read it: half a TF32
-// unit added to the bits, the 13 below left for wgmma to ignore (B's small part, wgmma_splitter.py).
-static __device__ __forceinline__ float tf32_rest(float x)
-{
-    return __uint_as_float(__float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xFFFFE000u)) + 0x1000u);
-}
-
-// C(row, col) and C(row, col + 1) = alpha * acc + beta * C (C is read only when beta is not 0), inside C only (bounds: checked).
-// `pairs`: C's pointer and ldc keep every pair 8-byte aligned, so one float2 store writes both.
-static __device__ __forceinline__ void store_pair(float* C, int ldc, int M, int N, int row, int col, float x, float y, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    x *= alpha;
-    y *= alpha;
-    float* const p = C + (size_t)row * ldc + col;
-    if (pairs && col + 1 < N) {
-        if (beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            x += beta * old.x;
-            y += beta * old.y;
-        }
-        *reinterpret_cast<float2*>(p) = make_float2(x, y);
-        return;
-    }
-    if (beta != 0.0f) x += beta * p[0];
-    p[0] = x;
-    if (col + 1 < N) {
-        if (beta != 0.0f) y += beta * p[1];
-        p[1] = y;
-    }
-}
-
-// Stream-K's flags (paths/wgmma/stream_k.py). The writer: every thread's partial sums are stored, each
-// thread fences them, the warpgroup meets, one thread raises the flag with release semantics.
-static __device__ __forceinline__ void flag_raise(unsigned* flag)
-{
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" :: "l"(flag) : "memory");
-}
-
-// The reader: one thread waits for the flag with acquire semantics, then its warpgroup meets.
-static __device__ __forceinline__ void flag_wait(const unsigned* flag)
-{
-    unsigned raised = 0;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(raised) : "l"(flag) : "memory");
-    } while (raised == 0);
-}
-
-// This consumer warpgroup's 128 threads (named barriers 2, 3, ...: one per consumer).
-static __device__ __forceinline__ void warpgroup_sync(int consumer)
-{
-    asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
-}
-#endif
-
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
 // (__launch_bounds__(384, 1)): the register split and the 193 KiB ring assume it.
@@ -1286,18 +1125,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -1313,18 +1143,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -1400,18 +1221,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1541,18 +1353,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_128x192_s
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -1825,11 +1628,14 @@ static void sgemm_3xtf32_h100_128x192_sk_stream_k_split(long long tiles, long lo
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (98304 bytes) per SM, then a flag per SM and consumer
@@ -1950,6 +1756,728 @@ extern "C" cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld_padded(const float
 #endif
 }  // namespace sgemm_3xtf32_h100_128x192_sk
 
+// ---- member sgemm_3xtf32_h100_64x128_sk, from sgemm_3xtf32_h100_64x128_sk.gemm ----
+namespace sgemm_3xtf32_h100_64x128_sk {
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) sgemm_3xtf32_h100_64x128_sk_tensor_map {
+    unsigned long long opaque[16];
+};
+
+// Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
+// warpgroups 1..1 the consumers (setmaxnreg.inc to 240: the registers the producer gave up). One block per SM
+// (__launch_bounds__(256, 1)): the register split and the 201 KiB ring assume it.
+extern "C" __global__ void __launch_bounds__(256, 1) sgemm_3xtf32_h100_64x128_sk_kernel(
+    const __grid_constant__ sgemm_3xtf32_h100_64x128_sk_tensor_map map_a, const __grid_constant__ sgemm_3xtf32_h100_64x128_sk_tensor_map map_b,
+    float* __restrict__ C, int M, int N, int K, int ldc, float alpha, float beta, int sk_tiles, int sk_blocks, float* __restrict__ partials, unsigned* __restrict__ flags)
+{
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // Each of the 1 consumer warpgroups multiplies 64 rows by 128 columns: 1 x 1 m64n128k8 per k-step, 4 steps per k-tile,
+    // 64 f32 accumulators per thread.
+    // 3xTF32: three products (small x big, big x small, big x big) per k-step, summed per k-tile in `part`
+    // (the big ones last) and added to `acc` in FP32; A from registers.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 32;
+    constexpr int WGMMA_N = 128;
+    constexpr int WGMMA_K = 8;
+    constexpr int CONSUMER_ROWS = 64;
+    constexpr int M_REPEAT = 1;
+    constexpr int N_REPEAT = 1;
+    constexpr int ACCUMULATORS = 64;
+    constexpr int B_STAGE_BYTES = 16384;
+    constexpr int SPLIT_BYTES = 81920;
+    constexpr int SPLITTER_THREADS = 96;
+    constexpr int STAGES = 5;
+    constexpr int CONSUMERS = 1;
+    constexpr int A_STAGE_BYTES = 8192;
+    constexpr int STAGE_BYTES = 24576;
+
+    // The ring: STAGES k-tiles of A then B, each stage aligned to 1024 bytes (the 128-byte swizzle
+    // repeats every 8 rows of 128 bytes, and TMA and the wgmma descriptors both assume the
+    // pattern starts there); then a `full` and an `empty` barrier per stage (and a `ready` one: 3xTF32).
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // Aligned by an offset from smem_raw, not by rounding a pointer cast to an integer: so nvcc still
+    // knows that `smem` is shared memory and emits ld.shared/st.shared for the kernel's own accesses
+    // (rounded through size_t it emitted generic loads and stores).
+    unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    // 3xTF32's split buffer follows the ring (paths/wgmma/splitter.py).
+    unsigned char* const split = smem + STAGES * STAGE_BYTES;
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES + SPLIT_BYTES);
+    unsigned long long* const empty = full + STAGES;
+    unsigned long long* const ready = empty + STAGES;
+    const int warpgroup = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128;
+
+    // `full`: the producer's arrival and TMA's bytes; `empty`: one arrival per consumer warpgroup; `ready`: one per splitter thread.
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(smem_u32(full + s), 1);
+            mbarrier_init(smem_u32(empty + s), CONSUMERS);
+            mbarrier_init(smem_u32(ready + s), SPLITTER_THREADS);
+        }
+        // Make the initialised barriers visible to the async proxy (TMA) before anyone uses them.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tile_count = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    const int k_tiles = (K + BK - 1) / BK;
+    // Stream-K: the last sk_tiles tiles' k-tiles (sk_work of them) are shared by blocks 0..sk_blocks-1;
+    // the first dp_tiles tiles are plain ones.
+    const int dp_tiles = tile_count - sk_tiles;
+    const int sk_work = sk_tiles * k_tiles;  // at most schedule.MAX_WORK
+    // Block b's range begins at sk_work * b / sk_blocks, computed without overflow as below.
+    const int sk_quotient = sk_blocks > 0 ? sk_work / sk_blocks : 0;
+    const int sk_remainder = sk_blocks > 0 ? sk_work % sk_blocks : 0;
+
+    if (warpgroup == 0) {
+        // Producer.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            int it = 0;  // k-tiles issued so far, across tiles: names the stage and phase
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
+                    sk_end -= k_end - k_first;
+                    // Rasterization (group(8)): where C tile `tile` lies.
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                        const unsigned barrier = smem_u32(full + stage);
+                        mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                        unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                        tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                        tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                    }
+                }
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
+                for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(empty + stage), phase ^ 1);
+                    const unsigned barrier = smem_u32(full + stage);
+                    mbarrier_arrive_expect_tx(barrier, STAGE_BYTES);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    tma_load_2d(smem_u32(tile_a), &map_a, kt * BK, block_m, barrier);
+                    tma_load_2d(smem_u32(tile_a + A_STAGE_BYTES), &map_b, kt * BK, block_n, barrier);
+                }
+            }
+        }
+        else if (tid >= 32) {
+            int it = 0;
+            if ((int)blockIdx.x < sk_blocks) {
+                const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+                int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+                while (sk_end > sk_begin) {
+                    const int k_end = (sk_end - 1) % k_tiles + 1;
+                    const int k_first = max(0, k_end - (sk_end - sk_begin));
+                    sk_end -= k_end - k_first;
+                    for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                        const int stage = it % STAGES;
+                        const unsigned phase = (it / STAGES) & 1;
+                        mbarrier_wait(smem_u32(full + stage), phase);
+                        // 1024 float4 of B, 10.7 per splitter thread: the small parts, at the same offset of the stage's
+                        // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
+                        float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
+                        float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
+                        #pragma unroll
+                        for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
+                            const float4 x = big[w];
+                            small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+                        }
+                        fence_proxy_async();
+                        mbarrier_arrive(smem_u32(ready + stage));
+                    }
+                }
+            }
+            for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+                const int k_first = 0, k_end = k_tiles;
+                for (int kt = k_first; kt < k_end; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    // 1024 float4 of B, 10.7 per splitter thread: the small parts, at the same offset of the stage's
+                    // slot of `split`; the big parts are the words as they are (wgmma reads them truncated to TF32).
+                    float4* const big = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES + A_STAGE_BYTES);
+                    float4* const small = reinterpret_cast<float4*>(split + stage * B_STAGE_BYTES);
+                    #pragma unroll
+                    for (int w = tid - 32; w < B_STAGE_BYTES / 16; w += SPLITTER_THREADS) {
+                        const float4 x = big[w];
+                        small[w] = make_float4(tf32_rest(x.x), tf32_rest(x.y), tf32_rest(x.z), tf32_rest(x.w));
+                    }
+                    fence_proxy_async();
+                    mbarrier_arrive(smem_u32(ready + stage));
+                }
+            }
+        }
+    }
+    else {
+        // Consumers.
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int consumer = warpgroup - 1;
+        const bool pairs = reinterpret_cast<size_t>(C) % 8 == 0 && ldc % 2 == 0;
+        int it = 0;
+        if ((int)blockIdx.x < sk_blocks) {
+            const int sk_begin = sk_quotient * blockIdx.x + sk_remainder * blockIdx.x / sk_blocks;
+            int sk_end = sk_quotient * (blockIdx.x + 1) + sk_remainder * (blockIdx.x + 1) / sk_blocks;
+            while (sk_end > sk_begin) {
+                const int tile = dp_tiles + (sk_end - 1) / k_tiles;
+                const int k_end = (sk_end - 1) % k_tiles + 1;
+                const int k_first = max(0, k_end - (sk_end - sk_begin));
+                sk_end -= k_end - k_first;
+                // Rasterization (group(8)): where C tile `tile` lies.
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
+                float acc[ACCUMULATORS];
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] = 0.0f;
+                }
+                float part[ACCUMULATORS];  // this k-tile's three products
+                unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
+                for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                    const int stage = it % STAGES;
+                    const unsigned phase = (it / STAGES) & 1;
+                    mbarrier_wait(smem_u32(full + stage), phase);
+                    mbarrier_wait(smem_u32(ready + stage), phase);
+                    unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                    // A's fragments of the k-tile, split in registers. Word k of row r lies at r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4
+                    // (the 128-byte swizzle); every row this thread loads has r % 8 = lane / 4.
+                    {
+                        const int lane = tid % 32;
+                        const unsigned char* const rows = tile_a + (consumer * CONSUMER_ROWS + (tid / 32) * 16 + lane / 4) * 128 + (lane % 4) * 4;
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                                #pragma unroll
+                                for (int j = 0; j < 4; ++j) {
+                                    const int row = mr * 64 + (j % 2) * 8;
+                                    const int chunk = (2 * kk + j / 2) ^ (lane / 4);
+                                    const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
+                                    const float big = tf32_round(x);
+                                    a_big[mr][kk][j] = __float_as_uint(big);
+                                    a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32
+                                }
+                            }
+                        }
+                    }
+                    const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                    const unsigned long long small_b = wgmma_descriptor(smem_u32(split + stage * B_STAGE_BYTES));
+                    wgmma_fence();
+                    // Descriptor steps (>> 4): k8 = 2 (32 bytes), 128 rows of B = 1024. The small products of every k-step first (the
+                    // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
+                    // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                if (kk == 0) wgmma_m64n128k8_rs_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                                else wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                                wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], small_b + 2 * kk + 1024 * nr);
+                            }
+                        }
+                    }
+                    #pragma unroll
+                    for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                        #pragma unroll
+                        for (int mr = 0; mr < M_REPEAT; ++mr) {
+                            #pragma unroll
+                            for (int nr = 0; nr < N_REPEAT; ++nr) {
+                                wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            }
+                        }
+                    }
+                    wgmma_commit();
+                    wgmma_wait<0>();
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS; ++i) {
+                        acc[i] += part[i];
+                    }
+                    if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));
+                }
+
+                if (k_end < k_tiles) {
+                    // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                    float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                    #pragma unroll
+                    for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                        slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                    }
+                    __threadfence();
+                    warpgroup_sync(consumer);
+                    if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+                }
+                else {
+                    if (k_first > 0) {
+                        // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                        // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                        const int first_unit = (tile - dp_tiles) * k_tiles;
+                        int first_block = blockIdx.x;
+                        while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                        for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                            unsigned* const flag = flags + from * CONSUMERS + consumer;
+                            if (tid == 0) flag_wait(flag);
+                            warpgroup_sync(consumer);
+                            const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                            #pragma unroll
+                            for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                                const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                                acc[4 * i] += p.x;
+                                acc[4 * i + 1] += p.y;
+                                acc[4 * i + 2] += p.z;
+                                acc[4 * i + 3] += p.w;
+                            }
+                            if (tid == 0) *flag = 0;  // lowered for the next launch
+                        }
+                    }
+                    const int warp = tid / 32, lane = tid % 32;
+                    // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                    // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                    const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                    const int col0 = block_n + lane % 4 * 2;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            #pragma unroll
+                            for (int j = 0; j < WGMMA_N / 8; ++j) {
+                                float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                                const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                                store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                                store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
+            const int k_first = 0, k_end = k_tiles;
+            // Rasterization (group(8)): where C tile `tile` lies.
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
+            float acc[ACCUMULATORS];
+            #pragma unroll
+            for (int i = 0; i < ACCUMULATORS; ++i) {
+                acc[i] = 0.0f;
+            }
+            float part[ACCUMULATORS];  // this k-tile's three products
+            unsigned a_big[M_REPEAT][BK / WGMMA_K][4], a_small[M_REPEAT][BK / WGMMA_K][4];
+            for (int kt = 0; kt < k_end - k_first; ++kt, ++it) {
+                const int stage = it % STAGES;
+                const unsigned phase = (it / STAGES) & 1;
+                mbarrier_wait(smem_u32(full + stage), phase);
+                mbarrier_wait(smem_u32(ready + stage), phase);
+                unsigned char* const tile_a = smem + stage * STAGE_BYTES;
+                // A's fragments of the k-tile, split in registers. Word k of row r lies at r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4
+                // (the 128-byte swizzle); every row this thread loads has r % 8 = lane / 4.
+                {
+                    const int lane = tid % 32;
+                    const unsigned char* const rows = tile_a + (consumer * CONSUMER_ROWS + (tid / 32) * 16 + lane / 4) * 128 + (lane % 4) * 4;
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                            #pragma unroll
+                            for (int j = 0; j < 4; ++j) {
+                                const int row = mr * 64 + (j % 2) * 8;
+                                const int chunk = (2 * kk + j / 2) ^ (lane / 4);
+                                const float x = *reinterpret_cast<const float*>(rows + row * 128 + chunk * 16);
+                                const float big = tf32_round(x);
+                                a_big[mr][kk][j] = __float_as_uint(big);
+                                a_small[mr][kk][j] = __float_as_uint(x - big);  // read truncated to TF32
+                            }
+                        }
+                    }
+                }
+                const unsigned long long big_b = wgmma_descriptor(smem_u32(tile_a + A_STAGE_BYTES));
+                const unsigned long long small_b = wgmma_descriptor(smem_u32(split + stage * B_STAGE_BYTES));
+                wgmma_fence();
+                // Descriptor steps (>> 4): k8 = 2 (32 bytes), 128 rows of B = 1024. The small products of every k-step first (the
+                // first overwrites `part`), then the big ones: the tensor cores truncate each sum, and the big
+                // terms added last make BK / WGMMA_K truncations at the size of the result instead of three times as many.
+                #pragma unroll
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            if (kk == 0) wgmma_m64n128k8_rs_set(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            else wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_small[mr][kk], big_b + 2 * kk + 1024 * nr);
+                            wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], small_b + 2 * kk + 1024 * nr);
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int kk = 0; kk < BK / WGMMA_K; ++kk) {
+                    #pragma unroll
+                    for (int mr = 0; mr < M_REPEAT; ++mr) {
+                        #pragma unroll
+                        for (int nr = 0; nr < N_REPEAT; ++nr) {
+                            wgmma_m64n128k8_rs(part + (mr * N_REPEAT + nr) * (WGMMA_N / 2), a_big[mr][kk], big_b + 2 * kk + 1024 * nr);
+                        }
+                    }
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS; ++i) {
+                    acc[i] += part[i];
+                }
+                if (tid == 0) mbarrier_arrive(smem_u32(empty + stage));
+            }
+
+            if (k_end < k_tiles) {
+                // A share of a tile that a later block finishes: leave the partial sums in this block's slot.
+                float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)blockIdx.x * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                #pragma unroll
+                for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                    slot[i * 128] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                }
+                __threadfence();
+                warpgroup_sync(consumer);
+                if (tid == 0) flag_raise(flags + blockIdx.x * CONSUMERS + consumer);
+            }
+            else {
+                if (k_first > 0) {
+                    // The tile's last piece: add the partial sums of the blocks that did its first k-tiles
+                    // (from the block whose range holds k-tile 0 of the tile, schedule.StreamKSplit.contributors).
+                    const int first_unit = (tile - dp_tiles) * k_tiles;
+                    int first_block = blockIdx.x;
+                    while (sk_quotient * first_block + sk_remainder * first_block / sk_blocks > first_unit) --first_block;
+                    for (int from = first_block; from < (int)blockIdx.x; ++from) {
+                        unsigned* const flag = flags + from * CONSUMERS + consumer;
+                        if (tid == 0) flag_wait(flag);
+                        warpgroup_sync(consumer);
+                        const float4* const slot = reinterpret_cast<float4*>(partials) + ((size_t)from * CONSUMERS + consumer) * (ACCUMULATORS / 4) * 128 + tid;
+                        #pragma unroll
+                        for (int i = 0; i < ACCUMULATORS / 4; ++i) {
+                            const float4 p = __ldcg(slot + i * 128);  // from L2: another SM wrote it
+                            acc[4 * i] += p.x;
+                            acc[4 * i + 1] += p.y;
+                            acc[4 * i + 2] += p.z;
+                            acc[4 * i + 3] += p.w;
+                        }
+                        if (tid == 0) *flag = 0;  // lowered for the next launch
+                    }
+                }
+                const int warp = tid / 32, lane = tid % 32;
+                // Warp w of the warpgroup holds rows 16w.. of each 64-row instruction tile; lane l rows l/4 and
+                // l/4 + 8, columns 2(l%4) and + 1 of every 8-column chunk.
+                const int row0 = block_m + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;
+                const int col0 = block_n + lane % 4 * 2;
+                #pragma unroll
+                for (int mr = 0; mr < M_REPEAT; ++mr) {
+                    #pragma unroll
+                    for (int nr = 0; nr < N_REPEAT; ++nr) {
+                        #pragma unroll
+                        for (int j = 0; j < WGMMA_N / 8; ++j) {
+                            float* const d = acc + (mr * N_REPEAT + nr) * (WGMMA_N / 2) + 4 * j;
+                            const int row = row0 + mr * 64, col = col0 + nr * WGMMA_N + 8 * j;
+                            store_pair(C, ldc, M, N, row, col, d[0], d[1], alpha, beta, pairs);
+                            store_pair(C, ldc, M, N, row + 8, col, d[2], d[3], alpha, beta, pairs);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    #else
+    // The compute_90 pass: no wgmma, so no kernel; a GPU that runs this kernel loads its sm_90a code.
+    __trap();
+    #endif
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_64x128_sk_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+    #else
+    __trap();
+    #endif
+}
+
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
+// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
+// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_h100_64x128_sk_pad_operands(
+    const unsigned int* __restrict__ a, long long lda, unsigned int* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
+    const unsigned int* __restrict__ b, long long ldb, unsigned int* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
+{
+    constexpr int CHUNK = 16;
+    const long long warps = (long long)gridDim.x * 8;
+    const int lane = threadIdx.x % 32;
+    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
+        const bool of_a = row < a_rows;
+        const unsigned int* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
+        unsigned int* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+        const int cols = of_a ? a_cols : b_cols;
+        for (int first = lane; first < cols; first += 32 * CHUNK) {
+            unsigned int v[CHUNK];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+            #pragma unroll
+            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        }
+    }
+}
+
+#ifndef __CUDACC_RTC__  // the headers are included at the top of the file (emit.includes)
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_3xtf32_h100_64x128_sk_scale_c alone; neither needs the tile's multiples or
+// the operands' alignment.
+// cuTensorMapEncodeTiled, from the driver through the runtime (CUDA 12.5+), found once.
+typedef CUresult (*sgemm_3xtf32_h100_64x128_sk_encode_tiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static cudaError_t sgemm_3xtf32_h100_64x128_sk_encoder(sgemm_3xtf32_h100_64x128_sk_encode_tiled* encode) {
+    static sgemm_3xtf32_h100_64x128_sk_encode_tiled found = nullptr;  // every thread finds the same function
+    if (found == nullptr) {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult query;
+        const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                                    cudaEnableDefault, &query);
+        if (err != cudaSuccess) return err;
+        if (query != cudaDriverEntryPointSuccess || function == nullptr) return cudaErrorNotSupported;
+        found = reinterpret_cast<sgemm_3xtf32_h100_64x128_sk_encode_tiled>(function);
+    }
+    *encode = found;
+    return cudaSuccess;
+}
+
+// A matrix as it lies in global memory (dimension 0 contiguous, rows `ld` elements apart) as a 2-D
+// tensor map with a box_inner x box_outer box in the 128-byte swizzle; loads outside the matrix read zeros,
+// stores outside it are dropped.
+static cudaError_t sgemm_3xtf32_h100_64x128_sk_tensor_map_of(sgemm_3xtf32_h100_64x128_sk_tensor_map* out, sgemm_3xtf32_h100_64x128_sk_encode_tiled encode, CUtensorMapDataType type, unsigned element_bytes, const void* base, int inner, int outer, int ld, unsigned box_inner, unsigned box_outer) {
+    static_assert(sizeof(CUtensorMap) == sizeof(sgemm_3xtf32_h100_64x128_sk_tensor_map), "CUtensorMap is 128 bytes");
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * element_bytes};  // bytes; the inner stride is the element
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t steps[2] = {1, 1};
+    // L2 promotion (tensor_maps.l2_promotion): 256-byte fetches where rows start on a 32-byte sector, 128-byte
+    // ones where they start 16 bytes into one.
+    const bool off_sector = reinterpret_cast<uintptr_t>(base) % 32 != 0 || (long long)ld * element_bytes % 32 != 0;
+    const CUresult result = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, steps,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    std::memcpy(out, &map, sizeof map);
+    return cudaSuccess;
+}
+
+// The last call's tensor maps, per host thread: encoding costs about a microsecond, and a benchmark
+// or a training loop calls with the same operands again and again.
+struct sgemm_3xtf32_h100_64x128_sk_map_cache {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    int m = 0, n = 0, k = 0, lda = 0, ldb = 0;
+    sgemm_3xtf32_h100_64x128_sk_tensor_map map_a, map_b;
+};
+
+static cudaError_t sgemm_3xtf32_h100_64x128_sk_tensor_maps(const void* A, int lda, const void* B, int ldb, int M, int N, int K, const sgemm_3xtf32_h100_64x128_sk_map_cache** maps) {
+    static thread_local sgemm_3xtf32_h100_64x128_sk_map_cache cache;
+    *maps = &cache;
+    if (cache.a == A && cache.b == B && cache.m == M && cache.n == N && cache.k == K && cache.lda == lda && cache.ldb == ldb)
+        return cudaSuccess;
+    sgemm_3xtf32_h100_64x128_sk_encode_tiled encode;
+    cudaError_t err = sgemm_3xtf32_h100_64x128_sk_encoder(&encode);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_64x128_sk_tensor_map_of(&cache.map_a, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, A, K, M, lda, 32, 64);
+    if (err == cudaSuccess) err = sgemm_3xtf32_h100_64x128_sk_tensor_map_of(&cache.map_b, encode, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, B, K, N, ldb, 32, 128);
+    if (err != cudaSuccess) {
+        cache.a = nullptr;  // nothing valid is cached
+        return err;
+    }
+    cache.a = A;
+    cache.b = B;
+    cache.m = M;
+    cache.n = N;
+    cache.k = K;
+    cache.lda = lda;
+    cache.ldb = ldb;
+    return cudaSuccess;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void sgemm_3xtf32_h100_64x128_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
+}
+
+// Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
+// (zero between launches: the kernel lowers every flag it raises). One per device and stream, allocated
+// stream-ordered by the first call that shares tiles and kept for the later ones: launches on one stream
+// run in order and may share it, launches on two streams get two.
+static cudaError_t sgemm_3xtf32_h100_64x128_sk_workspace(int device, cudaStream_t stream, int sms, float** partials, unsigned** flags) {
+    struct Workspace {
+        int device;
+        cudaStream_t stream;
+        void* memory;
+    };
+    static std::mutex lock;
+    static std::vector<Workspace> kept;
+    const size_t partial_bytes = (size_t)sms * 32768;
+    const size_t flag_bytes = (size_t)sms * 1 * sizeof(unsigned);
+    std::lock_guard<std::mutex> guard(lock);
+    void* memory = nullptr;
+    for (const Workspace& w : kept)
+        if (w.device == device && w.stream == stream) memory = w.memory;
+    if (memory == nullptr) {
+        cudaError_t err = cudaMallocAsync(&memory, partial_bytes + flag_bytes, stream);
+        if (err == cudaSuccess) err = cudaMemsetAsync(static_cast<char*>(memory) + partial_bytes, 0, flag_bytes, stream);
+        if (err != cudaSuccess) return err;
+        kept.push_back({device, stream, memory});
+    }
+    *partials = static_cast<float*>(memory);
+    *flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t sgemm_3xtf32_h100_64x128_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483583 || N > 2147483519 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_3xtf32_h100_64x128_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (4 elements).
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
+    if (lda % 4 != 0 || ldb % 4 != 0) return cudaErrorInvalidValue;
+    const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
+    if (tiles > 2147483647LL) return cudaErrorInvalidValue;
+    // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
+    // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
+    int device = 0, sms = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status != cudaSuccess) return status;
+    // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
+    int sk_tiles = 0, sk_blocks = 0;
+    sgemm_3xtf32_h100_64x128_sk_stream_k_split(tiles, ((long long)K + 31) / 32, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
+    float* partials = nullptr;
+    unsigned* flags = nullptr;
+    if (sk_tiles > 0) {
+        status = sgemm_3xtf32_h100_64x128_sk_workspace(device, stream, wave_sms, &partials, &flags);
+        if (status != cudaSuccess) return status;
+    }
+    const sgemm_3xtf32_h100_64x128_sk_map_cache* maps = nullptr;
+    cudaError_t err = sgemm_3xtf32_h100_64x128_sk_tensor_maps(A, lda, B, ldb, M, N, K, &maps);
+    if (err != cudaSuccess) return err;
+    const auto kernel = sgemm_3xtf32_h100_64x128_sk_kernel;
+    const size_t smem_bytes = 205944;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3((unsigned)blocks), dim3(256), smem_bytes, stream>>>(maps->map_a, maps->map_b, C, M, N, K, ldc, alpha, beta, sk_tiles, sk_blocks, partials, flags);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemm_3xtf32_h100_64x128_sk_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_3xtf32_h100_64x128_sk_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+
+// sgemm_3xtf32_h100_64x128_sk_launch_ld on copies of the operands TMA refuses (16-byte rows) or reads slowly
+// (rows off a 32-byte sector, each element used 768+ times, 8589934592 multiply-adds), rows 128 bytes apart in
+// stream-ordered scratch freed after the launch; without such operands, that launcher itself. The family launchers call it.
+extern "C" cudaError_t sgemm_3xtf32_h100_64x128_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    const bool large = (long long)M * N >= (8589934592LL + K - 1) / K;  // M N K >= PAD_MIN_WORK, without overflow
+    const bool pad_a = reinterpret_cast<uintptr_t>(A) % 16 != 0 || lda % 4 != 0 ||
+        ((reinterpret_cast<uintptr_t>(A) % 32 != 0 || lda * sizeof(float) % 32 != 0) && N >= 768 && large);
+    const bool pad_b = reinterpret_cast<uintptr_t>(B) % 16 != 0 || ldb % 4 != 0 ||
+        ((reinterpret_cast<uintptr_t>(B) % 32 != 0 || ldb * sizeof(float) % 32 != 0) && M >= 768 && large);
+    if (M <= 0 || N <= 0 || K <= 0 || (!pad_a && !pad_b)) return sgemm_3xtf32_h100_64x128_sk_launch_ld(A, lda, B, ldb, C, ldc, M, N, K, alpha, beta, stream);
+    if (lda < K || ldb < K) return cudaErrorInvalidValue;
+    const long long a_rows = pad_a ? M : 0, a_cols = K;
+    const long long lda_copy = (a_cols + 31) / 32 * 32;
+    const long long b_rows = pad_b ? N : 0, b_cols = K;
+    const long long ldb_copy = (b_cols + 31) / 32 * 32;
+    const size_t a_bytes = (size_t)(a_rows * lda_copy * sizeof(float) + 127) / 128 * 128;
+    const size_t bytes = a_bytes + (size_t)(b_rows * ldb_copy) * sizeof(float);
+    if (a_rows + b_rows > 2147483647LL || lda_copy > 2147483647LL || ldb_copy > 2147483647LL) return cudaErrorInvalidValue;
+    void* scratch = nullptr;
+    cudaError_t err = cudaMallocAsync(&scratch, bytes, stream);
+    if (err != cudaSuccess) return err;
+    float* const a_copy = static_cast<float*>(scratch);
+    float* const b_copy = reinterpret_cast<float*>(static_cast<char*>(scratch) + a_bytes);
+    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
+    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
+    sgemm_3xtf32_h100_64x128_sk_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned int*>(A), lda, reinterpret_cast<unsigned int*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned int*>(B), ldb, reinterpret_cast<unsigned int*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+        err = sgemm_3xtf32_h100_64x128_sk_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, alpha, beta, stream);
+    }
+    const cudaError_t freed = cudaFreeAsync(scratch, stream);
+    return err != cudaSuccess ? err : freed;
+}
+#endif
+}  // namespace sgemm_3xtf32_h100_64x128_sk
+
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
 // Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
@@ -1964,16 +2492,20 @@ struct sgemm_3xtf32_h100_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
 };
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1854};
-static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2686};
-static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[2] = {
-    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3450, 3450, 0, 1909, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 5174, 5174, 0, 1909, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1856};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2689};
+static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk[] = {1213};
+static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[3] = {
+    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 3000},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 3000},  // sgemm_3xtf32_h100_128x192_sk
+    {64, 128, 32, false, false, false, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk, 1639, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 4, 3000},  // sgemm_3xtf32_h100_64x128_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2005,8 +2537,10 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_3xtf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_3xtf32_h100_family_product(contributors - 1, m.fixup_cycles)), sgemm_3xtf32_h100_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -2022,10 +2556,10 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_3xtf32_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return sgemm_3xtf32_h100_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
-static const int sgemm_3xtf32_h100_family_member_count = 2;
+static const int sgemm_3xtf32_h100_family_member_count = 3;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -2048,9 +2582,9 @@ static int sgemm_3xtf32_h100_family_choose(long long M, long long N, long long K
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const sgemm_3xtf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld_padded, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld_padded};
+static cudaError_t (*const sgemm_3xtf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld_padded, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld_padded, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_launch_ld_padded};
 
-static cudaError_t (*const sgemm_3xtf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch};
+static cudaError_t (*const sgemm_3xtf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_launch};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -2067,7 +2601,7 @@ extern "C" cudaError_t sgemm_3xtf32_h100_family_launch(const float* A, const flo
     return status;
 }
 
-static cudaError_t (*const sgemm_3xtf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld};
+static cudaError_t (*const sgemm_3xtf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_launch_ld, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_launch_ld, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_launch_ld};
 extern "C" cudaError_t sgemm_3xtf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

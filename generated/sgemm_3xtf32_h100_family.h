@@ -16,7 +16,8 @@
 #define sgemm_3xtf32_h100_family_N_MULTIPLE 1
 #define sgemm_3xtf32_h100_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
-// vector accesses (else sgemm_3xtf32_h100_sk, sgemm_3xtf32_h100_128x192_sk refuse the call).
+// vector accesses (else sgemm_3xtf32_h100_sk, sgemm_3xtf32_h100_128x192_sk,
+// sgemm_3xtf32_h100_64x128_sk refuse the call).
 #define sgemm_3xtf32_h100_family_A_VECTOR_ELEMENTS 4
 #define sgemm_3xtf32_h100_family_B_VECTOR_ELEMENTS 4
 #define sgemm_3xtf32_h100_family_C_VECTOR_ELEMENTS 1
@@ -127,6 +128,38 @@ cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld(const float* A, int lda, cons
 cudaError_t sgemm_3xtf32_h100_128x192_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb,
                                                           float* C, int ldc, int M, int N, int K,
                                                           float alpha, float beta, cudaStream_t stream);
+
+// Member sgemm_3xtf32_h100_64x128_sk (sgemm_3xtf32_h100_64x128_sk.gemm: 64x128x32 tiles, bounds:
+// checked). Its launchers take the parameters of sgemm_3xtf32_h100_family's of the same kind and run
+// it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - TMA reads A and B: their pointers 16-byte aligned, lda and ldb multiples of 4 elements (16 bytes); there is no fallback kernel.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_3xtf32_h100_64x128_sk_scale_c alone; neither needs the tile's multiples or
+// the operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+// They encode TMA tensor maps for A and B (kept for the next call with the same pointers, shape and
+// leading dimensions, per host thread) and, for schedule: persistent, read the current device's
+// SM count; they return those calls' errors.
+// Stream-K: the first call that shares tiles on a stream allocates that stream's workspace
+// (cudaMallocAsync: per SM a BM x BN slot of partial sums and a flag per consumer warpgroup;
+// kept for later calls, never freed) and returns its errors. Calls on one stream share it;
+// calls on two streams get two.
+cudaError_t sgemm_3xtf32_h100_64x128_sk_launch(const float* A, const float* B, float* C, int M, int N, int K,
+                                               float alpha, float beta, cudaStream_t stream);
+cudaError_t sgemm_3xtf32_h100_64x128_sk_launch_ld(const float* A, int lda, const float* B, int ldb, float* C,
+                                                  int ldc, int M, int N, int K, float alpha, float beta,
+                                                  cudaStream_t stream);
+cudaError_t sgemm_3xtf32_h100_64x128_sk_launch_ld_padded(const float* A, int lda, const float* B, int ldb,
+                                                         float* C, int ldc, int M, int N, int K, float alpha,
+                                                         float beta, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

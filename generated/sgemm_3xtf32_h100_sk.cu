@@ -25,8 +25,8 @@
 //   registers: 168 per thread at launch (384 threads, 1 block); setmaxnreg: producer 40, consumers 232; a consumer needs about 168 (2 x 64 accumulators, 32 of A's fragment words)
 //   pipeline: 4 stages, 12 mbarriers (full + empty + ready per stage); 2 TMA boxes (32x128, 32x128) = 32768 bytes per k-tile; 12 wgmma m64n128k8 per consumer per k-tile, 0 groups in flight, 3 stages of lookahead for TMA
 //   traffic: 12,582,912 wgmma warp instructions; 262,144 TMA copies bring 4,295 MB from L2; wgmma reads 12,885 MB of B (A from registers) from shared memory (100,663,296 wavefronts of 128 bytes, no bank conflicts); the 3xTF32 split loads and stores 6,442 MB more (B's stages split, A's fragments loaded)
-//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H100 SXM's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
-//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 3.0 TB/s sustains 1536; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,854 cycles per SM, 1,536 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 863, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 134 TFLOP/s (81% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 105,462 cycles: 201.3 MB of A, B and C at HBM's 1,909 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 1,872,072)
+//   waves: 1024 tiles, persistent: one wave of 132 blocks on the H200's 132 SMs: 7.76 tiles per SM; stream-K: the last 100 tiles' 12,800 k-tiles shared by 132 blocks, whose partial sums move 8.4 MB through L2 each way (not in the bound), 100% of SM time busy
+//   bound: wgmma 3xtf32 peak 165 TFLOP/s (datasheet); DRAM 268 MB at 4.788 TB/s sustains 2451; bound 165 TFLOP/s (wgmma, x 1.00 for the waves); cycle model: a k-tile takes 1,856 cycles per SM, 1,538 set by wgmma's multiply-adds (shared-memory reads 1,152, TMA's bytes from L2 820, the ring's round trip 1,000) and 318 of 3xTF32's wait and FP32 adds, so about 134 TFLOP/s (81% of the peak; both at the datasheet's clock, which long runs under the power cap do not hold); memory floor 74,428 cycles: 201.3 MB of A, B and C at HBM's 2,705 bytes per clock, or 132 blocks streaming 3 k-tiles each in flight for 3,000 cycles, whichever is slower (below them: the k-tiles take 1,876,597)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -42,15 +42,9 @@
 #error "sgemm_3xtf32_h100_sk.cu: its kernels use wgmma, setmaxnreg and TMA, instructions of sm_90a alone: build it with -gencode=arch=compute_90a,code=sm_90a (-arch=sm_90a also compiles a compute_90 pass)"
 #endif
 
-// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
-// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
-// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
-struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
-    unsigned long long opaque[16];
-};
-
-// The device code exists in sm_90a passes only (a device pass for another target stops at the file's #error;
-// the host pass compiles none of it; CUTLASS guards its sm_90a code the same way).
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
+// The helpers of sm_90a kernels exist in sm_90a passes only (a device pass for another target stops at
+// the file's #error; the host pass compiles none of them; CUTLASS guards its sm_90a code the same way).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarriers (PTX ISA, "Parallel synchronization and communication instructions: mbarrier").
 static __device__ __forceinline__ unsigned smem_u32(const void* p)
@@ -189,11 +183,13 @@ static __device__ __forceinline__ unsigned to_tf32(float x)
 {
     return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
 }
+
 // x rounded to TF32, kept in an f32 word: what wgmma reads exactly.
 static __device__ __forceinline__ float tf32_round(float x)
 {
     return __uint_as_float(to_tf32(x));
 }
+
 // What wgmma leaves of x when it reads x truncated to TF32, rounded to TF32 as wgmma will read it: half a TF32
 // unit added to the bits, the 13 below left for wgmma to ignore (B's small part, wgmma_splitter.py).
 static __device__ __forceinline__ float tf32_rest(float x)
@@ -246,7 +242,27 @@ static __device__ __forceinline__ void warpgroup_sync(int consumer)
 {
     asm volatile("bar.sync %0, 128;" :: "r"(2 + consumer) : "memory");
 }
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}
 #endif
+
+// A TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed to the kernel by value as a
+// __grid_constant__ parameter. Declared here so that the kernel compiles without the driver API's
+// header (NVRTC); the launcher copies the CUtensorMap it encodes into it.
+struct alignas(64) sgemm_3xtf32_h100_sk_tensor_map {
+    unsigned long long opaque[16];
+};
 
 // Warp specialization: warpgroup 0 is the producer (setmaxnreg.dec to 40 registers; one thread issues TMA, warps 1-3 split B's stages),
 // warpgroups 1..2 the consumers (setmaxnreg.inc to 232: the registers the producer gave up). One block per SM
@@ -329,18 +345,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                     const int k_first = max(0, k_end - (sk_end - sk_begin));
                     sk_end -= k_end - k_first;
                     // Rasterization (group(8)): where C tile `tile` lies.
-                    // Groups of 8 tile rows are walked column by column, so blocks that
-                    // run together share rows of A and columns of B in L2.
-                    const int tiles_m = (M + BM - 1) / BM;
-                    const int tiles_n = (N + BN - 1) / BN;
-                    const int group_size = 8;
-                    const int blocks_per_group = group_size * tiles_n;
-                    const int first_tile_m = (tile / blocks_per_group) * group_size;
-                    const int group_rows = min(tiles_m - first_tile_m, group_size);
-                    const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                    const int tile_n = (tile % blocks_per_group) / group_rows;
-                    const int block_m = tile_m * BM;
-                    const int block_n = tile_n * BN;
+                    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                    const int block_m = tile_mn.x * BM;
+                    const int block_n = tile_mn.y * BN;
                     for (int kt = k_first; kt < k_end; ++kt, ++it) {
                         const int stage = it % STAGES;
                         const unsigned phase = (it / STAGES) & 1;
@@ -356,18 +363,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
             for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
                 const int k_first = 0, k_end = k_tiles;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 for (int kt = k_first; kt < k_end; ++kt, ++it) {
                     const int stage = it % STAGES;
                     const unsigned phase = (it / STAGES) & 1;
@@ -443,18 +441,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
                 const int k_first = max(0, k_end - (sk_end - sk_begin));
                 sk_end -= k_end - k_first;
                 // Rasterization (group(8)): where C tile `tile` lies.
-                // Groups of 8 tile rows are walked column by column, so blocks that
-                // run together share rows of A and columns of B in L2.
-                const int tiles_m = (M + BM - 1) / BM;
-                const int tiles_n = (N + BN - 1) / BN;
-                const int group_size = 8;
-                const int blocks_per_group = group_size * tiles_n;
-                const int first_tile_m = (tile / blocks_per_group) * group_size;
-                const int group_rows = min(tiles_m - first_tile_m, group_size);
-                const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-                const int tile_n = (tile % blocks_per_group) / group_rows;
-                const int block_m = tile_m * BM;
-                const int block_n = tile_n * BN;
+                const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+                const int block_m = tile_mn.x * BM;
+                const int block_n = tile_mn.y * BN;
                 float acc[ACCUMULATORS];
                 #pragma unroll
                 for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -584,18 +573,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) sgemm_3xtf32_h100_sk_kernel
         for (int tile = blockIdx.x; tile < dp_tiles; tile += gridDim.x) {
             const int k_first = 0, k_end = k_tiles;
             // Rasterization (group(8)): where C tile `tile` lies.
-            // Groups of 8 tile rows are walked column by column, so blocks that
-            // run together share rows of A and columns of B in L2.
-            const int tiles_m = (M + BM - 1) / BM;
-            const int tiles_n = (N + BN - 1) / BN;
-            const int group_size = 8;
-            const int blocks_per_group = group_size * tiles_n;
-            const int first_tile_m = (tile / blocks_per_group) * group_size;
-            const int group_rows = min(tiles_m - first_tile_m, group_size);
-            const int tile_m = first_tile_m + (tile % blocks_per_group) % group_rows;
-            const int tile_n = (tile % blocks_per_group) / group_rows;
-            const int block_m = tile_m * BM;
-            const int block_n = tile_n * BN;
+            const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, tile);
+            const int block_m = tile_mn.x * BM;
+            const int block_n = tile_mn.y * BN;
             float acc[ACCUMULATORS];
             #pragma unroll
             for (int i = 0; i < ACCUMULATORS; ++i) {
@@ -868,11 +848,14 @@ static void sgemm_3xtf32_h100_sk_stream_k_split(long long tiles, long long k_til
     // as many blocks for every shared tile, where that idles at most 5% of the slots
     const long long spare = shared > 0 ? gemm_slots % shared : 0;
     const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
     const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
     // unless stream-K would not shorten the launch
-    const bool pays = even_blocks > shared && work <= 2147483647 && idle_enough;
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
     *sk_tiles = (int)(pays ? shared : 0);
-    *sk_blocks = (int)(pays ? even_blocks : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer

@@ -27,8 +27,8 @@
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
 //   registers: estimate 255 registers per thread (+-75%; demand 262: 128 accumulators, 96 fragments, 8 swizzled addresses, 30 indices and loop state)
 //   occupancy: 2 blocks per SM (8 of 64 warps), limited by registers; 50,688 bytes of shared memory per block, 255 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; 3xtf32 peak 107 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 107 (3xtf32)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 4,429 MB requested per launch, 268 MB through DRAM at least; 3xtf32 peak 107 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 107 (3xtf32)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -40,11 +40,13 @@
 #error "sgemm_3xtf32_ldmatrix.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 16, swizzle xor(2, 2, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return (mn * 16 + k) ^ (((mn * 16 + k) >> 3) & 12);
 }
+
 // B: order kn, leading dimension 136
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 136 + mn;
@@ -57,9 +59,11 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, const float* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_address(p)));
 }
+
 static __device__ __forceinline__ unsigned lds_word(const float* p) {
     unsigned v;
     asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_address(p)));
@@ -71,12 +75,15 @@ static __device__ __forceinline__ unsigned lds_word(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -84,17 +91,21 @@ static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float*
 static __device__ __forceinline__ void cp_async_4_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 4 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -113,6 +124,7 @@ static __device__ __forceinline__ void mma_m16n8k8_tf32(float* c, const unsigned
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
 // x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
 // the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
 // it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an

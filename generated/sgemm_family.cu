@@ -24,19 +24,7 @@
 #error "sgemm_family.cu: its kernels use float2 and float4 atomicAdd, instructions of sm_90 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
-// ---- member sgemm_h100, from sgemm_h100.gemm ----
-namespace sgemm_h100 {
-
-// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
-// A: order km, leading dimension 132
-static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
-    return k * 132 + mn;
-}
-// B: order kn, leading dimension 128
-static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
-    return k * 128 + mn;
-}
-
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Every shared-memory load and store goes through these PTX wrappers. nvcc and
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
@@ -44,16 +32,38 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+
+static __device__ __forceinline__ void sts64(float* p, float2 v) {
+    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
+}
+
+// ---- member sgemm_h100, from sgemm_h100.gemm ----
+namespace sgemm_h100 {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 132
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+// B: order kn, leading dimension 128
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 128 + mn;
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_kernel(
@@ -506,33 +516,16 @@ extern "C" cudaError_t sgemm_h100_launch(const float* A, const float* B, float* 
 // ---- member sgemm_any, from sgemm_any.gemm ----
 namespace sgemm_any {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
@@ -2333,33 +2326,16 @@ extern "C" cudaError_t sgemm_any_launch(const float* A, const float* B, float* C
 // ---- member checked_64x64, from checked_64x64.gemm ----
 namespace checked_64x64 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 68
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 68 + mn;
 }
+
 // B: order kn, leading dimension 64
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 64 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
@@ -3414,33 +3390,16 @@ extern "C" cudaError_t checked_64x64_launch(const float* A, const float* B, floa
 // ---- member checked_32x128, from checked_32x128.gemm ----
 namespace checked_32x128 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 36
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 36 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts128(float* p, float4 v) {
-    asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel(
@@ -5314,33 +5273,16 @@ extern "C" cudaError_t checked_32x128_launch(const float* A, const float* B, flo
 // ---- member checked_128x32, from checked_128x32.gemm ----
 namespace checked_128x32 {
 
+// This member's own helpers (another member writes helpers of these names differently).
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 32
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 32 + mn;
-}
-
-// Every shared-memory load and store goes through these PTX wrappers. nvcc and
-// ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
-// leave as written, so the instructions the bank-conflict analysis counts are the
-// ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-static __device__ __forceinline__ float4 lds128(const float* p) {
-    float4 v;
-    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
-    return v;
-}
-static __device__ __forceinline__ void sts32(float* p, float v) {
-    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
-}
-static __device__ __forceinline__ void sts64(float* p, float2 v) {
-    asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
 }
 
 extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
@@ -7265,6 +7207,8 @@ struct sgemm_family_member {
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
     long long partial_cycles;  // per stream-K block: its partial sums through L2
+    long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
+    long long call_cycles;  // per call: the launch, the pipeline's fill and drain
     long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
@@ -7276,11 +7220,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 10700, 1909, 4, 4, 4, 0, 0},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7312,8 +7256,10 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
-    // the stream-K blocks' ranges, their partial sums, and the launches beyond the first
-    const long long stream_k_cycles = shares ? sgemm_family_sum(sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? sgemm_family_sum(sgemm_family_sum(sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_family_product(contributors - 1, m.fixup_cycles)), sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
     const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
@@ -7329,7 +7275,7 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     *compute = (long long)compute_cycles;
-    return memory > compute_cycles ? memory : compute_cycles;
+    return sgemm_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
 static const int sgemm_family_member_count = 5;

@@ -21,8 +21,8 @@
 //   smem_traffic: per launch: 402,653,184 shared load wavefronts (0 from conflicts), 33,554,432 store (0 from conflicts)
 //   registers: estimate 128 registers per thread (+-65%; demand 113: 64 accumulators, 16 fragments, 8 staging, 1 global addresses, 4 bound checks, 20 indices and loop state; the epilogue 92, with 8 fuse chain values)
 //   occupancy: 2 blocks per SM (16 of 64 warps), limited by registers; 16,640 bytes of shared memory per block, 128 estimated registers per thread
-//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H100 SXM x 2); the last wave 88% full
-//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 336 MB through DRAM at least; fma peak 65 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1229; bound 65 (fma)
+//   waves: 1,024 tiles in 3.88 waves of 264 blocks (132 SMs of an H200 x 2); the last wave 88% full
+//   intensity: 32.0 flop/B from global memory per block, 10.7 flop/B from shared memory per 32x64 warp tile; 4,429 MB requested per launch, 336 MB through DRAM at least; fma peak 65 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 1961; bound 65 (fma)
 //   fuse: relu(alpha * acc + beta * C + bias[m]) + R: +67.1 MB through DRAM (bias 16.4 KB, residual 67.1 MB); blocks fetch 67.6 MB, threads request 75.5 MB; 8 values kept per thread; per element 5 ALU + 0 SFU instructions, 2 global loads
 
 #ifndef __CUDACC_RTC__
@@ -30,11 +30,13 @@
 #include <cuda_runtime.h>
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order km, leading dimension 132
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return k * 132 + mn;
 }
+
 // B: order kn, leading dimension 128
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 128 + mn;
@@ -47,37 +49,46 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ float4 lds128(const float* p) {
     float4 v;
     asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
     return v;
 }
+
 static __device__ __forceinline__ void sts32(float* p, float v) {
     asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
+
 static __device__ __forceinline__ void sts128(float* p, float4 v) {
     asm volatile("st.volatile.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 
 // The fuse chain: C = relu(alpha * acc + beta * C + bias[m]) + R, in f32, then C's type.
 struct fuse_m { float bias; };
+
 static __device__ __forceinline__ fuse_m load_fuse_m(const float* bias, int row, int M) {
     fuse_m v;
     v.bias = row < M ? bias[row] : 0.0f;
     return v;
 }
+
 struct fuse_n {};
+
 static __device__ __forceinline__ fuse_n load_fuse_n(int col, int N) {
     fuse_n v;
     (void)col; (void)N;
     return v;
 }
+
 static __device__ __forceinline__ float load_residual(const float* R, int ldr, int row, int col) {
     return R[(size_t)row * ldr + col];
 }
+
 static __device__ __forceinline__ float relu(float x) {
     return fmaxf(x, 0.0f);
 }
+
 // One element: acc its accumulator, m and n its row's and column's values, c its old value in C
 // (read only where beta is not 0), r its residual.
 static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, const fuse_n& n, float c, float r, float alpha, float beta) {

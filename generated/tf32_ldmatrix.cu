@@ -30,8 +30,8 @@
 //   smem_traffic: per launch: 67,108,864 shared load wavefronts (0 from conflicts), 25,165,824 store (0 from conflicts)
 //   registers: estimate 255 registers per thread (+-75%; demand 270: 128 accumulators, 96 fragments, 16 swizzled addresses, 30 indices and loop state)
 //   occupancy: 1 block per SM (8 of 64 warps), limited by registers and shared memory; 150,528 bytes of shared memory per block, 255 estimated registers per thread
-//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H100 SXM x 1); the last wave 88% full
-//   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; tf32 peak 320 TFLOP/s on the H100 SXM, DRAM at 3.0 TB/s sustains 1536; bound 320 (tf32)
+//   waves: 512 tiles in 3.88 waves of 132 blocks (132 SMs of an H200 x 1); the last wave 88% full
+//   intensity: 42.7 flop/B from global memory per block, 16.0 flop/B from shared memory per 64x64 warp tile; 3,355 MB requested per launch, 268 MB through DRAM at least; tf32 peak 320 TFLOP/s on the H200, DRAM at 4.788 TB/s sustains 2451; bound 320 (tf32)
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -43,11 +43,13 @@
 #error "tf32_ldmatrix.cu: its kernels use cp.async and mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -arch=sm_90)"
 #endif
 
+// Device helpers: the PTX wrappers and functions the kernels below call, each defined once.
 // Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
 // A: order mk, leading dimension 32, swizzle xor(3, 2, 3)
 static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
     return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 28);
 }
+
 // B: order kn, leading dimension 136
 static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
     return k * 136 + mn;
@@ -60,9 +62,11 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 static __device__ __forceinline__ unsigned smem_address(const float* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, const float* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_address(p)));
 }
+
 static __device__ __forceinline__ unsigned lds_word(const float* p) {
     unsigned v;
     asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_address(p)));
@@ -74,12 +78,15 @@ static __device__ __forceinline__ unsigned lds_word(const float* p) {
 static __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_8(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(smem_address(smem_dst)), "l"(gmem_src));
 }
+
 // Edge tiles (bounds: checked): a copy reads only its first `src_bytes` bytes and
 // zero-fills the rest. A copy that reads nothing still needs a valid address: `inside`,
 // the tile's first element, which always lies in the matrix (a block or k-tile exists
@@ -87,17 +94,21 @@ static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float*
 static __device__ __forceinline__ void cp_async_4_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_8_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 static __device__ __forceinline__ void cp_async_16_zfill(float* smem_dst, const float* gmem_src, int src_bytes, const float* inside) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(smem_address(smem_dst)), "l"(src_bytes > 0 ? gmem_src : inside), "r"(src_bytes));
 }
+
 // Bytes of a `width`-element copy at (row, col) of a tile that lie inside the matrix,
 // given the rows and the contiguous elements the matrix has left from the tile's origin.
 static __device__ __forceinline__ int bytes_inside(int row, int rows, int col, int cols, int width) {
     return row < rows ? 4 * max(0, min(width, cols - col)) : 0;
 }
+
 static __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -116,6 +127,7 @@ static __device__ __forceinline__ void mma_m16n8k8_tf32(float* c, const unsigned
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
 // x rounded to TF32 (10-bit mantissa), to nearest with ties away from zero as cvt.rna.tf32.f32 rounds, as
 // the bits of an f32 word: adding half a TF32 unit to the magnitude's bits and clearing the 13 bits below
 // it rounds the magnitude, a carry into the exponent included, and keeps infinities. (A NaN may become an
@@ -123,6 +135,19 @@ static __device__ __forceinline__ void mma_m16n8k8_tf32(float* c, const unsigned
 static __device__ __forceinline__ unsigned to_tf32(float x)
 {
     return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+}
+
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
 }
 
 extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
@@ -148,18 +173,9 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel(
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -561,18 +577,9 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_scalar(
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1409,18 +1416,9 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_8byte(
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group((M + BM - 1) / BM, (N + BN - 1) / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
     // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
     // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
     // store only inside C. Both tests are the same for the whole block.
@@ -1966,18 +1964,9 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior(
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).
@@ -2204,18 +2193,9 @@ extern "C" __global__ void __launch_bounds__(256) tf32_ldmatrix_kernel_interior_
     float* const smem_b = smem + STAGES * A_STAGE;
 
     // Rasterization (group(8)): which C tile this block computes.
-    // Groups of 8 tile rows are walked column by column, so blocks that
-    // run together share rows of A and columns of B in L2.
-    const int tiles_m = M / BM;
-    const int tiles_n = N / BN;
-    const int group_size = 8;
-    const int blocks_per_group = group_size * tiles_n;
-    const int first_tile_m = (blockIdx.x / blocks_per_group) * group_size;
-    const int group_rows = min(tiles_m - first_tile_m, group_size);
-    const int tile_m = first_tile_m + (blockIdx.x % blocks_per_group) % group_rows;
-    const int tile_n = (blockIdx.x % blocks_per_group) / group_rows;
-    const int block_m = tile_m * BM;
-    const int block_n = tile_n * BN;
+    const int2 tile_mn = raster_group(M / BM, N / BN, 8, blockIdx.x);
+    const int block_m = tile_mn.x * BM;
+    const int block_n = tile_mn.y * BN;
 
     // Thread coordinates: the warp's tile, and the lane's place in the instruction's fragments
     // (group_id: a row of an 8x8 matrix; thread_in_group: where along k, or n for C).

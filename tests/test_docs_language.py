@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from gemmdsl import ir, parser, targets, validate
+from gemmdsl.paths import path_of
 
 ROOT = Path(__file__).resolve().parent.parent
 LANGUAGE = ROOT / "docs" / "language.md"
@@ -222,13 +223,13 @@ def documented_default(key_cell: str, cell: str, path: str) -> Any:
 
 
 def key_paths(section: str, key: str) -> list[str]:
-    """The paths whose specs may hold the key, from the parser's table (an `mma` section makes a tensor-core
-    spec), less those whose minimal spec sets the key itself."""
+    """The paths whose specs may hold the key, from the parser's table and the paths' key sets (an `mma`
+    section makes a tensor-core spec), less those whose minimal spec sets the key itself."""
     spec_key = parser.SECTIONS[section].keys[key]
+    key_sets = {path: path_of(parser.parse_text(MINIMAL[path])).key_sets for path in PATHS}
     return [path for path in PATHS
-            if not (spec_key.fma_only and path != "FMA") and not (spec_key.wgmma_only and path != "wgmma")
-            and not (spec_key.not_wgmma and path == "wgmma") and not (section == "mma" and path == "FMA")
-            and not re.search(rf"\b{key}:", MINIMAL[path])]
+            if (spec_key.only is None or spec_key.only.name in key_sets[path])
+            and not (section == "mma" and path == "FMA") and not re.search(rf"\b{key}:", MINIMAL[path])]
 
 
 @pytest.mark.parametrize("section,key", SCHEMA_KEYS, ids=lambda x: x)

@@ -91,7 +91,7 @@ def test_the_launchers_take_a_scale_and_b_scale_and_the_header_says_their_shapes
 
 
 def test_the_python_api_checks_the_block_scales_shapes_and_types():
-    fuse = FuseOperands(block_scales=True, formula="f")
+    fuse = FuseOperands.from_metadata({"fuse": {"formula": "f", "scale": "block"}})
     with pytest.raises(TypeError, match="a_scale=, b_scale="):
         check_operand_names("k", fuse, {})
     with pytest.raises(TypeError, match="row_scale="):

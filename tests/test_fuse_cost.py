@@ -1,4 +1,4 @@
-"""What `check` says a fuse chain costs (passes/fuse.py, cycles.fused_epilogue): the figures of every shipped
+"""What `check` says a fuse chain costs (passes/fuse.py, paths/wgmma/cycles.py): the figures of every shipped
 fused spec, the layouts' chain reads against the arrays the epilogues declare, properties over chains and
 sizes, and the activations' instruction counts against nvcc's PTX."""
 import re
@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from gemmdsl import ir
 from gemmdsl.analysis import analyze, summary_lines
 from gemmdsl.compiler import compile_source
-from gemmdsl.emit.fuse import ACTIVATIONS, FAST_ACTIVATIONS, TANH_APPROX
+from gemmdsl.fuse_ops.activation import ACTIVATION_OPS, ACTIVATIONS, FAST_ACTIVATION_OPS, FAST_ACTIVATIONS, TANH_APPROX
 from gemmdsl.frontend import load, load_spec
-from gemmdsl.passes.fuse import ACTIVATION_OPS, FAST_ACTIVATION_OPS, fuse_cost
+from gemmdsl.passes.fuse import fuse_cost
 from gemmdsl.passes.intensity import compulsory_bytes
 from gemmdsl.source import SourceFile
+from gemmdsl.targets import L2_BYTES_PER_CLOCK_PER_SM
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
@@ -86,8 +87,8 @@ def test_the_wgmma_epilogue_verdicts_of_the_shipped_specs():
     assert "the fused epilogue costs ~2,304 cycles per tile" in line and "not hidden: both consumers" in line
     residual = analyze(load_spec(SPECS / "hgemm_h100_relu_residual.gemm"), (SIZE, SIZE, SIZE))
     epilogue = residual.facts["wgmma_epilogue"]
-    # Half of R's tile (each warp's first 2 of 4 boxes) is copied during the main loop; the rest at 38 B per clock.
-    assert (epilogue.limit, epilogue.cycles) == ("L2", -(-128 * 256 * 2 // 2 // 38))
+    # Half of R's tile (each warp's first 2 of 4 boxes) is copied during the main loop; the rest at L2's rate per SM.
+    assert (epilogue.limit, epilogue.cycles) == ("L2", -(-128 * 256 * 2 // 2 // L2_BYTES_PER_CLOCK_PER_SM[90]))
     assert residual.facts["fuse"].work.loads == 0  # R comes by 16-byte copies, not per element
     assert epilogue.exposed == epilogue.cycles
     pingpong = analyze(load_spec(SPECS / "linear_gelu_pingpong.gemm"), (SIZE, SIZE, SIZE)).facts["wgmma_epilogue"]

@@ -3,6 +3,7 @@ checks, their launch arguments; pure, with views made here."""
 import pytest
 from hypothesis import given, strategies as st
 
+from gemmdsl import ir
 from gemmdsl.arrays import ArrayView
 from gemmdsl.fuse_operands import (FuseOperands, check_no_overlap_with_c, check_operand_names, fuse_arguments,
                                    fuse_views, moved)
@@ -12,6 +13,10 @@ CHAIN = {"formula": "silu(acc + bias[n]) + R", "scale": "rowcol", "activation": 
          "bias": {"along": "n", "dtype": "bf16"}, "residual": {"dtype": "bf16", "layout": "col"}}
 
 
+def chain(**steps) -> FuseOperands:
+    return FuseOperands.from_metadata({"fuse": {"formula": "f", **steps}})
+
+
 def view(shape, strides, dtype="bfloat16", itemsize=2, pointer=BASE):
     return ArrayView("torch", shape, strides, dtype, itemsize, pointer, 0)
 
@@ -19,7 +24,9 @@ def view(shape, strides, dtype="bfloat16", itemsize=2, pointer=BASE):
 def test_the_operands_come_from_the_metadata_in_the_kernels_order():
     fuse = FuseOperands.from_metadata({"fuse": CHAIN})
     assert fuse.names == ("bias", "residual", "row_scale", "col_scale")
-    assert fuse.bias == ("n", "bfloat16") and fuse.residual == ("col", "bfloat16")
+    bias, residual = fuse.operands[:2]
+    assert (bias.kind, bias.along, bias.dtype) == ("vector", ir.Broadcast.N, ir.DType.BF16)
+    assert (residual.kind, residual.layout, residual.dtype) == ("matrix", ir.MatrixLayout.COL, ir.DType.BF16)
     assert FuseOperands.from_metadata({}) is None
 
 
@@ -54,16 +61,17 @@ def test_views_and_arguments():
 def test_a_vector_may_not_overlap_c_but_the_residual_may_be_c(offset, m, n):
     c_at = BASE + 65536
     bias_at = c_at - 2048 + offset
-    bias = fuse_views("k", FuseOperands(bias=("m", "float32")), {"bias": view((m,), (1,), "float32", 4, bias_at)}, m, n)
+    bias = fuse_views("k", chain(bias={"along": "m", "dtype": "f32"}), {"bias": view((m,), (1,), "float32", 4, bias_at)},
+                      m, n)
     if bias_at < c_at + 4 * m * n and c_at < bias_at + 4 * m:
         with pytest.raises(ValueError, match="bias overlaps C"):
             check_no_overlap_with_c(bias, c_at, n, "row", 4, m, n)
     else:
         check_no_overlap_with_c(bias, c_at, n, "row", 4, m, n)
-    same = fuse_views("k", FuseOperands(residual=("row", "float32")),
+    same = fuse_views("k", chain(residual={"dtype": "f32", "layout": "row"}),
                       {"residual": view((m, n), (n, 1), "float32", 4, c_at)}, m, n)
     check_no_overlap_with_c(same, c_at, n, "row", 4, m, n)  # C = f(A @ B) + C in place
-    shifted = fuse_views("k", FuseOperands(residual=("row", "float32")),
+    shifted = fuse_views("k", chain(residual={"dtype": "f32", "layout": "row"}),
                          {"residual": view((m, n), (n, 1), "float32", 4, c_at + 4)}, m, n)
     if m * n > 1:
         with pytest.raises(ValueError, match="residual overlaps C"):

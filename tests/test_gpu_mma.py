@@ -69,7 +69,7 @@ def test_nvrtc_builds_a_16_bit_kernel(nvrtc_failures):
 
 
 def test_tune_builds_times_and_writes_an_mma_sync_winner_that_verifies(tmp_path, monkeypatch):
-    """`gemmdsl tune` end to end on an mma.sync template (scored by cycles.mma_sync_member_model, built by
+    """`gemmdsl tune` end to end on an mma.sync template (scored by paths/mma_sync/cycles.py, built by
     nvcc where present, whose ptxas check keeps mma.sync candidates with small spills): the winner it writes is a
     spec that compiles, runs and verifies."""
     import shutil

@@ -56,7 +56,7 @@ def test_a_broken_tile_product_is_reported_at_the_repeat(text, axis):
 
 def test_mma_shared_memory_size():
     from gemmdsl.layout import KernelLayout
-    from gemmdsl.validate import mma_smem_bytes
+    from gemmdsl.paths.mma_sync.validate import mma_smem_bytes
 
     fixtures = ROOT / "tests" / "fixtures"
     # bf16: A 128x32 and B 32x128, 8 KiB each per stage (whole swizzle periods), 4 stages

@@ -13,8 +13,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
-from gemmdsl.schedule import (ALIGN_IDLE_PERCENT, INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT,
-                              MIN_K_TILES_PER_BLOCK, StreamKSplit, SubLaunch, call_split, interior_launches,
+from gemmdsl.schedule import (ALIGN_IDLE_PERCENT, FIXUP_K_TILES_PER_SHARER, INTERIOR_MIN_WAVES_PER_STRIP,
+                              LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK, StreamKSplit, SubLaunch, call_split, interior_launches,
                               interior_split_pays, stream_k_split)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,16 +161,22 @@ def test_small_problems_do_not_split():
 def test_an_aligned_split_gives_every_shared_tile_as_many_blocks_with_few_slots_idle(tiles, k_tiles, slots):
     """The wgmma path's split (`aligned`): where the unaligned one takes every slot, it takes the most
     blocks that are a multiple of the shared tiles if that leaves at most ALIGN_IDLE_PERCENT of the slots
-    idle (then each tile's blocks start at the same k-tiles), and otherwise the unaligned split."""
+    idle (then each tile's blocks start at the same k-tiles), and otherwise the unaligned split; either way no
+    tile takes more than max(2, k_tiles / FIXUP_K_TILES_PER_SHARER) blocks (its partial sums are added one after
+    another), a multiple of the shared tiles too."""
     plain = stream_k_split(tiles, k_tiles, slots)
     split = stream_k_split(tiles, k_tiles, slots, aligned=True)
     assert split.sk_tiles == plain.sk_tiles
-    if split.sk_tiles and plain.sk_blocks == slots and (slots % split.sk_tiles) * 100 <= ALIGN_IDLE_PERCENT * slots:
-        assert split.sk_blocks % split.sk_tiles == 0 and split.sk_blocks > slots - split.sk_tiles
+    if not split.sk_tiles:
+        assert split == plain
+        return
+    cap = split.sk_tiles * max(2, k_tiles // FIXUP_K_TILES_PER_SHARER)
+    if plain.sk_blocks == slots and (slots % split.sk_tiles) * 100 <= ALIGN_IDLE_PERCENT * slots:
+        assert split.sk_blocks == min(slots - slots % split.sk_tiles, cap)
         assert all(split.range_begin(b * split.sk_blocks // split.sk_tiles) % k_tiles == 0
                    for b in range(split.sk_tiles))
     else:
-        assert split == plain
+        assert split.sk_blocks == min(plain.sk_blocks, cap)
 
 
 def test_long_k_over_few_tiles_splits_into_equal_shares_per_tile():

@@ -507,6 +507,7 @@ def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
 def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model():
     from gemmdsl import cycles
     from gemmdsl.analysis import analyze
+    from gemmdsl.paths.wgmma.cycles import wgmma_member_model
 
     text = (ROOT / "gemmdsl" / "templates" / "hgemm_h100.tgemm").read_text()
     candidates = tune.expand(text, "hgemm_h100.tgemm")
@@ -523,7 +524,7 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
     assert [s.spec.pipeline.stages for s in ranked[:4]] == [4, 4, 4, 4]
     # The score is the family rule's: wgmma's own cycles over the cycles the rule predicts.
     sms = tune.reference_sms(best.spec)
-    model = cycles.wgmma_member_model(analyze(best.spec, size).layout, sms)
+    model = wgmma_member_model(analyze(best.spec, size).layout, sms)
     figures = cycles.estimate(model, *size)
     wgmma_cycles = figures.tiles * figures.k_tiles * dict(model.terms)["wgmma_cycles_per_k_tile"] / sms
     assert best.prediction.score == pytest.approx(wgmma_cycles / figures.cycles)
@@ -534,7 +535,7 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
 
 def test_mma_sync_candidates_are_scored_by_the_cycle_model_that_ranks_double_fragments_first():
     """On the H100, hgemm_h100_mma's tiling with single fragments ran 18% slower than with double
-    (tests/fixtures/tune_h100/tune_hgemm_mma.json): the score is cycles.mma_sync_member_model's share of
+    (tests/fixtures/tune_h100/tune_hgemm_mma.json): the score is paths.mma_sync.cycles.mma_sync_member_model's share of
     mma.sync's peak, which charges a fragment wait per k-step, not the FMA path's per-FFMA model."""
     text = (ROOT / "specs" / "hgemm_h100_mma.gemm").read_text().replace("fragments: double",
                                                                          "fragments: {single,double}")

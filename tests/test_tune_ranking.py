@@ -30,7 +30,7 @@ REPORTED = {
     "hgemm_h100_bf16c_2048": (0.89, 0.0),  # held out
     "hgemm_h100": (0.85, 0.0),  # held out; 4096^3, f32 C through direct stores
     "hgemm_h100_2048": (0.84, 0.0),  # held out; 2048^3 (one tile per SM)
-    # mma.sync: cycles.mma_sync_member_model, its form chosen on hgemm_mma, its shared-instruction rate
+    # mma.sync: paths/mma_sync/cycles.py, its form chosen on hgemm_mma, its shared-instruction rate
     # fitted on tf32_mma (which alone it changes); scored on ptxas's registers and spills (recorded in the
     # fixtures, nvcc 13.0.88), as tune ranks mma.sync candidates with nvcc on PATH
     "hgemm_mma": (0.71, 0.0),

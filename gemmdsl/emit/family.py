@@ -1,9 +1,10 @@
-"""A kernel family's .cu: every member's helpers, kernels and launchers, each in a namespace of its
-own (their helpers share names), then the family's rule and launchers.
+"""A kernel family's .cu: the prelude of device helpers the members share (emit/prelude.py), then every
+member's kernels and launchers, each in a namespace of its own (with the helpers it writes differently from
+another member under the same name), then the family's rule and launchers.
 
-The rule is gemmdsl/family.py's `choose`, printed as a table of the members' figures, each member's
-cycles (cycles.estimate_rule, printed from the rule the Python side evaluates) and the same choice; `NAME_launch`, `NAME_launch_ld` (and `NAME_launch_batched`) take the members'
-parameters and call the chosen member's launcher of the same kind.
+The rule is gemmdsl/family.py's `choose`: a table of the members' figures, then cycles.estimate_rule and
+choose_rule printed as C (the rules the Python side evaluates); `NAME_launch`, `NAME_launch_ld` (and
+`NAME_launch_batched`) take the members' parameters and call the chosen member's launcher of the same kind.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from ..cycles import choose_rule, estimate_rule, saturating
 from ..rule import render_func
 from ..schedule import CYCLE_CAP
 from ..source import printable
-from . import arch_guard, emit_definitions, includes, quote_source
+from . import arch_guard, emit_definitions, emit_prelude, includes, quote_source
+from .prelude import emit_helpers, plan_prelude
 
 
 def emit_family(family: Any) -> str:
@@ -34,16 +36,24 @@ def emit_family(family: Any) -> str:
     quote_source(family.source.text, o)
     o.line()
     o.lines(includes(*(member.artifacts.spec for member in family.members)))
-    body = Emitter()
+    bodies = []
     for member in family.members:
-        body.line()
-        body.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
-        body.line(f"namespace {member.artifacts.name} {{")
-        body.line()
-        emit_definitions(member.artifacts.plan, body)
-        body.line(f"}}  // namespace {member.artifacts.name}")
-    arch_guard(family.name, family.spec.target, body.instructions, o)
-    o.extend(body)
+        bodies.append(Emitter())
+        emit_definitions(member.artifacts.plan, bodies[-1])
+    prelude = plan_prelude(bodies)
+    arch_guard(family.name, family.spec.target, set().union(*(body.instructions for body in bodies)), o)
+    emit_prelude(prelude.shared, o)
+    for member, body, own in zip(family.members, bodies, prelude.local):
+        o.line()
+        o.comment(f"---- member {member.artifacts.name}, from {printable(member.path)} ----")
+        o.line(f"namespace {member.artifacts.name} {{")
+        o.line()
+        if own:
+            o.comment("This member's own helpers (another member writes helpers of these names differently).")
+            emit_helpers(own, o)
+            o.line()
+        o.extend(body)
+        o.line(f"}}  // namespace {member.artifacts.name}")
     o.line()
     o.line("#ifndef __CUDACC_RTC__")
     _emit_rule(family, o)
@@ -73,6 +83,8 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
         o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
         o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
+        o.line("long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another")
+        o.line("long long call_cycles;  // per call: the launch, the pipeline's fill and drain")
         o.line("long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)")
         o.line("long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)")
         o.line("long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once")
@@ -87,7 +99,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
             o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, "
                    f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
-                   f"{m.partial_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
+                   f"{m.partial_cycles}, {m.fixup_cycles}, {m.call_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
                    f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}}},"
                    f"  // {m.name}")
     o.line()

@@ -7,13 +7,8 @@ accumulators share rows and columns (an FMA micro tile, an mma fragment's pairs,
 so each path loads these before its stores, once per row or column it holds, and the per-element work is
 the arithmetic, C's old value where beta needs it, and the residual's one load.
 
-Activations: relu; gelu with erff (2 ulp). Where C is f32, gelu_tanh with tanhf (2 ulp) and silu as
-x / (1 + __expf(-x)) (__expf: 2 + 1.16 |x| ulp). Where C is 16-bit, whose rounding (bf16 2^-8, f16 2^-11
-relative) bounds what the chain can deliver, gelu_tanh and silu use the hardware's tanh (`tanh.approx.f32`,
-one MUFU instruction, relative error below 2^-10.98), silu as x * (1 + tanh(x / 2)) / 2: tanhf costs about
-twenty instructions an element, which on a 128x256 wgmma tile made the epilogue as long as a third of
-the tile's main loop (linear_gelu at 4096^3 on the H100: 0.206 ms against 0.175 for the same kernel
-without the chain).
+What each step adds (its members, helpers and statement) is its op's (gemmdsl/fuse_ops/); this module
+puts the chain's steps together.
 """
 from __future__ import annotations
 
@@ -22,25 +17,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..abi import fuse_parameters
 from ..emitter import Emitter
-from ..passes.fuse import fast_activations
-
-ACTIVATIONS = {
-    ir.Activation.RELU: "fmaxf(x, 0.0f)",
-    ir.Activation.GELU: "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))",
-    ir.Activation.GELU_TANH: "0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))",
-    ir.Activation.SILU: "x / (1.0f + __expf(-x))",
-}
-# For 16-bit C: the same functions through the hardware's tanh (see the module docstring).
-FAST_ACTIVATIONS = {
-    **ACTIVATIONS,
-    ir.Activation.GELU_TANH: "0.5f * x * (1.0f + tanh_approx(0.79788456080286536f * (x + 0.044715f * x * x * x)))",
-    ir.Activation.SILU: "0.5f * x * (1.0f + tanh_approx(0.5f * x))",
-}
-TANH_APPROX = ("static __device__ __forceinline__ float tanh_approx(float x) {\n"
-               "    float y;\n"
-               "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
-               "    return y;\n"
-               "}")
+from ..fuse_ops import Operand
 
 
 def to_float(dtype: ir.DType, value: str) -> str:
@@ -71,25 +48,17 @@ class FuseChain:
         self.alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
 
     def members(self, axis: ir.Broadcast) -> list[Member]:
-        """What one row (m) or column (n) of C carries: its scale, then its bias."""
-        chain, members = self.chain, []
-        if chain.scale is not None and (chain.scale.rows if axis is ir.Broadcast.M else chain.scale.cols):
-            members.append(Member("scale", "row_scale" if axis is ir.Broadcast.M else "col_scale", ir.DType.F32))
-        if chain.bias is not None and chain.bias.along is axis:
-            members.append(Member("bias", "bias", chain.bias.dtype))
-        return members
+        """What one row (m) or column (n) of C carries: each step's vectors along it, in chain order."""
+        return [Member(operand.field, operand.parameter, operand.dtype) for step in self.chain.steps
+                for operand in step.operands() if operand.kind == "vector" and operand.along is axis]
 
     @property
-    def activations(self) -> dict[ir.Activation, str]:
-        """The activations' bodies for this spec's C: exact for f32, through the hardware's tanh for 16-bit."""
-        return FAST_ACTIVATIONS if fast_activations(self.spec) else ACTIVATIONS
-
-    @property
-    def reads_residual(self) -> bool:
-        return self.chain.residual is not None
+    def matrix(self) -> Operand | None:
+        """The chain's matrix operand (fuse_ops.Operand), read per element as `r`; None without one."""
+        return next((operand for operand in self.chain.operands if operand.kind == "matrix"), None)
 
     def emit_helpers(self, o: Emitter) -> None:
-        """The structs of a row's and a column's values, their loaders, and `fuse_chain` itself."""
+        """The structs of a row's and a column's values, their loaders, the steps' helpers and `fuse_chain`."""
         parameters = dict((name, ctype) for ctype, name in fuse_parameters(self.spec))
         o.comment(f"The fuse chain: C = {self.chain.describe(self.alpha_beta)}, in f32, then C's type.")
         for axis, index, extent in ((ir.Broadcast.M, "row", "M"), (ir.Broadcast.N, "col", "N")):
@@ -106,20 +75,17 @@ class FuseChain:
                 for member in members:
                     o.line(f"v.{member.field} = {index} < {extent} ? {member.load(index)} : 0.0f;")
                 o.line("return v;")
-        if self.chain.residual is not None:
-            residual = self.chain.residual
-            offset = ("(size_t)row * ldr + col" if residual.layout is ir.MatrixLayout.ROW
-                      else "(size_t)col * ldr + row")
-            with o.block(f"static __device__ __forceinline__ float load_residual({parameters['R']} R, int ldr, "
-                         "int row, int col)"):
-                o.line(f"return {to_float(residual.dtype, f'R[{offset}]')};")
-        if self.chain.activation is not None:
-            body = self.activations[self.chain.activation]
-            if "tanh_approx" in body:
-                for line in TANH_APPROX.splitlines():
-                    o.line(line)
-            with o.block(f"static __device__ __forceinline__ float {self.chain.activation.value}(float x)"):
-                o.line(f"return {body};")
+        matrix = self.matrix
+        if matrix is not None:
+            pointer, ld = matrix.parameter, matrix.ld
+            offset = (f"(size_t)row * {ld} + col" if matrix.layout is ir.MatrixLayout.ROW
+                      else f"(size_t)col * {ld} + row")
+            with o.block(f"static __device__ __forceinline__ float load_{matrix.name}({parameters[pointer]} "
+                         f"{pointer}, int {ld}, int row, int col)"):
+                o.line(f"return {to_float(matrix.dtype, f'{pointer}[{offset}]')};")
+        for step in self.chain.steps:
+            for line in step.c_helpers(self.spec):
+                o.line(line)
         o.comment("One element: acc its accumulator, m and n its row's and column's values, c its old value in C\n"
                   "(read only where beta is not 0), r its residual.")
         with o.block("static __device__ __forceinline__ float fuse_chain(float acc, const fuse_m& m, const fuse_n& n, "
@@ -127,12 +93,12 @@ class FuseChain:
             self._emit_body(o)
 
     def _emit_body(self, o: Emitter) -> None:
-        chain, used = self.chain, set()
-        scales = [f"{side}.scale" for side, axis in (("m", ir.Broadcast.M), ("n", ir.Broadcast.N))
-                  if any(member.field == "scale" for member in self.members(axis))]
-        if scales:
-            o.line(f"float x = acc * {' * '.join(scales)};")
-        elif self.alpha_beta:
+        used = set()
+        scaling = [step for step in self.chain.steps if step.order < ir.FUSE_BETA_ORDER]
+        factors = [factor for step in scaling for factor in step.c_factors()]
+        if factors:
+            o.line(f"float x = acc * {' * '.join(factors)};")
+        elif self.alpha_beta and not scaling:
             o.line("float x = alpha * acc;")
             used.add("alpha")
         else:
@@ -140,13 +106,12 @@ class FuseChain:
         if self.alpha_beta:
             o.line("x += beta * c;")
             used.update(("beta", "c"))
-        if chain.bias is not None:
-            o.line(f"x += {chain.bias.along.value}.bias;")
-        if chain.activation is not None:
-            o.line(f"x = {chain.activation.value}(x);")
-        if chain.residual is not None:
-            o.line("x += r;")
-            used.add("r")
+        for step in self.chain.steps:
+            statement = step.c_statement(self.spec) if step.order >= ir.FUSE_BETA_ORDER else None
+            if statement is not None:
+                o.line(statement)
+            if step.uses_r:
+                used.add("r")
         unused = [name for name in ("m", "n", "c", "r", "alpha", "beta") if name not in used
                   and not (name in ("m", "n") and self.members(ir.Broadcast(name)))]
         if unused:
@@ -164,12 +129,14 @@ class FuseChain:
         keep ptxas from interleaving one pair's chain with the next's (measured on the H100: the epilogue then
         runs one pair at a time, at the latency of its shared-memory read and tanh)."""
         c = self.spec.problem.c.dtype
-        residual = "".join(f"{ctype} {name}, " for ctype, name in fuse_parameters(self.spec) if name in ("R", "ldr"))
+        matrix = self.matrix
+        residual = "".join(f"{ctype} {name}, " for operand in (matrix,) * (matrix is not None)
+                           for ctype, name in operand.parameters)
         with o.block(f"static __device__ __forceinline__ void fuse_pair(const {c.c_type}* C, int ldc, {residual}int M, "
                      "int N, int row, int col, const fuse_m& m, const fuse_n& n0, const fuse_n& n1, float alpha, "
                      "float beta, float& x, float& y)"):
             o.line("float c0 = 0.0f, c1 = 0.0f, r0 = 0.0f, r1 = 0.0f;")
-            reads = self.alpha_beta or self.chain.residual is not None
+            reads = self.alpha_beta or matrix is not None
             if reads:
                 o.line("const bool inside = row < M;  // rows past M are not stored: nothing to read for them")
             if self.alpha_beta:
@@ -178,11 +145,12 @@ class FuseChain:
                     o.line(f"if (inside && col + 1 < N) c1 = {to_float(c, 'C[(size_t)row * ldc + col + 1]')};")
             else:
                 o.line("(void)C; (void)ldc;")
-            if self.chain.residual is not None:
-                o.line("// A null R: the epilogue adds R from shared memory itself.")
-                with o.block("if (R != nullptr)"):
-                    o.line("if (inside && col < N) r0 = load_residual(R, ldr, row, col);")
-                    o.line("if (inside && col + 1 < N) r1 = load_residual(R, ldr, row, col + 1);")
+            if matrix is not None:
+                pointer, ld = matrix.parameter, matrix.ld
+                o.line(f"// A null {pointer}: the epilogue adds {pointer} from shared memory itself.")
+                with o.block(f"if ({pointer} != nullptr)"):
+                    o.line(f"if (inside && col < N) r0 = load_{matrix.name}({pointer}, {ld}, row, col);")
+                    o.line(f"if (inside && col + 1 < N) r1 = load_{matrix.name}({pointer}, {ld}, row, col + 1);")
             else:
                 o.line("(void)N; (void)col;")
             if not reads:
@@ -193,7 +161,7 @@ class FuseChain:
     def pair(self, c: str, row: str, m: str, n0: str, n1: str, x: str, y: str, r: str = "R") -> str:
         """The statement that applies the chain to the pair (`x`, `y`) at (`row`, `col`) of C (`c`, row-major),
         `m` their row's values, `n0` and `n1` their columns', `r` the residual's pointer (null: not read)."""
-        residual = f"{r}, ldr, " if self.chain.residual is not None else ""
+        residual = f"{r}, {self.matrix.ld}, " if self.matrix is not None else ""
         return f"fuse_pair({c}, ldc, {residual}M, N, {row}, col, {m}, {n0}, {n1}, alpha, beta, {x}, {y});"
 
     def staged(self, axis: ir.Broadcast, buffer: str, offsets: dict[str, int], index: str) -> str:
@@ -224,5 +192,7 @@ class FuseChain:
     def element(self, acc: str, m: str, n: str, c: str, row: str, col: str, alpha: str = "alpha") -> str:
         """The chain's value for one element: `m` and `n` its row's and column's loaded values, `c` C's old
         value (an expression, used only with alpha_beta), `row` and `col` its place in C."""
-        r = f"load_residual(R, ldr, {row}, {col})" if self.chain.residual is not None else "0.0f"
+        matrix = self.matrix
+        r = (f"load_{matrix.name}({matrix.parameter}, {matrix.ld}, {row}, {col})" if matrix is not None
+             else "0.0f")
         return f"fuse_chain({acc}, {m}, {n}, {c}, {r}, {alpha}, beta)"

@@ -255,22 +255,8 @@ def _launcher_comments(spec: ir.KernelSpec) -> dict[str, str]:
 
 def _fuse_operands(spec: ir.KernelSpec) -> str:
     """What the launchers' fuse parameters point at."""
-    fuse, parts = spec.fuse, []
-    if fuse.bias is not None:
-        parts.append(f"bias: {'M' if fuse.bias.along is ir.Broadcast.M else 'N'} {fuse.bias.dtype.value} values, "
-                     f"one per {'row' if fuse.bias.along is ir.Broadcast.M else 'column'}")
-    if fuse.residual is not None:
-        parts.append(f"R: an M x N {fuse.residual.layout.value}-major {fuse.residual.dtype.value} matrix, leading "
-                     "dimension ldr")
-    if fuse.scale is not None and fuse.scale.rows:
-        parts.append("row_scale: M f32 values")
-    if fuse.scale is not None and fuse.scale.cols:
-        parts.append("col_scale: groups x N f32 values, row-major (one row per group)" if spec.problem.grouped
-                     else "col_scale: N f32 values")
-    if fuse.scale is not None and fuse.scale.blocks:
-        parts.append("a_scale: M x ceil(K / 128) f32 values, row-major, one per row and 128 elements of K; "
-                     "b_scale: ceil(N / 128) x ceil(K / 128) f32 values, row-major, one per 128 x 128 block of B "
-                     "(DeepSeek's block scaling, applied to each k-tile's sum)")
+    steps = sorted(spec.fuse.steps, key=lambda step: step.operand_order)
+    parts = [part for step in steps for part in step.header(spec)]
     return "; ".join(parts) if parts else "no operands of its own"
 
 

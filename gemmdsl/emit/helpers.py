@@ -1,15 +1,13 @@
 """Helpers emitted before the kernels: the shared-memory layout functions and the PTX wrappers
-(lds/sts, cp.async; for tensor-core kernels ldmatrix, 32-bit fragment loads and mma.sync) for
-exactly the widths and forms the plan's instructions use."""
+(sts, cp.async; and the path's fragment loads and instructions: lds for FMA kernels, ldmatrix, 32-bit
+fragment loads and mma.sync for tensor-core ones) for exactly the widths and forms the plan's
+instructions use."""
 from __future__ import annotations
 
 from .. import ir
 from ..emitter import Emitter
-from ..mma_layout import MmaLayout
 from ..plan import KernelPlan
 from .ctext import OPERANDS, VECTOR_TYPES, component
-from .ldmatrix import emit_fragment_load_helpers
-from .mma_sync import emit_mma_helpers
 
 
 class HelperEmitter:
@@ -22,7 +20,8 @@ class HelperEmitter:
         self.out = out
         self.cp_async = self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
         self.element = self.spec.problem.a.dtype
-        self.mma = plan.layout if isinstance(plan.layout, MmaLayout) else None
+        self.layout = plan.layout
+        self.path = plan.path  # a TilePath (paths/tiles.py): its fragment loads' and instruction's wrappers
 
     def emit(self) -> None:
         o = self.out
@@ -42,11 +41,9 @@ class HelperEmitter:
         if self.cp_async:
             o.line()
             self._emit_cp_async_helpers()
-        if self.mma is not None:
-            o.line()
-            emit_mma_helpers(self.mma, o)
+        self.path.emit_math_helpers(self.layout, o)
 
-    def _shared_widths(self, op: str) -> list[int]:
+    def shared_widths(self, op: str) -> list[int]:
         """Vector widths (elements) of the shared-memory loads or stores the kernels issue."""
         return sorted({a.width for layout in self.layouts for a in layout.smem_accesses() if a.op == op})
 
@@ -58,13 +55,9 @@ class HelperEmitter:
                   "ones that run. (`asm volatile` also keeps them in order around barriers.)")
         with o.block(f"static __device__ __forceinline__ unsigned smem_address(const {self.element.c_type}* p)"):
             o.line("return static_cast<unsigned>(__cvta_generic_to_shared(p));")
-        if self.mma is not None:
-            emit_fragment_load_helpers(self.mma, o)
-            return
-        for width in self._shared_widths("load"):
-            emit_shared_access_wrapper(o, "load", width)
+        self.path.emit_fragment_helpers(self, o)
         if not self.cp_async:
-            for width in self._shared_widths("store"):
+            for width in self.shared_widths("store"):
                 emit_shared_access_wrapper(o, "store", width)
 
     def _emit_cp_async_helpers(self) -> None:

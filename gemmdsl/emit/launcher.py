@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from .. import ir
-from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, fuse_parameters, launcher_parameters,
+from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
 from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper
@@ -245,12 +245,12 @@ class LauncherEmitter:
         """A, B and C offset to the block of C whose first element is at (row, col), and with a fuse chain
         its vectors and residual too."""
         offsets = {}
-        fuse = self.spec.fuse
+        operands = self.spec.fuse.operands if self.spec.fuse is not None else ()
         matrices = [("A", self.spec.problem.a.layout, "lda", (row, "0")), ("B", self.spec.problem.b.layout, "ldb",
                                                                          ("0", col)),
                     ("C", self.spec.problem.c.layout, "ldc", (row, col))]
-        if fuse is not None and fuse.residual is not None:
-            matrices.append(("R", fuse.residual.layout, "ldr", (row, col)))
+        matrices += [(operand.parameter, operand.layout, operand.ld, (row, col)) for operand in operands
+                     if operand.kind == "matrix"]
         for name, layout, ld, (r, c) in matrices:
             if (r, c) == ("0", "0"):
                 continue
@@ -258,11 +258,10 @@ class LauncherEmitter:
                 r, c = c, r
             offset = c if r == "0" else f"(size_t){r} * {ld}" + ("" if c == "0" else f" + {c}")
             offsets[name] = f"{name} + {offset}"
-        for _, name in fuse_parameters(self.spec):
-            start = {"row_scale": row, "col_scale": col, "bias": row if fuse and fuse.bias and
-                     fuse.bias.along is ir.Broadcast.M else col}.get(name, "0")
+        for operand in operands:
+            start = (row if operand.along is ir.Broadcast.M else col) if operand.kind == "vector" else "0"
             if start != "0":
-                offsets[name] = f"{name} + {start}"
+                offsets[operand.parameter] = f"{operand.parameter} + {start}"
         return offsets
 
     def _emit_launch(self, kernel: str, blocks: str, overrides: dict[str, str]) -> None:

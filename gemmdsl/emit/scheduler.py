@@ -42,9 +42,25 @@ def tiles(spec: ir.KernelSpec) -> str:
     return f"{paren(tile_count(spec, 'M', 'BM'))} * {paren(tile_count(spec, 'N', 'BN'))}"
 
 
+RASTER_GROUP = r'''
+// Rasterization group(n): (tile_m, tile_n) of C tile number `tile` of tiles_m x tiles_n. Groups of `group_size`
+// tile rows are walked column by column, so blocks that run together share rows of A and columns of B in L2.
+// `tile` keeps its type (blockIdx.x divides unsigned, in fewer instructions than an int) and comes last, so that
+// a kernel reads blockIdx.x after the grid's sizes, next to its first use.
+template <typename Tile>
+static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, int group_size, Tile tile)
+{
+    const int blocks_per_group = group_size * tiles_n;
+    const int first_tile_m = (tile / blocks_per_group) * group_size;
+    const int group_rows = min(tiles_m - first_tile_m, group_size);
+    return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
+}'''
+
+
 def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str, rows: str = "M", first_row: str = "") -> None:
     """block_m and block_n of C tile number `tile` (the block index, or a stream-K segment's tile) of a GEMM of
-    `rows` rows whose first row is `first_row` (a group's, in a grouped launch; "" for row 0)."""
+    `rows` rows whose first row is `first_row` (a group's, in a grouped launch; "" for row 0). A group raster
+    calls `raster_group`, a helper of the file's prelude."""
     o = out
     raster = spec.block.raster
     what = "which C tile this block computes" if tile == "blockIdx.x" else f"where C tile `{tile}` lies"
@@ -58,16 +74,13 @@ def emit_raster(spec: ir.KernelSpec, out: Emitter, tile: str, rows: str = "M", f
         o.line(f"const int tile_m = {tile} % tiles_m;")
         o.line(f"const int tile_n = {tile} / tiles_m;")
     else:
-        o.comment(f"Groups of {raster.group} tile rows are walked column by column, so blocks that\n"
-                  "run together share rows of A and columns of B in L2.")
-        o.line(f"const int tiles_m = {tile_count(spec, rows, 'BM')};")
-        o.line(f"const int tiles_n = {tile_count(spec, 'N', 'BN')};")
-        o.line(f"const int group_size = {raster.group};")
-        o.line("const int blocks_per_group = group_size * tiles_n;")
-        o.line(f"const int first_tile_m = ({tile} / blocks_per_group) * group_size;")
-        o.line("const int group_rows = min(tiles_m - first_tile_m, group_size);")
-        o.line(f"const int tile_m = first_tile_m + ({tile} % blocks_per_group) % group_rows;")
-        o.line(f"const int tile_n = ({tile} % blocks_per_group) / group_rows;")
+        with o.helpers():
+            o.lines(RASTER_GROUP)
+        o.line(f"const int2 tile_mn = raster_group({tile_count(spec, rows, 'BM')}, {tile_count(spec, 'N', 'BN')}, "
+               f"{raster.group}, {tile});")
+        o.line(f"const int block_m = {first_row + ' + ' if first_row else ''}tile_mn.x * BM;")
+        o.line("const int block_n = tile_mn.y * BN;")
+        return
     o.line(f"const int block_m = {first_row + ' + ' if first_row else ''}tile_m * BM;")
     o.line("const int block_n = tile_n * BN;")
 

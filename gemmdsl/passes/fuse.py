@@ -17,40 +17,16 @@ so the figures count the rows and columns inside C. C's old value, read where be
 apart: the unfused `alpha_beta` epilogue reads it too.
 
 Registers: the values a thread keeps, one per row (column) it holds and per value the row (column)
-carries (a scale, a bias). Work: each element's chain in instructions, the activation's from the PTX of
-its device function (emit/fuse.py's ACTIVATIONS; nvcc 13.0, sm_90a): `ACTIVATION_OPS`.
+carries (a scale, a bias). Work: each element's chain in instructions, each step's from its op
+(gemmdsl/fuse_ops/: the activation's counted in the PTX of its device function, nvcc 13.0, sm_90a).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from .. import ir
 from ..layout import ChainReads
-from ..validate_fuse import BLOCK_SCALE_K
 from .framework import Context, PassResult
-
-# Per element: (FP32 and integer instructions, SFU instructions: ex2, rcp) of each activation, counted in the
-# PTX nvcc 13.0 emits for sm_90a (tests/test_fuse_cost.py recounts them where nvcc is installed).
-# gelu's erff is a polynomial with one ex2; gelu_tanh's tanhf one ex2 and one rcp; silu's division
-# (div.rn.f32) is ptxas's rcp and a Newton step, counted as 1 SFU and 7 FP32 beside __expf's ex2.
-ACTIVATION_OPS: dict[ir.Activation, tuple[int, int]] = {
-    ir.Activation.RELU: (1, 0),
-    ir.Activation.GELU: (27, 1),
-    ir.Activation.GELU_TANH: (22, 2),
-    ir.Activation.SILU: (9, 2),
-}
-# Where C is 16-bit the chain takes the hardware's tanh (emit/fuse.py, FAST_ACTIVATIONS): gelu_tanh and silu
-# become a few products around one tanh.approx.f32, counted the same way.
-FAST_ACTIVATION_OPS: dict[ir.Activation, tuple[int, int]] = {
-    **ACTIVATION_OPS,
-    ir.Activation.GELU_TANH: (7, 1),
-    ir.Activation.SILU: (3, 1),
-}
-
-
-def fast_activations(spec: ir.KernelSpec) -> bool:
-    """The activations run through the hardware's tanh: C is 16-bit, and its rounding bounds the chain's error."""
-    return spec.problem.c.dtype is not ir.DType.F32
 
 
 def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
@@ -58,27 +34,23 @@ def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
     return list(spec.fuse.vectors) if spec.fuse is not None else []
 
 
-K_LOOP_OPERANDS = ("a_scale", "b_scale")  # block scales: read per k-tile, applied as each k-tile is promoted
+def _matrices(spec: ir.KernelSpec) -> list:
+    """The chain's matrix operands (fuse_ops.Operand: the residual), read per element."""
+    return [operand for operand in spec.fuse.operands if operand.kind == "matrix"] if spec.fuse is not None else []
 
 
-def block_scaled(spec: ir.KernelSpec) -> bool:
-    return spec.fuse is not None and spec.fuse.scale is ir.ScaleVectors.BLOCK
-
-
-def scale_blocks(extent: int) -> int:
-    return -(-extent // BLOCK_SCALE_K)
+def _extra_bytes(spec: ir.KernelSpec, reads: ChainReads | None, m: int, n: int, k: int) -> dict[str, tuple]:
+    """The steps' k-loop operands' (through DRAM, fetched by blocks, requested by threads)."""
+    return {name: figures for step in spec.fuse.steps
+            for name, figures in step.extra_bytes(spec, reads, m, n, k).items()} if spec.fuse is not None else {}
 
 
 def chain_dram_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, int]:
     """What the chain's operands add to a launch's DRAM traffic at least: each vector, R and the block scales
     read once."""
     found = {name: (m if axis is ir.Broadcast.M else n) * dtype.bytes for name, axis, dtype in vectors(spec)}
-    if spec.fuse is not None and spec.fuse.residual is not None:
-        found["residual"] = m * n * spec.fuse.residual.dtype.bytes
-    if block_scaled(spec):
-        f32 = ir.DType.F32.bytes
-        found["a_scale"] = m * scale_blocks(k) * f32
-        found["b_scale"] = scale_blocks(n) * scale_blocks(k) * f32
+    found.update({operand.name: m * n * operand.dtype.bytes for operand in _matrices(spec)})
+    found.update({name: figures[0] for name, figures in _extra_bytes(spec, None, m, n, k).items()})
     return found
 
 
@@ -98,7 +70,7 @@ def kept_registers(spec: ir.KernelSpec, reads: ChainReads) -> int:
 class ChainWork:
     """One element's chain: the instructions it issues beyond the unfused epilogue's."""
 
-    alu: int  # FP32 and integer instructions (scales, beta, bias, the activation, the residual, conversions)
+    alu: int  # FP32 and integer instructions (each step's, beta's, conversions)
     sfu: int  # the activation's special-function instructions
     loads: int  # global loads per element: a column's values read per element, R, C's old value (beta)
     smem_loads: int = 0  # shared loads per element: a column's staged values read per element
@@ -108,11 +80,12 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
     chain = spec.fuse
     assert chain is not None
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
-    scales = (chain.scale.rows + chain.scale.cols) if chain.scale is not None else 0
-    alu = (scales or alpha_beta) + alpha_beta  # the scale vectors' products (or alpha's), beta's multiply-add
-    loads = int(alpha_beta)
-    if chain.bias is not None:
-        alu += 1
+    work = {step.key: step.work(spec, reads) for step in chain.steps}
+    scaling = sum(work[step.key].alu for step in chain.steps if step.order < ir.FUSE_BETA_ORDER)
+    alu = (scaling or alpha_beta) + alpha_beta  # the scaling steps' products (or alpha's), beta's multiply-add
+    alu += sum(work[step.key].alu for step in chain.steps if step.order >= ir.FUSE_BETA_ORDER)
+    loads = int(alpha_beta) + sum(w.loads for w in work.values())
+    sfu = sum(w.sfu for w in work.values())
     smem_loads = 0
     if reads.cols_per_element:
         column = [dtype for _, axis, dtype in vectors(spec) if axis is ir.Broadcast.N]
@@ -121,13 +94,6 @@ def chain_work(spec: ir.KernelSpec, reads: ChainReads) -> ChainWork:
         else:
             loads += len(column)
             alu += sum(dtype.bytes == 2 for dtype in column)  # read as f32
-    sfu = 0
-    if chain.activation is not None:
-        more, sfu = (FAST_ACTIVATION_OPS if fast_activations(spec) else ACTIVATION_OPS)[chain.activation]
-        alu += more
-    if chain.residual is not None:
-        alu += 1 + (chain.residual.dtype.bytes == 2)
-        loads += not reads.residual_copied  # copied: 16 bytes a copy, ldmatrix 4 pairs a lane: not per element
     return ChainWork(alu, sfu, loads, smem_loads)
 
 
@@ -144,6 +110,12 @@ class FuseCost:
     work: ChainWork  # per element
     staged_bytes: int = 0  # shared memory per block for a tile's vectors, loaded ahead of the epilogue (0: none)
     residual_ahead: float = 0.0  # the share of R's tile copied to shared memory before the epilogue
+    matrices: tuple[str, ...] = ()  # the operands that are M x N matrices (the residual)
+    k_loop: tuple[str, ...] = ()  # the operands the main loop reads, not the epilogue (block scales)
+
+    def figures(self) -> dict:
+        """The figures by name, for `check --json` (the operands' kinds left out: they say how to add them up)."""
+        return {name: value for name, value in asdict(self).items() if name not in ("matrices", "k_loop")}
 
     @property
     def extra_dram_bytes(self) -> int:
@@ -156,9 +128,9 @@ class FuseCost:
         the k-loop instead."""
         total = 0
         for name, count in self.block_bytes.items():
-            if name == "residual":
+            if name in self.matrices:
                 total += round(count * (1 - self.residual_ahead))
-            elif name not in K_LOOP_OPERANDS and not self.staged_bytes:
+            elif name not in self.k_loop and not self.staged_bytes:
                 total += count
         return total
 
@@ -182,19 +154,16 @@ def fuse_cost(spec: ir.KernelSpec, reads: ChainReads, m: int, n: int, k: int) ->
             threads[name] = m * n * dtype.bytes
         else:
             threads[name] = tiles[axis] * extent[axis] * loaders[axis] * dtype.bytes
-    if "residual" in dram:
-        blocks["residual"] = threads["residual"] = dram["residual"]
-    if block_scaled(spec):
-        f32, k_tiles = ir.DType.F32.bytes, scale_blocks(k)
-        blocks["a_scale"] = tiles[ir.Broadcast.M] * m * k_tiles * f32
-        blocks["b_scale"] = tiles[ir.Broadcast.N] * scale_blocks(n) * k_tiles * f32
-        thread_loads = tiles[ir.Broadcast.M] * tiles[ir.Broadcast.N] * k_tiles * reads.threads * f32
-        threads["a_scale"] = thread_loads * reads.rows_per_thread
-        threads["b_scale"] = thread_loads * (bn // BLOCK_SCALE_K)
+    matrices = tuple(operand.name for operand in _matrices(spec))
+    for name in matrices:
+        blocks[name] = threads[name] = dram[name]
+    extra = _extra_bytes(spec, reads, m, n, k)
+    for name, (_, fetched, requested) in extra.items():
+        blocks[name], threads[name] = fetched, requested
     alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
     c_read = m * n * spec.problem.c.dtype.bytes if alpha_beta else 0
     return FuseCost(spec.fuse.describe(alpha_beta), dram, blocks, threads, c_read, kept_registers(spec, reads),
-                    chain_work(spec, reads), reads.staged_bytes, reads.residual_ahead)
+                    chain_work(spec, reads), reads.staged_bytes, reads.residual_ahead, matrices, tuple(extra))
 
 
 def _megabytes(count: int) -> str:

@@ -74,23 +74,12 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
 def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
     """What multiplies (fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's reference GPU in
     TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
-    peaks = path_of(spec).peak_tflops(spec.target.sm)
-    if spec.mma is None:
-        unit = "fma"
-    elif spec.mma.precision is ir.Precision.TF32X3:
-        return "3xtf32", peaks["tf32"] / 3
-    elif spec.mma.precision is ir.Precision.TF32:
-        unit = "tf32"
-    else:  # FP8 is one unit whatever the pairing of e4m3 and e5m2
-        unit = "fp8" if spec.problem.a.dtype.fp8 else spec.problem.a.dtype.value
+    path = path_of(spec)
+    peaks = path.peak_tflops(spec.target.sm)
+    unit = path.unit(spec)
+    if unit == "3xtf32":  # three TF32 products
+        return unit, peaks["tf32"] / 3
     return unit, peaks[unit]
-
-
-def warp_tile(spec: ir.KernelSpec) -> ir.Pair:
-    if spec.mma is not None:
-        return spec.mma.warp_tile
-    threads = spec.threads
-    return ir.Pair(threads.lanes.m * threads.fragment.m, threads.lanes.n * threads.fragment.n)
 
 
 class IntensityPass:
@@ -100,7 +89,7 @@ class IntensityPass:
 
     def run(self, context: Context) -> PassResult:
         spec = context.spec
-        tile = warp_tile(spec)
+        tile = path_of(spec).warp_tile(spec)
         element_bytes = spec.problem.a.dtype.bytes
         m, n, k = context.problem
         unit, peak = math_unit(spec)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from .. import ir
 from ..layout import KernelLayout, TileLayout
 from ..mma_layout import MmaLayout
+from ..paths import path_of
 from ..source import Diagnostic, Severity
 from ..plan import min_blocks_per_sm
 from ..targets import Arch, launch_register_cap, occupancy_of
@@ -171,9 +172,11 @@ def global_loads(layout: KernelLayout) -> int:
 
 
 def estimate_registers(layout: TileLayout) -> RegisterEstimate:
-    if isinstance(layout, MmaLayout):
-        return estimate_mma_registers(layout)
-    assert isinstance(layout, KernelLayout)
+    """The estimate of the layout's path (`register_estimate`): the FMA model or the tensor-core one below."""
+    return path_of(layout.spec).register_estimate(layout)
+
+
+def estimate_fma_registers(layout: KernelLayout) -> RegisterEstimate:
     spec = layout.spec
     fragment = spec.threads.fragment
     sets = fragment_sets(layout)
@@ -225,16 +228,7 @@ def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
 
 def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagnostic, ...]:
     warnings = []
-    spills_can_pay = None
-    if spec.mma is None:
-        micro, smaller = spec.threads.at("micro"), "a smaller micro tile or repeat needs fewer registers"
-    else:
-        micro = spec.mma.at("repeat")
-        # Measured on the H100: double-buffered TF32 fragments spilling 32-176 bytes ran 12.5% faster than the
-        # single-buffered twin that does not spill (docs/performance.md, T13); so the hint says so.
-        spills_can_pay = ("on mma.sync a small spill can cost less than what the registers buy (tf32_ldmatrix "
-                          "spills up to 176 bytes and ran 12.5% faster for it on the H100): time both")
-        smaller = f"a smaller mma repeat (more warps for the same tile) needs fewer registers; but {spills_can_pay}"
+    micro, smaller, spills_can_pay = path_of(spec).register_advice(spec)
     if registers.estimate.demand > registers.estimate.cap:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,

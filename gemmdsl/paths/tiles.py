@@ -15,9 +15,39 @@ from . import InstructionPath
 class TilePath(InstructionPath):
     lowering: type  # the TileLayout subclass of the path's kernels
     passes = ALL_PASSES
+    register_copies = False  # whether `copy: registers` is generated
+    register_tile: str  # what to shrink for fewer live registers, as validate's budget warning says it
 
     def validate(self, checker) -> None:
-        checker.check_tiles()
+        checker.check_tiles(self)
+
+    @abstractmethod
+    def check_threads(self, checker) -> bool:
+        """validate.py's rules of the thread layout (and the instruction); whether they hold."""
+
+    @abstractmethod
+    def check_stages(self, checker, threads_ok: bool) -> int:
+        """validate.py's rules of the lowered shared-memory stages; their bytes."""
+
+    @abstractmethod
+    def emit_fragment_helpers(self, helpers, out) -> None:
+        """The wrappers of the fragments' shared-memory loads (emit/helpers.py's HelperEmitter asks)."""
+
+    def emit_math_helpers(self, layout, out) -> None:
+        """The wrappers of the instruction, after the copies' (none for fmaf)."""
+
+    @abstractmethod
+    def register_estimate(self, layout):
+        """passes/registers.py's RegisterEstimate of one of the path's layouts."""
+
+    @abstractmethod
+    def register_advice(self, spec) -> tuple:
+        """What the register pass's warnings point at (a Span), how to need fewer registers, and what to
+        weigh against a spill (None: nothing)."""
+
+    @abstractmethod
+    def live_registers(self, spec) -> tuple[str, int]:
+        """A thread's accumulators (as words) and the 32-bit registers they and one k-step's fragments hold."""
 
     def lower(self, spec) -> KernelPlan:
         return tile_plan(spec, self.lowering, self)

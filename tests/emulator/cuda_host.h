@@ -33,12 +33,16 @@
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
+struct alignas(8) int2 {
+    int x, y;
+};
 struct alignas(8) float2 {
     float x, y;
 };
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+inline int2 make_int2(int x, int y) { return {x, y}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __expf(float x) { return std::exp(x); }  // the fuse chain's silu

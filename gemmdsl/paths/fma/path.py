@@ -8,31 +8,71 @@ from ...cost_model import cost_facts, k_tile_cycles, register_cap
 from ...cycles import MemberModel, launched_fields
 from ...emit.epilogue import Epilogue
 from ...emit.fragments import SharedLoads
+from ...emit.helpers import emit_shared_access_wrapper
 from ...emit.kernel import MathParts
 from ...emit.math import FmaOuterProduct
 from ...layout import KernelLayout
+from ...passes.registers import estimate_fma_registers
 from ..tiles import TilePath
 
 
 class FmaPath(TilePath):
     name = "fma"
     lowering = KernelLayout
+    key_sets = frozenset({"fma threads", "warp tiles"})
+    default_copy = ir.CopyMode.REGISTERS
+    register_copies = True
+    register_tile = "the micro tile or repeat"
 
-    def selects(self, spec: ir.KernelSpec) -> bool:
-        return spec.mma is None
+    def takes(self, shape, a, b) -> bool:
+        return shape is None
+
+    def smem_read(self, read, dtype) -> dict:
+        return {"read_bits": read}  # a width in bits, or the widest allowed
+
+    def validate(self, checker) -> None:
+        checker.check_f32_operands()
+        super().validate(checker)
+
+    def check_threads(self, checker) -> bool:
+        return checker.check_threads()
+
+    def check_stages(self, checker, threads_ok: bool) -> int:
+        return checker.check_fma_stages(threads_ok)
+
+    def emit_fragment_helpers(self, helpers, out) -> None:
+        for width in helpers.shared_widths("load"):
+            emit_shared_access_wrapper(out, "load", width)
+
+    def register_estimate(self, layout: KernelLayout):
+        return estimate_fma_registers(layout)
+
+    def register_advice(self, spec: ir.KernelSpec) -> tuple:
+        return spec.threads.at("micro"), "a smaller micro tile or repeat needs fewer registers", None
+
+    def live_registers(self, spec: ir.KernelSpec) -> tuple[str, int]:
+        f = spec.threads.fragment
+        return f"{f.m}x{f.n}", f.m * f.n + f.m + f.n
+
+    def unit(self, spec: ir.KernelSpec) -> str:
+        return "fma"
+
+    def warp_tile(self, spec: ir.KernelSpec) -> ir.Pair:
+        threads = spec.threads
+        return ir.Pair(threads.lanes.m * threads.fragment.m, threads.lanes.n * threads.fragment.n)
 
     def math_parts(self, spec, layout, out, double: bool) -> MathParts:
         return MathParts(SharedLoads(layout, out, double), FmaOuterProduct(spec, layout, out),
                          Epilogue(spec, layout, out))
 
-    def member_model(self, artifacts) -> MemberModel:
+    def member_model(self, analysis, sms: int) -> MemberModel:
         """The tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the family rule and
         the tuner rank FMA tilings alike."""
-        spec, facts = artifacts.spec, artifacts.analysis.facts
-        common = launched_fields(spec, artifacts.plan.arch.reference_sms)
+        spec, facts = analysis.spec, analysis.facts
+        common = launched_fields(spec, sms)
         blocks = facts["occupancy"].blocks_per_sm
-        cap = register_cap(spec, artifacts.analysis.layout.threads)
-        costs = cost_facts(spec, artifacts.analysis, cap)
+        cap = register_cap(spec, analysis.layout.threads)
+        costs = cost_facts(spec, analysis, cap)
         flops_per_byte = facts["intensity"].launch_flops_per_byte
         return MemberModel(**common, blocks_per_sm=blocks,
                            k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte)

@@ -57,7 +57,8 @@ def choose_wgmma_parts(plan: KernelPlan, out: Emitter) -> WgmmaParts:
 
 
 def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
-    """The file's body after its includes: the tensor-map type, device helpers, the kernel, the launchers."""
+    """The file's body after its includes: the tensor-map type, the kernel, the launchers; and the device helpers
+    they may call, which go to the file's prelude (emit/prelude.py)."""
     from .grouped import GroupedTensorMapLauncher
     from .launcher import TensorMapLauncher
 
@@ -71,21 +72,12 @@ def emit_wgmma_definitions(plan: KernelPlan, o: Emitter) -> None:
     o.line("};")
     o.line()
     o.uses("wgmma, setmaxnreg and TMA")
-    o.comment(f"The device code exists in {plan.spec.target} passes only (a device pass for another target stops at "
-              "the file's #error;\nthe host pass compiles none of it; CUTLASS guards its sm_90a code the same way).")
-    o.line(arch_guard(plan))
-    parts.ring.emit_helpers()
-    o.line()
-    parts.copy.emit_helpers()
-    o.line()
-    parts.math.emit_helpers()
-    o.line()
-    parts.epilogue.emit_helpers()
-    if parts.layout.stream_k:
-        o.line()
-        parts.scheduler.emit_helpers()
-    o.line("#endif")
-    o.line()
+    o.helper_guard = (arch_guard(plan), f"The helpers of {plan.spec.target} kernels exist in {plan.spec.target} passes "
+                      "only (a device pass for another target stops at\nthe file's #error; the host pass compiles none "
+                      "of them; CUTLASS guards its sm_90a code the same way).")
+    with o.helpers():
+        for part in (parts.ring, parts.copy, parts.math, parts.epilogue, parts.scheduler):
+            part.emit_helpers()
     emit_wgmma_kernel(plan, o)
     o.line()
     emit_scale_c_kernel(plan, o, guard=arch_guard(plan))

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ... import ir
-from ...cycles import FusedEpilogue, estimate, fused_epilogue, tensor_share, wgmma_member_model
+from ...cycles import estimate, tensor_share
+from .cycles import FusedEpilogue, fused_epilogue, wgmma_member_model
 from ...grouped_schedule import ASSUMED_GROUPS, even_offs, tile_count as grouped_tile_count
 from ...targets import MEMORY_TBPS, WARP, WARPGROUP, WGMMA_MEASURED_TFLOPS
 from .layout import WgmmaLayout
@@ -244,7 +245,7 @@ class WgmmaBound:
     dram_bytes: int  # A, B read once, C written (and read for alpha_beta): perfect L2 reuse
     memory_tflops: float
     bound_tflops: float
-    # The cycle model the families and the tuner rank by (cycles.wgmma_member_model): one k-tile's
+    # The cycle model the families and the tuner rank by (paths/wgmma/cycles.py): one k-tile's
     # cycles on an SM, the rate that sets them, and the share of the peak it predicts for the problem.
     k_tile_cycles: int = 0
     k_tile_limit: str = ""
@@ -310,7 +311,7 @@ def _memory_floor(model, m: int, n: int, k: int) -> str:
 
 
 class WgmmaFuseEpiloguePass:
-    """Whether the fuse chain's epilogue hides under the next tile's main loop (cycles.fused_epilogue)."""
+    """Whether the fuse chain's epilogue hides under the next tile's main loop (paths/wgmma/cycles.py)."""
 
     name = "epilogue"
     needs = frozenset({"fuse", "wgmma_waves"})
@@ -347,7 +348,7 @@ def epilogue_verdict(epilogue: FusedEpilogue, layout: WgmmaLayout) -> str:
                    "overlaps it with another tile's main loop)")
 
 
-# The rates a wgmma k-tile is the slowest of (cycles.wgmma_member_model's terms), as `check` names them.
+# The rates a wgmma k-tile is the slowest of (wgmma_member_model's terms), as `check` names them.
 K_TILE_RATES = {"wgmma_cycles": "wgmma's multiply-adds", "smem_wavefronts": "shared-memory reads",
                 "tma_cycles": "TMA's bytes from L2", "ring_cycles": "the ring's round trip"}
 

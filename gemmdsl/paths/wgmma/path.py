@@ -4,9 +4,12 @@ stream-K sharing the last wave's k-tiles through a workspace), and the launchers
 Its lowering is `WgmmaLayout`, not a TileLayout; its rules, passes and emitters are its own."""
 from __future__ import annotations
 
+import re
+
 from ... import abi, ir
 from ...abi import tile_count
-from ...cycles import MemberModel, wgmma_member_model
+from ...cycles import MemberModel
+from .cycles import wgmma_member_model
 from .grouped import grouped_contract
 from .kernel import emit_wgmma_definitions
 from .pad import pads_operands
@@ -23,9 +26,9 @@ from .. import InstructionPath
 TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
 
 
-def fp8_operands(spec: ir.KernelSpec) -> bool:
+def fp8_operands(a: ir.DType | None, b: ir.DType | None) -> bool:
     """Whether A or B is FP8: such wgmma specs are the FP8 path's (paths/wgmma_fp8)."""
-    return spec.problem.a.dtype.fp8 or spec.problem.b.dtype.fp8
+    return any(dtype is not None and dtype.fp8 for dtype in (a, b))
 
 
 class WgmmaPath(InstructionPath):
@@ -33,9 +36,17 @@ class WgmmaPath(InstructionPath):
     passes = WGMMA_PASSES
     batch_strides_note = "(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)."
     lowering = WgmmaLayout  # the layout class; a path built on this one (FP8) gives its own
+    key_sets = frozenset({"warpgroups"})
+    default_copy = ir.CopyMode.TMA
+    default_swizzle_bytes = 128
+    shape_syntax = re.compile(r"m64n(?P<n>\d+)k(?P<k>\d+)")
+    shape_type = ir.WgmmaShape
 
-    def selects(self, spec: ir.KernelSpec) -> bool:
-        return spec.mma is not None and spec.mma.wgmma and not fp8_operands(spec)
+    def takes(self, shape, a, b) -> bool:
+        return shape is ir.WgmmaShape and not fp8_operands(a, b)
+
+    def smem_in_global_order(self, dtype: ir.DType) -> bool:
+        return True  # TMA lands a box as it lies in global memory
 
     def validate(self, checker) -> None:
         check_wgmma(checker.spec, checker.error, checker.warning, self.lowering)
@@ -115,8 +126,11 @@ class WgmmaPath(InstructionPath):
                 for op, box in boxes.items()}
         return {"tensor_maps": maps, "alignment_bytes": layout.global_alignment_bytes}
 
-    def member_model(self, artifacts) -> MemberModel:
-        return wgmma_member_model(artifacts.plan.layout, artifacts.plan.arch.reference_sms)
+    def member_model(self, analysis, sms: int) -> MemberModel:
+        return wgmma_member_model(analysis.layout, sms)
+
+    def lowered_member_model(self, layout: WgmmaLayout, sms: int) -> MemberModel:
+        return wgmma_member_model(layout, sms)
 
     def peak_tflops(self, sm: int) -> dict[str, float]:
         return WGMMA_PEAK_TFLOPS.get(sm, {})

@@ -21,8 +21,8 @@ aligned, or an ldr that is not, leaves R to the chain's per-pair reads (`residua
 from __future__ import annotations
 
 from .layout import CHUNK, SWIZZLE_ATOM, SWIZZLE_SPAN, WARP_ROWS, WARPS_PER_WARPGROUP
-from .epilogue import PAIR_TYPES, _pair
-from .store import StagedEpilogue
+from .epilogue import PAIR_TYPES, _pair, _to_float
+from .store import SWIZZLED_128B, StagedEpilogue
 
 STMATRIX = r'''
 // Four 8x8 matrices of 16-bit elements into shared memory (sm_90): lane l gives the address of row l % 8
@@ -138,9 +138,18 @@ class StmatrixEpilogue(StagedEpilogue):
             o.line(f"const {PAIR_TYPES[c]} old = *reinterpret_cast<const {PAIR_TYPES[c]}*>(C + (size_t)row * ldc + col);")
             o.line("x += beta * __low2float(old);")
             o.line("y += beta * __high2float(old);")
+        o.comment("Calls TMA cannot store (C's rows or pointer off 16 bytes): the same, element by element.")
+        with o.block(f"static __device__ __forceinline__ void add_c_elements(const {c.c_type}* C, int ldc, int M, int N, "
+                     "int row, int col, float beta, float& x, float& y)"):
+            o.line("if (row >= M) return;")
+            o.line(f"const {c.c_type}* const p = C + (size_t)row * ldc + col;")
+            o.line(f"if (col < N) x += beta * {_to_float(c, 'p[0]')};")
+            o.line(f"if (col + 1 < N) y += beta * {_to_float(c, 'p[1]')};")
 
     def emit_box_helpers(self) -> None:
         o, c = self.out, self.c
+        o.lines(SWIZZLED_128B)
+        o.line()
         o.comment(f"Two floats as one {PAIR_TYPES[c]}, in a register as stmatrix takes it (the first in the low half).")
         with o.block("static __device__ __forceinline__ unsigned packed_pair(float x, float y)"):
             o.line(f"const {PAIR_TYPES[c]} pair = {_pair(c, 'x', 'y')};")
@@ -163,7 +172,43 @@ class StmatrixEpilogue(StagedEpilogue):
                     self.emit_pair_loop("add_c(C, ldc, M, N, {row}, col, beta, {x}, {y});")
             self.emit_boxes()
         with o.block("else"):
-            self.emit_direct()
+            self.emit_row_stores()
+
+    def emit_row_stores(self) -> None:
+        """Calls TMA cannot store: the same boxes through the warp's buffers, then written out a row at a time by
+        the warp's lanes on consecutive columns (bounds checked). The accumulators' own pairs lie on 8 rows a
+        warp: stored directly, each store instruction touched 8 rows' sectors for 4 bytes each, which ran C out
+        at about a tenth of HBM's rate at calls that are all epilogue (K of a few dozen, odd N)."""
+        o, c = self.out, self.c
+        o.line("const int warp = tid / 32, lane = tid % 32;")
+        if self.alpha_beta:
+            with o.unrolled("i", "ACCUMULATORS"):
+                o.line("acc[i] *= alpha;")
+            with o.block("if (beta != 0.0f)"):
+                self.emit_pair_loop("add_c_elements(C, ldc, M, N, {row}, col, beta, {x}, {y});")
+        o.line(f"unsigned char* const buffers = {self._buffers};")
+        o.line(f"const unsigned lane_offset = (lane & 15) * {SWIZZLE_SPAN} + ((((lane >> 4) ^ lane) & 7) << 4);")
+        with o.unrolled("box", "C_BOXES"):
+            o.line("const int mr = box / (BN / C_BOX_COLS);")
+            o.line("const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column")
+            o.line("unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;")
+            o.line("const unsigned base = smem_u32(buffer) + lane_offset;")
+            with o.unrolled("j", "C_BOX_COLS / 8", step=2):
+                o.line(f"const float* const d = {_chunk('first + 8 * j')};")
+                o.line(f"const float* const e = {_chunk('first + 8 * j + 8')};")
+                o.line("stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), "
+                       "packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));")
+            o.line("__syncwarp();")
+            o.line(f"const int box_row = block_m + {self.layout.consumer_row}mr * 64 + warp * {WARP_ROWS};")
+            with o.unrolled("r", str(WARP_ROWS)):
+                with o.block("if (box_row + r < M)"):
+                    with o.unrolled("part", "C_BOX_COLS / 32"):
+                        o.line("const int col = first + part * 32 + lane;")
+                        with o.block("if (block_n + col < N)"):
+                            o.line(f"C[(size_t)(box_row + r) * ldc + block_n + col] = "
+                                   f"*reinterpret_cast<const {c.c_type}*>(buffer + swizzled_128b(r, (col - first) * "
+                                   f"{c.bytes}));")
+            o.line("__syncwarp();  // read before the buffer's next box")
 
     def emit_boxes(self) -> None:
         o = self.out

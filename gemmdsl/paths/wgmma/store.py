@@ -165,7 +165,42 @@ class StagedEpilogue(AccumulatorEpilogue):
                 o.line("if (tid == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
                                                          f"block_m + {self.layout.consumer_row}mr * 64"))
         with o.block("else"):
-            self.emit_direct()
+            self.emit_row_stores()
+
+    def emit_row_stores(self) -> None:
+        """Calls TMA cannot store: the same boxes through the consumer's buffers, then written out a row at a time
+        by each warp's lanes on consecutive columns (bounds checked), where the accumulators' own pairs lie on 8 rows
+        a warp (stmatrix.py says what that cost)."""
+        o, c = self.out, self.c
+        o.line("const int warp = tid / 32, lane = tid % 32;")
+        o.line("const int r = warp * 16 + lane / 4;  // the box row of d[0], d[1]; d[2], d[3] are 8 below")
+        o.line("unsigned char* const buffer = staging + consumer * STORE_BUFFERS * C_BOX_BYTES;")
+        with o.unrolled("box", "C_BOXES"):
+            o.line("const int mr = box / (BN / C_BOX_COLS);")
+            o.line("const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column")
+            o.line("warpgroup_sync(consumer);  // the last box's rows have been read")
+            with o.unrolled("j", "C_BOX_COLS / 8"):
+                o.line("const int col = first + 8 * j;")
+                o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
+                       "4 * (col % WGMMA_N / 8);")
+                o.line(f"const int row = block_m + {self.layout.consumer_row}mr * 64 + r;")
+                o.line("const int gcol = block_n + col + lane % 4 * 2;")
+                o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
+                o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
+                o.line("const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);")
+                pair = PAIR_TYPES[c]
+                o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r, byte)) = {_pair(c, 'top.x', 'top.y')};")
+                o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r + 8, byte)) = "
+                       f"{_pair(c, 'bottom.x', 'bottom.y')};")
+            o.line("warpgroup_sync(consumer);")
+            o.line(f"const int box_row = block_m + {self.layout.consumer_row}mr * 64;")
+            o.comment("The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.")
+            with o.unrolled("step", "64 * C_BOX_COLS / 128"):
+                o.line("const int index = step * 128 + tid;")
+                o.line("const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;")
+                with o.block("if (box_row + row < M && block_n + first + col < N)"):
+                    o.line(f"C[(size_t)(box_row + row) * ldc + block_n + first + col] = "
+                           f"*reinterpret_cast<const {c.c_type}*>(buffer + swizzled_128b(row, col * {c.bytes}));")
 
     def emit_finish(self) -> None:
         """After the consumer's last tile: its stores must have read shared memory (and written C)

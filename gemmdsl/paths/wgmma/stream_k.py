@@ -61,9 +61,8 @@ class StreamKPersistentScheduler(PersistentScheduler):
     def emit_helpers(self) -> None:
         o = self.out
         o.lines(FLAG_HELPERS)
-        if not self.layout.tma_store:  # the staged epilogue's helpers hold it too
-            o.line()
-            o.lines(WARPGROUP_SYNC)
+        o.line()
+        o.lines(WARPGROUP_SYNC)  # the staged store offers it too: the file's prelude defines it once
 
     def emit_counts(self) -> None:
         super().emit_counts()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...targets import WARPGROUP
-from ...validate_fuse import BLOCK_SCALE_K
+from ...fuse_ops.scale import BLOCK_SCALE_K
 from ..wgmma.layout import CONSUMER_RESERVE, PRODUCER_REGISTERS, SPLIT_LOOP_RESERVE, WGMMA_M, WgmmaLayout
 
 WGMMA_N_STEP = 8  # wgmma's N is a multiple of 8

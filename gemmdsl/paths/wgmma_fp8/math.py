@@ -12,7 +12,7 @@ group, as 3xTF32's k-tile does (paths/wgmma/split.py).
 from __future__ import annotations
 
 from ... import ir
-from ...validate_fuse import BLOCK_SCALE_K
+from ...fuse_ops.scale import BLOCK_SCALE_K
 from ..wgmma.math import WgmmaMath
 
 

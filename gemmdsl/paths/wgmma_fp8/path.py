@@ -14,9 +14,13 @@ from .math import PromotedWgmmaMath
 class Fp8WgmmaPath(WgmmaPath):
     name = "wgmma_fp8"
     lowering = Fp8Layout
+    default_accumulate = ir.Accumulate.PROMOTED
 
-    def selects(self, spec: ir.KernelSpec) -> bool:
-        return spec.mma is not None and spec.mma.wgmma and fp8_operands(spec)
+    def takes(self, shape, a, b) -> bool:
+        return shape is ir.WgmmaShape and fp8_operands(a, b)
+
+    def unit(self, spec: ir.KernelSpec) -> str:
+        return "fp8"  # one unit whatever the pairing of e4m3 and e5m2
 
     def math(self, layout: Fp8Layout, out):
         return PromotedWgmmaMath(layout, out) if layout.promoted else super().math(layout, out)

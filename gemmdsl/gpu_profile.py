@@ -1,0 +1,125 @@
+"""Per-GPU profiles: the rates the cycle model counts in, measured on one GPU model by `gemmdsl calibrate`
+(gemmdsl/calibrate.py) and shipped in gemmdsl/profiles/NAME.json.
+
+    profile_for(90)            # $GEMMDSL_GPU's profile, else the target's reference GPU's (REFERENCE_PROFILES)
+    profile_for(90, "h100_sxm")
+    load_profile("my_gpu.json")
+
+A profile holds what was measured in absolute units (TB/s, ns, multiply-adds per SM clock) and the clock the
+cycle model's figures turn into times at (`clock_mhz`: the tensor cores' clock under load); the per-clock figures
+the model reads (HBM and L2 bytes per clock, a launch in cycles) are derived from them at that clock. Terms the
+model fits on timed kernels rather than microbenchmarks (the TMA ring's round trip, 3xTF32's split wait) sit in
+its `fitted` section, with their source.
+
+Which profile a compile reads is chosen once per process: $GEMMDSL_GPU (a name from gemmdsl/profiles/ or a
+file), else the target architecture's reference GPU. A GPU with no profile of its own (an H100 PCIe, say) is
+priced as the reference GPU of its architecture: the H200 for sm_90, the figures measured here. Architectures
+with no profile (sm_80, sm_86, sm_89) keep targets.py's datasheet rates.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Mapping
+
+from .errors import GemmdslError
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+PROFILE_ENV = "GEMMDSL_GPU"
+REFERENCE_PROFILES: dict[int, str] = {90: "h200"}  # the GPU each architecture's figures are priced on
+
+
+class ProfileError(GemmdslError, ValueError):
+    """A profile that does not exist or does not read."""
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    name: str
+    gpu: str  # the name the driver reports
+    sm: int
+    sms: int
+    clock_mhz: int
+    hbm_tbps: float
+    l2_tbps: float
+    launch_ns: int
+    mma_sync_macs_per_clock: Mapping[str, int]
+    wgmma_macs_per_clock: Mapping[str, int]
+    ring_round_trip_cycles: int
+    split_wait_cycles_per_k_tile: int
+    stream_k_fixup_bytes_per_clock: int
+    call_latency_ns: int
+    source: str
+
+    def _per_clock(self, tbps: float) -> float:
+        return tbps * 1e12 / (self.clock_mhz * 1e6)
+
+    @property
+    def hbm_bytes_per_clock(self) -> int:
+        return round(self._per_clock(self.hbm_tbps))
+
+    @property
+    def l2_bytes_per_clock_per_sm(self) -> int:
+        return round(self._per_clock(self.l2_tbps) / self.sms)
+
+    @property
+    def launch_cycles(self) -> int:
+        return round(self.launch_ns * self.clock_mhz / 1e3)
+
+    @property
+    def call_cycles(self) -> int:
+        return round(self.call_latency_ns * self.clock_mhz / 1e3)
+
+
+def profile_names() -> list[str]:
+    return sorted(path.stem for path in PROFILES_DIR.glob("*.json"))
+
+
+def _path_of(name: str) -> Path:
+    if name.endswith(".json") or os.sep in name:
+        return Path(name)
+    path = PROFILES_DIR / f"{name}.json"
+    if not path.exists():
+        raise ProfileError(f"no GPU profile named {name!r} (shipped: {', '.join(profile_names())}; or a "
+                           f"PROFILE.json that `gemmdsl calibrate -o` wrote)")
+    return path
+
+
+@cache
+def load_profile(name: str) -> GpuProfile:
+    path = _path_of(name)
+    try:
+        data = json.loads(path.read_text())
+        fitted = data.get("fitted", {})
+        return GpuProfile(
+            name=path.stem, gpu=data["gpu"], sm=int(data["sm"]), sms=int(data["sms"]), clock_mhz=int(data["clock_mhz"]),
+            hbm_tbps=float(data["hbm_tbps"]), l2_tbps=float(data["l2_tbps"]), launch_ns=int(data["launch_ns"]),
+            mma_sync_macs_per_clock=dict(data["mma_sync_macs_per_clock"]),
+            wgmma_macs_per_clock=dict(data.get("wgmma_macs_per_clock", {})),
+            ring_round_trip_cycles=int(fitted.get("ring_round_trip_cycles", 3000)),
+            split_wait_cycles_per_k_tile=int(fitted.get("split_wait_cycles_per_k_tile", 190)),
+            stream_k_fixup_bytes_per_clock=int(fitted.get("stream_k_fixup_bytes_per_clock", 16)),
+            call_latency_ns=int(fitted.get("call_latency_ns", 0)),
+            source=str(data.get("source", "")))
+    except OSError as err:
+        raise ProfileError(f"{path}: cannot read the GPU profile: {err.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ProfileError(f"{path}: not a GPU profile ({type(err).__name__}: {err}); `gemmdsl calibrate -o "
+                           f"{path.name}` writes one") from None
+
+
+def profile_for(sm: int, name: str | None = None) -> GpuProfile | None:
+    """The profile a compile for `sm` prices with: `name`, else $GEMMDSL_GPU, else the architecture's reference GPU;
+    None for an architecture with no profile. A named profile of another architecture is refused."""
+    chosen = name or os.environ.get(PROFILE_ENV) or REFERENCE_PROFILES.get(sm)
+    if chosen is None:
+        return None
+    profile = load_profile(chosen)
+    if profile.sm != sm:
+        if name is None and chosen == os.environ.get(PROFILE_ENV):
+            return load_profile(REFERENCE_PROFILES[sm]) if sm in REFERENCE_PROFILES else None
+        raise ProfileError(f"GPU profile {chosen!r} is for sm_{profile.sm}, not sm_{sm}")
+    return profile

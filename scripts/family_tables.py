@@ -1,0 +1,129 @@
+"""The tables of docs/performance.md's "Families at shapes nobody tuned for", from scripts/family_study.py's JSON:
+per family its ratios to cuBLAS (the member the family ran, and the fastest member: what a perfect rule would
+reach), the rule's regret (the picked member's time over the fastest member's) and the cycle model's truth
+(predicted against measured time per member and shape, and the rank correlation of the members per shape).
+
+    python3 scripts/family_tables.py study.json [--profile gemmdsl/profiles/h200.json] [--shapes]
+
+The predictions are today's: each family is compiled here, and its members' models (the profile named, else the
+target's reference profile) priced at every shape the study timed, so a change to the model is judged against
+times measured before it. `--rule` judges the rule the same way: the member the model picks now, at its measured
+time, where the study timed it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gemmdsl.cycles import choose, estimate  # noqa: E402
+from gemmdsl.family import compile_family_path  # noqa: E402
+from gemmdsl.gpu_profile import profile_for  # noqa: E402
+
+FAMILY_FILES = {
+    "hgemm_h100_bf16c": "specs/hgemm_h100_bf16c_family.gemmf",
+    "hgemm_h100": "specs/hgemm_h100_family.gemmf",
+    "hgemm_h100_f16": "specs/hgemm_h100_f16_family.gemmf",
+    "tf32_h100": "specs/tf32_h100_family.gemmf",
+    "sgemm_h100": "specs/sgemm_family.gemmf",
+    "sgemm_3xtf32_h100_sk": "specs/sgemm_3xtf32_h100_family.gemmf",
+}
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    def ranks(values):
+        order = sorted(range(len(values)), key=values.__getitem__)
+        result = [0.0] * len(values)
+        for rank, index in enumerate(order):
+            result[index] = rank
+        return result
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return num / den if den else 1.0
+
+
+def member_times(row: dict) -> dict[int, float]:
+    return {int(key[len("member"):]): value for key, value in row.items()
+            if key.startswith("member") and key != "members"}
+
+
+def summary(ratios: list[float]) -> str:
+    return (f"{statistics.geometric_mean(ratios):.3f} | {percentile(ratios, 0.1):.3f} | {min(ratios):.3f} | "
+            f"{sum(r < 0.6 for r in ratios)}")
+
+
+def tables(rows: list[dict], profile_name: str | None, rule: bool, per_shape: bool) -> list[str]:
+    families: dict[str, list[dict]] = {}
+    for row in rows:
+        if "cublas" in row:
+            families.setdefault(row["members"][0], []).append(row)
+    profile = profile_for(90, profile_name)
+    clock = profile.clock_mhz
+    lines = ["| family | shapes | ran: geomean, p10, lowest, below 0.6x | total time vs cuBLAS | fastest member: "
+             "geomean, p10, lowest, below 0.6x | picked within 5% of fastest | within 25% | worst regret | "
+             "prediction within 20% | median Spearman |", "| --- " * 10 + "|"]
+    shape_lines = []
+    for first, family_rows in families.items():
+        family = compile_family_path(FAMILY_FILES[first])
+        models = family.models
+        ran, fastest, regrets, errors, rhos = [], [], [], [], []
+        family_ms = cublas_ms = 0.0
+        for row in family_rows:
+            times = member_times(row)
+            m, n, k = row["shape"]
+            picked = choose(models, m, n, k) if rule else row["chosen"]
+            picked_ms = times.get(picked, row["family"]) if rule else row["family"]
+            ran.append(row["cublas"] / picked_ms)
+            best = min(times.values())
+            fastest.append(row["cublas"] / min(best, row["family"]))
+            regrets.append(picked_ms / best)
+            family_ms += picked_ms
+            cublas_ms += row["cublas"]
+            predicted = {i: estimate(models[i], m, n, k).cycles / clock / 1e3 for i in times}
+            errors += [abs(predicted[i] - times[i]) / times[i] for i in times]
+            if len(times) >= 3:
+                rhos.append(spearman([predicted[i] for i in times], [times[i] for i in times]))
+            if per_shape:
+                shape_lines.append(f"| {first} | {m}x{n}x{k} | {row['cublas'] * 1e3:.1f} | {picked_ms * 1e3:.1f} | "
+                                   f"{row['cublas'] / picked_ms:.3f} | {models[picked].name} | "
+                                   f"{row['cublas'] / best:.3f} |")
+        within = sum(r <= 1.05 for r in regrets) / len(regrets)
+        within25 = sum(r <= 1.25 for r in regrets) / len(regrets)
+        truth = sum(e <= 0.2 for e in errors) / len(errors)
+        rho = statistics.median(rhos) if rhos else float("nan")
+        lines.append(f"| {first} | {len(family_rows)} | {summary(ran)} | {cublas_ms / family_ms:.3f} | "
+                     f"{summary(fastest)} | {within:.0%} | {within25:.0%} | {max(regrets):.2f} | {truth:.0%} | "
+                     f"{rho:.2f} |")
+    if per_shape:
+        lines += ["", "| family | shape | cuBLAS us | family us | ratio | member | fastest member's ratio |",
+                  "| --- " * 7 + "|"] + shape_lines
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", nargs="+")
+    parser.add_argument("--profile", help="a profile's name or file (default: the target's reference GPU)")
+    parser.add_argument("--rule", action="store_true", help="judge the rule as the model picks now")
+    parser.add_argument("--shapes", action="store_true", help="also every shape's row")
+    args = parser.parse_args(argv)
+    rows = [row for path in args.study for row in json.loads(Path(path).read_text())["rows"]]
+    print("\n".join(tables(rows, args.profile, args.rule, args.shapes)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
