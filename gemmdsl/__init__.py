@@ -14,16 +14,16 @@ and notebooks (gemmdsl/api.py, docs/python-api.md):
 
 Every error gemmdsl raises for what a caller can fix is a `gemmdsl.GemmdslError`.
 
-Importing the package imports nothing but its errors: the API above, `Kernel`, `FamilyKernel` and the modules
-(`gemmdsl.runtime`, `gemmdsl.compiler`, ...) load when first named, and a `load` from the cache of compiled
-specs never imports the compiler.
+Importing the package imports nothing but its errors and its version: the API above, `Kernel`, `FamilyKernel`
+and the modules (`gemmdsl.runtime`, `gemmdsl.compiler`, ...) load when first named, and a `load` from the cache
+of compiled specs never imports the compiler.
 """
 import importlib
 import os
 
 from .errors import GemmdslError
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["GemmdslError", "check_spec", "choose_member", "compile_spec", "load"]
 # Names this module gives without importing their modules until asked: name -> its module.
 LAZY = {**dict.fromkeys(("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec"), "api"),

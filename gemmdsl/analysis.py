@@ -14,8 +14,8 @@ from .abi import size_errors
 from .errors import GemmdslError
 from .layout import TileLayout
 from .passes import DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
-from .paths import InstructionPath, path_of
-from .plan import KernelPlan, plan_kernel
+from .paths import InstructionPath, path_of, plan_kernel
+from .plan import KernelPlan
 from .source import Diagnostic
 
 

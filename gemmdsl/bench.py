@@ -53,7 +53,7 @@ from .precisions import Comparison, comparison
 from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
 from .shape_sets import DEFAULT_SHAPES, RANDOM_PREFIX, RandomShapes, named_lists, shape_source
 from .paths import path_of
-from .targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
+from .targets import unit_peak_tflops
 from .bench_fuse import baselines
 from .verify import Case, CupyArrays, arrays_for, chain_operands, random_operand
 
@@ -192,11 +192,6 @@ def comparison_groups(kernels: list[Kernel]) -> dict[Comparison, list[Kernel]]:
     for kernel in kernels:
         groups.setdefault(comparison(kernel.metadata), []).append(kernel)
     return groups
-
-
-def unit_peak_tflops(unit: str, sm: int) -> float:
-    peaks = {**WGMMA_PEAK_TFLOPS.get(sm, {}), **PEAK_TFLOPS[sm]}  # FP8 runs on wgmma only
-    return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]
 
 
 def instruction_peak(kernel: Kernel, unit: str, sm: int, unit_peak: float) -> float:

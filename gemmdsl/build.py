@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .abi import arch_flag
 from .errors import GemmdslError
-from .load_cache import cache_dir, read_entry, write_entry
+from .cache_root import cache_dir, read_entry, write_entry
 
 NVCC_TIMEOUT_S = 600
 # What the runtime's cubins are compiled with, by nvcc -cubin and NVRTC alike (-lineinfo lets ncu map

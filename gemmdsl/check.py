@@ -35,12 +35,17 @@ REPORT_WIDTH = 100  # verdicts wrap here
 
 
 def format_report(analysis: Analysis, verbose: bool = False) -> str:
-    """The report; the bank map of the worst access only where it conflicts, or with `verbose`."""
-    own = analysis.path.report(analysis)
-    if own is not None:
-        return own
+    """The report; the bank map of the worst access only where it conflicts, or with `verbose`. A path with a
+    headline of its own (paths/facts.py) gets the short report: its headline and alarms, the verdicts, the
+    warnings."""
+    facts = analysis.path.facts
+    headline = facts.headline(analysis)
+    if headline is not None:
+        return _joined([headline, *facts.alarms(analysis),
+                        "\n".join(_wrapped(f"{outcome.name}: ", outcome.verdict) for outcome in analysis.outcomes),
+                        _warnings(analysis)])
     worst = worst_access(analysis.facts["smem_accesses"])
-    sections = [
+    return _joined([
         _header(analysis),
         _spill_banner(analysis),
         _access_table(analysis),
@@ -48,26 +53,10 @@ def format_report(analysis: Analysis, verbose: bool = False) -> str:
         _verdicts(analysis),
         _warnings(analysis),
         _bank_map(analysis, worst) if verbose or worst.max_ways > 1 else "",
-    ]
-    return "\n\n".join(section for section in sections if section) + "\n"
+    ])
 
 
-def wgmma_report(analysis: Analysis) -> str:
-    """Hopper's own path: its passes' verdicts (shared memory, registers after setmaxnreg, the ring, the
-    persistent grid's waves, the bound), ptxas's figures when nvcc or NVRTC ran, and the warnings."""
-    spec, layout = analysis.spec, analysis.layout
-    registers = analysis.facts["wgmma_registers"]
-    header = (f"{spec.name} ({spec.target}): {layout.threads} threads = {layout.consumers} consumer + "
-              f"{layout.producers} producer warpgroups, block tile {layout.bm}x{layout.bn}x{layout.bk}, "
-              f"wgmma {layout.instruction_note}, problem {analysis.problem}")
-    sections = [header]
-    if registers.spills:
-        sections.append(f"!!! ptxas SPILLS registers to local memory: {registers.spills} bytes !!!")
-    if analysis.ptxas and analysis.ptxas.get("wgmma_serialized"):
-        sections.append("!!! ptxas SERIALIZED the kernel's wgmma (C7515: non-wgmma instructions define accumulator "
-                        "registers inside a wgmma pipeline stage); expect a large slowdown !!!")
-    sections.append("\n".join(_wrapped(f"{outcome.name}: ", outcome.verdict) for outcome in analysis.outcomes))
-    sections.append(_warnings(analysis))
+def _joined(sections: list[str]) -> str:
     return "\n\n".join(section for section in sections if section) + "\n"
 
 
@@ -172,7 +161,7 @@ def _bank_map(analysis: Analysis, cost: AccessCost) -> str:
 
 def to_json(analysis: Analysis) -> dict:
     spec, layout = analysis.spec, analysis.layout
-    facts = analysis.path.report_facts(analysis) or _tile_facts(analysis)
+    facts = analysis.path.facts.figures(analysis) or _tile_facts(analysis)
     return {
         "kernel": spec.name,
         "target": str(spec.target),
@@ -245,18 +234,13 @@ def _tile_facts(analysis: Analysis) -> dict:
     }
 
 
-def wgmma_facts(analysis: Analysis) -> dict:
-    """Hopper's path: shared memory, registers after setmaxnreg, the ring, a launch's traffic, waves and bound."""
-    return {name: dataclasses.asdict(analysis.facts[f"wgmma_{name}"])
-            for name in ("smem", "registers", "pipeline", "traffic", "waves", "bound")}
-
-
 def _fuse_json(analysis: Analysis) -> dict | None:
-    """The fuse chain's figures (passes/fuse.py) and, on the wgmma path, its epilogue's cycles; None unfused."""
+    """The fuse chain's figures (passes/fuse.py) and, where the path's passes count them (`epilogue_cycles`),
+    its epilogue's cycles; None unfused."""
     cost = analysis.facts["fuse"]
     if cost is None:
         return None
-    epilogue = analysis.facts.get("wgmma_epilogue")
+    epilogue = analysis.facts.get("epilogue_cycles")
     return {**cost.figures(), "extra_dram_bytes": cost.extra_dram_bytes,
             "epilogue": None if epilogue is None else {**dataclasses.asdict(epilogue), "exposed": epilogue.exposed,
                                                        "share": round(epilogue.share, 4)}}

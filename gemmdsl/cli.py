@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
@@ -19,7 +18,9 @@ from .family import compile_family_path, is_family_path, parse_family
 from .file_kinds import inputs_help
 from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, printable
-from .targets import TARGETS, TargetName, parse_target
+from .gpu_profile import PROFILE_ENV
+from .targets import PROFILE_ERROR, TARGETS, TargetName, parse_target
+from .version import __version__
 
 EMIT_KINDS = ("cu", "ptx", "cubin")
 
@@ -193,6 +194,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if PROFILE_ERROR is not None:
+        print(f"error: ${PROFILE_ENV}: {PROFILE_ERROR}", file=sys.stderr)
+        return 1
     args = build_parser(next((arg for arg in argv if not arg.startswith("-")), None)).parse_args(argv)
     try:
         return args.handler(args)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import __version__, fuse_ops, ir
+from . import fuse_ops, ir
 from .build import PtxasFigures, PtxasResources, cached_kernel_resources, ptxas_compiler
 from .analysis import Analysis, analyze, default_problem, summary_lines
 from .emit import emit_cuda
@@ -26,10 +26,11 @@ from .emit.header import emit_header
 from .errors import GemmdslError
 from .frontend import load
 from .layout import TileLayout
-from .passes.intensity import math_unit
-from .plan import KernelPlan, plan_kernel
+from .paths import plan_kernel
+from .plan import KernelPlan
 from .source import Diagnostic, SourceFile
 from .targets import TargetName
+from .version import __version__
 
 
 @dataclass
@@ -143,7 +144,7 @@ def launch_metadata(plan: KernelPlan, source: SourceFile) -> dict:
         "epilogue": spec.problem.epilogue.value,
         "layouts": {op.value: spec.problem.matrix(op).layout.value for op in ir.Operand},
         # What multiplies (fma | bf16 | f16 | tf32 | 3xtf32): verify and bench compare with cuBLAS at that precision.
-        "unit": math_unit(spec)[0],
+        "unit": plan.path.unit(spec),
         # Element types of A, B, C (f32 | f16 | bf16); the launchers' pointers are of these types.
         "dtypes": {op.value: spec.problem.matrix(op).dtype.value for op in ir.Operand},
         "ptxas": None,

@@ -31,7 +31,7 @@ demand to HEADROOM above it (passes/registers.py), so where that band crosses an
 model averages its efficiency over the band (a candidate that may lose a block per SM is expected to
 lose it in proportion). With ptxas's figure the occupancy is that figure's. The wave quantization of
 the grid over SMS x blocks-per-SM slots multiplies the result (geomean over the sizes; stream-K fills
-the last wave, schedule.py). A predicted spill (the register rule of tune.py) scores 0: measured on an
+the last wave, schedule.py). A predicted spill (the register rule of tune/screen.py) scores 0: measured on an
 H100, such kernels ran about 10x slower than their twins, below every kernel that does not spill.
 
 What the model does not see, and the ranking's tie-breaks take up (tune.rank): FMA order (ptxas keeps

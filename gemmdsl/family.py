@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from . import __version__, ir
+from . import ir
 from .abi import launcher_names, launcher_parameters, size_errors
 from .analysis import ProblemSizeError
 from .compiler import Artifacts, compile_source, fuse_metadata
@@ -94,6 +94,7 @@ from .file_kinds import FAMILY_SUFFIX, is_family_path
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
 from .targets import TargetName, arch
 from .validate import kernel_name_problem
+from .version import __version__
 
 
 # --- the rule (cycles.choose) ------------------------------------------------------------------

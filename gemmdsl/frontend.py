@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import ir
 from .parser import parse
+from .paths import path_of
 from .source import CompileError, Diagnostic, Severity, SourceFile
 from .targets import TargetName
 from .validate import validate
@@ -31,7 +32,8 @@ def load(source: SourceFile, target: TargetName | int | None = None) -> tuple[ir
     if isinstance(target, int):
         target = TargetName(target)
     spec = parse(source)
-    diagnostics = validate(spec if target is None else spec.with_target(*target))
+    targeted = spec if target is None else spec.with_target(*target)
+    diagnostics = validate(targeted, path_of(targeted))
     if target is not None:
         # What is said of the target is said of the override: the line quoted names the spec's own.
         written = spec.target.at("target")

@@ -88,25 +88,36 @@ def _path_of(name: str) -> Path:
     return path
 
 
+FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
+          "call_latency_ns")
+
+
 @cache
 def load_profile(name: str) -> GpuProfile:
+    """The profile `name` (a shipped one's name, or a file). Fitted terms a profile lacks (one `gemmdsl calibrate -o`
+    wrote has none) are its architecture's reference GPU's."""
     path = _path_of(name)
     try:
         data = json.loads(path.read_text())
-        fitted = data.get("fitted", {})
+        sm = int(data["sm"])
+        fitted = dict(data.get("fitted", {}))
+        missing = [key for key in FITTED if key not in fitted]
+        if missing:
+            reference = REFERENCE_PROFILES.get(sm)
+            if reference is None or path.resolve() == _path_of(reference).resolve():
+                raise KeyError(f"fitted.{missing[0]}")
+            fitted.update({key: getattr(load_profile(reference), key) for key in missing})
         return GpuProfile(
-            name=path.stem, gpu=data["gpu"], sm=int(data["sm"]), sms=int(data["sms"]), clock_mhz=int(data["clock_mhz"]),
+            name=path.stem, gpu=data["gpu"], sm=sm, sms=int(data["sms"]), clock_mhz=int(data["clock_mhz"]),
             hbm_tbps=float(data["hbm_tbps"]), l2_tbps=float(data["l2_tbps"]), launch_ns=int(data["launch_ns"]),
             mma_sync_macs_per_clock=dict(data["mma_sync_macs_per_clock"]),
             wgmma_macs_per_clock=dict(data.get("wgmma_macs_per_clock", {})),
-            ring_round_trip_cycles=int(fitted.get("ring_round_trip_cycles", 3000)),
-            split_wait_cycles_per_k_tile=int(fitted.get("split_wait_cycles_per_k_tile", 190)),
-            stream_k_fixup_bytes_per_clock=int(fitted.get("stream_k_fixup_bytes_per_clock", 16)),
-            call_latency_ns=int(fitted.get("call_latency_ns", 0)),
-            source=str(data.get("source", "")))
+            **{key: int(fitted[key]) for key in FITTED}, source=str(data.get("source", "")))
     except OSError as err:
         raise ProfileError(f"{path}: cannot read the GPU profile: {err.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as err:
+        if isinstance(err, ProfileError):
+            raise
         raise ProfileError(f"{path}: not a GPU profile ({type(err).__name__}: {err}); `gemmdsl calibrate -o "
                            f"{path.name}` writes one") from None
 

@@ -136,16 +136,17 @@ class GroupedTypes:
                    kernel.requirements.layouts["B"] == "col", comparison(kernel.metadata).fast_accumulation)
 
     @property
-    def fp8(self) -> bool:
+    def scaled(self) -> bool:
+        """Whether torch multiplies these operands only through its scaled matmuls (FP8 A and B)."""
         return self.a.startswith("float8")
 
     @property
     def grouped_name(self) -> str:
-        return "torch._scaled_grouped_mm" if self.fp8 else "torch._grouped_mm"
+        return "torch._scaled_grouped_mm" if self.scaled else "torch._grouped_mm"
 
     @property
     def loop_name(self) -> str:
-        return f"torch.{'_scaled_mm' if self.fp8 else 'mm'} per group"
+        return f"torch.{'_scaled_mm' if self.scaled else 'mm'} per group"
 
 
 def scale_shapes(names: tuple[str, ...], rows: int, groups: int, n: int) -> dict[str, tuple[int, ...]]:
@@ -180,7 +181,7 @@ def make_operands(torch: Any, types: GroupedTypes, case: GroupedCase, seed: int)
     scales = {name: torch.rand(*shape, device="cuda", generator=generator) * (high - low) + low
               for name, shape in scale_shapes(types.scales, rows, groups, case.n).items()}
     operands = GroupedOperands(a, b.mT if types.b_col else b, offs, scales)
-    if not types.fp8:
+    if not types.scaled:
         return operands
     return replace(operands, scale_a=scales.get("row_scale", torch.ones(rows, device="cuda")),
                    scale_b=scales.get("col_scale", torch.ones(groups, case.n, device="cuda")))
@@ -268,7 +269,7 @@ def scaled_grouped_mm_runs(torch: Any) -> bool:
 def library_grouped(torch: Any, types: GroupedTypes, operands: GroupedOperands) -> Any:
     """PyTorch's grouped GEMM at the kernel's precision, C in the kernel's type."""
     out = getattr(torch, types.c)
-    if types.fp8:
+    if types.scaled:
         return torch._scaled_grouped_mm(operands.a, operands.mat_b, operands.scale_a, operands.scale_b,
                                         offs=operands.offs, out_dtype=out, use_fast_accum=types.fast_accumulation)
     return torch._grouped_mm(operands.a, operands.mat_b, offs=operands.offs, out_dtype=out)
@@ -302,7 +303,7 @@ def verify_grouped(kernel: Any, seed: int = 0) -> tuple[int, int]:
     compared = comparison(kernel.metadata)
     fuse = kernel.metadata.get("fuse")
     # torch._scaled_grouped_mm scales but has no activation: a chain with one is held to C's rounding
-    library = (types.fp8 and compared.relative_to_cublas and not (fuse or {}).get("activation")
+    library = (types.scaled and compared.relative_to_cublas and not (fuse or {}).get("activation")
                and scaled_grouped_mm_runs(torch))
     cases = cases_for(ITEM_SIZES[types.a])
     passed = 0
@@ -335,7 +336,7 @@ def per_group_calls(torch: Any, types: GroupedTypes, operands: GroupedOperands, 
         if end == start:
             continue
         a, b = operands.a[start:end], operands.mat_b[g]
-        if types.fp8:
+        if types.scaled:
             calls.append(partial(torch._scaled_mm, a, b, scale_a=operands.scale_a[start:end].reshape(-1, 1).clone(),
                                  scale_b=operands.scale_b[g].reshape(1, -1).clone(), out_dtype=out.dtype,
                                  use_fast_accum=types.fast_accumulation))
@@ -350,7 +351,7 @@ def bench_grouped(kernel: Any, runs: int, warmup: int, seed: int) -> list[str]:
     import torch
 
     types = GroupedTypes.of(kernel)
-    library = not types.fp8 or scaled_grouped_mm_runs(torch)
+    library = not types.scaled or scaled_grouped_mm_runs(torch)
     baseline = types.grouped_name if library else types.loop_name
     ratio_width = len(baseline) + 4  # " vs NAME"
     lines = [f"{'configuration':<24} {'contender':<26} {'ms':>9} {'TFLOP/s':>8} {'vs ' + baseline:>{ratio_width}}"]

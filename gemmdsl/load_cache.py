@@ -18,16 +18,15 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .cache_root import cache_dir
+from .cache_root import cache_dir, read_entry, write_entry
 from .file_kinds import FAMILY_SUFFIX
 from .source import SourceFile
+from .version import __version__
 
 PACKAGE = Path(__file__).resolve().parent
 FORMAT = 1  # of the entries' JSON
@@ -55,35 +54,6 @@ def text_hash(text: str) -> str:
 def entry_path(kind: str, source: SourceFile) -> Path:
     key = hashlib.sha256(f"{package_fingerprint()}\0{kind}\0{source.path}\0".encode() + source.text.encode())
     return cache_dir() / "compiled" / f"{Path(source.path).stem}-{key.hexdigest()[:32]}.json"
-
-
-def read_entry(path: Path) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):  # none yet, or cut short by a full disk: compile again
-        return None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in its directory: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
-def write_entry(path: Path, entry: dict) -> None:
-    """Keep an entry; a cache that cannot be written (a read-only home) only costs the next load a compile."""
-    try:
-        write_atomically(path, json.dumps(entry, sort_keys=True).encode())
-    except OSError:
-        pass
 
 
 class CompiledSpec:

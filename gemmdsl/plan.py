@@ -1,5 +1,5 @@
 """The lowered plan of one compile: the file's kernels, each with the lowering it is emitted from,
-and how they are launched. Built once per compile (`plan_kernel`), read by the analysis passes,
+and how they are launched. Built once per compile (`paths.plan_kernel`), read by the analysis passes,
 the emitters and the compiler's launch metadata.
 
 A file holds one kernel, or more: for `bounds: checked`, `NAME_kernel_scalar`, the same tiling
@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from . import abi, ir
 from .launch_plan import Entries, GridRule, LaunchPlan, NarrowKernel, Requirements, StreamKLaunch
 from .layout import TileLayout
-from .paths import InstructionPath, path_of
 from .targets import WARP, Arch, register_limit
+
+if TYPE_CHECKING:
+    from .paths.interface import InstructionPath  # the path is handed over, never looked up here
 
 
 class Role(enum.Enum):
@@ -75,11 +78,6 @@ class KernelPlan:
     def layout(self) -> TileLayout:
         """The vector kernel's lowering; the variants share their shared-memory layout and threads."""
         return self.variants[0].layout
-
-
-def plan_kernel(spec: ir.KernelSpec) -> KernelPlan:
-    """Lower a validated spec through its instruction path, chosen here once."""
-    return path_of(spec).lower(spec)
 
 
 def tile_plan(spec: ir.KernelSpec, lowering: type[TileLayout], path: InstructionPath) -> KernelPlan:

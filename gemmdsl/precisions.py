@@ -51,6 +51,7 @@ class Comparison:
     factor: float = TF32X3_FACTOR  # relative_to_cublas: the error allowed, in cuBLAS's own
     fast_accumulation: bool = False  # fp8: torch._scaled_mm's use_fast_accum
     block_scales: bool = False  # fp8 with `scale: block`: torch._scaled_mm's blockwise 1x128 / 128x128 mode
+    scaled: bool = False  # the reference is torch._scaled_mm, its operands made with their scales
 
     @property
     def c_dtype(self) -> str:
@@ -72,7 +73,7 @@ COMPARISONS = {
     "bf16": Comparison("bf16", "BF16 GEMM", "torch", "bf16", relative_to_cublas=False),
     "f16": Comparison("f16", "FP16 GEMM", "torch", "f16", relative_to_cublas=False),
     "fp8": Comparison("fp8", "FP8 scaled_mm", "torch", "e4m3", relative_to_cublas=True, output_dtype="bf16",
-                      factor=FP8_FACTOR),
+                      factor=FP8_FACTOR, scaled=True),
 }
 
 

@@ -3,9 +3,9 @@
 For each spec, ncu runs a small driver (this module with `drive`) that loads the
 kernel through gemmdsl.runtime and launches it once on random inputs; ncu reads
 the shared-memory wavefront and bank-conflict counters and the launch's register
-and occupancy limits. For Hopper's wgmma path, whose shared-memory reads are
-wgmma's own (GMMA) and whose copies are TMA's, it reads those counters instead,
-with the instructions issued and the launch's grid and shared memory. On every path it reads the bytes
+and occupancy limits. A path may name counters of its own and the figures they measure (its `facts`,
+paths/facts.py): Hopper's wgmma path, whose shared-memory reads are wgmma's own (GMMA) and whose copies
+are TMA's, reads those, with the instructions issued and the launch's grid and shared memory. On every path it reads the bytes
 the launch reads from DRAM, against A and B once plus a fuse chain's operands. Needs a GPU,
 CuPy and ncu on PATH.
 
@@ -30,8 +30,8 @@ from .check import parse_problem
 from .compiler import ptxas_resources
 from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
+from .ncu_counters import DRAM_READ, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, OCCUPANCY_LIMITS, REGISTERS
 from .passes.intensity import compulsory_bytes
-from .paths import path_of
 from .source import CompileError
 
 NCU_TIMEOUT_S = 600
@@ -41,27 +41,8 @@ STORE_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
 LOAD_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 STORE_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 CP_ASYNC_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum"  # cp.async is LDGSTS, not STS
-REGISTERS = "launch__registers_per_thread"
-OCCUPANCY_LIMITS = {  # our limit names -> ncu's blocks-per-SM limit metrics
-    "registers": "launch__occupancy_limit_registers",
-    "shared memory": "launch__occupancy_limit_shared_mem",
-    "threads": "launch__occupancy_limit_warps",
-    "blocks": "launch__occupancy_limit_blocks",
-}
-# What the launch reads from DRAM: A and B once, where L2 serves every repeat, and a fuse chain's operands.
-DRAM_READ = "dram__bytes_read.sum"
-NCU_METRICS = (LOAD_WAVEFRONTS, STORE_WAVEFRONTS, LOAD_CONFLICTS, STORE_CONFLICTS, CP_ASYNC_CONFLICTS, REGISTERS,
-               DRAM_READ, *OCCUPANCY_LIMITS.values())
-# The wgmma path's counters (listed by `ncu --query-metrics --chip gh100`).
-GMMA_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_gmma.sum"
-GMMA_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_gmma.sum"
-GMMA_INSTRUCTIONS = "sm__inst_executed_pipe_tensor_op_gmma.sum"
-TMA_REQUESTS = "l1tex__tmain_requests.sum"
-TMA_BYTES = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
-GRID_SIZE = "launch__grid_size"
-DYNAMIC_SMEM = "launch__shared_mem_per_block_dynamic"
-WGMMA_NCU_METRICS = (GMMA_WAVEFRONTS, GMMA_CONFLICTS, GMMA_INSTRUCTIONS, TMA_REQUESTS, TMA_BYTES, GRID_SIZE,
-                     DYNAMIC_SMEM, REGISTERS, DRAM_READ, *OCCUPANCY_LIMITS.values())
+NCU_METRICS = (LOAD_WAVEFRONTS, STORE_WAVEFRONTS, LOAD_CONFLICTS, STORE_CONFLICTS, CP_ASYNC_CONFLICTS,
+               *LAUNCH_METRICS)
 
 
 class ProfileError(RuntimeError):
@@ -194,9 +175,11 @@ def dram_row(analysis: Analysis, metrics: dict[str, float]) -> Row:
 
 
 def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
-    own = path_of(analysis.spec).comparison_rows(analysis, metrics)
+    own = analysis.path.facts.comparisons(analysis)
     if own is not None:
-        return own + [dram_row(analysis, metrics)]
+        limits = measured_blocks(metrics)
+        measured = {**metrics, MEASURED_BLOCKS_PER_SM: min(limits.values()) if limits else None}
+        return [Row(row.label, row.predicted, measured.get(row.counter)) for row in own] + [dram_row(analysis, metrics)]
     facts = analysis.facts
     traffic, registers, occupancy = facts["smem_traffic"], facts["registers"], facts["occupancy"]
     cp_async = analysis.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
@@ -218,26 +201,6 @@ def comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
     ]
     rows += [Row(f"  limit by {name}", blocks, limits.get(name)) for name, blocks in occupancy.limits.items()]
     return rows + [dram_row(analysis, metrics)]
-
-
-def wgmma_comparison_rows(analysis: Analysis, metrics: dict[str, float]) -> list[Row]:
-    """Hopper's path: wgmma's shared-memory reads and their conflicts, the instructions and copies the
-    lowering issues, and the launch (registers before setmaxnreg, grid, shared memory, blocks per SM)."""
-    facts = analysis.facts
-    traffic, registers, smem, waves = (facts[f"wgmma_{name}"] for name in ("traffic", "registers", "smem", "waves"))
-    limits = measured_blocks(metrics)
-    return [
-        Row("wgmma shared wavefronts (GMMA)", traffic.smem_wavefronts, metrics.get(GMMA_WAVEFRONTS)),
-        Row("wgmma bank conflicts (GMMA)", traffic.bank_conflicts, metrics.get(GMMA_CONFLICTS)),
-        Row("wgmma warp instructions", traffic.wgmma_warp_instructions, metrics.get(GMMA_INSTRUCTIONS)),
-        Row("TMA copies", traffic.tma_copies, metrics.get(TMA_REQUESTS)),
-        Row("TMA bytes from L2", traffic.tma_bytes, metrics.get(TMA_BYTES)),
-        Row("registers per thread at launch", registers.entry, metrics.get(REGISTERS)),
-        Row("registers per thread (nvcc ptxas)", registers.ptxas, metrics.get(REGISTERS)),
-        Row("dynamic shared memory per block", smem.block_bytes, metrics.get(DYNAMIC_SMEM)),
-        Row("blocks in the grid", waves.blocks, metrics.get(GRID_SIZE)),
-        Row("blocks per SM", 1, min(limits.values()) if limits else None),
-    ]
 
 
 def _cell(value: float | str | None) -> str:
@@ -310,7 +273,7 @@ def profile_main(args: argparse.Namespace) -> int:
     for path, spec in specs:
         try:
             analysis = analyze(spec, args.problem, ptxas_resources(path))
-            metrics = measure(ncu, path, spec.name, args.problem, path_of(spec).ncu_metrics or NCU_METRICS)
+            metrics = measure(ncu, path, spec.name, args.problem, analysis.path.facts.ncu_metrics or NCU_METRICS)
         except (BuildError, ProblemSizeError, ProfileError) as err:
             print(f"{path}: error: {err}", file=sys.stderr)
             status = 1

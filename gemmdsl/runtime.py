@@ -66,7 +66,8 @@ from .launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_B
 from .schedule import SubLaunch
 from .tensor_maps import MapInputs
 from .targets import ARCHS, arch, occupancy_of
-from .load_cache import cache_dir, compiled_spec, write_atomically
+from .cache_root import cache_dir, write_atomically
+from .load_cache import compiled_spec
 from .source import CompileError, SourceFile
 
 COMPILERS = ("nvcc", "nvrtc")
@@ -383,9 +384,10 @@ def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool
     return arguments
 
 
-def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float, batched: bool,
-                           fuse: tuple = ()) -> tuple:
-    """A wgmma kernel's parameters in order (abi.wgmma_kernel_parameters): the tensor maps of A and B,
+def tensor_map_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: float, batched: bool,
+                                fuse: tuple = ()) -> tuple:
+    """The parameters, in order, of a kernel that reads A and B through TMA tensor maps (the launch plan's
+    kernel_parameters; paths/wgmma/parameters.py): the tensor maps of A and B,
     and of C for `store: tma` (packed 128-byte scalars), C's address, M, N, K, ldc, alpha, beta, the chain's
     operands; a batched kernel's batch and C's batch stride."""
     c = call.views["C"]
@@ -396,7 +398,7 @@ def wgmma_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, beta: f
     return arguments
 
 
-def wgmma_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
+def map_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
     """Each operand's stride between GEMMs, in elements, for the tensor maps' third dimension; a single GEMM's
     (never stepped) is its own matrix's extent, as the C launcher gives it."""
     return {view.name.lower(): view.batch_stride if call.batch > 1 and not req.grouped else matrix_extent(req, view)
@@ -409,8 +411,8 @@ def matrix_extent(req: Requirements, view: OperandView) -> int:
     return view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
 
 
-def wgmma_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple[Allocation, ...]]:
-    """A stream-K wgmma call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
+def stream_k_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple[Allocation, ...]]:
+    """A stream-K tensor-map call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
     allocation of the workspace the launch plan sizes (LaunchPlan.workspace_for), the flags zeroed once
     (the kernel lowers every flag it raises, so the bound call can be launched again)."""
     sized = req.launch.workspace_for(call.m, call.n, call.k, sms)
@@ -1140,9 +1142,9 @@ class Kernel:
             return bound(self._empty_problem_launches(loaded, call, beta, chain, groups))
         block = (self.metadata["threads"], 1, 1)
         function = loaded.functions[call.entry]
-        if req.tensor_maps is not None:  # Hopper's own path: the launch its C launcher makes
-            launch, workspace = self._wgmma_launch(loaded, call, function, alpha, beta, block, fuse_arguments(chain),
-                                                   groups)
+        if req.tensor_maps is not None:  # A and B through tensor maps: the launch its C launcher makes
+            launch, workspace = self._tensor_map_launch(loaded, call, function, alpha, beta, block,
+                                                        fuse_arguments(chain), groups)
             return bound((launch,), allocations=allocations + workspace)
         args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
         smem = self.dynamic_smem_bytes
@@ -1187,9 +1189,9 @@ class Kernel:
         return (KernelLaunch(loaded.functions[call.entry], req.launch.scale_c_grid(call.m, call.n, call.batch),
                              (SCALE_C_THREADS, 1, 1), arguments, 0),)
 
-    def _wgmma_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
-                      block: tuple[int, int, int], fuse: tuple,
-                      groups: tuple = ()) -> tuple[KernelLaunch, tuple[Allocation, ...]]:
+    def _tensor_map_launch(self, loaded: DeviceModule, call: CheckedCall, function: Any, alpha: float, beta: float,
+                           block: tuple[int, int, int], fuse: tuple,
+                           groups: tuple = ()) -> tuple[KernelLaunch, tuple[Allocation, ...]]:
         """The launch, and the workspace it allocated (stream-K)."""
         from .tensor_maps import TensorMapCache, driver_encoder
 
@@ -1199,7 +1201,7 @@ class Kernel:
         pointers: dict[str, int | None] = {"a": views["A"].pointer, "b": views["B"].pointer}
         lds = {"a": views["A"].ld, "b": views["B"].ld, "c": views["C"].ld}
         req = self.requirements
-        strides = wgmma_batch_strides(req, call) if req.batched or req.grouped else None
+        strides = map_batch_strides(req, call) if req.batched or req.grouped else None
         c_map = req.tensor_maps.get("c")
         if c_map is not None:  # store: tma, where TMA can store C (the kernel tests the same condition)
             c = views["C"]
@@ -1213,9 +1215,9 @@ class Kernel:
         inputs = MapInputs(req.tensor_maps, pointers, call.m, call.n, call.k, lds, strides, batch)
         maps = inputs.encode(loaded.tensor_maps)
         sms = loaded.sms
-        arguments, workspace = wgmma_kernel_arguments(call, maps, alpha, beta, req.batched, fuse) + groups, ()
+        arguments, workspace = tensor_map_kernel_arguments(call, maps, alpha, beta, req.batched, fuse) + groups, ()
         if req.launch.workspace is not None:
-            stream_k, workspace = wgmma_workspace(req, call, sms)
+            stream_k, workspace = stream_k_workspace(req, call, sms)
             arguments += stream_k
         grid = req.launch.grid_for(call.m, call.n, call.k, call.batch, sms)
         return KernelLaunch(function, grid, block, arguments, self.dynamic_smem_bytes, inputs), workspace

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .gpu_profile import profile_for
+from .gpu_profile import REFERENCE_PROFILES, ProfileError, profile_for
 
 WARP = 32
 WARPGROUP = 4 * WARP  # threads: four warps, one per scheduler, issue one wgmma together (sm_90a)
@@ -69,7 +69,12 @@ ARCHS: dict[int, Arch] = {
 }
 # sm_90's reference GPU, its SMs and clock, and the rates below come from its profile (gpu_profile.py: the H200's,
 # measured by `gemmdsl calibrate`, unless $GEMMDSL_GPU names another).
-HOPPER = profile_for(90)
+try:
+    HOPPER = profile_for(90)
+    PROFILE_ERROR: ProfileError | None = None
+except ProfileError as err:  # a bad $GEMMDSL_GPU: the CLI reports it (cli.main); the reference GPU meanwhile
+    HOPPER = profile_for(90, REFERENCE_PROFILES[90])
+    PROFILE_ERROR = err
 ARCHS[90] = replace(ARCHS[90], reference_gpu=HOPPER.gpu.removeprefix("NVIDIA "), reference_sms=HOPPER.sms,
                     reference_clock_mhz=HOPPER.clock_mhz)
 
@@ -293,3 +298,10 @@ def occupancy_of(arch: Arch, registers_per_thread: int, threads: int, smem_bytes
         "blocks": arch.max_blocks_per_sm,
     }
     return Occupancy(smem_bytes, registers_per_thread, limits, warps, max_warps)
+
+
+def unit_peak_tflops(unit: str, sm: int) -> float:
+    """A unit's peak on the target's reference GPU, whichever instruction reaches it: the mma.sync or FMA
+    table's, FP8's from wgmma (the only instruction that runs it); 3xTF32 a third of TF32's."""
+    peaks = {**WGMMA_PEAK_TFLOPS.get(sm, {}), **PEAK_TFLOPS[sm]}
+    return peaks["tf32"] / 3 if unit == "3xtf32" else peaks[unit]

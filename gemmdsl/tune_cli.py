@@ -1,5 +1,5 @@
-"""`gemmdsl tune`: the command over tune.py (a template searched for a few sizes) and tune_family.py (a family
-for a model's list of shapes), which both build on tune.py; `--report` times nothing."""
+"""`gemmdsl tune`: the command over tune/ (a template searched for a few sizes) and tune_family.py (a family
+for a model's list of shapes), which both build on tune/; `--report` times nothing."""
 from __future__ import annotations
 
 import argparse

@@ -20,8 +20,9 @@ from typing import Sequence
 
 from .runtime import Size, parse_sizes
 from .source import CompileError, SourceFile
-from .tune import (_progress, refuse_late_failures, run_tasks, search, template_stem, time_with_options,
-                   timing_from_rows, timing_tasks, winner_text)
+from .tune import (refuse_late_failures, run_tasks, search, template_stem, time_with_options, timing_from_rows,
+                   timing_tasks, winner_text)
+from .tune.command import _progress
 
 
 def read_weighted_shapes(path: str | Path) -> list[tuple[Size, float]]:

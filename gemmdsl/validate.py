@@ -13,12 +13,16 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
-from .paths import path_of
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
 from .validate_fuse import check_fuse
+
+if TYPE_CHECKING:
+    from .paths.interface import InstructionPath  # handed over by the front end, never looked up here
 
 MAX_NAME = 64
 MAX_SWIZZLE_BITS = 16  # B + M + S; larger swizzles span more than any stage
@@ -63,9 +67,10 @@ _THREAD_KEYS = ("warps", "lanes", "micro", "repeat")
 SMEM_READ_BYTES = {ir.SmemRead.LDMATRIX: 16, ir.SmemRead.LDS32: 4}  # bytes one lane reads at once
 
 
-def validate(spec: ir.KernelSpec) -> list[Diagnostic]:
-    """Every semantic error and warning of a parsed spec, sorted by position."""
-    checker = _Checker(spec)
+def validate(spec: ir.KernelSpec, path: InstructionPath) -> list[Diagnostic]:
+    """Every semantic error and warning of a parsed spec, sorted by position; `path`, the spec's instruction
+    path (paths.path_of), adds its own rules."""
+    checker = _Checker(spec, path)
     checker.run()
     return sorted(checker.diagnostics, key=lambda d: (d.span.line, d.span.column))
 
@@ -77,6 +82,7 @@ def errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 @dataclass
 class _Checker:
     spec: ir.KernelSpec
+    path: InstructionPath
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def error(self, span: Span, message: str, hint: str | None = None) -> None:
@@ -93,7 +99,7 @@ class _Checker:
         self.check_name()
         self.check_problem()
         check_fuse(self.spec, self.error)
-        path_of(self.spec).validate(self)
+        self.path.validate(self)
 
     def check_tiles(self, path: Any) -> None:
         """The rules of the paths whose kernels are lowered to a TileLayout (paths/tiles.py's TilePath: FMA,

@@ -490,7 +490,7 @@ def _padded(torch: Any, x: Any, pad: tuple[int, int], fill: float = 0.0) -> Any:
 
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
-    if comparison.unit == "fp8":
+    if comparison.scaled:
         return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation, comparison.block_scales)
     if comparison.library == "torch":
         return TorchArrays(seed, tf32=comparison.unit == "tf32", output_dtype=comparison.output_dtype)

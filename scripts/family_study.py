@@ -50,7 +50,8 @@ def member_launch(kernel, operands):
     return bound if bound is not None else kernel.bind(*operands)
 
 
-def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float, rows: list, dump) -> None:
+def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float, rows: list, dump,
+                 family_last: bool = False) -> None:
     import cupy
 
     deadline = time.monotonic() + budget
@@ -63,7 +64,7 @@ def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float,
             print(f"budget spent: {family.name} stopped before {shape}", flush=True)
             return
         try:
-            row = study_shape(family, compared, arrays, l2, shape, runs, warmup)
+            row = study_shape(family, compared, arrays, l2, shape, runs, warmup, family_last)
         except Exception as err:  # noqa: BLE001 - a study records what failed and goes on
             row = {"family": family.name, "shape": list(shape), "error": f"{type(err).__name__}: {err}"}
             print(f"{family.name} {shape}: {row['error']}", flush=True)
@@ -77,20 +78,22 @@ def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float,
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int) -> dict:
+def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int, family_last: bool = False) -> dict:
     """cuBLAS, the family and each member that takes `shape`, interleaved launch for launch: their medians (ms)."""
     count = min(buffer_sets(matrix_bytes(shape, compared.input_dtype), l2), MAX_SETS)
     sets = [input_set(arrays, compared, shape) for _ in range(count)]
     operands = [in_layouts(family, arrays, s) for s in sets]
-    groups = [[lambda a=a, b=b, c=c: arrays.cublas_into(a, b, c) for a, b, c in sets],
-              [family.bind(*abc) for abc in operands]]
-    names = ["cublas", "family"]
+    groups = [[lambda a=a, b=b, c=c: arrays.cublas_into(a, b, c) for a, b, c in sets]]
+    names = ["cublas"]
     for index, kernel in enumerate(family.kernels):
         try:
             groups.append([member_launch(kernel, abc) for abc in operands])
             names.append(f"member{index}")
         except ValueError:  # an exact tile, or operands this member refuses
             pass
+    family_group = [family.bind(*abc) for abc in operands]
+    groups.insert(len(groups) if family_last else 1, family_group)
+    names.insert(len(names) if family_last else 1, "family")
     times = time_interleaved(groups, runs, warmup)
     return {"shape": list(shape), "chosen": family._choose(*shape, True), "sets": count,
             "members": [model.name for model in family.models],
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--budget", type=float, default=1e9, help="seconds of wall time per family")
+    parser.add_argument("--family-last", action="store_true",
+                        help="time the family's launches after the members' in each round, not right after cuBLAS's")
     args = parser.parse_args(argv)
     shapes = shapes_of(args.shapes)
     rows: list[dict] = []
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps({"shapes": args.shapes, "runs": args.runs, "rows": rows}))
 
     for path in args.families:
-        study_family(path, shapes, args.runs, args.warmup, args.budget, rows, dump)
+        study_family(path, shapes, args.runs, args.warmup, args.budget, rows, dump, args.family_last)
     dump()
     return 0
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from gemmdsl import ir  # noqa: E402
 from gemmdsl.build import BuildError, find_nvcc, parse_ptxas  # noqa: E402
 from gemmdsl.compiler import compile_text  # noqa: E402
-from gemmdsl.passes.registers import ESTIMATE_BAND, estimate_registers  # noqa: E402
+from gemmdsl.passes.registers import ESTIMATE_BAND  # noqa: E402
 
 DEFAULT_CACHE = ROOT / "build" / "register_study_cache.json"
 BANDS = (0.05, 0.10, 0.15, 0.20)
@@ -205,7 +205,7 @@ class Record:
 
     @property
     def pruned(self) -> bool:
-        """Whether the tuner's register rule (gemmdsl/tune.py) would drop this spec."""
+        """Whether the tuner's register rule (gemmdsl/tune/screen.py) would drop this spec."""
         return self.terms["accumulators"] + self.terms["fragments"] > self.cap or \
             self.demand * (1 - ESTIMATE_BAND) > self.cap
 
@@ -232,7 +232,7 @@ def study(generator: str, texts: list[str], cache: Cache, nvcc: str, jobs: int) 
             if i % 25 == 24:
                 cache.save()
             artifacts = compiled[i]
-            estimate = estimate_registers(artifacts.layout)
+            estimate = artifacts.plan.path.register_estimate(artifacts.layout)
             records.append(Record(generator, texts[i], estimate.total, estimate.demand, estimate.cap,
                                   found["registers"], found["spill_stores"], found["spill_loads"], held_out(texts[i]),
                                   features(artifacts.spec), dict(vars(estimate))))

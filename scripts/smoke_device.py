@@ -10,7 +10,7 @@ import numpy as np
 sys.path.insert(0, os.getcwd())
 from gemmdsl.emit import emit_cuda  # noqa: E402
 from gemmdsl.parser import parse  # noqa: E402
-from gemmdsl.plan import plan_kernel  # noqa: E402
+from gemmdsl.paths import plan_kernel  # noqa: E402
 from gemmdsl.source import SourceFile  # noqa: E402
 
 

@@ -25,8 +25,8 @@ from gemmdsl.layout import KernelLayout
 from gemmdsl.parser import parse_text
 from gemmdsl.passes import ALL_PASSES, Context, PassGraphError, PassManager, PassResult
 from gemmdsl.passes.banks import bank_demand, phase_costs
-from gemmdsl.passes.registers import ESTIMATE_BAND, HEADROOM, estimate_registers
-from gemmdsl.plan import plan_kernel
+from gemmdsl.passes.registers import ESTIMATE_BAND, HEADROOM
+from gemmdsl.paths import path_of, plan_kernel
 from gemmdsl.profile import OCCUPANCY_LIMITS, comparison_rows, ncu_command, parse_metric_value, parse_ncu_csv
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.targets import arch, occupancy_of
@@ -34,6 +34,11 @@ from spec_sets import spec_set_params
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 L = np.arange(32)
+
+
+def estimate_registers(layout):
+    """The register estimate of the layout's path."""
+    return path_of(layout.spec).register_estimate(layout)
 
 
 def spec_text(name: str = "t", tile: str = "128x128x8", warps: str = "4x2", lanes: str = "4x8 row",
@@ -692,10 +697,10 @@ def test_wgmma_traffic_counts_what_the_lowering_issues_and_profile_puts_ncu_besi
 
 
 def test_profile_asks_ncu_for_the_wgmma_counters():
-    from gemmdsl.profile import GMMA_WAVEFRONTS, WGMMA_NCU_METRICS
+    from gemmdsl.paths.wgmma.facts import GMMA_WAVEFRONTS, WgmmaFacts
 
     command = ncu_command("ncu", "specs/hgemm_h100.gemm", "hgemm_h100", parse_problem("4096x4096x4096"), "/tmp/x",
-                          WGMMA_NCU_METRICS)
+                          WgmmaFacts.ncu_metrics)
     assert GMMA_WAVEFRONTS in command[command.index("--metrics") + 1].split(",")
 
 

@@ -14,7 +14,7 @@ from gemmdsl.analysis import analyze
 from gemmdsl.frontend import load_spec
 from gemmdsl.parser import parse_text
 from gemmdsl.passes.banks import RelaidAddresses, cost_access
-from gemmdsl.plan import plan_kernel
+from gemmdsl.paths import path_of, plan_kernel
 from gemmdsl.source import Severity
 from gemmdsl.validate import validate
 from test_analysis import spec_text
@@ -105,7 +105,7 @@ def test_every_named_change_validates_and_leaves_fewer_excess_wavefronts(name):
             assert warning.hint.startswith("no pad")
             continue
         changed = applied(spec, operand, warning.hint)
-        assert not [d for d in validate(changed) if d.severity is Severity.ERROR]
+        assert not [d for d in validate(changed, path_of(changed)) if d.severity is Severity.ERROR]
         before, after = excess(spec, operand), excess(changed, operand)
         assert after < before
         assert ("removes every bank conflict" in warning.hint) == (after == 0)

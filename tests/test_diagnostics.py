@@ -743,17 +743,20 @@ def test_cli_rejects_bad_spec(tmp_path):
 
 def test_validate_returns_nothing_for_a_good_spec():
     from gemmdsl.parser import parse
+    from gemmdsl.paths import path_of
     from gemmdsl.validate import validate
 
-    assert validate(parse(SourceFile(FILE, BASE))) == []
+    spec = parse(SourceFile(FILE, BASE))
+    assert validate(spec, path_of(spec)) == []
 
 
 def test_validate_an_unknown_target_set_after_parsing():
     from gemmdsl.parser import parse
+    from gemmdsl.paths import path_of
     from gemmdsl.validate import validate
 
     spec = parse(SourceFile(FILE, BASE)).with_target(75)
-    (diagnostic,) = validate(spec)
+    (diagnostic,) = validate(spec, path_of(spec))
     assert diagnostic.severity is Severity.ERROR
     assert diagnostic.message == "unknown target sm_75"
     assert (diagnostic.span.line, diagnostic.span.column) == locate(BASE, "|sm_90")
@@ -762,12 +765,13 @@ def test_validate_an_unknown_target_set_after_parsing():
 def test_validate_per_target_limits():
     """sm_86 holds 1536 threads per SM, sm_90 2048: the same budget passes on one and fails on the other."""
     from gemmdsl.parser import parse
+    from gemmdsl.paths import path_of
     from gemmdsl.validate import validate
 
     text = BASE.replace(PIPELINE, PIPELINE + "\n    budget { blocks_per_sm: 8; }")
     spec = parse(SourceFile(FILE, text))
-    assert validate(spec) == []
-    (diagnostic,) = validate(spec.with_target(86))
+    assert validate(spec, path_of(spec)) == []
+    (diagnostic,) = validate(spec.with_target(86), path_of(spec))
     assert "8 blocks of 256 threads are 2048 threads, more than the 1536 an sm_86 SM can hold" in diagnostic.message
 
 

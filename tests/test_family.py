@@ -678,11 +678,9 @@ TMA_CYCLES_128X256 = -(-49152 // L2_BYTES_PER_CLOCK_PER_SM[90])  # 48 KiB per k-
 @pytest.mark.parametrize("stages, ring, k_tile", [(2, 3000, 3000), (3, 1500, 1500), (4, 1000, TMA_CYCLES_128X256)])
 def test_a_wgmma_ring_too_shallow_for_its_round_trip_bounds_the_k_tile(stages, ring, k_tile):
     from gemmdsl.compiler import compile_source
-    from gemmdsl.paths.wgmma.cycles import wgmma_member_model
-
     text = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text().replace("stages: 4;", f"stages: {stages};")
-    layout = compile_source(SourceFile("ring.gemm", text)).plan.layout
-    model = wgmma_member_model(layout, 132)
+    plan = compile_source(SourceFile("ring.gemm", text)).plan
+    model = plan.path.lowered_member_model(plan.layout, 132)
     terms = dict(model.terms)
     # 128x256x64 bf16: 48 KiB per k-tile at L2's rate (1,229 cycles on the H200); 3000 over stages - 1 in flight
     assert terms["tma_cycles_per_k_tile"] == TMA_CYCLES_128X256 and terms["ring_cycles_per_k_tile"] == ring

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gemmdsl import ir
 from gemmdsl.analysis import analyze
 from gemmdsl.build import build, find_nvcc
+from gemmdsl.check import format_report
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load
 from gemmdsl.paths import path_of
@@ -133,7 +134,7 @@ def test_promoted_m64n256_is_issued_in_two_chunks_of_128_columns():
     cuda = compile_text(SPECS["fp8_rowwise"].read_text(), "fp8_rowwise.gemm").cuda
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in cuda and "m64n256k32.f32" not in cuda
     assert "m64n256k32 is issued as 2 x m64n128k32" in cuda
-    report = path_of(spec).report(analyze(spec, (4096, 4096, 4096)))
+    report = format_report(analyze(spec, (4096, 4096, 4096)))
     assert "wgmma m64n256k32 (promoted in chunks of 128 columns: m64n128k32)" in report
     assert "8 wgmma m64n128k32 per consumer per k-tile" in report
 
@@ -223,12 +224,12 @@ def test_every_pairing_compiles_with_its_instruction(a, b, c, accumulate, store)
 
 def test_check_prices_fp8_at_its_own_peak():
     spec = spec_of()
-    report = path_of(spec).report(analyze(spec, (4096, 4096, 4096)))
+    report = format_report(analyze(spec, (4096, 4096, 4096)))
     assert "wgmma fp8 peak 1979 TFLOP/s" in report
     assert "128 accumulators + 64 of `part`" in report and "0 groups in flight" in report
     assert "the promotion's waits and FP32 adds" in report
     fast = spec_of(SPECS["fp8_h100_fast"].read_text().split("\n", 2)[2])
-    assert "1 group in flight" in path_of(fast).report(analyze(fast, (4096, 4096, 4096)))
+    assert "1 group in flight" in format_report(analyze(fast, (4096, 4096, 4096)))
 
 
 def test_metadata_names_the_unit_and_the_accumulation():

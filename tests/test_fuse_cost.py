@@ -77,7 +77,7 @@ def test_the_epilogue_waits_only_for_what_is_neither_staged_nor_read_in_the_k_lo
 
 def test_the_wgmma_epilogue_verdicts_of_the_shipped_specs():
     gelu = analyze(load_spec(SPECS / "linear_gelu.gemm"), (SIZE, SIZE, SIZE))
-    epilogue = gelu.facts["wgmma_epilogue"]
+    epilogue = gelu.facts["epilogue_cycles"]
     # 128 x 256 elements x (8 ALU + 1 shared load) over 32 lanes x 4 schedulers; the SFU: 32768 / 16.
     assert (epilogue.cycles, epilogue.limit) == (2304, "instruction issue")
     k_tile = gelu.facts["wgmma_bound"].k_tile_cycles
@@ -86,15 +86,15 @@ def test_the_wgmma_epilogue_verdicts_of_the_shipped_specs():
     (line,) = [line for line in summary_lines(gelu) if line.startswith("epilogue:")]
     assert "the fused epilogue costs ~2,304 cycles per tile" in line and "not hidden: both consumers" in line
     residual = analyze(load_spec(SPECS / "hgemm_h100_relu_residual.gemm"), (SIZE, SIZE, SIZE))
-    epilogue = residual.facts["wgmma_epilogue"]
+    epilogue = residual.facts["epilogue_cycles"]
     # Half of R's tile (each warp's first 2 of 4 boxes) is copied during the main loop; the rest at L2's rate per SM.
     assert (epilogue.limit, epilogue.cycles) == ("L2", -(-128 * 256 * 2 // 2 // L2_BYTES_PER_CLOCK_PER_SM[90]))
     assert residual.facts["fuse"].work.loads == 0  # R comes by 16-byte copies, not per element
     assert epilogue.exposed == epilogue.cycles
-    pingpong = analyze(load_spec(SPECS / "linear_gelu_pingpong.gemm"), (SIZE, SIZE, SIZE)).facts["wgmma_epilogue"]
+    pingpong = analyze(load_spec(SPECS / "linear_gelu_pingpong.gemm"), (SIZE, SIZE, SIZE)).facts["epilogue_cycles"]
     assert pingpong.cycles == 2304 // 2 and pingpong.exposed == 0  # half the tile, under the other consumer's loop
     alone = analyze(load_spec(SPECS / "linear_gelu_pingpong.gemm"), (1024, 1024, 1024))  # 64 tiles: one per block
-    assert alone.facts["wgmma_epilogue"].hidden == 0
+    assert alone.facts["epilogue_cycles"].hidden == 0
     assert any("no block has a second tile" in line for line in summary_lines(alone))
 
 
@@ -102,7 +102,7 @@ def test_one_block_per_tile_hides_nothing():
     text = (SPECS / "linear_gelu.gemm").read_text().replace("schedule: persistent", "schedule: tiles")
     spec, _ = load(SourceFile("tiles.gemm", text))
     analysis = analyze(spec, (SIZE, SIZE, SIZE))
-    assert analysis.facts["wgmma_epilogue"].hidden == 0
+    assert analysis.facts["epilogue_cycles"].hidden == 0
     assert any("not hidden: one block per tile" in line for line in summary_lines(analysis))
 
 
@@ -223,8 +223,8 @@ def test_the_16_bit_activations_instruction_counts_are_nvccs(activation, tmp_pat
 
 # --- gemmdsl profile: the chain's bytes beside ncu's DRAM counter -------------------------------------
 
-# ncu --csv as `gemmdsl profile` asks for it (WGMMA_NCU_METRICS) for one launch of linear_gelu at 4096^3; the
-# values are the format's, not a measurement.
+# ncu --csv as `gemmdsl profile` asks for it (the wgmma path's `facts.ncu_metrics`) for one launch of linear_gelu
+# at 4096^3; the values are the format's, not a measurement.
 LINEAR_GELU_NCU_CSV = "\n".join(
     ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
      '"CC","Section Name","Metric Name","Metric Unit","Metric Value"']
@@ -237,10 +237,10 @@ LINEAR_GELU_NCU_CSV = "\n".join(
 
 
 def test_profile_puts_the_chains_dram_bytes_beside_ncus():
-    from gemmdsl.profile import DRAM_READ, WGMMA_NCU_METRICS, comparison_rows, parse_ncu_csv
+    from gemmdsl.profile import DRAM_READ, comparison_rows, parse_ncu_csv
 
-    assert DRAM_READ in WGMMA_NCU_METRICS
     analysis = analyze(load_spec(SPECS / "linear_gelu.gemm"), (SIZE, SIZE, SIZE))
+    assert DRAM_READ in analysis.path.facts.ncu_metrics
     (launch,) = parse_ncu_csv(LINEAR_GELU_NCU_CSV)
     rows = {row.label: row for row in comparison_rows(analysis, launch.metrics)}
     row = rows["DRAM bytes read (A, B, bias)"]

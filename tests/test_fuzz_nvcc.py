@@ -8,7 +8,6 @@ import budget
 from budget import examples
 from gemmdsl.build import build, find_nvcc
 from gemmdsl.compiler import compile_text
-from gemmdsl.passes.registers import estimate_registers
 from spec_strategies import spec_texts
 
 SPECS_PER_RUN = examples(2, 6)
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.nvcc, pytest.mark.skipif(find_nvcc() is None, reason="
 def test_random_specs_compile_with_nvcc(text):
     artifacts = compile_text(text, "fuzzed.gemm")
     if not budget.FULL:  # ptxas takes minutes on a kernel that spills: those are drawn in the full run only
-        estimate = estimate_registers(artifacts.layout)
+        estimate = artifacts.plan.path.register_estimate(artifacts.layout)
         assume(estimate.demand <= estimate.cap)
     result = build(artifacts.cuda, artifacts.name, artifacts.spec.target.sm)
     assert 0 < result.resources.registers <= 255, text

@@ -282,11 +282,11 @@ def test_grouped_types_follow_the_kernel():
     from gemmdsl.grouped_bench import GroupedTypes, scale_shapes
 
     fp8 = GroupedTypes.of(_grouped_kernel("moe_grouped_fp8"))
-    assert (fp8.a, fp8.b, fp8.c, fp8.b_col, fp8.fp8) == ("float8_e4m3fn", "float8_e4m3fn", "bfloat16", True, True)
+    assert (fp8.a, fp8.b, fp8.c, fp8.b_col, fp8.scaled) == ("float8_e4m3fn", "float8_e4m3fn", "bfloat16", True, True)
     assert fp8.scales == ("row_scale", "col_scale") and not fp8.fast_accumulation  # accumulate: promoted
     assert (fp8.grouped_name, fp8.loop_name) == ("torch._scaled_grouped_mm", "torch._scaled_mm per group")
     bf16 = GroupedTypes.of(_grouped_kernel("moe_grouped"))
-    assert (bf16.a, bf16.c, bf16.scales, bf16.fp8) == ("bfloat16", "bfloat16", (), False)
+    assert (bf16.a, bf16.c, bf16.scales, bf16.scaled) == ("bfloat16", "bfloat16", (), False)
     assert (bf16.grouped_name, bf16.loop_name) == ("torch._grouped_mm", "torch.mm per group")
     assert scale_shapes(fp8.scales, 40, 3, 24) == {"row_scale": (40,), "col_scale": (3, 24)}
     assert scale_shapes(("col_scale",), 40, 3, 24) == {"col_scale": (3, 24)}

@@ -14,7 +14,7 @@ from gemmdsl.emit.header import emit_header
 from gemmdsl.family import compile_family, compile_family_path
 from gemmdsl.frontend import load_path
 from gemmdsl.ir import DType, Operand
-from gemmdsl.plan import plan_kernel
+from gemmdsl.paths import plan_kernel
 from gemmdsl.source import SourceFile
 from spec_sets import spec_params
 

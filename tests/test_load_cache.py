@@ -221,5 +221,5 @@ def test_importing_gemmdsl_imports_none_of_its_modules_until_one_is_named():
         """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["['gemmdsl', 'gemmdsl.errors']",
+    assert done.stdout.splitlines() == ["['gemmdsl', 'gemmdsl.errors', 'gemmdsl.version']",
                                         "module 'gemmdsl' has no attribute 'no_such_module'"]

@@ -15,7 +15,7 @@ import pytest
 
 from gemmdsl.build import find_nvcc
 from gemmdsl.compiler import compile_text
-from gemmdsl.passes.registers import ESTIMATE_BAND, estimate_registers
+from gemmdsl.passes.registers import ESTIMATE_BAND
 from spec_strategies import spec_texts
 
 SAMPLE = 8
@@ -42,7 +42,7 @@ def test_register_estimate_is_within_its_band_on_random_specs(part):
     sample = []
     for text in candidates:
         artifacts = compile_text(text, "band.gemm")
-        estimate = estimate_registers(artifacts.layout)
+        estimate = artifacts.plan.path.register_estimate(artifacts.layout)
         if estimate.demand <= estimate.cap:
             sample.append((text, artifacts, estimate))
         if len(sample) == SAMPLE:

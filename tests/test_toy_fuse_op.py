@@ -156,8 +156,8 @@ def test_the_op_is_priced(clamp, spec):
     before, after = (analyze(s, (SIZE, SIZE, SIZE)) for s in (plain, clamped))
     assert after.facts["fuse"].work.alu == before.facts["fuse"].work.alu + 2
     assert "clamp(" in after.facts["fuse"].formula
-    if "wgmma_epilogue" in after.facts:
-        assert after.facts["wgmma_epilogue"].cycles > before.facts["wgmma_epilogue"].cycles
+    if "epilogue_cycles" in after.facts:
+        assert after.facts["epilogue_cycles"].cycles > before.facts["epilogue_cycles"].cycles
 
 
 def test_the_op_is_a_key_of_the_chain(clamp):

@@ -10,7 +10,10 @@ import pytest
 from gemmdsl import bench, tune
 from gemmdsl.cli import main
 from gemmdsl.frontend import load, load_spec
+from gemmdsl.paths.mma_sync.facts import MMA_SYNC_TOLERATED_SPILL_BYTES
+from gemmdsl.prediction import spill_prunes
 from gemmdsl.source import CompileError, SourceFile
+from gemmdsl.tune.timing import _cubin_or_none
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -507,7 +510,6 @@ def test_tune_subprocess_without_gpu_has_no_traceback(tmp_path):
 def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model():
     from gemmdsl import cycles
     from gemmdsl.analysis import analyze
-    from gemmdsl.paths.wgmma.cycles import wgmma_member_model
 
     text = (ROOT / "gemmdsl" / "templates" / "hgemm_h100.tgemm").read_text()
     candidates = tune.expand(text, "hgemm_h100.tgemm")
@@ -524,7 +526,8 @@ def test_the_hopper_template_is_screened_and_ranked_by_the_families_cycle_model(
     assert [s.spec.pipeline.stages for s in ranked[:4]] == [4, 4, 4, 4]
     # The score is the family rule's: wgmma's own cycles over the cycles the rule predicts.
     sms = tune.reference_sms(best.spec)
-    model = wgmma_member_model(analyze(best.spec, size).layout, sms)
+    analysis = analyze(best.spec, size)
+    model = analysis.path.member_model(analysis, sms)
     figures = cycles.estimate(model, *size)
     wgmma_cycles = figures.tiles * figures.k_tiles * dict(model.terms)["wgmma_cycles_per_k_tile"] / sms
     assert best.prediction.score == pytest.approx(wgmma_cycles / figures.cycles)
@@ -554,7 +557,7 @@ def test_ptxas_spills_drop_fma_candidates_but_only_large_ones_of_mma_sync(stores
     """tf32_ldmatrix's double-buffered fragments spill 72 bytes and ran 12.5% faster on the H100 (docs/performance.md,
     T13); tf32_mma_t1053 spills 248 and is slow; FMA kernels that spill ran about 10x slower."""
     ptxas = {"registers": 255, "spill_stores": stores, "spill_loads": loads}
-    assert tune.spill_prunes(ptxas, mma_sync=mma_sync) is prunes
+    assert spill_prunes(ptxas, MMA_SYNC_TOLERATED_SPILL_BYTES if mma_sync else 0) is prunes
 
 
 def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():
@@ -567,7 +570,7 @@ def test_an_mma_sync_estimate_just_over_the_cap_is_not_a_predicted_spill():
     prediction = report.timeable[0].prediction
     assert prediction.register_low > prediction.register_cap and not prediction.predicted_spill
     assert report.survivors and not report.pruned
-    fma = dataclasses.replace(prediction, mma_model=None)
+    fma = dataclasses.replace(prediction, tolerated_spill_bytes=0)
     assert fma.predicted_spill
 
 
@@ -592,6 +595,18 @@ def test_a_candidate_that_does_not_build_is_left_out_with_the_compilers_reason(m
         raise runtime.KernelBuildError(log)
 
     monkeypatch.setattr(runtime, "compile_cubin", fails)
-    assert tune._cubin_or_none("", "sm_90a") is None
+    assert _cubin_or_none("", "sm_90a") is None
     assert tune.build_failure(log) == "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction"
     assert tune.build_failure("nvcc failed") == "nvcc failed"
+
+
+def test_ray_tasks_carry_the_whole_gemmdsl_package(monkeypatch):
+    """Ray ships `py_modules` to nodes without gemmdsl installed: the package's folder, not the tuner's own."""
+    import argparse
+
+    import gemmdsl
+    from gemmdsl import tune_workers
+
+    monkeypatch.setattr(tune_workers, "import_ray", lambda: None)
+    pool = tune.timing_pool(argparse.Namespace(ray="", backend="fake_timing:FakeBackend", timeout=1, gpus=None))
+    assert pool.runtime_env["py_modules"] == [str(Path(gemmdsl.__file__).resolve().parent)]

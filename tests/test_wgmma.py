@@ -17,7 +17,7 @@ from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load, load_spec
 from gemmdsl.launch_plan import GridRule, Workspace
 from gemmdsl.paths import path_of
-from gemmdsl.plan import plan_kernel
+from gemmdsl.paths import plan_kernel
 from gemmdsl.runtime import OperandView, Requirements, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
@@ -712,7 +712,8 @@ def test_check_states_the_cycle_model_the_families_and_the_tuner_rank_by(spec, c
     bound = analyze(artifacts.spec, problem=size, plan=artifacts.plan).facts["wgmma_bound"]
     assert (bound.k_tile_cycles, bound.k_tile_limit) == (cycles, limit)
     assert bound.predicted_share == pytest.approx(share)
-    assert bound.predicted_share == pytest.approx(tune.wgmma_efficiency(artifacts.spec, [size]))
+    tuner = tune.Survivor(None, artifacts.spec, tune.predict(artifacts.spec, size))
+    assert bound.predicted_share == pytest.approx(tune.predicted_efficiency(tuner, [size]))
     assert bound.predicted_tflops < bound.bound_tflops
 
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import __version__, ir
+from .. import ir
 from ..abi import arch_flag, build_command
 from ..emitter import Emitter
-from ..paths import path_of
 from ..plan import KernelPlan
 from ..source import printable, word_list
 from ..targets import INSTRUCTION_TARGETS
+from ..version import __version__
 from .fuse import FuseChain
 from .helpers import HelperEmitter
 from .kernel import emit_kernel
@@ -37,13 +37,14 @@ from .prelude import Helper, emit_helpers, plan_prelude
 from .scale_c import emit_scale_c_kernel
 from .scheduler import emit_prepare_kernel
 
-def includes(*specs: ir.KernelSpec) -> str:
-    """The #include lines of a file that holds `specs` (a family's members, or one spec), all at the top
+def includes(*plans: KernelPlan) -> str:
+    """The #include lines of a file that holds `plans`' kernels (a family's members, or one spec), all at the top
     (a family wraps each member in a namespace, where no header may be opened): the host launchers'
     headers, which NVRTC, compiling the kernels alone, skips; then the 16-bit and FP8 types the kernels use."""
     host = ["<cstdint>", "<cuda_runtime.h>"]
-    for spec in specs:
-        host += [header for header in path_of(spec).host_includes(spec) if header not in host]
+    specs = [plan.spec for plan in plans]
+    for plan in plans:
+        host += [header for header in plan.path.host_includes(plan.spec) if header not in host]
     dtypes = {dtype for spec in specs for dtype in (*(spec.problem.matrix(op).dtype for op in ir.Operand),
                                                     *(spec.fuse.dtypes if spec.fuse else ()))}
     headers = sorted({dtype.c_header for dtype in dtypes if dtype.c_header})
@@ -120,7 +121,7 @@ def emit_cuda(plan: KernelPlan, source_text: str, summary: list[str]) -> str:
         for row in summary:
             o.line(f"//   {row}")
     o.line()
-    o.lines(includes(plan.spec))
+    o.lines(includes(plan))
     body = Emitter()
     emit_definitions(plan, body)
     arch_guard(plan.spec.name, plan.spec.target, body.instructions, o)

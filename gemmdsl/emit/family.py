@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from .. import ir
 from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, padded_launcher_name
 from ..emitter import Emitter
@@ -19,6 +18,7 @@ from ..cycles import choose_rule, estimate_rule, saturating
 from ..rule import render_func
 from ..schedule import CYCLE_CAP
 from ..source import printable
+from ..version import __version__
 from . import arch_guard, emit_definitions, emit_prelude, includes, quote_source
 from .prelude import emit_helpers, plan_prelude
 
@@ -35,7 +35,7 @@ def emit_family(family: Any) -> str:
     o.comment("Family:")
     quote_source(family.source.text, o)
     o.line()
-    o.lines(includes(*(member.artifacts.spec for member in family.members)))
+    o.lines(includes(*(member.artifacts.plan for member in family.members)))
     bodies = []
     for member in family.members:
         bodies.append(Emitter())

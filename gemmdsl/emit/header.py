@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, ir
+from .. import ir
 from ..abi import (build_command, contiguous_extent, launcher_names, launcher_parameters, leading_name,
                    padded_launcher_name)
 from ..emitter import Emitter
@@ -21,6 +21,7 @@ from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
 from ..plan import KernelPlan
 from ..source import printable
+from ..version import __version__
 from .launcher import empty_problem_rule, launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
 PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cache, partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from ..layout import WARP, SmemAccess, TileLayout
 from ..source import Diagnostic, Severity
 from ..validate import validate
 from .framework import Context, PassResult
+
+if TYPE_CHECKING:
+    from ..paths.interface import InstructionPath
 
 BANKS = 32
 BANK_BYTES = 4
@@ -203,12 +207,12 @@ class RelaidAddresses:
         return total
 
 
-def remedy(layout: TileLayout, operand: ir.Operand) -> tuple[Remedy, Remedy, int]:
+def remedy(layout: TileLayout, operand: ir.Operand, path: InstructionPath) -> tuple[Remedy, Remedy, int]:
     """(the layout as written, the pad or swizzle of the operand's tile that leaves the fewest excess wavefronts,
     the accesses' widest width in elements). Candidates keep every access as wide (pads a multiple of that
     width, swizzles moving whole accesses) and must validate with no more warnings; each is costed with the
     bank model on the lowering's own addresses (RelaidAddresses). On a tie the first of: smaller pads, then
-    swizzles of fewer bits."""
+    swizzles of fewer bits. `path`: the plan's, whose rules the candidates are validated by."""
     addresses = RelaidAddresses(layout, operand)
     widest = addresses.widest
     smem = layout.spec.smem(operand)
@@ -222,11 +226,11 @@ def remedy(layout: TileLayout, operand: ir.Operand) -> tuple[Remedy, Remedy, int
     costed = sorted((addresses.excess(changed.pad, changed.swizzle), index, change, changed)
                     for index, (change, changed) in enumerate(candidates)
                     if (changed.pad, changed.swizzle) != (smem.pad, smem.swizzle))
-    warnings = _validation_warnings(layout.spec)
+    warnings = _validation_warnings(layout.spec, path)
     for cost, _, change, changed in costed:
         if cost >= written.excess:
             break
-        found = _validation_warnings(replace(layout.spec, **{f"smem_{operand.value}": changed}))
+        found = _validation_warnings(replace(layout.spec, **{f"smem_{operand.value}": changed}), path)
         if found is not None and found <= warnings:
             return written, Remedy(change, cost), widest
     return written, written, widest
@@ -241,9 +245,9 @@ def _unswizzled(offsets: np.ndarray, swizzle: ir.Swizzle | None) -> np.ndarray:
     return offsets ^ ((offsets >> swizzle.shift) & mask)
 
 
-def _validation_warnings(spec: ir.KernelSpec) -> int | None:
+def _validation_warnings(spec: ir.KernelSpec, path: InstructionPath) -> int | None:
     """How many warnings the validator gives the spec; None where it refuses it."""
-    diagnostics = validate(spec)
+    diagnostics = validate(spec, path)
     if any(d.severity is Severity.ERROR for d in diagnostics):
         return None
     return len(diagnostics)
@@ -288,7 +292,7 @@ class BankConflictPass:
         env = layout.thread_env()
         costs = [cost_access(layout, access, env) for access in layout.smem_accesses()]
         groups = conflict_groups(costs)
-        found = cache(partial(remedy, layout))  # an operand's stores and loads share its search
+        found = cache(partial(remedy, layout, path=context.plan.path))  # an operand's stores and loads share its search
 
         def hint(operand: ir.Operand, op: str) -> str | None:
             return conflict_hint(found(operand), layout.spec.smem(operand), op) if context.hints else None

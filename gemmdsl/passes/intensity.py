@@ -17,14 +17,17 @@ and it ran at 196 (docs/performance.md, T13).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ir
 from ..grouped_schedule import ASSUMED_GROUPS
-from ..paths import path_of
 from ..targets import MEMORY_TBPS
 from .framework import Context, PassResult
 from .fuse import chain_dram_bytes
 from .launch import tiles
+
+if TYPE_CHECKING:
+    from ..paths import InstructionPath
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,10 @@ def compulsory_bytes(spec: ir.KernelSpec, m: int, n: int, k: int) -> dict[str, i
             "c": m * n * c_passes * size[ir.Operand.C], **chain_dram_bytes(spec, m, n, k)}
 
 
-def math_unit(spec: ir.KernelSpec) -> tuple[str, float]:
-    """What multiplies (fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's reference GPU in
-    TFLOP/s: wgmma's for Hopper's own path, else the FMA pipe's or mma.sync's."""
-    path = path_of(spec)
+def math_unit(spec: ir.KernelSpec, path: InstructionPath) -> tuple[str, float]:
+    """What multiplies (the path's `unit`: fma, bf16, f16, tf32, 3xtf32, fp8), and its peak on the target's
+    reference GPU in TFLOP/s by the spec's path (`peak_tflops`: wgmma's for Hopper's own path, else the FMA
+    pipe's or mma.sync's)."""
     peaks = path.peak_tflops(spec.target.sm)
     unit = path.unit(spec)
     if unit == "3xtf32":  # three TF32 products
@@ -89,10 +92,10 @@ class IntensityPass:
 
     def run(self, context: Context) -> PassResult:
         spec = context.spec
-        tile = path_of(spec).warp_tile(spec)
+        tile = context.plan.path.warp_tile(spec)
         element_bytes = spec.problem.a.dtype.bytes
         m, n, k = context.problem
-        unit, peak = math_unit(spec)
+        unit, peak = math_unit(spec, context.plan.path)
         flops = 2 * m * n * k
         dram = sum(compulsory_bytes(spec, m, n, k).values())
         memory = flops / dram * MEMORY_TBPS[spec.target.sm]

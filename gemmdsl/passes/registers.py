@@ -37,16 +37,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ir
-from ..layout import KernelLayout, TileLayout
+from ..layout import KernelLayout
 from ..mma_layout import MmaLayout
-from ..paths import path_of
 from ..source import Diagnostic, Severity
 from ..plan import min_blocks_per_sm
 from ..targets import Arch, launch_register_cap, occupancy_of
 from .framework import Context, PassResult
 from .fuse import kept_registers
+
+if TYPE_CHECKING:
+    from ..paths.interface import InstructionPath  # the plan's, handed over
 
 SWIZZLE_ARITHMETIC = 8  # per swizzled operand, beside one register per precomputed address
 ADDRESS_REGISTERS = 0.5  # per global load a thread issues per k-tile: a 64-bit address for every two
@@ -171,11 +174,6 @@ def global_loads(layout: KernelLayout) -> int:
     return sum(len(layout.global_chunks(operand)) for operand in (ir.Operand.A, ir.Operand.B))
 
 
-def estimate_registers(layout: TileLayout) -> RegisterEstimate:
-    """The estimate of the layout's path (`register_estimate`): the FMA model or the tensor-core one below."""
-    return path_of(layout.spec).register_estimate(layout)
-
-
 def estimate_fma_registers(layout: KernelLayout) -> RegisterEstimate:
     spec = layout.spec
     fragment = spec.threads.fragment
@@ -226,9 +224,10 @@ def estimate_mma_registers(layout: MmaLayout) -> RegisterEstimate:
                             cap=launch_bounds_cap(layout.arch, layout.spec, layout.threads), band=MMA_ESTIMATE_BAND)
 
 
-def register_warnings(spec: ir.KernelSpec, registers: Registers) -> tuple[Diagnostic, ...]:
+def register_warnings(spec: ir.KernelSpec, registers: Registers, path: InstructionPath) -> tuple[Diagnostic, ...]:
+    """The budget's warnings, with the advice of the spec's path (`register_advice`)."""
     warnings = []
-    micro, smaller, spills_can_pay = path_of(spec).register_advice(spec)
+    micro, smaller, spills_can_pay = path.register_advice(spec)
     if registers.estimate.demand > registers.estimate.cap:
         warnings.append(Diagnostic(
             Severity.WARNING, micro,
@@ -258,14 +257,15 @@ class RegisterPass:
     def run(self, context: Context) -> PassResult:
         ptxas = context.ptxas or {}
         registers = Registers(
-            estimate=estimate_registers(context.layout),
+            estimate=context.plan.path.register_estimate(context.layout),  # the FMA model or the tensor cores'
+
             limit=context.layout.arch.max_registers_per_thread,
             ptxas=ptxas.get("registers"),
             spill_store_bytes=ptxas.get("spill_stores", 0),
             spill_load_bytes=ptxas.get("spill_loads", 0),
         )
         return PassResult({"registers": registers}, self._verdict(registers),
-                          register_warnings(context.spec, registers))
+                          register_warnings(context.spec, registers, context.plan.path))
 
     @staticmethod
     def _verdict(registers: Registers) -> str:

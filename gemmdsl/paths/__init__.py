@@ -2,9 +2,10 @@
 the family does differently.
 
     path = path_of(spec)          # the registered path whose `selects` takes the spec
-    plan = path.lower(spec)       # plan.plan_kernel: the KernelPlan, which keeps `path`
+    plan = path.lower(spec)       # plan_kernel(spec): the KernelPlan, which keeps `path`
 
-Shared code never asks which family a spec is; it asks the plan's path. A path supplies:
+Shared code never asks which family a spec is; it asks the plan's path. A path (an `InstructionPath`,
+paths/interface.py) supplies:
 
 - what the front end asks before a spec exists (parser.py): `takes(shape, a, b)`, whether a spec whose
   `mma` section's shape reads as the type `shape` (None: no `mma` section) with operands of types a and b
@@ -25,9 +26,9 @@ Shared code never asks which family a spec is; it asks the plan's path. A path s
 - `member_model(analysis, sms)`: a kernel family's cycle model of a member (cycles.MemberModel), and
   `lowered_member_model(layout, sms)` where the model needs no analysis;
 - `peak_tflops(sm)`: the instruction's peaks by unit;
-- what the tools print of it: `report(analysis)` and `report_facts(analysis)` (check),
-  `ncu_metrics` and `comparison_rows(analysis, metrics)` (profile), `predict(analysis, ptxas)` (tune);
-  None where the tile report, metrics or prediction shared by the FMA and mma.sync paths apply.
+- `facts`: what the tools (check, profile, tune) read of it, a `ToolFacts` (paths/facts.py): its report's
+  figures, its counters, its prediction. The tools never ask which path a spec is on; paths never import
+  the tools (tests/test_imports.py holds the layers).
 
 Adding a path (FP8 wgmma, sm_100's tcgen05): make a package `gemmdsl/paths/<name>/` holding that
 path's own modules (its layout, validation rules, passes, emitters, launcher, cycle model) and `path.py`,
@@ -41,128 +42,24 @@ tests/test_toy_path.py compiles a spec on a path registered from a module of its
 from __future__ import annotations
 
 import importlib
-import re
-from abc import ABC, abstractmethod
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..ir import Precision
+from .interface import InstructionPath
 
 if TYPE_CHECKING:
-    from ..cycles import MemberModel
-    from ..emitter import Emitter
-    from ..ir import Accumulate, CopyMode, DType, KernelSpec, Pair
-# `KernelPlan` (plan.py) and `Analysis` (analysis.py) in the annotations below name the stages that ask for a
-# path: they import this module, so it names them without importing them back.
+    from ..ir import DType, KernelSpec
+    from ..plan import KernelPlan
 
-# The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked, since
-# a path's modules (its emitters, passes) sit above the plan that asks for them.
+# The paths, in the order `path_of` asks them; each module defines PATH. Imported when first asked: a path's
+# modules (its emitters, passes) import the shared stages, which this registry sits above (the shared stages
+# are handed the plan's path, never look it up: tests/test_imports.py).
 REGISTERED = (
     "gemmdsl.paths.wgmma_fp8.path",
     "gemmdsl.paths.wgmma.path",
     "gemmdsl.paths.mma_sync.path",
     "gemmdsl.paths.fma.path",
 )
-
-
-class InstructionPath(ABC):
-    """What an instruction family supplies; see the module docstring. Defaults are the shared behaviour."""
-
-    name: str
-    passes: tuple = ()
-    batch_strides_note = "(a stride of 0\nshares one matrix)."
-    ncu_metrics: tuple[str, ...] | None = None
-    tune_reads_ptxas = False  # the tuner scores survivors on ptxas's registers and spills (tune.ranks_on_ptxas)
-    # The front end's questions (parser.py), asked before a spec exists.
-    key_sets: frozenset[str] = frozenset()  # the parser's KEY_SETS whose keys the path's specs may hold
-    default_copy: CopyMode  # `pipeline { copy: ...; }` left out
-    default_swizzle_bytes: int | None = None  # `smem a|b { swizzle: ...; }` left out: a swizzle mode, or none
-    default_accumulate: Accumulate | None = None  # `mma { accumulate: ...; }` left out
-    # A shape of the path's own (`mma { shape: ...; }` beyond ir.MmaShape's names): its syntax, whose named
-    # groups are the sizes `shape_type` is built from.
-    shape_syntax: re.Pattern | None = None
-    shape_type: type | None = None
-
-    @abstractmethod
-    def takes(self, shape: type | None, a: DType | None, b: DType | None) -> bool:
-        """Whether a spec whose `mma` section's shape reads as `shape` (ir.MmaShape, ir.WgmmaShape; None without
-        an `mma` section) with A and B of types a and b (None: not read) is this path's."""
-
-    def selects(self, spec: KernelSpec) -> bool:
-        mma = spec.mma
-        return self.takes(None if mma is None else type(mma.shape), spec.problem.a.dtype, spec.problem.b.dtype)
-
-    def smem_in_global_order(self, dtype: DType) -> bool:
-        """Whether an operand of this type lands in shared memory in its global order unless the spec says
-        otherwise (else the order the FMA outer product reads best)."""
-        return False
-
-    def smem_read(self, read: Any, dtype: DType) -> dict:
-        """The ir.SmemLayout fields of `smem a|b { read: ...; }` (`read`, None where left out)."""
-        return {}
-
-    def unit(self, spec: KernelSpec) -> str:
-        """What multiplies, as precisions.py and the peaks name it: the tensor cores' element type, or TF32's
-        precision (the FMA and FP8 paths say otherwise)."""
-        precision = spec.mma.precision
-        if precision is Precision.TF32X3:
-            return "3xtf32"
-        return "tf32" if precision is Precision.TF32 else spec.problem.a.dtype.value
-
-    def warp_tile(self, spec: KernelSpec) -> Pair:
-        """Rows and columns of C one warp accumulates."""
-        return spec.mma.warp_tile
-
-    @abstractmethod
-    def validate(self, checker: Any) -> None:
-        """Defined by each path."""
-
-    @abstractmethod
-    def lower(self, spec: KernelSpec) -> KernelPlan:
-        """Defined by each path."""
-
-    @abstractmethod
-    def emit_definitions(self, plan: KernelPlan, out: Emitter) -> None:
-        """Defined by each path."""
-
-    @abstractmethod
-    def member_model(self, analysis: Analysis, sms: int) -> MemberModel:
-        """Defined by each path."""
-
-    def lowered_member_model(self, layout: Any, sms: int) -> MemberModel | None:
-        """The member model from the lowering alone, where the path's model reads no analysis pass (the
-        tuner's score of many candidates skips the passes so); None otherwise."""
-        return None
-
-    def host_includes(self, spec: KernelSpec) -> list[str]:
-        return []
-
-    def launch_contract(self, plan: KernelPlan) -> list[str] | None:
-        """The contract's lines on operand alignment, or None for the shared vector-access rule."""
-        return None
-
-    def launcher_notes(self, plan: KernelPlan) -> list[str]:
-        return []
-
-    def metadata(self, plan: KernelPlan) -> dict:
-        return {}
-
-    def peak_tflops(self, sm: int) -> dict[str, float]:
-        from ..targets import PEAK_TFLOPS
-
-        return PEAK_TFLOPS.get(sm, {})
-
-    def report(self, analysis: Analysis) -> str | None:
-        return None
-
-    def report_facts(self, analysis: Analysis) -> dict | None:
-        return None
-
-    def comparison_rows(self, analysis: Analysis, metrics: dict[str, float]) -> list | None:
-        return None
-
-    def predict(self, analysis: Analysis, ptxas: dict | None) -> Any:
-        return None
 
 
 _ADDED: list[str] = []  # modules `register` added, asked before REGISTERED's, the latest first
@@ -197,3 +94,8 @@ def path_taking(shape: type | None, a: DType | None, b: DType | None) -> Instruc
     """The path of a spec that does not exist yet (the front end's question): the first registered one that
     takes its `mma` section's shape type and its operand types."""
     return next(path for path in registered() if path.takes(shape, a, b))
+
+
+def plan_kernel(spec: KernelSpec) -> KernelPlan:
+    """Lower a validated spec through its instruction path, chosen here once."""
+    return path_of(spec).lower(spec)

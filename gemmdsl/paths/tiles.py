@@ -9,12 +9,22 @@ from ..emit import emit_tile_definitions
 from ..emit.kernel import MathParts
 from ..passes import ALL_PASSES
 from ..plan import KernelPlan, tile_plan
-from . import InstructionPath
+from ..prediction import Prediction, tile_prediction
+from .interface import InstructionPath
+from .facts import ToolFacts
+
+
+class TileFacts(ToolFacts):
+    """The tile paths' facts: the tools' shared report and counters, the FMA cost model's prediction."""
+
+    def prediction(self, analysis, ptxas: dict | None) -> Prediction:
+        return tile_prediction(analysis, ptxas)
 
 
 class TilePath(InstructionPath):
     lowering: type  # the TileLayout subclass of the path's kernels
     passes = ALL_PASSES
+    facts = TileFacts()
     register_copies = False  # whether `copy: registers` is generated
     register_tile: str  # what to shrink for fewer live registers, as validate's budget warning says it
 

@@ -18,7 +18,7 @@ from ...targets import ISSUE_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK, SMEM_LATENCY
 MMA_SMEM_INSTRUCTIONS_PER_CLOCK = 0.5
 
 
-def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberModel:
+def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int, unit: str) -> MemberModel:
     """mma.sync, r resident blocks: a k-tile takes the slowest of the instructions' multiply-adds at the
     target's mma.sync rate, the shared-memory wavefronts the bank-conflict pass counts (fragment reads
     and cp.async stores, conflicts included; one per clock), the shared-memory instructions at
@@ -33,9 +33,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int) -> MemberM
     sgemm_3xtf32_mma.tgemm (160, held out) 0.32 and the best of the top 8 15.6% slower than the best
     (docs/tuning.md, "The mma.sync templates")."""
     from ...cost_model import KTILE_OVERHEAD
-    from ...passes.intensity import math_unit
 
-    unit, _ = math_unit(spec)
     common = launched_fields(spec, sms)
     bm, bn, bk = common["tile"]
     products = 3 if unit == "3xtf32" else 1

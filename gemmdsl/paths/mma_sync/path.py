@@ -15,12 +15,13 @@ from ...targets import WARP
 from ..tiles import TilePath
 from .cycles import mma_sync_member_model
 from .validate import check_mma, check_mma_stages, check_stream_k_c
+from .facts import MmaSyncFacts
 
 
 class MmaSyncPath(TilePath):
     name = "mma_sync"
     lowering = MmaLayout
-    tune_reads_ptxas = True
+    facts = MmaSyncFacts()
     key_sets = frozenset({"warp tiles"})
     default_copy = ir.CopyMode.CP_ASYNC
     register_tile = "the mma repeat"
@@ -77,7 +78,7 @@ class MmaSyncPath(TilePath):
         return MathParts(MmaFragments(layout, out, double), MmaSync(layout, out), FragmentEpilogue(spec, layout, out))
 
     def member_model(self, analysis, sms: int) -> MemberModel:
-        return mma_sync_member_model(analysis.spec, analysis.facts, sms)
+        return mma_sync_member_model(analysis.spec, analysis.facts, sms, self.unit(analysis.spec))
 
 
 PATH = MmaSyncPath()

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .layout import WgmmaLayout
 
 
-def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
+def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
     """Hopper's own path, one block per SM: a k-tile takes the longest of wgmma's multiply-adds at the
     datasheet rate, its shared-memory traffic (wgmma's reads and 3xTF32's split; a 128-byte wavefront per
     clock), TMA's bytes from L2 at the measured rate per SM and the ring's round trip shared by the
@@ -27,17 +27,15 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int) -> MemberModel:
     its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and a stream-K block writes and reads
     back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
-    (`memory_cycles`). The tuner (tune.wgmma_efficiency) and the wgmma bound pass (`check`) read it
-    too."""
+    (`memory_cycles`). `unit`: what multiplies (the path's `unit`). The tuner (paths/wgmma/facts.py's
+    prediction) and the wgmma bound pass (`check`) read it too."""
     from ...passes.banks import WAVEFRONT_BYTES
-    from ...passes.intensity import math_unit
 
     spec = layout.spec
     sm = spec.target.sm
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
                   stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
                   in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
-    unit, _ = math_unit(spec)
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
     problem = spec.problem
@@ -87,7 +85,7 @@ class FusedEpilogue:
 
 
 def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles: int, sms: int,
-                   tiles: int) -> FusedEpilogue:
+                   tiles: int, unit: str) -> FusedEpilogue:
     """The chain on a tile of BM x BN elements: the slowest of the instructions the consumers' warps issue
     (`work`, per element: passes/fuse.chain_work), the activation's special-function results, and the
     operands' bytes from L2 (`l2_bytes`, per tile), for a launch of `tiles` tiles.
@@ -106,7 +104,7 @@ def fused_epilogue(layout: WgmmaLayout, work: ChainWork, l2_bytes: int, k_tiles:
              "the SFU": -(-elements * work.sfu // SFU_PER_CLOCK_PER_SM[sm]),
              "L2": -(-l2_bytes // L2_BYTES_PER_CLOCK_PER_SM[sm])}
     limit = max(rates, key=lambda name: rates[name])
-    model = wgmma_member_model(layout, sms)
+    model = wgmma_member_model(layout, sms, unit)
     k_tile = model.k_tile_cycles[0]
     cycles = rates[limit]
     hidden = min(cycles, k_tiles * k_tile) if layout.pingpong and tiles > sms else 0

@@ -271,12 +271,12 @@ class WgmmaBoundPass:
         waves = context.fact("wgmma_waves")
         assert isinstance(waves, WgmmaWaves)
         sm = spec.target.sm
-        unit, peak = math_unit(spec)
+        unit, peak = math_unit(spec, context.plan.path)
         dram = sum(compulsory_bytes(spec, m, n, k).values())
         flops = 2 * m * n * k
         memory = flops / dram * MEMORY_TBPS[sm]
         bound = min(peak * waves.efficiency, memory)
-        model = wgmma_member_model(layout, waves.sms)
+        model = wgmma_member_model(layout, waves.sms, unit)
         terms = dict(model.terms)
         rates = {name: terms[f"{name}_per_k_tile"] for name in K_TILE_RATES}
         limit = max(rates, key=lambda name: rates[name])
@@ -315,12 +315,12 @@ class WgmmaFuseEpiloguePass:
 
     name = "epilogue"
     needs = frozenset({"fuse", "wgmma_waves"})
-    provides = frozenset({"wgmma_epilogue"})
+    provides = frozenset({"epilogue_cycles"})
 
     def run(self, context: Context) -> PassResult:
         cost = context.fact("fuse")
         if cost is None:
-            return PassResult({"wgmma_epilogue": None}, "")
+            return PassResult({"epilogue_cycles": None}, "")
         assert isinstance(cost, FuseCost)
         layout = _layout(context)
         waves = context.fact("wgmma_waves")
@@ -328,8 +328,9 @@ class WgmmaFuseEpiloguePass:
         # Per tile from L2 in the epilogue: R's tile but the share copied ahead, and each vector's values of the
         # tile's rows or columns unless a producer warp staged them during the main loop.
         tile_bytes = (cost.epilogue_block_bytes // waves.tiles) if waves.tiles else 0
-        epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms, waves.tiles)
-        return PassResult({"wgmma_epilogue": epilogue}, epilogue_verdict(epilogue, layout))
+        epilogue = fused_epilogue(layout, cost.work, tile_bytes, waves.k_tiles, waves.sms, waves.tiles,
+                                  context.plan.path.unit(context.spec))
+        return PassResult({"epilogue_cycles": epilogue}, epilogue_verdict(epilogue, layout))
 
 
 def epilogue_verdict(epilogue: FusedEpilogue, layout: WgmmaLayout) -> str:

@@ -10,9 +10,11 @@ from ... import abi, ir
 from ...abi import tile_count
 from ...cycles import MemberModel
 from .cycles import wgmma_member_model
+from .facts import WgmmaFacts
 from .grouped import grouped_contract
 from .kernel import emit_wgmma_definitions
 from .pad import pads_operands
+from .parameters import kernel_parameters
 from ...launch_plan import Entries, GridRule, LaunchPlan, Requirements, StreamKLaunch, Workspace
 from .passes import WGMMA_PASSES
 from ...plan import KernelPlan, Role, Variant
@@ -21,7 +23,7 @@ from .validate import check_wgmma
 from .layout import WgmmaLayout
 from .math import WgmmaMath
 from .split import SplitWgmmaMath
-from .. import InstructionPath
+from ..interface import InstructionPath
 
 TENSOR_MAP_HEADER = "<cuda.h>  // CUtensorMap and its enums; the encoder is looked up at run time (no -lcuda)"
 
@@ -36,6 +38,7 @@ class WgmmaPath(InstructionPath):
     passes = WGMMA_PASSES
     batch_strides_note = "(TMA steps A and B by\ntheir strides: positive multiples of 16 bytes)."
     lowering = WgmmaLayout  # the layout class; a path built on this one (FP8) gives its own
+    facts = WgmmaFacts()
     key_sets = frozenset({"warpgroups"})
     default_copy = ir.CopyMode.TMA
     default_swizzle_bytes = 128
@@ -80,7 +83,7 @@ class WgmmaPath(InstructionPath):
         stream_k = StreamKLaunch.PERSISTENT if layout.stream_k else None
         workspace = Workspace(layout.partial_bytes, layout.consumers) if layout.stream_k else None
         pad = abi.pad_operands_entry(spec) if pads_operands(spec) else None  # paths/wgmma/pad.py
-        launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec), pad_operands=pad), abi.wgmma_kernel_parameters(spec), abi.launcher_names(spec),
+        launch = LaunchPlan(Entries(variants[0].entry, scale_c=abi.scale_c_entry(spec), pad_operands=pad), kernel_parameters(spec), abi.launcher_names(spec),
                             layout.threads, layout.smem_bytes, (layout.bm, layout.bn, layout.bk), (grid_x, 1, 1),
                             requirements, 1, rule, stream_k, workspace, tma_operands=True)
         return KernelPlan(spec, layout.arch, variants, launch, self)
@@ -127,39 +130,13 @@ class WgmmaPath(InstructionPath):
         return {"tensor_maps": maps, "alignment_bytes": layout.global_alignment_bytes}
 
     def member_model(self, analysis, sms: int) -> MemberModel:
-        return wgmma_member_model(analysis.layout, sms)
+        return wgmma_member_model(analysis.layout, sms, self.unit(analysis.spec))
 
     def lowered_member_model(self, layout: WgmmaLayout, sms: int) -> MemberModel:
-        return wgmma_member_model(layout, sms)
+        return wgmma_member_model(layout, sms, self.unit(layout.spec))
 
     def peak_tflops(self, sm: int) -> dict[str, float]:
         return WGMMA_PEAK_TFLOPS.get(sm, {})
-
-    def report(self, analysis) -> str:
-        from ...check import wgmma_report
-
-        return wgmma_report(analysis)
-
-    def report_facts(self, analysis) -> dict:
-        from ...check import wgmma_facts
-
-        return wgmma_facts(analysis)
-
-    @property
-    def ncu_metrics(self) -> tuple[str, ...]:
-        from ...profile import WGMMA_NCU_METRICS
-
-        return WGMMA_NCU_METRICS
-
-    def comparison_rows(self, analysis, metrics: dict[str, float]) -> list:
-        from ...profile import wgmma_comparison_rows
-
-        return wgmma_comparison_rows(analysis, metrics)
-
-    def predict(self, analysis, ptxas: dict | None):
-        from ...tune import predict_wgmma
-
-        return predict_wgmma(analysis, ptxas)
 
 
 PATH = WgmmaPath()
