@@ -12,9 +12,13 @@ the families and, for wgmma, the bound pass (`gemmdsl check`) all read one model
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, lru_cache, partial
 
 from . import ir
-from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
+from .expr import Const, Func, Var
+from .rule import (Apply, Field, Function, Index, Let, Literal, Loop, Refuse, Refused, Rule, Skip, all_of, any_of,
+                   ceil_div, eq, ge, gt, lt, maximum, minimum, ne, not_, select)
+from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
 from .targets import EXTRA_LAUNCH_CYCLES, HBM_BYTES_PER_CLOCK
 
 
@@ -51,7 +55,7 @@ class MemberModel:
     # exact ones refuse misaligned pointers and leading dimensions: a family's fallback (family.choose)
     any_alignment: bool = True
     fallback: bool = False  # the family's `fallback` member: chosen only among those that run any alignment
-    # The memory floor (`memory_cycles`): HBM's bytes per clock on the reference GPU (0: no floor); the bytes
+    # The memory floor (estimate_rule's `memory`): HBM's bytes per clock on the reference GPU (0: no floor); the bytes
     # per element of A, B and C (C counted once, written: it is read only when beta is not 0, which the rule
     # does not know, and a floor counts what every call moves); and, where the path's
     # blocks keep a ring of k-tiles in flight (wgmma), how many (0: no per-block limit) and their round trip.
@@ -90,90 +94,160 @@ class Estimate:
     streaming_blocks: int = 0  # blocks that stream k-tiles at once
 
 
-def _product(a: int, b: int) -> int:
-    return min(a * b, CYCLE_CAP)
+def saturating(prefix: str = "") -> tuple[Func, Func]:
+    """The rule's product and sum, saturating at CYCLE_CAP (so that the C launcher's rule stays inside long
+    long at any shape it accepts): C's `{prefix}product` and `{prefix}sum`, which read `{prefix}CYCLE_CAP`."""
+    cap, a, b = Literal(f"{prefix}CYCLE_CAP", CYCLE_CAP), Var("a"), Var("b")
+    return (Func(f"{prefix}product", ("a", "b"), select(all_of(ne(b, 0), gt(a, cap // b)), cap, a * b)),
+            Func(f"{prefix}sum", ("a", "b"), select(gt(a + b, cap), cap, a + b)))
 
 
-def _sum(a: int, b: int) -> int:
-    return min(a + b, CYCLE_CAP)
+def member_fields(member: MemberModel) -> dict:
+    """A member's figures under the names `estimate_rule` reads (the C table's fields, emit/family.py)."""
+    return _member_fields(member)
+
+
+@lru_cache(maxsize=4096)
+def _member_fields(member: MemberModel) -> dict:
+    bm, bn, bk = member.tile
+    a, b, c = member.element_bytes
+    split = stream_k_split_rule(member.min_saved_k_tiles, member.aligned_split) if member.stream_k else None
+    return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), any_alignment=int(member.any_alignment),
+                fallback=int(member.fallback), stream_k_split=split, sms=member.sms,
+                blocks_per_sm=member.blocks_per_sm, k_tile_cycles=member.k_tile_cycles, tile_cycles=member.tile_cycles,
+                partial_cycles=member.partial_cycles, fixup_cycles=member.fixup_cycles, call_cycles=member.call_cycles,
+                launch_cycles=member.launch_cycles,
+                hbm_bytes_per_clock=member.hbm_bytes_per_clock, a_bytes=a, b_bytes=b, c_bytes=c,
+                in_flight_k_tiles=member.in_flight_k_tiles, round_trip_cycles=member.round_trip_cycles)
+
+
+@cache
+def estimate_rule(prefix: str = "") -> Rule:
+    """The cycles of member `m` (its figures: `member_fields`) at M x N x K, the formula of family.py's
+    docstring: the stream-K blocks' share (the launcher's split), the plain tiles' whole waves and the last
+    partial one at its residency, each step saturating (`saturating`); at least the memory floor (`memory`: A, B
+    and C's bytes at HBM's rate, and where the member keeps k-tiles in flight what its `streaming` blocks draw by
+    Little's law); plus the call's own cycles. Refused where an exact member cannot take the shape. C:
+    `{prefix}cycles` (emit/family.py)."""
+    product, total = saturating(prefix)
+    m = partial(Field, Var("m"))
+    M, N, K = Var("M"), Var("N"), Var("K")
+    tiles, k_tiles, slots, full = Var("tiles"), Var("k_tiles"), Var("slots"), Var("full")
+    sk_tiles, sk_blocks, plain, left = Var("sk_tiles"), Var("sk_blocks"), Var("plain"), Var("left")
+    shares, streaming, traffic, in_flight = Var("shares"), Var("streaming"), Var("traffic"), Var("in_flight")
+    rate = m("hbm_bytes_per_clock")
+    k_tile_cycles = m("k_tile_cycles")
+    steps = (
+        Refuse(all_of(m("exact"), any_of(ne(M % m("bm"), 0), ne(N % m("bn"), 0), ne(K % m("bk"), 0))),
+               comment="bounds: exact: only the shapes the tile divides"),
+        Let("tiles", ceil_div(M, m("bm")) * ceil_div(N, m("bn"))),
+        Let("k_tiles", ceil_div(K, m("bk"))),
+        Let("slots", m("sms") * m("blocks_per_sm")),
+        Let("full", Index(k_tile_cycles, m("blocks_per_sm") - 1), comment="a k-tile with every slot resident"),
+        Apply(m("stream_k_split"), (tiles, k_tiles, slots, 1), ("sk_tiles", "sk_blocks"),
+              when=ne(m("stream_k_split"), Literal("nullptr", None)), comment="the launcher's split of one GEMM"),
+        Let("shares", gt(sk_tiles, 0), "bool"),
+        Let("plain", tiles - sk_tiles),
+        Let("plain_wave", minimum(plain, slots), comment="blocks that stream k-tiles at once"),
+        Let("streaming", select(shares, maximum(sk_blocks, Var("plain_wave")), minimum(tiles, slots))),
+        Let("per_block", select(shares, ceil_div(sk_tiles * k_tiles, sk_blocks), 0)),
+        Let("contributors", select(shares, ceil_div(sk_blocks, sk_tiles), 1),
+            comment="blocks on a shared tile, whose partial sums are added one after another"),
+        Let("stream_k_cycles",
+            select(shares, total(total(total(product(Var("per_block"), full),
+                                             m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
+                                       product(Var("contributors") - 1, m("fixup_cycles"))),
+                                 product(m("launch_cycles"), select(gt(plain, 0), 2, 1))), 0),
+            comment="the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the "
+                    "first"),
+        Let("left", plain % slots),
+        Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * m("tile_cycles")), comment="a whole wave"),
+        Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
+        Let("last_wave", select(gt(left, 0), total(product(k_tiles, Index(k_tile_cycles, Var("last") - 1)),
+                                                    Var("last") * m("tile_cycles")), 0)),
+        Let("compute_cycles", total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
+                                    Var("last_wave"))),
+        Let("traffic", total(total(product(product(M, K), m("a_bytes")), product(product(N, K), m("b_bytes"))),
+                             product(product(M, N), m("c_bytes"))),
+            comment="The memory floor: A and B read and C written once, at HBM's rate (0: no floor)"),
+        Let("hbm_cycles", select(gt(rate, 0), ceil_div(traffic, rate), 0)),
+        Let("in_flight", streaming * m("in_flight_k_tiles") * m("bk") * (minimum(M, m("bm")) * m("a_bytes")
+                                                                         + minimum(N, m("bn")) * m("b_bytes")),
+            comment="and, where blocks keep k-tiles in flight, what they draw in a round trip"),
+        Let("drawn", select(all_of(gt(rate, 0), gt(in_flight, 0)),
+                            ceil_div(product(traffic, m("round_trip_cycles")), in_flight), 0)),
+        Let("memory", maximum(Var("hbm_cycles"), Var("drawn"))),
+    )
+    return Rule("cycles", ("m", "M", "N", "K"), steps,
+                (("cycles", total(maximum(Var("memory"), Var("compute_cycles")), m("call_cycles"))),
+                 ("compute", Var("compute_cycles"))))
 
 
 def estimate(member: MemberModel, m: int, n: int, k: int) -> Estimate:
-    if not member.accepts(m, n, k):
+    """`estimate_rule` for one member at M x N x K, with the figures `check --problem` reports."""
+    try:
+        values = estimate_rule().evaluate({"m": member_fields(member), "M": m, "N": n, "K": k})
+    except Refused:
         return Estimate(member, accepted=False)
     bm, bn, bk = member.tile
-    tiles = -(-m // bm) * -(-n // bn)
-    k_tiles = -(-k // bk)
+    tiles, k_tiles = values["tiles"], values["k_tiles"]
     useful = (m * n * k) / (tiles * bm * bn * k_tiles * bk)
-    resident = member.blocks_per_sm
-    full = member.cycles_per_k_tile(resident)
-    plain, sk_tiles, cycles = tiles, 0, 0
-    streaming = min(tiles, member.slots)
-    if member.stream_k:
-        split = stream_k_split(tiles, k_tiles, member.slots, min_saved_k_tiles=member.min_saved_k_tiles,
-                               aligned=member.aligned_split)
-        if split.sk_tiles:
-            plain, sk_tiles = tiles - split.sk_tiles, split.sk_tiles
-            streaming = max(split.sk_blocks, min(plain, member.slots))
-            per_block = -(-split.sk_tiles * k_tiles // split.sk_blocks)
-            cycles = _sum(_product(per_block, full), resident * (member.tile_cycles + member.partial_cycles))
-            contributors = -(-split.sk_blocks // split.sk_tiles)
-            cycles = _sum(cycles, _product(contributors - 1, member.fixup_cycles))
-            cycles = _sum(cycles, _product(member.launch_cycles, 2 if plain else 1))
-    full_waves, left = divmod(plain, member.slots)
-    wave = _sum(_product(k_tiles, full), resident * member.tile_cycles)
-    cycles = _sum(cycles, _product(full_waves, wave))
-    if left:
-        last = -(-left // member.sms)
-        cycles = _sum(cycles, _sum(_product(k_tiles, member.cycles_per_k_tile(last)), last * member.tile_cycles))
-    memory = memory_cycles(member, m, n, k, streaming)
-    return Estimate(member, True, tiles, k_tiles, full_waves + (left > 0), sk_tiles, useful,
-                    _sum(max(cycles, memory), member.call_cycles), cycles, memory, streaming)
+    waves = values["plain"] // values["slots"] + (values["left"] > 0)
+    return Estimate(member, True, tiles, k_tiles, waves, values["sk_tiles"], useful, values["cycles"],
+                    values["compute_cycles"], values["memory"], values["streaming"])
+
+
+@cache
+def choose_rule(prefix: str = "", measured: bool = False) -> Rule:
+    """A kernel family's rule (family.py states it): `chosen`, the index of the member of `{prefix}members` (their
+    figures, `member_fields`; `{prefix}member_count` of them) that runs M x N x K. With `measured`, the
+    `{prefix}measured` table's entry for the shape ({M, N, K, member}, `{prefix}measured_count` of them)
+    where it names one; else the fewest cycles (`estimate_rule`, C's `{prefix}cycles`) among the members that
+    accept the shape, on a tie the fewest compute cycles, then the first listed. `fallback` members (declared so in
+    the family) only where `aligned` is false: then among the members that run operands of any alignment
+    (`any_alignment`), for a call the chosen member refused for its operands' alignment (an exact member, or a TMA
+    one); -1 when none does. C: `{prefix}choose` (emit/family.py)."""
+    members, M, N, K, aligned = Var(f"{prefix}members"), Var("M"), Var("N"), Var("K"), Var("aligned")
+    member = partial(lambda index, name: Field(Index(members, index), name))
+    best, found = Var("best"), Var("found")
+    cycles, compute = Var("cycles"), Var("compute")
+    steps: list = []
+    if measured:
+        entry = partial(Index, Var("entry"))
+        steps.append(Loop(
+            "e", Var(f"{prefix}measured_count"), (("found", "int", Const(-1)),),
+            (Let("entry", Index(Var(f"{prefix}measured"), Var("e")), "long long* const"),),
+            all_of(eq(M, entry(0)), eq(N, entry(1)), eq(K, entry(2)), any_of(aligned, member(entry(3), "any_alignment"))),
+            (("found", entry(3)),), stop=ge(found, 0),
+            comment="The measured table: {M, N, K, member} where a member timed fastest and the model picks another."))
+    count = Var(f"{prefix}member_count")
+    steps.append(Loop(
+        "i", select(ge(found, 0), 0, count) if measured else count,
+        (("best", "int", Const(-1)), ("best_cycles", "long long", Const(0)), ("best_compute", "long long", Const(0))),
+        (Skip(select(aligned, member(Var("i"), "fallback"), not_(member(Var("i"), "any_alignment")))),
+         Apply(Function(f"{prefix}cycles", estimate_rule(prefix)), (Index(members, Var("i")), M, N, K),
+               ("cycles", "compute"), "long long", returns="cycles")),
+        all_of(ge(cycles, 0), any_of(lt(best, 0), lt(cycles, Var("best_cycles")),
+                                     all_of(eq(cycles, Var("best_cycles")), lt(compute, Var("best_compute"))))),
+        (("best", Var("i")), ("best_cycles", cycles), ("best_compute", compute))))
+    return Rule("choose", ("M", "N", "K", "aligned", f"{prefix}members", f"{prefix}member_count",
+                           *((f"{prefix}measured", f"{prefix}measured_count") if measured else ())),
+                tuple(steps), (("chosen", select(ge(found, 0), found, best) if measured else best),))
 
 
 def choose(members: list[MemberModel], m: int, n: int, k: int, aligned: bool = True,
            measured: tuple[tuple[tuple[int, int, int], int], ...] = ()) -> int | None:
-    """A kernel family's rule (family.py states it): the index of the member that runs M x N x K: the one the measured table names for the shape, else the
-    fewest predicted cycles among those that accept the shape; on a tie (members held to the same memory
-    floor) the fewest compute cycles, then the first listed.
-    `fallback` members (declared so in the family) only where aligned=False: among the members that run
-    operands of any alignment (`any_alignment`), for a call the chosen member refused for its operands'
-    alignment (an exact member, or a TMA one); None when no member does. An empty problem (M, N or K = 0) has no products to spread: the first member, as in the C
-    launcher."""
+    """`choose_rule` for M x N x K: the index of the member that runs it, None where no member runs operands of
+    any alignment (aligned=False). An empty problem (M, N or K = 0) has no products to spread: the first member,
+    as in the C launcher."""
     if 0 in (m, n, k):
         return 0
-    for shape, index in measured:
-        if shape == (m, n, k) and (aligned or members[index].any_alignment):
-            return index
-    best = None
-    for index, member in enumerate(members):
-        if not (member.any_alignment if not aligned else not member.fallback):
-            continue
-        figures = estimate(member, m, n, k)
-        key = (figures.cycles, figures.compute_cycles)
-        if figures.accepted and (best is None or key < best[1]):
-            best = (index, key)
-    assert best is not None or not aligned, "a family has a checked member, which accepts every shape"
-    return None if best is None else best[0]
-
-
-def memory_cycles(member: MemberModel, m: int, n: int, k: int, streaming: int) -> int:
-    """The memory floor of M x N x K: A and B are read and C written at least once, at no more than HBM's rate, nor
-    (where the member keeps a ring of k-tiles in flight) than `streaming` blocks draw by Little's law: each
-    has its in-flight k-tiles' bytes of A and B (the rows and columns inside the problem: TMA fills the
-    rest of a box with zeros, fetching nothing) on the way for a round trip. A decode call (M of 1 to 128,
-    a large N x K) streams B once and multiplies little: the floor, not the multiply-adds, sets its time,
-    and a member whose blocks keep loads in flight on every SM comes closest to it. 0 without a floor."""
-    if not member.hbm_bytes_per_clock:
-        return 0
-    a, b, c = member.element_bytes
-    traffic = _sum(_sum(_product(_product(m, k), a), _product(_product(n, k), b)), _product(_product(m, n), c))
-    cycles = -(-traffic // member.hbm_bytes_per_clock)
-    if member.in_flight_k_tiles and streaming:
-        bm, bn, bk = member.tile
-        in_flight = streaming * member.in_flight_k_tiles * bk * (min(m, bm) * a + min(n, bn) * b)
-        cycles = max(cycles, -(-_product(traffic, member.round_trip_cycles) // in_flight))
-    return cycles
+    table = [(*shape, index) for shape, index in measured]
+    chosen = choose_rule(measured=bool(table)).evaluate({
+        "M": m, "N": n, "K": k, "aligned": int(aligned), "members": [member_fields(x) for x in members],
+        "member_count": len(members), "measured": table, "measured_count": len(table)})["chosen"]
+    assert chosen >= 0 or not aligned, "a family has a checked member, which accepts every shape"
+    return None if chosen < 0 else chosen
 
 
 def memory_fields(spec: ir.KernelSpec) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 Value = Union[int, np.ndarray]
 
 # C precedence (higher binds tighter); Python orders these operators the same way.
-_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": 12, ">>": 11, "<<": 11, "&": 8, "^": 7, "|": 6}
+_PRECEDENCE = {"*": 13, "/": 13, "%": 13, "+": 12, "-": 12, ">>": 11, "<<": 11, "&": 8, "^": 7, "|": 6}
 _ASSOCIATIVE = {"*", "+", "&", "^", "|"}
 _BITWISE = {">>", "<<", "&", "^", "|"}
 
@@ -34,6 +34,11 @@ class Expr:
     def variables(self) -> frozenset[str]:
         raise NotImplementedError
 
+    def python(self, names: dict) -> str:
+        """The expression as Python source over variables `v_NAME`; what it calls or refers to is put in `names`
+        (the namespace the source runs in). rule.py compiles rules from it."""
+        raise NotImplementedError
+
     def __str__(self) -> str:
         return self.render()
 
@@ -42,6 +47,12 @@ class Expr:
 
     def __radd__(self, other: int) -> "Expr":
         return binop("+", other, self)
+
+    def __sub__(self, other: "Expr | int") -> "Expr":
+        return binop("-", self, other)
+
+    def __rsub__(self, other: int) -> "Expr":
+        return binop("-", other, self)
 
     def __mul__(self, other: "Expr | int") -> "Expr":
         return binop("*", self, other)
@@ -75,6 +86,9 @@ class Const(Expr):
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         return self.value
 
+    def python(self, names: dict) -> str:
+        return repr(self.value)
+
     def variables(self) -> frozenset[str]:
         return frozenset()
 
@@ -88,6 +102,9 @@ class Var(Expr):
 
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         return env[self.name]
+
+    def python(self, names: dict) -> str:
+        return f"v_{self.name}"
 
     def variables(self) -> frozenset[str]:
         return frozenset({self.name})
@@ -109,7 +126,9 @@ class BinOp(Expr):
         if self.lhs.precedence < self.precedence or self._mixes_bitwise(self.lhs):
             left = f"({left})"
         if self.rhs.precedence < self.precedence or self._mixes_bitwise(self.rhs) or (
-            self.rhs.precedence == self.precedence and self.op not in _ASSOCIATIVE
+            # x * (y / 2) and x + (y - 1) keep theirs: only the same associative operator regroups freely
+            self.rhs.precedence == self.precedence
+            and not (self.op in _ASSOCIATIVE and getattr(self.rhs, "op", None) == self.op)
         ):
             right = f"({right})"
         return f"{left} {self.op} {right}"
@@ -124,12 +143,16 @@ class BinOp(Expr):
         b = self.rhs.evaluate(env)
         return _APPLY[self.op](a, b)
 
+    def python(self, names: dict) -> str:
+        return f"({self.lhs.python(names)} {'//' if self.op == '/' else self.op} {self.rhs.python(names)})"
+
     def variables(self) -> frozenset[str]:
         return self.lhs.variables() | self.rhs.variables()
 
 
 _APPLY = {
     "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
     "/": lambda a, b: a // b,
     "%": lambda a, b: a % b,
@@ -175,7 +198,7 @@ def binop(op: str, lhs: "Expr | int", rhs: "Expr | int") -> Expr:
         return a
     if op == "%" and b == Const(1):
         return Const(0)
-    if op in ("^", ">>", "<<", "|") and b == Const(0):
+    if op in ("-", "^", ">>", "<<", "|") and b == Const(0):
         return a
     if op == "&" and b == Const(0):
         return Const(0)
@@ -209,6 +232,14 @@ class Call(Expr):
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         inner = {p: a.evaluate(env) for p, a in zip(self.func.params, self.args)}
         return self.func.body.evaluate(inner)
+
+    def python(self, names: dict) -> str:
+        name = f"f_{self.func.name}"
+        if name not in names:
+            source = f"def {name}({', '.join(f'v_{p}' for p in self.func.params)}):\n" \
+                     f"    return {self.func.body.python(names)}\n"
+            exec(compile(source, f"<{self.func.name}>", "exec"), names)
+        return f"{name}({', '.join(a.python(names) for a in self.args)})"
 
     def variables(self) -> frozenset[str]:
         return frozenset().union(*(a.variables() for a in self.args))

@@ -46,8 +46,8 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
                      EXTRA_LAUNCH_CYCLES (cycles.py) per launch beyond the first: the prepare
                      kernel, and the plain tiles' kernel when there are plain tiles
 
-    memory floor:    the cycles are at least cycles.memory_cycles: A, B and C's bytes (each once) over HBM's bytes per
-                     clock (targets.HBM_BYTES_PER_CLOCK: the datasheet's bandwidth), or, for wgmma, over what
+    memory floor:    the cycles are at least estimate_rule's `memory`: A, B and C's bytes (each once) over HBM's
+                     bytes per clock (targets.HBM_BYTES_PER_CLOCK: the datasheet's bandwidth), or, for wgmma, over what
                      the streaming blocks (min(tiles, SMs), or the stream-K wave) draw with STAGES - 1
                      k-tiles in flight each for RING_ROUND_TRIP_CYCLES (Little's law) if that is less
 

@@ -11,13 +11,16 @@ without loading them. The split itself is schedule.py's rule.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 
 from .abi import Parameter
+from .expr import Const, Expr, Func, Var
+from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div,
+                   eq, gt, maximum, minimum, ne, not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
-                       interior_split_pays, persistent_blocks)
+                       interior_split_pays, stream_k_split_rule)
 
 
 SCALE_C_THREADS = 256  # the K = 0 kernel's block
@@ -29,6 +32,29 @@ PAD_ROW_BYTES = 128  # the copies' rows start 128 bytes apart: whole L2 lines, w
 SECTOR_BYTES = 32  # TMA reads rows that start 16 bytes into a 32-byte sector at about 1.6x the time (pad.py)
 PAD_MIN_REUSE = 768  # copy such an operand only where the kernel uses each of its elements this many times (pad.py)
 PAD_MIN_WORK = 1 << 33  # ... and the call has this many multiply-adds: the copy's launch costs microseconds (pad.py)
+
+
+def narrow_flag(kernel: NarrowKernel) -> str:
+    """The launcher's name for the test that a narrow kernel's accesses are aligned: `aligned_8byte`."""
+    return f"aligned_{kernel.width_bytes}byte"
+
+
+def aligned_helper(name: str, element_bytes: Mapping[str, int]) -> Func:
+    """Whether an operand's vector accesses of `elements` are aligned: its address, leading dimension and batch
+    stride. With operands of one element size that size is a constant, else the call gives the operand's."""
+    sizes = set(element_bytes.values())
+    params = ("p", "ld", "stride", "elements") + (() if len(sizes) == 1 else ("element_bytes",))
+    size = Const(sizes.pop()) if len(sizes) == 1 else Var("element_bytes")
+    elements = Var("elements")
+    return Func(name, params, all_of(eq(Address("p") % (elements * size), 0), eq(Var("ld") % elements, 0),
+                                     eq(Var("stride") % elements, 0)))
+
+
+# The K = 0 kernel's blocks per GEMM (Entries.scale_c): a grid-stride loop over C's M x N elements.
+SCALE_C_GRID = Rule("scale_c_grid", ("M", "N"), (
+    Let("elements", cast("long long", Var("M")) * Var("N")),
+    Let("element_blocks", ceil_div(Var("elements"), SCALE_C_THREADS)),
+    Let("scale_blocks", minimum(Var("element_blocks"), SCALE_C_MAX_BLOCKS))))
 
 
 class GridRule(enum.Enum):
@@ -146,6 +172,20 @@ class LaunchPlan:
     stream_k: StreamKLaunch | None = None  # schedule: stream_k, and how its split is launched
     workspace: Workspace | None = None  # persistent stream-K's scratch
     tma_operands: bool = False  # A and B reach the kernel as TMA tensor maps (no fallback kernel)
+    # Thread-block cluster dimensions of the GEMM kernels' launches (x, y, z): (1, 1, 1) launches plainly; others
+    # through cudaLaunchKernelEx's cluster attribute (TMA multicast, 2-SM MMA). The grid must divide by them.
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    # The rules built from this plan, kept: the runtime evaluates them on every call it checks.
+    _rules: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _rule(self, key: tuple, build: Callable[[], Rule]) -> Rule:
+        if key not in self._rules:
+            self._rules[key] = build()
+        return self._rules[key]
+
+    @property
+    def clustered(self) -> bool:
+        return tuple(self.cluster) != (1, 1, 1)
 
     # --- the rule --------------------------------------------------------------------------------
 
@@ -164,24 +204,45 @@ class LaunchPlan:
             return call_split(self.block_tile, m, n, k, sms, aligned=True)
         return StreamKSplit(self.tiles(m, n), -(-k // self.block_tile[2]), sms, 0, 0)
 
+    def persistent_grid_rule(self, split: str = "stream_k_split") -> Rule:
+        """The blocks (`blocks`) of the TMA launcher's one launch over `tiles` (every GEMM of the batch's) on
+        `sms` SMs: one per tile (BATCH_TILES); one wave at most (PERSISTENT); or with stream-K
+        (PERSISTENT_STREAM_K) the split of the call on one block per SM (schedule.stream_k_split_rule, aligned,
+        C's function `split`: `sk_tiles`, `sk_blocks`) and enough blocks for its ranges and for one wave of the
+        other tiles, which the blocks then walk blockIdx.x, + gridDim.x, ... Inputs: `tiles`, `K`, `sms`."""
+        return self._rule(("persistent_grid", split), lambda: self._persistent_grid_rule(split))
+
+    def _persistent_grid_rule(self, split: str) -> Rule:
+        tiles, sms = Var("tiles"), Var("sms")
+        if self.grid_rule is GridRule.BATCH_TILES:
+            steps: tuple = (Let("blocks", tiles),)
+        elif self.grid_rule is GridRule.PERSISTENT_STREAM_K:
+            wave = Var("wave_sms")
+            steps = (Let("wave_sms", maximum(sms, 1)),
+                     Apply(Function(split, stream_k_split_rule(0, aligned=True)),
+                           (tiles, ceil_div(cast("long long", Var("K")), self.block_tile[2]), wave, 1),
+                           ("sk_tiles", "sk_blocks")),
+                     Let("plain_wave", minimum(tiles - Var("sk_tiles"), wave)),
+                     Let("blocks", maximum(Var("sk_blocks"), Var("plain_wave"))))
+        else:
+            steps = (Let("blocks", select(all_of(gt(sms, 0), gt(tiles, sms)), sms, tiles)),)
+        return Rule("persistent_grid", ("tiles", "K", "sms"), steps)
+
     def grid_for(self, m: int, n: int, k: int, batch: int, sms: int) -> tuple[int, int, int]:
         """The grid of one launch over all of C on a GPU of `sms` SMs, as the C launcher computes it."""
         tiles = self.tiles(m, n)
         if self.grid_rule is GridRule.TILES:
             return tiles, 1, batch
-        if self.grid_rule is GridRule.BATCH_TILES:
-            return tiles * batch, 1, 1
-        if self.grid_rule is GridRule.PERSISTENT_STREAM_K:
-            return persistent_blocks(self.split_for(m, n, k, 1, sms), sms), 1, 1
         if self.grid_rule is GridRule.PERSISTENT_GROUPED:
             return grid_blocks(m, n, batch, self.block_tile[0], self.block_tile[1], sms), 1, 1
-        return min(tiles * batch, sms), 1, 1
+        return self.persistent_grid_rule().evaluate({"tiles": tiles * batch, "K": k, "sms": sms})["blocks"], 1, 1
 
     def scale_c_grid(self, m: int, n: int, batch: int) -> tuple[int, int, int]:
         """The grid of the K = 0 kernel (Entries.scale_c): a grid-stride loop over each GEMM's M x N elements,
-        the batch along z (a grouped call's groups share one C: one z). A call with M or N = 0 launches nothing."""
+        the batch along z (a grouped call's groups share one C: one z), SCALE_C_GRID's blocks along x. A call with
+        M or N = 0 launches nothing."""
         z = 1 if self.grid_rule is GridRule.PERSISTENT_GROUPED else batch
-        return min(-(-(m * n) // SCALE_C_THREADS), SCALE_C_MAX_BLOCKS), 1, z
+        return SCALE_C_GRID.evaluate({"M": m, "N": n})["scale_blocks"], 1, z
 
     def workspace_for(self, m: int, n: int, k: int, sms: int) -> tuple[StreamKSplit, tuple[int, int]] | None:
         """A persistent stream-K call's split and workspace sizes (bytes of partial sums, flags); None when the
@@ -200,31 +261,110 @@ class LaunchPlan:
             return interior_launches(self.block_tile, m, n, k)
         return (SubLaunch(False, 0, 0, m, n),)
 
-    def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str) -> str:
-        """The kernel the launcher runs: the vector one when every vector access is aligned (`misalignments`
-        of the vector kernel's `vector_elements` is empty), else the first (widest) narrow kernel whose
-        accesses are, else the scalar one; without one the call is refused, as by the launcher."""
+    @property
+    def batched(self) -> bool:
+        """Whether the kernels take a batch stride per operand."""
+        return any(name == "stride_a" for _, name in self.parameters)
+
+    def kernel_choice_rule(self, element_bytes: Mapping[str, int], helper: str = "aligned") -> Rule:
+        """Which kernel runs a call (`kernel`): the vector one when every vector access is aligned
+        (`vector_aligned`), else the widest narrow kernel whose accesses are (`aligned_8byte`, ...), else the
+        scalar one; without a scalar kernel a misaligned call is refused. Inputs: the operands' addresses
+        `A`, `B`, `C`, leading dimensions `lda`, ... and, batched, strides `stride_a`, ...; `element_bytes`
+        per operand (a, b, c). The C launcher prints it (`helper`: its alignment test, `aligned_helper`)."""
+        return self._rule(("kernel_choice", tuple(sorted(element_bytes.items())), helper),
+                          lambda: self._kernel_choice_rule(element_bytes, helper))
+
+    def _kernel_choice_rule(self, element_bytes: Mapping[str, int], helper: str) -> Rule:
+        aligned = aligned_helper(helper, element_bytes)
+        uniform = len(set(element_bytes.values())) == 1
+
+        def test(elements: Mapping[str, int]) -> Expr:
+            return all_of(*(aligned(Var(op.upper()), Var(f"ld{op}"), Var(f"stride_{op}") if self.batched else 0,
+                                    elements[op], *(() if uniform else (element_bytes[op],)))
+                            for op in "abc" if elements[op] > 1))
+
+        entries = self.entries
+        vector = test(self.requirements.vector_elements)
+        steps: list = []
+        if isinstance(vector, Const) or entries.scalar is None:
+            if not isinstance(vector, Const):
+                steps += [Let("vector_aligned", vector, "bool"), Refuse(not_(Var("vector_aligned")))]
+            steps.append(Let("kernel", Symbol(entries.vector), "auto"))
+            if entries.stream_k is not None:
+                steps.append(Let("stream_k_kernel", Symbol(entries.stream_k), "auto"))
+        else:
+            widths = " or ".join(str(narrow.width_bytes) for narrow in entries.narrow)
+            steps += [Let("vector_aligned", vector, "bool"),
+                      *(Let(narrow_flag(narrow), test(narrow.vector_elements), "bool",
+                            comment=None if i else "Operands aligned to less than the vector kernel needs run the "
+                                                   "widest narrow kernel\nwhose accesses they allow (cp.async of "
+                                                   f"{widths} bytes), the scalar kernel otherwise.")
+                        for i, narrow in enumerate(entries.narrow)),
+                      Let("kernel", self._chain(entries.vector, [n.entry for n in entries.narrow], entries.scalar),
+                          "auto")]
+            if entries.stream_k is not None:
+                twins = [narrow.stream_k for narrow in entries.narrow]
+                steps.append(Let("stream_k_kernel", self._chain(entries.stream_k, twins, entries.stream_k_scalar), "auto",
+                                 comment="Calls on the scalar kernel share their tiles through its stream-K twin"
+                                         + (", those on a narrow kernel through its own." if entries.narrow else ".")))
+        inputs = tuple(name for op in "abc" for name in (op.upper(), f"ld{op}", f"stride_{op}")
+                       if self.batched or not name.startswith("stride_"))
+        return Rule("kernel_choice", inputs, tuple(steps))
+
+    def _chain(self, vector: str, narrow: list[str | None], scalar: str | None) -> Expr:
+        """`vector_aligned ? vector : aligned_8byte ? narrow[0] : ... : scalar`."""
+        choice: Expr = Symbol(scalar)
+        for rung, entry in reversed(list(zip(self.entries.narrow, narrow))):
+            choice = select(Var(narrow_flag(rung)), Symbol(entry), choice)
+        return select(Var("vector_aligned"), Symbol(vector), choice)
+
+    def choose_entry(self, misalignments: Callable[[dict[str, int]], list[str]], kernel: str,
+                     operands: Mapping[str, int], element_bytes: Mapping[str, int], which: str = "kernel") -> str:
+        """The kernel the launcher runs for `operands` (kernel_choice_rule's inputs): the vector one, a narrow one
+        or the scalar one (`which`: "kernel"; or "stream_k_kernel", its stream-K twin); a refused call raises
+        ValueError with `misalignments` of the vector kernel's `vector_elements` as the reasons. TMA operands
+        have their own launcher and test (paths/wgmma): the vector kernel where `misalignments` is empty."""
         reasons = misalignments(self.requirements.vector_elements)
-        if not reasons:
-            return self.entries.vector
-        for narrow in self.entries.narrow:
-            if not misalignments(narrow.vector_elements):
-                return narrow.entry
-        if self.entries.scalar is not None:
-            return self.entries.scalar
         if self.tma_operands:
+            if not reasons:
+                return self.entries.vector
             raise ValueError("; ".join(reasons) + f"; {kernel} reads A and B with TMA, which needs 16-byte "
                                                         "aligned pointers and leading dimensions, and has no "
                                                         "fallback kernel")
-        raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback")
+        try:
+            return self.kernel_choice_rule(element_bytes).evaluate(operands)[which]
+        except Refused:
+            raise ValueError("; ".join(reasons) + f"; {kernel} has bounds: exact and no scalar fallback") from None
 
-    def stream_k_entry(self, entry: str) -> str | None:
-        """The stream-K kernel that shares the tiles of a call on `entry`: the scalar one for the scalar kernel,
-        a narrow kernel's twin for a narrow kernel."""
-        if entry == self.entries.scalar:
-            return self.entries.stream_k_scalar
-        twins = {narrow.entry: narrow.stream_k for narrow in self.entries.narrow}
-        return twins.get(entry, self.entries.stream_k)
+    def stream_k_launch_rule(self, alpha_beta: bool, split: str = "stream_k_split") -> Rule:
+        """How a launched stream-K call (StreamKLaunch.LAUNCHED) divides its tiles: the split
+        (schedule.stream_k_split_rule with LAUNCHED_MIN_SAVED_K_TILES, C's function `split`) on this GPU's
+        SMs x resident blocks, then the grids of its kernels: `prepare_blocks` tiles of C set to beta * C first
+        (none where beta is 1), `sk_blocks` stream-K blocks, `plain_blocks` tiles for the plain kernel. Inputs:
+        `blocks` (tiles of one GEMM), `K`, `sms`, `per_sm`, `batch` (batched kernels) and `beta` (a float)."""
+        return self._rule(("stream_k_launch", alpha_beta, split), lambda: self._stream_k_launch_rule(alpha_beta, split))
+
+    def _stream_k_launch_rule(self, alpha_beta: bool, split: str) -> Rule:
+        tiles, sk_tiles = Var("blocks"), Var("sk_tiles")
+        batch = Var("batch") if self.batched else Const(1)
+        keeps_c = ne(Var("beta"), Literal("1.0f", 1.0)) if alpha_beta else Const(1)
+        steps = (Let("slots", cast("long long", Var("sms")) * Var("per_sm")),
+                 Apply(Function(split, stream_k_split_rule(LAUNCHED_MIN_SAVED_K_TILES)),
+                       (tiles, ceil_div(Var("K"), self.block_tile[2]), Var("slots"), batch), ("sk_tiles", "sk_blocks")),
+                 Let("prepare_blocks", select(all_of(gt(sk_tiles, 0), keeps_c), sk_tiles, 0),
+                     comment="The shared tiles of C are set to beta * C first" +
+                             (", unless beta is 1." if alpha_beta else " (to 0: the epilogue stores).")),
+                 Let("plain_blocks", tiles - sk_tiles, comment="The plain kernel computes the other tiles."))
+        return Rule("stream_k_launch", ("blocks", "K", "sms", "per_sm", *(("batch",) if self.batched else ()),
+                                        "beta"), steps)
+
+    def stream_k_launch(self, m: int, n: int, k: int, batch: int, sms: int, per_sm: int, beta: float,
+                        alpha_beta: bool) -> dict[str, int]:
+        """stream_k_launch_rule evaluated for a call: sk_tiles, sk_blocks, prepare_blocks and plain_blocks."""
+        values = self.stream_k_launch_rule(alpha_beta).evaluate(
+            {"blocks": self.tiles(m, n), "K": k, "sms": sms, "per_sm": per_sm, "batch": batch, "beta": beta})
+        return {name: values[name] for name in ("sk_tiles", "sk_blocks", "prepare_blocks", "plain_blocks")}
 
     # --- NAME.json --------------------------------------------------------------------------------
 
@@ -247,6 +387,7 @@ class LaunchPlan:
             "workspace": ({"partial_bytes": self.workspace.partial_bytes, "consumers": self.workspace.consumers}
                           if self.workspace is not None else None),
             "tma_operands": self.tma_operands,
+            **({"cluster": list(self.cluster)} if self.clustered else {}),  # only where clusters are launched
         }
 
     @classmethod
@@ -259,4 +400,4 @@ class LaunchPlan:
                    min_blocks_per_sm=data["min_blocks_per_sm"], grid_rule=GridRule(data["grid_rule"]),
                    stream_k=StreamKLaunch(data["stream_k"]) if data["stream_k"] is not None else None,
                    workspace=Workspace(**workspace) if workspace is not None else None,
-                   tma_operands=data["tma_operands"])
+                   tma_operands=data["tma_operands"], cluster=tuple(data.get("cluster", (1, 1, 1))))

@@ -53,7 +53,7 @@ import numpy
 from .abi import MAX_BATCH, size_errors
 from .build import (COMPILER_OPTIONS, NVCC_TIMEOUT_S, BuildError, arch_flag, nvcc_release, nvrtc_compile,
                     nvrtc_version, old_nvrtc_note)
-from .arrays import DTYPE_NAMES, ArrayView, array_view, leading_dimension, type_name
+from .arrays import DTYPE_NAMES, ITEM_SIZES, ArrayView, array_view, leading_dimension, type_name
 from .call_plan import (MISS, Allocation, CallPlan, Placement, Signature, address_of, call_signature, extent_bytes,
                         keep)
 from .errors import GemmdslError
@@ -187,6 +187,15 @@ def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | Non
     check_scalars(req, alpha, beta, c_given=c is not None)
     return CheckedCall(m, n, k, batch, views, empty_problem_entry(req, m, n, k) if 0 in (m, n, k)
                        else choose_entry(req, views))
+
+
+def check_unclustered(req: Requirements) -> None:
+    """The runtime launches through cuLaunchKernel, which has no cluster dimensions: a plan with clusters
+    (LaunchPlan.cluster) runs through its C launcher, which launches them with cudaLaunchKernelEx."""
+    if req.launch.clustered:
+        x, y, z = req.launch.cluster
+        raise ValueError(f"{req.kernel} launches thread-block clusters of {x}x{y}x{z}, which the Python runtime "
+                         "does not launch; call its C launcher (NAME_launch) instead")
 
 
 def empty_problem_entry(req: Requirements, m: int, n: int, k: int) -> str | None:
@@ -339,9 +348,19 @@ def misalignments(req: Requirements, views: dict[str, OperandView], vector_eleme
     return reasons
 
 
-def choose_entry(req: Requirements, views: dict[str, OperandView]) -> str:
-    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry), or ValueError."""
-    return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel)
+def choose_entry(req: Requirements, views: dict[str, OperandView], which: str = "kernel") -> str:
+    """The kernel the launcher runs for these operands (LaunchPlan.choose_entry; `which`: "stream_k_kernel" for its
+    stream-K twin), or ValueError. An operand not given yet (a C the runtime allocates) constrains nothing:
+    address, leading dimension and stride 0."""
+    operands: dict[str, int] = {}
+    for name in OPERAND_NAMES:
+        view = views.get(name)
+        op = name.lower()
+        operands |= {name: view.pointer, f"ld{op}": view.ld, f"stride_{op}": view.batch_stride} if view else \
+            {name: 0, f"ld{op}": 0, f"stride_{op}": 0}
+    element_bytes = {name.lower(): ITEM_SIZES[req.dtypes[name]] for name in OPERAND_NAMES}
+    return req.launch.choose_entry(lambda elements: misalignments(req, views, elements), req.kernel, operands,
+                                   element_bytes, which)
 
 
 def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:
@@ -1096,6 +1115,8 @@ class Kernel:
         operands, allocate C if it is None, build the launches (the BoundLaunch's operands are left to the caller)."""
         req = self.requirements
         call = check_call(req, views["A"], views["B"], views.get("C"), alpha, beta)
+        if call.entry not in (None, req.launch.entries.scale_c):
+            check_unclustered(req)
         library = views["A"].library
         allocations: tuple[Allocation, ...] = ()
         if c is None:
@@ -1127,28 +1148,30 @@ class Kernel:
             return bound((launch,), allocations=allocations + workspace)
         args = kernel_arguments(call, alpha, beta, req.batched, fuse_arguments(chain))
         smem = self.dynamic_smem_bytes
-        split = None
+        grids = None
         if stream_k and req.launch.stream_k is not None:
-            split = req.launch.split_for(call.m, call.n, call.k, call.batch, loaded.sms,
-                                         self._blocks_per_sm(loaded, call.entry))
-        if split is None or not split.sk_tiles:
+            grids = req.launch.stream_k_launch(call.m, call.n, call.k, call.batch, loaded.sms,
+                                               self._blocks_per_sm(loaded, call.entry), numpy.float32(beta),
+                                               req.epilogue == "alpha_beta")
+        if grids is None or not grids["sk_tiles"]:
             return bound(self._tile_launches(loaded, call, alpha, beta, block, smem, interior, chain))
-        # The launcher's steps (emit/launcher.py's stream-K launch), in the same order, over the batch.
+        # The launcher's steps (emit/launcher.py's stream-K launch, LaunchPlan.stream_k_launch_rule), in the same
+        # order, over the batch.
         launches = []
-        if not (req.epilogue == "alpha_beta" and beta == 1.0):
+        sk_tiles = numpy.int32(grids["sk_tiles"])
+        if grids["prepare_blocks"]:
             beta_first = numpy.float32(beta if req.epilogue == "alpha_beta" else 0.0)
             c_view = call.views["C"]
             prepare_args = (numpy.uint64(c_view.pointer), numpy.int32(call.m), numpy.int32(call.n),
                             numpy.int32(c_view.ld), beta_first)
             if req.batched:
                 prepare_args += (numpy.int64(c_view.batch_stride),)
-            launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare], (split.sk_tiles, 1, call.batch),
-                                         block, prepare_args + (numpy.int32(split.sk_tiles),), 0))
-        launches.append(KernelLaunch(loaded.functions[req.launch.stream_k_entry(call.entry)],
-                                     (split.sk_blocks, 1, call.batch),
-                                     block, args + (numpy.int32(split.sk_tiles),), smem))
-        if split.dp_tiles:
-            launches.append(KernelLaunch(function, (split.dp_tiles, 1, call.batch), block, args, smem))
+            launches.append(KernelLaunch(loaded.functions[req.launch.entries.prepare],
+                                         (grids["prepare_blocks"], 1, call.batch), block, prepare_args + (sk_tiles,), 0))
+        launches.append(KernelLaunch(loaded.functions[choose_entry(req, call.views, "stream_k_kernel")],
+                                     (grids["sk_blocks"], 1, call.batch), block, args + (sk_tiles,), smem))
+        if grids["plain_blocks"]:
+            launches.append(KernelLaunch(function, (grids["plain_blocks"], 1, call.batch), block, args, smem))
         return bound(tuple(launches))
 
     def _empty_problem_launches(self, loaded: DeviceModule, call: CheckedCall, beta: float,

@@ -36,12 +36,16 @@ does that last k-tile (`contributors`), which adds them before the epilogue: any
 applied once, and the same sums in the same order on every run.
 
 The emitted host launcher (C++), the CuPy runtime, the CPU emulation tests and the
-analysis all follow this module; `stream_k_split` is the rule (`call_split` applies it to a
-call's shape), and the launcher's copy of it is tested against it.
+analysis all follow this module; `stream_k_split_rule` is the rule (rule.py: the launchers print it as C,
+`stream_k_split` evaluates it, `call_split` applies it to a call's shape).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+
+from .expr import Const, Var
+from .rule import Let, Rule, all_of, cast, ceil_div, eq, ge, gt, le, lt, maximum, minimum, select
 
 # A stream-K block's range must be long enough to pay for its prologue, epilogue and
 # atomics; with fewer k-tiles of work than this per block, fewer blocks share it.
@@ -78,9 +82,8 @@ FIXUP_K_TILES_PER_SHARER = 32
 # whole k-loop; the split lost 3% to 2.7x at 4 waves per strip or fewer (8000x4000x4000, 3.6, won 1%),
 # was within 0.5% at 5.5-5.6 and won 1.6-8.5% from 6.5 up.
 INTERIOR_MIN_WAVES_PER_STRIP = 6
-# A kernel family's rule (family.py) predicts cycles that saturate here, so that the C launcher's copy of
-# the rule stays inside long long (twice this fits) at any shape it accepts; no shape that fits in memory
-# comes near it.
+# A kernel family's rule (family.py) predicts cycles that saturate here, so that the rule, printed as C, stays
+# inside long long (twice this fits) at any shape it accepts; no shape that fits in memory comes near it.
 CYCLE_CAP = 2**61
 
 
@@ -139,6 +142,47 @@ class StreamKSplit:
         return pieces
 
 
+@cache
+def stream_k_split_rule(min_saved_k_tiles: int = 0, aligned: bool = False) -> Rule:
+    """`stream_k_split` as a rule (rule.py): the launchers print it as `NAME_stream_k_split`, Python evaluates it.
+    Inputs: the tiles and k-tiles of one GEMM, the slots of the GPU, the batch; outputs: sk_tiles and
+    sk_blocks (both 0: no stream-K)."""
+    tiles, k_tiles, slots, batch = Var("tiles"), Var("k_tiles"), Var("slots"), Var("batch")
+    gemm_slots, shared, work, blocks = Var("gemm_slots"), Var("shared"), Var("work"), Var("blocks")
+    steps: list = [
+        Let("gemm_slots", slots // batch, comment="Each GEMM of the batch gets slots / batch slots;"),
+        Let("shared", select(lt(gemm_slots, 1), 0, tiles % gemm_slots), comment="its last wave's tiles are shared"),
+        Let("work", shared * k_tiles),
+        Let("fewest", ceil_div(work, MIN_K_TILES_PER_BLOCK),
+            comment=f"by blocks of at least {MIN_K_TILES_PER_BLOCK} k-tiles, one wave at most"),
+        Let("blocks", minimum(Var("fewest"), gemm_slots)),
+    ]
+    if aligned:
+        spare = Var("spare")
+        steps += [Let("spare", select(gt(shared, 0), gemm_slots % shared, 0),
+                      comment=f"as many blocks for every shared tile, where that idles at most {ALIGN_IDLE_PERCENT}% "
+                              "of the slots"),
+                  Let("even_blocks", select(all_of(eq(blocks, gemm_slots), gt(shared, 0),
+                                                   le(spare * 100, ALIGN_IDLE_PERCENT * gemm_slots)),
+                                            blocks - spare, blocks)),
+                  Let("sharers", maximum(k_tiles // FIXUP_K_TILES_PER_SHARER, 2),
+                      comment="and at most this many blocks a tile: its partial sums are added one after another"),
+                  Let("capped_blocks", minimum(Var("even_blocks"), shared * Var("sharers")))]
+        blocks = Var("capped_blocks")
+    steps.append(Let("idle_enough", ge((gemm_slots - shared) * 100, MIN_IDLE_PERCENT * gemm_slots), ctype="bool"))
+    pays = [gt(blocks, shared), le(work, MAX_WORK), Var("idle_enough")]
+    if min_saved_k_tiles:
+        steps.append(Let("saves_enough", ge((gemm_slots - shared) * k_tiles, min_saved_k_tiles * gemm_slots),
+                         ctype="bool"))
+        pays.append(Var("saves_enough"))
+    steps.append(Let("pays", all_of(*pays), ctype="bool",
+                     comment="unless stream-K would not shorten the launch"))
+    return Rule("stream_k_split", ("tiles", "k_tiles", "slots", "batch"), tuple(steps),
+                (("sk_tiles", select(Var("pays"), shared, 0)), ("sk_blocks", select(Var("pays"), blocks, 0))),
+                comment="gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go "
+                        "to\nstream-K blocks, unless that would not shorten the launch.")
+
+
 def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_saved_k_tiles: int = 0,
                    aligned: bool = False) -> StreamKSplit:
     """The split the launcher makes for one GEMM of `batch`: the last wave's T % S tiles go to
@@ -148,28 +192,11 @@ def stream_k_split(tiles: int, k_tiles: int, slots: int, batch: int = 1, min_sav
     get at least MIN_K_TILES_PER_BLOCK k-tiles, so a long K (or few tiles) takes every slot and a short
     one fewer; with `aligned` (the wgmma path's persistent stream-K), a long K takes a multiple of the shared
     tiles where that idles few slots (ALIGN_IDLE_PERCENT), and a tile takes at most max(2, k_tiles /
-    FIXUP_K_TILES_PER_SHARER) blocks (its partial sums are added one after another)."""
-    slots //= batch
-    if slots < 1:
-        return StreamKSplit(tiles, k_tiles, slots, 0, 0)
-    shared = tiles % slots
-    work = shared * k_tiles
-    blocks = min(slots, -(-work // MIN_K_TILES_PER_BLOCK))
-    if aligned and blocks == slots and shared and (slots % shared) * 100 <= ALIGN_IDLE_PERCENT * slots:
-        blocks -= slots % shared
-    if aligned:
-        blocks = min(blocks, shared * max(2, k_tiles // FIXUP_K_TILES_PER_SHARER))
-    idle_enough = (slots - shared) * 100 >= MIN_IDLE_PERCENT * slots
-    saves_enough = (slots - shared) * k_tiles >= min_saved_k_tiles * slots
-    if blocks <= shared or work > MAX_WORK or not idle_enough or not saves_enough:
-        shared = blocks = 0
-    return StreamKSplit(tiles, k_tiles, slots, shared, blocks)
-
-
-def persistent_blocks(split: StreamKSplit, sms: int) -> int:
-    """Blocks of a persistent launch with stream-K (the wgmma path): enough for the stream-K ranges and
-    for one wave of the plain tiles, which the blocks then walk blockIdx.x, + gridDim.x, ..."""
-    return max(split.sk_blocks, min(split.dp_tiles, sms))
+    FIXUP_K_TILES_PER_SHARER) blocks (its partial sums are added one after another). The rule is
+    `stream_k_split_rule`."""
+    split = stream_k_split_rule(min_saved_k_tiles, aligned).evaluate(
+        {"tiles": tiles, "k_tiles": k_tiles, "slots": slots, "batch": batch})
+    return StreamKSplit(tiles, k_tiles, split["gemm_slots"], split["sk_tiles"], split["sk_blocks"])
 
 
 def call_split(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1,
@@ -199,16 +226,37 @@ class SubLaunch:
     partial_k: bool = False  # an interior launch whose K is not a multiple of BK: the partial-k interior kernel
 
 
+@cache
+def interior_rules(block_tile: tuple[int, int, int], batched: bool) -> tuple[Rule, Rule]:
+    """`interior_split_pays` as two rules, which the launcher prints around its query of the GPU's slots: whether
+    C has a whole tile and K a whole k-tile (`has_interior`; inputs M, N, K), then whether the split pays on
+    `sms` x `per_sm` slots (`interior_pays`; inputs M, N, `batch` where `batched`, `sms`, `per_sm`), with the
+    interior's extent (`inner_m`, `inner_n`) the launches take."""
+    bm, bn, bk = block_tile
+    M, N = Var("M"), Var("N")
+    inner_m, inner_n = Var("inner_m"), Var("inner_n")
+    batch = Var("batch") if batched else Const(1)
+    has_interior = Rule("has_interior", ("M", "N", "K"),
+                        (Let("has_interior", all_of(ge(M, bm), ge(N, bn), ge(Var("K"), bk)), "bool"),))
+    slots = cast("long long", Var("sms")) * Var("per_sm")
+    pays = Rule("interior_pays", ("M", "N", *(("batch",) if batched else ()), "sms", "per_sm"), (
+        Let("inner_m", M - M % bm, "int"),
+        Let("inner_n", N - N % bn, "int"),
+        Let("strips", gt(M, inner_m) + gt(N, inner_n)),
+        Let("inner_tiles", cast("long long", inner_m // bm) * (inner_n // bn) * batch),
+        Let("interior_pays", ge(Var("inner_tiles"), INTERIOR_MIN_WAVES_PER_STRIP * Var("strips") * slots), "bool")))
+    return has_interior, pays
+
+
 def interior_split_pays(block_tile: tuple[int, int, int], m: int, n: int, k: int, slots: int, batch: int = 1) -> bool:
     """Whether a checked call on a GPU of `slots` resident blocks (SMs x blocks per SM) runs as
     `interior_launches` says rather than as one launch of the vector kernel: when it has an interior
-    of at least INTERIOR_MIN_WAVES_PER_STRIP waves per edge strip (with no strip, whenever it has one)."""
-    bm, bn, bk = block_tile
-    inner_m, inner_n = m - m % bm, n - n % bn
-    if k < bk or not inner_m or not inner_n:
+    of at least INTERIOR_MIN_WAVES_PER_STRIP waves per edge strip (with no strip, whenever it has one).
+    The rule is `interior_rules`."""
+    has_interior, pays = interior_rules(block_tile, batched=True)
+    if not has_interior.evaluate({"M": m, "N": n, "K": k})["has_interior"]:
         return False
-    strips = (m > inner_m) + (n > inner_n)
-    return (inner_m // bm) * (inner_n // bn) * batch >= INTERIOR_MIN_WAVES_PER_STRIP * strips * slots
+    return bool(pays.evaluate({"M": m, "N": n, "batch": batch, "sms": slots, "per_sm": 1})["interior_pays"])
 
 
 def interior_launches(block_tile: tuple[int, int, int], m: int, n: int, k: int) -> tuple[SubLaunch, ...]:

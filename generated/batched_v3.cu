@@ -1712,7 +1712,7 @@ extern "C" __global__ void __launch_bounds__(256) batched_v3_scale_c(float* C, i
 // chain if any, with batched_v3_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool batched_v3_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long long stride_a, const float* B, int ldb, long long stride_b, float* C, int ldc, long long stride_c, int M, int N, int K, int batch, float alpha, float beta, cudaStream_t stream) {
@@ -1725,8 +1725,9 @@ extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long l
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        batched_v3_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, (unsigned)batch), dim3(256), 0, stream>>>(C, M, N, ldc, beta, stride_c);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        batched_v3_scale_c<<<dim3((unsigned)scale_blocks, 1, (unsigned)batch), dim3(256), 0, stream>>>(C, M, N, ldc, beta, stride_c);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -1748,16 +1749,20 @@ extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long l
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
     // on operands offset to the strip; only where the interior holds at least 6 waves
     // per strip, since each strip runs after it.
-    if (vector_aligned && M >= 128 && N >= 128 && K >= 16) {
-        const int inner_m = M - M % 128, inner_n = N - N % 128;
+    const bool has_interior = M >= 128 && N >= 128 && K >= 16;
+    if (vector_aligned && has_interior) {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t status = cudaGetDevice(&device);
         if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
         if (status != cudaSuccess) return status;
         if (per_sm < 1) return cudaErrorInvalidConfiguration;
-        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128) * batch;
-        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const int inner_m = M - M % 128;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128) * batch;
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
             const auto interior = K % 16 == 0 ? batched_v3_kernel_interior : batched_v3_kernel_interior_partial_k;
             if (smem_bytes > 48 * 1024) {
                 const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

@@ -2298,8 +2298,8 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_f16_nt_scale_c(__half* C
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_f16_nt_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
-static bool hgemm_f16_nt_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
-    return reinterpret_cast<uintptr_t>(p) % (element_bytes * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+static bool hgemm_f16_nt_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t hgemm_f16_nt_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -2311,19 +2311,20 @@ extern "C" cudaError_t hgemm_f16_nt_launch_ld(const __half* A, int lda, const __
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_f16_nt_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_f16_nt_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 16777215) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = hgemm_f16_nt_aligned(A, lda, 0, 8, 2) && hgemm_f16_nt_aligned(B, ldb, 0, 8, 2) && hgemm_f16_nt_aligned(C, ldc, 0, 2, 2);
+    const bool vector_aligned = hgemm_f16_nt_aligned(A, lda, 0, 8) && hgemm_f16_nt_aligned(B, ldb, 0, 8) && hgemm_f16_nt_aligned(C, ldc, 0, 2);
     // Operands aligned to less than the vector kernel needs run the widest narrow kernel
     // whose accesses they allow (cp.async of 8 or 4 bytes), the scalar kernel otherwise.
-    const bool aligned_8byte = hgemm_f16_nt_aligned(A, lda, 0, 4, 2) && hgemm_f16_nt_aligned(B, ldb, 0, 4, 2) && hgemm_f16_nt_aligned(C, ldc, 0, 2, 2);
-    const bool aligned_4byte = hgemm_f16_nt_aligned(A, lda, 0, 2, 2) && hgemm_f16_nt_aligned(B, ldb, 0, 2, 2) && hgemm_f16_nt_aligned(C, ldc, 0, 2, 2);
+    const bool aligned_8byte = hgemm_f16_nt_aligned(A, lda, 0, 4) && hgemm_f16_nt_aligned(B, ldb, 0, 4) && hgemm_f16_nt_aligned(C, ldc, 0, 2);
+    const bool aligned_4byte = hgemm_f16_nt_aligned(A, lda, 0, 2) && hgemm_f16_nt_aligned(B, ldb, 0, 2) && hgemm_f16_nt_aligned(C, ldc, 0, 2);
     const auto kernel = vector_aligned ? hgemm_f16_nt_kernel : aligned_8byte ? hgemm_f16_nt_kernel_8byte : aligned_4byte ? hgemm_f16_nt_kernel_4byte : hgemm_f16_nt_kernel_scalar;
     const size_t smem_bytes = 65536;
     if (smem_bytes > 48 * 1024) {
@@ -2335,16 +2336,20 @@ extern "C" cudaError_t hgemm_f16_nt_launch_ld(const __half* A, int lda, const __
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
     // on operands offset to the strip; only where the interior holds at least 6 waves
     // per strip, since each strip runs after it.
-    if (vector_aligned && M >= 128 && N >= 128 && K >= 32) {
-        const int inner_m = M - M % 128, inner_n = N - N % 128;
+    const bool has_interior = M >= 128 && N >= 128 && K >= 32;
+    if (vector_aligned && has_interior) {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t status = cudaGetDevice(&device);
         if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
         if (status != cudaSuccess) return status;
         if (per_sm < 1) return cudaErrorInvalidConfiguration;
-        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
-        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const int inner_m = M - M % 128;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
             const auto interior = K % 32 == 0 ? hgemm_f16_nt_kernel_interior : hgemm_f16_nt_kernel_interior_partial_k;
             if (smem_bytes > 48 * 1024) {
                 const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

@@ -805,8 +805,9 @@ extern "C" cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const 
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -814,14 +815,13 @@ extern "C" cudaError_t hgemm_h100_f16_launch_ld(const __half* A, int lda, const 
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_f16_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_f16_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -1267,8 +1267,9 @@ extern "C" cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_128x192_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_128x192_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1276,14 +1277,13 @@ extern "C" cudaError_t hgemm_h100_f16_128x192_launch_ld(const __half* A, int lda
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_f16_128x192_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_f16_128x192_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -1729,8 +1729,9 @@ extern "C" cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda,
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_128x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_128x64_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1738,14 +1739,13 @@ extern "C" cudaError_t hgemm_h100_f16_128x64_launch_ld(const __half* A, int lda,
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 64 - 1) / 64);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_f16_128x64_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_f16_128x64_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -2439,24 +2439,28 @@ static cudaError_t hgemm_h100_f16_64x128_sk_tensor_maps(const void* A, int lda, 
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void hgemm_h100_f16_64x128_sk_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -2497,8 +2501,9 @@ extern "C" cudaError_t hgemm_h100_f16_64x128_sk_launch_ld(const __half* A, int l
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_64x128_sk_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_64x128_sk_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -2506,7 +2511,6 @@ extern "C" cudaError_t hgemm_h100_f16_64x128_sk_launch_ld(const __half* A, int l
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -2514,16 +2518,16 @@ extern "C" cudaError_t hgemm_h100_f16_64x128_sk_launch_ld(const __half* A, int l
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    hgemm_h100_f16_64x128_sk_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    hgemm_h100_f16_64x128_sk_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = hgemm_h100_f16_64x128_sk_workspace(device, stream, sms, &partials, &flags);
+        status = hgemm_h100_f16_64x128_sk_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const hgemm_h100_f16_64x128_sk_map_cache* maps = nullptr;
@@ -4750,8 +4754,8 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_f16_any_scale_c(__h
 // K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
 // chain if any, with hgemm_h100_f16_any_scale_c alone; neither needs the tile's multiples or the
 // operands' alignment.
-static bool hgemm_h100_f16_any_aligned(const void* p, long long ld, long long stride, int elements, unsigned element_bytes) {
-    return reinterpret_cast<uintptr_t>(p) % (element_bytes * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+static bool hgemm_h100_f16_any_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, const __half* B, int ldb, __half* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -4763,19 +4767,20 @@ extern "C" cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, co
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_f16_any_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_f16_any_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
     if (lda > 16777215 || ldb > 16777215) return cudaErrorInvalidValue;
     const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 128 - 1) / 128);
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    const bool vector_aligned = hgemm_h100_f16_any_aligned(A, lda, 0, 8, 2) && hgemm_h100_f16_any_aligned(B, ldb, 0, 8, 2) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2, 2);
+    const bool vector_aligned = hgemm_h100_f16_any_aligned(A, lda, 0, 8) && hgemm_h100_f16_any_aligned(B, ldb, 0, 8) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2);
     // Operands aligned to less than the vector kernel needs run the widest narrow kernel
     // whose accesses they allow (cp.async of 8 or 4 bytes), the scalar kernel otherwise.
-    const bool aligned_8byte = hgemm_h100_f16_any_aligned(A, lda, 0, 4, 2) && hgemm_h100_f16_any_aligned(B, ldb, 0, 4, 2) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2, 2);
-    const bool aligned_4byte = hgemm_h100_f16_any_aligned(A, lda, 0, 2, 2) && hgemm_h100_f16_any_aligned(B, ldb, 0, 2, 2) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2, 2);
+    const bool aligned_8byte = hgemm_h100_f16_any_aligned(A, lda, 0, 4) && hgemm_h100_f16_any_aligned(B, ldb, 0, 4) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2);
+    const bool aligned_4byte = hgemm_h100_f16_any_aligned(A, lda, 0, 2) && hgemm_h100_f16_any_aligned(B, ldb, 0, 2) && hgemm_h100_f16_any_aligned(C, ldc, 0, 2);
     const auto kernel = vector_aligned ? hgemm_h100_f16_any_kernel : aligned_8byte ? hgemm_h100_f16_any_kernel_8byte : aligned_4byte ? hgemm_h100_f16_any_kernel_4byte : hgemm_h100_f16_any_kernel_scalar;
     const size_t smem_bytes = 65536;
     if (smem_bytes > 48 * 1024) {
@@ -4787,16 +4792,20 @@ extern "C" cudaError_t hgemm_h100_f16_any_launch_ld(const __half* A, int lda, co
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
     // on operands offset to the strip; only where the interior holds at least 6 waves
     // per strip, since each strip runs after it.
-    if (vector_aligned && M >= 128 && N >= 128 && K >= 32) {
-        const int inner_m = M - M % 128, inner_n = N - N % 128;
+    const bool has_interior = M >= 128 && N >= 128 && K >= 32;
+    if (vector_aligned && has_interior) {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t status = cudaGetDevice(&device);
         if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
         if (status != cudaSuccess) return status;
         if (per_sm < 1) return cudaErrorInvalidConfiguration;
-        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
-        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const int inner_m = M - M % 128;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
             const auto interior = K % 32 == 0 ? hgemm_h100_f16_any_kernel_interior : hgemm_h100_f16_any_kernel_interior_partial_k;
             if (smem_bytes > 48 * 1024) {
                 const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -4866,61 +4875,56 @@ static long long hgemm_h100_f16_family_sum(long long a, long long b) {
     return a + b > hgemm_h100_f16_family_CYCLE_CAP ? hgemm_h100_f16_family_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long hgemm_h100_f16_family_memory_cycles(const hgemm_h100_f16_family_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(M, K), m.a_bytes), hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(N, K), m.b_bytes)), hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (hgemm_h100_f16_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long hgemm_h100_f16_family_cycles(const hgemm_h100_f16_family_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
-            cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_product(contributors - 1, m.fixup_cycles));
-            cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? hgemm_h100_f16_family_sum(hgemm_h100_f16_family_sum(hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_f16_family_product(contributors - 1, m.fixup_cycles)), hgemm_h100_f16_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = hgemm_h100_f16_family_sum(cycles, hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = hgemm_h100_f16_family_memory_cycles(m, M, N, K, streaming);
-    return hgemm_h100_f16_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_sum(stream_k_cycles, hgemm_h100_f16_family_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = hgemm_h100_f16_family_sum(hgemm_h100_f16_family_sum(hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(M, K), m.a_bytes), hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(N, K), m.b_bytes)), hgemm_h100_f16_family_product(hgemm_h100_f16_family_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (hgemm_h100_f16_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return hgemm_h100_f16_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
+static const int hgemm_h100_f16_family_member_count = 5;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int hgemm_h100_f16_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 5; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < hgemm_h100_f16_family_member_count; ++i) {
         if (aligned ? hgemm_h100_f16_family_members[i].fallback : !hgemm_h100_f16_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = hgemm_h100_f16_family_cycles(hgemm_h100_f16_family_members[i], M, N, K, &compute);

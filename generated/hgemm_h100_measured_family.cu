@@ -617,8 +617,9 @@ extern "C" cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, con
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -626,14 +627,13 @@ extern "C" cudaError_t hgemm_h100_launch_ld(const __nv_bfloat16* A, int lda, con
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -1034,8 +1034,9 @@ extern "C" cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int 
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_128x192_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_128x192_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1043,14 +1044,13 @@ extern "C" cudaError_t hgemm_h100_128x192_launch_ld(const __nv_bfloat16* A, int 
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_128x192_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_128x192_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -1451,8 +1451,9 @@ extern "C" cudaError_t hgemm_h100_128x64_launch_ld(const __nv_bfloat16* A, int l
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        hgemm_h100_128x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_h100_128x64_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1460,14 +1461,13 @@ extern "C" cudaError_t hgemm_h100_128x64_launch_ld(const __nv_bfloat16* A, int l
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 64 - 1) / 64);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const hgemm_h100_128x64_map_cache* maps = nullptr;
     cudaError_t err = hgemm_h100_128x64_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -1559,71 +1559,70 @@ static long long hgemm_h100_measured_family_sum(long long a, long long b) {
     return a + b > hgemm_h100_measured_family_CYCLE_CAP ? hgemm_h100_measured_family_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long hgemm_h100_measured_family_memory_cycles(const hgemm_h100_measured_family_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, K), m.a_bytes), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(N, K), m.b_bytes)), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (hgemm_h100_measured_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long hgemm_h100_measured_family_cycles(const hgemm_h100_measured_family_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
-            cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(contributors - 1, m.fixup_cycles));
-            cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), hgemm_h100_measured_family_product(contributors - 1, m.fixup_cycles)), hgemm_h100_measured_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = hgemm_h100_measured_family_sum(cycles, hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = hgemm_h100_measured_family_memory_cycles(m, M, N, K, streaming);
-    return hgemm_h100_measured_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(stream_k_cycles, hgemm_h100_measured_family_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = hgemm_h100_measured_family_sum(hgemm_h100_measured_family_sum(hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, K), m.a_bytes), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(N, K), m.b_bytes)), hgemm_h100_measured_family_product(hgemm_h100_measured_family_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (hgemm_h100_measured_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return hgemm_h100_measured_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
-// The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+static const int hgemm_h100_measured_family_member_count = 3;
 static const long long hgemm_h100_measured_family_measured[2][4] = {
     {128, 4096, 4096, 1},  // hgemm_h100_128x192
     {1, 12288, 4096, 2},  // hgemm_h100_128x64
 };
+static const int hgemm_h100_measured_family_measured_count = 2;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int hgemm_h100_measured_family_choose(long long M, long long N, long long K, bool aligned) {
-    for (int i = 0; i < 2; ++i) {
-        const long long* entry = hgemm_h100_measured_family_measured[i];
-        if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) return (int)entry[3];
+    // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+    int found = -1;
+    for (int e = 0; e < hgemm_h100_measured_family_measured_count; ++e) {
+        const long long* const entry = hgemm_h100_measured_family_measured[e];
+        if (M == entry[0] && N == entry[1] && K == entry[2] && (aligned || hgemm_h100_measured_family_members[entry[3]].any_alignment)) {
+            found = entry[3];
+        }
+        if (found >= 0) break;
     }
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 3; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < (found >= 0 ? 0 : hgemm_h100_measured_family_member_count); ++i) {
         if (aligned ? hgemm_h100_measured_family_members[i].fallback : !hgemm_h100_measured_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = hgemm_h100_measured_family_cycles(hgemm_h100_measured_family_members[i], M, N, K, &compute);
@@ -1633,7 +1632,7 @@ static int hgemm_h100_measured_family_choose(long long M, long long N, long long
             best_compute = compute;
         }
     }
-    return best;
+    return found >= 0 ? found : best;
 }
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,

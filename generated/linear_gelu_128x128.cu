@@ -659,8 +659,9 @@ extern "C" cudaError_t linear_gelu_128x128_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        linear_gelu_128x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        linear_gelu_128x128_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, bias);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -668,14 +669,13 @@ extern "C" cudaError_t linear_gelu_128x128_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const linear_gelu_128x128_map_cache* maps = nullptr;
     cudaError_t err = linear_gelu_128x128_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;

@@ -1028,24 +1028,28 @@ static cudaError_t llama_block_h100_m0_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m0_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -1086,8 +1090,9 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m0_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m0_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1095,7 +1100,6 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -1103,16 +1107,16 @@ extern "C" cudaError_t llama_block_h100_m0_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m0_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m0_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m0_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m0_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m0_map_cache* maps = nullptr;
@@ -1808,24 +1812,28 @@ static cudaError_t llama_block_h100_m1_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -1866,8 +1874,9 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m1_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m1_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -1875,7 +1884,6 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -1883,16 +1891,16 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m1_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m1_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m1_map_cache* maps = nullptr;
@@ -2340,8 +2348,9 @@ extern "C" cudaError_t llama_block_h100_m2_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m2_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m2_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -2349,14 +2358,13 @@ extern "C" cudaError_t llama_block_h100_m2_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m2_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m2_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -3050,24 +3058,28 @@ static cudaError_t llama_block_h100_m3_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m3_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -3108,8 +3120,9 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m3_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m3_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -3117,7 +3130,6 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -3125,16 +3137,16 @@ extern "C" cudaError_t llama_block_h100_m3_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m3_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m3_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m3_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m3_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m3_map_cache* maps = nullptr;
@@ -3582,8 +3594,9 @@ extern "C" cudaError_t llama_block_h100_m4_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m4_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m4_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -3591,14 +3604,13 @@ extern "C" cudaError_t llama_block_h100_m4_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m4_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m4_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -4292,24 +4304,28 @@ static cudaError_t llama_block_h100_m5_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m5_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -4350,8 +4366,9 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m5_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m5_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -4359,7 +4376,6 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -4367,16 +4383,16 @@ extern "C" cudaError_t llama_block_h100_m5_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m5_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m5_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m5_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m5_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m5_map_cache* maps = nullptr;
@@ -5072,24 +5088,28 @@ static cudaError_t llama_block_h100_m6_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m6_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -5130,8 +5150,9 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m6_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m6_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -5139,7 +5160,6 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -5147,16 +5167,16 @@ extern "C" cudaError_t llama_block_h100_m6_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m6_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m6_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m6_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m6_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m6_map_cache* maps = nullptr;
@@ -5604,8 +5624,9 @@ extern "C" cudaError_t llama_block_h100_m7_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m7_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m7_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -5613,14 +5634,13 @@ extern "C" cudaError_t llama_block_h100_m7_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m7_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m7_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -6314,24 +6334,28 @@ static cudaError_t llama_block_h100_m8_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m8_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (65536 bytes) per SM, then a flag per SM and consumer
@@ -6372,8 +6396,9 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m8_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m8_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -6381,7 +6406,6 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -6389,16 +6413,16 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m8_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m8_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m8_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m8_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m8_map_cache* maps = nullptr;
@@ -6846,8 +6870,9 @@ extern "C" cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m9_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m9_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -6855,14 +6880,13 @@ extern "C" cudaError_t llama_block_h100_m9_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 192 - 1) / 192);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m9_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m9_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -7556,24 +7580,28 @@ static cudaError_t llama_block_h100_m10_tensor_maps(const void* A, int lda, cons
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m10_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (131072 bytes) per SM, then a flag per SM and consumer
@@ -7614,8 +7642,9 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m10_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m10_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -7623,7 +7652,6 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -7631,16 +7659,16 @@ extern "C" cudaError_t llama_block_h100_m10_launch_ld(const __nv_bfloat16* A, in
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m10_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m10_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m10_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m10_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m10_map_cache* maps = nullptr;
@@ -8336,24 +8364,28 @@ static cudaError_t llama_block_h100_m11_tensor_maps(const void* A, int lda, cons
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m11_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (131072 bytes) per SM, then a flag per SM and consumer
@@ -8394,8 +8426,9 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m11_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m11_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -8403,7 +8436,6 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -8411,16 +8443,16 @@ extern "C" cudaError_t llama_block_h100_m11_launch_ld(const __nv_bfloat16* A, in
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m11_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m11_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m11_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m11_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m11_map_cache* maps = nullptr;
@@ -8868,8 +8900,9 @@ extern "C" cudaError_t llama_block_h100_m12_launch_ld(const __nv_bfloat16* A, in
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m12_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m12_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -8877,14 +8910,13 @@ extern "C" cudaError_t llama_block_h100_m12_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m12_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m12_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -9330,8 +9362,9 @@ extern "C" cudaError_t llama_block_h100_m13_launch_ld(const __nv_bfloat16* A, in
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m13_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m13_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -9339,14 +9372,13 @@ extern "C" cudaError_t llama_block_h100_m13_launch_ld(const __nv_bfloat16* A, in
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 128 - 1) / 128) * (long long)((N + 256 - 1) / 256);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    if (sms > 0 && blocks > sms) blocks = sms;
+    const long long blocks = sms > 0 && tiles > sms ? sms : tiles;
     const llama_block_h100_m13_map_cache* maps = nullptr;
     cudaError_t err = llama_block_h100_m13_tensor_maps(A, lda, B, ldb, C, ldc, M, N, K, &maps);
     if (err != cudaSuccess) return err;
@@ -9460,56 +9492,48 @@ static long long llama_block_h100_sum(long long a, long long b) {
     return a + b > llama_block_h100_CYCLE_CAP ? llama_block_h100_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long llama_block_h100_memory_cycles(const llama_block_h100_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_product(llama_block_h100_product(M, K), m.a_bytes), llama_block_h100_product(llama_block_h100_product(N, K), m.b_bytes)), llama_block_h100_product(llama_block_h100_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (llama_block_h100_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long llama_block_h100_cycles(const llama_block_h100_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = llama_block_h100_sum(llama_block_h100_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
-            cycles = llama_block_h100_sum(cycles, llama_block_h100_product(contributors - 1, m.fixup_cycles));
-            cycles = llama_block_h100_sum(cycles, llama_block_h100_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), llama_block_h100_product(contributors - 1, m.fixup_cycles)), llama_block_h100_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = llama_block_h100_sum(llama_block_h100_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = llama_block_h100_sum(cycles, llama_block_h100_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = llama_block_h100_sum(cycles, llama_block_h100_sum(llama_block_h100_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = llama_block_h100_memory_cycles(m, M, N, K, streaming);
-    return llama_block_h100_sum(memory > cycles ? memory : cycles, m.call_cycles);
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? llama_block_h100_sum(llama_block_h100_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = llama_block_h100_sum(llama_block_h100_sum(stream_k_cycles, llama_block_h100_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = llama_block_h100_sum(llama_block_h100_sum(llama_block_h100_product(llama_block_h100_product(M, K), m.a_bytes), llama_block_h100_product(llama_block_h100_product(N, K), m.b_bytes)), llama_block_h100_product(llama_block_h100_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (llama_block_h100_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return llama_block_h100_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
-// The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+static const int llama_block_h100_member_count = 14;
 static const long long llama_block_h100_measured[19][4] = {
     {1, 4096, 4096, 1},  // llama_block_h100_m1
     {1, 14336, 4096, 2},  // llama_block_h100_m2
@@ -9531,17 +9555,24 @@ static const long long llama_block_h100_measured[19][4] = {
     {8192, 4096, 4096, 12},  // llama_block_h100_m12
     {8192, 4096, 14336, 12},  // llama_block_h100_m12
 };
+static const int llama_block_h100_measured_count = 19;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int llama_block_h100_choose(long long M, long long N, long long K, bool aligned) {
-    for (int i = 0; i < 19; ++i) {
-        const long long* entry = llama_block_h100_measured[i];
-        if (entry[0] == M && entry[1] == N && entry[2] == K && (aligned || llama_block_h100_members[entry[3]].any_alignment)) return (int)entry[3];
+    // The measured table: {M, N, K, member} where a member timed fastest and the model picks another.
+    int found = -1;
+    for (int e = 0; e < llama_block_h100_measured_count; ++e) {
+        const long long* const entry = llama_block_h100_measured[e];
+        if (M == entry[0] && N == entry[1] && K == entry[2] && (aligned || llama_block_h100_members[entry[3]].any_alignment)) {
+            found = entry[3];
+        }
+        if (found >= 0) break;
     }
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 14; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < (found >= 0 ? 0 : llama_block_h100_member_count); ++i) {
         if (aligned ? llama_block_h100_members[i].fallback : !llama_block_h100_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = llama_block_h100_cycles(llama_block_h100_members[i], M, N, K, &compute);
@@ -9551,7 +9582,7 @@ static int llama_block_h100_choose(long long M, long long N, long long K, bool a
             best_compute = compute;
         }
     }
-    return best;
+    return found >= 0 ? found : best;
 }
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,

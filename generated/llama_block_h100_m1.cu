@@ -881,24 +881,28 @@ static cudaError_t llama_block_h100_m1_tensor_maps(const void* A, int lda, const
     return cudaSuccess;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void llama_block_h100_m1_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    if (blocks == slots && shared > 0 && (slots % shared) * 100 <= 5 * slots) blocks -= slots % shared;
-    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;  // a tile's partial sums are added one after another
-    if (blocks > shared * sharers) blocks = shared * sharers;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    // as many blocks for every shared tile, where that idles at most 5% of the slots
+    const long long spare = shared > 0 ? gemm_slots % shared : 0;
+    const long long even_blocks = blocks == gemm_slots && shared > 0 && spare * 100 <= gemm_slots * 5 ? blocks - spare : blocks;
+    // and at most this many blocks a tile: its partial sums are added one after another
+    const long long sharers = k_tiles / 32 > 2 ? k_tiles / 32 : 2;
+    const long long capped_blocks = even_blocks < shared * sharers ? even_blocks : shared * sharers;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    // unless stream-K would not shorten the launch
+    const bool pays = capped_blocks > shared && work <= 2147483647 && idle_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? capped_blocks : 0);
 }
 
 // Stream-K's workspace: a slot of BM x BN partial sums (32768 bytes) per SM, then a flag per SM and consumer
@@ -939,8 +943,9 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        llama_block_h100_m1_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        llama_block_h100_m1_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements).
@@ -948,7 +953,6 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + 64 - 1) / 64) * (long long)((N + 128 - 1) / 128);
     if (tiles > 2147483647LL) return cudaErrorInvalidValue;
-    long long blocks = tiles;
     // Persistent: one wave, one block per SM of this device (the kernel's ring and registers
     // allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...
     int device = 0, sms = 0;
@@ -956,16 +960,16 @@ extern "C" cudaError_t llama_block_h100_m1_launch_ld(const __nv_bfloat16* A, int
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
     // Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk the
-    // other tiles (schedule.py's stream_k_split and persistent_blocks).
-    if (sms < 1) sms = 1;
+    // other tiles (LaunchPlan.persistent_grid_rule).
+    const long long wave_sms = sms > 1 ? sms : 1;
     int sk_tiles = 0, sk_blocks = 0;
-    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 64 - 1) / 64, sms, 1, &sk_tiles, &sk_blocks);
-    blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;
-    if (sk_blocks > blocks) blocks = sk_blocks;
+    llama_block_h100_m1_stream_k_split(tiles, ((long long)K + 63) / 64, wave_sms, 1, &sk_tiles, &sk_blocks);
+    const long long plain_wave = tiles - sk_tiles < wave_sms ? tiles - sk_tiles : wave_sms;
+    const long long blocks = sk_blocks > plain_wave ? sk_blocks : plain_wave;
     float* partials = nullptr;
     unsigned* flags = nullptr;
     if (sk_tiles > 0) {
-        status = llama_block_h100_m1_workspace(device, stream, sms, &partials, &flags);
+        status = llama_block_h100_m1_workspace(device, stream, wave_sms, &partials, &flags);
         if (status != cudaSuccess) return status;
     }
     const llama_block_h100_m1_map_cache* maps = nullptr;

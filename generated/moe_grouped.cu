@@ -581,22 +581,24 @@ extern "C" cudaError_t moe_grouped_launch_ld(const __nv_bfloat16* A, int lda, co
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        moe_grouped_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        moe_grouped_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements); group g's B lies g * ldb * N elements after the first.
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
-    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
-    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.
-    const long long bound = ((long long)(M + 127) / 128 + groups) * ((N + 255) / 256);
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    long long blocks = sms < bound ? sms : bound;
-    if (blocks < 1) blocks = 1;
+    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
+    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_rule), at most one block per SM.
+    const long long bound = (((long long)M + 127) / 128 + groups) * ((N + 255) / 256);
+    const long long one_wave = sms < bound ? sms : bound;
+    // at least one block
+    const long long blocks = one_wave > 1 ? one_wave : 1;
     const long long stride_a = (long long)lda * M, stride_c = (long long)ldc * M;  // one matrix each
     const long long stride_b = (long long)ldb * N;
     const moe_grouped_map_cache* maps = nullptr;

@@ -600,22 +600,24 @@ extern "C" cudaError_t moe_grouped_launch_ld(const __nv_bfloat16* A, int lda, co
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        moe_grouped_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        moe_grouped_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements); group g's B lies g * ldb * N elements after the first.
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
-    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
-    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.
-    const long long bound = ((long long)(M + 127) / 128 + groups) * ((N + 255) / 256);
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    long long blocks = sms < bound ? sms : bound;
-    if (blocks < 1) blocks = 1;
+    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
+    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_rule), at most one block per SM.
+    const long long bound = (((long long)M + 127) / 128 + groups) * ((N + 255) / 256);
+    const long long one_wave = sms < bound ? sms : bound;
+    // at least one block
+    const long long blocks = one_wave > 1 ? one_wave : 1;
     const long long stride_a = (long long)lda * M, stride_c = (long long)ldc * M;  // one matrix each
     const long long stride_b = (long long)ldb * N;
     const moe_grouped_map_cache* maps = nullptr;
@@ -1003,22 +1005,24 @@ extern "C" cudaError_t moe_grouped_128x128_launch_ld(const __nv_bfloat16* A, int
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        moe_grouped_128x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        moe_grouped_128x128_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f, offs, groups);
         return cudaGetLastError();
     }
     // TMA reads A and B: their addresses and row strides must be multiples of 16 bytes (8 elements); group g's B lies g * ldb * N elements after the first.
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(B) % 16 != 0) return cudaErrorInvalidValue;
     if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;
-    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
-    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.
-    const long long bound = ((long long)(M + 127) / 128 + groups) * ((N + 127) / 128);
     int device = 0, sms = 0;
     cudaError_t status = cudaGetDevice(&device);
     if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (status != cudaSuccess) return status;
-    long long blocks = sms < bound ? sms : bound;
-    if (blocks < 1) blocks = 1;
+    // Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is
+    // (ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_rule), at most one block per SM.
+    const long long bound = (((long long)M + 127) / 128 + groups) * ((N + 127) / 128);
+    const long long one_wave = sms < bound ? sms : bound;
+    // at least one block
+    const long long blocks = one_wave > 1 ? one_wave : 1;
     const long long stride_a = (long long)lda * M, stride_c = (long long)ldc * M;  // one matrix each
     const long long stride_b = (long long)ldb * N;
     const moe_grouped_128x128_map_cache* maps = nullptr;
@@ -1076,61 +1080,56 @@ static long long moe_grouped_family_sum(long long a, long long b) {
     return a + b > moe_grouped_family_CYCLE_CAP ? moe_grouped_family_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long moe_grouped_family_memory_cycles(const moe_grouped_family_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(moe_grouped_family_product(M, K), m.a_bytes), moe_grouped_family_product(moe_grouped_family_product(N, K), m.b_bytes)), moe_grouped_family_product(moe_grouped_family_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (moe_grouped_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = moe_grouped_family_sum(moe_grouped_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
-            cycles = moe_grouped_family_sum(cycles, moe_grouped_family_product(contributors - 1, m.fixup_cycles));
-            cycles = moe_grouped_family_sum(cycles, moe_grouped_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), moe_grouped_family_product(contributors - 1, m.fixup_cycles)), moe_grouped_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = moe_grouped_family_sum(moe_grouped_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = moe_grouped_family_sum(cycles, moe_grouped_family_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = moe_grouped_family_sum(cycles, moe_grouped_family_sum(moe_grouped_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = moe_grouped_family_memory_cycles(m, M, N, K, streaming);
-    return moe_grouped_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? moe_grouped_family_sum(moe_grouped_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = moe_grouped_family_sum(moe_grouped_family_sum(stream_k_cycles, moe_grouped_family_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(moe_grouped_family_product(M, K), m.a_bytes), moe_grouped_family_product(moe_grouped_family_product(N, K), m.b_bytes)), moe_grouped_family_product(moe_grouped_family_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (moe_grouped_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return moe_grouped_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
+static const int moe_grouped_family_member_count = 2;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int moe_grouped_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 2; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < moe_grouped_family_member_count; ++i) {
         if (aligned ? moe_grouped_family_members[i].fallback : !moe_grouped_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = moe_grouped_family_cycles(moe_grouped_family_members[i], M, N, K, &compute);

@@ -1955,7 +1955,7 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_3xtf32_scale_c(float* C,
 // chain if any, with sgemm_3xtf32_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool sgemm_3xtf32_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t sgemm_3xtf32_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -1967,8 +1967,9 @@ extern "C" cudaError_t sgemm_3xtf32_launch_ld(const float* A, int lda, const flo
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        sgemm_3xtf32_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_3xtf32_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -1990,16 +1991,20 @@ extern "C" cudaError_t sgemm_3xtf32_launch_ld(const float* A, int lda, const flo
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
     // on operands offset to the strip; only where the interior holds at least 6 waves
     // per strip, since each strip runs after it.
-    if (vector_aligned && M >= 128 && N >= 128 && K >= 16) {
-        const int inner_m = M - M % 128, inner_n = N - N % 128;
+    const bool has_interior = M >= 128 && N >= 128 && K >= 16;
+    if (vector_aligned && has_interior) {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t status = cudaGetDevice(&device);
         if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
         if (status != cudaSuccess) return status;
         if (per_sm < 1) return cudaErrorInvalidConfiguration;
-        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
-        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const int inner_m = M - M % 128;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
             const auto interior = K % 16 == 0 ? sgemm_3xtf32_kernel_interior : sgemm_3xtf32_kernel_interior_partial_k;
             if (smem_bytes > 48 * 1024) {
                 const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);

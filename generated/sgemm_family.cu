@@ -421,25 +421,26 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_h100_scale_c(float* C, i
 // chain if any, with sgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool sgemm_h100_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void sgemm_h100_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -451,8 +452,9 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        sgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_h100_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
@@ -463,6 +465,7 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     const bool vector_aligned = sgemm_h100_aligned(A, lda, 0, 4) && sgemm_h100_aligned(B, ldb, 0, 4) && sgemm_h100_aligned(C, ldc, 0, 4);
     if (!vector_aligned) return cudaErrorInvalidValue;
     const auto kernel = sgemm_h100_kernel;
+    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -475,27 +478,31 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    sgemm_h100_stream_k_split(blocks, K / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    sgemm_h100_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
         return cudaGetLastError();
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        sgemm_h100_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        sgemm_h100_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }
@@ -2197,25 +2204,26 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_any_scale_c(float* C, in
 // chain if any, with sgemm_any_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool sgemm_any_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void sgemm_any_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -2227,8 +2235,9 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        sgemm_any_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_any_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -2237,6 +2246,8 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = sgemm_any_aligned(A, lda, 0, 4) && sgemm_any_aligned(B, ldb, 0, 4) && sgemm_any_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? sgemm_any_kernel : sgemm_any_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -2249,18 +2260,27 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    sgemm_any_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    sgemm_any_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
         // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
         // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
         // on operands offset to the strip; only where the interior holds at least 6 waves
         // per strip, since each strip runs after it.
-        if (vector_aligned && M >= 128 && N >= 128 && K >= 8) {
-            const int inner_m = M - M % 128, inner_n = N - N % 128;
-            const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
-            if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const bool has_interior = M >= 128 && N >= 128 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 128;
+            const int inner_n = N - N % 128;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
                 const auto interior = K % 8 == 0 ? sgemm_any_kernel_interior : sgemm_any_kernel_interior_partial_k;
                 if (smem_bytes > 48 * 1024) {
                     const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -2281,20 +2301,18 @@ extern "C" cudaError_t sgemm_any_launch_ld(const float* A, int lda, const float*
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        sgemm_any_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        sgemm_any_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? sgemm_any_kernel_stream_k : sgemm_any_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }
@@ -3297,7 +3315,7 @@ extern "C" __global__ void __launch_bounds__(256) checked_64x64_scale_c(float* C
 // chain if any, with checked_64x64_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool checked_64x64_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t checked_64x64_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -3309,8 +3327,9 @@ extern "C" cudaError_t checked_64x64_launch_ld(const float* A, int lda, const fl
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        checked_64x64_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        checked_64x64_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -3329,16 +3348,20 @@ extern "C" cudaError_t checked_64x64_launch_ld(const float* A, int lda, const fl
     // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
     // on operands offset to the strip; only where the interior holds at least 6 waves
     // per strip, since each strip runs after it.
-    if (vector_aligned && M >= 64 && N >= 64 && K >= 8) {
-        const int inner_m = M - M % 64, inner_n = N - N % 64;
+    const bool has_interior = M >= 64 && N >= 64 && K >= 8;
+    if (vector_aligned && has_interior) {
         int device = 0, sms = 0, per_sm = 0;
         cudaError_t status = cudaGetDevice(&device);
         if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
         if (status != cudaSuccess) return status;
         if (per_sm < 1) return cudaErrorInvalidConfiguration;
-        const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 64) * (inner_n / 64);
-        if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const int inner_m = M - M % 64;
+        const int inner_n = N - N % 64;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 64) * (inner_n / 64);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
             const auto interior = K % 8 == 0 ? checked_64x64_kernel_interior : checked_64x64_kernel_interior_partial_k;
             if (smem_bytes > 48 * 1024) {
                 const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -5128,25 +5151,26 @@ extern "C" __global__ void __launch_bounds__(256) checked_32x128_scale_c(float* 
 // chain if any, with checked_32x128_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool checked_32x128_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void checked_32x128_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -5158,8 +5182,9 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        checked_32x128_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        checked_32x128_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -5168,6 +5193,8 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_32x128_aligned(A, lda, 0, 2) && checked_32x128_aligned(B, ldb, 0, 4) && checked_32x128_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_32x128_kernel : checked_32x128_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -5180,18 +5207,27 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    checked_32x128_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    checked_32x128_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
         // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
         // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
         // on operands offset to the strip; only where the interior holds at least 6 waves
         // per strip, since each strip runs after it.
-        if (vector_aligned && M >= 32 && N >= 128 && K >= 8) {
-            const int inner_m = M - M % 32, inner_n = N - N % 128;
-            const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
-            if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const bool has_interior = M >= 32 && N >= 128 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 32;
+            const int inner_n = N - N % 128;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
                 const auto interior = K % 8 == 0 ? checked_32x128_kernel_interior : checked_32x128_kernel_interior_partial_k;
                 if (smem_bytes > 48 * 1024) {
                     const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -5212,20 +5248,18 @@ extern "C" cudaError_t checked_32x128_launch_ld(const float* A, int lda, const f
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        checked_32x128_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        checked_32x128_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_32x128_kernel_stream_k : checked_32x128_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }
@@ -7040,25 +7074,26 @@ extern "C" __global__ void __launch_bounds__(256) checked_128x32_scale_c(float* 
 // chain if any, with checked_128x32_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool checked_128x32_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void checked_128x32_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -7070,8 +7105,9 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        checked_128x32_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        checked_128x32_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     // Offsets inside a tile (row * ld + col) are ints.
@@ -7080,6 +7116,8 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     const bool vector_aligned = checked_128x32_aligned(A, lda, 0, 4) && checked_128x32_aligned(B, ldb, 0, 2) && checked_128x32_aligned(C, ldc, 0, 4);
     const auto kernel = vector_aligned ? checked_128x32_kernel : checked_128x32_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     const size_t smem_bytes = 10496;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -7092,18 +7130,27 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    checked_128x32_stream_k_split(blocks, (K + 8 - 1) / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    checked_128x32_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
         // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
         // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
         // on operands offset to the strip; only where the interior holds at least 6 waves
         // per strip, since each strip runs after it.
-        if (vector_aligned && M >= 128 && N >= 32 && K >= 8) {
-            const int inner_m = M - M % 128, inner_n = N - N % 32;
-            const long long strips = (M > inner_m) + (N > inner_n), inner_tiles = (long long)(inner_m / 128) * (inner_n / 32);
-            if (inner_tiles >= 6LL * strips * sms * per_sm) {
+        const bool has_interior = M >= 128 && N >= 32 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 128;
+            const int inner_n = N - N % 32;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 32);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
                 const auto interior = K % 8 == 0 ? checked_128x32_kernel_interior : checked_128x32_kernel_interior_partial_k;
                 if (smem_bytes > 48 * 1024) {
                     const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -7124,20 +7171,18 @@ extern "C" cudaError_t checked_128x32_launch_ld(const float* A, int lda, const f
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        checked_128x32_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        checked_128x32_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    // Calls on the scalar kernel share their tiles through its stream-K twin.
-    const auto stream_k_kernel = vector_aligned ? checked_128x32_kernel_stream_k : checked_128x32_kernel_stream_k_scalar;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }
@@ -7192,61 +7237,56 @@ static long long sgemm_family_sum(long long a, long long b) {
     return a + b > sgemm_family_CYCLE_CAP ? sgemm_family_CYCLE_CAP : a + b;
 }
 
-// The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).
-static long long sgemm_family_memory_cycles(const sgemm_family_member& m, long long M, long long N, long long K, long long streaming) {
-    if (m.hbm_bytes_per_clock == 0) return 0;
-    const long long traffic = sgemm_family_sum(sgemm_family_sum(sgemm_family_product(sgemm_family_product(M, K), m.a_bytes), sgemm_family_product(sgemm_family_product(N, K), m.b_bytes)), sgemm_family_product(sgemm_family_product(M, N), m.c_bytes));
-    long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;
-    if (m.in_flight_k_tiles > 0 && streaming > 0) {
-        const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
-        const long long drawn = (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;
-        if (drawn > cycles) cycles = drawn;
-    }
-    return cycles;
-}
-
 // Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;
-// *compute: the cycles before the memory floor, which break a tie.
+// *compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).
 static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, long long N, long long K, long long* compute) {
+    // bounds: exact: only the shapes the tile divides
     if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;
-    const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);
+    const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
+    // a k-tile with every slot resident
     const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
-    long long plain = tiles, cycles = 0;
-    long long streaming = tiles < slots ? tiles : slots;
-    if (m.stream_k_split != nullptr) {
-        int sk_tiles = 0, sk_blocks = 0;
-        m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM
-        if (sk_tiles > 0) {
-            plain -= sk_tiles;
-            streaming = plain < slots ? plain : slots;
-            if (sk_blocks > streaming) streaming = sk_blocks;
-            const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;
-            cycles = sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));
-            const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;
-            cycles = sgemm_family_sum(cycles, sgemm_family_product(contributors - 1, m.fixup_cycles));
-            cycles = sgemm_family_sum(cycles, sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1));
-        }
-    }
+    // the launcher's split of one GEMM
+    int sk_tiles = 0, sk_blocks = 0;
+    if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
+    const bool shares = sk_tiles > 0;
+    const long long plain = tiles - sk_tiles;
+    // blocks that stream k-tiles at once
+    const long long plain_wave = plain < slots ? plain : slots;
+    const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
+    // blocks on a shared tile, whose partial sums are added one after another
+    const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
+    // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
+    const long long stream_k_cycles = shares ? sgemm_family_sum(sgemm_family_sum(sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_family_product(contributors - 1, m.fixup_cycles)), sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
+    // a whole wave
     const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
-    cycles = sgemm_family_sum(cycles, sgemm_family_product(plain / slots, wave));
-    if (left > 0) {
-        const long long last = (left + m.sms - 1) / m.sms;
-        cycles = sgemm_family_sum(cycles, sgemm_family_sum(sgemm_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles));
-    }
-    *compute = cycles;
-    const long long memory = sgemm_family_memory_cycles(m, M, N, K, streaming);
-    return sgemm_family_sum(memory > cycles ? memory : cycles, m.call_cycles);
+    // the last wave's blocks per SM
+    const long long last = (left + m.sms - 1) / m.sms;
+    const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long compute_cycles = sgemm_family_sum(sgemm_family_sum(stream_k_cycles, sgemm_family_product(plain / slots, wave)), last_wave);
+    // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
+    const long long traffic = sgemm_family_sum(sgemm_family_sum(sgemm_family_product(sgemm_family_product(M, K), m.a_bytes), sgemm_family_product(sgemm_family_product(N, K), m.b_bytes)), sgemm_family_product(sgemm_family_product(M, N), m.c_bytes));
+    const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
+    // and, where blocks keep k-tiles in flight, what they draw in a round trip
+    const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
+    const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
+    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    *compute = (long long)compute_cycles;
+    return sgemm_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
 }
 
+static const int sgemm_family_member_count = 5;
+
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
-// alignment only (-1: none does).
+// alignment only (-1: none does). cycles.choose_rule.
 static int sgemm_family_choose(long long M, long long N, long long K, bool aligned) {
     int best = -1;
-    long long best_cycles = 0, best_compute = 0;
-    for (int i = 0; i < 5; ++i) {
+    long long best_cycles = 0;
+    long long best_compute = 0;
+    for (int i = 0; i < sgemm_family_member_count; ++i) {
         if (aligned ? sgemm_family_members[i].fallback : !sgemm_family_members[i].any_alignment) continue;
         long long compute = 0;
         const long long cycles = sgemm_family_cycles(sgemm_family_members[i], M, N, K, &compute);

@@ -432,25 +432,26 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_h100_scale_c(float* C, i
 // chain if any, with sgemm_h100_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool sgemm_h100_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
-// gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its
-// last wave's tiles % slots tiles go to stream-K blocks with at least 4 k-tiles each,
-// unless that would not shorten the launch.
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
 static void sgemm_h100_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
-    *sk_tiles = *sk_blocks = 0;
-    slots /= batch;
-    if (slots < 1) return;
-    const long long shared = tiles % slots;
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
     const long long work = shared * k_tiles;
-    long long blocks = (work + 3) / 4;
-    if (blocks > slots) blocks = slots;
-    const bool idle_enough = (slots - shared) * 100 >= 10 * slots;
-    const bool saves_enough = (slots - shared) * k_tiles >= 24LL * slots;
-    if (blocks <= shared || work > 2147483647LL || !idle_enough || !saves_enough) return;
-    *sk_tiles = (int)shared;
-    *sk_blocks = (int)blocks;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
 }
 
 extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -462,8 +463,9 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        sgemm_h100_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_h100_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
         return cudaGetLastError();
     }
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;
@@ -474,6 +476,7 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     const bool vector_aligned = sgemm_h100_aligned(A, lda, 0, 4) && sgemm_h100_aligned(B, ldb, 0, 4) && sgemm_h100_aligned(C, ldc, 0, 4);
     if (!vector_aligned) return cudaErrorInvalidValue;
     const auto kernel = sgemm_h100_kernel;
+    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     const size_t smem_bytes = 16640;
     if (smem_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
@@ -486,27 +489,31 @@ extern "C" cudaError_t sgemm_h100_launch_ld(const float* A, int lda, const float
     if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
     if (status != cudaSuccess) return status;
     if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
     int sk_tiles = 0, sk_blocks = 0;
-    sgemm_h100_stream_k_split(blocks, K / 8, (long long)sms * per_sm, 1, &sk_tiles, &sk_blocks);
+    sgemm_h100_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
     if (sk_tiles == 0) {
         kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
         return cudaGetLastError();
     }
     // The stream-K blocks go first: they all start together with equal work, so they also
     // finish together, and the ragged end of the launch is the plain kernel's, as without.
-    if (sk_tiles > 0 && beta != 1.0f) {
-        sgemm_h100_prepare_c<<<dim3((unsigned)sk_tiles, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+    if (prepare_blocks > 0) {
+        sgemm_h100_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
         if ((status = cudaGetLastError()) != cudaSuccess) return status;
     }
-    const auto stream_k_kernel = sgemm_h100_kernel_stream_k;
     if (smem_bytes > 48 * 1024) {
         status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
         if (status != cudaSuccess) return status;
     }
     stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
     if ((status = cudaGetLastError()) != cudaSuccess) return status;
-    if (blocks > sk_tiles) {
-        kernel<<<dim3((unsigned)(blocks - sk_tiles), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
     }
     return cudaGetLastError();
 }

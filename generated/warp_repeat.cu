@@ -201,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(256) warp_repeat_scale_c(float* C, 
 // chain if any, with warp_repeat_scale_c alone; neither needs the tile's multiples or the operands'
 // alignment.
 static bool warp_repeat_aligned(const void* p, long long ld, long long stride, int elements) {
-    return reinterpret_cast<uintptr_t>(p) % (4u * elements) == 0 && ld % elements == 0 && stride % elements == 0;
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
 }
 
 extern "C" cudaError_t warp_repeat_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
@@ -213,8 +213,9 @@ extern "C" cudaError_t warp_repeat_launch_ld(const float* A, int lda, const floa
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) {
         const long long elements = (long long)M * N;
-        const long long scale_blocks = (elements + 255) / 256;
-        warp_repeat_scale_c<<<dim3((unsigned)(scale_blocks < 1024 ? scale_blocks : 1024), 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f);
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        warp_repeat_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, 0.0f);
         return cudaGetLastError();
     }
     if (M % 128 != 0 || N % 128 != 0 || K % 8 != 0) return cudaErrorInvalidValue;

@@ -131,7 +131,7 @@ def test_a_family_needs_a_checked_member(tmp_path):
     assert "f.gemmf:1:8: error: family f has no `bounds: checked` member" in caught.value.render()
 
 
-# --- the C launcher's copy of the rule -----------------------------------------------------------
+# --- the rule as the C launcher prints it -----------------------------------------------------------
 
 RULE_TEST = r"""
 #include <cstdio>
@@ -462,7 +462,8 @@ def test_the_family_picks_once_per_shape(fake_loaded, monkeypatch):
     from gemmdsl import cycles
 
     runs = []
-    monkeypatch.setattr(cycles, "estimate", lambda model, m, n, k: runs.append(model) or estimate(model, m, n, k))
+    fields = cycles.member_fields  # read once per member each time the rule runs (cycles.choose)
+    monkeypatch.setattr(cycles, "member_fields", lambda model: runs.append(model) or fields(model))
     for _ in range(3):
         fake_loaded.bind(FakeArray(1000, 1000), FakeArray(1000, 1000))
     assert len(runs) == len(fake_loaded.models)  # one run of the rule, not three

@@ -2,6 +2,7 @@
 runtime decides a call's launch from what it reads back exactly as the compiler's plan does, and the
 decisions follow schedule.py's split."""
 import json
+from dataclasses import replace
 import subprocess
 import sys
 from functools import cache
@@ -12,9 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemmdsl.compiler import compile_path
+from gemmdsl.emit.launcher import LauncherEmitter
+from gemmdsl.emitter import Emitter
 from gemmdsl.launch_plan import GridRule, LaunchPlan, StreamKLaunch
-from gemmdsl.runtime import Requirements
-from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, call_split, persistent_blocks
+from gemmdsl.paths.wgmma.launcher import TensorMapLauncher
+from gemmdsl.runtime import Requirements, check_unclustered
+from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, call_split
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "specs").glob("*.gemm"))
@@ -68,7 +72,8 @@ def test_the_runtimes_decisions_from_the_json_are_the_compile_time_plans(spec, s
         assert split == call_split(tile, m, n, k, sms * per_sm, batch, LAUNCHED_MIN_SAVED_K_TILES)
     elif planned.stream_k is StreamKLaunch.PERSISTENT:
         assert split == call_split(tile, m, n, k, sms, aligned=True)
-        assert read.grid_for(m, n, k, batch, sms) == (persistent_blocks(split, sms), 1, 1)
+        # enough blocks for the stream-K ranges and for one wave of the plain tiles
+        assert read.grid_for(m, n, k, batch, sms) == (max(split.sk_blocks, min(split.dp_tiles, sms)), 1, 1)
         sized = read.workspace_for(m, n, k, sms)
         assert (sized is None) == (split.sk_tiles == 0)
         if sized is not None:
@@ -91,3 +96,41 @@ def test_the_runtime_reads_the_rule_without_the_compiler():
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for module in ("gemmdsl.compiler", "gemmdsl.emit", "gemmdsl.plan", "gemmdsl.analysis", "gemmdsl.paths"):
         assert f"'{module}'" not in loaded
+
+
+def clustered(name: str, cluster: tuple[int, int, int]):
+    """The plan of spec `name` with thread-block clusters of `cluster` (no shipped spec has them yet)."""
+    plan = compiled(ROOT / "specs" / f"{name}.gemm").plan
+    return replace(plan, launch=replace(plan.launch, cluster=cluster))
+
+
+def test_cluster_dimensions_round_trip_and_a_plain_plan_writes_none():
+    plan = clustered("sgemm_h100", (2, 1, 1))
+    written = plan.launch.to_json()
+    assert written["cluster"] == [2, 1, 1] and LaunchPlan.from_json(written) == plan.launch
+    plain = compiled(ROOT / "specs" / "sgemm_h100.gemm").plan.launch
+    assert "cluster" not in plain.to_json() and LaunchPlan.from_json(plain.to_json()).cluster == (1, 1, 1)
+
+
+@pytest.mark.parametrize("name, emitter", [("sgemm_h100", LauncherEmitter), ("checked_64x64", LauncherEmitter),
+                                           ("hgemm_h100", TensorMapLauncher)])
+def test_the_launcher_launches_clusters_through_cudaLaunchKernelEx_only_with_clusters(name, emitter):
+    """Every GEMM kernel launch (tiles, interior and strips, stream-K and plain; the persistent TMA kernel)
+    carries the cluster attribute; a plan of 1x1x1 launches with <<<>>> as before."""
+    plain, cluster = Emitter(), Emitter()
+    emitter(compiled(ROOT / "specs" / f"{name}.gemm").plan, plain).emit()
+    emitter(clustered(name, (2, 1, 1)), cluster).emit()
+    assert "cudaLaunchKernelEx" not in plain.text()
+    launches = plain.text().count("smem_bytes, stream>>>")
+    assert launches and cluster.text().count("cudaLaunchKernelEx(&config, ") == launches
+    assert cluster.text().count("cluster[0].val.clusterDim.x = 2;") == launches
+    assert "smem_bytes, stream>>>" not in cluster.text()
+
+
+def test_the_runtime_refuses_to_launch_clusters_itself():
+    artifacts = compiled(ROOT / "specs" / "sgemm_h100.gemm")
+    metadata = json.loads(artifacts.metadata_json())
+    metadata["launch"]["cluster"] = [2, 1, 1]
+    with pytest.raises(ValueError, match="clusters of 2x1x1"):
+        check_unclustered(Requirements.from_metadata(metadata))
+    check_unclustered(Requirements.from_metadata(json.loads(artifacts.metadata_json())))

@@ -1,10 +1,7 @@
 """Narrow kernels (gemmdsl/plan.py): checked cp.async files run operands aligned to less than the vector
 kernel needs on 8- or 4-byte copies. The rule picks, for every alignment, a kernel whose every global
 access the operands align; the C launcher picks as the runtime does; the emitted kernels copy at their width."""
-import itertools
 import re
-import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -119,52 +116,3 @@ def test_each_narrow_kernel_copies_at_its_width(path):
         assert f"Narrow variant: global accesses of at most {narrow.width_bytes} bytes" in body
     variants = {v.role for v in artifacts.plan.variants}
     assert Role.NARROW in variants and Role.STREAM_K_NARROW not in variants  # no stream-K in these files
-
-
-LAUNCHER_TEST = r"""
-#include <cstdint>
-#include <cstdio>
-%(aligned)s
-%(names)s
-int main() {
-    unsigned long long a, b, c;
-    long long lda, ldb, ldc;
-    while (std::scanf("%%llx %%llx %%llx %%lld %%lld %%lld", &a, &b, &c, &lda, &ldb, &ldc) == 6) {
-        const void* A = (const void*)a; const void* B = (const void*)b; const void* C = (const void*)c;
-%(choice)s
-        std::printf("%%s\n", kernel);
-    }
-}
-"""
-
-
-def launcher_choice(cuda: str, name: str) -> dict[str, str]:
-    """The launcher's alignment helper and its kernel choice (the lines from `vector_aligned` to `kernel`)."""
-    aligned = re.search(rf"^static bool {name}_aligned\(.*?^}}\n", cuda, re.M | re.S).group(0)
-    choice = re.search(r"^ *const bool vector_aligned = .*?^ *const auto kernel = .*?;\n", cuda, re.M | re.S).group(0)
-    return {"aligned": aligned, "choice": choice}
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-@pytest.mark.parametrize("path", FALLBACKS[:3], ids=lambda p: p.stem)
-def test_the_c_launcher_chooses_the_kernel_as_the_runtime_does(path, tmp_path):
-    artifacts = compiled(path)
-    req = Requirements.from_metadata(artifacts.metadata)
-    entries = artifacts.plan.launch.entries
-    names = "\n".join(f'static const char* const {entry} = "{entry}";' for entry in entries.all())
-    source = LAUNCHER_TEST % {**launcher_choice(artifacts.cuda, artifacts.spec.name), "names": names}
-    (tmp_path / "choice.cpp").write_text(source)
-    subprocess.run(["g++", "-O1", "-o", "choice", "choice.cpp"], cwd=tmp_path, check=True)
-    size = artifacts.spec.problem.a.dtype.bytes
-    m, n, k = 100, 96, 64
-    cases = []
-    for offset_a, offset_b, offset_c in itertools.product(range(0, 16, size), (0, size, 8), (0, size)):
-        for extra_a, extra_b, extra_c in itertools.product(range(8), (0, 1, 2, 4), (0, 1)):
-            lds = {"A": k + extra_a, "B": k + extra_b, "C": n + extra_c}
-            cases.append((lds, {"A": offset_a, "B": offset_b, "C": offset_c}))
-    stdin = "".join(" ".join([*(f"{BASE + (1 << 40) * i + offsets[x]:x}" for i, x in enumerate("ABC")),
-                              *(str(lds[x]) for x in "ABC")]) + "\n" for lds, offsets in cases)
-    done = subprocess.run([str(tmp_path / "choice")], input=stdin, capture_output=True, text=True, check=True)
-    expected = [chosen(req, m, n, k, lds, offsets) for lds, offsets in cases]
-    assert done.stdout.split() == expected
-    assert {entry for entry in expected} == {entries.vector, entries.scalar, *(x.entry for x in entries.narrow)}

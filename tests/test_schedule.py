@@ -156,40 +156,6 @@ def test_small_problems_do_not_split():
     assert (split.sk_tiles, split.sk_blocks) == (4, 32)
 
 
-LAUNCHER_TEST = r"""
-#include <cstdio>
-%s
-int main() {
-    long long tiles, k_tiles, slots, batch;
-    while (std::scanf("%%lld %%lld %%lld %%lld", &tiles, &k_tiles, &slots, &batch) == 4) {
-        int sk_tiles, sk_blocks;
-        %s_stream_k_split(tiles, k_tiles, slots, batch, &sk_tiles, &sk_blocks);
-        std::printf("%%d %%d\n", sk_tiles, sk_blocks);
-    }
-}
-"""
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH")
-@pytest.mark.parametrize("name", ["sgemm_h100", "sgemm_3xtf32_h100_sk"])  # the FMA path's launcher, the wgmma one's
-def test_the_launcher_splits_as_schedule_py_does(tmp_path, name):
-    cuda = compile_path(ROOT / "specs" / f"{name}.gemm").cuda
-    function = re.search(rf"^static void {name}_stream_k_split\(.*?^}}\n", cuda, re.M | re.S).group(0)
-    (tmp_path / "split.cpp").write_text(LAUNCHER_TEST % (function, name))
-    subprocess.run(["g++", "-O1", "-o", "split", "split.cpp"], cwd=tmp_path, check=True)
-    cases = [(t, k, s, b) for t in (1, 3, 4, 32, 64, 255, 256, 263, 264, 265, 1024, 4096, 10**6)
-             for k in (1, 2, 3, 4, 5, 128, 512, 8192, 2**20, 2**23) for s in (1, 7, 132, 264, 528)
-             for b in (1, 2, 3, 264, 65535)]
-    stdin = "".join(f"{t} {k} {s} {b}\n" for t, k, s, b in cases)
-    done = subprocess.run([str(tmp_path / "split")], input=stdin, capture_output=True, text=True, check=True)
-    got = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
-    wgmma = compile_path(ROOT / "specs" / f"{name}.gemm").plan.path.name == "wgmma"
-    floor = 0 if wgmma else LAUNCHED_MIN_SAVED_K_TILES
-    expected = [(split.sk_tiles, split.sk_blocks)
-                for split in (stream_k_split(*case, min_saved_k_tiles=floor, aligned=wgmma) for case in cases)]
-    assert got == expected
-
-
 @settings(max_examples=300, deadline=None)
 @given(tiles=st.integers(1, 3000), k_tiles=st.integers(1, 2**16), slots=st.integers(1, 300))
 def test_an_aligned_split_gives_every_shared_tile_as_many_blocks_with_few_slots_idle(tiles, k_tiles, slots):

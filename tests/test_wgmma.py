@@ -224,7 +224,7 @@ def test_generated_kernel_has_the_warp_specialized_structure():
                   "const __grid_constant__ hgemm_h100_tensor_map map_a", "CU_TENSOR_MAP_SWIZZLE_128B",
                   "cudaGetDriverEntryPointByVersion", "static thread_local hgemm_h100_map_cache cache;",
                   "if (lda % 8 != 0 || ldb % 8 != 0) return cudaErrorInvalidValue;",
-                  "if (sms > 0 && blocks > sms) blocks = sms;"):
+                  "const long long blocks = sms > 0 && tiles > sms ? sms : tiles;"):
         assert piece in cuda, piece
     # The launcher keeps every spec's C signature.
     assert re.search(r'extern "C" cudaError_t hgemm_h100_launch_ld\(const __nv_bfloat16\* A, int lda, '

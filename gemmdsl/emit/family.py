@@ -2,9 +2,9 @@
 member's kernels and launchers, each in a namespace of its own (with the helpers it writes differently from
 another member under the same name), then the family's rule and launchers.
 
-The rule is gemmdsl/family.py's `choose`, printed as a table of the members' figures and the same
-integer arithmetic; `NAME_launch`, `NAME_launch_ld` (and `NAME_launch_batched`) take the members'
-parameters and call the chosen member's launcher of the same kind.
+The rule is gemmdsl/family.py's `choose`: a table of the members' figures, then cycles.estimate_rule and
+choose_rule printed as C (the rules the Python side evaluates); `NAME_launch`, `NAME_launch_ld` (and
+`NAME_launch_batched`) take the members' parameters and call the chosen member's launcher of the same kind.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 from .. import ir
 from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, padded_launcher_name
 from ..emitter import Emitter
+from ..cycles import choose_rule, estimate_rule, saturating
+from ..rule import render_func
 from ..schedule import CYCLE_CAP
 from ..source import printable
 from ..version import __version__
@@ -103,87 +105,26 @@ def _emit_rule(family: Any, o: Emitter) -> None:
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
-    with o.block(f"static long long {name}_product(long long a, long long b)"):
-        o.line(f"return b != 0 && a > {name}_CYCLE_CAP / b ? {name}_CYCLE_CAP : a * b;")
-    o.line()
-    with o.block(f"static long long {name}_sum(long long a, long long b)"):
-        o.line(f"return a + b > {name}_CYCLE_CAP ? {name}_CYCLE_CAP : a + b;")
-    o.line()
-    o.comment("The memory floor of M x N x K with `streaming` blocks streaming (cycles.memory_cycles).")
-    with o.block(f"static long long {name}_memory_cycles(const {model}& m, long long M, long long N, long long K, "
-                 "long long streaming)"):
-        o.line("if (m.hbm_bytes_per_clock == 0) return 0;")
-        o.line(f"const long long traffic = {name}_sum({name}_sum({name}_product({name}_product(M, K), m.a_bytes), "
-               f"{name}_product({name}_product(N, K), m.b_bytes)), {name}_product({name}_product(M, N), m.c_bytes));")
-        o.line("long long cycles = (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock;")
-        with o.block("if (m.in_flight_k_tiles > 0 && streaming > 0)"):
-            o.line("const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * "
-                   "((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);")
-            o.line(f"const long long drawn = ({name}_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight;")
-            o.line("if (drawn > cycles) cycles = drawn;")
-        o.line("return cycles;")
-    o.line()
+    for helper in saturating(f"{name}_"):
+        render_func(o, helper, ["long long a", "long long b"], "long long")
+        o.line()
     o.comment("Predicted cycles of one member at M x N x K (M, N, K >= 1), or -1 when it cannot take the shape;\n"
-              "*compute: the cycles before the memory floor, which break a tie.")
-    with o.block(f"static long long {name}_cycles(const {model}& m, long long M, long long N, long long K, "
-                 "long long* compute)"):
-        o.line("if (m.exact && (M % m.bm != 0 || N % m.bn != 0 || K % m.bk != 0)) return -1;")
-        o.line("const long long tiles = ((M + m.bm - 1) / m.bm) * ((N + m.bn - 1) / m.bn);")
-        o.line("const long long k_tiles = (K + m.bk - 1) / m.bk;")
-        o.line("const long long slots = m.sms * m.blocks_per_sm;")
-        o.line("const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];")
-        o.line("long long plain = tiles, cycles = 0;")
-        o.line("long long streaming = tiles < slots ? tiles : slots;")
-        with o.block("if (m.stream_k_split != nullptr)"):
-            o.line("int sk_tiles = 0, sk_blocks = 0;")
-            o.line("m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);  // the rule models one GEMM")
-            with o.block("if (sk_tiles > 0)"):
-                o.line("plain -= sk_tiles;")
-                o.line("streaming = plain < slots ? plain : slots;")
-                o.line("if (sk_blocks > streaming) streaming = sk_blocks;")
-                o.line("const long long per_block = ((long long)sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks;")
-                o.line(f"cycles = {name}_sum({name}_product(per_block, full), "
-                       "m.blocks_per_sm * (m.tile_cycles + m.partial_cycles));")
-                o.line("const long long contributors = (sk_blocks + sk_tiles - 1) / sk_tiles;")
-                o.line(f"cycles = {name}_sum(cycles, {name}_product(contributors - 1, m.fixup_cycles));")
-                o.line(f"cycles = {name}_sum(cycles, {name}_product(m.launch_cycles, plain > 0 ? 2 : 1));")
-        o.line("const long long left = plain % slots;")
-        o.line(f"const long long wave = {name}_sum({name}_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);")
-        o.line(f"cycles = {name}_sum(cycles, {name}_product(plain / slots, wave));")
-        with o.block("if (left > 0)"):
-            o.line("const long long last = (left + m.sms - 1) / m.sms;")
-            o.line(f"cycles = {name}_sum(cycles, {name}_sum({name}_product(k_tiles, m.k_tile_cycles[last - 1]), "
-                   "last * m.tile_cycles));")
-        o.line("*compute = cycles;")
-        o.line(f"const long long memory = {name}_memory_cycles(m, M, N, K, streaming);")
-        o.line(f"return {name}_sum(memory > cycles ? memory : cycles, m.call_cycles);")
+              "*compute: the cycles before the memory floor, which break a tie (cycles.estimate_rule).")
+    estimate_rule(f"{name}_").render_function(o, f"{name}_cycles", [f"const {model}& m", "long long M", "long long N",
+                                                                    "long long K"], "long long", returns="cycles",
+                                              refused="-1")
     o.line()
+    o.line(f"static const int {name}_member_count = {len(family.members)};")
     if family.measured:
-        o.comment("The measured table: {M, N, K, member} where a member timed fastest and the model picks another.")
         with o.block(f"static const long long {name}_measured[{len(family.measured)}][4] =", close="};"):
             for (m, n, k), index in family.measured:
                 o.line(f"{{{m}, {n}, {k}, {index}}},  // {family.members[index].artifacts.name}")
-        o.line()
+        o.line(f"static const int {name}_measured_count = {len(family.measured)};")
+    o.line()
     o.comment("The member that runs M x N x K; aligned = false: among the members that run operands of any\n"
-              "alignment only (-1: none does).")
-    with o.block(f"static int {name}_choose(long long M, long long N, long long K, bool aligned)"):
-        if family.measured:
-            with o.block(f"for (int i = 0; i < {len(family.measured)}; ++i)"):
-                o.line(f"const long long* entry = {name}_measured[i];")
-                o.line("if (entry[0] == M && entry[1] == N && entry[2] == K && "
-                       f"(aligned || {name}_members[entry[3]].any_alignment)) return (int)entry[3];")
-        o.line("int best = -1;")
-        o.line("long long best_cycles = 0, best_compute = 0;")
-        with o.block(f"for (int i = 0; i < {len(family.members)}; ++i)"):
-            o.line(f"if (aligned ? {name}_members[i].fallback : !{name}_members[i].any_alignment) continue;")
-            o.line("long long compute = 0;")
-            o.line(f"const long long cycles = {name}_cycles({name}_members[i], M, N, K, &compute);")
-            with o.block("if (cycles >= 0 && (best < 0 || cycles < best_cycles || "
-                         "(cycles == best_cycles && compute < best_compute)))"):
-                o.line("best = i;")
-                o.line("best_cycles = cycles;")
-                o.line("best_compute = compute;")
-        o.line("return best;")
+              "alignment only (-1: none does). cycles.choose_rule.")
+    choose_rule(f"{name}_", measured=bool(family.measured)).render_function(
+        o, f"{name}_choose", ["long long M", "long long N", "long long K", "bool aligned"], "int", returns="chosen")
 
 
 def _pads(family: Any) -> bool:

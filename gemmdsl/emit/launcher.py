@@ -12,10 +12,10 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
-from ..launch_plan import SCALE_C_MAX_BLOCKS, SCALE_C_THREADS, NarrowKernel
+from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper
+from ..rule import render_func
 from ..plan import KernelPlan
-from ..schedule import (ALIGN_IDLE_PERCENT, FIXUP_K_TILES_PER_SHARER, INTERIOR_MIN_WAVES_PER_STRIP,
-                        LAUNCHED_MIN_SAVED_K_TILES, MAX_WORK, MIN_IDLE_PERCENT, MIN_K_TILES_PER_BLOCK)
+from ..schedule import INTERIOR_MIN_WAVES_PER_STRIP, LAUNCHED_MIN_SAVED_K_TILES, interior_rules, stream_k_split_rule
 from .ctext import OPERANDS, paren
 
 
@@ -49,11 +49,6 @@ def refuses_misaligned(plan: KernelPlan) -> bool:
     return plan.launch.entries.scalar is None and any(elements > 1 for elements in vector.values())
 
 
-def narrow_flag(kernel: NarrowKernel) -> str:
-    """The launcher's name for the test that a narrow kernel's accesses are aligned: `aligned_8byte`."""
-    return f"aligned_{kernel.width_bytes}byte"
-
-
 def shape_rule(spec: ir.KernelSpec, exact_tile: tuple[int, int, int] | None) -> str:
     """The contract's line on M, N, K (and the batch): multiples of `exact_tile`, or with None (checked
     bounds, a kernel family) any shape; 0 is an empty problem (empty_problem_rule)."""
@@ -82,13 +77,12 @@ def emit_empty_problem(plan: KernelPlan, o: Emitter) -> None:
     o.comment("An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.")
     o.line("if (M == 0 || N == 0) return cudaSuccess;")
     with o.block("if (K == 0)"):
-        o.line("const long long elements = (long long)M * N;")
-        o.line(f"const long long scale_blocks = (elements + {SCALE_C_THREADS - 1}) / {SCALE_C_THREADS};")
+        SCALE_C_GRID.render_inline(o)
         beta = "beta" if spec.problem.epilogue is ir.Epilogue.ALPHA_BETA else "0.0f"
         arguments = ", ".join(beta if name == "beta" else name for _, name in scale_c_parameters(spec))
         z = "(unsigned)batch" if batched else "1"
-        o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)(scale_blocks < {SCALE_C_MAX_BLOCKS} ? scale_blocks : "
-               f"{SCALE_C_MAX_BLOCKS}), 1, {z}), dim3({SCALE_C_THREADS}), 0, stream>>>({arguments});")
+        o.line(f"{launch.entries.scale_c}<<<dim3((unsigned)scale_blocks, 1, {z}), dim3({SCALE_C_THREADS}), 0, "
+               f"stream>>>({arguments});")
         o.line("return cudaGetLastError();")
 
 
@@ -144,18 +138,13 @@ class LauncherEmitter:
                                      "the kernel cannot handle:", *launch_contract(self.plan),
                                      *empty_problem_rule(self.launch.entries.scale_c)]))
 
-    @property
-    def _all_f32(self) -> bool:
-        return all(self.spec.problem.matrix(op).dtype is ir.DType.F32 for op in ir.Operand)
-
     def _emit_aligned_helper(self) -> None:
-        """Whether an operand's vector accesses are aligned; with operands of several element sizes the
-        call gives the operand's element size."""
-        size, parameter = ("4u", "") if self._all_f32 else ("element_bytes", ", unsigned element_bytes")
-        with self.out.block(f"static bool {self.spec.name}_aligned(const void* p, long long ld, long long stride, "
-                            f"int elements{parameter})"):
-            self.out.line(f"return reinterpret_cast<uintptr_t>(p) % ({size} * elements) == 0 && ld % elements == 0 "
-                          "&& stride % elements == 0;")
+        """Whether an operand's vector accesses are aligned (launch_plan.aligned_helper); with operands of several
+        element sizes the call gives the operand's element size."""
+        helper = aligned_helper(f"{self.spec.name}_aligned", self._element_bytes)
+        types = {"p": "const void*", "ld": "long long", "stride": "long long", "elements": "int",
+                 "element_bytes": "unsigned"}
+        render_func(self.out, helper, [f"{types[name]} {name}" for name in helper.params], "bool")
 
     def _emit_stream_k_launch(self, arguments: str) -> None:
         """Size the launch from the device (SMs x resident blocks). When stream-K pays: set C's shared
@@ -165,42 +154,29 @@ class LauncherEmitter:
         threads, entries = launch.threads, launch.entries
         o.comment("Stream-K: how many blocks this GPU holds at once decides which tiles are shared.")
         self._emit_slots()
-        o.line("int sk_tiles = 0, sk_blocks = 0;")
-        batch = "batch" if spec.problem.batched else "1"
-        k_tiles = tile_count(spec, "K", str(launch.block_tile[2]))
-        o.line(f"{spec.name}_stream_k_split(blocks, {k_tiles}, (long long)sms * per_sm, {batch}, &sk_tiles, "
-               "&sk_blocks);")
+        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
+        launch.stream_k_launch_rule(alpha_beta, f"{spec.name}_stream_k_split").render_inline(o)
         z = "(unsigned)batch" if spec.problem.batched else "1"
         stride_c = ", stride_c" if spec.problem.batched else ""
-        alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
-        condition = "sk_tiles > 0 && beta != 1.0f" if alpha_beta else "sk_tiles > 0"
         beta = "beta" if alpha_beta else "0.0f"
         with o.block("if (sk_tiles == 0)"):
             self._emit_tiles_launch(slots_known=True)
             o.line("return cudaGetLastError();")
         o.comment("The stream-K blocks go first: they all start together with equal work, so they also\n"
                   "finish together, and the ragged end of the launch is the plain kernel's, as without.")
-        with o.block(f"if ({condition})"):
-            o.line(f"{entries.prepare}<<<dim3((unsigned)sk_tiles, 1, {z}), dim3({threads}), 0, stream>>>"
+        with o.block("if (prepare_blocks > 0)"):
+            o.line(f"{entries.prepare}<<<dim3((unsigned)prepare_blocks, 1, {z}), dim3({threads}), 0, stream>>>"
                    f"(C, M, N, ldc, {beta}{stride_c}, sk_tiles);")
             o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
-        if entries.stream_k_scalar is not None:
-            o.comment("Calls on the scalar kernel share their tiles through its stream-K twin"
-                      + (", those on a narrow kernel through its own." if entries.narrow else "."))
-            narrow = "".join(f"{narrow_flag(kernel)} ? {kernel.stream_k} : " for kernel in entries.narrow)
-            o.line(f"const auto stream_k_kernel = vector_aligned ? {entries.stream_k} : {narrow}"
-                   f"{entries.stream_k_scalar};")
-        else:
-            o.line(f"const auto stream_k_kernel = {entries.stream_k};")
         with o.block(f"if (smem_bytes > {self.default_smem})"):
             o.line("status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                    "(int)smem_bytes);")
             o.line("if (status != cudaSuccess) return status;")
-        o.line(f"stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, {z}), dim3({threads}), smem_bytes, stream>>>("
-               f"{arguments}, sk_tiles);")
+        emit_kernel_launch(o, launch, "stream_k_kernel", f"dim3((unsigned)sk_blocks, 1, {z})", "smem_bytes",
+                           f"{arguments}, sk_tiles")
         o.line("if ((status = cudaGetLastError()) != cudaSuccess) return status;")
-        with o.block("if (blocks > sk_tiles)"):
-            self._emit_launch("kernel", "blocks - sk_tiles", {})
+        with o.block("if (plain_blocks > 0)"):
+            self._emit_launch("kernel", "plain_blocks", {})
 
     def _emit_slots(self) -> None:
         """`sms` and `per_sm`: this GPU's SMs and the blocks of `kernel` each holds at once."""
@@ -228,15 +204,14 @@ class LauncherEmitter:
                       "strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own\n"
                       "on operands offset to the strip; only where the interior holds at least "
                       f"{INTERIOR_MIN_WAVES_PER_STRIP} waves\nper strip, since each strip runs after it.")
+            has_interior, pays = interior_rules(launch.block_tile, self.spec.problem.batched)
+            has_interior.render_inline(o)
             aligned = "vector_aligned && " if self._has_vector_test() else ""
-            with o.block(f"if ({aligned}M >= {bm} && N >= {bn} && K >= {bk})"):
-                o.line(f"const int inner_m = M - M % {bm}, inner_n = N - N % {bn};")
+            with o.block(f"if ({aligned}has_interior)"):
                 if not slots_known:
                     self._emit_slots()
-                batch = " * batch" if self.spec.problem.batched else ""
-                o.line(f"const long long strips = (M > inner_m) + (N > inner_n), "
-                       f"inner_tiles = (long long)(inner_m / {bm}) * (inner_n / {bn}){batch};")
-                with o.block(f"if (inner_tiles >= {INTERIOR_MIN_WAVES_PER_STRIP}LL * strips * sms * per_sm)"):
+                pays.render_inline(o)
+                with o.block("if (interior_pays)"):
                     self._emit_interior_split()
         self._emit_launch("kernel", "blocks", {})
 
@@ -293,8 +268,8 @@ class LauncherEmitter:
         """kernel<<<blocks x batch>>> with the kernel's parameters, some replaced by `overrides`."""
         z = "(unsigned)batch" if self.spec.problem.batched else "1"
         arguments = ", ".join(overrides.get(name, name) for _, name in self.launch.parameters)
-        self.out.line(f"{kernel}<<<dim3((unsigned){paren(blocks)}, 1, {z}), dim3({self.launch.threads}), smem_bytes, "
-                      f"stream>>>({arguments});")
+        emit_kernel_launch(self.out, self.launch, kernel, f"dim3((unsigned){paren(blocks)}, 1, {z})", "smem_bytes",
+                           arguments)
 
     def _emit_wrapper(self, name: str, parameters: str, arguments: str, target: str | None = None) -> None:
         target = target or self.names["launcher_batched"] or self.names["launcher_ld"]
@@ -339,66 +314,44 @@ class LauncherEmitter:
                 self._emit_tiles_launch()
             o.line("return cudaGetLastError();")
 
-    def _alignment_test(self, elements: dict[str, int]) -> str:
-        """C test that every operand is aligned for accesses of `elements` (empty: nothing to test)."""
-        spec = self.spec
-        stride = {op: f"stride_{op.value}" if spec.problem.batched else "0" for op in ir.Operand}
-        size = {op: "" if self._all_f32 else f", {spec.problem.matrix(op).dtype.bytes}" for op in ir.Operand}
-        return " && ".join(f"{spec.name}_aligned({op.value.upper()}, {leading_name(op)}, {stride[op]}, "
-                           f"{elements[op.value]}{size[op]})" for op in ir.Operand if elements[op.value] > 1)
+    @property
+    def _element_bytes(self) -> dict[str, int]:
+        return {op.value: self.spec.problem.matrix(op).dtype.bytes for op in ir.Operand}
 
     def _emit_kernel_choice(self) -> None:
-        """Pick the vector kernel when every vector access is aligned; else the widest narrow kernel whose
-        accesses are (`aligned_8byte`, ...), else the scalar kernel or an error (LaunchPlan.choose_entry)."""
-        o = self.out
-        entries = self.launch.entries
-        tests = self._alignment_test(self.launch.requirements.vector_elements)
-        vector, scalar = entries.vector, entries.scalar
-        if not tests:
-            o.line(f"const auto kernel = {vector};")
-            return
-        o.line(f"const bool vector_aligned = {tests};")
-        if scalar is not None:
-            choice = f"vector_aligned ? {vector} : "
-            if entries.narrow:
-                widths = " or ".join(str(narrow.width_bytes) for narrow in entries.narrow)
-                o.comment("Operands aligned to less than the vector kernel needs run the widest narrow kernel\n"
-                          f"whose accesses they allow (cp.async of {widths} bytes), the scalar kernel otherwise.")
-            for narrow in entries.narrow:
-                o.line(f"const bool {narrow_flag(narrow)} = {self._alignment_test(narrow.vector_elements)};")
-                choice += f"{narrow_flag(narrow)} ? {narrow.entry} : "
-            o.line(f"const auto kernel = {choice}{scalar};")
-            return
-        o.line("if (!vector_aligned) return cudaErrorInvalidValue;")
-        o.line(f"const auto kernel = {vector};")
+        """`kernel`: LaunchPlan.kernel_choice_rule, which the runtime evaluates."""
+        self.launch.kernel_choice_rule(self._element_bytes, f"{self.spec.name}_aligned").render_inline(self.out)
+
+
+def emit_kernel_launch(o: Emitter, launch: LaunchPlan, kernel: str, grid: str, smem: str, arguments: str,
+                       failed: str | None = None) -> None:
+    """`kernel<<<grid, threads, smem, stream>>>(arguments);`, or with cluster dimensions (LaunchPlan.cluster)
+    cudaLaunchKernelEx with the cluster attribute, which returns its error at once (`failed`: what to do
+    with it; by default return it)."""
+    if not launch.clustered:
+        o.line(f"{kernel}<<<{grid}, dim3({launch.threads}), {smem}, stream>>>({arguments});")
+        return
+    x, y, z = launch.cluster
+    with o.block(""):
+        o.comment(f"Thread-block clusters of {x}x{y}x{z}.")
+        o.line("cudaLaunchAttribute cluster[1];")
+        o.line("cluster[0].id = cudaLaunchAttributeClusterDimension;")
+        o.line(f"cluster[0].val.clusterDim.x = {x};")
+        o.line(f"cluster[0].val.clusterDim.y = {y};")
+        o.line(f"cluster[0].val.clusterDim.z = {z};")
+        o.line("cudaLaunchConfig_t config = {};")
+        o.line(f"config.gridDim = {grid};")
+        o.line(f"config.blockDim = dim3({launch.threads});")
+        o.line(f"config.dynamicSmemBytes = {smem};")
+        o.line("config.stream = stream;")
+        o.line("config.attrs = cluster;")
+        o.line("config.numAttrs = 1;")
+        o.line(f"const cudaError_t launched = cudaLaunchKernelEx(&config, {kernel}, {arguments});")
+        o.line(f"if (launched != cudaSuccess) {failed or 'return launched;'}")
 
 
 def emit_stream_k_split(name: str, o: Emitter, min_saved_k_tiles: int, aligned: bool = False) -> None:
-    """`NAME_stream_k_split`, the C copy of schedule.stream_k_split with `min_saved_k_tiles` and `aligned` (a test
-    compiles it and compares)."""
-    o.comment("gemmdsl/schedule.py's stream_k_split: each GEMM of the batch gets slots / batch slots; its\n"
-              f"last wave's tiles % slots tiles go to stream-K blocks with at least {MIN_K_TILES_PER_BLOCK} "
-              "k-tiles each,\nunless that would not shorten the launch.")
-    with o.block(f"static void {name}_stream_k_split(long long tiles, long long k_tiles, "
-                 "long long slots, long long batch, int* sk_tiles, int* sk_blocks)"):
-        o.line("*sk_tiles = *sk_blocks = 0;")
-        o.line("slots /= batch;")
-        o.line("if (slots < 1) return;")
-        o.line("const long long shared = tiles % slots;")
-        o.line("const long long work = shared * k_tiles;")
-        o.line(f"long long blocks = (work + {MIN_K_TILES_PER_BLOCK - 1}) / {MIN_K_TILES_PER_BLOCK};")
-        o.line("if (blocks > slots) blocks = slots;")
-        if aligned:
-            o.line(f"if (blocks == slots && shared > 0 && (slots % shared) * 100 <= {ALIGN_IDLE_PERCENT} * slots) "
-                   "blocks -= slots % shared;")
-            o.line(f"const long long sharers = k_tiles / {FIXUP_K_TILES_PER_SHARER} > 2 ? k_tiles / "
-                   f"{FIXUP_K_TILES_PER_SHARER} : 2;  // a tile's partial sums are added one after another")
-            o.line("if (blocks > shared * sharers) blocks = shared * sharers;")
-        o.line(f"const bool idle_enough = (slots - shared) * 100 >= {MIN_IDLE_PERCENT} * slots;")
-        if min_saved_k_tiles:
-            o.line(f"const bool saves_enough = (slots - shared) * k_tiles >= {min_saved_k_tiles}LL * slots;")
-            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough || !saves_enough) return;")
-        else:
-            o.line(f"if (blocks <= shared || work > {MAX_WORK}LL || !idle_enough) return;")
-        o.line("*sk_tiles = (int)shared;")
-        o.line("*sk_blocks = (int)blocks;")
+    """`NAME_stream_k_split`: schedule.py's stream_k_split_rule with `min_saved_k_tiles` and `aligned`, as C."""
+    stream_k_split_rule(min_saved_k_tiles, aligned).render_function(
+        o, f"{name}_stream_k_split", ("long long tiles", "long long k_tiles", "long long slots", "long long batch"),
+        "int")

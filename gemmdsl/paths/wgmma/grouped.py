@@ -14,7 +14,7 @@ over C's map; a partial one (the group's last, when its rows are not a multiple 
 stores from the accumulators (store.py's stage_test), since TMA would clip it at C's last row only.
 
 The launcher (`GroupedTensorMapLauncher`) cannot count the tiles without reading offs from the GPU; it
-starts grouped_schedule.grid_blocks blocks, one per SM at most, and the blocks that find no tile exit.
+starts grouped_schedule.grid_rule's blocks, one per SM at most, and the blocks that find no tile exit.
 """
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ from typing import Callable
 
 from ... import ir
 from ...abi import fuse_arguments, outer_extent, tile_count
+from ...emit.launcher import emit_kernel_launch
+from ...expr import Const, Var
+from ...grouped_schedule import grid_rule, group_end, group_tiles
+from ...rule import Index
 from ...emit.scheduler import emit_raster
 from .launcher import TensorMapLauncher
 from .persistent import PersistentScheduler
@@ -53,16 +57,17 @@ class GroupedScheduler(PersistentScheduler):
         with o.block(""):
             o.comment("The cursor: the group of the block's next tile, that group's rows and first tile (grouped_schedule.py).\n"
                       "Group ends are clamped to [the previous end, rows], so no offs sends a tile outside A and C.")
+            offs, row, end = Var("offs"), Var("group_row"), Var("group_end")
             o.line("int group = 0, group_row = 0, group_tile = 0;")
-            o.line("int group_end = min(max(offs[0], 0), rows);")
-            o.line("int group_tiles = (group_end + BM - 1) / BM * n_tiles;")
+            o.line(f"int group_end = {group_end(Index(offs, Const(0)), 0).render()};")
+            o.line(f"int group_tiles = {group_tiles(0, end).render()};")
             with o.block("for (int tile = blockIdx.x;; tile += gridDim.x)"):
                 with o.block("while (tile >= group_tile + group_tiles && group < groups)"):
                     o.line("group_tile += group_tiles;")
                     o.line("if (++group == groups) break;")
                     o.line("group_row = group_end;")
-                    o.line("group_end = min(max(offs[group], group_row), rows);")
-                    o.line("group_tiles = (group_end - group_row + BM - 1) / BM * n_tiles;")
+                    o.line(f"group_end = {group_end(Index(offs, Var('group')), row).render()};")
+                    o.line(f"group_tiles = {group_tiles(row, end).render()};")
                 o.line("if (group == groups) break;")
                 if coordinates:
                     o.line("const int group_local = tile - group_tile;  // the tile's number within its group")
@@ -87,16 +92,12 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             self._emit_extent_checks(invalid, first=f" || groups < 1 || groups > {MAX_GROUPS} || offs == nullptr")
             self._emit_tma_alignment_checks(invalid, note=f"; group g's B lies g * ldb * "
                                                           f"{outer_extent(spec, ir.Operand.B)} elements after the first")
-            o.comment("Persistent: the tiles are counted on the GPU (offs lives there); the bound on them is\n"
-                      "(ceil(M / BM) + groups) x ceil(N / BN) (grouped_schedule.grid_blocks), at most one block per SM.")
-            o.line(f"const long long bound = ((long long)(M + {bm - 1}) / {bm} + groups) * ((N + {bn - 1}) / {bn});")
             o.line("int device = 0, sms = 0;")
             o.line("cudaError_t status = cudaGetDevice(&device);")
             o.line("if (status == cudaSuccess) "
                    "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
             o.line("if (status != cudaSuccess) return status;")
-            o.line("long long blocks = sms < bound ? sms : bound;")
-            o.line("if (blocks < 1) blocks = 1;")
+            grid_rule(bm, bn).render_inline(o)
             o.line("const long long stride_a = (long long)lda * M, stride_c = (long long)ldc * M;  // one matrix each")
             o.line(f"const long long stride_b = (long long)ldb * {outer_extent(spec, ir.Operand.B)};")
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
@@ -106,6 +107,7 @@ class GroupedTensorMapLauncher(TensorMapLauncher):
             o.line("if (err != cudaSuccess) return err;")
             self._emit_kernel_smem()
             c_map = "maps->map_c, " if layout.c_box is not None else ""
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, {fuse_arguments(spec)}offs, groups);")
+            emit_kernel_launch(o, launch, "kernel", "dim3((unsigned)blocks)", "smem_bytes",
+                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta, "
+                               f"{fuse_arguments(spec)}offs, groups")
             o.line("return cudaGetLastError();")

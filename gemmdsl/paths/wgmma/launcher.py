@@ -18,7 +18,8 @@ from ...launch_plan import SECTOR_BYTES, GridRule
 from ...plan import KernelPlan
 from .layout import WgmmaLayout
 from .pad import emit_padded_launcher
-from ...emit.launcher import emit_empty_problem, emit_stream_k_split, empty_problem_rule, launch_contract
+from ...emit.launcher import (emit_empty_problem, emit_kernel_launch, emit_stream_k_split, empty_problem_rule,
+                             launch_contract)
 
 # By layout.TmaBox.data_type. A TF32 spec's f32 operands travel as TFLOAT32: TMA rounds each word to
 # TF32 (to nearest) on its way into shared memory. As FLOAT32 they would arrive as they are and wgmma would
@@ -242,20 +243,13 @@ class TensorMapLauncher:
             o.line("*flags = reinterpret_cast<unsigned*>(static_cast<char*>(memory) + partial_bytes);")
             o.line("return cudaSuccess;")
 
-    def _emit_stream_k_grid(self, bk: int) -> None:
-        """The split of the call, the blocks for it, and the workspace when tiles are shared."""
+    def _emit_workspace_call(self) -> None:
+        """The workspace, when tiles are shared (after the split: `sk_tiles`)."""
         o = self.out
-        o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which then walk "
-                  "the\nother tiles (schedule.py's stream_k_split and persistent_blocks).")
-        o.line("if (sms < 1) sms = 1;")
-        o.line("int sk_tiles = 0, sk_blocks = 0;")
-        o.line(f"{self.name}_stream_k_split(tiles, ((long long)K + {bk} - 1) / {bk}, sms, 1, &sk_tiles, &sk_blocks);")
-        o.line("blocks = tiles - sk_tiles < sms ? tiles - sk_tiles : sms;")
-        o.line("if (sk_blocks > blocks) blocks = sk_blocks;")
         o.line("float* partials = nullptr;")
         o.line("unsigned* flags = nullptr;")
         with o.block("if (sk_tiles > 0)"):
-            o.line(f"status = {self.name}_workspace(device, stream, sms, &partials, &flags);")
+            o.line(f"status = {self.name}_workspace(device, stream, wave_sms, &partials, &flags);")
             o.line("if (status != cudaSuccess) return status;")
 
     def _emit_batch_strides(self, invalid: str) -> None:
@@ -321,7 +315,6 @@ class TensorMapLauncher:
                                for extent, size in (("M", bm), ("N", bn)))
             o.line(f"const long long tiles = {tiles}{' * batch' if layout.batched else ''};")
             o.line(f"if (tiles > {MAX_INT}LL) {invalid}")
-            o.line("long long blocks = tiles;")
             if launch.grid_rule is not GridRule.BATCH_TILES:
                 o.comment("Persistent: one wave, one block per SM of this device (the kernel's ring and registers\n"
                           "allow one per SM); each walks tiles blockIdx.x, + gridDim.x, ...")
@@ -330,10 +323,12 @@ class TensorMapLauncher:
                 o.line("if (status == cudaSuccess) "
                        "status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);")
                 o.line("if (status != cudaSuccess) return status;")
-                if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
-                    self._emit_stream_k_grid(bk)
-                else:
-                    o.line("if (sms > 0 && blocks > sms) blocks = sms;")
+            if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
+                o.comment("Stream-K: the last wave's tiles share their k-tiles among up to one block per SM, which "
+                          "then walk the\nother tiles (LaunchPlan.persistent_grid_rule).")
+            launch.persistent_grid_rule(f"{self.name}_stream_k_split").render_inline(o)
+            if launch.grid_rule is GridRule.PERSISTENT_STREAM_K:
+                self._emit_workspace_call()
             o.line(f"const {self.name}_map_cache* maps = nullptr;")
             batched = layout.batched
             stride = {op: ", stride_" + op if batched else "" for op in "abc"}
@@ -346,6 +341,6 @@ class TensorMapLauncher:
             stream_k = ", sk_tiles, sk_blocks, partials, flags" if layout.stream_k else ""
             batch = ", batch, stride_c" if batched else ""
             fuse = "".join(f", {name}" for _, name in fuse_parameters(self.spec))
-            o.line(f"kernel<<<dim3((unsigned)blocks), dim3({launch.threads}), smem_bytes, stream>>>(maps->map_a, "
-                   f"maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{fuse}{batch}{stream_k});")
+            emit_kernel_launch(o, launch, "kernel", "dim3((unsigned)blocks)", "smem_bytes",
+                               f"maps->map_a, maps->map_b, {c_map}C, M, N, K, ldc, alpha, beta{fuse}{batch}{stream_k}")
             o.line("return cudaGetLastError();")

@@ -68,7 +68,7 @@ class WgmmaPath(InstructionPath):
         tiles = " * ".join(f"({abi.tile_count(spec, extent, str(size))})"
                            for extent, size in (("M", layout.bm), ("N", layout.bn)))
         grid_x = f"min({tiles}, SMs)" if layout.persistent else tiles
-        if layout.stream_k:  # schedule.persistent_blocks
+        if layout.stream_k:  # LaunchPlan.persistent_grid_rule
             grid_x = f"max(sk_blocks, min({tiles} - sk_tiles, SMs))"
         checked = spec.problem.checked
         requirements = Requirements(
