@@ -410,7 +410,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_kernel(
                     warpgroup_sync(consumer);
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64;
                     // The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.
-                    #pragma unroll
                     for (int step = 0; step < 64 * C_BOX_COLS / 128; ++step) {
                         const int index = step * 128 + tid;
                         const int row = index / C_BOX_COLS, col = index % C_BOX_COLS;

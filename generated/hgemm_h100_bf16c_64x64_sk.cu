@@ -539,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x64_sk_k
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -722,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_bf16c_64x64_sk_k
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll

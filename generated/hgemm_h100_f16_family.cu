@@ -639,7 +639,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -1101,7 +1101,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_128x192_kern
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -1563,7 +1563,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) hgemm_h100_f16_128x64_kerne
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -2098,7 +2098,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_f16_64x128_sk_ke
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -2281,7 +2281,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) hgemm_h100_f16_64x128_sk_ke
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll

@@ -507,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) linear_gelu_pingpong_kernel
                     }
                     __syncwarp();
                     const int box_row = block_m + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll

@@ -687,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -870,7 +870,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m0_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -1471,7 +1471,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -1654,7 +1654,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m1_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -2182,7 +2182,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m2_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -2717,7 +2717,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -2900,7 +2900,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m3_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -3428,7 +3428,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m4_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -3963,7 +3963,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -4146,7 +4146,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m5_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -4747,7 +4747,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -4930,7 +4930,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m6_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -5458,7 +5458,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m7_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -5993,7 +5993,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -6176,7 +6176,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m8_kernel(
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -6704,7 +6704,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -7239,7 +7239,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -7422,7 +7422,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m10_kernel
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -8023,7 +8023,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                             }
                             __syncwarp();
                             const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                            #pragma unroll
+                            // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                             for (int r = 0; r < 16; ++r) {
                                 if (box_row + r < M) {
                                     #pragma unroll
@@ -8206,7 +8206,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m11_kernel
                         }
                         __syncwarp();
                         const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                        #pragma unroll
+                        // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                         for (int r = 0; r < 16; ++r) {
                             if (box_row + r < M) {
                                 #pragma unroll
@@ -8734,7 +8734,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m12_kernel
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
@@ -9196,7 +9196,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) llama_block_h100_m13_kernel
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll

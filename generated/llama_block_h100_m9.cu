@@ -451,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) llama_block_h100_m9_kernel(
                     }
                     __syncwarp();
                     const int box_row = block_m + consumer * CONSUMER_ROWS + mr * 64 + warp * 16;
-                    #pragma unroll
+                    // Rows one at a time, not unrolled: under a narrow launch cap the unrolled stores spilled.
                     for (int r = 0; r < 16; ++r) {
                         if (box_row + r < M) {
                             #pragma unroll
