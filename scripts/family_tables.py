@@ -7,7 +7,7 @@ reach), the rule's regret (the picked member's time over the fastest member's) a
 
 The predictions are today's: each family is compiled here, and its members' models (the profile named, else the
 target's reference profile) priced at every shape the study timed, so a change to the model is judged against
-times measured before it. `--rule` judges the rule the same way: the member the model picks now, at its measured
+times measured before it. `--rule` judges the rule the same way: the member today's model picks, at its measured
 time, where the study timed it.
 """
 from __future__ import annotations

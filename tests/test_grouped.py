@@ -81,8 +81,9 @@ def test_emitted_walk_follows_the_model():
     cuda = compile_source(SourceFile("moe_grouped.gemm", SPEC)).cuda
     assert cuda.count("group_end = min(max(offs[group], group_row), rows);") == 2
     assert cuda.count("const int group_local = tile - group_tile;") == 2
-    assert cuda.count("const int tiles_m = ((group_end - group_row) + BM - 1) / BM;") == 2
-    assert cuda.count("const int block_m = group_row + tile_m * BM;") == 2
+    # the prelude's raster over the group's own tiles
+    assert cuda.count("raster_group(((group_end - group_row) + BM - 1) / BM, (N + BN - 1) / BN, 8, group_local);") == 2
+    assert cuda.count("const int block_m = group_row + tile_mn.x * BM;") == 2
     assert "&map_b, kt * BK, block_n, group, barrier);" in cuda
     assert "&map_a, kt * BK, block_m, 0, barrier);" in cuda
     assert "if (staged && block_m + BM <= M) {" in cuda  # partial tiles leave by guarded stores

@@ -1,6 +1,9 @@
-"""The tuner's ranking against H100 measurements (tests/fixtures/tune_h100), and the study tool's pieces."""
+"""The tuner's ranking against H100 measurements (tests/fixtures/tune_h100), priced on the H100's profile as the
+measurements were made there (gemmdsl/profiles/h100_sxm.json), and the study tool's pieces."""
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 import math
 import xml.etree.ElementTree as ET
@@ -39,7 +42,8 @@ REPORTED = {
     # missed (on the estimate alone 0.32 and 15.6%)
     "sgemm_3xtf32_mma": (0.53, 2.9),
     # wgmma 3xTF32: timed after the model's consumer wait was set (one 8192^3 measurement) and counted its adds
-    "sgemm_3xtf32_h100": (0.95, 0.0),
+    # (0.95 before a lone consumer's wait was counted in full, which the H200's 64x128 member was fitted on)
+    "sgemm_3xtf32_h100": (0.94, 0.0),
     "sgemm_3xtf32_h100_2048": (0.89, 0.0),
     # wgmma BF16 over 1-4 consumer warpgroups, held out: the model ranks 3 consumers of 192x256 first, which
     # ran 10% behind the best; at 2048^3 the 0.7 target is missed
@@ -64,23 +68,43 @@ def studies(names) -> list:
             for name in sorted(names)]
 
 
+H100_STUDY = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("tune_ranking", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules["tune_ranking"] = module
+spec.loader.exec_module(module)
+result = module.study(json.loads(open(sys.argv[2]).read()), estimate=sys.argv[3] == "estimate")
+print(json.dumps({"rho": result.rho, "gap": result.gap_pct, "points": len(result.points),
+                  "top": sum(p.top for p in result.points)}))
+"""
+
+
+def study_on_the_h100(name: str, estimate: bool = False) -> dict:
+    """tune_ranking.study of an H100 fixture in a process priced on the H100's profile (profiles are chosen once a
+    process, by $GEMMDSL_GPU)."""
+    done = subprocess.run([sys.executable, "-c", H100_STUDY, str(ROOT / "scripts" / "tune_ranking.py"),
+                           str(FIXTURES / f"tune_{name}.json"), "estimate" if estimate else "model"],
+                          capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={**os.environ, "GEMMDSL_GPU": "h100_sxm", "PYTHONPATH": str(ROOT)})
+    return json.loads(done.stdout)
+
+
 @pytest.mark.parametrize("name", studies(REPORTED_ON_THE_ESTIMATE))
 def test_on_the_estimate_alone_the_mma_sync_templates_rank_as_reported(name):
-    data = json.loads((FIXTURES / f"tune_{name}.json").read_text())
-    result = tune_ranking.study(data, estimate=True)
+    result = study_on_the_h100(name, estimate=True)
     rho, gap = REPORTED_ON_THE_ESTIMATE[name]
-    assert result.rho >= rho and result.gap_pct <= gap + 0.05
+    assert result["rho"] >= rho and result["gap"] <= gap + 0.05
 
 
 @pytest.mark.parametrize("name", studies(REPORTED))
 def test_the_shipped_model_ranks_the_h100_measurements_as_reported(name):
-    data = json.loads((FIXTURES / f"tune_{name}.json").read_text())
-    result = tune_ranking.study(data)
+    result = study_on_the_h100(name)
     rho, gap = REPORTED[name]
-    assert len(result.points) == CANDIDATES[name]
-    assert result.rho >= rho
-    assert result.gap_pct <= gap + 0.05
-    assert sum(p.top for p in result.points) == tune_ranking.TOP
+    assert result["points"] == CANDIDATES[name]
+    assert result["rho"] >= rho
+    assert result["gap"] <= gap + 0.05
+    assert result["top"] == tune_ranking.TOP
 
 
 def test_spearman_uses_average_ranks_for_ties():

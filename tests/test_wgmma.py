@@ -22,7 +22,8 @@ from gemmdsl.runtime import OperandView, Requirements, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
 from gemmdsl.paths.wgmma.layout import WgmmaLayout, descriptor, swizzled_offset
-from gemmdsl.targets import PEAK_TFLOPS, WGMMA_PEAK_TFLOPS
+from gemmdsl.targets import (CALL_CYCLES, L2_BYTES_PER_CLOCK_PER_SM, PEAK_TFLOPS, WGMMA_MACS_PER_CLOCK,
+                             WGMMA_PEAK_TFLOPS)
 from spec_sets import spec_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -691,17 +692,22 @@ def test_stream_k_shares_the_last_wave_in_the_analysis_and_the_launch():
     assert "for (int kt = k_first; kt < k_end; ++kt, ++it)" in cuda  # the producer's TMA coordinates
 
 
-C_CYCLES = -(-128 * 256 * 2 * 2 // 38)  # a tile's C through L2, read and written (alpha_beta): 128 KiB either way
+L2 = L2_BYTES_PER_CLOCK_PER_SM[90]
+C_CYCLES = -(-128 * 256 * 2 * 2 // L2)  # a tile's C through L2, read and written (alpha_beta): 128 KiB either way
+BF16_TMA = -(-48 * 1024 // L2)  # 128x256x64 bf16: 48 KiB per k-tile from L2
+TF32X3_TENSOR = -(-128 * 128 * 32 * 3 // WGMMA_MACS_PER_CLOCK[90]["tf32"])  # three TF32 products
 
 
 @pytest.mark.parametrize("spec, cycles, limit, share", [
-    # 128x256x64 bf16: 48 KiB per k-tile from L2 at 38 bytes per clock (1,294) is slower than wgmma (1,024);
-    # 512 tiles of 64 k-tiles in 4 rounds over 132 SMs
-    ("hgemm_h100_bf16c", 1294, "TMA's bytes from L2", 512 * 64 * 1024 / 132 / (4 * (64 * 1294 + C_CYCLES))),
-    # 3xTF32 128x128x32: three TF32 products (1,536), the consumer's wait (190) and its adds of `part` (64
-    # accumulators, two consumer warps per scheduler); 1024 tiles in 8 rounds
-    ("sgemm_3xtf32_h100", 1536 + 190 + 2 * 64, "wgmma's multiply-adds",
-     1024 * 128 * 1536 / 132 / (8 * (128 * 1854 + C_CYCLES))),
+    # 128x256x64 bf16: its k-tile from L2 at the profile's rate (1,229 cycles on the H200) is slower than wgmma
+    # (1,025); 512 tiles of 64 k-tiles in 4 rounds over 132 SMs, plus the call's fixed latency
+    ("hgemm_h100_bf16c", BF16_TMA, "TMA's bytes from L2",
+     512 * 64 * -(-128 * 256 * 64 // WGMMA_MACS_PER_CLOCK[90]["bf16"]) / 132
+     / (4 * (64 * BF16_TMA + C_CYCLES) + CALL_CYCLES[90])),
+    # 3xTF32 128x128x32: three TF32 products, the consumer's wait (190) and its adds of `part` (64 accumulators,
+    # two consumer warps per scheduler); 1024 tiles in 8 rounds
+    ("sgemm_3xtf32_h100", TF32X3_TENSOR + 190 + 2 * 64, "wgmma's multiply-adds",
+     1024 * 128 * TF32X3_TENSOR / 132 / (8 * (128 * (TF32X3_TENSOR + 190 + 2 * 64) + C_CYCLES) + CALL_CYCLES[90])),
 ])
 def test_check_states_the_cycle_model_the_families_and_the_tuner_rank_by(spec, cycles, limit, share):
     from gemmdsl import tune
