@@ -63,6 +63,15 @@ class MemberModel:
     element_bytes: tuple[int, int, int] = (0, 0, 0)
     in_flight_k_tiles: int = 0
     round_trip_cycles: int = 0
+    # Where a block's k-tiles come through L2 at a rate the streaming blocks share (wgmma's TMA): its bytes per
+    # k-tile (0: k_tile_cycles are fixed), the k-tile's cycles without them and its wait beyond them, L2's bytes per
+    # clock for all SMs together, and the most one block draws alone. With every SM streaming a block gets L2's
+    # rate over the SMs; with a few (a small call, a few stream-K blocks) each draws up to that most.
+    stage_bytes: int = 0
+    k_tile_base_cycles: int = 0
+    k_tile_wait_cycles: int = 0
+    l2_bytes_per_clock: int = 0
+    l2_block_bytes_per_clock: int = 0
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -118,7 +127,10 @@ def _member_fields(member: MemberModel) -> dict:
                 partial_cycles=member.partial_cycles, fixup_cycles=member.fixup_cycles, call_cycles=member.call_cycles,
                 launch_cycles=member.launch_cycles,
                 hbm_bytes_per_clock=member.hbm_bytes_per_clock, a_bytes=a, b_bytes=b, c_bytes=c,
-                in_flight_k_tiles=member.in_flight_k_tiles, round_trip_cycles=member.round_trip_cycles)
+                in_flight_k_tiles=member.in_flight_k_tiles, round_trip_cycles=member.round_trip_cycles,
+                stage_bytes=member.stage_bytes, k_tile_base_cycles=member.k_tile_base_cycles,
+                k_tile_wait_cycles=member.k_tile_wait_cycles, l2_bytes_per_clock=member.l2_bytes_per_clock,
+                l2_block_bytes_per_clock=member.l2_block_bytes_per_clock)
 
 
 @cache
@@ -143,13 +155,21 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("tiles", ceil_div(M, m("bm")) * ceil_div(N, m("bn"))),
         Let("k_tiles", ceil_div(K, m("bk"))),
         Let("slots", m("sms") * m("blocks_per_sm")),
-        Let("full", Index(k_tile_cycles, m("blocks_per_sm") - 1), comment="a k-tile with every slot resident"),
         Apply(m("stream_k_split"), (tiles, k_tiles, slots, 1), ("sk_tiles", "sk_blocks"),
               when=ne(m("stream_k_split"), Literal("nullptr", None)), comment="the launcher's split of one GEMM"),
         Let("shares", gt(sk_tiles, 0), "bool"),
         Let("plain", tiles - sk_tiles),
         Let("plain_wave", minimum(plain, slots), comment="blocks that stream k-tiles at once"),
         Let("streaming", select(shares, maximum(sk_blocks, Var("plain_wave")), minimum(tiles, slots))),
+        Let("drawn_k_tile", select(gt(m("stage_bytes"), 0),
+                                   maximum(ceil_div(m("stage_bytes"), maximum(m("l2_block_bytes_per_clock"), 1)),
+                                           ceil_div(m("stage_bytes") * streaming, maximum(m("l2_bytes_per_clock"), 1))),
+                                   0),
+            comment="a k-tile's bytes through L2, at the share of its rate the streaming blocks leave each"),
+        Let("full", select(gt(m("stage_bytes"), 0),
+                           maximum(m("k_tile_base_cycles"), Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
+                           Index(k_tile_cycles, m("blocks_per_sm") - 1)),
+            comment="a k-tile with every slot resident"),
         Let("per_block", select(shares, ceil_div(sk_tiles * k_tiles, sk_blocks), 0)),
         Let("contributors", select(shares, ceil_div(sk_blocks, sk_tiles), 1),
             comment="blocks on a shared tile, whose partial sums are added one after another"),
@@ -163,7 +183,8 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("left", plain % slots),
         Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * m("tile_cycles")), comment="a whole wave"),
         Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
-        Let("last_wave", select(gt(left, 0), total(product(k_tiles, Index(k_tile_cycles, Var("last") - 1)),
+        Let("last_k_tile", select(gt(m("stage_bytes"), 0), full, Index(k_tile_cycles, Var("last") - 1))),
+        Let("last_wave", select(gt(left, 0), total(product(k_tiles, Var("last_k_tile")),
                                                     Var("last") * m("tile_cycles")), 0)),
         Let("compute_cycles", total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
                                     Var("last_wave"))),

@@ -52,6 +52,8 @@ class GpuProfile:
     split_wait_cycles_per_k_tile: int
     stream_k_fixup_bytes_per_clock: int
     call_latency_ns: int
+    l2_block_bytes_per_clock: int
+    hbm_round_trip_cycles: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -89,7 +91,7 @@ def _path_of(name: str) -> Path:
 
 
 FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
-          "call_latency_ns")
+          "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles")
 
 
 @cache

@@ -189,6 +189,14 @@ STREAM_K_FIXUP_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.stream_k_fixup_byte
 # A call's time beyond its cycles at any size: the launch as a caller's stream sees it, the first k-tile's trip
 # and the last tile's stores (fitted on the same calls; the wgmma path: the family rule's members).
 CALL_CYCLES: dict[int, int] = {90: HOPPER.call_cycles}
+# The most bytes per clock one block's TMA copies draw from L2 when few blocks stream (a small call, a few stream-K
+# blocks): L2_BYTES_PER_CLOCK_PER_SM is each SM's share with every SM streaming. Fitted on the family study (the
+# rule's regret is flat from 64 up: the ring's round trip bounds a lone block first).
+L2_BLOCK_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.l2_block_bytes_per_clock}
+# The round trip of a k-tile from HBM, not L2, with every SM streaming: the memory floor's Little's law (a decode
+# call's blocks each keep STAGES - 1 k-tiles of B in flight). Fitted on the family study's decode calls (M <= 16;
+# docs/calibration.md); the H100's profile keeps the ring's 3,000.
+HBM_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.hbm_round_trip_cycles}
 
 
 # The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a

@@ -7213,6 +7213,9 @@ struct sgemm_family_member {
     long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)
     long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once
     long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)
+    long long stage_bytes;  // a block's k-tile through L2 (0: k_tile_cycles are fixed)
+    long long k_tile_base_cycles, k_tile_wait_cycles;  // the k-tile without those bytes, and after them
+    long long l2_bytes_per_clock, l2_block_bytes_per_clock;  // L2 for all SMs, and the most one block draws
 };
 static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1350, 2328};
 static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1665, 2599};
@@ -7220,11 +7223,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7245,8 +7248,6 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long tiles = (M + m.bm - 1) / m.bm * ((N + m.bn - 1) / m.bn);
     const long long k_tiles = (K + m.bk - 1) / m.bk;
     const long long slots = m.sms * m.blocks_per_sm;
-    // a k-tile with every slot resident
-    const long long full = m.k_tile_cycles[m.blocks_per_sm - 1];
     // the launcher's split of one GEMM
     int sk_tiles = 0, sk_blocks = 0;
     if (m.stream_k_split != nullptr) m.stream_k_split(tiles, k_tiles, slots, 1, &sk_tiles, &sk_blocks);
@@ -7255,6 +7256,10 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     // blocks that stream k-tiles at once
     const long long plain_wave = plain < slots ? plain : slots;
     const long long streaming = shares ? (sk_blocks > plain_wave ? sk_blocks : plain_wave) : tiles < slots ? tiles : slots;
+    // a k-tile's bytes through L2, at the share of its rate the streaming blocks leave each
+    const long long drawn_k_tile = m.stage_bytes > 0 ? ((m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) > (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) ? (m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) : (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1)) : 0;
+    // a k-tile with every slot resident
+    const long long full = m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1];
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
     // blocks on a shared tile, whose partial sums are added one after another
     const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
@@ -7265,7 +7270,8 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
     // the last wave's blocks per SM
     const long long last = (left + m.sms - 1) / m.sms;
-    const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, m.k_tile_cycles[last - 1]), last * m.tile_cycles) : 0;
+    const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
+    const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
     const long long compute_cycles = sgemm_family_sum(sgemm_family_sum(stream_k_cycles, sgemm_family_product(plain / slots, wave)), last_wave);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = sgemm_family_sum(sgemm_family_sum(sgemm_family_product(sgemm_family_product(M, K), m.a_bytes), sgemm_family_product(sgemm_family_product(N, K), m.b_bytes)), sgemm_family_product(sgemm_family_product(M, N), m.c_bytes));

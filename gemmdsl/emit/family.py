@@ -89,6 +89,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)")
         o.line("long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once")
         o.line("long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)")
+        o.line("long long stage_bytes;  // a block's k-tile through L2 (0: k_tile_cycles are fixed)")
+        o.line("long long k_tile_base_cycles, k_tile_wait_cycles;  // the k-tile without those bytes, and after them")
+        o.line("long long l2_bytes_per_clock, l2_block_bytes_per_clock;  // L2 for all SMs, and the most one block draws")
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
@@ -100,7 +103,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                    f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
                    f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
                    f"{m.partial_cycles}, {m.fixup_cycles}, {m.call_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
-                   f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}}},"
+                   f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}, "
+                   f"{m.stage_bytes}, {m.k_tile_base_cycles}, {m.k_tile_wait_cycles}, {m.l2_bytes_per_clock}, "
+                   f"{m.l2_block_bytes_per_clock}}},"
                    f"  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")

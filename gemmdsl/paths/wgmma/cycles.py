@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ... import ir
 from ...cycles import MemberModel, memory_fields
-from ...targets import (CALL_CYCLES, ISSUE_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES,
+from ...targets import (CALL_CYCLES, HBM_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, L2_BLOCK_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES,
                         SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, STREAM_K_FIXUP_BYTES_PER_CLOCK, WARP,
                         WGMMA_MACS_PER_CLOCK)
 
@@ -35,7 +35,7 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
     sm = spec.target.sm
     common = dict(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=not spec.problem.checked,
                   stream_k=spec.block.stream_k, aligned_split=spec.block.stream_k, sms=sms, **memory_fields(spec),
-                  in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=RING_ROUND_TRIP_CYCLES[sm])
+                  in_flight_k_tiles=max(layout.stages - 1, 1), round_trip_cycles=HBM_ROUND_TRIP_CYCLES[sm])
     macs_per_clock = WGMMA_MACS_PER_CLOCK[sm][unit.removeprefix("3x")]  # 3xTF32: three TF32 products
     l2 = L2_BYTES_PER_CLOCK_PER_SM[sm]
     problem = spec.problem
@@ -58,7 +58,9 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
             if groups else 0)
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, partial_cycles=partial, fixup_cycles=fixup,
-                       call_cycles=CALL_CYCLES.get(sm, 0),
+                       call_cycles=CALL_CYCLES.get(sm, 0), stage_bytes=layout.stage_bytes,
+                       k_tile_base_cycles=max(tensor, wavefronts, ring), k_tile_wait_cycles=wait,
+                       l2_bytes_per_clock=l2 * sms, l2_block_bytes_per_clock=L2_BLOCK_BYTES_PER_CLOCK[sm],
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
                               ("ring_cycles_per_k_tile", ring),
