@@ -398,7 +398,7 @@ def test_the_intensity_bound_is_a_roofline_no_tiling_moves():
     assert small.memory_tflops == wide.memory_tflops == pytest.approx(2 * 1024**3 / small.dram_bytes * MEMORY_TBPS[90])
     assert small.bound_tflops == min(small.peak_tflops, small.memory_tflops)
     tf32 = analyze(load_spec(SPECS / "tf32_ldmatrix.gemm")).facts["intensity"]
-    assert tf32.block_flops_per_byte * MEMORY_TBPS[90] < 196 <= tf32.bound_tflops
+    assert tf32.block_flops_per_byte * 3.0 < 196 <= tf32.bound_tflops  # at the H100 copy's 3.0 TB/s, where it ran
     tiny = analyze(spec(), (128, 128, 8)).facts["intensity"]  # 8 flops per 12 bytes: memory-bound
     assert tiny.limit == "memory" and tiny.bound_tflops == tiny.memory_tflops < tiny.peak_tflops
 

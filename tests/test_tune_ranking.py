@@ -42,8 +42,8 @@ REPORTED = {
     # missed (on the estimate alone 0.32 and 15.6%)
     "sgemm_3xtf32_mma": (0.53, 2.9),
     # wgmma 3xTF32: timed after the model's consumer wait was set (one 8192^3 measurement) and counted its adds
-    # (0.95 before a lone consumer's wait was counted in full, which the H200's 64x128 member was fitted on)
-    "sgemm_3xtf32_h100": (0.94, 0.0),
+    # (0.95 and 0.0% before a lone consumer's wait was counted in full, which the H200's 64x128 member was fitted on)
+    "sgemm_3xtf32_h100": (0.94, 1.13),
     "sgemm_3xtf32_h100_2048": (0.89, 0.0),
     # wgmma BF16 over 1-4 consumer warpgroups, held out: the model ranks 3 consumers of 192x256 first, which
     # ran 10% behind the best; at 2048^3 the 0.7 target is missed
