@@ -233,14 +233,15 @@ def _bf16_bits(rng, shape):
 # Shapes and the member each family's rule picks there (tests/test_family.py pins the choices).
 MEMBERS_BY_SHAPE = {(1024, 1024, 1024): "_128x64", (1000, 1000, 512): "_128x64", (2048, 2048, 512): "",
                     (3072, 3072, 1024): "_128x192"}
-MEMBERS_BY_SHAPE_3XTF32 = {(1000, 1000, 512): "h100_sk", (2048, 2048, 512): "h100_sk", (3072, 3072, 1024): "_128x192_sk"}
+MEMBERS_BY_SHAPE_3XTF32 = {(16, 4096, 4096): "_64x128_sk", (2048, 2048, 512): "h100_sk", (3072, 3072, 1024): "_128x192_sk"}
 
 
 @pytest.mark.parametrize("path", HOPPER_FAMILIES, ids=lambda path: path.stem)
 def test_a_hopper_family_runs_the_member_its_rule_picks(path, monkeypatch, tmp_path):
     """The family's result is bit for bit its chosen member's (every member is verified above at odd
     shapes): the 128x64 member at 1024^3 and 1000x1000x512, the 128x256 one at 2048x2048x512, the
-    128x192 one at 3072x3072x1024; for 3xTF32 the 128x128 stream-K member, then the 128x192 stream-K one. PyTorch
+    128x192 one at 3072x3072x1024; for 3xTF32 the 64x128 stream-K member at 16x4096x4096, the 128x128 stream-K one,
+    then the 128x192 stream-K one. PyTorch
     operands, since CuPy has no bf16."""
     torch = pytest.importorskip("torch")
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
