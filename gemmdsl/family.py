@@ -96,6 +96,8 @@ from .targets import TargetName, arch
 from .validate import kernel_name_problem
 from .version import __version__
 
+Size = tuple[int, int, int]  # M, N, K
+
 
 # --- the rule (cycles.choose) ------------------------------------------------------------------
 

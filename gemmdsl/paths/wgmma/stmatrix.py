@@ -246,7 +246,7 @@ class StmatrixEpilogue(StagedEpilogue):
                         o.line("add_pair(r1, d[2], d[3]);")
                         o.line("add_pair(r2, e[0], e[1]);")
                         o.line("add_pair(r3, e[2], e[3]);")
-                o.line(f"stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), "
+                o.line("stmatrix_x4(base ^ (j * 16), packed_pair(d[0], d[1]), packed_pair(d[2], d[3]), "
                        "packed_pair(e[0], e[1]), packed_pair(e[2], e[3]));")
             o.line("fence_proxy_async();")
             o.line("__syncwarp();")
