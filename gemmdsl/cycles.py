@@ -72,6 +72,17 @@ class MemberModel:
     k_tile_wait_cycles: int = 0
     l2_bytes_per_clock: int = 0
     l2_block_bytes_per_clock: int = 0
+    # A member whose launcher copies the operands TMA refuses (paths/wgmma/pad.py): a call of packed operands whose
+    # leading dimension (K, or M or N by the layout: `a_ld_is_k`, `b_ld_is_k`) is not a multiple of `a_align` or
+    # `b_align` elements pays the copy's launch and pass (`pad_call_cycles`, and the copy's bytes read and written at
+    # `pad_bytes_per_clock`).
+    pads: bool = False
+    a_ld_is_k: bool = True
+    b_ld_is_k: bool = True
+    a_align: int = 1
+    b_align: int = 1
+    pad_call_cycles: int = 0
+    pad_bytes_per_clock: int = 0
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -130,7 +141,10 @@ def _member_fields(member: MemberModel) -> dict:
                 in_flight_k_tiles=member.in_flight_k_tiles, round_trip_cycles=member.round_trip_cycles,
                 stage_bytes=member.stage_bytes, k_tile_base_cycles=member.k_tile_base_cycles,
                 k_tile_wait_cycles=member.k_tile_wait_cycles, l2_bytes_per_clock=member.l2_bytes_per_clock,
-                l2_block_bytes_per_clock=member.l2_block_bytes_per_clock)
+                l2_block_bytes_per_clock=member.l2_block_bytes_per_clock, pads=int(member.pads),
+                a_ld_is_k=int(member.a_ld_is_k), b_ld_is_k=int(member.b_ld_is_k), a_align=member.a_align,
+                b_align=member.b_align, pad_call_cycles=member.pad_call_cycles,
+                pad_bytes_per_clock=member.pad_bytes_per_clock)
 
 
 @cache
@@ -198,9 +212,20 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("drawn", select(all_of(gt(rate, 0), gt(in_flight, 0)),
                             ceil_div(product(traffic, m("round_trip_cycles")), in_flight), 0)),
         Let("memory", maximum(Var("hbm_cycles"), Var("drawn"))),
+        Let("a_copied", all_of(m("pads"), ne(select(m("a_ld_is_k"), K, M) % m("a_align"), 0)), "bool",
+            comment="packed operands TMA refuses, which the padded launcher copies first"),
+        Let("b_copied", all_of(m("pads"), ne(select(m("b_ld_is_k"), K, N) % m("b_align"), 0)), "bool"),
+        Let("copied_bytes", total(select(Var("a_copied"), product(product(M, K), m("a_bytes")), 0),
+                                  select(Var("b_copied"), product(product(N, K), m("b_bytes")), 0))),
+        Let("pad_cycles", select(any_of(Var("a_copied"), Var("b_copied")),
+                                 total(m("pad_call_cycles"),
+                                       ceil_div(product(Var("copied_bytes"), 2), maximum(m("pad_bytes_per_clock"), 1))),
+                                 0),
+            comment="the copy's launch and its bytes read and written"),
     )
     return Rule("cycles", ("m", "M", "N", "K"), steps,
-                (("cycles", total(maximum(Var("memory"), Var("compute_cycles")), m("call_cycles"))),
+                (("cycles", total(total(maximum(Var("memory"), Var("compute_cycles")), m("call_cycles")),
+                                  Var("pad_cycles"))),
                  ("compute", Var("compute_cycles"))))
 
 

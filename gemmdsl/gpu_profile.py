@@ -54,6 +54,8 @@ class GpuProfile:
     call_latency_ns: int
     l2_block_bytes_per_clock: int
     hbm_round_trip_cycles: int
+    pad_call_ns: int
+    pad_copy_gbps: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -75,6 +77,14 @@ class GpuProfile:
     def call_cycles(self) -> int:
         return round(self.call_latency_ns * self.clock_mhz / 1e3)
 
+    @property
+    def pad_call_cycles(self) -> int:
+        return round(self.pad_call_ns * self.clock_mhz / 1e3)
+
+    @property
+    def pad_bytes_per_clock(self) -> int:
+        return round(self.pad_copy_gbps * 1e9 / (self.clock_mhz * 1e6))
+
 
 def profile_names() -> list[str]:
     return sorted(path.stem for path in PROFILES_DIR.glob("*.json"))
@@ -91,7 +101,7 @@ def _path_of(name: str) -> Path:
 
 
 FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
-          "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles")
+          "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps")
 
 
 @cache

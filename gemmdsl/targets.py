@@ -197,6 +197,11 @@ L2_BLOCK_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.l2_block_bytes_per_clock}
 # call's blocks each keep STAGES - 1 k-tiles of B in flight). Fitted on the family study's decode calls (M <= 16;
 # docs/calibration.md); the H100's profile keeps the ring's 3,000.
 HBM_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.hbm_round_trip_cycles}
+# A call whose packed operands TMA refuses runs the padded launcher (paths/wgmma/pad.py): the copy's launch and pass
+# beyond the call's own, and the copy's rate (its bytes read and written). Fitted on the family study's calls whose
+# K misaligns the rows (docs/calibration.md).
+PAD_CALL_CYCLES: dict[int, int] = {90: HOPPER.pad_call_cycles}
+PAD_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.pad_bytes_per_clock}
 
 
 # The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a

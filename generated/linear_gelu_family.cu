@@ -1261,12 +1261,15 @@ struct linear_gelu_family_member {
     long long stage_bytes;  // a block's k-tile through L2 (0: k_tile_cycles are fixed)
     long long k_tile_base_cycles, k_tile_wait_cycles;  // the k-tile without those bytes, and after them
     long long l2_bytes_per_clock, l2_block_bytes_per_clock;  // L2 for all SMs, and the most one block draws
+    bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
+    long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
+    long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
 };
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu[] = {1229};
 static const long long linear_gelu_family_k_tile_cycles_linear_gelu_128x128[] = {820};
 static const linear_gelu_family_member linear_gelu_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64},  // linear_gelu
-    {128, 128, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64},  // linear_gelu_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808},  // linear_gelu
+    {128, 128, 64, false, false, false, nullptr, 132, 1, linear_gelu_family_k_tile_cycles_linear_gelu_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808},  // linear_gelu_128x128
 };
 
 static const long long linear_gelu_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1319,8 +1322,14 @@ static long long linear_gelu_family_cycles(const linear_gelu_family_member& m, l
     const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (linear_gelu_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    // packed operands TMA refuses, which the padded launcher copies first
+    const bool a_copied = m.pads && (m.a_ld_is_k ? K : M) % m.a_align != 0;
+    const bool b_copied = m.pads && (m.b_ld_is_k ? K : N) % m.b_align != 0;
+    const long long copied_bytes = linear_gelu_family_sum(a_copied ? linear_gelu_family_product(linear_gelu_family_product(M, K), m.a_bytes) : 0, b_copied ? linear_gelu_family_product(linear_gelu_family_product(N, K), m.b_bytes) : 0);
+    // the copy's launch and its bytes read and written
+    const long long pad_cycles = a_copied || b_copied ? linear_gelu_family_sum(m.pad_call_cycles, (linear_gelu_family_product(copied_bytes, 2) + (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1) - 1) / (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1)) : 0;
     *compute = (long long)compute_cycles;
-    return linear_gelu_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles);
+    return linear_gelu_family_sum(linear_gelu_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
 static const int linear_gelu_family_member_count = 2;

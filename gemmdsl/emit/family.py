@@ -92,6 +92,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("long long stage_bytes;  // a block's k-tile through L2 (0: k_tile_cycles are fixed)")
         o.line("long long k_tile_base_cycles, k_tile_wait_cycles;  // the k-tile without those bytes, and after them")
         o.line("long long l2_bytes_per_clock, l2_block_bytes_per_clock;  // L2 for all SMs, and the most one block draws")
+        o.line("bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K")
+        o.line("long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of")
+        o.line("long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate")
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
@@ -105,7 +108,9 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                    f"{m.partial_cycles}, {m.fixup_cycles}, {m.call_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
                    f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}, "
                    f"{m.stage_bytes}, {m.k_tile_base_cycles}, {m.k_tile_wait_cycles}, {m.l2_bytes_per_clock}, "
-                   f"{m.l2_block_bytes_per_clock}}},"
+                   f"{m.l2_block_bytes_per_clock}, {'true' if m.pads else 'false'}, "
+                   f"{'true' if m.a_ld_is_k else 'false'}, {'true' if m.b_ld_is_k else 'false'}, {m.a_align}, "
+                   f"{m.b_align}, {m.pad_call_cycles}, {m.pad_bytes_per_clock}}},"
                    f"  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
