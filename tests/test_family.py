@@ -994,3 +994,33 @@ def test_a_family_whose_first_member_runs_anywhere_is_built_for_sm_90a_when_anot
     assert str(family.spec.target) == "sm_90a" and family.metadata["target"] == "sm_90a"
     command = "nvcc -gencode=arch=compute_90a,code=sm_90a -c any_first.cu"
     assert f"// Build: {command}" in family.cuda and command in family.header
+
+
+SHIPPED_FAMILIES = sorted((ROOT / "specs").glob("*.gemmf"))
+sampled_shapes = st.tuples(*(st.integers(1, 32768) for _ in range(3))).filter(
+    lambda shape: shape[0] * shape[1] * shape[2] <= 2**37)
+
+
+@pytest.fixture(scope="module")
+def shipped_families():
+    return [compile_family_path(path) for path in SHIPPED_FAMILIES]
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=sampled_shapes)
+def test_every_shipped_family_runs_any_shape_the_sampler_draws(shipped_families, shape):
+    """The rule never refuses a shape: the member it picks takes it (its bounds), and a call whose operands that
+    member refuses goes to a member that runs any alignment, where the family has one (the grouped families have
+    none: their launchers refuse such calls themselves)."""
+    m, n, k = shape
+    for family in shipped_families:
+        models = family.models
+        picked = choose(models, m, n, k)
+        assert picked is not None and estimate(models[picked], m, n, k).accepted, (family.name, shape)
+        assert not models[picked].fallback
+        fallback = choose(models, m, n, k, aligned=False)
+        if any(model.any_alignment for model in models):
+            assert fallback is not None and models[fallback].any_alignment, (family.name, shape)
+            assert estimate(models[fallback], m, n, k).accepted
+        else:
+            assert fallback is None
