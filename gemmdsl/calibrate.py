@@ -40,7 +40,7 @@ LAUNCHES_IN_GRAPH = 200
 
 @dataclass(frozen=True)
 class Timed:
-    """One microbenchmark run: the work it did per SM, its clock cycles and its nanoseconds."""
+    """One microbenchmark run: the SM clock cycles and the nanoseconds block 0 measured."""
 
     cycles: int
     nanoseconds: int
@@ -60,9 +60,11 @@ def _run(kernel: Any, grid: int, block: int, args: tuple, smem: int = 0) -> Time
     return Timed(cycles, nanoseconds)
 
 
-def _median_timed(runs: list[Timed]) -> Timed:
-    middle = sorted(runs, key=lambda run: run.nanoseconds)[len(runs) // 2]
-    return middle
+def _median_run(kernel: Any, grid: int, block: int, args: tuple, smem: int = 0) -> Timed:
+    """The median of REPEATS runs, after one to warm up."""
+    _run(kernel, grid, block, args, smem)
+    runs = sorted((_run(kernel, grid, block, args, smem) for _ in range(REPEATS)), key=lambda run: run.nanoseconds)
+    return runs[len(runs) // 2]
 
 
 def read_rate(data: Any, passes: int, sms: int) -> tuple[float, Timed]:
@@ -73,8 +75,7 @@ def read_rate(data: Any, passes: int, sms: int) -> tuple[float, Timed]:
     words = data.size // 4
     sink = cupy.zeros(1, dtype=cupy.float32)
     args = (data, numpy.int64(words), numpy.int32(passes), sink)
-    _run(kernel, sms * 4, READ_THREADS, args)  # warm-up
-    timed = _median_timed([_run(kernel, sms * 4, READ_THREADS, args) for _ in range(REPEATS)])
+    timed = _median_run(kernel, sms * 4, READ_THREADS, args)
     return words * 16 * passes / (timed.nanoseconds * 1e-9), timed
 
 
@@ -86,8 +87,7 @@ def mma_sync_rate(unit: str, sms: int, iterations: int) -> tuple[float, Timed]:
     threads = MMA_WARPS_PER_SM * 32
     out = cupy.zeros(sms * threads, dtype=cupy.float32)
     args = (out, numpy.int32(iterations))
-    _run(kernel, sms, threads, args)
-    timed = _median_timed([_run(kernel, sms, threads, args) for _ in range(REPEATS)])
+    timed = _median_run(kernel, sms, threads, args)
     macs = MMA_WARPS_PER_SM * iterations * MMA_SYNC_PER_STEP * MMA_SYNC_MACS[unit]
     return macs / timed.cycles, timed
 
@@ -100,8 +100,7 @@ def wgmma_rate(unit: str, sms: int, iterations: int) -> tuple[float, Timed]:
     kernel.max_dynamic_shared_size_bytes = WGMMA_SMEM_BYTES
     out = cupy.zeros(sms * 256, dtype=cupy.float32)
     args = (out, numpy.int32(iterations))
-    _run(kernel, sms, 256, args, WGMMA_SMEM_BYTES)
-    timed = _median_timed([_run(kernel, sms, 256, args, WGMMA_SMEM_BYTES) for _ in range(REPEATS)])
+    timed = _median_run(kernel, sms, 256, args, WGMMA_SMEM_BYTES)
     macs = 2 * iterations * WGMMA_PER_STEP * WGMMA_MACS[unit]  # two warpgroups a block, one block an SM
     return macs / timed.cycles, timed
 
@@ -122,7 +121,7 @@ def sustained_clock(sms: int, seconds: float) -> Timed:
         for _ in range(10):
             kernel((sms,), (threads,), args)
         cupy.cuda.runtime.deviceSynchronize()
-    return _median_timed([_run(kernel, sms, threads, args[:2]) for _ in range(REPEATS)])
+    return _median_run(kernel, sms, threads, args[:2])
 
 
 def launch_ns(launches: int = LAUNCHES_IN_GRAPH) -> float:
