@@ -83,6 +83,9 @@ class MemberModel:
     b_align: int = 1
     pad_call_cycles: int = 0
     pad_bytes_per_clock: int = 0
+    # A member that reads operands of any alignment itself (the mma.sync fallback) runs narrower kernels where a
+    # packed operand's leading dimension is off a_align or b_align elements: its cycles there are this many times.
+    narrow_factor: int = 1
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -144,7 +147,7 @@ def _member_fields(member: MemberModel) -> dict:
                 l2_block_bytes_per_clock=member.l2_block_bytes_per_clock, pads=int(member.pads),
                 a_ld_is_k=int(member.a_ld_is_k), b_ld_is_k=int(member.b_ld_is_k), a_align=member.a_align,
                 b_align=member.b_align, pad_call_cycles=member.pad_call_cycles,
-                pad_bytes_per_clock=member.pad_bytes_per_clock)
+                pad_bytes_per_clock=member.pad_bytes_per_clock, narrow_factor=member.narrow_factor)
 
 
 @cache
@@ -200,8 +203,13 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("last_k_tile", select(gt(m("stage_bytes"), 0), full, Index(k_tile_cycles, Var("last") - 1))),
         Let("last_wave", select(gt(left, 0), total(product(k_tiles, Var("last_k_tile")),
                                                     Var("last") * m("tile_cycles")), 0)),
-        Let("compute_cycles", total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
-                                    Var("last_wave"))),
+        Let("a_misaligned", ne(select(m("a_ld_is_k"), K, M) % maximum(m("a_align"), 1), 0), "bool",
+            comment="packed operands whose leading dimension is off the member's widest access"),
+        Let("b_misaligned", ne(select(m("b_ld_is_k"), K, N) % maximum(m("b_align"), 1), 0), "bool"),
+        Let("compute_cycles", product(total(total(Var("stream_k_cycles"), product(plain // slots, Var("wave"))),
+                                            Var("last_wave")),
+                                      select(any_of(Var("a_misaligned"), Var("b_misaligned")), m("narrow_factor"), 1)),
+            comment="a member that reads misaligned operands itself runs its narrower kernels there"),
         Let("traffic", total(total(product(product(M, K), m("a_bytes")), product(product(N, K), m("b_bytes"))),
                              product(product(M, N), m("c_bytes"))),
             comment="The memory floor: A and B read and C written once, at HBM's rate (0: no floor)"),
@@ -212,9 +220,9 @@ def estimate_rule(prefix: str = "") -> Rule:
         Let("drawn", select(all_of(gt(rate, 0), gt(in_flight, 0)),
                             ceil_div(product(traffic, m("round_trip_cycles")), in_flight), 0)),
         Let("memory", maximum(Var("hbm_cycles"), Var("drawn"))),
-        Let("a_copied", all_of(m("pads"), ne(select(m("a_ld_is_k"), K, M) % m("a_align"), 0)), "bool",
+        Let("a_copied", all_of(m("pads"), Var("a_misaligned")), "bool",
             comment="packed operands TMA refuses, which the padded launcher copies first"),
-        Let("b_copied", all_of(m("pads"), ne(select(m("b_ld_is_k"), K, N) % m("b_align"), 0)), "bool"),
+        Let("b_copied", all_of(m("pads"), Var("b_misaligned")), "bool"),
         Let("copied_bytes", total(select(Var("a_copied"), product(product(M, K), m("a_bytes")), 0),
                                   select(Var("b_copied"), product(product(N, K), m("b_bytes")), 0))),
         Let("pad_cycles", select(any_of(Var("a_copied"), Var("b_copied")),

@@ -56,6 +56,8 @@ class GpuProfile:
     hbm_round_trip_cycles: int
     pad_call_ns: int
     pad_copy_gbps: int
+    narrow_factor_16bit: int
+    narrow_factor_32bit: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -101,7 +103,8 @@ def _path_of(name: str) -> Path:
 
 
 FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
-          "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps")
+          "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps",
+          "narrow_factor_16bit", "narrow_factor_32bit")
 
 
 @cache

@@ -202,6 +202,10 @@ HBM_ROUND_TRIP_CYCLES: dict[int, int] = {90: HOPPER.hbm_round_trip_cycles}
 # K misaligns the rows (docs/calibration.md).
 PAD_CALL_CYCLES: dict[int, int] = {90: HOPPER.pad_call_cycles}
 PAD_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.pad_bytes_per_clock}
+# How many times its vector kernel's cycles a checked mma.sync member (a family's fallback) takes where a packed
+# operand's leading dimension is off 16 bytes and it runs its narrower kernels, by element bytes; fitted on the
+# family study (docs/calibration.md).
+MMA_SYNC_NARROW_FACTOR: dict[int, dict[int, int]] = {90: {2: HOPPER.narrow_factor_16bit, 4: HOPPER.narrow_factor_32bit}}
 
 
 # The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a

@@ -1068,12 +1068,13 @@ struct moe_grouped_family_member {
     bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
     long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
     long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
+    long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself
 };
 static const long long moe_grouped_family_k_tile_cycles_moe_grouped[] = {1229};
 static const long long moe_grouped_family_k_tile_cycles_moe_grouped_128x128[] = {820};
 static const moe_grouped_family_member moe_grouped_family_members[2] = {
-    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808},  // moe_grouped
-    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808},  // moe_grouped_128x128
+    {128, 256, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped, 1639, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 1},  // moe_grouped
+    {128, 128, 64, false, false, false, nullptr, 132, 1, moe_grouped_family_k_tile_cycles_moe_grouped_128x128, 820, 0, 0, 6549, 0, 2705, 2, 2, 2, 5, 5500, 32768, 600, 0, 5280, 64, false, true, true, 8, 8, 14160, 1808, 1},  // moe_grouped_128x128
 };
 
 static const long long moe_grouped_family_CYCLE_CAP = 2305843009213693952LL;
@@ -1118,7 +1119,11 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
     const long long last = (left + m.sms - 1) / m.sms;
     const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
     const long long last_wave = left > 0 ? moe_grouped_family_sum(moe_grouped_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
-    const long long compute_cycles = moe_grouped_family_sum(moe_grouped_family_sum(stream_k_cycles, moe_grouped_family_product(plain / slots, wave)), last_wave);
+    // packed operands whose leading dimension is off the member's widest access
+    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
+    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
+    // a member that reads misaligned operands itself runs its narrower kernels there
+    const long long compute_cycles = moe_grouped_family_product(moe_grouped_family_sum(moe_grouped_family_sum(stream_k_cycles, moe_grouped_family_product(plain / slots, wave)), last_wave), a_misaligned || b_misaligned ? m.narrow_factor : 1);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = moe_grouped_family_sum(moe_grouped_family_sum(moe_grouped_family_product(moe_grouped_family_product(M, K), m.a_bytes), moe_grouped_family_product(moe_grouped_family_product(N, K), m.b_bytes)), moe_grouped_family_product(moe_grouped_family_product(M, N), m.c_bytes));
     const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
@@ -1127,8 +1132,8 @@ static long long moe_grouped_family_cycles(const moe_grouped_family_member& m, l
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (moe_grouped_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     // packed operands TMA refuses, which the padded launcher copies first
-    const bool a_copied = m.pads && (m.a_ld_is_k ? K : M) % m.a_align != 0;
-    const bool b_copied = m.pads && (m.b_ld_is_k ? K : N) % m.b_align != 0;
+    const bool a_copied = m.pads && a_misaligned;
+    const bool b_copied = m.pads && b_misaligned;
     const long long copied_bytes = moe_grouped_family_sum(a_copied ? moe_grouped_family_product(moe_grouped_family_product(M, K), m.a_bytes) : 0, b_copied ? moe_grouped_family_product(moe_grouped_family_product(N, K), m.b_bytes) : 0);
     // the copy's launch and its bytes read and written
     const long long pad_cycles = a_copied || b_copied ? moe_grouped_family_sum(m.pad_call_cycles, (moe_grouped_family_product(copied_bytes, 2) + (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1) - 1) / (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1)) : 0;

@@ -2504,14 +2504,15 @@ struct sgemm_3xtf32_h100_family_member {
     bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
     long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
     long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
+    long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself
 };
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk[] = {1856};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk[] = {2689};
 static const long long sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk[] = {1213};
 static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[3] = {
-    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 5500, 32768, 1538, 318, 5280, 64, true, true, true, 4, 4, 14160, 1808},  // sgemm_3xtf32_h100_sk
-    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 5500, 40960, 2307, 382, 5280, 64, true, true, true, 4, 4, 14160, 1808},  // sgemm_3xtf32_h100_128x192_sk
-    {64, 128, 32, false, false, false, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk, 1639, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 4, 5500, 24576, 769, 444, 5280, 64, true, true, true, 4, 4, 14160, 1808},  // sgemm_3xtf32_h100_64x128_sk
+    {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 5500, 32768, 1538, 318, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_sk
+    {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 5500, 40960, 2307, 382, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_128x192_sk
+    {64, 128, 32, false, false, false, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk, 1639, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 4, 5500, 24576, 769, 444, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_64x128_sk
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2556,7 +2557,11 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     const long long last = (left + m.sms - 1) / m.sms;
     const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
     const long long last_wave = left > 0 ? sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
-    const long long compute_cycles = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(stream_k_cycles, sgemm_3xtf32_h100_family_product(plain / slots, wave)), last_wave);
+    // packed operands whose leading dimension is off the member's widest access
+    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
+    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
+    // a member that reads misaligned operands itself runs its narrower kernels there
+    const long long compute_cycles = sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(stream_k_cycles, sgemm_3xtf32_h100_family_product(plain / slots, wave)), last_wave), a_misaligned || b_misaligned ? m.narrow_factor : 1);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_sum(sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(M, K), m.a_bytes), sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(N, K), m.b_bytes)), sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(M, N), m.c_bytes));
     const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
@@ -2565,8 +2570,8 @@ static long long sgemm_3xtf32_h100_family_cycles(const sgemm_3xtf32_h100_family_
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_3xtf32_h100_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     // packed operands TMA refuses, which the padded launcher copies first
-    const bool a_copied = m.pads && (m.a_ld_is_k ? K : M) % m.a_align != 0;
-    const bool b_copied = m.pads && (m.b_ld_is_k ? K : N) % m.b_align != 0;
+    const bool a_copied = m.pads && a_misaligned;
+    const bool b_copied = m.pads && b_misaligned;
     const long long copied_bytes = sgemm_3xtf32_h100_family_sum(a_copied ? sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(M, K), m.a_bytes) : 0, b_copied ? sgemm_3xtf32_h100_family_product(sgemm_3xtf32_h100_family_product(N, K), m.b_bytes) : 0);
     // the copy's launch and its bytes read and written
     const long long pad_cycles = a_copied || b_copied ? sgemm_3xtf32_h100_family_sum(m.pad_call_cycles, (sgemm_3xtf32_h100_family_product(copied_bytes, 2) + (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1) - 1) / (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1)) : 0;

@@ -7219,6 +7219,7 @@ struct sgemm_family_member {
     bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K
     long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of
     long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate
+    long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself
 };
 static const long long sgemm_family_k_tile_cycles_sgemm_h100[] = {1350, 2328};
 static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1665, 2599};
@@ -7226,11 +7227,11 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0},  // checked_128x32
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7275,7 +7276,11 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long last = (left + m.sms - 1) / m.sms;
     const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
     const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
-    const long long compute_cycles = sgemm_family_sum(sgemm_family_sum(stream_k_cycles, sgemm_family_product(plain / slots, wave)), last_wave);
+    // packed operands whose leading dimension is off the member's widest access
+    const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
+    const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
+    // a member that reads misaligned operands itself runs its narrower kernels there
+    const long long compute_cycles = sgemm_family_product(sgemm_family_sum(sgemm_family_sum(stream_k_cycles, sgemm_family_product(plain / slots, wave)), last_wave), a_misaligned || b_misaligned ? m.narrow_factor : 1);
     // The memory floor: A and B read and C written once, at HBM's rate (0: no floor)
     const long long traffic = sgemm_family_sum(sgemm_family_sum(sgemm_family_product(sgemm_family_product(M, K), m.a_bytes), sgemm_family_product(sgemm_family_product(N, K), m.b_bytes)), sgemm_family_product(sgemm_family_product(M, N), m.c_bytes));
     const long long hbm_cycles = m.hbm_bytes_per_clock > 0 ? (traffic + m.hbm_bytes_per_clock - 1) / m.hbm_bytes_per_clock : 0;
@@ -7284,8 +7289,8 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
     const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
     // packed operands TMA refuses, which the padded launcher copies first
-    const bool a_copied = m.pads && (m.a_ld_is_k ? K : M) % m.a_align != 0;
-    const bool b_copied = m.pads && (m.b_ld_is_k ? K : N) % m.b_align != 0;
+    const bool a_copied = m.pads && a_misaligned;
+    const bool b_copied = m.pads && b_misaligned;
     const long long copied_bytes = sgemm_family_sum(a_copied ? sgemm_family_product(sgemm_family_product(M, K), m.a_bytes) : 0, b_copied ? sgemm_family_product(sgemm_family_product(N, K), m.b_bytes) : 0);
     // the copy's launch and its bytes read and written
     const long long pad_cycles = a_copied || b_copied ? sgemm_family_sum(m.pad_call_cycles, (sgemm_family_product(copied_bytes, 2) + (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1) - 1) / (m.pad_bytes_per_clock > 1 ? m.pad_bytes_per_clock : 1)) : 0;

@@ -95,6 +95,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
         o.line("bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K")
         o.line("long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of")
         o.line("long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate")
+        o.line("long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself")
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
@@ -110,7 +111,7 @@ def _emit_rule(family: Any, o: Emitter) -> None:
                    f"{m.stage_bytes}, {m.k_tile_base_cycles}, {m.k_tile_wait_cycles}, {m.l2_bytes_per_clock}, "
                    f"{m.l2_block_bytes_per_clock}, {'true' if m.pads else 'false'}, "
                    f"{'true' if m.a_ld_is_k else 'false'}, {'true' if m.b_ld_is_k else 'false'}, {m.a_align}, "
-                   f"{m.b_align}, {m.pad_call_cycles}, {m.pad_bytes_per_clock}}},"
+                   f"{m.b_align}, {m.pad_call_cycles}, {m.pad_bytes_per_clock}, {m.narrow_factor}}},"
                    f"  // {m.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")

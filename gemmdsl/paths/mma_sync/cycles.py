@@ -6,7 +6,9 @@ import math
 
 from ... import ir
 from ...cycles import MemberModel, launched_fields
-from ...targets import ISSUE_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK, SMEM_LATENCY
+from ...targets import ISSUE_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK, MMA_SYNC_NARROW_FACTOR, SMEM_LATENCY
+
+VECTOR_BYTES = 16  # the widest global access of a checked mma.sync kernel: its vector kernel's
 
 # Shared-memory instructions an SM issues per clock in an mma.sync kernel, whatever their width: fitted
 # on the H100 timings of gemmdsl/templates/tf32_mma.tgemm, where TF32 fragments read with
@@ -56,8 +58,12 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int, unit: str)
                  math.ceil(resident * instructions / ISSUE_PER_CLOCK))
         return max(rates) + math.ceil(exposed / resident)  # another resident block issues while one waits
 
-    return MemberModel(**common, blocks_per_sm=blocks, k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)),
-                       tensor_cycles=tensor,
+    problem = spec.problem
+    narrow = dict(a_ld_is_k=problem.a.layout is ir.MatrixLayout.ROW, b_ld_is_k=problem.b.layout is ir.MatrixLayout.COL,
+                  a_align=VECTOR_BYTES // problem.a.dtype.bytes, b_align=VECTOR_BYTES // problem.b.dtype.bytes,
+                  narrow_factor=MMA_SYNC_NARROW_FACTOR.get(spec.target.sm, {}).get(problem.a.dtype.bytes, 1))
+    return MemberModel(**common, **(narrow if problem.checked else {}), blocks_per_sm=blocks,
+                       k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)), tensor_cycles=tensor,
                        terms=(("mma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("smem_instructions_per_k_tile", smem_instructions),
                               ("instructions_per_k_tile", instructions), ("exposed_latency_per_k_tile", exposed)))
