@@ -466,7 +466,8 @@ def explain(family: FamilyArtifacts, problem: tuple[int, int, int]) -> dict:
                        memory_cycles=figures.memory_cycles)
         rows.append(row)
     best = estimate(models[chosen], m, n, k).cycles
-    runner_up = [row["cycles"] for index, row in enumerate(rows) if row["accepted"] and index != chosen]
+    runner_up = [row["cycles"] for index, row in enumerate(rows)  # the fallback runs only what the others refuse
+                 if row["accepted"] and index != chosen and not models[index].fallback]
     reason = f"{models[chosen].name}: the fewest predicted cycles ({best:,})"
     if chosen != model_pick:
         reason = (f"{models[chosen].name}: timed fastest at this shape (the family's measured table), where "

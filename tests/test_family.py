@@ -1024,3 +1024,13 @@ def test_every_shipped_family_runs_any_shape_the_sampler_draws(shipped_families,
             assert estimate(models[fallback], m, n, k).accepted
         else:
             assert fallback is None
+
+
+def test_check_compares_the_pick_with_the_members_that_could_run_instead():
+    """At 2048x2048x77 (K off 8 bf16 elements) every TMA member pays the padded copy and the fallback, which runs
+    only what the others refuse, pays none: the explanation's runner-up is a TMA member, never the fallback."""
+    from gemmdsl.family import explain
+
+    reason = explain(compile_family_path(HOPPER_FAMILY), (2048, 2048, 77))["reason"]
+    ratio = float(re.search(r"the next member predicts ([0-9.]+)x as many", reason)[1])
+    assert ratio >= 1.0, reason
