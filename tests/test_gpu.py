@@ -24,11 +24,11 @@ from gemmdsl import arrays, runtime
 from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buffer_sets, check_runs, format_table,
                            matrix_bytes, tflops_of)
 from gemmdsl.bench import write_json as write_bench_json
-from gemmdsl.arrays import array_view
+from gemmdsl.arrays import array_view, leading_dimension
 from gemmdsl.launch_plan import Entries, LaunchPlan
 from gemmdsl.launch_plan import Requirements as LaunchRequirements
 from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
-                             check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target)
+                             check_no_overlap, operand_view, parse_sizes, parse_target)
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
@@ -384,7 +384,7 @@ def test_compiler_follows_the_environment(monkeypatch):
     with pytest.raises(runtime.KernelBuildError, match="GEMMDSL_COMPILER='clang': expected nvcc, nvrtc or auto"):
         runtime.chosen_compiler()
     monkeypatch.setenv("GEMMDSL_COMPILER", "")
-    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    monkeypatch.setattr(runtime.binaries.shutil, "which", lambda name: None)
     assert runtime.chosen_compiler() == "nvrtc"
 
 
@@ -489,11 +489,11 @@ def fake_gpu(monkeypatch, tmp_path):
     state = SimpleNamespace(current=0, loads=[], handles={})
     launches = RecordedLaunches(state)
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, state=state))
-    monkeypatch.setattr(runtime, "cuda_driver", lambda: FakeDriver(state, launches))
+    monkeypatch.setattr(runtime.driver, "cuda_driver", lambda: FakeDriver(state, launches))
     # runtime keeps the CuPy runtime module it first imported: this test's fake, not an earlier test's.
-    monkeypatch.setattr(runtime, "cuda_runtime", lambda: sys.modules["cupy"].cuda.runtime)
+    monkeypatch.setattr(runtime.driver, "cuda_runtime", lambda: sys.modules["cupy"].cuda.runtime)
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
+    monkeypatch.setattr(runtime.kernel, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
     return launches
 
 
@@ -656,7 +656,7 @@ def test_a_new_compiler_version_gets_its_own_cubin(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(__version__="14.2.0"))
     names = {}
     for version in ("13.0", "13.1"):
-        monkeypatch.setattr(runtime, "compiler_version", lambda compiler, v=version: v)
+        monkeypatch.setattr(runtime.binaries, "compiler_version", lambda compiler, v=version: v)
         names[version] = runtime.cubin_cache_name(METADATA, "source", "sm_90", "nvrtc")
     assert names["13.0"] != names["13.1"] and all(name.startswith("k-sm_90-") for name in names.values())
 
@@ -761,8 +761,8 @@ def test_several_specs_go_on_past_those_that_cannot_run(tmp_path, monkeypatch, c
             raise refusals[artifacts.name]
         return SimpleNamespace(name=artifacts.name)
 
-    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
-    monkeypatch.setattr(runtime, "Kernel", fake_kernel)
+    monkeypatch.setattr(runtime.commands, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime.commands, "Kernel", fake_kernel)
     ran = []
     work = lambda kernels, sizes: ran.extend(kernel.name for kernel in kernels) or 0  # noqa: E731
     assert runtime.run_on_kernels([str(broken), *good], "64", work) == 1
@@ -949,7 +949,7 @@ def test_second_load_reads_the_disk_cache(tmp_path, monkeypatch, cupy):
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     compiled = []
     real_compile = runtime.compile_cubin
-    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target: compiled.append(target)
+    monkeypatch.setattr(runtime.kernel, "compile_cubin", lambda source, target: compiled.append(target)
                         or real_compile(source, target))
     runtime.load(store_spec())
     kernel = runtime.load(store_spec())
