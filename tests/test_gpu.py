@@ -27,8 +27,8 @@ from gemmdsl.bench import write_json as write_bench_json
 from gemmdsl.arrays import array_view, leading_dimension
 from gemmdsl.launch_plan import Entries, LaunchPlan
 from gemmdsl.launch_plan import Requirements as LaunchRequirements
-from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
-                             check_no_overlap, operand_view, parse_sizes, parse_target)
+from gemmdsl.runtime import (BinaryCache, GpuUnavailable, KernelRequirements, build_target, cache_key,
+                             check_call, check_no_overlap, operand_view, parse_sizes, parse_target)
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
@@ -45,8 +45,8 @@ def launch_plan(multiple: int = 128, scalar_entry: str | None = None, vector: in
                       requirements, None)
 
 
-ALPHA_BETA = Requirements(kernel="sgemm_test", epilogue="alpha_beta", layouts=ROWS, batched=False,
-                          launch=launch_plan())
+ALPHA_BETA = KernelRequirements(kernel="sgemm_test", epilogue="alpha_beta", layouts=ROWS, batched=False,
+                                launch=launch_plan())
 STORE = replace(ALPHA_BETA, epilogue="store")
 CHECKED = replace(ALPHA_BETA, launch=launch_plan(1, "sgemm_test_kernel_scalar"))
 BATCHED = replace(CHECKED, batched=True)
@@ -298,8 +298,8 @@ def bf16_matrix(rows, cols):
 def test_metadata_without_dtypes_means_float32():
     metadata = {"kernel": "k", "epilogue": "store", "batch": "none", "layouts": dict.fromkeys("abc", "row"),
                 "launch": launch_plan().to_json()}
-    assert Requirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
-    typed = Requirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
+    assert KernelRequirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
+    typed = KernelRequirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
     assert typed.dtypes == {"A": "bfloat16", "B": "bfloat16", "C": "float32"}
 
 
@@ -391,12 +391,12 @@ def test_compiler_follows_the_environment(monkeypatch):
 def test_requirements_come_from_the_compilers_metadata():
     compiler = pytest.importorskip("gemmdsl.compiler")
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
-    requirements = Requirements.from_metadata(metadata)
+    requirements = KernelRequirements.from_metadata(metadata)
     assert requirements.multiples == requirements.block_tile == tuple(metadata["block_tile"])
     assert requirements.launch.requirements.vector_elements == {"a": 4, "b": 4, "c": 4}
     assert requirements.epilogue == metadata["epilogue"]
     assert (requirements.launch.entries.scalar, requirements.batched) == (None, False)
-    checked = Requirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
+    checked = KernelRequirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
     assert checked.multiples == (1, 1, 1) and checked.launch.entries.scalar == "layouts_tn_kernel_scalar"
     assert checked.layouts == {"A": "col", "B": "row", "C": "col"}
 

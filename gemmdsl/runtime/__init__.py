@@ -36,12 +36,12 @@ from .driver import BoundLaunch, DeviceModule, KernelLaunch, queue, run_returnin
 from .environment import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas, require_gpu
 from .kernel import PLANS_KEPT, Kernel, compile_spec, load
 from .launch_arguments import tensor_map_kernel_arguments
-from .operands import (CALL_OPERANDS, OperandView, Requirements, Size, call_operands, check_call,
+from .operands import (CALL_OPERANDS, KernelRequirements, OperandView, Size, call_operands, check_call,
                        check_no_overlap, check_unclustered, choose_entry, operand_view)
 
 __all__ = ["BinaryCache", "BoundLaunch", "CALL_OPERANDS", "COMPILERS", "DeviceModule", "GpuUnavailable", "Kernel",
-           "KernelBuildError", "KernelLaunch", "OperandView", "PLANS_KEPT", "Requirements", "Size", "build_target",
-           "c_shape", "cache_dir", "cache_key", "call_operands", "check_call", "check_no_overlap",
+           "KernelBuildError", "KernelLaunch", "KernelRequirements", "OperandView", "PLANS_KEPT", "Size",
+           "build_target", "c_shape", "cache_dir", "cache_key", "call_operands", "check_call", "check_no_overlap",
            "check_unclustered", "choose_entry", "chosen_compiler", "compile_cubin", "compile_spec",
            "compile_with_nvrtc", "compiler_version", "cubin_cache_name", "cubin_file_name", "format_size",
            "gpu_unavailable_reason", "load", "operand_view", "padded_copies", "parse_sizes", "parse_target", "queue",

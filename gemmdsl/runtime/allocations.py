@@ -6,10 +6,10 @@ from functools import partial
 from typing import Any, Callable
 
 from ..launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, SECTOR_BYTES
-from .operands import OperandView, Requirements
+from .operands import KernelRequirements, OperandView
 
 
-def padded_copies(req: Requirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
+def padded_copies(req: KernelRequirements, views: dict[str, OperandView]) -> dict[str, tuple[int, int, int]]:
     """The operands among A and B that the padded launcher copies (paths/wgmma/pad.py): those TMA refuses, and
     those whose rows start off a 32-byte sector where the kernel uses each element at least PAD_MIN_REUSE times
     in a call of at least PAD_MIN_WORK multiply-adds; each as (rows, elements per row, leading dimension of the
@@ -54,7 +54,7 @@ def padded_maker(dtype: Any, library: str, rows: int, cols: int, ld: int, transp
     return make
 
 
-def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
+def c_shape(req: KernelRequirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
     """The shape to allocate for an uninitialised C, and whether to transpose its last two axes
     afterwards (a column-major C is the transpose of a row-major N x M array)."""
     leading = (batch,) if batch > 1 else ()
@@ -63,7 +63,7 @@ def c_shape(req: Requirements, m: int, n: int, batch: int) -> tuple[tuple[int, .
     return leading + (n, m), True
 
 
-def c_maker(req: Requirements, library: str, m: int, n: int, batch: int, device: int) -> Callable[[], tuple]:
+def c_maker(req: KernelRequirements, library: str, m: int, n: int, batch: int, device: int) -> Callable[[], tuple]:
     """A function making an uninitialised C in the spec's layout and element type, as a 1-tuple (an
     allocation's maker, call_plan.Allocation), in the caller's library where it can make one: PyTorch and CuPy
     their own, Numba a view of a CuPy array, anything else (JAX, whose arrays are immutable) a CuPy array for

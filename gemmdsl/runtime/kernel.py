@@ -33,8 +33,8 @@ from .driver import (BoundLaunch, DeviceModule, KernelLaunch, LoadedFunction, cu
 from .environment import require_gpu
 from .launch_arguments import (kernel_arguments, map_batch_strides, stream_k_workspace, sub_call,
                                tensor_map_kernel_arguments)
-from .operands import (CALL_OPERANDS, CheckedCall, Requirements, call_operands, check_call, check_unclustered,
-                       check_writable, choose_entry, operand_view)
+from .operands import (CALL_OPERANDS, CheckedCall, KernelRequirements, call_operands, check_call,
+                       check_unclustered, check_writable, choose_entry, operand_view)
 
 PLANS_KEPT = 256  # call signatures whose plans a kernel keeps; the oldest goes first
 
@@ -49,7 +49,7 @@ class Kernel:
         self.metadata = artifacts.metadata
         self.source = artifacts.cuda
         self.name: str = self.metadata["kernel"]
-        self.requirements = Requirements.from_metadata(self.metadata)
+        self.requirements = KernelRequirements.from_metadata(self.metadata)
         self.fuse = FuseOperands.from_metadata(self.metadata)  # what the fuse chain reads; None without one
         self._modules: dict[int, DeviceModule] = {}
         self._loading = threading.Lock()

@@ -10,7 +10,7 @@ import numpy
 
 from ..call_plan import Allocation, address_of
 from ..schedule import SubLaunch
-from .operands import OPERAND_NAMES, CheckedCall, OperandView, Requirements, matrix_extent
+from .operands import OPERAND_NAMES, CheckedCall, KernelRequirements, OperandView, matrix_extent
 
 
 def kernel_arguments(call: CheckedCall, alpha: float, beta: float, batched: bool, fuse: tuple = ()) -> tuple:
@@ -39,14 +39,14 @@ def tensor_map_kernel_arguments(call: CheckedCall, maps: tuple, alpha: float, be
     return arguments
 
 
-def map_batch_strides(req: Requirements, call: CheckedCall) -> dict[str, int]:
+def map_batch_strides(req: KernelRequirements, call: CheckedCall) -> dict[str, int]:
     """Each operand's stride between GEMMs, in elements, for the tensor maps' third dimension; a single GEMM's
     (never stepped) is its own matrix's extent, as the C launcher gives it."""
     return {view.name.lower(): view.batch_stride if call.batch > 1 and not req.grouped else matrix_extent(req, view)
             for view in call.views.values()}
 
 
-def stream_k_workspace(req: Requirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple[Allocation, ...]]:
+def stream_k_workspace(req: KernelRequirements, call: CheckedCall, sms: int) -> tuple[tuple, tuple[Allocation, ...]]:
     """A stream-K tensor-map call's trailing kernel arguments (sk_tiles, sk_blocks, partials, flags) and the
     allocation of the workspace the launch plan sizes (LaunchPlan.workspace_for), the flags zeroed once
     (the kernel lowers every flag it raises, so the bound call can be launched again)."""
@@ -67,7 +67,7 @@ def allocate_workspace(partial_bytes: int, flags_count: int) -> tuple[Any, Any]:
     return cupy.empty(partial_bytes // 4, dtype=cupy.float32), cupy.zeros(flags_count, dtype=cupy.uint32)
 
 
-def sub_call(req: Requirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
+def sub_call(req: KernelRequirements, call: CheckedCall, launch: SubLaunch) -> CheckedCall:
     """The call restricted to one block of C (schedule.interior_launches): M, N of the block, and A, B,
     C offset to it in each operand's layout (A by `row` rows, B by `col` columns, C by both)."""
     def moved(view: OperandView, rows: int, cols: int) -> OperandView:

@@ -28,10 +28,11 @@ CALL_OPERANDS = (*OPERAND_NAMES, *FUSE_OPERANDS, "offs")
 
 
 @dataclass(frozen=True)
-class Requirements:
+class KernelRequirements:
     """What a generated kernel demands of its arguments, read from its metadata: the operands' element
     types and layouts, and the launch plan (launch_plan.LaunchPlan) the C launchers print, which holds the
-    tile, the shape multiples, the alignments and the kernels, and decides each call's launch."""
+    tile, the shape multiples, the alignments and the kernels, and decides each call's launch. The plan's own
+    launch_plan.Requirements (the multiples and alignments alone) is `launch.requirements`."""
 
     kernel: str
     epilogue: str  # "store": C = A@B; "alpha_beta": C = alpha*A@B + beta*C
@@ -55,7 +56,7 @@ class Requirements:
         return self.launch.requirements.multiples
 
     @classmethod
-    def from_metadata(cls, metadata: dict) -> "Requirements":
+    def from_metadata(cls, metadata: dict) -> "KernelRequirements":
         element_types = metadata.get("dtypes", dict.fromkeys("abc", "f32"))  # older metadata: all f32
         return cls(kernel=metadata["kernel"], epilogue=metadata["epilogue"],
                    layouts={name: metadata["layouts"][name.lower()] for name in OPERAND_NAMES},
@@ -96,7 +97,7 @@ class CheckedCall:
         return self.m, self.n, self.k
 
 
-def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | None, alpha: float,
+def check_call(req: KernelRequirements, a: ArrayView, b: ArrayView, c: ArrayView | None, alpha: float,
                beta: float) -> CheckedCall:
     """Check one call's operands and scalars against `req`; what to launch, or an exception.
 
@@ -123,7 +124,7 @@ def check_call(req: Requirements, a: ArrayView, b: ArrayView, c: ArrayView | Non
                        else choose_entry(req, views))
 
 
-def check_unclustered(req: Requirements) -> None:
+def check_unclustered(req: KernelRequirements) -> None:
     """The runtime launches through cuLaunchKernel, which has no cluster dimensions: a plan with clusters
     (LaunchPlan.cluster) runs through its C launcher, which launches them with cudaLaunchKernelEx."""
     if req.launch.clustered:
@@ -132,13 +133,13 @@ def check_unclustered(req: Requirements) -> None:
                          "does not launch; call its C launcher (NAME_launch) instead")
 
 
-def empty_problem_entry(req: Requirements, m: int, n: int, k: int) -> str | None:
+def empty_problem_entry(req: KernelRequirements, m: int, n: int, k: int) -> str | None:
     """The kernel of an empty problem, as the C launchers decide (emit/launcher.py's emit_empty_problem): none
     for M or N = 0 (C has no elements), the K = 0 kernel (C = beta * C and the fuse chain) for K = 0."""
     return None if m == 0 or n == 0 else req.launch.entries.scale_c
 
 
-def check_matrix(req: Requirements, name: str, array: ArrayView) -> None:
+def check_matrix(req: KernelRequirements, name: str, array: ArrayView) -> None:
     """A matrix of the spec's element type: 2-D, or 3-D (a batch) for a batched kernel."""
     if array.dtype != req.dtypes[name]:
         raise TypeError(f"{name} must be {req.dtypes[name]}, got {array.dtype}")
@@ -157,7 +158,7 @@ LAYOUT_REMEDIES = {"row": "a row-major copy (x.contiguous() in PyTorch, cupy.asc
                    "col": "a transposed view (.T, or .mT for a batch) of a row-major array"}
 
 
-def operand_view(req: Requirements, name: str, array: ArrayView) -> OperandView:
+def operand_view(req: KernelRequirements, name: str, array: ArrayView) -> OperandView:
     """How the kernel addresses `array`, which must be laid out as the spec says (views are fine)."""
     shape, strides = array.shape, array.strides
     layout = req.layouts[name]
@@ -184,7 +185,7 @@ def problem_size(views: dict[str, OperandView]) -> Size:
     return m, n, k
 
 
-def check_batch(req: Requirements, views: dict[str, OperandView]) -> int:
+def check_batch(req: KernelRequirements, views: dict[str, OperandView]) -> int:
     """The batch count: every 3-D operand has it; a 2-D A or B is shared by all GEMMs, C may not be."""
     counts = {view.batch for view in views.values() if view.batch > 1}
     if len(counts) > 1:
@@ -207,14 +208,14 @@ def footprint(view: OperandView, layout: str) -> int:
     return (outer - 1) * view.ld + inner
 
 
-def byte_range(req: Requirements, view: OperandView) -> tuple[int, int]:
+def byte_range(req: KernelRequirements, view: OperandView) -> tuple[int, int]:
     """[first, end) of the bytes the kernel addresses in this operand: its first element to just past
     the last element of its last matrix."""
     elements = (view.batch - 1) * view.batch_stride + footprint(view, req.layouts[view.name])
     return view.pointer, view.pointer + elements * view.itemsize
 
 
-def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
+def check_no_overlap(req: KernelRequirements, views: dict[str, OperandView]) -> None:
     """C may share no byte with A, B or (in a batch) itself: blocks write C while others still read
     what they overlap. Reading twice is fine: A and B may overlap, a batch may share one A.
 
@@ -238,7 +239,7 @@ def check_no_overlap(req: Requirements, views: dict[str, OperandView]) -> None:
                              f"that shares no memory with A or B")
 
 
-def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
+def check_divisible(req: KernelRequirements, m: int, n: int, k: int) -> None:
     """No dimension negative; for bounds: exact, whole block tiles only, unless the problem is empty (a
     dimension 0: no GEMM kernel runs, as in the C launchers)."""
     empty = 0 in (m, n, k)
@@ -256,14 +257,14 @@ def check_divisible(req: Requirements, m: int, n: int, k: int) -> None:
                              f"{bm}x{bn}x{bk} tile")
 
 
-def check_leading_dimension(req: Requirements, view: OperandView) -> None:
+def check_leading_dimension(req: KernelRequirements, view: OperandView) -> None:
     limit = req.launch.requirements.max_leading_dimension[view.name.lower()]
     if view.ld > limit:
         raise ValueError(f"{view.name}'s leading dimension {view.ld} is more than the {limit} that {req.kernel}'s "
                          f"32-bit tile offsets allow")
 
 
-def misalignments(req: Requirements, views: dict[str, OperandView], vector_elements: dict[str, int]) -> list[str]:
+def misalignments(req: KernelRequirements, views: dict[str, OperandView], vector_elements: dict[str, int]) -> list[str]:
     """Why a kernel whose accesses need `vector_elements` cannot take these operands (empty when it can)."""
     reasons = []
     for view in views.values():
@@ -282,7 +283,7 @@ def misalignments(req: Requirements, views: dict[str, OperandView], vector_eleme
     return reasons
 
 
-def choose_entry(req: Requirements, views: dict[str, OperandView], which: str = "kernel") -> str:
+def choose_entry(req: KernelRequirements, views: dict[str, OperandView], which: str = "kernel") -> str:
     """The kernel the launcher runs for these operands (LaunchPlan.choose_entry; `which`: "stream_k_kernel" for its
     stream-K twin), or ValueError. An operand not given yet (a C the runtime allocates) constrains nothing:
     address, leading dimension and stride 0."""
@@ -297,7 +298,7 @@ def choose_entry(req: Requirements, views: dict[str, OperandView], which: str = 
                                    element_bytes, which)
 
 
-def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool) -> None:
+def check_scalars(req: KernelRequirements, alpha: float, beta: float, *, c_given: bool) -> None:
     """A store epilogue computes exactly A@B; a nonzero beta needs a C to read."""
     if req.epilogue == "store" and (alpha != 1 or beta != 0):
         raise ValueError(f"{req.kernel} has a 'store' epilogue (C = A@B): alpha must be 1 and beta 0, "
@@ -306,7 +307,7 @@ def check_scalars(req: Requirements, alpha: float, beta: float, *, c_given: bool
         raise ValueError(f"beta={beta} reads C, but no C was passed")
 
 
-def matrix_extent(req: Requirements, view: OperandView) -> int:
+def matrix_extent(req: KernelRequirements, view: OperandView) -> int:
     """Elements one matrix of the operand spans in the C launcher's stepping: its leading dimension times its
     outer dimension."""
     return view.ld * (view.rows if req.layouts[view.name] == "row" else view.cols)
