@@ -27,7 +27,7 @@ from .version import __version__
 __all__ = ["GemmdslError", "check_spec", "choose_member", "compile_spec", "load"]
 # Names this module gives without importing their modules until asked: name -> its module.
 LAZY = {**dict.fromkeys(("CompiledSpec", "UsageError", "check_spec", "choose_member", "compile_spec"), "api"),
-        "Kernel": "runtime", "FamilyKernel": "family_kernel"}
+        "Kernel": "runtime.kernel", "FamilyKernel": "family_kernel"}
 
 
 def load(spec_or_path, *, text: str | None = None):
@@ -40,7 +40,7 @@ def load(spec_or_path, *, text: str | None = None):
         from .family_kernel import load_family
 
         return load_family(spec_or_path)
-    from .runtime import load as load_spec
+    from .runtime.kernel import load as load_spec
 
     return load_spec(spec_or_path, text=text)
 

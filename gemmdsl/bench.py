@@ -50,7 +50,11 @@ from .family_kernel import read_shapes, run_on_specs_and_families
 from .file_kinds import inputs_help
 from .grouped_bench import bench_grouped
 from .precisions import Comparison, comparison
-from .runtime import Kernel, Size, format_size, parse_target, require_fp32_cublas
+from .runtime.binaries import parse_target
+from .runtime.commands import format_size
+from .runtime.environment import require_fp32_cublas
+from .runtime.kernel import Kernel
+from .runtime.operands import Size
 from .shape_sets import DEFAULT_SHAPES, RANDOM_PREFIX, RandomShapes, named_lists, shape_source
 from .paths import path_of
 from .targets import unit_peak_tflops

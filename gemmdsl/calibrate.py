@@ -193,7 +193,7 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def calibrate_main(args: argparse.Namespace) -> int:
-    from .runtime import GpuUnavailable, require_gpu
+    from .runtime.environment import GpuUnavailable, require_gpu
 
     try:
         require_gpu()

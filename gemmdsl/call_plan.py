@@ -1,5 +1,5 @@
 """Repeated calls of a kernel: what a call's checks decided and the launches they built, kept per call
-signature and rebound to each later call's addresses (pure: no CuPy; runtime.py and family_kernel.py use it,
+signature and rebound to each later call's addresses (pure: no CuPy; runtime/kernel.py and family_kernel.py use it,
 the CPU tests drive it with fakes, docs/python-api.md "What a call costs on the host").
 
 A call's signature is everything its checks and launches depend on but its operands' addresses: per operand

@@ -17,8 +17,11 @@ from .cycles import choose
 from .devices import DeviceMismatch
 from .file_kinds import is_family_path
 from .load_cache import compiled_family
-from .runtime import (CALL_OPERANDS, PLANS_KEPT, Kernel, KernelBuildError, Size, call_operands, parse_sizes,
-                      run_on_kernels, run_returning_c)
+from .runtime.binaries import KernelBuildError
+from .runtime.commands import parse_sizes, run_on_kernels
+from .runtime.driver import run_returning_c
+from .runtime.kernel import PLANS_KEPT, Kernel
+from .runtime.operands import CALL_OPERANDS, Size, call_operands
 from .source import CompileError
 
 NO_CHAIN = (None,) * (len(CALL_OPERANDS) - 3)  # a call's operands beyond A, B and C, none given

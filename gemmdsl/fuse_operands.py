@@ -24,7 +24,7 @@ import numpy
 from . import fuse_ops
 from .arrays import DTYPE_NAMES, ArrayView, leading_dimension
 
-# The keyword arguments the runtime takes for the chain (gemmdsl/runtime.py's `bind` and `__call__`).
+# The keyword arguments the runtime takes for the chain (gemmdsl/runtime/kernel.py's `bind` and `__call__`).
 FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale", "a_scale", "b_scale")
 SCALE_BLOCK = 128  # elements of K (and columns of B) one block scale covers
 

@@ -1,4 +1,4 @@
-"""The Python runtime's rules for a `batch: grouped` call (runtime.py asks them; paths/wgmma/grouped.py is the
+"""The Python runtime's rules for a `batch: grouped` call (runtime/ asks them; paths/wgmma/grouped.py is the
 kernel): the operands' shapes, `offs`, and the tensor maps' third dimensions, as the C launcher has them.
 
 A is all groups' rows (M x K, 2-D), B one K x N matrix per group (3-D: G x K x N, as every B is K x N; for

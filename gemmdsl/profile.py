@@ -126,7 +126,7 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     import cupy
 
     from .precisions import comparison
-    from .runtime import load
+    from .runtime.kernel import load
     from .verify import Case, arrays_for, chain_operands, random_operand
 
     kernel = load(spec_path)

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .runtime import Size, parse_sizes
+from .runtime.commands import parse_sizes
+from .runtime.operands import Size
 from .source import CompileError, SourceFile
 from .tune import (refuse_late_failures, run_tasks, search, template_stem, time_with_options, timing_from_rows,
                    timing_tasks, winner_text)

@@ -505,7 +505,7 @@ class GpuBackend:
     filled), `bench.bench` with cuBLAS interleaved launch by launch."""
 
     def __init__(self):
-        from .runtime import require_fp32_cublas, require_gpu
+        from .runtime.environment import require_fp32_cublas, require_gpu
 
         require_gpu()
         require_fp32_cublas()
@@ -513,7 +513,7 @@ class GpuBackend:
     def device(self) -> Device:
         import cupy
 
-        from .runtime import chosen_compiler, compiler_version
+        from .runtime.binaries import chosen_compiler, compiler_version
 
         name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
         driver = cupy.cuda.runtime.driverGetVersion()
@@ -526,7 +526,8 @@ class GpuBackend:
 
         from .bench import Progress, bench
         from .compiler import compile_source
-        from .runtime import Kernel, KernelBuildError
+        from .runtime.binaries import KernelBuildError
+        from .runtime.kernel import Kernel
         from .source import SourceFile
 
         artifacts = compile_source(SourceFile(task.path, task.text))

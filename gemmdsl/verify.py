@@ -44,7 +44,10 @@ from .grouped_bench import verify_group_ends, verify_grouped
 from .grouped_schedule import group_rows
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .arrays import DTYPE_NAMES, ITEM_SIZES
-from .runtime import Kernel, Size, format_size, require_fp32_cublas
+from .runtime.commands import format_size
+from .runtime.environment import require_fp32_cublas
+from .runtime.kernel import Kernel
+from .runtime.operands import Size
 
 DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
 TOLERANCE = FMA_TOLERANCE

@@ -198,15 +198,16 @@ class FakeGpu:
         return self.driver.launched
 
     def install(self, monkeypatch) -> "FakeGpu":
-        monkeypatch.setattr(runtime, "require_gpu", lambda: None)
-        monkeypatch.setattr(runtime, "cuda_driver", lambda: self.driver)
-        monkeypatch.setattr(runtime, "current_device", lambda: 0)
-        monkeypatch.setattr(runtime, "on_device", NoDeviceSwitch)
-        monkeypatch.setattr(runtime, "callers_stream", lambda library, device: STREAM)
+        monkeypatch.setattr(runtime.kernel, "require_gpu", lambda: None)
+        monkeypatch.setattr(runtime.driver, "cuda_driver", lambda: self.driver)
+        for module in (runtime.kernel, runtime.driver):
+            monkeypatch.setattr(module, "current_device", lambda: 0)
+            monkeypatch.setattr(module, "on_device", NoDeviceSwitch)
+        monkeypatch.setattr(runtime.driver, "callers_stream", lambda library, device: STREAM)
         monkeypatch.setattr(runtime.Kernel, "_load_on", fake_module)
-        monkeypatch.setattr(runtime, "c_maker", lambda *args: lambda: (self.empty_c(*args),))
-        monkeypatch.setattr(runtime, "padded_maker", lambda *args: lambda: (self.empty_padded(*args),))
-        monkeypatch.setattr(runtime, "allocate_workspace", self.allocate_workspace)
+        monkeypatch.setattr(runtime.kernel, "c_maker", lambda *args: lambda: (self.empty_c(*args),))
+        monkeypatch.setattr(runtime.kernel, "padded_maker", lambda *args: lambda: (self.empty_padded(*args),))
+        monkeypatch.setattr(runtime.launch_arguments, "allocate_workspace", self.allocate_workspace)
         monkeypatch.setattr(tensor_maps, "driver_encoder", lambda: self.counting_encoder)
         return self
 

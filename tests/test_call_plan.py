@@ -33,7 +33,7 @@ class Counts:
         self.gpu = gpu
         self.seen = dict.fromkeys(("check_call", "fuse_views", "check_offs", "padded_copies", "choose"), 0)
         for name in ("check_call", "fuse_views", "check_offs", "padded_copies"):
-            monkeypatch.setattr(runtime, name, self.counting(name, getattr(runtime, name)))
+            monkeypatch.setattr(runtime.kernel, name, self.counting(name, getattr(runtime.kernel, name)))
         monkeypatch.setattr(family_kernel, "choose", self.counting("choose", family_kernel.choose))
 
     def counting(self, name, function):

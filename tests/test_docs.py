@@ -84,9 +84,9 @@ ALLOWED = {
     ("tests/conftest.py", 'scope="session"'),  # pytest's fixture scope
     ("gemmdsl/emit/pipeline.py", "is no longer read"),  # emitted: the stage within the k-loop
     ("gemmdsl/emit/epilogue.py", "stages are no longer read"),  # emitted: after the main loop
-    ("gemmdsl/runtime.py", "launches on now on"),  # the current stream at the call
-    ("gemmdsl/runtime.py", "now) at its present version"),  # the compiler chosen at the call
-    ("gemmdsl/runtime.py", "Built and loaded now"),  # at construction
+    ("gemmdsl/runtime/driver.py", "launches on now on"),  # the current stream at the call
+    ("gemmdsl/runtime/binaries.py", "now) at its present version"),  # the compiler chosen at the call
+    ("gemmdsl/runtime/kernel.py", "Built and loaded now"),  # at construction
 }
 SCANNED = ["README.md", "docs", "gemmdsl", "specs", "examples", "scripts", "tests", ".ci", "grammar",
            "pyproject.toml"]

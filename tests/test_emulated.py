@@ -21,7 +21,7 @@ from budget import examples
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
 from gemmdsl.arrays import ArrayView
-from gemmdsl.runtime import Requirements, check_call
+from gemmdsl.runtime import KernelRequirements, check_call
 from gemmdsl.schedule import call_split, interior_launches
 from host_emulation import Call
 from spec_sets import spec_params
@@ -48,7 +48,7 @@ def runners():
         if stem not in built:
             artifacts = compile_path(ROOT / "specs" / f"{stem}.gemm")
             built[stem] = (host_emulation.shared_build(artifacts.cuda, artifacts.metadata),
-                           Requirements.from_metadata(artifacts.metadata))
+                           KernelRequirements.from_metadata(artifacts.metadata))
         return built[stem]
 
     return runner
@@ -63,7 +63,7 @@ def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: i
                      0)
 
 
-def entry_index(req: Requirements, call: Call) -> int:
+def entry_index(req: KernelRequirements, call: Call) -> int:
     """The kernel check_call picks for these operands: 0 = vector, 1 = scalar, NARROW_FIRST_ENTRY + 2 * i =
     narrow kernel i; for an empty problem SCALE_C_ENTRY (K = 0) or NO_LAUNCH (M or N = 0)."""
     operands = {}
@@ -84,12 +84,12 @@ def entry_index(req: Requirements, call: Call) -> int:
     return 0 if entry == req.launch.entries.vector else 1
 
 
-def narrow_entries(req: Requirements) -> set[int]:
+def narrow_entries(req: KernelRequirements) -> set[int]:
     """The runner's numbers of the narrow kernels."""
     return {host_emulation.NARROW_FIRST_ENTRY + 2 * i for i in range(len(req.launch.entries.narrow))}
 
 
-def narrow_calls(req: Requirements, size: tuple[int, int, int]) -> list[Call]:
+def narrow_calls(req: KernelRequirements, size: tuple[int, int, int]) -> list[Call]:
     """One call per narrow kernel: leading dimensions that are multiples of its widest operand's elements
     but not of twice that, pointers aligned (and the same with B's pointer that many elements off)."""
     calls = []
@@ -100,7 +100,7 @@ def narrow_calls(req: Requirements, size: tuple[int, int, int]) -> list[Call]:
     return calls
 
 
-def natural(req: Requirements, m: int, n: int, k: int, pad: int = 0) -> dict[str, int]:
+def natural(req: KernelRequirements, m: int, n: int, k: int, pad: int = 0) -> dict[str, int]:
     """Leading dimensions of packed operands in the kernel's layouts, plus `pad` (then rounded to 4)."""
     extents = {"A": (m, k), "B": (k, n), "C": (m, n)}
     lds = {}
@@ -110,16 +110,16 @@ def natural(req: Requirements, m: int, n: int, k: int, pad: int = 0) -> dict[str
     return lds
 
 
-def footprint(req: Requirements, name: str, rows: int, cols: int, ld: int) -> int:
+def footprint(req: KernelRequirements, name: str, rows: int, cols: int, ld: int) -> int:
     outer, inner = (rows, cols) if req.layouts[name] == "row" else (cols, rows)
     return (outer - 1) * ld + inner
 
 
-def scalars(req: Requirements) -> dict[str, float]:
+def scalars(req: KernelRequirements) -> dict[str, float]:
     return {"alpha": 1.5, "beta": -0.5} if req.epilogue == "alpha_beta" else {}
 
 
-def checked_calls(req: Requirements) -> list[Call]:
+def checked_calls(req: KernelRequirements) -> list[Call]:
     odd = (133, 261, 37)  # edge blocks along m and n, interior blocks too, a partial last k-tile
     bm, bn, bk = req.block_tile
     whole = (2 * bm, bn, 3 * bk)
@@ -149,13 +149,13 @@ def checked_calls(req: Requirements) -> list[Call]:
     return calls
 
 
-def exact_calls(req: Requirements) -> list[Call]:
+def exact_calls(req: KernelRequirements) -> list[Call]:
     bm, bn, bk = req.block_tile
     size = (2 * bm, 2 * bn, 3 * bk)
     return [Call(*size, **natural(req, *size, pad=4), **scalars(req))]
 
 
-def stream_k_calls(req: Requirements) -> list[Call]:
+def stream_k_calls(req: KernelRequirements) -> list[Call]:
     """Stream-K as GPUs of a few slots split each shape (ranges crossing tile boundaries, a block
     sharing one tile, ...). Exact kernels: 4 tiles of 16 k-tiles on 3, 5 and 7 slots, then
     alpha_beta's beta = 1, which leaves C as it is instead of preparing it. Checked kernels also:
@@ -199,7 +199,7 @@ def test_kernels_compute_the_product_and_touch_nothing_else(spec, runners):
             assert [(True, partial_k), (False, False), (False, False)] in kernels
 
 
-def empty_calls(req: Requirements) -> list[Call]:
+def empty_calls(req: KernelRequirements) -> list[Call]:
     """The launchers' empty problems, off the tile's multiples: K = 0 (C = beta * C, padded and shifted C,
     beta 0 and not, a batch), M = 0 and N = 0 (nothing runs, nothing is written)."""
     bm, bn, _ = req.block_tile
@@ -232,7 +232,7 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
     artifacts = compile_text(text.replace("raster: group(4);", "raster: group(4); schedule: stream_k;"),
                              "batched_v3.gemm")
     binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path)
-    req = Requirements.from_metadata(artifacts.metadata)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
     m, n, k = 133, 261, 100
     split = call_split(req.block_tile, m, n, k, slots=21, batch=3)
     assert (split.sk_tiles, split.sk_blocks) == (6, 7)
@@ -248,7 +248,7 @@ def test_batched_stream_k_splits_each_gemm(tmp_path):
     assert run_all(binary, req, [call, replace(call, beta=1.0), narrow]) == []
 
 
-def as_launched(req: Requirements, call: Call) -> Call:
+def as_launched(req: KernelRequirements, call: Call) -> Call:
     """The call on the kernel check_call picks for it, and for checked bounds on the vector kernel
     without stream-K, split into the interior kernel and the edge strips as the launcher splits it where
     the split pays (on a GPU that holds few blocks at once: these calls are small, and the point is to
@@ -262,7 +262,7 @@ def as_launched(req: Requirements, call: Call) -> Call:
     return replace(call, sub_launches=tuple((s.interior, s.row, s.col, s.m, s.n, s.partial_k) for s in launches))
 
 
-def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:
+def run_all(binary: Path, req: KernelRequirements, calls: list[Call]) -> list[str]:
     """Run each call as the launcher would (as_launched); the failures' outputs."""
     failures = []
     for call in calls:
@@ -274,7 +274,7 @@ def run_all(binary: Path, req: Requirements, calls: list[Call]) -> list[str]:
 
 
 @st.composite
-def random_calls(draw: st.DrawFn, req: Requirements) -> Call:
+def random_calls(draw: st.DrawFn, req: KernelRequirements) -> Call:
     """A shape the kernel takes (any, or whole tiles for exact bounds), packed or padded, maybe batched."""
     bm, bn, bk = req.block_tile
     if req.multiples == (1, 1, 1):
@@ -301,7 +301,7 @@ def test_random_specs_compute_the_product(text, data, tmp_path_factory):
     """A random valid spec per run (3 in the full run), each at two random shapes."""
     artifacts = compile_text(text, "fuzzed.gemm")
     binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path_factory.mktemp("fuzzed"))
-    req = Requirements.from_metadata(artifacts.metadata)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
     calls = [data.draw(random_calls(req)) for _ in range(2)]
     assert run_all(binary, req, calls) == [], text
 

@@ -18,7 +18,7 @@ import pytest
 import host_emulation
 from gemmdsl.compiler import compile_text
 from gemmdsl.fuse_reference import apply_chain
-from gemmdsl.runtime import Requirements
+from gemmdsl.runtime import KernelRequirements
 from test_emulated import as_launched, footprint, natural
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def runner(request):
     _, fuse, alpha_beta = request.param
     artifacts = compile_text(spec_text(fuse, alpha_beta), "sgemm_fused.gemm")
     binary = host_emulation.shared_build(artifacts.cuda, artifacts.metadata)
-    return binary, artifacts.metadata, Requirements.from_metadata(artifacts.metadata)
+    return binary, artifacts.metadata, KernelRequirements.from_metadata(artifacts.metadata)
 
 
 def random_matrix(rng: np.random.Generator, rows: int, cols: int, ld: int, row_major: bool,
@@ -62,7 +62,7 @@ def random_matrix(rng: np.random.Generator, rows: int, cols: int, ld: int, row_m
     return buffer, view
 
 
-def run_fused(binary: Path, metadata: dict, req: Requirements, directory: Path, m: int, n: int, k: int, pad: int,
+def run_fused(binary: Path, metadata: dict, req: KernelRequirements, directory: Path, m: int, n: int, k: int, pad: int,
               offset_a: int = 0, alpha: float = 1.0, beta: float = 0.0, seed: int = 0) -> tuple[float, int]:
     """(relative error against float64, floats written outside C) of one call."""
     rng = np.random.default_rng(seed)

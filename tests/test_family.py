@@ -600,8 +600,8 @@ def test_a_family_alone_on_the_command_line_runs(monkeypatch):
     """With no plain spec beside it, a family's kernels still reach `work` (they used not to)."""
     from gemmdsl import family_kernel, runtime
 
-    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
-    monkeypatch.setattr(runtime, "require_fp32_cublas", lambda: None)
+    monkeypatch.setattr(runtime.commands, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime.commands, "require_fp32_cublas", lambda: None)
     monkeypatch.setattr(family_kernel, "FamilyKernel", lambda compiled: compiled.name)
     seen = []
     status = family_kernel.run_on_specs_and_families([str(FAMILY)], "64x64x64", lambda kernels, sizes: seen.append(kernels) or 0)
@@ -779,10 +779,10 @@ def test_gemmdsl_load_takes_a_family_as_it_takes_a_spec(monkeypatch):
     side replaced by recorders: what each would load is what is checked)."""
     import gemmdsl
     import gemmdsl.family_kernel
-    import gemmdsl.runtime
+    import gemmdsl.runtime.kernel
 
     monkeypatch.setattr(gemmdsl.family_kernel, "FamilyKernel", lambda artifacts: ("family", artifacts))
-    monkeypatch.setattr(gemmdsl.runtime, "Kernel", lambda artifacts: ("spec", artifacts))
+    monkeypatch.setattr(gemmdsl.runtime.kernel, "Kernel", lambda artifacts: ("spec", artifacts))
     kind, artifacts = gemmdsl.load(ROOT / "specs" / "sgemm_family.gemmf")
     assert kind == "family" and artifacts.name == "sgemm_family" and len(artifacts.members) > 1
     kind, artifacts = gemmdsl.load(str(ROOT / "specs" / "sgemm_v3.gemm"))

@@ -24,11 +24,11 @@ from gemmdsl import arrays, runtime
 from gemmdsl.bench import (BenchReport, Progress, Row, add_bench_arguments, buffer_sets, check_runs, format_table,
                            matrix_bytes, tflops_of)
 from gemmdsl.bench import write_json as write_bench_json
-from gemmdsl.arrays import array_view
+from gemmdsl.arrays import array_view, leading_dimension
 from gemmdsl.launch_plan import Entries, LaunchPlan
 from gemmdsl.launch_plan import Requirements as LaunchRequirements
-from gemmdsl.runtime import (BinaryCache, GpuUnavailable, Requirements, build_target, cache_key, check_call,
-                             check_no_overlap, leading_dimension, operand_view, parse_sizes, parse_target)
+from gemmdsl.runtime import (BinaryCache, GpuUnavailable, KernelRequirements, build_target, cache_key,
+                             check_call, check_no_overlap, operand_view, parse_sizes, parse_target)
 from fake_arrays import FakeDLPack, cuda_array
 from gemmdsl.verify import Error, Result, add_verify_arguments, format_result, scalar_cases, verify_main
 
@@ -45,8 +45,8 @@ def launch_plan(multiple: int = 128, scalar_entry: str | None = None, vector: in
                       requirements, None)
 
 
-ALPHA_BETA = Requirements(kernel="sgemm_test", epilogue="alpha_beta", layouts=ROWS, batched=False,
-                          launch=launch_plan())
+ALPHA_BETA = KernelRequirements(kernel="sgemm_test", epilogue="alpha_beta", layouts=ROWS, batched=False,
+                                launch=launch_plan())
 STORE = replace(ALPHA_BETA, epilogue="store")
 CHECKED = replace(ALPHA_BETA, launch=launch_plan(1, "sgemm_test_kernel_scalar"))
 BATCHED = replace(CHECKED, batched=True)
@@ -298,8 +298,8 @@ def bf16_matrix(rows, cols):
 def test_metadata_without_dtypes_means_float32():
     metadata = {"kernel": "k", "epilogue": "store", "batch": "none", "layouts": dict.fromkeys("abc", "row"),
                 "launch": launch_plan().to_json()}
-    assert Requirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
-    typed = Requirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
+    assert KernelRequirements.from_metadata(metadata).dtypes == dict.fromkeys("ABC", "float32")
+    typed = KernelRequirements.from_metadata(metadata | {"dtypes": {"a": "bf16", "b": "bf16", "c": "f32"}})
     assert typed.dtypes == {"A": "bfloat16", "B": "bfloat16", "C": "float32"}
 
 
@@ -384,19 +384,19 @@ def test_compiler_follows_the_environment(monkeypatch):
     with pytest.raises(runtime.KernelBuildError, match="GEMMDSL_COMPILER='clang': expected nvcc, nvrtc or auto"):
         runtime.chosen_compiler()
     monkeypatch.setenv("GEMMDSL_COMPILER", "")
-    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    monkeypatch.setattr(runtime.binaries.shutil, "which", lambda name: None)
     assert runtime.chosen_compiler() == "nvrtc"
 
 
 def test_requirements_come_from_the_compilers_metadata():
     compiler = pytest.importorskip("gemmdsl.compiler")
     metadata = compiler.compile_path(ROOT / "specs" / "sgemm_v1.gemm").metadata
-    requirements = Requirements.from_metadata(metadata)
+    requirements = KernelRequirements.from_metadata(metadata)
     assert requirements.multiples == requirements.block_tile == tuple(metadata["block_tile"])
     assert requirements.launch.requirements.vector_elements == {"a": 4, "b": 4, "c": 4}
     assert requirements.epilogue == metadata["epilogue"]
     assert (requirements.launch.entries.scalar, requirements.batched) == (None, False)
-    checked = Requirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
+    checked = KernelRequirements.from_metadata(compiler.compile_path(ROOT / "specs" / "layouts_tn.gemm").metadata)
     assert checked.multiples == (1, 1, 1) and checked.launch.entries.scalar == "layouts_tn_kernel_scalar"
     assert checked.layouts == {"A": "col", "B": "row", "C": "col"}
 
@@ -489,11 +489,11 @@ def fake_gpu(monkeypatch, tmp_path):
     state = SimpleNamespace(current=0, loads=[], handles={})
     launches = RecordedLaunches(state)
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches, state=state))
-    monkeypatch.setattr(runtime, "cuda_driver", lambda: FakeDriver(state, launches))
+    monkeypatch.setattr(runtime.driver, "cuda_driver", lambda: FakeDriver(state, launches))
     # runtime keeps the CuPy runtime module it first imported: this test's fake, not an earlier test's.
-    monkeypatch.setattr(runtime, "cuda_runtime", lambda: sys.modules["cupy"].cuda.runtime)
+    monkeypatch.setattr(runtime.driver, "cuda_runtime", lambda: sys.modules["cupy"].cuda.runtime)
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
+    monkeypatch.setattr(runtime.kernel, "compile_cubin", lambda source, target, compiler=None: f"cubin {target}".encode())
     return launches
 
 
@@ -656,7 +656,7 @@ def test_a_new_compiler_version_gets_its_own_cubin(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(__version__="14.2.0"))
     names = {}
     for version in ("13.0", "13.1"):
-        monkeypatch.setattr(runtime, "compiler_version", lambda compiler, v=version: v)
+        monkeypatch.setattr(runtime.binaries, "compiler_version", lambda compiler, v=version: v)
         names[version] = runtime.cubin_cache_name(METADATA, "source", "sm_90", "nvrtc")
     assert names["13.0"] != names["13.1"] and all(name.startswith("k-sm_90-") for name in names.values())
 
@@ -761,8 +761,8 @@ def test_several_specs_go_on_past_those_that_cannot_run(tmp_path, monkeypatch, c
             raise refusals[artifacts.name]
         return SimpleNamespace(name=artifacts.name)
 
-    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
-    monkeypatch.setattr(runtime, "Kernel", fake_kernel)
+    monkeypatch.setattr(runtime.commands, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime.commands, "Kernel", fake_kernel)
     ran = []
     work = lambda kernels, sizes: ran.extend(kernel.name for kernel in kernels) or 0  # noqa: E731
     assert runtime.run_on_kernels([str(broken), *good], "64", work) == 1
@@ -949,7 +949,7 @@ def test_second_load_reads_the_disk_cache(tmp_path, monkeypatch, cupy):
     monkeypatch.setenv("GEMMDSL_CACHE", str(tmp_path))
     compiled = []
     real_compile = runtime.compile_cubin
-    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target: compiled.append(target)
+    monkeypatch.setattr(runtime.kernel, "compile_cubin", lambda source, target: compiled.append(target)
                         or real_compile(source, target))
     runtime.load(store_spec())
     kernel = runtime.load(store_spec())

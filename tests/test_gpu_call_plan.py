@@ -141,7 +141,7 @@ def without_plans(kernel):
 def checked_calls(monkeypatch):
     seen = []
     check_call = runtime.check_call
-    monkeypatch.setattr(runtime, "check_call", lambda *args: seen.append(1) or check_call(*args))
+    monkeypatch.setattr(runtime.kernel, "check_call", lambda *args: seen.append(1) or check_call(*args))
     return seen
 
 

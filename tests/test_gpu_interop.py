@@ -84,7 +84,7 @@ def test_a_repeated_call_takes_its_plan_and_computes_on_its_own_operands(load_ke
     kernel = load_kernel(CHECKED)
     checked = []
     check_call = runtime.check_call
-    monkeypatch.setattr(runtime, "check_call", lambda *args: checked.append(args) or check_call(*args))
+    monkeypatch.setattr(runtime.kernel, "check_call", lambda *args: checked.append(args) or check_call(*args))
     a, b = torch.rand(300, 70, device="cuda"), torch.rand(70, 200, device="cuda")
     c, other_c = torch.zeros(300, 200, device="cuda"), torch.zeros(300, 200, device="cuda")
     kernel._plans.clear()  # the module's kernel: no plan of an earlier test's

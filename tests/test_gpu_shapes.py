@@ -177,7 +177,7 @@ def test_stream_k_with_beta_one_adds_into_c(load_kernel, cupy):
 
 
 @st.composite
-def random_cases(draw: st.DrawFn, req: runtime.Requirements):
+def random_cases(draw: st.DrawFn, req: runtime.KernelRequirements):
     """A size the kernel takes and how to lay the operands out."""
     if req.multiples == (1, 1, 1):
         size = tuple(draw(st.integers(1, 3 * tile + 5)) for tile in req.block_tile)

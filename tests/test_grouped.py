@@ -259,10 +259,10 @@ def _grouped_kernel(name: str):
     import json
     from types import SimpleNamespace
 
-    from gemmdsl.runtime import Requirements
+    from gemmdsl.runtime import KernelRequirements
 
     metadata = json.loads((ROOT / "generated" / f"{name}.json").read_text())
-    return SimpleNamespace(name=name, metadata=metadata, requirements=Requirements.from_metadata(metadata))
+    return SimpleNamespace(name=name, metadata=metadata, requirements=KernelRequirements.from_metadata(metadata))
 
 
 @pytest.mark.parametrize("itemsize, ks", [(2, (200, 136, 64, 0)), (1, (208, 144, 64, 0))])

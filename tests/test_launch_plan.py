@@ -17,7 +17,7 @@ from gemmdsl.emit.launcher import LauncherEmitter
 from gemmdsl.emitter import Emitter
 from gemmdsl.launch_plan import GridRule, LaunchPlan, StreamKLaunch
 from gemmdsl.paths.wgmma.launcher import TensorMapLauncher
-from gemmdsl.runtime import Requirements, check_unclustered
+from gemmdsl.runtime import KernelRequirements, check_unclustered
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, call_split
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def test_every_launch_plan_round_trips_through_the_metadata(spec):
     artifacts = compiled(spec)
     written = json.loads(artifacts.metadata_json())["launch"]
     assert LaunchPlan.from_json(written) == artifacts.plan.launch
-    assert Requirements.from_metadata(json.loads(artifacts.metadata_json())).launch == artifacts.plan.launch
+    assert KernelRequirements.from_metadata(json.loads(artifacts.metadata_json())).launch == artifacts.plan.launch
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
@@ -56,7 +56,7 @@ def test_the_runtimes_decisions_from_the_json_are_the_compile_time_plans(spec, s
     m, n, k, batch, sms, per_sm = shape
     artifacts = compiled(spec)
     planned = artifacts.plan.launch
-    read = Requirements.from_metadata(json.loads(artifacts.metadata_json())).launch
+    read = KernelRequirements.from_metadata(json.loads(artifacts.metadata_json())).launch
     batch = batch if artifacts.spec.problem.batched else 1
     for launch in (planned, read):
         assert launch.grid_for(m, n, k, batch, sms) == planned.grid_for(m, n, k, batch, sms)
@@ -132,5 +132,5 @@ def test_the_runtime_refuses_to_launch_clusters_itself():
     metadata = json.loads(artifacts.metadata_json())
     metadata["launch"]["cluster"] = [2, 1, 1]
     with pytest.raises(ValueError, match="clusters of 2x1x1"):
-        check_unclustered(Requirements.from_metadata(metadata))
-    check_unclustered(Requirements.from_metadata(json.loads(artifacts.metadata_json())))
+        check_unclustered(KernelRequirements.from_metadata(metadata))
+    check_unclustered(KernelRequirements.from_metadata(json.loads(artifacts.metadata_json())))

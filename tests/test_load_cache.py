@@ -175,10 +175,10 @@ def test_a_cached_cubin_is_loaded_without_a_compiler(cache, monkeypatch):
     """Kernel._load_on builds the cubin on a miss only (CuPy stood in for by what _load_on asks of it)."""
     built = []
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
-    monkeypatch.setattr(runtime, "compile_cubin", lambda source, target: built.append(target) or b"cubin")
-    monkeypatch.setattr(runtime, "compiler_version", lambda compiler: "13.0.88")
-    monkeypatch.setattr(runtime, "current_device", lambda: 0)
-    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime.kernel, "compile_cubin", lambda source, target: built.append(target) or b"cubin")
+    monkeypatch.setattr(runtime.binaries, "compiler_version", lambda compiler: "13.0.88")
+    monkeypatch.setattr(runtime.kernel, "current_device", lambda: 0)
+    monkeypatch.setattr(runtime.kernel, "require_gpu", lambda: None)
     artifacts = runtime.compile_spec(SPECS / "hgemm_h100_bf16c.gemm")
     runtime.Kernel(artifacts)
     runtime.Kernel(runtime.compile_spec(SPECS / "hgemm_h100_bf16c.gemm"))

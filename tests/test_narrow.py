@@ -14,7 +14,7 @@ from gemmdsl import ir
 from gemmdsl.arrays import ArrayView
 from gemmdsl.compiler import compile_path
 from gemmdsl.plan import Role
-from gemmdsl.runtime import Requirements, check_call
+from gemmdsl.runtime import KernelRequirements, check_call
 
 ROOT = Path(__file__).resolve().parent.parent
 FALLBACKS = [ROOT / "specs" / f"{name}.gemm" for name in ("hgemm_h100_bf16c_any", "hgemm_h100_any",
@@ -30,14 +30,14 @@ def compiled(path: Path):
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-def view(req: Requirements, name: str, rows: int, cols: int, ld: int, offset_bytes: int) -> ArrayView:
+def view(req: KernelRequirements, name: str, rows: int, cols: int, ld: int, offset_bytes: int) -> ArrayView:
     strides = (ld, 1) if req.layouts[name] == "row" else (1, ld)
     dtype = req.dtypes[name]
     return ArrayView("fake", (rows, cols), strides, dtype, ITEMSIZE[dtype], BASE + (1 << 40) * "ABC".index(name)
                      + offset_bytes, 0)
 
 
-def chosen(req: Requirements, m: int, n: int, k: int, lds: dict[str, int], offsets: dict[str, int]) -> str:
+def chosen(req: KernelRequirements, m: int, n: int, k: int, lds: dict[str, int], offsets: dict[str, int]) -> str:
     """The kernel the runtime picks for operands `offsets` bytes past BASE with these leading dimensions."""
     extents = {"A": (m, k), "B": (k, n), "C": (m, n)}
     views = {name.lower(): view(req, name, *extents[name], lds[name], offsets[name]) for name in "ABC"}
@@ -56,7 +56,7 @@ def test_the_16_bit_fallbacks_have_8_and_4_byte_kernels_the_f32_ones_8():
 
 
 def test_k_700_bf16_runs_the_8_byte_kernel_and_k_77_the_scalar_one():
-    req = Requirements.from_metadata(compiled(FALLBACKS[0]).metadata)
+    req = KernelRequirements.from_metadata(compiled(FALLBACKS[0]).metadata)
     aligned = {"A": 0, "B": 0, "C": 0}
     assert chosen(req, 3000, 5000, 704, {"A": 704, "B": 704, "C": 5000}, aligned) == "hgemm_h100_bf16c_any_kernel"
     assert chosen(req, 3000, 5000, 700, {"A": 700, "B": 700, "C": 5000}, aligned).endswith("_8byte")
@@ -88,7 +88,7 @@ def test_the_chosen_kernel_aligns_every_copy_it_issues(path, offset_a, offset_b,
     """Whatever the pointers' byte offsets and the leading dimensions, the kernel the rule picks issues only
     copies whose source address its copy width divides (cp.async faults otherwise), and its C pairs too."""
     artifacts = compiled(path)
-    req = Requirements.from_metadata(artifacts.metadata)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
     size = artifacts.spec.problem.a.dtype.bytes
     offsets = {"A": offset_a - offset_a % size, "B": offset_b - offset_b % size, "C": 0}
     m, n, k = 300, 300, 200

@@ -13,15 +13,15 @@ from gemmdsl.family import compile_family_path
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths import path_of
 from gemmdsl.launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK
-from gemmdsl.runtime import OperandView, Requirements, padded_copies
+from gemmdsl.runtime import KernelRequirements, OperandView, padded_copies
 
 ROOT = Path(__file__).resolve().parent.parent
 WGMMA_SPECS = [path for path in sorted((ROOT / "specs").glob("*.gemm"))
                if path_of(load_spec(path)).name in ("wgmma", "wgmma_fp8")]
 
 
-def requirements(name: str) -> Requirements:
-    return Requirements.from_metadata(compile_path(ROOT / "specs" / f"{name}.gemm").metadata)
+def requirements(name: str) -> KernelRequirements:
+    return KernelRequirements.from_metadata(compile_path(ROOT / "specs" / f"{name}.gemm").metadata)
 
 
 @given(spec=st.sampled_from(["hgemm_h100_bf16c", "hgemm_h100_nn", "tf32_h100", "fp8_h100"]),

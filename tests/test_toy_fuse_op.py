@@ -18,7 +18,7 @@ from gemmdsl import fuse_ops, ir
 from gemmdsl.analysis import analyze
 from gemmdsl.compiler import compile_text
 from gemmdsl.frontend import load
-from gemmdsl.runtime import Requirements
+from gemmdsl.runtime import KernelRequirements
 from gemmdsl.source import CompileError, SourceFile
 from test_emulated_fuse import ODD_CALLS, ROOT, TOLERANCE, run_fused, spec_text
 
@@ -111,7 +111,7 @@ def test_the_op_compiles_in_its_place_in_the_chain(clamp):
 def test_the_op_matches_its_float64_reference_on_the_emulator(clamp, tmp_path, m, n, k, pad, offset_a):
     artifacts = compile_text(spec_text(CHAIN, alpha_beta=True), "sgemm_fused.gemm")
     binary = host_emulation.shared_build(artifacts.cuda, artifacts.metadata)
-    req = Requirements.from_metadata(artifacts.metadata)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
     error, outside = run_fused(binary, artifacts.metadata, req, tmp_path, m, n, k, pad, offset_a, alpha=1.5,
                                beta=-0.5, seed=m * n + k)
     assert outside == 0

@@ -433,9 +433,9 @@ def test_results_json_records_every_candidate():
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    import gemmdsl.runtime
+    import gemmdsl.runtime.environment
 
-    monkeypatch.setattr(gemmdsl.runtime, "gpu_unavailable_reason", lambda: "no GPU in this test")
+    monkeypatch.setattr(gemmdsl.runtime.environment, "gpu_unavailable_reason", lambda: "no GPU in this test")
 
 
 def test_tune_without_a_gpu_screens_reports_and_exits_2(tmp_path, capsys, no_gpu, monkeypatch):
@@ -594,7 +594,7 @@ def test_a_candidate_that_does_not_build_is_left_out_with_the_compilers_reason(m
     def fails(source, target):
         raise runtime.KernelBuildError(log)
 
-    monkeypatch.setattr(runtime, "compile_cubin", fails)
+    monkeypatch.setattr(runtime.binaries, "compile_cubin", fails)
     assert _cubin_or_none("", "sm_90a") is None
     assert tune.build_failure(log) == "ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction"
     assert tune.build_failure("nvcc failed") == "nvcc failed"

@@ -10,7 +10,7 @@ from gemmdsl import verify
 from gemmdsl.compiler import compile_path
 from gemmdsl.grouped_bench import verify_group_ends
 from gemmdsl.grouped_schedule import group_rows
-from gemmdsl.runtime import Requirements
+from gemmdsl.runtime import KernelRequirements
 
 ROOT = Path(__file__).resolve().parents[1]
 # tests/test_gpu_wgmma.py's odd shapes: K = 129 leaves a contiguous A's rows off TMA's 16 bytes.
@@ -38,7 +38,7 @@ class GroupedKernel:
     def __init__(self, mixed_up=False):
         metadata = compile_path(ROOT / "specs" / "moe_grouped.gemm").metadata
         self.name, self.epilogue, self.mixed_up = "moe_grouped", metadata["epilogue"], mixed_up
-        self.requirements = Requirements.from_metadata(metadata)
+        self.requirements = KernelRequirements.from_metadata(metadata)
         self.metadata = {**metadata, "dtypes": dict.fromkeys("abc", "f32"), "unit": "fma"}
         self.calls = []
 

@@ -18,7 +18,7 @@ from gemmdsl.frontend import load, load_spec
 from gemmdsl.launch_plan import GridRule, Workspace
 from gemmdsl.paths import path_of
 from gemmdsl.paths import plan_kernel
-from gemmdsl.runtime import OperandView, Requirements, choose_entry
+from gemmdsl.runtime import KernelRequirements, OperandView, choose_entry
 from gemmdsl.source import CompileError, Severity, SourceFile
 from gemmdsl.tensor_maps import TENSOR_MAP_BYTES, TensorMapCache, pack, tensor_map_requests
 from gemmdsl.paths.wgmma.layout import WgmmaLayout, descriptor, swizzled_offset
@@ -565,7 +565,7 @@ def test_tensor_maps_are_packed_byte_for_byte_and_cached_per_call_shape():
 
 
 def test_runtime_refuses_what_tma_cannot_describe_and_sizes_the_persistent_grid():
-    req = Requirements.from_metadata(compile_path(SPEC).metadata)
+    req = KernelRequirements.from_metadata(compile_path(SPEC).metadata)
     assert req.tensor_maps is not None and req.launch.grid_rule is GridRule.PERSISTENT
     assert req.launch.entries.scalar is None
     views = {"A": OperandView("A", 333, 129, 1, 129, 0, 0x10000, 2), "B": OperandView("B", 129, 517, 1, 129, 0,
@@ -678,7 +678,7 @@ def test_stream_k_shares_the_last_wave_in_the_analysis_and_the_launch():
     assert waves.efficiency == pytest.approx(1024 * 128 / ((7 * 128 + 97) * 132))
     persistent = analyze(load_spec(X3_SPEC), problem=(4096, 4096, 4096)).facts["wgmma_waves"]
     assert persistent.sk_tiles == 0 and persistent.efficiency == pytest.approx(1024 / (8 * 132))
-    req = Requirements.from_metadata(artifacts.metadata)
+    req = KernelRequirements.from_metadata(artifacts.metadata)
     assert req.launch.workspace == Workspace(partial_bytes=65536, consumers=2)
     # 64 tiles shared by 128 blocks: two a tile, each tile's pair starting at the same k-tiles (the aligned
     # split of the wgmma path, which leaves 4 SMs idle rather than split tiles unevenly)

@@ -2,7 +2,7 @@
 
 They check every argument the kernels cannot handle, choose the vector or the scalar kernel,
 opt in to more dynamic shared memory where needed and launch (for stream-K: two kernels after
-preparing C). The Python runtime (runtime.py) makes the same decisions from the same plan metadata.
+preparing C). The Python runtime (runtime/) makes the same decisions from the same plan metadata.
 """
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def timing_pool(args: argparse.Namespace):
 def read_template(args: argparse.Namespace) -> tuple[str, list, list[Size]] | int:
     """The template's path, its candidates and `--sizes`; an exit status (after the error) when one is bad:
     1 for the template, 2 for the sizes."""
-    from ..runtime import parse_sizes
+    from ..runtime.commands import parse_sizes
 
     try:
         sizes = parse_sizes(args.sizes)
@@ -263,7 +263,7 @@ def unwritable(path: str | Path) -> str | None:
 
 def time_with_options(args: argparse.Namespace, path: str, work: Callable):
     """`work(pool, db)` on the pool and database the options name; an exit status when it cannot time."""
-    from ..runtime import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
+    from ..runtime.environment import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas
     from ..tune_db import TuneDB, TuneDBError
     from ..tune_workers import GPU_BACKEND, WorkerError
 

@@ -83,8 +83,9 @@ def prebuild(survivors: Sequence[Survivor], jobs: int, template_path: str) -> No
     try:
         import cupy
 
+        from ..cache_root import cache_dir
         from ..compiler import compile_source
-        from ..runtime import BinaryCache, build_target, cache_dir, compile_cubin, cubin_cache_name
+        from ..runtime.binaries import BinaryCache, build_target, compile_cubin, cubin_cache_name
 
         cache = BinaryCache(cache_dir())
         compute_capability = cupy.cuda.Device().compute_capability
@@ -110,7 +111,7 @@ def prebuild(survivors: Sequence[Survivor], jobs: int, template_path: str) -> No
 
 def _cubin_or_none(source: str, target: str) -> bytes | None:
     """A prebuild worker: the cubin, or None when the candidate does not build (loading it says why)."""
-    from ..runtime import KernelBuildError, compile_cubin
+    from ..runtime.binaries import KernelBuildError, compile_cubin
 
     try:
         return compile_cubin(source, target)
