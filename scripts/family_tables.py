@@ -3,10 +3,10 @@ per family its ratios to cuBLAS (the member the family ran, and the fastest memb
 reach), the rule's regret (the picked member's time over the fastest member's) and the cycle model's truth
 (predicted against measured time per member and shape, and the rank correlation of the members per shape).
 
-    python3 scripts/family_tables.py study.json [--profile gemmdsl/profiles/h200.json] [--shapes]
+    [GEMMDSL_GPU=PROFILE] python3 scripts/family_tables.py study.json [--rule] [--shapes]
 
-The predictions are today's: each family is compiled here, and its members' models (the profile named, else the
-target's reference profile) priced at every shape the study timed, so a change to the model is judged against
+The predictions are today's: each family is compiled here, and its members' models (on the profile $GEMMDSL_GPU
+names, else the target's reference GPU's: docs/calibration.md) priced at every shape the study timed, so a change to the model is judged against
 times measured before it. `--rule` judges the rule the same way: the member today's model picks, at its measured
 time, where the study timed it.
 """
@@ -15,24 +15,29 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from gemmdsl.cycles import choose, estimate  # noqa: E402
 from gemmdsl.family import compile_family_path  # noqa: E402
-from gemmdsl.gpu_profile import profile_for  # noqa: E402
+from gemmdsl.targets import ARCHS  # noqa: E402
 
-FAMILY_FILES = {
-    "hgemm_h100_bf16c": "specs/hgemm_h100_bf16c_family.gemmf",
-    "hgemm_h100": "specs/hgemm_h100_family.gemmf",
-    "hgemm_h100_f16": "specs/hgemm_h100_f16_family.gemmf",
-    "tf32_h100": "specs/tf32_h100_family.gemmf",
-    "sgemm_h100": "specs/sgemm_family.gemmf",
-    "sgemm_3xtf32_h100_sk": "specs/sgemm_3xtf32_h100_family.gemmf",
-}
+def family_files() -> dict[str, Path]:
+    """The shipped families by their first member's name, as the study's rows name them (`members[0]`)."""
+    found = {}
+    for path in sorted((ROOT / "specs").glob("*.gemmf")):
+        first = re.search(r"^\s*use\s+(\w+)\.gemm", path.read_text(), re.M)
+        if first:
+            found.setdefault(first[1], path)
+    return found
+
+
+FAMILY_FILES = family_files()
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -65,13 +70,12 @@ def summary(ratios: list[float]) -> str:
             f"{sum(r < 0.6 for r in ratios)}")
 
 
-def tables(rows: list[dict], profile_name: str | None, rule: bool, per_shape: bool) -> list[str]:
+def tables(rows: list[dict], rule: bool = False, per_shape: bool = False) -> list[str]:
     families: dict[str, list[dict]] = {}
     for row in rows:
         if "cublas" in row:
             families.setdefault(row["members"][0], []).append(row)
-    profile = profile_for(90, profile_name)
-    clock = profile.clock_mhz
+    clock = ARCHS[90].reference_clock_mhz  # the profile's: the clock the model's cycles are times at
     lines = ["| family | shapes | ran: geomean, p10, lowest, below 0.6x | total time vs cuBLAS | fastest member: "
              "geomean, p10, lowest, below 0.6x | picked within 5% of fastest | within 25% | worst regret | "
              "prediction within 20% | median Spearman |", "| --- " * 10 + "|"]
@@ -116,12 +120,11 @@ def tables(rows: list[dict], profile_name: str | None, rule: bool, per_shape: bo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", nargs="+")
-    parser.add_argument("--profile", help="a profile's name or file (default: the target's reference GPU)")
     parser.add_argument("--rule", action="store_true", help="judge the rule as the model picks now")
     parser.add_argument("--shapes", action="store_true", help="also every shape's row")
     args = parser.parse_args(argv)
     rows = [row for path in args.study for row in json.loads(Path(path).read_text())["rows"]]
-    print("\n".join(tables(rows, args.profile, args.rule, args.shapes)))
+    print("\n".join(tables(rows, args.rule, args.shapes)))
     return 0
 
 
