@@ -311,6 +311,14 @@ def memory_fields(spec: ir.KernelSpec) -> dict:
                 element_bytes=(problem.a.dtype.bytes, problem.b.dtype.bytes, problem.c.dtype.bytes))
 
 
+def alignment_fields(spec: ir.KernelSpec, align_bytes: int) -> dict:
+    """The MemberModel fields that say when a call's packed operands misalign a member's widest reads of A and B
+    (`align_bytes`): which extent is each one's leading dimension, and the elements it must be a multiple of."""
+    problem = spec.problem
+    return dict(a_ld_is_k=problem.a.layout is ir.MatrixLayout.ROW, b_ld_is_k=problem.b.layout is ir.MatrixLayout.COL,
+                a_align=align_bytes // problem.a.dtype.bytes, b_align=align_bytes // problem.b.dtype.bytes)
+
+
 def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
     """The MemberModel fields of an FMA or mma.sync spec beside its path's cycles: its tile, bounds and
     schedule, and what its launcher's stream-K costs (two more launches, its floor of saved k-tiles)."""

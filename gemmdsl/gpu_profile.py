@@ -128,11 +128,11 @@ def load_profile(name: str) -> GpuProfile:
             mma_sync_macs_per_clock=dict(data["mma_sync_macs_per_clock"]),
             wgmma_macs_per_clock=dict(data.get("wgmma_macs_per_clock", {})),
             **{key: int(fitted[key]) for key in FITTED}, source=str(data.get("source", "")))
+    except ProfileError:
+        raise
     except OSError as err:
         raise ProfileError(f"{path}: cannot read the GPU profile: {err.strerror}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        if isinstance(err, ProfileError):
-            raise
         raise ProfileError(f"{path}: not a GPU profile ({type(err).__name__}: {err}); `gemmdsl calibrate -o "
                            f"{path.name}` writes one") from None
 

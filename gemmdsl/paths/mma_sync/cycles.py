@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ... import ir
-from ...cycles import MemberModel, launched_fields
+from ...cycles import MemberModel, alignment_fields, launched_fields
 from ...targets import ISSUE_PER_CLOCK, MMA_SYNC_MACS_PER_CLOCK, MMA_SYNC_NARROW_FACTOR, SMEM_LATENCY
 
 VECTOR_BYTES = 16  # the widest global access of a checked mma.sync kernel: its vector kernel's
@@ -59,8 +59,7 @@ def mma_sync_member_model(spec: ir.KernelSpec, facts: dict, sms: int, unit: str)
         return max(rates) + math.ceil(exposed / resident)  # another resident block issues while one waits
 
     problem = spec.problem
-    narrow = dict(a_ld_is_k=problem.a.layout is ir.MatrixLayout.ROW, b_ld_is_k=problem.b.layout is ir.MatrixLayout.COL,
-                  a_align=VECTOR_BYTES // problem.a.dtype.bytes, b_align=VECTOR_BYTES // problem.b.dtype.bytes,
+    narrow = dict(**alignment_fields(spec, VECTOR_BYTES),
                   narrow_factor=MMA_SYNC_NARROW_FACTOR.get(spec.target.sm, {}).get(problem.a.dtype.bytes, 1))
     return MemberModel(**common, **(narrow if problem.checked else {}), blocks_per_sm=blocks,
                        k_tile_cycles=tuple(k_tile(r) for r in range(1, blocks + 1)), tensor_cycles=tensor,

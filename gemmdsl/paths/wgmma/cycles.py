@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ... import ir
-from ...cycles import MemberModel, memory_fields
+from ...cycles import MemberModel, alignment_fields, memory_fields
 from .pad import pads_operands
 from ...targets import (CALL_CYCLES, HBM_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, PAD_BYTES_PER_CLOCK, PAD_CALL_CYCLES, L2_BLOCK_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES,
                         SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, STREAM_K_FIXUP_BYTES_PER_CLOCK, WARP,
@@ -63,9 +63,8 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
                        call_cycles=CALL_CYCLES.get(sm, 0), stage_bytes=layout.stage_bytes,
                        k_tile_base_cycles=max(tensor, wavefronts, ring), k_tile_wait_cycles=wait,
                        l2_bytes_per_clock=l2 * sms, l2_block_bytes_per_clock=L2_BLOCK_BYTES_PER_CLOCK[sm],
-                       pads=pads_operands(spec), a_ld_is_k=problem.a.layout is ir.MatrixLayout.ROW,
-                       b_ld_is_k=problem.b.layout is ir.MatrixLayout.COL, a_align=TMA_ALIGN_BYTES // problem.a.dtype.bytes,
-                       b_align=TMA_ALIGN_BYTES // problem.b.dtype.bytes, pad_call_cycles=PAD_CALL_CYCLES[sm],
+                       pads=pads_operands(spec), **alignment_fields(spec, TMA_ALIGN_BYTES),
+                       pad_call_cycles=PAD_CALL_CYCLES[sm],
                        pad_bytes_per_clock=PAD_BYTES_PER_CLOCK[sm],
                        terms=(("wgmma_cycles_per_k_tile", tensor), ("smem_wavefronts_per_k_tile", wavefronts),
                               ("tma_cycles_per_k_tile", tma), ("l2_bytes_per_clock", l2),
