@@ -550,28 +550,41 @@ extern "C" __global__ void __launch_bounds__(256) linear_gelu_pingpong_scale_c(_
     #endif
 }
 
-// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
-// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
-// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's elements, then B's, in spans of
+// 512 consecutive elements across the rows, a warp to a span, each lane loading 16 elements 32 apart
+// before storing them, so that a warp has 16 loads in flight on rows whose alignment allows no wider ones.
+// A matrix with no rows is not copied.
 extern "C" __global__ void __launch_bounds__(256) linear_gelu_pingpong_pad_operands(
     const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
     const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
 {
-    constexpr int CHUNK = 16;
-    const long long warps = (long long)gridDim.x * 8;
+    constexpr int CHUNK = 16, SPAN = 32 * CHUNK;
+    const long long a_elements = (long long)a_rows * a_cols, b_elements = (long long)b_rows * b_cols;
+    const long long a_spans = (a_elements + SPAN - 1) / SPAN, spans = a_spans + (b_elements + SPAN - 1) / SPAN;
     const int lane = threadIdx.x % 32;
-    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
-        const bool of_a = row < a_rows;
-        const unsigned short* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
-        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+    for (long long span = (long long)blockIdx.x * 8 + threadIdx.x / 32; span < spans; span += (long long)gridDim.x * 8) {
+        const bool of_a = span < a_spans;
+        const unsigned short* const from = of_a ? a : b;
+        unsigned short* const to = of_a ? a_copy : b_copy;
+        const long long ld = of_a ? lda : ldb, ld_copy = of_a ? lda_copy : ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
-        for (int first = lane; first < cols; first += 32 * CHUNK) {
-            unsigned short v[CHUNK];
-            #pragma unroll
-            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
-            #pragma unroll
-            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
+        const long long first = (of_a ? span : span - a_spans) * SPAN + lane;
+        const long long left = (of_a ? a_elements : b_elements) - first;  // elements from this lane's first on
+        long long row = first / cols;
+        int col = (int)(first - row * cols);
+        unsigned short v[CHUNK];
+        long long at[CHUNK];  // each element's offset in the copy
+        #pragma unroll
+        for (int j = 0; j < CHUNK; ++j) {
+            if (32 * j < left) {
+                v[j] = from[row * ld + col];
+                at[j] = row * ld_copy + col;
+            }
+            col += 32;
+            if (col >= cols) { row += col / cols; col %= cols; }  // on to a later row (several, where rows are short)
         }
+        #pragma unroll
+        for (int j = 0; j < CHUNK; ++j) if (32 * j < left) to[at[j]] = v[j];
     }
 }
 
@@ -730,9 +743,9 @@ extern "C" cudaError_t linear_gelu_pingpong_launch_ld_padded(const __nv_bfloat16
     if (err != cudaSuccess) return err;
     __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
     __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
-    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
-    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
-    linear_gelu_pingpong_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    const long long spans = ((long long)a_rows * a_cols + 511) / 512 + ((long long)b_rows * b_cols + 511) / 512;
+    const long long pad_blocks = (spans + 7) / 8 < 4096 ? (spans + 7) / 8 : 4096;
+    linear_gelu_pingpong_pad_operands<<<(unsigned)pad_blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
     err = cudaGetLastError();
     if (err == cudaSuccess) {
         err = linear_gelu_pingpong_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, bias, alpha, beta, stream);

@@ -3,16 +3,19 @@ in every 2-D wgmma file, and the family launchers that run a refused call on the
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gemmdsl.compiler import compile_path
 from gemmdsl.family import compile_family_path
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths import path_of
-from gemmdsl.launch_plan import PAD_MIN_REUSE, PAD_MIN_WORK
+from gemmdsl.paths.wgmma.pad import STORAGE
+from gemmdsl.launch_plan import PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SPAN, PAD_THREADS
 from gemmdsl.runtime import KernelRequirements, OperandView, padded_copies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,3 +104,65 @@ def test_a_tensor_map_fetches_256_bytes_into_l2_unless_its_rows_start_off_a_sect
     assert requests["a"].promotion == expected and requests["b"].promotion == L2_PROMOTION_256B
     assert ("off_sector ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
             in artifacts.cuda)
+
+
+PAD_SPECS = {1: "fp8_h100", 2: "hgemm_h100_bf16c", 4: "tf32_h100"}  # a wgmma spec per element size
+
+
+@pytest.fixture(scope="module")
+def pad_runners(tmp_path_factory):
+    """tests/emulator/pad_runner.cpp built around each element size's padded-copy kernel, cut from its file."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    runners = {}
+    for size, spec in PAD_SPECS.items():
+        cuda = compile_path(ROOT / "specs" / f"{spec}.gemm").cuda
+        entry = f"{spec}_pad_operands"
+        start = cuda.rindex("\n", 0, cuda.index(f" {entry}(")) + 1
+        kernel = cuda[start:cuda.index("\n}\n", start) + 3]
+        directory = tmp_path_factory.mktemp(f"pad{size}")
+        (directory / "kernel.inc").write_text(kernel)
+        runner = directory / "runner"
+        subprocess.run(["g++", "-std=c++17", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        "-Wno-unknown-pragmas", f"-I{directory}", f'-DPAD_KERNEL="kernel.inc"', f"-DPAD_ENTRY={entry}",
+                        f"-DPAD_THREADS={PAD_THREADS}", f"-DPAD_ELEMENT={STORAGE[size]}", str(ROOT / "tests" / "emulator" / "pad_runner.cpp"),
+                        "-o", str(runner)], check=True, capture_output=True, text=True)
+        runners[size] = runner
+    return runners
+
+
+def run_pad(runner: Path, size: int, a: tuple[int, int, int], b: tuple[int, int, int], blocks: int | None = None) -> str:
+    """Copies A and B (rows, cols, ld) into rows PAD_ROW_BYTES apart on `blocks` blocks (PAD_GRID's by default)."""
+    row = PAD_ROW_BYTES // size
+    args = [str(size)]
+    for rows, cols, ld in (a, b):
+        args += [str(rows), str(cols), str(ld), str(-(-cols // row) * row)]
+    if blocks is None:
+        blocks = PAD_GRID.evaluate({"a_rows": a[0], "a_cols": a[1], "b_rows": b[0], "b_cols": b[1]})["pad_blocks"]
+    done = subprocess.run([str(runner), *args, str(blocks)], capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("a, b", [((3, 5001, 5001), (5, 5001, 5003)),  # decode: a few rows of a long K
+                                  ((700, 2, 2), (3, 2, 2)),  # rows shorter than a warp: a span crosses many
+                                  ((0, 77, 77), (513, 77, 80)),  # A not copied
+                                  ((37, 1, 1), (0, 9, 9))])
+@pytest.mark.parametrize("size", sorted(PAD_SPECS))
+def test_the_padded_copy_kernel_copies_every_element_and_nothing_else(pad_runners, size, a, b):
+    assert run_pad(pad_runners[size], size, a, b).strip() == "ok"
+
+
+@given(size=st.sampled_from(sorted(PAD_SPECS)), rows=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+       cols=st.tuples(st.integers(1, 1500), st.integers(1, 1500)), extra=st.tuples(st.integers(0, 9), st.integers(0, 9)),
+       blocks=st.one_of(st.none(), st.integers(1, 3)))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_padded_copy_covers_any_extents_on_any_grid(pad_runners, size, rows, cols, extra, blocks):
+    """Spans across rows, a matrix left out, and a grid smaller than the spans (the blocks stride over them)."""
+    a, b = ((r, c, c + e) for r, c, e in zip(rows, cols, extra))
+    assert run_pad(pad_runners[size], size, a, b, blocks).strip() == "ok"
+
+
+def test_the_padded_copy_spreads_a_few_long_rows_over_the_gpu():
+    """A decode call's copy: 16 + 8 rows of K = 28,000 take as many blocks as their elements need, not 3."""
+    grid = PAD_GRID.evaluate({"a_rows": 16, "a_cols": 28000, "b_rows": 8, "b_cols": 28000})["pad_blocks"]
+    assert grid == -(-(-(-16 * 28000 // PAD_SPAN) + -(-8 * 28000 // PAD_SPAN)) // 8) > 132

@@ -20,7 +20,7 @@ from ..devices import operands_device
 from ..fuse_operands import (FUSE_OPERANDS, FuseOperands, check_no_overlap_with_c, check_operand_names,
                              fuse_arguments, fuse_views, moved)
 from ..grouped_call import check_offs, check_offs_given, map_batches
-from ..launch_plan import PAD_MAX_BLOCKS, PAD_ROWS_PER_BLOCK, PAD_THREADS, SCALE_C_THREADS
+from ..launch_plan import PAD_GRID, PAD_THREADS, SCALE_C_THREADS
 from ..load_cache import compiled_spec
 from ..schedule import SubLaunch
 from ..source import SourceFile
@@ -263,8 +263,9 @@ class Kernel:
                           numpy.uint64(array_view(name, padded[name]).pointer), numpy.int64(ld), numpy.int32(rows),
                           numpy.int32(cols)]
         bound = self._bind_operands((padded["A"], padded["B"], *operands[2:]), options)
-        rows = sum(copy[0] for copy in copies.values())
-        grid = (min(-(-rows // PAD_ROWS_PER_BLOCK), PAD_MAX_BLOCKS), 1, 1)
+        extents = {f"{name.lower()}_{axis}": copies[name][i] if name in copies else 0
+                   for name in ("A", "B") for i, axis in enumerate(("rows", "cols"))}
+        grid = (PAD_GRID.evaluate(extents)["pad_blocks"], 1, 1)
         pad = KernelLaunch(self._module_on(device).functions[req.launch.entries.pad_operands], grid,
                            (PAD_THREADS, 1, 1), tuple(arguments), 0)
         # The caller's operands, and the copies (the launches hold their addresses) before what the call made.

@@ -29,8 +29,8 @@ from ... import ir
 from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguous_extent, pad_operands_entry,
                     padded_launcher_name)
 from ...emitter import Emitter
-from ...launch_plan import (PAD_MAX_BLOCKS, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_ROWS_PER_BLOCK, PAD_THREADS,
-                            SECTOR_BYTES)
+from ...launch_plan import (PAD_CHUNK, PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SPAN, PAD_THREADS,
+                            PAD_WARPS_PER_BLOCK, SECTOR_BYTES)
 from ...plan import KernelPlan
 
 
@@ -41,7 +41,6 @@ def pads_operands(spec: ir.KernelSpec) -> bool:
 
 
 STORAGE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}  # the copy moves elements as their bits
-PAD_CHUNK = 16  # elements a lane loads before it stores any: 16 loads in flight per lane, whatever the alignment
 
 
 def storage_type(spec: ir.KernelSpec) -> str:
@@ -52,32 +51,48 @@ def storage_type(spec: ir.KernelSpec) -> str:
 
 
 def emit_pad_kernel(plan: KernelPlan, o: Emitter) -> None:
+    """The copy walks spans of PAD_SPAN consecutive elements of one matrix, across its rows, a warp to a span
+    (launch_plan.PAD_GRID counts them): a warp to a row left a decode call's few rows of a long K on a few SMs,
+    each warp one round trip to memory per PAD_SPAN elements."""
     spec = plan.spec
     t = storage_type(spec)
-    o.comment("Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,\n"
-              f"a warp to a row, each lane loading {PAD_CHUNK} elements 32 apart before storing them, so that a warp has\n"
-              f"{PAD_CHUNK} loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.")
+    o.comment("Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's elements, then B's, in spans of\n"
+              f"{PAD_SPAN} consecutive elements across the rows, a warp to a span, each lane loading {PAD_CHUNK} elements "
+              "32 apart\nbefore storing them, so that a warp has "
+              f"{PAD_CHUNK} loads in flight on rows whose alignment allows no wider ones.\n"
+              "A matrix with no rows is not copied.")
     o.line(f'extern "C" __global__ void __launch_bounds__({PAD_THREADS}) {pad_operands_entry(spec)}(')
     o.line(f"    const {t}* __restrict__ a, long long lda, {t}* __restrict__ a_copy, long long lda_copy, "
            "int a_rows, int a_cols,")
     o.line(f"    const {t}* __restrict__ b, long long ldb, {t}* __restrict__ b_copy, long long ldb_copy, "
            "int b_rows, int b_cols)")
     with o.block(""):
-        o.line(f"constexpr int CHUNK = {PAD_CHUNK};")
-        o.line(f"const long long warps = (long long)gridDim.x * {PAD_ROWS_PER_BLOCK};")
+        o.line(f"constexpr int CHUNK = {PAD_CHUNK}, SPAN = 32 * CHUNK;")
+        o.line("const long long a_elements = (long long)a_rows * a_cols, b_elements = (long long)b_rows * b_cols;")
+        o.line("const long long a_spans = (a_elements + SPAN - 1) / SPAN, spans = a_spans + (b_elements + SPAN - 1) / SPAN;")
         o.line("const int lane = threadIdx.x % 32;")
-        with o.block(f"for (long long row = (long long)blockIdx.x * {PAD_ROWS_PER_BLOCK} + threadIdx.x / 32; "
-                     "row < (long long)a_rows + b_rows; row += warps)"):
-            o.line("const bool of_a = row < a_rows;")
-            o.line(f"const {t}* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;")
-            o.line(f"{t}* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;")
+        with o.block(f"for (long long span = (long long)blockIdx.x * {PAD_WARPS_PER_BLOCK} + threadIdx.x / 32; "
+                     f"span < spans; span += (long long)gridDim.x * {PAD_WARPS_PER_BLOCK})"):
+            o.line("const bool of_a = span < a_spans;")
+            o.line(f"const {t}* const from = of_a ? a : b;")
+            o.line(f"{t}* const to = of_a ? a_copy : b_copy;")
+            o.line("const long long ld = of_a ? lda : ldb, ld_copy = of_a ? lda_copy : ldb_copy;")
             o.line("const int cols = of_a ? a_cols : b_cols;")
-            with o.block("for (int first = lane; first < cols; first += 32 * CHUNK)"):
-                o.line(f"{t} v[CHUNK];")
-                o.line("#pragma unroll")
-                o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];")
-                o.line("#pragma unroll")
-                o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];")
+            o.line("const long long first = (of_a ? span : span - a_spans) * SPAN + lane;")
+            o.line("const long long left = (of_a ? a_elements : b_elements) - first;  // elements from this lane's first on")
+            o.line("long long row = first / cols;")
+            o.line("int col = (int)(first - row * cols);")
+            o.line(f"{t} v[CHUNK];")
+            o.line("long long at[CHUNK];  // each element's offset in the copy")
+            o.line("#pragma unroll")
+            with o.block("for (int j = 0; j < CHUNK; ++j)"):
+                with o.block("if (32 * j < left)"):
+                    o.line("v[j] = from[row * ld + col];")
+                    o.line("at[j] = row * ld_copy + col;")
+                o.line("col += 32;")
+                o.line("if (col >= cols) { row += col / cols; col %= cols; }  // on to a later row (several, where rows are short)")
+            o.line("#pragma unroll")
+            o.line("for (int j = 0; j < CHUNK; ++j) if (32 * j < left) to[at[j]] = v[j];")
 
 
 def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
@@ -118,10 +133,9 @@ def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
         o.line("if (err != cudaSuccess) return err;")
         o.line(f"{a}* const a_copy = static_cast<{a}*>(scratch);")
         o.line(f"{b}* const b_copy = reinterpret_cast<{b}*>(static_cast<char*>(scratch) + a_bytes);")
-        o.line(f"const long long rows_blocks = (a_rows + b_rows + {PAD_ROWS_PER_BLOCK - 1}) / {PAD_ROWS_PER_BLOCK};")
-        o.line(f"const unsigned blocks = (unsigned)(rows_blocks < {PAD_MAX_BLOCKS} ? rows_blocks : {PAD_MAX_BLOCKS});")
+        PAD_GRID.render_inline(o)
         t = storage_type(spec)
-        o.line(f"{pad_operands_entry(spec)}<<<blocks, {PAD_THREADS}, 0, stream>>>(reinterpret_cast<const {t}*>(A), lda, "
+        o.line(f"{pad_operands_entry(spec)}<<<(unsigned)pad_blocks, {PAD_THREADS}, 0, stream>>>(reinterpret_cast<const {t}*>(A), lda, "
                f"reinterpret_cast<{t}*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const {t}*>(B), "
                f"ldb, reinterpret_cast<{t}*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);")
         o.line("err = cudaGetLastError();")
