@@ -25,11 +25,11 @@ from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call
 
 SCALE_C_THREADS = 256  # the K = 0 kernel's block
 SCALE_C_MAX_BLOCKS = 1024  # its blocks per GEMM, at most: they stride over C's elements
-PAD_THREADS = 256  # the padded copies' kernel (paths/wgmma/pad.py): a warp to a span of elements
+PAD_THREADS = 256  # the padded copies' kernel (paths/wgmma/pad.py): a warp to a segment of a row
 PAD_WARPS_PER_BLOCK = PAD_THREADS // 32
 PAD_CHUNK = 16  # elements a lane loads before it stores any: 16 loads in flight per lane, whatever the alignment
-PAD_SPAN = 32 * PAD_CHUNK  # consecutive elements of one matrix (across its rows) that a warp copies at a time
-PAD_MAX_BLOCKS = 4096  # its blocks, at most: they stride over the spans
+PAD_SEGMENT = 32 * PAD_CHUNK  # a row's elements that a warp copies at a time: the rows' segments
+PAD_MAX_BLOCKS = 4096  # its blocks, at most: they stride over the segments
 PAD_ROW_BYTES = 128  # the copies' rows start 128 bytes apart: whole L2 lines, whole 32-byte sectors
 SECTOR_BYTES = 32  # TMA reads rows that start 16 bytes into a 32-byte sector at about 1.6x the time (pad.py)
 PAD_MIN_REUSE = 768  # copy such an operand only where the kernel uses each of its elements this many times (pad.py)
@@ -59,13 +59,12 @@ SCALE_C_GRID = Rule("scale_c_grid", ("M", "N"), (
     Let("scale_blocks", minimum(Var("element_blocks"), SCALE_C_MAX_BLOCKS))))
 
 
-# The padded copies' blocks (Entries.pad_operands): A's and B's elements, each matrix cut into spans of PAD_SPAN
-# consecutive elements (across its rows), a warp to a span, so a few long rows spread over every SM as much as
-# many short ones do.
+# The padded copies' blocks (Entries.pad_operands): each row of A and of B cut into segments of PAD_SEGMENT elements,
+# a warp to a segment, so a few long rows spread over every SM as many short ones do.
 PAD_GRID = Rule("pad_grid", ("a_rows", "a_cols", "b_rows", "b_cols"), (
-    Let("spans", ceil_div(cast("long long", Var("a_rows")) * Var("a_cols"), PAD_SPAN)
-        + ceil_div(cast("long long", Var("b_rows")) * Var("b_cols"), PAD_SPAN)),
-    Let("pad_blocks", minimum(ceil_div(Var("spans"), PAD_WARPS_PER_BLOCK), PAD_MAX_BLOCKS))))
+    Let("segments", cast("long long", Var("a_rows")) * ceil_div(Var("a_cols"), PAD_SEGMENT)
+        + cast("long long", Var("b_rows")) * ceil_div(Var("b_cols"), PAD_SEGMENT)),
+    Let("pad_blocks", minimum(ceil_div(Var("segments"), PAD_WARPS_PER_BLOCK), PAD_MAX_BLOCKS))))
 
 
 class GridRule(enum.Enum):

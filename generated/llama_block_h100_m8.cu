@@ -765,41 +765,30 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m8_scale_c(__
     #endif
 }
 
-// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's elements, then B's, in spans of
-// 512 consecutive elements across the rows, a warp to a span, each lane loading 16 elements 32 apart
-// before storing them, so that a warp has 16 loads in flight on rows whose alignment allows no wider ones.
-// A matrix with no rows is not copied.
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's rows, then B's, in segments of
+// 512 elements, a warp to a segment, each lane loading 16 elements 32 apart before storing them,
+// so that a warp has 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
 extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m8_pad_operands(
     const unsigned short* __restrict__ a, long long lda, unsigned short* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
     const unsigned short* __restrict__ b, long long ldb, unsigned short* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
 {
-    constexpr int CHUNK = 16, SPAN = 32 * CHUNK;
-    const long long a_elements = (long long)a_rows * a_cols, b_elements = (long long)b_rows * b_cols;
-    const long long a_spans = (a_elements + SPAN - 1) / SPAN, spans = a_spans + (b_elements + SPAN - 1) / SPAN;
+    constexpr int CHUNK = 16, SEGMENT = 32 * CHUNK;
+    const int a_segments = (a_cols + SEGMENT - 1) / SEGMENT, b_segments = (b_cols + SEGMENT - 1) / SEGMENT;
+    const long long a_items = (long long)a_rows * a_segments, items = a_items + (long long)b_rows * b_segments;
     const int lane = threadIdx.x % 32;
-    for (long long span = (long long)blockIdx.x * 8 + threadIdx.x / 32; span < spans; span += (long long)gridDim.x * 8) {
-        const bool of_a = span < a_spans;
-        const unsigned short* const from = of_a ? a : b;
-        unsigned short* const to = of_a ? a_copy : b_copy;
-        const long long ld = of_a ? lda : ldb, ld_copy = of_a ? lda_copy : ldb_copy;
+    for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
+        const bool of_a = item < a_items;
+        const int segments = of_a ? a_segments : b_segments;
+        const long long row = (of_a ? item : item - a_items) / segments;
+        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
+        unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
-        const long long first = (of_a ? span : span - a_spans) * SPAN + lane;
-        const long long left = (of_a ? a_elements : b_elements) - first;  // elements from this lane's first on
-        long long row = first / cols;
-        int col = (int)(first - row * cols);
         unsigned short v[CHUNK];
-        long long at[CHUNK];  // each element's offset in the copy
         #pragma unroll
-        for (int j = 0; j < CHUNK; ++j) {
-            if (32 * j < left) {
-                v[j] = from[row * ld + col];
-                at[j] = row * ld_copy + col;
-            }
-            col += 32;
-            if (col >= cols) { row += col / cols; col %= cols; }  // on to a later row (several, where rows are short)
-        }
+        for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
         #pragma unroll
-        for (int j = 0; j < CHUNK; ++j) if (32 * j < left) to[at[j]] = v[j];
+        for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
     }
 }
 
@@ -1023,8 +1012,8 @@ extern "C" cudaError_t llama_block_h100_m8_launch_ld_padded(const __nv_bfloat16*
     if (err != cudaSuccess) return err;
     __nv_bfloat16* const a_copy = static_cast<__nv_bfloat16*>(scratch);
     __nv_bfloat16* const b_copy = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + a_bytes);
-    const long long spans = ((long long)a_rows * a_cols + 511) / 512 + ((long long)b_rows * b_cols + 511) / 512;
-    const long long pad_blocks = (spans + 7) / 8 < 4096 ? (spans + 7) / 8 : 4096;
+    const long long segments = (long long)a_rows * ((a_cols + 511) / 512) + (long long)b_rows * ((b_cols + 511) / 512);
+    const long long pad_blocks = (segments + 7) / 8 < 4096 ? (segments + 7) / 8 : 4096;
     llama_block_h100_m8_pad_operands<<<(unsigned)pad_blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned short*>(A), lda, reinterpret_cast<unsigned short*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned short*>(B), ldb, reinterpret_cast<unsigned short*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
     err = cudaGetLastError();
     if (err == cudaSuccess) {

@@ -15,7 +15,7 @@ from gemmdsl.family import compile_family_path
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths import path_of
 from gemmdsl.paths.wgmma.pad import STORAGE
-from gemmdsl.launch_plan import PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SPAN, PAD_THREADS
+from gemmdsl.launch_plan import PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SEGMENT, PAD_THREADS
 from gemmdsl.runtime import KernelRequirements, OperandView, padded_copies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def run_pad(runner: Path, size: int, a: tuple[int, int, int], b: tuple[int, int,
 
 
 @pytest.mark.parametrize("a, b", [((3, 5001, 5001), (5, 5001, 5003)),  # decode: a few rows of a long K
-                                  ((700, 2, 2), (3, 2, 2)),  # rows shorter than a warp: a span crosses many
+                                  ((700, 2, 2), (3, 2, 2)),  # rows shorter than a warp
                                   ((0, 77, 77), (513, 77, 80)),  # A not copied
                                   ((37, 1, 1), (0, 9, 9))])
 @pytest.mark.parametrize("size", sorted(PAD_SPECS))
@@ -157,7 +157,8 @@ def test_the_padded_copy_kernel_copies_every_element_and_nothing_else(pad_runner
        blocks=st.one_of(st.none(), st.integers(1, 3)))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_the_padded_copy_covers_any_extents_on_any_grid(pad_runners, size, rows, cols, extra, blocks):
-    """Spans across rows, a matrix left out, and a grid smaller than the spans (the blocks stride over them)."""
+    """Rows of one segment or several, a matrix left out, and a grid smaller than the segments (the blocks stride
+    over them)."""
     a, b = ((r, c, c + e) for r, c, e in zip(rows, cols, extra))
     assert run_pad(pad_runners[size], size, a, b, blocks).strip() == "ok"
 
@@ -165,4 +166,4 @@ def test_the_padded_copy_covers_any_extents_on_any_grid(pad_runners, size, rows,
 def test_the_padded_copy_spreads_a_few_long_rows_over_the_gpu():
     """A decode call's copy: 16 + 8 rows of K = 28,000 take as many blocks as their elements need, not 3."""
     grid = PAD_GRID.evaluate({"a_rows": 16, "a_cols": 28000, "b_rows": 8, "b_cols": 28000})["pad_blocks"]
-    assert grid == -(-(-(-16 * 28000 // PAD_SPAN) + -(-8 * 28000 // PAD_SPAN)) // 8) > 132
+    assert grid == -(-(16 + 8) * -(-28000 // PAD_SEGMENT) // 8) > 132

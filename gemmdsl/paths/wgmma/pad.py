@@ -29,7 +29,7 @@ from ... import ir
 from ...abi import (fuse_arguments, launcher_parameters, outer_extent, contiguous_extent, pad_operands_entry,
                     padded_launcher_name)
 from ...emitter import Emitter
-from ...launch_plan import (PAD_CHUNK, PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SPAN, PAD_THREADS,
+from ...launch_plan import (PAD_CHUNK, PAD_GRID, PAD_MIN_REUSE, PAD_MIN_WORK, PAD_ROW_BYTES, PAD_SEGMENT, PAD_THREADS,
                             PAD_WARPS_PER_BLOCK, SECTOR_BYTES)
 from ...plan import KernelPlan
 
@@ -51,48 +51,40 @@ def storage_type(spec: ir.KernelSpec) -> str:
 
 
 def emit_pad_kernel(plan: KernelPlan, o: Emitter) -> None:
-    """The copy walks spans of PAD_SPAN consecutive elements of one matrix, across its rows, a warp to a span
-    (launch_plan.PAD_GRID counts them): a warp to a row left a decode call's few rows of a long K on a few SMs,
-    each warp one round trip to memory per PAD_SPAN elements."""
+    """A warp to a segment of PAD_SEGMENT elements of a row (launch_plan.PAD_GRID counts them): a warp to a whole row
+    left a decode call's few rows of a long K on a few SMs, one round trip to memory per PAD_SEGMENT elements each.
+    A segment's loads have constant offsets from one address; segments that ran across rows needed a row's
+    wrap per element and measured up to 2.5x slower on many rows of a moderate K (H200, docs/performance.md)."""
     spec = plan.spec
     t = storage_type(spec)
-    o.comment("Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's elements, then B's, in spans of\n"
-              f"{PAD_SPAN} consecutive elements across the rows, a warp to a span, each lane loading {PAD_CHUNK} elements "
-              "32 apart\nbefore storing them, so that a warp has "
-              f"{PAD_CHUNK} loads in flight on rows whose alignment allows no wider ones.\n"
-              "A matrix with no rows is not copied.")
+    o.comment("Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's rows, then B's, in segments of\n"
+              f"{PAD_SEGMENT} elements, a warp to a segment, each lane loading {PAD_CHUNK} elements 32 apart before storing "
+              "them,\nso that a warp has "
+              f"{PAD_CHUNK} loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.")
     o.line(f'extern "C" __global__ void __launch_bounds__({PAD_THREADS}) {pad_operands_entry(spec)}(')
     o.line(f"    const {t}* __restrict__ a, long long lda, {t}* __restrict__ a_copy, long long lda_copy, "
            "int a_rows, int a_cols,")
     o.line(f"    const {t}* __restrict__ b, long long ldb, {t}* __restrict__ b_copy, long long ldb_copy, "
            "int b_rows, int b_cols)")
     with o.block(""):
-        o.line(f"constexpr int CHUNK = {PAD_CHUNK}, SPAN = 32 * CHUNK;")
-        o.line("const long long a_elements = (long long)a_rows * a_cols, b_elements = (long long)b_rows * b_cols;")
-        o.line("const long long a_spans = (a_elements + SPAN - 1) / SPAN, spans = a_spans + (b_elements + SPAN - 1) / SPAN;")
+        o.line(f"constexpr int CHUNK = {PAD_CHUNK}, SEGMENT = 32 * CHUNK;")
+        o.line("const int a_segments = (a_cols + SEGMENT - 1) / SEGMENT, b_segments = (b_cols + SEGMENT - 1) / SEGMENT;")
+        o.line("const long long a_items = (long long)a_rows * a_segments, items = a_items + (long long)b_rows * b_segments;")
         o.line("const int lane = threadIdx.x % 32;")
-        with o.block(f"for (long long span = (long long)blockIdx.x * {PAD_WARPS_PER_BLOCK} + threadIdx.x / 32; "
-                     f"span < spans; span += (long long)gridDim.x * {PAD_WARPS_PER_BLOCK})"):
-            o.line("const bool of_a = span < a_spans;")
-            o.line(f"const {t}* const from = of_a ? a : b;")
-            o.line(f"{t}* const to = of_a ? a_copy : b_copy;")
-            o.line("const long long ld = of_a ? lda : ldb, ld_copy = of_a ? lda_copy : ldb_copy;")
+        with o.block(f"for (long long item = (long long)blockIdx.x * {PAD_WARPS_PER_BLOCK} + threadIdx.x / 32; "
+                     f"item < items; item += (long long)gridDim.x * {PAD_WARPS_PER_BLOCK})"):
+            o.line("const bool of_a = item < a_items;")
+            o.line("const int segments = of_a ? a_segments : b_segments;")
+            o.line("const long long row = (of_a ? item : item - a_items) / segments;")
+            o.line("const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;")
+            o.line(f"const {t}* const from = of_a ? a + row * lda : b + row * ldb;")
+            o.line(f"{t}* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;")
             o.line("const int cols = of_a ? a_cols : b_cols;")
-            o.line("const long long first = (of_a ? span : span - a_spans) * SPAN + lane;")
-            o.line("const long long left = (of_a ? a_elements : b_elements) - first;  // elements from this lane's first on")
-            o.line("long long row = first / cols;")
-            o.line("int col = (int)(first - row * cols);")
             o.line(f"{t} v[CHUNK];")
-            o.line("long long at[CHUNK];  // each element's offset in the copy")
             o.line("#pragma unroll")
-            with o.block("for (int j = 0; j < CHUNK; ++j)"):
-                with o.block("if (32 * j < left)"):
-                    o.line("v[j] = from[row * ld + col];")
-                    o.line("at[j] = row * ld_copy + col;")
-                o.line("col += 32;")
-                o.line("if (col >= cols) { row += col / cols; col %= cols; }  // on to a later row (several, where rows are short)")
+            o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];")
             o.line("#pragma unroll")
-            o.line("for (int j = 0; j < CHUNK; ++j) if (32 * j < left) to[at[j]] = v[j];")
+            o.line("for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];")
 
 
 def emit_padded_launcher(plan: KernelPlan, o: Emitter) -> None:
