@@ -274,6 +274,26 @@ def test_members_must_fuse_the_same_chain(tmp_path, other, says):
     assert "hint: members share the fuse section" in rendered
 
 
+def test_members_must_accumulate_alike(tmp_path):
+    """A promoted FP8 member beside a fast one: a call's accuracy would depend on the shape."""
+    promoted, fast = ((ROOT / "specs" / f"{name}.gemm").read_text() for name in ("fp8_rowwise", "fp8_h100_fast"))
+    rendered = family_error(tmp_path, "family f {\n    use a.gemm;\n    use b.gemm;\n}\n",
+                            {"a.gemm": promoted, "b.gemm": fast})
+    assert "f.gemmf:3:9: error: member fp8_h100_fast accumulates fast, but fp8_rowwise promoted" in rendered
+    assert "hint: members share `mma { accumulate: ...; }`" in rendered
+
+
+@pytest.mark.parametrize("name, fast", [("fp8_rowwise_family", False), ("fp8_fast_family", True)])
+def test_an_fp8_family_is_compared_with_scaled_mm_in_its_accumulation_mode(name, fast, monkeypatch):
+    """verify, bench and scripts/family_study.py read a family's comparison from its metadata, the members'."""
+    from fake_gpu import FakeGpu, fake_family
+    from gemmdsl.precisions import comparison
+
+    FakeGpu().install(monkeypatch)
+    compared = comparison(fake_family(ROOT / "specs" / f"{name}.gemmf").metadata)
+    assert (compared.unit, compared.fast_accumulation, compared.output_dtype) == ("fp8", fast, "bf16")
+
+
 def test_a_fused_family_passes_its_chain_through():
     """linear_gelu_family: the launchers take the members' bias and pass it on; NAME.json records the chain
     for the Python family (FamilyKernel) and verify; the rule takes 128x128 tiles where 128x256 leave SMs idle."""
