@@ -281,6 +281,12 @@ def _describe(spec: ir.KernelSpec) -> str:
             f"target sm_{spec.target.sm}")
 
 
+def _accumulate(spec: ir.KernelSpec) -> str | None:
+    """How an FP8 member sums K (fast or promoted; None on the other paths)."""
+    accumulate = spec.mma.accumulate if spec.mma is not None else None
+    return accumulate.value if accumulate is not None else None
+
+
 def _describe_chain(spec: ir.KernelSpec) -> str:
     """What a member's fuse section computes, with the types it reads."""
     fuse = spec.fuse
@@ -337,6 +343,12 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
                                  f"{members[0].artifacts.spec.name} {_describe_chain(members[0].artifacts.spec)}",
                                  "members share the fuse section (its keys and types), so that the family's "
                                  "launchers pass one set of the chain's operands to any of them"))
+        if members and _accumulate(artifacts.spec) != _accumulate(members[0].artifacts.spec):
+            errors.append(_error(token.span, f"member {artifacts.spec.name} accumulates "
+                                 f"{_accumulate(artifacts.spec)}, but {members[0].artifacts.spec.name} "
+                                 f"{_accumulate(members[0].artifacts.spec)}",
+                                 "members share `mma { accumulate: ...; }`, so that a call's sums are as accurate "
+                                 "whichever member runs it (and verify and bench compare with one reference)"))
         if any(other.artifacts.spec.name == artifacts.spec.name for other in members):
             errors.append(_error(token.span, f"two members are named {artifacts.spec.name}",
                                  "each member's kernels and launchers keep their spec's name"))

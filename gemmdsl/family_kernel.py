@@ -57,9 +57,9 @@ class FamilyKernel:
         self.models = family.models
         self.kernels = [Kernel(member.artifacts) for member in family.members]
         self.requirements = self.kernels[0].requirements  # layouts, epilogue, batch: shared by the members
-        # What verify and bench read of a kernel's metadata: its unit, element types and fuse chain, the members'
-        # own (a family's members share their fuse section).
-        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes", "fuse")
+        # What verify and bench read of a kernel's metadata: its unit, element types, fuse chain and FP8's
+        # accumulation, the members' own (a family's members share their fuse section and accumulation).
+        self.metadata = {key: self.kernels[0].metadata[key] for key in ("unit", "dtypes", "fuse", "accumulate")
                          if key in self.kernels[0].metadata}
         # The rule runs every member's cycle model; callers repeat shapes, so each shape's choice is kept.
         self._choose = lru_cache(maxsize=4096)(partial(choose, self.models, measured=family.measured))

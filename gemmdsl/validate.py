@@ -98,7 +98,7 @@ class _Checker:
     def run(self) -> None:
         self.check_name()
         self.check_problem()
-        check_fuse(self.spec, self.error)
+        check_fuse(self.spec, self.error, self.path.stream_k_sums_whole)
         self.path.validate(self)
 
     def check_tiles(self, path: Any) -> None:

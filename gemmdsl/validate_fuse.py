@@ -13,8 +13,9 @@ from .source import Span
 Report = Callable[[Span, str, str | None], None]
 
 
-def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
-    """Every rule of the spec's fuse chain; `error` takes (span, message, hint)."""
+def check_fuse(spec: ir.KernelSpec, error: Report, stream_k_sums_whole: bool) -> None:
+    """Every rule of the spec's fuse chain; `error` takes (span, message, hint). `stream_k_sums_whole`: the
+    spec's path adds a stream-K tile's partial sums before its epilogue (InstructionPath.stream_k_sums_whole)."""
     fuse = spec.fuse
     if fuse is None:
         return
@@ -24,7 +25,7 @@ def check_fuse(spec: ir.KernelSpec, error: Report) -> None:
         return
     for step in fuse.steps:
         step.check(spec, error)
-    if spec.block.stream_k:
+    if spec.block.stream_k and not stream_k_sums_whole:
         error(spec.block.at("schedule"), "schedule: stream_k adds partial sums of an element from several blocks, "
                                          "but a fuse chain needs each element's whole sum in one place",
-              "use `schedule: tiles;` (or `persistent` on the wgmma path) with a fuse section")
+              "use `schedule: tiles;` with a fuse section (the wgmma path's stream-K takes one)")

@@ -221,6 +221,11 @@ class CupyArrays:
     b_layout = "row"  # of the B that bench's cuBLAS call reads
     baseline_name = ""  # bench's name for cublas_into where it is not the comparison's (cublas_name)
 
+    def library_call(self, a: Any, b: Any, c: Any) -> Callable[[], Any]:
+        """The library's own call on the operands as they are, which scripts/family_study.py times as the reference
+        (and records where it raises): cublas_into's."""
+        return lambda: self.cublas_into(a, b, c)
+
     def __init__(self, seed: int):
         import cupy
 
@@ -446,6 +451,16 @@ class ScaledMmArrays(TorchArrays):
             self._scaled_mm(a, b, block_scales=(self._ones(m, blocks), self._ones(-(-n // 128), blocks)))
         else:
             self._scaled_mm(a, b, self._ones(m), self._ones(n))
+
+    def library_call(self, a: Any, b: Any, c: Any) -> Callable[[], Any]:
+        """torch._scaled_mm on A and B as they are, with rowwise unit scales (M x 1 and 1 x N, f32): no zero-padded
+        copies, so where its checks refuse the shape (K or N not a multiple of 16), the call raises."""
+        if self.block:
+            return super().library_call(a, b, c)
+        m, n = a.shape[-2], b.shape[-1]
+        scale_a, scale_b = self._ones(m, 1), self._ones(1, n)
+        return lambda: self.xp._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=self.output,
+                                          use_fast_accum=self.fast)
 
     @property
     def baseline_name(self) -> str:

@@ -6,7 +6,10 @@ docs/performance.md are computed from (scripts/family_tables.py); nothing in it 
     python3 scripts/family_study.py specs/hgemm_h100_bf16c_family.gemmf --shapes random:200:1 --shapes models \
         --json out/study.json [--runs 10] [--budget 400]
 
-A member that refuses a shape (an exact tile, an alignment) has no time there. --budget gives each family that
+A member that refuses a shape (an exact tile, an alignment) has no time there. The reference is the library's own
+call on the operands as they are: cuBLAS, or for the FP8 families torch._scaled_mm with rowwise unit scales in the
+family's accumulation mode (use_fast_accum); where it refuses the shape (torch._scaled_mm's K and N multiples of 16)
+the row records its message as `reference_refused` and times the family and its members alone. --budget gives each family that
 many seconds of wall time: it stops after the shape that passes them, keeping what was measured; the shapes run
 in an order shuffled by a fixed seed, so a family stopped early has a sample of the set, not its head. The rows are
 written as each shape finishes.
@@ -75,16 +78,32 @@ def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float,
         if "cublas" in row:
             print(f"{family.name} {'x'.join(map(str, shape))}: cublas {row['cublas']:.4f} family {row['family']:.4f} "
                   f"ratio {row['cublas'] / row['family']:.3f} chosen {row['chosen']}", flush=True)
+        else:
+            print(f"{family.name} {'x'.join(map(str, shape))}: family {row['family']:.4f} chosen {row['chosen']}; "
+                  f"reference refused: {row['reference_refused']}", flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
 
 
+def reference_launches(arrays, sets: list) -> tuple[list, str | None]:
+    """The library's own call on each input set (arrays.library_call: cuBLAS, or torch._scaled_mm on the FP8
+    operands as they are), or none and why, where it refuses the shape (torch._scaled_mm's K and N off 16)."""
+    launches = [arrays.library_call(a, b, c) for a, b, c in sets]
+    try:
+        launches[0]()
+    except (RuntimeError, ValueError) as err:
+        return [], f"{type(err).__name__}: {str(err).splitlines()[0]}"
+    return launches, None
+
+
 def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int, family_last: bool = False) -> dict:
-    """cuBLAS, the family and each member that takes `shape`, interleaved launch for launch: their medians (ms)."""
+    """cuBLAS, the family and each member that takes `shape`, interleaved launch for launch: their medians (ms).
+    Where the library refuses the shape, the row holds `reference_refused` (its message) instead of `cublas`."""
     count = min(buffer_sets(matrix_bytes(shape, compared.input_dtype), l2), MAX_SETS)
     sets = [input_set(arrays, compared, shape) for _ in range(count)]
     operands = [in_layouts(family, arrays, s) for s in sets]
-    groups = [[lambda a=a, b=b, c=c: arrays.cublas_into(a, b, c) for a, b, c in sets]]
-    names = ["cublas"]
+    reference, refused = reference_launches(arrays, sets)
+    groups = [reference] if reference else []
+    names = ["cublas"] if reference else []
     for index, kernel in enumerate(family.kernels):
         try:
             groups.append([member_launch(kernel, abc) for abc in operands])
@@ -92,11 +111,12 @@ def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int
         except ValueError:  # an exact tile, or operands this member refuses
             pass
     family_group = [family.bind(*abc) for abc in operands]
-    groups.insert(len(groups) if family_last else 1, family_group)
-    names.insert(len(names) if family_last else 1, "family")
+    at = len(groups) if family_last else int(bool(reference))  # right after the reference, where there is one
+    groups.insert(at, family_group)
+    names.insert(at, "family")
     times = time_interleaved(groups, runs, warmup)
     return {"shape": list(shape), "chosen": family._choose(*shape, True), "sets": count,
-            "members": [model.name for model in family.models],
+            "members": [model.name for model in family.models], **({"reference_refused": refused} if refused else {}),
             **{name: statistics.median(t) for name, t in zip(names, times)}}
 
 

@@ -8,7 +8,8 @@ reach), the rule's regret (the picked member's time over the fastest member's) a
 The predictions are today's: each family is compiled here, and its members' models (on the profile $GEMMDSL_GPU
 names, else the target's reference GPU's: docs/calibration.md) priced at every shape the study timed, so a change to the model is judged against
 times measured before it. `--rule` judges the rule the same way: the member today's model picks, at its measured
-time, where the study timed it.
+time, where the study timed it. Shapes whose reference refused them (`reference_refused`: torch._scaled_mm's K and N
+off 16, for the FP8 families) are left out of the ratios and tabled on their own after them.
 """
 from __future__ import annotations
 
@@ -114,6 +115,33 @@ def tables(rows: list[dict], rule: bool = False, per_shape: bool = False) -> lis
     if per_shape:
         lines += ["", "| family | shape | cuBLAS us | family us | ratio | member | fastest member's ratio |",
                   "| --- " * 7 + "|"] + shape_lines
+    return lines + refused_tables(rows, per_shape)
+
+
+def refused_tables(rows: list[dict], per_shape: bool = False) -> list[str]:
+    """The shapes the reference refused (torch._scaled_mm's K and N off 16, for the FP8 families), which the study
+    timed the family and its members at alone: per family their count, the rule's regret there and the family's
+    time; with per_shape every such shape and the reference's message."""
+    families: dict[str, list[dict]] = {}
+    for row in rows:
+        if "reference_refused" in row and "family" in row:
+            families.setdefault(row["members"][0], []).append(row)
+    if not families:
+        return []
+    lines = ["", "| family | shapes the reference refused | picked within 5% of fastest | worst regret | "
+                 "family's total us |", "| --- " * 5 + "|"]
+    shape_lines = []
+    for first, family_rows in families.items():
+        regrets = [row["family"] / min(member_times(row).values(), default=row["family"]) for row in family_rows]
+        total = sum(row["family"] for row in family_rows) * 1e3
+        lines.append(f"| {first} | {len(family_rows)} | {sum(r <= 1.05 for r in regrets) / len(regrets):.0%} | "
+                     f"{max(regrets):.2f} | {total:.1f} |")
+        shape_lines += [f"| {first} | {'x'.join(map(str, row['shape']))} | {row['family'] * 1e3:.1f} | "
+                        f"{row['members'][row['chosen']]} | {regret:.2f} | {row['reference_refused']} |"
+                        for row, regret in zip(family_rows, regrets)]
+    if per_shape:
+        lines += ["", "| family | shape | family us | member | regret | the reference's refusal |",
+                  "| --- " * 6 + "|"] + shape_lines
     return lines
 
 

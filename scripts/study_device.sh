@@ -5,6 +5,8 @@
 #
 #     bash scripts/study_device.sh BUDGET_PER_FAMILY "SHAPE_SOURCES" FAMILY.gemmf...
 #     bash scripts/study_device.sh 70 "random:200:11 models" specs/hgemm_h100_bf16c_family.gemmf
+#     bash scripts/study_device.sh 120 "random:200:1 models" specs/fp8_rowwise_family.gemmf specs/fp8_fast_family.gemmf
+# (the FP8 families against torch._scaled_mm in their accumulation mode; the shapes it refuses are counted apart)
 source scripts/device_env.sh
 budget=$1; sources=$2; shift 2
 members=$(grep -hoE '(use|fallback) [A-Za-z0-9_]+\.gemm' "$@" | awk '{ print "specs/" $2 }' | sort -u)
@@ -14,5 +16,6 @@ shape_args=$(for s in $sources; do printf -- '--shapes %s ' "$s"; done)
 python3 scripts/family_study.py "$@" $shape_args --budget "$budget" --json "$OUT/study.json" > "$OUT/study.log" 2>&1
 status=$?
 grep -c ratio "$OUT/study.log" | sed 's/^/shapes timed: /'
+grep -c 'reference refused' "$OUT/study.log" | sed 's/^/shapes the reference refused (timed alone): /'
 grep -iE 'error|Traceback' "$OUT/study.log" | head -20
 exit $status

@@ -485,14 +485,13 @@ CASES += [
          [("bias: |n bf16", "the bias is bf16, but the FMA path reads f32 only")], ["write `bias: n f32;`"]),
     Case("fuse_with_stream_k", [m("raster: row;", "raster: row; schedule: stream_k;"),
                                 m(FUSE_AT, "fuse { activation: relu; }\n    " + FUSE_AT)],
-         [("schedule: |stream_k", "a fuse chain needs each element's whole sum in one place")]),
+         [("schedule: |stream_k", "a fuse chain needs each element's whole sum in one place")],
+         ["the wgmma path's stream-K takes one"]),
     Case("fuse_residual_on_a_batch", [m("epilogue: alpha_beta;", "epilogue: alpha_beta; batch: strided;"),
                                       m(FUSE_AT, "fuse { residual: f32 row; }\n    " + FUSE_AT)],
          [("residual: |f32 row", "a residual is not supported with batch: strided")]),
     Case("fuse_duplicate_section", [m(FUSE_AT, "fuse { bias: m; }\n    fuse { bias: n; }\n    " + FUSE_AT)],
          [("|fuse { bias: n", "duplicate section 'fuse'")]),
-    Case("fuse_wgmma_stream_k", [m("schedule: persistent;", "schedule: stream_k;")],
-         [("schedule: |stream_k", "a fuse chain needs each element's whole sum in one place")], base=WGMMA_BASE),
 ]
 
 

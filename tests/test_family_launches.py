@@ -1,15 +1,20 @@
 """A family's call launches what its chosen member's own call launches (the fake GPU of tests/fake_gpu.py records
-each launch): the same kernels with the same grids, padded copies included, at aligned and misaligned shapes."""
+each launch): the same kernels with the same grids, padded copies included, at aligned and misaligned shapes and
+empty ones (M, N or K of 0)."""
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_gpu import FakeGpu, fake_family, matrix
+from fake_gpu import FakeGpu, FakeTensor, fake_family, matrix
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-FAMILIES = {"hgemm_h100_family": "float32", "hgemm_h100_bf16c_family": "bfloat16"}
+# A family's operands' and C's types, and whether it takes rowwise scales (row_scale M, col_scale N: the FP8 families).
+FAMILIES = {"hgemm_h100_family": ("bfloat16", "float32", False),
+            "hgemm_h100_bf16c_family": ("bfloat16", "bfloat16", False),
+            "fp8_rowwise_family": ("float8_e4m3fn", "bfloat16", True),
+            "fp8_fast_family": ("float8_e4m3fn", "bfloat16", True)}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -18,10 +23,12 @@ def test_a_family_call_launches_its_members_call(name, monkeypatch):
     family = fake_family(SPECS / f"{name}.gemmf")
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(shape=st.tuples(st.integers(1, 5000), st.integers(1, 5000), st.integers(1, 5000)))
+    @given(shape=st.tuples(st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000)))
     def check(shape):
         m, n, k = shape
-        a, b, c = matrix(m, k, "bfloat16"), matrix(k, n, "bfloat16", "col"), matrix(m, n, FAMILIES[name])
+        operands, c_type, scaled = FAMILIES[name]
+        a, b, c = matrix(m, k, operands), matrix(k, n, operands, "col"), matrix(m, n, c_type)
+        scales = dict(row_scale=FakeTensor((m,), "float32"), col_scale=FakeTensor((n,), "float32")) if scaled else {}
 
         def launches(bound) -> list[tuple]:
             before = len(gpu.launched)
@@ -29,6 +36,7 @@ def test_a_family_call_launches_its_members_call(name, monkeypatch):
             return [(launch.entry, launch.grid, launch.block) for launch in gpu.launched[before:]]
 
         member = family.member_for(m, n, k)
-        assert launches(family.bind(a, b, c)) == launches(member.bind_padded(a, b, c) or member.bind(a, b, c)), shape
+        assert launches(family.bind(a, b, c, **scales)) == launches(member.bind_padded(a, b, c, **scales)
+                                                                    or member.bind(a, b, c, **scales)), shape
 
     check()

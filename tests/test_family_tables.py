@@ -50,3 +50,68 @@ def test_a_study_s_tables_from_its_member_times(bf16c):
     assert (within_5, worst) == ("50%", "1.50")
     # the first shape's predictions are exact, the second's a third of the time: half of the pairs within 20%
     assert predicted_within_20 == "50%"
+
+
+def load_script(name: str):
+    found = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def test_the_fp8_families_are_found_by_their_first_member():
+    assert family_tables.FAMILY_FILES["fp8_rowwise"].name == "fp8_rowwise_family.gemmf"
+    assert family_tables.FAMILY_FILES["fp8_h100_fast"].name == "fp8_fast_family.gemmf"
+
+
+def test_shapes_the_reference_refused_are_tabled_apart_from_the_ratios():
+    """An FP8 study: torch._scaled_mm ran at 4096^3 and refused 1000x1000x1000 (K and N off 16), where the family ran
+    a member 1.2x slower than the fastest. The ratios hold the first shape alone; the refused one has its own rows."""
+    members = ["fp8_rowwise", "fp8_rowwise_128x192", "fp8_rowwise_128x64", "fp8_rowwise_64x128_sk"]
+    reason = "RuntimeError: mat2 shape (1000x1000) must be divisible by 16"
+    rows = [{"shape": [4096, 4096, 4096], "chosen": 0, "members": members, "cublas": 0.1, "family": 0.1,
+             "member0": 0.1, "member1": 0.12},
+            {"shape": [1000, 1000, 1000], "chosen": 2, "members": members, "reference_refused": reason,
+             "family": 0.012, "member1": 0.011, "member2": 0.012, "member3": 0.010}]
+    lines = family_tables.tables(rows, per_shape=True)
+    assert cells(lines[2])[:2] == ["fp8_rowwise", "1"]
+    at = lines.index("| family | shapes the reference refused | picked within 5% of fastest | worst regret | "
+                     "family's total us |")
+    assert cells(lines[at + 2]) == ["fp8_rowwise", "1", "0%", "1.20", "12.0"]
+    assert cells(lines[-1]) == ["fp8_rowwise", "1000x1000x1000", "12.0", "fp8_rowwise_128x64", "1.20", reason]
+
+
+def test_a_refused_reference_is_recorded_and_not_timed():
+    """The study tries the library's call once per shape: where it raises, no reference launches, and why."""
+    family_study = load_script("family_study")
+
+    class Refusing:
+        def library_call(self, a, b, c):
+            def call():
+                raise RuntimeError("Expected trailing dimension of mat1 to be divisible by 16\nmore")
+            return call
+
+    class Taking:
+        def library_call(self, a, b, c):
+            return lambda: None
+
+    sets = [("a", "b", "c")] * 3
+    assert family_study.reference_launches(Refusing(), sets) == (
+        [], "RuntimeError: Expected trailing dimension of mat1 to be divisible by 16")
+    launches, refused = family_study.reference_launches(Taking(), sets)
+    assert len(launches) == 3 and refused is None
+
+
+def test_the_study_s_shapes_hold_the_sampler_s_200_and_the_models_with_fp8_refusals_among_them():
+    """`--shapes random:200:1 --shapes models`: 200 sampled shapes and the models' layers, each once; some sampled ones
+    have K or N off 16, where torch._scaled_mm refuses FP8 operands and the FP8 families are timed alone."""
+    family_study = load_script("family_study")
+    from gemmdsl.family_kernel import read_shapes
+    from gemmdsl.shape_sets import RandomShapes, shape_source
+
+    sampled = shape_source("random:200:1")
+    assert isinstance(sampled, RandomShapes)
+    models = read_shapes(shape_source("models"))
+    shapes = family_study.shapes_of(["random:200:1", "models"])
+    assert set(sampled.shapes()) | set(models) == set(shapes) and len(shapes) == len(set(shapes))
+    assert any(k % 16 or n % 16 for _, n, k in sampled.shapes())

@@ -54,6 +54,13 @@ def test_a_bn_of_part_of_a_b_block_is_refused_at_the_tile():
     assert "BN = 192" in error.message and at.startswith("128x192x128") and "multiple of 128" in error.hint
 
 
+def test_block_scales_with_stream_k_are_refused_at_the_schedule():
+    """A stream-K piece counts its k-tiles from its own first, and the block scales are read by the absolute one."""
+    [(error, at)] = [e for e in errors_of("schedule: persistent;", "schedule: stream_k;")
+                     if "block scales" in e[0].message]
+    assert "stream-K" in error.message and at.startswith("stream_k") and "persistent" in error.hint
+
+
 def test_block_scales_on_a_16_bit_kernel_are_refused_at_the_key():
     text = (ROOT / "specs" / "hgemm_h100_bf16c.gemm").read_text()
     text = text.replace("problem", "fuse { scale: block; }\n    problem", 1)

@@ -117,6 +117,20 @@ def test_a_batch_with_stream_k_is_refused_and_with_persistent_tiles_compiles():
     assert "hgemm_h100_launch_batched(" in cuda
 
 
+def test_a_fuse_chain_with_stream_k_reads_its_vectors_and_residual_only_in_a_tile_s_last_piece():
+    """The block that finishes a stream-K tile adds the others' partial sums before its epilogue, so a fuse chain
+    sees whole sums; the producer warp stages the chain's vectors, and a consumer starts R's boxes, only for that
+    piece, the one whose epilogue reads them (a piece that stops inside a tile would leave them unread)."""
+    text = (ROOT / "specs" / "hgemm_h100_bf16c_64x128_sk.gemm").read_text().replace(
+        "epilogue: alpha_beta; ", "").replace("target", "fuse { bias: n; residual: bf16 row; }\n    target")
+    cuda = compile_text(text, "case.gemm").cuda
+    staged = re.search(r"if \(k_end == k_tiles\) \{\s*mbarrier_wait\(smem_u32\(vectors_empty\)", cuda)
+    started = re.search(r"if \(k_end == k_tiles\) \{\s*if \(residual_staged\)", cuda)
+    assert staged and started
+    persistent = compile_text(text.replace("schedule: stream_k", "schedule: persistent"), "case.gemm").cuda
+    assert "k_end == k_tiles" not in persistent
+
+
 def test_accumulators_over_the_consumer_registers_are_an_error():
     found = errors_of("warpgroups: 2", "warpgroups: 1")  # 128 rows on one warpgroup: 256 accumulators
     assert any("setmaxnreg can give a consumer only" in d.message for d, _ in found)

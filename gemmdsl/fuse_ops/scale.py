@@ -125,6 +125,9 @@ def _check_block_scales(spec: ir.KernelSpec, step: Scale, error: Report) -> None
         error(mma.at("accumulate"), "block scales multiply each k-tile's sum before it is added to the f32 "
                                     "accumulators; fast accumulation sums the whole K in wgmma",
               "remove `accumulate: fast;` (promoted is the default)")
+    if spec.block.stream_k:
+        error(spec.block.at("schedule"), "block scales are read by each k-tile's absolute index, and a stream-K "
+                                         "piece counts its k-tiles from its own first", "use `schedule: persistent;`")
     if spec.block.k != BLOCK_SCALE_K:
         error(spec.block.at("tile"), f"block scales cover {BLOCK_SCALE_K} elements of K, and BK = {spec.block.k}",
               f"use {spec.block.m}x{spec.block.n}x{BLOCK_SCALE_K}")

@@ -25,6 +25,9 @@ class InstructionPath(ABC):
     passes: tuple = ()
     batch_strides_note = "(a stride of 0\nshares one matrix)."
     facts: ToolFacts  # what the tools read of it (paths/facts.py)
+    # Whether the block that finishes a stream-K tile adds the other blocks' partial sums before its epilogue,
+    # so a fuse chain sees each element's whole sum (the wgmma path); elsewhere the partial sums meet in C.
+    stream_k_sums_whole = False
     # The front end's questions (parser.py), asked before a spec exists.
     key_sets: frozenset[str] = frozenset()  # the parser's KEY_SETS whose keys the path's specs may hold
     default_copy: CopyMode  # `pipeline { copy: ...; }` left out

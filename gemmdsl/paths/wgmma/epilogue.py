@@ -159,6 +159,8 @@ class AccumulatorEpilogue:
         self.out.line(f"const bool pairs = reinterpret_cast<size_t>({self.c_pointer}) % {2 * self.c.bytes} == 0 && "
                       f"ldc % 2 == 0{batch};")
 
+    starts_tiles = False  # whether emit_tile_start emits anything
+
     def emit_tile_start(self) -> None:
         """Before a tile's main loop: nothing here (the stmatrix epilogue starts R's first boxes)."""
 

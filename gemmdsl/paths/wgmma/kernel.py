@@ -142,7 +142,7 @@ def emit_wgmma_kernel(plan: KernelPlan, o: Emitter) -> None:
                     o.comment("Warp 1 stages each tile's fuse chain vectors in shared memory while the consumers "
                               "multiply, so their\nepilogue reads no vector from global memory.")
                     parts.epilogue.emit_vector_loader_state()
-                    parts.scheduler.emit_loop(parts.epilogue.emit_vector_tile)
+                    parts.scheduler.emit_loop(lambda: parts.scheduler.emit_if_finishing(parts.epilogue.emit_vector_tile))
         with o.block("else"):
             o.comment("Consumers.")
             o.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {layout.consumer_registers};");')
@@ -169,7 +169,8 @@ def _producer_tile(parts, o: Emitter, emit_k_tile) -> None:
 def _consumer_tile(parts, o: Emitter) -> None:
     parts.scheduler.emit_consumer_names()
     parts.math.declare()
-    parts.epilogue.emit_tile_start()
+    if parts.epilogue.starts_tiles:
+        parts.scheduler.emit_if_finishing(parts.epilogue.emit_tile_start)
     # Counted from 0 whatever k-tiles the scheduler gives: from a variable first k-tile ptxas serializes the
     # wgmma (C7515, "non wgmma instructions defining accumulator registers"; seen with stream-K's pieces).
     parts.scheduler.emit_main_loop_start()

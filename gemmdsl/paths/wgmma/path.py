@@ -44,6 +44,7 @@ class WgmmaPath(InstructionPath):
     default_swizzle_bytes = 128
     shape_syntax = re.compile(r"m64n(?P<n>\d+)k(?P<k>\d+)")
     shape_type = ir.WgmmaShape
+    stream_k_sums_whole = True  # paths/wgmma/stream_k.py: the finishing block adds the partial sums, then the epilogue
 
     def takes(self, shape, a, b) -> bool:
         return shape is ir.WgmmaShape and not fp8_operands(a, b)

@@ -75,3 +75,8 @@ class PersistentScheduler:
     def emit_tile_end(self, epilogue: Callable[[], None]) -> None:
         """A consumer's accumulators hold the tile's sum: the epilogue."""
         epilogue()
+
+    def emit_if_finishing(self, body: Callable[[], None]) -> None:
+        """`body` for the pieces whose epilogue runs in this block (what the epilogue reads ahead: the fuse
+        chain's staged vectors, R's first boxes): every tile here."""
+        body()

@@ -101,10 +101,12 @@ class StmatrixEpilogue(StagedEpilogue):
             self.out.line(f"const bool residual_staged = staged && reinterpret_cast<size_t>(R) % {CHUNK} == 0 && "
                           f"ldr % {CHUNK // residual.bytes} == 0;  // R by 16-byte copies through the boxes")
 
+    @property
+    def starts_tiles(self) -> bool:
+        return self.stages_residual
+
     def emit_tile_start(self) -> None:
         """R's first boxes, one per buffer, into this warp's buffers while the tile's main loop runs."""
-        if not self.stages_residual:
-            return
         o = self.out
         with o.block("if (residual_staged)"):
             o.line("const int warp = tid / 32, lane = tid % 32;")

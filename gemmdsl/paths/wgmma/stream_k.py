@@ -129,6 +129,13 @@ class StreamKPersistentScheduler(PersistentScheduler):
             epilogue()
 
 
+    def emit_if_finishing(self, body: Callable[[], None]) -> None:
+        """Only a tile's last piece runs the epilogue, so only it has the fuse chain's vectors staged or R's
+        boxes copied: a piece that stops inside a tile leaves no read of them unmatched."""
+        with self.out.block("if (k_end == k_tiles)"):
+            body()
+
+
 def _range_begin(block: str) -> str:
     """Where stream-K block `block`'s range begins, sk_work * block / sk_blocks, in 32-bit arithmetic
     (schedule.StreamKSplit.range_begin)."""
