@@ -16,12 +16,17 @@ from .layout import TileLayout
 from .passes import DEFAULT_PROBLEM, Context, PassManager, PassOutcome, ProblemSize
 from .paths import InstructionPath, path_of, plan_kernel
 from .plan import KernelPlan
-from .source import Diagnostic
+from .source import CompileError, Diagnostic, Severity
 
 
 class ProblemSizeError(GemmdslError, ValueError):
     """The problem size is below 1, beyond what the launchers take (abi.size_errors), or not a multiple of the
     block tile of a `bounds: exact` spec."""
+
+
+class InexactProblemError(CompileError, ProblemSizeError):
+    """A problem size that a `bounds: exact` spec does not divide into whole tiles: positioned at the spec's
+    `bounds` key, which is what refuses it."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,11 @@ def analyze(spec: ir.KernelSpec, problem: tuple[int, int, int] = DEFAULT_PROBLEM
     if beyond:
         raise ProblemSizeError("; ".join(beyond))
     if spec.problem.bounds is ir.Bounds.EXACT and any(extent % step for extent, step in zip(size, tile)):
-        raise ProblemSizeError(f"problem {size} is not a multiple of the block tile "
-                               f"{'x'.join(map(str, tile))}, and the spec says `bounds: exact`")
+        tile_text = "x".join(map(str, tile))
+        raise InexactProblemError([Diagnostic(
+            Severity.ERROR, spec.problem.at("bounds"),
+            f"problem {size} is not a multiple of the block tile {tile_text}, and the spec says `bounds: exact`",
+            f"analyse a problem of whole {tile_text} tiles (--problem), or write `bounds: checked;`")])
     context = Context(plan or plan_kernel(spec), size, ptxas, hints=hints)
     outcomes = PassManager(context.plan.path.passes).run(context)
     return Analysis(spec, context.layout, size, ptxas, dict(context.facts), outcomes)

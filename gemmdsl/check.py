@@ -17,7 +17,7 @@ import textwrap
 
 from . import ir
 from .abi import size_errors
-from .analysis import Analysis, ProblemSizeError, analyze
+from .analysis import Analysis, InexactProblemError, ProblemSizeError, analyze
 from .build import PtxasFigures
 from .compiler import Artifacts, compile_path, ptxas_figures
 from .family import (compile_family_path, explain, format_explanation, format_predicted_time, is_family_path,
@@ -309,7 +309,10 @@ def analyze_with_ptxas(path: str, problem: ProblemSize, ptxas: bool) -> tuple[An
     artifacts = compile_path(path)
     figures = ptxas_figures(artifacts) if ptxas else None
     resources = None if figures is None else figures.resources.as_dict()
-    return analyze(artifacts.spec, problem, resources, plan=artifacts.plan), figures, artifacts
+    try:
+        return analyze(artifacts.spec, problem, resources, plan=artifacts.plan), figures, artifacts
+    except InexactProblemError as err:  # positioned at the spec's `bounds`: quote that line
+        raise InexactProblemError(err.diagnostics, SourceFile.read(path)) from None
 
 
 def check_main(args: argparse.Namespace) -> int:

@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gemmdsl.bench import buffer_sets, in_layouts, input_set, matrix_bytes, time_interleaved  # noqa: E402
+from gemmdsl.bench import UNPADDED, buffer_sets, in_layouts, input_set, matrix_bytes, time_interleaved  # noqa: E402
 from gemmdsl.family_kernel import load_family  # noqa: E402
 from gemmdsl.precisions import comparison  # noqa: E402
 from gemmdsl.shape_sets import RandomShapes, shape_source  # noqa: E402
 from gemmdsl.family_kernel import read_shapes  # noqa: E402
-from gemmdsl.verify import arrays_for  # noqa: E402
+from gemmdsl.verify import arrays_for, chain_operands  # noqa: E402
 
 
 MAX_SETS = 256  # input sets rotated at most: a small shape's sets bind every member once each
@@ -47,10 +47,10 @@ def shapes_of(sources: list[str]) -> list[tuple[int, int, int]]:
     return shapes
 
 
-def member_launch(kernel, operands):
+def member_launch(kernel, operands, chain):
     """A member's launch as the family would make it: on padded copies where it has that launcher."""
-    bound = kernel.bind_padded(*operands)
-    return bound if bound is not None else kernel.bind(*operands)
+    bound = kernel.bind_padded(*operands, **chain)
+    return bound if bound is not None else kernel.bind(*operands, **chain)
 
 
 def study_family(path: str, shapes: list, runs: int, warmup: int, budget: float, rows: list, dump,
@@ -101,16 +101,18 @@ def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int
     count = min(buffer_sets(matrix_bytes(shape, compared.input_dtype), l2), MAX_SETS)
     sets = [input_set(arrays, compared, shape) for _ in range(count)]
     operands = [in_layouts(family, arrays, s) for s in sets]
+    fuse = family.kernels[0].metadata.get("fuse")  # the members share one fuse chain (an FP8 family's scales)
+    chains = [chain_operands(arrays, fuse, *shape, UNPADDED) if fuse else {} for _ in sets]
     reference, refused = reference_launches(arrays, sets)
     groups = [reference] if reference else []
     names = ["cublas"] if reference else []
     for index, kernel in enumerate(family.kernels):
         try:
-            groups.append([member_launch(kernel, abc) for abc in operands])
+            groups.append([member_launch(kernel, abc, chain) for abc, chain in zip(operands, chains)])
             names.append(f"member{index}")
         except ValueError:  # an exact tile, or operands this member refuses
             pass
-    family_group = [family.bind(*abc) for abc in operands]
+    family_group = [family.bind(*abc, **chain) for abc, chain in zip(operands, chains)]
     at = len(groups) if family_last else int(bool(reference))  # right after the reference, where there is one
     groups.insert(at, family_group)
     names.insert(at, "family")

@@ -245,6 +245,20 @@ def test_an_exact_spec_refuses_a_problem_its_tile_does_not_divide():
         analyze(spec(bounds="checked"), problem=(0, 128, 8))
 
 
+def test_check_points_at_bounds_exact_where_the_problem_is_not_whole_tiles(tmp_path, capsys):
+    """The refusal quotes the spec's `bounds: exact` with a caret and says what to change, as any diagnostic."""
+    text = (SPECS / "sgemm_3xtf32_h100_128x192.gemm").read_text().replace("bounds: checked", "bounds: exact")
+    path = tmp_path / "exact.gemm"
+    path.write_text(text)
+    status = check_main(check_args(str(path), no_ptxas=True))
+    line = next(number for number, row in enumerate(text.splitlines(), 1) if "bounds: exact" in row)
+    column = text.splitlines()[line - 1].index("bounds: exact") + len("bounds: ") + 1  # the value
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.startswith(f"{path}:{line}:{column}: error: problem 4096x4096x4096 is not a multiple of the block tile")
+    assert "^~~~~" in err and "hint: analyse a problem of whole 128x192x32 tiles" in err
+
+
 def test_a_checked_spec_costs_edge_tiles_as_whole_ones():
     launch = analyze(spec(bounds="checked"), problem=(1000, 129, 9)).facts["launch"]
     assert (launch.blocks, launch.k_tiles) == (8 * 2, 2)

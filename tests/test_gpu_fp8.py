@@ -5,6 +5,7 @@ call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of ld
 column-major B keep k contiguous)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,28 @@ def test_block_scales_against_scaled_mms_blockwise_mode(torch):
         return float((y.double() - exact).norm() / exact.norm())
     assert error(reference) < 4e-3, f"torch._scaled_mm's blockwise layout differs from the one assumed: {error(reference)}"
     assert error(c) <= max(1.1 * error(reference), 2e-3), (error(c), error(reference))
+
+
+FP8_FAMILIES = [ROOT / "specs" / f"{name}.gemmf" for name in ("fp8_rowwise_family", "fp8_fast_family")]
+# Decode, long K over few tiles (stream-K pieces with the scales applied once after the fixup), K off 16
+# (padded copies), odd sizes and a big call: every member of each family runs at one of them at least.
+FAMILY_SIZES = [(1, 4096, 4096), (16, 8192, 8192), (64, 256, 16384), (100, 300, 20000), (333, 517, 1000),
+                (257, 129, 77), (1000, 1008, 2048), (3000, 3000, 1024), (4096, 4096, 4096)]
+
+
+@pytest.mark.parametrize("family", FP8_FAMILIES, ids=lambda path: path.stem)
+def test_an_fp8_family_passes_verify_on_every_member(torch, family):
+    """Within 1.1x of torch._scaled_mm's error (same accumulation) against float64 on the dequantized operands,
+    C poisoned with NaN, at sizes that send the call to each member in turn."""
+    import gemmdsl
+    from gemmdsl.api import choose_member
+    from gemmdsl.verify import format_result, verify
+
+    chosen = {choose_member(family, size)["member"] for size in FAMILY_SIZES}
+    members = set(re.findall(r"^\s*use (\w+)\.gemm;", family.read_text(), re.MULTILINE))
+    assert chosen == members, (chosen, members)
+    kernel = gemmdsl.load(family)
+    results = [result for result in verify(kernel, FAMILY_SIZES, seed=9) if not result.skipped]
+    assert len({(result.m, result.n, result.k) for result in results}) == len(FAMILY_SIZES)
+    failed = [format_result(result) for result in results if not result.passed]
+    assert not failed, "\n".join(failed)
