@@ -247,3 +247,37 @@ def test_verify_and_bench_compare_with_scaled_mms_tensorwise_mode():
     assert not rowwise.tensor_scales and rowwise != compared  # timed in separate groups, each with its own call
     mixed = comparison(compile_text(fp8_text("row tensor"), "case.gemm").metadata)
     assert not mixed.tensor_scales and mixed == rowwise  # the rowwise mode, a scale repeated along its axis
+
+
+class RecordingArrays:
+    """verify's array calls on NumPy, recording the element type each operand was drawn in."""
+
+    b_layout = "col"
+
+    def __init__(self):
+        self.drawn = []
+
+    def random(self, elements, dtype, wide=False):
+        self.drawn.append(dtype)
+        return np.zeros(elements, dtype=np.float32)
+
+    def cublas_out(self, rows, cols, dtype, batch=1):
+        return np.zeros((rows, cols), dtype=np.float32)
+
+
+@pytest.mark.parametrize("a, b", [("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e4m3")])
+def test_bench_draws_a_and_b_in_the_kernels_own_types_one_group_per_pairing(a, b):
+    """A mixed pairing is its own comparison (torch._scaled_mm on those types), and bench's inputs are of each
+    operand's type: an e4m3 B for an e4m3 x e5m2 kernel was refused by the call (TypeError) before."""
+    from gemmdsl.bench import input_set
+    from gemmdsl.precisions import comparison
+
+    text = TEXT.replace("a: e4m3 row; b: e4m3 col;", f"a: {a} row; b: {b} col;")
+    compared = comparison(compile_text(text, "case.gemm").metadata)
+    assert compared.input_dtypes == (a, b)
+    assert (f" {a} x {b}" in compared.cublas) == (a != b)
+    arrays = RecordingArrays()
+    input_set(arrays, compared, (64, 48, 32))
+    assert arrays.drawn == [a, b]
+    same = comparison(compile_path(TENSORWISE).metadata)
+    assert (compared == same) == (a == b == "e4m3")
