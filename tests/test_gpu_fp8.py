@@ -1,7 +1,7 @@
 """FP8 GEMMs on the GPU (an H100; the kernels are sm_90a): each FP8 spec against float64 on the dequantized
 operands and against torch._scaled_mm at the same precision (rowwise, tensorwise or blockwise scales as the
-spec's, BF16 out, use_fast_accum as the spec accumulates; A and B of the spec's types), at odd shapes, with C poisoned with NaN, through `verify` and through the PyTorch
-call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of lda and ldb (row-major A and
+spec's, BF16 out, use_fast_accum as the spec accumulates; A and B of the spec's types), at odd shapes, with C
+poisoned with NaN, through `verify` and through the PyTorch call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of lda and ldb (row-major A and
 column-major B keep k contiguous)."""
 from __future__ import annotations
 
