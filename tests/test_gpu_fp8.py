@@ -41,6 +41,14 @@ def test_an_fp8_spec_passes_verify_at_odd_shapes(torch, spec):
     assert not failed, "\n".join(failed)
 
 
+def zero_padded_rows(torch, x):
+    """x (rows x K, FP8) with zero rows up to a multiple of 16, which torch._scaled_mm needs of M and N."""
+    rows = x.shape[0]
+    padded = torch.zeros(rows + -rows % 16, x.shape[1], device="cuda").to(x.dtype)
+    padded[:rows] = x
+    return padded
+
+
 def quantized(torch, rows, cols, generator):
     values = torch.rand(rows, cols, device="cuda", generator=generator) * 2 - 1
     return values.to(torch.float8_e4m3fn)
@@ -66,10 +74,7 @@ def test_the_pytorch_call_is_scaled_mm_with_rowwise_scales(torch, spec, fast):
     assert torch.equal(c, poisoned)
     exact = (x.double() @ w.double().T) * row_scale.double()[:, None] * col_scale.double()[None, :]
     pad = (-m % 16, -n % 16)
-    x16 = torch.zeros(m + pad[0], k, device="cuda").to(torch.float8_e4m3fn)
-    x16[:m] = x
-    w16 = torch.zeros(n + pad[1], k, device="cuda").to(torch.float8_e4m3fn)
-    w16[:n] = w
+    x16, w16 = zero_padded_rows(torch, x), zero_padded_rows(torch, w)
     scale_a = torch.ones(m + pad[0], 1, device="cuda")
     scale_a[:m, 0] = row_scale
     scale_b = torch.ones(1, n + pad[1], device="cuda")
@@ -214,11 +219,7 @@ def test_the_pytorch_call_is_scaled_mm_tensorwise(torch, spec, fast, m, n, k):
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemmdsl.load(spec)(x, w.T, c, a_scale=a_scale, b_scale=b_scale)
     assert torch.isfinite(c).all()
-    pad = (-m % 16, -n % 16)
-    x16 = torch.zeros(m + pad[0], k, device="cuda").to(torch.float8_e4m3fn)
-    x16[:m] = x
-    w16 = torch.zeros(n + pad[1], k, device="cuda").to(torch.float8_e4m3fn)
-    w16[:n] = w
+    x16, w16 = zero_padded_rows(torch, x), zero_padded_rows(torch, w)
     reference = torch._scaled_mm(x16, w16.T, scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16,
                                  use_fast_accum=fast)[:m, :n]
 
