@@ -30,6 +30,10 @@ Method, and why:
   16-bit inputs, writing C in the kernel's C type (the inputs' type, or f32 through torch.mm's
   out_dtype), and TF32 kernels with cuBLAS in TF32 mode (both through PyTorch). Kernels are
   timed in groups of one comparison, on inputs of their type; each group has its own cuBLAS row.
+- FP8 kernels are compared with torch._scaled_mm on A and B of the kernel's own types (e4m3 x e5m2 and
+  e5m2 x e4m3 too), in its mode for the kernel's scales (tensorwise for `scale: tensor`, blockwise for
+  `scale: block` where it has one, else rowwise) and accumulation (`use_fast_accum`). It has no e5m2 x e5m2:
+  that group's row times torch._scaled_mm on the same bytes read as e4m3, and its name says so.
 """
 from __future__ import annotations
 
@@ -302,11 +306,12 @@ def buffer_sets(set_bytes: int, l2_bytes: int) -> int:
 
 
 def input_set(arrays: CupyArrays, compared: Comparison, size: Size, batch: int = 1) -> tuple:
-    """Row-major A and B (column-major for torch._scaled_mm) of the comparison's input type, and cuBLAS's C
-    (3-D for a batch)."""
+    """Row-major A and B (column-major for torch._scaled_mm) of the comparison's input types (an FP8 pairing:
+    each its own), and cuBLAS's C (3-D for a batch)."""
     m, n, k = size
-    a = random_operand(arrays, compared.input_dtype, "row", m, k, batch=batch)
-    b = random_operand(arrays, compared.input_dtype, arrays.b_layout, k, n, batch=batch)
+    a_dtype, b_dtype = compared.input_dtypes
+    a = random_operand(arrays, a_dtype, "row", m, k, batch=batch)
+    b = random_operand(arrays, b_dtype, arrays.b_layout, k, n, batch=batch)
     return a, b, arrays.cublas_out(m, n, compared.c_dtype, batch)
 
 

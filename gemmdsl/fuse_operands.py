@@ -2,14 +2,16 @@
 arguments (pure: no CuPy; the runtime calls it, the CPU tests drive it with fakes).
 
 A fused kernel (docs/fusion.md) takes, after its own parameters, the operands its chain reads, each step's
-in the ops' operand order (gemmdsl/fuse_ops/): `bias`, then `R, ldr` (the residual), then `row_scale`,
-`col_scale`, or `a_scale`, `b_scale` (block scales: A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128),
-f32, row-major). NAME.json records the chain under "fuse"; `FuseOperands.from_metadata` asks each op what its
+in the ops' operand order (gemmdsl/fuse_ops/): `bias`, then `R, ldr` (the residual), then A's scale and B's:
+`row_scale` or `a_scale` (one f32 for A: per tensor), `col_scale` or `b_scale` (one f32 for B), or `a_scale`,
+`b_scale` as block scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128), f32, row-major). NAME.json records the chain under "fuse"; `FuseOperands.from_metadata` asks each op what its
 entry reads, so the runtime passes exactly what the C launcher passes. The checks go by the operand's kind
-(a vector, a matrix, k-loop block scales), not by its op.
+(a vector, a scalar, a matrix, k-loop block scales), not by its op.
 
 Checks, each naming the operand: every operand the chain reads is given and nothing else; vectors are
-1-D, contiguous, of their declared type and length (M values along m, N along n); the residual is M x N
+1-D, contiguous, of their declared type and length (M values along m, N along n); a scalar is one value of
+its type (a 0-dim array, as torch._scaled_mm's tensorwise scales, or one of shape (1,)), passed to the kernel
+as its address: its value stays on the GPU; the residual is M x N
 in its declared layout with a leading dimension of its own. Nothing may overlap C, except a residual
 that is C itself (the same address, layout and leading dimension): each element of R is read by the
 thread that then writes that element of C, so `C = f(A @ B) + C` in place is well defined.
@@ -63,6 +65,7 @@ class FuseView:
     layout: str = ""  # the residual's
     per: int = 1  # rows (columns) of C one value (one row of block scales) covers: 128 for b_scale
     groups: int = 1  # a grouped kernel's col_scale: one vector per group, back to back
+    scalar: bool = False  # one value for the whole launch (a per-tensor scale): it does not move with C
 
 
 def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str, Any]) -> None:
@@ -88,6 +91,8 @@ def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: 
         name, array, dtype = operand.name, given[operand.name], DTYPE_NAMES[operand.dtype.value]
         if operand.kind == "k_loop":
             views[name] = block_scale_view(name, array, m, n, k)
+        elif operand.kind == "scalar":
+            views[name] = scalar_view(name, array, dtype)
         elif operand.kind == "matrix":
             views[name] = residual_view(kernel, name, array, operand.layout.value, dtype, m, n)
         elif operand.along.value == "n" and groups:  # one vector per group: a grouped kernel's col_scale
@@ -108,6 +113,15 @@ def vector_view(name: str, array: ArrayView, along: str, dtype: str, m: int, n: 
         raise ValueError(f"{name} must be contiguous (stride 1), got stride {array.strides[0]} elements; pass a "
                          f"contiguous copy")
     return FuseView(name, array.pointer, array.itemsize, along=along)
+
+
+def scalar_view(name: str, array: ArrayView, dtype: str) -> FuseView:
+    """One value of its declared type: a 0-dim array or one of shape (1,). Its address is what the kernel
+    takes, so the value is never read on the host."""
+    check_dtype(name, array, dtype)
+    if tuple(array.shape) not in ((), (1,)):
+        raise ValueError(f"{name} must be one value (shape () or (1,)), got shape {tuple(array.shape)}")
+    return FuseView(name, array.pointer, array.itemsize, scalar=True)
 
 
 def check_f32_matrix(name: str, array: ArrayView, rows: int, cols: int, what: str) -> None:
@@ -155,6 +169,8 @@ def residual_view(kernel: str, name: str, array: ArrayView, layout: str, dtype: 
 
 def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:
     """[first, end) of the bytes the kernel reads of a chain operand."""
+    if view.scalar:
+        return view.pointer, view.pointer + view.itemsize
     if view.along:
         rows = -(-(m if view.along == "m" else n) // view.per)
         return view.pointer, view.pointer + view.groups * rows * max(view.ld, 1) * view.itemsize
@@ -180,10 +196,12 @@ def check_no_overlap_with_c(views: dict[str, FuseView], c_pointer: int, c_ld: in
 
 def moved(views: dict[str, FuseView], row: int, col: int) -> dict[str, FuseView]:
     """The operands of a sub-launch whose C starts at (row, col): vectors, block scales and the residual
-    offset as C is (B's block scales move by whole blocks: `col` is a multiple of 128 for them)."""
+    offset as C is (B's block scales move by whole blocks: `col` is a multiple of 128 for them); scalars stay."""
     out = {}
     for name, view in views.items():
-        if view.along:
+        if view.scalar:
+            elements = 0
+        elif view.along:
             offset = row if view.along == "m" else col
             assert offset % view.per == 0, (name, offset)
             elements = offset // view.per * max(view.ld, 1)

@@ -405,21 +405,36 @@ class Broadcast(enum.Enum):
 
 
 class ScaleVectors(enum.Enum):
-    """f32 scales applied to the accumulators instead of alpha: per row and/or per column in the
-    epilogue, or DeepSeek's block scales (A per 1 x 128, B per 128 x 128) at FP8's promotion step."""
+    """f32 scales applied to the accumulators instead of alpha, named A's then B's: per row of A (M values)
+    and/or per column of B (N values) in the epilogue, one per tensor (an f32 in device memory, which the
+    kernel reads: no host copy), or DeepSeek's block scales (A per 1 x 128, B per 128 x 128) at FP8's
+    promotion step."""
 
     ROW = "row"
     COL = "col"
     ROWCOL = "rowcol"
     BLOCK = "block"
+    TENSOR = "tensor"  # A and B per tensor: torch._scaled_mm's tensorwise mode
+    TENSOR_COL = "tensor col"  # A per tensor, B per column
+    ROW_TENSOR = "row tensor"  # A per row, B per tensor
 
     @property
     def rows(self) -> bool:
-        return self in (ScaleVectors.ROW, ScaleVectors.ROWCOL)
+        return self in (ScaleVectors.ROW, ScaleVectors.ROWCOL, ScaleVectors.ROW_TENSOR)
 
     @property
     def cols(self) -> bool:
-        return self in (ScaleVectors.COL, ScaleVectors.ROWCOL)
+        return self in (ScaleVectors.COL, ScaleVectors.ROWCOL, ScaleVectors.TENSOR_COL)
+
+    @property
+    def a_tensor(self) -> bool:
+        """A's scale is one f32 for the whole tensor."""
+        return self in (ScaleVectors.TENSOR, ScaleVectors.TENSOR_COL)
+
+    @property
+    def b_tensor(self) -> bool:
+        """B's scale is one f32 for the whole tensor."""
+        return self in (ScaleVectors.TENSOR, ScaleVectors.ROW_TENSOR)
 
     @property
     def blocks(self) -> bool:

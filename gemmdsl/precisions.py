@@ -27,7 +27,12 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   order, not for a lost k-tile or a mis-scaled row. With block scales (`scale: block`) the reference is
   torch._scaled_mm's blockwise 1x128 / 128x128 mode where the installed PyTorch runs it, else the f32 product
   of the dequantized operands rounded to C's type (verify.ScaledMmArrays), against float64 of the
-  dequantized operands.
+  dequantized operands. With per-tensor scales on both operands (`scale: tensor`) it is torch._scaled_mm's
+  tensorwise mode (0-dim scale_a and scale_b); one per-tensor scale beside a vector is the rowwise mode with
+  that scale repeated along its axis. A and B keep their own types (e4m3 x e5m2 for gradients); for the
+  pairing torch._scaled_mm does not multiply (e5m2 x e5m2) the reference is the f32 product of the FP8
+  values (exact in f32) with the scales, rounded to C's type, and bench times torch._scaled_mm on the same
+  bytes read as e4m3, whose cost is the same.
 """
 from __future__ import annotations
 
@@ -51,11 +56,18 @@ class Comparison:
     factor: float = TF32X3_FACTOR  # relative_to_cublas: the error allowed, in cuBLAS's own
     fast_accumulation: bool = False  # fp8: torch._scaled_mm's use_fast_accum
     block_scales: bool = False  # fp8 with `scale: block`: torch._scaled_mm's blockwise 1x128 / 128x128 mode
+    tensor_scales: bool = False  # fp8 with `scale: tensor`: torch._scaled_mm's tensorwise mode (0-dim scales)
+    b_dtype: str = ""  # of B where it is not A's (an FP8 pairing such as e4m3 x e5m2)
     scaled: bool = False  # the reference is torch._scaled_mm, its operands made with their scales
 
     @property
     def c_dtype(self) -> str:
         return self.output_dtype or self.input_dtype
+
+    @property
+    def input_dtypes(self) -> tuple[str, str]:
+        """A's and B's element types."""
+        return self.input_dtype, self.b_dtype or self.input_dtype
 
     def tolerance(self, c_dtype: str, cublas_error: float | None) -> float:
         """Largest relative error vs float64 that passes."""
@@ -84,9 +96,13 @@ def comparison(metadata: dict) -> Comparison:
     if compared.unit == "fp8":  # the kernel's operand types and C, and its accumulation mode
         dtypes = metadata["dtypes"]
         fast = metadata.get("accumulate") == "fast"
-        block = (metadata.get("fuse") or {}).get("scale") == "block"
-        return replace(compared, cublas=f"{compared.cublas}{' blockwise' if block else ''}{' fast' if fast else ''}",
-                       input_dtype=dtypes["a"], output_dtype=dtypes["c"], fast_accumulation=fast, block_scales=block)
+        scale = (metadata.get("fuse") or {}).get("scale")
+        block, tensor = scale == "block", scale == "tensor"
+        mode = " blockwise" if block else " tensorwise" if tensor else ""
+        pairing = f" {dtypes['a']} x {dtypes['b']}" if dtypes["b"] != dtypes["a"] else ""
+        return replace(compared, cublas=f"{compared.cublas}{pairing}{mode}{' fast' if fast else ''}",
+                       input_dtype=dtypes["a"], output_dtype=dtypes["c"], fast_accumulation=fast, block_scales=block,
+                       tensor_scales=tensor, b_dtype=dtypes["b"] if dtypes["b"] != dtypes["a"] else "")
     if compared.input_dtype in ("bf16", "f16") and metadata.get("dtypes", {}).get("c") == "f32":
         return replace(compared, cublas=f"{compared.cublas} f32 C", output_dtype="f32")
     return compared

@@ -42,6 +42,7 @@ from .file_kinds import inputs_help
 from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
 from .grouped_bench import verify_group_ends, verify_grouped
 from .grouped_schedule import group_rows
+from .ir import ScaleVectors
 from .precisions import FMA_TOLERANCE, Comparison, comparison
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .runtime.commands import format_size
@@ -50,6 +51,7 @@ from .runtime.kernel import Kernel
 from .runtime.operands import Size
 
 DEFAULT_SIZES = "1024x1024x1024,2048x1024x512"
+SCALES = ("row_scale", "col_scale", "a_scale", "b_scale")  # the operands of `scale` other than block scales
 TOLERANCE = FMA_TOLERANCE
 WIDE_EXPONENT = 20  # the wide case: magnitudes 2^-20..2^20
 FLOAT64_MAX_DIM = 2048
@@ -370,21 +372,28 @@ class TorchArrays(CupyArrays):
 
 
 class ScaledMmArrays(TorchArrays):
-    """FP8 inputs (random values quantized to e4m3 or e5m2) and torch._scaled_mm, the cuBLASLt FP8 GEMM, at
-    the kernel's precision: rowwise scales inside the call for a BF16 C (the only C it scales rowwise), else
-    unit scales and the chain's scales in float64 after it; `use_fast_accum` as the kernel accumulates."""
+    """FP8 inputs (random values quantized to e4m3 or e5m2, A and B each of its own type) and torch._scaled_mm,
+    the cuBLASLt FP8 GEMM, at the kernel's precision: per-tensor scales inside the call (its tensorwise mode),
+    rowwise ones for a BF16 C (the only C it scales rowwise; a per-tensor scale beside a vector repeated along
+    its axis), else unit scales and the chain's scales in float64 after it; `use_fast_accum` as the kernel
+    accumulates. A pairing it does not multiply (e5m2 x e5m2): the f32 product of the FP8 values instead
+    (each product exact in f32), and bench times it on the same bytes read as e4m3 (`baseline_name`)."""
 
     DTYPES = {**TorchArrays.DTYPES, "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
     # The wide case's magnitudes, 2^lo..2^hi: the normal range of each type (e4m3's largest is 448).
     WIDE_EXPONENTS = {"e4m3": (-6, 8), "e5m2": (-14, 15)}
     b_layout = "col"  # torch._scaled_mm's second operand is column-major
 
-    def __init__(self, seed: int, output_dtype: str, fast: bool, block: bool = False):
+    def __init__(self, seed: int, output_dtype: str, fast: bool, block: bool = False, tensor: bool = False,
+                 pairing: tuple[str, str] = ("e4m3", "e4m3")):
         super().__init__(seed, tf32=False, output_dtype=output_dtype)
         self.fast = fast
         self.unit_scales: dict[Any, Any] = {}
         self.block = block
+        self.tensor = tensor  # `scale: tensor`: bench's baseline is the tensorwise mode
+        self.pairing = pairing
         self.blockwise = block and self._runs_blockwise()  # torch._scaled_mm's 1x128 / 128x128 mode, where it has one
+        self.multiplies = self._multiplies_pairing()  # whether torch._scaled_mm takes A's and B's types
 
     def random(self, elements: int, dtype: str, wide: bool = False) -> Any:
         if dtype not in self.WIDE_EXPONENTS:
@@ -400,6 +409,16 @@ class ScaledMmArrays(TorchArrays):
         """Positive, as quantization scales are: 0.25 to 1.75."""
         return self.xp.rand(count, device="cuda", generator=self.generator) * 1.5 + 0.25
 
+    def _multiplies_pairing(self) -> bool:
+        """Whether torch._scaled_mm multiplies A's type by B's (cuBLASLt has no e5m2 x e5m2)."""
+        torch = self.xp
+        a, b = (torch.zeros(16, 16, device="cuda").to(self._dtype(name)) for name in self.pairing)
+        try:
+            self._scaled_mm(a, b.T)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError):
+            return False
+        return True
+
     def _runs_blockwise(self) -> bool:
         """Whether torch._scaled_mm takes blockwise scales (A's 1 x 128, B's 128 x 128) here: cuBLASLt 12.9+ on
         sm_90, in the PyTorch versions that route them."""
@@ -412,15 +431,17 @@ class ScaledMmArrays(TorchArrays):
         return True
 
     def _scaled_mm(self, a: Any, b: Any, row_scale: Any = None, col_scale: Any = None,
-                   block_scales: tuple[Any, Any] | None = None) -> Any:
+                   block_scales: tuple[Any, Any] | None = None, tensor_scales: tuple[Any, Any] | None = None) -> Any:
         """One torch._scaled_mm (2-D; a batch matrix by matrix). It takes A row-major and B column-major with
         every extent a multiple of 16: operands of other shapes or strides are copied into zero-padded ones
         (zeros add nothing to the sums, and padding to 16 adds no 128-block), and the result is cut back to
         M x N. `block_scales`: (a_scale M x ceil(K / 128), b_scale ceil(N / 128) x ceil(K / 128)), row-major,
-        passed as torch asks: A's outer-dim-major, B's as b_scale.t()."""
+        passed as torch asks: A's outer-dim-major, B's as b_scale.t(). `tensor_scales`: (scale_a, scale_b), one
+        value each (its tensorwise mode, any C)."""
         torch = self.xp
         if a.dim() == 3:
-            return torch.stack([self._scaled_mm(x, y, row_scale, col_scale, block_scales) for x, y in zip(a, b)])
+            return torch.stack([self._scaled_mm(x, y, row_scale, col_scale, block_scales, tensor_scales)
+                                for x, y in zip(a, b)])
         (m, k), n = a.shape, b.shape[1]
         ones = partial(torch.ones, device="cuda", dtype=torch.float32)
         rowwise = self.output == torch.bfloat16 and (row_scale is not None or col_scale is not None)
@@ -431,7 +452,7 @@ class ScaledMmArrays(TorchArrays):
             scale_a = _padded(torch, (row_scale if row_scale is not None else ones(m)).reshape(-1, 1), (-m % 16, 0), 1.0)
             scale_b = _padded(torch, (col_scale if col_scale is not None else ones(n)).reshape(1, -1), (0, -n % 16), 1.0)
         else:
-            scale_a, scale_b = ones(()), ones(())
+            scale_a, scale_b = (x.reshape(()) for x in tensor_scales) if tensor_scales is not None else (ones(()),) * 2
         a16 = _padded(torch, a, (-m % 16, -k % 16))
         b16 = _padded(torch, b.mT, (-n % 16, -k % 16)).mT
         result = torch._scaled_mm(a16, b16, scale_a=scale_a.float(), scale_b=scale_b.float(), out_dtype=self.output,
@@ -439,14 +460,32 @@ class ScaledMmArrays(TorchArrays):
         return result[:m, :n]
 
     def cublas(self, a: Any, b: Any) -> Any:
-        return self._scaled_mm(a, b)
+        return self._product(a, b)
+
+    def _product(self, a: Any, b: Any, row_scale: Any = None, col_scale: Any = None,
+                 tensor_scales: tuple[Any, Any] | None = None) -> Any:
+        """torch._scaled_mm's product with these scales, or for a pairing it does not multiply the f32 product
+        of the FP8 values (exact products, f32 sums) with the scales, rounded to C's type."""
+        if self.multiplies:
+            return self._scaled_mm(a, b, row_scale, col_scale, tensor_scales=tensor_scales)
+        product = self.xp.matmul(a.float(), b.float())
+        for scale, shape in ((row_scale, (-1, 1)), (col_scale, (1, -1))):
+            if scale is not None:
+                product = product * scale.float().reshape(shape)
+        for scale in tensor_scales or ():
+            product = product * scale.float().reshape(())
+        return product.to(self.output)
 
     def cublas_into(self, a: Any, b: Any, c: Any) -> None:
         """bench's baseline: torch._scaled_mm into its own C from the caching allocator (C is not copied into
         `c`, which would add a pass over C to its time); unit scales, timed as any scales: blockwise ones where
         it has the mode, else rowwise (bench then names the row so)."""
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        if self.blockwise:
+        if not self.multiplies:  # the same bytes as e4m3: the call a pairing of its types would make
+            a, b = (x.view(self._dtype("e4m3")) for x in (a, b))
+        if self.tensor:
+            self._scaled_mm(a, b, tensor_scales=(self._ones(), self._ones()))
+        elif self.blockwise:
             blocks = -(-k // 128)
             self._scaled_mm(a, b, block_scales=(self._ones(m, blocks), self._ones(-(-n // 128), blocks)))
         else:
@@ -464,13 +503,17 @@ class ScaledMmArrays(TorchArrays):
 
     @property
     def baseline_name(self) -> str:
-        """What cublas_into runs, where it is not the comparison's own call: a block-scaled kernel's fallback."""
+        """What cublas_into runs, where it is not the comparison's own call: a block-scaled kernel's fallback, or
+        a pairing torch._scaled_mm does not multiply."""
+        if not self.multiplies:
+            return (f"cuBLAS FP8 scaled_mm on the {' x '.join(self.pairing)} bytes read as e4m3 (no "
+                    f"{' x '.join(self.pairing)} mode)")
         return "" if self.blockwise or not self.block else "cuBLAS FP8 scaled_mm rowwise (no blockwise mode here)"
 
     def _ones(self, *shape: int) -> Any:
         """Unit scales, made once per shape (a fill kernel per timed call would be timed too)."""
         if shape not in self.unit_scales:
-            self.unit_scales[shape] = self.xp.ones(*shape, device="cuda", dtype=self.xp.float32)
+            self.unit_scales[shape] = self.xp.ones(shape, device="cuda", dtype=self.xp.float32)
         return self.unit_scales[shape]
 
     def reference(self, a: Any, b: Any, fuse: dict | None, chain: dict[str, Any], epilogue: str, c_in: Any | None,
@@ -486,10 +529,19 @@ class ScaledMmArrays(TorchArrays):
                 product = self.xp.mm(a32, b32).to(self.output)
             rest = {name: value for name, value in chain.items() if name not in BLOCK_SCALES}
             return chained(self, {**fuse, "scale": None}, rest, epilogue, product, c_in, alpha, beta)
-        if fuse is None or fuse["scale"] is None or self.output != self.xp.bfloat16:
+        scales = ScaleVectors(fuse["scale"]) if fuse is not None and fuse["scale"] is not None else None
+        if scales is ScaleVectors.TENSOR:
+            product = self._product(a, b, tensor_scales=(chain["a_scale"], chain["b_scale"]))
+        elif scales is not None and self.output == self.xp.bfloat16:
+            m, n = a.shape[-2], b.shape[-1]
+            row_scale = chain["row_scale"] if scales.rows else chain["a_scale"].reshape(1).expand(m) \
+                if scales.a_tensor else None
+            col_scale = chain["col_scale"] if scales.cols else chain["b_scale"].reshape(1).expand(n) \
+                if scales.b_tensor else None
+            product = self._product(a, b, row_scale, col_scale)
+        else:
             return super().reference(a, b, fuse, chain, epilogue, c_in, alpha, beta)
-        product = self._scaled_mm(a, b, chain.get("row_scale"), chain.get("col_scale"))
-        rest = {name: value for name, value in chain.items() if name not in ("row_scale", "col_scale")}
+        rest = {name: value for name, value in chain.items() if name not in SCALES}
         return chained(self, {**fuse, "scale": None}, rest, epilogue, product, c_in, alpha, beta)
 
     def baseline_applies(self, fuse: dict) -> bool:
@@ -509,7 +561,8 @@ def _padded(torch: Any, x: Any, pad: tuple[int, int], fill: float = 0.0) -> Any:
 
 def arrays_for(comparison: Comparison, seed: int) -> CupyArrays:
     if comparison.scaled:
-        return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation, comparison.block_scales)
+        return ScaledMmArrays(seed, comparison.c_dtype, comparison.fast_accumulation, comparison.block_scales,
+                              comparison.tensor_scales, comparison.input_dtypes)
     if comparison.library == "torch":
         return TorchArrays(seed, tf32=comparison.unit == "tf32", output_dtype=comparison.output_dtype)
     return CupyArrays(seed)
@@ -559,7 +612,7 @@ def check_case(kernel: Kernel, arrays: CupyArrays, size: Size, case: Case,
     float64 = None
     if max(m, n, k) <= FLOAT64_MAX_DIM:
         a64, b64 = arrays.float64(a), arrays.float64(b)
-        if "a_scale" in chain:  # block scales: the product of the dequantized operands
+        if fuse and fuse["scale"] == "block":  # the product of the dequantized operands
             a64, b64 = dequantize_blocks(a64, b64, arrays.float64(chain["a_scale"]), arrays.float64(chain["b_scale"]))
         c64 = None if c_in is None else arrays.float64(c_in)
 
@@ -590,19 +643,26 @@ def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case:
                    groups: int = 0) -> dict[str, Any]:
     """Fresh random operands for a fused kernel's chain (docs/fusion.md): the bias vector, the residual (in
     its layout, padded as the case pads C), the row and column scales (a grouped kernel's `groups` x N column
-    scales, a row per group), the block scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128): a value
-    per block)."""
+    scales, a row per group), the per-tensor scales (0-dim, as torch._scaled_mm's tensorwise scales), the block
+    scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128): a value per block)."""
     operands = {}
     if fuse["bias"] is not None:
         operands["bias"] = arrays.random(m if fuse["bias"]["along"] == "m" else n, fuse["bias"]["dtype"])
     if fuse["residual"] is not None:
         residual = fuse["residual"]
         operands["residual"] = random_operand(arrays, residual["dtype"], residual["layout"], m, n, case.padded)
-    if fuse["scale"] in ("row", "rowcol"):
+    scales = ScaleVectors(fuse["scale"]) if fuse["scale"] is not None else None
+    if scales is None:
+        return operands
+    if scales.rows:
         operands["row_scale"] = arrays.scales(m)
-    if fuse["scale"] in ("col", "rowcol"):
+    if scales.a_tensor:
+        operands["a_scale"] = arrays.scales(1).reshape(())
+    if scales.cols:
         operands["col_scale"] = arrays.scales(n) if not groups else arrays.scales(groups * n).reshape(groups, n)
-    if fuse["scale"] == "block":
+    if scales.b_tensor:
+        operands["b_scale"] = arrays.scales(1).reshape(())
+    if scales.blocks:
         k_blocks = -(-k // 128)
         operands["a_scale"] = arrays.block_scales(m, k_blocks)
         operands["b_scale"] = arrays.block_scales(-(-n // 128), k_blocks)
@@ -628,7 +688,9 @@ def chained(arrays: CupyArrays, fuse: dict, chain: dict[str, Any], epilogue: str
             alpha: float, beta: float) -> Any:
     """The fused kernel's reference: the chain (fuse_reference.apply_chain) in float64 on the host over
     `product`, C and the chain's operands, back on the GPU."""
-    host = {name: arrays.host(arrays.float64(value)) for name, value in chain.items() if name not in BLOCK_SCALES}
+    blocks = fuse["scale"] == "block"  # applied to the product already
+    host = {name: arrays.host(arrays.float64(value)) for name, value in chain.items()
+            if not (blocks and name in BLOCK_SCALES)}
     result = apply_chain(fuse, arrays.host(arrays.float64(product)), alpha=alpha, beta=beta,
                          c=None if c_in is None else arrays.host(arrays.float64(c_in)),
                          alpha_beta=epilogue == "alpha_beta", **host)

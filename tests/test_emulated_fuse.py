@@ -1,7 +1,8 @@
 """Fused FMA kernels run on the CPU (tests/host_emulation.py) against the chain's float64 reference.
 
 Each case is sgemm_fused with one fuse section: every activation, a bias along m and along n, the row and
-column scales, a row- and a column-major residual. The calls are the odd shapes of test_emulated.py (edge
+column scales, the per-tensor scales (alone, and beside a column or a row scale), a row- and a column-major
+residual. The calls are the odd shapes of test_emulated.py (edge
 blocks on both axes, a partial last k-tile, padded leading dimensions, a misaligned A for the scalar
 kernel), each launched as the C launcher launches it (the interior kernel and the edge strips, whose
 fuse operands are offset like A, B and C). C's buffer starts as NaN outside C: a write there shows.
@@ -31,6 +32,9 @@ CHAINS = [
     ("gelu_bias_n", "bias: n; activation: gelu;", True),
     ("gelu_tanh_residual_col", "activation: gelu_tanh; residual: f32 col;", False),
     ("silu_scales", "scale: rowcol; bias: n f32; activation: silu;", False),
+    ("tensor_scales", "scale: tensor; bias: n f32;", False),
+    ("tensor_col_scales", "scale: tensor col; activation: relu;", False),
+    ("row_tensor_scales", "scale: row tensor;", False),
 ]
 TOLERANCE = 1e-5  # f32 accumulation over K <= 43 and f32 activations, against float64: relative to C's norm
 
@@ -81,10 +85,14 @@ def run_fused(binary: Path, metadata: dict, req: KernelRequirements, directory: 
     vectors = {}
     if fuse["bias"]:
         vectors["bias"] = rng.uniform(-1, 1, m if fuse["bias"]["along"] == "m" else n).astype(np.float32)
-    if fuse["scale"] in ("row", "rowcol"):
+    scales = fuse["scale"].split() if fuse["scale"] else []  # A's, then B's (`rowcol`: both vectors)
+    if {"row", "rowcol"} & set(scales[:1]):
         vectors["row_scale"] = rng.uniform(0.5, 2, m).astype(np.float32)
-    if fuse["scale"] in ("col", "rowcol"):
+    if {"col", "rowcol"} & set(scales[-1:]):
         vectors["col_scale"] = rng.uniform(0.5, 2, n).astype(np.float32)
+    for name, present in (("a_scale", scales[:1] == ["tensor"]), ("b_scale", scales[-1:] == ["tensor"])):
+        if present:  # one float, read by the kernel through its pointer
+            vectors[name] = rng.uniform(0.5, 2, 1).astype(np.float32)
     ldr = 0
     if fuse["residual"]:
         r_row = fuse["residual"]["layout"] == "row"
@@ -106,6 +114,7 @@ def run_fused(binary: Path, metadata: dict, req: KernelRequirements, directory: 
     expected = apply_chain(fuse, a.astype(np.float64) @ b.astype(np.float64), alpha=alpha, beta=beta, c=c_in,
                            bias=vectors.get("bias"), residual=vectors.get("residual"),
                            row_scale=vectors.get("row_scale"), col_scale=vectors.get("col_scale"),
+                           a_scale=vectors.get("a_scale"), b_scale=vectors.get("b_scale"),
                            alpha_beta=metadata["epilogue"] == "alpha_beta")
     error = np.linalg.norm(got - expected) / max(np.linalg.norm(expected), 1e-30)
     return float(error), int(np.count_nonzero(~np.isnan(out[~inside])))

@@ -1,7 +1,7 @@
 """FP8 GEMMs on the GPU (an H100; the kernels are sm_90a): each FP8 spec against float64 on the dequantized
-operands and against torch._scaled_mm at the same precision (rowwise scales, BF16 out, use_fast_accum as
-the spec accumulates), at odd shapes, with C poisoned with NaN, through `verify` and through the PyTorch
-call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of lda and ldb (row-major A and
+operands and against torch._scaled_mm at the same precision (rowwise, tensorwise or blockwise scales as the
+spec's, BF16 out, use_fast_accum as the spec accumulates; A and B of the spec's types), at odd shapes, with C
+poisoned with NaN, through `verify` and through the PyTorch call a user makes. M and N are odd; K is a multiple of 16, which TMA needs of lda and ldb (row-major A and
 column-major B keep k contiguous)."""
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ def test_an_fp8_spec_passes_verify_at_odd_shapes(torch, spec):
     assert not failed, "\n".join(failed)
 
 
+def zero_padded_rows(torch, x):
+    """x (rows x K, FP8) with zero rows up to a multiple of 16, which torch._scaled_mm needs of M and N."""
+    rows = x.shape[0]
+    padded = torch.zeros(rows + -rows % 16, x.shape[1], device="cuda").to(x.dtype)
+    padded[:rows] = x
+    return padded
+
+
 def quantized(torch, rows, cols, generator):
     values = torch.rand(rows, cols, device="cuda", generator=generator) * 2 - 1
     return values.to(torch.float8_e4m3fn)
@@ -67,10 +75,7 @@ def test_the_pytorch_call_is_scaled_mm_with_rowwise_scales(torch, spec, fast):
     assert torch.equal(c, poisoned)
     exact = (x.double() @ w.double().T) * row_scale.double()[:, None] * col_scale.double()[None, :]
     pad = (-m % 16, -n % 16)
-    x16 = torch.zeros(m + pad[0], k, device="cuda").to(torch.float8_e4m3fn)
-    x16[:m] = x
-    w16 = torch.zeros(n + pad[1], k, device="cuda").to(torch.float8_e4m3fn)
-    w16[:n] = w
+    x16, w16 = zero_padded_rows(torch, x), zero_padded_rows(torch, w)
     scale_a = torch.ones(m + pad[0], 1, device="cuda")
     scale_a[:m, 0] = row_scale
     scale_b = torch.ones(1, n + pad[1], device="cuda")
@@ -193,3 +198,125 @@ def test_an_fp8_family_passes_verify_on_every_member(torch, family):
     assert len({(result.m, result.n, result.k) for result in results}) == len(FAMILY_SIZES)
     failed = [format_result(result) for result in results if not result.passed]
     assert not failed, "\n".join(failed)
+
+
+TENSORWISE_SPECS = [ROOT / "specs" / f"{name}.gemm" for name in ("fp8_tensorwise", "fp8_tensorwise_fast")]
+
+
+@pytest.mark.parametrize("spec", TENSORWISE_SPECS, ids=lambda path: path.stem)
+def test_a_tensorwise_spec_passes_verify_at_odd_shapes(torch, spec):
+    """Against torch._scaled_mm's tensorwise mode (0-dim scale_a and scale_b) and float64: normal and wide-range
+    data, contiguous and padded operands, C poisoned with NaN and guarded."""
+    import gemmdsl
+    from gemmdsl.verify import format_result, verify
+
+    results = [result for result in verify(gemmdsl.load(spec), ODD_SIZES, seed=7) if not result.skipped]
+    assert {result.case for result in results} >= {"contiguous", "padded", "wide"}
+    failed = [format_result(result) for result in results if not result.passed]
+    assert not failed, "\n".join(failed)
+
+
+def tensorwise_case(torch, m, n, k, seed):
+    """Random non-zero e4m3 X (M x K) and W (N x K, nn.Linear's layout), 0-dim scales on the GPU, and the float64
+    product of the dequantized operands."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+
+    def nonzero(rows, cols, dtype):
+        values = torch.rand(rows, cols, device="cuda", generator=generator) * 2 - 1
+        values = torch.where(values.abs() < 2 ** -6, torch.full_like(values, 0.5), values)  # no zero after rounding
+        return values.to(getattr(torch, dtype))
+
+    x, w = nonzero(m, k, "float8_e4m3fn"), nonzero(n, k, "float8_e4m3fn")
+    a_scale = torch.rand((), device="cuda", generator=generator) * 1.5 + 0.25
+    b_scale = torch.rand((), device="cuda", generator=generator) * 1.5 + 0.25
+    exact = (x.double() @ w.double().T) * a_scale.double() * b_scale.double()
+    return x, w, a_scale, b_scale, exact
+
+
+@pytest.mark.parametrize("spec, fast", [(TENSORWISE_SPECS[0], False), (TENSORWISE_SPECS[1], True)],
+                         ids=["promoted", "fast"])
+@pytest.mark.parametrize("m, n, k", [(333, 517, 1040), (1024, 1024, 2048)])
+def test_the_pytorch_call_is_scaled_mm_tensorwise(torch, spec, fast, m, n, k):
+    """C = (X @ W^T) * a_scale * b_scale in BF16 into a C poisoned with NaN, against torch._scaled_mm with the same
+    0-dim scales and use_fast_accum: within 1.1x of its error against float64 on the dequantized operands."""
+    import gemmdsl
+
+    x, w, a_scale, b_scale, exact = tensorwise_case(torch, m, n, k, seed=m + n)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemmdsl.load(spec)(x, w.T, c, a_scale=a_scale, b_scale=b_scale)
+    assert torch.isfinite(c).all()
+    x16, w16 = zero_padded_rows(torch, x), zero_padded_rows(torch, w)
+    reference = torch._scaled_mm(x16, w16.T, scale_a=a_scale, scale_b=b_scale, out_dtype=torch.bfloat16,
+                                 use_fast_accum=fast)[:m, :n]
+
+    def error(y):
+        return float((y.double() - exact).norm() / exact.norm())
+
+    assert error(c) <= 1.1 * error(reference) + 1e-6, (error(c), error(reference))
+
+
+def test_the_call_reads_the_scales_on_the_gpu_without_a_host_copy(torch):
+    """Under torch's sync debug mode "error" a call that read a scale on the host (`.item()`, `float()`, a copy
+    to the CPU) raises; and a bound launch reads the scales' memory when it runs: changing them on the GPU
+    after binding changes C."""
+    import gemmdsl
+
+    m, n, k = 256, 384, 512
+    x, w, a_scale, b_scale, exact = tensorwise_case(torch, m, n, k, seed=1)
+    kernel = gemmdsl.load(TENSORWISE_SPECS[0])
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    kernel(x, w.T, c, a_scale=a_scale, b_scale=b_scale)  # loads the module first
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        kernel(x, w.T, c, a_scale=a_scale, b_scale=b_scale)
+        launch = kernel.bind(x, w.T, c, a_scale=a_scale, b_scale=b_scale)
+        launch()
+        first = c.clone()
+        a_scale.mul_(2.0)  # on the GPU, after binding
+        launch()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    assert torch.equal(c.double(), (first.double() * 2).to(torch.bfloat16).double())  # a power of two: exact
+
+
+@pytest.mark.parametrize("b_dtype", ["float8_e5m2", "float8_e4m3fn"])
+def test_a_mixed_pairing_passes_verify_and_bench_times_it(torch, tmp_path, b_dtype):
+    """e4m3 x e5m2 (gradients' pairing) against torch._scaled_mm with the same types; bench times it against
+    that call (not skipped, not refused)."""
+    import gemmdsl
+    from gemmdsl.bench import bench
+    from gemmdsl.verify import format_result, verify
+
+    b = "e5m2" if b_dtype == "float8_e5m2" else "e4m3"
+    spec = tmp_path / "fp8_mixed.gemm"
+    spec.write_text(TENSORWISE_SPECS[0].read_text().replace("fp8_tensorwise", "fp8_mixed")
+                    .replace("b: e4m3 col;", f"b: {b} col;"))
+    kernel = gemmdsl.load(spec)
+    results = [result for result in verify(kernel, ODD_SIZES[:1], seed=2) if not result.skipped]
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
+    report = bench([kernel], [(1024, 1024, 1024)])
+    baseline, row = report.rows
+    assert baseline.name == f"cuBLAS FP8 scaled_mm{' e4m3 x e5m2' if b == 'e5m2' else ''} tensorwise"
+    assert row.name == "fp8_mixed" and row.median_ms is not None, row.note
+
+
+def test_e5m2_by_e5m2_is_verified_against_the_f32_product_and_timed_on_e4m3_bytes(torch, tmp_path):
+    """torch._scaled_mm has no e5m2 x e5m2: verify's reference is the f32 product of the FP8 values, and bench's
+    baseline row names the call it times instead."""
+    import gemmdsl
+    from gemmdsl.bench import bench
+    from gemmdsl.verify import format_result, verify
+
+    spec = tmp_path / "fp8_e5m2.gemm"
+    spec.write_text(TENSORWISE_SPECS[0].read_text().replace("fp8_tensorwise", "fp8_e5m2")
+                    .replace("a: e4m3 row; b: e4m3 col;", "a: e5m2 row; b: e5m2 col;"))
+    kernel = gemmdsl.load(spec)
+    results = [result for result in verify(kernel, ODD_SIZES[:1], seed=2) if not result.skipped]
+    failed = [format_result(result) for result in results if not result.passed]
+    assert results and not failed, "\n".join(failed)
+    baseline, row = bench([kernel], [(1024, 1024, 1024)]).rows
+    assert baseline.name == "cuBLAS FP8 scaled_mm on the e5m2 x e5m2 bytes read as e4m3 (no e5m2 x e5m2 mode)"
+    assert row.median_ms is not None, row.note

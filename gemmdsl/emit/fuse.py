@@ -33,9 +33,10 @@ class Member:
     field: str
     pointer: str
     dtype: ir.DType
+    scalar: bool = False  # one value for the launch (a per-tensor scale), the same at every index
 
     def load(self, index: str) -> str:
-        return to_float(self.dtype, f"{self.pointer}[{index}]")
+        return to_float(self.dtype, f"{self.pointer}[{'0' if self.scalar else index}]")
 
 
 class FuseChain:
@@ -48,9 +49,16 @@ class FuseChain:
         self.alpha_beta = spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
 
     def members(self, axis: ir.Broadcast) -> list[Member]:
-        """What one row (m) or column (n) of C carries: each step's vectors along it, in chain order."""
-        return [Member(operand.field, operand.parameter, operand.dtype) for step in self.chain.steps
-                for operand in step.operands() if operand.kind == "vector" and operand.along is axis]
+        """What one row (m) or column (n) of C carries: each step's vectors along it, in chain order, and with a
+        row's its scalars (read with each row's values: a few loads of one address per thread, from L1)."""
+        return [Member(operand.field, operand.parameter, operand.dtype, scalar=operand.kind == "scalar")
+                for step in self.chain.steps for operand in step.operands()
+                if (operand.along is axis if operand.kind == "vector" else
+                    operand.kind == "scalar" and axis is ir.Broadcast.M)]
+
+    def staged_members(self, axis: ir.Broadcast) -> list[Member]:
+        """The members a producer stages per tile in shared memory: the vectors (a scalar is read directly)."""
+        return [member for member in self.members(axis) if not member.scalar]
 
     @property
     def matrix(self) -> Operand | None:
@@ -167,7 +175,8 @@ class FuseChain:
     def staged(self, axis: ir.Broadcast, buffer: str, offsets: dict[str, int], index: str) -> str:
         """A `fuse_m` or `fuse_n` from a tile's vectors staged as f32 in `buffer` (each vector's first value at
         `offsets[name]`), at `index` within the tile."""
-        fields = ", ".join(f"{buffer}[{offsets[member.pointer]} + {index}]" for member in self.members(axis))
+        fields = ", ".join(member.load(index) if member.scalar else f"{buffer}[{offsets[member.pointer]} + {index}]"
+                           for member in self.members(axis))
         return f"fuse_{axis.value}{{{fields}}}"
 
     def load_for_tile(self, member: Member, index: str) -> str:

@@ -32,8 +32,10 @@ class Operand:
     """One array a step reads, as the kernels take it.
 
     kind: "vector" (one value per row or column of C, along `along`, loaded into `fuse_m` / `fuse_n` as the
-    field `field`), "matrix" (M x N in `layout`, with a leading dimension `ld`; read per element as `r`), or
-    "k_loop" (read by the main loop, not the epilogue: FP8 block scales)."""
+    field `field`), "scalar" (one value for the whole launch in device memory, read by the kernel with each
+    row's values into `fuse_m` as `field`: per-tensor scales), "matrix" (M x N in `layout`, with a leading
+    dimension `ld`; read per element as `r`), or "k_loop" (read by the main loop, not the epilogue: FP8 block
+    scales)."""
 
     name: str  # the Python API's keyword argument
     kind: str

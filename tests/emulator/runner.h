@@ -44,6 +44,8 @@ struct Problem {
     int ldr;
     const float* row_scale;
     const float* col_scale;
+    const float* a_scale;  // per-tensor scales: one float each, the same for every sub-launch
+    const float* b_scale;
 };
 
 struct Layout {
@@ -245,7 +247,7 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
 //
 //   runner fused DIR M N K lda ldb ldc ldr alpha beta entry [entry row col m n]...
 //
-// reads DIR/{A,B,C,bias,R,row_scale,col_scale}.bin (raw floats, each as long as the operand's footprint;
+// reads DIR/{A,B,C,bias,R,row_scale,col_scale,a_scale,b_scale}.bin (raw floats, each as long as the operand's footprint;
 // absent files: operands the chain does not read), runs the kernel as `emulate` does, and writes C's
 // whole buffer to DIR/C.out.
 inline std::vector<float> read_floats(const std::string& path) {
@@ -272,10 +274,12 @@ inline int emulate_fused(int argc, char** argv, const Layout& layout,
     std::vector<float> a = read_floats(dir + "/A.bin"), b = read_floats(dir + "/B.bin"), c = read_floats(dir + "/C.bin");
     std::vector<float> bias = read_floats(dir + "/bias.bin"), r = read_floats(dir + "/R.bin");
     std::vector<float> row_scale = read_floats(dir + "/row_scale.bin"), col_scale = read_floats(dir + "/col_scale.bin");
+    std::vector<float> a_scale = read_floats(dir + "/a_scale.bin"), b_scale = read_floats(dir + "/b_scale.bin");
     auto data = [](std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
     Problem p{a.data(), b.data(), c.data(), (int)arg(3), (int)arg(4), (int)arg(5), (int)arg(6), (int)arg(7),
               (int)arg(8), (float)std::atof(argv[10]), (float)std::atof(argv[11]), 0, 0, 0, 0,
-              data(bias), data(r), (int)arg(9), data(row_scale), data(col_scale)};
+              data(bias), data(r), (int)arg(9), data(row_scale), data(col_scale),
+              data(a_scale), data(b_scale)};
     std::vector<SubLaunch> sub_launches;
     for (int i = 13; i < argc; i += 5)
         sub_launches.push_back({(int)arg(i), (int)arg(i + 1), (int)arg(i + 2), (int)arg(i + 3), (int)arg(i + 4)});

@@ -143,7 +143,7 @@ class AccumulatorEpilogue:
         rows = "group_end" if self.layout.grouped else "M"  # a grouped tile's rows end with its group's
         for axis, extent, start, bound in ((ir.Broadcast.M, "BM", "block_m", rows),
                                            (ir.Broadcast.N, "BN", "block_n", "N")):
-            for member in fuse.members(axis):
+            for member in fuse.staged_members(axis):
                 with o.block(f"for (int i = lane; i < {extent}; i += 32)"):
                     o.line(f"const int index = {start} + i;")
                     o.line(f"{buffer}[{self.layout.vector_offsets[member.pointer]} + i] = index < {bound} ? "
