@@ -39,13 +39,14 @@ LAYERS = {
                  "gemmdsl.layout", "gemmdsl.mma_layout", "gemmdsl.abi", "gemmdsl.launch_plan", "gemmdsl.plan",
                  "gemmdsl.schedule", "gemmdsl.grouped_schedule", "gemmdsl.paths", "gemmdsl.passes",
                  "gemmdsl.analysis", "gemmdsl.cycles", "gemmdsl.cost_model", "gemmdsl.emit", "gemmdsl.emitter",
-                 "gemmdsl.fuse_reference", "gemmdsl.family", "gemmdsl.compiler", "gemmdsl.build", "gemmdsl.prediction"),
+                 "gemmdsl.fuse_reference", "gemmdsl.family", "gemmdsl.compiler", "gemmdsl.build", "gemmdsl.prediction",
+                 "gemmdsl.quant_reference"),
     "tools": ("gemmdsl", "gemmdsl.api", "gemmdsl.cli", "gemmdsl.check", "gemmdsl.runtime", "gemmdsl.tensor_maps",
               "gemmdsl.arrays", "gemmdsl.devices", "gemmdsl.call_plan", "gemmdsl.load_cache",
               "gemmdsl.fuse_operands", "gemmdsl.grouped_call", "gemmdsl.family_kernel", "gemmdsl.verify",
               "gemmdsl.bench", "gemmdsl.bench_fuse", "gemmdsl.grouped_bench", "gemmdsl.profile", "gemmdsl.tune",
               "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers", "gemmdsl.calibrate",
-              "gemmdsl.calibrate_kernels"),
+              "gemmdsl.calibrate_kernels", "gemmdsl.quantize"),
 }
 LEVEL = {layer: level for level, layer in enumerate(LAYERS)}
 
