@@ -114,3 +114,31 @@ def test_groups_and_block_k_that_divide_one_another_are_taken(dequantizer, group
     (error,) = info.value.diagnostics
     assert error.message.startswith(f"group {group} and the block tile's K ({bk}) do not divide one another")
     assert error.span.line == 3
+
+
+def test_check_states_bytes_per_weight_the_hbm_bound_and_the_dequantization(dequantizer):
+    """s4 codes in groups of 128 with zero points: half a byte per code, and a 16-bit scale and zero point per
+    128 weights; at 1x4096x4096 A and C are 8 KiB each."""
+    from gemmdsl.gpu_profile import profile_for
+    from gemmdsl.paths.facts import DequantCost
+    from gemmdsl.quant_check import quant_facts, quant_json, quant_lines
+
+    spec = load_text(QUANT_BASE)
+    problem = (1, 4096, 4096)
+    facts = quant_facts(spec, problem, None)
+    assert (facts.a_bytes, facts.weight_bytes, facts.c_bytes) == (8192, 4096 * 4096 * (0.5 + 4 / 128), 8192)
+    tbps = profile_for(90).hbm_tbps
+    assert facts.hbm_seconds == pytest.approx(facts.total_bytes / (tbps * 1e12))
+    lines = quant_lines(spec, problem, facts)
+    assert lines[0] == ("Quantized B: s4, group 128, zero points: 0.5312 bytes per weight (0.5 codes + 0.03125 "
+                        "scales, zero points and padding)")
+    assert lines[1].startswith(f"HBM bound at 1x4096x4096: 8,929,280 bytes (A 8,192, B 8,912,896, C 8,192) take "
+                               f"{8929280 / (tbps * 1e6):.3g} us at {tbps:g} TB/s")
+    assert lines[2] == "Dequantization: no dequantizing path states its cost"
+    cost = DequantCost(48, "16 lop3 + 16 hsub2 + 16 hmul2")
+    priced = quant_facts(spec, problem, cost)
+    assert quant_lines(spec, problem, priced)[2] == ("Dequantization: 48 instructions per consumer thread per k-tile "
+                                                     "(16 lop3 + 16 hsub2 + 16 hmul2)")
+    assert quant_json(spec, problem, priced)["dequantization"] == {"instructions_per_k_tile": 48,
+                                                                  "detail": "16 lop3 + 16 hsub2 + 16 hmul2"}
+    assert quant_json(spec, problem, priced)["bytes_per_weight"] == 0.53125
