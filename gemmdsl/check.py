@@ -26,6 +26,7 @@ from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves
+from .quant_check import quant_facts, quant_json, quant_lines
 from .source import CompileError, SourceFile, printable
 
 
@@ -41,12 +42,13 @@ def format_report(analysis: Analysis, verbose: bool = False) -> str:
     facts = analysis.path.facts
     headline = facts.headline(analysis)
     if headline is not None:
-        return _joined([headline, *facts.alarms(analysis),
+        return _joined([headline, *facts.alarms(analysis), _quant_section(analysis),
                         "\n".join(_wrapped(f"{outcome.name}: ", outcome.verdict) for outcome in analysis.outcomes),
                         _warnings(analysis)])
     worst = worst_access(analysis.facts["smem_accesses"])
     return _joined([
         _header(analysis),
+        _quant_section(analysis),
         _spill_banner(analysis),
         _access_table(analysis),
         _launch_totals(analysis),
@@ -65,6 +67,15 @@ def _header(analysis: Analysis) -> str:
     launch = analysis.facts["launch"]
     return (f"{spec.name} ({spec.target}): {layout.threads} threads = {launch.warps_per_block} warps, "
             f"block tile {layout.bm}x{layout.bn}x{layout.bk}, problem {analysis.problem}")
+
+
+def _quant_section(analysis: Analysis) -> str:
+    """A quantized spec's bytes per weight, HBM bound and dequantization cost (quant_check.py); empty otherwise."""
+    spec = analysis.spec
+    if spec.quant is None:
+        return ""
+    facts = quant_facts(spec, tuple(analysis.problem), analysis.path.facts.dequantization(analysis))
+    return "\n".join(quant_lines(spec, tuple(analysis.problem), facts))
 
 
 def _spill_banner(analysis: Analysis) -> str:
@@ -170,6 +181,9 @@ def to_json(analysis: Analysis) -> dict:
         "smem_bytes": layout.smem_bytes,
         **facts,
         "fuse": _fuse_json(analysis),
+        "quant": None if spec.quant is None else quant_json(
+            spec, tuple(analysis.problem), quant_facts(spec, tuple(analysis.problem),
+                                                       analysis.path.facts.dequantization(analysis))),
         "verdicts": {outcome.name: outcome.verdict for outcome in analysis.outcomes},
         "warnings": [w.render() for w in analysis.warnings],
     }

@@ -33,6 +33,7 @@ TOOLS = (
     ("tune", "gemmdsl.tune_cli", "search a template's space: prune with the analysis, time the best on the GPU"),
     ("tunedb", "gemmdsl.tune_db", "merge tuning databases from several hosts"),
     ("calibrate", "gemmdsl.calibrate", "measure this GPU's rates for the cycle model (a profile)"),
+    ("quantize", "gemmdsl.quantize_cli", "quantize a weight, or import a GPTQ or AWQ checkpoint, for the kernels"),
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import ir
 from .parser import parse
-from .paths import path_of
+from .paths import path_of, registered
 from .source import CompileError, Diagnostic, Severity, SourceFile
 from .targets import TargetName
 from .validate import validate
@@ -33,7 +33,7 @@ def load(source: SourceFile, target: TargetName | int | None = None) -> tuple[ir
         target = TargetName(target)
     spec = parse(source)
     targeted = spec if target is None else spec.with_target(*target)
-    diagnostics = validate(targeted, path_of(targeted))
+    diagnostics = validate(targeted, path_of(targeted), registered())
     if target is not None:
         # What is said of the target is said of the override: the line quoted names the spec's own.
         written = spec.target.at("target")

@@ -26,32 +26,52 @@ class DType(enum.Enum):
     BF16 = "bf16"
     E4M3 = "e4m3"  # FP8: 4 exponent bits, 3 mantissa bits, no infinities (PyTorch's float8_e4m3fn)
     E5M2 = "e5m2"  # FP8: 5 exponent bits, 2 mantissa bits (float8_e5m2)
+    # Weight types (B only, with `quant b { ... }`: docs/quantized.md): integer codes times group scales.
+    S4 = "s4"  # signed int4, -8..7
+    U4 = "u4"  # unsigned int4, 0..15
+    S8 = "s8"  # signed int8, -128..127
+
+    @property
+    def bits(self) -> int:
+        return {DType.F32: 32, DType.E4M3: 8, DType.E5M2: 8, DType.S4: 4, DType.U4: 4, DType.S8: 8}.get(self, 16)
 
     @property
     def bytes(self) -> int:
-        return {DType.F32: 4, DType.E4M3: 1, DType.E5M2: 1}.get(self, 2)
+        """Bytes of one element; a 4-bit type has none to give (two share a byte): count it with `bits`."""
+        if self.bits % 8:
+            raise TypeError(f"{self.value} is {self.bits} bits, not a whole number of bytes: count it with `bits`")
+        return self.bits // 8
 
     @property
     def fp8(self) -> bool:
-        """An 8-bit float: an operand of wgmma's FP8 forms only (A and B; never C, a bias or a residual)."""
-        return self.bytes == 1
+        """An 8-bit float: an operand of wgmma's FP8 forms (A and B), or an e4m3 weight; never C, a bias or a
+        residual."""
+        return self in (DType.E4M3, DType.E5M2)
+
+    @property
+    def integer(self) -> bool:
+        """An integer weight type (B only, dequantized by its scales)."""
+        return self in (DType.S4, DType.U4, DType.S8)
 
     @property
     def c_header(self) -> str | None:
         """The CUDA header that defines the element's type and its conversions; None for float."""
         return {DType.F16: "cuda_fp16.h", DType.BF16: "cuda_bf16.h", DType.E4M3: "cuda_fp8.h",
-                DType.E5M2: "cuda_fp8.h"}.get(self)
+                DType.E5M2: "cuda_fp8.h"}.get(self)  # the integer types are int8_t / packed in uint32_t
 
     @property
     def vector_widths(self) -> tuple[int, ...]:
         """Global vector widths in elements, narrowest first: powers of two up to 16 bytes."""
-        return tuple(w for w in (1, 2, 4, 8, 16) if w * self.bytes <= MAX_VECTOR_BYTES)
+        return tuple(w for w in (1, 2, 4, 8, 16, 32) if w * self.bits <= 8 * MAX_VECTOR_BYTES)
 
     @property
     def c_type(self) -> str:
-        """The element's type in CUDA C (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h)."""
+        """The element's type in CUDA C (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h); a 4-bit type has none (the
+        dequantizing path reads its codes packed in 32-bit words)."""
+        if self.bits == 4:
+            raise TypeError(f"{self.value} has no C type of its own: its codes are read packed in 32-bit words")
         return {DType.F32: "float", DType.F16: "__half", DType.BF16: "__nv_bfloat16", DType.E4M3: "__nv_fp8_e4m3",
-                DType.E5M2: "__nv_fp8_e5m2"}[self]
+                DType.E5M2: "__nv_fp8_e5m2", DType.S8: "int8_t"}[self]
 
 
 class MatrixLayout(enum.Enum):
@@ -258,6 +278,26 @@ class Problem(Node):
     @property
     def grouped(self) -> bool:
         return self.batch is Batch.GROUPED
+
+    @property
+    def weights(self) -> bool:
+        """Whether B holds quantized weights against A's activations: an integer type, or e4m3 against a bf16 or
+        f16 A (docs/quantized.md); such a spec needs `quant b { ... }`."""
+        b = self.b.dtype
+        return b.integer or (b is DType.E4M3 and self.a.dtype in (DType.BF16, DType.F16))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightQuant(Node):
+    """The `quant b` section: B's codes times a scale per `group` weights along K (and, with `zeros`, minus an
+    integer zero point per group): w[n, k] = (q[n, k] - zeros[n, k // group]) * scales[n, k // group]."""
+
+    group: int | None  # weights along K per scale; None: one scale per output column (`group: channel`)
+    zeros: bool = False
+
+    def scales_per_column(self, k: int) -> int:
+        """Scales (and zero points) of one column of B, over a K of `k`."""
+        return 1 if self.group is None else -(-k // self.group)
 
 
 @dataclass(frozen=True)
@@ -527,6 +567,7 @@ class KernelSpec(Node):
     # the other ThreadLayout fields keep their defaults and mean nothing.
     mma: MmaTile | None = None
     fuse: FuseChain | None = None  # None: no `fuse` section (C = acc, or alpha * acc + beta * C)
+    quant: WeightQuant | None = None  # B's quantization (`quant b { ... }`); None for ordinary specs
 
     def smem(self, operand: Operand) -> SmemLayout:
         return self.smem_a if operand is Operand.A else self.smem_b

@@ -38,6 +38,7 @@ MAX_INT = 1 << 20  # no sane tiling parameter is larger; keeps arithmetic bounde
 MAX_UNROLL = 16  # k-tiles per main-loop iteration; more only grows the code
 MAX_STAGES = 64  # pipeline stages; shared memory runs out long before
 MIN_REGISTERS = 16  # the fewest registers per thread a budget may ask ptxas for
+MIN_QUANT_GROUP = 32  # the fewest weights along K sharing a scale: 16 bytes of 4-bit codes, so no vector straddles two
 # What no target exceeds: a spec beyond it fails on every target, so the parser's range says so.
 MAX_REGISTERS_PER_THREAD = max(arch.max_registers_per_thread for arch in ARCHS.values())
 MAX_BLOCKS_PER_SM = max(arch.max_blocks_per_sm for arch in ARCHS.values())
@@ -369,6 +370,7 @@ class _Key:
 class _Section:
     keys: Mapping[str, _Key]
     labels: tuple[str, ...] = ()  # allowed labels, e.g. `smem a`; empty = no label
+    labels_why: str | None = None  # why only `labels` are allowed, where the other operands' are plausible
     required: bool = False
     short: bool = False  # `target sm_90;` form
 
@@ -506,7 +508,7 @@ class _SpecReader:
             self.error(self.span(head), f"unknown section '{kind}'",
                        _did_you_mean(kind, tuple(SECTIONS)) or
                        "sections are: problem, target, block, threads, mma, smem a|b, load a|b, pipeline, fuse, "
-                       "budget")
+                       "quant b, budget")
             return
         children = section.children[1:]
         label = None
@@ -517,7 +519,8 @@ class _SpecReader:
         if schema.labels:
             if label is None or label.value not in schema.labels:
                 where = self.span(label) if label is not None else self.span(head)
-                self.error(where, f"section '{kind}' needs an operand label: {' or '.join(schema.labels)}",
+                why = f" ({schema.labels_why})" if schema.labels_why else ""
+                self.error(where, f"section '{kind}' needs an operand label: {' or '.join(schema.labels)}{why}",
                            hint=f"write `{kind} {schema.labels[0]} {{ ... }}`")
                 return
             key = f"{kind} {label.value}"
@@ -741,6 +744,25 @@ def _vector(reader: _SpecReader, value: _Value) -> int:
                           hint=f"{widths[-1]}{of} = {ir.MAX_VECTOR_BYTES} bytes is the widest global load")
 
 
+def _quant_group(reader: _SpecReader, value: _Value) -> int | None:
+    """`group: N` (weights along K per scale, a power of two of at least MIN_QUANT_GROUP), or `group: channel`
+    (None: one scale per output column)."""
+    atom = reader.one(value, "a group size such as 128, or channel")
+    hint = (f"scales are shared by a power of two of at least {MIN_QUANT_GROUP} weights along K (GPTQ and AWQ "
+            "use 128), or write `group: channel;` for one scale per output column")
+    if isinstance(atom, Token) and atom.type in WORD_TERMINALS:
+        reader.name(value, ("channel",), "a group size such as 128, or channel")
+        return None
+    group = reader.integer(atom, "a quantization group", MIN_QUANT_GROUP, MAX_INT, hint)
+    if group & (group - 1):
+        raise _Bad(value.span, f"a quantization group must be a power of two, found {group}", hint)
+    return group
+
+
+def _yes_no(reader: _SpecReader, value: _Value) -> bool:
+    return reader.name(value, ("yes", "no"), "yes or no") == "yes"
+
+
 def _target(reader: _SpecReader, value: _Value) -> TargetName:
     """`sm_90` -> (90, False), `sm_90a` -> (90, True)."""
     atom = reader.one(value, "a target such as sm_90")
@@ -821,6 +843,8 @@ SECTIONS: dict[str, _Section] = {
                       only=WARPGROUPS, why="C goes through shared memory and TMA on Hopper's own path"),
     }),
     "fuse": _Section(_FuseKeys()),
+    "quant": _Section({"group": _Key(_quant_group, required=True), "zeros": _Key(_yes_no)}, labels=("b",),
+                      labels_why="only B, the weights, is quantized; A holds the activations"),
     "budget": _Section({
         "registers": _Key(IntRange("a register count", MIN_REGISTERS, MAX_REGISTERS_PER_THREAD)),
         "blocks_per_sm": _Key(IntRange("a block count", 1, MAX_BLOCKS_PER_SM)),
@@ -913,7 +937,12 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
                        key=lambda step: step.order)
         fuse = ir.FuseChain(**where, steps=tuple(steps))
 
+    quant = None
+    if "quant b" in found:
+        values, where = section("quant b")
+        quant = ir.WeightQuant(**where, group=values["group"], zeros=values.get("zeros", False))
+
     return ir.KernelSpec(span=span, key_spans=(("name", name_span),), name=name, problem=problem, target=target, block=block, threads=threads,
                          smem_a=smem(ir.Operand.A, ir.SmemOrder.MK), smem_b=smem(ir.Operand.B, ir.SmemOrder.KN),
                          load_a=load(ir.Operand.A), load_b=load(ir.Operand.B),
-                         pipeline=pipeline, budget=budget, mma=mma, fuse=fuse)
+                         pipeline=pipeline, budget=budget, mma=mma, fuse=fuse, quant=quant)

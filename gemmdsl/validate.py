@@ -11,15 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .source import Diagnostic, Severity, Span, word_list
 from .targets import ARCHS, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
 from .validate_fuse import check_fuse
+from .validate_quant import check_weights
 
 if TYPE_CHECKING:
     from .paths.interface import InstructionPath  # handed over by the front end, never looked up here
@@ -67,10 +66,11 @@ _THREAD_KEYS = ("warps", "lanes", "micro", "repeat")
 SMEM_READ_BYTES = {ir.SmemRead.LDMATRIX: 16, ir.SmemRead.LDS32: 4}  # bytes one lane reads at once
 
 
-def validate(spec: ir.KernelSpec, path: InstructionPath) -> list[Diagnostic]:
+def validate(spec: ir.KernelSpec, path: InstructionPath, paths: Sequence[InstructionPath] = ()) -> list[Diagnostic]:
     """Every semantic error and warning of a parsed spec, sorted by position; `path`, the spec's instruction
-    path (paths.path_of), adds its own rules."""
-    checker = _Checker(spec, path)
+    path (paths.path_of), adds its own rules; `paths`, the registered ones, are named where another would take
+    what `path` refuses."""
+    checker = _Checker(spec, path, paths)
     checker.run()
     return sorted(checker.diagnostics, key=lambda d: (d.span.line, d.span.column))
 
@@ -83,6 +83,7 @@ def errors(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 class _Checker:
     spec: ir.KernelSpec
     path: InstructionPath
+    paths: Sequence[InstructionPath] = ()
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def error(self, span: Span, message: str, hint: str | None = None) -> None:
@@ -99,7 +100,8 @@ class _Checker:
         self.check_name()
         self.check_problem()
         check_fuse(self.spec, self.error, self.path.stream_k_sums_whole)
-        self.path.validate(self)
+        if check_weights(self.spec, self.path, self.paths, self.error):
+            self.path.validate(self)
 
     def check_tiles(self, path: Any) -> None:
         """The rules of the paths whose kernels are lowered to a TileLayout (paths/tiles.py's TilePath: FMA,
@@ -137,13 +139,14 @@ class _Checker:
     def check_problem(self) -> None:
         problem = self.spec.problem
         a, b = problem.a.dtype, problem.b.dtype
-        if a is not b and not (a.fp8 and b.fp8):  # FP8 wgmma takes e4m3 and e5m2 in any pairing
+        # FP8 wgmma takes e4m3 and e5m2 in any pairing; quantized weights and a weight type on A: validate_quant.py
+        if a is not b and not (a.fp8 and b.fp8) and not problem.weights and not a.integer:
             fp8 = " (FP8 pairs with FP8 only: e4m3 or e5m2)" if a.fp8 or b.fp8 else ""
             self.error(problem.at("b"), f"B is {b.value} but A is {a.value}; A and B must have the same element "
                                         f"type{fp8}", hint=f"write `b: {a.value} {problem.b.layout.value};`")
-        if problem.c.dtype.fp8:
-            self.error(problem.at("c"), f"C is {problem.c.dtype.value}; FP8 is an operand type only: the kernels write "
-                                        "C from f32 accumulators as f32, bf16 or f16",
+        if problem.c.dtype.fp8 or problem.c.dtype.integer:
+            self.error(problem.at("c"), f"C is {problem.c.dtype.value}; FP8 and the integer weight types are operand "
+                                        "types only: the kernels write C from f32 accumulators as f32, bf16 or f16",
                        hint=f"write `c: bf16 {problem.c.layout.value};` (torch._scaled_mm's usual output)")
 
     def check_f32_operands(self) -> None:

@@ -33,18 +33,22 @@ PACKAGE = "gemmdsl"
 LAYERS = {
     "ir": ("gemmdsl.errors", "gemmdsl.source", "gemmdsl.ir", "gemmdsl.expr", "gemmdsl.rule", "gemmdsl.targets",
            "gemmdsl.precisions", "gemmdsl.file_kinds", "gemmdsl.cache_root", "gemmdsl.shape_sets", "gemmdsl.version",
-           "gemmdsl.ncu_counters", "gemmdsl.gpu_profile", "gemmdsl.value_readers", "gemmdsl.fuse_ops"),
-    "pipeline": ("gemmdsl.parser", "gemmdsl.validate", "gemmdsl.validate_fuse", "gemmdsl.frontend",
+           "gemmdsl.ncu_counters", "gemmdsl.gpu_profile", "gemmdsl.value_readers", "gemmdsl.fuse_ops",
+           "gemmdsl.quant_layout"),
+    "pipeline": ("gemmdsl.parser", "gemmdsl.validate", "gemmdsl.validate_fuse", "gemmdsl.validate_quant",
+                 "gemmdsl.frontend",
                  "gemmdsl.layout", "gemmdsl.mma_layout", "gemmdsl.abi", "gemmdsl.launch_plan", "gemmdsl.plan",
                  "gemmdsl.schedule", "gemmdsl.grouped_schedule", "gemmdsl.paths", "gemmdsl.passes",
                  "gemmdsl.analysis", "gemmdsl.cycles", "gemmdsl.cost_model", "gemmdsl.emit", "gemmdsl.emitter",
-                 "gemmdsl.fuse_reference", "gemmdsl.family", "gemmdsl.compiler", "gemmdsl.build", "gemmdsl.prediction"),
+                 "gemmdsl.fuse_reference", "gemmdsl.family", "gemmdsl.compiler", "gemmdsl.build", "gemmdsl.prediction",
+                 "gemmdsl.quant_reference"),
     "tools": ("gemmdsl", "gemmdsl.api", "gemmdsl.cli", "gemmdsl.check", "gemmdsl.runtime", "gemmdsl.tensor_maps",
               "gemmdsl.arrays", "gemmdsl.devices", "gemmdsl.call_plan", "gemmdsl.load_cache",
               "gemmdsl.fuse_operands", "gemmdsl.grouped_call", "gemmdsl.family_kernel", "gemmdsl.verify",
               "gemmdsl.bench", "gemmdsl.bench_fuse", "gemmdsl.grouped_bench", "gemmdsl.profile", "gemmdsl.tune",
               "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers", "gemmdsl.calibrate",
-              "gemmdsl.calibrate_kernels"),
+              "gemmdsl.calibrate_kernels", "gemmdsl.quantize",
+              "gemmdsl.quantize_cli", "gemmdsl.quant_check"),
 }
 LEVEL = {layer: level for level, layer in enumerate(LAYERS)}
 

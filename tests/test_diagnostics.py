@@ -494,6 +494,75 @@ CASES += [
          [("|fuse { bias: n", "duplicate section 'fuse'")]),
 ]
 
+# --- quantized weights (docs/quantized.md): no shipped path dequantizes, so each case's B is refused too --------
+QUANT_BASE = """\
+gemm w4a16 {
+    problem  { a: bf16 row; b: s4 col; c: bf16 row; bounds: checked; }
+    quant b  { group: 128; zeros: yes; }
+    target   sm_90a;
+    block    { tile: 64x128x64; }
+    threads  { warpgroups: 1; }
+    mma      { shape: m64n128k16; }
+    pipeline { stages: 4; copy: tma; }
+}
+"""
+NO_DEQUANTIZER = "the wgmma path cannot dequantize s4 weights"
+CASES += [
+    Case("quant_no_path_dequantizes", [], [("b: |s4 col", NO_DEQUANTIZER)],
+         ["no registered path dequantizes s4 yet: one whose `weight_types`"], base=QUANT_BASE),
+    Case("quant_mma_sync_refuses", [m("warpgroups: 1;", "warps: 1x4;"), m("m64n128k16;", "m16n8k16; repeat: 4x4;"),
+                                    m("copy: tma;", "copy: cp_async;"), m("sm_90a", "sm_80")],
+         [("b: |s4 col", "the mma_sync path cannot dequantize s4 weights")], base=QUANT_BASE),
+    Case("quant_weight_type_on_a", [m("a: bf16 row; b: s4 col", "a: s4 row; b: bf16 col")],
+         [("a: |s4 row", "A is s4, a weight type: only B holds quantized weights"),
+          ("|quant b", "a `quant b` section needs a weight type on B, which is bf16")],
+         ["write `a: bf16 row;` (or f16), and `b: s4 col;` with `quant b { group: 128; }`"], base=QUANT_BASE),
+    Case("quant_integer_a_and_b", [m("a: bf16 row", "a: s8 row"), m("b: s4 col", "b: s8 col")],
+         [("a: |s8 row", "A is s8, a weight type"), ("b: |s8 col", "the wgmma path cannot dequantize s8")],
+         absent=["same element type"], base=QUANT_BASE),
+    Case("quant_section_without_weight_type", [m("b: s4 col", "b: bf16 col")],
+         [("|quant b", "a `quant b` section needs a weight type on B, which is bf16")],
+         ["or remove the section"], base=QUANT_BASE),
+    Case("quant_weight_type_without_section", [m("    quant b  { group: 128; zeros: yes; }\n", "")],
+         [("b: |s4 col", "B is s4, a weight type, but no `quant b` section says how its scales apply"),
+          ("b: |s4 col", NO_DEQUANTIZER)], ["add `quant b { group: 128; }`"], base=QUANT_BASE),
+    Case("quant_a_16_bit_a_is_needed", [m("a: bf16 row", "a: f32 row")],
+         [("a: |f32 row", "A is f32, but s4 weights multiply bf16 or f16 activations"), ("b: |s4 col", NO_DEQUANTIZER)],
+         absent=["same element type"], base=QUANT_BASE),
+    Case("quant_zeros_on_e4m3", [m("b: s4 col", "b: e4m3 col")],
+         [("b: |e4m3 col", "the wgmma_fp8 path cannot dequantize e4m3 weights"),
+          ("zeros: |yes", "zeros: yes on e4m3 weights: zero points are integers")], ["remove `zeros: yes;`"],
+         base=QUANT_BASE),
+    Case("quant_group_not_a_power_of_two", [m("group: 128", "group: 96")],
+         [("group: |96", "a quantization group must be a power of two, found 96")],
+         ["or write `group: channel;`"], base=QUANT_BASE),
+    Case("quant_group_below_32", [m("group: 128", "group: 16")],
+         [("group: |16", "a quantization group must be between 32 and")], base=QUANT_BASE),
+    Case("quant_group_misspelt", [m("group: 128", "group: chanel")],
+         [("group: |chanel", "expected a group size such as 128, or channel")], ["did you mean 'channel'?"],
+         base=QUANT_BASE),
+    Case("quant_group_and_block_k_apart", [m("64x128x64", "64x128x96"), m("group: 128", "group: 64")],
+         [("b: |s4 col", NO_DEQUANTIZER),
+          ("group: |64", "group 64 and the block tile's K (96) do not divide one another: k-tiles would start "
+                         "inside a group")], ["or `group: 32;`"], base=QUANT_BASE),
+    Case("quant_b_row", [m("b: s4 col", "b: s4 row")],
+         [("b: |s4 row", "quantized B must be `col`: N x K with K contiguous"), ("b: |s4 row", NO_DEQUANTIZER)],
+         ["write `b: s4 col;`"], base=QUANT_BASE),
+    Case("quant_c_integer", [m("c: bf16 row", "c: s8 row")],
+         [("b: |s4 col", NO_DEQUANTIZER),
+          ("c: |s8 row", "C is s8; FP8 and the integer weight types are operand types only")], base=QUANT_BASE),
+    Case("quant_bias_integer", [m("    target", "    fuse     { bias: n u4; }\n    target")],
+         [("b: |s4 col", NO_DEQUANTIZER), ("bias: |n u4", "the bias is u4; FP8 and the integer weight types")],
+         base=QUANT_BASE),
+    Case("quant_a", [m("quant b", "quant a")],
+         [("quant |a", "section 'quant' needs an operand label: b (only B, the weights, is quantized")],
+         ["write `quant b { ... }`"], base=QUANT_BASE),
+    Case("quant_group_missing", [m("group: 128; ", "")],
+         [("|quant b", "section 'quant' is missing required key 'group'")], base=QUANT_BASE),
+    Case("quant_zeros_word", [m("zeros: yes", "zeros: true")],
+         [("zeros: |true", "expected yes or no, found 'true'")], base=QUANT_BASE),
+]
+
 
 def _errors(case: Case) -> tuple[CompileError, str]:
     text = case.source()

@@ -123,6 +123,8 @@ OTHER_WORDS: dict[tuple[str, str], set[str]] = {
     ("threads", "micro"): {"TmxTn"},
     ("threads", "repeat"): {"RmxRn [block\\|warp]"},
     ("mma", "repeat"): {"RmxRn"},
+    ("quant", "group"): {"channel"},
+    ("quant", "zeros"): {"yes", "no"},
 }
 
 
@@ -186,7 +188,7 @@ FILLED: dict[tuple[str, str], Callable[[ir.KernelSpec], Any]] = {
     ("fuse", "residual"): lambda s: s.fuse and s.fuse.residual,
 }
 # Defaults the docs describe in words, as they depend on more than the path (the layout, the type, the tile).
-DESCRIBED = {("smem", "order"), ("smem", "read"), ("load", "vector"), ("mma", "precision")}
+DESCRIBED = {("smem", "order"), ("smem", "read"), ("load", "vector"), ("mma", "precision"), ("quant", "zeros")}
 REQUIRED = "required"
 
 

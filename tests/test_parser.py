@@ -249,9 +249,29 @@ gemm minimal_mma {
 
 
 def test_dtypes():
-    assert [(t.bytes, t.c_type, t.vector_widths) for t in ir.DType] == [
+    whole = [t for t in ir.DType if t.bits % 8 == 0]
+    assert [(t.bytes, t.c_type, t.vector_widths) for t in whole] == [
         (4, "float", (1, 2, 4)), (2, "__half", (1, 2, 4, 8)), (2, "__nv_bfloat16", (1, 2, 4, 8)),
-        (1, "__nv_fp8_e4m3", (1, 2, 4, 8, 16)), (1, "__nv_fp8_e5m2", (1, 2, 4, 8, 16))]
+        (1, "__nv_fp8_e4m3", (1, 2, 4, 8, 16)), (1, "__nv_fp8_e5m2", (1, 2, 4, 8, 16)), (1, "int8_t", (1, 2, 4, 8, 16))]
+    assert [(t.value, t.bits, t.integer, t.fp8) for t in ir.DType] == [
+        ("f32", 32, False, False), ("f16", 16, False, False), ("bf16", 16, False, False), ("e4m3", 8, False, True),
+        ("e5m2", 8, False, True), ("s4", 4, True, False), ("u4", 4, True, False), ("s8", 8, True, False)]
+
+
+@pytest.mark.parametrize("dtype", [ir.DType.S4, ir.DType.U4])
+def test_a_nibble_has_no_bytes(dtype):
+    """Two 4-bit codes share a byte: `bytes` refuses rather than count a nibble as a byte."""
+    assert dtype.vector_widths == (1, 2, 4, 8, 16, 32)
+    with pytest.raises(TypeError, match="count it with `bits`"):
+        dtype.bytes
+    with pytest.raises(TypeError, match="packed in 32-bit words"):
+        dtype.c_type
+
+
+@pytest.mark.parametrize("group, k, scales", [(None, 4096, 1), (128, 4096, 32), (128, 4000, 32), (32, 33, 2)])
+def test_scales_per_column(group, k, scales):
+    quant = ir.WeightQuant(span=Span("x.gemm", 1, 1, 1, 2), group=group, zeros=False)
+    assert quant.scales_per_column(k) == scales
 
 
 def test_mma_shapes():

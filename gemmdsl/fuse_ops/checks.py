@@ -11,8 +11,8 @@ def check_operand_type(spec: ir.KernelSpec, span: Span, key: str, dtype: ir.DTyp
     """An operand of the chain is f32, bf16 or f16; on the FMA path f32 only (its files include no 16-bit types)."""
     if dtype is ir.DType.F32:
         return
-    if dtype.fp8:
-        error(span, f"the {key} is {dtype.value}; FP8 is an operand type of A and B only",
+    if dtype.fp8 or dtype.integer:
+        error(span, f"the {key} is {dtype.value}; FP8 and the integer weight types are operand types of A and B only",
               f"give the {key} in bf16, f16 or f32")
     elif spec.mma is None:
         error(span, f"the {key} is {dtype.value}, but the FMA path reads f32 only", f"write `{key}: {f32_spelling};`")

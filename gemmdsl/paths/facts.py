@@ -9,6 +9,7 @@ stand for the tile paths' figures (FMA and mma.sync), which the tools' shared re
     facts.comparisons(analysis)          profile: (label, predicted, counter) rows, or None for the shared rows
     facts.prediction(analysis, ptxas)    tune: what screening and ranking read (prediction.Prediction)
     facts.scores_on_ptxas                tune: whether survivors are scored again on ptxas's figures
+    facts.dequantization(analysis)       check: a quantized B's dequantization cost per k-tile, or None
 """
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..analysis import Analysis
     from ..prediction import Prediction
+
+
+@dataclass(frozen=True)
+class DequantCost:
+    """What turning one k-tile of B's codes into A's type costs a consumer thread (`check` states it)."""
+
+    instructions: int  # per consumer thread and k-tile: unpacking the codes, the zero points, the scales
+    detail: str  # how they are spent, e.g. "4 lop3 + 4 hsub2 + 4 hmul2 per 8 codes"
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -45,6 +55,10 @@ class ToolFacts(ABC):
         return None
 
     def comparisons(self, analysis: Analysis) -> list[Comparison] | None:
+        return None
+
+    def dequantization(self, analysis: Analysis) -> DequantCost | None:
+        """A quantized B's dequantization per k-tile; None where the path does not dequantize."""
         return None
 
     @abstractmethod

@@ -37,6 +37,9 @@ class InstructionPath(ABC):
     # groups are the sizes `shape_type` is built from.
     shape_syntax: re.Pattern | None = None
     shape_type: type | None = None
+    # The weight types (ir.Problem.weights: integer codes, or e4m3 against a 16-bit A) whose B the path
+    # dequantizes with `quant b { ... }` (docs/quantized.md); validation refuses quantized weights elsewhere.
+    weight_types: frozenset[DType] = frozenset()
 
     @abstractmethod
     def takes(self, shape: type | None, a: DType | None, b: DType | None) -> bool:

@@ -67,7 +67,7 @@ class MmaSyncPath(TilePath):
         return shape is ir.MmaShape
 
     def smem_in_global_order(self, dtype: ir.DType) -> bool:
-        return dtype.bytes < 4  # cp.async cannot transpose elements narrower than its 4-byte copies
+        return dtype.bits < 32  # cp.async cannot transpose elements narrower than its 4-byte copies
 
     def smem_read(self, read, dtype: ir.DType) -> dict:
         # TF32 fragments default to 32-bit loads (ldmatrix serves them only where k is contiguous).
