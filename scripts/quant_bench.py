@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gemmdsl.paths.dequant.host import DecodeKernel  # noqa: E402
+from gemmdsl.dequant_host import DecodeKernel  # noqa: E402
 from gemmdsl.paths.dequant.kernel import DecodeConfig  # noqa: E402
 from gemmdsl.quant_layout import QuantFormat, pack, packed_bytes  # noqa: E402
 from quant_cases import canonical_weights, dequantized, device_packed, workspace  # noqa: E402

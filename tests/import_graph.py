@@ -33,7 +33,8 @@ PACKAGE = "gemmdsl"
 LAYERS = {
     "ir": ("gemmdsl.errors", "gemmdsl.source", "gemmdsl.ir", "gemmdsl.expr", "gemmdsl.rule", "gemmdsl.targets",
            "gemmdsl.precisions", "gemmdsl.file_kinds", "gemmdsl.cache_root", "gemmdsl.shape_sets", "gemmdsl.version",
-           "gemmdsl.ncu_counters", "gemmdsl.gpu_profile", "gemmdsl.value_readers", "gemmdsl.fuse_ops"),
+           "gemmdsl.ncu_counters", "gemmdsl.gpu_profile", "gemmdsl.value_readers", "gemmdsl.fuse_ops",
+           "gemmdsl.quant_layout"),
     "pipeline": ("gemmdsl.parser", "gemmdsl.validate", "gemmdsl.validate_fuse", "gemmdsl.frontend",
                  "gemmdsl.layout", "gemmdsl.mma_layout", "gemmdsl.abi", "gemmdsl.launch_plan", "gemmdsl.plan",
                  "gemmdsl.schedule", "gemmdsl.grouped_schedule", "gemmdsl.paths", "gemmdsl.passes",
@@ -44,7 +45,7 @@ LAYERS = {
               "gemmdsl.fuse_operands", "gemmdsl.grouped_call", "gemmdsl.family_kernel", "gemmdsl.verify",
               "gemmdsl.bench", "gemmdsl.bench_fuse", "gemmdsl.grouped_bench", "gemmdsl.profile", "gemmdsl.tune",
               "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers", "gemmdsl.calibrate",
-              "gemmdsl.calibrate_kernels"),
+              "gemmdsl.calibrate_kernels", "gemmdsl.dequant_host"),
 }
 LEVEL = {layer: level for level, layer in enumerate(LAYERS)}
 

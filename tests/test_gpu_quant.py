@@ -40,7 +40,7 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float
 
 @pytest.fixture(scope="module")
 def kernels():
-    from gemmdsl.paths.dequant.host import DecodeKernel
+    from gemmdsl.dequant_host import DecodeKernel
 
     return {name: DecodeKernel.build(f"decode_{name}", config) for name, config in CONFIGS.items()}
 

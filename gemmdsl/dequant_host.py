@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .kernel import DecodeConfig, emit_decode
+from .paths.dequant.kernel import DecodeConfig, emit_decode
 
 
 @dataclass
@@ -23,7 +23,7 @@ class DecodeKernel:
     def build(cls, name: str, config: DecodeConfig, target: str = "sm_90a") -> "DecodeKernel":
         import cupy
 
-        from ...runtime import compile_cubin
+        from .runtime import compile_cubin
 
         cubin = compile_cubin(emit_decode(name, config), target)
         directory = Path(tempfile.mkdtemp(prefix="gemmdsl_dequant_"))
