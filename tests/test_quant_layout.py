@@ -12,41 +12,9 @@ from hypothesis import given, settings, strategies as st
 from gemmdsl import quant_layout as ql
 from gemmdsl.quant_layout import QuantFormat
 
+from quant_cases import canonical_weights as canonical, dequantized, round_to as to_activation
+
 INTEGER = ("s4", "u4", "s8")
-
-
-def bf16_round(values: np.ndarray) -> np.ndarray:
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return rounded.astype(np.uint32).view(np.float32)
-
-
-def to_activation(values: np.ndarray, activation: str) -> np.ndarray:
-    if activation == "f16":
-        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
-    return bf16_round(values)
-
-
-def canonical(rng: np.random.Generator, n: int, k: int, fmt: QuantFormat):
-    """Random canonical weights of the format: codes over the type's range, scales exact in A's type."""
-    if fmt.weight in INTEGER:
-        low, high = ql.CODE_RANGE[fmt.weight]
-        q = rng.integers(low, high + 1, size=(n, k)).astype(np.int8)
-    elif fmt.weight == "e4m3":
-        table = ql.e4m3_values()
-        q = table[rng.choice(np.flatnonzero(~np.isnan(table)), size=(n, k))]
-    else:
-        q = to_activation(rng.standard_normal((n, k)), fmt.weight)
-    if not fmt.scaled:
-        return q, None, None
-    groups = fmt.groups(k)
-    scales = to_activation(rng.uniform(0.01, 2.0, size=(n, groups)) * rng.choice([-1, 1], size=(n, groups)),
-                           fmt.activation)
-    zeros = None
-    if fmt.zeros:
-        low, high = ql.CODE_RANGE[fmt.weight]
-        zeros = rng.integers(low, high + 1, size=(n, groups)).astype(np.int8)
-    return q, scales, zeros
 
 
 @st.composite
@@ -207,13 +175,6 @@ def model_product(packed: dict, x: np.ndarray, n: int, k: int, fmt: QuantFormat)
                             scale = scales[tile, group, lane // 4, i // 2]
                             c_t[tile * 16 + row, n8 * 8 + col] += value * scale
     return c_t[:n, :m].T
-
-
-def dequantized(q, scales, zeros, fmt: QuantFormat) -> np.ndarray:
-    k = q.shape[1]
-    group_of = np.arange(k) // fmt.group if fmt.group else np.zeros(k, int)
-    z = 0.0 if zeros is None else zeros.astype(np.float64)[:, group_of]
-    return (q.astype(np.float64) - z) * scales.astype(np.float64)[:, group_of]
 
 
 @settings(max_examples=15, deadline=None)

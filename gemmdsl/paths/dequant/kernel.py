@@ -1,0 +1,486 @@
+"""The dequantizing decode kernel's CUDA: C (M x N) = A (M x K) W^T, W given as quant_layout's packed arrays.
+
+Mainloop (per warp): TILES 16-row tiles of W over the block's k-slice. Each lane keeps PREFETCH chunks of its
+tiles' 128-bit loads in flight (ld.global.nc, no L1 allocation: the weights are read once), converts each word
+to the 16-bit float of A with the magic-number trick (quant_layout's docstring), subtracts the code's bias
+(and zero point), and feeds mma.sync m16n8k16 as its A operand; the activations are the B operand, staged once
+per block in shared memory (the block's k-slice of MT * 8 rows) and read with ldmatrix. Group scales multiply
+f32 partial sums once per group (so the integer weights reach the tensor cores exactly); per-channel scales
+multiply the accumulators once at the end.
+
+Grid: x over blocks of MT * 8 rows of A (fastest, so blocks sharing a weight tile run together and meet in
+L2), y over blocks of WARPS * TILES * 16 rows of W, z over k-slices (split-K). With more than one k-slice each
+block adds its partial tile into an f32 workspace (M x N, zero) with atomics and counts itself in a counter of
+its tile; the last block of a tile converts the tile into C and leaves the workspace and the counter zero
+again, so one launch does the whole product and the workspace is zeroed only when allocated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...quant_layout import CODE_BIAS, QuantFormat
+
+ACT = {  # A's type: C type, pair type, magic-number exponent (128.0 or 1024.0), mma operand type
+    "bf16": ("__nv_bfloat16", "__nv_bfloat162", 0x4300, 128, "bf16"),
+    "f16": ("__half", "__half2", 0x6400, 1024, "f16"),
+}
+C_TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16_rn"), "f16": ("__half", "__float2half_rn"),
+           "f32": ("float", "")}
+# e4m3 into a 16-bit float: the byte's exponent and mantissa shifted under the target's, then 2^(bias - 7).
+E4M3 = {"bf16": (4, 0x07F007F0, 0x7B807B80), "f16": (1, 0x3F803F80, 0x5C005C00)}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The kernel's compile-time shape: the weight format, C's type, warps per block, 16-row tiles per warp,
+    8-row tiles of A per block (M rows per block = 8 * m_tiles), k per block (a k-slice) and chunks in flight."""
+
+    fmt: QuantFormat
+    c: str
+    warps: int = 8
+    tiles: int = 2
+    m_tiles: int = 2
+    k_slice: int = 1024
+    prefetch: int = 4
+    blocks_per_sm: int = 2  # __launch_bounds__'s minimum: caps the registers so that blocks share an SM
+
+    @property
+    def block_rows(self) -> int:
+        return self.warps * self.tiles * 16
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.m_tiles * 8 * (self.k_slice + 8) * 2
+
+    @property
+    def slice_groups(self) -> int:
+        return self.k_slice // self.fmt.group if self.fmt.group else 1
+
+    def grid(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        """The launch's grid (the C launcher's): blocks of A's rows, of W's rows, k-slices."""
+        rows = self.m_tiles * 8
+        return -(-m // rows), -(-(-(-n // 16)) // (self.warps * self.tiles)), -(-k // self.k_slice)
+
+    def workspace_bytes(self, m: int, n: int, k: int) -> int:
+        """The f32 workspace and tile counters a split-K call needs (the C launcher's NAME_workspace_bytes)."""
+        x, y, z = self.grid(m, n, k)
+        return 0 if z <= 1 or m <= 0 or n <= 0 else m * n * 4 + x * y * 4
+
+    def problems(self) -> list[str]:
+        """What this configuration cannot do, as sentences (empty: fine)."""
+        fmt, out = self.fmt, []
+        if self.k_slice % fmt.chunk_k or self.k_slice <= 0:
+            out.append(f"the k-slice ({self.k_slice}) must be a positive multiple of {fmt.chunk_k}, the k of one "
+                       f"128-bit load of {fmt.weight} weights")
+        if fmt.group and self.k_slice % fmt.group:
+            out.append(f"the k-slice ({self.k_slice}) must be a multiple of the group ({fmt.group})")
+        if fmt.group and self.slice_groups > 8:
+            out.append(f"a k-slice holds at most 8 groups (the scales are loaded once per slice): "
+                       f"{self.k_slice} / {fmt.group} = {self.slice_groups}")
+        if self.m_tiles not in (1, 2, 4):
+            out.append(f"m_tiles ({self.m_tiles}) must be 1, 2 or 4")
+        if self.smem_bytes > 227 * 1024:
+            out.append(f"the staged activations need {self.smem_bytes} bytes of shared memory")
+        if self.prefetch < 1 or self.prefetch > self.k_slice // fmt.chunk_k:
+            out.append(f"prefetch ({self.prefetch}) must lie in 1..{self.k_slice // fmt.chunk_k} (chunks per slice)")
+        return out
+
+
+def emit_decode(name: str, config: DecodeConfig) -> str:
+    """The .cu of one decode kernel and its launcher."""
+    if config.problems():
+        raise ValueError("; ".join(config.problems()))
+    return "\n".join([_prelude(name, config), _dequant(config), _kernel(name, config), _launcher(name, config)])
+
+
+def _prelude(name: str, config: DecodeConfig) -> str:
+    fmt = config.fmt
+    act, act2, magic, magic_value, mma_type = ACT[fmt.activation]
+    c_type, _ = C_TYPES[config.c]
+    group_steps = fmt.group // 16 if fmt.group else 0
+    return f"""// {name}: C ({config.c}, M x N) = A ({fmt.activation}, M x K) * W^T, W ({fmt.weight}, N x K) packed by
+// gemmdsl/quant_layout.py (group {fmt.group or 'channel'}, zero points {'yes' if fmt.zeros else 'no'}).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+#include <stdint.h>
+#else
+typedef unsigned int uint32_t;  // NVRTC has no <stdint.h>; a typedef may repeat one its headers make
+#endif
+
+namespace {name}_detail {{
+typedef {act} act_t;
+typedef {act2} act2_t;
+typedef {c_type} c_t;
+constexpr int WARPS = {config.warps}, TILES = {config.tiles}, MT = {config.m_tiles}, MROWS = MT * 8;
+constexpr int K_SLICE = {config.k_slice}, CHUNK_K = {fmt.chunk_k}, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
+constexpr int PREFETCH = {config.prefetch}, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
+constexpr int GROUP = {fmt.group or 0}, GROUP_STEPS = {group_steps}, SLICE_GROUPS = {config.slice_groups};
+constexpr uint32_t MAGIC2 = 0x{magic:04X}{magic:04X}u;  // two {fmt.activation} {magic_value}.0
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}}
+__device__ __forceinline__ act2_t as_act2(uint32_t u) {{ return *reinterpret_cast<act2_t*>(&u); }}
+__device__ __forceinline__ uint32_t as_u32(act2_t v) {{ return *reinterpret_cast<uint32_t*>(&v); }}
+__device__ __forceinline__ float act_float(uint32_t bits16) {{
+    return {"__uint_as_float(bits16 << 16)" if fmt.activation == "bf16" else "__half2float(__ushort_as_half((unsigned short)bits16))"};
+}}
+
+// Weights are read once: no L1 allocation. Volatile keeps each load where the ring issues it (ptxas would
+// hoist every chunk of the unrolled slice to the top, out of registers).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}}
+
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32 {{%0, %1, %2, %3}}, "
+                 "{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row) {{
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{%0, %1}}, [%2];" : "=r"(r0), "=r"(r1) : "r"(address));
+}}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* row) {{
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
+}}
+"""
+
+
+def _dequant(config: DecodeConfig) -> str:
+    """`struct Offsets` (what each group subtracts, per accumulator row g and g + 8) and `dequant`, one k-step's
+    four A registers from a lane's 128-bit load."""
+    fmt = config.fmt
+    act = fmt.activation
+    low, high = ("__low2bfloat162", "__high2bfloat162") if act == "bf16" else ("__low2half2", "__high2half2")
+    bias = CODE_BIAS.get(fmt.weight, 0)
+    if fmt.bits == 16:
+        return """struct Offsets {};
+__device__ __forceinline__ Offsets offsets_of(uint32_t) { return Offsets{}; }
+__device__ __forceinline__ void dequant(const uint4& w, int, const Offsets&, uint32_t (&a)[4]) {
+    a[0] = w.x; a[1] = w.y; a[2] = w.z; a[3] = w.w;
+}
+"""
+    if fmt.weight == "e4m3":
+        shift, mask, power = E4M3[act]
+        return f"""struct Offsets {{}};
+__device__ __forceinline__ Offsets offsets_of(uint32_t) {{ return Offsets{{}}; }}
+// Bytes (r, r + 2) of a word under the high bytes of two 16-bit halves, exponent and mantissa shifted under
+// {act}'s, times 2^(bias of {act} - 7); subnormal codes stay exact (the product is normal).
+__device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets&, uint32_t (&a)[4]) {{
+    #pragma unroll
+    for (int p = 0; p < 2; ++p) {{
+        const uint32_t word = word_of(w, 2 * step + p);
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {{
+            const uint32_t pair = __byte_perm(word, 0u, 0x0404u | (r << 4) | ((r + 2) << 12));
+            const uint32_t bits = ((pair >> {shift}) & 0x{mask:08X}u) | (pair & 0x80008000u);
+            a[2 * p + r] = as_u32(__hmul2(as_act2(bits), as_act2(0x{power:08X}u)));
+        }}
+    }}
+}}
+"""
+    offsets = f"""// Per row (g, g + 8): what the converted value subtracts; `word` holds bias + zero of the rows in {act}.
+struct Offsets {{ {"float" if fmt.bits == 8 and act == "bf16" else "act2_t"} row[2]; }};
+__device__ __forceinline__ Offsets offsets_of(uint32_t word) {{
+"""
+    if fmt.bits == 8 and act == "bf16":
+        # bf16 cannot hold 128 + a byte: the byte goes under f32's 2^23 instead, and two f32s round to a pair.
+        offsets += """    return Offsets{{8388608.0f + act_float(word & 0xFFFFu), 8388608.0f + act_float(word >> 16)}};
+}
+__device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets& o, uint32_t (&a)[4]) {
+    #pragma unroll
+    for (int p = 0; p < 2; ++p) {
+        const uint32_t word = word_of(w, 2 * step + p);
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float lo = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u + r)) - o.row[r];
+            const float hi = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7542u + r)) - o.row[r];
+            a[2 * p + r] = as_u32(__floats2bfloat162_rn(lo, hi));
+        }
+    }
+}
+"""
+        return offsets
+    offsets += f"""    const act2_t both = __hadd2(as_act2(word), as_act2(MAGIC2));
+    return Offsets{{{{{low}(both), {high}(both)}}}};
+}}
+"""
+    if fmt.bits == 4:
+        body = """    const uint32_t word = word_of(w, step);
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t pair = ((word >> (4 * j)) & 0x000F000Fu) | MAGIC2;  // nibbles j and j + 4
+        a[j] = as_u32(__hsub2(as_act2(pair), o.row[j & 1]));
+    }
+"""
+    else:
+        body = """    #pragma unroll
+    for (int p = 0; p < 2; ++p) {
+        const uint32_t word = word_of(w, 2 * step + p);
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const uint32_t pair = ((word >> (8 * r)) & 0x00FF00FFu) | MAGIC2;  // bytes r and r + 2
+            a[2 * p + r] = as_u32(__hsub2(as_act2(pair), o.row[r]));
+        }
+    }
+"""
+    return offsets + f"""// Codes are stored + {bias}; without zero points every row subtracts the magic number and {bias}.
+__device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets& o, uint32_t (&a)[4]) {{
+{body}}}
+"""
+
+
+def _bias_word(fmt: QuantFormat) -> int:
+    """The offsets word of a format without zero points: the code's bias in A's type, in both halves."""
+    from ...quant_layout import float_bits
+
+    bits = int(float_bits([CODE_BIAS.get(fmt.weight, 0)], fmt.activation)[0])
+    return bits | bits << 16
+
+
+def _kernel(name: str, config: DecodeConfig) -> str:
+    fmt = config.fmt
+    _, convert = C_TYPES[config.c]
+    scaled, zeros = fmt.scaled, fmt.zeros
+    grouped = bool(fmt.group)
+    b_loads = ("ldmatrix_x2(b[0][0], b[0][1], xs + (lane & 7) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"
+               if config.m_tiles == 1 else
+               """#pragma unroll
+                for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
+                    ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
+                                xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
+    target = "part" if grouped else "acc"
+    return f"""
+// A warp's streams: per tile, where its lane's words of the slice's first chunk and its rows' scale and zero
+// words of the slice's first group are (null past N), and how many chunks and groups remain before K's end.
+// Addresses are bases plus constant offsets, so the unrolled slice holds no address per chunk.
+struct Streams {{
+    const uint4* weights[TILES];
+    const uint32_t* scales[TILES];
+    const uint32_t* zeros[TILES];
+    int chunks_left, groups_left;
+}};
+
+__device__ __forceinline__ Streams streams_of(const uint4* weights, const uint32_t* scales, const uint32_t* zeros,
+                                              int tile0, int chunk0, int group0, int N, int K, int lane) {{
+    const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
+    const int groups = {"(chunks * CHUNK_K + GROUP - 1) / GROUP" if grouped else "1"};  // padded groups
+    Streams s;
+    #pragma unroll
+    for (int i = 0; i < TILES; ++i) {{
+        const bool inside = tile0 + i < tiles;
+        const unsigned long long pairs = ((unsigned long long)(tile0 + i) * groups + group0) * 8 + (lane >> 2);
+        s.weights[i] = inside ? weights + ((unsigned long long)(tile0 + i) * chunks + chunk0) * 32 + lane : nullptr;
+        s.scales[i] = inside && scales != nullptr ? scales + pairs : nullptr;
+        s.zeros[i] = inside && zeros != nullptr ? zeros + pairs : nullptr;
+    }}
+    s.chunks_left = chunks - chunk0;
+    s.groups_left = groups - group0;
+    return s;
+}}
+
+__device__ __forceinline__ uint4 load_chunk(const uint4* base, int c, int left) {{
+    return base != nullptr && c < left ? load_stream(base + c * 32) : make_uint4(0u, 0u, 0u, 0u);
+}}
+
+__device__ __forceinline__ uint32_t load_pair(const uint32_t* base, int s, int left) {{
+    return base != nullptr && s < left ? __ldg(base + s * 8) : 0u;
+}}
+
+// Issues chunk c of the slice (its loads for the warp's tiles) and the scales and zero points of the groups that
+// begin in it.
+__device__ __forceinline__ void issue(uint4 (&slot)[TILES], uint32_t (&scale_words)[SLICE_GROUPS][TILES],
+                                      Offsets (&offsets)[SLICE_GROUPS][TILES], int c, const Streams& streams) {{
+    #pragma unroll
+    for (int i = 0; i < TILES; ++i) slot[i] = load_chunk(streams.weights[i], c, streams.chunks_left);
+    #pragma unroll
+    for (int s = 0; s < SLICE_GROUPS; ++s) {{
+        if ({"s * GROUP < c * CHUNK_K || s * GROUP >= (c + 1) * CHUNK_K" if grouped else "c != 0"}) continue;
+        #pragma unroll
+        for (int i = 0; i < TILES; ++i) {{
+            scale_words[s][i] = {"load_pair(streams.scales[i], s, streams.groups_left)" if scaled else "0u"};
+            offsets[s][i] = offsets_of({"load_pair(streams.zeros[i], s, streams.groups_left)" if zeros else f"0x{_bias_word(fmt):08X}u"});
+        }}
+    }}
+}}
+
+__device__ __forceinline__ void stage_activations(act_t* xs, const act_t* A, int m0, int k0, int M, int K) {{
+    constexpr int VECTORS = K_SLICE / 8;
+    for (int v = threadIdx.x; v < MROWS * VECTORS; v += WARPS * 32) {{
+        const int r = v / VECTORS, c = (v % VECTORS) * 8;
+        uint4 value = make_uint4(0u, 0u, 0u, 0u);  // rows past M, k past K: zero (K is a multiple of 8)
+        if (m0 + r < M && k0 + c < K) value = *reinterpret_cast<const uint4*>(A + (unsigned long long)(m0 + r) * K + k0 + c);
+        *reinterpret_cast<uint4*>(xs + r * XS_STRIDE + c) = value;
+    }}
+}}
+
+__device__ __forceinline__ void scale_rows(float (&to)[MT][4], const float (&from)[MT][4], uint32_t scales) {{
+    const float low = act_float(scales & 0xFFFFu), high = act_float(scales >> 16);
+    #pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {{
+        to[mt][0] = fmaf(from[mt][0], low, {"to[mt][0]" if grouped else "0.0f"});
+        to[mt][1] = fmaf(from[mt][1], low, {"to[mt][1]" if grouped else "0.0f"});
+        to[mt][2] = fmaf(from[mt][2], high, {"to[mt][2]" if grouped else "0.0f"});
+        to[mt][3] = fmaf(from[mt][3], high, {"to[mt][3]" if grouped else "0.0f"});
+    }}
+}}
+
+__device__ __forceinline__ c_t to_c(float v) {{ return {convert}(v); }}
+
+// Adds the block's tile into the workspace; the last of a tile's k-slices writes it to C and zeroes it again.
+__device__ __forceinline__ void reduce_slices(const float (&acc)[TILES][MT][4], c_t* C, float* workspace, unsigned* counters,
+                              int m0, int tile0, int M, int N) {{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int i = 0; i < TILES; ++i)
+        #pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int n = (tile0 + i) * 16 + g + 8 * (e >> 1), m = m0 + mt * 8 + 2 * t + (e & 1);
+                if (n < N && m < M) atomicAdd(workspace + (unsigned long long)m * N + n, acc[i][mt][e]);
+            }}
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    const unsigned tile_id = blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) last = atomicAdd(counters + tile_id, 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int n0 = blockIdx.y * BLOCK_TILES * 16;
+    for (int e = threadIdx.x; e < MROWS * BLOCK_TILES * 16; e += WARPS * 32) {{
+        const int m = m0 + e / (BLOCK_TILES * 16), n = n0 + e % (BLOCK_TILES * 16);
+        if (m < M && n < N) {{
+            float* slot = workspace + (unsigned long long)m * N + n;
+            C[(unsigned long long)m * N + n] = to_c(__ldcg(slot));
+            *slot = 0.0f;
+        }}
+    }}
+    if (threadIdx.x == 0) counters[tile_id] = 0u;
+}}
+
+__device__ __forceinline__ void store_tile(const float (&acc)[TILES][MT][4], c_t* C, int m0, int tile0, int M, int N) {{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int i = 0; i < TILES; ++i)
+        #pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                const int n = (tile0 + i) * 16 + g + 8 * (e >> 1), m = m0 + mt * 8 + 2 * t + (e & 1);
+                if (n < N && m < M) C[(unsigned long long)m * N + n] = to_c(acc[i][mt][e]);
+            }}
+}}
+}}  // namespace {name}_detail
+
+extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks_per_sm}) {name}_kernel(
+    const {ACT[fmt.activation][0]}* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
+    const uint32_t* __restrict__ zeros, {C_TYPES[config.c][0]}* __restrict__ C, float* __restrict__ workspace,
+    unsigned* __restrict__ counters, int M, int N, int K) {{
+    using namespace {name}_detail;
+    extern __shared__ __align__(16) unsigned char smem[];
+    act_t* xs = reinterpret_cast<act_t*>(smem);  // [MROWS][XS_STRIDE]: the block's rows of A over its k-slice
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int m0 = blockIdx.x * MROWS, tile0 = (blockIdx.y * WARPS + warp) * TILES, k0 = blockIdx.z * K_SLICE;
+    // The chunks in flight, and each group's scales and zero points, issued with the group's first chunk
+    // (all before anything waits; held only until the group ends).
+    uint4 ring[PREFETCH][TILES];
+    uint32_t scale_words[SLICE_GROUPS][TILES];
+    Offsets offsets[SLICE_GROUPS][TILES];
+    const Streams streams = streams_of(weights, scales, zeros, tile0, k0 / CHUNK_K, {"k0 / GROUP" if grouped else "0"}, N, K, lane);
+    #pragma unroll
+    for (int c = 0; c < PREFETCH; ++c) issue(ring[c], scale_words, offsets, c, streams);
+    stage_activations(xs, A, m0, k0, M, K);
+    __syncthreads();
+
+    float acc[TILES][MT][4] = {{}};
+    {"float part[TILES][MT][4];" if grouped else ""}
+    #pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {{
+        uint4 current[TILES];
+        #pragma unroll
+        for (int i = 0; i < TILES; ++i) {{
+            current[i] = ring[c % PREFETCH][i];
+        }}
+        if (c + PREFETCH < CHUNKS)
+            issue(ring[c % PREFETCH], scale_words, offsets, c + PREFETCH, streams);
+        #pragma unroll
+        for (int s = 0; s < STEPS; ++s) {{
+            const int step = c * STEPS + s, k = step * 16;
+            {"if (step % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) for (int mt = 0; mt < MT; ++mt) for (int e = 0; e < 4; ++e) part[i][mt][e] = 0.0f; }" if grouped else ""}
+            uint32_t b[MT][2];
+            {b_loads}
+            #pragma unroll
+            for (int i = 0; i < TILES; ++i) {{
+                uint32_t a[4];
+                dequant(current[i], s, offsets[{"step / GROUP_STEPS" if grouped else "0"}][i], a);
+                #pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma({target}[i][mt], a, b[mt][0], b[mt][1]);
+            }}
+            {"if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], scale_words[step / GROUP_STEPS][i]); }" if grouped else ""}
+        }}
+    }}
+    {"for (int i = 0; i < TILES; ++i) scale_rows(acc[i], acc[i], scale_words[0][i]);" if scaled and not grouped else ""}
+    if (gridDim.z == 1) store_tile(acc, C, m0, tile0, M, N);
+    else reduce_slices(acc, C, workspace, counters, m0, tile0, M, N);
+}}
+"""
+
+
+def _launcher(name: str, config: DecodeConfig) -> str:
+    fmt = config.fmt
+    act, c_type = ACT[fmt.activation][0], C_TYPES[config.c][0]
+    multiple = max(8, fmt.group or 8)
+    rows, slice_k = config.m_tiles * 8, config.k_slice
+    return f"""
+#ifndef __CUDACC_RTC__
+// Host launchers. C = A * W^T for A of M x K (row-major, K contiguous), W of N x K given as quant_layout.pack's
+// arrays (weights; scales{' and zeros' if fmt.zeros else ''}{'' if fmt.scaled else ': none'}), C of M x N (row-major).
+// K must be a multiple of {multiple}; A and the weights 16-byte aligned; any M and N.
+// With more than one k-slice (K > {slice_k}) the call needs `workspace`, of {name}_workspace_bytes(M, N, K)
+// bytes, zero when first used: the kernel leaves it zero again. Calls sharing a workspace must not overlap.
+// Each launcher returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
+extern "C" size_t {name}_workspace_bytes(int M, int N, int K) {{
+    if (M <= 0 || N <= 0 || K <= {slice_k}) return 0;
+    const size_t tiles = (size_t)((M + {rows - 1}) / {rows}) * (((N + 15) / 16 + {config.warps * config.tiles - 1}) / {config.warps * config.tiles});
+    return (size_t)M * N * sizeof(float) + tiles * sizeof(unsigned);
+}}
+
+extern "C" cudaError_t {name}_launch(const {act}* A, const void* weights, const void* scales, const void* zeros,
+                                      {c_type}* C, void* workspace, int M, int N, int K, cudaStream_t stream) {{
+    if (M < 0 || N < 0 || K < 0 || K % {multiple} != 0) return cudaErrorInvalidValue;
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof({c_type}), stream);
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(weights) % 16 != 0) return cudaErrorInvalidValue;
+    if ({'scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0' if fmt.scaled else 'false'}) return cudaErrorInvalidValue;
+    if ({'zeros == nullptr || reinterpret_cast<uintptr_t>(zeros) % 4 != 0' if fmt.zeros else 'false'}) return cudaErrorInvalidValue;
+    const dim3 grid((M + {rows - 1}) / {rows}, ((N + 15) / 16 + {config.warps * config.tiles - 1}) / {config.warps * config.tiles}, (K + {slice_k - 1}) / {slice_k});
+    if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u) return cudaErrorInvalidValue;
+    if (grid.z > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+    float* floats = static_cast<float*>(workspace);
+    unsigned* counters = grid.z > 1 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
+    const int smem = {config.smem_bytes};
+    static bool attributes_set = false;  // the opt-in to more than 48 KB of dynamic shared memory, once
+    if (!attributes_set) {{
+        const cudaError_t err = cudaFuncSetAttribute({name}_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+        attributes_set = true;
+    }}
+    {name}_kernel<<<grid, {config.warps * 32}, smem, stream>>>(A, static_cast<const uint4*>(weights),
+        static_cast<const uint32_t*>(scales), static_cast<const uint32_t*>(zeros), C, floats, counters, M, N, K);
+    return cudaGetLastError();
+}}
+#endif
+"""

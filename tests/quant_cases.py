@@ -1,0 +1,59 @@
+"""Shared by the quantized kernel's GPU test and benchmark: random canonical weights on the GPU, packed with
+quant_layout and dequantized in float64, and the reference products."""
+from __future__ import annotations
+
+import numpy as np
+
+from gemmdsl import quant_layout as ql
+from gemmdsl.paths.dequant.kernel import DecodeConfig
+
+
+def bf16_round(values: np.ndarray) -> np.ndarray:
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    return values.astype(np.float16).astype(np.float32) if dtype == "f16" else bf16_round(values)
+
+
+def canonical_weights(rng: np.random.Generator, n: int, k: int, fmt: ql.QuantFormat):
+    """Codes over the type's whole range, scales of both signs exact in A's type (never zero), zero points."""
+    if fmt.weight in ql.CODE_BIAS:
+        low, high = ql.CODE_RANGE[fmt.weight]
+        q = rng.integers(low, high + 1, size=(n, k), dtype=np.int8)
+    elif fmt.weight == "e4m3":
+        table = ql.e4m3_values()
+        q = table[rng.choice(np.flatnonzero(~np.isnan(table)), size=(n, k))]
+    else:
+        q = round_to(rng.standard_normal((n, k)), fmt.weight)
+    if not fmt.scaled:
+        return q, None, None
+    groups = fmt.groups(k)
+    scales = round_to(rng.uniform(0.5, 1.5, (n, groups)) * rng.choice([-1.0, 1.0], (n, groups)) / 8, fmt.activation)
+    zeros = None
+    if fmt.zeros:
+        low, high = ql.CODE_RANGE[fmt.weight]
+        zeros = rng.integers(low, high + 1, size=(n, groups), dtype=np.int8)
+    return q, scales, zeros
+
+
+def dequantized(q, scales, zeros, fmt: ql.QuantFormat) -> np.ndarray:
+    """w = (q - zero) * scale in float64 (the contract's dequantized weight)."""
+    q = np.asarray(q, dtype=np.float64)
+    if scales is None:
+        return q
+    group_of = np.arange(q.shape[1]) // fmt.group if fmt.group else np.zeros(q.shape[1], dtype=int)
+    z = 0.0 if zeros is None else zeros.astype(np.float64)[:, group_of]
+    return (q - z) * scales.astype(np.float64)[:, group_of]
+
+
+def device_packed(torch, packed: dict[str, np.ndarray]) -> dict:
+    return {name: torch.from_numpy(array.view(np.int32) if array.dtype == np.uint32 else
+                                   array.view(np.int16)).cuda() for name, array in packed.items()}
+
+
+def workspace(torch, config: DecodeConfig, m: int, n: int, k: int):
+    size = config.workspace_bytes(m, n, k)
+    return torch.zeros(max(size, 4) // 4, dtype=torch.float32, device="cuda") if size else None
