@@ -72,6 +72,11 @@ class FamilyKernel:
         index = self._choose(m, n, k, aligned)
         return None if index is None else self.kernels[index]
 
+    @property
+    def epilogue(self) -> str:
+        """The members' epilogue (`store` or `alpha_beta`), as Kernel.epilogue."""
+        return self.requirements.epilogue
+
     def bind(self, a: Any, b: Any, c: Any | None = None, alpha: float = 1.0, beta: float = 0.0,
              stream_k: bool = True, interior: bool = True, **chain: Any) -> Any:
         """The chosen member's `Kernel.bind` (stream_k, interior and the fuse chain's operands as there), on padded

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .gpu_profile import profile_for
-from .paths.facts import DequantCost
+from .paths import DequantCost
 from .quant_layout import QuantFormat, packed_bytes
 from .targets import MEMORY_TBPS
 

@@ -214,7 +214,8 @@ def pack(q: np.ndarray, scales: np.ndarray | None, zeros: np.ndarray | None,
          fmt: QuantFormat | Any) -> dict[str, np.ndarray]:
     """The kernel's arrays from canonical weights (N x K codes or values, N x G float32 scales, N x G int8 zero
     points or None): {"weights": uint32, "scales": uint16, "zeros": uint16} (scales and zeros only where the
-    format has them). `fmt` is a QuantFormat or a spec with a `quant b` block."""
+    format has them), each C-contiguous: the kernel reads them by their element order alone, and a library's copy to
+    the GPU keeps a strided array's strides. `fmt` is a QuantFormat or a spec with a `quant b` block."""
     fmt = _format(fmt)
     q = np.asarray(q)
     if q.ndim != 2:
@@ -226,7 +227,7 @@ def pack(q: np.ndarray, scales: np.ndarray | None, zeros: np.ndarray | None,
     # Padding holds weight 0: the code of 0 and, in groups past K, a zero point of 0 and a scale of 1.
     padded = np.full((n_pad, k_pad), CODE_BIAS.get(fmt.weight, 0), dtype=np.uint32)
     padded[:n, :k] = _codes(q, fmt)
-    packed = {"weights": _tile(padded, fmt.bits)}
+    packed = {"weights": np.ascontiguousarray(_tile(padded, fmt.bits))}
     if not fmt.scaled:
         return packed
     groups, padded_groups = fmt.groups(k), fmt.groups(k_pad)

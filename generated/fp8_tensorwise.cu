@@ -528,28 +528,30 @@ extern "C" __global__ void __launch_bounds__(256) fp8_tensorwise_scale_c(__nv_bf
     #endif
 }
 
-// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): rows a_rows of A's, then b_rows of B's,
-// a warp to a row, each lane loading 16 elements 32 apart before storing them, so that a warp has
-// 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
+// Copies of A and B whose rows TMA can read (paths/wgmma/pad.py): A's rows, then B's, in segments of
+// 512 elements, a warp to a segment, each lane loading 16 elements 32 apart before storing them,
+// so that a warp has 16 loads in flight on rows whose alignment allows no wider ones. A matrix with no rows is not copied.
 extern "C" __global__ void __launch_bounds__(256) fp8_tensorwise_pad_operands(
     const unsigned char* __restrict__ a, long long lda, unsigned char* __restrict__ a_copy, long long lda_copy, int a_rows, int a_cols,
     const unsigned char* __restrict__ b, long long ldb, unsigned char* __restrict__ b_copy, long long ldb_copy, int b_rows, int b_cols)
 {
-    constexpr int CHUNK = 16;
-    const long long warps = (long long)gridDim.x * 8;
+    constexpr int CHUNK = 16, SEGMENT = 32 * CHUNK;
+    const int a_segments = (a_cols + SEGMENT - 1) / SEGMENT, b_segments = (b_cols + SEGMENT - 1) / SEGMENT;
+    const long long a_items = (long long)a_rows * a_segments, items = a_items + (long long)b_rows * b_segments;
     const int lane = threadIdx.x % 32;
-    for (long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32; row < (long long)a_rows + b_rows; row += warps) {
-        const bool of_a = row < a_rows;
-        const unsigned char* const from = of_a ? a + row * lda : b + (row - a_rows) * ldb;
-        unsigned char* const to = of_a ? a_copy + row * lda_copy : b_copy + (row - a_rows) * ldb_copy;
+    for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
+        const bool of_a = item < a_items;
+        const int segments = of_a ? a_segments : b_segments;
+        const long long row = (of_a ? item : item - a_items) / segments;
+        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const unsigned char* const from = of_a ? a + row * lda : b + row * ldb;
+        unsigned char* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
-        for (int first = lane; first < cols; first += 32 * CHUNK) {
-            unsigned char v[CHUNK];
-            #pragma unroll
-            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
-            #pragma unroll
-            for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
-        }
+        unsigned char v[CHUNK];
+        #pragma unroll
+        for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) v[j] = from[first + 32 * j];
+        #pragma unroll
+        for (int j = 0; j < CHUNK; ++j) if (first + 32 * j < cols) to[first + 32 * j] = v[j];
     }
 }
 
@@ -708,9 +710,9 @@ extern "C" cudaError_t fp8_tensorwise_launch_ld_padded(const __nv_fp8_e4m3* A, i
     if (err != cudaSuccess) return err;
     __nv_fp8_e4m3* const a_copy = static_cast<__nv_fp8_e4m3*>(scratch);
     __nv_fp8_e4m3* const b_copy = reinterpret_cast<__nv_fp8_e4m3*>(static_cast<char*>(scratch) + a_bytes);
-    const long long rows_blocks = (a_rows + b_rows + 7) / 8;
-    const unsigned blocks = (unsigned)(rows_blocks < 4096 ? rows_blocks : 4096);
-    fp8_tensorwise_pad_operands<<<blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned char*>(A), lda, reinterpret_cast<unsigned char*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned char*>(B), ldb, reinterpret_cast<unsigned char*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
+    const long long segments = (long long)a_rows * ((a_cols + 511) / 512) + (long long)b_rows * ((b_cols + 511) / 512);
+    const long long pad_blocks = (segments + 7) / 8 < 4096 ? (segments + 7) / 8 : 4096;
+    fp8_tensorwise_pad_operands<<<(unsigned)pad_blocks, 256, 0, stream>>>(reinterpret_cast<const unsigned char*>(A), lda, reinterpret_cast<unsigned char*>(a_copy), lda_copy, (int)a_rows, (int)a_cols, reinterpret_cast<const unsigned char*>(B), ldb, reinterpret_cast<unsigned char*>(b_copy), ldb_copy, (int)b_rows, (int)b_cols);
     err = cudaGetLastError();
     if (err == cudaSuccess) {
         err = fp8_tensorwise_launch_ld(pad_a ? a_copy : A, pad_a ? (int)lda_copy : lda, pad_b ? b_copy : B, pad_b ? (int)ldb_copy : ldb, C, ldc, M, N, K, a_scale, b_scale, alpha, beta, stream);

@@ -1,10 +1,12 @@
 """Decode GEMMs with quantized weights on the GPU: gemmdsl's dequantizing kernel beside BF16 cuBLAS
-(torch.matmul on a bf16 weight) and torch._weight_int4pack_mm (int4, group 128), launch for launch in one
-process: each timed with CUDA events over a CUDA graph of REPEATS launches, after a warm-up, median of TRIALS.
+(torch.matmul on a bf16 weight) and torch._weight_int4pack_mm (int4, group 128) in one process: each timed with
+CUDA events over a CUDA graph of REPEATS launches, after a warm-up; the graphs replayed in turn, TRIALS rounds,
+median. Each graph cycles through copies of its weights that together hold at least ROTATE_L2 times L2, so no
+launch finds its weights in L2 from the one before (a 32 MB int4 weight of 8192 x 8192 fits the H200's 50 MB).
 Prints TFLOP/s, GB/s (the bytes each kernel must read: packed weights + scales + activations + C) and the
 ratio to cuBLAS; writes JSON.
 
-    python scripts/quant_bench.py [--formats s4_g128,s8_channel,e4m3_channel] [--json out.json]
+    python scripts/quant_bench.py [--formats s4_g128,s8_channel,e4m3_channel] [--m 1,8,16] [--json out.json]
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ FORMATS = {
     "e4m3_channel": QuantFormat("e4m3", "bf16", None),
     "bf16": QuantFormat("bf16", "bf16", None),
 }
-M_VALUES = (1, 8, 16, 32, 64, 128, 4096)
+M_VALUES = "1,8,16,32,64,128"  # --m; prefill (4096) reads the weights once per 32 rows of A: slow to time
 NK_VALUES = ((8192, 8192), (28672, 8192), (8192, 28672))
 REPEATS, TRIALS = 20, 15
+ROTATE_L2 = 3  # the weights' copies in one graph hold at least this many L2s
 
 
 def config_for(fmt: QuantFormat, m: int) -> DecodeConfig:
@@ -43,31 +46,44 @@ def config_for(fmt: QuantFormat, m: int) -> DecodeConfig:
     return DecodeConfig(fmt, "bf16", m_tiles=m_tiles, k_slice=1024 if m_tiles < 4 else 512)
 
 
-def time_graph(torch, launch) -> float:
-    """Median seconds per launch: REPEATS launches captured in one CUDA graph, timed with events."""
+def copies_for(torch, weight_bytes: int) -> int:
+    """Copies of a weight of `weight_bytes` that hold ROTATE_L2 L2s (at least one)."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    return max(1, -(-ROTATE_L2 * l2 // weight_bytes))
+
+
+def time_graphs(torch, launch_sets: list[list]) -> list[float]:
+    """Median seconds per launch of each set: REPEATS launches (cycling through the set's launches, one per
+    weight copy) captured in one CUDA graph per set; the graphs replayed in turn, TRIALS rounds."""
     stream = torch.cuda.Stream()
+    graphs = []
     with torch.cuda.stream(stream):
-        for _ in range(3):
-            launch()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(REPEATS):
+        for launches in launch_sets:
+            for launch in launches[:3]:
                 launch()
-    times = []
-    for _ in range(TRIALS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        graph.replay()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / REPEATS)
-    return statistics.median(times)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for i in range(REPEATS):
+                    launches[i % len(launches)]()
+            graphs.append(graph)
+    times: list[list[float]] = [[] for _ in graphs]
+    with torch.cuda.stream(stream):  # replayed on the stream the events are recorded on
+        for _ in range(TRIALS):
+            for graph, kept in zip(graphs, times):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                graph.replay()
+                end.record(stream)
+                end.synchronize()
+                kept.append(start.elapsed_time(end) / 1e3 / REPEATS)
+    return [statistics.median(kept) for kept in times]
 
 
-def int4pack_launch(torch, a, q: np.ndarray, scales: np.ndarray):
-    """torch._weight_int4pack_mm's call for s4 codes, group 128: its own packing (uint8 pairs, even k in the
-    high nibble, codes + 8) and scale-and-zero table (K / 128 x N x 2, w = (code - 8) * scale + zero)."""
+def int4pack_launches(torch, a, q: np.ndarray, scales: np.ndarray) -> list:
+    """torch._weight_int4pack_mm's calls for s4 codes, group 128, one per weight copy: its own packing (uint8
+    pairs, even k in the high nibble, codes + 8) and scale-and-zero table (K / 128 x N x 2, w = (code - 8) *
+    scale + zero)."""
     codes = torch.from_numpy(q.astype(np.int32) + 8).cuda()
     pairs = (codes[:, ::2] << 4 | codes[:, 1::2]).to(torch.uint8)
     try:
@@ -76,7 +92,9 @@ def int4pack_launch(torch, a, q: np.ndarray, scales: np.ndarray):
         packed = torch._convert_weight_to_int4pack(codes, 8)
     table = torch.zeros(scales.shape[1], scales.shape[0], 2, dtype=torch.bfloat16, device="cuda")
     table[:, :, 0] = torch.from_numpy(scales.T.copy()).cuda().to(torch.bfloat16)
-    return lambda: torch._weight_int4pack_mm(a, packed, 128, table)
+    copies = copies_for(torch, packed.numel() * packed.element_size() + table.numel() * 2)
+    weights = [(packed.clone(), table.clone()) for _ in range(copies)]
+    return [lambda p=p, t=t: torch._weight_int4pack_mm(a, p, 128, t) for p, t in weights]
 
 
 def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels: dict) -> dict:
@@ -86,25 +104,31 @@ def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels:
         kernels[key] = DecodeKernel.build(f"bench_{name}_m{config.m_tiles}", config)
     kernel = kernels[key]
     q, scales, zeros = canonical_weights(np.random.default_rng(0), n, k, fmt)
-    packed = device_packed(torch, pack(q, scales, zeros, fmt))
+    host_packed = pack(q, scales, zeros, fmt)
+    packed = [device_packed(torch, host_packed) for _ in range(copies_for(torch, packed_bytes(n, k, fmt)))]
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     space = workspace(torch, config, m, n, k)
     w = torch.from_numpy(dequantized(q, scales, zeros, fmt)).cuda().to(torch.bfloat16)
+    ws = [w] + [w.clone() for _ in range(copies_for(torch, 2 * n * k) - 1)]
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    ours = time_graph(torch, lambda: kernel(a, packed, c, space, stream()))
-    cublas = time_graph(torch, lambda: torch.matmul(a, w.T))
-    flop = 2.0 * m * n * k
-    moved = packed_bytes(n, k, fmt) + 2 * m * k + 2 * m * n
-    row = {"format": name, "m": m, "n": n, "k": k, "ours_us": ours * 1e6, "cublas_bf16_us": cublas * 1e6,
-           "ours_tflops": flop / ours / 1e12, "ours_gbs": moved / ours / 1e9,
-           "cublas_gbs": (2 * n * k + 2 * m * k + 2 * m * n) / cublas / 1e9, "speedup_vs_cublas": cublas / ours}
-    if fmt.weight == "s4" and fmt.group == 128 and not fmt.zeros:
+    sets = [[lambda p=p: kernel(a, p, c, space, stream()) for p in packed],
+            [lambda w=w: torch.matmul(a, w.T) for w in ws]]
+    with_int4pack = fmt.weight == "s4" and fmt.group == 128 and not fmt.zeros
+    row = {"format": name, "m": m, "n": n, "k": k, "weight_copies": len(packed)}
+    if with_int4pack:
         try:
-            tiny = time_graph(torch, int4pack_launch(torch, a, q, scales))
-            row.update(int4pack_us=tiny * 1e6, speedup_vs_int4pack=tiny / ours)
+            sets.append(int4pack_launches(torch, a, q, scales))
         except (RuntimeError, AttributeError) as error:
             row["int4pack_error"] = str(error).splitlines()[0]
+    ours, cublas, *tiny = time_graphs(torch, sets)
+    flop = 2.0 * m * n * k
+    moved = packed_bytes(n, k, fmt) + 2 * m * k + 2 * m * n
+    row.update({"ours_us": ours * 1e6, "cublas_bf16_us": cublas * 1e6, "ours_tflops": flop / ours / 1e12,
+                "ours_gbs": moved / ours / 1e9, "cublas_gbs": (2 * n * k + 2 * m * k + 2 * m * n) / cublas / 1e9,
+                "speedup_vs_cublas": cublas / ours})
+    if tiny:
+        row.update(int4pack_us=tiny[0] * 1e6, speedup_vs_int4pack=tiny[0] / ours)
     return row
 
 
@@ -114,13 +138,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default="s4_g128,s8_channel,e4m3_channel")
     parser.add_argument("--json", default="quant_bench.json")
+    parser.add_argument("--m", default=M_VALUES, help="the M values, comma-separated")
     args = parser.parse_args()
     kernels, rows = {}, []
     print(f"{'format':>14} {'M':>5} {'N':>6} {'K':>6} {'us':>8} {'TFLOP/s':>8} {'GB/s':>7} {'cuBLAS us':>9} "
           f"{'x cuBLAS':>8} {'x int4pack':>10}")
     for name in args.formats.split(","):
         for n, k in NK_VALUES:
-            for m in M_VALUES:
+            for m in map(int, args.m.split(",")):
                 row = measure(torch, name, FORMATS[name], m, n, k, kernels)
                 rows.append(row)
                 tiny = f"{row['speedup_vs_int4pack']:10.2f}" if "speedup_vs_int4pack" in row else f"{'-':>10}"

@@ -40,3 +40,11 @@ def test_a_family_call_launches_its_members_call(name, monkeypatch):
                                                                     or member.bind(a, b, c, **scales)), shape
 
     check()
+
+
+def test_a_family_answers_what_verify_and_bench_ask_of_a_kernel(monkeypatch):
+    """verify's reference reads the kernel's epilogue: a family has its members' (FP8: store)."""
+    FakeGpu().install(monkeypatch)
+    family = fake_family(SPECS / "fp8_rowwise_family.gemmf")
+    assert family.epilogue == family.kernels[0].epilogue == "store"
+    assert fake_family(SPECS / "hgemm_h100_family.gemmf").epilogue == "alpha_beta"

@@ -39,6 +39,8 @@ def test_unpack_inverts_pack(fmt, n, k_groups, seed):
     assert packed["weights"].dtype == np.uint32
     assert packed["weights"].shape == (n_pad // 16, k_pad // fmt.chunk_k, 32, 4)
     assert set(packed) == {"weights"} | ({"scales"} if fmt.scaled else set()) | ({"zeros"} if fmt.zeros else set())
+    # The kernel reads each array by its element order alone; torch.from_numpy(...).cuda() keeps strides.
+    assert all(array.flags["C_CONTIGUOUS"] for array in packed.values())
     q2, scales2, zeros2 = ql.unpack(packed, n, k, fmt)
     np.testing.assert_array_equal(q2, q)
     if fmt.scaled:

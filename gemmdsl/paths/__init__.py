@@ -45,6 +45,7 @@ import importlib
 from functools import cache
 from typing import TYPE_CHECKING
 
+from .facts import DequantCost
 from .interface import InstructionPath
 
 if TYPE_CHECKING:
