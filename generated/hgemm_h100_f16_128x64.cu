@@ -490,8 +490,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_f16_128x64_pad_oper
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;

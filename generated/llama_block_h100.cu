@@ -926,8 +926,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m0_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -1712,8 +1715,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m1_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -2241,8 +2247,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m2_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -2962,8 +2971,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m3_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -3491,8 +3503,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m4_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -4212,8 +4227,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m5_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -4998,8 +5016,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m6_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -5527,8 +5548,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m7_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -6248,8 +6272,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m8_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -6777,8 +6804,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m9_pad_operan
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -7498,8 +7528,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m10_pad_opera
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -8284,8 +8317,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m11_pad_opera
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -8813,8 +8849,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m12_pad_opera
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;
@@ -9277,8 +9316,11 @@ extern "C" __global__ void __launch_bounds__(256) llama_block_h100_m13_pad_opera
     for (long long item = (long long)blockIdx.x * 8 + threadIdx.x / 32; item < items; item += (long long)gridDim.x * 8) {
         const bool of_a = item < a_items;
         const int segments = of_a ? a_segments : b_segments;
-        const long long row = (of_a ? item : item - a_items) / segments;
-        const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;
+        const long long index = of_a ? item : item - a_items;
+        // A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a
+        // called routine, on the path to each warp's first load.
+        const long long row = segments == 1 ? index : index < 4294967296LL ? (long long)((unsigned)index / (unsigned)segments) : index / segments;
+        const int first = (int)(index - row * segments) * SEGMENT + lane;
         const unsigned short* const from = of_a ? a + row * lda : b + row * ldb;
         unsigned short* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;
         const int cols = of_a ? a_cols : b_cols;

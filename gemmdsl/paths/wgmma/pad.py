@@ -75,8 +75,12 @@ def emit_pad_kernel(plan: KernelPlan, o: Emitter) -> None:
                      f"item < items; item += (long long)gridDim.x * {PAD_WARPS_PER_BLOCK})"):
             o.line("const bool of_a = item < a_items;")
             o.line("const int segments = of_a ? a_segments : b_segments;")
-            o.line("const long long row = (of_a ? item : item - a_items) / segments;")
-            o.line("const int first = (int)((of_a ? item : item - a_items) - row * segments) * SEGMENT + lane;")
+            o.line("const long long index = of_a ? item : item - a_items;")
+            o.comment("A short row is one segment; otherwise a 32-bit division where the index fits: a 64-bit one is a\n"
+                      "called routine, on the path to each warp's first load.")
+            o.line("const long long row = segments == 1 ? index : index < 4294967296LL ? "
+                   "(long long)((unsigned)index / (unsigned)segments) : index / segments;")
+            o.line("const int first = (int)(index - row * segments) * SEGMENT + lane;")
             o.line(f"const {t}* const from = of_a ? a + row * lda : b + row * ldb;")
             o.line(f"{t}* const to = of_a ? a_copy + row * lda_copy : b_copy + row * ldb_copy;")
             o.line("const int cols = of_a ? a_cols : b_cols;")
