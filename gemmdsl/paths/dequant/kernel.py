@@ -37,12 +37,15 @@ class DecodeConfig:
 
     fmt: QuantFormat
     c: str
+    # tiles, prefetch and blocks_per_sm as measured fastest at M = 1 and 16 against 8192 x 8192, 28672 x 8192 and
+    # 8192 x 28672 int4 weights (H200; docs/performance.md, "Quantized weights"): more blocks of one tile a warp,
+    # six chunks in flight, fewer registers (and spills) than two tiles a warp with four.
     warps: int = 8
-    tiles: int = 2
+    tiles: int = 1
     m_tiles: int = 2
     k_slice: int = 1024
-    prefetch: int = 4
-    blocks_per_sm: int = 2  # __launch_bounds__'s minimum: caps the registers so that blocks share an SM
+    prefetch: int = 6
+    blocks_per_sm: int = 3  # __launch_bounds__'s minimum: caps the registers so that blocks share an SM
 
     @property
     def block_rows(self) -> int:
