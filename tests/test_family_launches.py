@@ -10,11 +10,14 @@ from hypothesis import strategies as st
 from fake_gpu import FakeGpu, FakeTensor, fake_family, matrix
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
-# A family's operands' and C's types, and whether it takes rowwise scales (row_scale M, col_scale N: the FP8 families).
-FAMILIES = {"hgemm_h100_family": ("bfloat16", "float32", False),
-            "hgemm_h100_bf16c_family": ("bfloat16", "bfloat16", False),
-            "fp8_rowwise_family": ("float8_e4m3fn", "bfloat16", True),
-            "fp8_fast_family": ("float8_e4m3fn", "bfloat16", True)}
+# A family's operands' and C's types, and its scales: rowwise (row_scale M, col_scale N) or per tensor (a_scale and
+# b_scale, 0-dim), the FP8 families'.
+FAMILIES = {"hgemm_h100_family": ("bfloat16", "float32", None),
+            "hgemm_h100_bf16c_family": ("bfloat16", "bfloat16", None),
+            "fp8_rowwise_family": ("float8_e4m3fn", "bfloat16", "rowcol"),
+            "fp8_fast_family": ("float8_e4m3fn", "bfloat16", "rowcol"),
+            "fp8_tensorwise_family": ("float8_e4m3fn", "bfloat16", "tensor"),
+            "fp8_tensorwise_fast_family": ("float8_e4m3fn", "bfloat16", "tensor")}
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -28,7 +31,9 @@ def test_a_family_call_launches_its_members_call(name, monkeypatch):
         m, n, k = shape
         operands, c_type, scaled = FAMILIES[name]
         a, b, c = matrix(m, k, operands), matrix(k, n, operands, "col"), matrix(m, n, c_type)
-        scales = dict(row_scale=FakeTensor((m,), "float32"), col_scale=FakeTensor((n,), "float32")) if scaled else {}
+        scales = {"rowcol": dict(row_scale=FakeTensor((m,), "float32"), col_scale=FakeTensor((n,), "float32")),
+                  "tensor": dict(a_scale=FakeTensor((), "float32"), b_scale=FakeTensor((), "float32")),
+                  None: {}}[scaled]
 
         def launches(bound) -> list[tuple]:
             before = len(gpu.launched)

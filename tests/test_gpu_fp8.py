@@ -175,7 +175,8 @@ def test_block_scales_against_scaled_mms_blockwise_mode(torch):
     assert error(c) <= max(1.1 * error(reference), 2e-3), (error(c), error(reference))
 
 
-FP8_FAMILIES = [ROOT / "specs" / f"{name}.gemmf" for name in ("fp8_rowwise_family", "fp8_fast_family")]
+FP8_FAMILIES = [ROOT / "specs" / f"{name}.gemmf" for name in ("fp8_rowwise_family", "fp8_fast_family",
+                                                                 "fp8_tensorwise_family", "fp8_tensorwise_fast_family")]
 # Decode, long K over few tiles (stream-K pieces with the scales applied once after the fixup), K off 16
 # (padded copies), odd sizes and a big call: every member of each family runs at one of them at least.
 FAMILY_SIZES = [(1, 4096, 4096), (16, 8192, 8192), (64, 256, 16384), (100, 300, 20000), (333, 517, 1000),

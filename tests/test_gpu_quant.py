@@ -5,6 +5,7 @@ torch.matmul). Also: a split-K call leaves its workspace zero again, so the next
 from __future__ import annotations
 
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -42,7 +43,9 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float
 def kernels():
     from gemmdsl.dequant_host import DecodeKernel
 
-    return {name: DecodeKernel.build(f"decode_{name}", config) for name, config in CONFIGS.items()}
+    with ThreadPoolExecutor(len(CONFIGS)) as pool:  # the builds are nvcc processes: side by side
+        built = pool.map(lambda item: DecodeKernel.build(f"decode_{item[0]}", item[1]), CONFIGS.items())
+        return dict(zip(CONFIGS, built))
 
 
 def relative_error(c, reference) -> float:
