@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -97,12 +98,19 @@ def int4pack_launches(torch, a, q: np.ndarray, scales: np.ndarray) -> list:
     return [lambda p=p, t=t: torch._weight_int4pack_mm(a, p, 128, t) for p, t in weights]
 
 
+def build_all(names: list[str], m_values: list[int]) -> dict:
+    """Every kernel the run times, built side by side (each build is an nvcc process), by (format, m_tiles)."""
+    configs = {(name, config_for(FORMATS[name], m).m_tiles): config_for(FORMATS[name], m)
+               for name in names for m in m_values}
+    with ThreadPoolExecutor(len(configs)) as pool:
+        built = pool.map(lambda item: DecodeKernel.build(f"bench_{item[0][0]}_m{item[0][1]}", item[1]),
+                         configs.items())
+        return dict(zip(configs, built))
+
+
 def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels: dict) -> dict:
     config = config_for(fmt, m)
-    key = (name, config.m_tiles)
-    if key not in kernels:
-        kernels[key] = DecodeKernel.build(f"bench_{name}_m{config.m_tiles}", config)
-    kernel = kernels[key]
+    kernel = kernels[(name, config.m_tiles)]
     q, scales, zeros = canonical_weights(np.random.default_rng(0), n, k, fmt)
     host_packed = pack(q, scales, zeros, fmt)
     packed = [device_packed(torch, host_packed) for _ in range(copies_for(torch, packed_bytes(n, k, fmt)))]
@@ -140,12 +148,13 @@ def main() -> int:
     parser.add_argument("--json", default="quant_bench.json")
     parser.add_argument("--m", default=M_VALUES, help="the M values, comma-separated")
     args = parser.parse_args()
-    kernels, rows = {}, []
+    names, m_values = args.formats.split(","), list(map(int, args.m.split(",")))
+    kernels, rows = build_all(names, m_values), []
     print(f"{'format':>14} {'M':>5} {'N':>6} {'K':>6} {'us':>8} {'TFLOP/s':>8} {'GB/s':>7} {'cuBLAS us':>9} "
           f"{'x cuBLAS':>8} {'x int4pack':>10}")
-    for name in args.formats.split(","):
+    for name in names:
         for n, k in NK_VALUES:
-            for m in map(int, args.m.split(",")):
+            for m in m_values:
                 row = measure(torch, name, FORMATS[name], m, n, k, kernels)
                 rows.append(row)
                 tiny = f"{row['speedup_vs_int4pack']:10.2f}" if "speedup_vs_int4pack" in row else f"{'-':>10}"
