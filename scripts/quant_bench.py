@@ -81,8 +81,8 @@ def time_graphs(torch, launch_sets: list[list]) -> list[float]:
     return [statistics.median(kept) for kept in times]
 
 
-def int4pack_launches(torch, a, q: np.ndarray, scales: np.ndarray) -> list:
-    """torch._weight_int4pack_mm's calls for s4 codes, group 128, one per weight copy: its own packing (uint8
+def int4pack_weights(torch, q: np.ndarray, scales: np.ndarray) -> list:
+    """torch._weight_int4pack_mm's operands for s4 codes, group 128, one per weight copy: its own packing (uint8
     pairs, even k in the high nibble, codes + 8) and scale-and-zero table (K / 128 x N x 2, w = (code - 8) *
     scale + zero)."""
     codes = torch.from_numpy(q.astype(np.int32) + 8).cuda()
@@ -94,8 +94,23 @@ def int4pack_launches(torch, a, q: np.ndarray, scales: np.ndarray) -> list:
     table = torch.zeros(scales.shape[1], scales.shape[0], 2, dtype=torch.bfloat16, device="cuda")
     table[:, :, 0] = torch.from_numpy(scales.T.copy()).cuda().to(torch.bfloat16)
     copies = copies_for(torch, packed.numel() * packed.element_size() + table.numel() * 2)
-    weights = [(packed.clone(), table.clone()) for _ in range(copies)]
-    return [lambda p=p, t=t: torch._weight_int4pack_mm(a, p, 128, t) for p, t in weights]
+    return [(packed.clone(), table.clone()) for _ in range(copies)]
+
+
+def weights_for(torch, fmt: QuantFormat, n: int, k: int) -> dict:
+    """One weight of N x K, made once for every M: its packed copies, the BF16 weight's copies (dequantized, for
+    cuBLAS) and torch._weight_int4pack_mm's copies where the format is its (s4, group 128, no zero points)."""
+    q, scales, zeros = canonical_weights(np.random.default_rng(0), n, k, fmt)
+    host_packed = pack(q, scales, zeros, fmt)
+    w = torch.from_numpy(dequantized(q, scales, zeros, fmt)).cuda().to(torch.bfloat16)
+    weights = {"packed": [device_packed(torch, host_packed) for _ in range(copies_for(torch, packed_bytes(n, k, fmt)))],
+               "bf16": [w] + [w.clone() for _ in range(copies_for(torch, 2 * n * k) - 1)]}
+    if fmt.weight == "s4" and fmt.group == 128 and not fmt.zeros:
+        try:
+            weights["int4pack"] = int4pack_weights(torch, q, scales)
+        except (RuntimeError, AttributeError) as error:
+            weights["int4pack_error"] = str(error).splitlines()[0]
+    return weights
 
 
 def build_all(names: list[str], m_values: list[int]) -> dict:
@@ -108,27 +123,20 @@ def build_all(names: list[str], m_values: list[int]) -> dict:
         return dict(zip(configs, built))
 
 
-def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels: dict) -> dict:
+def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels: dict, weights: dict) -> dict:
     config = config_for(fmt, m)
     kernel = kernels[(name, config.m_tiles)]
-    q, scales, zeros = canonical_weights(np.random.default_rng(0), n, k, fmt)
-    host_packed = pack(q, scales, zeros, fmt)
-    packed = [device_packed(torch, host_packed) for _ in range(copies_for(torch, packed_bytes(n, k, fmt)))]
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     space = workspace(torch, config, m, n, k)
-    w = torch.from_numpy(dequantized(q, scales, zeros, fmt)).cuda().to(torch.bfloat16)
-    ws = [w] + [w.clone() for _ in range(copies_for(torch, 2 * n * k) - 1)]
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    sets = [[lambda p=p: kernel(a, p, c, space, stream()) for p in packed],
-            [lambda w=w: torch.matmul(a, w.T) for w in ws]]
-    with_int4pack = fmt.weight == "s4" and fmt.group == 128 and not fmt.zeros
-    row = {"format": name, "m": m, "n": n, "k": k, "weight_copies": len(packed)}
-    if with_int4pack:
-        try:
-            sets.append(int4pack_launches(torch, a, q, scales))
-        except (RuntimeError, AttributeError) as error:
-            row["int4pack_error"] = str(error).splitlines()[0]
+    sets = [[lambda p=p: kernel(a, p, c, space, stream()) for p in weights["packed"]],
+            [lambda w=w: torch.matmul(a, w.T) for w in weights["bf16"]]]
+    row = {"format": name, "m": m, "n": n, "k": k, "weight_copies": len(weights["packed"])}
+    if "int4pack" in weights:
+        sets.append([lambda p=p, t=t: torch._weight_int4pack_mm(a, p, 128, t) for p, t in weights["int4pack"]])
+    elif "int4pack_error" in weights:
+        row["int4pack_error"] = weights["int4pack_error"]
     ours, cublas, *tiny = time_graphs(torch, sets)
     flop = 2.0 * m * n * k
     moved = packed_bytes(n, k, fmt) + 2 * m * k + 2 * m * n
@@ -154,14 +162,16 @@ def main() -> int:
           f"{'x cuBLAS':>8} {'x int4pack':>10}")
     for name in names:
         for n, k in NK_VALUES:
+            weights = weights_for(torch, FORMATS[name], n, k)
             for m in m_values:
-                row = measure(torch, name, FORMATS[name], m, n, k, kernels)
+                row = measure(torch, name, FORMATS[name], m, n, k, kernels, weights)
                 rows.append(row)
                 tiny = f"{row['speedup_vs_int4pack']:10.2f}" if "speedup_vs_int4pack" in row else f"{'-':>10}"
                 print(f"{name:>14} {m:5d} {n:6d} {k:6d} {row['ours_us']:8.1f} {row['ours_tflops']:8.1f} "
                       f"{row['ours_gbs']:7.0f} {row['cublas_bf16_us']:9.1f} {row['speedup_vs_cublas']:8.2f} {tiny}",
                       flush=True)
-    Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
+                # after every row, so that a run cut short keeps what it measured
+                Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 
