@@ -10,7 +10,6 @@ from ...quant_layout import TILE_N
 from .kernel import M_TILES
 from .lowering import decode_config
 
-MIN_SM = 80  # mma.sync m16n8k16 on bf16, ldmatrix
 MAX_TILES_PER_WARP = 4
 EXAMPLE = ("`block { tile: 16x256x1024; }`, `threads { warps: 1x8; }`, `pipeline { stages: 4; }` "
            "(docs/quantized-kernel.md)")
@@ -28,10 +27,6 @@ def check_decode(checker: Any) -> None:
 def _check_problem(checker: Any) -> None:
     spec, error = checker.spec, checker.error
     problem = spec.problem
-    if spec.target.sm < MIN_SM:
-        error(spec.target.at("target"), f"the dequantizing decode kernel multiplies with mma.sync m16n8k16 on "
-                                        f"{problem.a.dtype.value}, which needs sm_{MIN_SM} or later",
-              "write `target sm_90a;` (or sm_80, sm_86, sm_89)")
     for operand in (ir.Operand.A, ir.Operand.C):
         matrix = problem.matrix(operand)
         if matrix.layout is not ir.MatrixLayout.ROW:
