@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, fields
 
 from .abi import Parameter
 from .expr import Const, Expr, Func, Var
-from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, cast, ceil_div,
-                   eq, gt, maximum, minimum, ne, not_, select)
+from .rule import (Address, Apply, Function, Let, Literal, Refuse, Refused, Rule, Symbol, all_of, any_of, cast,
+                   ceil_div, eq, gt, lt, maximum, minimum, ne, not_, select)
 from .grouped_schedule import grid_blocks
 from .schedule import (LAUNCHED_MIN_SAVED_K_TILES, StreamKSplit, SubLaunch, call_split, interior_launches,
                        interior_split_pays, stream_k_split_rule)
@@ -65,6 +65,28 @@ PAD_GRID = Rule("pad_grid", ("a_rows", "a_cols", "b_rows", "b_cols"), (
     Let("segments", cast("long long", Var("a_rows")) * ceil_div(Var("a_cols"), PAD_SEGMENT)
         + cast("long long", Var("b_rows")) * ceil_div(Var("b_cols"), PAD_SEGMENT)),
     Let("pad_blocks", minimum(ceil_div(Var("segments"), PAD_WARPS_PER_BLOCK), PAD_MAX_BLOCKS))))
+
+
+DECODE_TILE_N = 16  # rows of W per mma tile of the dequantizing decode kernel (paths/dequant)
+DECODE_MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z
+
+
+def decode_grid(rows: int, block_rows: int, k_slice: int) -> Rule:
+    """The dequantizing decode kernel's launch (paths/dequant/kernel.py): blocks of `rows` rows of A along x, of
+    `block_rows` rows of W along y, k-slices of `k_slice` along z; and the split-K call's workspace, C's M x N
+    f32 sums and a counter per (x, y) tile, none with one k-slice. Refused for negative sizes and grids past
+    CUDA's limits. The C launcher prints it; DecodeConfig and the runtime evaluate it."""
+    m, n, k = Var("M"), Var("N"), Var("K")
+    x, y, z = Var("grid_x"), Var("grid_y"), Var("grid_z")
+    return Rule("decode_grid", ("M", "N", "K"), (
+        Refuse(any_of(lt(m, 0), lt(n, 0), lt(k, 0))),
+        Let("grid_x", ceil_div(m, rows)),
+        Let("grid_y", ceil_div(ceil_div(n, DECODE_TILE_N), block_rows // DECODE_TILE_N)),
+        Let("grid_z", ceil_div(k, k_slice)),
+        Refuse(any_of(gt(y, DECODE_MAX_GRID_YZ), gt(z, DECODE_MAX_GRID_YZ))),
+        Let("workspace_bytes", select(all_of(gt(z, 1), gt(m, 0), gt(n, 0)),
+                                      cast("long long", m) * n * 4 + x * y * 4, 0),
+            comment="Split-K: C's f32 sums, then a counter per tile of C.")))
 
 
 class GridRule(enum.Enum):

@@ -920,7 +920,7 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
         return ir.GlobalLoad(**where, operand=operand, vector=values.get("vector", default))
 
     values, where = section("pipeline")
-    stages = values.get("stages", 1)
+    stages = values.get("stages", path.default_stages)
     copy = values.get("copy", path.default_copy)
     pipeline = ir.Pipeline(**where, stages=stages, copy=copy,
                            fragments=values.get("fragments", ir.FragmentBuffering.SINGLE),

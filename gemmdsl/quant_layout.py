@@ -287,6 +287,34 @@ def _codes(q: np.ndarray, fmt: QuantFormat) -> np.ndarray:
     return float_bits(q, fmt.weight)
 
 
+def packed_shapes(n: int, k: int, fmt: QuantFormat) -> dict[str, tuple[tuple[int, ...], str]]:
+    """`pack`'s arrays for an N x K weight: name -> (shape, numpy dtype name), in the kernel's order."""
+    n_pad, k_pad = fmt.padded(n, k)
+    tiles = n_pad // TILE_N
+    shapes = {"weights": ((tiles, k_pad // fmt.chunk_k, LANES, WORDS), "uint32")}
+    if fmt.scaled:
+        pairs = ((tiles, fmt.groups(k_pad), 8, 2), "uint16")
+        shapes["scales"] = pairs
+        if fmt.zeros:
+            shapes["zeros"] = pairs
+    return shapes
+
+
+def describe_layout(fmt: QuantFormat) -> dict[str, str]:
+    """`pack`'s arrays in words, for NAME.json and NAME.h: each one's shape, type and what it holds."""
+    padded = f"N / {TILE_N} and K / {fmt.chunk_k} rounded up"
+    layout = {"weights": f"uint32 [N/{TILE_N}, K/{fmt.chunk_k}, {LANES}, {WORDS}] ({padded}): {fmt.weight} codes, "
+                         "one 128-bit load per lane and chunk of k"}
+    if fmt.scaled:
+        groups = f"K/{fmt.group}" if fmt.group else "1"
+        layout["scales"] = (f"uint16 [N/{TILE_N}, {groups}, 8, 2]: {fmt.activation} bits of scale[16 * tile + g + 8 * h, "
+                            "group]")
+        if fmt.zeros:
+            layout["zeros"] = (f"uint16 [N/{TILE_N}, {groups}, 8, 2]: {fmt.activation} bits of {CODE_BIAS[fmt.weight]} "
+                               "+ zero point, ordered as the scales")
+    return layout
+
+
 def packed_bytes(n: int, k: int, fmt: QuantFormat) -> int:
     """Bytes the kernel streams for an N x K weight: packed weights, scales and zero points."""
     n_pad, k_pad = fmt.padded(n, k)

@@ -26,7 +26,7 @@ CUDA_ERROR_INVALID_VALUE = 1
     (DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16", prefetch=17), "prefetch"),
 ])
 def test_configurations_the_kernel_cannot_run_are_refused(config, message):
-    assert any(message in problem for problem in config.problems())
+    assert any(message in problem.message for problem in config.problems())
     with pytest.raises(ValueError, match=message):
         emit_decode("refused", config)
 

@@ -88,7 +88,7 @@ def test_a_refusal_names_the_path_that_dequantizes(dequantizer):
         load_text(text)
     (error,) = info.value.diagnostics
     assert error.message == "the mma_sync path cannot dequantize s4 weights"
-    assert error.hint == "the toy_dequant path takes them: see docs/quantized.md for its spec"
+    assert error.hint == "the toy_dequant or dequant path takes them: see docs/quantized.md for its spec"
 
 
 def test_the_shared_rules_still_hold_on_a_dequantizing_path(dequantizer):

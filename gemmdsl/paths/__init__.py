@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 # modules (its emitters, passes) import the shared stages, which this registry sits above (the shared stages
 # are handed the plan's path, never look it up: tests/test_imports.py).
 REGISTERED = (
+    "gemmdsl.paths.dequant.path",
     "gemmdsl.paths.wgmma_fp8.path",
     "gemmdsl.paths.wgmma.path",
     "gemmdsl.paths.mma_sync.path",

@@ -33,6 +33,7 @@ class InstructionPath(ABC):
     default_copy: CopyMode  # `pipeline { copy: ...; }` left out
     default_swizzle_bytes: int | None = None  # `smem a|b { swizzle: ...; }` left out: a swizzle mode, or none
     default_accumulate: Accumulate | None = None  # `mma { accumulate: ...; }` left out
+    default_stages = 1  # `pipeline { stages: ...; }` left out
     # A shape of the path's own (`mma { shape: ...; }` beyond ir.MmaShape's names): its syntax, whose named
     # groups are the sizes `shape_type` is built from.
     shape_syntax: re.Pattern | None = None
@@ -104,6 +105,11 @@ class InstructionPath(ABC):
 
     def metadata(self, plan: KernelPlan) -> dict:
         return {}
+
+    def header(self, plan: KernelPlan) -> str | None:
+        """NAME.h where the path's launchers are its own (the dequantizing path's); None: the shared header of
+        the tile launchers (emit/header.py)."""
+        return None
 
     def peak_tflops(self, sm: int) -> dict[str, float]:
         from ..targets import PEAK_TFLOPS

@@ -78,3 +78,11 @@ def sub_call(req: KernelRequirements, call: CheckedCall, launch: SubLaunch) -> C
     views = {"A": moved(call.views["A"], launch.row, 0), "B": moved(call.views["B"], 0, launch.col),
              "C": moved(call.views["C"], launch.row, launch.col)}
     return replace(call, m=launch.m, n=launch.n, views=views)
+
+
+def zeroed_workspace(nbytes: int) -> Any:
+    """A dequantizing decode kernel's split-K workspace (f32 sums and tile counters), zero, on the current GPU:
+    the kernel leaves it zero again after each call."""
+    import cupy
+
+    return cupy.zeros(-(-nbytes // 4), dtype=cupy.uint32)

@@ -62,7 +62,8 @@ class KernelRequirements:
                    layouts={name: metadata["layouts"][name.lower()] for name in OPERAND_NAMES},
                    batched=metadata["batch"] == "strided", launch=LaunchPlan.from_json(metadata["launch"]),
                    grouped=metadata["batch"] == "grouped",
-                   dtypes={name: DTYPE_NAMES[element_types[name.lower()]] for name in OPERAND_NAMES},
+                   dtypes={name: DTYPE_NAMES.get(element_types[name.lower()], element_types[name.lower()])
+                           for name in OPERAND_NAMES},  # a weight type (s4, u4, s8) keeps its name
                    tensor_maps=metadata.get("tensor_maps"))
 
 

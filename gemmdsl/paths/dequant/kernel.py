@@ -16,9 +16,28 @@ again, so one launch does the whole product and the workspace is zeroed only whe
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
+from ...emitter import Emitter
+from ...launch_plan import decode_grid
 from ...quant_layout import CODE_BIAS, QuantFormat
+from ...rule import Rule
+from ...targets import ARCHS
+
+# A standalone .cu's includes (DecodeKernel.build); a spec's .cu has the compiler's (emit/__init__.py).
+INCLUDES = """#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#ifndef __CUDACC_RTC__
+#include <cuda_runtime.h>
+#include <stdint.h>
+#endif
+"""
+M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
+MAX_SLICE_GROUPS = 8  # groups a k-slice may hold: their scales are loaded once per slice and kept
+MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
+REGISTER_OVERHEAD = 26  # DecodeConfig.registers' addresses, activation fragments, indices
+REGISTERS_PER_GROUP_WORD = 3  # DecodeConfig.registers per scale word of a k-slice's group and tile
 
 ACT = {  # A's type: C type, pair type, magic-number exponent (128.0 or 1024.0), mma operand type
     "bf16": ("__nv_bfloat16", "__nv_bfloat162", 0x4300, 128, "bf16"),
@@ -59,40 +78,83 @@ class DecodeConfig:
     def slice_groups(self) -> int:
         return self.k_slice // self.fmt.group if self.fmt.group else 1
 
+    @property
+    def grid_rule(self) -> Rule:
+        """The launch's grid and split-K workspace (launch_plan.decode_grid), which the C launcher prints."""
+        return decode_grid(self.m_tiles * 8, self.block_rows, self.k_slice)
+
     def grid(self, m: int, n: int, k: int) -> tuple[int, int, int]:
-        """The launch's grid (the C launcher's): blocks of A's rows, of W's rows, k-slices."""
-        rows = self.m_tiles * 8
-        return -(-m // rows), -(-(-(-n // 16)) // (self.warps * self.tiles)), -(-k // self.k_slice)
+        """The launch's grid: blocks of A's rows, of W's rows, k-slices (rule.Refused past CUDA's limits)."""
+        values = self.grid_rule.evaluate({"M": m, "N": n, "K": k})
+        return values["grid_x"], values["grid_y"], values["grid_z"]
 
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         """The f32 workspace and tile counters a split-K call needs (the C launcher's NAME_workspace_bytes)."""
-        x, y, z = self.grid(m, n, k)
-        return 0 if z <= 1 or m <= 0 or n <= 0 else m * n * 4 + x * y * 4
+        return self.grid_rule.evaluate({"M": m, "N": n, "K": k})["workspace_bytes"]
 
-    def problems(self) -> list[str]:
-        """What this configuration cannot do, as sentences (empty: fine)."""
+    @property
+    def k_multiple(self) -> int:
+        """What K must be a multiple of: a row of A is read 16 bytes at a time, and groups are whole."""
+        return max(8, self.fmt.group or 8)
+
+    def problems(self, max_smem_bytes: int = MAX_SMEM_BYTES) -> list[ConfigProblem]:
+        """What this configuration cannot do, each with the setting that causes it (empty: fine)."""
         fmt, out = self.fmt, []
         if self.k_slice % fmt.chunk_k or self.k_slice <= 0:
-            out.append(f"the k-slice ({self.k_slice}) must be a positive multiple of {fmt.chunk_k}, the k of one "
-                       f"128-bit load of {fmt.weight} weights")
+            out.append(ConfigProblem("k_slice", f"the k-slice ({self.k_slice}) must be a positive multiple of "
+                                                f"{fmt.chunk_k}, the k of one 128-bit load of {fmt.weight} weights"))
         if fmt.group and self.k_slice % fmt.group:
-            out.append(f"the k-slice ({self.k_slice}) must be a multiple of the group ({fmt.group})")
-        if fmt.group and self.slice_groups > 8:
-            out.append(f"a k-slice holds at most 8 groups (the scales are loaded once per slice): "
-                       f"{self.k_slice} / {fmt.group} = {self.slice_groups}")
-        if self.m_tiles not in (1, 2, 4):
-            out.append(f"m_tiles ({self.m_tiles}) must be 1, 2 or 4")
-        if self.smem_bytes > 227 * 1024:
-            out.append(f"the staged activations need {self.smem_bytes} bytes of shared memory")
-        if self.prefetch < 1 or self.prefetch > self.k_slice // fmt.chunk_k:
-            out.append(f"prefetch ({self.prefetch}) must lie in 1..{self.k_slice // fmt.chunk_k} (chunks per slice)")
+            out.append(ConfigProblem("k_slice", f"the k-slice ({self.k_slice}) must be a multiple of the group "
+                                                f"({fmt.group})"))
+        if fmt.group and self.slice_groups > MAX_SLICE_GROUPS:
+            out.append(ConfigProblem("k_slice", f"a k-slice holds at most {MAX_SLICE_GROUPS} groups (the scales are "
+                                                f"loaded once per slice): {self.k_slice} / {fmt.group} = "
+                                                f"{self.slice_groups}"))
+        if self.m_tiles not in M_TILES:
+            out.append(ConfigProblem("m_tiles", f"m_tiles ({self.m_tiles}) must be 1, 2 or 4"))
+        if self.smem_bytes > max_smem_bytes:
+            out.append(ConfigProblem("smem", f"the staged activations need {self.smem_bytes} bytes of shared "
+                                             f"memory, more than the {max_smem_bytes} a block may have"))
+        if self.prefetch < 1 or self.prefetch > max(1, self.k_slice // fmt.chunk_k):
+            out.append(ConfigProblem("prefetch", f"prefetch ({self.prefetch}) must lie in "
+                                                 f"1..{self.k_slice // fmt.chunk_k} (chunks per slice)"))
         return out
+
+    @property
+    def registers(self) -> int:
+        """About the registers a lane's mainloop keeps live: the ring of loads, the accumulators (and a group's
+        partial sums), the slice's scale and zero-point words (REGISTERS_PER_GROUP_WORD each, as ptxas
+        schedules the unrolled slice) and REGISTER_OVERHEAD for addresses, activations and indices. Fitted to
+        ptxas 13.0 on sm_90a (docs/quantized-kernel.md): past register_cap it spills, below it does not."""
+        ring = 4 * self.prefetch * self.tiles
+        sums = 4 * self.tiles * self.m_tiles * (2 if self.fmt.group else 1)
+        return ring + sums + REGISTERS_PER_GROUP_WORD * self.slice_groups * self.tiles + REGISTER_OVERHEAD
+
+    @property
+    def register_cap(self) -> int:
+        """The registers __launch_bounds__ leaves a thread (65536 per SM over blocks_per_sm blocks, in
+        allocation units of 8, at most 255)."""
+        return min(255, 65536 // (self.warps * 32 * self.blocks_per_sm) // 8 * 8)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A DecodeConfig setting the kernel cannot take: `setting` (k_slice, m_tiles, smem, prefetch) and why."""
+
+    setting: str
+    message: str
 
 
 def emit_decode(name: str, config: DecodeConfig) -> str:
     """The .cu of one decode kernel and its launcher."""
-    if config.problems():
-        raise ValueError("; ".join(config.problems()))
+    return INCLUDES + decode_definitions(name, config)
+
+
+def decode_definitions(name: str, config: DecodeConfig) -> str:
+    """The kernel, its device helpers and its C launchers: what follows a .cu's includes."""
+    problems = config.problems()
+    if problems:
+        raise ValueError("; ".join(problem.message for problem in problems))
     return "\n".join([_prelude(name, config), _dequant(config), _kernel(name, config), _launcher(name, config)])
 
 
@@ -103,12 +165,7 @@ def _prelude(name: str, config: DecodeConfig) -> str:
     group_steps = fmt.group // 16 if fmt.group else 0
     return f"""// {name}: C ({config.c}, M x N) = A ({fmt.activation}, M x K) * W^T, W ({fmt.weight}, N x K) packed by
 // gemmdsl/quant_layout.py (group {fmt.group or 'channel'}, zero points {'yes' if fmt.zeros else 'no'}).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#ifndef __CUDACC_RTC__
-#include <cuda_runtime.h>
-#include <stdint.h>
-#else
+#ifdef __CUDACC_RTC__
 typedef unsigned int uint32_t;  // NVRTC has no <stdint.h>; a typedef may repeat one its headers make
 #endif
 
@@ -445,35 +502,35 @@ extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks
 def _launcher(name: str, config: DecodeConfig) -> str:
     fmt = config.fmt
     act, c_type = ACT[fmt.activation][0], C_TYPES[config.c][0]
-    multiple = max(8, fmt.group or 8)
-    rows, slice_k = config.m_tiles * 8, config.k_slice
+    multiple = config.k_multiple
+    grid, sizes = Emitter(), Emitter()
+    config.grid_rule.render_inline(grid)
+    config.grid_rule.render_inline(sizes, refuse="return 0;")
     return f"""
 #ifndef __CUDACC_RTC__
 // Host launchers. C = A * W^T for A of M x K (row-major, K contiguous), W of N x K given as quant_layout.pack's
 // arrays (weights; scales{' and zeros' if fmt.zeros else ''}{'' if fmt.scaled else ': none'}), C of M x N (row-major).
 // K must be a multiple of {multiple}; A and the weights 16-byte aligned; any M and N.
-// With more than one k-slice (K > {slice_k}) the call needs `workspace`, of {name}_workspace_bytes(M, N, K)
+// With more than one k-slice (K > {config.k_slice}) the call needs `workspace`, of {name}_workspace_bytes(M, N, K)
 // bytes, zero when first used: the kernel leaves it zero again. Calls sharing a workspace must not overlap.
 // Each launcher returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
 extern "C" size_t {name}_workspace_bytes(int M, int N, int K) {{
-    if (M <= 0 || N <= 0 || K <= {slice_k}) return 0;
-    const size_t tiles = (size_t)((M + {rows - 1}) / {rows}) * (((N + 15) / 16 + {config.warps * config.tiles - 1}) / {config.warps * config.tiles});
-    return (size_t)M * N * sizeof(float) + tiles * sizeof(unsigned);
+{textwrap.indent(sizes.text().rstrip(), '    ')}
+    return (size_t)workspace_bytes;
 }}
 
 extern "C" cudaError_t {name}_launch(const {act}* A, const void* weights, const void* scales, const void* zeros,
                                       {c_type}* C, void* workspace, int M, int N, int K, cudaStream_t stream) {{
-    if (M < 0 || N < 0 || K < 0 || K % {multiple} != 0) return cudaErrorInvalidValue;
+{textwrap.indent(grid.text().rstrip(), '    ')}
+    if (K % {multiple} != 0) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;
     if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof({c_type}), stream);
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(weights) % 16 != 0) return cudaErrorInvalidValue;
     if ({'scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0' if fmt.scaled else 'false'}) return cudaErrorInvalidValue;
     if ({'zeros == nullptr || reinterpret_cast<uintptr_t>(zeros) % 4 != 0' if fmt.zeros else 'false'}) return cudaErrorInvalidValue;
-    const dim3 grid((M + {rows - 1}) / {rows}, ((N + 15) / 16 + {config.warps * config.tiles - 1}) / {config.warps * config.tiles}, (K + {slice_k - 1}) / {slice_k});
-    if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u) return cudaErrorInvalidValue;
-    if (grid.z > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+    if (workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     float* floats = static_cast<float*>(workspace);
-    unsigned* counters = grid.z > 1 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
+    unsigned* counters = workspace_bytes > 0 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
     const int smem = {config.smem_bytes};
     static bool attributes_set = false;  // the opt-in to more than 48 KB of dynamic shared memory, once
     if (!attributes_set) {{
@@ -481,6 +538,7 @@ extern "C" cudaError_t {name}_launch(const {act}* A, const void* weights, const 
         if (err != cudaSuccess) return err;
         attributes_set = true;
     }}
+    const dim3 grid((unsigned)grid_x, (unsigned)grid_y, (unsigned)grid_z);
     {name}_kernel<<<grid, {config.warps * 32}, smem, stream>>>(A, static_cast<const uint4*>(weights),
         static_cast<const uint32_t*>(scales), static_cast<const uint32_t*>(zeros), C, floats, counters, M, N, K);
     return cudaGetLastError();

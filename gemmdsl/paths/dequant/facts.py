@@ -1,0 +1,133 @@
+"""What the analysis and the tools read of the dequantizing decode path: its pass (the launch's grid, split-K,
+residency and waves), its facts for `check` (headline, ptxas's spills, the dequantization's instructions) and
+its cycle model, a streaming one: a decode call is bound by the weights' bytes."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ...cycles import MemberModel
+from ...passes.framework import Context, PassResult
+from ...prediction import Prediction
+from ...quant_layout import TILE_N, packed_bytes
+from ...targets import HBM_BYTES_PER_CLOCK, occupancy_of
+from ..facts import DequantCost, ToolFacts
+from .kernel import DecodeConfig
+
+# Per 16-row tile and 16-wide k-step (a lane's four A registers), the instructions that turn codes into A's type:
+# by (weight bits, activation), (count, how). 4-bit: a shift, a lop3 (mask and the magic exponent) and a hsub2
+# (the bias, or the zero point) per register; 8-bit against f16 alike with byte pairs; 8-bit against bf16 two
+# byte permutes, two f32 subtractions and a pack per register; e4m3 a permute, a shift, two lop3 and a hmul2.
+STEP_INSTRUCTIONS = {
+    ("int4", "bf16"): (12, "1 shift + 1 lop3 + 1 hsub2 per 2 codes"),
+    ("int4", "f16"): (12, "1 shift + 1 lop3 + 1 hsub2 per 2 codes"),
+    ("int8", "f16"): (12, "1 shift + 1 lop3 + 1 hsub2 per 2 codes"),
+    ("int8", "bf16"): (20, "2 prmt + 2 fsub + 1 cvt.bf16x2 per 2 codes"),
+    ("e4m3", "bf16"): (20, "1 prmt + 1 shift + 2 lop3 + 1 hmul2 per 2 codes"),
+    ("e4m3", "f16"): (20, "1 prmt + 1 shift + 2 lop3 + 1 hmul2 per 2 codes"),
+    ("16bit", "bf16"): (0, "16-bit weights need no conversion"),
+    ("16bit", "f16"): (0, "16-bit weights need no conversion"),
+}
+
+
+def weight_kind(config: DecodeConfig) -> str:
+    fmt = config.fmt
+    return "e4m3" if fmt.weight == "e4m3" else "16bit" if fmt.bits == 16 else f"int{fmt.bits}"
+
+
+@dataclass(frozen=True)
+class DecodeLaunch:
+    """One call's launch at the analysed problem: the grid, the split-K workspace, residency and waves."""
+
+    grid: tuple[int, int, int]
+    workspace_bytes: int
+    registers: int  # per thread: ptxas's count, or the mainloop's estimate (DecodeConfig.registers)
+    blocks_per_sm: int
+    waves: float  # blocks over SMs x resident blocks on the reference GPU
+    weight_bytes: int  # the packed weights, scales and zero points the call streams
+
+
+class DecodePass:
+    name = "decode"
+    needs = frozenset({"launch"})
+    provides = frozenset({"decode", "fuse"})  # fuse: None, the path takes no fuse chain (validate.py)
+
+    def run(self, context: Context) -> PassResult:
+        layout = context.layout
+        config: DecodeConfig = layout.config
+        m, n, k = context.problem
+        x, y, z = grid = config.grid(m, n, k)
+        registers = (context.ptxas or {}).get("registers") or min(config.registers, config.register_cap)
+        arch = layout.arch
+        resident = min(config.blocks_per_sm, occupancy_of(arch, registers, layout.threads,
+                                                          config.smem_bytes).blocks_per_sm)
+        slots = arch.reference_sms * resident
+        launch = DecodeLaunch(grid, config.workspace_bytes(m, n, k), registers, resident,
+                              x * y * z / slots if slots else 0.0, packed_bytes(n, k, config.fmt))
+        split = (f"split-K over {z} k-slices of {config.k_slice} ({launch.workspace_bytes:,} bytes of workspace)"
+                 if z > 1 else "one k-slice, no workspace")
+        verdict = (f"grid {x}x{y}x{z}: {split}; {resident} blocks per SM ({registers} registers, "
+                   f"{config.smem_bytes:,} bytes of staged A each), {launch.waves:.2f} waves on "
+                   f"{arch.reference_sms} SMs of an {arch.reference_gpu}")
+        return PassResult({"decode": launch, "fuse": None}, verdict)
+
+
+def dequant_cost(config: DecodeConfig) -> DequantCost:
+    """Per consumer thread and k-tile (a k-slice): each tile's codes converted per k-step, and each group's
+    partial sums scaled (2 conversions and 4 FMAs per 8-row tile of A), or per channel once at the end."""
+    per_step, how = STEP_INSTRUCTIONS[(weight_kind(config), config.fmt.activation)]
+    steps = config.k_slice // 16
+    scalings = config.slice_groups if config.fmt.group else 0
+    scale = config.tiles * (2 + 4 * config.m_tiles) * scalings if config.fmt.scaled else 0
+    total = steps * config.tiles * per_step + scale
+    where = "per group" if config.fmt.group else "once per call (per channel)"
+    return DequantCost(total, f"{how}, {config.tiles} tiles x {steps} k-steps; scales {where}")
+
+
+class DecodeFacts(ToolFacts):
+    def headline(self, analysis) -> str:
+        spec, layout = analysis.spec, analysis.layout
+        config = layout.config
+        return (f"{spec.name} ({spec.target}): {layout.threads} threads = {config.warps} warps of {config.tiles} "
+                f"x {TILE_N}-row weight tiles, block tile {layout.bm}x{layout.bn}x{layout.bk}, {config.prefetch} "
+                f"chunks in flight, dequantizing mma.sync m16n8k16, problem {analysis.problem}")
+
+    def alarms(self, analysis) -> list[str]:
+        spills = (analysis.ptxas or {}).get("spill_stores", 0) + (analysis.ptxas or {}).get("spill_loads", 0)
+        return [f"!!! ptxas SPILLS registers to local memory: {spills} bytes !!!"] if spills else []
+
+    def figures(self, analysis) -> dict:
+        return {"decode": dataclasses.asdict(analysis.facts["decode"])}
+
+    def dequantization(self, analysis) -> DequantCost:
+        return dequant_cost(analysis.layout.config)
+
+    def prediction(self, analysis, ptxas: dict | None) -> Prediction:
+        launch: DecodeLaunch = analysis.facts["decode"]
+        layout = analysis.layout
+        registers = (ptxas or {}).get("registers") or launch.registers
+        return Prediction(registers=registers, register_cap=layout.config.register_cap, register_low=registers,
+                          blocks_per_sm=launch.blocks_per_sm, warps_per_sm=launch.blocks_per_sm * layout.config.warps,
+                          load_conflicts=0, store_conflicts=0, conflict_pct=0.0, smem_wavefronts_per_ffma=0.0,
+                          issue_per_ffma=0.0, block_flops_per_byte=0.0, warp_flops_per_byte=0.0,
+                          launch_flops_per_byte=0.0, threads=layout.threads, smem_bytes=layout.smem_bytes, ptxas=ptxas,
+                          mma_model=decode_model(analysis, layout.arch.reference_sms),
+                          summary_text=f"decode: {launch.weight_bytes:,} weight bytes, {launch.waves:.2f} waves")
+
+
+def decode_model(analysis, sms: int) -> MemberModel:
+    """A streaming model. The time is the memory floor (cycles.estimate_rule's `memory`): A, the weights and C over
+    HBM's bytes per clock, counted in nibbles for 4-bit weights (the floor's sizes are whole units; scales and
+    padding left out). The model's k-tiles run one after another per tile, where the split-K grid runs a tile's
+    k-slices side by side, so a k-tile counts one cycle and the floor decides."""
+    spec, layout = analysis.spec, analysis.layout
+    config: DecodeConfig = layout.config
+    launch: DecodeLaunch = analysis.facts["decode"]
+    unit = 8 // config.fmt.bits if config.fmt.bits < 8 else 1
+    problem = spec.problem
+    return MemberModel(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=False, stream_k=False, sms=sms,
+                       blocks_per_sm=launch.blocks_per_sm,
+                       k_tile_cycles=(1,) * launch.blocks_per_sm,
+                       hbm_bytes_per_clock=HBM_BYTES_PER_CLOCK.get(spec.target.sm, 0) * unit,
+                       element_bytes=(problem.a.dtype.bytes * unit, config.fmt.bits * unit // 8,
+                                      problem.c.dtype.bytes * unit))

@@ -1,0 +1,158 @@
+"""The dequantizing decode path from a spec: the four shipped specs compile through it (metadata, header), its
+refusals are positioned with hints, its grid rule is the kernel's, and `gemmdsl.load`'s kernel binds a call's
+packed operands to the launch (on the fake GPU of tests/fake_gpu.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fake_gpu import STREAM, FakeGpu, FakeTensor
+from gemmdsl import compiler, runtime
+from gemmdsl.frontend import load_spec
+from gemmdsl.paths.dequant.lowering import decode_config
+from gemmdsl.quant_layout import packed_shapes
+from gemmdsl.runtime.quantized import QuantizedKernel
+from gemmdsl.source import CompileError, SourceFile
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ("w4a16_decode", "w4a16_zeros_decode", "w8a16_decode", "fp8w_a16_decode")
+ARRAYS = {"w4a16_decode": ["weights", "scales"], "w4a16_zeros_decode": ["weights", "scales", "zeros"],
+          "w8a16_decode": ["weights", "scales"], "fp8w_a16_decode": ["weights", "scales"]}
+
+
+def spec_text(name: str = "w4a16_decode") -> str:
+    return (ROOT / "specs" / f"{name}.gemm").read_text()
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_each_spec_compiles_on_the_dequant_path(name):
+    artifacts = compiler.compile_path(ROOT / "specs" / f"{name}.gemm")
+    assert artifacts.plan.path.name == "dequant"
+    metadata = artifacts.metadata
+    assert metadata["operands"] == ["A", *ARRAYS[name], "C"]
+    assert list(metadata["quant"]["layout"]) == ARRAYS[name]
+    assert metadata["entry"] == f"{name}_kernel" and metadata["launch"]["entries"]["vector"] == f"{name}_kernel"
+    assert f"cudaError_t {name}_launch(" in artifacts.header and f"size_t {name}_workspace_bytes(" in artifacts.header
+    assert f'extern "C" cudaError_t {name}_launch(' in artifacts.cuda
+    config = decode_config(artifacts.spec)
+    assert metadata["decode"]["k_slice"] == config.k_slice == artifacts.spec.block.k
+    assert metadata["dynamic_smem_bytes"] == config.smem_bytes
+
+
+REFUSALS = [
+    ("bounds: checked;", "bounds: exact;", "exact-bounds", "exact"),
+    ("c: bf16 row;", "c: bf16 col;", "C must be row-major", "bf16 col"),
+    ("tile: 16x256x512;", "tile: 24x256x512;", "rows of A per block", "24x256x512"),
+    ("tile: 16x256x512;", "tile: 16x200x512;", "rows of W per block", "16x200x512"),
+    ("tile: 16x256x512;", "tile: 16x256x2048;", "at most 8 groups", "16x256x2048"),
+    ("warps: 1x8;", "warps: 2x4;", "side by side", "2x4"),
+    ("stages: 4;", "stages: 9;", "prefetch (9)", "9"),
+    ("stages: 4; }", "stages: 4; unroll: 2; }", "`unroll` does not apply", "2"),
+    ("target   sm_90a;", "target   sm_90a;\n    smem a { pad: 8; }", "does not take `smem a`", "smem a"),
+]
+
+
+@pytest.mark.parametrize("old, new, message, at", REFUSALS)
+def test_refusals_are_positioned_with_a_hint(old, new, message, at):
+    text = spec_text()
+    assert old in text
+    with pytest.raises(CompileError) as info:
+        compiler.compile_source(SourceFile("w4.gemm", text.replace(old, new, 1)))
+    (error,) = [d for d in info.value.diagnostics if message in d.message]
+    line = text.replace(old, new, 1).split("\n")[error.span.line - 1]
+    assert at in line[error.span.column - 1:] and error.hint
+
+
+def test_a_register_hungry_ring_is_warned_at_its_stages():
+    artifacts = compiler.compile_source(SourceFile("w4.gemm", spec_text().replace("16x256x512", "16x256x1024")))
+    (warning,) = artifacts.warnings
+    assert "registers" in warning.message and "stages" in spec_text().split("\n")[warning.span.line - 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(0, 5000), n=st.integers(0, 70000), k=st.integers(0, 70000))
+def test_the_runtime_rule_from_the_metadata_is_the_kernels(m, n, k):
+    """NAME.json's `decode` figures rebuild DecodeConfig's grid rule (the one the C launcher prints)."""
+    for name, artifacts in COMPILED.items():
+        config = decode_config(artifacts.spec)
+        decode = artifacts.metadata["decode"]
+        assert config.grid(m, n, k) == (-(-m // decode["rows"]), -(-(-(-n // 16)) // (decode["block_rows"] // 16)),
+                                        -(-k // decode["k_slice"]))
+
+
+COMPILED = {name: compiler.compile_path(ROOT / "specs" / f"{name}.gemm") for name in SPECS}
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake = FakeGpu().install(monkeypatch)
+    monkeypatch.setattr(runtime.quantized, "zeroed_workspace", lambda nbytes: fake.new((-(-nbytes // 4),), "int32"))
+    return fake
+
+
+def packed_arrays(name: str, n: int, k: int) -> dict:
+    fmt = decode_config(COMPILED[name].spec).fmt
+    arrays = {array: FakeTensor(shape, "int32" if dtype == "uint32" else "bfloat16")
+              for array, (shape, dtype) in packed_shapes(n, k, fmt).items()}
+    return {**arrays, "shape": (n, k)}
+
+
+@pytest.mark.parametrize("name", ["w4a16_decode", "w4a16_zeros_decode"])
+def test_a_call_binds_the_packed_arrays_in_the_kernels_order(gpu, name):
+    kernel = runtime.quantized.QuantizedKernel(COMPILED[name])
+    m, n, k = 3, 4100, 4096
+    a, c = FakeTensor((m, k), "bfloat16"), FakeTensor((m, n), "bfloat16")
+    packed = packed_arrays(name, n, k)
+    assert kernel(a, packed, c) is c
+    (launch,) = gpu.launched
+    config = decode_config(COMPILED[name].spec)
+    assert launch.entry == f"{name}_kernel" and launch.stream == STREAM
+    assert launch.grid == config.grid(m, n, k) == (1, 17, 8)
+    assert launch.block == (256, 1, 1) and launch.shared_mem == config.smem_bytes
+    workspace = launch.args[5]
+    assert launch.args == (a.data_ptr(), packed["weights"].data_ptr(), packed["scales"].data_ptr(),
+                           packed["zeros"].data_ptr() if "zeros" in packed else 0, c.data_ptr(), workspace,
+                           workspace + m * n * 4, m, n, k)
+    assert workspace != 0
+    kernel(a, packed, c)  # the workspace is kept: the kernel leaves it zero
+    assert gpu.launched[1].args[5] == workspace
+
+
+def test_one_k_slice_needs_no_workspace_and_c_is_made(gpu):
+    kernel = runtime.quantized.QuantizedKernel(COMPILED["w8a16_decode"])
+    c = kernel(FakeTensor((1, 1024), "bfloat16"), packed_arrays("w8a16_decode", 64, 1024))
+    (launch,) = gpu.launched
+    assert launch.args[5:7] == (0, 0) and launch.grid == (1, 1, 1)
+    assert c.shape == (1, 64) and launch.args[4] == c.data_ptr()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a, p, c: (FakeTensor((2, 4096), "float16"), p, c), "bfloat16"),
+    (lambda a, p, c: (FakeTensor((2, 4000), "bfloat16"), {**p, "shape": (64, 4000)}, c), "multiple of 128"),
+    (lambda a, p, c: (a, {k: v for k, v in p.items() if k != "scales"}, c), "missing scales"),
+    (lambda a, p, c: (a, {**p, "zeros": p["scales"]}, c), "not of its format"),
+    (lambda a, p, c: (a, {**p, "weights": FakeTensor((4, 32, 32, 4), "int32")}, c), "shape (4, 64, 32, 4)"),
+    (lambda a, p, c: (a, p, FakeTensor((2, 65), "bfloat16")), "2 x 64"),
+    (lambda a, p, c: (a, {k: v for k, v in p.items() if k != "shape"}, None), "N is unknown"),
+    (lambda a, p, c: (a, [p["weights"]], c), "quant_layout.pack's dict"),
+])
+def test_wrong_operands_are_refused_before_any_launch(gpu, change, message):
+    kernel = runtime.quantized.QuantizedKernel(COMPILED["w4a16_decode"])
+    a, packed, c = change(FakeTensor((2, 4096), "bfloat16"), packed_arrays("w4a16_decode", 64, 4096),
+                          FakeTensor((2, 64), "bfloat16"))
+    with pytest.raises((ValueError, TypeError), match=message.replace("(", r"\(").replace(")", r"\)")):
+        kernel(a, packed, c)
+    assert gpu.launched == []
+
+
+def test_gemmdsl_load_gives_a_quantized_kernel_for_a_dequant_spec(gpu):
+    kernel = runtime.quantized.load(str(ROOT / "specs" / "w4a16_decode.gemm"))
+    assert isinstance(kernel, QuantizedKernel) and "s4 weights" in repr(kernel)
+    assert type(runtime.quantized.load(str(ROOT / "specs" / "sgemm_v3.gemm"))) is runtime.Kernel
+
+
+def test_the_spec_loads_with_its_path_s_stages_default():
+    spec = load_spec(SourceFile("w4.gemm", spec_text().replace("    pipeline { stages: 4; }", "")))
+    assert spec.pipeline.stages == 4
