@@ -10,14 +10,15 @@
 //       problem  { a: bf16 row; b: s4 col; c: bf16 row; bounds: checked; }
 //       quant b  { group: 128; }
 //       target   sm_90a;
-//       block    { tile: 16x256x512; }    // 16 rows of A, 256 rows of W, a k-slice of 512 (4 groups) per block
-//       threads  { warps: 1x8; }          // 8 warps along W's rows, 2 tiles of 16 rows each
-//       pipeline { stages: 4; }           // 128-bit weight loads each lane keeps in flight
+//       block    { tile: 16x128x1024; }   // 16 rows of A, 128 rows of W, a k-slice of 1024 per block
+//       threads  { warps: 1x8; }          // 8 warps along W's rows, one tile of 16 rows each
+//       pipeline { stages: 6; }           // 128-bit weight loads each lane keeps in flight
+//       budget   { blocks_per_sm: 3; }    // the fastest of eight shapes timed on the H200 (docs/performance.md)
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 4096 blocks of 8 warps, 8 k-tiles each, for 4096x4096x4096
-//   decode: grid 256x16x8: split-K over 8 k-slices of 512 (67,125,248 bytes of workspace); 2 blocks per SM (114 registers, 16,640 bytes of staged A each), 124.12 waves on 132 SMs of an H200
+//   launch: 8192 blocks of 8 warps, 4 k-tiles each, for 4096x4096x4096
+//   decode: grid 256x32x4: split-K over 4 k-slices of 1024 (67,141,632 bytes of workspace); 3 blocks per SM (80 registers, 33,024 bytes of staged A each), 82.75 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -35,10 +36,10 @@ namespace w4a16_decode_detail {
 typedef __nv_bfloat16 act_t;
 typedef __nv_bfloat162 act2_t;
 typedef __nv_bfloat16 c_t;
-constexpr int WARPS = 8, TILES = 2, MT = 2, MROWS = MT * 8;
-constexpr int K_SLICE = 512, CHUNK_K = 64, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
-constexpr int PREFETCH = 4, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
-constexpr int GROUP = 128, GROUP_STEPS = 8, SLICE_GROUPS = 4;
+constexpr int WARPS = 8, TILES = 1, MT = 2, MROWS = MT * 8;
+constexpr int K_SLICE = 1024, CHUNK_K = 64, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
+constexpr int PREFETCH = 6, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
+constexpr int GROUP = 128, GROUP_STEPS = 8, SLICE_GROUPS = 8;
 constexpr uint32_t MAGIC2 = 0x43004300u;  // two bf16 128.0
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -217,7 +218,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TILES][MT][4], c_t
 }
 }  // namespace w4a16_decode_detail
 
-extern "C" __global__ void __launch_bounds__(256, 2) w4a16_decode_kernel(
+extern "C" __global__ void __launch_bounds__(256, 3) w4a16_decode_kernel(
     const __nv_bfloat16* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, __nv_bfloat16* __restrict__ C, float* __restrict__ workspace,
     unsigned* __restrict__ counters, int M, int N, int K) {
@@ -277,14 +278,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) w4a16_decode_kernel(
 // Host launchers. C = A * W^T for A of M x K (row-major, K contiguous), W of N x K given as quant_layout.pack's
 // arrays (weights; scales), C of M x N (row-major).
 // K must be a multiple of 128; A and the weights 16-byte aligned; any M and N.
-// With more than one k-slice (K > 512) the call needs `workspace`, of w4a16_decode_workspace_bytes(M, N, K)
+// With more than one k-slice (K > 1024) the call needs `workspace`, of w4a16_decode_workspace_bytes(M, N, K)
 // bytes, zero when first used: the kernel leaves it zero again. Calls sharing a workspace must not overlap.
 // Each launcher returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
 extern "C" size_t w4a16_decode_workspace_bytes(int M, int N, int K) {
     if (M < 0 || N < 0 || K < 0) return 0;
     const long long grid_x = (M + 15) / 16;
-    const long long grid_y = ((N + 15) / 16 + 15) / 16;
-    const long long grid_z = (K + 511) / 512;
+    const long long grid_y = ((N + 15) / 16 + 7) / 8;
+    const long long grid_z = (K + 1023) / 1024;
     if (grid_y > 65535 || grid_z > 65535) return 0;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
@@ -295,8 +296,8 @@ extern "C" cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* w
                                       __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
-    const long long grid_y = ((N + 15) / 16 + 15) / 16;
-    const long long grid_z = (K + 511) / 512;
+    const long long grid_y = ((N + 15) / 16 + 7) / 8;
+    const long long grid_z = (K + 1023) / 1024;
     if (grid_y > 65535 || grid_z > 65535) return cudaErrorInvalidValue;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
@@ -309,7 +310,7 @@ extern "C" cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* w
     if (workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     float* floats = static_cast<float*>(workspace);
     unsigned* counters = workspace_bytes > 0 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
-    const int smem = 16640;
+    const int smem = 33024;
     static bool attributes_set = false;  // the opt-in to more than 48 KB of dynamic shared memory, once
     if (!attributes_set) {
         const cudaError_t err = cudaFuncSetAttribute(w4a16_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -9,14 +9,15 @@
 //       problem  { a: bf16 row; b: s8 col; c: bf16 row; bounds: checked; }
 //       quant b  { group: channel; }
 //       target   sm_90a;
-//       block    { tile: 16x256x1024; }   // 16 rows of A, 256 rows of W, a k-slice of 1024 per block
-//       threads  { warps: 1x8; }          // 8 warps along W's rows, 2 tiles of 16 rows each
-//       pipeline { stages: 4; }           // 128-bit weight loads each lane keeps in flight
+//       block    { tile: 16x128x1024; }   // 16 rows of A, 128 rows of W, a k-slice of 1024 per block
+//       threads  { warps: 1x8; }          // 8 warps along W's rows, one tile of 16 rows each
+//       pipeline { stages: 6; }           // 128-bit weight loads each lane keeps in flight
+//       budget   { blocks_per_sm: 3; }    // the fastest of eight shapes timed on the H200 (docs/performance.md)
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 4096 blocks of 8 warps, 4 k-tiles each, for 4096x4096x4096
-//   decode: grid 256x16x4: split-K over 4 k-slices of 1024 (67,125,248 bytes of workspace); 2 blocks per SM (80 registers, 33,024 bytes of staged A each), 62.06 waves on 132 SMs of an H200
+//   launch: 8192 blocks of 8 warps, 4 k-tiles each, for 4096x4096x4096
+//   decode: grid 256x32x4: split-K over 4 k-slices of 1024 (67,141,632 bytes of workspace); 3 blocks per SM (61 registers, 33,024 bytes of staged A each), 82.75 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -34,9 +35,9 @@ namespace w8a16_decode_detail {
 typedef __nv_bfloat16 act_t;
 typedef __nv_bfloat162 act2_t;
 typedef __nv_bfloat16 c_t;
-constexpr int WARPS = 8, TILES = 2, MT = 2, MROWS = MT * 8;
+constexpr int WARPS = 8, TILES = 1, MT = 2, MROWS = MT * 8;
 constexpr int K_SLICE = 1024, CHUNK_K = 32, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
-constexpr int PREFETCH = 4, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
+constexpr int PREFETCH = 6, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
 constexpr int GROUP = 0, GROUP_STEPS = 0, SLICE_GROUPS = 1;
 constexpr uint32_t MAGIC2 = 0x43004300u;  // two bf16 128.0
 
@@ -218,7 +219,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TILES][MT][4], c_t
 }
 }  // namespace w8a16_decode_detail
 
-extern "C" __global__ void __launch_bounds__(256, 2) w8a16_decode_kernel(
+extern "C" __global__ void __launch_bounds__(256, 3) w8a16_decode_kernel(
     const __nv_bfloat16* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, __nv_bfloat16* __restrict__ C, float* __restrict__ workspace,
     unsigned* __restrict__ counters, int M, int N, int K) {
@@ -284,7 +285,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) w8a16_decode_kernel(
 extern "C" size_t w8a16_decode_workspace_bytes(int M, int N, int K) {
     if (M < 0 || N < 0 || K < 0) return 0;
     const long long grid_x = (M + 15) / 16;
-    const long long grid_y = ((N + 15) / 16 + 15) / 16;
+    const long long grid_y = ((N + 15) / 16 + 7) / 8;
     const long long grid_z = (K + 1023) / 1024;
     if (grid_y > 65535 || grid_z > 65535) return 0;
     // Split-K: C's f32 sums, then a counter per tile of C.
@@ -296,7 +297,7 @@ extern "C" cudaError_t w8a16_decode_launch(const __nv_bfloat16* A, const void* w
                                       __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
-    const long long grid_y = ((N + 15) / 16 + 15) / 16;
+    const long long grid_y = ((N + 15) / 16 + 7) / 8;
     const long long grid_z = (K + 1023) / 1024;
     if (grid_y > 65535 || grid_z > 65535) return cudaErrorInvalidValue;
     // Split-K: C's f32 sums, then a counter per tile of C.

@@ -15,7 +15,7 @@
 // block: ROWS rows of A, BLOCK_ROWS rows of W, a k-slice of K_SLICE (split-K beyond).
 #define w8a16_decode_K_MULTIPLE 8
 #define w8a16_decode_ROWS 16
-#define w8a16_decode_BLOCK_ROWS 256
+#define w8a16_decode_BLOCK_ROWS 128
 #define w8a16_decode_K_SLICE 1024
 
 #ifdef __cplusplus

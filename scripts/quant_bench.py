@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gemmdsl.dequant_host import DecodeKernel  # noqa: E402
+import gemmdsl  # noqa: E402
 from gemmdsl.paths.dequant.kernel import DecodeConfig  # noqa: E402
 from gemmdsl.quant_layout import QuantFormat, pack, packed_bytes  # noqa: E402
-from quant_cases import canonical_weights, dequantized, device_packed, workspace  # noqa: E402
+from quant_cases import canonical_weights, dequantized, device_packed, spec_text  # noqa: E402
 
 FORMATS = {
     "s4_g128": QuantFormat("s4", "bf16", 128),
@@ -114,11 +114,13 @@ def weights_for(torch, fmt: QuantFormat, n: int, k: int) -> dict:
 
 
 def build_all(names: list[str], m_values: list[int]) -> dict:
-    """Every kernel the run times, built side by side (each build is an nvcc process), by (format, m_tiles)."""
+    """Every kernel the run times, compiled from a spec of its shape (tests/quant_cases.spec_text) and loaded as
+    gemmdsl.load loads a shipped one, side by side (each build is an nvcc process), by (format, m_tiles)."""
     configs = {(name, config_for(FORMATS[name], m).m_tiles): config_for(FORMATS[name], m)
                for name in names for m in m_values}
     with ThreadPoolExecutor(len(configs)) as pool:
-        built = pool.map(lambda item: DecodeKernel.build(f"bench_{item[0][0]}_m{item[0][1]}", item[1]),
+        built = pool.map(lambda item: gemmdsl.load(f"bench_{item[0][0]}_m{item[0][1]}",
+                                                   text=spec_text(f"bench_{item[0][0]}_m{item[0][1]}", item[1])),
                          configs.items())
         return dict(zip(configs, built))
 
@@ -128,9 +130,8 @@ def measure(torch, name: str, fmt: QuantFormat, m: int, n: int, k: int, kernels:
     kernel = kernels[(name, config.m_tiles)]
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    space = workspace(torch, config, m, n, k)
-    stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    sets = [[lambda p=p: kernel(a, p, c, space, stream()) for p in weights["packed"]],
+    # bound once per weight copy (operands checked, the split-K workspace kept): a launch follows torch's stream
+    sets = [[kernel.bind(a, p, c) for p in weights["packed"]],
             [lambda w=w: torch.matmul(a, w.T) for w in weights["bf16"]]]
     row = {"format": name, "m": m, "n": n, "k": k, "weight_copies": len(weights["packed"])}
     if "int4pack" in weights:

@@ -54,6 +54,18 @@ def device_packed(torch, packed: dict[str, np.ndarray]) -> dict:
                                    array.view(np.int16)).cuda() for name, array in packed.items()}
 
 
-def workspace(torch, config: DecodeConfig, m: int, n: int, k: int):
-    size = config.workspace_bytes(m, n, k)
-    return torch.zeros(max(size, 4) // 4, dtype=torch.float32, device="cuda") if size else None
+def spec_text(name: str, config: DecodeConfig) -> str:
+    """A spec of the dequant path with `config`'s shape (docs/language.md's keys), which gemmdsl.load(name,
+    text=...) compiles and loads like a shipped one."""
+    fmt = config.fmt
+    quant = f"group: {fmt.group};" if fmt.group else "group: channel;"
+    zeros = " zeros: yes;" if fmt.zeros else ""
+    return (f"gemm {name} {{\n"
+            f"    problem  {{ a: {fmt.activation} row; b: {fmt.weight} col; c: {config.c} row; bounds: checked; }}\n"
+            f"    quant b  {{ {quant}{zeros} }}\n"
+            "    target   sm_90a;\n"
+            f"    block    {{ tile: {config.m_tiles * 8}x{config.block_rows}x{config.k_slice}; }}\n"
+            f"    threads  {{ warps: 1x{config.warps}; }}\n"
+            f"    pipeline {{ stages: {config.prefetch}; }}\n"
+            f"    budget   {{ blocks_per_sm: {config.blocks_per_sm}; }}\n"
+            "}\n")

@@ -1,6 +1,6 @@
 """The dequantizing decode kernel's emitter without a GPU: its configurations refuse what the kernel cannot
-do; nvcc builds the .cu (kernel and C launcher) for sm_90a; and the C launcher's workspace size and refusals
-agree with DecodeConfig's, which the Python host launches by (the host has no C launcher to call)."""
+do; nvcc builds a spec's .cu (kernel and C launcher) for sm_90a; and the C launcher's workspace size and refusals
+agree with DecodeConfig's, which the Python runtime launches by (it has no C launcher to call)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,8 +11,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gemmdsl.build import find_nvcc
-from gemmdsl.paths.dequant.kernel import DecodeConfig, emit_decode
+from gemmdsl.api import compile_spec
+from gemmdsl.paths.dequant.kernel import DecodeConfig, decode_definitions
 from gemmdsl.quant_layout import QuantFormat
+
+from quant_cases import spec_text
 
 S4 = DecodeConfig(QuantFormat("s4", "bf16", 128, True), "bf16")
 CUDA_ERROR_INVALID_VALUE = 1
@@ -28,7 +31,7 @@ CUDA_ERROR_INVALID_VALUE = 1
 def test_configurations_the_kernel_cannot_run_are_refused(config, message):
     assert any(message in problem.message for problem in config.problems())
     with pytest.raises(ValueError, match=message):
-        emit_decode("refused", config)
+        decode_definitions("refused", config)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def launcher(tmp_path_factory):
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
     directory = tmp_path_factory.mktemp("dequant")
-    (directory / "s4.cu").write_text(emit_decode("s4", S4))
+    (directory / "s4.cu").write_text(compile_spec("s4.gemm", text=spec_text("s4", S4)).cuda)
     result = subprocess.run([nvcc, "-arch=sm_90a", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "s4.cu",
                              "-o", "libs4.so"], cwd=directory, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -49,10 +52,10 @@ def launcher(tmp_path_factory):
     return library, result.stderr
 
 
-def test_ptxas_keeps_two_blocks_per_sm(launcher):
+def test_ptxas_keeps_the_blocks_per_sm_the_launch_bounds_ask(launcher):
     _, log = launcher
     registers = [int(n) for n in re.findall(r"Used (\d+) registers", log)]
-    assert registers and max(registers) <= 128, log  # __launch_bounds__(256, 2): 65536 / 512 threads
+    assert registers and max(registers) <= S4.register_cap, log  # __launch_bounds__(256, blocks_per_sm)
 
 
 @settings(max_examples=50, deadline=None)

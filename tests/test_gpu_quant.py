@@ -1,10 +1,12 @@
-"""The dequantizing decode kernel on the GPU (gemmdsl/paths/dequant): every weight format at decode and
-prefill-edge shapes, fresh random inputs (never zero) and a NaN-poisoned C, held to float64 on the dequantized
-weights: its relative error within 1.1x of dequantize-then-cuBLAS's (the weight rounded to A's type, then
-torch.matmul). Also: a split-K call leaves its workspace zero again, so the next call can use it."""
+"""The dequantizing decode kernel on the GPU (gemmdsl/paths/dequant), compiled from specs and loaded by
+gemmdsl.load like a shipped one: every weight format at decode and prefill-edge shapes, fresh random inputs
+(never zero) and a NaN-poisoned C, held to float64 on the dequantized weights: its relative error within 1.1x
+of dequantize-then-cuBLAS's (the weight rounded to A's type, then torch.matmul). Also: a split-K call leaves its
+workspace zero again, so the next call can use it; and the shipped specs."""
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,14 +15,14 @@ import pytest
 from gemmdsl.quant_layout import QuantFormat, pack
 from gemmdsl.paths.dequant.kernel import DecodeConfig
 
-from quant_cases import canonical_weights, dequantized, device_packed, workspace
+from quant_cases import canonical_weights, dequantized, device_packed, spec_text
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
 
 # (format, C's type, kernel shape): each integer type with and without zero points, FP8 weights per channel
-# and per group, 16-bit weights, both activation types, every m_tiles, a small group with short k-slices.
+# and per group, both activation types, every m_tiles, a small group with short k-slices.
 CONFIGS = {
     "s4_g128_bf16": DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16"),
     "u4_g128_zeros_bf16": DecodeConfig(QuantFormat("u4", "bf16", 128, True), "bf16"),
@@ -31,7 +33,6 @@ CONFIGS = {
     "s8_g128_bf16_f32": DecodeConfig(QuantFormat("s8", "bf16", 128), "f32"),
     "e4m3_channel_bf16": DecodeConfig(QuantFormat("e4m3", "bf16", None), "bf16", m_tiles=4, k_slice=512),
     "e4m3_g128_f16": DecodeConfig(QuantFormat("e4m3", "f16", 128), "f16"),
-    "bf16_weights": DecodeConfig(QuantFormat("bf16", "bf16", None), "bf16"),
 }
 M_VALUES = (1, 3, 8, 16, 17, 64)
 # N not a multiple of 16 (1000); K = 9 groups of 128, not a multiple of the k-slice; one k-slice (K = 1024).
@@ -41,10 +42,11 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float
 
 @pytest.fixture(scope="module")
 def kernels():
-    from gemmdsl.dequant_host import DecodeKernel
+    import gemmdsl
 
     with ThreadPoolExecutor(len(CONFIGS)) as pool:  # the builds are nvcc processes: side by side
-        built = pool.map(lambda item: DecodeKernel.build(f"decode_{item[0]}", item[1]), CONFIGS.items())
+        built = pool.map(lambda item: gemmdsl.load(f"decode_{item[0]}", text=spec_text(f"decode_{item[0]}", item[1])),
+                         CONFIGS.items())
         return dict(zip(CONFIGS, built))
 
 
@@ -66,12 +68,12 @@ def test_decode_kernel_matches_float64_as_well_as_cublas(kernels, name, m, n, k)
     w = torch.from_numpy(dequantized(q, scales, zeros, fmt)).cuda()
     packed = device_packed(torch, pack(q, scales, zeros, fmt))
     c = torch.full((m, n), float("nan"), device="cuda", dtype=c_dtype)  # an unwritten element shows
-    space = workspace(torch, config, m, n, k)
-    kernel(a, packed, c, space, torch.cuda.current_stream().cuda_stream)
+    kernel(a, packed, c)
+    again = torch.full((m, n), float("nan"), device="cuda", dtype=c_dtype)
+    kernel(a, packed, again)  # on the split-K workspace the first call left: zero again, or this one differs
     torch.cuda.synchronize()
     assert not torch.isnan(c).any(), "an element of C was not written"
-    if space is not None:
-        assert not space.any(), "the split-K workspace was not left zero"
+    assert torch.equal(c, again), "a second call on the same operands differs: the workspace was not left zero"
     reference = a.double() @ w.T
     ours = relative_error(c, reference)
     cublas = relative_error((a @ w.to(a_dtype).T).to(c_dtype), reference)
@@ -86,11 +88,31 @@ def test_a_second_split_k_call_reuses_the_workspace(kernels):
     q, scales, zeros = canonical_weights(np.random.default_rng(7), n, k, config.fmt)
     packed = device_packed(torch, pack(q, scales, zeros, config.fmt))
     w = torch.from_numpy(dequantized(q, scales, zeros, config.fmt)).cuda()
-    space = workspace(torch, config, m, n, k)
     results = []
     for _ in range(2):
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        kernel(a, packed, c, space, torch.cuda.current_stream().cuda_stream)
+        kernel(a, packed, c)
         results.append(relative_error(c, a.double() @ w.T))
     assert max(results) < 1e-2, results
+
+
+SHIPPED = sorted((Path(__file__).resolve().parent.parent / "specs").glob("w*a16*_decode.gemm"))
+
+
+@pytest.mark.parametrize("m", (1, 16, 64))
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_a_shipped_spec_matches_float64_as_well_as_cublas(path, m):
+    """The shipped specs through gemmdsl.load, C left out (the kernel makes it), N odd."""
+    import gemmdsl
+
+    kernel = gemmdsl.load(path)
+    fmt, n, k = kernel.format, 4000, 4096
+    q, scales, zeros = canonical_weights(np.random.default_rng(m), n, k, fmt)
+    a = torch.randn(m, k, device="cuda").to(TORCH_DTYPES[fmt.activation])
+    packed = {**device_packed(torch, pack(q, scales, zeros, fmt)), "shape": (n, k)}
+    c = kernel(a, packed)
+    w = torch.from_numpy(dequantized(q, scales, zeros, fmt)).cuda()
+    reference = a.double() @ w.T
+    cublas = relative_error((a @ w.to(a.dtype).T).to(c.dtype), reference)
+    assert c.shape == (m, n) and relative_error(c, reference) <= 1.1 * cublas + 1e-6

@@ -25,14 +25,6 @@ from ...quant_layout import CODE_BIAS, QuantFormat
 from ...rule import Rule
 from ...targets import ARCHS
 
-# A standalone .cu's includes (DecodeKernel.build); a spec's .cu has the compiler's (emit/__init__.py).
-INCLUDES = """#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#ifndef __CUDACC_RTC__
-#include <cuda_runtime.h>
-#include <stdint.h>
-#endif
-"""
 M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
 MAX_SLICE_GROUPS = 8  # groups a k-slice may hold: their scales are loaded once per slice and kept
 MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
@@ -143,11 +135,6 @@ class ConfigProblem:
 
     setting: str
     message: str
-
-
-def emit_decode(name: str, config: DecodeConfig) -> str:
-    """The .cu of one decode kernel and its launcher."""
-    return INCLUDES + decode_definitions(name, config)
 
 
 def decode_definitions(name: str, config: DecodeConfig) -> str:

@@ -2,8 +2,8 @@
 
     block    { tile: 16x256x1024; }   rows of A per block (8, 16 or 32) x rows of W per block x the k-slice
     threads  { warps: 1x8; }          warps side by side along W's rows; each takes BN / (16 * warps) 16-row tiles
-    pipeline { stages: 4; }           chunks of 128-bit weight loads each lane keeps in flight (default 4)
-    budget   { blocks_per_sm: 2; }    __launch_bounds__' minimum blocks per SM (default 2)
+    pipeline { stages: 6; }           chunks of 128-bit weight loads each lane keeps in flight (DecodeConfig's default)
+    budget   { blocks_per_sm: 3; }    __launch_bounds__' minimum blocks per SM (DecodeConfig's default)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .kernel import DecodeConfig
 if TYPE_CHECKING:
     from ..interface import InstructionPath
 
-DEFAULT_BLOCKS_PER_SM = 2
+DEFAULT_BLOCKS_PER_SM = DecodeConfig.blocks_per_sm  # the dataclass field's default
 MAX_LEADING_DIMENSION = 2**31 - 1
 
 

@@ -14,7 +14,7 @@ from ...quant_layout import describe_layout
 from ...source import printable
 from ..interface import InstructionPath
 from .facts import DecodeFacts, DecodePass, decode_model
-from .kernel import decode_definitions
+from .kernel import DecodeConfig, decode_definitions
 from .lowering import decode_config, decode_plan
 from .validate import check_decode
 
@@ -27,7 +27,7 @@ class DequantPath(InstructionPath):
     facts = DecodeFacts()
     key_sets = frozenset({"warp tiles"})
     default_copy = ir.CopyMode.REGISTERS
-    default_stages = 4
+    default_stages = DecodeConfig.prefetch  # the dataclass field's default: chunks in flight per lane
     weight_types = frozenset({ir.DType.S4, ir.DType.U4, ir.DType.S8, ir.DType.E4M3})
 
     def takes(self, shape, a, b) -> bool:

@@ -25,7 +25,9 @@ class FmaPath(TilePath):
     register_tile = "the micro tile or repeat"
 
     def takes(self, shape, a, b) -> bool:
-        return shape is None
+        """Specs without an `mma` section whose B the FMA pipe multiplies: not integer or FP8 weights (the
+        dequant path's)."""
+        return shape is None and not (b is not None and (b.integer or b.fp8))
 
     def smem_read(self, read, dtype) -> dict:
         return {"read_bits": read}  # a width in bits, or the widest allowed
