@@ -6,10 +6,6 @@ pass, the runtime's checks and verify's random operands treat the operand as the
 """
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -20,6 +16,7 @@ from gemmdsl.compiler import compile_text
 from gemmdsl.fuse_operands import FuseOperands, fuse_views
 from gemmdsl.fuse_ops.kinds import operand_kind, unregister_kind
 from test_emulated_fuse import spec_text
+from toy_modules import module_from_folder
 
 TOY_MODULE = '''
 from dataclasses import dataclass
@@ -92,16 +89,12 @@ M, N, K = 96, 80, 64
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """The toy kind and op, imported from a module in a temporary folder; unregistered afterwards."""
-    folder = tmp_path_factory.mktemp("toy_kind")
-    (folder / "toy_column_scalar.py").write_text(textwrap.dedent(TOY_MODULE))
-    sys.path.insert(0, str(folder))
-    try:
-        yield importlib.import_module("toy_column_scalar")
-    finally:
-        module = sys.modules.pop("toy_column_scalar")
-        fuse_ops.unregister(module.Shift)
-        unregister_kind(module.COLUMN_SCALAR)
-        sys.path.remove(str(folder))
+    with module_from_folder(tmp_path_factory.mktemp("toy_kind"), "toy_column_scalar", TOY_MODULE) as module:
+        try:
+            yield module
+        finally:
+            fuse_ops.unregister(module.Shift)
+            unregister_kind(module.COLUMN_SCALAR)
 
 
 @pytest.fixture(scope="module")
