@@ -6,7 +6,8 @@ in the ops' operand order (gemmdsl/fuse_ops/): `bias`, then `R, ldr` (the residu
 `row_scale` or `a_scale` (one f32 for A: per tensor), `col_scale` or `b_scale` (one f32 for B), or `a_scale`,
 `b_scale` as block scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128), f32, row-major). NAME.json records the chain under "fuse"; `FuseOperands.from_metadata` asks each op what its
 entry reads, so the runtime passes exactly what the C launcher passes. The checks go by the operand's kind
-(a vector, a scalar, a matrix, k-loop block scales), not by its op.
+(gemmdsl/fuse_ops/kinds.py: a vector, a scalar, a matrix, k-loop block scales), not by its op: each kind says
+what array it takes (its ArrayRule), which `operand_view` checks.
 
 Checks, each naming the operand: every operand the chain reads is given and nothing else; vectors are
 1-D, contiguous, of their declared type and length (M values along m, N along n); a scalar is one value of
@@ -24,11 +25,11 @@ from typing import Any
 import numpy
 
 from . import fuse_ops
+from .fuse_ops.kinds import ArrayRule
 from .arrays import DTYPE_NAMES, ArrayView, leading_dimension
 
 # The keyword arguments the runtime takes for the chain (gemmdsl/runtime/kernel.py's `bind` and `__call__`).
 FUSE_OPERANDS = ("bias", "residual", "row_scale", "col_scale", "a_scale", "b_scale")
-SCALE_BLOCK = 128  # elements of K (and columns of B) one block scale covers
 
 
 @dataclass(frozen=True)
@@ -85,86 +86,47 @@ def check_operand_names(kernel: str, fuse: FuseOperands | None, given: dict[str,
 def fuse_views(kernel: str, fuse: FuseOperands, given: dict[str, ArrayView], m: int, n: int,
                k: int = 0, groups: int = 0) -> dict[str, FuseView]:
     """Check each chain operand against the chain and the problem (M x N x K, and a grouped kernel's G groups);
-    how the kernel addresses it, in the kernels' order."""
-    views = {}
-    for operand in fuse.operands:
-        name, array, dtype = operand.name, given[operand.name], DTYPE_NAMES[operand.dtype.value]
-        if operand.kind == "k_loop":
-            views[name] = block_scale_view(name, array, m, n, k)
-        elif operand.kind == "scalar":
-            views[name] = scalar_view(name, array, dtype)
-        elif operand.kind == "matrix":
-            views[name] = residual_view(kernel, name, array, operand.layout.value, dtype, m, n)
-        elif operand.along.value == "n" and groups:  # one vector per group: a grouped kernel's col_scale
-            views[name] = grouped_col_scale_view(name, array, groups, n)
-        else:
-            views[name] = vector_view(name, array, operand.along.value, dtype, m, n)
-    return views
+    how the kernel addresses it, in the kernels' order. What each operand must be is its kind's `array` rule."""
+    return {operand.name: operand_view(kernel, operand.name, given[operand.name], DTYPE_NAMES[operand.dtype.value],
+                                       operand.kind.array(operand, m, n, k, groups))
+            for operand in fuse.operands}
 
 
-def vector_view(name: str, array: ArrayView, along: str, dtype: str, m: int, n: int) -> FuseView:
-    """A vector of M values (along m) or N (along n): 1-D, contiguous, of its declared type."""
-    length = m if along == "m" else n
+def operand_view(kernel: str, name: str, array: ArrayView, dtype: str, rule: ArrayRule) -> FuseView:
+    """An array of its declared type and the rule's shape: one value (shape () or (1,)), a matrix in the rule's
+    layout with any leading dimension, or else row-major and contiguous."""
     check_dtype(name, array, dtype)
-    if tuple(array.shape) != (length,):
-        raise ValueError(f"{name} must be a vector of {length} values (one per {'row' if along == 'm' else 'column'}"
-                         f" of C, {'M' if along == 'm' else 'N'}={length}), got shape {tuple(array.shape)}")
-    if length > 1 and array.strides[0] != 1:
-        raise ValueError(f"{name} must be contiguous (stride 1), got stride {array.strides[0]} elements; pass a "
+    shape = tuple(array.shape)
+    if shape != rule.shape and not (rule.shape == () and shape == (1,)):
+        raise ValueError(f"{name} must be {rule.what}, got shape {shape}")
+    if rule.layout is not None:
+        layout = rule.layout.value
+        ld = leading_dimension(shape, tuple(array.strides), layout)
+        if ld is None:
+            raise ValueError(f"{name} must be {layout}-major: {kernel} was compiled with `{name}: ... {layout}`, but "
+                             f"strides {tuple(array.strides)} (elements) for shape {shape} are not {layout}-major")
+        return FuseView(name, array.pointer, array.itemsize, ld=ld, layout=layout)
+    check_contiguous(name, array)
+    return FuseView(name, array.pointer, array.itemsize, ld=rule.row, along=rule.along.value if rule.along else "",
+                    per=rule.per, groups=rule.groups, scalar=rule.along is None)
+
+
+def check_contiguous(name: str, array: ArrayView) -> None:
+    """Row-major and contiguous: each axis of more than one element strided by the elements after it."""
+    shape, strides = tuple(array.shape), tuple(array.strides)
+    wanted = tuple(int(numpy.prod(shape[axis + 1:])) for axis in range(len(shape)))
+    if all(size <= 1 or stride == step for size, stride, step in zip(shape, strides, wanted)):
+        return
+    if len(shape) == 1:
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {strides[0]} elements; pass a "
                          f"contiguous copy")
-    return FuseView(name, array.pointer, array.itemsize, along=along)
-
-
-def scalar_view(name: str, array: ArrayView, dtype: str) -> FuseView:
-    """One value of its declared type: a 0-dim array or one of shape (1,). Its address is what the kernel
-    takes, so the value is never read on the host."""
-    check_dtype(name, array, dtype)
-    if tuple(array.shape) not in ((), (1,)):
-        raise ValueError(f"{name} must be one value (shape () or (1,)), got shape {tuple(array.shape)}")
-    return FuseView(name, array.pointer, array.itemsize, scalar=True)
-
-
-def check_f32_matrix(name: str, array: ArrayView, rows: int, cols: int, what: str) -> None:
-    """A scale operand: f32, rows x cols, row-major and contiguous; ValueError saying which (`what`: why that shape)."""
-    check_dtype(name, array, "float32")
-    if tuple(array.shape) != (rows, cols):
-        raise ValueError(f"{name} must be {rows} x {cols} {what}, got shape {tuple(array.shape)}")
-    if (rows > 1 and array.strides[0] != cols) or (cols > 1 and array.strides[1] != 1):
-        raise ValueError(f"{name} must be row-major and contiguous (strides ({cols}, 1) elements), got "
-                         f"{tuple(array.strides)}; pass a contiguous copy")
-
-
-def grouped_col_scale_view(name: str, array: ArrayView, groups: int, n: int) -> FuseView:
-    """A grouped kernel's vector along n (its col_scale): one row of N values per group (G x N f32, row-major,
-    contiguous), as torch._scaled_grouped_mm takes its scale_b; the kernel reads group g's at g * N."""
-    check_f32_matrix(name, array, groups, n, "for a grouped kernel (one row of N values per group of B)")
-    return FuseView(name, array.pointer, array.itemsize, along="n", groups=groups)
-
-
-def block_scale_view(name: str, array: ArrayView, m: int, n: int, k: int) -> FuseView:
-    """A's block scales (M x ceil(K / 128)) or B's (ceil(N / 128) x ceil(K / 128)): f32, row-major, contiguous."""
-    blocks = -(-k // SCALE_BLOCK)
-    rows, what = (m, "one row per row of A") if name == "a_scale" else (-(-n // SCALE_BLOCK), "one row per 128 columns of B")
-    check_f32_matrix(name, array, rows, blocks, f"({what}, one value per 128 elements of K={k})")
-    return FuseView(name, array.pointer, array.itemsize, ld=blocks, along="m" if name == "a_scale" else "n",
-                    per=1 if name == "a_scale" else SCALE_BLOCK)
+    raise ValueError(f"{name} must be row-major and contiguous (strides {wanted} elements), got "
+                     f"{strides}; pass a contiguous copy")
 
 
 def check_dtype(name: str, array: ArrayView, dtype: str) -> None:
     if array.dtype != dtype:
         raise TypeError(f"{name} must be {dtype}, got {array.dtype}")
-
-
-def residual_view(kernel: str, name: str, array: ArrayView, layout: str, dtype: str, m: int, n: int) -> FuseView:
-    """An M x N matrix (the residual) in its declared layout and type, with any leading dimension."""
-    check_dtype(name, array, dtype)
-    if tuple(array.shape) != (m, n):
-        raise ValueError(f"{name} must be MxN = {m}x{n}, got shape {tuple(array.shape)}")
-    ld = leading_dimension((m, n), tuple(array.strides), layout)
-    if ld is None:
-        raise ValueError(f"{name} must be {layout}-major: {kernel} was compiled with `{name}: ... {layout}`, but "
-                         f"strides {tuple(array.strides)} (elements) for shape {(m, n)} are not {layout}-major")
-    return FuseView(name, array.pointer, array.itemsize, ld=ld, layout=layout)
 
 
 def byte_span(view: FuseView, m: int, n: int) -> tuple[int, int]:

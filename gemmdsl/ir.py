@@ -528,9 +528,10 @@ class FuseChain(Node):
 
     @property
     def vectors(self) -> tuple[tuple[str, Broadcast, DType], ...]:
-        """The chain's vectors, as the kernels' parameters name them: (name, the axis it runs along, its type)."""
-        return tuple((operand.parameter, operand.along, operand.dtype) for operand in self.operands
-                     if operand.kind == "vector")
+        """The chain's vectors, as the kernels' parameters name them: (name, the axis it runs along, its type): the
+        operands a row's or a column's values carry, one value each (not one for the whole launch)."""
+        return tuple((operand.parameter, along, operand.dtype) for operand in self.operands
+                     if (along := operand.kind.carried_along(operand)) is not None and not operand.kind.uniform)
 
     def describe(self, alpha_beta: bool) -> str:
         """The chain as a formula of acc, e.g. `gelu_tanh(acc + bias[n])`."""

@@ -26,6 +26,7 @@ cannot take are reported as skipped.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import argparse
@@ -39,6 +40,7 @@ import numpy as np
 
 from .family_kernel import run_on_specs_and_families
 from .file_kinds import inputs_help
+from .fuse_operands import FuseOperands
 from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
 from .grouped_bench import verify_group_ends, verify_grouped
 from .grouped_schedule import group_rows
@@ -270,10 +272,6 @@ class CupyArrays:
     def scales(self, count: int) -> Any:
         """A scale vector of the fuse chain."""
         return self.random(count, "f32")
-
-    def block_scales(self, rows: int, cols: int) -> Any:
-        """A matrix of block scales (`scale: block`), row-major."""
-        return self.scales(rows * cols).reshape(rows, cols)
 
     def baseline_applies(self, fuse: dict) -> bool:
         """Whether cuBLAS's call applies the whole chain itself, so that bench times the kernel against it
@@ -641,31 +639,19 @@ def expected(product: Any, c_in: Any | None, alpha: float, beta: float) -> Any:
 
 def chain_operands(arrays: CupyArrays, fuse: dict, m: int, n: int, k: int, case: Case,
                    groups: int = 0) -> dict[str, Any]:
-    """Fresh random operands for a fused kernel's chain (docs/fusion.md): the bias vector, the residual (in
-    its layout, padded as the case pads C), the row and column scales (a grouped kernel's `groups` x N column
-    scales, a row per group), the per-tensor scales (0-dim, as torch._scaled_mm's tensorwise scales), the block
-    scales (A's M x ceil(K / 128), B's ceil(N / 128) x ceil(K / 128): a value per block)."""
+    """Fresh random operands for a fused kernel's chain (docs/fusion.md), each the array its operand's kind takes
+    (gemmdsl/fuse_ops/kinds.py): a matrix (the residual) in its layout, padded as the case pads C; the others
+    row-major, 0-dim for one value (as torch._scaled_mm's tensorwise scales), drawn as scales where the operand is
+    one (the row and column scales, the per-tensor and block scales)."""
     operands = {}
-    if fuse["bias"] is not None:
-        operands["bias"] = arrays.random(m if fuse["bias"]["along"] == "m" else n, fuse["bias"]["dtype"])
-    if fuse["residual"] is not None:
-        residual = fuse["residual"]
-        operands["residual"] = random_operand(arrays, residual["dtype"], residual["layout"], m, n, case.padded)
-    scales = ScaleVectors(fuse["scale"]) if fuse["scale"] is not None else None
-    if scales is None:
-        return operands
-    if scales.rows:
-        operands["row_scale"] = arrays.scales(m)
-    if scales.a_tensor:
-        operands["a_scale"] = arrays.scales(1).reshape(())
-    if scales.cols:
-        operands["col_scale"] = arrays.scales(n) if not groups else arrays.scales(groups * n).reshape(groups, n)
-    if scales.b_tensor:
-        operands["b_scale"] = arrays.scales(1).reshape(())
-    if scales.blocks:
-        k_blocks = -(-k // 128)
-        operands["a_scale"] = arrays.block_scales(m, k_blocks)
-        operands["b_scale"] = arrays.block_scales(-(-n // 128), k_blocks)
+    for operand in FuseOperands.from_metadata({"fuse": fuse}).operands:
+        rule, dtype = operand.kind.array(operand, m, n, k, groups), operand.dtype.value
+        if rule.layout is not None:
+            operands[operand.name] = random_operand(arrays, dtype, rule.layout.value, *rule.shape, case.padded)
+            continue
+        count = math.prod(rule.shape)
+        values = arrays.scales(count) if operand.scale else arrays.random(count, dtype)
+        operands[operand.name] = values if rule.shape == (count,) else values.reshape(rule.shape)
     return operands
 
 

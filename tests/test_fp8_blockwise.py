@@ -153,11 +153,6 @@ class HostArrays:
     def scales(self, count: int):
         return self.rng.uniform(0.25, 1.75, count)
 
-    def block_scales(self, rows: int, cols: int):
-        from gemmdsl.verify import CupyArrays
-
-        return CupyArrays.block_scales(self, rows, cols)
-
 
 @settings(max_examples=30, deadline=None)
 @given(m=st.integers(1, 300), n=st.integers(1, 700), k=st.integers(1, 700), seed=st.integers(0, 99))

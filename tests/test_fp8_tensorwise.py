@@ -55,7 +55,7 @@ def test_each_legal_value_reads_as_its_scales_and_operands(text, value):
     spec = load(SourceFile("case.gemm", text(value)))[0]
     scale, operands = LEGAL[value]
     assert spec.fuse.scale is scale
-    assert tuple((operand.name, operand.kind) for operand in spec.fuse.operands) == operands
+    assert tuple((operand.name, operand.kind.name) for operand in spec.fuse.operands) == operands
     assert (scale.a_tensor, scale.b_tensor) == (value.startswith("tensor"), value.endswith("tensor"))
 
 

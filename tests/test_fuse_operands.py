@@ -25,8 +25,8 @@ def test_the_operands_come_from_the_metadata_in_the_kernels_order():
     fuse = FuseOperands.from_metadata({"fuse": CHAIN})
     assert fuse.names == ("bias", "residual", "row_scale", "col_scale")
     bias, residual = fuse.operands[:2]
-    assert (bias.kind, bias.along, bias.dtype) == ("vector", ir.Broadcast.N, ir.DType.BF16)
-    assert (residual.kind, residual.layout, residual.dtype) == ("matrix", ir.MatrixLayout.COL, ir.DType.BF16)
+    assert (bias.kind.name, bias.along, bias.dtype) == ("vector", ir.Broadcast.N, ir.DType.BF16)
+    assert (residual.kind.name, residual.layout, residual.dtype) == ("matrix", ir.MatrixLayout.COL, ir.DType.BF16)
     assert FuseOperands.from_metadata({}) is None
 
 

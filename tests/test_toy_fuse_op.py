@@ -7,10 +7,6 @@ reads its bounds as `clamp: 0 1;`.
 """
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-
 import pytest
 
 import host_emulation
@@ -21,6 +17,7 @@ from gemmdsl.frontend import load
 from gemmdsl.runtime import KernelRequirements
 from gemmdsl.source import CompileError, SourceFile
 from test_emulated_fuse import ODD_CALLS, ROOT, TOLERANCE, run_fused, spec_text
+from toy_modules import module_from_folder
 
 CLAMP_MODULE = '''
 from dataclasses import dataclass
@@ -85,16 +82,11 @@ pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ n
 @pytest.fixture(scope="module")
 def clamp(tmp_path_factory):
     """The toy op, imported from a module in a temporary folder; unregistered afterwards."""
-    folder = tmp_path_factory.mktemp("toy_op")
-    (folder / "toy_clamp.py").write_text(textwrap.dedent(CLAMP_MODULE))
-    sys.path.insert(0, str(folder))
-    try:
-        module = importlib.import_module("toy_clamp")
-        yield module.Clamp
-    finally:
-        fuse_ops.unregister(sys.modules["toy_clamp"].Clamp)
-        del sys.modules["toy_clamp"]
-        sys.path.remove(str(folder))
+    with module_from_folder(tmp_path_factory.mktemp("toy_op"), "toy_clamp", CLAMP_MODULE) as module:
+        try:
+            yield module.Clamp
+        finally:
+            fuse_ops.unregister(module.Clamp)
 
 
 def test_the_op_compiles_in_its_place_in_the_chain(clamp):

@@ -51,10 +51,9 @@ class FuseChain:
     def members(self, axis: ir.Broadcast) -> list[Member]:
         """What one row (m) or column (n) of C carries: each step's vectors along it, in chain order, and with a
         row's its scalars (read with each row's values: a few loads of one address per thread, from L1)."""
-        return [Member(operand.field, operand.parameter, operand.dtype, scalar=operand.kind == "scalar")
+        return [Member(operand.field, operand.parameter, operand.dtype, scalar=operand.kind.uniform)
                 for step in self.chain.steps for operand in step.operands()
-                if (operand.along is axis if operand.kind == "vector" else
-                    operand.kind == "scalar" and axis is ir.Broadcast.M)]
+                if operand.kind.carried_along(operand) is axis]
 
     def staged_members(self, axis: ir.Broadcast) -> list[Member]:
         """The members a producer stages per tile in shared memory: the vectors (a scalar is read directly)."""
@@ -63,7 +62,7 @@ class FuseChain:
     @property
     def matrix(self) -> Operand | None:
         """The chain's matrix operand (fuse_ops.Operand), read per element as `r`; None without one."""
-        return next((operand for operand in self.chain.operands if operand.kind == "matrix"), None)
+        return next((operand for operand in self.chain.operands if operand.kind.per_element), None)
 
     def emit_helpers(self, o: Emitter) -> None:
         """The structs of a row's and a column's values, their loaders, the steps' helpers and `fuse_chain`."""

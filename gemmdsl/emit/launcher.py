@@ -12,6 +12,7 @@ from .. import ir
 from ..abi import (MAX_BATCH, MAX_INT, contiguous_extent, fuse_arguments, launcher_parameters,
                    leading_name, scale_c_parameters, tile_count)
 from ..emitter import Emitter
+from ..fuse_ops.kinds import matrix_offset
 from ..launch_plan import SCALE_C_GRID, SCALE_C_THREADS, LaunchPlan, aligned_helper
 from ..rule import render_func
 from ..plan import KernelPlan
@@ -244,25 +245,13 @@ class LauncherEmitter:
     def _strip(self, row: str, col: str) -> dict[str, str]:
         """A, B and C offset to the block of C whose first element is at (row, col), and with a fuse chain
         its vectors and residual too."""
-        offsets = {}
+        problem = self.spec.problem
+        starts = [("A", matrix_offset(problem.a.layout, "lda", row, "0")),
+                  ("B", matrix_offset(problem.b.layout, "ldb", "0", col)),
+                  ("C", matrix_offset(problem.c.layout, "ldc", row, col))]
         operands = self.spec.fuse.operands if self.spec.fuse is not None else ()
-        matrices = [("A", self.spec.problem.a.layout, "lda", (row, "0")), ("B", self.spec.problem.b.layout, "ldb",
-                                                                         ("0", col)),
-                    ("C", self.spec.problem.c.layout, "ldc", (row, col))]
-        matrices += [(operand.parameter, operand.layout, operand.ld, (row, col)) for operand in operands
-                     if operand.kind == "matrix"]
-        for name, layout, ld, (r, c) in matrices:
-            if (r, c) == ("0", "0"):
-                continue
-            if layout is ir.MatrixLayout.COL:
-                r, c = c, r
-            offset = c if r == "0" else f"(size_t){r} * {ld}" + ("" if c == "0" else f" + {c}")
-            offsets[name] = f"{name} + {offset}"
-        for operand in operands:
-            start = (row if operand.along is ir.Broadcast.M else col) if operand.kind == "vector" else "0"
-            if start != "0":
-                offsets[operand.parameter] = f"{operand.parameter} + {start}"
-        return offsets
+        starts += [(operand.parameter, operand.kind.start(operand, row, col)) for operand in operands]
+        return {name: f"{name} + {start}" for name, start in starts if start != "0"}
 
     def _emit_launch(self, kernel: str, blocks: str, overrides: dict[str, str]) -> None:
         """kernel<<<blocks x batch>>> with the kernel's parameters, some replaced by `overrides`."""

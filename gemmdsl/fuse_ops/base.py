@@ -21,6 +21,7 @@ from typing import Any, Callable, ClassVar
 
 from .. import ir
 from ..source import Span
+from .kinds import OperandKind, operand_kind
 
 BETA_ORDER = ir.FUSE_BETA_ORDER  # `+ beta * C` (epilogue: alpha_beta): after the steps that scale the product
 
@@ -31,20 +32,27 @@ Report = Callable[[Span, str, str | None], None]
 class Operand:
     """One array a step reads, as the kernels take it.
 
-    kind: "vector" (one value per row or column of C, along `along`, loaded into `fuse_m` / `fuse_n` as the
-    field `field`), "scalar" (one value for the whole launch in device memory, read by the kernel with each
-    row's values into `fuse_m` as `field`: per-tensor scales), "matrix" (M x N in `layout`, with a leading
-    dimension `ld`; read per element as `r`), or "k_loop" (read by the main loop, not the epilogue: FP8 block
-    scales)."""
+    kind: its OperandKind (gemmdsl/fuse_ops/kinds.py), or the name it is registered as: "vector" (one value per
+    row or column of C, along `along`, loaded into `fuse_m` / `fuse_n` as the field `field`), "scalar" (one value
+    for the whole launch in device memory, read by the kernel with each row's values into `fuse_m` as `field`:
+    per-tensor scales), "matrix" (M x N in `layout`, with a leading dimension `ld`; read per element as `r`), or
+    "k_loop" (read by the main loop, not the epilogue: FP8 block scales, a row per `per` rows or columns of C
+    along `along`)."""
 
     name: str  # the Python API's keyword argument
-    kind: str
+    kind: OperandKind
     dtype: ir.DType
     pointer: str = ""  # the C parameter's name (default: `name`)
     along: ir.Broadcast | None = None
     layout: ir.MatrixLayout | None = None
     ld: str = ""  # a matrix's leading dimension parameter
     field: str = ""  # a vector's field in fuse_m / fuse_n
+    per: int = 1  # rows (columns) of C that one row of its values covers
+    scale: bool = False  # a quantization scale: positive (verify draws its values so)
+
+    def __post_init__(self):
+        if isinstance(self.kind, str):
+            object.__setattr__(self, "kind", operand_kind(self.kind))
 
     @property
     def parameter(self) -> str:
@@ -53,8 +61,7 @@ class Operand:
     @property
     def parameters(self) -> tuple[tuple[str, str], ...]:
         """(C type, name) of the kernel parameters it takes."""
-        pointer = (f"const {self.dtype.c_type}*", self.parameter)
-        return (pointer, ("int", self.ld)) if self.kind == "matrix" else (pointer,)
+        return self.kind.parameters(self)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ import numpy as np
 from .. import ir
 from ..value_readers import BadValue, Choice, Value
 from .base import Operand, Report, Work, FuseStep, register
+from .kinds import K_BLOCK
 
-BLOCK_SCALE_K = 128  # DeepSeek's block: A's scales per 1 x 128, B's per 128 x 128
+BLOCK_SCALE_K = K_BLOCK  # DeepSeek's block: A's scales per 1 x 128, B's per 128 x 128
 
 
 def scale_blocks(extent: int) -> int:
@@ -114,12 +115,13 @@ class Scale(FuseStep):
     def operands_of(entry: str) -> tuple[Operand, ...]:
         f32 = ir.DType.F32
         if entry == "block":
-            return Operand("a_scale", "k_loop", f32), Operand("b_scale", "k_loop", f32)
+            return (Operand("a_scale", "k_loop", f32, along=ir.Broadcast.M, scale=True),
+                    Operand("b_scale", "k_loop", f32, along=ir.Broadcast.N, per=BLOCK_SCALE_K, scale=True))
         vectors = ir.ScaleVectors(entry)
-        a = (Operand("row_scale", "vector", f32, along=ir.Broadcast.M, field="scale") if vectors.rows else
-             Operand("a_scale", "scalar", f32, field="a_scale") if vectors.a_tensor else None)
-        b = (Operand("col_scale", "vector", f32, along=ir.Broadcast.N, field="scale") if vectors.cols else
-             Operand("b_scale", "scalar", f32, field="b_scale") if vectors.b_tensor else None)
+        a = (Operand("row_scale", "vector", f32, along=ir.Broadcast.M, field="scale", scale=True) if vectors.rows else
+             Operand("a_scale", "scalar", f32, field="a_scale", scale=True) if vectors.a_tensor else None)
+        b = (Operand("col_scale", "vector", f32, along=ir.Broadcast.N, field="scale", scale=True) if vectors.cols else
+             Operand("b_scale", "scalar", f32, field="b_scale", scale=True) if vectors.b_tensor else None)
         return tuple(operand for operand in (a, b) if operand is not None)
 
     def header(self, spec: ir.KernelSpec) -> tuple[str, ...]:
@@ -140,8 +142,8 @@ class Scale(FuseStep):
     def c_factors(self) -> tuple[str, ...]:
         """Each scale's value as the chain's row (`m`) or column (`n`) carries it: a per-tensor scale rides with
         each row's values."""
-        return tuple(f"{'n' if operand.along is ir.Broadcast.N else 'm'}.{operand.field}"
-                     for operand in self.operands() if operand.kind != "k_loop")
+        return tuple(f"{along.value}.{operand.field}" for operand in self.operands()
+                     if (along := operand.kind.carried_along(operand)) is not None)
 
     @staticmethod
     def reference(entry: str, x: Any, operands: dict[str, Any]) -> Any:

@@ -12,9 +12,9 @@ Bytes, at three levels, each counted from what the epilogue emits (the layout's 
   in the k-loop, not the epilogue: per k-tile each block its rows' A scales and its columns' B scales, each
   consumer thread those of its rows and of every 128 columns of the tile (paths/wgmma_fp8/math.py).
 
-Per-tensor scales (operands of kind "scalar") are left out of the bytes and the kept registers: 4 bytes each,
-read through one address with each row's values (L1 serves them), which the compiler keeps in one register;
-their multiplies count in the work per element.
+Per-tensor scales (operands of a uniform kind, gemmdsl/fuse_ops/kinds.py: one value for the launch) are left
+out of the bytes and the kept registers: 4 bytes each, read through one address with each row's values (L1
+serves them), which the compiler keeps in one register; their multiplies count in the work per element.
 
 Loads past M or N are not made (`load_fuse_m` and `load_fuse_n` read 0 there, R is read inside C only),
 so the figures count the rows and columns inside C. C's old value, read where beta is not 0, is counted
@@ -40,7 +40,7 @@ def vectors(spec: ir.KernelSpec) -> list[tuple[str, ir.Broadcast, ir.DType]]:
 
 def _matrices(spec: ir.KernelSpec) -> list:
     """The chain's matrix operands (fuse_ops.Operand: the residual), read per element."""
-    return [operand for operand in spec.fuse.operands if operand.kind == "matrix"] if spec.fuse is not None else []
+    return [operand for operand in spec.fuse.operands if operand.kind.per_element] if spec.fuse is not None else []
 
 
 def _extra_bytes(spec: ir.KernelSpec, reads: ChainReads | None, m: int, n: int, k: int) -> dict[str, tuple]:
