@@ -12,28 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from gemmdsl.quant_layout import QuantFormat, pack
-from gemmdsl.paths.dequant.kernel import DecodeConfig
+from gemmdsl.quant_layout import pack
 
-from quant_cases import canonical_weights, dequantized, device_packed, spec_text
+from quant_cases import CONFIGS, canonical_weights, dequantized, device_packed, spec_text
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
 
-# (format, C's type, kernel shape): each integer type with and without zero points, FP8 weights per channel
-# and per group, both activation types, every m_tiles, a small group with short k-slices.
-CONFIGS = {
-    "s4_g128_bf16": DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16"),
-    "u4_g128_zeros_bf16": DecodeConfig(QuantFormat("u4", "bf16", 128, True), "bf16"),
-    "s4_g128_zeros_f16": DecodeConfig(QuantFormat("s4", "f16", 128, True), "f16", m_tiles=1),
-    "s4_g32_zeros_bf16_m4": DecodeConfig(QuantFormat("s4", "bf16", 32, True), "bf16", m_tiles=4, k_slice=256),
-    "s8_channel_bf16": DecodeConfig(QuantFormat("s8", "bf16", None), "bf16"),
-    "s8_channel_zeros_f16_f32": DecodeConfig(QuantFormat("s8", "f16", None, True), "f32", m_tiles=1),
-    "s8_g128_bf16_f32": DecodeConfig(QuantFormat("s8", "bf16", 128), "f32"),
-    "e4m3_channel_bf16": DecodeConfig(QuantFormat("e4m3", "bf16", None), "bf16", m_tiles=4, k_slice=512),
-    "e4m3_g128_f16": DecodeConfig(QuantFormat("e4m3", "f16", 128), "f16"),
-}
 M_VALUES = (1, 3, 8, 16, 17, 64)
 # N not a multiple of 16 (1000); K = 9 groups of 128, not a multiple of the k-slice; one k-slice (K = 1024).
 NK_VALUES = ((256, 1024), (8192, 8192), (1000, 4096), (1000, 1152))

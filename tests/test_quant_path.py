@@ -161,3 +161,12 @@ def test_gemmdsl_load_gives_a_quantized_kernel_for_a_dequant_spec(gpu):
 def test_the_spec_loads_with_its_path_s_stages_default():
     spec = load_spec(SourceFile("w4.gemm", spec_text().replace("    pipeline { stages: 6; }", "")))
     assert spec.pipeline.stages == DecodeConfig.prefetch == 6
+
+
+def test_the_gpu_tests_configurations_compile_as_specs():
+    """tests/test_gpu_quant.py builds its kernels from spec_text; a configuration the path refuses would error
+    every GPU test at once."""
+    from quant_cases import CONFIGS, spec_text
+
+    for name, config in CONFIGS.items():
+        compiler.compile_source(SourceFile(f"{name}.gemm", spec_text(name, config)))
