@@ -1,0 +1,64 @@
+"""Shapes of the dequantizing decode kernel (DecodeConfig: tiles a warp, k-slice, chunks in flight, warps, blocks
+per SM) at M = 1 and 16 against 8192 x 8192, 28672 x 8192 and 8192 x 28672 weights, each timed beside BF16 cuBLAS
+in one process (scripts/quant_bench.py's graphs and weight copies); prints the time, bytes per second and ratio.
+
+    python3 scripts/quant_sweep.py [s4|u4|s8|e4m3] [channel]
+"""
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
+
+import gemmdsl  # noqa: E402
+import quant_bench  # noqa: E402
+from gemmdsl.paths.dequant.kernel import DecodeConfig  # noqa: E402
+from gemmdsl.quant_layout import QuantFormat, packed_bytes  # noqa: E402
+from quant_cases import spec_text  # noqa: E402
+
+FIRST = dict(warps=8, tiles=2, k_slice=1024, prefetch=4, blocks_per_sm=2)  # the kernel's first shape
+VARIANTS = [{}, dict(k_slice=2048), dict(k_slice=512), dict(tiles=1, prefetch=8),
+            dict(tiles=1, prefetch=6, blocks_per_sm=3), dict(warps=4), dict(tiles=4, prefetch=2)]
+
+
+def main() -> int:
+    import torch
+
+    weight = sys.argv[1] if len(sys.argv) > 1 else "s4"
+    fmt = QuantFormat(weight, "bf16", None if "channel" in sys.argv[2:] else 128, weight == "u4")
+    configs = {(i, m_tiles): DecodeConfig(fmt, "bf16", m_tiles=m_tiles, **{**FIRST, **variant})
+               for i, variant in enumerate(VARIANTS) for m_tiles in (1, 2)}
+    usable = {key: config for key, config in configs.items() if not config.problems()}
+    for key in sorted(set(configs) - set(usable)):
+        print(f"variant {key[0]} refused: {configs[key].problems()[0].message}")
+    with ThreadPoolExecutor(len(usable)) as pool:
+        built = pool.map(lambda item: gemmdsl.load(f"sweep{item[0][0]}_{item[0][1]}",
+                                                   text=spec_text(f"sweep{item[0][0]}_{item[0][1]}", item[1])),
+                         usable.items())
+        kernels = dict(zip(usable, built))
+    for n, k in quant_bench.NK_VALUES:
+        weights = quant_bench.weights_for(torch, fmt, n, k)
+        for m in (1, 16):
+            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            names, sets = ["cuBLAS"], [[lambda w=w: torch.matmul(a, w.T) for w in weights["bf16"]]]
+            for (i, m_tiles), kernel in kernels.items():
+                if m_tiles == (1 if m <= 8 else 2):
+                    names.append(f"variant {i}")
+                    sets.append([kernel.bind(a, p, c) for p in weights["packed"]])
+            times = quant_bench.time_graphs(torch, sets)
+            moved = packed_bytes(n, k, fmt) + 2 * m * k + 2 * m * n
+            for name, seconds in zip(names, times):
+                rate = (2 * n * k if name == "cuBLAS" else moved) / seconds / 1e9
+                print(f"{m:3d} {n:6d} {k:6d} {name:10s} {seconds * 1e6:8.1f} us {rate:6.0f} GB/s "
+                      f"x{times[0] / seconds:5.2f}", flush=True)
+    print(json.dumps(VARIANTS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
