@@ -12,12 +12,9 @@ random values) it reads from `ArrayRule`, plain data, rather than from code here
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from .. import ir
-
-if TYPE_CHECKING:
-    from .base import Operand
 
 K_BLOCK = 128  # elements of K one k-loop operand's value covers (DeepSeek's block scales: 1 x 128, 128 x 128)
 
@@ -34,6 +31,18 @@ class ArrayRule:
     per: int = 1  # rows (columns) of C one row of the array covers
     row: int = 0  # values in one row of the array that belong to one row (column) of C; 0: one value
     groups: int = 1  # a grouped kernel's: one row of values per group
+
+
+class Operand(Protocol):
+    """What a kind reads of its operand (fuse_ops.base.Operand, which holds the kind: named here, not imported,
+    so that the two modules import one way)."""
+
+    dtype: ir.DType
+    parameter: str
+    along: ir.Broadcast | None
+    ld: str
+    layout: ir.MatrixLayout | None
+    per: int
 
 
 class OperandKind:
