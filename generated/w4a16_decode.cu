@@ -26,6 +26,11 @@
 #endif
 #include <cuda_bf16.h>
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "w4a16_decode.cu: its kernels use mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -gencode=arch=compute_90a,code=sm_90a)"
+#endif
+
 // w4a16_decode: C (bf16, M x N) = A (bf16, M x K) * W^T, W (s4, N x K) packed by
 // gemmdsl/quant_layout.py (group 128, zero points no).
 #ifdef __CUDACC_RTC__

@@ -26,6 +26,9 @@ from ...rule import Rule
 from ...targets import ARCHS
 
 M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
+# What the kernel's text uses that not every target has (targets.INSTRUCTION_TARGETS): the file's
+# architecture guard (emit.arch_guard) names them.
+INSTRUCTIONS = ("mma.sync", "ldmatrix")
 MAX_SLICE_GROUPS = 8  # groups a k-slice may hold: their scales are loaded once per slice and kept
 MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
 REGISTER_OVERHEAD = 26  # DecodeConfig.registers' addresses, activation fragments, indices

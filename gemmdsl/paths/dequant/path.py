@@ -14,7 +14,7 @@ from ...quant_layout import describe_layout
 from ...source import printable
 from ..interface import InstructionPath
 from .facts import DecodeFacts, DecodePass, decode_model
-from .kernel import DecodeConfig, decode_definitions
+from .kernel import INSTRUCTIONS, DecodeConfig, decode_definitions
 from .lowering import decode_config, decode_plan
 from .validate import check_decode
 
@@ -46,6 +46,8 @@ class DequantPath(InstructionPath):
         return decode_plan(spec, self)
 
     def emit_definitions(self, plan: KernelPlan, out: Emitter) -> None:
+        for instruction in INSTRUCTIONS:
+            out.uses(instruction)
         out.lines(decode_definitions(plan.spec.name, plan.layout.config))
 
     def member_model(self, analysis, sms: int):
