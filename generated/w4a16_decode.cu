@@ -297,8 +297,7 @@ extern "C" size_t w4a16_decode_workspace_bytes(int M, int N, int K) {
     return (size_t)workspace_bytes;
 }
 
-extern "C" cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales, const void* zeros,
-                                      __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
+extern "C" cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales, const void* zeros, __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;
