@@ -562,6 +562,14 @@ CASES += [
          [("|quant b", "section 'quant' is missing required key 'group'")], base=QUANT_BASE),
     Case("quant_zeros_word", [m("zeros: yes", "zeros: true")],
          [("zeros: |true", "expected yes or no, found 'true'")], base=QUANT_BASE),
+    # Without an `mma` section no path takes weights against an f32 A (the dequant path needs a 16-bit one, the
+    # FMA path multiplies no weights), nor FP8 operands: one error at B, before any key is judged by a path.
+    Case("no_path_takes_s4_weights_against_f32", [m("b: f32 row", "b: s4 col")],
+         [("b: |s4 col", "no instruction path multiplies f32 A by s4 B without an `mma` section")],
+         ["the dequant path takes s4 B with f16 or bf16 A"]),
+    Case("no_path_takes_fp8_without_mma", [m("a: f32 row; b: f32 row", "a: e5m2 row; b: e5m2 col")],
+         [("b: |e5m2 col", "no instruction path multiplies e5m2 A by e5m2 B without an `mma` section")],
+         ["docs/language.md lists the element types each path takes"]),
 ]
 
 
