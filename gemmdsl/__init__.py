@@ -40,7 +40,7 @@ def load(spec_or_path, *, text: str | None = None):
         from .family_kernel import load_family
 
         return load_family(spec_or_path)
-    from .runtime.quantized import load as load_spec
+    from .runtime import load as load_spec
 
     return load_spec(spec_or_path, text=text)
 

@@ -375,6 +375,9 @@ class _Section:
     short: bool = False  # `target sm_90;` form
 
 
+_NO_PATH = object()  # _SpecReader.path where no registered path takes the spec
+
+
 class _SpecReader:
     def __init__(self, source: SourceFile, whole: bool = True):
         self.source = source
@@ -394,10 +397,25 @@ class _SpecReader:
 
     @property
     def path(self) -> Any:
-        """The instruction path the spec takes (paths/__init__.py), asked once the problem section is read."""
+        """The instruction path the spec takes (paths/__init__.py), asked once the problem section is read; None
+        where no registered path takes its operand types with its `mma` section or without one (`read` says so)."""
         if self._path is None:
-            self._path = path_taking(self.shape, self.element_type("a"), self.element_type("b"))
-        return self._path
+            a, b = self.element_type("a"), self.element_type("b")
+            self._path = next((path for path in registered() if path.takes(self.shape, a, b)), _NO_PATH)
+        return None if self._path is _NO_PATH else self._path
+
+    def _refuse_operand_types(self) -> None:
+        """The error of a spec no path takes, at B's type; its hint names the paths that take B with another A
+        (a path's `takes` routes by the `mma` section's shape too, and a tensor-core path's validation refuses
+        the types it routes but cannot multiply, so other shapes are pointed to only in words)."""
+        a, b = self.element_type("a"), self.element_type("b")
+        _, section_span, spans, _ = self.found["problem"]
+        hints = [f"the {path.name} path takes {b.value} B with {word_list(others, 'or')} A"
+                 for path in registered()
+                 for others in [[dtype.value for dtype in ir.DType if path.takes(self.shape, dtype, b)]] if others]
+        section = "without an `mma` section" if self.shape is None else "with this `mma` section"
+        self.error(dict(spans).get("b", section_span), f"no instruction path multiplies {a.value} A by {b.value} B "
+                   f"{section}", "; ".join(hints + ["docs/language.md lists the element types each path takes"]))
 
     def element_type(self, operand: str | None) -> ir.DType | None:
         """The element type of operand 'a', 'b' or 'c' (default f32); None when its value is in error."""
@@ -486,6 +504,8 @@ class _SpecReader:
         self.shape = _shape_type(sections) if self.has_mma else None
         for section in sections:
             self._read_section(section, seen, found)
+        if self.whole and "problem" in found and self.path is None:
+            self._refuse_operand_types()
         for key, schema in SECTIONS.items():
             if (self.whole and schema.required and key not in found and key not in seen
                     and key not in self.typos):
@@ -496,8 +516,8 @@ class _SpecReader:
         return _build_spec(name_token.value, self.span(kernel), self.span(name_token), found)
 
     def takes(self, key: _Key) -> bool:
-        """Whether the spec's path takes the key."""
-        return key.only is None or key.only.name in self.path.key_sets
+        """Whether the spec's path takes the key (a path's own key: not where no path takes the spec)."""
+        return key.only is None or (self.path is not None and key.only.name in self.path.key_sets)
 
     def _read_section(self, section: Tree, seen: dict[str, Span], found: dict) -> None:
         head = section.children[0]
@@ -558,7 +578,7 @@ class _SpecReader:
                                hint=f"first set at line {names[key_token.value].line}")
                     continue
                 spec_key = schema.keys[key_token.value]
-                if self.whole and not self.takes(spec_key):
+                if self.whole and not self.takes(spec_key) and self.path is not None:
                     only = spec_key.only
                     hint = only.hint or (f"remove it; in an mma spec '{kind}' holds only "
                                          f"{', '.join(k for k, v in schema.keys.items() if v.only in (None, WARP_TILES))}, "

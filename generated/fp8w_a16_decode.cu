@@ -27,6 +27,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+// A device pass for a GPU these kernels cannot run on stops here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "fp8w_a16_decode.cu: its kernels use mma.sync, instructions of sm_80 and later: build it for one of those (its target's flag: -gencode=arch=compute_90a,code=sm_90a)"
+#endif
+
 // fp8w_a16_decode: C (bf16, M x N) = A (bf16, M x K) * W^T, W (e4m3, N x K) packed by
 // gemmdsl/quant_layout.py (group channel, zero points no).
 #ifdef __CUDACC_RTC__
@@ -294,8 +299,7 @@ extern "C" size_t fp8w_a16_decode_workspace_bytes(int M, int N, int K) {
     return (size_t)workspace_bytes;
 }
 
-extern "C" cudaError_t fp8w_a16_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales, const void* zeros,
-                                      __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
+extern "C" cudaError_t fp8w_a16_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales, const void* zeros, __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;

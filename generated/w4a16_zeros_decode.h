@@ -31,9 +31,12 @@ extern "C" {
 // w4a16_zeros_decode_workspace_bytes(M, N, K) bytes, zero when first used (the kernel leaves it zero again;
 // calls sharing it must not overlap). Returns cudaErrorInvalidValue, launching nothing, for
 // arguments it cannot take.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
 size_t w4a16_zeros_decode_workspace_bytes(int M, int N, int K);
-cudaError_t w4a16_zeros_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales, const void* zeros,
-    __nv_bfloat16* C, void* workspace, int M, int N, int K, cudaStream_t stream);
+cudaError_t w4a16_zeros_decode_launch(const __nv_bfloat16* A, const void* weights, const void* scales,
+                                      const void* zeros, __nv_bfloat16* C, void* workspace, int M, int N,
+                                      int K, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

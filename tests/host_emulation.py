@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from build_cache import cached_build, tool_version
+from gemmdsl.emit import emit_definitions
+from gemmdsl.emitter import Emitter
+from gemmdsl.ir import KernelSpec
+from gemmdsl.paths import plan_kernel
 
 EMULATOR = Path(__file__).resolve().parent / "emulator"
 # -Og: a checked spec's runner builds in 2.8 s of CPU instead of -O1's 6.9 s and runs its calls 25% slower
@@ -34,6 +38,19 @@ NO_LAUNCH = -1
 # Narrow kernel i (metadata entries["narrow"], widest first) is NARROW_FIRST_ENTRY + 2 * i, its stream-K twin the
 # number after it.
 NARROW_FIRST_ENTRY = 8
+
+
+# The instructions (keys of targets.INSTRUCTION_TARGETS) that tests/emulator/cuda_host.h stands in for. Tensor-core
+# kernels use ldmatrix, mma.sync or wgmma, which have none here.
+STOOD_IN = frozenset({"cp.async", "float2 and float4 atomicAdd"})
+
+
+def emulates(spec: KernelSpec) -> bool:
+    """Whether the kernels `spec`'s instruction path emits use only instructions the emulator stands in for, as
+    the path's emitter declares them (Emitter.uses)."""
+    body = Emitter()
+    emit_definitions(plan_kernel(spec), body)
+    return body.instructions <= STOOD_IN
 
 
 def find_cxx() -> str | None:

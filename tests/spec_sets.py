@@ -1,7 +1,7 @@
 """The quick set of shipped specs: the tests that build or run each spec (nvcc, g++) take these by default and
 every other spec only in the full run (`pytest --full`, or `pytest -m slow` for the rest alone).
 
-For each instruction path (FMA, mma.sync, wgmma), every feature that the compiler reads from a spec's
+For each instruction path (FMA, mma.sync, wgmma, dequant), every feature that the compiler reads from a spec's
 problem and schedule is in the quick set at least once: the unit, element types, layouts, bounds,
 schedule, batch, epilogue, target, fuse chain and narrow kernels (from generated/NAME.json). A family's
 features are its target, batch, epilogue, layouts, fuse chain, measured table and its members'
@@ -25,11 +25,14 @@ GENERATED = ROOT / "generated"
 
 
 def instruction_path(text: str) -> str:
-    """wgmma (a spec with warpgroups), mma.sync (an `mma` section without) or FMA."""
+    """wgmma (a spec with warpgroups), mma.sync (an `mma` section without), dequant (a `quant` section, quantized
+    weights, without an `mma` section) or FMA."""
     code = re.sub(r"//[^\n]*", "", text)
     if re.search(r"\bwarpgroups\s*:", code):
         return "wgmma"
-    return "mma.sync" if re.search(r"^\s*mma\s*\{", code, re.MULTILINE) else "fma"
+    if re.search(r"^\s*mma\s*\{", code, re.MULTILINE):
+        return "mma.sync"
+    return "dequant" if re.search(r"^\s*quant\s+b\s*\{", code, re.MULTILINE) else "fma"
 
 
 def spec_features(name: str) -> set[tuple]:

@@ -219,6 +219,8 @@ def test_every_alignment_a_kernel_asks_divides_the_alignment_class():
         metadata = json.loads(path.read_text())
         if "family" in metadata:
             continue  # its members' own files say theirs
+        if "quant" in metadata:
+            continue  # a QuantizedKernel (runtime/quantized.py) checks every call in full: it keeps no call plans
         sizes = {name: ITEM_SIZES[DTYPE_NAMES[dtype]]
                  for name, dtype in metadata.get("dtypes", dict.fromkeys("abc", "f32")).items()}
         alignments |= {elements * sizes[name] for name, elements in metadata["requires"]["vector_elements"].items()}

@@ -494,7 +494,8 @@ CASES += [
          [("|fuse { bias: n", "duplicate section 'fuse'")]),
 ]
 
-# --- quantized weights (docs/quantized.md): no shipped path dequantizes, so each case's B is refused too --------
+# --- quantized weights (docs/quantized.md): the base is a wgmma spec, which cannot dequantize, so each case's B is
+# refused too, with a hint naming the dequant path ------------------------------------------------------------
 QUANT_BASE = """\
 gemm w4a16 {
     problem  { a: bf16 row; b: s4 col; c: bf16 row; bounds: checked; }
@@ -508,8 +509,8 @@ gemm w4a16 {
 """
 NO_DEQUANTIZER = "the wgmma path cannot dequantize s4 weights"
 CASES += [
-    Case("quant_no_path_dequantizes", [], [("b: |s4 col", NO_DEQUANTIZER)],
-         ["no registered path dequantizes s4 yet: one whose `weight_types`"], base=QUANT_BASE),
+    Case("quant_wgmma_refuses_and_names_the_dequant_path", [], [("b: |s4 col", NO_DEQUANTIZER)],
+         ["the dequant path takes them: see docs/quantized.md for its spec"], base=QUANT_BASE),
     Case("quant_mma_sync_refuses", [m("warpgroups: 1;", "warps: 1x4;"), m("m64n128k16;", "m16n8k16; repeat: 4x4;"),
                                     m("copy: tma;", "copy: cp_async;"), m("sm_90a", "sm_80")],
          [("b: |s4 col", "the mma_sync path cannot dequantize s4 weights")], base=QUANT_BASE),
@@ -561,6 +562,14 @@ CASES += [
          [("|quant b", "section 'quant' is missing required key 'group'")], base=QUANT_BASE),
     Case("quant_zeros_word", [m("zeros: yes", "zeros: true")],
          [("zeros: |true", "expected yes or no, found 'true'")], base=QUANT_BASE),
+    # Without an `mma` section no path takes weights against an f32 A (the dequant path needs a 16-bit one, the
+    # FMA path multiplies no weights), nor FP8 operands: one error at B, before any key is judged by a path.
+    Case("no_path_takes_s4_weights_against_f32", [m("b: f32 row", "b: s4 col")],
+         [("b: |s4 col", "no instruction path multiplies f32 A by s4 B without an `mma` section")],
+         ["the dequant path takes s4 B with f16 or bf16 A"]),
+    Case("no_path_takes_fp8_without_mma", [m("a: f32 row; b: f32 row", "a: e5m2 row; b: e5m2 col")],
+         [("b: |e5m2 col", "no instruction path multiplies e5m2 A by e5m2 B without an `mma` section")],
+         ["docs/language.md lists the element types each path takes"]),
 ]
 
 

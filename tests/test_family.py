@@ -795,20 +795,25 @@ def test_a_bad_measured_table_is_a_positioned_error(table, message, tmp_path):
 
 
 def test_gemmdsl_load_takes_a_family_as_it_takes_a_spec(monkeypatch):
-    """`gemmdsl.load` hands a .gemmf to the family loader and a .gemm to the spec loader (the device
-    side replaced by recorders: what each would load is what is checked)."""
+    """`gemmdsl.load` hands a .gemmf to the family loader and a .gemm to the spec loader, `runtime.load`, which
+    makes a dequantizing spec a QuantizedKernel (the device side replaced by recorders, in the modules that call
+    them: what each would load is what is checked)."""
     import gemmdsl
     import gemmdsl.family_kernel
-    import gemmdsl.runtime.kernel
+    import gemmdsl.runtime.quantized
 
     monkeypatch.setattr(gemmdsl.family_kernel, "FamilyKernel", lambda artifacts: ("family", artifacts))
-    monkeypatch.setattr(gemmdsl.runtime.kernel, "Kernel", lambda artifacts: ("spec", artifacts))
+    monkeypatch.setattr(gemmdsl.runtime.quantized, "Kernel", lambda artifacts: ("spec", artifacts))
+    monkeypatch.setattr(gemmdsl.runtime.quantized, "QuantizedKernel", lambda artifacts: ("quantized", artifacts))
     kind, artifacts = gemmdsl.load(ROOT / "specs" / "sgemm_family.gemmf")
     assert kind == "family" and artifacts.name == "sgemm_family" and len(artifacts.members) > 1
     kind, artifacts = gemmdsl.load(str(ROOT / "specs" / "sgemm_v3.gemm"))
     assert (kind, artifacts.name) == ("spec", "sgemm_v3")
     kind, artifacts = gemmdsl.load("inline.gemmf", text=(ROOT / "specs" / "sgemm_v3.gemm").read_text())
     assert (kind, artifacts.name) == ("spec", "sgemm_v3")  # text is a spec's, whatever its display name
+    for load in (gemmdsl.load, gemmdsl.runtime.load):
+        kind, artifacts = load(ROOT / "specs" / "w4a16_decode.gemm")
+        assert (kind, artifacts.name) == ("quantized", "w4a16_decode")
 
 
 # --- the stream-K members of the wgmma families: decode, long K, few tiles --------------------------

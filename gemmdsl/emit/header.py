@@ -21,10 +21,9 @@ from ..launch_plan import Requirements, StreamKLaunch
 from ..paths import path_of
 from ..plan import KernelPlan
 from ..source import printable
-from .header_file import ConstantGroup, header_file
+from .header_file import DEVICE_RULE, ConstantGroup, emit_prototype, header_file
 from .launcher import empty_problem_rule, launch_contract, leading_dimension_rule, refuses_misaligned, shape_rule
 
-PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
 COMMENT_WIDTH = 100  # comments that name members wrap here (the others are wrapped by hand)
 
 
@@ -149,11 +148,6 @@ def _problem_constants(spec: ir.KernelSpec) -> list[ConstantGroup]:
              [("BATCHED", int(spec.problem.batched))])]
 
 
-# Where every launcher runs, a spec's and a family's alike.
-DEVICE_RULE = ["They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C",
-               "and any other operand must be in that device's memory, and `stream` must belong to it."]
-
-
 def _family_returns(family: Any) -> list[str]:
     """What the family's launchers do and return."""
     spec = family.launcher_spec
@@ -223,7 +217,7 @@ def _emit_prototypes(o: Emitter, spec: ir.KernelSpec, names: dict[str, str | Non
         if with_comments:
             o.line()
             o.comment(text)
-        _emit_prototype(o, f"cudaError_t {names[key]}(", parameters[key])
+        emit_prototype(o, f"cudaError_t {names[key]}(", parameters[key])
 
 
 def _emit_padded_prototype(o: Emitter, plan: KernelPlan, with_comments: bool) -> None:
@@ -235,17 +229,4 @@ def _emit_padded_prototype(o: Emitter, plan: KernelPlan, with_comments: bool) ->
         o.comment(f"{plan.launch.launchers['launcher_ld']} for operands TMA cannot read (pointers or leading dimensions not\n"
                   "multiples of 16 bytes): each such operand is copied into stream-ordered scratch with rows TMA reads\n"
                   "(cudaMallocAsync, freed after the launch); it returns those calls' errors too.")
-    _emit_prototype(o, f"cudaError_t {padded_launcher_name(plan.spec)}(", launcher_parameters(plan.spec)["launcher_ld"])
-
-
-def _emit_prototype(o: Emitter, opening: str, parameters: str) -> None:
-    """`opening` and the parameter list, wrapped after a parameter, continuation lines under the first."""
-    rows, row = [], opening
-    for parameter in parameters.split(", "):
-        if row != opening and len(row) + len(parameter) + 2 > PROTOTYPE_WIDTH:
-            rows.append(row.rstrip())
-            row = " " * len(opening)
-        row += f"{parameter}, "
-    rows.append(row[:-2] + ");")
-    for text in rows:
-        o.line(text)
+    emit_prototype(o, f"cudaError_t {padded_launcher_name(plan.spec)}(", launcher_parameters(plan.spec)["launcher_ld"])

@@ -10,6 +10,11 @@ from ..abi import build_command
 from ..emitter import Emitter
 from ..version import __version__
 
+PROTOTYPE_WIDTH = 110  # prototypes wrap after a parameter that would pass this column
+# Where every launcher runs, whichever path's: each header's comment on its launchers states it.
+DEVICE_RULE = ["They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C",
+               "and any other operand must be in that device's memory, and `stream` must belong to it."]
+
 # A comment and the macros it describes, each a (suffix after NAME_, value); no macros: a comment alone.
 ConstantGroup = tuple[str, list[tuple[str, int]]]
 
@@ -60,3 +65,15 @@ extern "C" {
     o.line(f"#endif  // {guard}")
     return o.text()
 
+
+def emit_prototype(o: Emitter, opening: str, parameters: str) -> None:
+    """`opening` and the parameter list, wrapped after a parameter, continuation lines under the first."""
+    rows, row = [], opening
+    for parameter in parameters.split(", "):
+        if row != opening and len(row) + len(parameter) + 2 > PROTOTYPE_WIDTH:
+            rows.append(row.rstrip())
+            row = " " * len(opening)
+        row += f"{parameter}, "
+    rows.append(row[:-2] + ");")
+    for text in rows:
+        o.line(text)

@@ -21,7 +21,8 @@ The modules, each importing only those above it in this list:
     allocations       the arrays a call makes: C left out, the padded launcher's copies
     driver            streams, the current device, loaded functions and their launches
     binaries          the architecture to build for, nvcc or NVRTC, the cubin cache
-    kernel            Kernel (bind, bind_padded, __call__), load
+    kernel            Kernel (bind, bind_padded, __call__)
+    quantized         QuantizedKernel (a dequantizing spec's), load: a spec's Kernel or QuantizedKernel
     commands          the shared body of `gemmdsl verify` and `gemmdsl bench`
 
 A test that replaces a function patches the module that calls it (`runtime.kernel.check_call`).
@@ -34,16 +35,16 @@ from .binaries import (COMPILERS, BinaryCache, KernelBuildError, build_target, c
 from .commands import format_size, parse_sizes, run_on_kernels
 from .driver import BoundLaunch, DeviceModule, KernelLaunch, queue, run_returning_c
 from .environment import GpuUnavailable, gpu_unavailable_reason, require_fp32_cublas, require_gpu
-from .kernel import PLANS_KEPT, Kernel, compile_spec, load
+from .kernel import PLANS_KEPT, Kernel, compile_spec
 from .launch_arguments import tensor_map_kernel_arguments
 from .operands import (CALL_OPERANDS, KernelRequirements, OperandView, Size, call_operands, check_call,
                        check_no_overlap, check_unclustered, choose_entry, operand_view)
+from .quantized import QuantizedKernel, load
 
 __all__ = ["BinaryCache", "BoundLaunch", "CALL_OPERANDS", "COMPILERS", "DeviceModule", "GpuUnavailable", "Kernel",
-           "KernelBuildError", "KernelLaunch", "KernelRequirements", "OperandView", "PLANS_KEPT", "Size",
-           "build_target", "c_shape", "cache_dir", "cache_key", "call_operands", "check_call", "check_no_overlap",
-           "check_unclustered", "choose_entry", "chosen_compiler", "compile_cubin", "compile_spec",
+           "KernelBuildError", "KernelLaunch", "KernelRequirements", "OperandView", "PLANS_KEPT", "QuantizedKernel",
+           "Size", "build_target", "c_shape", "cache_dir", "cache_key", "call_operands", "check_call",
+           "check_no_overlap", "check_unclustered", "choose_entry", "chosen_compiler", "compile_cubin", "compile_spec",
            "compile_with_nvrtc", "compiler_version", "cubin_cache_name", "cubin_file_name", "format_size",
            "gpu_unavailable_reason", "load", "operand_view", "padded_copies", "parse_sizes", "parse_target", "queue",
-           "require_fp32_cublas", "require_gpu", "run_on_kernels", "run_returning_c",
-           "tensor_map_kernel_arguments"]
+           "require_fp32_cublas", "require_gpu", "run_on_kernels", "run_returning_c", "tensor_map_kernel_arguments"]

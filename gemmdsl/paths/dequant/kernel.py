@@ -26,6 +26,9 @@ from ...rule import Rule
 from ...targets import ARCHS
 
 M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
+# What the kernel's text uses that not every target has (targets.INSTRUCTION_TARGETS): the file's
+# architecture guard (emit.arch_guard) names them.
+INSTRUCTIONS = ("mma.sync", "ldmatrix")
 MAX_SLICE_GROUPS = 8  # groups a k-slice may hold: their scales are loaded once per slice and kept
 MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
 REGISTER_OVERHEAD = 26  # DecodeConfig.registers' addresses, activation fragments, indices
@@ -486,9 +489,16 @@ extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks
 """
 
 
+def launcher_parameters(config: DecodeConfig) -> str:
+    """The C launcher's parameter list, which NAME.h declares too."""
+    act, c_type = ACT[config.fmt.activation][0], C_TYPES[config.c][0]
+    return (f"const {act}* A, const void* weights, const void* scales, const void* zeros, {c_type}* C, "
+            "void* workspace, int M, int N, int K, cudaStream_t stream")
+
+
 def _launcher(name: str, config: DecodeConfig) -> str:
     fmt = config.fmt
-    act, c_type = ACT[fmt.activation][0], C_TYPES[config.c][0]
+    c_type = C_TYPES[config.c][0]
     multiple = config.k_multiple
     grid, sizes = Emitter(), Emitter()
     config.grid_rule.render_inline(grid)
@@ -506,8 +516,7 @@ extern "C" size_t {name}_workspace_bytes(int M, int N, int K) {{
     return (size_t)workspace_bytes;
 }}
 
-extern "C" cudaError_t {name}_launch(const {act}* A, const void* weights, const void* scales, const void* zeros,
-                                      {c_type}* C, void* workspace, int M, int N, int K, cudaStream_t stream) {{
+extern "C" cudaError_t {name}_launch({launcher_parameters(config)}) {{
 {textwrap.indent(grid.text().rstrip(), '    ')}
     if (K % {multiple} != 0) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;

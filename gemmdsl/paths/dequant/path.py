@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ... import ir
-from ...emit.header_file import header_file
+from ...emit.header_file import DEVICE_RULE, emit_prototype, header_file
 from ...emitter import Emitter
 from ...passes.launch import LaunchPass
 from ...plan import KernelPlan
@@ -14,7 +14,7 @@ from ...quant_layout import describe_layout
 from ...source import printable
 from ..interface import InstructionPath
 from .facts import DecodeFacts, DecodePass, decode_model
-from .kernel import DecodeConfig, decode_definitions
+from .kernel import INSTRUCTIONS, DecodeConfig, decode_definitions, launcher_parameters
 from .lowering import decode_config, decode_plan
 from .validate import check_decode
 
@@ -46,6 +46,8 @@ class DequantPath(InstructionPath):
         return decode_plan(spec, self)
 
     def emit_definitions(self, plan: KernelPlan, out: Emitter) -> None:
+        for instruction in INSTRUCTIONS:
+            out.uses(instruction)
         out.lines(decode_definitions(plan.spec.name, plan.layout.config))
 
     def member_model(self, analysis, sms: int):
@@ -72,7 +74,6 @@ class DequantPath(InstructionPath):
         spec = plan.spec
         config = decode_config(spec)
         name, fmt = spec.name, config.fmt
-        a, c = spec.problem.a.dtype.c_type, spec.problem.c.dtype.c_type
         arrays = describe_layout(fmt)
         constants = [("What a call must satisfy (NAME.json's `requires` and `quant`): K a multiple of K_MULTIPLE; the "
                       "kernel's\nblock: ROWS rows of A, BLOCK_ROWS rows of W, a k-slice of K_SLICE (split-K beyond).",
@@ -86,11 +87,9 @@ class DequantPath(InstructionPath):
                       f"Pass NULL for an array the format lacks. With K > {config.k_slice} the call needs "
                       f"`workspace` of\n{name}_workspace_bytes(M, N, K) bytes, zero when first used (the kernel "
                       "leaves it zero again;\ncalls sharing it must not overlap). Returns cudaErrorInvalidValue, "
-                      "launching nothing, for\narguments it cannot take.")
+                      "launching nothing, for\narguments it cannot take.\n" + "\n".join(DEVICE_RULE))
             o.line(f"size_t {name}_workspace_bytes(int M, int N, int K);")
-            o.line(f"cudaError_t {name}_launch(const {a}* A, const void* weights, const void* scales, "
-                   f"const void* zeros,")
-            o.line(f"    {c}* C, void* workspace, int M, int N, int K, cudaStream_t stream);")
+            emit_prototype(o, f"cudaError_t {name}_launch(", launcher_parameters(config))
 
         return header_file(name, spec, printable(Path(spec.span.file).name), "the spec", constants, declare)
 
