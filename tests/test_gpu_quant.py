@@ -56,16 +56,19 @@ def test_decode_kernel_matches_float64_as_well_as_cublas(kernels, name, m, n, k)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=c_dtype)  # an unwritten element shows
     kernel(a, packed, c)
     again = torch.full((m, n), float("nan"), device="cuda", dtype=c_dtype)
-    kernel(a, packed, again)  # on the split-K workspace the first call left: zero again, or this one differs
+    kernel(a, packed, again)  # on the split-K workspace the first call left: zero again, or this one is off
     torch.cuda.synchronize()
     assert not torch.isnan(c).any(), "an element of C was not written"
-    assert torch.equal(c, again), "a second call on the same operands differs: the workspace was not left zero"
     reference = a.double() @ w.T
     ours = relative_error(c, reference)
     cublas = relative_error((a @ w.to(a_dtype).T).to(c_dtype), reference)
     # Both round C to its type; where ours is exact to f32 and cuBLAS's weight rounding is the larger error,
     # ours is smaller. The slack (1e-6) covers f32 C, whose errors are accumulation-order noise near 1e-7.
     assert ours <= 1.1 * cublas + 1e-6, f"{name} {m}x{n}x{k}: ours {ours:.3e}, cuBLAS after dequantizing {cublas:.3e}"
+    # Split-K adds the k-slices' sums with atomics, in whatever order the blocks finish: the second call may differ
+    # in C's last bits, not by a k-slice's sum (what a workspace left non-zero adds).
+    second = relative_error(again, reference)
+    assert second <= 1.1 * cublas + 1e-6, f"the second call is off ({second:.3e}): the workspace was not left zero"
 
 
 def test_a_second_split_k_call_reuses_the_workspace(kernels):
