@@ -296,6 +296,19 @@ def _describe_chain(spec: ir.KernelSpec) -> str:
     return f"fuses C = {fuse.describe(spec.problem.epilogue is ir.Epilogue.ALPHA_BETA)}" + (f" ({read})" if read else "")
 
 
+# What every member agrees with the first on: (the value compared, how a member's reads in the error, the hint).
+SHARED_BY_MEMBERS = (
+    (_shared_problem, lambda spec: f"computes {_describe(spec)}",
+     "members share the problem section (all but `bounds`) and the target, so that any of them can serve a call"),
+    (fuse_metadata, _describe_chain,
+     "members share the fuse section (its keys and types), so that the family's launchers pass one set of the "
+     "chain's operands to any of them"),
+    (_accumulate, lambda spec: f"accumulates {_accumulate(spec)}",
+     "members share `mma { accumulate: ...; }`, so that a call's sums are as accurate whichever member runs it "
+     "(and verify and bench compare with one reference)"),
+)
+
+
 def compile_family(source: SourceFile, target: TargetName | int | None = None) -> FamilyArtifacts:
     """Parse a family file, compile its members (for `target` instead of their own, if given) and emit
     the family's .cu and metadata."""
@@ -332,23 +345,11 @@ def compile_family(source: SourceFile, target: TargetName | int | None = None) -
             errors.append(_error(token.span, f"fallback member {artifacts.spec.name} refuses misaligned operands "
                                  "too", "a fallback runs what the other members refuse: a bounds: checked spec "
                                  "with a scalar kernel (FMA or mma.sync), not a TMA or exact one"))
-        if members and _shared_problem(artifacts.spec) != _shared_problem(members[0].artifacts.spec):
-            errors.append(_error(token.span, f"member {artifacts.spec.name} computes "
-                                 f"{_describe(artifacts.spec)}, but {members[0].artifacts.spec.name} computes "
-                                 f"{_describe(members[0].artifacts.spec)}",
-                                 "members share the problem section (all but `bounds`) and the target, "
-                                 "so that any of them can serve a call"))
-        if members and fuse_metadata(artifacts.spec) != fuse_metadata(members[0].artifacts.spec):
-            errors.append(_error(token.span, f"member {artifacts.spec.name} {_describe_chain(artifacts.spec)}, but "
-                                 f"{members[0].artifacts.spec.name} {_describe_chain(members[0].artifacts.spec)}",
-                                 "members share the fuse section (its keys and types), so that the family's "
-                                 "launchers pass one set of the chain's operands to any of them"))
-        if members and _accumulate(artifacts.spec) != _accumulate(members[0].artifacts.spec):
-            errors.append(_error(token.span, f"member {artifacts.spec.name} accumulates "
-                                 f"{_accumulate(artifacts.spec)}, but {members[0].artifacts.spec.name} "
-                                 f"{_accumulate(members[0].artifacts.spec)}",
-                                 "members share `mma { accumulate: ...; }`, so that a call's sums are as accurate "
-                                 "whichever member runs it (and verify and bench compare with one reference)"))
+        for shared, describe, hint in SHARED_BY_MEMBERS:
+            first = members[0].artifacts.spec if members else None
+            if first is not None and shared(artifacts.spec) != shared(first):
+                errors.append(_error(token.span, f"member {artifacts.spec.name} {describe(artifacts.spec)}, but "
+                                     f"{first.name} {describe(first)}", hint))
         if any(other.artifacts.spec.name == artifacts.spec.name for other in members):
             errors.append(_error(token.span, f"two members are named {artifacts.spec.name}",
                                  "each member's kernels and launchers keep their spec's name"))

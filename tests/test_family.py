@@ -279,7 +279,7 @@ def test_members_must_accumulate_alike(tmp_path):
     promoted, fast = ((ROOT / "specs" / f"{name}.gemm").read_text() for name in ("fp8_rowwise", "fp8_h100_fast"))
     rendered = family_error(tmp_path, "family f {\n    use a.gemm;\n    use b.gemm;\n}\n",
                             {"a.gemm": promoted, "b.gemm": fast})
-    assert "f.gemmf:3:9: error: member fp8_h100_fast accumulates fast, but fp8_rowwise promoted" in rendered
+    assert "f.gemmf:3:9: error: member fp8_h100_fast accumulates fast, but fp8_rowwise accumulates promoted" in rendered
     assert "hint: members share `mma { accumulate: ...; }`" in rendered
 
 
