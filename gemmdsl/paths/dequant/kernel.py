@@ -145,7 +145,8 @@ def decode_definitions(name: str, config: DecodeConfig) -> str:
     problems = config.problems()
     if problems:
         raise ValueError("; ".join(problem.message for problem in problems))
-    return "\n".join([_prelude(name, config), _dequant(config), _kernel(name, config), _launcher(name, config)])
+    return "\n".join([_prelude(name, config), _dequant(config), _helpers(name, config), _kernel(name, config),
+                      _launcher(name, config)])
 
 
 def _prelude(name: str, config: DecodeConfig) -> str:
@@ -299,18 +300,13 @@ def _bias_word(fmt: QuantFormat) -> int:
     return bits | bits << 16
 
 
-def _kernel(name: str, config: DecodeConfig) -> str:
+def _helpers(name: str, config: DecodeConfig) -> str:
+    """The kernel's device helpers in NAME_detail: its streams, their loads, the staging of A, the group scales,
+    split-K's reduction and the store of C."""
     fmt = config.fmt
     _, convert = C_TYPES[config.c]
     scaled, zeros = fmt.scaled, fmt.zeros
     grouped = bool(fmt.group)
-    b_loads = ("ldmatrix_x2(b[0][0], b[0][1], xs + (lane & 7) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"
-               if config.m_tiles == 1 else
-               """#pragma unroll
-                for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
-                    ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
-                                xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
-    target = "part" if grouped else "acc"
     return f"""
 // A warp's streams: per tile, where its lane's words of the slice's first chunk and its rows' scale and zero
 // words of the slice's first group are (null past N), and how many chunks and groups remain before K's end.
@@ -434,8 +430,21 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TILES][MT][4], c_t
             }}
 }}
 }}  // namespace {name}_detail
+"""
 
-extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks_per_sm}) {name}_kernel(
+
+def _kernel(name: str, config: DecodeConfig) -> str:
+    """The kernel: its ring of weight chunks, the staged rows of A, the k-steps' conversions and mma, the store."""
+    fmt = config.fmt
+    scaled, grouped = fmt.scaled, bool(fmt.group)
+    b_loads = ("ldmatrix_x2(b[0][0], b[0][1], xs + (lane & 7) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"
+               if config.m_tiles == 1 else
+               """#pragma unroll
+                for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
+                    ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
+                                xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
+    target = "part" if grouped else "acc"
+    return f"""extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks_per_sm}) {name}_kernel(
     const {ACT[fmt.activation][0]}* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, {C_TYPES[config.c][0]}* __restrict__ C, float* __restrict__ workspace,
     unsigned* __restrict__ counters, int M, int N, int K) {{
