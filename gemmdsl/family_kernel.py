@@ -66,10 +66,14 @@ class FamilyKernel:
         # By call signature and options: the plan (call_plan.py) of the member that ran it, on padded copies or not.
         self._routes: OrderedDict[tuple, Any] = OrderedDict()
 
+    def member_index(self, m: int, n: int, k: int, aligned: bool = True) -> int | None:
+        """The index in `kernels` (and `models`) of the member the rule picks (aligned=False: among those that run
+        operands of any alignment; None when no member does)."""
+        return self._choose(m, n, k, aligned)
+
     def member_for(self, m: int, n: int, k: int, aligned: bool = True) -> Any:
-        """The member the rule picks (aligned=False: among those that run operands of any alignment; None when
-        no member does)."""
-        index = self._choose(m, n, k, aligned)
+        """The member the rule picks (`member_index`'s kernel; None when no member runs the call)."""
+        index = self.member_index(m, n, k, aligned)
         return None if index is None else self.kernels[index]
 
     @property
@@ -92,7 +96,7 @@ class FamilyKernel:
         chain = {name: operand for name, operand in zip(CALL_OPERANDS[3:], operands[3:]) if operand is not None}
         m, k = (a.shape[-2], a.shape[-1])
         n = b.shape[-1]
-        index = self._choose(m, n, k, True)
+        index = self.member_index(m, n, k)
         kernel, padded = self.kernels[index], True
         try:
             # A TMA member on copies of the operands TMA refuses or reads slowly (paths/wgmma/pad.py), as the C

@@ -117,7 +117,7 @@ def study_shape(family, compared, arrays, l2: int, shape, runs: int, warmup: int
     groups.insert(at, family_group)
     names.insert(at, "family")
     times = time_interleaved(groups, runs, warmup)
-    return {"shape": list(shape), "chosen": family._choose(*shape, True), "sets": count,
+    return {"shape": list(shape), "chosen": family.member_index(*shape), "sets": count,
             "members": [model.name for model in family.models], **({"reference_refused": refused} if refused else {}),
             **{name: statistics.median(t) for name, t in zip(names, times)}}
 

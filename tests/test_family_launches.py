@@ -53,3 +53,12 @@ def test_a_family_answers_what_verify_and_bench_ask_of_a_kernel(monkeypatch):
     family = fake_family(SPECS / "fp8_rowwise_family.gemmf")
     assert family.epilogue == family.kernels[0].epilogue == "store"
     assert fake_family(SPECS / "hgemm_h100_family.gemmf").epilogue == "alpha_beta"
+
+
+def test_a_family_names_the_member_it_picks_as_the_c_rule_does(monkeypatch):
+    """member_index is what the study scripts record as `chosen`: the index of member_for's kernel."""
+    FakeGpu().install(monkeypatch)
+    family = fake_family(SPECS / "hgemm_h100_bf16c_family.gemmf")
+    for shape in ((1, 8192, 8192), (4096, 4096, 4096), (1000, 1000, 1000)):
+        assert family.kernels[family.member_index(*shape)] is family.member_for(*shape)
+    assert family.member_index(1, 8192, 8192) != family.member_index(4096, 4096, 4096)
