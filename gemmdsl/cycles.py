@@ -125,8 +125,37 @@ def saturating(prefix: str = "") -> tuple[Func, Func]:
             Func(f"{prefix}sum", ("a", "b"), select(gt(a + b, cap), cap, a + b)))
 
 
+# The C launcher's table of a family's members (emit/family.py prints the struct from this, and each member's row
+# from `member_fields` in this order): (C type, with `{}` where the names go; the fields; what they hold).
+MEMBER_STRUCT = (
+    ("long long {}", ("bm", "bn", "bk"), ""),
+    ("bool {}", ("exact",), "bounds: exact: only the shapes the tile divides"),
+    ("bool {}", ("any_alignment",), "runs operands of any alignment: the fallback of a call another refused"),
+    ("bool {}", ("fallback",), "the family's `fallback`: runs only what the others refuse"),
+    ("void (*{})(long long, long long, long long, long long, int*, int*)", ("stream_k_split",), "null: tiles only"),
+    ("long long {}", ("sms", "blocks_per_sm"), ""),
+    ("const long long* {}", ("k_tile_cycles",), "[r - 1]: one k-tile of r blocks resident on one SM"),
+    ("long long {}", ("tile_cycles",), "per resident block and tile, beyond its k-tiles"),
+    ("long long {}", ("partial_cycles",), "per stream-K block: its partial sums through L2"),
+    ("long long {}", ("fixup_cycles",), "per contributor to a shared tile beyond the first, one after another"),
+    ("long long {}", ("call_cycles",), "per call: the launch, the pipeline's fill and drain"),
+    ("long long {}", ("launch_cycles",), "per launch beyond a call's first (stream-K's prepare and plain kernels)"),
+    ("long long {}", ("hbm_bytes_per_clock",), "the memory floor: HBM's rate (0: none)"),
+    ("long long {}", ("a_bytes", "b_bytes", "c_bytes"), "per element: A and B read, C written once"),
+    ("long long {}", ("in_flight_k_tiles", "round_trip_cycles"), "per streaming block (0: no per-block limit)"),
+    ("long long {}", ("stage_bytes",), "a block's k-tile through L2 (0: k_tile_cycles are fixed)"),
+    ("long long {}", ("k_tile_base_cycles", "k_tile_wait_cycles"), "the k-tile without those bytes, and after them"),
+    ("long long {}", ("l2_bytes_per_clock", "l2_block_bytes_per_clock"), "L2 for all SMs, and the most one block draws"),
+    ("bool {}", ("pads", "a_ld_is_k", "b_ld_is_k"),
+     "copies the operands TMA refuses; A's and B's leading dimension is K"),
+    ("long long {}", ("a_align", "b_align"), "elements a leading dimension TMA reads is a multiple of"),
+    ("long long {}", ("pad_call_cycles", "pad_bytes_per_clock"), "the copy's launch and pass, and its rate"),
+    ("long long {}", ("narrow_factor",), "its cycles' multiple where it reads misaligned operands itself"),
+)
+
+
 def member_fields(member: MemberModel) -> dict:
-    """A member's figures under the names `estimate_rule` reads (the C table's fields, emit/family.py)."""
+    """A member's figures under the names `estimate_rule` reads: MEMBER_STRUCT's fields, the C table's."""
     return _member_fields(member)
 
 

@@ -1086,3 +1086,17 @@ def test_check_compares_the_pick_with_the_members_that_could_run_instead():
     reason = explain(compile_family_path(HOPPER_FAMILY), (2048, 2048, 77))["reason"]
     ratio = float(re.search(r"the next member predicts ([0-9.]+)x as many", reason)[1])
     assert ratio >= 1.0, reason
+
+
+def test_the_c_members_table_holds_every_figure_the_rule_reads_in_order():
+    """emit/family.py prints the struct and each row from cycles.MEMBER_STRUCT; the Python rule reads
+    cycles.member_fields: a figure added to one and not the other would price members differently in C."""
+    from gemmdsl.cycles import MEMBER_STRUCT, member_fields
+
+    family = compile_family_path(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf")
+    struct = [field for _, names, _ in MEMBER_STRUCT for field in names]
+    for member in family.members:
+        assert list(member_fields(member.model)) == struct
+    cuda = family.cuda
+    rows = re.findall(r"^    \{(.*)\},  // (\w+)$", cuda, re.M)
+    assert [row.count(",") + 1 for row, _ in rows] == [len(struct)] * len(family.members)

@@ -14,7 +14,7 @@ from typing import Any
 from .. import ir
 from ..abi import build_command, contiguous_extent, launcher_names, launcher_parameters, padded_launcher_name
 from ..emitter import Emitter
-from ..cycles import choose_rule, estimate_rule, saturating
+from ..cycles import MEMBER_STRUCT, choose_rule, estimate_rule, member_fields, saturating
 from ..rule import render_func
 from ..schedule import CYCLE_CAP
 from ..source import printable
@@ -67,6 +67,15 @@ def emit_family(family: Any) -> str:
     return o.text()
 
 
+def _member_row(family: str, m: Any) -> list[str]:
+    """A member's row of the table, MEMBER_STRUCT's fields in order as C initializers (`cycles.member_fields`)."""
+    fields = dict(member_fields(m))  # a copy: member_fields is cached, and the rule reads its split
+    fields["stream_k_split"] = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
+    fields["k_tile_cycles"] = f"{family}_k_tile_cycles_{m.name}"
+    return [("true" if fields[field] else "false") if ctype.startswith("bool") else str(fields[field])
+            for ctype, names, _ in MEMBER_STRUCT for field in names]
+
+
 def _emit_rule(family: Any, o: Emitter) -> None:
     name = family.name
     model = f"{name}_member"
@@ -74,45 +83,14 @@ def _emit_rule(family: Any, o: Emitter) -> None:
               "Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the\n"
               "fewest before the memory floor, then the first listed.")
     with o.block(f"struct {model}", close="};"):
-        o.line("long long bm, bn, bk;")
-        o.line("bool exact;  // bounds: exact: only the shapes the tile divides")
-        o.line("bool any_alignment;  // runs operands of any alignment: the fallback of a call another refused")
-        o.line("bool fallback;  // the family's `fallback`: runs only what the others refuse")
-        o.line("void (*stream_k_split)(long long, long long, long long, long long, int*, int*);  // null: tiles only")
-        o.line("long long sms, blocks_per_sm;")
-        o.line("const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM")
-        o.line("long long tile_cycles;  // per resident block and tile, beyond its k-tiles")
-        o.line("long long partial_cycles;  // per stream-K block: its partial sums through L2")
-        o.line("long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another")
-        o.line("long long call_cycles;  // per call: the launch, the pipeline's fill and drain")
-        o.line("long long launch_cycles;  // per launch beyond a call's first (stream-K's prepare and plain kernels)")
-        o.line("long long hbm_bytes_per_clock;  // the memory floor: HBM's rate (0: none)")
-        o.line("long long a_bytes, b_bytes, c_bytes;  // per element: A and B read, C written once")
-        o.line("long long in_flight_k_tiles, round_trip_cycles;  // per streaming block (0: no per-block limit)")
-        o.line("long long stage_bytes;  // a block's k-tile through L2 (0: k_tile_cycles are fixed)")
-        o.line("long long k_tile_base_cycles, k_tile_wait_cycles;  // the k-tile without those bytes, and after them")
-        o.line("long long l2_bytes_per_clock, l2_block_bytes_per_clock;  // L2 for all SMs, and the most one block draws")
-        o.line("bool pads, a_ld_is_k, b_ld_is_k;  // copies the operands TMA refuses; A's and B's leading dimension is K")
-        o.line("long long a_align, b_align;  // elements a leading dimension TMA reads is a multiple of")
-        o.line("long long pad_call_cycles, pad_bytes_per_clock;  // the copy's launch and pass, and its rate")
-        o.line("long long narrow_factor;  // its cycles' multiple where it reads misaligned operands itself")
+        for ctype, names, note in MEMBER_STRUCT:
+            o.line(ctype.format(", ".join(names)) + ";" + (f"  // {note}" if note else ""))
     for member in family.members:
         m = member.model
         o.line(f"static const long long {name}_k_tile_cycles_{m.name}[] = {{{', '.join(map(str, m.k_tile_cycles))}}};")
     with o.block(f"static const {model} {name}_members[{len(family.members)}] =", close="};"):
         for member in family.members:
-            m = member.model
-            split = f"{m.name}::{m.name}_stream_k_split" if m.stream_k else "nullptr"
-            o.line(f"{{{m.tile[0]}, {m.tile[1]}, {m.tile[2]}, {'true' if m.exact else 'false'}, "
-                   f"{'true' if m.any_alignment else 'false'}, {'true' if m.fallback else 'false'}, {split}, "
-                   f"{m.sms}, {m.blocks_per_sm}, {name}_k_tile_cycles_{m.name}, {m.tile_cycles}, "
-                   f"{m.partial_cycles}, {m.fixup_cycles}, {m.call_cycles}, {m.launch_cycles}, {m.hbm_bytes_per_clock}, "
-                   f"{', '.join(map(str, m.element_bytes))}, {m.in_flight_k_tiles}, {m.round_trip_cycles}, "
-                   f"{m.stage_bytes}, {m.k_tile_base_cycles}, {m.k_tile_wait_cycles}, {m.l2_bytes_per_clock}, "
-                   f"{m.l2_block_bytes_per_clock}, {'true' if m.pads else 'false'}, "
-                   f"{'true' if m.a_ld_is_k else 'false'}, {'true' if m.b_ld_is_k else 'false'}, {m.a_align}, "
-                   f"{m.b_align}, {m.pad_call_cycles}, {m.pad_bytes_per_clock}, {m.narrow_factor}}},"
-                   f"  // {m.name}")
+            o.line(f"{{{', '.join(_member_row(name, member.model))}}},  // {member.model.name}")
     o.line()
     o.line(f"static const long long {name}_CYCLE_CAP = {CYCLE_CAP}LL;")
     o.line()
