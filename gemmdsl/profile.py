@@ -32,7 +32,8 @@ from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .ncu_counters import DRAM_READ, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, OCCUPANCY_LIMITS, REGISTERS
 from .passes.intensity import compulsory_bytes
-from .source import CompileError
+from .runtime.commands import packed_weights_refusal
+from .source import CompileError, printable
 
 NCU_TIMEOUT_S = 600
 # What a launch's shared-memory traffic and occupancy are compared on.
@@ -262,6 +263,10 @@ def profile_main(args: argparse.Namespace) -> int:
             spec = load_path(path)[0]
         except CompileError as err:
             print(err.render(), file=sys.stderr)
+            status = 1
+            continue
+        if spec.quant is not None:
+            print(f"{printable(path)}: error: {packed_weights_refusal(spec.name, 'profile draws')}", file=sys.stderr)
             status = 1
             continue
         specs.append((path, spec))

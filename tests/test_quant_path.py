@@ -170,3 +170,16 @@ def test_the_gpu_tests_configurations_compile_as_specs():
 
     for name, config in CONFIGS.items():
         compiler.compile_source(SourceFile(f"{name}.gemm", spec_text(name, config)))
+
+
+@pytest.mark.parametrize("command", [["verify", "--sizes", "64"], ["bench", "--sizes", "64"], ["profile"]])
+def test_the_gpu_commands_refuse_a_dequantizing_spec_by_name_before_the_gpu(command, capsys):
+    """verify, bench and profile draw dense A and B: a dequantizing spec is refused with where its comparisons live,
+    without a traceback and before they look for a GPU or ncu."""
+    from gemmdsl.cli import main
+
+    status = main([command[0], str(ROOT / "specs" / "w4a16_decode.gemm"), *command[1:]])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "w4a16_decode.gemm: error: w4a16_decode multiplies packed quantized weights" in err
+    assert "tests/test_gpu_quant.py and scripts/quant_bench.py" in err and "Traceback" not in err
