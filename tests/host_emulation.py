@@ -40,31 +40,46 @@ NO_LAUNCH = -1
 NARROW_FIRST_ENTRY = 8
 
 
-# The instructions (keys of targets.INSTRUCTION_TARGETS) that tests/emulator/cuda_host.h stands in for. Tensor-core
-# kernels use ldmatrix, mma.sync or wgmma, which have none here.
+# The instructions (keys of targets.INSTRUCTION_TARGETS) that tests/emulator/cuda_host.h stands in for in every
+# path's kernels, and those it stands in for in one path's only: the dequantizing path's mma.sync m16n8k16 of
+# bf16 or f16 and its ldmatrix (tests/emulator/warp_host.h). The other tensor-core paths' fragments and wgmma
+# have none here.
 STOOD_IN = frozenset({"cp.async", "float2 and float4 atomicAdd"})
+STOOD_IN_BY_PATH = {"dequant": frozenset({"mma.sync", "ldmatrix"})}
 
 
 def emulates(spec: KernelSpec) -> bool:
     """Whether the kernels `spec`'s instruction path emits use only instructions the emulator stands in for, as
     the path's emitter declares them (Emitter.uses)."""
     body = Emitter()
-    emit_definitions(plan_kernel(spec), body)
-    return body.instructions <= STOOD_IN
+    plan = plan_kernel(spec)
+    emit_definitions(plan, body)
+    return body.instructions <= STOOD_IN | STOOD_IN_BY_PATH.get(plan.path.name, frozenset())
 
 
 def find_cxx() -> str | None:
     return shutil.which("g++")
 
 
+# What the emulator does not compile of a generated file: CUDA's 8- and 16-bit float headers (warp_host.h has
+# the types the kernels use).
+CUDA_HEADER = re.compile(r"#include <cuda_(bf16|fp16|fp8)\.h>")
+# A kernel's dynamic shared memory, of whatever type: the emulator's one array, cuda_host.h's float `smem`.
+DYNAMIC_SHARED = re.compile(r"extern __shared__ __align__\(\d+\) [\w ]+ smem\[\];")
+# A __shared__ variable of a function (not an extern array): one per block, so a static of the emulated function.
+SHARED_LOCAL = re.compile(r"^(\s+)__shared__ (?!__align__)", re.M)
+
+
 def host_source(cuda: str) -> str:
-    """The generated file without its inline-PTX helpers, which cuda_host.h provides instead."""
+    """The generated file without its inline-PTX helpers, which cuda_host.h provides instead (a `static` one and
+    the dequantizing path's, which live in a namespace), with its dynamic shared memory and shared variables
+    as the emulator has them."""
     lines = cuda.split("\n")
     kept: list[str] = []
     index = 0
     while index < len(lines):
         line = lines[index]
-        if line.startswith("static __device__ __forceinline__"):
+        if line.removeprefix("static ").startswith("__device__ __forceinline__") and not line.endswith("}"):
             end = lines.index("}", index)
             body = "\n".join(lines[index:end + 1])
             if "asm volatile" in body:
@@ -74,7 +89,9 @@ def host_source(cuda: str) -> str:
                 continue
         kept.append(line)
         index += 1
-    return "\n".join(kept)
+    host = CUDA_HEADER.sub("", "\n".join(kept))
+    host = DYNAMIC_SHARED.sub("extern __shared__ float smem[];", host)
+    return SHARED_LOCAL.sub(r"\1static ", host)
 
 
 def glue(metadata: dict) -> str:
@@ -118,6 +135,33 @@ int main(int argc, char** argv)
     if (argc > 1 && std::string(argv[1]) == "fused") return emulate_fused(argc, argv, {layout}, launch);
     return emulate(argc, argv, {layout}, launch);
 }}
+"""
+
+
+def main_source(metadata: dict) -> str:
+    """main.cpp for a generated file: the decode runner's for the dequantizing path's kernel (it has a `decode`
+    entry), the dense runner's for the others."""
+    return decode_glue(metadata) if "decode" in metadata else glue(metadata)
+
+
+def decode_glue(metadata: dict) -> str:
+    """main.cpp of the dequantizing decode kernel: its mma helper, which names A's type in its PTX, as
+    warp_host.h's stand-in of that type; the kernel; a call of it on decode_runner.h's operands."""
+    name = metadata["kernel"]
+    operand = {"bf16": "__nv_bfloat16", "f16": "__half"}[metadata["dtypes"]["a"]]
+    arguments = ", ".join(f"reinterpret_cast<{argument['type']}>(p.{argument['name']})"
+                          if argument["type"].endswith("*") else f"p.{argument['name']}"
+                          for argument in metadata["arguments"])
+    return f"""#include "cuda_host.h"
+namespace {name}_detail {{
+inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{ warp_mma<{operand}>(d, a, b0, b1); }}
+}}
+#include "kernel.cu"
+#include "decode_runner.h"
+
+static void launch(const DecodeProblem& p) {{ {metadata["entry"]}({arguments}); }}
+
+int main(int argc, char** argv) {{ return emulate_decode(argc, argv, {metadata["threads"]}, {metadata["dynamic_smem_bytes"]}, launch); }}
 """
 
 
@@ -178,7 +222,7 @@ class Call:
 def build(cuda: str, metadata: dict, directory: Path) -> Path:
     """Compile the kernels of one generated file into a runner executable."""
     (directory / "kernel.cu").write_text(host_source(cuda))
-    (directory / "main.cpp").write_text(glue(metadata))
+    (directory / "main.cpp").write_text(main_source(metadata))
     binary = directory / "runner"
     command = [find_cxx() or "g++", *CXX_FLAGS, f"-I{EMULATOR}", "main.cpp", "-o", str(binary)]
     done = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
@@ -191,7 +235,7 @@ def shared_build(cuda: str, metadata: dict) -> Path:
     """build()'s runner, made once for this generated file, emulator and compiler (tests/build_cache.py): the
     tests and workers that run the same kernels share it."""
     headers = [path.read_text() for path in sorted(EMULATOR.glob("*.h"))]
-    key = "\n".join([host_source(cuda), glue(metadata), *headers, *CXX_FLAGS, tool_version(find_cxx() or "g++")])
+    key = "\n".join([host_source(cuda), main_source(metadata), *headers, *CXX_FLAGS, tool_version(find_cxx() or "g++")])
     return cached_build("emulator", key, lambda directory: build(cuda, metadata, directory)) / "runner"
 
 

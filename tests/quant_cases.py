@@ -1,4 +1,4 @@
-"""Shared by the quantized kernel's GPU test and benchmark: random canonical weights on the GPU, packed with
+"""Shared by the quantized kernel's GPU and CPU emulator tests and its benchmark: random canonical weights on the GPU, packed with
 quant_layout and dequantized in float64, and the reference products."""
 from __future__ import annotations
 

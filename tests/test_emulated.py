@@ -29,10 +29,11 @@ from spec_strategies import spec_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 # The specs whose kernels the emulator can run (host_emulation.emulates): not the tensor-core paths' (wgmma,
-# mma.sync, the dequantizing path's), whose fragment layouts tests/test_mma_layout.py checks on the CPU and the GPU
-# tests run. Fused specs (a `fuse` section) run in tests/test_emulated_fuse.py, against the chain's float64 reference.
+# mma.sync), whose fragment layouts tests/test_mma_layout.py checks on the CPU and the GPU tests run. Fused specs
+# (a `fuse` section) run in tests/test_emulated_fuse.py, against the chain's float64 reference; the dequantizing
+# path's (quantized weights) in tests/test_emulated_dequant.py, on their packed weights.
 SPECS = [path for path, spec in ((path, load_spec(path)) for path in sorted((ROOT / "specs").glob("*.gemm")))
-         if spec.fuse is None and host_emulation.emulates(spec)]
+         if spec.fuse is None and not spec.problem.weights and host_emulation.emulates(spec)]
 BASE = 0x7F0000000000  # allocations are 16-byte aligned; offsets in a Call shift from there
 OPERAND_SPACING = 1 << 40  # A, B and C far apart: separate allocations never overlap
 pytestmark = pytest.mark.skipif(host_emulation.find_cxx() is None, reason="g++ not on PATH")

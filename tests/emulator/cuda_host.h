@@ -4,8 +4,8 @@
 // UBSan, a kernel that reads or writes outside an operand, or makes a misaligned vector access,
 // stops with a report; that is what the tests are after, next to the values.
 //
-// The PTX wrappers of the generated file (lds*/sts*/cp_async_*) are removed by
-// tests/emulator.py and replaced by the functions below. cp.async copies are recorded when
+// The PTX wrappers of the generated file (lds*/sts*/cp_async_*; the decode kernel's, warp_host.h's) are
+// removed by tests/host_emulation.py and replaced by the functions below. cp.async copies are recorded when
 // issued and performed at the cp.async.wait_group that retires their group, the latest moment
 // the hardware may perform them, so a tile read before its wait would read stale data.
 #pragma once
@@ -153,3 +153,5 @@ inline void reset_emulated_thread() {
     async_issued.clear();
     async_groups.clear();
 }
+
+#include "warp_host.h"  // the dequantizing decode kernel's 16-bit floats and warp collectives

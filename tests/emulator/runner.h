@@ -98,8 +98,10 @@ public:
         for (std::thread& thread : threads_) thread.join();
     }
 
-    void launch(const Problem& p, int blocks, int batch, int entry, const std::function<void(int, const Problem&)>& run) {
-        job_ = {&p, blocks, batch, entry, &run};
+    // blocks along x, `rows` along y (the decode kernel's grid), batch along z.
+    void launch(const Problem& p, int blocks, int batch, int entry, const std::function<void(int, const Problem&)>& run,
+                int rows = 1) {
+        job_ = {&p, blocks, rows, batch, entry, &run};
         emulated_barrier = &block_barrier_;
         start_.arrive_and_wait();
         done_.arrive_and_wait();
@@ -108,7 +110,7 @@ public:
 private:
     struct Job {
         const Problem* p;
-        int blocks, batch, entry;
+        int blocks, rows, batch, entry;
         const std::function<void(int, const Problem&)>* run;
     };
 
@@ -118,13 +120,15 @@ private:
             start_.arrive_and_wait();
             if (stopping_) return;
             for (int z = 0; z < job_.batch; ++z) {
-                for (int x = 0; x < job_.blocks; ++x) {
-                    between_blocks_.arrive_and_wait();
-                    if (t == 0) std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
-                    between_blocks_.arrive_and_wait();
-                    reset_emulated_thread();
-                    blockIdx = {static_cast<unsigned>(x), 0, static_cast<unsigned>(z)};
-                    (*job_.run)(job_.entry, *job_.p);
+                for (int y = 0; y < job_.rows; ++y) {
+                    for (int x = 0; x < job_.blocks; ++x) {
+                        between_blocks_.arrive_and_wait();
+                        if (t == 0) std::fill(std::begin(smem), std::end(smem), std::nanf(""));  // stale shared data shows up as NaN
+                        between_blocks_.arrive_and_wait();
+                        reset_emulated_thread();
+                        blockIdx = {static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
+                        (*job_.run)(job_.entry, *job_.p);
+                    }
                 }
             }
             done_.arrive_and_wait();
