@@ -20,7 +20,7 @@ kernel tests the same condition).
 from __future__ import annotations
 
 from ... import ir
-from .layout import STORE_BUFFERS, SWIZZLE_SPAN
+from .layout import STORE_BUFFERS
 from .epilogue import PAIR_TYPES, AccumulatorEpilogue, _pair, _to_float
 
 WARPGROUP_SYNC = r'''
@@ -133,7 +133,7 @@ class StagedEpilogue(AccumulatorEpilogue):
         return "staged && block_m + BM <= M" if self.layout.grouped else "staged"
 
     def emit(self) -> None:
-        o, c = self.out, self.c
+        o = self.out
         with o.block(f"if ({self.stage_test})"):
             o.comment(f"{self.layout.c_box.count} boxes of 64 rows x C_BOX_COLS columns per consumer, in turn through "
                       "STORE_BUFFERS buffers.")
@@ -146,26 +146,31 @@ class StagedEpilogue(AccumulatorEpilogue):
                 o.line("unsigned char* const buffer = buffers + box % STORE_BUFFERS * C_BOX_BYTES;")
                 o.line("if (tid == 0) bulk_wait_read<STORE_BUFFERS - 1>();  // the store that last used it has read it")
                 o.line("warpgroup_sync(consumer);")
-                with o.unrolled("j", "C_BOX_COLS / 8"):
-                    o.line("const int col = first + 8 * j;")
-                    o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
-                           "4 * (col % WGMMA_N / 8);")
-                    o.line(f"const int row = block_m + {self.layout.consumer_row}mr * 64 + r;")
-                    o.line("const int gcol = block_n + col + lane % 4 * 2;")
-                    o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
-                    o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
-                    o.line("const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);")
-                    pair = PAIR_TYPES[c]
-                    o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r, byte)) = "
-                           f"{_pair(c, 'top.x', 'top.y')};")
-                    o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r + 8, byte)) = "
-                           f"{_pair(c, 'bottom.x', 'bottom.y')};")
+                self.emit_box_pairs()
                 o.line("fence_proxy_async();")
                 o.line("warpgroup_sync(consumer);")
                 o.line("if (tid == 0) " + self.store_box("smem_u32(buffer)", "block_n + first",
                                                          f"block_m + {self.layout.consumer_row}mr * 64"))
         with o.block("else"):
             self.emit_row_stores()
+
+    def emit_box_pairs(self) -> None:
+        """One box's accumulators, each lane's pairs on rows r and r + 8, through the epilogue (`c_pair`) into the
+        swizzled `buffer`: what the TMA store and the row stores both write out."""
+        o, c = self.out, self.c
+        pair = PAIR_TYPES[c]
+        with o.unrolled("j", "C_BOX_COLS / 8"):
+            o.line("const int col = first + 8 * j;")
+            o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
+                   "4 * (col % WGMMA_N / 8);")
+            o.line(f"const int row = block_m + {self.layout.consumer_row}mr * 64 + r;")
+            o.line("const int gcol = block_n + col + lane % 4 * 2;")
+            o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
+            o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
+            o.line("const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);")
+            o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r, byte)) = {_pair(c, 'top.x', 'top.y')};")
+            o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r + 8, byte)) = "
+                   f"{_pair(c, 'bottom.x', 'bottom.y')};")
 
     def emit_row_stores(self) -> None:
         """Calls TMA cannot store: the same boxes through the consumer's buffers, then written out a row at a time
@@ -179,19 +184,7 @@ class StagedEpilogue(AccumulatorEpilogue):
             o.line("const int mr = box / (BN / C_BOX_COLS);")
             o.line("const int first = box % (BN / C_BOX_COLS) * C_BOX_COLS;  // the box's first column")
             o.line("warpgroup_sync(consumer);  // the last box's rows have been read")
-            with o.unrolled("j", "C_BOX_COLS / 8"):
-                o.line("const int col = first + 8 * j;")
-                o.line("const float* const d = acc + (mr * N_REPEAT + col / WGMMA_N) * (WGMMA_N / 2) + "
-                       "4 * (col % WGMMA_N / 8);")
-                o.line(f"const int row = block_m + {self.layout.consumer_row}mr * 64 + r;")
-                o.line("const int gcol = block_n + col + lane % 4 * 2;")
-                o.line(f"const int byte = (8 * j + lane % 4 * 2) * {c.bytes};")
-                o.line("const float2 top = c_pair(C, ldc, M, N, row, gcol, d[0], d[1], alpha, beta);")
-                o.line("const float2 bottom = c_pair(C, ldc, M, N, row + 8, gcol, d[2], d[3], alpha, beta);")
-                pair = PAIR_TYPES[c]
-                o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r, byte)) = {_pair(c, 'top.x', 'top.y')};")
-                o.line(f"*reinterpret_cast<{pair}*>(buffer + swizzled_128b(r + 8, byte)) = "
-                       f"{_pair(c, 'bottom.x', 'bottom.y')};")
+            self.emit_box_pairs()
             o.line("warpgroup_sync(consumer);")
             o.line(f"const int box_row = block_m + {self.layout.consumer_row}mr * 64;")
             o.comment("The warpgroup's 64 rows, a warp's lanes on 32 consecutive columns of one row at a time.")
