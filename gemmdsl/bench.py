@@ -56,13 +56,14 @@ from .grouped_bench import bench_grouped
 from .precisions import Comparison, comparison
 from .runtime.binaries import parse_target
 from .runtime.commands import format_size
-from .runtime.environment import require_fp32_cublas
+from .runtime.environment import GpuUnavailable, require_fp32_cublas
 from .runtime.kernel import Kernel
 from .runtime.operands import Size
 from .shape_sets import DEFAULT_SHAPES, RANDOM_PREFIX, RandomShapes, named_lists, shape_source
 from .paths import path_of
 from .targets import unit_peak_tflops
 from .bench_fuse import baselines
+from .quant_bench import bench_quantized, format_quantized_table
 from .verify import Case, CupyArrays, arrays_for, chain_operands, random_operand
 
 DEFAULT_SIZES = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,4096x4096x1024"
@@ -495,13 +496,27 @@ def bench_and_report(kernels: list[Kernel], sizes: list[Size], runs: int, warmup
         if kernel.requirements.grouped:  # its own configurations and references (grouped_bench.py)
             print("\n".join(bench_grouped(kernel, runs, warmup, seed)))
             print()
-    kernels = [kernel for kernel in kernels if not kernel.requirements.grouped]
-    if not kernels:
-        return 0
-    report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed, batch=batch)
-    print(format_table(report))
-    print()
-    print("\n".join(geomean_lines(report)))
-    if json_path:
-        write_json(report, json_path)
-    return 0
+    quantized = [kernel for kernel in kernels if "quant" in kernel.metadata]  # packed weights (quant_bench.py)
+    kernels = [kernel for kernel in kernels if not kernel.requirements.grouped and kernel not in quantized]
+    record, status = {}, 0
+    if quantized:
+        try:
+            quantized_report = bench_quantized(quantized, sizes, runs, warmup, seed,
+                                               Progress(len(quantized) * len(sizes)))
+        except GpuUnavailable as err:  # no PyTorch
+            print(f"error: {err}", file=sys.stderr)
+            status = 2
+        else:
+            print(format_quantized_table(quantized_report))
+            print()
+            print("\n".join(geomean_lines(quantized_report)))
+            record["quantized"] = asdict(quantized_report)
+    if kernels:
+        report = bench(kernels, sizes, runs=runs, warmup=warmup, seed=seed, batch=batch)
+        print(format_table(report))
+        print()
+        print("\n".join(geomean_lines(report)))
+        record = {**asdict(report), **record}
+    if json_path and record:
+        Path(json_path).write_text(json.dumps(record, indent=2) + "\n")
+    return status

@@ -33,6 +33,14 @@ Tolerances (relative Frobenius error against float64; K <= 8192):
   pairing torch._scaled_mm does not multiply (e5m2 x e5m2) the reference is the f32 product of the FP8
   values (exact in f32) with the scales, rounded to C's type, and bench times torch._scaled_mm on the same
   bytes read as e4m3, whose cost is the same.
+- dequant (a quantized B, paths/dequant): at most 1.1x the error of dequantize-then-cuBLAS (the dequantized
+  weight rounded to A's type, then cuBLAS at A's precision writing C's type), both against float64 of A times
+  the dequantized weight, plus 1e-6. The kernel multiplies the integer codes exactly and scales FP32 partial
+  sums, so its error is C's rounding and FP32 accumulation, where cuBLAS adds each weight's rounding to 16 bits:
+  the kernel is usually the closer one, and the factor leaves room for the accumulation order, not for a lost
+  group, a wrong zero point or a mis-scaled row. The 1e-6 floor is FP32 accumulation-order noise (near 1e-7 at
+  K <= 8192, as for fma) for an f32 C where both errors are that small. The library is PyTorch for both
+  activation types, as for bf16 / f16 inputs.
 """
 from __future__ import annotations
 
@@ -42,6 +50,8 @@ FMA_TOLERANCE = 1e-5
 TF32_TOLERANCE = 2e-3
 TF32X3_FACTOR = 2.0  # times cuBLAS SGEMM's error
 FP8_FACTOR = 1.1  # times torch._scaled_mm's error
+DEQUANT_FACTOR = 1.1  # times dequantize-then-cuBLAS's error
+DEQUANT_FLOOR = 1e-6  # added to it: FP32 accumulation-order noise
 UNIT_ROUNDOFF = {"f32": 0.0, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 
@@ -59,6 +69,7 @@ class Comparison:
     tensor_scales: bool = False  # fp8 with `scale: tensor`: torch._scaled_mm's tensorwise mode (0-dim scales)
     b_dtype: str = ""  # of B where it is not A's (an FP8 pairing such as e4m3 x e5m2)
     scaled: bool = False  # the reference is torch._scaled_mm, its operands made with their scales
+    floor: float = 0.0  # relative_to_cublas: added to the allowed error
 
     @property
     def c_dtype(self) -> str:
@@ -72,7 +83,7 @@ class Comparison:
     def tolerance(self, c_dtype: str, cublas_error: float | None) -> float:
         """Largest relative error vs float64 that passes."""
         if self.relative_to_cublas:
-            return self.factor * (cublas_error or 0.0)
+            return self.factor * (cublas_error or 0.0) + self.floor
         if self.unit == "tf32":
             return TF32_TOLERANCE
         return FMA_TOLERANCE + UNIT_ROUNDOFF[c_dtype]
@@ -86,12 +97,21 @@ COMPARISONS = {
     "f16": Comparison("f16", "FP16 GEMM", "torch", "f16", relative_to_cublas=False),
     "fp8": Comparison("fp8", "FP8 scaled_mm", "torch", "e4m3", relative_to_cublas=True, output_dtype="bf16",
                       factor=FP8_FACTOR, scaled=True),
+    "dequant": Comparison("dequant", "GEMM on the dequantized weight", "torch", "bf16", relative_to_cublas=True,
+                          factor=DEQUANT_FACTOR, floor=DEQUANT_FLOOR),
 }
+CUBLAS_TYPES = {"bf16": "BF16", "f16": "FP16"}
 
 
 def comparison(metadata: dict) -> Comparison:
     """The comparison for a compiled kernel (metadata from before units were recorded: fma): by its
-    unit, and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well."""
+    unit, and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well. A dequantizing kernel (NAME.json's
+    `quant`): cuBLAS at A's precision on the dequantized weight, writing C's type."""
+    if "quant" in metadata:
+        activation, c = metadata["quant"]["activation"], metadata["dtypes"]["c"]
+        compared = COMPARISONS["dequant"]
+        return replace(compared, cublas=f"{CUBLAS_TYPES[activation]} {compared.cublas}{' f32 C' if c == 'f32' else ''}",
+                       input_dtype=activation, output_dtype=c if c != activation else "")
     compared = COMPARISONS[metadata.get("unit", "fma")]
     if compared.unit == "fp8":  # the kernel's operand types and C, and its accumulation mode
         dtypes = metadata["dtypes"]

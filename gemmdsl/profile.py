@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ from .file_kinds import inputs_help
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .ncu_counters import DRAM_READ, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, OCCUPANCY_LIMITS, REGISTERS
 from .passes.intensity import compulsory_bytes
-from .runtime.commands import packed_weights_refusal
+from .quant_check import quant_facts
 from .source import CompileError, printable
 
 NCU_TIMEOUT_S = 600
@@ -127,11 +128,15 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
     import cupy
 
     from .precisions import comparison
-    from .runtime.kernel import load
+    from .runtime.quantized import load
     from .verify import Case, arrays_for, chain_operands, random_operand
 
     kernel = load(spec_path)
     arrays = arrays_for(comparison(kernel.metadata), seed=0)  # inputs of the kernel's own types
+    if "quant" in kernel.metadata:
+        drive_quantized(kernel, arrays, problem)
+        cupy.cuda.runtime.deviceSynchronize()
+        return
     dtypes, layouts = kernel.metadata["dtypes"], kernel.requirements.layouts
     a = random_operand(arrays, dtypes["a"], layouts["A"], problem.m, problem.k)
     b = random_operand(arrays, dtypes["b"], layouts["B"], problem.k, problem.n)
@@ -146,6 +151,20 @@ def drive(spec_path: str, problem: ProblemSize) -> None:
             chain["col_scale"] = cupy.tile(chain["col_scale"], (ASSUMED_GROUPS, 1))
     kernel(a, b, stream_k=False, interior=False, **chain)
     cupy.cuda.runtime.deviceSynchronize()
+
+
+def drive_quantized(kernel, arrays, problem: ProblemSize) -> None:
+    """One call of a dequantizing kernel on a random weight quantized in its format and packed, and a random A
+    (PyTorch's arrays, as verify's)."""
+    import numpy
+
+    from .quant_operands import draw_weight
+    from .verify import device_packed
+
+    weight = draw_weight(numpy.random.default_rng(0), kernel.format, problem.n, problem.k)
+    a = arrays.random(problem.m * problem.k, kernel.format.activation).reshape(problem.m, problem.k)
+    c = arrays.poisoned(problem.m * problem.n, kernel.metadata["dtypes"]["c"]).reshape(problem.m, problem.n)
+    kernel(a, device_packed(arrays, weight, kernel.format), c)
 
 
 # --- predicted beside measured -------------------------------------------------------------
@@ -164,14 +183,20 @@ def measured_blocks(metrics: dict[str, float]) -> dict[str, int]:
 
 def dram_read_bytes(analysis: Analysis) -> int:
     """What the profiled launch must read from DRAM: A and B once and the fuse chain's operands once (the
-    driver leaves beta at 0, so C is not read)."""
+    driver leaves beta at 0, so C is not read); a quantized B in the kernel's layout, codes, scales and zero
+    points (quant_check.quant_facts)."""
     m, n, k = analysis.problem
+    if analysis.spec.quant is not None:
+        facts = quant_facts(analysis.spec, analysis.problem, None)
+        return facts.a_bytes + facts.weight_bytes
     return sum(count for name, count in compulsory_bytes(analysis.spec, m, n, k).items() if name != "c")
 
 
 def dram_row(analysis: Analysis, metrics: dict[str, float]) -> Row:
     fuse = analysis.facts.get("fuse")
     label = "DRAM bytes read (A, B" + (f", {', '.join(fuse.dram_bytes)})" if fuse is not None else ")")
+    if analysis.spec.quant is not None:
+        label = "DRAM bytes read (A, packed B)"
     return Row(label, dram_read_bytes(analysis), metrics.get(DRAM_READ))
 
 
@@ -228,6 +253,10 @@ def format_comparison(analysis: Analysis, rows: list[Row]) -> str:
     if any(row.label.startswith("DRAM") for row in rows):
         lines.append("  (DRAM bytes read: the least the launch must read, each operand once; what L2 does not keep of "
                      "A's and B's repeats comes on top)")
+    if analysis.spec.quant is not None:
+        lines.append("  (packed B: its codes, scales and zero points in the kernel's layout; the split-K workspace's "
+                     "atomics stay in L2. Shared-memory wavefronts and conflicts are not compared: the path stages "
+                     "A's k-slice once and predicts none)")
     if any(row.label.startswith("cp.async") for row in rows):
         lines.append("  (ncu's LDGSTS conflict counter does not count what cp.async's stores cost; timed on the H100 "
                      "they take the wavefronts predicted: tests/test_gpu_probes.py)")
@@ -265,8 +294,10 @@ def profile_main(args: argparse.Namespace) -> int:
             print(err.render(), file=sys.stderr)
             status = 1
             continue
-        if spec.quant is not None:
-            print(f"{printable(path)}: error: {packed_weights_refusal(spec.name, 'profile draws')}", file=sys.stderr)
+        if spec.quant is not None and importlib.util.find_spec("torch") is None:
+            print(f"{printable(path)}: error: {spec.name} multiplies packed quantized weights, and profile launches it "
+                  "on bf16 or f16 operands PyTorch makes: PyTorch is not installed (pip install torch)",
+                  file=sys.stderr)
             status = 1
             continue
         specs.append((path, spec))

@@ -31,6 +31,7 @@ import re
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -44,11 +45,15 @@ from .fuse_operands import FuseOperands
 from .fuse_reference import BLOCK_SCALES, apply_chain, dequantize_blocks
 from .grouped_bench import verify_group_ends, verify_grouped
 from .grouped_schedule import group_rows
-from .ir import ScaleVectors
+from .ir import DType, ScaleVectors
 from .precisions import FMA_TOLERANCE, Comparison, comparison
+from .quant_layout import QuantFormat, pack
+from .quant_operands import draw_weight, signed_views
+from .quant_reference import rounded_weight
+from .quantize import QuantizeError
 from .arrays import DTYPE_NAMES, ITEM_SIZES
 from .runtime.commands import format_size
-from .runtime.environment import require_fp32_cublas
+from .runtime.environment import GpuUnavailable, require_fp32_cublas
 from .runtime.kernel import Kernel
 from .runtime.operands import Size
 
@@ -336,6 +341,10 @@ class TorchArrays(CupyArrays):
 
     def device(self, x: Any) -> Any:
         return self.xp.from_numpy(x).cuda()
+
+    def device_as(self, x: Any, dtype: str) -> Any:
+        """A GPU copy of a NumPy array in `dtype` (f32, f16 or bf16)."""
+        return self.device(x).to(self._dtype(dtype))
 
     def cublas(self, a: Any, b: Any) -> Any:
         """The product at the kernel's precision: 16-bit inputs (FP32 accumulation, a result of the
@@ -683,6 +692,79 @@ def chained(arrays: CupyArrays, fuse: dict, chain: dict[str, Any], epilogue: str
     return arrays.device(result)
 
 
+QUANTIZED_CASES = ("packed weights", "second call")
+
+
+def verify_quantized(kernel: Any, sizes: list[Size], seed: int = 0) -> list[Result]:
+    """A dequantizing kernel (runtime.quantized.QuantizedKernel) at every size: A fresh and random in its type, a
+    random weight quantized in the spec's format and packed (quant_operands.draw_weight), two calls on these operands
+    (QUANTIZED_CASES: the second runs on the split-K workspace the first left, which must be zero again), each into
+    a C poisoned with NaN between NaN guards. Each is held to float64 of A times the dequantized weight within the
+    comparison's allowance of dequantize-then-cuBLAS's error (precisions.py: 1.1x plus 1e-6). ImportError without
+    GpuUnavailable without PyTorch, which makes the 16-bit operands and the reference (as for a dense 16-bit
+    kernel; CuPy has no bf16)."""
+    compared = comparison(kernel.metadata)
+    arrays = quantized_arrays(kernel, compared, seed)
+    rng = np.random.default_rng(seed)
+    results = []
+    for size in sizes:
+        m, n, k = size
+        if k % kernel.k_multiple:  # before drawing a weight the kernel cannot take
+            results.append(skipped_result(kernel, size, f"refused: K = {k} is not a multiple of {kernel.k_multiple} "
+                                                        "(whole groups, A's rows read 16 bytes at a time)"))
+            continue
+        try:
+            weight = draw_weight(rng, kernel.format, n, k)
+            results += check_quantized(kernel, arrays, compared, size, weight)
+        except (QuantizeError, ValueError) as err:  # a format quantize.py does not draw, or the launcher's refusal
+            results.append(skipped_result(kernel, size, f"refused: {err}"))
+    return results
+
+
+def quantized_arrays(kernel: Any, compared: Comparison, seed: int) -> CupyArrays:
+    """The arrays for a dequantizing kernel's operands; GpuUnavailable, saying so, without PyTorch."""
+    try:
+        return arrays_for(compared, seed)
+    except ImportError as err:
+        raise GpuUnavailable(f"{kernel.name}: PyTorch is not installed ({err}); a dequantizing spec's operands are "
+                             "bf16 or f16, which it makes and multiplies (cuBLAS on the dequantized weight): "
+                             "pip install torch") from None
+
+
+def device_packed(arrays: CupyArrays, weight: Any, fmt: QuantFormat) -> dict[str, Any]:
+    """`weight` (a quantize.Canonical) packed in `fmt` (quant_layout.pack) and copied to the GPU, as the kernel
+    takes it."""
+    return {name: arrays.device(view) for name, view in signed_views(pack(weight.q, weight.scales, weight.zeros,
+                                                                          fmt)).items()}
+
+
+def check_quantized(kernel: Any, arrays: CupyArrays, compared: Comparison, size: Size, weight: Any) -> list[Result]:
+    """The calls of QUANTIZED_CASES at `size` on A, `weight` (a quantize.Canonical) packed, and fresh Cs."""
+    m, n, k = size
+    fmt, c_dtype = kernel.format, kernel.metadata["dtypes"]["c"]
+    a = arrays.random(m * k, fmt.activation).reshape(m, k)
+    packed = device_packed(arrays, weight, fmt)
+    float64 = arrays.float64(a) @ arrays.device(weight.dequantized()).T
+    rounded = rounded_weight(weight.q, weight.scales, weight.zeros, weight.group, DType(fmt.activation))
+    cublas = arrays.cublas(a, arrays.device_as(rounded.astype(np.float32), fmt.activation).T)  # exact in A's type
+    cublas_vs_float64 = arrays.error(cublas, float64)
+    results = []
+    for case in QUANTIZED_CASES:
+        buffer = arrays.poisoned(m * n + 2 * GUARD_ELEMENTS, c_dtype)
+        c = buffer[GUARD_ELEMENTS:GUARD_ELEMENTS + m * n].reshape(m, n)
+        launch = kernel.bind(a, packed, c)
+        launch()
+        outside = buffer.clone() if hasattr(buffer, "clone") else buffer.copy()
+        outside[GUARD_ELEMENTS:GUARD_ELEMENTS + m * n] = float("nan")
+        results.append(Result(kernel=kernel.name, m=m, n=n, k=k, alpha=1.0, beta=0.0,
+                              nonfinite=arrays.count_nonfinite(c), wrote_outside_c=not arrays.all_nan(outside),
+                              vs_cublas=arrays.error(c, cublas), vs_float64=arrays.error(c, float64),
+                              cublas_vs_float64=cublas_vs_float64,
+                              tolerance=compared.tolerance(c_dtype, cublas_vs_float64.relative),
+                              cublas_tolerance=None, case=case, entry=launch.entry))
+    return results
+
+
 def format_result(result: Result) -> str:
     """One line per case: verdict, shape, case, scalars, and the errors."""
     shape = format_size((result.m, result.n, result.k))
@@ -728,8 +810,15 @@ def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_
     for kernel in grouped:
         passed, ran = verify_grouped(kernel, seed)
         grouped_passed, grouped_ran = grouped_passed + passed, grouped_ran + ran
+    status = 0
     for kernel in (kernel for kernel in kernels if not kernel.requirements.grouped):
-        for result in verify(kernel, sizes, seed):
+        try:
+            found = verify_quantized(kernel, sizes, seed) if "quant" in kernel.metadata else verify(kernel, sizes, seed)
+        except GpuUnavailable as err:  # no PyTorch for a dequantizing kernel
+            print(f"error: {err}", file=sys.stderr)
+            status = 2
+            continue
+        for result in found:
             print(format_result(result), flush=True)
             results.append(result)
     if json_path:
@@ -739,4 +828,4 @@ def verify_and_report(kernels: list[Kernel], sizes: list[Size], seed: int, json_
     ran = len(results) - skipped + grouped_ran
     failed += grouped_ran - grouped_passed
     print(f"{ran - failed}/{ran} cases passed" + (f", {skipped} sizes skipped" if skipped else ""))
-    return 1 if failed else 0
+    return 1 if failed else status

@@ -48,7 +48,7 @@ LAYERS = {
               "gemmdsl.bench", "gemmdsl.bench_fuse", "gemmdsl.grouped_bench", "gemmdsl.profile", "gemmdsl.tune",
               "gemmdsl.tune_cli", "gemmdsl.tune_db", "gemmdsl.tune_family", "gemmdsl.tune_workers", "gemmdsl.calibrate",
               "gemmdsl.calibrate_kernels", "gemmdsl.quantize",
-              "gemmdsl.quantize_cli", "gemmdsl.quant_check"),
+              "gemmdsl.quantize_cli", "gemmdsl.quant_check", "gemmdsl.quant_operands", "gemmdsl.quant_bench"),
 }
 LEVEL = {layer: level for level, layer in enumerate(LAYERS)}
 

@@ -7,6 +7,7 @@ import numpy as np
 from gemmdsl import quant_layout as ql
 from gemmdsl.paths.dequant.kernel import DecodeConfig
 from gemmdsl.quant_layout import QuantFormat
+from gemmdsl.quant_operands import signed_views
 
 
 # (format, C's type, kernel shape): each integer type with and without zero points, FP8 weights per channel
@@ -67,8 +68,7 @@ def dequantized(q, scales, zeros, fmt: ql.QuantFormat) -> np.ndarray:
 
 
 def device_packed(torch, packed: dict[str, np.ndarray]) -> dict:
-    return {name: torch.from_numpy(array.view(np.int32) if array.dtype == np.uint32 else
-                                   array.view(np.int16)).cuda() for name, array in packed.items()}
+    return {name: torch.from_numpy(view).cuda() for name, view in signed_views(packed).items()}
 
 
 def spec_text(name: str, config: DecodeConfig) -> str:

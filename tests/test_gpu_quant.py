@@ -2,9 +2,11 @@
 gemmdsl.load like a shipped one: every weight format at decode and prefill-edge shapes, fresh random inputs
 (never zero) and a NaN-poisoned C, held to float64 on the dequantized weights: its relative error within 1.1x
 of dequantize-then-cuBLAS's (the weight rounded to A's type, then torch.matmul). Also: a split-K call leaves its
-workspace zero again, so the next call can use it; and the shipped specs."""
+workspace zero again, so the next call can use it; the shipped specs; and `gemmdsl verify` and `gemmdsl bench` of
+each shipped spec."""
 from __future__ import annotations
 
+import json
 import zlib
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
@@ -105,3 +107,24 @@ def test_a_shipped_spec_matches_float64_as_well_as_cublas(path, m):
     reference = a.double() @ w.T
     cublas = relative_error((a @ w.to(a.dtype).T).to(c.dtype), reference)
     assert c.shape == (m, n) and relative_error(c, reference) <= 1.1 * cublas + 1e-6
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_verify_and_bench_take_a_shipped_spec_through_the_cli(path, tmp_path, capsys):
+    """`gemmdsl verify` and `gemmdsl bench` of a dequantizing spec: every case passes (K = 1000 is refused where the
+    group is 128, taken per channel), and bench times it beside cuBLAS (and torch._weight_int4pack_mm for s4)."""
+    from gemmdsl.cli import main
+
+    grouped = "w4" in path.stem
+    verified = tmp_path / "verify.json"
+    assert main(["verify", str(path), "--sizes", "1x4000x4096,16x4096x4096,5x1000x1000", "--json", str(verified)]) == 0
+    records = json.loads(verified.read_text())
+    assert [record["skipped"] != "" for record in records] == [False] * 4 + ([True] if grouped else [False] * 2)
+    assert all(record["passed"] for record in records)
+    assert "cases passed" in capsys.readouterr().out
+    timed = tmp_path / "bench.json"
+    assert main(["bench", str(path), "--sizes", "1x4096x4096,16x4096x4096", "--json", str(timed)]) == 0
+    rows = json.loads(timed.read_text())["quantized"]["rows"]
+    ours = [row for row in rows if row["name"] == path.stem]
+    assert len(ours) == 2 and all(row["median_us"] > 0 and row["gbs"] > 0 for row in ours)
+    assert grouped == all(row["pct_of_int4pack"] is not None for row in ours)  # 4-bit codes in groups of 128

@@ -1,6 +1,6 @@
 """The dequantizing decode path from a spec: the four shipped specs compile through it (metadata, header), its
-refusals are positioned with hints, its grid rule is the kernel's, and `gemmdsl.load`'s kernel binds a call's
-packed operands to the launch (on the fake GPU of tests/fake_gpu.py)."""
+refusals are positioned with hints, its grid rule is the kernel's, `gemmdsl.load`'s kernel binds a call's
+packed operands to the launch (on the fake GPU of tests/fake_gpu.py), and the GPU commands take such a spec."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -172,14 +172,35 @@ def test_the_gpu_tests_configurations_compile_as_specs():
         compiler.compile_source(SourceFile(f"{name}.gemm", spec_text(name, config)))
 
 
-@pytest.mark.parametrize("command", [["verify", "--sizes", "64"], ["bench", "--sizes", "64"], ["profile"]])
-def test_the_gpu_commands_refuse_a_dequantizing_spec_by_name_before_the_gpu(command, capsys):
-    """verify, bench and profile draw dense A and B: a dequantizing spec is refused with where its comparisons live,
-    without a traceback and before they look for a GPU or ncu."""
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_verify_and_bench_take_a_dequantizing_spec_up_to_the_gpu(command, monkeypatch, capsys):
+    """verify and bench compile a dequantizing spec and go on to look for the GPU (tests/test_quant_tools.py checks
+    what they do there), without refusing it by name or a traceback."""
+    import sys
+
     from gemmdsl.cli import main
 
-    status = main([command[0], str(ROOT / "specs" / "w4a16_decode.gemm"), *command[1:]])
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    status = main([command, str(ROOT / "specs" / "w4a16_decode.gemm"), "--sizes", "1x4096x4096"])
     err = capsys.readouterr().err
-    assert status == 1
+    assert status == 2 and err.startswith("error: CuPy is not installed") and "Traceback" not in err
+
+
+def test_profile_takes_a_dequantizing_spec_and_says_what_it_needs(monkeypatch, capsys):
+    """profile goes on to ncu with a dequantizing spec where PyTorch (which makes its operands) is there, and
+    says so where it is not."""
+    import importlib.util
+
+    from gemmdsl import profile
+    from gemmdsl.cli import main
+
+    spec = str(ROOT / "specs" / "w4a16_decode.gemm")
+    monkeypatch.setattr(profile.shutil, "which", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert main(["profile", spec]) == 2
+    assert capsys.readouterr().err.startswith("error: ncu (Nsight Compute) is not on PATH")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert main(["profile", spec]) == 1
+    err = capsys.readouterr().err
     assert "w4a16_decode.gemm: error: w4a16_decode multiplies packed quantized weights" in err
-    assert "tests/test_gpu_quant.py and scripts/quant_bench.py" in err and "Traceback" not in err
+    assert "PyTorch is not installed" in err and "Traceback" not in err

@@ -6,17 +6,12 @@ import sys
 from typing import Callable
 
 from ..abi import size_errors
-from ..source import CompileError, printable
+from ..source import CompileError
 from .binaries import KernelBuildError
 from .environment import GpuUnavailable, require_fp32_cublas, require_gpu
 from .kernel import Kernel, compile_spec
 from .operands import Size
-
-
-def packed_weights_refusal(name: str, tools: str) -> str:
-    """Why a GPU command does not run a dequantizing spec (`tools`: "verify and bench draw", "profile draws")."""
-    return (f"{name} multiplies packed quantized weights, and {tools} dense A and B; tests/test_gpu_quant.py and "
-            "scripts/quant_bench.py compare and time it (docs/quantized-kernel.md)")
+from .quantized import QuantizedKernel
 
 
 def parse_sizes(text: str) -> list[Size]:
@@ -62,11 +57,6 @@ def run_on_kernels(spec_paths: list[str], sizes_text: str, work: Callable[[list[
             print(err.render(), file=sys.stderr)
             failed += 1
             continue
-        if "quant" in artifacts.metadata:  # a QuantizedKernel's call takes packed weights, not a dense B
-            print(f"{printable(path)}: error: {packed_weights_refusal(artifacts.name, 'verify and bench draw')}",
-                  file=sys.stderr)
-            failed += 1
-            continue
         compiled.append(artifacts)
     try:
         require_gpu()
@@ -77,7 +67,8 @@ def run_on_kernels(spec_paths: list[str], sizes_text: str, work: Callable[[list[
     kernels = []
     for artifacts in compiled:
         try:
-            kernels.append(Kernel(artifacts))
+            # a dequantizing spec's call takes packed weights (verify and bench draw them for it)
+            kernels.append((QuantizedKernel if "quant" in artifacts.metadata else Kernel)(artifacts))
         except (KernelBuildError, GpuUnavailable) as err:
             print(f"{artifacts.spec.span.file}: error: {err}", file=sys.stderr)
             failed += 1

@@ -1,17 +1,19 @@
 """What the analysis and the tools read of the dequantizing decode path: its pass (the launch's grid, split-K,
-residency and waves), its facts for `check` (headline, ptxas's spills, the dequantization's instructions) and
-its cycle model, a streaming one: a decode call is bound by the weights' bytes."""
+residency and waves), its facts for `check` (headline, ptxas's spills, the dequantization's instructions), the
+launch figures `profile` compares with Nsight Compute's, and its cycle model, a streaming one: a decode call is
+bound by the weights' bytes."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
 from ...cycles import MemberModel
+from ...ncu_counters import DYNAMIC_SMEM, GRID_SIZE, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, REGISTERS
 from ...passes.framework import Context, PassResult
 from ...prediction import Prediction
 from ...quant_layout import TILE_N, packed_bytes
 from ...targets import HBM_BYTES_PER_CLOCK, occupancy_of
-from ..facts import DequantCost, ToolFacts
+from ..facts import Comparison, DequantCost, ToolFacts
 from .kernel import DecodeConfig
 
 # Per 16-row tile and 16-wide k-step (a lane's four A registers), the instructions that turn codes into A's type:
@@ -85,6 +87,8 @@ def dequant_cost(config: DecodeConfig) -> DequantCost:
 
 
 class DecodeFacts(ToolFacts):
+    ncu_metrics = (GRID_SIZE, DYNAMIC_SMEM, *LAUNCH_METRICS)
+
     def headline(self, analysis) -> str:
         spec, layout = analysis.spec, analysis.layout
         config = layout.config
@@ -98,6 +102,21 @@ class DecodeFacts(ToolFacts):
 
     def figures(self, analysis) -> dict:
         return {"decode": dataclasses.asdict(analysis.facts["decode"])}
+
+    def comparisons(self, analysis) -> list[Comparison]:
+        """The launch: registers (the mainloop's estimate under the cap, and ptxas's), the staged activations'
+        shared memory, the grid with its k-slices and the blocks per SM. Its shared memory holds one copy of A's
+        k-slice read by ldmatrix, which the path predicts no wavefronts or conflicts for: not compared."""
+        config: DecodeConfig = analysis.layout.config
+        launch: DecodeLaunch = analysis.facts["decode"]
+        x, y, z = launch.grid
+        return [
+            Comparison("registers per thread (estimate)", min(config.registers, config.register_cap), REGISTERS),
+            Comparison("registers per thread (nvcc ptxas)", (analysis.ptxas or {}).get("registers"), REGISTERS),
+            Comparison("dynamic shared memory per block", config.smem_bytes, DYNAMIC_SMEM),
+            Comparison(f"blocks in the grid ({x}x{y}x{z})", x * y * z, GRID_SIZE),
+            Comparison("blocks per SM", launch.blocks_per_sm, MEASURED_BLOCKS_PER_SM),
+        ]
 
     def dequantization(self, analysis) -> DequantCost:
         return dequant_cost(analysis.layout.config)
