@@ -16,7 +16,7 @@
 #define w4a16_decode_K_MULTIPLE 128
 #define w4a16_decode_ROWS 16
 #define w4a16_decode_BLOCK_ROWS 128
-#define w4a16_decode_K_SLICE 1024
+#define w4a16_decode_K_SLICE 2048
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,7 +26,7 @@ extern "C" {
 // pack() arrays (docs/quantized-kernel.md):
 //   weights: uint32 [N/16, K/64, 32, 4] (N / 16 and K / 64 rounded up): s4 codes, one 128-bit load per lane and chunk of k
 //   scales: uint16 [N/16, K/128, 8, 2]: bf16 bits of scale[16 * tile + g + 8 * h, group]
-// Pass NULL for an array the format lacks. With K > 1024 the call needs `workspace` of
+// Pass NULL for an array the format lacks. With K > 2048 the call needs `workspace` of
 // w4a16_decode_workspace_bytes(M, N, K) bytes, zero when first used (the kernel leaves it zero again;
 // calls sharing it must not overlap). Returns cudaErrorInvalidValue, launching nothing, for
 // arguments it cannot take.

@@ -10,15 +10,15 @@
 //       problem  { a: bf16 row; b: u4 col; c: bf16 row; bounds: checked; }
 //       quant b  { group: 128; zeros: yes; }
 //       target   sm_90a;
-//       block    { tile: 16x128x1024; }   // 16 rows of A, 128 rows of W, a k-slice of 1024 per block
+//       block    { tile: 16x128x2048; }   // 16 rows of A, 128 rows of W, a k-slice of 2048 per block
 //       threads  { warps: 1x8; }          // 8 warps along W's rows, one tile of 16 rows each
 //       pipeline { stages: 6; }           // 128-bit weight loads each lane keeps in flight
-//       budget   { blocks_per_sm: 3; }    // the fastest of eight shapes timed on the H200 (docs/performance.md)
+//       budget   { blocks_per_sm: 2; }    // the fastest at M = 16 of the shapes timed on the H200 (docs/performance.md)
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 8192 blocks of 8 warps, 4 k-tiles each, for 4096x4096x4096
-//   decode: grid 256x32x4: split-K over 4 k-slices of 1024 (67,141,632 bytes of workspace); 3 blocks per SM (80 registers, 33,024 bytes of staged A each), 82.75 waves on 132 SMs of an H200
+//   launch: 8192 blocks of 8 warps, 2 k-tiles each, for 4096x4096x4096
+//   decode: grid 256x32x2: split-K over 2 k-slices of 2048 (67,141,632 bytes of workspace); 2 blocks per SM (80 registers, 73,984 bytes of staged A each), 62.06 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__
 #include <cstdint>
@@ -42,9 +42,9 @@ typedef __nv_bfloat16 act_t;
 typedef __nv_bfloat162 act2_t;
 typedef __nv_bfloat16 c_t;
 constexpr int WARPS = 8, TILES = 1, MT = 2, MROWS = MT * 8;
-constexpr int K_SLICE = 1024, CHUNK_K = 64, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
+constexpr int K_SLICE = 2048, CHUNK_K = 64, STEPS = CHUNK_K / 16, CHUNKS = K_SLICE / CHUNK_K;
 constexpr int PREFETCH = 6, BLOCK_TILES = WARPS * TILES, XS_STRIDE = K_SLICE + 8;
-constexpr int GROUP = 128, GROUP_STEPS = 8, SLICE_GROUPS = 8;
+constexpr int GROUP = 128, GROUP_STEPS = 8, SLICE_GROUPS = 16;
 constexpr uint32_t MAGIC2 = 0x43004300u;  // two bf16 128.0
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -63,6 +63,20 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
+}
+
+// Volatile, as load_stream: a group's word is read when the group comes, not hoisted with every other group's
+// to the slice's start (where they would hold registers through the slice).
+__device__ __forceinline__ uint32_t load_shared(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+    return v;
+}
+
+// Pins the accumulators' multiply-adds before this point: ptxas would otherwise sink every group's to the slice's
+// end and keep each group's partial sums live until then (spilling past a few groups).
+__device__ __forceinline__ void settle(float (&v)[4]) {
+    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
 }
 
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -100,31 +114,21 @@ __device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets&
 }
 
 
-// A warp's streams: per tile, where its lane's words of the slice's first chunk and its rows' scale and zero
-// words of the slice's first group are (null past N), and how many chunks and groups remain before K's end.
-// Addresses are bases plus constant offsets, so the unrolled slice holds no address per chunk.
+// A warp's streams: per tile, where its lane's words of the slice's first chunk are (null past N), and how many
+// chunks remain before K's end. Addresses are bases plus constant offsets, so the unrolled slice holds no
+// address per chunk.
 struct Streams {
     const uint4* weights[TILES];
-    const uint32_t* scales[TILES];
-    const uint32_t* zeros[TILES];
-    int chunks_left, groups_left;
+    int chunks_left;
 };
 
-__device__ __forceinline__ Streams streams_of(const uint4* weights, const uint32_t* scales, const uint32_t* zeros,
-                                              int tile0, int chunk0, int group0, int N, int K, int lane) {
+__device__ __forceinline__ Streams streams_of(const uint4* weights, int tile0, int chunk0, int N, int K, int lane) {
     const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
-    const int groups = (chunks * CHUNK_K + GROUP - 1) / GROUP;  // padded groups
     Streams s;
     #pragma unroll
-    for (int i = 0; i < TILES; ++i) {
-        const bool inside = tile0 + i < tiles;
-        const unsigned long long pairs = ((unsigned long long)(tile0 + i) * groups + group0) * 8 + (lane >> 2);
-        s.weights[i] = inside ? weights + ((unsigned long long)(tile0 + i) * chunks + chunk0) * 32 + lane : nullptr;
-        s.scales[i] = inside && scales != nullptr ? scales + pairs : nullptr;
-        s.zeros[i] = inside && zeros != nullptr ? zeros + pairs : nullptr;
-    }
+    for (int i = 0; i < TILES; ++i)
+        s.weights[i] = tile0 + i < tiles ? weights + ((unsigned long long)(tile0 + i) * chunks + chunk0) * 32 + lane : nullptr;
     s.chunks_left = chunks - chunk0;
-    s.groups_left = groups - group0;
     return s;
 }
 
@@ -132,24 +136,20 @@ __device__ __forceinline__ uint4 load_chunk(const uint4* base, int c, int left) 
     return base != nullptr && c < left ? load_stream(base + c * 32) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-__device__ __forceinline__ uint32_t load_pair(const uint32_t* base, int s, int left) {
-    return base != nullptr && s < left ? __ldg(base + s * 8) : 0u;
-}
-
-// Issues chunk c of the slice (its loads for the warp's tiles) and the scales and zero points of the groups that
-// begin in it.
-__device__ __forceinline__ void issue(uint4 (&slot)[TILES], uint32_t (&scale_words)[SLICE_GROUPS][TILES],
-                                      Offsets (&offsets)[SLICE_GROUPS][TILES], int c, const Streams& streams) {
+// Issues chunk c of the slice: its loads for the warp's tiles.
+__device__ __forceinline__ void issue(uint4 (&slot)[TILES], int c, const Streams& streams) {
     #pragma unroll
     for (int i = 0; i < TILES; ++i) slot[i] = load_chunk(streams.weights[i], c, streams.chunks_left);
-    #pragma unroll
-    for (int s = 0; s < SLICE_GROUPS; ++s) {
-        if (s * GROUP < c * CHUNK_K || s * GROUP >= (c + 1) * CHUNK_K) continue;
-        #pragma unroll
-        for (int i = 0; i < TILES; ++i) {
-            scale_words[s][i] = load_pair(streams.scales[i], s, streams.groups_left);
-            offsets[s][i] = offsets_of(load_pair(streams.zeros[i], s, streams.groups_left));
-        }
+}
+
+// Copies the block's tiles' words (scales or zero points) of the slice's groups into ws[tile][group][8]: held in
+// shared memory, not registers, until their group comes (0 past N and past the last group).
+__device__ __forceinline__ void stage_words(uint32_t* ws, const uint32_t* words, int tile0, int group0, int N, int K) {
+    const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
+    const int groups = (chunks * CHUNK_K + GROUP - 1) / GROUP;  // padded groups
+    for (int e = threadIdx.x; e < BLOCK_TILES * SLICE_GROUPS * 8; e += WARPS * 32) {
+        const int tile = tile0 + e / (SLICE_GROUPS * 8), group = group0 + e / 8 % SLICE_GROUPS;
+        ws[e] = tile < tiles && group < groups ? __ldg(words + ((unsigned long long)tile * groups + group) * 8 + e % 8) : 0u;
     }
 }
 
@@ -171,6 +171,7 @@ __device__ __forceinline__ void scale_rows(float (&to)[MT][4], const float (&fro
         to[mt][1] = fmaf(from[mt][1], low, to[mt][1]);
         to[mt][2] = fmaf(from[mt][2], high, to[mt][2]);
         to[mt][3] = fmaf(from[mt][3], high, to[mt][3]);
+        settle(to[mt]);
     }
 }
 
@@ -223,25 +224,31 @@ __device__ __forceinline__ void store_tile(const float (&acc)[TILES][MT][4], c_t
 }
 }  // namespace w4a16_zeros_decode_detail
 
-extern "C" __global__ void __launch_bounds__(256, 3) w4a16_zeros_decode_kernel(
+extern "C" __global__ void __launch_bounds__(256, 2) w4a16_zeros_decode_kernel(
     const __nv_bfloat16* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, __nv_bfloat16* __restrict__ C, float* __restrict__ workspace,
     unsigned* __restrict__ counters, int M, int N, int K) {
     using namespace w4a16_zeros_decode_detail;
     extern __shared__ __align__(16) unsigned char smem[];
     act_t* xs = reinterpret_cast<act_t*>(smem);  // [MROWS][XS_STRIDE]: the block's rows of A over its k-slice
+    // [BLOCK_TILES][SLICE_GROUPS][8] each: the block's scale and zero-point words of the slice's groups
+    uint32_t* scale_ws = reinterpret_cast<uint32_t*>(xs + MROWS * XS_STRIDE);
+    uint32_t* zero_ws = scale_ws + 1 * BLOCK_TILES * SLICE_GROUPS * 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int m0 = blockIdx.x * MROWS, tile0 = (blockIdx.y * WARPS + warp) * TILES, k0 = blockIdx.z * K_SLICE;
-    // The chunks in flight, and each group's scales and zero points, issued with the group's first chunk
-    // (all before anything waits; held only until the group ends).
-    uint4 ring[PREFETCH][TILES];
-    uint32_t scale_words[SLICE_GROUPS][TILES];
-    Offsets offsets[SLICE_GROUPS][TILES];
-    const Streams streams = streams_of(weights, scales, zeros, tile0, k0 / CHUNK_K, k0 / GROUP, N, K, lane);
+    const int block_tile0 = blockIdx.y * BLOCK_TILES, group0 = k0 / GROUP;
+    uint4 ring[PREFETCH][TILES];  // the chunks in flight
+    const Streams streams = streams_of(weights, tile0, k0 / CHUNK_K, N, K, lane);
     #pragma unroll
-    for (int c = 0; c < PREFETCH; ++c) issue(ring[c], scale_words, offsets, c, streams);
+    for (int c = 0; c < PREFETCH; ++c) issue(ring[c], c, streams);
     stage_activations(xs, A, m0, k0, M, K);
+    stage_words(scale_ws, scales, block_tile0, group0, N, K);
+    stage_words(zero_ws, zeros, block_tile0, group0, N, K);
     __syncthreads();
+    // A word of the warp's tile i and the slice's group s: the pair of rows (g, g + 8) this lane accumulates.
+    const auto word = [&](const uint32_t* ws, int i, int s) {
+        return load_shared(ws + ((warp * TILES + i) * SLICE_GROUPS + s) * 8 + (lane >> 2));
+    };
 
     float acc[TILES][MT][4] = {};
     float part[TILES][MT][4];
@@ -253,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) w4a16_zeros_decode_kernel(
             current[i] = ring[c % PREFETCH][i];
         }
         if (c + PREFETCH < CHUNKS)
-            issue(ring[c % PREFETCH], scale_words, offsets, c + PREFETCH, streams);
+            issue(ring[c % PREFETCH], c + PREFETCH, streams);
         #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
             const int step = c * STEPS + s, k = step * 16;
@@ -266,11 +273,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) w4a16_zeros_decode_kernel(
             #pragma unroll
             for (int i = 0; i < TILES; ++i) {
                 uint32_t a[4];
-                dequant(current[i], s, offsets[step / GROUP_STEPS][i], a);
+                dequant(current[i], s, offsets_of(word(zero_ws, i, step / GROUP_STEPS)), a);
                 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) mma(part[i][mt], a, b[mt][0], b[mt][1]);
             }
-            if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], scale_words[step / GROUP_STEPS][i]); }
+            if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], word(scale_ws, i, step / GROUP_STEPS)); }
         }
     }
     
@@ -283,14 +290,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) w4a16_zeros_decode_kernel(
 // Host launchers. C = A * W^T for A of M x K (row-major, K contiguous), W of N x K given as quant_layout.pack's
 // arrays (weights; scales and zeros), C of M x N (row-major).
 // K must be a multiple of 128; A and the weights 16-byte aligned; any M and N.
-// With more than one k-slice (K > 1024) the call needs `workspace`, of w4a16_zeros_decode_workspace_bytes(M, N, K)
+// With more than one k-slice (K > 2048) the call needs `workspace`, of w4a16_zeros_decode_workspace_bytes(M, N, K)
 // bytes, zero when first used: the kernel leaves it zero again. Calls sharing a workspace must not overlap.
 // Each launcher returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
 extern "C" size_t w4a16_zeros_decode_workspace_bytes(int M, int N, int K) {
     if (M < 0 || N < 0 || K < 0) return 0;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;
-    const long long grid_z = (K + 1023) / 1024;
+    const long long grid_z = (K + 2047) / 2048;
     if (grid_y > 65535 || grid_z > 65535) return 0;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
@@ -301,7 +308,7 @@ extern "C" cudaError_t w4a16_zeros_decode_launch(const __nv_bfloat16* A, const v
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;
-    const long long grid_z = (K + 1023) / 1024;
+    const long long grid_z = (K + 2047) / 2048;
     if (grid_y > 65535 || grid_z > 65535) return cudaErrorInvalidValue;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
@@ -314,7 +321,7 @@ extern "C" cudaError_t w4a16_zeros_decode_launch(const __nv_bfloat16* A, const v
     if (workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     float* floats = static_cast<float*>(workspace);
     unsigned* counters = workspace_bytes > 0 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
-    const int smem = 33024;
+    const int smem = 73984;
     static bool attributes_set = false;  // the opt-in to more than 48 KB of dynamic shared memory, once
     if (!attributes_set) {
         const cudaError_t err = cudaFuncSetAttribute(w4a16_zeros_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

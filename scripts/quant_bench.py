@@ -43,9 +43,10 @@ TRIALS, WARMUP = 15, 3
 
 
 def config_for(fmt: QuantFormat, m: int) -> DecodeConfig:
-    """M <= 8: one 8-row tile of A per block; <= 16: two; more: four over shorter k-slices."""
+    """M <= 8: one 8-row tile of A per block; <= 16: two; more: four over k-slices of 512 (A's 32 rows of a longer
+    slice would take most of an SM's shared memory)."""
     m_tiles = 1 if m <= 8 else 2 if m <= 16 else 4
-    return DecodeConfig(fmt, "bf16", m_tiles=m_tiles, k_slice=1024 if m_tiles < 4 else 512)
+    return DecodeConfig(fmt, "bf16", m_tiles=m_tiles, **({} if m_tiles < 4 else {"k_slice": 512}))
 
 
 def weight_on_gpu(gpu: TorchGpu, arrays: TorchArrays, fmt: QuantFormat, n: int, k: int):

@@ -20,9 +20,9 @@ from gemmdsl.paths.dequant.kernel import DecodeConfig  # noqa: E402
 from gemmdsl.quant_layout import QuantFormat, packed_bytes  # noqa: E402
 from quant_cases import spec_text  # noqa: E402
 
-FIRST = dict(warps=8, tiles=2, k_slice=1024, prefetch=4, blocks_per_sm=2)  # the kernel's first shape
-VARIANTS = [{}, dict(k_slice=2048), dict(k_slice=512), dict(tiles=1, prefetch=8),
-            dict(tiles=1, prefetch=6, blocks_per_sm=3), dict(warps=4), dict(tiles=4, prefetch=2)]
+FIRST = dict(warps=8, tiles=1, k_slice=1024, prefetch=6, blocks_per_sm=3)  # the sweep's first shape
+VARIANTS = [{}, dict(k_slice=2048), dict(k_slice=2048, blocks_per_sm=2), dict(k_slice=2048, prefetch=8),
+            dict(k_slice=2048, prefetch=8, blocks_per_sm=2), dict(prefetch=8), dict(k_slice=2048, prefetch=4)]
 
 
 def main() -> int:

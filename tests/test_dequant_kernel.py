@@ -24,9 +24,9 @@ CUDA_ERROR_INVALID_VALUE = 1
 @pytest.mark.parametrize("config, message", [
     (DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16", k_slice=96), "multiple of 64"),
     (DecodeConfig(QuantFormat("s8", "bf16", 128), "bf16", k_slice=160), "multiple of the group"),
-    (DecodeConfig(QuantFormat("s4", "bf16", 32), "bf16", k_slice=512), "at most 8 groups"),
+    (DecodeConfig(QuantFormat("s4", "bf16", 32), "bf16", m_tiles=4, k_slice=8192), "shared memory"),
     (DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16", m_tiles=3), "m_tiles"),
-    (DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16", prefetch=17), "prefetch"),
+    (DecodeConfig(QuantFormat("s4", "bf16", 128), "bf16", prefetch=33), "prefetch"),
 ])
 def test_configurations_the_kernel_cannot_run_are_refused(config, message):
     assert any(message in problem.message for problem in config.problems())

@@ -45,11 +45,11 @@ def test_each_spec_compiles_on_the_dequant_path(name):
 REFUSALS = [
     ("bounds: checked;", "bounds: exact;", "exact-bounds", "exact"),
     ("c: bf16 row;", "c: bf16 col;", "C must be row-major", "bf16 col"),
-    ("tile: 16x128x1024;", "tile: 24x128x1024;", "rows of A per block", "24x128x1024"),
-    ("tile: 16x128x1024;", "tile: 16x200x1024;", "rows of W per block", "16x200x1024"),
-    ("tile: 16x128x1024;", "tile: 16x128x2048;", "at most 8 groups", "16x128x2048"),
+    ("tile: 16x128x2048;", "tile: 24x128x2048;", "rows of A per block", "24x128x2048"),
+    ("tile: 16x128x2048;", "tile: 16x200x2048;", "rows of W per block", "16x200x2048"),
+    ("tile: 16x128x2048;", "tile: 32x128x8192;", "bytes of shared memory", "32x128x8192"),
     ("warps: 1x8;", "warps: 2x4;", "side by side", "2x4"),
-    ("stages: 6;", "stages: 17;", "prefetch (17)", "17"),
+    ("stages: 6;", "stages: 33;", "prefetch (33)", "33"),
     ("stages: 6; }", "stages: 6; unroll: 2; }", "`unroll` does not apply", "2"),
     ("target   sm_90a;", "target   sm_90a;\n    smem a { pad: 8; }", "does not take `smem a`", "smem a"),
 ]
@@ -67,13 +67,13 @@ def test_refusals_are_positioned_with_a_hint(old, new, message, at):
 
 
 def test_a_register_hungry_ring_is_warned_at_its_stages():
-    """The shipped 4-bit spec (6 chunks in flight at 3 blocks per SM: the fastest measured, 28 bytes of spills) is
-    warned; 4 chunks at 2 blocks per SM leave room."""
-    artifacts = compiler.compile_source(SourceFile("w4.gemm", spec_text()))
-    (warning,) = artifacts.warnings
-    assert "registers" in warning.message and "stages" in spec_text().split("\n")[warning.span.line - 1]
-    roomy = spec_text().replace("stages: 6;", "stages: 4;").replace("blocks_per_sm: 3;", "blocks_per_sm: 2;")
-    assert not compiler.compile_source(SourceFile("w4.gemm", roomy)).warnings
+    """8 chunks in flight at 3 blocks per SM leave a thread 80 registers, fewer than the ring, the sums and the
+    rest need (ptxas 13.0 spills 32 bytes there) and are warned at `stages`; the shipped shape (6 chunks at 2
+    blocks per SM) leaves room."""
+    hungry = spec_text().replace("stages: 6;", "stages: 8;").replace("blocks_per_sm: 2;", "blocks_per_sm: 3;")
+    (warning,) = compiler.compile_source(SourceFile("w4.gemm", hungry)).warnings
+    assert "registers" in warning.message and "stages" in hungry.split("\n")[warning.span.line - 1]
+    assert not compiler.compile_source(SourceFile("w4.gemm", spec_text())).warnings
 
 
 @settings(max_examples=200, deadline=None)
@@ -114,7 +114,7 @@ def test_a_call_binds_the_packed_arrays_in_the_kernels_order(gpu, name):
     (launch,) = gpu.launched
     config = decode_config(COMPILED[name].spec)
     assert launch.entry == f"{name}_kernel" and launch.stream == STREAM
-    assert launch.grid == config.grid(m, n, k) == (1, 33, 4)
+    assert launch.grid == config.grid(m, n, k) == (1, 33, 2)  # 4100 rows of W in blocks of 128; K in k-slices of 2048
     assert launch.block == (256, 1, 1) and launch.shared_mem == config.smem_bytes
     workspace = launch.args[5]
     assert launch.args == (a.data_ptr(), packed["weights"].data_ptr(), packed["scales"].data_ptr(),

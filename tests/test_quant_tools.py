@@ -327,11 +327,14 @@ def test_profile_compares_the_launch_and_the_packed_bytes():
     problem = (16, 8192, 8192)
     analysis = analyze(artifacts.spec, problem, {"registers": 80})
     config = decode_config(artifacts.spec)
-    metrics = {REGISTERS: 80.0, GRID_SIZE: 512.0, DRAM_READ: 4.0e7}
+    grid = config.grid(*problem)
+    blocks = grid[0] * grid[1] * grid[2]
+    metrics = {REGISTERS: 80.0, GRID_SIZE: float(blocks), DRAM_READ: 4.0e7}
     rows = {row.label: row for row in comparison_rows(analysis, metrics)}
     assert rows["registers per thread (nvcc ptxas)"].predicted == 80
     assert rows["registers per thread (nvcc ptxas)"].measured == 80.0
-    assert rows["blocks in the grid (1x64x8)"].predicted == 512 == config.grid(*problem)[1] * 8
+    assert grid == (1, 8192 // config.block_rows, 8192 // config.k_slice)
+    assert rows[f"blocks in the grid ({grid[0]}x{grid[1]}x{grid[2]})"].predicted == blocks
     assert rows["dynamic shared memory per block"].predicted == config.smem_bytes
     dram = rows["DRAM bytes read (A, packed B)"]
     assert dram.predicted == 16 * 8192 * 2 + packed_bytes(8192, 8192, config.fmt) and dram.measured == 4.0e7

@@ -99,6 +99,13 @@ inline uint4 load_stream(const uint4* p) {
     return *p;
 }
 
+inline uint32_t load_shared(const uint32_t* p) {
+    require_alignment(p, 4, "misaligned 32-bit shared load");
+    return *p;
+}
+
+inline void settle(float (&)[4]) {}  // a scheduling fence for ptxas: nothing to do here
+
 struct WarpExchange {
     std::barrier<> lanes{32};
     uint32_t registers[32][10];

@@ -4,7 +4,8 @@ Mainloop (per warp): TILES 16-row tiles of W over the block's k-slice. Each lane
 tiles' 128-bit loads in flight (ld.global.nc, no L1 allocation: the weights are read once), converts each word
 to the 16-bit float of A with the magic-number trick (quant_layout's docstring), subtracts the code's bias
 (and zero point), and feeds mma.sync m16n8k16 as its A operand; the activations are the B operand, staged once
-per block in shared memory (the block's k-slice of MT * 8 rows) and read with ldmatrix. Group scales multiply
+per block in shared memory (the block's k-slice of MT * 8 rows) and read with ldmatrix; the block's scale and
+zero-point words of the slice's groups are staged beside them and read as each group comes. Group scales multiply
 f32 partial sums once per group (so the integer weights reach the tensor cores exactly); per-channel scales
 multiply the accumulators once at the end.
 
@@ -29,10 +30,8 @@ M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
 # What the kernel's text uses that not every target has (targets.INSTRUCTION_TARGETS): the file's
 # architecture guard (emit.arch_guard) names them.
 INSTRUCTIONS = ("mma.sync", "ldmatrix")
-MAX_SLICE_GROUPS = 8  # groups a k-slice may hold: their scales are loaded once per slice and kept
 MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
-REGISTER_OVERHEAD = 26  # DecodeConfig.registers' addresses, activation fragments, indices
-REGISTERS_PER_GROUP_WORD = 3  # DecodeConfig.registers per scale word of a k-slice's group and tile
+REGISTER_OVERHEAD = 40  # DecodeConfig.registers' addresses, activation fragments, a group's words, indices
 
 ACT = {  # A's type: C type, pair type, magic-number exponent (128.0 or 1024.0), mma operand type
     "bf16": ("__nv_bfloat16", "__nv_bfloat162", 0x4300, 128, "bf16"),
@@ -51,15 +50,15 @@ class DecodeConfig:
 
     fmt: QuantFormat
     c: str
-    # tiles, prefetch and blocks_per_sm as measured fastest at M = 1 and 16 against 8192 x 8192, 28672 x 8192 and
-    # 8192 x 28672 int4 weights (H200; docs/performance.md, "Quantized weights"): more blocks of one tile a warp,
-    # six chunks in flight, fewer registers (and spills) than two tiles a warp with four.
+    # tiles, k_slice, prefetch and blocks_per_sm as measured fastest at M = 16 (and within the run's noise at
+    # M = 1) against 8192 x 8192, 28672 x 8192 and 8192 x 28672 int4 weights (H200; docs/performance.md,
+    # "Quantized weights"): one tile a warp, six chunks in flight, k-slices of 2048 at 2 blocks per SM.
     warps: int = 8
     tiles: int = 1
     m_tiles: int = 2
-    k_slice: int = 1024
+    k_slice: int = 2048
     prefetch: int = 6
-    blocks_per_sm: int = 3  # __launch_bounds__'s minimum: caps the registers so that blocks share an SM
+    blocks_per_sm: int = 2  # __launch_bounds__'s minimum: caps the registers so that blocks share an SM
 
     @property
     def block_rows(self) -> int:
@@ -67,7 +66,17 @@ class DecodeConfig:
 
     @property
     def smem_bytes(self) -> int:
-        return self.m_tiles * 8 * (self.k_slice + 8) * 2
+        """The block's rows of A over its k-slice, then its tiles' scale and zero-point words of the slice's groups."""
+        return self.m_tiles * 8 * (self.k_slice + 8) * 2 + self.word_arrays * self.block_tiles * self.slice_groups * 8 * 4
+
+    @property
+    def block_tiles(self) -> int:
+        return self.warps * self.tiles
+
+    @property
+    def word_arrays(self) -> int:
+        """The word arrays a block stages: the scales (if any) and the zero points (if any)."""
+        return int(self.fmt.scaled) + int(self.fmt.zeros)
 
     @property
     def slice_groups(self) -> int:
@@ -101,15 +110,11 @@ class DecodeConfig:
         if fmt.group and self.k_slice % fmt.group:
             out.append(ConfigProblem("k_slice", f"the k-slice ({self.k_slice}) must be a multiple of the group "
                                                 f"({fmt.group})"))
-        if fmt.group and self.slice_groups > MAX_SLICE_GROUPS:
-            out.append(ConfigProblem("k_slice", f"a k-slice holds at most {MAX_SLICE_GROUPS} groups (the scales are "
-                                                f"loaded once per slice): {self.k_slice} / {fmt.group} = "
-                                                f"{self.slice_groups}"))
         if self.m_tiles not in M_TILES:
             out.append(ConfigProblem("m_tiles", f"m_tiles ({self.m_tiles}) must be 1, 2 or 4"))
         if self.smem_bytes > max_smem_bytes:
-            out.append(ConfigProblem("smem", f"the staged activations need {self.smem_bytes} bytes of shared "
-                                             f"memory, more than the {max_smem_bytes} a block may have"))
+            out.append(ConfigProblem("smem", f"the staged activations and scales need {self.smem_bytes} bytes of "
+                                             f"shared memory, more than the {max_smem_bytes} a block may have"))
         if self.prefetch < 1 or self.prefetch > max(1, self.k_slice // fmt.chunk_k):
             out.append(ConfigProblem("prefetch", f"prefetch ({self.prefetch}) must lie in "
                                                  f"1..{self.k_slice // fmt.chunk_k} (chunks per slice)"))
@@ -118,12 +123,12 @@ class DecodeConfig:
     @property
     def registers(self) -> int:
         """About the registers a lane's mainloop keeps live: the ring of loads, the accumulators (and a group's
-        partial sums), the slice's scale and zero-point words (REGISTERS_PER_GROUP_WORD each, as ptxas
-        schedules the unrolled slice) and REGISTER_OVERHEAD for addresses, activations and indices. Fitted to
-        ptxas 13.0 on sm_90a (docs/quantized-kernel.md): past register_cap it spills, below it does not."""
+        partial sums) and REGISTER_OVERHEAD for addresses, activations, a group's scales and indices (the
+        slice's scale and zero-point words wait in shared memory). Fitted to ptxas 13.0 on sm_90a
+        (docs/quantized-kernel.md): past register_cap it spills, below it does not."""
         ring = 4 * self.prefetch * self.tiles
         sums = 4 * self.tiles * self.m_tiles * (2 if self.fmt.group else 1)
-        return ring + sums + REGISTERS_PER_GROUP_WORD * self.slice_groups * self.tiles + REGISTER_OVERHEAD
+        return ring + sums + REGISTER_OVERHEAD
 
     @property
     def register_cap(self) -> int:
@@ -186,6 +191,20 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {{
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {{%0, %1, %2, %3}}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
+}}
+
+// Volatile, as load_stream: a group's word is read when the group comes, not hoisted with every other group's
+// to the slice's start (where they would hold registers through the slice).
+__device__ __forceinline__ uint32_t load_shared(const uint32_t* p) {{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+    return v;
+}}
+
+// Pins the accumulators' multiply-adds before this point: ptxas would otherwise sink every group's to the slice's
+// end and keep each group's partial sums live until then (spilling past a few groups).
+__device__ __forceinline__ void settle(float (&v)[4]) {{
+    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]));
 }}
 
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{
@@ -305,34 +324,23 @@ def _helpers(name: str, config: DecodeConfig) -> str:
     split-K's reduction and the store of C."""
     fmt = config.fmt
     _, convert = C_TYPES[config.c]
-    scaled, zeros = fmt.scaled, fmt.zeros
     grouped = bool(fmt.group)
     return f"""
-// A warp's streams: per tile, where its lane's words of the slice's first chunk and its rows' scale and zero
-// words of the slice's first group are (null past N), and how many chunks and groups remain before K's end.
-// Addresses are bases plus constant offsets, so the unrolled slice holds no address per chunk.
+// A warp's streams: per tile, where its lane's words of the slice's first chunk are (null past N), and how many
+// chunks remain before K's end. Addresses are bases plus constant offsets, so the unrolled slice holds no
+// address per chunk.
 struct Streams {{
     const uint4* weights[TILES];
-    const uint32_t* scales[TILES];
-    const uint32_t* zeros[TILES];
-    int chunks_left, groups_left;
+    int chunks_left;
 }};
 
-__device__ __forceinline__ Streams streams_of(const uint4* weights, const uint32_t* scales, const uint32_t* zeros,
-                                              int tile0, int chunk0, int group0, int N, int K, int lane) {{
+__device__ __forceinline__ Streams streams_of(const uint4* weights, int tile0, int chunk0, int N, int K, int lane) {{
     const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
-    const int groups = {"(chunks * CHUNK_K + GROUP - 1) / GROUP" if grouped else "1"};  // padded groups
     Streams s;
     #pragma unroll
-    for (int i = 0; i < TILES; ++i) {{
-        const bool inside = tile0 + i < tiles;
-        const unsigned long long pairs = ((unsigned long long)(tile0 + i) * groups + group0) * 8 + (lane >> 2);
-        s.weights[i] = inside ? weights + ((unsigned long long)(tile0 + i) * chunks + chunk0) * 32 + lane : nullptr;
-        s.scales[i] = inside && scales != nullptr ? scales + pairs : nullptr;
-        s.zeros[i] = inside && zeros != nullptr ? zeros + pairs : nullptr;
-    }}
+    for (int i = 0; i < TILES; ++i)
+        s.weights[i] = tile0 + i < tiles ? weights + ((unsigned long long)(tile0 + i) * chunks + chunk0) * 32 + lane : nullptr;
     s.chunks_left = chunks - chunk0;
-    s.groups_left = groups - group0;
     return s;
 }}
 
@@ -340,24 +348,20 @@ __device__ __forceinline__ uint4 load_chunk(const uint4* base, int c, int left) 
     return base != nullptr && c < left ? load_stream(base + c * 32) : make_uint4(0u, 0u, 0u, 0u);
 }}
 
-__device__ __forceinline__ uint32_t load_pair(const uint32_t* base, int s, int left) {{
-    return base != nullptr && s < left ? __ldg(base + s * 8) : 0u;
-}}
-
-// Issues chunk c of the slice (its loads for the warp's tiles) and the scales and zero points of the groups that
-// begin in it.
-__device__ __forceinline__ void issue(uint4 (&slot)[TILES], uint32_t (&scale_words)[SLICE_GROUPS][TILES],
-                                      Offsets (&offsets)[SLICE_GROUPS][TILES], int c, const Streams& streams) {{
+// Issues chunk c of the slice: its loads for the warp's tiles.
+__device__ __forceinline__ void issue(uint4 (&slot)[TILES], int c, const Streams& streams) {{
     #pragma unroll
     for (int i = 0; i < TILES; ++i) slot[i] = load_chunk(streams.weights[i], c, streams.chunks_left);
-    #pragma unroll
-    for (int s = 0; s < SLICE_GROUPS; ++s) {{
-        if ({"s * GROUP < c * CHUNK_K || s * GROUP >= (c + 1) * CHUNK_K" if grouped else "c != 0"}) continue;
-        #pragma unroll
-        for (int i = 0; i < TILES; ++i) {{
-            scale_words[s][i] = {"load_pair(streams.scales[i], s, streams.groups_left)" if scaled else "0u"};
-            offsets[s][i] = offsets_of({"load_pair(streams.zeros[i], s, streams.groups_left)" if zeros else f"0x{_bias_word(fmt):08X}u"});
-        }}
+}}
+
+// Copies the block's tiles' words (scales or zero points) of the slice's groups into ws[tile][group][8]: held in
+// shared memory, not registers, until their group comes (0 past N and past the last group).
+__device__ __forceinline__ void stage_words(uint32_t* ws, const uint32_t* words, int tile0, int group0, int N, int K) {{
+    const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
+    const int groups = {"(chunks * CHUNK_K + GROUP - 1) / GROUP" if grouped else "1"};  // padded groups
+    for (int e = threadIdx.x; e < BLOCK_TILES * SLICE_GROUPS * 8; e += WARPS * 32) {{
+        const int tile = tile0 + e / (SLICE_GROUPS * 8), group = group0 + e / 8 % SLICE_GROUPS;
+        ws[e] = tile < tiles && group < groups ? __ldg(words + ((unsigned long long)tile * groups + group) * 8 + e % 8) : 0u;
     }}
 }}
 
@@ -379,6 +383,7 @@ __device__ __forceinline__ void scale_rows(float (&to)[MT][4], const float (&fro
         to[mt][1] = fmaf(from[mt][1], low, {"to[mt][1]" if grouped else "0.0f"});
         to[mt][2] = fmaf(from[mt][2], high, {"to[mt][2]" if grouped else "0.0f"});
         to[mt][3] = fmaf(from[mt][3], high, {"to[mt][3]" if grouped else "0.0f"});
+        settle(to[mt]);
     }}
 }}
 
@@ -444,6 +449,8 @@ def _kernel(name: str, config: DecodeConfig) -> str:
                     ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
                                 xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
     target = "part" if grouped else "acc"
+    group = "step / GROUP_STEPS" if grouped else "0"
+    offsets = f"word(zero_ws, i, {group})" if fmt.zeros else f"0x{_bias_word(fmt):08X}u"
     return f"""extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks_per_sm}) {name}_kernel(
     const {ACT[fmt.activation][0]}* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, {C_TYPES[config.c][0]}* __restrict__ C, float* __restrict__ workspace,
@@ -451,18 +458,24 @@ def _kernel(name: str, config: DecodeConfig) -> str:
     using namespace {name}_detail;
     extern __shared__ __align__(16) unsigned char smem[];
     act_t* xs = reinterpret_cast<act_t*>(smem);  // [MROWS][XS_STRIDE]: the block's rows of A over its k-slice
+    // [BLOCK_TILES][SLICE_GROUPS][8] each: the block's scale and zero-point words of the slice's groups
+    uint32_t* scale_ws = reinterpret_cast<uint32_t*>(xs + MROWS * XS_STRIDE);
+    {"uint32_t* zero_ws = scale_ws + " + str(int(fmt.scaled)) + " * BLOCK_TILES * SLICE_GROUPS * 8;" if fmt.zeros else ""}
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int m0 = blockIdx.x * MROWS, tile0 = (blockIdx.y * WARPS + warp) * TILES, k0 = blockIdx.z * K_SLICE;
-    // The chunks in flight, and each group's scales and zero points, issued with the group's first chunk
-    // (all before anything waits; held only until the group ends).
-    uint4 ring[PREFETCH][TILES];
-    uint32_t scale_words[SLICE_GROUPS][TILES];
-    Offsets offsets[SLICE_GROUPS][TILES];
-    const Streams streams = streams_of(weights, scales, zeros, tile0, k0 / CHUNK_K, {"k0 / GROUP" if grouped else "0"}, N, K, lane);
+    const int block_tile0 = blockIdx.y * BLOCK_TILES, group0 = {"k0 / GROUP" if grouped else "0"};
+    uint4 ring[PREFETCH][TILES];  // the chunks in flight
+    const Streams streams = streams_of(weights, tile0, k0 / CHUNK_K, N, K, lane);
     #pragma unroll
-    for (int c = 0; c < PREFETCH; ++c) issue(ring[c], scale_words, offsets, c, streams);
+    for (int c = 0; c < PREFETCH; ++c) issue(ring[c], c, streams);
     stage_activations(xs, A, m0, k0, M, K);
+    {"stage_words(scale_ws, scales, block_tile0, group0, N, K);" if fmt.scaled else ""}
+    {"stage_words(zero_ws, zeros, block_tile0, group0, N, K);" if fmt.zeros else ""}
     __syncthreads();
+    // A word of the warp's tile i and the slice's group s: the pair of rows (g, g + 8) this lane accumulates.
+    const auto word = [&](const uint32_t* ws, int i, int s) {{
+        return load_shared(ws + ((warp * TILES + i) * SLICE_GROUPS + s) * 8 + (lane >> 2));
+    }};
 
     float acc[TILES][MT][4] = {{}};
     {"float part[TILES][MT][4];" if grouped else ""}
@@ -474,7 +487,7 @@ def _kernel(name: str, config: DecodeConfig) -> str:
             current[i] = ring[c % PREFETCH][i];
         }}
         if (c + PREFETCH < CHUNKS)
-            issue(ring[c % PREFETCH], scale_words, offsets, c + PREFETCH, streams);
+            issue(ring[c % PREFETCH], c + PREFETCH, streams);
         #pragma unroll
         for (int s = 0; s < STEPS; ++s) {{
             const int step = c * STEPS + s, k = step * 16;
@@ -484,14 +497,14 @@ def _kernel(name: str, config: DecodeConfig) -> str:
             #pragma unroll
             for (int i = 0; i < TILES; ++i) {{
                 uint32_t a[4];
-                dequant(current[i], s, offsets[{"step / GROUP_STEPS" if grouped else "0"}][i], a);
+                dequant(current[i], s, offsets_of({offsets}), a);
                 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) mma({target}[i][mt], a, b[mt][0], b[mt][1]);
             }}
-            {"if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], scale_words[step / GROUP_STEPS][i]); }" if grouped else ""}
+            {"if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], word(scale_ws, i, step / GROUP_STEPS)); }" if grouped else ""}
         }}
     }}
-    {"for (int i = 0; i < TILES; ++i) scale_rows(acc[i], acc[i], scale_words[0][i]);" if scaled and not grouped else ""}
+    {"for (int i = 0; i < TILES; ++i) scale_rows(acc[i], acc[i], word(scale_ws, i, 0));" if scaled and not grouped else ""}
     if (gridDim.z == 1) store_tile(acc, C, m0, tile0, M, N);
     else reduce_slices(acc, C, workspace, counters, m0, tile0, M, N);
 }}

@@ -107,10 +107,11 @@ def _check_config(checker: Any) -> None:
         span, hint = where[problem.setting]
         error(span, problem.message, hint)
     if not config.problems() and config.registers > config.register_cap:
+        sums = "the accumulators and a group's partial sums" if config.fmt.group else "the accumulators"
         checker.warning(spec.pipeline.at("stages"),
                         f"the mainloop keeps about {config.registers} registers live per thread (the ring of "
-                        f"{config.prefetch} chunks x {config.tiles} tiles, the accumulators, the k-slice's "
-                        f"{config.slice_groups} groups of scales), more than the {config.register_cap} that "
-                        f"{config.blocks_per_sm} blocks of {config.warps * 32} threads per SM leave: ptxas will "
-                        "likely spill", "a smaller block K (fewer groups per slice), fewer stages, fewer tiles per "
-                                        "warp (a smaller block N), or `budget { blocks_per_sm: 1; }`")
+                        f"{config.prefetch} chunks x {config.tiles} tiles, {sums}), more than the "
+                        f"{config.register_cap} that {config.blocks_per_sm} blocks of {config.warps * 32} threads "
+                        "per SM leave: ptxas will likely spill",
+                        "fewer stages, fewer tiles per warp (a smaller block N), or fewer blocks per SM "
+                        "(`budget { blocks_per_sm: 1; }`)")
