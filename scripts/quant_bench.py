@@ -43,10 +43,10 @@ TRIALS, WARMUP = 15, 3
 
 
 def config_for(fmt: QuantFormat, m: int) -> DecodeConfig:
-    """M <= 8: one 8-row tile of A per block; <= 16: two; more: four over k-slices of 512 (A's 32 rows of a longer
-    slice would take most of an SM's shared memory)."""
+    """M <= 8: one 8-row tile of A per block; <= 16: two; more: four over k-slices of 1024 (the fastest of 512 and
+    1024 at 2 and 3 blocks per SM at M = 32 and 64 on the H200, docs/performance.md)."""
     m_tiles = 1 if m <= 8 else 2 if m <= 16 else 4
-    return DecodeConfig(fmt, "bf16", m_tiles=m_tiles, **({} if m_tiles < 4 else {"k_slice": 512}))
+    return DecodeConfig(fmt, "bf16", m_tiles=m_tiles, **({} if m_tiles < 4 else {"k_slice": 1024}))
 
 
 def weight_on_gpu(gpu: TorchGpu, arrays: TorchArrays, fmt: QuantFormat, n: int, k: int):
