@@ -89,6 +89,23 @@ def decode_grid(rows: int, block_rows: int, k_slice: int) -> Rule:
             comment="Split-K: C's f32 sums, then a counter per tile of C.")))
 
 
+DEQUANTIZE_MAX_GRID_X = 2147483647  # CUDA's limit on a grid's x
+
+
+def dequantize_grid(chunk_k: int, items_per_block: int) -> Rule:
+    """The dequantizing path's dequantize-into-memory kernel's launch (paths/dequant/expand.py): the packed weight
+    of an N x K W has ceil(N / 16) x ceil(K / chunk_k) items (a 16-row tile's chunk of k), `items_per_block` to a
+    block, the blocks along x. Refused for negative sizes and grids past CUDA's limit. The C launcher prints it;
+    DecodeConfig.dequantize_grid and the runtime evaluate it."""
+    n, k = Var("N"), Var("K")
+    return Rule("dequantize_grid", ("N", "K"), (
+        Refuse(any_of(lt(n, 0), lt(k, 0))),
+        Let("items", ceil_div(cast("long long", n), DECODE_TILE_N) * ceil_div(cast("long long", k), chunk_k),
+            comment="The packed weight's items: a 16-row tile's chunk of k each."),
+        Let("grid_x", ceil_div(Var("items"), items_per_block)),
+        Refuse(gt(Var("grid_x"), DEQUANTIZE_MAX_GRID_X))))
+
+
 class GridRule(enum.Enum):
     TILES = "tiles"  # one block per BM x BN tile of C along x; the batch along z
     BATCH_TILES = "batch_tiles"  # one block per tile of every GEMM of the batch, all along x

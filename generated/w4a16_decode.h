@@ -37,6 +37,12 @@ cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* weights, con
                                 const void* zeros, __nv_bfloat16* C, void* workspace, int M, int N, int K,
                                 cudaStream_t stream);
 
+// W (N x K, row-major, bf16) = the weight of the same arrays, each element dequantized and rounded once
+// to bf16 (for a dense GEMM on W where M is large). K a multiple of 128; the weights and W 16-byte
+// aligned. Returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
+cudaError_t w4a16_decode_dequantize(const void* weights, const void* scales, const void* zeros,
+                                    __nv_bfloat16* W, int N, int K, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

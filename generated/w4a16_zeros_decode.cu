@@ -334,3 +334,117 @@ extern "C" cudaError_t w4a16_zeros_decode_launch(const __nv_bfloat16* A, const v
     return cudaGetLastError();
 }
 #endif
+
+namespace w4a16_zeros_decode_detail {
+constexpr int DEQUANTIZE_WARPS = 8, DEQUANTIZE_ITEMS = 4, CHUNK_GROUPS = 1;
+constexpr int STAGE_STRIDE = 72, ROW_VECTORS = CHUNK_K / 8;  // a staged row; its 16-byte pieces
+
+struct ItemWords {
+    uint32_t scale[CHUNK_GROUPS];
+    uint32_t zero[CHUNK_GROUPS];
+};
+
+__device__ __forceinline__ ItemWords item_words(const uint32_t* scales, const uint32_t* zeros, int tile, int chunk,
+                                             int chunks, int lane) {
+    const int groups = (chunks * CHUNK_K + GROUP - 1) / GROUP, group0 = chunk * CHUNK_K / GROUP;  // padded groups; the chunk's first
+    ItemWords words;
+    #pragma unroll
+    for (int j = 0; j < CHUNK_GROUPS; ++j) {
+        const unsigned long long at = ((unsigned long long)tile * groups + group0 + j) * 8 + (lane >> 2);
+        words.scale[j] = __ldg(scales + at);
+        words.zero[j] = __ldg(zeros + at);
+    }
+    return words;
+}
+
+// An item's k-steps: register r of the lane's fragment (row g + 8 (r & 1), columns 16 s + 2t + 8 (r >> 1) and + 1)
+// dequantized, times its row's scale in f32 and rounded once to bf16, into the warp's staged tile.
+__device__ __forceinline__ void stage_item(act_t* stage, const uint4& w, const ItemWords& words, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+        const int j = s * CHUNK_GROUPS / STEPS;  // the chunk's group of k-step s
+        const uint32_t scales = words.scale[j];  // rows g (low half) and g + 8
+        uint32_t a[4];
+        dequant(w, s, offsets_of(words.zero[j]), a);
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const float scale = act_float(r & 1 ? scales >> 16 : scales & 0xFFFFu);
+            *reinterpret_cast<uint32_t*>(stage + (g + 8 * (r & 1)) * STAGE_STRIDE + 16 * s + 2 * t + 8 * (r >> 1)) = as_u32(__floats2bfloat162_rn(act_float(a[r] & 0xFFFFu) * scale, act_float(a[r] >> 16) * scale));
+        }
+    }
+}
+
+// The staged tile's rows into W (row stride K): ROW_VECTORS 16-byte stores a row, consecutive lanes along it;
+// rows past N and columns past K left out (K is a multiple of 8: a store is wholly in or out).
+__device__ __forceinline__ void store_item(act_t* W, const act_t* stage, int tile, int chunk, int N, int K, int lane) {
+    #pragma unroll
+    for (int v = lane; v < 16 * ROW_VECTORS; v += 32) {
+        const int row = v / ROW_VECTORS, column = v % ROW_VECTORS * 8;
+        const int n = tile * 16 + row, k = chunk * CHUNK_K + column;
+        if (n < N && k < K)
+            *reinterpret_cast<uint4*>(W + (unsigned long long)n * K + k) = *reinterpret_cast<const uint4*>(stage + row * STAGE_STRIDE + column);
+    }
+}
+}  // namespace w4a16_zeros_decode_detail
+
+extern "C" __global__ void __launch_bounds__(256) w4a16_zeros_decode_dequantize_kernel(
+    const uint4* __restrict__ weights, const uint32_t* __restrict__ scales, const uint32_t* __restrict__ zeros,
+    __nv_bfloat16* __restrict__ W, int N, int K) {
+    using namespace w4a16_zeros_decode_detail;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    act_t* stage = reinterpret_cast<act_t*>(smem) + warp * 16 * STAGE_STRIDE;  // the warp's 16 x CHUNK_K tile
+    const int chunks = (K + CHUNK_K - 1) / CHUNK_K;
+    const long long items = (long long)((N + 15) / 16) * chunks;
+    const long long item0 = ((long long)blockIdx.x * DEQUANTIZE_WARPS + warp) * DEQUANTIZE_ITEMS;
+    if (item0 >= items) return;  // the whole warp
+    const int count = items - item0 < DEQUANTIZE_ITEMS ? (int)(items - item0) : DEQUANTIZE_ITEMS;
+    uint4 held[DEQUANTIZE_ITEMS];
+    #pragma unroll
+    for (int i = 0; i < DEQUANTIZE_ITEMS; ++i)
+        if (i < count) held[i] = load_stream(weights + (item0 + i) * 32 + lane);
+    int tile[DEQUANTIZE_ITEMS], chunk[DEQUANTIZE_ITEMS];
+    ItemWords words[DEQUANTIZE_ITEMS];
+    tile[0] = (int)(item0 / chunks);
+    chunk[0] = (int)(item0 % chunks);
+    #pragma unroll
+    for (int i = 0; i < DEQUANTIZE_ITEMS; ++i) {
+        if (i > 0) {
+            const bool wraps = chunk[i - 1] + 1 == chunks;
+            tile[i] = tile[i - 1] + (wraps ? 1 : 0);
+            chunk[i] = wraps ? 0 : chunk[i - 1] + 1;
+        }
+        if (i < count) words[i] = item_words(scales, zeros, tile[i], chunk[i], chunks, lane);
+    }
+    #pragma unroll
+    for (int i = 0; i < DEQUANTIZE_ITEMS; ++i) {
+        if (i < count) {
+            stage_item(stage, held[i], words[i], lane);
+            __syncwarp();
+            store_item(W, stage, tile[i], chunk[i], N, K, lane);
+            __syncwarp();  // every lane's rows read before the next item overwrites the tile
+        }
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// W (N x K, row-major) = the weight of quant_layout.pack's arrays (weights; scales and zeros),
+// each element rounded once to bf16. K must be a multiple of 128; the weights and W 16-byte aligned.
+// Returns cudaErrorInvalidValue, launching nothing, for arguments it cannot take.
+extern "C" cudaError_t w4a16_zeros_decode_dequantize(const void* weights, const void* scales, const void* zeros, __nv_bfloat16* W, int N, int K, cudaStream_t stream) {
+    if (N < 0 || K < 0) return cudaErrorInvalidValue;
+    // The packed weight's items: a 16-row tile's chunk of k each.
+    const long long items = ((long long)N + 15) / 16 * (((long long)K + 63) / 64);
+    const long long grid_x = (items + 31) / 32;
+    if (grid_x > 2147483647) return cudaErrorInvalidValue;
+    if (K % 128 != 0) return cudaErrorInvalidValue;
+    if (N == 0 || K == 0) return cudaSuccess;
+    if (reinterpret_cast<uintptr_t>(weights) % 16 != 0 || reinterpret_cast<uintptr_t>(W) % 16 != 0) return cudaErrorInvalidValue;
+    if (scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0) return cudaErrorInvalidValue;
+    if (zeros == nullptr || reinterpret_cast<uintptr_t>(zeros) % 4 != 0) return cudaErrorInvalidValue;
+    w4a16_zeros_decode_dequantize_kernel<<<(unsigned)grid_x, 256, 18432, stream>>>(
+        static_cast<const uint4*>(weights), static_cast<const uint32_t*>(scales), static_cast<const uint32_t*>(zeros), W, N, K);
+    return cudaGetLastError();
+}
+#endif

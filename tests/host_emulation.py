@@ -146,12 +146,14 @@ def main_source(metadata: dict) -> str:
 
 def decode_glue(metadata: dict) -> str:
     """main.cpp of the dequantizing decode kernel: its mma helper, which names A's type in its PTX, as
-    warp_host.h's stand-in of that type; the kernel; a call of it on decode_runner.h's operands."""
+    warp_host.h's stand-in of that type; the kernel; a call of it on decode_runner.h's operands; and with the
+    first argument `dequantize`, a call of the dequantize-into-memory kernel on its operands instead."""
     name = metadata["kernel"]
     operand = {"bf16": "__nv_bfloat16", "f16": "__half"}[metadata["dtypes"]["a"]]
     arguments = ", ".join(f"reinterpret_cast<{argument['type']}>(p.{argument['name']})"
                           if argument["type"].endswith("*") else f"p.{argument['name']}"
                           for argument in metadata["arguments"])
+    dequantize = metadata["dequantize"]
     return f"""#include "cuda_host.h"
 namespace {name}_detail {{
 inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {{ warp_mma<{operand}>(d, a, b0, b1); }}
@@ -161,7 +163,16 @@ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 
 static void launch(const DecodeProblem& p) {{ {metadata["entry"]}({arguments}); }}
 
-int main(int argc, char** argv) {{ return emulate_decode(argc, argv, {metadata["threads"]}, {metadata["dynamic_smem_bytes"]}, launch); }}
+static void dequantize(const DequantizeProblem& p) {{
+    {dequantize["entry"]}(static_cast<const uint4*>(p.weights), static_cast<const uint32_t*>(p.scales),
+        static_cast<const uint32_t*>(p.zeros), static_cast<{operand}*>(p.W), p.N, p.K);
+}}
+
+int main(int argc, char** argv) {{
+    if (argc > 1 && std::string(argv[1]) == "dequantize")
+        return emulate_dequantize(argc, argv, {dequantize["threads"]}, {dequantize["smem"]}, dequantize);
+    return emulate_decode(argc, argv, {metadata["threads"]}, {metadata["dynamic_smem_bytes"]}, launch);
+}}
 """
 
 

@@ -49,6 +49,8 @@ def launcher(tmp_path_factory):
     library.s4_workspace_bytes.argtypes = [ctypes.c_int] * 3
     library.s4_launch.restype = ctypes.c_int
     library.s4_launch.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    library.s4_dequantize.restype = ctypes.c_int
+    library.s4_dequantize.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
     return library, result.stderr
 
 
@@ -73,3 +75,24 @@ def test_the_launcher_refuses_before_touching_the_gpu(launcher, m, n, k):
     pointer = 256
     result = library.s4_launch(pointer, pointer, pointer, pointer, pointer, None, m, n, k, None)
     assert result == CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("weights, scales, zeros, w, n, k", [
+    (256, 256, 256, 256, -1, 128),  # a negative size
+    (256, 256, 256, 256, 8, 100),  # K not a multiple of the group
+    (264, 256, 256, 256, 8, 128),  # weights not 16-byte aligned
+    (256, 256, 256, 264, 8, 128),  # W not 16-byte aligned
+    (256, None, 256, 256, 8, 128),  # no scales
+    (256, 256, None, 256, 8, 128),  # no zero points for a format that has them
+    (256, 258, 256, 256, 8, 128),  # scales not 4-byte aligned
+])
+def test_the_dequantize_launcher_refuses_before_touching_the_gpu(launcher, weights, scales, zeros, w, n, k):
+    library, _ = launcher
+    assert library.s4_dequantize(weights, scales, zeros, w, n, k, None) == CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("n, k", [(0, 128), (8, 0), (0, 0)])
+def test_the_dequantize_launcher_launches_nothing_for_an_empty_w(launcher, n, k):
+    """cudaSuccess (0) without a launch: no GPU is needed, and the pointers are never read."""
+    library, _ = launcher
+    assert library.s4_dequantize(None, None, None, None, n, k, None) == 0

@@ -7,7 +7,12 @@ in a smaller shape of the same format (two warps, the shortest k-slice the forma
 quick on the emulator's threads; so do the GPU test's kernel shapes (tests/quant_cases.CONFIGS: f16 activations,
 an f32 C, ldmatrix.x2's single 8-row tile of A, four tiles), at one split-K shape. AddressSanitizer and UBSan stop any access outside an operand or a misaligned
 one; C starts NaN, so an element the kernel does not write shows; a split-K call must leave its workspace and
-counters zero again. Skipped without g++.
+counters zero again.
+
+The dequantize-into-memory kernel (paths/dequant/expand.py) runs for each of the GPU test's formats at N of 5,
+40 and 300 (one partial tile; three; several blocks, the last one's warps short of items) and K of the format's
+smallest multiple and five of them (less than a chunk where groups allow it; several groups), into a W of NaN:
+every element must be quant_reference's rounded weight, bit for bit. Skipped without g++.
 """
 from __future__ import annotations
 
@@ -19,11 +24,13 @@ import numpy as np
 import pytest
 
 import host_emulation
+from gemmdsl import ir
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths.dequant.kernel import DecodeConfig
 from gemmdsl.paths.dequant.lowering import decode_config
 from gemmdsl.quant_layout import float_bits, pack
+from gemmdsl.quant_reference import rounded_weight
 from quant_cases import CONFIGS, canonical_weights, dequantized, round_to, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,3 +146,32 @@ def test_decode_kernel_shapes_match_float64(kernels, name, tmp_path):
     c, reference, bound, workspace, grid = run_decode(binary, config, 17, 40, 2 * config.k_slice, tmp_path)
     assert grid[2] == 2
     check(c, reference, bound, workspace)
+
+
+def run_dequantize(binary: Path, config: DecodeConfig, n: int, k: int, directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Runs the dequantize-into-memory kernel on random canonical weights: (W's bits, the reference's bits)."""
+    fmt = config.fmt
+    rng = np.random.default_rng(zlib.crc32(f"dequantize {fmt} {n} {k}".encode()))
+    q, scales, zeros = canonical_weights(rng, n, k, fmt)
+    for name, array in pack(q, scales, zeros, fmt).items():
+        (directory / f"{name}.bin").write_bytes(array.tobytes())
+    _, nan = NAN_BITS[fmt.activation]
+    (directory / "W.bin").write_bytes(np.full((n, k), nan, dtype=np.uint16).tobytes())
+    grid_x, _, _ = config.dequantize_grid(n, k)
+    passed, output = host_emulation.run_argv(binary, ["dequantize", str(directory), str(n), str(k), str(grid_x)])
+    assert passed, output
+    w = np.frombuffer((directory / "W.out").read_bytes(), dtype=np.uint16).reshape(n, k)
+    reference = rounded_weight(q, scales, zeros, fmt.group, ir.DType(fmt.activation))
+    return w, float_bits(reference.astype(np.float32), fmt.activation)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_dequantize_kernel_writes_the_rounded_weight(kernels, name, tmp_path):
+    binary, config = kernels(name, "case")
+    smallest = config.k_multiple
+    assert config.dequantize_grid(300, 5 * smallest)[0] > 1
+    for n in (5, 40, 300):
+        for k in (smallest, 5 * smallest):
+            w, reference = run_dequantize(binary, config, n, k, tmp_path)
+            wrong = np.argwhere(w != reference)
+            assert not wrong.size, f"{n} x {k}: {len(wrong)} elements differ, the first at (n, k) = {tuple(wrong[0])}"

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from gemmdsl.compiler import compile_path
 from gemmdsl.emit.launcher import LauncherEmitter
 from gemmdsl.emitter import Emitter
-from gemmdsl.launch_plan import GridRule, LaunchPlan, StreamKLaunch
+from gemmdsl.launch_plan import DEQUANTIZE_MAX_GRID_X, GridRule, LaunchPlan, StreamKLaunch, dequantize_grid
 from gemmdsl.paths.wgmma.launcher import TensorMapLauncher
+from gemmdsl.rule import Refused
 from gemmdsl.runtime import KernelRequirements, check_unclustered
 from gemmdsl.schedule import LAUNCHED_MIN_SAVED_K_TILES, call_split
 
@@ -134,3 +135,26 @@ def test_the_runtime_refuses_to_launch_clusters_itself():
     with pytest.raises(ValueError, match="clusters of 2x1x1"):
         check_unclustered(KernelRequirements.from_metadata(metadata))
     check_unclustered(KernelRequirements.from_metadata(json.loads(artifacts.metadata_json())))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 1 << 31), k=st.integers(0, 1 << 31), chunk_k=st.sampled_from((16, 32, 64)),
+       items_per_block=st.sampled_from((1, 32, 48)))
+def test_the_dequantize_grid_covers_every_item_of_the_packed_weight(n, k, chunk_k, items_per_block):
+    """A block per items_per_block (16-row tile, chunk) items, the last one short; refused past CUDA's grid."""
+    items = -(-n // 16) * -(-k // chunk_k)
+    rule = dequantize_grid(chunk_k, items_per_block)
+    blocks = -(-items // items_per_block)
+    if blocks > DEQUANTIZE_MAX_GRID_X:
+        with pytest.raises(Refused):
+            rule.evaluate({"N": n, "K": k})
+        return
+    values = rule.evaluate({"N": n, "K": k})
+    assert values["items"] == items and values["grid_x"] == blocks
+    assert (values["grid_x"] - 1) * items_per_block < items <= values["grid_x"] * items_per_block or items == 0
+
+
+@pytest.mark.parametrize("n, k", [(-1, 64), (64, -1)])
+def test_the_dequantize_grid_refuses_negative_sizes(n, k):
+    with pytest.raises(Refused):
+        dequantize_grid(64, 32).evaluate({"N": n, "K": k})

@@ -87,6 +87,31 @@ def test_the_runtime_rule_from_the_metadata_is_the_kernels(m, n, k):
                                         -(-k // decode["k_slice"]))
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 70000), k=st.integers(0, 70000))
+def test_the_dequantize_kernels_metadata_rebuilds_its_grid(n, k):
+    """NAME.json's `dequantize` entry names the kernel and its launch; its figures rebuild DecodeConfig's
+    dequantize_grid rule (the one NAME_dequantize prints): a block per items_per_block (tile, chunk) items."""
+    for name, artifacts in COMPILED.items():
+        config = decode_config(artifacts.spec)
+        dequantize = artifacts.metadata["dequantize"]
+        assert dequantize["entry"] == f"{name}_dequantize_kernel" and dequantize["launcher"] == f"{name}_dequantize"
+        assert (dequantize["threads"], dequantize["smem"]) == (config.dequantize_threads, config.dequantize_smem_bytes)
+        items = -(-n // 16) * -(-k // dequantize["chunk_k"])
+        assert config.dequantize_grid(n, k) == (-(-items // dequantize["items_per_block"]), 1, 1)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_dequantize_kernel_and_launcher_are_emitted_and_declared(name):
+    artifacts = COMPILED[name]
+    act = {"bf16": "__nv_bfloat16", "f16": "__half"}[artifacts.metadata["quant"]["activation"]]
+    assert f'extern "C" __global__ void __launch_bounds__(256) {name}_dequantize_kernel(' in artifacts.cuda
+    assert f'extern "C" cudaError_t {name}_dequantize(const void* weights, ' in artifacts.cuda
+    declared = " ".join(artifacts.header.split())
+    assert (f"cudaError_t {name}_dequantize(const void* weights, const void* scales, const void* zeros, {act}* W, "
+            "int N, int K, cudaStream_t stream);") in declared
+
+
 COMPILED = {name: compiler.compile_path(ROOT / "specs" / f"{name}.gemm") for name in SPECS}
 
 

@@ -8,6 +8,11 @@
 // counters follow the workspace's M x N floats), and writes C and the workspace back to DIR/{C,workspace}.out.
 // Each operand is an allocation of its own, exactly as long as its file, so AddressSanitizer sees any access
 // past it. Prints "OK" once the kernel has run.
+//
+//   runner dequantize DIR N K grid_x
+//
+// runs the path's dequantize-into-memory kernel likewise on DIR/{weights,scales,zeros,W}.bin and writes W back to
+// DIR/W.out.
 #pragma once
 
 #include "runner.h"
@@ -62,6 +67,36 @@ inline int emulate_decode(int argc, char** argv, int threads, size_t smem_bytes,
     emulated.launch(unused, gridDim.x, gridDim.z, 0, [&](int, const Problem&) { kernel(p); }, gridDim.y);
     write_bytes(dir + "/C.out", c);
     write_bytes(dir + "/workspace.out", workspace);
+    std::printf("OK\n");
+    return 0;
+}
+
+struct DequantizeProblem {
+    void *weights, *scales, *zeros, *W;
+    int N, K;
+};
+
+inline int emulate_dequantize(int argc, char** argv, int threads, size_t smem_bytes,
+                              void (*kernel)(const DequantizeProblem&)) {
+    if (argc != 6) {
+        std::fprintf(stderr, "usage: dequantize DIR N K grid_x\n");
+        return 2;
+    }
+    if (smem_bytes > sizeof(smem)) {
+        std::fprintf(stderr, "the kernel's %zu bytes of shared memory exceed the emulator's\n", smem_bytes);
+        return 2;
+    }
+    const std::string dir = argv[2];
+    std::vector<unsigned char> weights = read_bytes(dir + "/weights.bin"), scales = read_bytes(dir + "/scales.bin");
+    std::vector<unsigned char> zeros = read_bytes(dir + "/zeros.bin"), w = read_bytes(dir + "/W.bin");
+    auto data = [](std::vector<unsigned char>& v) { return v.empty() ? nullptr : static_cast<void*>(v.data()); };
+    const DequantizeProblem p{data(weights), data(scales), data(zeros), data(w), std::atoi(argv[3]), std::atoi(argv[4])};
+    EmulatedThreads emulated(threads);
+    gridDim = {static_cast<unsigned>(std::atoi(argv[5])), 1, 1};
+    blockDim = {static_cast<unsigned>(threads), 1, 1};
+    const Problem unused{};
+    emulated.launch(unused, gridDim.x, 1, 0, [&](int, const Problem&) { kernel(p); });
+    write_bytes(dir + "/W.out", w);
     std::printf("OK\n");
     return 0;
 }

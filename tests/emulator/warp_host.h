@@ -1,6 +1,6 @@
-// What the dequantizing decode kernel (gemmdsl/paths/dequant) uses beyond the FMA paths' subset: 16-bit
-// floats and their pair arithmetic, the streaming 128-bit load, split-K's atomics and fences, and the
-// warp-collective mma.sync m16n8k16 and ldmatrix. Included by cuda_host.h.
+// What the dequantizing path's kernels (gemmdsl/paths/dequant: decode, dequantize into memory) use beyond the
+// FMA paths' subset: 16-bit floats and their pair arithmetic, the streaming 128-bit load, split-K's atomics and
+// fences, __syncwarp, and the warp-collective mma.sync m16n8k16 and ldmatrix. Included by cuda_host.h.
 //
 // 16-bit floats are their bits; each operation is done in float and rounded back to nearest even, as the
 // hardware rounds a pair add, subtract or multiply whose float result is exact, which is every one the
@@ -68,6 +68,7 @@ inline __nv_bfloat162 __high2bfloat162(__nv_bfloat162 v) { return {v.y, v.y}; }
 inline __half2 __low2half2(__half2 v) { return {v.x, v.x}; }
 inline __half2 __high2half2(__half2 v) { return {v.y, v.y}; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {{bf16_bits_rn(lo)}, {bf16_bits_rn(hi)}}; }
+inline __half2 __floats2half2_rn(float lo, float hi) { return {{f16_bits_rn(lo)}, {f16_bits_rn(hi)}}; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {bf16_bits_rn(f)}; }
 inline __half __float2half_rn(float f) { return {f16_bits_rn(f)}; }
 inline float __half2float(__half v) { return f16_value(v.bits); }
@@ -115,6 +116,9 @@ inline WarpExchange warp_exchanges[32];  // a block has at most 32 warps
 
 inline WarpExchange& my_warp() { return warp_exchanges[threadIdx.x / 32]; }
 inline int my_lane() { return static_cast<int>(threadIdx.x % 32); }
+
+// The warp's lanes meet (all 32 of them: the kernels call it where no lane has left).
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { my_warp().lanes.arrive_and_wait(); }
 
 // ldmatrix .m8n8 .b16 of `count` matrices: lanes 8i..8i+7 give matrix i's row addresses (16-byte aligned rows
 // of 8 elements in shared memory); lane l receives, of each matrix, row l / 4's elements 2 (l % 4) and + 1.

@@ -21,8 +21,8 @@ import textwrap
 from dataclasses import dataclass
 
 from ...emitter import Emitter
-from ...launch_plan import decode_grid
-from ...quant_layout import CODE_BIAS, QuantFormat
+from ...launch_plan import decode_grid, dequantize_grid
+from ...quant_layout import CODE_BIAS, TILE_N, QuantFormat
 from ...rule import Rule
 from ...targets import ARCHS
 
@@ -32,6 +32,10 @@ M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
 INSTRUCTIONS = ("mma.sync", "ldmatrix")
 MAX_SMEM_BYTES = ARCHS[90].smem_per_block  # what a block may opt into on the kernel's target
 REGISTER_OVERHEAD = 40  # DecodeConfig.registers' addresses, activation fragments, a group's words, indices
+# The dequantize-into-memory kernel (expand.py): warps per block, and (tile, chunk) items per warp, whose 128-bit
+# loads a lane issues all before it converts the first.
+DEQUANTIZE_WARPS = 8
+DEQUANTIZE_ITEMS = 4
 
 ACT = {  # A's type: C type, pair type, magic-number exponent (128.0 or 1024.0), mma operand type
     "bf16": ("__nv_bfloat16", "__nv_bfloat162", 0x4300, 128, "bf16"),
@@ -95,6 +99,35 @@ class DecodeConfig:
     def workspace_bytes(self, m: int, n: int, k: int) -> int:
         """The f32 workspace and tile counters a split-K call needs (the C launcher's NAME_workspace_bytes)."""
         return self.grid_rule.evaluate({"M": m, "N": n, "K": k})["workspace_bytes"]
+
+    @property
+    def dequantize_threads(self) -> int:
+        """The dequantize-into-memory kernel's block (expand.py)."""
+        return DEQUANTIZE_WARPS * 32
+
+    @property
+    def dequantize_items_per_block(self) -> int:
+        return DEQUANTIZE_WARPS * DEQUANTIZE_ITEMS
+
+    @property
+    def dequantize_smem_bytes(self) -> int:
+        """Its dynamic shared memory: a warp's 16 x CHUNK_K tile of A's type, rows padded by 16 bytes."""
+        return DEQUANTIZE_WARPS * TILE_N * self.dequantize_stage_stride * 2
+
+    @property
+    def dequantize_stage_stride(self) -> int:
+        """Elements between the staged tile's rows: CHUNK_K and 8 more, so that the 8 rows a fragment register
+        spans start in 8 different groups of 4 banks."""
+        return self.fmt.chunk_k + 8
+
+    @property
+    def dequantize_grid_rule(self) -> Rule:
+        """Its launch (launch_plan.dequantize_grid), which the C launcher NAME_dequantize prints."""
+        return dequantize_grid(self.fmt.chunk_k, self.dequantize_items_per_block)
+
+    def dequantize_grid(self, n: int, k: int) -> tuple[int, int, int]:
+        """Its grid for an N x K W (rule.Refused for negative sizes or past CUDA's limits)."""
+        return self.dequantize_grid_rule.evaluate({"N": n, "K": k})["grid_x"], 1, 1
 
     @property
     def k_multiple(self) -> int:

@@ -13,6 +13,7 @@ from ...plan import KernelPlan
 from ...quant_layout import describe_layout
 from ...source import printable
 from ..interface import InstructionPath
+from . import expand
 from .facts import DecodeFacts, DecodePass, decode_model
 from .kernel import INSTRUCTIONS, DecodeConfig, decode_definitions, launcher_parameters
 from .lowering import decode_config, decode_plan
@@ -49,6 +50,8 @@ class DequantPath(InstructionPath):
         for instruction in INSTRUCTIONS:
             out.uses(instruction)
         out.lines(decode_definitions(plan.spec.name, plan.layout.config))
+        out.line()
+        out.lines(expand.dequantize_definitions(plan.spec.name, plan.layout.config))
 
     def member_model(self, analysis, sms: int):
         return decode_model(analysis, sms)
@@ -59,8 +62,11 @@ class DequantPath(InstructionPath):
                 "zero points 4-byte aligned; any M and N."]
 
     def metadata(self, plan: KernelPlan) -> dict:
-        """The packed weights' arrays and the kernel's configuration, which the runtime binds a call by."""
+        """The packed weights' arrays and the kernel's configuration, which the runtime binds a call by; the
+        dequantize-into-memory kernel's entry and launch (its grid: launch_plan.dequantize_grid(chunk_k,
+        items_per_block))."""
         config = plan.layout.config
+        name = plan.spec.name
         fmt = config.fmt
         return {"quant": {"weight": fmt.weight, "activation": fmt.activation, "group": fmt.group, "zeros": fmt.zeros,
                           "k_multiple": config.k_multiple, "layout": describe_layout(fmt)},
@@ -68,6 +74,9 @@ class DequantPath(InstructionPath):
                            "k_slice": config.k_slice, "prefetch": config.prefetch,
                            "blocks_per_sm": config.blocks_per_sm, "rows": config.m_tiles * 8,
                            "block_rows": config.block_rows},
+                "dequantize": {"entry": f"{name}_dequantize_kernel", "launcher": f"{name}_dequantize",
+                               "threads": config.dequantize_threads, "smem": config.dequantize_smem_bytes,
+                               "chunk_k": fmt.chunk_k, "items_per_block": config.dequantize_items_per_block},
                 "operands": ["A", *describe_layout(fmt), "C"]}
 
     def header(self, plan: KernelPlan) -> str:
@@ -90,6 +99,12 @@ class DequantPath(InstructionPath):
                       "launching nothing, for\narguments it cannot take.\n" + "\n".join(DEVICE_RULE))
             o.line(f"size_t {name}_workspace_bytes(int M, int N, int K);")
             emit_prototype(o, f"cudaError_t {name}_launch(", launcher_parameters(config))
+            o.line()
+            o.comment(f"W (N x K, row-major, {fmt.activation}) = the weight of the same arrays, each element "
+                      f"dequantized and rounded once\nto {fmt.activation} (for a dense GEMM on W where M is large). "
+                      f"K a multiple of {config.k_multiple}; the weights and W 16-byte\naligned. Returns "
+                      "cudaErrorInvalidValue, launching nothing, for arguments it cannot take.")
+            emit_prototype(o, f"cudaError_t {name}_dequantize(", expand.launcher_parameters(config))
 
         return header_file(name, spec, printable(Path(spec.span.file).name), "the spec", constants, declare)
 
