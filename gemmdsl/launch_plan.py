@@ -153,27 +153,32 @@ class Entries:
     # checked cp.async kernels: the rungs between the vector and the scalar kernel, widest first
     narrow: tuple[NarrowKernel, ...] = ()
     pad_operands: str | None = None  # TMA specs: copies A and B into rows TMA reads (paths/wgmma/pad.py)
+    # kernels a path's own runtime launches beside the call's (the dequant path's dequantize-into-memory kernel)
+    others: tuple[str, ...] = ()
 
     def all(self) -> tuple[str, ...]:
         """Every kernel of the file, the vector one first."""
-        named = [getattr(self, f.name) for f in fields(self) if f.name != "narrow"]
+        named = [getattr(self, f.name) for f in fields(self) if f.name not in ("narrow", "others")]
         rungs = [entry for kernel in self.narrow for entry in (kernel.entry, kernel.stream_k)]
-        return tuple(entry for entry in named + rungs if entry is not None)
+        return tuple(entry for entry in named + rungs + list(self.others) if entry is not None)
 
     def to_json(self) -> dict:
-        """The entries by role; `narrow` and `pad_operands` only where the file has them."""
+        """The entries by role; `narrow`, `pad_operands` and `others` only where the file has them."""
         data: dict = {f.name: getattr(self, f.name) for f in fields(self)
-                      if f.name not in ("narrow", "pad_operands")}
+                      if f.name not in ("narrow", "pad_operands", "others")}
         if self.pad_operands is not None:
             data["pad_operands"] = self.pad_operands
         if self.narrow:
             data["narrow"] = [kernel.to_json() for kernel in self.narrow]
+        if self.others:
+            data["others"] = list(self.others)
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> "Entries":
         narrow = tuple(NarrowKernel(**kernel) for kernel in data.get("narrow", ()))
-        return cls(**{name: value for name, value in data.items() if name != "narrow"}, narrow=narrow)
+        return cls(**{name: value for name, value in data.items() if name not in ("narrow", "others")},
+                   narrow=narrow, others=tuple(data.get("others", ())))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@ median; each graph cycles through weight copies holding 3x L2), over kernels of 
 (config_for) and random codes over each type's whole range. Prints TFLOP/s, GB/s (the bytes each kernel must
 read: packed weights + scales + activations + C) and the ratio to cuBLAS; writes JSON.
 
-    python scripts/quant_bench.py [--formats s4_g128,s8_channel,e4m3_channel] [--m 1,8,16] [--json out.json]
+    python scripts/quant_bench.py [--formats s4_g128,s8_channel,e4m3_channel] [--m 1,8,16] [--prefill 128,4096]
+                                  [--json out.json]
+
+--prefill times the prefill route at those M (runtime.QuantizedLinear: the weight dequantized into a scratch, then
+specs/hgemm_h100_bf16c_family.gemmf) beside cuBLAS, rows marked "route": "prefill".
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from gemmdsl.paths.dequant.kernel import DecodeConfig  # noqa: E402
 from gemmdsl.quant_bench import TorchGpu, moved_bytes, time_call, weights_for  # noqa: E402
 from gemmdsl.quant_layout import QuantFormat  # noqa: E402
 from gemmdsl.quantize import Canonical  # noqa: E402
+from gemmdsl.runtime import QuantizedLinear  # noqa: E402
 from gemmdsl.verify import TorchArrays  # noqa: E402
 from quant_cases import canonical_weights, spec_text  # noqa: E402
 
@@ -84,20 +89,44 @@ def measure(gpu: TorchGpu, arrays: TorchArrays, name: str, fmt: QuantFormat, m: 
     return row
 
 
+def measure_prefill(gpu: TorchGpu, arrays: TorchArrays, name: str, fmt: QuantFormat, m: int, kernels: dict,
+                    dense, weights) -> dict:
+    """The prefill route at M (QuantizedLinear from its first row: W dequantized into a scratch, then the dense
+    BF16 family) beside cuBLAS on the dequantized weight."""
+    linear = QuantizedLinear(kernels[(name, config_for(fmt, m).m_tiles)], dense, prefill_from=1)
+    n, k = weights.n, weights.k
+    a = arrays.random(m * k, fmt.activation).reshape(m, k)
+    c = arrays.poisoned(m * n, "bf16").reshape(m, n)
+    ours = [lambda packed=packed: linear(a, {**packed, "shape": (n, k)}, c) for packed in weights.packed]
+    seconds, cublas = gpu.time([ours, [gpu.matmul(a, w) for w in weights.dense]], TRIALS, WARMUP)
+    return {"format": name, "m": m, "n": n, "k": k, "route": "prefill", "ours_us": seconds * 1e6,
+            "cublas_bf16_us": cublas * 1e6, "ours_tflops": 2.0 * m * n * k / seconds / 1e12,
+            "speedup_vs_cublas": cublas / seconds}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default="s4_g128,s8_channel,e4m3_channel")
     parser.add_argument("--json", default="quant_bench.json")
     parser.add_argument("--m", default=M_VALUES, help="the M values, comma-separated")
+    parser.add_argument("--prefill", default="", help="M values to time on the prefill route (QuantizedLinear: "
+                                                      "dequantize, then hgemm_h100_bf16c_family), comma-separated")
     args = parser.parse_args()
-    names, m_values = args.formats.split(","), list(map(int, args.m.split(",")))
-    kernels, rows = build_all(names, m_values), []
+    names, m_values = args.formats.split(","), [int(m) for m in args.m.split(",") if m]
+    prefill_values = [int(m) for m in args.prefill.split(",") if m]
+    kernels, rows = build_all(names, m_values + prefill_values), []
+    dense = gemmdsl.load(str(ROOT / "specs" / "hgemm_h100_bf16c_family.gemmf")) if prefill_values else None
     gpu, arrays = TorchGpu(), TorchArrays(0, tf32=False)
     print(f"{'format':>14} {'M':>5} {'N':>6} {'K':>6} {'us':>8} {'TFLOP/s':>8} {'GB/s':>7} {'cuBLAS us':>9} "
           f"{'x cuBLAS':>8} {'x int4pack':>10}")
     for name in names:
         for n, k in NK_VALUES:
             weight = weight_on_gpu(gpu, arrays, FORMATS[name], n, k)
+            for m in prefill_values:
+                row = measure_prefill(gpu, arrays, name, FORMATS[name], m, kernels, dense, weight)
+                rows.append(row)
+                print(f"{name:>14} {m:5d} {n:6d} {k:6d} {row['ours_us']:8.1f} {row['ours_tflops']:8.1f} "
+                      f"{'prefill':>7} {row['cublas_bf16_us']:9.1f} {row['speedup_vs_cublas']:8.2f}", flush=True)
             for m in m_values:
                 row = measure(gpu, arrays, name, FORMATS[name], m, kernels, weight)
                 rows.append(row)

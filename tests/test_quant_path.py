@@ -229,3 +229,46 @@ def test_profile_takes_a_dequantizing_spec_and_says_what_it_needs(monkeypatch, c
     err = capsys.readouterr().err
     assert "w4a16_decode.gemm: error: w4a16_decode multiplies packed quantized weights" in err
     assert "PyTorch is not installed" in err and "Traceback" not in err
+
+
+DENSE = {name: compiler.compile_path(ROOT / "specs" / f"{name}.gemm") for name in ("hgemm_h100_bf16c", "hgemm_h100")}
+
+
+def test_quantized_linear_decodes_few_rows_and_dequantizes_for_many(gpu, monkeypatch):
+    """Below prefill_from rows the decode kernel alone; from there the dequantize kernel into one kept scratch
+    (N x K of A's type), then the dense kernel."""
+    scratches = []
+    monkeypatch.setattr(runtime.quantized, "matrix_maker", lambda library, dtype, rows, cols, device: (
+        lambda: (scratches.append(FakeTensor((rows, cols), dtype)) or scratches[-1],)))
+    decode = QuantizedKernel(COMPILED["w4a16_decode"])
+    linear = runtime.QuantizedLinear(decode, runtime.Kernel(DENSE["hgemm_h100_bf16c"]), prefill_from=64)
+    n, k = 4100, 4096
+    packed = packed_arrays("w4a16_decode", n, k)
+    few = FakeTensor((63, k), "bfloat16")
+    linear(few, packed, FakeTensor((63, n), "bfloat16"))
+    assert [launch.entry for launch in gpu.launched] == ["w4a16_decode_kernel"]
+    for _ in range(2):
+        many = FakeTensor((64, k), "bfloat16")
+        linear(many, packed, FakeTensor((64, n), "bfloat16"))
+    (scratch,) = scratches  # made once for this N x K
+    assert scratch.shape == (n, k) and scratch.dtype.name == "bfloat16"
+    dequantized = [launch for launch in gpu.launched if launch.entry == "w4a16_decode_dequantize_kernel"]
+    assert len(dequantized) == 2 and all(launch.args[3] == scratch.data_ptr() for launch in dequantized)
+    assert launch_order(gpu.launched[1:]) == ["dequantize", "dense"] * 2
+
+
+def launch_order(launched) -> list[str]:
+    order = []
+    for launch in launched:
+        kind = "dequantize" if launch.entry.endswith("_dequantize_kernel") else "dense"
+        if not order or order[-1] != kind or kind == "dequantize":
+            order.append(kind)
+    return order
+
+
+def test_quantized_linear_refuses_a_dense_kernel_of_other_types(gpu):
+    decode = QuantizedKernel(COMPILED["w4a16_decode"])
+    with pytest.raises(ValueError, match="C float32 row"):
+        runtime.QuantizedLinear(decode, runtime.Kernel(DENSE["hgemm_h100"]))
+    with pytest.raises(TypeError, match="QuantizedKernel"):
+        runtime.QuantizedLinear(runtime.Kernel(DENSE["hgemm_h100"]), decode)

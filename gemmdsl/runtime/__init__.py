@@ -22,7 +22,8 @@ The modules, each importing only those above it in this list:
     driver            streams, the current device, loaded functions and their launches
     binaries          the architecture to build for, nvcc or NVRTC, the cubin cache
     kernel            Kernel (bind, bind_padded, __call__)
-    quantized         QuantizedKernel (a dequantizing spec's), load: a spec's Kernel or QuantizedKernel
+    quantized         QuantizedKernel (a dequantizing spec's), QuantizedLinear (decode or dequantize-then-dense by M),
+                      load: a spec's Kernel or QuantizedKernel
     commands          the shared body of `gemmdsl verify` and `gemmdsl bench`
 
 A test that replaces a function patches the module that calls it (`runtime.kernel.check_call`).
@@ -39,11 +40,11 @@ from .kernel import PLANS_KEPT, Kernel, compile_spec
 from .launch_arguments import tensor_map_kernel_arguments
 from .operands import (CALL_OPERANDS, KernelRequirements, OperandView, Size, call_operands, check_call,
                        check_no_overlap, check_unclustered, choose_entry, operand_view)
-from .quantized import QuantizedKernel, load
+from .quantized import QuantizedKernel, QuantizedLinear, load
 
 __all__ = ["BinaryCache", "BoundLaunch", "CALL_OPERANDS", "COMPILERS", "DeviceModule", "GpuUnavailable", "Kernel",
            "KernelBuildError", "KernelLaunch", "KernelRequirements", "OperandView", "PLANS_KEPT", "QuantizedKernel",
-           "Size", "build_target", "c_shape", "cache_dir", "cache_key", "call_operands", "check_call",
+           "QuantizedLinear", "Size", "build_target", "c_shape", "cache_dir", "cache_key", "call_operands", "check_call",
            "check_no_overlap", "check_unclustered", "choose_entry", "chosen_compiler", "compile_cubin", "compile_spec",
            "compile_with_nvrtc", "compiler_version", "cubin_cache_name", "cubin_file_name", "format_size",
            "gpu_unavailable_reason", "load", "operand_view", "padded_copies", "parse_sizes", "parse_target", "queue",

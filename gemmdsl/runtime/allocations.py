@@ -54,6 +54,18 @@ def padded_maker(dtype: Any, library: str, rows: int, cols: int, ld: int, transp
     return make
 
 
+def matrix_maker(library: str, dtype: str, rows: int, cols: int, device: int) -> Callable[[], tuple] | None:
+    """padded_maker of a row-major rows x cols matrix of element type `dtype` (a name: "bfloat16", "float16", ...)
+    in PyTorch, or in CuPy where CuPy has the type (not bfloat16); None otherwise."""
+    if library == "torch":
+        import torch
+
+        return padded_maker(getattr(torch, dtype), library, rows, cols, cols, False, device)
+    if library == "cupy" and dtype != "bfloat16":
+        return padded_maker(dtype, library, rows, cols, cols, False, device)
+    return None
+
+
 def c_shape(req: KernelRequirements, m: int, n: int, batch: int) -> tuple[tuple[int, ...], bool]:
     """The shape to allocate for an uninitialised C, and whether to transpose its last two axes
     afterwards (a column-major C is the transpose of a row-major N x M array)."""

@@ -11,10 +11,11 @@ from typing import Any
 import numpy
 
 from ..arrays import ArrayView, array_view
-from ..launch_plan import decode_grid
+from ..launch_plan import decode_grid, dequantize_grid
 from ..quant_layout import QuantFormat, packed_shapes
 from ..rule import Refused
 from ..call_plan import Allocation
+from .allocations import matrix_maker
 from ..devices import operands_device
 from . import driver, kernel as spec_kernel  # module attributes, which the fake GPU of the tests replaces
 from .driver import BoundLaunch, KernelLaunch, run_returning_c
@@ -47,6 +48,8 @@ class QuantizedKernel(Kernel):
         self.format = QuantFormat(quant["weight"], quant["activation"], quant["group"], quant["zeros"])
         self.k_multiple = quant["k_multiple"]
         self.grid_rule = decode_grid(decode["rows"], decode["block_rows"], decode["k_slice"])
+        dequantize = self.metadata["dequantize"]
+        self.dequantize_rule = dequantize_grid(dequantize["chunk_k"], dequantize["items_per_block"])
         self._workspaces: dict[int, Any] = {}
 
     def check(self, a: Any, packed: dict[str, Any], c: Any | None) -> DecodeCall:
@@ -147,6 +150,41 @@ class QuantizedKernel(Kernel):
                 self._workspaces[device] = held = (zeroed_workspace(nbytes), nbytes)
         return array_view("workspace", held[0]).pointer
 
+    def bind_dequantize(self, packed: dict[str, Any], w: Any) -> BoundLaunch:
+        """The launch writing W (N x K, row-major, A's type; N and K the packed dict's `shape`) = the packed
+        weight dequantized and rounded once to A's type, as dequantize-then-GEMM rounds it."""
+        if not isinstance(packed, dict) or "shape" not in packed:
+            raise ValueError(f"{self.name}.dequantize needs the packed dict's `shape` [N, K] (gemmdsl quantize "
+                             "writes it)")
+        n, k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
+        w_view = array_view("W", w)
+        _check_matrix(w_view, ACTIVATION_DTYPES[self.format.activation], "W", (n, k))
+        if w_view.pointer % 16:
+            raise ValueError(f"W's address {w_view.pointer:#x} is not 16-byte aligned")
+        call = self.check(w, packed, None)  # W has A's type and K columns: the packed arrays checked against it
+        device = self._device(call)
+        loaded = self._module_on(device)
+        dequantize = self.metadata["dequantize"]
+        bound = BoundLaunch(dequantize["entry"], (), w, (w, *packed.values()), w_view.library, device)
+        if n == 0 or k == 0:
+            return bound
+        try:
+            grid = (self.dequantize_rule.evaluate({"N": n, "K": k})["grid_x"], 1, 1)
+        except Refused:
+            raise ValueError(f"a {n} x {k} weight needs a dequantize grid past CUDA's limit") from None
+        pointer = lambda name: numpy.uint64(0 if call.views.get(name) is None else call.views[name].pointer)  # noqa: E731
+        args = (pointer("weights"), pointer("scales"), pointer("zeros"), numpy.uint64(w_view.pointer),
+                numpy.int32(n), numpy.int32(k))
+        launch = KernelLaunch(loaded.functions[dequantize["entry"]], grid, (dequantize["threads"], 1, 1), args,
+                              dequantize["smem"])
+        return BoundLaunch(dequantize["entry"], (launch,), w, bound.operands, bound.library, device)
+
+    def dequantize(self, packed: dict[str, Any], w: Any, stream: Any = None) -> Any:
+        """W (N x K, row-major, A's type: the caller's array) = the packed weight dequantized, rounded once to A's
+        type (what dequantize-then-cuBLAS multiplies); returns W. For a dense GEMM of many rows of A: the
+        prefill route of QuantizedLinear."""
+        return run_returning_c(self.bind_dequantize(packed, w), True, self.format.activation, stream)
+
     def __call__(self, a: Any, packed: dict[str, Any], c: Any | None = None,  # type: ignore[override]
                  stream: Any = None) -> Any:
         """C = A W^T for A (M x K, row-major, A's type), `packed` quant_layout.pack's arrays on the GPU (and
@@ -158,6 +196,68 @@ class QuantizedKernel(Kernel):
         return (f"<gemmdsl.QuantizedKernel {self.name}: {fmt.weight} weights, "
                 f"{'group ' + str(fmt.group) if fmt.group else 'per channel'}{', zero points' if fmt.zeros else ''}, "
                 f"{fmt.activation} activations, {self.metadata['target']}>")
+
+
+# Rows of A from which QuantizedLinear dequantizes W into memory and runs the dense kernel: where that measured
+# faster than the decode kernel at 8192 x 8192, 28672 x 8192 and 8192 x 28672 int4 weights (H200,
+# docs/performance.md, "Quantized weights").
+PREFILL_FROM = 128
+DENSE_LAYOUTS = {"A": "row", "B": "col", "C": "row"}
+
+
+class QuantizedLinear:
+    """C = A W^T at any M, W packed: `decode` (a QuantizedKernel) runs calls of fewer than `prefill_from` rows of A;
+    from there (prefill) W is dequantized into a scratch of N x K in A's type (2 N K bytes, kept per GPU and weight
+    shape, made in A's library) by decode's dequantize kernel, and `dense` (a Kernel or kernel family computing A
+    (row) x B (col) -> C (row) in decode's types, e.g. hgemm_h100_bf16c_family for bf16 A and C) multiplies A by it.
+    Calls share the scratch: queue them on one stream."""
+
+    def __init__(self, decode: QuantizedKernel, dense: Any, prefill_from: int = PREFILL_FROM):
+        if not isinstance(decode, QuantizedKernel):
+            raise TypeError(f"decode must be a QuantizedKernel (gemmdsl.load of a dequantizing spec), not "
+                            f"{type(decode).__name__}")
+        activation = ACTIVATION_DTYPES[decode.format.activation]
+        wanted = {"A": activation, "B": activation, "C": decode.requirements.dtypes["C"]}
+        required = dense.requirements
+        wrong = [f"{operand} {required.dtypes[operand]} {required.layouts[operand]}" for operand in wanted
+                 if (required.dtypes[operand], required.layouts[operand]) != (wanted[operand], DENSE_LAYOUTS[operand])]
+        if wrong or required.batched or required.grouped or dense.metadata.get("fuse"):
+            raise ValueError(f"dense must compute A ({activation} row) x B ({activation} col) -> C "
+                             f"({wanted['C']} row), unbatched and with no fuse chain, as {decode.name} does; "
+                             f"{dense.name} has " + (", ".join(wrong) if wrong else "a batch or a fuse chain"))
+        if prefill_from < 1:
+            raise ValueError(f"prefill_from must be at least 1, not {prefill_from}")
+        self.decode, self.dense, self.prefill_from = decode, dense, prefill_from
+        self._scratch: dict[tuple[int, int, int], Any] = {}
+
+    def __call__(self, a: Any, packed: dict[str, Any], c: Any | None = None, stream: Any = None) -> Any:
+        """C = A W^T, as QuantizedKernel.__call__; returns C."""
+        view = array_view("A", a)
+        if len(view.shape) != 2 or view.shape[0] < self.prefill_from:
+            return self.decode(a, packed, c, stream)
+        n, k = (int(extent) for extent in numpy.asarray(packed.get("shape", (-1, -1))).reshape(-1)[:2])
+        if n < 0:
+            raise ValueError("the prefill route needs the packed dict's `shape` [N, K] (gemmdsl quantize writes it)")
+        w = self.scratch(view, n, k)
+        self.decode.dequantize(packed, w, stream)
+        return self.dense(a, w.transpose(1, 0), c, stream=stream)  # B (K x N, column-major) is W's transpose
+
+    def scratch(self, a: ArrayView, n: int, k: int) -> Any:
+        """The N x K scratch of A's GPU, made once in A's library."""
+        device = operands_device({"A": a}, driver.pointer_device)
+        key = (driver.current_device() if device is None else device, n, k)
+        if key not in self._scratch:
+            activation = ACTIVATION_DTYPES[self.decode.format.activation]
+            make = matrix_maker(a.library, activation, n, k, key[0])
+            if make is None:
+                raise TypeError(f"the prefill route makes its {activation} scratch with PyTorch (or CuPy where CuPy "
+                                f"has the type), not for A of {a.library}")
+            self._scratch[key] = make()[0]
+        return self._scratch[key]
+
+    def __repr__(self) -> str:
+        return (f"<gemmdsl.QuantizedLinear: {self.decode.name} below {self.prefill_from} rows, "
+                f"{self.dense.name} on the dequantized weight from there>")
 
 
 def _contiguous(view: ArrayView) -> bool:

@@ -22,6 +22,11 @@ from ...emitter import Emitter
 from .kernel import ACT, DEQUANTIZE_ITEMS, DEQUANTIZE_WARPS, DecodeConfig, _bias_word
 
 
+def dequantize_entry(name: str) -> str:
+    """The dequantize kernel's name in spec NAME's file."""
+    return f"{name}_dequantize_kernel"
+
+
 def dequantize_definitions(name: str, config: DecodeConfig) -> str:
     """The kernel, its device helpers (in NAME_detail, after the decode kernel's) and its C launcher."""
     return "\n".join([_helpers(name, config), _kernel(name, config), _launcher(name, config)])
@@ -126,7 +131,7 @@ __device__ __forceinline__ void store_item(act_t* W, const act_t* stage, int til
 
 def _kernel(name: str, config: DecodeConfig) -> str:
     act = ACT[config.fmt.activation][0]
-    return f"""extern "C" __global__ void __launch_bounds__({config.dequantize_threads}) {name}_dequantize_kernel(
+    return f"""extern "C" __global__ void __launch_bounds__({config.dequantize_threads}) {dequantize_entry(name)}(
     const uint4* __restrict__ weights, const uint32_t* __restrict__ scales, const uint32_t* __restrict__ zeros,
     {act}* __restrict__ W, int N, int K) {{
     using namespace {name}_detail;
@@ -183,7 +188,7 @@ extern "C" cudaError_t {name}_dequantize({launcher_parameters(config)}) {{
     if (reinterpret_cast<uintptr_t>(weights) % 16 != 0 || reinterpret_cast<uintptr_t>(W) % 16 != 0) return cudaErrorInvalidValue;
     if ({'scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0' if fmt.scaled else 'false'}) return cudaErrorInvalidValue;
     if ({'zeros == nullptr || reinterpret_cast<uintptr_t>(zeros) % 4 != 0' if fmt.zeros else 'false'}) return cudaErrorInvalidValue;
-    {name}_dequantize_kernel<<<(unsigned)grid_x, {config.dequantize_threads}, {config.dequantize_smem_bytes}, stream>>>(
+    {dequantize_entry(name)}<<<(unsigned)grid_x, {config.dequantize_threads}, {config.dequantize_smem_bytes}, stream>>>(
         static_cast<const uint4*>(weights), static_cast<const uint32_t*>(scales), static_cast<const uint32_t*>(zeros), W, N, K);
     return cudaGetLastError();
 }}

@@ -16,6 +16,7 @@ from ...plan import KernelPlan, Role, Variant
 from ...quant_layout import TILE_N, QuantFormat
 from ...rule import Let
 from ...targets import ARCHS, Arch
+from .expand import dequantize_entry
 from .kernel import DecodeConfig
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def decode_plan(spec: ir.KernelSpec, path: InstructionPath) -> KernelPlan:
     requirements = Requirements(m_multiple=1, n_multiple=1, k_multiple=config.k_multiple,
                                 vector_elements={"a": 8, "b": 1, "c": 1},
                                 max_leading_dimension=dict.fromkeys("abc", MAX_LEADING_DIMENSION))
-    launch = LaunchPlan(entries=Entries(vector=entry), parameters=kernel_parameters(spec),
+    launch = LaunchPlan(entries=Entries(vector=entry, others=(dequantize_entry(spec.name),)), parameters=kernel_parameters(spec),
                         launchers=launcher_names(spec), threads=layout.threads, smem_bytes=config.smem_bytes,
                         block_tile=(layout.bm, layout.bn, layout.bk), grid=grid, requirements=requirements,
                         min_blocks_per_sm=config.blocks_per_sm)

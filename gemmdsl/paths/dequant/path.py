@@ -74,7 +74,7 @@ class DequantPath(InstructionPath):
                            "k_slice": config.k_slice, "prefetch": config.prefetch,
                            "blocks_per_sm": config.blocks_per_sm, "rows": config.m_tiles * 8,
                            "block_rows": config.block_rows},
-                "dequantize": {"entry": f"{name}_dequantize_kernel", "launcher": f"{name}_dequantize",
+                "dequantize": {"entry": expand.dequantize_entry(name), "launcher": f"{name}_dequantize",
                                "threads": config.dequantize_threads, "smem": config.dequantize_smem_bytes,
                                "chunk_k": fmt.chunk_k, "items_per_block": config.dequantize_items_per_block},
                 "operands": ["A", *describe_layout(fmt), "C"]}
