@@ -145,8 +145,8 @@ __device__ __forceinline__ void issue(uint4 (&slot)[TILES], int c, const Streams
 // Copies the block's tiles' words (scales or zero points) of the slice's groups into ws[tile][group][8]: held in
 // shared memory, not registers, until their group comes (0 past N and past the last group).
 __device__ __forceinline__ void stage_words(uint32_t* ws, const uint32_t* words, int tile0, int group0, int N, int K) {
-    const int tiles = (N + 15) / 16, chunks = (K + CHUNK_K - 1) / CHUNK_K;
-    const int groups = (chunks * CHUNK_K + GROUP - 1) / GROUP;  // padded groups
+    const int tiles = (N + 15) / 16;
+    const int groups = ((K + CHUNK_K - 1) / CHUNK_K * CHUNK_K + GROUP - 1) / GROUP;  // padded
     for (int e = threadIdx.x; e < BLOCK_TILES * SLICE_GROUPS * 8; e += WARPS * 32) {
         const int tile = tile0 + e / (SLICE_GROUPS * 8), group = group0 + e / 8 % SLICE_GROUPS;
         ws[e] = tile < tiles && group < groups ? __ldg(words + ((unsigned long long)tile * groups + group) * 8 + e % 8) : 0u;

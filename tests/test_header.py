@@ -160,7 +160,7 @@ def test_header_matches_the_cu_and_compiles_as_c(spec, tmp_path):
     assert both.returncode == 0, both.stderr
     symbols = subprocess.run(["nm", "--defined-only", "both.o"], cwd=tmp_path, capture_output=True, text=True)
     defined = {line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[-2:-1] == ["T"]}
-    assert set(declared) == {symbol for symbol in defined if re.fullmatch(r"\w+_launch(_ld|_batched|_ld_padded)?", symbol)}
+    assert set(declared) == {symbol for symbol in defined if re.fullmatch(r"\w+_(launch(_ld|_batched|_ld_padded)?|dequantize)", symbol)}
     (tmp_path / "use.c").write_text(f'#include "{name}.h"\nint main(void) {{ return {name}_M_MULTIPLE > 0 ? 0 : 1; }}\n')
     as_c = nvcc("-c", "-x", "c", "-Xcompiler", "-std=c11,-Wall,-Werror", "use.c", "-o", "use.o", cwd=tmp_path)
     if element_types(spec) == {DType.F32}:
