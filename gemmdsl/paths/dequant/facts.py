@@ -69,7 +69,7 @@ class DecodePass:
         split = (f"split-K over {z} k-slices of {config.k_slice} ({launch.workspace_bytes:,} bytes of workspace)"
                  if z > 1 else "one k-slice, no workspace")
         verdict = (f"grid {x}x{y}x{z}: {split}; {resident} blocks per SM ({registers} registers, "
-                   f"{config.smem_bytes:,} bytes of staged A each), {launch.waves:.2f} waves on "
+                   f"{config.smem_bytes:,} bytes of staged A and scales each), {launch.waves:.2f} waves on "
                    f"{arch.reference_sms} SMs of an {arch.reference_gpu}")
         return PassResult({"decode": launch, "fuse": None}, verdict)
 
