@@ -272,3 +272,25 @@ def test_quantized_linear_refuses_a_dense_kernel_of_other_types(gpu):
         runtime.QuantizedLinear(decode, runtime.Kernel(DENSE["hgemm_h100"]))
     with pytest.raises(TypeError, match="QuantizedKernel"):
         runtime.QuantizedLinear(runtime.Kernel(DENSE["hgemm_h100"]), decode)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 300), prefill_from=st.integers(1, 300))
+def test_quantized_linear_decodes_exactly_the_calls_below_prefill_from(m, prefill_from):
+    """For any M and prefill_from: the decode kernel alone below it, the dequantize kernel then the dense one from
+    it on."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        gpu = FakeGpu().install(monkeypatch)
+        monkeypatch.setattr(runtime.quantized, "zeroed_workspace", lambda nbytes: gpu.new((-(-nbytes // 4),), "int32"))
+        monkeypatch.setattr(runtime.quantized, "matrix_maker", lambda library, dtype, rows, cols, device: (
+            lambda: (FakeTensor((rows, cols), dtype),)))
+        linear = runtime.QuantizedLinear(QuantizedKernel(COMPILED["w4a16_decode"]),
+                                         runtime.Kernel(DENSE["hgemm_h100_bf16c"]), prefill_from=prefill_from)
+        n, k = 256, 1024
+        linear(FakeTensor((m, k), "bfloat16"), packed_arrays("w4a16_decode", n, k), FakeTensor((m, n), "bfloat16"))
+        entries = [launch.entry for launch in gpu.launched]
+        if m < prefill_from:
+            assert entries == ["w4a16_decode_kernel"]
+        else:
+            assert entries[0] == "w4a16_decode_dequantize_kernel" and "w4a16_decode_kernel" not in entries[1:]
+            assert len(entries) >= 2

@@ -19,7 +19,7 @@ from __future__ import annotations
 import textwrap
 
 from ...emitter import Emitter
-from .kernel import ACT, DEQUANTIZE_ITEMS, DEQUANTIZE_WARPS, DecodeConfig, _bias_word
+from .kernel import ACT, DEQUANTIZE_ITEMS, DEQUANTIZE_WARPS, DecodeConfig, bias_word
 
 
 def dequantize_entry(name: str) -> str:
@@ -77,7 +77,7 @@ def _stage(config: DecodeConfig) -> str:
     if not fmt.scaled:
         offsets, value = "0u", "a[r]"
     else:
-        offsets = "words.zero[j]" if fmt.zeros else f"0x{_bias_word(fmt):08X}u"
+        offsets = "words.zero[j]" if fmt.zeros else f"0x{bias_word(fmt):08X}u"
         pair = "__floats2bfloat162_rn" if fmt.activation == "bf16" else "__floats2half2_rn"
         value = f"as_u32({pair}(act_float(a[r] & 0xFFFFu) * scale, act_float(a[r] >> 16) * scale))"
     scale = ("\n        const int j = s * CHUNK_GROUPS / STEPS;  // the chunk's group of k-step s"

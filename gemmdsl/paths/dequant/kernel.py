@@ -344,7 +344,7 @@ __device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets&
 """
 
 
-def _bias_word(fmt: QuantFormat) -> int:
+def bias_word(fmt: QuantFormat) -> int:
     """The offsets word of a format without zero points: the code's bias in A's type, in both halves."""
     from ...quant_layout import float_bits
 
@@ -483,7 +483,7 @@ def _kernel(name: str, config: DecodeConfig) -> str:
                                 xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
     target = "part" if grouped else "acc"
     group = "step / GROUP_STEPS" if grouped else "0"
-    offsets = f"word(zero_ws, i, {group})" if fmt.zeros else f"0x{_bias_word(fmt):08X}u"
+    offsets = f"word(zero_ws, i, {group})" if fmt.zeros else f"0x{bias_word(fmt):08X}u"
     return f"""extern "C" __global__ void __launch_bounds__({config.warps * 32}, {config.blocks_per_sm}) {name}_kernel(
     const {ACT[fmt.activation][0]}* __restrict__ A, const uint4* __restrict__ weights, const uint32_t* __restrict__ scales,
     const uint32_t* __restrict__ zeros, {C_TYPES[config.c][0]}* __restrict__ C, float* __restrict__ workspace,
