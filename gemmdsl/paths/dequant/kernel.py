@@ -24,7 +24,7 @@ from ...emitter import Emitter
 from ...launch_plan import decode_grid, dequantize_grid
 from ...quant_layout import CODE_BIAS, TILE_N, QuantFormat
 from ...rule import Rule
-from ...targets import ARCHS
+from ...targets import ARCHS, launch_register_cap
 
 M_TILES = (1, 2, 4)  # 8-row tiles of A per block: ldmatrix.x4 loads two at once
 # What the kernel's text uses that not every target has (targets.INSTRUCTION_TARGETS): the file's
@@ -165,9 +165,8 @@ class DecodeConfig:
 
     @property
     def register_cap(self) -> int:
-        """The registers __launch_bounds__ leaves a thread (65536 per SM over blocks_per_sm blocks, in
-        allocation units of 8, at most 255)."""
-        return min(255, 65536 // (self.warps * 32 * self.blocks_per_sm) // 8 * 8)
+        """The registers __launch_bounds__(threads, blocks_per_sm) leaves a thread (targets.launch_register_cap)."""
+        return launch_register_cap(ARCHS[90], self.warps * 32, self.blocks_per_sm)
 
 
 @dataclass(frozen=True)
