@@ -30,7 +30,7 @@ from .cache_root import cache_dir
 from .paths import path_taking, registered
 from .source import (CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit, blank_comments,
                      word_list)
-from .targets import ARCH_SPECIFIC, ARCHS, TARGETS, WARPGROUP, TargetName, parse_target
+from .targets import ARCH_SPECIFIC, ARCHS, MAX_REGISTERS_PER_THREAD, TARGETS, WARPGROUP, TargetName, parse_target
 from .value_readers import BadValue, Choice, Value, matrix
 
 GRAMMAR_PATH = Path(__file__).with_name("gemm.lark")
@@ -40,7 +40,6 @@ MAX_STAGES = 64  # pipeline stages; shared memory runs out long before
 MIN_REGISTERS = 16  # the fewest registers per thread a budget may ask ptxas for
 MIN_QUANT_GROUP = 32  # the fewest weights along K sharing a scale: 16 bytes of 4-bit codes, so no vector straddles two
 # What no target exceeds: a spec beyond it fails on every target, so the parser's range says so.
-MAX_REGISTERS_PER_THREAD = max(arch.max_registers_per_thread for arch in ARCHS.values())
 MAX_BLOCKS_PER_SM = max(arch.max_blocks_per_sm for arch in ARCHS.values())
 MAX_BLOCK_THREADS = max(arch.max_threads_per_block for arch in ARCH_SPECIFIC.values())
 MAX_CONSUMER_WARPGROUPS = MAX_BLOCK_THREADS // WARPGROUP - 1  # beside the one producer

@@ -67,6 +67,8 @@ ARCHS: dict[int, Arch] = {
     90: Arch(90, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, smem_reserved_per_block=1024,
              max_threads_per_sm=2048, max_blocks_per_sm=32, has_vector_atomic_add=True),
 }
+# The most registers a thread may have on any target: what a spec may ask for, and the limit where none is known.
+MAX_REGISTERS_PER_THREAD = max(arch.max_registers_per_thread for arch in ARCHS.values())
 # sm_90's reference GPU, its SMs and clock, and the rates below come from its profile (gpu_profile.py: the H200's,
 # measured by `gemmdsl calibrate`, unless $GEMMDSL_GPU names another).
 try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
 from .source import Diagnostic, Severity, Span, word_list
-from .targets import ARCHS, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
+from .targets import ARCHS, MAX_REGISTERS_PER_THREAD, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
 from .validate_fuse import check_fuse
 from .validate_quant import check_weights
 
@@ -230,7 +230,7 @@ class _Checker:
         blame = (("repeat", t), ("micro", t), ("warps", t))
         ok = self.check_products(factors, blame, fallback=("micro", t)) and ok
         accumulators = t.fragment.m * t.fragment.n
-        if accumulators > (self.arch.max_registers_per_thread if self.arch else 255):
+        if accumulators > (self.arch.max_registers_per_thread if self.arch else MAX_REGISTERS_PER_THREAD):
             self.warning(t.at("micro"), f"each thread accumulates {t.fragment.m}x{t.fragment.n} = {accumulators} "
                                         f"values, more than the registers a thread can have; nvcc will spill",
                          hint="use more threads or a smaller micro tile or repeat")

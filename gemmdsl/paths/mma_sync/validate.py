@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...layout import STAGE_ALIGN_BYTES
-from ...targets import WARP
+from ...targets import MAX_REGISTERS_PER_THREAD, WARP
 from ...validate import SMEM_READ_BYTES
 
 
@@ -65,7 +65,7 @@ def check_mma(checker, mma: ir.MmaTile) -> bool:
                            f"{block.m}x{block.n}x{-(-block.k // mma.shape.k) * mma.shape.k}{fix}")
         ok = False
     accumulators = mma.warp_tile.m * mma.warp_tile.n // WARP
-    if accumulators > (arch.max_registers_per_thread if arch else 255):
+    if accumulators > (arch.max_registers_per_thread if arch else MAX_REGISTERS_PER_THREAD):
         checker.warning(mma.at("repeat"), f"each thread accumulates {accumulators} values of its warp's "
                                           f"{mma.warp_tile} tile, more than the registers a thread can have; "
                                           "nvcc will spill", hint="use more warps or a smaller repeat")
