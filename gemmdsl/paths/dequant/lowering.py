@@ -1,9 +1,9 @@
 """A dequantizing decode spec's lowering: its keys read as the kernel's DecodeConfig, and the plan's launch.
 
-    block    { tile: 16x256x1024; }   rows of A per block (8, 16 or 32) x rows of W per block x the k-slice
+    block    { tile: 16x128x2048; }   rows of A per block (8, 16 or 32) x rows of W per block x the k-slice
     threads  { warps: 1x8; }          warps side by side along W's rows; each takes BN / (16 * warps) 16-row tiles
     pipeline { stages: 6; }           chunks of 128-bit weight loads each lane keeps in flight (DecodeConfig's default)
-    budget   { blocks_per_sm: 3; }    __launch_bounds__' minimum blocks per SM (DecodeConfig's default)
+    budget   { blocks_per_sm: 2; }    __launch_bounds__' minimum blocks per SM (DecodeConfig's default)
 """
 from __future__ import annotations
 
