@@ -74,15 +74,17 @@ DECODE_MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z
 def decode_grid(rows: int, block_rows: int, k_slice: int) -> Rule:
     """The dequantizing decode kernel's launch (paths/dequant/kernel.py): blocks of `rows` rows of A along x, of
     `block_rows` rows of W along y, k-slices of `k_slice` along z; and the split-K call's workspace, C's M x N
-    f32 sums and a counter per (x, y) tile, none with one k-slice. Refused for negative sizes and grids past
-    CUDA's limits. The C launcher prints it; DecodeConfig and the runtime evaluate it."""
+    f32 sums and a counter per (x, y) tile, none with one k-slice. K = 0 runs one k-slice, which finds no weights
+    and writes C = 0. Refused for negative sizes and grids past CUDA's limits. The C launcher prints it;
+    DecodeConfig and the runtime evaluate it."""
     m, n, k = Var("M"), Var("N"), Var("K")
     x, y, z = Var("grid_x"), Var("grid_y"), Var("grid_z")
     return Rule("decode_grid", ("M", "N", "K"), (
         Refuse(any_of(lt(m, 0), lt(n, 0), lt(k, 0))),
         Let("grid_x", ceil_div(m, rows)),
         Let("grid_y", ceil_div(ceil_div(n, DECODE_TILE_N), block_rows // DECODE_TILE_N)),
-        Let("grid_z", ceil_div(k, k_slice)),
+        Let("k_slices", ceil_div(k, k_slice)),
+        Let("grid_z", maximum(Var("k_slices"), 1)),
         Refuse(any_of(gt(y, DECODE_MAX_GRID_YZ), gt(z, DECODE_MAX_GRID_YZ))),
         Let("workspace_bytes", select(all_of(gt(z, 1), gt(m, 0), gt(n, 0)),
                                       cast("long long", m) * n * 4 + x * y * 4, 0),

@@ -297,7 +297,8 @@ extern "C" size_t w4a16_decode_workspace_bytes(int M, int N, int K) {
     if (M < 0 || N < 0 || K < 0) return 0;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;
-    const long long grid_z = (K + 2047) / 2048;
+    const long long k_slices = (K + 2047) / 2048;
+    const long long grid_z = k_slices > 1 ? k_slices : 1;
     if (grid_y > 65535 || grid_z > 65535) return 0;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
@@ -308,15 +309,16 @@ extern "C" cudaError_t w4a16_decode_launch(const __nv_bfloat16* A, const void* w
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     const long long grid_x = (M + 15) / 16;
     const long long grid_y = ((N + 15) / 16 + 7) / 8;
-    const long long grid_z = (K + 2047) / 2048;
+    const long long k_slices = (K + 2047) / 2048;
+    const long long grid_z = k_slices > 1 ? k_slices : 1;
     if (grid_y > 65535 || grid_z > 65535) return cudaErrorInvalidValue;
     // Split-K: C's f32 sums, then a counter per tile of C.
     const long long workspace_bytes = grid_z > 1 && M > 0 && N > 0 ? (long long)M * N * 4 + grid_x * grid_y * 4 : 0;
     if (K % 128 != 0) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;
-    if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(__nv_bfloat16), stream);
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(weights) % 16 != 0) return cudaErrorInvalidValue;
-    if (scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0) return cudaErrorInvalidValue;
+    // K = 0 reads no weights, scales or zero points (a format's arrays may then be empty, their pointers null).
+    if ((scales == nullptr && K > 0) || reinterpret_cast<uintptr_t>(scales) % 4 != 0) return cudaErrorInvalidValue;
     if (false) return cudaErrorInvalidValue;
     if (workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     float* floats = static_cast<float*>(workspace);

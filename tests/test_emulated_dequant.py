@@ -175,3 +175,12 @@ def test_dequantize_kernel_writes_the_rounded_weight(kernels, name, tmp_path):
             w, reference = run_dequantize(binary, config, n, k, tmp_path)
             wrong = np.argwhere(w != reference)
             assert not wrong.size, f"{n} x {k}: {len(wrong)} elements differ, the first at (n, k) = {tuple(wrong[0])}"
+
+
+@pytest.mark.parametrize("stem", SPECS)
+def test_k_zero_writes_zeros(kernels, stem, tmp_path):
+    """K = 0: the one k-slice the grid rule gives finds no weights, groups or activations, and stores C = 0 (over a
+    NaN-poisoned C), with no workspace."""
+    binary, config = kernels(stem, "small")
+    c, reference, bound, workspace, grid = run_decode(binary, config, 5, 40, 0, tmp_path)
+    assert grid[2] == 1 and not workspace.size and (c == 0).all()

@@ -84,7 +84,7 @@ def test_the_runtime_rule_from_the_metadata_is_the_kernels(m, n, k):
         config = decode_config(artifacts.spec)
         decode = artifacts.metadata["decode"]
         assert config.grid(m, n, k) == (-(-m // decode["rows"]), -(-(-(-n // 16)) // (decode["block_rows"] // 16)),
-                                        -(-k // decode["k_slice"]))
+                                        max(1, -(-k // decode["k_slice"])))  # K = 0: one slice writes C = 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -294,3 +294,13 @@ def test_quantized_linear_decodes_exactly_the_calls_below_prefill_from(m, prefil
         else:
             assert entries[0] == "w4a16_decode_dequantize_kernel" and "w4a16_decode_kernel" not in entries[1:]
             assert len(entries) >= 2
+
+
+def test_a_call_with_k_zero_runs_one_k_slice_that_writes_zeros(gpu):
+    """K = 0 is the C launcher's call too: one k-slice (no workspace), whose block finds no weights and stores
+    C = 0 (tests/test_emulated_dequant.py runs it)."""
+    kernel = QuantizedKernel(COMPILED["w8a16_decode"])
+    a, c = FakeTensor((3, 0), "bfloat16"), FakeTensor((3, 100), "bfloat16")
+    assert kernel(a, packed_arrays("w8a16_decode", 100, 0), c) is c
+    (launch,) = gpu.launched
+    assert launch.grid == (1, 1, 1) and launch.args[5] == 0  # no workspace

@@ -116,8 +116,6 @@ class QuantizedKernel(Kernel):
         bound = BoundLaunch(self.entry, (), c, (a, *packed.values()), call.views["A"].library, device, allocations)
         if call.m == 0 or call.n == 0:
             return bound
-        if call.k == 0:
-            raise ValueError(f"K = 0: {self.name} has nothing to multiply (C would be zero)")
         try:
             sizes = self.grid_rule.evaluate({"M": call.m, "N": call.n, "K": call.k})
         except Refused:
@@ -261,6 +259,8 @@ class QuantizedLinear:
 
 
 def _contiguous(view: ArrayView) -> bool:
+    if 0 in view.shape:  # no elements: any strides lay them out
+        return True
     expected, stride = [], 1
     for extent in reversed(view.shape):
         expected.append(stride)

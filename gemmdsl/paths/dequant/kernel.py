@@ -552,7 +552,6 @@ def launcher_parameters(config: DecodeConfig) -> str:
 
 def _launcher(name: str, config: DecodeConfig) -> str:
     fmt = config.fmt
-    c_type = C_TYPES[config.c][0]
     multiple = config.k_multiple
     grid, sizes = Emitter(), Emitter()
     config.grid_rule.render_inline(grid)
@@ -574,10 +573,10 @@ extern "C" cudaError_t {name}_launch({launcher_parameters(config)}) {{
 {textwrap.indent(grid.text().rstrip(), '    ')}
     if (K % {multiple} != 0) return cudaErrorInvalidValue;
     if (M == 0 || N == 0) return cudaSuccess;
-    if (K == 0) return cudaMemsetAsync(C, 0, (size_t)M * N * sizeof({c_type}), stream);
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0 || reinterpret_cast<uintptr_t>(weights) % 16 != 0) return cudaErrorInvalidValue;
-    if ({'scales == nullptr || reinterpret_cast<uintptr_t>(scales) % 4 != 0' if fmt.scaled else 'false'}) return cudaErrorInvalidValue;
-    if ({'zeros == nullptr || reinterpret_cast<uintptr_t>(zeros) % 4 != 0' if fmt.zeros else 'false'}) return cudaErrorInvalidValue;
+    // K = 0 reads no weights, scales or zero points (a format's arrays may then be empty, their pointers null).
+    if ({'(scales == nullptr && K > 0) || reinterpret_cast<uintptr_t>(scales) % 4 != 0' if fmt.scaled else 'false'}) return cudaErrorInvalidValue;
+    if ({'(zeros == nullptr && K > 0) || reinterpret_cast<uintptr_t>(zeros) % 4 != 0' if fmt.zeros else 'false'}) return cudaErrorInvalidValue;
     if (workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     float* floats = static_cast<float*>(workspace);
     unsigned* counters = workspace_bytes > 0 ? reinterpret_cast<unsigned*>(floats + (size_t)M * N) : nullptr;
