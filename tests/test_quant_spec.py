@@ -142,3 +142,10 @@ def test_check_states_bytes_per_weight_the_hbm_bound_and_the_dequantization(dequ
     assert quant_json(spec, problem, priced)["dequantization"] == {"instructions_per_k_tile": 48,
                                                                   "detail": "16 lop3 + 16 hsub2 + 16 hmul2"}
     assert quant_json(spec, problem, priced)["bytes_per_weight"] == 0.53125
+    # The prefill route: the packed B read and W (4096 x 4096 bf16) written once.
+    written = 4096 * 4096 * 2
+    assert facts.dequantize_bytes == 8912896 + written
+    assert lines[3] == (f"Prefill route (runtime.QuantizedLinear): W dequantized into memory first, "
+                        f"{8912896 + written:,} bytes (B read, {written:,} of bf16 written), at least "
+                        f"{(8912896 + written) / (tbps * 1e6):.3g} us before the dense GEMM")
+    assert quant_json(spec, problem, priced)["prefill_dequantize_bytes"] == 8912896 + written
