@@ -233,9 +233,9 @@ class QuantizedLinear:
         view = array_view("A", a)
         if len(view.shape) != 2 or view.shape[0] < self.prefill_from:
             return self.decode(a, packed, c, stream)
-        n, k = (int(extent) for extent in numpy.asarray(packed.get("shape", (-1, -1))).reshape(-1)[:2])
-        if n < 0:
+        if not isinstance(packed, dict) or "shape" not in packed:
             raise ValueError("the prefill route needs the packed dict's `shape` [N, K] (gemmdsl quantize writes it)")
+        n, k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
         w = self.scratch(view, n, k)
         self.decode.dequantize(packed, w, stream)
         return self.dense(a, w.transpose(1, 0), c, stream=stream)  # B (K x N, column-major) is W's transpose
