@@ -93,7 +93,7 @@ class QuantizedKernel(Kernel):
     def _columns(self, packed: dict[str, Any], c: Any | None, k: int) -> int:
         """N: the packed dict's `shape` (N, K), as `gemmdsl quantize` writes it, else C's columns."""
         if "shape" in packed:
-            n, packed_k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
+            n, packed_k = weight_shape(packed, self.name)
             if packed_k != k:
                 raise ValueError(f"the packed weight is {n} x {packed_k} (its `shape`), but A has K = {k} columns")
             return n
@@ -151,10 +151,7 @@ class QuantizedKernel(Kernel):
     def bind_dequantize(self, packed: dict[str, Any], w: Any) -> BoundLaunch:
         """The launch writing W (N x K, row-major, A's type; N and K the packed dict's `shape`) = the packed
         weight dequantized and rounded once to A's type, as dequantize-then-GEMM rounds it."""
-        if not isinstance(packed, dict) or "shape" not in packed:
-            raise ValueError(f"{self.name}.dequantize needs the packed dict's `shape` [N, K] (gemmdsl quantize "
-                             "writes it)")
-        n, k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
+        n, k = weight_shape(packed, f"{self.name}.dequantize")
         w_view = array_view("W", w)
         _check_matrix(w_view, ACTIVATION_DTYPES[self.format.activation], "W", (n, k))
         if w_view.pointer % 16:
@@ -196,6 +193,15 @@ class QuantizedKernel(Kernel):
                 f"{fmt.activation} activations, {self.metadata['target']}>")
 
 
+def weight_shape(packed: Any, who: str) -> tuple[int, int]:
+    """N and K from the packed dict's `shape` [N, K] (as `gemmdsl quantize` writes it); ValueError naming `who`
+    where there is none."""
+    if not isinstance(packed, dict) or "shape" not in packed:
+        raise ValueError(f"{who} needs the packed dict's `shape` [N, K] (gemmdsl quantize writes it)")
+    n, k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
+    return n, k
+
+
 # Rows of A from which QuantizedLinear dequantizes W into memory and runs the dense kernel: where that measured
 # faster than the decode kernel at 8192 x 8192, 28672 x 8192 and 8192 x 28672 int4 weights (H200,
 # docs/performance.md, "Quantized weights").
@@ -233,9 +239,7 @@ class QuantizedLinear:
         view = array_view("A", a)
         if len(view.shape) != 2 or view.shape[0] < self.prefill_from:
             return self.decode(a, packed, c, stream)
-        if not isinstance(packed, dict) or "shape" not in packed:
-            raise ValueError("the prefill route needs the packed dict's `shape` [N, K] (gemmdsl quantize writes it)")
-        n, k = (int(extent) for extent in numpy.asarray(packed["shape"]).reshape(-1)[:2])
+        n, k = weight_shape(packed, "the prefill route")
         w = self.scratch(view, n, k)
         self.decode.dequantize(packed, w, stream)
         return self.dense(a, w.transpose(1, 0), c, stream=stream)  # B (K x N, column-major) is W's transpose
