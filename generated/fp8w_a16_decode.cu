@@ -51,10 +51,21 @@ constexpr uint32_t MAGIC2 = 0x43004300u;  // two bf16 128.0
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
+// (x & MASK) | BITS in one lop3: written as C, ptxas spends an and and an or, since a lop3 takes one immediate.
+template <uint32_t MASK, uint32_t BITS>
+__device__ __forceinline__ uint32_t mask_or(uint32_t x) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(BITS));
+    return r;
+}
 __device__ __forceinline__ act2_t as_act2(uint32_t u) { return *reinterpret_cast<act2_t*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(act2_t v) { return *reinterpret_cast<uint32_t*>(&v); }
 __device__ __forceinline__ float act_float(uint32_t bits16) {
     return __uint_as_float(bits16 << 16);
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // Weights are read once: no L1 allocation. Volatile keeps each load where the ring issues it (ptxas would
@@ -70,7 +81,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 // to the slice's start (where they would hold registers through the slice).
 __device__ __forceinline__ uint32_t load_shared(const uint32_t* p) {
     uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(shared_address(p)));
     return v;
 }
 
@@ -165,6 +176,14 @@ __device__ __forceinline__ void stage_activations(act_t* xs, const act_t* A, int
     }
 }
 
+// The k-step at k's fragments of the staged rows of A: the mma's B operand of each 8-row tile.
+__device__ __forceinline__ void load_activations(uint32_t (&b)[MT][2], const act_t* xs, int k, int lane) {
+    #pragma unroll
+    for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
+        ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
+                    xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);
+}
+
 __device__ __forceinline__ void scale_rows(float (&to)[MT][4], const float (&from)[MT][4], uint32_t scales) {
     const float low = act_float(scales & 0xFFFFu), high = act_float(scales >> 16);
     #pragma unroll
@@ -254,28 +273,37 @@ extern "C" __global__ void __launch_bounds__(256, 2) fp8w_a16_decode_kernel(
 
     float acc[TILES][MT][4] = {};
     
+    // The next k-step's fragments of A are loaded before the current ones are multiplied, so that their latency
+    // overlaps the conversions and the mma.
+    uint32_t b_next[MT][2];
+    load_activations(b_next, xs, 0, lane);
+    
+    Offsets offsets[TILES];
     #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
         uint4 current[TILES];
         #pragma unroll
-        for (int i = 0; i < TILES; ++i) {
-            current[i] = ring[c % PREFETCH][i];
-        }
-        if (c + PREFETCH < CHUNKS)
-            issue(ring[c % PREFETCH], c + PREFETCH, streams);
+        for (int i = 0; i < TILES; ++i) current[i] = ring[c % PREFETCH][i];
+        if (c + PREFETCH < CHUNKS) issue(ring[c % PREFETCH], c + PREFETCH, streams);
         #pragma unroll
         for (int s = 0; s < STEPS; ++s) {
-            const int step = c * STEPS + s, k = step * 16;
-            
+            const int step = c * STEPS + s;
+            if (step == 0) {
+                #pragma unroll
+                for (int i = 0; i < TILES; ++i) {
+                    offsets[i] = offsets_of(0x00000000u);
+                    
+                    
+                }
+            }
             uint32_t b[MT][2];
             #pragma unroll
-                for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
-                    ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
-                                xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);
+            for (int mt = 0; mt < MT; ++mt) { b[mt][0] = b_next[mt][0]; b[mt][1] = b_next[mt][1]; }
+            if (step + 1 < CHUNKS * STEPS) load_activations(b_next, xs, (step + 1) * 16, lane);
             #pragma unroll
             for (int i = 0; i < TILES; ++i) {
                 uint32_t a[4];
-                dequant(current[i], s, offsets_of(0x00000000u), a);
+                dequant(current[i], s, offsets[i], a);
                 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) mma(acc[i][mt], a, b[mt][0], b[mt][1]);
             }

@@ -210,10 +210,21 @@ constexpr uint32_t MAGIC2 = 0x{magic:04X}{magic:04X}u;  // two {fmt.activation} 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {{
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }}
+// (x & MASK) | BITS in one lop3: written as C, ptxas spends an and and an or, since a lop3 takes one immediate.
+template <uint32_t MASK, uint32_t BITS>
+__device__ __forceinline__ uint32_t mask_or(uint32_t x) {{
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(MASK), "n"(BITS));
+    return r;
+}}
 __device__ __forceinline__ act2_t as_act2(uint32_t u) {{ return *reinterpret_cast<act2_t*>(&u); }}
 __device__ __forceinline__ uint32_t as_u32(act2_t v) {{ return *reinterpret_cast<uint32_t*>(&v); }}
 __device__ __forceinline__ float act_float(uint32_t bits16) {{
     return {"__uint_as_float(bits16 << 16)" if fmt.activation == "bf16" else "__half2float(__ushort_as_half((unsigned short)bits16))"};
+}}
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }}
 
 // Weights are read once: no L1 allocation. Volatile keeps each load where the ring issues it (ptxas would
@@ -229,7 +240,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {{
 // to the slice's start (where they would hold registers through the slice).
 __device__ __forceinline__ uint32_t load_shared(const uint32_t* p) {{
     uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(shared_address(p)));
     return v;
 }}
 
@@ -247,12 +258,12 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }}
 
 __device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row) {{
-    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    const unsigned address = shared_address(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{%0, %1}}, [%2];" : "=r"(r0), "=r"(r1) : "r"(address));
 }}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* row) {{
-    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    const unsigned address = shared_address(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(address));
 }}
@@ -322,7 +333,7 @@ __device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets&
         body = """    const uint32_t word = word_of(w, step);
     #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const uint32_t pair = ((word >> (4 * j)) & 0x000F000Fu) | MAGIC2;  // nibbles j and j + 4
+        const uint32_t pair = mask_or<0x000F000Fu, MAGIC2>(word >> (4 * j));  // nibbles j and j + 4
         a[j] = as_u32(__hsub2(as_act2(pair), o.row[j & 1]));
     }
 """
@@ -332,7 +343,7 @@ __device__ __forceinline__ void dequant(const uint4& w, int step, const Offsets&
         const uint32_t word = word_of(w, 2 * step + p);
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const uint32_t pair = ((word >> (8 * r)) & 0x00FF00FFu) | MAGIC2;  // bytes r and r + 2
+            const uint32_t pair = mask_or<0x00FF00FFu, MAGIC2>(word >> (8 * r));  // bytes r and r + 2
             a[2 * p + r] = as_u32(__hsub2(as_act2(pair), o.row[r]));
         }
     }
@@ -357,6 +368,13 @@ def _helpers(name: str, config: DecodeConfig) -> str:
     fmt = config.fmt
     _, convert = C_TYPES[config.c]
     grouped = bool(fmt.group)
+    if config.m_tiles == 1:
+        activations = "    ldmatrix_x2(b[0][0], b[0][1], xs + (lane & 7) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"
+    else:
+        activations = """    #pragma unroll
+    for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
+        ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
+                    xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"""
     return f"""
 // A warp's streams: per tile, where its lane's words of the slice's first chunk are (null past N), and how many
 // chunks remain before K's end. Addresses are bases plus constant offsets, so the unrolled slice holds no
@@ -405,6 +423,11 @@ __device__ __forceinline__ void stage_activations(act_t* xs, const act_t* A, int
         if (m0 + r < M && k0 + c < K) value = *reinterpret_cast<const uint4*>(A + (unsigned long long)(m0 + r) * K + k0 + c);
         *reinterpret_cast<uint4*>(xs + r * XS_STRIDE + c) = value;
     }}
+}}
+
+// The k-step at k's fragments of the staged rows of A: the mma's B operand of each 8-row tile.
+__device__ __forceinline__ void load_activations(uint32_t (&b)[MT][2], const act_t* xs, int k, int lane) {{
+{activations}
 }}
 
 __device__ __forceinline__ void scale_rows(float (&to)[MT][4], const float (&from)[MT][4], uint32_t scales) {{
@@ -474,12 +497,6 @@ def _kernel(name: str, config: DecodeConfig) -> str:
     """The kernel: its ring of weight chunks, the staged rows of A, the k-steps' conversions and mma, the store."""
     fmt = config.fmt
     scaled, grouped = fmt.scaled, bool(fmt.group)
-    b_loads = ("ldmatrix_x2(b[0][0], b[0][1], xs + (lane & 7) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);"
-               if config.m_tiles == 1 else
-               """#pragma unroll
-                for (int mt = 0; mt < MT; mt += 2)  // matrices: (mt, k..k+7), (mt, k+8..), (mt+1, k..), (mt+1, k+8..)
-                    ldmatrix_x4(b[mt][0], b[mt][1], b[mt + 1][0], b[mt + 1][1],
-                                xs + ((mt + (lane >> 4)) * 8 + (lane & 7)) * XS_STRIDE + k + ((lane >> 3) & 1) * 8);""")
     target = "part" if grouped else "acc"
     group = "step / GROUP_STEPS" if grouped else "0"
     offsets = f"word(zero_ws, i, {group})" if fmt.zeros else f"0x{bias_word(fmt):08X}u"
@@ -511,29 +528,41 @@ def _kernel(name: str, config: DecodeConfig) -> str:
 
     float acc[TILES][MT][4] = {{}};
     {"float part[TILES][MT][4];" if grouped else ""}
+    // The next k-step's fragments of A are loaded before the current ones are multiplied, so that their latency
+    // overlaps the conversions and the mma.
+    uint32_t b_next[MT][2];
+    load_activations(b_next, xs, 0, lane);
+    {"uint32_t scale_word[TILES];" if grouped else ""}
+    Offsets offsets[TILES];
     #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {{
         uint4 current[TILES];
         #pragma unroll
-        for (int i = 0; i < TILES; ++i) {{
-            current[i] = ring[c % PREFETCH][i];
-        }}
-        if (c + PREFETCH < CHUNKS)
-            issue(ring[c % PREFETCH], c + PREFETCH, streams);
+        for (int i = 0; i < TILES; ++i) current[i] = ring[c % PREFETCH][i];
+        if (c + PREFETCH < CHUNKS) issue(ring[c % PREFETCH], c + PREFETCH, streams);
         #pragma unroll
         for (int s = 0; s < STEPS; ++s) {{
-            const int step = c * STEPS + s, k = step * 16;
-            {"if (step % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) for (int mt = 0; mt < MT; ++mt) for (int e = 0; e < 4; ++e) part[i][mt][e] = 0.0f; }" if grouped else ""}
+            const int step = c * STEPS + s;
+            if ({"step % GROUP_STEPS == 0" if grouped else "step == 0"}) {{
+                #pragma unroll
+                for (int i = 0; i < TILES; ++i) {{
+                    offsets[i] = offsets_of({offsets});
+                    {"scale_word[i] = word(scale_ws, i, step / GROUP_STEPS);" if grouped else ""}
+                    {"for (int mt = 0; mt < MT; ++mt) for (int e = 0; e < 4; ++e) part[i][mt][e] = 0.0f;" if grouped else ""}
+                }}
+            }}
             uint32_t b[MT][2];
-            {b_loads}
+            #pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {{ b[mt][0] = b_next[mt][0]; b[mt][1] = b_next[mt][1]; }}
+            if (step + 1 < CHUNKS * STEPS) load_activations(b_next, xs, (step + 1) * 16, lane);
             #pragma unroll
             for (int i = 0; i < TILES; ++i) {{
                 uint32_t a[4];
-                dequant(current[i], s, offsets_of({offsets}), a);
+                dequant(current[i], s, offsets[i], a);
                 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) mma({target}[i][mt], a, b[mt][0], b[mt][1]);
             }}
-            {"if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], word(scale_ws, i, step / GROUP_STEPS)); }" if grouped else ""}
+            {"if ((step + 1) % GROUP_STEPS == 0) { for (int i = 0; i < TILES; ++i) scale_rows(acc[i], part[i], scale_word[i]); }" if grouped else ""}
         }}
     }}
     {"for (int i = 0; i < TILES; ++i) scale_rows(acc[i], acc[i], word(scale_ws, i, 0));" if scaled and not grouped else ""}
