@@ -76,6 +76,17 @@ def test_a_register_hungry_ring_is_warned_at_its_stages():
     assert not compiler.compile_source(SourceFile("w4.gemm", spec_text())).warnings
 
 
+def test_blocks_per_sm_that_shared_memory_cannot_hold_are_warned_at_the_budget():
+    """32 rows of A over a k-slice of 2048 stage 135,680 bytes a block: one block fits an SM's 233,472 bytes, so
+    asking for 2 is warned at `blocks_per_sm`, with the count that fits in the hint."""
+    text = spec_text().replace("tile: 16x128x2048;", "tile: 32x128x2048;")
+    (warning,) = [w for w in compiler.compile_source(SourceFile("w4.gemm", text)).warnings if "resident" in w.message]
+    assert "blocks_per_sm" in text.split("\n")[warning.span.line - 1]
+    assert "135," in warning.message and "blocks_per_sm: 1;" in warning.hint
+    fitting = text.replace("blocks_per_sm: 2;", "blocks_per_sm: 1;")
+    assert not [w for w in compiler.compile_source(SourceFile("w4.gemm", fitting)).warnings if "resident" in w.message]
+
+
 @settings(max_examples=200, deadline=None)
 @given(m=st.integers(0, 5000), n=st.integers(0, 70000), k=st.integers(0, 70000))
 def test_the_runtime_rule_from_the_metadata_is_the_kernels(m, n, k):

@@ -106,6 +106,14 @@ def _check_config(checker: Any) -> None:
     for problem in config.problems(checker.arch.smem_per_block):
         span, hint = where[problem.setting]
         error(span, problem.message, hint)
+    arch = checker.arch
+    fits = arch.smem_per_sm // (config.smem_bytes + arch.smem_reserved_per_block)
+    if not config.problems() and fits < config.blocks_per_sm:
+        checker.warning(spec.budget.at("blocks_per_sm"),
+                        f"{config.blocks_per_sm} blocks per SM are asked for, but a block stages "
+                        f"{config.smem_bytes:,} bytes of A and scales, and an SM's {arch.smem_per_sm:,} bytes hold "
+                        f"{fits}: __launch_bounds__ caps the registers for blocks that cannot be resident",
+                        f"write `budget {{ blocks_per_sm: {max(1, fits)}; }}`, or a smaller block M or K")
     if not config.problems() and config.registers > config.register_cap:
         sums = "the accumulators and a group's partial sums" if config.fmt.group else "the accumulators"
         checker.warning(spec.pipeline.at("stages"),
