@@ -71,8 +71,8 @@ SHARED_LOCAL = re.compile(r"^(\s+)__shared__ (?!__align__)", re.M)
 
 
 def host_source(cuda: str) -> str:
-    """The generated file without its inline-PTX helpers, which cuda_host.h provides instead (a `static` one and
-    the dequantizing path's, which live in a namespace), with its dynamic shared memory and shared variables
+    """The generated file without its inline-PTX helpers (volatile or not), which cuda_host.h provides instead (a
+    `static` one and the dequantizing path's, which live in a namespace), with its dynamic shared memory and shared variables
     as the emulator has them."""
     lines = cuda.split("\n")
     kept: list[str] = []
@@ -82,7 +82,7 @@ def host_source(cuda: str) -> str:
         if line.removeprefix("static ").startswith("__device__ __forceinline__") and not line.endswith("}"):
             end = lines.index("}", index)
             body = "\n".join(lines[index:end + 1])
-            if "asm volatile" in body:
+            if "asm volatile" in body or "asm(" in body:
                 if kept and kept[-1].startswith("template <"):
                     kept.pop()
                 index = end + 1

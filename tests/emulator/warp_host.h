@@ -107,6 +107,9 @@ inline uint32_t load_shared(const uint32_t* p) {
 
 inline void settle(float (&)[4]) {}  // a scheduling fence for ptxas: nothing to do here
 
+template <uint32_t MASK, uint32_t BITS>
+inline uint32_t mask_or(uint32_t x) { return (x & MASK) | BITS; }  // one lop3 on the GPU
+
 struct WarpExchange {
     std::barrier<> lanes{32};
     uint32_t registers[32][10];
