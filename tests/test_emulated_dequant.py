@@ -5,7 +5,8 @@ Each shipped dequant spec runs as it ships at one split-K shape, and at M of 1, 
 tiles of A past a block's edge), N of 16 and 40 (a tile, and a partial third one) and K of one and two k-slices
 in a smaller shape of the same format (two warps, the shortest k-slice the format allows), so the calls stay
 quick on the emulator's threads; so do the GPU test's kernel shapes (tests/quant_cases.CONFIGS: f16 activations,
-an f32 C, ldmatrix.x2's single 8-row tile of A, four tiles), at one split-K shape. AddressSanitizer and UBSan stop any access outside an operand or a misaligned
+an f32 C, ldmatrix.x2's single 8-row tile of A, four tiles), at one split-K shape. Random DecodeConfig shapes (hypothesis:
+chunks per slice, chunks in flight, tiles a warp, rows of A) run at random M, N and K beside them. AddressSanitizer and UBSan stop any access outside an operand or a misaligned
 one; C starts NaN, so an element the kernel does not write shows; a split-K call must leave its workspace and
 counters zero again.
 
@@ -22,14 +23,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import host_emulation
+from budget import examples
 from gemmdsl import ir
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
 from gemmdsl.paths.dequant.kernel import DecodeConfig
 from gemmdsl.paths.dequant.lowering import decode_config
-from gemmdsl.quant_layout import float_bits, pack
+from gemmdsl.quant_layout import QuantFormat, float_bits, pack
 from gemmdsl.quant_reference import rounded_weight
 from quant_cases import CONFIGS, canonical_weights, dequantized, round_to, spec_text
 
@@ -184,3 +187,32 @@ def test_k_zero_writes_zeros(kernels, stem, tmp_path):
     binary, config = kernels(stem, "small")
     c, reference, bound, workspace, grid = run_decode(binary, config, 5, 40, 0, tmp_path)
     assert grid[2] == 1 and not workspace.size and (c == 0).all()
+
+
+FORMATS = (QuantFormat("s4", "bf16", 64), QuantFormat("u4", "f16", 64, True), QuantFormat("s8", "bf16", None),
+           QuantFormat("e4m3", "f16", 32))
+
+
+@settings(max_examples=examples(2, 12), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_decode_shape_matches_float64(data, tmp_path_factory):
+    """The mainloop's pipeline at its edges, for any DecodeConfig shape: a slice of one chunk or several, every
+    chunk in flight or one, a warp's tiles, 8, 16 or 32 rows of A, one k-slice or two, at M, N and K off the
+    block's edges."""
+    fmt = data.draw(st.sampled_from(FORMATS), "format")
+    chunks = data.draw(st.integers(max(1, (fmt.group or 0) // fmt.chunk_k), 4), "chunks per slice")
+    if fmt.group:
+        chunks -= chunks % (fmt.group // fmt.chunk_k)
+    config = DecodeConfig(fmt, data.draw(st.sampled_from(("bf16", "f32")) if fmt.activation == "bf16" else
+                                         st.sampled_from(("f16", "f32")), "C"),
+                          warps=data.draw(st.integers(1, 2), "warps"), tiles=data.draw(st.integers(1, 2), "tiles"),
+                          m_tiles=data.draw(st.sampled_from((1, 2, 4)), "m_tiles"), k_slice=chunks * fmt.chunk_k,
+                          prefetch=data.draw(st.integers(1, chunks), "prefetch"))
+    assert not config.problems()
+    m = data.draw(st.integers(1, 2 * config.m_tiles * 8 + 1), "M")
+    n = data.draw(st.integers(1, config.block_rows + 17), "N")
+    k = config.k_multiple * data.draw(st.integers(1, 2 * config.k_slice // config.k_multiple), "K / k_multiple")
+    artifacts = compile_text(spec_text("any_shape", config), "any_shape.gemm")
+    binary = host_emulation.shared_build(artifacts.cuda, artifacts.metadata)
+    check(*run_decode(binary, config, m, n, k, tmp_path_factory.mktemp("any"))[:4])
