@@ -86,6 +86,9 @@ class MemberModel:
     # A member that reads operands of any alignment itself (the mma.sync fallback) runs narrower kernels where a
     # packed operand's leading dimension is off a_align or b_align elements: its cycles there are this many times.
     narrow_factor: int = 1
+    # A member that splits K its own way (the dequantizing decode kernel's k-slices: paths/dequant/facts.py), as a
+    # rule of stream_k_split_rule's inputs and outputs; None: the launcher's stream-K split where `stream_k`.
+    split: Rule | None = None
     terms: tuple[tuple[str, float], ...] = ()  # the figures the cycles come from, for metadata and `check`
 
     @property
@@ -163,7 +166,8 @@ def member_fields(member: MemberModel) -> dict:
 def _member_fields(member: MemberModel) -> dict:
     bm, bn, bk = member.tile
     a, b, c = member.element_bytes
-    split = stream_k_split_rule(member.min_saved_k_tiles, member.aligned_split) if member.stream_k else None
+    split = member.split or (stream_k_split_rule(member.min_saved_k_tiles, member.aligned_split) if member.stream_k
+                             else None)
     return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), any_alignment=int(member.any_alignment),
                 fallback=int(member.fallback), stream_k_split=split, sms=member.sms,
                 blocks_per_sm=member.blocks_per_sm, k_tile_cycles=member.k_tile_cycles, tile_cycles=member.tile_cycles,

@@ -58,6 +58,15 @@ class GpuProfile:
     pad_copy_gbps: int
     narrow_factor_16bit: int
     narrow_factor_32bit: int
+    # The dequantizing decode kernel (paths/dequant): SM cycles per warp k-step (16 rows of W by 16 of K) with
+    # 2 blocks of 8 warps resident, by the weights' bits (4, or 8 for int8 and e4m3) and the rows of A a block
+    # takes (8, 16, 32)
+    decode_step_cycles_4bit_8rows: int
+    decode_step_cycles_4bit_16rows: int
+    decode_step_cycles_4bit_32rows: int
+    decode_step_cycles_8bit_8rows: int
+    decode_step_cycles_8bit_16rows: int
+    decode_step_cycles_8bit_32rows: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -104,7 +113,9 @@ def _path_of(name: str) -> Path:
 
 FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fixup_bytes_per_clock",
           "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps",
-          "narrow_factor_16bit", "narrow_factor_32bit")
+          "narrow_factor_16bit", "narrow_factor_32bit", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
+          "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
+          "decode_step_cycles_8bit_32rows")
 
 
 @cache

@@ -208,6 +208,11 @@ PAD_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.pad_bytes_per_clock}
 # operand's leading dimension is off 16 bytes and it runs its narrower kernels, by element bytes; fitted on the
 # family study (docs/calibration.md).
 MMA_SYNC_NARROW_FACTOR: dict[int, dict[int, int]] = {90: {2: HOPPER.narrow_factor_16bit, 4: HOPPER.narrow_factor_32bit}}
+# The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
+# resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on
+# its H200 run (docs/quantized-kernel.md, "The time model"), the rates its conversions and mma.sync reach.
+DECODE_STEP_CYCLES: dict[int, dict[tuple[int, int], int]] = {90: {
+    (bits, rows): getattr(HOPPER, f"decode_step_cycles_{bits}bit_{rows}rows") for bits in (4, 8) for rows in (8, 16, 32)}}
 
 
 # The SM's issue and load/store rates the cost models count in (sm_70 and later), and the latency of a

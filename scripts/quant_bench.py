@@ -10,6 +10,11 @@ read: packed weights + scales + activations + C) and the ratio to cuBLAS; writes
 
 --prefill times the prefill route at those M (runtime.QuantizedLinear: the weight dequantized into a scratch, then
 specs/hgemm_h100_bf16c_family.gemmf) beside cuBLAS, rows marked "route": "prefill".
+
+    python scripts/quant_bench.py --predict out.json
+
+prints, without a GPU, each decode row of a JSON this script wrote beside the time `check --problem` predicts for
+its kernel (docs/quantized-kernel.md, "The time model"), and how many are within 10% and 20%.
 """
 from __future__ import annotations
 
@@ -104,6 +109,31 @@ def measure_prefill(gpu: TorchGpu, arrays: TorchArrays, name: str, fmt: QuantFor
             "speedup_vs_cublas": cublas / seconds}
 
 
+def predict(path: str) -> int:
+    """The decode rows of a recorded run beside the cycle model's times for their kernels (config_for's shapes)."""
+    from gemmdsl.check import spec_time
+    from gemmdsl.compiler import compile_text
+
+    compiled: dict[DecodeConfig, object] = {}
+    ratios = []
+    print(f"{'format':>14} {'M':>5} {'N':>6} {'K':>6} {'measured us':>11} {'predicted us':>12} {'ratio':>6}")
+    for row in json.loads(Path(path).read_text())["rows"]:
+        if row.get("route") == "prefill" or row["format"] not in FORMATS:
+            continue
+        m, n, k = row["m"], row["n"], row["k"]
+        config = config_for(FORMATS[row["format"]], m)
+        if config not in compiled:
+            compiled[config] = compile_text(spec_text("predicted", config), "predicted.gemm")
+        predicted = spec_time(compiled[config], (m, n, k))["microseconds"]
+        ratios.append(predicted / row["ours_us"])
+        print(f"{row['format']:>14} {m:5d} {n:6d} {k:6d} {row['ours_us']:11.1f} {predicted:12.1f} {ratios[-1]:6.2f}")
+    if ratios:
+        within = [sum(abs(ratio - 1) <= bound for ratio in ratios) for bound in (0.1, 0.2)]
+        print(f"{len(ratios)} calls: {within[0]} within 10%, {within[1]} within 20%, predicted over measured "
+              f"{min(ratios):.2f}-{max(ratios):.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default="s4_g128,s8_channel,e4m3_channel")
@@ -111,7 +141,11 @@ def main() -> int:
     parser.add_argument("--m", default=M_VALUES, help="the M values, comma-separated")
     parser.add_argument("--prefill", default="", help="M values to time on the prefill route (QuantizedLinear: "
                                                       "dequantize, then hgemm_h100_bf16c_family), comma-separated")
+    parser.add_argument("--predict", metavar="JSON", help="print a recorded run's decode rows beside the times "
+                                                          "the cycle model predicts (no GPU)")
     args = parser.parse_args()
+    if args.predict:
+        return predict(args.predict)
     names, m_values = args.formats.split(","), [int(m) for m in args.m.split(",") if m]
     prefill_values = [int(m) for m in args.prefill.split(",") if m]
     kernels, rows = build_all(names, m_values + prefill_values), []

@@ -1,18 +1,21 @@
 """What the analysis and the tools read of the dequantizing decode path: its pass (the launch's grid, split-K,
 residency and waves), its facts for `check` (headline, ptxas's spills, the dequantization's instructions), the
-launch figures `profile` compares with Nsight Compute's, and its cycle model, a streaming one: a decode call is
-bound by the weights' bytes."""
+launch figures `profile` compares with Nsight Compute's, and its cycle model: the k-slices side by side, each
+k-step at the SM cycles fitted on the H200, at least the weights' bytes at HBM's rate."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cache
 
 from ...cycles import MemberModel
+from ...expr import Var
 from ...ncu_counters import DYNAMIC_SMEM, GRID_SIZE, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, REGISTERS
 from ...passes.framework import Context, PassResult
 from ...prediction import Prediction
 from ...quant_layout import TILE_N, packed_bytes
-from ...targets import HBM_BYTES_PER_CLOCK, occupancy_of
+from ...rule import Let, Rule, ceil_div, minimum
+from ...targets import CALL_CYCLES, DECODE_STEP_CYCLES, HBM_BYTES_PER_CLOCK, occupancy_of
 from ..facts import Comparison, DequantCost, ToolFacts
 from .kernel import DecodeConfig
 
@@ -134,19 +137,38 @@ class DecodeFacts(ToolFacts):
                           summary_text=f"decode: {launch.weight_bytes:,} weight bytes, {launch.waves:.2f} waves")
 
 
+@cache
+def slice_split_rule(slice_steps: int) -> Rule:
+    """The decode kernel's split of K as the cycle model reads a split (schedule.stream_k_split_rule's inputs and
+    outputs): every tile shared, over its k-slices of `slice_steps` k-steps, as many blocks at once as the GPU has
+    slots (past that, later blocks take the slots the first free: the model spreads the k-steps evenly)."""
+    tiles, k_tiles, slots = Var("tiles"), Var("k_tiles"), Var("slots")
+    steps = (Let("slices", ceil_div(k_tiles, slice_steps), comment="k-slices of each tile: the grid's z"),)
+    return Rule("slice_split", ("tiles", "k_tiles", "slots", "batch"), steps,
+                (("sk_tiles", tiles), ("sk_blocks", minimum(tiles * Var("slices"), slots))),
+                comment="gemmdsl/paths/dequant/facts.py's slice_split_rule: every tile's k-slices side by side")
+
+
 def decode_model(analysis, sms: int) -> MemberModel:
-    """A streaming model. The time is the memory floor (cycles.estimate_rule's `memory`): A, the weights and C over
-    HBM's bytes per clock, counted in nibbles for 4-bit weights (the floor's sizes are whole units; scales and
-    padding left out). The model's k-tiles run one after another per tile, where the split-K grid runs a tile's
-    k-slices side by side, so a k-tile counts one cycle and the floor decides."""
+    """The decode kernel as the cycle model reads a member: a tile is a block's rows of A by its rows of W, a k-tile
+    one k-step (16 of K), split over the k-slices (`slice_split_rule`). A k-step of r resident blocks takes r x the
+    block's warp k-steps x the SM cycles one takes (targets.DECODE_STEP_CYCLES, fitted on the H200 by the weights'
+    bits and the rows of A a block takes), and a call the profile's call latency more; at least the memory floor
+    (cycles.estimate_rule's `memory`): A, the weights and C over HBM's bytes per clock, counted in nibbles for 4-bit
+    weights (the floor's sizes are whole units; scales and padding left out)."""
     spec, layout = analysis.spec, analysis.layout
     config: DecodeConfig = layout.config
     launch: DecodeLaunch = analysis.facts["decode"]
     unit = 8 // config.fmt.bits if config.fmt.bits < 8 else 1
+    sm = spec.target.sm
+    rows = min((8, 16, 32), key=lambda fitted: abs(fitted - layout.bm))
+    step = DECODE_STEP_CYCLES.get(sm, {}).get((4 if config.fmt.bits == 4 else 8, rows), 1)
+    warp_steps = config.warps * config.tiles
     problem = spec.problem
-    return MemberModel(name=spec.name, tile=(layout.bm, layout.bn, layout.bk), exact=False, stream_k=False, sms=sms,
+    return MemberModel(name=spec.name, tile=(layout.bm, layout.bn, 16), exact=False, stream_k=False, sms=sms,
                        blocks_per_sm=launch.blocks_per_sm,
-                       k_tile_cycles=(1,) * launch.blocks_per_sm,
-                       hbm_bytes_per_clock=HBM_BYTES_PER_CLOCK.get(spec.target.sm, 0) * unit,
+                       k_tile_cycles=tuple(r * warp_steps * step for r in range(1, launch.blocks_per_sm + 1)),
+                       call_cycles=CALL_CYCLES.get(sm, 0), split=slice_split_rule(config.k_slice // 16),
+                       hbm_bytes_per_clock=HBM_BYTES_PER_CLOCK.get(sm, 0) * unit,
                        element_bytes=(problem.a.dtype.bytes * unit, config.fmt.bits * unit // 8,
                                       problem.c.dtype.bytes * unit))
