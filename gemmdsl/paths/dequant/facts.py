@@ -161,8 +161,8 @@ def decode_model(analysis, sms: int) -> MemberModel:
     launch: DecodeLaunch = analysis.facts["decode"]
     unit = 8 // config.fmt.bits if config.fmt.bits < 8 else 1
     sm = spec.target.sm
-    rows = min((8, 16, 32), key=lambda fitted: abs(fitted - layout.bm))
-    step = DECODE_STEP_CYCLES.get(sm, {}).get((4 if config.fmt.bits == 4 else 8, rows), 1)
+    # 8, 16 or 32 rows of A a block (kernel.M_TILES); a target without fitted figures: 1, the floor decides
+    step = DECODE_STEP_CYCLES.get(sm, {}).get((4 if config.fmt.bits == 4 else 8, layout.bm), 1)
     warp_steps = config.warps * config.tiles
     problem = spec.problem
     return MemberModel(name=spec.name, tile=(layout.bm, layout.bn, 16), exact=False, stream_k=False, sms=sms,
