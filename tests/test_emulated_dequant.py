@@ -37,7 +37,8 @@ from gemmdsl.quant_reference import rounded_weight
 from quant_cases import CONFIGS, canonical_weights, dequantized, round_to, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = ("w4a16_decode", "w4a16_zeros_decode", "w8a16_decode", "fp8w_a16_decode")
+SPECS = ("w4a16_decode", "w4a16_decode_m8", "w4a16_decode_m32", "w4a16_zeros_decode", "w8a16_decode",
+         "fp8w_a16_decode")
 M_VALUES = (1, 5, 17)
 N_VALUES = (16, 40)
 # C's NaN, as the kernel's C type holds it: an element left unwritten stays NaN.

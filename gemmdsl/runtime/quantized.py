@@ -210,35 +210,64 @@ DENSE_LAYOUTS = {"A": "row", "B": "col", "C": "row"}
 
 
 class QuantizedLinear:
-    """C = A W^T at any M, W packed: `decode` (a QuantizedKernel) runs calls of fewer than `prefill_from` rows of A;
-    from there (prefill) W is dequantized into a scratch of N x K in A's type (2 N K bytes, kept per GPU and weight
-    shape, made in A's library) by decode's dequantize kernel, and `dense` (a Kernel or kernel family computing A
-    (row) x B (col) -> C (row) in decode's types, e.g. hgemm_h100_bf16c_family for bf16 A and C) multiplies A by it.
-    Calls share the scratch: queue them on one stream."""
+    """C = A W^T at any M, W packed: `decode` (a QuantizedKernel, or several of one weight format and C type, such as
+    the 8-, 16- and 32-row shapes of one spec) runs calls of fewer than `prefill_from` rows of A, the one the cycle
+    model predicts fastest at the call's M x N x K (`check --problem`'s time; docs/quantized-kernel.md, "The time
+    model"), the first listed on a tie; from there (prefill) W is dequantized into a scratch of N x K in A's type
+    (2 N K bytes, kept per GPU and weight shape, made in A's library) by the first decode kernel's dequantize
+    kernel, and `dense` (a Kernel or kernel family computing A (row) x B (col) -> C (row) in decode's types, e.g.
+    hgemm_h100_bf16c_family for bf16 A and C) multiplies A by it. Calls share the scratch: queue them on one
+    stream."""
 
-    def __init__(self, decode: QuantizedKernel, dense: Any, prefill_from: int = PREFILL_FROM):
-        if not isinstance(decode, QuantizedKernel):
-            raise TypeError(f"decode must be a QuantizedKernel (gemmdsl.load of a dequantizing spec), not "
-                            f"{type(decode).__name__}")
-        activation = ACTIVATION_DTYPES[decode.format.activation]
-        wanted = {"A": activation, "B": activation, "C": decode.requirements.dtypes["C"]}
+    def __init__(self, decode: QuantizedKernel | list[QuantizedKernel] | tuple[QuantizedKernel, ...], dense: Any,
+                 prefill_from: int = PREFILL_FROM):
+        kernels = ((decode,) if isinstance(decode, QuantizedKernel) else
+                   tuple(decode) if isinstance(decode, (list, tuple)) else ())
+        if not kernels or not all(isinstance(kernel, QuantizedKernel) for kernel in kernels):
+            given = ", ".join(type(kernel).__name__ for kernel in kernels) if kernels else type(decode).__name__
+            raise TypeError(f"decode must be a QuantizedKernel (gemmdsl.load of a dequantizing spec) or a list of "
+                            f"them, not {given}")
+        first = kernels[0]
+        unlike = [kernel.name for kernel in kernels[1:]
+                  if (kernel.format, kernel.requirements.dtypes["C"]) != (first.format, first.requirements.dtypes["C"])]
+        if unlike:
+            raise ValueError(f"the decode kernels must share {first.name}'s weight format and C type; "
+                             f"{', '.join(unlike)} do not")
+        activation = ACTIVATION_DTYPES[first.format.activation]
+        wanted = {"A": activation, "B": activation, "C": first.requirements.dtypes["C"]}
         required = dense.requirements
         wrong = [f"{operand} {required.dtypes[operand]} {required.layouts[operand]}" for operand in wanted
                  if (required.dtypes[operand], required.layouts[operand]) != (wanted[operand], DENSE_LAYOUTS[operand])]
         if wrong or required.batched or required.grouped or dense.metadata.get("fuse"):
             raise ValueError(f"dense must compute A ({activation} row) x B ({activation} col) -> C "
-                             f"({wanted['C']} row), unbatched and with no fuse chain, as {decode.name} does; "
+                             f"({wanted['C']} row), unbatched and with no fuse chain, as {first.name} does; "
                              f"{dense.name} has " + (", ".join(wrong) if wrong else "a batch or a fuse chain"))
         if prefill_from < 1:
             raise ValueError(f"prefill_from must be at least 1, not {prefill_from}")
-        self.decode, self.dense, self.prefill_from = decode, dense, prefill_from
+        self.decode, self.decoders, self.dense, self.prefill_from = first, kernels, dense, prefill_from
+        self._models = _decode_models(kernels) if len(kernels) > 1 else ()
+        self._chosen: dict[tuple[int, int, int], QuantizedKernel] = {}
         self._scratch: dict[tuple[int, int, int], Any] = {}
+
+    def decoder_for(self, m: int, n: int, k: int) -> QuantizedKernel:
+        """The decode kernel that runs M x N x K: the one the cycle model predicts fastest (kept per shape)."""
+        if len(self.decoders) == 1:
+            return self.decode
+        chosen = self._chosen.get((m, n, k))
+        if chosen is None:
+            from ..cycles import estimate
+
+            cycles = [estimate(model, m, n, k).cycles for model in self._models]
+            chosen = self._chosen[m, n, k] = self.decoders[cycles.index(min(cycles))]
+        return chosen
 
     def __call__(self, a: Any, packed: dict[str, Any], c: Any | None = None, stream: Any = None) -> Any:
         """C = A W^T, as QuantizedKernel.__call__; returns C."""
         view = array_view("A", a)
         if len(view.shape) != 2 or view.shape[0] < self.prefill_from:
-            return self.decode(a, packed, c, stream)
+            if len(self.decoders) == 1 or len(view.shape) != 2:
+                return self.decode(a, packed, c, stream)
+            return self.decoder_for(view.shape[0], *weight_shape(packed, "QuantizedLinear"))(a, packed, c, stream)
         n, k = weight_shape(packed, "the prefill route")
         w = self.scratch(view, n, k)
         self.decode.dequantize(packed, w, stream)
@@ -258,8 +287,17 @@ class QuantizedLinear:
         return self._scratch[key]
 
     def __repr__(self) -> str:
-        return (f"<gemmdsl.QuantizedLinear: {self.decode.name} below {self.prefill_from} rows, "
+        decoders = " or ".join(kernel.name for kernel in self.decoders)
+        return (f"<gemmdsl.QuantizedLinear: {decoders} below {self.prefill_from} rows, "
                 f"{self.dense.name} on the dequantized weight from there>")
+
+
+def _decode_models(kernels: tuple[QuantizedKernel, ...]) -> tuple:
+    """Each decode kernel's cycle model (cycles.MemberModel, paths/dequant/facts.py's decode_model), from its
+    analysis; imported here, not at the module's top, since only a choice among kernels needs the compiler's."""
+    from ..family import member_model
+
+    return tuple(member_model(kernel._artifacts) for kernel in kernels)
 
 
 def _contiguous(view: ArrayView) -> bool:
