@@ -243,7 +243,11 @@ def interior_rules(block_tile: tuple[int, int, int], batched: bool) -> tuple[Rul
         Let("inner_m", M - M % bm, "int"),
         Let("inner_n", N - N % bn, "int"),
         Let("strips", gt(M, inner_m) + gt(N, inner_n)),
-        Let("inner_tiles", cast("long long", inner_m // bm) * (inner_n // bn) * batch),
+        *((Let("plane_tiles", cast("long long", inner_m // bm) * (inner_n // bn)),
+           Let("inner_tiles", select(gt(Var("plane_tiles"), Const(CYCLE_CAP) // batch), CYCLE_CAP,
+                                     Var("plane_tiles") * batch),
+               comment="saturating: a batch of the largest planes passes long long"))
+          if batched else (Let("inner_tiles", cast("long long", inner_m // bm) * (inner_n // bn)),)),
         Let("interior_pays", ge(Var("inner_tiles"), INTERIOR_MIN_WAVES_PER_STRIP * Var("strips") * slots), "bool")))
     return has_interior, pays
 

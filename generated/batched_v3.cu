@@ -1760,7 +1760,9 @@ extern "C" cudaError_t batched_v3_launch_batched(const float* A, int lda, long l
         const int inner_m = M - M % 128;
         const int inner_n = N - N % 128;
         const long long strips = (M > inner_m) + (N > inner_n);
-        const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 128) * batch;
+        const long long plane_tiles = (long long)(inner_m / 128) * (inner_n / 128);
+        // saturating: a batch of the largest planes passes long long
+        const long long inner_tiles = plane_tiles > 2305843009213693952 / batch ? 2305843009213693952 : plane_tiles * batch;
         const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
         if (interior_pays) {
             const auto interior = K % 16 == 0 ? batched_v3_kernel_interior : batched_v3_kernel_interior_partial_k;
