@@ -19,10 +19,11 @@ from gemmdsl.source import CompileError, SourceFile
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("w4a16_decode", "w4a16_decode_m8", "w4a16_decode_m32", "w4a16_zeros_decode", "w8a16_decode",
-         "fp8w_a16_decode")
+         "w8a16_decode_m8", "w8a16_decode_m32", "fp8w_a16_decode", "fp8w_a16_decode_m8", "fp8w_a16_decode_m32")
 ARRAYS = {"w4a16_decode": ["weights", "scales"], "w4a16_decode_m8": ["weights", "scales"],
           "w4a16_decode_m32": ["weights", "scales"], "w4a16_zeros_decode": ["weights", "scales", "zeros"],
-          "w8a16_decode": ["weights", "scales"], "fp8w_a16_decode": ["weights", "scales"]}
+          **dict.fromkeys(("w8a16_decode", "w8a16_decode_m8", "w8a16_decode_m32", "fp8w_a16_decode",
+                           "fp8w_a16_decode_m8", "fp8w_a16_decode_m32"), ["weights", "scales"])}
 
 
 def spec_text(name: str = "w4a16_decode") -> str:
@@ -270,20 +271,23 @@ def test_quantized_linear_decodes_few_rows_and_dequantizes_for_many(gpu, monkeyp
     assert launch_order(gpu.launched[1:]) == ["dequantize", "dense"] * 2
 
 
-@pytest.mark.parametrize("m, rows", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (64, 32), (127, 32)])
-def test_quantized_linear_runs_the_decode_shape_the_model_predicts_fastest(gpu, m, rows):
-    """Given the 8-, 16- and 32-row shapes of the int4 kernel, a call below the prefill route runs on the one the
-    cycle model predicts fastest: at 8192 x 8192 the shape scripts/quant_bench.py times at each M (8 rows to 8, 16
-    to 16, 32 past that: each measured fastest there on the H200), picked once per shape."""
-    decoders = [QuantizedKernel(COMPILED[name]) for name in ("w4a16_decode_m8", "w4a16_decode", "w4a16_decode_m32")]
-    linear = runtime.QuantizedLinear(decoders, runtime.Kernel(DENSE["hgemm_h100_bf16c"]))
+@pytest.mark.parametrize("stem, m, rows", [*(("w4a16_decode", m, rows) for m, rows in
+                                               [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (64, 32), (127, 32)]),
+                                             ("w8a16_decode", 1, 8), ("w8a16_decode", 16, 16),
+                                             ("fp8w_a16_decode", 64, 32)])
+def test_quantized_linear_runs_the_decode_shape_the_model_predicts_fastest(gpu, stem, m, rows):
+    """Given a kernel's 8-, 16- and 32-row shapes, a call below the prefill route runs on the one the cycle model
+    predicts fastest: at 8192 x 8192 the shape scripts/quant_bench.py times at each M (8 rows to 8, 16 to 16, 32
+    past that: each measured fastest there on the H200), picked once per shape."""
+    shapes = {f"{stem}_m8": 8, stem: 16, f"{stem}_m32": 32}
+    linear = runtime.QuantizedLinear([QuantizedKernel(COMPILED[name]) for name in shapes],
+                                     runtime.Kernel(DENSE["hgemm_h100_bf16c"]))
     n, k = 8192, 8192
-    packed = packed_arrays("w4a16_decode", n, k)
+    packed = packed_arrays(stem, n, k)
     for _ in range(2):
         linear(FakeTensor((m, k), "bfloat16"), packed, FakeTensor((m, n), "bfloat16"))
-    chosen = {"w4a16_decode_m8": 8, "w4a16_decode": 16, "w4a16_decode_m32": 32}
     assert {launch.entry.removesuffix("_kernel") for launch in gpu.launched} == {
-        name for name, block_rows in chosen.items() if block_rows == rows}
+        name for name, block_rows in shapes.items() if block_rows == rows}
     assert list(linear._chosen) == [(m, n, k)]
 
 
