@@ -265,7 +265,7 @@ class QuantizedLinear:
         """C = A W^T, as QuantizedKernel.__call__; returns C."""
         view = array_view("A", a)
         if len(view.shape) != 2 or view.shape[0] < self.prefill_from:
-            if len(self.decoders) == 1 or len(view.shape) != 2:
+            if len(self.decoders) == 1 or len(view.shape) != 2:  # one kernel, or an A its checks refuse
                 return self.decode(a, packed, c, stream)
             return self.decoder_for(view.shape[0], *weight_shape(packed, "QuantizedLinear"))(a, packed, c, stream)
         n, k = weight_shape(packed, "the prefill route")
