@@ -17,7 +17,7 @@
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 8192 blocks of 8 warps, 2 k-tiles each, for 4096x4096x4096
+//   launch: 16384 blocks of 8 warps (256 x 32 x 2: rows of A, rows of W, k-slices), a k-slice each, for 4096x4096x4096
 //   decode: grid 256x32x2: split-K over 2 k-slices of 2048 (67,141,632 bytes of workspace); 2 blocks per SM (72 registers, 66,048 bytes of staged A and scales each), 62.06 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__

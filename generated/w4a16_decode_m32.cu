@@ -17,7 +17,7 @@
 //   }
 //
 // Analysis (gemmdsl check):
-//   launch: 4096 blocks of 8 warps, 4 k-tiles each, for 4096x4096x4096
+//   launch: 16384 blocks of 8 warps (128 x 32 x 4: rows of A, rows of W, k-slices), a k-slice each, for 4096x4096x4096
 //   decode: grid 128x32x4: split-K over 4 k-slices of 1024 (67,125,248 bytes of workspace); 2 blocks per SM (96 registers, 68,096 bytes of staged A and scales each), 62.06 waves on 132 SMs of an H200
 
 #ifndef __CUDACC_RTC__

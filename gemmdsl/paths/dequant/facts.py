@@ -11,7 +11,9 @@ from functools import cache
 from ...cycles import MemberModel
 from ...expr import Var
 from ...ncu_counters import DYNAMIC_SMEM, GRID_SIZE, LAUNCH_METRICS, MEASURED_BLOCKS_PER_SM, REGISTERS
+from ...layout import WARP
 from ...passes.framework import Context, PassResult
+from ...passes.launch import LaunchShape
 from ...prediction import Prediction
 from ...quant_layout import TILE_N, packed_bytes
 from ...rule import Let, Rule, ceil_div, minimum
@@ -50,6 +52,23 @@ class DecodeLaunch:
     blocks_per_sm: int
     waves: float  # blocks over SMs x resident blocks on the reference GPU
     weight_bytes: int  # the packed weights, scales and zero points the call streams
+
+
+class DecodeLaunchPass:
+    """The launch as the decode kernel makes it: its grid's blocks (rows of A, rows of W, k-slices), each running
+    one k-slice, where the shared LaunchPass would count a block per tile running every k-tile."""
+
+    name = "launch"
+    needs: frozenset[str] = frozenset()
+    provides = frozenset({"launch"})
+
+    def run(self, context: Context) -> PassResult:
+        config: DecodeConfig = context.layout.config
+        x, y, z = config.grid(*context.problem)
+        shape = LaunchShape(context.problem, x * y * z, 1, context.layout.threads // WARP)
+        verdict = (f"{shape.blocks} blocks of {shape.warps_per_block} warps ({x} x {y} x {z}: rows of A, rows of W, "
+                   f"k-slices), a k-slice each, for {context.problem}")
+        return PassResult({"launch": shape}, verdict)
 
 
 class DecodePass:

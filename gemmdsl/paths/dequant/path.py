@@ -8,13 +8,12 @@ from pathlib import Path
 from ... import ir
 from ...emit.header_file import DEVICE_RULE, emit_prototype, header_file
 from ...emitter import Emitter
-from ...passes.launch import LaunchPass
 from ...plan import KernelPlan
 from ...quant_layout import describe_layout
 from ...source import printable
 from ..interface import InstructionPath
 from . import expand
-from .facts import DecodeFacts, DecodePass, decode_model
+from .facts import DecodeFacts, DecodeLaunchPass, DecodePass, decode_model
 from .kernel import INSTRUCTIONS, DecodeConfig, decode_definitions, launcher_parameters
 from .lowering import decode_config, decode_plan
 from .validate import check_decode
@@ -24,7 +23,7 @@ ACTIVATIONS = (ir.DType.BF16, ir.DType.F16)
 
 class DequantPath(InstructionPath):
     name = "dequant"
-    passes = (LaunchPass(), DecodePass())
+    passes = (DecodeLaunchPass(), DecodePass())
     facts = DecodeFacts()
     key_sets = frozenset({"warp tiles"})
     default_copy = ir.CopyMode.REGISTERS
