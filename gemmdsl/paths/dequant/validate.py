@@ -7,6 +7,7 @@ from typing import Any
 
 from ... import ir
 from ...quant_layout import TILE_N
+from ...targets import smem_limit
 from .kernel import M_TILES
 from .lowering import decode_config
 
@@ -107,7 +108,7 @@ def _check_config(checker: Any) -> None:
         span, hint = where[problem.setting]
         error(span, problem.message, hint)
     arch = checker.arch
-    fits = arch.smem_per_sm // (config.smem_bytes + arch.smem_reserved_per_block)
+    fits = smem_limit(arch, config.smem_bytes)
     if not config.problems() and fits < config.blocks_per_sm:
         checker.warning(spec.budget.at("blocks_per_sm"),
                         f"{config.blocks_per_sm} blocks per SM are asked for, but a block stages "
