@@ -18,7 +18,9 @@ The slowest of the three (or the FFMAs themselves, at the SM's FP32 lanes) is th
 it, latency the warps cannot hide: with `fragments: double` a warp loads step kk+1's fragments while step
 kk multiplies, which needs a second fragment set in registers beside the demand the registers pass counts;
 where the register cap leaves less room than that, every k step waits for its fragment loads, SMEM_LATENCY clocks per block and k
-step, shared by the blocks resident on the SM (another block issues while one waits).
+step, shared by the blocks resident on the SM (another block issues while one waits). A single-stage pipeline (`stages: 1`:
+load, barrier, multiply, barrier) waits for its k-tile's global loads every k-tile, SINGLE_STAGE_WAIT_CYCLES per block,
+shared the same way.
 
 The pipe's rate assumes a scheduler always has a warp to issue from. Each SM has ISSUE_PER_CLOCK
 schedulers, each with its share of the resident warps; a warp cannot issue a share WARP_STALL_SHARE of the
@@ -53,7 +55,8 @@ import numpy as np
 from . import ir
 from .passes.registers import HEADROOM, launch_bounds_cap
 from .schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK, WARP, arch,
+from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SINGLE_STAGE_WAIT_CYCLES, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK,
+                      WARP, arch,
                       ffma_per_clock, l2_bytes_per_clock_per_sm, occupancy_of)
 
 KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
@@ -110,6 +113,49 @@ def global_lines(layout, spec: ir.KernelSpec) -> int:
     return total
 
 
+# 32-byte sectors: L2's unit, and what a partly written sector of a store costs in full
+SECTOR_BYTES = 32
+# A leading dimension one element past a multiple of every vector width: each row of C starts at another offset
+# within its sectors, as a packed C of odd N does
+MISALIGNED_LD = 8 * 1024 + 1
+
+
+def c_store_align(layout) -> int:
+    """The elements a packed C's leading dimension must be a multiple of for `c_store_sectors(aligned=True)`: the
+    widest vector the epilogue stores, or for one-element stores a sector, so that every row starts on one."""
+    width = layout.c_store_width(aligned_c=True)
+    return width if width > 1 else SECTOR_BYTES // layout.element_bytes
+
+
+def c_store_sectors(layout, spec: ir.KernelSpec, aligned: bool) -> int:
+    """32-byte sectors one block's epilogue stores of C touch, instruction by instruction and warp by warp: where C
+    and its leading dimension allow the thread's widest vector (`aligned`), or one element at a time with a leading
+    dimension off every vector (the scalar kernel a packed C of odd N takes). Each sector an instruction touches
+    crosses to L2 whole, however few of its bytes the lanes write: a micro tile of 4 columns puts a warp's
+    one-element stores on 8 rows, 16 bytes apart."""
+    env = layout.thread_env()
+    t, c = spec.threads, spec.problem.c
+    width = layout.c_store_width(aligned_c=True) if aligned else 1
+    ld = MISALIGNED_LD - 1 if aligned else MISALIGNED_LD
+    along_n = c.layout is ir.MatrixLayout.ROW
+    thread_m = np.asarray(env["thread_m"]).reshape(-1, WARP).astype(np.int64)
+    thread_n = np.asarray(env["thread_n"]).reshape(-1, WARP).astype(np.int64)
+    element_bytes = layout.element_bytes
+    total = 0
+    for rm in range(t.repeat.m):
+        for i in range(t.micro.m):
+            for rn in range(t.repeat.n):
+                for j in range(0, t.micro.n, width if along_n else 1):
+                    if not along_n and i % width:
+                        continue
+                    row = thread_m + rm * layout.repeat_stride("m") + i
+                    col = thread_n + rn * layout.repeat_stride("n") + j
+                    start = (row * ld + col if along_n else col * ld + row) * element_bytes
+                    first, last = start // SECTOR_BYTES, (start + width * element_bytes - 1) // SECTOR_BYTES
+                    total += sum(len(np.union1d(f, l)) for f, l in zip(first, last))
+    return int(total)
+
+
 def fma_switches(spec: ir.KernelSpec) -> float:
     """Share of a k step's FFMAs whose A and B operands both differ from the previous FFMA's."""
     if spec.mma is not None:
@@ -140,7 +186,9 @@ def cost_facts(spec: ir.KernelSpec, analysis, cap: int) -> CostFacts:
         issue_per_ffma=issue,
         smem_wavefronts_per_ffma=(traffic.load_wavefronts + traffic.store_wavefronts) / launch_ffma,
         global_wavefronts_per_ffma=GLOBAL_LINE_WAVEFRONTS * global_lines(analysis.layout, spec) / block_ffma,
-        exposed_latency_per_ffma=SMEM_LATENCY * spec.block.k / block_ffma if waits else 0.0,
+        exposed_latency_per_ffma=((SMEM_LATENCY * spec.block.k if waits else 0.0)
+                                  + (SINGLE_STAGE_WAIT_CYCLES[spec.target.sm] if spec.pipeline.stages == 1 else 0.0))
+                                 / block_ffma,
         register_demand=demand,
         fma_switches_per_ffma=fma_switches(spec),
     )

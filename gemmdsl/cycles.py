@@ -40,6 +40,15 @@ class MemberModel:
     k_tile_cycles: tuple[int, ...]  # [r - 1]: SM cycles for one k-tile of r resident blocks, r = 1..blocks_per_sm
     tensor_cycles: int = 0  # tensor-core kernels: one block's k-tile of multiply-adds at the instruction's peak
     tile_cycles: int = 0  # per resident block and tile, beyond its k-tiles (the wgmma path: C through L2)
+    # ... where a packed C's leading dimension (N for row-major C, M for column-major: `c_ld_is_n`) is off `c_align`
+    # elements, the tile's stores narrower (the FMA path: one element a lane, several sectors a row)
+    narrow_tile_cycles: int = 0
+    c_align: int = 1
+    c_ld_is_n: bool = True
+    # ... and there, a floor beside the memory floor: C's bytes at the rate all SMs write C that way (0: none; the
+    # wgmma path's row stores, a rate per byte of C whatever the tile, so it leaves the members' ranking to their
+    # cycles before the floors)
+    narrow_store_bytes_per_clock: int = 0
     partial_cycles: int = 0  # per stream-K block: its partial sums written and read back through L2
     # per contributor to a shared tile beyond the first: the tile's last block waits for each and adds its partial
     # sums, one after another (the wgmma path's stream-K)
@@ -139,6 +148,9 @@ MEMBER_STRUCT = (
     ("long long {}", ("sms", "blocks_per_sm"), ""),
     ("const long long* {}", ("k_tile_cycles",), "[r - 1]: one k-tile of r blocks resident on one SM"),
     ("long long {}", ("tile_cycles",), "per resident block and tile, beyond its k-tiles"),
+    ("long long {}", ("narrow_tile_cycles", "c_align"), "... where C's leading dimension is off c_align elements"),
+    ("bool {}", ("c_ld_is_n",), "C's leading dimension is N (row-major C)"),
+    ("long long {}", ("narrow_store_bytes_per_clock",), "... and C's bytes a clock there, a floor (0: none)"),
     ("long long {}", ("partial_cycles",), "per stream-K block: its partial sums through L2"),
     ("long long {}", ("fixup_cycles",), "per contributor to a shared tile beyond the first, one after another"),
     ("long long {}", ("call_cycles",), "per call: the launch, the pipeline's fill and drain"),
@@ -171,6 +183,8 @@ def _member_fields(member: MemberModel) -> dict:
     return dict(bm=bm, bn=bn, bk=bk, exact=int(member.exact), any_alignment=int(member.any_alignment),
                 fallback=int(member.fallback), stream_k_split=split, sms=member.sms,
                 blocks_per_sm=member.blocks_per_sm, k_tile_cycles=member.k_tile_cycles, tile_cycles=member.tile_cycles,
+                narrow_tile_cycles=member.narrow_tile_cycles, c_align=member.c_align, c_ld_is_n=int(member.c_ld_is_n),
+                narrow_store_bytes_per_clock=member.narrow_store_bytes_per_clock,
                 partial_cycles=member.partial_cycles, fixup_cycles=member.fixup_cycles, call_cycles=member.call_cycles,
                 launch_cycles=member.launch_cycles,
                 hbm_bytes_per_clock=member.hbm_bytes_per_clock, a_bytes=a, b_bytes=b, c_bytes=c,
@@ -220,22 +234,26 @@ def estimate_rule(prefix: str = "") -> Rule:
                            maximum(m("k_tile_base_cycles"), Var("drawn_k_tile")) + m("k_tile_wait_cycles"),
                            Index(k_tile_cycles, m("blocks_per_sm") - 1)),
             comment="a k-tile with every slot resident"),
+        Let("c_misaligned", ne(select(m("c_ld_is_n"), N, M) % maximum(m("c_align"), 1), 0), "bool",
+            comment="a packed C whose leading dimension is off the member's widest stores"),
+        Let("per_tile", select(Var("c_misaligned"), m("narrow_tile_cycles"), m("tile_cycles")),
+            comment="a tile's own cycles beyond its k-tiles"),
         Let("per_block", select(shares, ceil_div(sk_tiles * k_tiles, sk_blocks), 0)),
         Let("contributors", select(shares, ceil_div(sk_blocks, sk_tiles), 1),
             comment="blocks on a shared tile, whose partial sums are added one after another"),
         Let("stream_k_cycles",
             select(shares, total(total(total(product(Var("per_block"), full),
-                                             m("blocks_per_sm") * (m("tile_cycles") + m("partial_cycles"))),
+                                             m("blocks_per_sm") * (Var("per_tile") + m("partial_cycles"))),
                                        product(Var("contributors") - 1, m("fixup_cycles"))),
                                  product(m("launch_cycles"), select(gt(plain, 0), 2, 1))), 0),
             comment="the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the "
                     "first"),
         Let("left", plain % slots),
-        Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * m("tile_cycles")), comment="a whole wave"),
+        Let("wave", total(product(k_tiles, full), m("blocks_per_sm") * Var("per_tile")), comment="a whole wave"),
         Let("last", ceil_div(left, m("sms")), comment="the last wave's blocks per SM"),
         Let("last_k_tile", select(gt(m("stage_bytes"), 0), full, Index(k_tile_cycles, Var("last") - 1))),
         Let("last_wave", select(gt(left, 0), total(product(k_tiles, Var("last_k_tile")),
-                                                    Var("last") * m("tile_cycles")), 0)),
+                                                    Var("last") * Var("per_tile")), 0)),
         Let("a_misaligned", ne(select(m("a_ld_is_k"), K, M) % maximum(m("a_align"), 1), 0), "bool",
             comment="packed operands whose leading dimension is off the member's widest access"),
         Let("b_misaligned", ne(select(m("b_ld_is_k"), K, N) % maximum(m("b_align"), 1), 0), "bool"),
@@ -252,7 +270,11 @@ def estimate_rule(prefix: str = "") -> Rule:
             comment="and, where blocks keep k-tiles in flight, what they draw in a round trip"),
         Let("drawn", select(all_of(gt(rate, 0), gt(in_flight, 0)),
                             ceil_div(product(traffic, m("round_trip_cycles")), in_flight), 0)),
-        Let("memory", maximum(Var("hbm_cycles"), Var("drawn"))),
+        Let("stored", select(all_of(Var("c_misaligned"), gt(m("narrow_store_bytes_per_clock"), 0)),
+                             ceil_div(product(product(M, N), m("c_bytes")), maximum(m("narrow_store_bytes_per_clock"), 1)),
+                             0),
+            comment="and C's bytes at the rate narrower stores reach, where C takes them"),
+        Let("memory", maximum(maximum(Var("hbm_cycles"), Var("drawn")), Var("stored"))),
         Let("a_copied", all_of(m("pads"), Var("a_misaligned")), "bool",
             comment="packed operands TMA refuses, which the padded launcher copies first"),
         Let("b_copied", all_of(m("pads"), Var("b_misaligned")), "bool"),

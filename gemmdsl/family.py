@@ -36,8 +36,8 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
         memory wavefronts (wgmma's, and 3xTF32's split), the k-tile's TMA bytes / L2 bytes per
         clock, the ring's round trip / (STAGES - 1)), plus for 3xTF32 the consumer's measured
         wait for its group; per tile C's bytes
-        through L2 (`tile`; 0 on the other paths) and per stream-K block one partial tile written
-        and read (`partial`)
+        through L2 (`tile`; on the FMA path C's stores, below; 0 on mma.sync) and per stream-K block
+        one partial tile written and read (`partial`)
     tiles schedule:  full_waves * (k_tiles * k_tile(blocks per SM) + blocks per SM * tile)
                      + k_tiles * k_tile(r) + r * tile, r = ceil(last wave's tiles / SMs)
     stream-K, when schedule.py splits: the whole waves as above, plus one wave in which each block
@@ -49,7 +49,12 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
     memory floor:    the cycles are at least estimate_rule's `memory`: A, B and C's bytes (each once) over HBM's
                      bytes per clock (targets.HBM_BYTES_PER_CLOCK: the datasheet's bandwidth), or, for wgmma, over what
                      the streaming blocks (min(tiles, SMs), or the stream-K wave) draw with STAGES - 1
-                     k-tiles in flight each for RING_ROUND_TRIP_CYCLES (Little's law) if that is less
+                     k-tiles in flight each for RING_ROUND_TRIP_CYCLES (Little's law) if that is less;
+                     and for wgmma, where a packed C's rows are off 16 bytes, C's bytes at the rate its
+                     row-at-a-time stores reach (targets.ROW_STORE_BYTES_PER_CLOCK on every SM)
+    C's stores:      on the FMA path `tile` is every 32-byte sector the epilogue's stores touch
+                     (cost_model.c_store_sectors) at targets.C_STORE_BYTES_PER_CLOCK, one element a lane
+                     where a packed C's leading dimension is off the widest vector (`narrow_tile_cycles`)
 
 and the member with the fewest predicted cycles runs (on a tie, the fewest cycles before the floor, then the
 first listed), unless the family's
@@ -531,6 +536,7 @@ def format_explanation(explanation: dict) -> str:
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['memory_cycles']:>14,}{row['cycles']:>16,}")
     lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA: the tuner's "
               "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 rate), plus "
-              "C's and stream-K's traffic on the wgmma path, and at least the memory floor: A, B and C across HBM at the "
-              "rate the streaming blocks draw (gemmdsl/family.py)"]
+              "C's stores per tile (FMA: every sector they touch; wgmma: through L2) and stream-K's traffic on the wgmma "
+              "path, and at least the memory floor: A, B and C across HBM at the rate the streaming blocks draw, or C "
+              "at the row stores' rate where TMA cannot store it (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"

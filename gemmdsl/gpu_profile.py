@@ -67,6 +67,14 @@ class GpuProfile:
     decode_step_cycles_8bit_8rows: int
     decode_step_cycles_8bit_16rows: int
     decode_step_cycles_8bit_32rows: int
+    # The bytes of C's stores an SM moves through L2 a clock, counted as whole 32-byte sectors however few of
+    # their bytes the lanes write (cost_model.c_store_sectors): the FMA path's epilogue
+    c_store_bytes_per_clock: int
+    # The bytes of C a wgmma block writes a clock where TMA cannot store C (a row at a time through shared memory,
+    # paths/wgmma/store.py and stmatrix.py)
+    row_store_bytes_per_clock: int
+    # An FMA block's wait for its k-tile's global loads with a single-stage pipeline, per k-tile (cost_model.py)
+    single_stage_wait_cycles: int
     source: str
 
     def _per_clock(self, tbps: float) -> float:
@@ -115,7 +123,8 @@ FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fi
           "call_latency_ns", "l2_block_bytes_per_clock", "hbm_round_trip_cycles", "pad_call_ns", "pad_copy_gbps",
           "narrow_factor_16bit", "narrow_factor_32bit", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
-          "decode_step_cycles_8bit_32rows")
+          "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
+          "single_stage_wait_cycles")
 
 
 @cache

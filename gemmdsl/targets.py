@@ -211,6 +211,17 @@ MMA_SYNC_NARROW_FACTOR: dict[int, dict[int, int]] = {90: {2: HOPPER.narrow_facto
 # The dequantizing decode kernel's SM cycles per warp k-step (16 rows of W by 16 of K, with 2 blocks of 8 warps
 # resident), by (the weights' bits: 4, or 8 for int8 and e4m3; the rows of A a block takes: 8, 16, 32): fitted on
 # its H200 run (docs/quantized-kernel.md, "The time model"), the rates its conversions and mma.sync reach.
+# The bytes of C's stores an SM moves through L2 a clock, each 32-byte sector an instruction touches counted whole:
+# the FMA path's epilogue, whose one-element stores of a thread's micro tile touch several sectors a row. Fitted on
+# the FP32 members' short-K calls on the H200 (docs/calibration.md).
+C_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.c_store_bytes_per_clock}
+# The bytes of C a wgmma block writes a clock where TMA cannot store C (odd N: the rows go out one at a time from
+# shared memory), whatever C's type: fitted on the H200's short-K calls of odd N (docs/calibration.md).
+ROW_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.row_store_bytes_per_clock}
+# An FMA block's wait for its k-tile's global loads where the pipeline has one stage (load, barrier, multiply,
+# barrier), per k-tile, which other resident blocks' work covers: fitted on the H200's short-K member
+# (docs/calibration.md).
+SINGLE_STAGE_WAIT_CYCLES: dict[int, int] = {90: HOPPER.single_stage_wait_cycles}
 DECODE_STEP_CYCLES: dict[int, dict[tuple[int, int], int]] = {90: {
     (bits, rows): getattr(HOPPER, f"decode_step_cycles_{bits}bit_{rows}rows") for bits in (4, 8) for rows in (8, 16, 32)}}
 

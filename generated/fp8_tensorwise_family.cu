@@ -2559,6 +2559,9 @@ struct fp8_tensorwise_family_member {
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
+    long long narrow_tile_cycles, c_align;  // ... where C's leading dimension is off c_align elements
+    bool c_ld_is_n;  // C's leading dimension is N (row-major C)
+    long long narrow_store_bytes_per_clock;  // ... and C's bytes a clock there, a floor (0: none)
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
     long long call_cycles;  // per call: the launch, the pipeline's fill and drain
@@ -2579,10 +2582,10 @@ static const long long fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x19
 static const long long fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x64[] = {869};
 static const long long fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_64x128_sk[] = {1059};
 static const fp8_tensorwise_family_member fp8_tensorwise_family_members[4] = {
-    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise, 1639, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise
-    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x192, 1229, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_128x192
-    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x64, 410, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_128x64
-    {64, 128, 128, false, false, false, fp8_tensorwise_64x128_sk::fp8_tensorwise_64x128_sk_stream_k_split, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_64x128_sk, 410, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_64x128_sk
+    {128, 256, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise, 1639, 1639, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 49152, 1025, 636, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise
+    {128, 192, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x192, 1229, 1229, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 3, 5500, 40960, 1000, 382, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_128x192
+    {128, 64, 128, false, false, false, nullptr, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_128x64, 410, 410, 8, true, 792, 0, 0, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 254, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_128x64
+    {64, 128, 128, false, false, false, fp8_tensorwise_64x128_sk::fp8_tensorwise_64x128_sk_stream_k_split, 132, 1, fp8_tensorwise_family_k_tile_cycles_fp8_tensorwise_64x128_sk, 410, 410, 8, true, 792, 1639, 2048, 6549, 0, 2705, 1, 1, 2, 7, 5500, 24576, 429, 444, 5280, 64, true, true, true, 16, 16, 14160, 1808, 1},  // fp8_tensorwise_64x128_sk
 };
 
 static const long long fp8_tensorwise_family_CYCLE_CAP = 2305843009213693952LL;
@@ -2615,18 +2618,22 @@ static long long fp8_tensorwise_family_cycles(const fp8_tensorwise_family_member
     const long long drawn_k_tile = m.stage_bytes > 0 ? ((m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) > (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) ? (m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) : (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1)) : 0;
     // a k-tile with every slot resident
     const long long full = m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1];
+    // a packed C whose leading dimension is off the member's widest stores
+    const bool c_misaligned = (m.c_ld_is_n ? N : M) % (m.c_align > 1 ? m.c_align : 1) != 0;
+    // a tile's own cycles beyond its k-tiles
+    const long long per_tile = c_misaligned ? m.narrow_tile_cycles : m.tile_cycles;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
     // blocks on a shared tile, whose partial sums are added one after another
     const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
     // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
-    const long long stream_k_cycles = shares ? fp8_tensorwise_family_sum(fp8_tensorwise_family_sum(fp8_tensorwise_family_sum(fp8_tensorwise_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), fp8_tensorwise_family_product(contributors - 1, m.fixup_cycles)), fp8_tensorwise_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    const long long stream_k_cycles = shares ? fp8_tensorwise_family_sum(fp8_tensorwise_family_sum(fp8_tensorwise_family_sum(fp8_tensorwise_family_product(per_block, full), m.blocks_per_sm * (per_tile + m.partial_cycles)), fp8_tensorwise_family_product(contributors - 1, m.fixup_cycles)), fp8_tensorwise_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
-    const long long wave = fp8_tensorwise_family_sum(fp8_tensorwise_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
+    const long long wave = fp8_tensorwise_family_sum(fp8_tensorwise_family_product(k_tiles, full), m.blocks_per_sm * per_tile);
     // the last wave's blocks per SM
     const long long last = (left + m.sms - 1) / m.sms;
     const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
-    const long long last_wave = left > 0 ? fp8_tensorwise_family_sum(fp8_tensorwise_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
+    const long long last_wave = left > 0 ? fp8_tensorwise_family_sum(fp8_tensorwise_family_product(k_tiles, last_k_tile), last * per_tile) : 0;
     // packed operands whose leading dimension is off the member's widest access
     const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
     const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
@@ -2638,7 +2645,9 @@ static long long fp8_tensorwise_family_cycles(const fp8_tensorwise_family_member
     // and, where blocks keep k-tiles in flight, what they draw in a round trip
     const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (fp8_tensorwise_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
-    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    // and C's bytes at the rate narrower stores reach, where C takes them
+    const long long stored = c_misaligned && m.narrow_store_bytes_per_clock > 0 ? (fp8_tensorwise_family_product(fp8_tensorwise_family_product(M, N), m.c_bytes) + (m.narrow_store_bytes_per_clock > 1 ? m.narrow_store_bytes_per_clock : 1) - 1) / (m.narrow_store_bytes_per_clock > 1 ? m.narrow_store_bytes_per_clock : 1) : 0;
+    const long long memory = (hbm_cycles > drawn ? hbm_cycles : drawn) > stored ? (hbm_cycles > drawn ? hbm_cycles : drawn) : stored;
     // packed operands TMA refuses, which the padded launcher copies first
     const bool a_copied = m.pads && a_misaligned;
     const bool b_copied = m.pads && b_misaligned;

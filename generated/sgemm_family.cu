@@ -12,6 +12,7 @@
 //       use checked_64x64.gemm;   // any shape, 64x64x8 tiles: small problems
 //       use checked_32x128.gemm;  // any shape, 32x128x8 tiles, stream-K and split-K: few rows (16x4096x4096)
 //       use checked_128x32.gemm;  // any shape, 128x32x8 tiles, stream-K and split-K: few columns (4096x16x4096)
+//       use sgemm_short_k.gemm;   // any shape, 64x128x8 tiles, a warp's stores on one row: short K (C's stores)
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -49,6 +50,12 @@ static __device__ __forceinline__ void sts128(float* p, float4 v) {
 
 static __device__ __forceinline__ void sts64(float* p, float2 v) {
     asm volatile("st.volatile.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_address(p)), "f"(v.x), "f"(v.y));
+}
+
+static __device__ __forceinline__ float lds32(const float* p) {
+    float v;
+    asm volatile("ld.volatile.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_address(p)));
+    return v;
 }
 
 // ---- member sgemm_h100, from sgemm_h100.gemm ----
@@ -7193,6 +7200,893 @@ extern "C" cudaError_t checked_128x32_launch(const float* A, const float* B, flo
 #endif
 }  // namespace checked_128x32
 
+// ---- member sgemm_short_k, from sgemm_short_k.gemm ----
+namespace sgemm_short_k {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 68
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 68 + mn;
+}
+
+// B: order kn, leading dimension 132
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+        const float* b_src = B + block_n;
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 4;
+            const int col = tid % 4 * 2;
+            a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 32;
+            const int col = tid % 32 * 4;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 32 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 2;
+                    a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32 * 4;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[2];
+    float b_stage[4];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        const float* b_src = B + block_n;
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+        b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+        b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+        b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 128;
+            const int col = tid % 128;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 2;
+            const int col = tid % 128;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 4;
+            const int col = tid % 128;
+            b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 128 + 6;
+            const int col = tid % 128;
+            b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+    sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 128 < b_cols ? b_src[tid / 128 * ldb + tid % 128] : 0.0f;
+                b_stage[1] = tid % 128 < b_cols ? b_src[(tid / 128 + 2) * ldb + tid % 128] : 0.0f;
+                b_stage[2] = tid % 128 < b_cols ? b_src[(tid / 128 + 4) * ldb + tid % 128] : 0.0f;
+                b_stage[3] = tid % 128 < b_cols ? b_src[(tid / 128 + 6) * ldb + tid % 128] : 0.0f;
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 128;
+                    const int col = tid % 128;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 2;
+                    const int col = tid % 128;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 4;
+                    const int col = tid % 128;
+                    b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 128 + 6;
+                    const int col = tid % 128;
+                    b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 2), b_stage[1]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 4), b_stage[2]);
+            sts32(b_dst + b_smem_offset(tid % 128, tid / 128 + 6), b_stage[3]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+    const float* b_src = B + block_n;
+    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) {
+                        const float old = c_line[offset];
+                        out += beta * old;
+                    }
+                    c_line[offset] = out;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
+    extern __shared__ __align__(16) float smem[];
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 4;
+        const int col = tid % 4 * 2;
+        a_stage[0].x = col < a_cols ? a_src[row * lda + col] : 0.0f;
+        a_stage[0].y = col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+    }
+    const float* b_src = B + (size_t)((K / BK) * BK) * ldb + block_n;
+    const int b_rows = K - (K / BK) * BK;
+    {
+        const int row = tid / 32;
+        const int col = tid % 32 * 4;
+        b_stage[0].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[0].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[0].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[0].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)((kt + 1 - 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 32 * ldb + tid % 32 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 32 * 4, tid / 32), b_stage[0]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) {
+                        const float old = c_line[offset];
+                        out += beta * old;
+                    }
+                    c_line[offset] = out;
+                }
+            }
+        }
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 2, B 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_short_k_scale_c alone; neither needs the tile's multiples or the operands'
+// alignment.
+static bool sgemm_short_k_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t sgemm_short_k_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483583 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_short_k_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 33554431 || ldb > 268435455) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 64 - 1) / 64) * ((N + 128 - 1) / 128);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemm_short_k_aligned(A, lda, 0, 2) && sgemm_short_k_aligned(B, ldb, 0, 4);
+    const auto kernel = vector_aligned ? sgemm_short_k_kernel : sgemm_short_k_kernel_scalar;
+    const size_t smem_bytes = 12800;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip; only where the interior holds at least 6 waves
+    // per strip, since each strip runs after it.
+    const bool has_interior = M >= 64 && N >= 128 && K >= 8;
+    if (vector_aligned && has_interior) {
+        int device = 0, sms = 0, per_sm = 0;
+        cudaError_t status = cudaGetDevice(&device);
+        if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
+        if (status != cudaSuccess) return status;
+        if (per_sm < 1) return cudaErrorInvalidConfiguration;
+        const int inner_m = M - M % 64;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 64) * (inner_n / 128);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
+            const auto interior = K % 8 == 0 ? sgemm_short_k_kernel_interior : sgemm_short_k_kernel_interior_partial_k;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            interior<<<dim3((unsigned)((inner_m / 64) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 64 - 1) / 64) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 64 - 1) / 64) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
+        }
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemm_short_k_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_short_k_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemm_short_k
+
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
 // Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
@@ -7206,6 +8100,9 @@ struct sgemm_family_member {
     long long sms, blocks_per_sm;
     const long long* k_tile_cycles;  // [r - 1]: one k-tile of r blocks resident on one SM
     long long tile_cycles;  // per resident block and tile, beyond its k-tiles
+    long long narrow_tile_cycles, c_align;  // ... where C's leading dimension is off c_align elements
+    bool c_ld_is_n;  // C's leading dimension is N (row-major C)
+    long long narrow_store_bytes_per_clock;  // ... and C's bytes a clock there, a floor (0: none)
     long long partial_cycles;  // per stream-K block: its partial sums through L2
     long long fixup_cycles;  // per contributor to a shared tile beyond the first, one after another
     long long call_cycles;  // per call: the launch, the pipeline's fill and drain
@@ -7226,12 +8123,14 @@ static const long long sgemm_family_k_tile_cycles_sgemm_any[] = {1665, 2599};
 static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1231, 1577, 1940, 2314};
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
-static const sgemm_family_member sgemm_family_members[5] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
+static const long long sgemm_family_k_tile_cycles_sgemm_short_k[] = {896, 1544, 2266};
+static const sgemm_family_member sgemm_family_members[6] = {
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 4096, 20480, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 4096, 20480, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
+    {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_family_k_tile_cycles_sgemm_short_k, 2048, 2496, 8, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -7264,18 +8163,22 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     const long long drawn_k_tile = m.stage_bytes > 0 ? ((m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) > (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) ? (m.stage_bytes + (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) - 1) / (m.l2_block_bytes_per_clock > 1 ? m.l2_block_bytes_per_clock : 1) : (m.stage_bytes * streaming + (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1) - 1) / (m.l2_bytes_per_clock > 1 ? m.l2_bytes_per_clock : 1)) : 0;
     // a k-tile with every slot resident
     const long long full = m.stage_bytes > 0 ? (m.k_tile_base_cycles > drawn_k_tile ? m.k_tile_base_cycles : drawn_k_tile) + m.k_tile_wait_cycles : m.k_tile_cycles[m.blocks_per_sm - 1];
+    // a packed C whose leading dimension is off the member's widest stores
+    const bool c_misaligned = (m.c_ld_is_n ? N : M) % (m.c_align > 1 ? m.c_align : 1) != 0;
+    // a tile's own cycles beyond its k-tiles
+    const long long per_tile = c_misaligned ? m.narrow_tile_cycles : m.tile_cycles;
     const long long per_block = shares ? (sk_tiles * k_tiles + sk_blocks - 1) / sk_blocks : 0;
     // blocks on a shared tile, whose partial sums are added one after another
     const long long contributors = shares ? (sk_blocks + sk_tiles - 1) / sk_tiles : 1;
     // the stream-K blocks' ranges, their partial sums and their fixup, and the launches beyond the first
-    const long long stream_k_cycles = shares ? sgemm_family_sum(sgemm_family_sum(sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (m.tile_cycles + m.partial_cycles)), sgemm_family_product(contributors - 1, m.fixup_cycles)), sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
+    const long long stream_k_cycles = shares ? sgemm_family_sum(sgemm_family_sum(sgemm_family_sum(sgemm_family_product(per_block, full), m.blocks_per_sm * (per_tile + m.partial_cycles)), sgemm_family_product(contributors - 1, m.fixup_cycles)), sgemm_family_product(m.launch_cycles, plain > 0 ? 2 : 1)) : 0;
     const long long left = plain % slots;
     // a whole wave
-    const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * m.tile_cycles);
+    const long long wave = sgemm_family_sum(sgemm_family_product(k_tiles, full), m.blocks_per_sm * per_tile);
     // the last wave's blocks per SM
     const long long last = (left + m.sms - 1) / m.sms;
     const long long last_k_tile = m.stage_bytes > 0 ? full : m.k_tile_cycles[last - 1];
-    const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, last_k_tile), last * m.tile_cycles) : 0;
+    const long long last_wave = left > 0 ? sgemm_family_sum(sgemm_family_product(k_tiles, last_k_tile), last * per_tile) : 0;
     // packed operands whose leading dimension is off the member's widest access
     const bool a_misaligned = (m.a_ld_is_k ? K : M) % (m.a_align > 1 ? m.a_align : 1) != 0;
     const bool b_misaligned = (m.b_ld_is_k ? K : N) % (m.b_align > 1 ? m.b_align : 1) != 0;
@@ -7287,7 +8190,9 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     // and, where blocks keep k-tiles in flight, what they draw in a round trip
     const long long in_flight = streaming * m.in_flight_k_tiles * m.bk * ((M < m.bm ? M : m.bm) * m.a_bytes + (N < m.bn ? N : m.bn) * m.b_bytes);
     const long long drawn = m.hbm_bytes_per_clock > 0 && in_flight > 0 ? (sgemm_family_product(traffic, m.round_trip_cycles) + in_flight - 1) / in_flight : 0;
-    const long long memory = hbm_cycles > drawn ? hbm_cycles : drawn;
+    // and C's bytes at the rate narrower stores reach, where C takes them
+    const long long stored = c_misaligned && m.narrow_store_bytes_per_clock > 0 ? (sgemm_family_product(sgemm_family_product(M, N), m.c_bytes) + (m.narrow_store_bytes_per_clock > 1 ? m.narrow_store_bytes_per_clock : 1) - 1) / (m.narrow_store_bytes_per_clock > 1 ? m.narrow_store_bytes_per_clock : 1) : 0;
+    const long long memory = (hbm_cycles > drawn ? hbm_cycles : drawn) > stored ? (hbm_cycles > drawn ? hbm_cycles : drawn) : stored;
     // packed operands TMA refuses, which the padded launcher copies first
     const bool a_copied = m.pads && a_misaligned;
     const bool b_copied = m.pads && b_misaligned;
@@ -7298,7 +8203,7 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     return sgemm_family_sum(sgemm_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int sgemm_family_member_count = 5;
+static const int sgemm_family_member_count = 6;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -7319,7 +8224,7 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool align
     return best;
 }
 
-static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch};
+static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch, sgemm_short_k::sgemm_short_k_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -7334,7 +8239,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     return status;
 }
 
-static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld};
+static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld, sgemm_short_k::sgemm_short_k_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

@@ -291,14 +291,15 @@ ESTIMATE_HARNESS = r"""
 %(split)s
 %(rule)s
 int main() {
-    long long v[27];
+    long long v[31];
     for (;;) {
-        for (int i = 0; i < 27; ++i)
+        for (int i = 0; i < 31; ++i)
             if (std::scanf("%%lld", &v[i]) != 1) return 0;
         const long long k_tile_cycles[4] = {v[8], v[9], v[10], v[11]};
         void (*const splits[3])(long long, long long, long long, long long, int*, int*) = {nullptr, launched, aligned};
         const %(name)s_member m = {v[0], v[1], v[2], v[3] != 0, true, false, splits[v[4]], v[5], v[6], k_tile_cycles,
-                                   v[12], v[13], v[24], v[25], v[14], v[15], v[16], v[17], v[18], v[19], v[20]};
+                                   v[12], v[27], v[28], v[29] != 0, v[30], v[13], v[24], v[25], v[14], v[15], v[16],
+                                   v[17], v[18], v[19], v[20]};
         long long compute = 0;
         const long long cycles = %(name)s_cycles(m, v[21], v[22], v[23], &compute);
         std::printf("%%lld %%lld\n", cycles, cycles < 0 ? -1 : compute);
@@ -313,7 +314,9 @@ MEMBERS = st.fixed_dictionaries({
     "k_tile_cycles": st.lists(st.integers(1, 10**6), min_size=1, max_size=4), "tile_cycles": st.integers(0, 10**5),
     "partial_cycles": st.integers(0, 10**5), "fixup_cycles": st.integers(0, 10**4), "call_cycles": st.integers(0, 10**5),
     "launch_cycles": st.integers(0, 20000), "hbm": st.integers(0, 40),
-    "bytes": st.tuples(*[st.integers(1, 4)] * 3), "in_flight": st.integers(0, 8), "round_trip": st.integers(0, 2000)})
+    "bytes": st.tuples(*[st.integers(1, 4)] * 3), "in_flight": st.integers(0, 8), "round_trip": st.integers(0, 2000),
+    "narrow_tile_cycles": st.integers(0, 10**5), "c_align": st.sampled_from([1, 2, 4, 8]), "c_ld_is_n": st.booleans(),
+    "narrow_store": st.sampled_from([0, 1, 6, 792])})
 EXTENTS = st.one_of(st.integers(1, 5000), st.integers(1, 2**31 - 257), st.sampled_from([64, 128, 4096, 65536]))
 
 
@@ -343,7 +346,9 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
             rows.append((*member["tile"], int(member["exact"]), member["split"], member["sms"],
                          len(member["k_tile_cycles"]), 0, *cycles, member["tile_cycles"], member["partial_cycles"],
                          member["launch_cycles"], member["hbm"], *member["bytes"], member["in_flight"],
-                         member["round_trip"], m, n, k, member["fixup_cycles"], member["call_cycles"], 0))
+                         member["round_trip"], m, n, k, member["fixup_cycles"], member["call_cycles"], 0,
+                         member["narrow_tile_cycles"], member["c_align"], int(member["c_ld_is_n"]),
+                         member["narrow_store"]))
             model = MemberModel("m", member["tile"], member["exact"], member["split"] > 0, member["sms"],
                                 len(member["k_tile_cycles"]), tuple(member["k_tile_cycles"]),
                                 tile_cycles=member["tile_cycles"], partial_cycles=member["partial_cycles"],
@@ -352,7 +357,9 @@ def test_a_familys_cycles_in_c_are_the_cycle_models(tmp_path):
                                 min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES if member["split"] == 1 else 0,
                                 aligned_split=member["split"] == 2, hbm_bytes_per_clock=member["hbm"],
                                 element_bytes=member["bytes"], in_flight_k_tiles=member["in_flight"],
-                                round_trip_cycles=member["round_trip"])
+                                round_trip_cycles=member["round_trip"],
+                                narrow_tile_cycles=member["narrow_tile_cycles"], c_align=member["c_align"],
+                                c_ld_is_n=member["c_ld_is_n"], narrow_store_bytes_per_clock=member["narrow_store"])
             figures = estimate(model, m, n, k)
             want.append(f"{figures.cycles} {figures.compute_cycles}" if figures.accepted else "-1 -1")
         assert run(binary, rows) == want

@@ -4,7 +4,7 @@ epilogue (emit/epilogue.py)."""
 from __future__ import annotations
 
 from ... import ir
-from ...cost_model import cost_facts, k_tile_cycles, register_cap
+from ...cost_model import SECTOR_BYTES, c_store_align, c_store_sectors, cost_facts, k_tile_cycles, register_cap
 from ...cycles import MemberModel, launched_fields
 from ...emit.epilogue import Epilogue
 from ...emit.fragments import SharedLoads
@@ -13,6 +13,7 @@ from ...emit.kernel import MathParts
 from ...emit.math import FmaOuterProduct
 from ...layout import KernelLayout
 from ...passes.registers import estimate_fma_registers
+from ...targets import C_STORE_BYTES_PER_CLOCK
 from ..tiles import TilePath
 
 
@@ -69,14 +70,21 @@ class FmaPath(TilePath):
 
     def member_model(self, analysis, sms: int) -> MemberModel:
         """The tuner's cost model (cost_model.py) per k-tile of r resident blocks, so that the family rule and
-        the tuner rank FMA tilings alike."""
+        the tuner rank FMA tilings alike; per tile, C's stores through L2 (every sector they touch, whole), with
+        the widest vectors where C allows them and one element at a time where a packed C's leading dimension is
+        off them: at short K the stores are the call."""
         spec, facts = analysis.spec, analysis.facts
         common = launched_fields(spec, sms)
         blocks = facts["occupancy"].blocks_per_sm
         cap = register_cap(spec, analysis.layout.threads)
         costs = cost_facts(spec, analysis, cap)
         flops_per_byte = facts["intensity"].launch_flops_per_byte
-        return MemberModel(**common, blocks_per_sm=blocks,
+        layout, rate = analysis.layout, C_STORE_BYTES_PER_CLOCK[spec.target.sm]
+        store_cycles = {aligned: -(-c_store_sectors(layout, spec, aligned) * SECTOR_BYTES // rate)
+                        for aligned in (True, False)}
+        return MemberModel(**common, blocks_per_sm=blocks, tile_cycles=store_cycles[True],
+                           narrow_tile_cycles=store_cycles[False], c_align=c_store_align(layout),
+                           c_ld_is_n=spec.problem.c.layout is ir.MatrixLayout.ROW,
                            k_tile_cycles=tuple(k_tile_cycles(costs, spec, r, flops_per_byte)
                                                for r in range(1, blocks + 1)),
                            terms=(("issue_per_ffma", round(costs.issue_per_ffma, 4)),
