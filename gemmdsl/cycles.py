@@ -19,7 +19,7 @@ from .expr import Const, Func, Var
 from .rule import (Apply, Field, Function, Index, Let, Literal, Loop, Refuse, Refused, Rule, Skip, all_of, any_of,
                    ceil_div, eq, ge, gt, lt, maximum, minimum, ne, not_, select)
 from .schedule import CYCLE_CAP, LAUNCHED_MIN_SAVED_K_TILES, stream_k_split_rule
-from .targets import EXTRA_LAUNCH_CYCLES, HBM_BYTES_PER_CLOCK
+from .targets import CALL_CYCLES, EXTRA_LAUNCH_CYCLES, HBM_BYTES_PER_CLOCK
 
 
 
@@ -379,6 +379,7 @@ def launched_fields(spec: ir.KernelSpec, sms: int) -> dict:
     schedule, and what its launcher's stream-K costs (two more launches, its floor of saved k-tiles)."""
     return dict(name=spec.name, tile=(spec.block.m, spec.block.n, spec.block.k), exact=not spec.problem.checked,
                 stream_k=spec.block.stream_k, sms=sms, launch_cycles=EXTRA_LAUNCH_CYCLES,
+                call_cycles=CALL_CYCLES.get(spec.target.sm, 0),
                 min_saved_k_tiles=LAUNCHED_MIN_SAVED_K_TILES, **memory_fields(spec))
 
 

@@ -3460,7 +3460,7 @@ static const sgemm_3xtf32_h100_family_member sgemm_3xtf32_h100_family_members[4]
     {128, 128, 32, false, false, false, sgemm_3xtf32_h100_sk::sgemm_3xtf32_h100_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_sk, 3277, 3277, 4, true, 792, 3277, 4096, 6549, 0, 2705, 4, 4, 4, 3, 5500, 32768, 1538, 318, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_sk
     {128, 192, 32, false, false, false, sgemm_3xtf32_h100_128x192_sk::sgemm_3xtf32_h100_128x192_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_128x192_sk, 4916, 4916, 4, true, 792, 4916, 6144, 6549, 0, 2705, 4, 4, 4, 2, 5500, 40960, 2307, 382, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_128x192_sk
     {64, 128, 32, false, false, false, sgemm_3xtf32_h100_64x128_sk::sgemm_3xtf32_h100_64x128_sk_stream_k_split, 132, 1, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_3xtf32_h100_64x128_sk, 1639, 1639, 4, true, 792, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 4, 5500, 24576, 769, 444, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // sgemm_3xtf32_h100_64x128_sk
-    {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
+    {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_3xtf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
 };
 
 static const long long sgemm_3xtf32_h100_family_CYCLE_CAP = 2305843009213693952LL;

@@ -8125,12 +8125,12 @@ static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const long long sgemm_family_k_tile_cycles_sgemm_short_k[] = {896, 1544, 2266};
 static const sgemm_family_member sgemm_family_members[6] = {
-    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 4096, 20480, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
-    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 4096, 20480, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
-    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
-    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
-    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 1024, 5120, 4, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
-    {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_family_k_tile_cycles_sgemm_short_k, 2048, 2496, 8, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k
+    {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 4096, 20480, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
+    {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 4096, 20480, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
+    {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
+    {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
+    {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
+    {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_family_k_tile_cycles_sgemm_short_k, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;

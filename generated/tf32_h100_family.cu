@@ -5417,8 +5417,8 @@ static const tf32_h100_family_member tf32_h100_family_members[6] = {
     {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x192
     {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x64
     {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1639, 1639, 4, true, 792, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_64x128_sk
-    {64, 128, 8, false, true, false, nullptr, 132, 3, tf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
-    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 1, true, 0, 0, 0, 0, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 2},  // tf32_h100_any
+    {64, 128, 8, false, true, false, nullptr, 132, 3, tf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
+    {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 1, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 2},  // tf32_h100_any
 };
 
 static const long long tf32_h100_family_CYCLE_CAP = 2305843009213693952LL;

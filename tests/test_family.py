@@ -340,9 +340,9 @@ def test_check_says_which_member_runs_and_why():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sgemm_family (family) at 33x33x33: sgemm_short_k runs\n")
     assert "sgemm_h100 (bounds: exact) cannot take 33x33x33" in done.stdout
-    assert re.search(r"^\* sgemm_short_k +64x128x8 +1 +5 +396 +1 +0 +11\.0% +5 +6,976$", done.stdout, re.M)
-    assert re.search(r"^  checked_32x128 +32x128x8 +2 +5 +660 +1 +0 +11\.0% +5 +8,120$", done.stdout, re.M)
-    assert re.search(r"^  checked_64x64 +64x64x8 +1 +5 +792 +1 +0 +21\.9% +5 +8,320$", done.stdout, re.M)
+    assert re.search(r"^\* sgemm_short_k +64x128x8 +1 +5 +396 +1 +0 +11\.0% +5 +13,525$", done.stdout, re.M)
+    assert re.search(r"^  checked_32x128 +32x128x8 +2 +5 +660 +1 +0 +11\.0% +5 +14,669$", done.stdout, re.M)
+    assert re.search(r"^  checked_64x64 +64x64x8 +1 +5 +792 +1 +0 +21\.9% +5 +14,869$", done.stdout, re.M)
     done = run_cli("check", str(FAMILY), "--problem", "4096x4096x4096", "--json")
     assert '"member": "sgemm_h100"' in done.stdout
 
