@@ -70,8 +70,8 @@ class GpuProfile:
     # The bytes of C's stores an SM moves through L2 a clock, counted as whole 32-byte sectors however few of
     # their bytes the lanes write (cost_model.c_store_sectors): the FMA path's epilogue
     c_store_bytes_per_clock: int
-    # The bytes of C a wgmma block writes a clock where TMA cannot store C (a row at a time through shared memory,
-    # paths/wgmma/store.py and stmatrix.py)
+    # The bytes of C a wgmma block's consumer warpgroup writes a clock where TMA cannot store C (a row at a time
+    # through shared memory, paths/wgmma/store.py and stmatrix.py)
     row_store_bytes_per_clock: int
     # An FMA block's wait for its k-tile's global loads with a single-stage pipeline, per k-tile (cost_model.py)
     single_stage_wait_cycles: int

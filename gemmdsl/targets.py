@@ -215,8 +215,9 @@ MMA_SYNC_NARROW_FACTOR: dict[int, dict[int, int]] = {90: {2: HOPPER.narrow_facto
 # the FMA path's epilogue, whose one-element stores of a thread's micro tile touch several sectors a row. Fitted on
 # the FP32 members' short-K calls on the H200 (docs/calibration.md).
 C_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.c_store_bytes_per_clock}
-# The bytes of C a wgmma block writes a clock where TMA cannot store C (odd N: the rows go out one at a time from
-# shared memory), whatever C's type: fitted on the H200's short-K calls of odd N (docs/calibration.md).
+# The bytes of C a wgmma block's consumer warpgroup writes a clock where TMA cannot store C (odd N: the rows go out
+# one at a time from shared memory), whatever C's type: fitted on the H200's short-K calls of odd N
+# (docs/calibration.md).
 ROW_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.row_store_bytes_per_clock}
 # An FMA block's wait for its k-tile's global loads where the pipeline has one stage (load, barrier, multiply,
 # barrier), per k-tile, which other resident blocks' work covers: fitted on the H200's short-K member

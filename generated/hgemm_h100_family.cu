@@ -4641,7 +4641,7 @@ static const hgemm_h100_family_member hgemm_h100_family_members[5] = {
     {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100
     {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_128x192
     {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_128x64
-    {64, 128, 64, false, false, false, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_stream_k_split, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_64x128_sk, 1639, 1639, 4, true, 792, 1639, 2048, 6549, 0, 2705, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_64x128_sk
+    {64, 128, 64, false, false, false, hgemm_h100_64x128_sk::hgemm_h100_64x128_sk_stream_k_split, 132, 1, hgemm_h100_family_k_tile_cycles_hgemm_h100_64x128_sk, 1639, 1639, 4, true, 396, 1639, 2048, 6549, 0, 2705, 2, 2, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_64x128_sk
     {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_family_k_tile_cycles_hgemm_h100_any, 0, 0, 1, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 8},  // hgemm_h100_any
 };
 

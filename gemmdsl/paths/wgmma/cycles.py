@@ -62,7 +62,7 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
             if groups else 0)
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, narrow_tile_cycles=epilogue,
-                       narrow_store_bytes_per_clock=ROW_STORE_BYTES_PER_CLOCK[sm] * sms,
+                       narrow_store_bytes_per_clock=ROW_STORE_BYTES_PER_CLOCK[sm] * layout.consumers * sms,
                        c_align=TMA_ALIGN_BYTES // problem.c.dtype.bytes,
                        c_ld_is_n=problem.c.layout is ir.MatrixLayout.ROW, partial_cycles=partial, fixup_cycles=fixup,
                        call_cycles=CALL_CYCLES.get(sm, 0), stage_bytes=layout.stage_bytes,
