@@ -55,9 +55,8 @@ import numpy as np
 from . import ir
 from .passes.registers import HEADROOM, launch_bounds_cap
 from .schedule import LAUNCHED_MIN_SAVED_K_TILES, stream_k_split
-from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SINGLE_STAGE_WAIT_CYCLES, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK,
-                      WARP, arch,
-                      ffma_per_clock, l2_bytes_per_clock_per_sm, occupancy_of)
+from .targets import (GLOBAL_LINE_BYTES, ISSUE_PER_CLOCK, SMEM_LATENCY, SMEM_WAVEFRONTS_PER_CLOCK, WARP, arch,
+                      ffma_per_clock, l2_bytes_per_clock_per_sm, occupancy_of, single_stage_wait_cycles)
 
 KTILE_OVERHEAD = 40  # warp instructions per k-tile beyond FFMA and shared memory: global loads, barrier, loop
 # ... with `pipeline { unroll: 2 or more }`, where stage indices and loop tests fold into constants
@@ -99,7 +98,7 @@ def global_lines(layout, spec: ir.KernelSpec) -> int:
     32 floats); within a row, a line is GLOBAL_LINE_BYTES of it."""
     env = layout.thread_env()
     cp_async = spec.pipeline.copy is ir.CopyMode.CP_ASYNC
-    element_bytes = layout.element_bytes
+    element_bytes = spec.problem.a.dtype.bytes  # in global memory (shared memory may hold them wider)
     total = 0
     for operand in (ir.Operand.A, ir.Operand.B):
         width = layout.store_width(operand) if cp_async else layout.load_vector(operand)
@@ -124,7 +123,7 @@ def c_store_align(layout) -> int:
     """The elements a packed C's leading dimension must be a multiple of for `c_store_sectors(aligned=True)`: the
     widest vector the epilogue stores, or for one-element stores a sector, so that every row starts on one."""
     width = layout.c_store_width(aligned_c=True)
-    return width if width > 1 else SECTOR_BYTES // layout.element_bytes
+    return width if width > 1 else SECTOR_BYTES // layout.spec.problem.c.dtype.bytes
 
 
 def c_store_sectors(layout, spec: ir.KernelSpec, aligned: bool) -> int:
@@ -140,7 +139,7 @@ def c_store_sectors(layout, spec: ir.KernelSpec, aligned: bool) -> int:
     along_n = c.layout is ir.MatrixLayout.ROW
     thread_m = np.asarray(env["thread_m"]).reshape(-1, WARP).astype(np.int64)
     thread_n = np.asarray(env["thread_n"]).reshape(-1, WARP).astype(np.int64)
-    element_bytes = layout.element_bytes
+    element_bytes = c.dtype.bytes
     total = 0
     for rm in range(t.repeat.m):
         for i in range(t.micro.m):
@@ -187,7 +186,7 @@ def cost_facts(spec: ir.KernelSpec, analysis, cap: int) -> CostFacts:
         smem_wavefronts_per_ffma=(traffic.load_wavefronts + traffic.store_wavefronts) / launch_ffma,
         global_wavefronts_per_ffma=GLOBAL_LINE_WAVEFRONTS * global_lines(analysis.layout, spec) / block_ffma,
         exposed_latency_per_ffma=((SMEM_LATENCY * spec.block.k if waits else 0.0)
-                                  + (SINGLE_STAGE_WAIT_CYCLES[spec.target.sm] if spec.pipeline.stages == 1 else 0.0))
+                                  + (single_stage_wait_cycles(spec.target.sm) if spec.pipeline.stages == 1 else 0.0))
                                  / block_ffma,
         register_demand=demand,
         fma_switches_per_ffma=fma_switches(spec),

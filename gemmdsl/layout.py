@@ -148,7 +148,8 @@ class TileLayout:
 
     def __init__(self, spec: ir.KernelSpec, max_global_vector: int | None = None):
         self.spec = spec
-        self.element_bytes = spec.problem.a.dtype.bytes
+        self.smem_dtype = self.shared_element(spec)
+        self.element_bytes = self.smem_dtype.bytes
         # 1 lowers the scalar variant of a checked kernel: the same tiling with every global
         # load and store one element wide, for operands whose alignment the launcher cannot prove.
         self.max_global_vector = max_global_vector or MAX_VECTOR_BYTES // self.element_bytes
@@ -159,6 +160,11 @@ class TileLayout:
         a = self._geometry(spec.smem_a, base=0)
         b = self._geometry(spec.smem_b, base=a.stage_elems * self.stages)
         self.smem = {ir.Operand.A: a, ir.Operand.B: b}
+
+    @staticmethod
+    def shared_element(spec: ir.KernelSpec) -> ir.DType:
+        """The element type shared memory holds: the operands' own, as the tensor cores read them."""
+        return spec.problem.a.dtype
 
     # --- shared memory -----------------------------------------------------------------
 
@@ -282,6 +288,11 @@ class KernelLayout(TileLayout):
     """The FMA path: each thread accumulates a (repeat x micro) register tile of C from fragments
     it loads itself (warps x lanes x micro x repeat cover the block tile)."""
 
+    @staticmethod
+    def shared_element(spec: ir.KernelSpec) -> ir.DType:
+        """f32, whatever the operands: bf16 and f16 ones are widened in registers on their way in."""
+        return ir.DType.F32
+
     def __init__(self, spec: ir.KernelSpec, max_global_vector: int | None = None):
         super().__init__(spec, max_global_vector)
         self.frag_m = spec.threads.fragment.m
@@ -345,7 +356,10 @@ class KernelLayout(TileLayout):
     def c_store_width(self, aligned_c: bool = False) -> int:
         """A thread's micro tile is contiguous along C's contiguous index. `aligned_c`: the width
         when C itself is vector-aligned, whatever this kernel's cap on global accesses (the scalar
-        kernel serves calls where only A or B is not)."""
+        kernel serves calls where only A or B is not). 16-bit C is written an element at a time, each
+        rounded from its f32 accumulator."""
+        if self.spec.problem.c.dtype is not ir.DType.F32:
+            return 1
         t = self.spec.threads
         micro = t.micro.n if self.spec.problem.c.layout is ir.MatrixLayout.ROW else t.micro.m
         return widest_dividing(micro, MAX_VECTOR_BYTES // self.element_bytes if aligned_c else self.max_global_vector)

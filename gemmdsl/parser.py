@@ -758,9 +758,13 @@ def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
 def _vector(reader: _SpecReader, value: _Value) -> int:
     dtype = reader.element_type(reader.operand)
     widths = (dtype or ir.DType.F16).vector_widths  # an operand in error: the widest any type allows
+    if dtype is not None and reader.path is not None:
+        widths = reader.path.load_vectors(dtype)
     of = f" x {dtype.value}" if dtype else " elements"
+    widest = f"{widths[-1]}{of} = {widths[-1] * (dtype or ir.DType.F16).bits // 8} bytes"
     return reader.integer(reader.one(value, "a vector width"), "a vector width in elements", choices=widths,
-                          hint=f"{widths[-1]}{of} = {ir.MAX_VECTOR_BYTES} bytes is the widest global load")
+                          hint=f"{widest} is the widest global load" + (
+                              "" if widths == (dtype or ir.DType.F16).vector_widths else " the path's registers take"))
 
 
 def _quant_group(reader: _SpecReader, value: _Value) -> int | None:
@@ -935,7 +939,7 @@ def _build_spec(name: str, span: Span, name_span: Span, found: dict) -> ir.Kerne
         values, where = section(f"load {operand.value}")
         # Default: the widest vector the contiguous extent of the global tile allows.
         _, extent = block.global_tile(operand, problem.matrix(operand).layout)
-        default = next(w for w in reversed(problem.matrix(operand).dtype.vector_widths) if extent % w == 0)
+        default = next(w for w in reversed(path.load_vectors(problem.matrix(operand).dtype)) if extent % w == 0)
         return ir.GlobalLoad(**where, operand=operand, vector=values.get("vector", default))
 
     values, where = section("pipeline")

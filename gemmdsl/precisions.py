@@ -105,7 +105,8 @@ CUBLAS_TYPES = {"bf16": "BF16", "f16": "FP16"}
 
 def comparison(metadata: dict) -> Comparison:
     """The comparison for a compiled kernel (metadata from before units were recorded: fma): by its
-    unit, and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well. A dequantizing kernel (NAME.json's
+    unit, or for an FMA kernel of 16-bit operands by theirs (the inputs are what a GEMM of that precision
+    reads, the accumulation f32 either way), and for 16-bit inputs with an f32 C, cuBLAS writing an f32 C as well. A dequantizing kernel (NAME.json's
     `quant`): cuBLAS at A's precision on the dequantized weight, writing C's type."""
     if "quant" in metadata:
         activation, c = metadata["quant"]["activation"], metadata["dtypes"]["c"]
@@ -113,6 +114,9 @@ def comparison(metadata: dict) -> Comparison:
         return replace(compared, cublas=f"{CUBLAS_TYPES[activation]} {compared.cublas}{' f32 C' if c == 'f32' else ''}",
                        input_dtype=activation, output_dtype=c if c != activation else "")
     compared = COMPARISONS[metadata.get("unit", "fma")]
+    a = metadata.get("dtypes", {}).get("a")
+    if compared.unit == "fma" and a in CUBLAS_TYPES:  # 16-bit operands FMAs multiply widened: their type's GEMM
+        compared = COMPARISONS[a]
     if compared.unit == "fp8":  # the kernel's operand types and C, and its accumulation mode
         dtypes = metadata["dtypes"]
         fast = metadata.get("accumulate") == "fast"

@@ -238,6 +238,16 @@ GLOBAL_LINE_BYTES = 128
 SMEM_LATENCY = 33
 
 
+def c_store_bytes_per_clock(sm: int) -> int:
+    """C_STORE_BYTES_PER_CLOCK of the target, the reference Hopper's where the target has none."""
+    return C_STORE_BYTES_PER_CLOCK.get(sm, C_STORE_BYTES_PER_CLOCK[90])
+
+
+def single_stage_wait_cycles(sm: int) -> int:
+    """SINGLE_STAGE_WAIT_CYCLES of the target, the reference Hopper's where the target has none."""
+    return SINGLE_STAGE_WAIT_CYCLES.get(sm, SINGLE_STAGE_WAIT_CYCLES[90])
+
+
 def l2_bytes_per_clock_per_sm(sm: int) -> int:
     """L2_BYTES_PER_CLOCK_PER_SM of the target, the H100's where the target has none."""
     return L2_BYTES_PER_CLOCK_PER_SM.get(sm, L2_BYTES_PER_CLOCK_PER_SM[90])

@@ -42,6 +42,9 @@ RESERVED_NAMES = frozenset("""
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # the grammar's NAME
 
+# What the FMA path multiplies (in f32): A and B of one of these types
+FMA_OPERAND_TYPES = (ir.DType.F32, ir.DType.BF16, ir.DType.F16)
+
 
 def kernel_name_problem(name: str, what: str = "kernel name") -> tuple[str, str] | None:
     """(message, hint) when `name` cannot name a kernel (or, with `what`, a family), else None; for names that
@@ -149,18 +152,36 @@ class _Checker:
                                         "types only: the kernels write C from f32 accumulators as f32, bf16 or f16",
                        hint=f"write `c: bf16 {problem.c.layout.value};` (torch._scaled_mm's usual output)")
 
-    def check_f32_operands(self) -> None:
-        """The FMA path multiplies f32 only."""
-        problem = self.spec.problem
-        narrow = [key for key in ("a", "b", "c") if problem.matrix(ir.Operand(key)).dtype is not ir.DType.F32]
-        if narrow:
-            key = narrow[0]
-            names = word_list([k.upper() for k in narrow], "and")
-            dtype = problem.matrix(ir.Operand(key)).dtype.value
-            self.error(problem.at(key), f"{names} {'is' if len(narrow) == 1 else 'are'} {dtype}, but without an "
-                                        "`mma` section the kernel multiplies with f32 FMAs only",
-                       hint="add tensor cores, e.g. `mma { shape: m16n8k16; repeat: 4x8; }` with "
-                            "`threads { warps: 2x2; }` for a 128x128 block tile")
+    def check_fma_operands(self) -> None:
+        """The FMA path multiplies in f32: f32 operands, or bf16 or f16 ones widened to f32 on their way to shared
+        memory (which holds f32), writing f32 C or C of the operands' type."""
+        problem, spec = self.spec.problem, self.spec
+        a, c = problem.a.dtype, problem.c.dtype
+        hint = ("add tensor cores, e.g. `mma { shape: m16n8k16; repeat: 4x8; }` with `threads { warps: 2x2; }` for a "
+                "128x128 block tile")
+        if a not in FMA_OPERAND_TYPES:
+            self.error(problem.at("a"), f"A is {a.value}, but without an `mma` section the kernel multiplies with f32 "
+                                        "FMAs, of f32, bf16 or f16 operands", hint=hint)
+            return
+        if c is not ir.DType.F32 and c is not a:
+            self.error(problem.at("c"), f"C is {c.value}, but without an `mma` section the kernel accumulates in f32 "
+                                        f"and writes f32 C or C of the operands' type ({a.value})",
+                       hint=f"write `c: f32 {problem.c.layout.value};`" + (
+                           f" or `c: {a.value} {problem.c.layout.value};`" if a is not ir.DType.F32 else ""))
+        if a is ir.DType.F32:
+            return
+        if spec.pipeline.copy is not ir.CopyMode.REGISTERS:
+            self.error(spec.pipeline.at("copy"), f"copy: {spec.pipeline.copy.value} moves bytes as they are, but the "
+                                                 f"FMA path widens {a.value} operands to the f32 its shared memory "
+                                                 "holds on their way through registers",
+                       hint="write `copy: registers;`")
+        if c is not ir.DType.F32 and spec.block.stream_k:
+            self.error(spec.block.at("schedule"), f"stream-K on the FMA path adds its shares into C with f32 atomics, "
+                                                  f"but C is {c.value}", hint="write `c: f32 ...;`, or drop "
+                                                                               "`schedule: stream_k`")
+        if spec.fuse is not None:
+            self.error(spec.fuse.span, f"the FMA path's fused epilogue reads f32 operands; A and B are {a.value}",
+                       hint="fuse with f32 operands, or add tensor cores (an `mma` section)")
 
     def check_hopper_only(self) -> None:
         """What only the wgmma path (an `mma` section with a wgmma shape) generates."""

@@ -118,11 +118,17 @@ def glue(metadata: dict) -> str:
     fuse = metadata.get("fuse")
     layout = f"Layout{{{rows}, {metadata['threads']}, {tile_m}, {tile_n}, {alpha_beta}" + (", shift_fuse}" if fuse
                                                                                           else "}")
+    operand, c = (ELEMENTS[metadata["dtypes"][name]] for name in ("a", "c"))
+    # fused kernels (f32 operands): the chain's float64 reference is the test's (emulate_fused)
+    fused = (f'    if (argc > 1 && std::string(argv[1]) == "fused") return emulate_fused(argc, argv, {layout}, launch);\n'
+             if fuse else "")
     return f"""#include "cuda_host.h"
 #include "kernel.cu"
 #include "runner.h"
 
-static void launch(int entry, const Problem& p)
+using P = ProblemOf<{operand}, {c}>;
+
+static void launch(int entry, const P& p)
 {{
     switch (entry) {{
 {cases}
@@ -132,10 +138,15 @@ static void launch(int entry, const Problem& p)
 {_shift_fuse(fuse) if fuse else ""}
 int main(int argc, char** argv)
 {{
-    if (argc > 1 && std::string(argv[1]) == "fused") return emulate_fused(argc, argv, {layout}, launch);
-    return emulate(argc, argv, {layout}, launch);
+{fused}    return emulate<{operand}, {c}>(argc, argv, {layout}, launch, {C_TOLERANCE[metadata["dtypes"]["c"]]});
 }}
 """
+
+
+# The emulator's element types by the metadata's names (warp_host.h's 16-bit ones), and C's relative error the dense
+# runner allows: f32 accumulation, or twice C's unit roundoff where C is 16-bit (bf16 2^-8, f16 2^-10 apart).
+ELEMENTS = {"f32": "float", "bf16": "__nv_bfloat16", "f16": "__half"}
+C_TOLERANCE = {"f32": 1e-5, "bf16": 2.0 ** -8, "f16": 2.0 ** -10}
 
 
 def main_source(metadata: dict) -> str:

@@ -20,7 +20,7 @@ import host_emulation
 from budget import examples
 from gemmdsl.compiler import compile_path, compile_text
 from gemmdsl.frontend import load_spec
-from gemmdsl.arrays import ArrayView
+from gemmdsl.arrays import ITEM_SIZES, ArrayView
 from gemmdsl.runtime import KernelRequirements, check_call
 from gemmdsl.schedule import call_split, interior_launches
 from host_emulation import Call
@@ -55,13 +55,15 @@ def runners():
     return runner
 
 
-def fake_operand(name: str, layout: str, rows: int, cols: int, ld: int, batch: int, stride: int, offset: int):
+def fake_operand(name: str, dtype: str, layout: str, rows: int, cols: int, ld: int, batch: int, stride: int,
+                 offset: int):
     """What runtime.check_call reads of an array laid out as the emulator lays it out (each operand in
     an allocation of its own, as the emulator's are)."""
     inner = (ld, 1) if layout == "row" else (1, ld)
     shape, strides = ((rows, cols), inner) if batch == 1 else ((batch, rows, cols), (stride,) + inner)
-    return ArrayView("emulator", shape, strides, "float32", 4, BASE + OPERAND_SPACING * "ABC".index(name) + 4 * offset,
-                     0)
+    size = ITEM_SIZES[dtype]
+    return ArrayView("emulator", shape, strides, dtype, size,
+                     BASE + OPERAND_SPACING * "ABC".index(name) + size * offset, 0)
 
 
 def entry_index(req: KernelRequirements, call: Call) -> int:
@@ -72,8 +74,8 @@ def entry_index(req: KernelRequirements, call: Call) -> int:
         p = name.lower()
         stride = getattr(call, f"stride_{p}")
         batch = call.batch if stride or name == "C" else 1  # a zero stride: one matrix for the whole batch
-        operands[p] = fake_operand(name, req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch, stride,
-                                   getattr(call, f"offset_{p}"))
+        operands[p] = fake_operand(name, req.dtypes[name], req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch,
+                                   stride, getattr(call, f"offset_{p}"))
     entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
     if entry is None:
         return host_emulation.NO_LAUNCH

@@ -19,6 +19,10 @@ GENERATED = Path(__file__).resolve().parent.parent / "generated"
     # 16-bit inputs with an f32 C: cuBLAS writes f32 too, not C rounded to bf16 (half the bytes)
     ("hgemm_h100", "bf16", "cuBLAS BF16 GEMM f32 C", "bf16", "f32"),
     ("hgemm_mma", "bf16", "cuBLAS BF16 GEMM f32 C", "bf16", "f32"),
+    # FMA kernels of 16-bit operands (widened to f32): compared as their inputs' GEMM, not as an SGEMM
+    ("hgemm_short_k", "bf16", "cuBLAS BF16 GEMM f32 C", "bf16", "f32"),
+    ("hgemm_short_k_bf16c", "bf16", "cuBLAS BF16 GEMM", "bf16", "bf16"),
+    ("hgemm_short_k_f16", "f16", "cuBLAS FP16 GEMM", "f16", "f16"),
 ])
 def test_each_shipped_kernel_is_compared_with_cublas_writing_its_own_c_type(spec, unit, cublas, inputs, c):
     metadata = json.loads((GENERATED / f"{spec}.json").read_text())

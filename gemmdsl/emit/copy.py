@@ -34,6 +34,7 @@ from ..emitter import Emitter
 from ..expr import Expr, Var
 from ..layout import GlobalChunk, TileLayout
 from .ctext import OPERANDS, VECTOR_TYPES, as_vector, component, make_vector, paren, stage_base, vector_of
+from .fuse import to_float
 from .scheduler import WorkTile
 
 
@@ -59,7 +60,11 @@ class GlobalTileCopy:
         self.spec = spec
         self.layout = layout
         self.out = out
-        self.element = spec.problem.a.dtype.c_type
+        self.source = spec.problem.a.dtype.c_type  # the operands' type in global memory
+        self.element = layout.smem_dtype.c_type  # the type shared memory holds
+        # FMA kernels of bf16 or f16 operands widen them to the f32 shared memory holds (`widen2`, `widen4`:
+        # paths/fma/widen.py)
+        self.widen = layout.smem_dtype is not spec.problem.a.dtype
 
     def _tile_origin(self, operand: ir.Operand, k_tile: str) -> tuple[str, str, str, str]:
         """(row origin, column origin, row bound, column bound) of k-tile `k_tile` of A or B in global memory.
@@ -82,7 +87,7 @@ class GlobalTileCopy:
             terms.append(f"(size_t){paren(row)} * {leading_name(operand)}")
         if col != "0":
             terms.append(col)
-        self.out.line(f"const {self.element}* {src} = {' + '.join(terms)};")
+        self.out.line(f"const {self.source}* {src} = {' + '.join(terms)};")
         return src
 
     def _emit_tile_limits(self, operand: ir.Operand, k_tile: str, guard: Guard) -> None:
@@ -194,6 +199,12 @@ class RegisterCopy(GlobalTileCopy):
     def _registers(operand: ir.Operand) -> str:
         return f"{operand.value}_stage"
 
+    def _load(self, address: str, vector: int) -> str:
+        """`vector` elements from global memory at `address` (an element lvalue) as the registers hold them."""
+        if not self.widen:
+            return as_vector(address, vector, const=True)
+        return to_float(self.spec.problem.a.dtype, address) if vector == 1 else f"widen{vector}(&{address})"
+
     def _emit_fetch(self, k_tile: str, stage: str, guard: Guard) -> None:
         """Global -> registers for k-tile `k_tile` (the stage is chosen when it lands)."""
         o = self.out
@@ -206,20 +217,20 @@ class RegisterCopy(GlobalTileCopy):
                 register = f"{self._registers(operand)}[{chunk.index}]"
                 if guard is Guard.NONE:
                     address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
-                    o.line(f"{register} = {as_vector(address, vector, const=True)};")
+                    o.line(f"{register} = {self._load(address, vector)};")
                     continue
                 if guard is Guard.MN:
                     inside = self._inside(operand, chunk.row.render(), chunk.col.render(), guard)
                     address = f"{src}[{self._global_offset(operand, chunk.row, chunk.col)}]"
                     zero = make_vector(vector, ["0.0f"] * vector)
-                    o.line(f"{register} = {inside} ? {as_vector(address, vector, const=True)} : {zero};")
+                    o.line(f"{register} = {inside} ? {self._load(address, vector)} : {zero};")
                     continue
                 with self._chunk_block(chunk):
                     for element in range(vector):
                         col = Var("col") + element
                         inside = self._inside(operand, "row", col.render(), guard)
                         address = f"{src}[{self._global_offset(operand, Var('row'), col)}]"
-                        o.line(f"{component(register, vector, element)} = {inside} ? {address} : 0.0f;")
+                        o.line(f"{component(register, vector, element)} = {inside} ? {self._load(address, 1)} : 0.0f;")
 
 
 class AsyncCopy(GlobalTileCopy):

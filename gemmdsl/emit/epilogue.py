@@ -24,7 +24,8 @@ from .. import ir
 from ..emitter import Emitter
 from ..layout import KernelLayout
 from .ctext import VECTOR_TYPES, as_vector, component, make_vector
-from .fuse import FuseChain
+from .fuse import FuseChain, to_float
+from .scale_c import FROM_FLOAT
 from .scheduler import WorkTile
 
 FLOAT_BYTES = 4  # C is float on the FMA path
@@ -85,6 +86,9 @@ class Epilogue:
         self.layout = layout
         self.out = out
         self.fuse = FuseChain(spec) if spec.fuse is not None else None
+        self.c_type = spec.problem.c.dtype.c_type
+        # 16-bit C: one element a store (layout.c_store_width), rounded once from its f32 accumulator
+        self.narrow_c = spec.problem.c.dtype is not ir.DType.F32
 
     @cached_property
     def staged(self) -> StagedAdds | None:
@@ -97,7 +101,7 @@ class Epilogue:
         alpha_beta = self.spec.problem.epilogue is ir.Epilogue.ALPHA_BETA
         what = "C = alpha * acc + beta * C (C is not read when beta == 0)" if alpha_beta else "C = acc"
         major = self.spec.problem.c.layout.value
-        o.comment(f"Epilogue: {what}; C is {major}-major, {width} float(s) per store along each "
+        o.comment(f"Epilogue: {what}; C is {major}-major, {width} {self.c_type}(s) per store along each "
                   f"{'row' if major == 'row' else 'column'} of C.")
         if work.atomic:
             o.comment("A share of a stream-K tile: add it to C, which the launcher set to beta * C\n"
@@ -159,7 +163,8 @@ class Epilogue:
                 o.line(f"const int f{line_axis} = {repeat} * MICRO_{line_axis.upper()} + {micro};")
                 limit = f"if ({line_index} < {line_axis.upper()})" if guarded else None
                 with o.block(limit) if limit else nullcontext():
-                    o.line(f"float* const c_line = C + (size_t){line_index} * ldc + block_{along} + thread_{along};")
+                    o.line(f"{self.c_type}* const c_line = C + (size_t){line_index} * ldc + block_{along} + "
+                           f"thread_{along};")
                     self._emit_line_stores(along, along_loops, width, guarded, atomic)
 
     def _emit_staged_adds(self, staged: StagedAdds, guarded: bool) -> None:
@@ -242,6 +247,12 @@ class Epilogue:
     def _emit_store(self, width: int, alpha_beta: bool) -> None:
         """c_line[offset] = out (+ beta * the old value)."""
         o, vtype = self.out, VECTOR_TYPES[width]
+        if self.narrow_c:  # one element (c_store_width), read and written in C's type
+            c = self.spec.problem.c.dtype
+            if alpha_beta:
+                o.line(f"if (beta != 0.0f) out += beta * {to_float(c, 'c_line[offset]')};")
+            o.line(f"c_line[offset] = {FROM_FLOAT[c].format('out')};")
+            return
         if alpha_beta:
             with o.block("if (beta != 0.0f)"):
                 o.line(f"const {vtype} old = {as_vector('c_line[offset]', width, const=True)};")

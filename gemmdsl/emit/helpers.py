@@ -19,7 +19,7 @@ class HelperEmitter:
         self.layouts = [variant.layout for variant in plan.variants]
         self.out = out
         self.cp_async = self.spec.pipeline.copy is ir.CopyMode.CP_ASYNC
-        self.element = self.spec.problem.a.dtype
+        self.element = plan.layout.smem_dtype  # what shared memory holds (f32 on the FMA path, whatever the operands)
         self.layout = plan.layout
         self.path = plan.path  # a TilePath (paths/tiles.py): its fragment loads' and instruction's wrappers
 

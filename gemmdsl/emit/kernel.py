@@ -117,7 +117,7 @@ def _emit_constants(math: Any, variant: Variant, o: Emitter) -> None:
     for name, value in constants:
         o.line(f"constexpr int {name} = {value};")
     o.line()
-    element = layout.spec.problem.a.dtype.c_type
+    element = layout.smem_dtype.c_type
     o.comment("One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.")
     o.line(f"extern __shared__ __align__(16) {element} smem[];")
     o.line(f"{element}* const smem_a = smem;")

@@ -56,6 +56,10 @@ class InstructionPath(ABC):
         otherwise (else the order the FMA outer product reads best)."""
         return False
 
+    def load_vectors(self, dtype: DType) -> tuple[int, ...]:
+        """The vector widths (elements, narrowest first) a global load of an operand of `dtype` may take."""
+        return dtype.vector_widths
+
     def smem_read(self, read: Any, dtype: DType) -> dict:
         """The ir.SmemLayout fields of `smem a|b { read: ...; }` (`read`, None where left out)."""
         return {}

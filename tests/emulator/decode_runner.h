@@ -63,8 +63,7 @@ inline int emulate_decode(int argc, char** argv, int threads, size_t smem_bytes,
     EmulatedThreads emulated(threads);
     gridDim = {static_cast<unsigned>(arg(5)), static_cast<unsigned>(arg(6)), static_cast<unsigned>(arg(7))};
     blockDim = {static_cast<unsigned>(threads), 1, 1};
-    const Problem unused{};
-    emulated.launch(unused, gridDim.x, gridDim.z, 0, [&](int, const Problem&) { kernel(p); }, gridDim.y);
+    emulated.launch(gridDim.x, gridDim.z, 0, [&](int) { kernel(p); }, gridDim.y);
     write_bytes(dir + "/C.out", c);
     write_bytes(dir + "/workspace.out", workspace);
     std::printf("OK\n");
@@ -94,8 +93,7 @@ inline int emulate_dequantize(int argc, char** argv, int threads, size_t smem_by
     EmulatedThreads emulated(threads);
     gridDim = {static_cast<unsigned>(std::atoi(argv[5])), 1, 1};
     blockDim = {static_cast<unsigned>(threads), 1, 1};
-    const Problem unused{};
-    emulated.launch(unused, gridDim.x, 1, 0, [&](int, const Problem&) { kernel(p); });
+    emulated.launch(gridDim.x, 1, 0, [&](int) { kernel(p); });
     write_bytes(dir + "/W.out", w);
     std::printf("OK\n");
     return 0;

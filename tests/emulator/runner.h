@@ -27,13 +27,18 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 constexpr int SCALE_C_THREADS = 256;  // gemmdsl/launch_plan.py's
 
-struct Problem {
-    const float* A;
-    const float* B;
-    float* C;
+// TA: A's and B's element type, TC: C's (float, or warp_host.h's __nv_bfloat16 and __half: FMA kernels of 16-bit
+// operands widen them to f32 and round C once). The fused kernels' runner (emulate_fused) is float's alone.
+template <class TA = float, class TC = float>
+struct ProblemOf {
+    const TA* A;
+    const TA* B;
+    TC* C;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
     long long stride_a, stride_b, stride_c;
@@ -47,6 +52,7 @@ struct Problem {
     const float* a_scale;  // per-tensor scales: one float each, the same for every sub-launch
     const float* b_scale;
 };
+using Problem = ProblemOf<>;
 
 struct Layout {
     bool a_row, b_row, c_row;
@@ -57,12 +63,16 @@ struct Layout {
     void (*shift_fuse)(Problem&, int row, int col) = nullptr;
 };
 
+inline float to_float(float v) { return v; }
+inline float round_like(float, float f) { return f; }
+
+template <class T = float>
 struct Matrix {
     bool row_major;
     int rows, cols, ld, batch;
     long long stride;
     int offset;
-    std::vector<float> storage;
+    std::vector<T> storage;
 
     Matrix(bool row_major, int rows, int cols, int ld, int batch, long long stride, int offset)
         : row_major(row_major), rows(rows), cols(cols), ld(ld), batch(batch), stride(stride), offset(offset) {
@@ -73,7 +83,8 @@ struct Matrix {
     size_t index(int b, int r, int c) const {
         return offset + b * stride + (row_major ? (long long)r * ld + c : (long long)c * ld + r);
     }
-    float* first() { return storage.data() + offset; }
+    T* first() { return storage.data() + offset; }
+    float at(int b, int r, int c) const { return to_float(storage[index(b, r, c)]); }
 };
 
 inline float uniform(uint64_t& state) {
@@ -98,10 +109,9 @@ public:
         for (std::thread& thread : threads_) thread.join();
     }
 
-    // blocks along x, `rows` along y (the decode kernel's grid), batch along z.
-    void launch(const Problem& p, int blocks, int batch, int entry, const std::function<void(int, const Problem&)>& run,
-                int rows = 1) {
-        job_ = {&p, blocks, rows, batch, entry, &run};
+    // blocks along x, `rows` along y (the decode kernel's grid), batch along z; `run` runs one block's thread.
+    void launch(int blocks, int batch, int entry, const std::function<void(int)>& run, int rows = 1) {
+        job_ = {blocks, rows, batch, entry, &run};
         emulated_barrier = &block_barrier_;
         start_.arrive_and_wait();
         done_.arrive_and_wait();
@@ -109,9 +119,8 @@ public:
 
 private:
     struct Job {
-        const Problem* p;
         int blocks, rows, batch, entry;
-        const std::function<void(int, const Problem&)>* run;
+        const std::function<void(int)>* run;
     };
 
     void serve(int t) {
@@ -127,7 +136,7 @@ private:
                         between_blocks_.arrive_and_wait();
                         reset_emulated_thread();
                         blockIdx = {static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
-                        (*job_.run)(job_.entry, *job_.p);
+                        (*job_.run)(job_.entry);
                     }
                 }
             }
@@ -141,15 +150,16 @@ private:
     std::vector<std::thread> threads_;
 };
 
-inline void run_blocks(const Layout& layout, const Problem& p, int blocks, int batch, int entry,
-                       const std::function<void(int, const Problem&)>& launch) {
+template <class P>
+inline void run_blocks(const Layout& layout, const P& p, int blocks, int batch, int entry,
+                       const std::function<void(int, const P&)>& launch) {
     if (blocks == 0 || batch == 0) return;
     static std::map<int, std::unique_ptr<EmulatedThreads>> by_size;
     std::unique_ptr<EmulatedThreads>& threads = by_size[layout.threads];
     if (!threads) threads = std::make_unique<EmulatedThreads>(layout.threads);
     gridDim = {static_cast<unsigned>(blocks), 1, static_cast<unsigned>(batch)};
     blockDim = {static_cast<unsigned>(layout.threads), 1, 1};
-    threads->launch(p, blocks, batch, entry, launch);
+    threads->launch(blocks, batch, entry, [&](int chosen) { launch(chosen, p); });
 }
 
 // One launch over the block of C at (row, col), m x n, with A, B and C offset to it
@@ -162,9 +172,9 @@ inline int tiles_of(const Layout& layout, int m, int n) {
     return ((m + layout.tile_m - 1) / layout.tile_m) * ((n + layout.tile_n - 1) / layout.tile_n);
 }
 
-inline void run_grid(const Layout& layout, const Problem& p, int batch, int entry, int sk_blocks,
-                     const std::vector<SubLaunch>& sub_launches,
-                     const std::function<void(int, const Problem&)>& launch) {
+template <class P>
+inline void run_grid(const Layout& layout, const P& p, int batch, int entry, int sk_blocks,
+                     const std::vector<SubLaunch>& sub_launches, const std::function<void(int, const P&)>& launch) {
     if (entry == -1) return;
     if (entry == 7) {
         Layout scale_c = layout;
@@ -174,13 +184,14 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
     }
     const int tiles = tiles_of(layout, p.M, p.N);
     for (const SubLaunch& s : sub_launches) {
-        Problem q = p;
+        P q = p;
         q.A = p.A + (layout.a_row ? (long long)s.row * p.lda : s.row);
         q.B = p.B + (layout.b_row ? s.col : (long long)s.col * p.ldb);
         q.C = p.C + (layout.c_row ? (long long)s.row * p.ldc + s.col : (long long)s.col * p.ldc + s.row);
         q.M = s.m;
         q.N = s.n;
-        if (layout.shift_fuse) layout.shift_fuse(q, s.row, s.col);
+        if constexpr (std::is_same_v<P, Problem>)
+            if (layout.shift_fuse) layout.shift_fuse(q, s.row, s.col);
         run_blocks(layout, q, tiles_of(layout, s.m, s.n), batch, s.entry, launch);
     }
     if (!sub_launches.empty()) return;
@@ -193,7 +204,11 @@ inline void run_grid(const Layout& layout, const Problem& p, int batch, int entr
     if (tiles > p.sk_tiles) run_blocks(layout, p, tiles - p.sk_tiles, batch, entry, launch);
 }
 
-inline int emulate(int argc, char** argv, const Layout& layout, const std::function<void(int, const Problem&)>& launch) {
+// `tolerance`: C's relative error against the reference, over the float64 products of the operands as stored: f32
+// accumulation (1e-5), or C's own rounding where C is 16-bit.
+template <class TA = float, class TC = float>
+inline int emulate(int argc, char** argv, const Layout& layout,
+                   const std::function<void(int, const ProblemOf<TA, TC>&)>& launch, double tolerance = 1e-5) {
     if (argc < 19 || (argc - 19) % 5 != 0) {
         std::fprintf(stderr, "usage: M N K lda ldb ldc batch stride_a stride_b stride_c alpha beta entry "
                              "offset_a offset_b offset_c sk_tiles sk_blocks [entry row col m n]...\n");
@@ -202,24 +217,24 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
     auto arg = [&](int i) { return std::atoll(argv[i]); };
     const int M = arg(1), N = arg(2), K = arg(3), batch = arg(7), entry = arg(13);
     const float alpha = std::atof(argv[11]), beta = std::atof(argv[12]);
-    Matrix a(layout.a_row, M, K, arg(4), batch, arg(8), arg(14));
-    Matrix b(layout.b_row, K, N, arg(5), batch, arg(9), arg(15));
-    Matrix c(layout.c_row, M, N, arg(6), batch, arg(10), arg(16));
+    Matrix<TA> a(layout.a_row, M, K, arg(4), batch, arg(8), arg(14));
+    Matrix<TA> b(layout.b_row, K, N, arg(5), batch, arg(9), arg(15));
+    Matrix<TC> c(layout.c_row, M, N, arg(6), batch, arg(10), arg(16));
     uint64_t state = 12345;
-    for (float& x : a.storage) x = uniform(state);
-    for (float& x : b.storage) x = uniform(state);
-    std::fill(c.storage.begin(), c.storage.end(), std::nanf(""));
+    for (TA& x : a.storage) x = round_like(TA{}, uniform(state));
+    for (TA& x : b.storage) x = round_like(TA{}, uniform(state));
+    std::fill(c.storage.begin(), c.storage.end(), round_like(TC{}, std::nanf("")));
     std::vector<char> inside(c.storage.size(), 0);
     for (int z = 0; z < batch; ++z)
         for (int m = 0; m < M; ++m)
             for (int n = 0; n < N; ++n) {
                 inside[c.index(z, m, n)] = 1;
-                if (beta != 0.0f) c.storage[c.index(z, m, n)] = uniform(state);
+                if (beta != 0.0f) c.storage[c.index(z, m, n)] = round_like(TC{}, uniform(state));
             }
-    const std::vector<float> c_in = c.storage;
+    const Matrix<TC> c_in = c;
 
-    Problem p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
-              a.stride, b.stride, c.stride, (int)arg(17), nullptr, nullptr, 0, nullptr, nullptr};
+    ProblemOf<TA, TC> p{a.first(), b.first(), c.first(), M, N, K, (int)a.ld, (int)b.ld, (int)c.ld, alpha, beta,
+                        a.stride, b.stride, c.stride, (int)arg(17), nullptr, nullptr, 0, nullptr, nullptr};
     std::vector<SubLaunch> sub_launches;
     for (int i = 19; i < argc; i += 5)
         sub_launches.push_back({(int)arg(i), (int)arg(i + 1), (int)arg(i + 2), (int)arg(i + 3), (int)arg(i + 4)});
@@ -228,20 +243,20 @@ inline int emulate(int argc, char** argv, const Layout& layout, const std::funct
     double error = 0.0, norm = 0.0;
     long long wrong_outside = 0, nonfinite = 0;
     for (size_t i = 0; i < c.storage.size(); ++i)
-        if (!inside[i] && !std::isnan(c.storage[i])) ++wrong_outside;
+        if (!inside[i] && !std::isnan(to_float(c.storage[i]))) ++wrong_outside;
     for (int z = 0; z < batch; ++z)
         for (int m = 0; m < M; ++m)
             for (int n = 0; n < N; ++n) {
                 double sum = 0.0;
-                for (int k = 0; k < K; ++k) sum += (double)a.storage[a.index(z, m, k)] * b.storage[b.index(z, k, n)];
-                const double expected = alpha * sum + (beta != 0.0f ? beta * (double)c_in[c.index(z, m, n)] : 0.0);
-                const float got = c.storage[c.index(z, m, n)];
+                for (int k = 0; k < K; ++k) sum += (double)a.at(z, m, k) * b.at(z, k, n);
+                const double expected = alpha * sum + (beta != 0.0f ? beta * (double)c_in.at(z, m, n) : 0.0);
+                const float got = c.at(z, m, n);
                 if (!std::isfinite(got)) ++nonfinite;
                 error += (got - expected) * (got - expected);
                 norm += expected * expected;
             }
     const double relative = std::sqrt(error / (norm > 0 ? norm : 1.0));
-    const bool ok = wrong_outside == 0 && nonfinite == 0 && relative <= 1e-5;
+    const bool ok = wrong_outside == 0 && nonfinite == 0 && relative <= tolerance;
     std::printf("%s relative=%.3e nonfinite=%lld written_outside_c=%lld\n", ok ? "OK" : "FAIL", relative, nonfinite,
                 wrong_outside);
     return ok ? 0 : 1;

@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <cstring>
 
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
@@ -72,6 +75,9 @@ inline __half2 __floats2half2_rn(float lo, float hi) { return {{f16_bits_rn(lo)}
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {bf16_bits_rn(f)}; }
 inline __half __float2half_rn(float f) { return {f16_bits_rn(f)}; }
 inline float __half2float(__half v) { return f16_value(v.bits); }
+inline float __bfloat162float(__nv_bfloat16 v) { return bf16_value(v.bits); }
+inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {bf16_value(v.x.bits), bf16_value(v.y.bits)}; }
+inline float2 __half22float2(__half2 v) { return {f16_value(v.x.bits), f16_value(v.y.bits)}; }
 inline __half __ushort_as_half(unsigned short bits) { return {bits}; }
 
 // Byte `selector` nibble i of the result picks byte (nibble & 7) of {b, a} (a's bytes 0-3, b's 4-7).

@@ -13,8 +13,9 @@ from ...emit.kernel import MathParts
 from ...emit.math import FmaOuterProduct
 from ...layout import KernelLayout
 from ...passes.registers import estimate_fma_registers
-from ...targets import C_STORE_BYTES_PER_CLOCK
+from ...targets import c_store_bytes_per_clock
 from ..tiles import TilePath
+from .widen import widening_helpers
 
 
 class FmaPath(TilePath):
@@ -30,11 +31,15 @@ class FmaPath(TilePath):
         dequant path's)."""
         return shape is None and not (b is not None and (b.integer or b.fp8))
 
+    def load_vectors(self, dtype) -> tuple[int, ...]:
+        """Up to 4 elements: the copy's registers are float, float2 and float4 (bf16 and f16 widened on the way)."""
+        return tuple(width for width in dtype.vector_widths if width <= 4)
+
     def smem_read(self, read, dtype) -> dict:
         return {"read_bits": read}  # a width in bits, or the widest allowed
 
     def validate(self, checker) -> None:
-        checker.check_f32_operands()
+        checker.check_fma_operands()
         super().validate(checker)
 
     def check_threads(self, checker) -> bool:
@@ -46,6 +51,9 @@ class FmaPath(TilePath):
     def emit_fragment_helpers(self, helpers, out) -> None:
         for width in helpers.shared_widths("load"):
             emit_shared_access_wrapper(out, "load", width)
+        widen = widening_helpers(helpers.spec.problem.a.dtype)
+        if widen is not None:
+            out.lines(widen)
 
     def register_estimate(self, layout: KernelLayout):
         return estimate_fma_registers(layout)
@@ -79,7 +87,7 @@ class FmaPath(TilePath):
         cap = register_cap(spec, analysis.layout.threads)
         costs = cost_facts(spec, analysis, cap)
         flops_per_byte = facts["intensity"].launch_flops_per_byte
-        layout, rate = analysis.layout, C_STORE_BYTES_PER_CLOCK[spec.target.sm]
+        layout, rate = analysis.layout, c_store_bytes_per_clock(spec.target.sm)
         store_cycles = {aligned: -(-c_store_sectors(layout, spec, aligned) * SECTOR_BYTES // rate)
                         for aligned in (True, False)}
         return MemberModel(**common, blocks_per_sm=blocks, tile_cycles=store_cycles[True],
