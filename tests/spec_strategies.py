@@ -18,7 +18,11 @@ POW2 = (1, 2, 4, 8)
 
 
 @st.composite
-def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
+def spec_texts(draw: st.DrawFn, name: str = "random_spec", operands: tuple[str, ...] = ("f32",)) -> str:
+    """A random valid FMA spec of A and B of one of `operands`' types (bf16 and f16 ones widened by the register
+    copy: C f32 or their type, `copy: registers`, stream-K only with f32 C)."""
+    operand = draw(st.sampled_from(operands)) if len(operands) > 1 else operands[0]
+    c_type = "f32" if operand == "f32" else draw(st.sampled_from(("f32", operand)))
     warps = (draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4))))
     lanes_m = draw(st.sampled_from((1, 2, 4, 8, 16)))
     lanes = (lanes_m, 32 // lanes_m)
@@ -35,7 +39,7 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     pad_b = draw(st.sampled_from((0, 4)))
     vec_a = draw(st.sampled_from((1, 2, 4)))
     vec_b = draw(st.sampled_from((1, 2, 4)))
-    copy = draw(st.sampled_from(("registers", "cp_async")))
+    copy = draw(st.sampled_from(("registers", "cp_async"))) if operand == "f32" else "registers"
     stages = draw(st.sampled_from((1, 2) if copy == "registers" else (1, 2, 3, 4)))
     fragments = draw(st.sampled_from(("single", "double")))
     raster = draw(st.sampled_from(("row", "col", "group(2)", "group(8)")))
@@ -45,12 +49,12 @@ def spec_texts(draw: st.DrawFn, name: str = "random_spec") -> str:
     batch = draw(st.sampled_from(("none", "strided")))
     fma_order = draw(st.sampled_from(("row", "col", "snake")))
     unroll = draw(st.sampled_from((1, 2, 4)))
-    schedule = draw(st.sampled_from(("tiles", "stream_k")))
+    schedule = draw(st.sampled_from(("tiles", "stream_k"))) if c_type == "f32" else "tiles"
     swizzle_a = ""
     if draw(st.booleans()) and a_order == "km":
         swizzle_a = " swizzle: xor(1, 4, 5);"
     text = f"""gemm {name} {{
-    problem  {{ a: f32 {a}; b: f32 {b}; c: f32 {c}; epilogue: {epilogue}; bounds: {bounds}; batch: {batch}; }}
+    problem  {{ a: {operand} {a}; b: {operand} {b}; c: {c_type} {c}; epilogue: {epilogue}; bounds: {bounds}; batch: {batch}; }}
     target   sm_90;
     block    {{ tile: {bm}x{bn}x{bk}; raster: {raster}; schedule: {schedule}; }}
     threads  {{ warps: {warps[0]}x{warps[1]}; lanes: {lanes[0]}x{lanes[1]} {order}; micro: {micro[0]}x{micro[1]}; repeat: {repeat[0]}x{repeat[1]} {level}; fma_order: {fma_order}; }}

@@ -309,6 +309,19 @@ def test_random_specs_compute_the_product(text, data, tmp_path_factory):
     assert run_all(binary, req, calls) == [], text
 
 
+@settings(max_examples=examples(1, 3), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(text=spec_texts(name="fuzzed16", operands=("bf16", "f16")), data=st.data())
+def test_random_specs_of_16_bit_operands_compute_the_product(text, data, tmp_path_factory):
+    """A random valid FMA spec of bf16 or f16 operands (widened to f32 by the register copy) and f32 or 16-bit C,
+    at two random shapes: the product of the stored operands, C within its own rounding."""
+    artifacts = compile_text(text, "fuzzed16.gemm")
+    binary = host_emulation.build(artifacts.cuda, artifacts.metadata, tmp_path_factory.mktemp("fuzzed16"))
+    req = KernelRequirements.from_metadata(artifacts.metadata)
+    calls = [data.draw(random_calls(req)) for _ in range(2)]
+    assert run_all(binary, req, calls) == [], text
+
+
 def test_the_emulator_catches_a_misaligned_vector_load(runners):
     binary, req = runners("layouts_tn")  # A column-major, read 4 floats at a time along m
     size = (256, 128, 16)
