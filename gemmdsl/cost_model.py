@@ -18,9 +18,9 @@ The slowest of the three (or the FFMAs themselves, at the SM's FP32 lanes) is th
 it, latency the warps cannot hide: with `fragments: double` a warp loads step kk+1's fragments while step
 kk multiplies, which needs a second fragment set in registers beside the demand the registers pass counts;
 where the register cap leaves less room than that, every k step waits for its fragment loads, SMEM_LATENCY clocks per block and k
-step, shared by the blocks resident on the SM (another block issues while one waits). A single-stage pipeline (`stages: 1`:
-load, barrier, multiply, barrier) waits for its k-tile's global loads every k-tile, SINGLE_STAGE_WAIT_CYCLES per block,
-shared the same way.
+step, shared by the blocks resident on the SM (another block issues while one waits). A single-stage
+pipeline (`stages: 1`: load, barrier, multiply, barrier) waits for its k-tile's global loads every k-tile,
+SINGLE_STAGE_WAIT_CYCLES per block, shared the same way.
 
 The pipe's rate assumes a scheduler always has a warp to issue from. Each SM has ISSUE_PER_CLOCK
 schedulers, each with its share of the resident warps; a warp cannot issue a share WARP_STALL_SHARE of the

@@ -535,8 +535,8 @@ def format_explanation(explanation: dict) -> str:
         lines.append(f"{head}{row['tiles']:>9,}{row['k_tiles']:>9,}{row['slots']:>7}{row['waves']:>7}"
                      f"{row['stream_k_tiles']:>10}{row['useful']:>8.1%}{row['memory_cycles']:>14,}{row['cycles']:>16,}")
     lines += ["", "  cycles: SM clocks on the reference GPU, waves x k-tiles x one k-tile's cycles (FMA: the tuner's "
-              "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 rate), plus "
-              "C's stores per tile (FMA: every sector they touch; wgmma: through L2) and stream-K's traffic on the wgmma "
-              "path, and at least the memory floor: A, B and C across HBM at the rate the streaming blocks draw, or C "
-              "at the row stores' rate where TMA cannot store it (gemmdsl/family.py)"]
+              "cost model; mma.sync: tensor, shared or issue rate and exposed latency; wgmma: tensor, shared or L2 "
+              "rate), plus C's stores per tile (FMA: every sector they touch; wgmma: through L2) and stream-K's traffic "
+              "on the wgmma path, and at least the memory floor: A, B and C across HBM at the rate the streaming "
+              "blocks draw, or C at the row stores' rate where TMA cannot store it (gemmdsl/family.py)"]
     return "\n".join(lines) + "\n"

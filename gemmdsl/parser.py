@@ -757,14 +757,12 @@ def _smem_read(reader: _SpecReader, value: _Value) -> int | ir.SmemRead:
 
 def _vector(reader: _SpecReader, value: _Value) -> int:
     dtype = reader.element_type(reader.operand)
-    widths = (dtype or ir.DType.F16).vector_widths  # an operand in error: the widest any type allows
-    if dtype is not None and reader.path is not None:
-        widths = reader.path.load_vectors(dtype)
+    typed = dtype or ir.DType.F16  # an operand in error: the widest any type allows
+    widths = reader.path.load_vectors(typed) if dtype is not None and reader.path is not None else typed.vector_widths
     of = f" x {dtype.value}" if dtype else " elements"
-    widest = f"{widths[-1]}{of} = {widths[-1] * (dtype or ir.DType.F16).bits // 8} bytes"
+    capped = "" if widths == typed.vector_widths else " the path's registers take"
     return reader.integer(reader.one(value, "a vector width"), "a vector width in elements", choices=widths,
-                          hint=f"{widest} is the widest global load" + (
-                              "" if widths == (dtype or ir.DType.F16).vector_widths else " the path's registers take"))
+                          hint=f"{widths[-1]}{of} = {widths[-1] * typed.bits // 8} bytes is the widest global load{capped}")
 
 
 def _quant_group(reader: _SpecReader, value: _Value) -> int | None:

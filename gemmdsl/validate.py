@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from . import ir
 from .layout import KernelLayout, SmemGeometry, widest_dividing
-from .source import Diagnostic, Severity, Span, word_list
+from .source import Diagnostic, Severity, Span
 from .targets import ARCHS, MAX_REGISTERS_PER_THREAD, SUBPARTITIONS_PER_SM, WARP, Arch, launch_register_cap
 from .validate_fuse import check_fuse
 from .validate_quant import check_weights
