@@ -124,6 +124,43 @@ def test_the_rule_picks_the_member_measured_fastest_at_k_64(family):
         assert names[choose(family.models, *shape)] == "checked_32x128", shape
 
 
+def test_the_fma_epilogue_is_priced_by_the_sectors_its_stores_touch():
+    """C's stores of one block: with 4x4 micro tiles a warp's one-element stores (a packed C of odd N) land on 8 rows
+    16 bytes apart, 20 sectors for 4 of data; 1x32 row lanes keep a warp on one row, 4 or 5 sectors. Vector stores
+    at an aligned C touch only the data's sectors."""
+    from gemmdsl.cost_model import c_store_align, c_store_sectors
+    from gemmdsl.frontend import load_spec
+    from gemmdsl.layout import KernelLayout
+
+    figures = {}
+    for name in ("checked_64x64", "sgemm_short_k", "hgemm_short_k_bf16c"):
+        spec = load_spec(ROOT / "specs" / f"{name}.gemm")
+        layout = KernelLayout(spec)
+        data = spec.block.m * spec.block.n * spec.problem.c.dtype.bytes // 32
+        figures[name] = (c_store_sectors(layout, spec, True) / data, c_store_sectors(layout, spec, False) / data,
+                         c_store_align(layout))
+    assert figures["checked_64x64"] == (1.0, 5.0, 4)  # float4 stores where C allows them
+    assert figures["sgemm_short_k"][0] == 1.0 and 1.0 < figures["sgemm_short_k"][1] < 1.5
+    assert figures["sgemm_short_k"][2] == 8  # one-element stores: a row starts on a sector where N is a multiple of 8
+    assert figures["hgemm_short_k_bf16c"][2] == 16 and figures["hgemm_short_k_bf16c"][1] < 1.5
+
+
+@pytest.mark.parametrize("family, shapes", [
+    ("tf32_h100_family", [(433, 12761, 1), (1462, 22251, 1), (3766, 12361, 2), (27186, 110, 2)]),
+    ("sgemm_3xtf32_h100_family", [(433, 12761, 1), (1462, 22251, 1), (3766, 12361, 2), (16260, 1827, 3)]),
+    ("sgemm_family", [(21183, 6698, 1), (3766, 12361, 2), (16260, 1827, 3), (616, 15066, 3)]),
+])
+def test_the_f32_families_run_the_short_k_member_where_the_h200_ran_it_fastest(family, shapes):
+    """The H200's family study (2026-11-29, docs/performance.md, "Short K"): at these shapes the short-K member ran
+    2.4-5.0x faster than every other member of the family; at 4096^3 and 8192x8192x128 it is not picked."""
+    compiled = compile_family_path(ROOT / "specs" / f"{family}.gemmf")
+    names = [model.name for model in compiled.models]
+    for shape in shapes:
+        assert "short_k" in names[choose(compiled.models, *shape)], shape
+    for shape in ((4096, 4096, 4096), (8192, 8192, 128)):
+        assert "short_k" not in names[choose(compiled.models, *shape)], shape
+
+
 def test_a_family_needs_a_checked_member(tmp_path):
     (tmp_path / "f.gemmf").write_text("family f {\n    use h100.gemm;\n}\n")
     (tmp_path / "h100.gemm").write_text((ROOT / "specs" / "sgemm_h100.gemm").read_text())
