@@ -74,8 +74,8 @@ def entry_index(req: KernelRequirements, call: Call) -> int:
         p = name.lower()
         stride = getattr(call, f"stride_{p}")
         batch = call.batch if stride or name == "C" else 1  # a zero stride: one matrix for the whole batch
-        operands[p] = fake_operand(name, req.dtypes[name], req.layouts[name], rows, cols, getattr(call, f"ld{p}"), batch,
-                                   stride, getattr(call, f"offset_{p}"))
+        operands[p] = fake_operand(name, req.dtypes[name], req.layouts[name], rows, cols, getattr(call, f"ld{p}"),
+                                   batch, stride, getattr(call, f"offset_{p}"))
     entry = check_call(req, **operands, alpha=call.alpha, beta=call.beta).entry
     if entry is None:
         return host_emulation.NO_LAUNCH

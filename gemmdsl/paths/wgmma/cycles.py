@@ -29,8 +29,8 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
     STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's wait for each k-tile's group (measured) and
     its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and where TMA cannot store C (a packed C
-    whose rows are off 16 bytes) the row stores' measured rate floors the call's time, and a stream-K block writes and reads
-    back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
+    whose rows are off 16 bytes) the row stores' measured rate floors the call's time, and a stream-K block
+    writes and reads back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
     (`memory_cycles`). `unit`: what multiplies (the path's `unit`). The tuner (paths/wgmma/facts.py's
     prediction) and the wgmma bound pass (`check`) read it too."""
     from ...passes.banks import WAVEFRONT_BYTES
