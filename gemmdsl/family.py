@@ -51,7 +51,8 @@ For each member that accepts the shape (`bounds: exact` members only the shapes 
                      the streaming blocks (min(tiles, SMs), or the stream-K wave) draw with STAGES - 1
                      k-tiles in flight each for RING_ROUND_TRIP_CYCLES (Little's law) if that is less;
                      and for wgmma, where a packed C's rows are off 16 bytes, C's bytes at the rate its
-                     row-at-a-time stores reach (targets.ROW_STORE_BYTES_PER_CLOCK on every SM)
+                     stores reach: row at a time from shared memory (targets.ROW_STORE_BYTES_PER_CLOCK per
+                     consumer, `store: tma` specs) or from the accumulators (DIRECT_STORE_BYTES_PER_CLOCK per SM)
     C's stores:      on the FMA path `tile` is every 32-byte sector the epilogue's stores touch
                      (cost_model.c_store_sectors) at targets.C_STORE_BYTES_PER_CLOCK, one element a lane
                      where a packed C's leading dimension is off the widest vector (`narrow_tile_cycles`)

@@ -73,6 +73,9 @@ class GpuProfile:
     # The bytes of C a wgmma block's consumer warpgroup writes a clock where TMA cannot store C (a row at a time
     # through shared memory, paths/wgmma/store.py and stmatrix.py)
     row_store_bytes_per_clock: int
+    # The bytes of C a wgmma block writes a clock straight from its accumulators (a spec without `store: tma`) where
+    # C's rows are off 16 bytes, per SM whatever its consumers (paths/wgmma/epilogue.py)
+    direct_store_bytes_per_clock: int
     # An FMA block's wait for its k-tile's global loads with a single-stage pipeline, per k-tile (cost_model.py)
     single_stage_wait_cycles: int
     source: str
@@ -124,7 +127,7 @@ FITTED = ("ring_round_trip_cycles", "split_wait_cycles_per_k_tile", "stream_k_fi
           "narrow_factor_16bit", "narrow_factor_32bit", "decode_step_cycles_4bit_8rows", "decode_step_cycles_4bit_16rows",
           "decode_step_cycles_4bit_32rows", "decode_step_cycles_8bit_8rows", "decode_step_cycles_8bit_16rows",
           "decode_step_cycles_8bit_32rows", "c_store_bytes_per_clock", "row_store_bytes_per_clock",
-          "single_stage_wait_cycles")
+          "direct_store_bytes_per_clock", "single_stage_wait_cycles")
 
 
 @cache

@@ -219,6 +219,10 @@ C_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.c_store_bytes_per_clock}
 # one at a time from shared memory), whatever C's type: fitted on the H200's short-K calls of odd N
 # (docs/calibration.md).
 ROW_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.row_store_bytes_per_clock}
+# The bytes of C a wgmma block writes a clock from its accumulators (no `store: tma`: pairs of elements, 8 rows a
+# warp) where C's rows are off 16 bytes, per SM: its consumers do not add up. Fitted on the H200's 3xTF32 members
+# at short K (docs/calibration.md).
+DIRECT_STORE_BYTES_PER_CLOCK: dict[int, int] = {90: HOPPER.direct_store_bytes_per_clock}
 # An FMA block's wait for its k-tile's global loads where the pipeline has one stage (load, barrier, multiply,
 # barrier), per k-tile, which other resident blocks' work covers: fitted on the H200's short-K member
 # (docs/calibration.md).

@@ -52,7 +52,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -90,8 +90,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -386,8 +389,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -779,8 +785,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1086,8 +1095,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1496,8 +1508,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_interior
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1654,8 +1669,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_interior
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

@@ -6,13 +6,15 @@
 //   // hgemm_h100_bf16c for every size: the rule (gemmdsl/family.py) runs 128x64 tiles where 128x256 tiles would leave
 //   // most SMs idle (1024^3), 128x192 tiles where they fill the last wave better (3072x3072x1024), 64x128
 //   // stream-K tiles where the tiles do not fill the SMs and K is long or B must stream from memory on
-//   // every SM (decode: M of 1 to 128; 256x256x65536), and
+//   // every SM (decode: M of 1 to 128; 256x256x65536), f32 FMAs on the operands widened in registers where K is a few
+//   // dozen or less (the call is C's stores, which that member writes a row a warp), and
 //   // hgemm_h100_bf16c's own 128x256 tiles elsewhere.
 //   family hgemm_h100_bf16c_family {
 //       use hgemm_h100_bf16c.gemm;           // 128x256 tiles: the big calls
 //       use hgemm_h100_bf16c_128x192.gemm;   // 128x192 tiles: a fuller last wave
 //       use hgemm_h100_bf16c_128x64.gemm;    // 128x64 tiles: four times as many for the small calls
 //       use hgemm_h100_bf16c_64x128_sk.gemm; // 64x128 stream-K: decode (small M, large N x K) and long K over few tiles
+//       use hgemm_short_k_bf16c.gemm;        // widened to f32 FMAs, stores a row a warp: short K (C's stores)
 //       fallback hgemm_h100_bf16c_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -45,23 +47,43 @@ static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, in
     return make_int2(first_tile_m + (tile % blocks_per_group) % group_rows, (tile % blocks_per_group) / group_rows);
 }
 
-// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
-// A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
-static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
-    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
-}
-
-// B: order nk, leading dimension 32, swizzle xor(2, 3, 3)
-static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
-    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
-}
-
 // Every shared-memory load and store goes through these PTX wrappers. nvcc and
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+static __device__ __forceinline__ float lds32(const float* p) {
+    float v;
+    asm volatile("ld.volatile.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_address(p)));
+    return v;
+}
+
+static __device__ __forceinline__ float4 lds128(const float* p) {
+    float4 v;
+    asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_address(p)));
+    return v;
+}
+
+// Two and four __nv_bfloat16s from global memory as the f32 this kernel's shared memory holds: one 32- or 64-bit
+// load each, widened a pair at a time.
+static __device__ __forceinline__ float2 widen2(const __nv_bfloat16* p)
+{
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+static __device__ __forceinline__ float4 widen4(const __nv_bfloat16* p)
+{
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+static __device__ __forceinline__ void sts32(float* p, float v) {
+    asm volatile("st.volatile.shared.f32 [%0], %1;" :: "r"(smem_address(p)), "f"(v));
 }
 
 static __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned address) {
@@ -2601,8 +2623,919 @@ extern "C" cudaError_t hgemm_h100_bf16c_64x128_sk_launch_ld_padded(const __nv_bf
 #endif
 }  // namespace hgemm_h100_bf16c_64x128_sk
 
+// ---- member hgemm_short_k_bf16c, from hgemm_short_k_bf16c.gemm ----
+namespace hgemm_short_k_bf16c {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 68
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 68 + mn;
+}
+
+// B: order kn, leading dimension 132
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_bf16c_kernel(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    if (0 < full_k_tiles) {
+        const __nv_bfloat16* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 4 < a_rows ? widen2(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+        const __nv_bfloat16* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 2 < b_rows ? widen4(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    else {
+        const __nv_bfloat16* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 4;
+            const int col = tid % 4 * 2;
+            a_stage[0].x = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? __bfloat162float(a_src[row * lda + col + 1]) : 0.0f;
+        }
+        const __nv_bfloat16* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 2;
+            const int col = tid % 2 * 4;
+            b_stage[0].x = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? __bfloat162float(b_src[row * ldb + col + 1]) : 0.0f;
+            b_stage[0].z = row < b_rows && col + 2 < b_cols ? __bfloat162float(b_src[row * ldb + col + 2]) : 0.0f;
+            b_stage[0].w = row < b_rows && col + 3 < b_cols ? __bfloat162float(b_src[row * ldb + col + 3]) : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 4 < a_rows ? widen2(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 2 < b_rows ? widen4(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 2;
+                    a_stage[0].x = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? __bfloat162float(a_src[row * lda + col + 1]) : 0.0f;
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 2;
+                    const int col = tid % 2 * 4;
+                    b_stage[0].x = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? __bfloat162float(b_src[row * ldb + col + 1]) : 0.0f;
+                    b_stage[0].z = row < b_rows && col + 2 < b_cols ? __bfloat162float(b_src[row * ldb + col + 2]) : 0.0f;
+                    b_stage[0].w = row < b_rows && col + 3 < b_cols ? __bfloat162float(b_src[row * ldb + col + 3]) : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 __nv_bfloat16(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                        c_line[offset] = __float2bfloat16_rn(out);
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                                c_line[offset] = __float2bfloat16_rn(out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_bf16c_kernel_scalar(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[2];
+    float b_stage[4];
+    if (0 < full_k_tiles) {
+        const __nv_bfloat16* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? __bfloat162float(a_src[tid / 8 * lda + tid % 8]) : 0.0f;
+        a_stage[1] = tid / 8 + 32 < a_rows ? __bfloat162float(a_src[(tid / 8 + 32) * lda + tid % 8]) : 0.0f;
+        const __nv_bfloat16* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 8 < b_rows ? __bfloat162float(b_src[tid / 8 * ldb + tid % 8]) : 0.0f;
+        b_stage[1] = tid / 8 + 32 < b_rows ? __bfloat162float(b_src[(tid / 8 + 32) * ldb + tid % 8]) : 0.0f;
+        b_stage[2] = tid / 8 + 64 < b_rows ? __bfloat162float(b_src[(tid / 8 + 64) * ldb + tid % 8]) : 0.0f;
+        b_stage[3] = tid / 8 + 96 < b_rows ? __bfloat162float(b_src[(tid / 8 + 96) * ldb + tid % 8]) : 0.0f;
+    }
+    else {
+        const __nv_bfloat16* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+        }
+        const __nv_bfloat16* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            b_stage[0] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            b_stage[1] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 64;
+            const int col = tid % 8;
+            b_stage[2] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 96;
+            const int col = tid % 8;
+            b_stage[3] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[1]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[2]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[3]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? __bfloat162float(a_src[tid / 8 * lda + tid % 8]) : 0.0f;
+                a_stage[1] = tid / 8 + 32 < a_rows ? __bfloat162float(a_src[(tid / 8 + 32) * lda + tid % 8]) : 0.0f;
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 8 < b_rows ? __bfloat162float(b_src[tid / 8 * ldb + tid % 8]) : 0.0f;
+                b_stage[1] = tid / 8 + 32 < b_rows ? __bfloat162float(b_src[(tid / 8 + 32) * ldb + tid % 8]) : 0.0f;
+                b_stage[2] = tid / 8 + 64 < b_rows ? __bfloat162float(b_src[(tid / 8 + 64) * ldb + tid % 8]) : 0.0f;
+                b_stage[3] = tid / 8 + 96 < b_rows ? __bfloat162float(b_src[(tid / 8 + 96) * ldb + tid % 8]) : 0.0f;
+            }
+            else {
+                const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+                }
+                const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    b_stage[0] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    b_stage[1] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8;
+                    b_stage[2] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8;
+                    b_stage[3] = row < b_rows && col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[1]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[1]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[2]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[3]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 __nv_bfloat16(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                        c_line[offset] = __float2bfloat16_rn(out);
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                                c_line[offset] = __float2bfloat16_rn(out);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_bf16c_kernel_interior(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    const __nv_bfloat16* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = widen2(&a_src[tid / 4 * lda + tid % 4 * 2]);
+    const __nv_bfloat16* b_src = B + (size_t)block_n * ldb;
+    b_stage[0] = widen4(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = widen2(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+            b_stage[0] = widen4(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 __nv_bfloat16(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                    c_line[offset] = __float2bfloat16_rn(out);
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_bf16c_kernel_interior_partial_k(
+    const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 64x128x8; 256 threads (8x1 warps of 1x32 row lanes); each thread owns 8x4 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 64;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 4;
+    constexpr int REPEAT_STRIDE_M = 64;
+    constexpr int REPEAT_STRIDE_N = 32;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 4;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 544;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 8x1, lanes 1x32 (row), micro tile 8x1, repeated 1x4 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[1];
+    const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 4;
+        const int col = tid % 4 * 2;
+        a_stage[0].x = col < a_cols ? __bfloat162float(a_src[row * lda + col]) : 0.0f;
+        a_stage[0].y = col + 1 < a_cols ? __bfloat162float(a_src[row * lda + col + 1]) : 0.0f;
+    }
+    const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+    const int b_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 2;
+        const int col = tid % 2 * 4;
+        b_stage[0].x = col < b_cols ? __bfloat162float(b_src[row * ldb + col]) : 0.0f;
+        b_stage[0].y = col + 1 < b_cols ? __bfloat162float(b_src[row * ldb + col + 1]) : 0.0f;
+        b_stage[0].z = col + 2 < b_cols ? __bfloat162float(b_src[row * ldb + col + 2]) : 0.0f;
+        b_stage[0].w = col + 3 < b_cols ? __bfloat162float(b_src[row * ldb + col + 3]) : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const __nv_bfloat16* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = widen2(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const __nv_bfloat16* b_src = B + (size_t)block_n * ldb + (kt + 1 - 1) * BK;
+            b_stage[0] = widen4(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float4*>(&a_frag[0]) = lds128(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float4*>(&a_frag[4]) = lds128(a_read + a_smem_offset(thread_m + 4, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            b_frag[1] = lds32(b_read + b_smem_offset(thread_n + 32, kk));
+            b_frag[2] = lds32(b_read + b_smem_offset(thread_n + 64, kk));
+            b_frag[3] = lds32(b_read + b_smem_offset(thread_n + 96, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 __nv_bfloat16(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            __nv_bfloat16* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) out += beta * __bfloat162float(c_line[offset]);
+                    c_line[offset] = __float2bfloat16_rn(out);
+                }
+            }
+        }
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_bf16c_scale_c(__nv_bfloat16* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        __nv_bfloat16* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : __bfloat162float(*c);
+        *c = __float2bfloat16_rn(beta * old);
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 2, B 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with hgemm_short_k_bf16c_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool hgemm_short_k_bf16c_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 2) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+extern "C" cudaError_t hgemm_short_k_bf16c_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483583 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        hgemm_short_k_bf16c_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 33554431 || ldb > 16777215) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 64 - 1) / 64) * ((N + 128 - 1) / 128);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = hgemm_short_k_bf16c_aligned(A, lda, 0, 2) && hgemm_short_k_bf16c_aligned(B, ldb, 0, 4);
+    const auto kernel = vector_aligned ? hgemm_short_k_bf16c_kernel : hgemm_short_k_bf16c_kernel_scalar;
+    const size_t smem_bytes = 12800;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+    // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+    // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+    // on operands offset to the strip; only where the interior holds at least 6 waves
+    // per strip, since each strip runs after it.
+    const bool has_interior = M >= 64 && N >= 128 && K >= 8;
+    if (vector_aligned && has_interior) {
+        int device = 0, sms = 0, per_sm = 0;
+        cudaError_t status = cudaGetDevice(&device);
+        if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
+        if (status != cudaSuccess) return status;
+        if (per_sm < 1) return cudaErrorInvalidConfiguration;
+        const int inner_m = M - M % 64;
+        const int inner_n = N - N % 128;
+        const long long strips = (M > inner_m) + (N > inner_n);
+        const long long inner_tiles = (long long)(inner_m / 64) * (inner_n / 128);
+        const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+        if (interior_pays) {
+            const auto interior = K % 8 == 0 ? hgemm_short_k_bf16c_kernel_interior : hgemm_short_k_bf16c_kernel_interior_partial_k;
+            if (smem_bytes > 48 * 1024) {
+                const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                if (err != cudaSuccess) return err;
+            }
+            interior<<<dim3((unsigned)((inner_m / 64) * (inner_n / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            if (N > inner_n) {
+                kernel<<<dim3((unsigned)((long long)((M + 64 - 1) / 64) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            if (M > inner_m) {
+                kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 64 - 1) / 64) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(256), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+            }
+            return cudaGetLastError();
+        }
+    }
+    kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hgemm_short_k_bf16c_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return hgemm_short_k_bf16c_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace hgemm_short_k_bf16c
+
 // ---- member hgemm_h100_bf16c_any, from hgemm_h100_bf16c_any.gemm ----
 namespace hgemm_h100_bf16c_any {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order mk, leading dimension 32, swizzle xor(2, 3, 3)
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
+}
+
+// B: order nk, leading dimension 32, swizzle xor(2, 3, 3)
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return (mn * 32 + k) ^ (((mn * 32 + k) >> 3) & 24);
+}
 
 extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel(
     const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
@@ -2621,8 +3554,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2925,8 +3861,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_sc
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3388,8 +4327,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_8b
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3788,8 +4730,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_4b
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4380,8 +5325,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_in
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4549,8 +5497,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_bf16c_any_kernel_in
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4886,12 +5837,14 @@ static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c[] 
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192[] = {1024};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64[] = {615};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk[] = {615};
+static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_short_k_bf16c[] = {1124, 1938, 2844};
 static const long long hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any[] = {424, 799};
-static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[5] = {
+static const hgemm_h100_bf16c_family_member hgemm_h100_bf16c_family_members[6] = {
     {128, 256, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c, 3277, 3277, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 49152, 1025, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_bf16c
     {128, 192, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x192, 2458, 2458, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_bf16c_128x192
     {128, 64, 64, false, false, false, nullptr, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_128x64, 820, 820, 8, true, 792, 0, 0, 6549, 0, 2705, 2, 2, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_bf16c_128x64
     {64, 128, 64, false, false, false, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_stream_k_split, 132, 1, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_64x128_sk, 820, 820, 8, true, 396, 1639, 2048, 6549, 0, 2705, 2, 2, 2, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 8, 8, 14160, 1808, 1},  // hgemm_h100_bf16c_64x128_sk
+    {64, 128, 8, false, true, false, nullptr, 132, 3, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_short_k_bf16c, 1024, 1504, 16, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // hgemm_short_k_bf16c
     {128, 128, 32, false, true, true, nullptr, 132, 2, hgemm_h100_bf16c_family_k_tile_cycles_hgemm_h100_bf16c_any, 0, 0, 1, true, 0, 0, 0, 6549, 1366, 2705, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, false, true, true, 8, 8, 0, 0, 8},  // hgemm_h100_bf16c_any
 };
 
@@ -4965,7 +5918,7 @@ static long long hgemm_h100_bf16c_family_cycles(const hgemm_h100_bf16c_family_me
     return hgemm_h100_bf16c_family_sum(hgemm_h100_bf16c_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int hgemm_h100_bf16c_family_member_count = 5;
+static const int hgemm_h100_bf16c_family_member_count = 6;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -4988,9 +5941,9 @@ static int hgemm_h100_bf16c_family_choose(long long M, long long N, long long K,
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const hgemm_h100_bf16c_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld_padded, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld_padded, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld_padded, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld_padded, nullptr};
+static cudaError_t (*const hgemm_h100_bf16c_family_padded[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld_padded, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld_padded, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld_padded, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld_padded, nullptr, nullptr};
 
-static cudaError_t (*const hgemm_h100_bf16c_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch};
+static cudaError_t (*const hgemm_h100_bf16c_family_launch_members[])(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch};
 extern "C" cudaError_t hgemm_h100_bf16c_family_launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -5007,7 +5960,7 @@ extern "C" cudaError_t hgemm_h100_bf16c_family_launch(const __nv_bfloat16* A, co
     return status;
 }
 
-static cudaError_t (*const hgemm_h100_bf16c_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch_ld};
+static cudaError_t (*const hgemm_h100_bf16c_family_launch_ld_members[])(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {hgemm_h100_bf16c::hgemm_h100_bf16c_launch_ld, hgemm_h100_bf16c_128x192::hgemm_h100_bf16c_128x192_launch_ld, hgemm_h100_bf16c_128x64::hgemm_h100_bf16c_128x64_launch_ld, hgemm_h100_bf16c_64x128_sk::hgemm_h100_bf16c_64x128_sk_launch_ld, hgemm_short_k_bf16c::hgemm_short_k_bf16c_launch_ld, hgemm_h100_bf16c_any::hgemm_h100_bf16c_any_launch_ld};
 extern "C" cudaError_t hgemm_h100_bf16c_family_launch_ld(const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, __nv_bfloat16* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

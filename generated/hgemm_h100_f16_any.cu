@@ -55,7 +55,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const __half* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -148,8 +148,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -452,8 +455,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_scal
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -915,8 +921,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_8byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1315,8 +1324,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_4byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1907,8 +1919,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2076,8 +2091,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __half smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 

@@ -55,7 +55,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -152,8 +152,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -504,8 +507,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1095,8 +1101,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_8byte(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1591,8 +1600,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_4byte(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2375,8 +2387,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_interior
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2552,8 +2567,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_interior
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

@@ -54,7 +54,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const __nv_bfloat16* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -151,8 +151,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -448,8 +451,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -907,8 +913,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1300,8 +1309,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1885,8 +1897,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2049,8 +2064,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) __nv_bfloat16 smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

@@ -5,8 +5,8 @@
 // Spec:
 //   // sgemm_short_k_nt's tiling (a 64x128x8 block, 1x32 row lanes: a warp's stores on 32 consecutive elements of one
 //   // row) for f16 operands, widened to f32 on their way to shared memory and multiplied with f32 FMAs, writing f16 C:
-//   // short K (a few dozen or less), where a call is mostly C's stores, for the 16-bit families. Checked on the CPU
-//   // emulator; not yet timed on a GPU (docs/performance.md, "Short K").
+//   // short K (a few dozen or less), where a call is mostly C's stores: the short-K member of the 16-bit families
+//   // (timed in docs/performance.md, "Short K").
 //   gemm hgemm_short_k_f16 {
 //       problem  { a: f16 row; b: f16 col; c: f16 row; epilogue: alpha_beta; bounds: checked; }
 //       target   sm_90;
@@ -49,7 +49,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -104,8 +104,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -327,8 +330,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_scala
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -590,8 +596,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_inter
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -728,8 +737,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_inter
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

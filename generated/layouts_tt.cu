@@ -48,7 +48,7 @@ static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -85,8 +85,11 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel(
     constexpr int STAGES = 1;
     constexpr int A_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -291,8 +294,11 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_scalar(
     constexpr int STAGES = 1;
     constexpr int A_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -548,8 +554,11 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_interior(
     constexpr int STAGES = 1;
     constexpr int A_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -663,8 +672,11 @@ extern "C" __global__ void __launch_bounds__(128) layouts_tt_kernel_interior_par
     constexpr int STAGES = 1;
     constexpr int A_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

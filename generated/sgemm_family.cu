@@ -13,6 +13,7 @@
 //       use checked_32x128.gemm;  // any shape, 32x128x8 tiles, stream-K and split-K: few rows (16x4096x4096)
 //       use checked_128x32.gemm;  // any shape, 128x32x8 tiles, stream-K and split-K: few columns (4096x16x4096)
 //       use sgemm_short_k.gemm;   // any shape, 64x128x8 tiles, a warp's stores on one row: short K (C's stores)
+//       use sgemm_decode_8x256.gemm; // 8x256x32 tiles, split-K over every SM: 1 to 8 rows (decode, GEMV-like)
 //   }
 
 #ifndef __CUDACC_RTC__
@@ -30,7 +31,7 @@
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -55,6 +56,12 @@ static __device__ __forceinline__ void sts64(float* p, float2 v) {
 static __device__ __forceinline__ float lds32(const float* p) {
     float v;
     asm volatile("ld.volatile.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_address(p)));
+    return v;
+}
+
+static __device__ __forceinline__ float2 lds64(const float* p) {
+    float2 v;
+    asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(smem_address(p)));
     return v;
 }
 
@@ -93,8 +100,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_kernel(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -240,8 +250,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_h100_kernel_stream_k(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -555,8 +568,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -831,8 +847,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_scalar(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1198,8 +1217,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1485,8 +1507,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_stream_k_s
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1869,8 +1894,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_interior(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2019,8 +2047,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) sgemm_any_kernel_interior_p
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2365,8 +2396,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2639,8 +2673,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_scalar(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3006,8 +3043,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_interior(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3154,8 +3194,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_64x64_kernel_interior_
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 512;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3429,8 +3472,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel(
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3715,8 +3761,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_scala
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4108,8 +4157,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_strea
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4405,8 +4457,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_strea
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4815,8 +4870,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_inter
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4963,8 +5021,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) checked_32x128_kernel_inter
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1024;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5312,8 +5373,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5608,8 +5672,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_scalar(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -6001,8 +6068,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -6308,8 +6378,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_stream_k
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -6718,8 +6791,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_interior
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -6876,8 +6952,11 @@ extern "C" __global__ void __launch_bounds__(128) checked_128x32_kernel_interior
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 256;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -7235,8 +7314,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -7458,8 +7540,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_scalar(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -7727,8 +7812,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_interior(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -7862,8 +7950,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_kernel_interior_
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -8087,6 +8178,2650 @@ extern "C" cudaError_t sgemm_short_k_launch(const float* A, const float* B, floa
 #endif
 }  // namespace sgemm_short_k
 
+// ---- member sgemm_decode_8x256, from sgemm_decode_8x256.gemm ----
+namespace sgemm_decode_8x256 {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 10
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 10 + mn;
+}
+
+// B: order kn, leading dimension 256
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 256 + mn;
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[1];
+    float4 b_stage[8];
+    if (0 < full_k_tiles && (block_inside || N % 4 == 0)) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+        const float* b_src = B + block_n;
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[1] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[2] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[3] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[4] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[5] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[6] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[7] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 32;
+            const int col = tid % 32;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 64;
+            const int col = tid % 64 * 4;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 4;
+            const int col = tid % 64 * 4;
+            b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 8;
+            const int col = tid % 64 * 4;
+            b_stage[2].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[2].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[2].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[2].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 12;
+            const int col = tid % 64 * 4;
+            b_stage[3].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[3].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[3].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[3].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 16;
+            const int col = tid % 64 * 4;
+            b_stage[4].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[4].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[4].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[4].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 20;
+            const int col = tid % 64 * 4;
+            b_stage[5].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[5].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[5].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[5].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 24;
+            const int col = tid % 64 * 4;
+            b_stage[6].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[6].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[6].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[6].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 64 + 28;
+            const int col = tid % 64 * 4;
+            b_stage[7].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[7].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[7].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[7].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[1] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[2] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[3] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[4] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[5] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[6] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[7] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 64;
+                    const int col = tid % 64 * 4;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 4;
+                    const int col = tid % 64 * 4;
+                    b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 8;
+                    const int col = tid % 64 * 4;
+                    b_stage[2].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[2].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[2].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[2].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 12;
+                    const int col = tid % 64 * 4;
+                    b_stage[3].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[3].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[3].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[3].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 16;
+                    const int col = tid % 64 * 4;
+                    b_stage[4].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[4].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[4].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[4].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 20;
+                    const int col = tid % 64 * 4;
+                    b_stage[5].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[5].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[5].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[5].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 24;
+                    const int col = tid % 64 * 4;
+                    b_stage[6].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[6].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[6].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[6].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 64 + 28;
+                    const int col = tid % 64 * 4;
+                    b_stage[7].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[7].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[7].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[7].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+            *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+            *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[1];
+    float b_stage[32];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+        const float* b_src = B + block_n;
+        const int b_cols = N - block_n;
+        b_stage[0] = tid % 256 < b_cols ? b_src[tid / 256 * ldb + tid % 256] : 0.0f;
+        b_stage[1] = tid % 256 < b_cols ? b_src[(tid / 256 + 1) * ldb + tid % 256] : 0.0f;
+        b_stage[2] = tid % 256 < b_cols ? b_src[(tid / 256 + 2) * ldb + tid % 256] : 0.0f;
+        b_stage[3] = tid % 256 < b_cols ? b_src[(tid / 256 + 3) * ldb + tid % 256] : 0.0f;
+        b_stage[4] = tid % 256 < b_cols ? b_src[(tid / 256 + 4) * ldb + tid % 256] : 0.0f;
+        b_stage[5] = tid % 256 < b_cols ? b_src[(tid / 256 + 5) * ldb + tid % 256] : 0.0f;
+        b_stage[6] = tid % 256 < b_cols ? b_src[(tid / 256 + 6) * ldb + tid % 256] : 0.0f;
+        b_stage[7] = tid % 256 < b_cols ? b_src[(tid / 256 + 7) * ldb + tid % 256] : 0.0f;
+        b_stage[8] = tid % 256 < b_cols ? b_src[(tid / 256 + 8) * ldb + tid % 256] : 0.0f;
+        b_stage[9] = tid % 256 < b_cols ? b_src[(tid / 256 + 9) * ldb + tid % 256] : 0.0f;
+        b_stage[10] = tid % 256 < b_cols ? b_src[(tid / 256 + 10) * ldb + tid % 256] : 0.0f;
+        b_stage[11] = tid % 256 < b_cols ? b_src[(tid / 256 + 11) * ldb + tid % 256] : 0.0f;
+        b_stage[12] = tid % 256 < b_cols ? b_src[(tid / 256 + 12) * ldb + tid % 256] : 0.0f;
+        b_stage[13] = tid % 256 < b_cols ? b_src[(tid / 256 + 13) * ldb + tid % 256] : 0.0f;
+        b_stage[14] = tid % 256 < b_cols ? b_src[(tid / 256 + 14) * ldb + tid % 256] : 0.0f;
+        b_stage[15] = tid % 256 < b_cols ? b_src[(tid / 256 + 15) * ldb + tid % 256] : 0.0f;
+        b_stage[16] = tid % 256 < b_cols ? b_src[(tid / 256 + 16) * ldb + tid % 256] : 0.0f;
+        b_stage[17] = tid % 256 < b_cols ? b_src[(tid / 256 + 17) * ldb + tid % 256] : 0.0f;
+        b_stage[18] = tid % 256 < b_cols ? b_src[(tid / 256 + 18) * ldb + tid % 256] : 0.0f;
+        b_stage[19] = tid % 256 < b_cols ? b_src[(tid / 256 + 19) * ldb + tid % 256] : 0.0f;
+        b_stage[20] = tid % 256 < b_cols ? b_src[(tid / 256 + 20) * ldb + tid % 256] : 0.0f;
+        b_stage[21] = tid % 256 < b_cols ? b_src[(tid / 256 + 21) * ldb + tid % 256] : 0.0f;
+        b_stage[22] = tid % 256 < b_cols ? b_src[(tid / 256 + 22) * ldb + tid % 256] : 0.0f;
+        b_stage[23] = tid % 256 < b_cols ? b_src[(tid / 256 + 23) * ldb + tid % 256] : 0.0f;
+        b_stage[24] = tid % 256 < b_cols ? b_src[(tid / 256 + 24) * ldb + tid % 256] : 0.0f;
+        b_stage[25] = tid % 256 < b_cols ? b_src[(tid / 256 + 25) * ldb + tid % 256] : 0.0f;
+        b_stage[26] = tid % 256 < b_cols ? b_src[(tid / 256 + 26) * ldb + tid % 256] : 0.0f;
+        b_stage[27] = tid % 256 < b_cols ? b_src[(tid / 256 + 27) * ldb + tid % 256] : 0.0f;
+        b_stage[28] = tid % 256 < b_cols ? b_src[(tid / 256 + 28) * ldb + tid % 256] : 0.0f;
+        b_stage[29] = tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : 0.0f;
+        b_stage[30] = tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : 0.0f;
+        b_stage[31] = tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : 0.0f;
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 32;
+            const int col = tid % 32;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + block_n;
+        const int b_rows = K;
+        const int b_cols = N - block_n;
+        {
+            const int row = tid / 256;
+            const int col = tid % 256;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 1;
+            const int col = tid % 256;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 2;
+            const int col = tid % 256;
+            b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 3;
+            const int col = tid % 256;
+            b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 4;
+            const int col = tid % 256;
+            b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 5;
+            const int col = tid % 256;
+            b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 6;
+            const int col = tid % 256;
+            b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 7;
+            const int col = tid % 256;
+            b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 8;
+            const int col = tid % 256;
+            b_stage[8] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 9;
+            const int col = tid % 256;
+            b_stage[9] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 10;
+            const int col = tid % 256;
+            b_stage[10] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 11;
+            const int col = tid % 256;
+            b_stage[11] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 12;
+            const int col = tid % 256;
+            b_stage[12] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 13;
+            const int col = tid % 256;
+            b_stage[13] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 14;
+            const int col = tid % 256;
+            b_stage[14] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 15;
+            const int col = tid % 256;
+            b_stage[15] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 16;
+            const int col = tid % 256;
+            b_stage[16] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 17;
+            const int col = tid % 256;
+            b_stage[17] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 18;
+            const int col = tid % 256;
+            b_stage[18] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 19;
+            const int col = tid % 256;
+            b_stage[19] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 20;
+            const int col = tid % 256;
+            b_stage[20] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 21;
+            const int col = tid % 256;
+            b_stage[21] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 22;
+            const int col = tid % 256;
+            b_stage[22] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 23;
+            const int col = tid % 256;
+            b_stage[23] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 24;
+            const int col = tid % 256;
+            b_stage[24] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 25;
+            const int col = tid % 256;
+            b_stage[25] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 26;
+            const int col = tid % 256;
+            b_stage[26] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 27;
+            const int col = tid % 256;
+            b_stage[27] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 28;
+            const int col = tid % 256;
+            b_stage[28] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 29;
+            const int col = tid % 256;
+            b_stage[29] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 30;
+            const int col = tid % 256;
+            b_stage[30] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 256 + 31;
+            const int col = tid % 256;
+            b_stage[31] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 1), b_stage[1]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 2), b_stage[2]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 3), b_stage[3]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 4), b_stage[4]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 5), b_stage[5]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 6), b_stage[6]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 7), b_stage[7]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 8), b_stage[8]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 9), b_stage[9]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 10), b_stage[10]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 11), b_stage[11]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 12), b_stage[12]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 13), b_stage[13]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 14), b_stage[14]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 15), b_stage[15]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 16), b_stage[16]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 17), b_stage[17]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 18), b_stage[18]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 19), b_stage[19]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 20), b_stage[20]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 21), b_stage[21]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 22), b_stage[22]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 23), b_stage[23]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 24), b_stage[24]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 25), b_stage[25]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 26), b_stage[26]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 27), b_stage[27]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 28), b_stage[28]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 29), b_stage[29]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 30), b_stage[30]);
+    sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 31), b_stage[31]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_cols = N - block_n;
+                b_stage[0] = tid % 256 < b_cols ? b_src[tid / 256 * ldb + tid % 256] : 0.0f;
+                b_stage[1] = tid % 256 < b_cols ? b_src[(tid / 256 + 1) * ldb + tid % 256] : 0.0f;
+                b_stage[2] = tid % 256 < b_cols ? b_src[(tid / 256 + 2) * ldb + tid % 256] : 0.0f;
+                b_stage[3] = tid % 256 < b_cols ? b_src[(tid / 256 + 3) * ldb + tid % 256] : 0.0f;
+                b_stage[4] = tid % 256 < b_cols ? b_src[(tid / 256 + 4) * ldb + tid % 256] : 0.0f;
+                b_stage[5] = tid % 256 < b_cols ? b_src[(tid / 256 + 5) * ldb + tid % 256] : 0.0f;
+                b_stage[6] = tid % 256 < b_cols ? b_src[(tid / 256 + 6) * ldb + tid % 256] : 0.0f;
+                b_stage[7] = tid % 256 < b_cols ? b_src[(tid / 256 + 7) * ldb + tid % 256] : 0.0f;
+                b_stage[8] = tid % 256 < b_cols ? b_src[(tid / 256 + 8) * ldb + tid % 256] : 0.0f;
+                b_stage[9] = tid % 256 < b_cols ? b_src[(tid / 256 + 9) * ldb + tid % 256] : 0.0f;
+                b_stage[10] = tid % 256 < b_cols ? b_src[(tid / 256 + 10) * ldb + tid % 256] : 0.0f;
+                b_stage[11] = tid % 256 < b_cols ? b_src[(tid / 256 + 11) * ldb + tid % 256] : 0.0f;
+                b_stage[12] = tid % 256 < b_cols ? b_src[(tid / 256 + 12) * ldb + tid % 256] : 0.0f;
+                b_stage[13] = tid % 256 < b_cols ? b_src[(tid / 256 + 13) * ldb + tid % 256] : 0.0f;
+                b_stage[14] = tid % 256 < b_cols ? b_src[(tid / 256 + 14) * ldb + tid % 256] : 0.0f;
+                b_stage[15] = tid % 256 < b_cols ? b_src[(tid / 256 + 15) * ldb + tid % 256] : 0.0f;
+                b_stage[16] = tid % 256 < b_cols ? b_src[(tid / 256 + 16) * ldb + tid % 256] : 0.0f;
+                b_stage[17] = tid % 256 < b_cols ? b_src[(tid / 256 + 17) * ldb + tid % 256] : 0.0f;
+                b_stage[18] = tid % 256 < b_cols ? b_src[(tid / 256 + 18) * ldb + tid % 256] : 0.0f;
+                b_stage[19] = tid % 256 < b_cols ? b_src[(tid / 256 + 19) * ldb + tid % 256] : 0.0f;
+                b_stage[20] = tid % 256 < b_cols ? b_src[(tid / 256 + 20) * ldb + tid % 256] : 0.0f;
+                b_stage[21] = tid % 256 < b_cols ? b_src[(tid / 256 + 21) * ldb + tid % 256] : 0.0f;
+                b_stage[22] = tid % 256 < b_cols ? b_src[(tid / 256 + 22) * ldb + tid % 256] : 0.0f;
+                b_stage[23] = tid % 256 < b_cols ? b_src[(tid / 256 + 23) * ldb + tid % 256] : 0.0f;
+                b_stage[24] = tid % 256 < b_cols ? b_src[(tid / 256 + 24) * ldb + tid % 256] : 0.0f;
+                b_stage[25] = tid % 256 < b_cols ? b_src[(tid / 256 + 25) * ldb + tid % 256] : 0.0f;
+                b_stage[26] = tid % 256 < b_cols ? b_src[(tid / 256 + 26) * ldb + tid % 256] : 0.0f;
+                b_stage[27] = tid % 256 < b_cols ? b_src[(tid / 256 + 27) * ldb + tid % 256] : 0.0f;
+                b_stage[28] = tid % 256 < b_cols ? b_src[(tid / 256 + 28) * ldb + tid % 256] : 0.0f;
+                b_stage[29] = tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : 0.0f;
+                b_stage[30] = tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : 0.0f;
+                b_stage[31] = tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : 0.0f;
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 32;
+                    const int col = tid % 32;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+                const int b_rows = K - (kt + 1) * BK;
+                const int b_cols = N - block_n;
+                {
+                    const int row = tid / 256;
+                    const int col = tid % 256;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 1;
+                    const int col = tid % 256;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 2;
+                    const int col = tid % 256;
+                    b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 3;
+                    const int col = tid % 256;
+                    b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 4;
+                    const int col = tid % 256;
+                    b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 5;
+                    const int col = tid % 256;
+                    b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 6;
+                    const int col = tid % 256;
+                    b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 7;
+                    const int col = tid % 256;
+                    b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 8;
+                    const int col = tid % 256;
+                    b_stage[8] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 9;
+                    const int col = tid % 256;
+                    b_stage[9] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 10;
+                    const int col = tid % 256;
+                    b_stage[10] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 11;
+                    const int col = tid % 256;
+                    b_stage[11] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 12;
+                    const int col = tid % 256;
+                    b_stage[12] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 13;
+                    const int col = tid % 256;
+                    b_stage[13] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 14;
+                    const int col = tid % 256;
+                    b_stage[14] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 15;
+                    const int col = tid % 256;
+                    b_stage[15] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 16;
+                    const int col = tid % 256;
+                    b_stage[16] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 17;
+                    const int col = tid % 256;
+                    b_stage[17] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 18;
+                    const int col = tid % 256;
+                    b_stage[18] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 19;
+                    const int col = tid % 256;
+                    b_stage[19] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 20;
+                    const int col = tid % 256;
+                    b_stage[20] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 21;
+                    const int col = tid % 256;
+                    b_stage[21] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 22;
+                    const int col = tid % 256;
+                    b_stage[22] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 23;
+                    const int col = tid % 256;
+                    b_stage[23] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 24;
+                    const int col = tid % 256;
+                    b_stage[24] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 25;
+                    const int col = tid % 256;
+                    b_stage[25] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 26;
+                    const int col = tid % 256;
+                    b_stage[26] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 27;
+                    const int col = tid % 256;
+                    b_stage[27] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 28;
+                    const int col = tid % 256;
+                    b_stage[28] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 29;
+                    const int col = tid % 256;
+                    b_stage[29] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 30;
+                    const int col = tid % 256;
+                    b_stage[30] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 256 + 31;
+                    const int col = tid % 256;
+                    b_stage[31] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+            *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+            *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 1), b_stage[1]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 2), b_stage[2]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 3), b_stage[3]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 4), b_stage[4]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 5), b_stage[5]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 6), b_stage[6]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 7), b_stage[7]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 8), b_stage[8]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 9), b_stage[9]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 10), b_stage[10]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 11), b_stage[11]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 12), b_stage[12]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 13), b_stage[13]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 14), b_stage[14]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 15), b_stage[15]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 16), b_stage[16]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 17), b_stage[17]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 18), b_stage[18]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 19), b_stage[19]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 20), b_stage[20]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 21), b_stage[21]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 22), b_stage[22]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 23), b_stage[23]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 24), b_stage[24]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 25), b_stage[25]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 26), b_stage[26]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 27), b_stage[27]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 28), b_stage[28]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 29), b_stage[29]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 30), b_stage[30]);
+            sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 31), b_stage[31]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; ++j) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float out = alpha * acc[fm][fn];
+                        if (beta != 0.0f) {
+                            const float old = c_line[offset];
+                            out += beta * old;
+                        }
+                        c_line[offset] = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                if (row < M) {
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            if (block_n + thread_n + offset < N) {
+                                float out = alpha * acc[fm][fn];
+                                if (beta != 0.0f) {
+                                    const float old = c_line[offset];
+                                    out += beta * old;
+                                }
+                                c_line[offset] = out;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[FRAG_M];
+        float b_frag[FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[1];
+        float4 b_stage[8];
+        if (kt_begin < full_k_tiles && (block_inside || N % 4 == 0)) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[1] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[2] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[3] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[4] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[5] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[6] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[7] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 32;
+                const int col = tid % 32;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 64;
+                const int col = tid % 64 * 4;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 4;
+                const int col = tid % 64 * 4;
+                b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 8;
+                const int col = tid % 64 * 4;
+                b_stage[2].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[2].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[2].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[2].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 12;
+                const int col = tid % 64 * 4;
+                b_stage[3].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[3].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[3].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[3].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 16;
+                const int col = tid % 64 * 4;
+                b_stage[4].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[4].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[4].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[4].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 20;
+                const int col = tid % 64 * 4;
+                b_stage[5].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[5].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[5].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[5].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 24;
+                const int col = tid % 64 * 4;
+                b_stage[6].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[6].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[6].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[6].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 64 + 28;
+                const int col = tid % 64 * 4;
+                b_stage[7].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[7].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[7].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[7].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+        float* const b_dst = smem_b;
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+        sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+        __syncthreads();
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles && (block_inside || N % 4 == 0)) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[1] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[2] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[3] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[4] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[5] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[6] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[7] = tid % 64 * 4 < b_cols ? *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 64;
+                        const int col = tid % 64 * 4;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 4;
+                        const int col = tid % 64 * 4;
+                        b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 8;
+                        const int col = tid % 64 * 4;
+                        b_stage[2].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[2].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[2].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[2].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 12;
+                        const int col = tid % 64 * 4;
+                        b_stage[3].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[3].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[3].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[3].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 16;
+                        const int col = tid % 64 * 4;
+                        b_stage[4].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[4].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[4].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[4].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 20;
+                        const int col = tid % 64 * 4;
+                        b_stage[5].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[5].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[5].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[5].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 24;
+                        const int col = tid % 64 * 4;
+                        b_stage[6].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[6].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[6].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[6].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 64 + 28;
+                        const int col = tid % 64 * 4;
+                        b_stage[7].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[7].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[7].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[7].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+                *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+                *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+                *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+                b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < FRAG_N; ++j) {
+                        acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+                sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+            // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+            __syncthreads();  // the pipeline's stages are no longer read
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int fm = rm * MICRO_M + i;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int fn = rn * MICRO_N + j;
+                            smem[thread_m / MICRO_M * 260 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                        }
+                    }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int e = tid; e < 1 * BN; e += 256) {
+                        const int slot = e / BN;
+                        const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                        const int col = block_n + e % BN;
+                        atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 260 + e % BN]);
+                    }
+                    __syncthreads();
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+            // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+            __syncthreads();  // the pipeline's stages are no longer read
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int fm = rm * MICRO_M + i;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int fn = rn * MICRO_N + j;
+                            smem[thread_m / MICRO_M * 260 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                        }
+                    }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int e = tid; e < 1 * BN; e += 256) {
+                        const int slot = e / BN;
+                        const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                        const int col = block_n + e % BN;
+                        if (row < M && col < N) {
+                            atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 260 + e % BN]);
+                        }
+                    }
+                    __syncthreads();
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[FRAG_M];
+        float b_frag[FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[1];
+        float b_stage[32];
+        if (kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_cols = N - block_n;
+            b_stage[0] = tid % 256 < b_cols ? b_src[tid / 256 * ldb + tid % 256] : 0.0f;
+            b_stage[1] = tid % 256 < b_cols ? b_src[(tid / 256 + 1) * ldb + tid % 256] : 0.0f;
+            b_stage[2] = tid % 256 < b_cols ? b_src[(tid / 256 + 2) * ldb + tid % 256] : 0.0f;
+            b_stage[3] = tid % 256 < b_cols ? b_src[(tid / 256 + 3) * ldb + tid % 256] : 0.0f;
+            b_stage[4] = tid % 256 < b_cols ? b_src[(tid / 256 + 4) * ldb + tid % 256] : 0.0f;
+            b_stage[5] = tid % 256 < b_cols ? b_src[(tid / 256 + 5) * ldb + tid % 256] : 0.0f;
+            b_stage[6] = tid % 256 < b_cols ? b_src[(tid / 256 + 6) * ldb + tid % 256] : 0.0f;
+            b_stage[7] = tid % 256 < b_cols ? b_src[(tid / 256 + 7) * ldb + tid % 256] : 0.0f;
+            b_stage[8] = tid % 256 < b_cols ? b_src[(tid / 256 + 8) * ldb + tid % 256] : 0.0f;
+            b_stage[9] = tid % 256 < b_cols ? b_src[(tid / 256 + 9) * ldb + tid % 256] : 0.0f;
+            b_stage[10] = tid % 256 < b_cols ? b_src[(tid / 256 + 10) * ldb + tid % 256] : 0.0f;
+            b_stage[11] = tid % 256 < b_cols ? b_src[(tid / 256 + 11) * ldb + tid % 256] : 0.0f;
+            b_stage[12] = tid % 256 < b_cols ? b_src[(tid / 256 + 12) * ldb + tid % 256] : 0.0f;
+            b_stage[13] = tid % 256 < b_cols ? b_src[(tid / 256 + 13) * ldb + tid % 256] : 0.0f;
+            b_stage[14] = tid % 256 < b_cols ? b_src[(tid / 256 + 14) * ldb + tid % 256] : 0.0f;
+            b_stage[15] = tid % 256 < b_cols ? b_src[(tid / 256 + 15) * ldb + tid % 256] : 0.0f;
+            b_stage[16] = tid % 256 < b_cols ? b_src[(tid / 256 + 16) * ldb + tid % 256] : 0.0f;
+            b_stage[17] = tid % 256 < b_cols ? b_src[(tid / 256 + 17) * ldb + tid % 256] : 0.0f;
+            b_stage[18] = tid % 256 < b_cols ? b_src[(tid / 256 + 18) * ldb + tid % 256] : 0.0f;
+            b_stage[19] = tid % 256 < b_cols ? b_src[(tid / 256 + 19) * ldb + tid % 256] : 0.0f;
+            b_stage[20] = tid % 256 < b_cols ? b_src[(tid / 256 + 20) * ldb + tid % 256] : 0.0f;
+            b_stage[21] = tid % 256 < b_cols ? b_src[(tid / 256 + 21) * ldb + tid % 256] : 0.0f;
+            b_stage[22] = tid % 256 < b_cols ? b_src[(tid / 256 + 22) * ldb + tid % 256] : 0.0f;
+            b_stage[23] = tid % 256 < b_cols ? b_src[(tid / 256 + 23) * ldb + tid % 256] : 0.0f;
+            b_stage[24] = tid % 256 < b_cols ? b_src[(tid / 256 + 24) * ldb + tid % 256] : 0.0f;
+            b_stage[25] = tid % 256 < b_cols ? b_src[(tid / 256 + 25) * ldb + tid % 256] : 0.0f;
+            b_stage[26] = tid % 256 < b_cols ? b_src[(tid / 256 + 26) * ldb + tid % 256] : 0.0f;
+            b_stage[27] = tid % 256 < b_cols ? b_src[(tid / 256 + 27) * ldb + tid % 256] : 0.0f;
+            b_stage[28] = tid % 256 < b_cols ? b_src[(tid / 256 + 28) * ldb + tid % 256] : 0.0f;
+            b_stage[29] = tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : 0.0f;
+            b_stage[30] = tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : 0.0f;
+            b_stage[31] = tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : 0.0f;
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 32;
+                const int col = tid % 32;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)(kt_begin * BK) * ldb + block_n;
+            const int b_rows = K - kt_begin * BK;
+            const int b_cols = N - block_n;
+            {
+                const int row = tid / 256;
+                const int col = tid % 256;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 1;
+                const int col = tid % 256;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 2;
+                const int col = tid % 256;
+                b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 3;
+                const int col = tid % 256;
+                b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 4;
+                const int col = tid % 256;
+                b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 5;
+                const int col = tid % 256;
+                b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 6;
+                const int col = tid % 256;
+                b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 7;
+                const int col = tid % 256;
+                b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 8;
+                const int col = tid % 256;
+                b_stage[8] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 9;
+                const int col = tid % 256;
+                b_stage[9] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 10;
+                const int col = tid % 256;
+                b_stage[10] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 11;
+                const int col = tid % 256;
+                b_stage[11] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 12;
+                const int col = tid % 256;
+                b_stage[12] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 13;
+                const int col = tid % 256;
+                b_stage[13] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 14;
+                const int col = tid % 256;
+                b_stage[14] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 15;
+                const int col = tid % 256;
+                b_stage[15] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 16;
+                const int col = tid % 256;
+                b_stage[16] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 17;
+                const int col = tid % 256;
+                b_stage[17] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 18;
+                const int col = tid % 256;
+                b_stage[18] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 19;
+                const int col = tid % 256;
+                b_stage[19] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 20;
+                const int col = tid % 256;
+                b_stage[20] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 21;
+                const int col = tid % 256;
+                b_stage[21] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 22;
+                const int col = tid % 256;
+                b_stage[22] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 23;
+                const int col = tid % 256;
+                b_stage[23] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 24;
+                const int col = tid % 256;
+                b_stage[24] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 25;
+                const int col = tid % 256;
+                b_stage[25] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 26;
+                const int col = tid % 256;
+                b_stage[26] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 27;
+                const int col = tid % 256;
+                b_stage[27] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 28;
+                const int col = tid % 256;
+                b_stage[28] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 29;
+                const int col = tid % 256;
+                b_stage[29] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 30;
+                const int col = tid % 256;
+                b_stage[30] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 256 + 31;
+                const int col = tid % 256;
+                b_stage[31] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 1), b_stage[1]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 2), b_stage[2]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 3), b_stage[3]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 4), b_stage[4]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 5), b_stage[5]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 6), b_stage[6]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 7), b_stage[7]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 8), b_stage[8]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 9), b_stage[9]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 10), b_stage[10]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 11), b_stage[11]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 12), b_stage[12]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 13), b_stage[13]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 14), b_stage[14]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 15), b_stage[15]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 16), b_stage[16]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 17), b_stage[17]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 18), b_stage[18]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 19), b_stage[19]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 20), b_stage[20]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 21), b_stage[21]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 22), b_stage[22]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 23), b_stage[23]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 24), b_stage[24]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 25), b_stage[25]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 26), b_stage[26]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 27), b_stage[27]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 28), b_stage[28]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 29), b_stage[29]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 30), b_stage[30]);
+        sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 31), b_stage[31]);
+        __syncthreads();
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 32 < a_rows ? a_src[tid / 32 * lda + tid % 32] : 0.0f;
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_cols = N - block_n;
+                    b_stage[0] = tid % 256 < b_cols ? b_src[tid / 256 * ldb + tid % 256] : 0.0f;
+                    b_stage[1] = tid % 256 < b_cols ? b_src[(tid / 256 + 1) * ldb + tid % 256] : 0.0f;
+                    b_stage[2] = tid % 256 < b_cols ? b_src[(tid / 256 + 2) * ldb + tid % 256] : 0.0f;
+                    b_stage[3] = tid % 256 < b_cols ? b_src[(tid / 256 + 3) * ldb + tid % 256] : 0.0f;
+                    b_stage[4] = tid % 256 < b_cols ? b_src[(tid / 256 + 4) * ldb + tid % 256] : 0.0f;
+                    b_stage[5] = tid % 256 < b_cols ? b_src[(tid / 256 + 5) * ldb + tid % 256] : 0.0f;
+                    b_stage[6] = tid % 256 < b_cols ? b_src[(tid / 256 + 6) * ldb + tid % 256] : 0.0f;
+                    b_stage[7] = tid % 256 < b_cols ? b_src[(tid / 256 + 7) * ldb + tid % 256] : 0.0f;
+                    b_stage[8] = tid % 256 < b_cols ? b_src[(tid / 256 + 8) * ldb + tid % 256] : 0.0f;
+                    b_stage[9] = tid % 256 < b_cols ? b_src[(tid / 256 + 9) * ldb + tid % 256] : 0.0f;
+                    b_stage[10] = tid % 256 < b_cols ? b_src[(tid / 256 + 10) * ldb + tid % 256] : 0.0f;
+                    b_stage[11] = tid % 256 < b_cols ? b_src[(tid / 256 + 11) * ldb + tid % 256] : 0.0f;
+                    b_stage[12] = tid % 256 < b_cols ? b_src[(tid / 256 + 12) * ldb + tid % 256] : 0.0f;
+                    b_stage[13] = tid % 256 < b_cols ? b_src[(tid / 256 + 13) * ldb + tid % 256] : 0.0f;
+                    b_stage[14] = tid % 256 < b_cols ? b_src[(tid / 256 + 14) * ldb + tid % 256] : 0.0f;
+                    b_stage[15] = tid % 256 < b_cols ? b_src[(tid / 256 + 15) * ldb + tid % 256] : 0.0f;
+                    b_stage[16] = tid % 256 < b_cols ? b_src[(tid / 256 + 16) * ldb + tid % 256] : 0.0f;
+                    b_stage[17] = tid % 256 < b_cols ? b_src[(tid / 256 + 17) * ldb + tid % 256] : 0.0f;
+                    b_stage[18] = tid % 256 < b_cols ? b_src[(tid / 256 + 18) * ldb + tid % 256] : 0.0f;
+                    b_stage[19] = tid % 256 < b_cols ? b_src[(tid / 256 + 19) * ldb + tid % 256] : 0.0f;
+                    b_stage[20] = tid % 256 < b_cols ? b_src[(tid / 256 + 20) * ldb + tid % 256] : 0.0f;
+                    b_stage[21] = tid % 256 < b_cols ? b_src[(tid / 256 + 21) * ldb + tid % 256] : 0.0f;
+                    b_stage[22] = tid % 256 < b_cols ? b_src[(tid / 256 + 22) * ldb + tid % 256] : 0.0f;
+                    b_stage[23] = tid % 256 < b_cols ? b_src[(tid / 256 + 23) * ldb + tid % 256] : 0.0f;
+                    b_stage[24] = tid % 256 < b_cols ? b_src[(tid / 256 + 24) * ldb + tid % 256] : 0.0f;
+                    b_stage[25] = tid % 256 < b_cols ? b_src[(tid / 256 + 25) * ldb + tid % 256] : 0.0f;
+                    b_stage[26] = tid % 256 < b_cols ? b_src[(tid / 256 + 26) * ldb + tid % 256] : 0.0f;
+                    b_stage[27] = tid % 256 < b_cols ? b_src[(tid / 256 + 27) * ldb + tid % 256] : 0.0f;
+                    b_stage[28] = tid % 256 < b_cols ? b_src[(tid / 256 + 28) * ldb + tid % 256] : 0.0f;
+                    b_stage[29] = tid % 256 < b_cols ? b_src[(tid / 256 + 29) * ldb + tid % 256] : 0.0f;
+                    b_stage[30] = tid % 256 < b_cols ? b_src[(tid / 256 + 30) * ldb + tid % 256] : 0.0f;
+                    b_stage[31] = tid % 256 < b_cols ? b_src[(tid / 256 + 31) * ldb + tid % 256] : 0.0f;
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 32;
+                        const int col = tid % 32;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)((kt_begin + kt + 1) * BK) * ldb + block_n;
+                    const int b_rows = K - (kt_begin + kt + 1) * BK;
+                    const int b_cols = N - block_n;
+                    {
+                        const int row = tid / 256;
+                        const int col = tid % 256;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 1;
+                        const int col = tid % 256;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 2;
+                        const int col = tid % 256;
+                        b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 3;
+                        const int col = tid % 256;
+                        b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 4;
+                        const int col = tid % 256;
+                        b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 5;
+                        const int col = tid % 256;
+                        b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 6;
+                        const int col = tid % 256;
+                        b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 7;
+                        const int col = tid % 256;
+                        b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 8;
+                        const int col = tid % 256;
+                        b_stage[8] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 9;
+                        const int col = tid % 256;
+                        b_stage[9] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 10;
+                        const int col = tid % 256;
+                        b_stage[10] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 11;
+                        const int col = tid % 256;
+                        b_stage[11] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 12;
+                        const int col = tid % 256;
+                        b_stage[12] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 13;
+                        const int col = tid % 256;
+                        b_stage[13] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 14;
+                        const int col = tid % 256;
+                        b_stage[14] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 15;
+                        const int col = tid % 256;
+                        b_stage[15] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 16;
+                        const int col = tid % 256;
+                        b_stage[16] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 17;
+                        const int col = tid % 256;
+                        b_stage[17] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 18;
+                        const int col = tid % 256;
+                        b_stage[18] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 19;
+                        const int col = tid % 256;
+                        b_stage[19] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 20;
+                        const int col = tid % 256;
+                        b_stage[20] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 21;
+                        const int col = tid % 256;
+                        b_stage[21] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 22;
+                        const int col = tid % 256;
+                        b_stage[22] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 23;
+                        const int col = tid % 256;
+                        b_stage[23] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 24;
+                        const int col = tid % 256;
+                        b_stage[24] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 25;
+                        const int col = tid % 256;
+                        b_stage[25] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 26;
+                        const int col = tid % 256;
+                        b_stage[26] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 27;
+                        const int col = tid % 256;
+                        b_stage[27] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 28;
+                        const int col = tid % 256;
+                        b_stage[28] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 29;
+                        const int col = tid % 256;
+                        b_stage[29] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 30;
+                        const int col = tid % 256;
+                        b_stage[30] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 256 + 31;
+                        const int col = tid % 256;
+                        b_stage[31] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+                *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+                *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+                *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+                b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    #pragma unroll
+                    for (int j = 0; j < FRAG_N; ++j) {
+                        acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 1), b_stage[1]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 2), b_stage[2]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 3), b_stage[3]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 4), b_stage[4]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 5), b_stage[5]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 6), b_stage[6]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 7), b_stage[7]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 8), b_stage[8]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 9), b_stage[9]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 10), b_stage[10]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 11), b_stage[11]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 12), b_stage[12]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 13), b_stage[13]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 14), b_stage[14]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 15), b_stage[15]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 16), b_stage[16]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 17), b_stage[17]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 18), b_stage[18]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 19), b_stage[19]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 20), b_stage[20]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 21), b_stage[21]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 22), b_stage[22]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 23), b_stage[23]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 24), b_stage[24]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 25), b_stage[25]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 26), b_stage[26]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 27), b_stage[27]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 28), b_stage[28]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 29), b_stage[29]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 30), b_stage[30]);
+                sts32(b_dst + b_smem_offset(tid % 256, tid / 256 + 31), b_stage[31]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+            // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+            __syncthreads();  // the pipeline's stages are no longer read
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int fm = rm * MICRO_M + i;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int fn = rn * MICRO_N + j;
+                            smem[thread_m / MICRO_M * 260 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                        }
+                    }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int e = tid; e < 1 * BN; e += 256) {
+                        const int slot = e / BN;
+                        const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                        const int col = block_n + e % BN;
+                        atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 260 + e % BN]);
+                    }
+                    __syncthreads();
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+            // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+            __syncthreads();  // the pipeline's stages are no longer read
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int fm = rm * MICRO_M + i;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int fn = rn * MICRO_N + j;
+                            smem[thread_m / MICRO_M * 260 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                        }
+                    }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int e = tid; e < 1 * BN; e += 256) {
+                        const int slot = e / BN;
+                        const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                        const int col = block_n + e % BN;
+                        if (row < M && col < N) {
+                            atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 260 + e % BN]);
+                        }
+                    }
+                    __syncthreads();
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[1];
+    float4 b_stage[8];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = a_src[tid / 32 * lda + tid % 32];
+    const float* b_src = B + block_n;
+    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]);
+    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]);
+    b_stage[2] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]);
+    b_stage[3] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]);
+    b_stage[4] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]);
+    b_stage[5] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]);
+    b_stage[6] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]);
+    b_stage[7] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = a_src[tid / 32 * lda + tid % 32];
+            const float* b_src = B + (size_t)((kt + 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]);
+            b_stage[2] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]);
+            b_stage[3] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]);
+            b_stage[4] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]);
+            b_stage[5] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]);
+            b_stage[6] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]);
+            b_stage[7] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+            *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+            *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) {
+                        const float old = c_line[offset];
+                        out += beta * old;
+                    }
+                    c_line[offset] = out;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 8x256x32; 256 threads (1x8 warps of 1x32 row lanes); each thread owns 8x1 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    constexpr int BK = 32;
+    constexpr int MICRO_M = 8;
+    constexpr int MICRO_N = 1;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 1;
+    constexpr int REPEAT_STRIDE_M = 8;
+    constexpr int REPEAT_STRIDE_N = 256;
+    constexpr int FRAG_M = 8;
+    constexpr int FRAG_N = 1;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 320;
+    constexpr int B_STAGE = 8192;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 1x8, lanes 1x32 (row), micro tile 8x1.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 8;
+    const int warp_n = warp_id % 8;
+    const int lane_m = lane / 32;
+    const int lane_n = lane % 32;
+    const int thread_m = warp_m * 8 + lane_m * 8;
+    const int thread_n = warp_n * 32 + lane_n;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[FRAG_M];
+    float b_frag[FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[1];
+    float4 b_stage[8];
+    const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 32;
+        const int col = tid % 32;
+        a_stage[0] = col < a_cols ? a_src[row * lda + col] : 0.0f;
+    }
+    const float* b_src = B + (size_t)((K / BK) * BK) * ldb + block_n;
+    const int b_rows = K - (K / BK) * BK;
+    {
+        const int row = tid / 64;
+        const int col = tid % 64 * 4;
+        b_stage[0].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[0].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[0].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[0].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 4;
+        const int col = tid % 64 * 4;
+        b_stage[1].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[1].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[1].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[1].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 8;
+        const int col = tid % 64 * 4;
+        b_stage[2].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[2].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[2].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[2].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 12;
+        const int col = tid % 64 * 4;
+        b_stage[3].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[3].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[3].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[3].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 16;
+        const int col = tid % 64 * 4;
+        b_stage[4].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[4].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[4].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[4].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 20;
+        const int col = tid % 64 * 4;
+        b_stage[5].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[5].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[5].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[5].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 24;
+        const int col = tid % 64 * 4;
+        b_stage[6].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[6].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[6].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[6].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 64 + 28;
+        const int col = tid % 64 * 4;
+        b_stage[7].x = row < b_rows ? b_src[row * ldb + col] : 0.0f;
+        b_stage[7].y = row < b_rows ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[7].z = row < b_rows ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[7].w = row < b_rows ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+    float* const b_dst = smem_b;
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+    sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+    __syncthreads();
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = a_src[tid / 32 * lda + tid % 32];
+            const float* b_src = B + (size_t)((kt + 1 - 1) * BK) * ldb + block_n;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 64 * ldb + tid % 64 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 4) * ldb + tid % 64 * 4]);
+            b_stage[2] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 8) * ldb + tid % 64 * 4]);
+            b_stage[3] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 12) * ldb + tid % 64 * 4]);
+            b_stage[4] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 16) * ldb + tid % 64 * 4]);
+            b_stage[5] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 20) * ldb + tid % 64 * 4]);
+            b_stage[6] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 24) * ldb + tid % 64 * 4]);
+            b_stage[7] = *reinterpret_cast<const float4*>(&b_src[(tid / 64 + 28) * ldb + tid % 64 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            *reinterpret_cast<float2*>(&a_frag[0]) = lds64(a_read + a_smem_offset(thread_m, kk));
+            *reinterpret_cast<float2*>(&a_frag[2]) = lds64(a_read + a_smem_offset(thread_m + 2, kk));
+            *reinterpret_cast<float2*>(&a_frag[4]) = lds64(a_read + a_smem_offset(thread_m + 4, kk));
+            *reinterpret_cast<float2*>(&a_frag[6]) = lds64(a_read + a_smem_offset(thread_m + 6, kk));
+            b_frag[0] = lds32(b_read + b_smem_offset(thread_n, kk));
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                #pragma unroll
+                for (int j = 0; j < FRAG_N; ++j) {
+                    acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 32, tid % 32), a_stage[0]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64), b_stage[0]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 4), b_stage[1]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 8), b_stage[2]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 12), b_stage[3]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 16), b_stage[4]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 20), b_stage[5]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 24), b_stage[6]);
+            sts128(b_dst + b_smem_offset(tid % 64 * 4, tid / 64 + 28), b_stage[7]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; ++j) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float out = alpha * acc[fm][fn];
+                    if (beta != 0.0f) {
+                        const float old = c_line[offset];
+                        out += beta * old;
+                    }
+                    c_line[offset] = out;
+                }
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 8;
+    constexpr int BN = 256;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 256) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (B 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_decode_8x256_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool sgemm_decode_8x256_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void sgemm_decode_8x256_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t sgemm_decode_8x256_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483639 || N > 2147483391 || K > 2147483615) return cudaErrorInvalidValue;
+    if (lda < K || ldb < N || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_decode_8x256_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 268435455 || ldb > 67108863) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 8 - 1) / 8) * ((N + 256 - 1) / 256);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemm_decode_8x256_aligned(B, ldb, 0, 4);
+    const auto kernel = vector_aligned ? sgemm_decode_8x256_kernel : sgemm_decode_8x256_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_decode_8x256_kernel_stream_k : sgemm_decode_8x256_kernel_stream_k_scalar;
+    const size_t smem_bytes = 68096;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    sgemm_decode_8x256_stream_k_split(blocks, (K + 31) / 32, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 8 && N >= 256 && K >= 32;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 8;
+            const int inner_n = N - N % 256;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 8) * (inner_n / 256);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 32 == 0 ? sgemm_decode_8x256_kernel_interior : sgemm_decode_8x256_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 8) * (inner_n / 256)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 8 - 1) / 8) * (((N - inner_n) + 256 - 1) / 256)), 1, 1), dim3(256), smem_bytes, stream>>>(A, B + inner_n, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 8 - 1) / 8) * ((inner_n + 256 - 1) / 256)), 1, 1), dim3(256), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        sgemm_decode_8x256_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(256), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemm_decode_8x256_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_decode_8x256_launch_ld(A, K, B, N, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemm_decode_8x256
+
 #ifndef __CUDACC_RTC__
 // The rule: gemmdsl/family.py's `choose`, with the members' figures from the analysis passes.
 // Predicted SM cycles on the reference GPU, saturating at CYCLE_CAP; the fewest wins, on a tie the
@@ -8124,13 +10859,15 @@ static const long long sgemm_family_k_tile_cycles_checked_64x64[] = {640, 915, 1
 static const long long sgemm_family_k_tile_cycles_checked_32x128[] = {600, 858, 1154, 1478, 1819};
 static const long long sgemm_family_k_tile_cycles_checked_128x32[] = {840, 1200, 1616, 2069, 2547};
 static const long long sgemm_family_k_tile_cycles_sgemm_short_k[] = {896, 1544, 2266};
-static const sgemm_family_member sgemm_family_members[6] = {
+static const long long sgemm_family_k_tile_cycles_sgemm_decode_8x256[] = {2477, 4270};
+static const sgemm_family_member sgemm_family_members[7] = {
     {128, 128, 8, true, false, false, sgemm_h100::sgemm_h100_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_h100, 4096, 20480, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_h100
     {128, 128, 8, false, true, false, sgemm_any::sgemm_any_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_any, 4096, 20480, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_any
     {64, 64, 8, false, true, false, nullptr, 132, 6, sgemm_family_k_tile_cycles_checked_64x64, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_64x64
     {32, 128, 8, false, true, false, checked_32x128::checked_32x128_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_32x128, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_32x128
     {128, 32, 8, false, true, false, checked_128x32::checked_128x32_stream_k_split, 132, 5, sgemm_family_k_tile_cycles_checked_128x32, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // checked_128x32
     {64, 128, 8, false, true, false, nullptr, 132, 3, sgemm_family_k_tile_cycles_sgemm_short_k, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k
+    {8, 256, 32, false, true, false, sgemm_decode_8x256::sgemm_decode_8x256_stream_k_split, 132, 2, sgemm_family_k_tile_cycles_sgemm_decode_8x256, 512, 624, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_decode_8x256
 };
 
 static const long long sgemm_family_CYCLE_CAP = 2305843009213693952LL;
@@ -8203,7 +10940,7 @@ static long long sgemm_family_cycles(const sgemm_family_member& m, long long M, 
     return sgemm_family_sum(sgemm_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int sgemm_family_member_count = 6;
+static const int sgemm_family_member_count = 7;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -8224,7 +10961,7 @@ static int sgemm_family_choose(long long M, long long N, long long K, bool align
     return best;
 }
 
-static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch, sgemm_short_k::sgemm_short_k_launch};
+static cudaError_t (*const sgemm_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch, sgemm_any::sgemm_any_launch, checked_64x64::checked_64x64_launch, checked_32x128::checked_32x128_launch, checked_128x32::checked_128x32_launch, sgemm_short_k::sgemm_short_k_launch, sgemm_decode_8x256::sgemm_decode_8x256_launch};
 extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -8239,7 +10976,7 @@ extern "C" cudaError_t sgemm_family_launch(const float* A, const float* B, float
     return status;
 }
 
-static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld, sgemm_short_k::sgemm_short_k_launch_ld};
+static cudaError_t (*const sgemm_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {sgemm_h100::sgemm_h100_launch_ld, sgemm_any::sgemm_any_launch_ld, checked_64x64::checked_64x64_launch_ld, checked_32x128::checked_32x128_launch_ld, checked_128x32::checked_128x32_launch_ld, sgemm_short_k::sgemm_short_k_launch_ld, sgemm_decode_8x256::sgemm_decode_8x256_launch_ld};
 extern "C" cudaError_t sgemm_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

@@ -17,15 +17,15 @@
 #define sgemm_family_K_MULTIPLE 1
 // Elements that an operand's pointer and leading dimension must be a multiple of for every member's
 // vector accesses (else a call that sgemm_h100 refuses goes to the member the rule picks among
-// sgemm_any, checked_64x64, checked_32x128, checked_128x32, sgemm_short_k, which run a kernel with
-// one-element accesses).
+// sgemm_any, checked_64x64, checked_32x128, checked_128x32, sgemm_short_k, sgemm_decode_8x256, which
+// run a kernel with one-element accesses).
 #define sgemm_family_A_VECTOR_ELEMENTS 4
 #define sgemm_family_B_VECTOR_ELEMENTS 4
 #define sgemm_family_C_VECTOR_ELEMENTS 4
 // The largest leading dimension of each operand that every checked member takes
 // (offsets inside a tile are ints); a member the rule picks may take more.
 #define sgemm_family_A_MAX_LD 16777215
-#define sgemm_family_B_MAX_LD 268435455
+#define sgemm_family_B_MAX_LD 67108863
 #define sgemm_family_C_MAX_LD 2147483647
 // 1: row-major, element (i, j) at i * ld + j; 0: column-major, at j * ld + i.
 #define sgemm_family_A_ROW_MAJOR 1
@@ -196,6 +196,29 @@ cudaError_t sgemm_short_k_launch(const float* A, const float* B, float* C, int M
                                  float beta, cudaStream_t stream);
 cudaError_t sgemm_short_k_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                                     int M, int N, int K, float alpha, float beta, cudaStream_t stream);
+
+// Member sgemm_decode_8x256 (sgemm_decode_8x256.gemm: 8x256x32 tiles, bounds: checked). Its launchers
+// take the parameters of sgemm_family's of the same kind and run it alone, without the rule.
+//
+// Each launcher returns cudaSuccess once the work is queued on `stream` (kernel faults show at
+// the next synchronizing call), the launch's error, or cudaErrorInvalidValue, launching nothing,
+// for a call the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= N, ldc >= N (the leading dimensions of row/row/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (B 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_decode_8x256_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+// They run on the calling thread's current CUDA device (cudaSetDevice), as CUDA libraries do: A, B, C
+// and any other operand must be in that device's memory, and `stream` must belong to it.
+// Stream-K: they size the launch from the current device (cudaGetDevice, its SM count, the
+// kernel's occupancy) and return those calls' errors; cudaErrorInvalidConfiguration when no
+// block fits on an SM.
+cudaError_t sgemm_decode_8x256_launch(const float* A, const float* B, float* C, int M, int N, int K,
+                                      float alpha, float beta, cudaStream_t stream);
+cudaError_t sgemm_decode_8x256_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                                         int M, int N, int K, float alpha, float beta, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,8 @@
 //   // most SMs idle (1024^3), 128x192 tiles where they fill the last wave better (3072x3072x1024), 64x128
 //   // stream-K tiles where the tiles do not fill the SMs and K is long or B must stream from memory on
 //   // every SM (decode: M of 1 to 128; 256x256x65536), f32 FMAs with a warp's stores on one row of C where K is
-//   // a few dozen or less and the call is mostly C's stores (14661x11206x7), and
+//   // a few dozen or less and the call is mostly C's stores (14661x11206x7), f32 FMAs in 32x128 or 128x32 tiles
+//   // split over every SM where a few rows or columns meet a long K (12x121x16235, 575x1x18550), and
 //   // tf32_h100's own 128x256 tiles elsewhere.
 //   family tf32_h100_family {
 //       use tf32_h100.gemm;           // 128x256 tiles: the big calls
@@ -15,6 +16,8 @@
 //       use tf32_h100_128x64.gemm;    // 128x64 tiles: four times as many for the small calls
 //       use tf32_h100_64x128_sk.gemm; // 64x128 stream-K: decode (small M, large N x K) and long K over few tiles
 //       use sgemm_short_k_nt.gemm;    // f32 FMAs, a warp's stores on one row: short K, where the call is C's stores
+//       use sgemm_32x128_nt.gemm;     // f32 FMAs, split-K over every SM: few rows against a long K
+//       use sgemm_128x32_nt.gemm;     // f32 FMAs, split-K over every SM: few columns against a long K
 //       fallback tf32_h100_any.gemm; // mma.sync, any alignment: what TMA refuses
 //   }
 
@@ -50,7 +53,7 @@ static __device__ __forceinline__ int2 raster_group(int tiles_m, int tiles_n, in
 // ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they
 // leave as written, so the instructions the bank-conflict analysis counts are the
 // ones that run. (`asm volatile` also keeps them in order around barriers.)
-static __device__ __forceinline__ unsigned smem_address(const float* p) {
+static __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
@@ -2397,8 +2400,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_nt_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2626,8 +2632,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_nt_kernel_scalar
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2895,8 +2904,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_nt_kernel_interi
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3036,8 +3048,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_short_k_nt_kernel_interi
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3267,6 +3282,3904 @@ extern "C" cudaError_t sgemm_short_k_nt_launch(const float* A, const float* B, f
 #endif
 }  // namespace sgemm_short_k_nt
 
+// ---- member sgemm_32x128_nt, from sgemm_32x128_nt.gemm ----
+namespace sgemm_32x128_nt {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 36
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 36 + mn;
+}
+
+// B: order kn, leading dimension 132
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[2];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 2 < b_rows ? *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        b_stage[1] = tid / 2 + 64 < b_rows ? *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 4;
+            const int col = tid % 4 * 2;
+            a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        }
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 2;
+            const int col = tid % 2 * 4;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 2 + 64;
+            const int col = tid % 2 * 4;
+            b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+            b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 2 < b_rows ? *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                b_stage[1] = tid / 2 + 64 < b_rows ? *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 2;
+                    a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 2;
+                    const int col = tid % 2 * 4;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 2 + 64;
+                    const int col = tid % 2 * 4;
+                    b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                    b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; j += 4) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                        if (beta != 0.0f) {
+                            const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                            out.x += beta * old.x;
+                            out.y += beta * old.y;
+                            out.z += beta * old.z;
+                            out.w += beta * old.w;
+                        }
+                        *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[2];
+    float b_stage[8];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+        b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+        b_stage[2] = tid / 8 + 32 < b_rows ? b_src[(tid / 8 + 32) * ldb + tid % 8] : 0.0f;
+        b_stage[3] = tid / 8 + 48 < b_rows ? b_src[(tid / 8 + 48) * ldb + tid % 8] : 0.0f;
+        b_stage[4] = tid / 8 + 64 < b_rows ? b_src[(tid / 8 + 64) * ldb + tid % 8] : 0.0f;
+        b_stage[5] = tid / 8 + 80 < b_rows ? b_src[(tid / 8 + 80) * ldb + tid % 8] : 0.0f;
+        b_stage[6] = tid / 8 + 96 < b_rows ? b_src[(tid / 8 + 96) * ldb + tid % 8] : 0.0f;
+        b_stage[7] = tid / 8 + 112 < b_rows ? b_src[(tid / 8 + 112) * ldb + tid % 8] : 0.0f;
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 48;
+            const int col = tid % 8;
+            b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 64;
+            const int col = tid % 8;
+            b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 80;
+            const int col = tid % 8;
+            b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 96;
+            const int col = tid % 8;
+            b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 112;
+            const int col = tid % 8;
+            b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[2]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 48, tid % 8), b_stage[3]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[4]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 80, tid % 8), b_stage[5]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[6]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 112, tid % 8), b_stage[7]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+                b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+                b_stage[2] = tid / 8 + 32 < b_rows ? b_src[(tid / 8 + 32) * ldb + tid % 8] : 0.0f;
+                b_stage[3] = tid / 8 + 48 < b_rows ? b_src[(tid / 8 + 48) * ldb + tid % 8] : 0.0f;
+                b_stage[4] = tid / 8 + 64 < b_rows ? b_src[(tid / 8 + 64) * ldb + tid % 8] : 0.0f;
+                b_stage[5] = tid / 8 + 80 < b_rows ? b_src[(tid / 8 + 80) * ldb + tid % 8] : 0.0f;
+                b_stage[6] = tid / 8 + 96 < b_rows ? b_src[(tid / 8 + 96) * ldb + tid % 8] : 0.0f;
+                b_stage[7] = tid / 8 + 112 < b_rows ? b_src[(tid / 8 + 112) * ldb + tid % 8] : 0.0f;
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8;
+                    b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8;
+                    b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8;
+                    b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8;
+                    b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8;
+                    b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[2]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 48, tid % 8), b_stage[3]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[4]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 80, tid % 8), b_stage[5]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[6]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 112, tid % 8), b_stage[7]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float2 a_stage[1];
+        float4 b_stage[2];
+        if (kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 2 < b_rows ? *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            b_stage[1] = tid / 2 + 64 < b_rows ? *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 4;
+                const int col = tid % 4 * 2;
+                a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            }
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            const int b_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 2;
+                const int col = tid % 2 * 4;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 2 + 64;
+                const int col = tid % 2 * 4;
+                b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+        sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+        sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+        sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+        sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+        sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+        sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+        sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+        sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 4 < a_rows ? *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    b_stage[0] = tid / 2 < b_rows ? *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    b_stage[1] = tid / 2 + 64 < b_rows ? *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 4;
+                        const int col = tid % 4 * 2;
+                        a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 2;
+                        const int col = tid % 2 * 4;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[0].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[0].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 2 + 64;
+                        const int col = tid % 2 * 4;
+                        b_stage[1].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[1].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                        b_stage[1].z = row < b_rows && col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+                        b_stage[1].w = row < b_rows && col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+                sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+                sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+                sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+                sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+                sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+                sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+                sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+                sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 8 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[2];
+        float b_stage[8];
+        if (kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+            b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+            b_stage[2] = tid / 8 + 32 < b_rows ? b_src[(tid / 8 + 32) * ldb + tid % 8] : 0.0f;
+            b_stage[3] = tid / 8 + 48 < b_rows ? b_src[(tid / 8 + 48) * ldb + tid % 8] : 0.0f;
+            b_stage[4] = tid / 8 + 64 < b_rows ? b_src[(tid / 8 + 64) * ldb + tid % 8] : 0.0f;
+            b_stage[5] = tid / 8 + 80 < b_rows ? b_src[(tid / 8 + 80) * ldb + tid % 8] : 0.0f;
+            b_stage[6] = tid / 8 + 96 < b_rows ? b_src[(tid / 8 + 96) * ldb + tid % 8] : 0.0f;
+            b_stage[7] = tid / 8 + 112 < b_rows ? b_src[(tid / 8 + 112) * ldb + tid % 8] : 0.0f;
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            const int b_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 32;
+                const int col = tid % 8;
+                b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 48;
+                const int col = tid % 8;
+                b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 64;
+                const int col = tid % 8;
+                b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 80;
+                const int col = tid % 8;
+                b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 96;
+                const int col = tid % 8;
+                b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 112;
+                const int col = tid % 8;
+                b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[2]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 48, tid % 8), b_stage[3]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[4]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 80, tid % 8), b_stage[5]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[6]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 112, tid % 8), b_stage[7]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+                    b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+                    b_stage[2] = tid / 8 + 32 < b_rows ? b_src[(tid / 8 + 32) * ldb + tid % 8] : 0.0f;
+                    b_stage[3] = tid / 8 + 48 < b_rows ? b_src[(tid / 8 + 48) * ldb + tid % 8] : 0.0f;
+                    b_stage[4] = tid / 8 + 64 < b_rows ? b_src[(tid / 8 + 64) * ldb + tid % 8] : 0.0f;
+                    b_stage[5] = tid / 8 + 80 < b_rows ? b_src[(tid / 8 + 80) * ldb + tid % 8] : 0.0f;
+                    b_stage[6] = tid / 8 + 96 < b_rows ? b_src[(tid / 8 + 96) * ldb + tid % 8] : 0.0f;
+                    b_stage[7] = tid / 8 + 112 < b_rows ? b_src[(tid / 8 + 112) * ldb + tid % 8] : 0.0f;
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8;
+                        b_stage[2] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8;
+                        b_stage[3] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8;
+                        b_stage[4] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8;
+                        b_stage[5] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8;
+                        b_stage[6] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8;
+                        b_stage[7] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 32, tid % 8), b_stage[2]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 48, tid % 8), b_stage[3]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 64, tid % 8), b_stage[4]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 80, tid % 8), b_stage[5]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 96, tid % 8), b_stage[6]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 112, tid % 8), b_stage[7]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 8 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 132 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 8 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 132 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[2];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+    const float* b_src = B + (size_t)block_n * ldb;
+    b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+    b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 32x128x8; 128 threads (1x4 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 32;
+    constexpr int REPEAT_STRIDE_N = 64;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 288;
+    constexpr int B_STAGE = 1056;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 1x4, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id / 4;
+    const int warp_n = warp_id % 4;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float2 a_stage[1];
+    float4 b_stage[2];
+    const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 4;
+        const int col = tid % 4 * 2;
+        a_stage[0].x = col < a_cols ? a_src[row * lda + col] : 0.0f;
+        a_stage[0].y = col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+    }
+    const float* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+    const int b_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 2;
+        const int col = tid % 2 * 4;
+        b_stage[0].x = col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        b_stage[0].y = col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[0].z = col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[0].w = col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 2 + 64;
+        const int col = tid % 2 * 4;
+        b_stage[1].x = col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        b_stage[1].y = col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+        b_stage[1].z = col + 2 < b_cols ? b_src[row * ldb + col + 2] : 0.0f;
+        b_stage[1].w = col + 3 < b_cols ? b_src[row * ldb + col + 3] : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+    sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+    sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float2*>(&a_src[tid / 4 * lda + tid % 4 * 2]);
+            const float* b_src = B + (size_t)block_n * ldb + (kt + 1 - 1) * BK;
+            b_stage[0] = *reinterpret_cast<const float4*>(&b_src[tid / 2 * ldb + tid % 2 * 4]);
+            b_stage[1] = *reinterpret_cast<const float4*>(&b_src[(tid / 2 + 64) * ldb + tid % 2 * 4]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 64, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 64, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 4, tid % 4 * 2 + 1), a_stage[0].y);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 1), b_stage[0].y);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 2), b_stage[0].z);
+            sts32(b_dst + b_smem_offset(tid / 2, tid % 2 * 4 + 3), b_stage[0].w);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4), b_stage[1].x);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), b_stage[1].y);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), b_stage[1].z);
+            sts32(b_dst + b_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), b_stage[1].w);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) sgemm_32x128_nt_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 32;
+    constexpr int BN = 128;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_32x128_nt_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 2, B 4, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_32x128_nt_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool sgemm_32x128_nt_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void sgemm_32x128_nt_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t sgemm_32x128_nt_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483615 || N > 2147483519 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_32x128_nt_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 67108863 || ldb > 16777215) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 32 - 1) / 32) * ((N + 128 - 1) / 128);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemm_32x128_nt_aligned(A, lda, 0, 2) && sgemm_32x128_nt_aligned(B, ldb, 0, 4) && sgemm_32x128_nt_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? sgemm_32x128_nt_kernel : sgemm_32x128_nt_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_32x128_nt_kernel_stream_k : sgemm_32x128_nt_kernel_stream_k_scalar;
+    const size_t smem_bytes = 10752;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    sgemm_32x128_nt_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 32 && N >= 128 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 32;
+            const int inner_n = N - N % 128;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 32) * (inner_n / 128);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 8 == 0 ? sgemm_32x128_nt_kernel_interior : sgemm_32x128_nt_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 32) * (inner_n / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 32 - 1) / 32) * (((N - inner_n) + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 32 - 1) / 32) * ((inner_n + 128 - 1) / 128)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        sgemm_32x128_nt_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemm_32x128_nt_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_32x128_nt_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemm_32x128_nt
+
+// ---- member sgemm_128x32_nt, from sgemm_128x32_nt.gemm ----
+namespace sgemm_128x32_nt {
+
+// This member's own helpers (another member writes helpers of these names differently).
+// Shared-memory layouts: element offset of (m or n, k) within one pipeline stage.
+// A: order km, leading dimension 132
+static __device__ __forceinline__ int a_smem_offset(int mn, int k) {
+    return k * 132 + mn;
+}
+
+// B: order kn, leading dimension 36
+static __device__ __forceinline__ int b_smem_offset(int mn, int k) {
+    return k * 36 + mn;
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[2];
+    float2 b_stage[1];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 4 < b_rows ? *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 2;
+            const int col = tid % 2 * 4;
+            a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+            a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+        }
+        {
+            const int row = tid / 2 + 64;
+            const int col = tid % 2 * 4;
+            a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+            a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+            a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+        }
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 4;
+            const int col = tid % 4 * 2;
+            b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 4 < b_rows ? *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 2;
+                    const int col = tid % 2 * 4;
+                    a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                    a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                }
+                {
+                    const int row = tid / 2 + 64;
+                    const int col = tid % 2 * 4;
+                    a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                    a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                    a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 4;
+                    const int col = tid % 4 * 2;
+                    b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    if (block_inside) {
+        #pragma unroll
+        for (int rm = 0; rm < REPEAT_M; ++rm) {
+            #pragma unroll
+            for (int i = 0; i < MICRO_M; ++i) {
+                const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                const int fm = rm * MICRO_M + i;
+                float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                #pragma unroll
+                for (int rn = 0; rn < REPEAT_N; ++rn) {
+                    #pragma unroll
+                    for (int j = 0; j < MICRO_N; j += 4) {
+                        const int offset = rn * REPEAT_STRIDE_N + j;
+                        const int fn = rn * MICRO_N + j;
+                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                        if (beta != 0.0f) {
+                            const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                            out.x += beta * old.x;
+                            out.y += beta * old.y;
+                            out.z += beta * old.z;
+                            out.w += beta * old.w;
+                        }
+                        *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+    // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+    // store only inside C. Both tests are the same for the whole block.
+    const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+    const int full_k_tiles = K / BK;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = (K + BK - 1) / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float a_stage[8];
+    float b_stage[2];
+    if (0 < full_k_tiles) {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+        a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+        a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+        a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+        a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+        a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+        a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+        a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+        b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+    }
+    else {
+        const float* a_src = A + (size_t)block_m * lda;
+        const int a_rows = M - block_m;
+        const int a_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 32;
+            const int col = tid % 8;
+            a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 48;
+            const int col = tid % 8;
+            a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 64;
+            const int col = tid % 8;
+            a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 80;
+            const int col = tid % 8;
+            a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 96;
+            const int col = tid % 8;
+            a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 112;
+            const int col = tid % 8;
+            a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+        }
+        const float* b_src = B + (size_t)block_n * ldb;
+        const int b_rows = N - block_n;
+        const int b_cols = K;
+        {
+            const int row = tid / 8;
+            const int col = tid % 8;
+            b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+        {
+            const int row = tid / 8 + 16;
+            const int col = tid % 8;
+            b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        }
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+    sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+    sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            if (kt + 1 < full_k_tiles) {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+                b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+            }
+            else {
+                const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+                const int a_rows = M - block_m;
+                const int a_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 32;
+                    const int col = tid % 8;
+                    a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 48;
+                    const int col = tid % 8;
+                    a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 64;
+                    const int col = tid % 8;
+                    a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 80;
+                    const int col = tid % 8;
+                    a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 96;
+                    const int col = tid % 8;
+                    a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 112;
+                    const int col = tid % 8;
+                    a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                }
+                const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+                const int b_rows = N - block_n;
+                const int b_cols = K - (kt + 1) * BK;
+                {
+                    const int row = tid / 8;
+                    const int col = tid % 8;
+                    b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+                {
+                    const int row = tid / 8 + 16;
+                    const int col = tid % 8;
+                    b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                }
+            }
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+            sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+            sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+    if (block_inside) {
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            if (beta != 0.0f) {
+                                const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                out.x += beta * old.x;
+                                out.y += beta * old.y;
+                                out.z += beta * old.z;
+                                out.w += beta * old.w;
+                            }
+                            *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; ++j) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float out = alpha * acc[fm][fn];
+                            if (beta != 0.0f) {
+                                const float old = c_line[offset];
+                                out += beta * old;
+                            }
+                            c_line[offset] = out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    else {
+        // Edge block: only inside C; whole vectors where C's edge cannot split one.
+        if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                    if (beta != 0.0f) {
+                                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                                        out.x += beta * old.x;
+                                        out.y += beta * old.y;
+                                        out.z += beta * old.z;
+                                        out.w += beta * old.w;
+                                    }
+                                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    if (row < M) {
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                if (block_n + thread_n + offset < N) {
+                                    float out = alpha * acc[fm][fn];
+                                    if (beta != 0.0f) {
+                                        const float old = c_line[offset];
+                                        out += beta * old;
+                                    }
+                                    c_line[offset] = out;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_stream_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float4 a_stage[2];
+        float2 b_stage[1];
+        if (kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 4 < b_rows ? *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 2;
+                const int col = tid % 2 * 4;
+                a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            {
+                const int row = tid / 2 + 64;
+                const int col = tid % 2 * 4;
+                a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+            }
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            const int b_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 4;
+                const int col = tid % 4 * 2;
+                b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+        sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+        sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+        sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 2 < a_rows ? *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    a_stage[1] = tid / 2 + 64 < a_rows ? *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    b_stage[0] = tid / 4 < b_rows ? *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]) : make_float2(0.0f, 0.0f);
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 2;
+                        const int col = tid % 2 * 4;
+                        a_stage[0].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[0].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                        a_stage[0].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                        a_stage[0].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 2 + 64;
+                        const int col = tid % 2 * 4;
+                        a_stage[1].x = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                        a_stage[1].y = row < a_rows && col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+                        a_stage[1].z = row < a_rows && col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+                        a_stage[1].w = row < a_rows && col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 4;
+                        const int col = tid % 4 * 2;
+                        b_stage[0].x = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                        b_stage[0].y = row < b_rows && col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+                sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+                sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+                sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            #pragma unroll
+            for (int rm = 0; rm < REPEAT_M; ++rm) {
+                #pragma unroll
+                for (int i = 0; i < MICRO_M; ++i) {
+                    const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                    const int fm = rm * MICRO_M + i;
+                    float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                    #pragma unroll
+                    for (int rn = 0; rn < REPEAT_N; ++rn) {
+                        #pragma unroll
+                        for (int j = 0; j < MICRO_N; j += 4) {
+                            const int offset = rn * REPEAT_STRIDE_N + j;
+                            const int fn = rn * MICRO_N + j;
+                            float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                            atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                        }
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 36 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 32 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 36 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_stream_k_scalar(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, int sk_tiles)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Scalar variant: every global load and store is one element wide, for operands
+    // whose pointer, leading dimension or batch stride is not vector-aligned.
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    // Stream-K: the last sk_tiles C tiles (what would be the launch's last, partial wave;
+    // the plain kernel computes the others) are sk_tiles * K / BK k-tiles of work that this
+    // kernel's blocks share in equal, contiguous ranges; a range may end in one tile and go on
+    // in the next.
+    const int first_tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles;
+    const int k_tiles_total = (K + BK - 1) / BK;
+    const long long sk_work = (long long)sk_tiles * k_tiles_total;
+    const int work_begin = (int)(sk_work * blockIdx.x / gridDim.x);
+    const int work_end = (int)(sk_work * (blockIdx.x + 1) / gridDim.x);
+    // Segments are taken from the end of the range: the first then starts at k = 0 of its
+    // tile and the last ends at k = K, so all blocks stream through the same k-tiles of A
+    // and B at about the same time, as plain blocks do, and L2 serves them.
+    for (int work = work_end; work > work_begin;) {
+        // This segment: k-tiles [kt_begin, kt_end) of C tile `tile`.
+        const int tile = first_tile + (work - 1) / k_tiles_total;
+        const int kt_end = (work - 1) % k_tiles_total + 1;
+        const int kt_begin = max(0, kt_end - (work - work_begin));
+        work -= kt_end - kt_begin;
+
+        // Rasterization (row): where C tile `tile` lies.
+        const int tiles_n = (N + BN - 1) / BN;
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+        const int block_m = tile_m * BM;
+        const int block_n = tile_n * BN;
+        // Bounds (checked): a block whose tile lies inside C runs the unguarded code for every
+        // full k-tile; edge blocks and the last, partial k-tile load zero-filled tiles and
+        // store only inside C. Both tests are the same for the whole block.
+        const bool block_inside = block_m + BM <= M && block_n + BN <= N;
+        const int full_k_tiles = K / BK;
+
+        float acc[FRAG_M][FRAG_N];
+        #pragma unroll
+        for (int i = 0; i < FRAG_M; ++i) {
+            #pragma unroll
+            for (int j = 0; j < FRAG_N; ++j) {
+                acc[i][j] = 0.0f;
+            }
+        }
+        float a_frag[2][FRAG_M];
+        float b_frag[2][FRAG_N];
+
+        const int k_tiles = kt_end - kt_begin;
+        // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+        // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+        float a_stage[8];
+        float b_stage[2];
+        if (kt_begin < full_k_tiles) {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+            a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+            a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+            a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+            a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+            a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+            a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+            a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+            b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+        }
+        else {
+            const float* a_src = A + (size_t)block_m * lda + kt_begin * BK;
+            const int a_rows = M - block_m;
+            const int a_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 32;
+                const int col = tid % 8;
+                a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 48;
+                const int col = tid % 8;
+                a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 64;
+                const int col = tid % 8;
+                a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 80;
+                const int col = tid % 8;
+                a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 96;
+                const int col = tid % 8;
+                a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 112;
+                const int col = tid % 8;
+                a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+            }
+            const float* b_src = B + (size_t)block_n * ldb + kt_begin * BK;
+            const int b_rows = N - block_n;
+            const int b_cols = K - kt_begin * BK;
+            {
+                const int row = tid / 8;
+                const int col = tid % 8;
+                b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+            {
+                const int row = tid / 8 + 16;
+                const int col = tid % 8;
+                b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+            }
+        }
+        float* const a_dst = smem_a;
+        sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+        sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+        float* const b_dst = smem_b;
+        sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+        sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+        __syncthreads();
+        #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            const int stage = kt % 2;
+            const bool has_next = kt + 1 < k_tiles;
+            if (has_next) {
+                if (kt_begin + kt + 1 < full_k_tiles) {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    a_stage[0] = tid / 8 < a_rows ? a_src[tid / 8 * lda + tid % 8] : 0.0f;
+                    a_stage[1] = tid / 8 + 16 < a_rows ? a_src[(tid / 8 + 16) * lda + tid % 8] : 0.0f;
+                    a_stage[2] = tid / 8 + 32 < a_rows ? a_src[(tid / 8 + 32) * lda + tid % 8] : 0.0f;
+                    a_stage[3] = tid / 8 + 48 < a_rows ? a_src[(tid / 8 + 48) * lda + tid % 8] : 0.0f;
+                    a_stage[4] = tid / 8 + 64 < a_rows ? a_src[(tid / 8 + 64) * lda + tid % 8] : 0.0f;
+                    a_stage[5] = tid / 8 + 80 < a_rows ? a_src[(tid / 8 + 80) * lda + tid % 8] : 0.0f;
+                    a_stage[6] = tid / 8 + 96 < a_rows ? a_src[(tid / 8 + 96) * lda + tid % 8] : 0.0f;
+                    a_stage[7] = tid / 8 + 112 < a_rows ? a_src[(tid / 8 + 112) * lda + tid % 8] : 0.0f;
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    b_stage[0] = tid / 8 < b_rows ? b_src[tid / 8 * ldb + tid % 8] : 0.0f;
+                    b_stage[1] = tid / 8 + 16 < b_rows ? b_src[(tid / 8 + 16) * ldb + tid % 8] : 0.0f;
+                }
+                else {
+                    const float* a_src = A + (size_t)block_m * lda + (kt_begin + kt + 1) * BK;
+                    const int a_rows = M - block_m;
+                    const int a_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        a_stage[0] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        a_stage[1] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 32;
+                        const int col = tid % 8;
+                        a_stage[2] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 48;
+                        const int col = tid % 8;
+                        a_stage[3] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 64;
+                        const int col = tid % 8;
+                        a_stage[4] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 80;
+                        const int col = tid % 8;
+                        a_stage[5] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 96;
+                        const int col = tid % 8;
+                        a_stage[6] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 112;
+                        const int col = tid % 8;
+                        a_stage[7] = row < a_rows && col < a_cols ? a_src[row * lda + col] : 0.0f;
+                    }
+                    const float* b_src = B + (size_t)block_n * ldb + (kt_begin + kt + 1) * BK;
+                    const int b_rows = N - block_n;
+                    const int b_cols = K - (kt_begin + kt + 1) * BK;
+                    {
+                        const int row = tid / 8;
+                        const int col = tid % 8;
+                        b_stage[0] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                    {
+                        const int row = tid / 8 + 16;
+                        const int col = tid % 8;
+                        b_stage[1] = row < b_rows && col < b_cols ? b_src[row * ldb + col] : 0.0f;
+                    }
+                }
+            }
+            const float* const a_read = smem_a + stage * A_STAGE;
+            const float* const b_read = smem_b + stage * B_STAGE;
+            // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+            *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+            *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+            #pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk + 1 < BK) {
+                    *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                    *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+                }
+                #pragma unroll
+                for (int i = 0; i < FRAG_M; ++i) {
+                    // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                    #pragma unroll
+                    for (int step = 0; step < FRAG_N; ++step) {
+                        const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                        acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                    }
+                }
+            }
+            if (has_next) {
+                float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+                sts32(a_dst + a_smem_offset(tid / 8, tid % 8), a_stage[0]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 16, tid % 8), a_stage[1]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 32, tid % 8), a_stage[2]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 48, tid % 8), a_stage[3]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 64, tid % 8), a_stage[4]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 80, tid % 8), a_stage[5]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 96, tid % 8), a_stage[6]);
+                sts32(a_dst + a_smem_offset(tid / 8 + 112, tid % 8), a_stage[7]);
+                float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+                sts32(b_dst + b_smem_offset(tid / 8, tid % 8), b_stage[0]);
+                sts32(b_dst + b_smem_offset(tid / 8 + 16, tid % 8), b_stage[1]);
+            }
+            __syncthreads();
+        }
+
+        // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 1 float(s) per store along each row of C.
+        // A share of a stream-K tile: add it to C, which the launcher set to beta * C
+        // (0 for epilogue: store) before this kernel started.
+        if (block_inside) {
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; j += 4) {
+                                const int offset = rn * REPEAT_STRIDE_N + j;
+                                const int fn = rn * MICRO_N + j;
+                                float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 36 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 32 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 36 + e % BN]);
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        else {
+            // Edge block: only inside C; whole vectors where C's edge cannot split one.
+            if (reinterpret_cast<size_t>(C) % 16 == 0 && ldc % 4 == 0 && N % 4 == 0) {
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+                        const int fm = rm * MICRO_M + i;
+                        if (row < M) {
+                            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+                            #pragma unroll
+                            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                                #pragma unroll
+                                for (int j = 0; j < MICRO_N; j += 4) {
+                                    const int offset = rn * REPEAT_STRIDE_N + j;
+                                    const int fn = rn * MICRO_N + j;
+                                    if (block_n + thread_n + offset < N) {
+                                        float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                                        atomicAdd(reinterpret_cast<float4*>(&c_line[offset]), out);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            else {
+                // One-element atomic adds, staged through shared memory a line of each thread's tile at a
+                // time, so that a warp adds consecutive elements of C (a few sectors per instruction).
+                __syncthreads();  // the pipeline's stages are no longer read
+                #pragma unroll
+                for (int rm = 0; rm < REPEAT_M; ++rm) {
+                    #pragma unroll
+                    for (int i = 0; i < MICRO_M; ++i) {
+                        const int fm = rm * MICRO_M + i;
+                        #pragma unroll
+                        for (int rn = 0; rn < REPEAT_N; ++rn) {
+                            #pragma unroll
+                            for (int j = 0; j < MICRO_N; ++j) {
+                                const int fn = rn * MICRO_N + j;
+                                smem[thread_m / MICRO_M * 36 + thread_n + rn * REPEAT_STRIDE_N + j] = alpha * acc[fm][fn];
+                            }
+                        }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int e = tid; e < 32 * BN; e += 128) {
+                            const int slot = e / BN;
+                            const int row = block_m + slot * MICRO_M + rm * REPEAT_STRIDE_M + i;
+                            const int col = block_n + e % BN;
+                            if (row < M && col < N) {
+                                atomicAdd(&C[(size_t)row * ldc + col], smem[slot * 36 + e % BN]);
+                            }
+                        }
+                        __syncthreads();
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the next segment's prologue refills stages this one may still read
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_interior(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Interior variant: compiled as for bounds: exact. The launcher runs it on the tiles that lie
+    // inside C when K is a multiple of BK (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    const int k_tiles = K / BK;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[2];
+    float2 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda;
+    a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+    a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+    const float* b_src = B + (size_t)block_n * ldb;
+    b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]);
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)block_n * ldb + (kt + 1) * BK;
+            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_interior_partial_k(
+    const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+    int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta)
+{
+    // Block tile 128x32x8; 128 threads (4x1 warps of 8x4 zigzag lanes); each thread owns 4x8 of C.
+    // Partial-k interior variant: compiled as for bounds: exact, plus a partial last k-tile. The
+    // launcher runs it on the tiles that lie inside C when K is not a multiple of BK
+    // (gemmdsl/schedule.py, interior_launches).
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    constexpr int BK = 8;
+    constexpr int MICRO_M = 4;
+    constexpr int MICRO_N = 4;
+    constexpr int REPEAT_M = 1;
+    constexpr int REPEAT_N = 2;
+    constexpr int REPEAT_STRIDE_M = 128;
+    constexpr int REPEAT_STRIDE_N = 16;
+    constexpr int FRAG_M = 4;
+    constexpr int FRAG_N = 8;
+    constexpr int STAGES = 2;
+    constexpr int A_STAGE = 1056;
+    constexpr int B_STAGE = 288;
+
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    float* const smem_a = smem;
+    float* const smem_b = smem + STAGES * A_STAGE;
+
+    // Rasterization (row): which C tile this block computes.
+    const int tiles_n = N / BN;
+    const int tile_m = blockIdx.x / tiles_n;
+    const int tile_n = blockIdx.x % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+
+    // Thread coordinates: warps 4x1, lanes 8x4 (zigzag), micro tile 4x4, repeated 1x2 at block level.
+    const int tid = threadIdx.x;
+    const int warp_id = tid / 32;
+    const int lane = tid % 32;
+    const int warp_m = warp_id;
+    const int warp_n = 0;
+    const int lane_m = lane / 2 % 8;
+    const int lane_n = lane / 16 * 2 + lane % 2;
+    const int thread_m = warp_m * 32 + lane_m * 4;
+    const int thread_n = warp_n * 16 + lane_n * 4;
+
+    float acc[FRAG_M][FRAG_N];
+    #pragma unroll
+    for (int i = 0; i < FRAG_M; ++i) {
+        #pragma unroll
+        for (int j = 0; j < FRAG_N; ++j) {
+            acc[i][j] = 0.0f;
+        }
+    }
+    float a_frag[2][FRAG_M];
+    float b_frag[2][FRAG_N];
+
+    // K % BK != 0 (the launcher runs this kernel only then): the partial last k-tile, K / BK,
+    // is multiplied first, fetched zero-filled past K; then the full k-tiles, unguarded:
+    // tile kt of the loop is k-tile kt - 1.
+    const int k_tiles = K / BK + 1;
+    // Register-staged double buffer: tile kt+1 travels global -> registers while tile kt
+    // is multiplied, then registers -> the other shared stage; one barrier per k-tile.
+    float4 a_stage[2];
+    float2 b_stage[1];
+    const float* a_src = A + (size_t)block_m * lda + (K / BK) * BK;
+    const int a_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 2;
+        const int col = tid % 2 * 4;
+        a_stage[0].x = col < a_cols ? a_src[row * lda + col] : 0.0f;
+        a_stage[0].y = col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        a_stage[0].z = col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+        a_stage[0].w = col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+    }
+    {
+        const int row = tid / 2 + 64;
+        const int col = tid % 2 * 4;
+        a_stage[1].x = col < a_cols ? a_src[row * lda + col] : 0.0f;
+        a_stage[1].y = col + 1 < a_cols ? a_src[row * lda + col + 1] : 0.0f;
+        a_stage[1].z = col + 2 < a_cols ? a_src[row * lda + col + 2] : 0.0f;
+        a_stage[1].w = col + 3 < a_cols ? a_src[row * lda + col + 3] : 0.0f;
+    }
+    const float* b_src = B + (size_t)block_n * ldb + (K / BK) * BK;
+    const int b_cols = K - (K / BK) * BK;
+    {
+        const int row = tid / 4;
+        const int col = tid % 4 * 2;
+        b_stage[0].x = col < b_cols ? b_src[row * ldb + col] : 0.0f;
+        b_stage[0].y = col + 1 < b_cols ? b_src[row * ldb + col + 1] : 0.0f;
+    }
+    float* const a_dst = smem_a;
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+    sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+    sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+    float* const b_dst = smem_b;
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+    sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+    __syncthreads();
+    #pragma unroll 4  // pipeline unroll: k-tiles per loop iteration
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % 2;
+        const bool has_next = kt + 1 < k_tiles;
+        if (has_next) {
+            const float* a_src = A + (size_t)block_m * lda + (kt + 1 - 1) * BK;
+            a_stage[0] = *reinterpret_cast<const float4*>(&a_src[tid / 2 * lda + tid % 2 * 4]);
+            a_stage[1] = *reinterpret_cast<const float4*>(&a_src[(tid / 2 + 64) * lda + tid % 2 * 4]);
+            const float* b_src = B + (size_t)block_n * ldb + (kt + 1 - 1) * BK;
+            b_stage[0] = *reinterpret_cast<const float2*>(&b_src[tid / 4 * ldb + tid % 4 * 2]);
+        }
+        const float* const a_read = smem_a + stage * A_STAGE;
+        const float* const b_read = smem_b + stage * B_STAGE;
+        // Fragments are double-buffered: slice kk+1 loads while slice kk multiplies.
+        *reinterpret_cast<float4*>(&a_frag[0][0]) = lds128(a_read + a_smem_offset(thread_m, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][0]) = lds128(b_read + b_smem_offset(thread_n, 0));
+        *reinterpret_cast<float4*>(&b_frag[0][4]) = lds128(b_read + b_smem_offset(thread_n + 16, 0));
+        #pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk + 1 < BK) {
+                *reinterpret_cast<float4*>(&a_frag[(kk + 1) % 2][0]) = lds128(a_read + a_smem_offset(thread_m, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][0]) = lds128(b_read + b_smem_offset(thread_n, kk + 1));
+                *reinterpret_cast<float4*>(&b_frag[(kk + 1) % 2][4]) = lds128(b_read + b_smem_offset(thread_n + 16, kk + 1));
+            }
+            #pragma unroll
+            for (int i = 0; i < FRAG_M; ++i) {
+                // fma_order: snake. Odd rows run backwards, so consecutive FMAs share a or b.
+                #pragma unroll
+                for (int step = 0; step < FRAG_N; ++step) {
+                    const int j = i % 2 == 0 ? step : FRAG_N - 1 - step;
+                    acc[i][j] = fmaf(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+                }
+            }
+        }
+        if (has_next) {
+            float* const a_dst = smem_a + (stage ^ 1) * A_STAGE;
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4), a_stage[0].x);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 1), a_stage[0].y);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 2), a_stage[0].z);
+            sts32(a_dst + a_smem_offset(tid / 2, tid % 2 * 4 + 3), a_stage[0].w);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4), a_stage[1].x);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 1), a_stage[1].y);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 2), a_stage[1].z);
+            sts32(a_dst + a_smem_offset(tid / 2 + 64, tid % 2 * 4 + 3), a_stage[1].w);
+            float* const b_dst = smem_b + (stage ^ 1) * B_STAGE;
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2), b_stage[0].x);
+            sts32(b_dst + b_smem_offset(tid / 4, tid % 4 * 2 + 1), b_stage[0].y);
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: C = alpha * acc + beta * C (C is not read when beta == 0); C is row-major, 4 float(s) per store along each row of C.
+    #pragma unroll
+    for (int rm = 0; rm < REPEAT_M; ++rm) {
+        #pragma unroll
+        for (int i = 0; i < MICRO_M; ++i) {
+            const int row = block_m + thread_m + rm * REPEAT_STRIDE_M + i;
+            const int fm = rm * MICRO_M + i;
+            float* const c_line = C + (size_t)row * ldc + block_n + thread_n;
+            #pragma unroll
+            for (int rn = 0; rn < REPEAT_N; ++rn) {
+                #pragma unroll
+                for (int j = 0; j < MICRO_N; j += 4) {
+                    const int offset = rn * REPEAT_STRIDE_N + j;
+                    const int fn = rn * MICRO_N + j;
+                    float4 out = make_float4(alpha * acc[fm][fn], alpha * acc[fm][fn + 1], alpha * acc[fm][fn + 2], alpha * acc[fm][fn + 3]);
+                    if (beta != 0.0f) {
+                        const float4 old = *reinterpret_cast<const float4*>(&c_line[offset]);
+                        out.x += beta * old.x;
+                        out.y += beta * old.y;
+                        out.z += beta * old.z;
+                        out.w += beta * old.w;
+                    }
+                    *reinterpret_cast<float4*>(&c_line[offset]) = out;
+                }
+            }
+        }
+    }
+}
+
+// Before a stream-K launch: C = beta * C on the last sk_tiles tiles (C = 0 when beta == 0),
+// one block per tile.
+extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_prepare_c(float* C, int M, int N, int ldc, float beta, int sk_tiles)
+{
+    constexpr int BM = 128;
+    constexpr int BN = 32;
+    const int tile = ((M + BM - 1) / BM) * ((N + BN - 1) / BN) - sk_tiles + blockIdx.x;
+    // Rasterization (row): where C tile `tile` lies.
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tile_m = tile / tiles_n;
+    const int tile_n = tile % tiles_n;
+    const int block_m = tile_m * BM;
+    const int block_n = tile_n * BN;
+    for (int e = threadIdx.x; e < BM * BN; e += 128) {
+        const int m = e / BN;
+        const int n = e % BN;
+        if (block_m + m >= M || block_n + n >= N) continue;  // an edge tile's part outside C
+        float* const c = C + (size_t)(block_m + m) * ldc + block_n + n;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
+}
+
+// K = 0: no products, so C is the epilogue of a zero accumulator: C = beta * C (0 where beta is 0).
+// The launchers run it instead of the GEMM for K = 0; each block strides over C's elements.
+extern "C" __global__ void __launch_bounds__(256) sgemm_128x32_nt_scale_c(float* C, int M, int N, int ldc, float beta)
+{
+    const long long total = (long long)M * N;
+    for (long long e = (long long)blockIdx.x * 256 + threadIdx.x; e < total; e += (long long)gridDim.x * 256) {
+        const int row = (int)(e / N), col = (int)(e % N);
+        float* const c = C + (size_t)row * ldc + col;
+        const float old = beta == 0.0f ? 0.0f : *c;
+        *c = beta * old;
+    }
+}
+
+#ifndef __CUDACC_RTC__
+// Host launchers. Each returns cudaErrorInvalidValue, and launches nothing, for a call
+// the kernel cannot handle:
+// - M, N, K >= 0;
+// - lda >= K, ldb >= K, ldc >= N (the leading dimensions of row/col/row-major A/B/C);
+// - vector accesses need pointer, leading dimension aligned to (A 4, B 2, C 4) elements; otherwise the scalar kernel runs.
+// An empty problem succeeds, as in BLAS and PyTorch: M or N = 0 launches nothing (C has no elements);
+// K = 0 sets C to the epilogue of a zero accumulator, C = beta * C (0 where beta is 0), then the fuse
+// chain if any, with sgemm_128x32_nt_scale_c alone; neither needs the tile's multiples or the
+// operands' alignment.
+static bool sgemm_128x32_nt_aligned(const void* p, long long ld, long long stride, int elements) {
+    return reinterpret_cast<uintptr_t>(p) % (elements * 4) == 0 && ld % elements == 0 && stride % elements == 0;
+}
+
+// gemmdsl/schedule.py's stream_k_split_rule: the last wave's tiles % slots tiles of each GEMM go to
+// stream-K blocks, unless that would not shorten the launch.
+static void sgemm_128x32_nt_stream_k_split(long long tiles, long long k_tiles, long long slots, long long batch, int* sk_tiles, int* sk_blocks) {
+    // Each GEMM of the batch gets slots / batch slots;
+    const long long gemm_slots = slots / batch;
+    // its last wave's tiles are shared
+    const long long shared = gemm_slots < 1 ? 0 : tiles % gemm_slots;
+    const long long work = shared * k_tiles;
+    // by blocks of at least 4 k-tiles, one wave at most
+    const long long fewest = (work + 3) / 4;
+    const long long blocks = fewest < gemm_slots ? fewest : gemm_slots;
+    const bool idle_enough = (gemm_slots - shared) * 100 >= gemm_slots * 10;
+    const bool saves_enough = (gemm_slots - shared) * k_tiles >= gemm_slots * 24;
+    // unless stream-K would not shorten the launch
+    const bool pays = blocks > shared && work <= 2147483647 && idle_enough && saves_enough;
+    *sk_tiles = (int)(pays ? shared : 0);
+    *sk_blocks = (int)(pays ? blocks : 0);
+}
+
+extern "C" cudaError_t sgemm_128x32_nt_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
+    // Tile coordinates (up to M + BM, N + BN, K + BK) are ints.
+    if (M > 2147483519 || N > 2147483615 || K > 2147483639) return cudaErrorInvalidValue;
+    if (lda < K || ldb < K || ldc < N) return cudaErrorInvalidValue;
+    // An empty problem: M or N = 0 leaves C alone; K = 0 is the epilogue of zero accumulators.
+    if (M == 0 || N == 0) return cudaSuccess;
+    if (K == 0) {
+        const long long elements = (long long)M * N;
+        const long long element_blocks = (elements + 255) / 256;
+        const long long scale_blocks = element_blocks < 1024 ? element_blocks : 1024;
+        sgemm_128x32_nt_scale_c<<<dim3((unsigned)scale_blocks, 1, 1), dim3(256), 0, stream>>>(C, M, N, ldc, beta);
+        return cudaGetLastError();
+    }
+    // Offsets inside a tile (row * ld + col) are ints.
+    if (lda > 16777215 || ldb > 67108863) return cudaErrorInvalidValue;
+    const long long blocks = (long long)((M + 128 - 1) / 128) * ((N + 32 - 1) / 32);
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    const bool vector_aligned = sgemm_128x32_nt_aligned(A, lda, 0, 4) && sgemm_128x32_nt_aligned(B, ldb, 0, 2) && sgemm_128x32_nt_aligned(C, ldc, 0, 4);
+    const auto kernel = vector_aligned ? sgemm_128x32_nt_kernel : sgemm_128x32_nt_kernel_scalar;
+    // Calls on the scalar kernel share their tiles through its stream-K twin.
+    const auto stream_k_kernel = vector_aligned ? sgemm_128x32_nt_kernel_stream_k : sgemm_128x32_nt_kernel_stream_k_scalar;
+    const size_t smem_bytes = 10752;
+    if (smem_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (err != cudaSuccess) return err;
+    }
+    // Stream-K: how many blocks this GPU holds at once decides which tiles are shared.
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (status == cudaSuccess) status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem_bytes);
+    if (status != cudaSuccess) return status;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    const long long slots = (long long)sms * per_sm;
+    int sk_tiles = 0, sk_blocks = 0;
+    sgemm_128x32_nt_stream_k_split(blocks, (K + 7) / 8, slots, 1, &sk_tiles, &sk_blocks);
+    // The shared tiles of C are set to beta * C first, unless beta is 1.
+    const long long prepare_blocks = sk_tiles > 0 && beta != 1.0f ? sk_tiles : 0;
+    // The plain kernel computes the other tiles.
+    const long long plain_blocks = blocks - sk_tiles;
+    if (sk_tiles == 0) {
+        // Bounds (checked): the tiles inside C run the interior kernel (the exact-bounds code; when
+        // K % BK != 0 the partial-k one, which adds the partial last k-tile) and `kernel` the right
+        // strip (every row) and the bottom strip (the interior's columns), each a GEMM of its own
+        // on operands offset to the strip; only where the interior holds at least 6 waves
+        // per strip, since each strip runs after it.
+        const bool has_interior = M >= 128 && N >= 32 && K >= 8;
+        if (vector_aligned && has_interior) {
+            const int inner_m = M - M % 128;
+            const int inner_n = N - N % 32;
+            const long long strips = (M > inner_m) + (N > inner_n);
+            const long long inner_tiles = (long long)(inner_m / 128) * (inner_n / 32);
+            const bool interior_pays = inner_tiles >= strips * 6 * (long long)sms * per_sm;
+            if (interior_pays) {
+                const auto interior = K % 8 == 0 ? sgemm_128x32_nt_kernel_interior : sgemm_128x32_nt_kernel_interior_partial_k;
+                if (smem_bytes > 48 * 1024) {
+                    const cudaError_t err = cudaFuncSetAttribute(interior, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+                    if (err != cudaSuccess) return err;
+                }
+                interior<<<dim3((unsigned)((inner_m / 128) * (inner_n / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                if (N > inner_n) {
+                    kernel<<<dim3((unsigned)((long long)((M + 128 - 1) / 128) * (((N - inner_n) + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A, B + (size_t)inner_n * ldb, C + inner_n, M, N - inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                if (M > inner_m) {
+                    kernel<<<dim3((unsigned)((long long)(((M - inner_m) + 128 - 1) / 128) * ((inner_n + 32 - 1) / 32)), 1, 1), dim3(128), smem_bytes, stream>>>(A + (size_t)inner_m * lda, B, C + (size_t)inner_m * ldc, M - inner_m, inner_n, K, lda, ldb, ldc, alpha, beta);
+                }
+                return cudaGetLastError();
+            }
+        }
+        kernel<<<dim3((unsigned)blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+        return cudaGetLastError();
+    }
+    // The stream-K blocks go first: they all start together with equal work, so they also
+    // finish together, and the ragged end of the launch is the plain kernel's, as without.
+    if (prepare_blocks > 0) {
+        sgemm_128x32_nt_prepare_c<<<dim3((unsigned)prepare_blocks, 1, 1), dim3(128), 0, stream>>>(C, M, N, ldc, beta, sk_tiles);
+        if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    }
+    if (smem_bytes > 48 * 1024) {
+        status = cudaFuncSetAttribute(stream_k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes);
+        if (status != cudaSuccess) return status;
+    }
+    stream_k_kernel<<<dim3((unsigned)sk_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta, sk_tiles);
+    if ((status = cudaGetLastError()) != cudaSuccess) return status;
+    if (plain_blocks > 0) {
+        kernel<<<dim3((unsigned)plain_blocks, 1, 1), dim3(128), smem_bytes, stream>>>(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t sgemm_128x32_nt_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
+    return sgemm_128x32_nt_launch_ld(A, K, B, K, C, N, M, N, K, alpha, beta, stream);
+}
+#endif
+}  // namespace sgemm_128x32_nt
+
 // ---- member tf32_h100_any, from tf32_h100_any.gemm ----
 namespace tf32_h100_any {
 
@@ -3299,8 +7212,11 @@ extern "C" __global__ void __launch_bounds__(256) tf32_h100_any_kernel(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3638,8 +7554,11 @@ extern "C" __global__ void __launch_bounds__(256) tf32_h100_any_kernel_scalar(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4412,8 +8331,11 @@ extern "C" __global__ void __launch_bounds__(256) tf32_h100_any_kernel_8byte(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4895,8 +8817,11 @@ extern "C" __global__ void __launch_bounds__(256) tf32_h100_any_kernel_interior(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5059,8 +8984,11 @@ extern "C" __global__ void __launch_bounds__(256) tf32_h100_any_kernel_interior_
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B.
-    extern __shared__ __align__(16) float smem[];
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
+    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
+    // arrays of one name must agree on it.
+    extern __shared__ __align__(16) unsigned char smem_tiles[];
+    float* const smem = reinterpret_cast<float*>(smem_tiles);
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5411,13 +9339,17 @@ static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x192[] = {102
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_128x64[] = {615};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk[] = {615};
 static const long long tf32_h100_family_k_tile_cycles_sgemm_short_k_nt[] = {1124, 1938, 2844};
+static const long long tf32_h100_family_k_tile_cycles_sgemm_32x128_nt[] = {920, 1315, 1770, 2267, 2789};
+static const long long tf32_h100_family_k_tile_cycles_sgemm_128x32_nt[] = {920, 1315, 1770, 2267, 2789};
 static const long long tf32_h100_family_k_tile_cycles_tf32_h100_any[] = {1693};
-static const tf32_h100_family_member tf32_h100_family_members[6] = {
+static const tf32_h100_family_member tf32_h100_family_members[8] = {
     {128, 256, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100, 6554, 6554, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 49152, 1026, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100
     {128, 192, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x192, 4916, 4916, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 3, 5500, 40960, 1000, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x192
     {128, 64, 32, false, false, false, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_128x64, 1639, 1639, 4, true, 792, 0, 0, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_128x64
     {64, 128, 32, false, false, false, tf32_h100_64x128_sk::tf32_h100_64x128_sk_stream_k_split, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_64x128_sk, 1639, 1639, 4, true, 396, 1639, 2048, 6549, 0, 2705, 4, 4, 4, 7, 5500, 24576, 429, 0, 5280, 64, true, true, true, 4, 4, 14160, 1808, 1},  // tf32_h100_64x128_sk
     {64, 128, 8, false, true, false, nullptr, 132, 3, tf32_h100_family_k_tile_cycles_sgemm_short_k_nt, 2048, 2496, 8, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_short_k_nt
+    {32, 128, 8, false, true, false, sgemm_32x128_nt::sgemm_32x128_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_32x128_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_32x128_nt
+    {128, 32, 8, false, true, false, sgemm_128x32_nt::sgemm_128x32_nt_stream_k_split, 132, 5, tf32_h100_family_k_tile_cycles_sgemm_128x32_nt, 1024, 5120, 4, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 1, 1, 0, 0, 1},  // sgemm_128x32_nt
     {256, 128, 32, false, true, true, nullptr, 132, 1, tf32_h100_family_k_tile_cycles_tf32_h100_any, 0, 0, 1, true, 0, 0, 0, 6549, 1366, 2705, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, false, true, true, 4, 4, 0, 0, 2},  // tf32_h100_any
 };
 
@@ -5491,7 +9423,7 @@ static long long tf32_h100_family_cycles(const tf32_h100_family_member& m, long 
     return tf32_h100_family_sum(tf32_h100_family_sum(memory > compute_cycles ? memory : compute_cycles, m.call_cycles), pad_cycles);
 }
 
-static const int tf32_h100_family_member_count = 6;
+static const int tf32_h100_family_member_count = 8;
 
 // The member that runs M x N x K; aligned = false: among the members that run operands of any
 // alignment only (-1: none does). cycles.choose_rule.
@@ -5514,9 +9446,9 @@ static int tf32_h100_family_choose(long long M, long long N, long long K, bool a
 
 // Each member's launcher on padded copies of A and B (null: none; the member reads any alignment itself,
 // or its calls are batched).
-static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr};
+static cudaError_t (*const tf32_h100_family_padded[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld_padded, tf32_h100_128x192::tf32_h100_128x192_launch_ld_padded, tf32_h100_128x64::tf32_h100_128x64_launch_ld_padded, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld_padded, nullptr, nullptr, nullptr, nullptr};
 
-static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, tf32_h100_any::tf32_h100_any_launch};
+static cudaError_t (*const tf32_h100_family_launch_members[])(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch, tf32_h100_128x192::tf32_h100_128x192_launch, tf32_h100_128x64::tf32_h100_128x64_launch, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch, sgemm_short_k_nt::sgemm_short_k_nt_launch, sgemm_32x128_nt::sgemm_32x128_nt_launch, sgemm_128x32_nt::sgemm_128x32_nt_launch, tf32_h100_any::tf32_h100_any_launch};
 extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.
@@ -5533,7 +9465,7 @@ extern "C" cudaError_t tf32_h100_family_launch(const float* A, const float* B, f
     return status;
 }
 
-static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
+static cudaError_t (*const tf32_h100_family_launch_ld_members[])(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) = {tf32_h100::tf32_h100_launch_ld, tf32_h100_128x192::tf32_h100_128x192_launch_ld, tf32_h100_128x64::tf32_h100_128x64_launch_ld, tf32_h100_64x128_sk::tf32_h100_64x128_sk_launch_ld, sgemm_short_k_nt::sgemm_short_k_nt_launch_ld, sgemm_32x128_nt::sgemm_32x128_nt_launch_ld, sgemm_128x32_nt::sgemm_128x32_nt_launch_ld, tf32_h100_any::tf32_h100_any_launch_ld};
 extern "C" cudaError_t tf32_h100_family_launch_ld(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int M, int N, int K, float alpha, float beta, cudaStream_t stream) {
     if (M < 0 || N < 0 || K < 0) return cudaErrorInvalidValue;
     // An empty problem (M, N or K = 0) computes no products: the first member's launcher handles it.

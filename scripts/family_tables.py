@@ -3,13 +3,15 @@ per family its ratios to cuBLAS (the member the family ran, and the fastest memb
 reach), the rule's regret (the picked member's time over the fastest member's) and the cycle model's truth
 (predicted against measured time per member and shape, and the rank correlation of the members per shape).
 
-    [GEMMDSL_GPU=PROFILE] python3 scripts/family_tables.py study.json [--rule] [--shapes]
+    [GEMMDSL_GPU=PROFILE] python3 scripts/family_tables.py study.json [--rule] [--shapes] [--families DIR]
 
 The predictions are today's: each family is compiled here, and its members' models (on the profile $GEMMDSL_GPU
 names, else the target's reference GPU's: docs/calibration.md) priced at every shape the study timed, so a change to the model is judged against
 times measured before it. `--rule` judges the rule the same way: the member today's model picks, at its measured
 time, where the study timed it. Shapes whose reference refused them (`reference_refused`: torch._scaled_mm's K and N
-off 16, for the FP8 families) are left out of the ratios and tabled on their own after them.
+off 16, for the FP8 families) are left out of the ratios and tabled on their own after them. `--families DIR` reads
+the family files from DIR instead of specs/ (given again, from each DIR in turn): candidate families studied before
+they ship.
 """
 from __future__ import annotations
 
@@ -28,17 +30,14 @@ from gemmdsl.cycles import choose, estimate  # noqa: E402
 from gemmdsl.family import compile_family_path  # noqa: E402
 from gemmdsl.targets import ARCHS  # noqa: E402
 
-def family_files() -> dict[str, Path]:
-    """The shipped families by their first member's name, as the study's rows name them (`members[0]`)."""
+def family_files(directory: Path = ROOT / "specs") -> dict[str, Path]:
+    """The families of a directory by their first member's name, as the study's rows name them (`members[0]`)."""
     found = {}
-    for path in sorted((ROOT / "specs").glob("*.gemmf")):
+    for path in sorted(directory.glob("*.gemmf")):
         first = re.search(r"^\s*use\s+(\w+)\.gemm", path.read_text(), re.M)
         if first:
             found.setdefault(first[1], path)
     return found
-
-
-FAMILY_FILES = family_files()
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -71,7 +70,11 @@ def summary(ratios: list[float]) -> str:
             f"{sum(r < 0.6 for r in ratios)}")
 
 
-def tables(rows: list[dict], rule: bool = False, per_shape: bool = False) -> list[str]:
+def tables(rows: list[dict], rule: bool = False, per_shape: bool = False,
+           family_dirs: tuple[Path, ...] = (ROOT / "specs",)) -> list[str]:
+    files = {}
+    for directory in reversed(family_dirs):  # the first directory that has a family wins
+        files |= family_files(directory)
     families: dict[str, list[dict]] = {}
     for row in rows:
         if "cublas" in row:
@@ -82,7 +85,7 @@ def tables(rows: list[dict], rule: bool = False, per_shape: bool = False) -> lis
              "prediction within 20% | median Spearman |", "| --- " * 10 + "|"]
     shape_lines = []
     for first, family_rows in families.items():
-        family = compile_family_path(FAMILY_FILES[first])
+        family = compile_family_path(files[first])
         models = family.models
         ran, fastest, regrets, errors, rhos = [], [], [], [], []
         family_ms = cublas_ms = 0.0
@@ -150,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("study", nargs="+")
     parser.add_argument("--rule", action="store_true", help="judge the rule as the model picks now")
     parser.add_argument("--shapes", action="store_true", help="also every shape's row")
+    parser.add_argument("--families", type=Path, action="append", help="a directory of family files (default specs/)")
     args = parser.parse_args(argv)
     rows = [row for path in args.study for row in json.loads(Path(path).read_text())["rows"]]
-    print("\n".join(tables(rows, args.rule, args.shapes)))
+    print("\n".join(tables(rows, args.rule, args.shapes, tuple(args.families or [ROOT / "specs"]))))
     return 0
 
 

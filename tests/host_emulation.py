@@ -64,10 +64,18 @@ def find_cxx() -> str | None:
 # What the emulator does not compile of a generated file: CUDA's 8- and 16-bit float headers (warp_host.h has
 # the types the kernels use).
 CUDA_HEADER = re.compile(r"#include <cuda_(bf16|fp16|fp8)\.h>")
-# A kernel's dynamic shared memory, of whatever type: the emulator's one array, cuda_host.h's float `smem`.
-DYNAMIC_SHARED = re.compile(r"extern __shared__ __align__\(\d+\) [\w ]+ smem\[\];")
+# A kernel's dynamic shared memory, of whatever type and name: the emulator's one array, cuda_host.h's float `smem`.
+DYNAMIC_SHARED = re.compile(r"extern __shared__ __align__\(\d+\) ([\w ]+) (\w+)\[\];")
 # A __shared__ variable of a function (not an extern array): one per block, so a static of the emulated function.
 SHARED_LOCAL = re.compile(r"^(\s+)__shared__ (?!__align__)", re.M)
+
+
+def emulated_shared(declaration: re.Match) -> str:
+    """A dynamic shared array as the emulator's: `smem` itself, or a pointer of the array's type and name to it."""
+    element, name = declaration[1], declaration[2]
+    if name == "smem":
+        return "extern __shared__ float smem[];"
+    return f"{element}* const {name} = reinterpret_cast<{element}*>(smem);"
 
 
 def host_source(cuda: str) -> str:
@@ -90,7 +98,7 @@ def host_source(cuda: str) -> str:
         kept.append(line)
         index += 1
     host = CUDA_HEADER.sub("", "\n".join(kept))
-    host = DYNAMIC_SHARED.sub("extern __shared__ float smem[];", host)
+    host = DYNAMIC_SHARED.sub(emulated_shared, host)
     return SHARED_LOCAL.sub(r"\1static ", host)
 
 

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"
 SHAPES = [(1, 1, 1), (7, 13, 5), (333, 517, 129), (1000, 1000, 1000), (4096, 4096, 4096)]
 CHECKED_SPECS = ["checked_v3", "layouts_tn", "layouts_nt", "layouts_tt", "batched_v3"]  # NN, TN, NT, TT, batched
+# the FMA members of the tensor-core families: 16-bit operands widened to f32, and B as nn.Linear stores it
+FAMILY_FMA_SPECS = ["hgemm_short_k", "hgemm_short_k_bf16c", "hgemm_short_k_f16", "sgemm_32x128_nt", "sgemm_128x32_nt"]
 RANDOM_SPECS = 30
 TOLERANCE = 1e-5
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
@@ -66,6 +68,18 @@ def test_checked_kernels_at_every_shape_and_layout(name, size, load_kernel):
     assert {r.case for r in results} >= {"contiguous", "padded"}
     if size in ((7, 13, 5), (333, 517, 129)):  # packed operands have odd leading dimensions
         assert [r.entry.endswith("_scalar") for r in results if r.case == "contiguous"] == [True]
+
+
+@pytest.mark.parametrize("size", SHAPES + [(3766, 12361, 2), (433, 1277, 1), (12, 121, 16235), (575, 1, 18550)],
+                         ids=format_size)
+@pytest.mark.parametrize("name", FAMILY_FMA_SPECS)
+def test_family_fma_members_at_every_shape(name, size, load_kernel):
+    """16-bit operands widened to f32 in registers are checked as their own precision's GEMM (C's rounding); the
+    split-K members at few tiles and a long K, their shares added with atomics."""
+    kernel = load_kernel(SPECS / f"{name}.gemm")
+    results = verify(kernel, [size], seed=sum(size))
+    assert [format_result(r) for r in results if not r.passed] == []
+    assert {r.case for r in results} >= {"contiguous", "padded"}
 
 
 def test_transposed_and_sliced_views_run_without_copies(load_kernel, cupy):

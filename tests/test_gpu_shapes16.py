@@ -174,8 +174,16 @@ def test_misaligned_operands_run_padded_or_on_the_widest_copies_they_allow(famil
     c = padded[:, :n]
     expected = fallback_kernel(name, m, n, k, lda or k, offset, kernel)
     launch = kernel.bind(a, b, c)
-    assert launch.entry == kernel.member_for(m, n, k).requirements.launch.entries.vector
-    assert launch.launches[0].function.name.endswith("_pad_operands") == (expected is not None)
+    member = kernel.member_for(m, n, k)
+    entries = member.requirements.launch.entries
+    if next(model.any_alignment for model in kernel.models if model.name == member.name):
+        # an FMA member (short K: 33^3) reads any alignment itself: its own kernel for the operands, no copies
+        assert launch.entry in (entries.vector, entries.scalar)
+        assert not any(step.function.name.endswith("_pad_operands") for step in launch.launches)
+        expected = None
+    else:
+        assert launch.entry == entries.vector
+        assert launch.launches[0].function.name.endswith("_pad_operands") == (expected is not None)
     if expected is not None:
         fallback = kernel.kernels[next(i for i, model in enumerate(kernel.models) if model.fallback)]
         assert fallback.bind(a, b, c).entry == expected

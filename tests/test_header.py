@@ -120,7 +120,8 @@ def test_a_family_header_states_what_every_call_may_rely_on():
     assert {constants[f"sgemm_family_{op}_VECTOR_ELEMENTS"] for op in "ABC"} == {4}
     text = " ".join(line.removeprefix("// ") for line in family.header.splitlines())
     assert ("else a call that sgemm_h100 refuses goes to the member the rule picks among sgemm_any, checked_64x64, "
-            "checked_32x128, checked_128x32, sgemm_short_k, which run a kernel with one-element accesses)") in text
+            "checked_32x128, checked_128x32, sgemm_short_k, sgemm_decode_8x256, which run a kernel with one-element "
+            "accesses)") in text
 
 
 def test_a_batched_family_header_declares_the_batched_launchers(tmp_path):

@@ -53,7 +53,8 @@ class HelperEmitter:
                   "ptxas merge adjacent plain accesses into wider ones; `.volatile` accesses they\n"
                   "leave as written, so the instructions the bank-conflict analysis counts are the\n"
                   "ones that run. (`asm volatile` also keeps them in order around barriers.)")
-        with o.block(f"static __device__ __forceinline__ unsigned smem_address(const {self.element.c_type}* p)"):
+        # one signature for every element type: a family's file defines it once for members of several types
+        with o.block("static __device__ __forceinline__ unsigned smem_address(const void* p)"):
             o.line("return static_cast<unsigned>(__cvta_generic_to_shared(p));")
         self.path.emit_fragment_helpers(self, o)
         if not self.cp_async:

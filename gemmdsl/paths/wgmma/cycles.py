@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from ... import ir
 from ...cycles import MemberModel, alignment_fields, memory_fields
 from .pad import pads_operands
-from ...targets import (CALL_CYCLES, HBM_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK, PAD_BYTES_PER_CLOCK, PAD_CALL_CYCLES, L2_BLOCK_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM, RING_ROUND_TRIP_CYCLES,
+from ...targets import (CALL_CYCLES, DIRECT_STORE_BYTES_PER_CLOCK, HBM_ROUND_TRIP_CYCLES, ISSUE_PER_CLOCK,
+                        PAD_BYTES_PER_CLOCK, PAD_CALL_CYCLES, L2_BLOCK_BYTES_PER_CLOCK, L2_BYTES_PER_CLOCK_PER_SM,
+                        RING_ROUND_TRIP_CYCLES,
                         ROW_STORE_BYTES_PER_CLOCK,
                         SFU_PER_CLOCK_PER_SM, SPLIT_WAIT_CYCLES_PER_K_TILE, STREAM_K_FIXUP_BYTES_PER_CLOCK, WARP,
                         WGMMA_MACS_PER_CLOCK)
@@ -29,7 +31,8 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
     STAGES - 1 stages in flight, plus, for 3xTF32, the consumer's wait for each k-tile's group (measured) and
     its FP32 adds of `part` (counted);
     a tile also writes C (and reads it, for alpha_beta) through L2, and where TMA cannot store C (a packed C
-    whose rows are off 16 bytes) the row stores' measured rate floors the call's time, and a stream-K block
+    whose rows are off 16 bytes) the measured rate of the stores that write it instead floors the call's time (the
+    staged row stores a consumer, or the accumulators' direct stores an SM), and a stream-K block
     writes and reads back one partial tile; the memory floor counts the ring's STAGES - 1 k-tiles in flight per block
     (`memory_cycles`). `unit`: what multiplies (the path's `unit`). The tuner (paths/wgmma/facts.py's
     prediction) and the wgmma bound pass (`check`) read it too."""
@@ -60,9 +63,11 @@ def wgmma_member_model(layout: WgmmaLayout, sms: int, unit: str) -> MemberModel:
     exposed_waits = max(1, WAIT_MEASURED_CONSUMERS // layout.consumers)
     wait = (groups * SPLIT_WAIT_CYCLES_PER_K_TILE[sm] * exposed_waits + layout.accumulators * layout.consumers
             if groups else 0)
+    narrow_store = (ROW_STORE_BYTES_PER_CLOCK[sm] * layout.consumers if layout.tma_store
+                    else DIRECT_STORE_BYTES_PER_CLOCK[sm]) * sms
     return MemberModel(**common, blocks_per_sm=1, k_tile_cycles=(max(tensor, wavefronts, tma, ring) + wait,),
                        tensor_cycles=tensor, tile_cycles=epilogue, narrow_tile_cycles=epilogue,
-                       narrow_store_bytes_per_clock=ROW_STORE_BYTES_PER_CLOCK[sm] * layout.consumers * sms,
+                       narrow_store_bytes_per_clock=narrow_store,
                        c_align=TMA_ALIGN_BYTES // problem.c.dtype.bytes,
                        c_ld_is_n=problem.c.layout is ir.MatrixLayout.ROW, partial_cycles=partial, fixup_cycles=fixup,
                        call_cycles=CALL_CYCLES.get(sm, 0), stage_bytes=layout.stage_bytes,
