@@ -38,7 +38,8 @@ SPECS = ROOT / "specs"
 SHAPES = [(1, 1, 1), (7, 13, 5), (333, 517, 129), (1000, 1000, 1000), (4096, 4096, 4096)]
 CHECKED_SPECS = ["checked_v3", "layouts_tn", "layouts_nt", "layouts_tt", "batched_v3"]  # NN, TN, NT, TT, batched
 # the FMA members of the tensor-core families: 16-bit operands widened to f32, and B as nn.Linear stores it
-FAMILY_FMA_SPECS = ["hgemm_short_k", "hgemm_short_k_bf16c", "hgemm_short_k_f16", "sgemm_32x128_nt", "sgemm_128x32_nt"]
+FAMILY_FMA_SPECS = ["hgemm_short_k", "hgemm_short_k_bf16c", "hgemm_short_k_f16", "sgemm_32x128_nt", "sgemm_128x32_nt",
+                    "sgemm_decode_8x256", "sgemm_decode_8x256_nt"]
 RANDOM_SPECS = 30
 TOLERANCE = 1e-5
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
@@ -75,7 +76,7 @@ def test_checked_kernels_at_every_shape_and_layout(name, size, load_kernel):
 @pytest.mark.parametrize("name", FAMILY_FMA_SPECS)
 def test_family_fma_members_at_every_shape(name, size, load_kernel):
     """16-bit operands widened to f32 in registers are checked as their own precision's GEMM (C's rounding); the
-    split-K members at few tiles and a long K, their shares added with atomics."""
+    split-K members (a few rows or columns, 1 to 8 rows) at few tiles and a long K, their shares added with atomics."""
     kernel = load_kernel(SPECS / f"{name}.gemm")
     results = verify(kernel, [size], seed=sum(size))
     assert [format_result(r) for r in results if not r.passed] == []
