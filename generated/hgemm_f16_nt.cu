@@ -145,11 +145,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -452,11 +452,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -918,11 +918,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1321,11 +1321,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1916,11 +1916,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2088,11 +2088,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_f16_nt_kernel_interior_p
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 

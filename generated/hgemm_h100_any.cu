@@ -148,11 +148,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -455,11 +455,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -921,11 +921,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1324,11 +1324,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1919,11 +1919,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_interior
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2091,11 +2091,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_interior
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

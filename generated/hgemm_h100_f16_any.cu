@@ -148,11 +148,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -455,11 +455,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_scal
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -921,11 +921,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_8byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1324,11 +1324,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_4byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1919,11 +1919,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2091,11 +2091,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 

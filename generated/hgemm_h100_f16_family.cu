@@ -2658,11 +2658,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2884,11 +2884,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_scala
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3150,11 +3150,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_inter
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3291,11 +3291,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_f16_kernel_inter
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3554,11 +3554,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3861,11 +3861,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_scal
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4327,11 +4327,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_8byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4730,11 +4730,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_4byt
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5325,11 +5325,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5497,11 +5497,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_f16_any_kernel_inte
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __half* const smem = reinterpret_cast<__half*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __half smem_f16[];
+    __half* const smem = smem_f16;
     __half* const smem_a = smem;
     __half* const smem_b = smem + STAGES * A_STAGE;
 

@@ -2408,11 +2408,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_kernel(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2640,11 +2640,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_kernel_scalar(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2912,11 +2912,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_kernel_interior(
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3056,11 +3056,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_short_k_kernel_interior_
     constexpr int A_STAGE = 544;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3322,11 +3322,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -3629,11 +3629,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4095,11 +4095,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -4498,11 +4498,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5093,11 +5093,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_interior
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -5265,11 +5265,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_h100_any_kernel_interior
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

@@ -152,11 +152,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -507,11 +507,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_scalar(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1101,11 +1101,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_8byte(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1600,11 +1600,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_4byte(
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2387,11 +2387,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_interior
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2567,11 +2567,11 @@ extern "C" __global__ void __launch_bounds__(256) hgemm_h100_mma_kernel_interior
     constexpr int A_STAGE = 8192;
     constexpr int B_STAGE = 16384;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

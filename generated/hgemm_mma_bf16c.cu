@@ -151,11 +151,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -451,11 +451,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -913,11 +913,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1309,11 +1309,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1897,11 +1897,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2064,11 +2064,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_bf16c_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

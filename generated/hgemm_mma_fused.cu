@@ -194,11 +194,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -513,11 +513,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel_scalar(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -992,11 +992,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel_8byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1407,11 +1407,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel_4byte(
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2014,11 +2014,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2200,11 +2200,11 @@ extern "C" __global__ void __launch_bounds__(128) hgemm_mma_fused_kernel_interio
     constexpr int A_STAGE = 4096;
     constexpr int B_STAGE = 4096;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    __nv_bfloat16* const smem = reinterpret_cast<__nv_bfloat16*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) __nv_bfloat16 smem_bf16[];
+    __nv_bfloat16* const smem = smem_bf16;
     __nv_bfloat16* const smem_a = smem;
     __nv_bfloat16* const smem_b = smem + STAGES * A_STAGE;
 

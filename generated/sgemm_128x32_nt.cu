@@ -88,11 +88,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -389,11 +389,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_scalar(
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -785,11 +785,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_stream_
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1097,11 +1097,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_stream_
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1510,11 +1510,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_interio
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1673,11 +1673,11 @@ extern "C" __global__ void __launch_bounds__(128) sgemm_128x32_nt_kernel_interio
     constexpr int A_STAGE = 1056;
     constexpr int B_STAGE = 288;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

@@ -89,11 +89,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel(
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -390,11 +390,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_scal
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -786,11 +786,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_stre
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1098,11 +1098,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_stre
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1511,11 +1511,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_inte
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1674,11 +1674,11 @@ extern "C" __global__ void __launch_bounds__(128, 5) sgemm_32x128_nt_kernel_inte
     constexpr int A_STAGE = 288;
     constexpr int B_STAGE = 1056;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

@@ -94,11 +94,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel(
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -455,11 +455,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_scal
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1102,11 +1102,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_stre
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -1492,11 +1492,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_stre
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2170,11 +2170,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_inte
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 
@@ -2333,11 +2333,11 @@ extern "C" __global__ void __launch_bounds__(256) sgemm_decode_8x256_kernel_inte
     constexpr int A_STAGE = 320;
     constexpr int B_STAGE = 8192;
 
-    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this
-    // path alone: a family's file holds kernels whose shared memory has other types, and extern shared
-    // arrays of one name must agree on it.
-    extern __shared__ __align__(16) unsigned char smem_tiles[];
-    float* const smem = reinterpret_cast<float*>(smem_tiles);
+    // One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a
+    // family's file holds kernels whose shared memory has other types, and extern shared arrays of one
+    // name must agree on it.
+    extern __shared__ __align__(16) float smem_f32[];
+    float* const smem = smem_f32;
     float* const smem_a = smem;
     float* const smem_b = smem + STAGES * A_STAGE;
 

@@ -118,11 +118,12 @@ def _emit_constants(math: Any, variant: Variant, o: Emitter) -> None:
         o.line(f"constexpr int {name} = {value};")
     o.line()
     element = layout.smem_dtype.c_type
-    o.comment("One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Declared as bytes, named for this\n"
-              "path alone: a family's file holds kernels whose shared memory has other types, and extern shared\n"
-              "arrays of one name must agree on it.")
-    o.line("extern __shared__ __align__(16) unsigned char smem_tiles[];")
-    o.line(f"{element}* const smem = reinterpret_cast<{element}*>(smem_tiles);")
+    array = f"smem_{layout.smem_dtype.value}"
+    o.comment("One dynamic shared array: STAGES tiles of A, then STAGES tiles of B. Named by its element type: a\n"
+              "family's file holds kernels whose shared memory has other types, and extern shared arrays of one\n"
+              "name must agree on it.")
+    o.line(f"extern __shared__ __align__(16) {element} {array}[];")
+    o.line(f"{element}* const smem = {array};")
     o.line(f"{element}* const smem_a = smem;")
     o.line(f"{element}* const smem_b = smem + STAGES * A_STAGE;")
 
