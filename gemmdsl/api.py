@@ -25,7 +25,8 @@ from .build import cached_kernel_resources, find_nvcc
 from .check import report_json
 from .compiler import compile_source, write_outputs
 from .errors import GemmdslError
-from .family import FamilyArtifacts, compile_family, explain, is_family_path
+from .family import FamilyArtifacts, compile_family, explain
+from .file_kinds import is_family_path
 from .passes import DEFAULT_PROBLEM
 from .source import Diagnostic, SourceFile
 from .targets import TARGETS, TargetName, parse_target

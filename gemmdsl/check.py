@@ -20,9 +20,9 @@ from .abi import size_errors
 from .analysis import Analysis, InexactProblemError, ProblemSizeError, analyze
 from .build import PtxasFigures
 from .compiler import Artifacts, compile_path, ptxas_figures
-from .family import (compile_family_path, explain, format_explanation, format_predicted_time, is_family_path,
-                     member_model, predicted_time)
-from .file_kinds import inputs_help
+from .family import (compile_family_path, explain, format_explanation, format_predicted_time, member_model,
+                     predicted_time)
+from .file_kinds import inputs_help, is_family_path
 from .passes import DEFAULT_PROBLEM, ProblemSize
 from .passes.banks import AccessCost, lane_byte_addresses, lanes_by_bank, phase_of_each_lane
 from .passes.waves import Waves

@@ -14,8 +14,8 @@ from pathlib import Path
 from .build import BuildError, build, find_nvcc, nvrtc_available, parse_ptxas
 from .analysis import summary_lines
 from .compiler import Artifacts, OutputError, compile_path, write_outputs
-from .family import compile_family_path, is_family_path, parse_family
-from .file_kinds import inputs_help
+from .family import compile_family_path, parse_family
+from .file_kinds import inputs_help, is_family_path
 from .launch_plan import Entries
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, printable
 from .gpu_profile import PROFILE_ENV

@@ -96,7 +96,7 @@ from .emit.header import emit_family_header
 from .emit.launcher import refuses_misaligned
 from .launch_plan import Requirements
 from .cycles import MemberModel, choose, estimate
-from .file_kinds import FAMILY_SUFFIX, is_family_path
+from .file_kinds import FAMILY_SUFFIX
 from .source import CompileError, Diagnostic, Severity, SourceFile, Span, beyond_token_limit
 from .targets import TargetName, arch
 from .validate import kernel_name_problem

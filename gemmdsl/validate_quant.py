@@ -45,7 +45,7 @@ def check_weights(spec: ir.KernelSpec, path: InstructionPath, paths: Sequence[In
               "write `a: bf16 row;` or `a: f16 row;`")
     if problem.b.layout is not ir.MatrixLayout.COL:
         error(problem.at("b"), f"quantized B must be `col`: N x K with K contiguous, as nn.Linear stores its "
-                               f"weight and the importers (docs/quantized.md) write its codes",
+                               "weight and the importers (docs/quantized.md) write its codes",
               f"write `b: {b.value} col;` and pass the weight untransposed")
     if quant is None:
         error(problem.at("b"), f"B is {b.value}, a weight type, but no `quant b` section says how its scales "
