@@ -44,7 +44,7 @@ def check_weights(spec: ir.KernelSpec, path: InstructionPath, paths: Sequence[In
         error(problem.at("a"), f"A is {a.value}, but {b.value} weights multiply bf16 or f16 activations",
               "write `a: bf16 row;` or `a: f16 row;`")
     if problem.b.layout is not ir.MatrixLayout.COL:
-        error(problem.at("b"), f"quantized B must be `col`: N x K with K contiguous, as nn.Linear stores its "
+        error(problem.at("b"), "quantized B must be `col`: N x K with K contiguous, as nn.Linear stores its "
                                "weight and the importers (docs/quantized.md) write its codes",
               f"write `b: {b.value} col;` and pass the weight untransposed")
     if quant is None:
